@@ -1,0 +1,96 @@
+/*
+ * hps.h -- errors, version and small shared definitions of the hierarchical
+ * parameter server (HPS).
+ *
+ * Every library function of this project returns an hps_err_t: 0 on success,
+ * a negative errno value for a system failure (e.g. -ENOMEM, -EACCES), or one
+ * of the HPS_E* codes below, which sit in a reserved negative block
+ * (-20001 ... -20099) far from any errno value.
+ */
+#ifndef HPS_HPS_H
+#define HPS_HPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Result of every library call: 0 = success, < 0 = error (see below). */
+typedef int hps_err_t;
+
+/**
+ * The HPS-specific error codes: XX(name, value, message).  One table generates
+ * the enum and hps_strerror(), so a code can never lack its message.
+ */
+#define HPS_ERRNO_MAP(XX)                                                                          \
+    XX(HPS_ENOTFOUND, -20001, "not found")                                                         \
+    XX(HPS_EEXIST, -20002, "already exists")                                                       \
+    XX(HPS_EINVAL, -20003, "invalid argument")                                                     \
+    XX(HPS_EVERSION, -20004, "incompatible format or version")                                     \
+    XX(HPS_EBADMAGIC, -20005, "not an HPS segment (bad magic)")                                    \
+    XX(HPS_ECORRUPT, -20006, "corrupt data")                                                       \
+    XX(HPS_ENOSPC, -20007, "shared-memory segment is full")                                        \
+    XX(HPS_EFULL, -20008, "table or directory is full")                                            \
+    XX(HPS_ETIMEDOUT, -20009, "timed out")                                                         \
+    XX(HPS_EBUSY, -20010, "busy")                                                                  \
+    XX(HPS_ECONFIG, -20011, "invalid configuration")                                               \
+    XX(HPS_EIO, -20012, "I/O error")                                                               \
+    XX(HPS_ETRUNCATED, -20013, "truncated input")                                                  \
+    XX(HPS_EMISMATCH, -20014, "existing object does not match the request")                        \
+    XX(HPS_EUNSUPPORTED, -20015, "not supported in this build")
+
+enum hps_errno {
+#define HPS__ERR_ENUM(name, value, msg) name = value,
+    HPS_ERRNO_MAP(HPS__ERR_ENUM)
+#undef HPS__ERR_ENUM
+};
+
+/**
+ * @brief Human-readable message for an error code.
+ * @param[in] err  0, a negative errno value, or an HPS_E* code.
+ * @return A static, NUL-terminated string; never NULL, valid for the life of
+ *         the process.  Thread-safe (negative errno values are mapped through
+ *         strerrordesc_np, which uses no shared buffer).
+ */
+const char *hps_strerror(hps_err_t err);
+
+/**
+ * @brief Symbolic name of an error code ("HPS_ENOTFOUND", "ENOMEM", ...).
+ * @param[in] err  As for hps_strerror().
+ * @return A static string; "UNKNOWN" for a value that is no known code.
+ *         Thread-safe.
+ */
+const char *hps_err_name(hps_err_t err);
+
+/** @brief The library version, e.g. "0.1.0" (static string). */
+const char *hps_version(void);
+
+/**
+ * @brief HugeCTR's key-to-partition mixer, rrxmrrxmsx_0 by Pelle Evensen.
+ *
+ * Partition of a key = hps_rrxmrrxmsx_0((uint64_t)key) % num_partitions
+ * (HugeCTR v24.06 HCTR_HPS_KEY_TO_PART_INDEX_, database_backend_detail.hpp),
+ * so the volatile DB, Redis and Kafka key groups agree with HugeCTR
+ * deployments.  32-bit keys are zero-extended, int64 keys reinterpreted.
+ * Pure function; thread-safe.
+ */
+static inline uint64_t hps_rrxmrrxmsx_0(uint64_t x)
+{
+#define HPS__ROTR(v, n) (((v) >> (n)) | ((v) << (64 - (n))))
+    x ^= HPS__ROTR(x, 25) ^ HPS__ROTR(x, 50);
+    x *= 0xA24BAED4963EE407ULL;
+    x ^= HPS__ROTR(x, 24) ^ HPS__ROTR(x, 49);
+    x *= 0x9FB21C651E98DF25ULL;
+#undef HPS__ROTR
+    return x ^ (x >> 28);
+}
+
+/** Prefix of every table tag, topic and database name (HugeCTR v24.06). */
+#define HPS_TABLE_TAG_PREFIX "hps_et"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPS_HPS_H */

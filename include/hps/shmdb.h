@@ -1,0 +1,410 @@
+/*
+ * shmdb.h -- the shared-memory volatile database (VDB).
+ *
+ * One POSIX shared-memory object, /dev/shm/hps.<name>, holds every embedding
+ * table of the host: HugeCTR's multi_process_hash_map, rebuilt for lock-free
+ * reads across processes.  The coordinator creates the segment and is its only
+ * writer in production; workers and tools attach and read.  Nothing in the
+ * segment is a pointer: every reference is an offset, bounds-checked before it
+ * is followed.
+ *
+ * Tables.  A table is (model, table name, dimension, key width, default
+ * value).  Its rows are split over num_partitions partitions by HugeCTR's
+ * rule partition = rrxmrrxmsx_0((uint64)key) % num_partitions.  Each
+ * partition is an open-addressing hash table of 64-byte buckets of seven
+ * slots (key array) beside a dense value array: a row costs dim * 4 bytes of
+ * value plus about 9 bytes of key and bucket header, divided by the load
+ * factor (at most 0.92).
+ *
+ * Concurrency.
+ *  - Readers (hps_shmdb_lookup, hps_shmdb_iterate, hps_shmdb_size) take no
+ *    lock and never wait for a writer.  Each bucket carries a version word,
+ *    odd while a writer changes it; a reader copies the key and row, then
+ *    re-reads the version and retries on a change.  After a bounded number of
+ *    retries the key is reported missing (the layer below answers).
+ *  - Writers (upsert, erase, clear, table create) take the partition's
+ *    process-shared robust mutex.  When its holder died (EOWNERDEAD) the next
+ *    writer repairs the partition: rows in buckets left odd are dropped (the
+ *    VDB is a cache), counts and probe counters are rebuilt, every version is
+ *    made even, and the repair is counted in the segment header.
+ *  - An hps_shmdb_t handle may be used by several threads of one process at
+ *    once, except hps_shmdb_detach(), which must be the last call.
+ *
+ * Memory.  The segment is sized by shared_memory_size (a hard cap); space is
+ * committed with posix_fallocate in allocation_rate steps, so a full
+ * /dev/shm is a clear HPS_ENOSPC instead of a SIGBUS.  When a partition
+ * cannot grow, it evicts by its overflow policy instead of failing.
+ *
+ * Byte order is the host's (HugeCTR never byte-swaps).  Do not use a handle
+ * in a child after fork(); attach again (LMDB's rule).
+ */
+#ifndef HPS_SHMDB_H
+#define HPS_SHMDB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "hps/hps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hps_shmdb hps_shmdb_t;
+
+/** Longest model or table name (HugeCTR: [a-zA-Z0-9_-]{1,120}). */
+#define HPS_SHMDB_NAME_MAX 120
+/** Longest segment name; the object is /dev/shm/hps.<name>. */
+#define HPS_SHMDB_SEGMENT_NAME_MAX 200
+/** Tables per segment (fixed by the format). */
+#define HPS_SHMDB_MAX_TABLES 256
+/** Partitions per table (fixed by the format). */
+#define HPS_SHMDB_MAX_PARTITIONS 256
+/** Attached processes tracked in the segment's process table. */
+#define HPS_SHMDB_MAX_PROCS 128
+/** Largest dimension accepted (values per vector). */
+#define HPS_SHMDB_MAX_DIM 65536
+
+/** overflow_policy (HugeCTR DatabaseOverflowPolicy_t). */
+typedef enum hps_overflow_policy {
+    HPS_EVICT_RANDOM = 0,     /**< evict_random: uniformly random rows */
+    HPS_EVICT_LEAST_USED = 1, /**< evict_least_used: LFU, fewest lookups first */
+    HPS_EVICT_OLDEST = 2,     /**< evict_oldest: LRU, least recently read or written first */
+} hps_overflow_policy_t;
+
+/** Role of an attached process, shown by hps-shm info. */
+typedef enum hps_proc_role {
+    HPS_ROLE_TOOL = 0,
+    HPS_ROLE_COORDINATOR = 1,
+    HPS_ROLE_WORKER = 2,
+} hps_proc_role_t;
+
+/** Segment-wide options, fixed when the segment is created. */
+typedef struct hps_shmdb_opts {
+    /** shared_memory_size: bytes of the whole segment, a hard cap.  >= 1 MiB. */
+    uint64_t size_bytes;
+    /** allocation_rate: bytes committed at a time (posix_fallocate). >= 64 KiB. */
+    uint64_t allocation_rate;
+    /** File mode of the shm object; 0 means 0600. */
+    mode_t mode;
+} hps_shmdb_opts_t;
+
+/** Per-process options of a handle (not stored in the segment). */
+typedef struct hps_shmdb_proc_opts {
+    /** Threads that serve one batch lookup or upsert; 0 or 1 = the caller only. */
+    unsigned num_threads;
+    /** Role recorded in the process table. */
+    hps_proc_role_t role;
+    /** Device of a worker (-1 for none), recorded in the process table. */
+    int device;
+} hps_shmdb_proc_opts_t;
+
+/** What a table is; given to hps_shmdb_table_create. */
+typedef struct hps_table_spec {
+    const char *model;      /**< model name, 1..120 chars of [A-Za-z0-9_-] */
+    const char *table;      /**< table name, same alphabet */
+    uint32_t dim;           /**< embedding_vecsize: floats per vector, 1..65536 */
+    uint32_t key_bytes;     /**< 8 (int64 keys, supportlonglong) or 4 (uint32) */
+    float default_value;    /**< default_value_for_each_table: every element */
+    uint32_t num_partitions; /**< 1..256; must never change once data exists */
+    /** overflow_margin: max rows per partition; UINT64_MAX = unbounded. */
+    uint64_t overflow_margin;
+    hps_overflow_policy_t overflow_policy;
+    /** overflow_resolution_target in (0, 1]: evict down to margin * target. */
+    double overflow_resolution_target;
+    /** Expected rows of the whole table (sizes the first allocation); 0 = small. */
+    uint64_t expected_rows;
+} hps_table_spec_t;
+
+/** Counters and geometry of one partition (a snapshot). */
+typedef struct hps_partition_info {
+    uint64_t rows;      /**< live rows */
+    uint64_t capacity;  /**< slots allocated (rows fit up to 92% of this) */
+    uint64_t bytes;     /**< bytes of the partition's block in the segment */
+    uint64_t evictions; /**< rows evicted by overflow handling */
+    uint64_t repairs;   /**< EOWNERDEAD repairs of this partition */
+} hps_partition_info_t;
+
+/** A table's description and counters (a snapshot). */
+typedef struct hps_table_info {
+    char model[HPS_SHMDB_NAME_MAX + 1];
+    char table[HPS_SHMDB_NAME_MAX + 1];
+    uint32_t id;
+    uint32_t dim;
+    uint32_t key_bytes;
+    uint32_t num_partitions;
+    float default_value;
+    uint64_t overflow_margin;
+    hps_overflow_policy_t overflow_policy;
+    double overflow_resolution_target;
+    uint64_t rows;      /**< sum over partitions */
+    uint64_t capacity;  /**< slots, sum over partitions */
+    uint64_t bytes;     /**< segment bytes held by the table's blocks */
+    uint64_t lookups;   /**< keys looked up */
+    uint64_t hits;      /**< keys found */
+    uint64_t inserts;   /**< rows inserted (new keys) */
+    uint64_t updates;   /**< rows overwritten (existing keys) */
+    uint64_t evictions; /**< rows evicted by overflow handling */
+    uint64_t erased;    /**< rows erased on request */
+} hps_table_info_t;
+
+/** One row of the process table. */
+typedef struct hps_proc_info {
+    pid_t pid;
+    hps_proc_role_t role;
+    int device;
+    uint64_t attached_ns;  /**< CLOCK_REALTIME at attach, ns */
+    uint64_t heartbeat_ns; /**< CLOCK_MONOTONIC of the last heartbeat, ns */
+    bool alive;            /**< kill(pid, 0) succeeded at the time of the call */
+} hps_proc_info_t;
+
+/** Segment header values (a snapshot). */
+typedef struct hps_segment_info {
+    char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
+    uint32_t format;          /**< format word (layout version + struct sizes) */
+    uint64_t size_bytes;      /**< shared_memory_size */
+    uint64_t committed_bytes; /**< fallocated so far */
+    uint64_t used_bytes;      /**< handed out by the allocator (incl. header) */
+    uint64_t free_bytes;      /**< freed blocks waiting for reuse */
+    uint64_t allocation_rate;
+    pid_t creator_pid;
+    uint64_t created_ns;          /**< CLOCK_REALTIME, ns */
+    uint64_t coord_heartbeat_ns;  /**< CLOCK_MONOTONIC, ns; 0 = never */
+    pid_t coord_pid;              /**< coordinator that beat last; 0 = none */
+    uint32_t num_tables;
+    uint64_t repairs;             /**< EOWNERDEAD repairs, all locks */
+} hps_segment_info_t;
+
+/* ------------------------------------------------------------------------ */
+/* Segment lifecycle                                                         */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Create the segment /dev/shm/hps.<name> (O_EXCL) and attach to it.
+ * @param[in]  name   Segment name, 1..200 chars of [A-Za-z0-9_.-].
+ * @param[in]  opts   Segment options (copied).  size_bytes is a hard cap.
+ * @param[in]  popts  Per-process options, or NULL for defaults (1 thread, tool).
+ * @param[out] ret    The handle, owned by the caller; release with
+ *                    hps_shmdb_detach().  Written only on success.
+ * @return 0; HPS_EEXIST if the segment exists (attach or unlink it first);
+ *         HPS_EINVAL for a bad name or option; HPS_ENOSPC if /dev/shm cannot
+ *         hold the first allocation_rate bytes; -errno from shm_open, mmap,
+ *         posix_fallocate.  On failure nothing is left in /dev/shm.
+ * Process-safe: two creators race on O_EXCL, one wins.
+ */
+hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
+                           const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret);
+
+/**
+ * @brief Attach to an existing segment and register in its process table.
+ * @param[in]  name   Segment name (as for create).
+ * @param[in]  popts  Per-process options or NULL.
+ * @param[out] ret    The handle; release with hps_shmdb_detach().
+ * @return 0; HPS_ENOTFOUND if there is no such segment; HPS_EBADMAGIC for a
+ *         foreign object; HPS_EVERSION for another format (layout version or
+ *         struct sizes); HPS_ETRUNCATED if the object is smaller than its
+ *         header says; HPS_ECORRUPT for absurd header values; HPS_EFULL if
+ *         the process table is full of live processes; -errno (-EACCES...).
+ * A segment left by a crashed creator attaches normally: its data is kept.
+ */
+hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts,
+                           hps_shmdb_t **ret);
+
+/**
+ * @brief Validate a segment without attaching as a user (no process-table row).
+ * Same checks and errors as hps_shmdb_attach(); used by tools to explain why
+ * a segment is refused.  On error, a message is written to msg (may be NULL).
+ */
+hps_err_t hps_shmdb_probe(const char *name, char *msg, size_t msg_len);
+
+/**
+ * @brief Leave the process table, stop the helper threads, unmap.  Accepts
+ *        NULL.  The segment stays in /dev/shm.  Not thread-safe: call last.
+ */
+void hps_shmdb_detach(hps_shmdb_t *db);
+
+/**
+ * @brief Remove /dev/shm/hps.<name>.  Processes still attached keep their
+ *        mapping until they detach.
+ * @return 0; HPS_ENOTFOUND; -errno.
+ */
+hps_err_t hps_shmdb_unlink(const char *name);
+
+/**
+ * @brief Segment names present in /dev/shm (the part after "hps.").
+ * @param[out] ret_names  malloc'ed array of malloc'ed strings; free each and
+ *                        the array.  Written only on success.
+ * @param[out] ret_n      Number of names.
+ * @return 0; -ENOMEM; -errno from opendir.
+ */
+hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n);
+
+/** @brief Header snapshot of an attached segment.  Thread-safe.  Returns 0. */
+hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret);
+
+/**
+ * @brief Record the coordinator heartbeat (CLOCK_MONOTONIC now, caller's pid).
+ * Thread- and process-safe (atomic stores).  Returns 0.
+ */
+hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db);
+
+/**
+ * @brief Refresh this process's heartbeat in the process table.  Returns 0.
+ */
+hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db);
+
+/**
+ * @brief Snapshot of the process table.
+ * @param[out] procs  Array of at least HPS_SHMDB_MAX_PROCS entries (host).
+ * @param[out] ret_n  Entries written.
+ * @param[in]  reap   true: free the rows of processes that are gone.
+ * @return 0.
+ */
+hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n, bool reap);
+
+/* ------------------------------------------------------------------------ */
+/* Tables                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Create a table, or open it if it exists with the same dim,
+ *        key_bytes and num_partitions.
+ * @param[in]  spec    The table (copied; its strings need not outlive the call).
+ * @param[out] ret_id  Table id, stable for the segment's life.
+ * @return 0; HPS_EINVAL for a bad name, dim 0 or > HPS_SHMDB_MAX_DIM, key
+ *         width other than 4 or 8, partitions outside 1..256, target outside
+ *         (0, 1]; HPS_EMISMATCH if the table exists with another geometry;
+ *         HPS_EFULL if the segment already has HPS_SHMDB_MAX_TABLES tables;
+ *         HPS_ENOSPC if the first blocks do not fit.
+ * Process-safe (segment lock).
+ */
+hps_err_t hps_shmdb_table_create(hps_shmdb_t *db, const hps_table_spec_t *spec,
+                                 uint32_t *ret_id);
+
+/**
+ * @brief Find a table by (model, table).  Lock-free.
+ * @return 0; HPS_ENOTFOUND.
+ */
+hps_err_t hps_shmdb_table_find(hps_shmdb_t *db, const char *model, const char *table,
+                               uint32_t *ret_id);
+
+/** @brief Number of tables; ids are 0 .. n-1.  Lock-free. */
+uint32_t hps_shmdb_table_count(hps_shmdb_t *db);
+
+/**
+ * @brief Description and counters of a table (a snapshot, not atomic as a
+ *        whole).  @return 0; HPS_ENOTFOUND for a bad id.
+ */
+hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *ret);
+
+/**
+ * @brief Per-partition counters.
+ * @param[out] parts  Array of at least info.num_partitions entries (host).
+ * @return 0; HPS_ENOTFOUND.
+ */
+hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_info_t *parts);
+
+/* ------------------------------------------------------------------------ */
+/* Rows                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Batch lookup, lock-free.
+ * @param[in]  id      Table id.
+ * @param[in]  n       Number of keys.
+ * @param[in]  keys    (n) keys in host memory: int64 for key_bytes 8,
+ *                     uint32 for key_bytes 4.  Duplicates allowed.
+ * @param[out] values  (n, dim) float32, host memory, row-major, input order.
+ *                     Rows of missing keys are left untouched.
+ * @param[out] found   (n) uint8, 1 = found, 0 = missing; may be NULL.
+ * @param[out] ret_hits Number of keys found; may be NULL.
+ * @return 0; HPS_ENOTFOUND for a bad table id.  Never blocks on a writer; a
+ *         key whose bucket stays busy through the retry budget reports missing.
+ * Thread- and process-safe.  Counts lookups and hits in the table.
+ * Updates the access stamps used by evict_least_used / evict_oldest.
+ */
+hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                           float *values, uint8_t *found, size_t *ret_hits);
+
+/**
+ * @brief Batch insert-or-update (upsert).
+ * @param[in] n       Number of rows.
+ * @param[in] keys    (n) keys, host memory, width as in lookup.
+ * @param[in] values  (n, dim) float32, host memory, row-major.
+ * @param[out] ret_inserted  New keys inserted (others were updated); may be NULL.
+ * @return 0; HPS_ENOTFOUND for a bad table id.  When a partition reaches its
+ *         overflow_margin, or cannot grow because the segment is full, rows
+ *         are evicted by the table's overflow_policy down to
+ *         margin * overflow_resolution_target before inserting; the call
+ *         never fails for lack of space once the table exists.
+ * Thread- and process-safe (per-partition robust mutex).  Each row is written
+ * fully before its key becomes visible.  Duplicate keys in one batch: the
+ * last one wins.
+ */
+hps_err_t hps_shmdb_upsert(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                           const float *values, size_t *ret_inserted);
+
+/**
+ * @brief Erase keys.  @param[out] ret_erased rows removed; may be NULL.
+ * @return 0; HPS_ENOTFOUND for a bad table id.  Thread- and process-safe.
+ */
+hps_err_t hps_shmdb_erase(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                          size_t *ret_erased);
+
+/**
+ * @brief Remove every row of a table (the table and its geometry remain).
+ * @return 0; HPS_ENOTFOUND.  Thread- and process-safe.
+ */
+hps_err_t hps_shmdb_clear(hps_shmdb_t *db, uint32_t id);
+
+/** @brief Live rows of a table (sum of partition counters).  Lock-free. */
+hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows);
+
+/**
+ * Row visitor for hps_shmdb_iterate().  key is zero-extended for 32-bit
+ * tables; value points to (dim) floats valid only during the call.
+ * Return 0 to go on, anything else to stop (returned by iterate).
+ */
+typedef int (*hps_shmdb_row_fn)(void *ctx, uint64_t key, const float *value);
+
+/**
+ * @brief Visit every row of a table, partition by partition, lock-free.
+ * Each row visited is consistent (never torn); rows inserted or erased during
+ * the walk may or may not be seen.
+ * @return 0; HPS_ENOTFOUND; or the visitor's non-zero return.
+ */
+hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, void *ctx);
+
+/**
+ * Problem reporter for hps_shmdb_check(): one call per inconsistency found.
+ */
+typedef void (*hps_shmdb_report_fn)(void *ctx, const char *msg);
+
+/**
+ * @brief Full consistency check of the segment: header, allocator, every
+ *        table and partition (bounds, even versions, row counts, probe
+ *        counters, no duplicate keys, every key in its partition and
+ *        reachable from its home bucket).  Takes each partition's writer lock
+ *        while checking it (repairing it first if its holder died).
+ * @param[out] ret_problems  Number of problems found.
+ * @return 0 when the walk finished (problems are counted, not errors);
+ *         -errno on a lock failure.
+ */
+hps_err_t hps_shmdb_check(hps_shmdb_t *db, hps_shmdb_report_fn report, void *ctx,
+                          uint64_t *ret_problems);
+
+/** @brief Name of an overflow policy ("evict_random", ...). */
+const char *hps_overflow_policy_name(hps_overflow_policy_t p);
+
+/**
+ * @brief Bytes of segment memory a table with this geometry needs per slot
+ *        (key, bucket header, value, access stamp), for sizing and reports.
+ */
+double hps_shmdb_bytes_per_slot(uint32_t dim, hps_overflow_policy_t policy);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPS_SHMDB_H */
