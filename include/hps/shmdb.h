@@ -103,11 +103,11 @@ typedef struct hps_shmdb_proc_opts {
 
 /** What a table is; given to hps_shmdb_table_create. */
 typedef struct hps_table_spec {
-    const char *model;      /**< model name, 1..120 chars of [A-Za-z0-9_-] */
-    const char *table;      /**< table name, same alphabet */
-    uint32_t dim;           /**< embedding_vecsize: floats per vector, 1..65536 */
-    uint32_t key_bytes;     /**< 8 (int64 keys, supportlonglong) or 4 (uint32) */
-    float default_value;    /**< default_value_for_each_table: every element */
+    const char *model;       /**< model name, 1..120 chars of [A-Za-z0-9_-] */
+    const char *table;       /**< table name, same alphabet */
+    uint32_t dim;            /**< embedding_vecsize: floats per vector, 1..65536 */
+    uint32_t key_bytes;      /**< 8 (int64 keys, supportlonglong) or 4 (uint32) */
+    float default_value;     /**< default_value_for_each_table: every element */
     uint32_t num_partitions; /**< 1..256; must never change once data exists */
     /** overflow_margin: max rows per partition; UINT64_MAX = unbounded. */
     uint64_t overflow_margin;
@@ -170,11 +170,11 @@ typedef struct hps_segment_info {
     uint64_t free_bytes;      /**< freed blocks waiting for reuse */
     uint64_t allocation_rate;
     pid_t creator_pid;
-    uint64_t created_ns;          /**< CLOCK_REALTIME, ns */
-    uint64_t coord_heartbeat_ns;  /**< CLOCK_MONOTONIC, ns; 0 = never */
-    pid_t coord_pid;              /**< coordinator that beat last; 0 = none */
+    uint64_t created_ns;         /**< CLOCK_REALTIME, ns */
+    uint64_t coord_heartbeat_ns; /**< CLOCK_MONOTONIC, ns; 0 = never */
+    pid_t coord_pid;             /**< coordinator that beat last; 0 = none */
     uint32_t num_tables;
-    uint64_t repairs;             /**< EOWNERDEAD repairs, all locks */
+    uint64_t repairs; /**< EOWNERDEAD repairs, all locks */
 } hps_segment_info_t;
 
 /* ------------------------------------------------------------------------ */
@@ -209,8 +209,7 @@ hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
  *         the process table is full of live processes; -errno (-EACCES...).
  * A segment left by a crashed creator attaches normally: its data is kept.
  */
-hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts,
-                           hps_shmdb_t **ret);
+hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret);
 
 /**
  * @brief Validate a segment without attaching as a user (no process-table row).
@@ -280,8 +279,7 @@ hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n
  *         HPS_ENOSPC if the first blocks do not fit.
  * Process-safe (segment lock).
  */
-hps_err_t hps_shmdb_table_create(hps_shmdb_t *db, const hps_table_spec_t *spec,
-                                 uint32_t *ret_id);
+hps_err_t hps_shmdb_table_create(hps_shmdb_t *db, const hps_table_spec_t *spec, uint32_t *ret_id);
 
 /**
  * @brief Find a table by (model, table).  Lock-free.
@@ -325,8 +323,8 @@ hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_i
  * Thread- and process-safe.  Counts lookups and hits in the table.
  * Updates the access stamps used by evict_least_used / evict_oldest.
  */
-hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
-                           float *values, uint8_t *found, size_t *ret_hits);
+hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys, float *values,
+                           uint8_t *found, size_t *ret_hits);
 
 /**
  * @brief Batch insert-or-update (upsert).

@@ -1,0 +1,79 @@
+/*
+ * internal.h -- the process-local handle and helpers shared by the shmdb
+ * source files (private).
+ */
+#ifndef HPS_SHMDB_INTERNAL_H
+#define HPS_SHMDB_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/shmdb.h"
+#include "layout.h"
+
+typedef struct hps_pool hps_pool_t;
+
+/* The handle: pointers live here, never in the segment. */
+struct hps_shmdb {
+    uint8_t *base;       /* mapping of the whole object */
+    uint64_t size;       /* bytes mapped */
+    struct shm_hdr *hdr; /* == base */
+    int fd;
+    int proc_slot;    /* row in hdr->procs, -1 if none */
+    hps_pool_t *pool; /* NULL: batches run in the caller */
+    unsigned nthreads;
+    char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
+};
+
+/* Offset -> pointer; the caller has bounds-checked the offset. */
+static inline void *hps__ptr(const hps_shmdb_t *db, uint64_t off)
+{
+    return db->base + off;
+}
+
+/* True if [off, off + len) lies inside the mapping (no overflow). */
+static inline bool hps__in_bounds(const hps_shmdb_t *db, uint64_t off, uint64_t len)
+{
+    return off <= db->size && len <= db->size - off;
+}
+
+static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+uint64_t hps__now_ns(int clock);
+
+/* Robust process-shared mutexes.  hps__lock returns 0, or 1 when the
+ * previous owner died (the caller must repair and then call
+ * hps__lock_consistent), or -errno. */
+hps_err_t hps__mutex_init(pthread_mutex_t *m);
+int hps__lock(pthread_mutex_t *m);
+void hps__lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m);
+void hps__unlock(pthread_mutex_t *m);
+
+/* Allocator (segment lock held by the callee). Blocks are 64-byte aligned
+ * and zero-filled. */
+hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off);
+void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes);
+
+/* Table access. */
+struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id);
+struct shm_part *hps__parts(hps_shmdb_t *db, const struct shm_table *t);
+
+/* Partition operations (map.c). */
+hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                         uint64_t expected_rows);
+int hps__part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
+void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
+uint64_t hps__part_check(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                         uint32_t pi, hps_shmdb_report_fn report, void *ctx);
+
+/* Thread pool (pool.c): run fn(arg, i) for i in [0, n), spread over the
+ * pool's threads and the caller; returns when all are done. */
+hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret);
+void hps__pool_destroy(hps_pool_t *pool);
+void hps__pool_run(hps_pool_t *pool, unsigned n, void (*fn)(void *arg, unsigned i), void *arg);
+
+#endif

@@ -1,0 +1,190 @@
+/*
+ * layout.h -- the on-shm structures of the volatile database (private).
+ *
+ * Everything here lives in /dev/shm/hps.<name> and is shared by processes
+ * that may be built from different commits: any change of a struct's size
+ * changes HPS_SHM_FORMAT, and attach refuses a segment with another format.
+ * No pointers: every reference is a byte offset from the segment start.
+ *
+ * Segment:
+ *
+ *   [ header (struct shm_hdr, incl. process table and table directory) ]
+ *   [ blocks handed out by the allocator: partition arrays, hash blocks,
+ *     row pages, page tables ... ]
+ *
+ * A partition is an open-addressing hash table of 64-byte buckets, seven
+ * slots each, probed linearly.  Each bucket counts in `ovf` the keys whose
+ * home bucket is at or before it but which live after it (the F14 "overflow
+ * count"), so a lookup stops at the first bucket with ovf == 0 and erase
+ * needs no tombstones.
+ *
+ * Values live either inline (one value slot per key slot, for dim <= 16,
+ * where a row pointer would cost more than the empty slots) or in dense row
+ * pages referenced by a per-slot 32-bit row id (dim > 16: empty slots then
+ * cost 12 bytes, not a whole vector).  Row pages never move, so growing the
+ * index (rehash) copies only keys and row ids.
+ */
+#ifndef HPS_SHMDB_LAYOUT_H
+#define HPS_SHMDB_LAYOUT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "hps/shmdb.h"
+
+#define HPS_SHM_MAGIC          0x4244534d48535048ULL /* "HPSHMSDB" little-endian */
+#define HPS_SHM_LAYOUT_VERSION 1u
+#define HPS_CACHELINE          64
+#define HPS_BUCKET_SLOTS       7
+/* Largest dim stored inline (values beside the key slots). */
+#define HPS_INLINE_MAX_DIM 16
+/* Row pages per partition (indirect storage) and rows per page (max). */
+#define HPS_MAX_ROW_PAGES 256
+#define HPS_PAGE_SHIFT    22
+#define HPS_PAGE_MAX_ROWS (1u << HPS_PAGE_SHIFT)
+/* Load factor at which a partition grows, and the one it is sized for. */
+#define HPS_MAX_LOAD    0.95
+#define HPS_TARGET_LOAD 0.93
+/* A row id no slot holds. */
+#define HPS_NO_ROW 0xffffffffu
+
+/* One hash bucket: a seqlock version, the occupancy mask, the overflow count
+ * and seven keys; exactly one cache line. */
+struct shm_bucket {
+    _Atomic uint32_t ver; /* odd while a writer changes this bucket */
+    _Atomic uint8_t occ;  /* bit i set: slot i holds a key */
+    _Atomic uint8_t ovf;  /* keys that probed past this bucket (saturates at 255) */
+    uint16_t pad;
+    _Atomic uint64_t key[HPS_BUCKET_SLOTS];
+};
+_Static_assert(sizeof(struct shm_bucket) == 64, "bucket must be one cache line");
+
+/* A partition: the robust writer mutex, a seqlock (gen) over the geometry,
+ * and the geometry itself.  Readers snapshot (blk, nb) between two even
+ * reads of gen. */
+struct shm_part {
+    pthread_mutex_t lock; /* process-shared, robust */
+    /* Geometry, one word so it is never torn: (block offset / 64) << 30 | nb.
+     * Readers validate a lookup by re-reading gen, which grows by 2 at every
+     * change of geometry (rehash), so a block freed and reused under a slow
+     * reader is detected. */
+    _Atomic uint64_t geom;
+    _Atomic uint32_t gen;
+    uint32_t pad0;
+    uint64_t blk_bytes;
+    uint64_t pending;      /* block under construction (freed by repair) */
+    _Atomic uint64_t rows; /* live rows */
+    _Atomic uint64_t evictions;
+    _Atomic uint64_t repairs;
+    uint64_t rng; /* xorshift state for evict_random */
+    /* Indirect storage: row id = page << HPS_PAGE_SHIFT | index. */
+    uint64_t pagetab;        /* offset of struct shm_page[HPS_MAX_ROW_PAGES] */
+    _Atomic uint32_t npages; /* pages allocated */
+    uint32_t last_fill;      /* rows handed out from the last page */
+    uint32_t free_row;       /* head of the free-row list, HPS_NO_ROW if empty */
+    uint32_t pad1;
+    uint64_t page_bytes; /* bytes of all row pages */
+    uint8_t reserved[56];
+};
+_Static_assert(sizeof(struct shm_part) % HPS_CACHELINE == 0, "partition must fill cache lines");
+
+/* A table descriptor, in the header's directory. */
+struct shm_table {
+    _Atomic uint32_t state; /* 0 free, 1 being created, 2 ready */
+    uint32_t dim;
+    uint32_t key_bytes;
+    uint32_t num_partitions;
+    uint32_t policy;
+    float default_value;
+    uint32_t inline_values; /* 1: values beside the slots; 0: row pages */
+    uint32_t pad0;
+    uint64_t margin;
+    double target;
+    uint64_t expected_rows;
+    uint64_t parts; /* offset of struct shm_part[num_partitions] */
+    char model[128];
+    char table[128];
+    uint8_t pad1[8];
+    /* Counters written by readers, one line of their own. */
+    _Alignas(HPS_CACHELINE) _Atomic uint64_t lookups;
+    _Atomic uint64_t hits;
+    _Atomic uint64_t clock; /* LRU clock: one tick per lookup or upsert batch */
+    uint8_t pad2[40];
+    /* Counters written by writers. */
+    _Alignas(HPS_CACHELINE) _Atomic uint64_t inserts;
+    _Atomic uint64_t updates;
+    _Atomic uint64_t erased;
+    uint8_t pad3[40];
+};
+_Static_assert(sizeof(struct shm_table) % HPS_CACHELINE == 0, "table must fill cache lines");
+
+/* A row of the process table; one cache line (LMDB's reader slots). */
+struct shm_proc {
+    _Atomic int32_t pid; /* 0 = free */
+    int32_t role;
+    int32_t device;
+    uint32_t pad0;
+    uint64_t attached_ns;
+    _Atomic uint64_t heartbeat_ns;
+    uint8_t pad[32];
+};
+_Static_assert(sizeof(struct shm_proc) == 64, "proc slot must be one cache line");
+
+/* An entry of a partition's row-page table. */
+struct shm_page {
+    uint64_t off;  /* offset of rows * dim floats */
+    uint32_t rows; /* rows the page holds */
+    uint32_t pad;
+};
+
+#define HPS_GEOM(blk, nb) ((((uint64_t)(blk) >> 6) << 30) | (uint64_t)(nb))
+#define HPS_GEOM_BLK(g)   (((g) >> 30) << 6)
+#define HPS_GEOM_NB(g)    ((uint32_t)((g) & ((1u << 30) - 1)))
+
+/* A free block of the allocator (lives in the freed memory itself). */
+struct shm_free {
+    uint64_t bytes;
+    uint64_t next;
+};
+
+struct shm_hdr {
+    uint64_t magic;      /* 0: HPS_SHM_MAGIC */
+    uint32_t format;     /* 8: HPS_SHM_FORMAT */
+    uint32_t hdr_bytes;  /* 12 */
+    uint64_t size_bytes; /* 16: object size = shared_memory_size */
+    uint64_t allocation_rate;
+    _Atomic uint64_t committed; /* bytes fallocated, from 0 */
+    _Atomic uint64_t bump;      /* next unallocated offset */
+    _Atomic uint64_t free_bytes;
+    uint64_t free_head; /* offset of the first struct shm_free, 0 = none */
+    int32_t creator_pid;
+    uint32_t mode;
+    uint64_t created_ns;
+    _Atomic uint64_t coord_heartbeat_ns;
+    _Atomic int32_t coord_pid;
+    _Atomic uint32_t num_tables;
+    _Atomic uint64_t repairs;
+    char name[HPS_SHMDB_SEGMENT_NAME_MAX + 8];
+    /* Reserved for later parts of the format (0 = absent): miss queue,
+     * GPU-cache registry, update logs. */
+    uint64_t missq_off;
+    uint64_t gpureg_off;
+    uint64_t updlog_off;
+    uint64_t reserved[13];
+    _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
+    _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
+    _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];
+    struct shm_table tables[HPS_SHMDB_MAX_TABLES];
+};
+
+#define HPS__SZ6(s) ((uint32_t)((sizeof(s) / HPS_CACHELINE) & 0x3f))
+/* Format word: layout version and the sizes of the on-shm structs, so two
+ * builds that disagree on any of them refuse each other (LMDB's
+ * MDB_LOCK_FORMAT). */
+#define HPS_SHM_FORMAT                                                                             \
+    ((HPS_SHM_LAYOUT_VERSION << 24) | (HPS__SZ6(struct shm_part) << 18) |                          \
+     (HPS__SZ6(struct shm_table) << 12) | (((uint32_t)sizeof(pthread_mutex_t) & 0x3f) << 6) |      \
+     (uint32_t)((sizeof(struct shm_hdr) >> 12) & 0x3f))
+
+#endif /* HPS_SHMDB_LAYOUT_H */

@@ -1,0 +1,454 @@
+/*
+ * ops.c -- batch writes (upsert, erase, clear), iteration and the partition
+ * lock with its crash repair.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wview.h"
+
+/* ---- lock and repair --------------------------------------------------- */
+
+int hps__part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
+{
+    int rc = hps__lock(&p->lock);
+    if (rc == 1) {
+        hps__part_repair(db, t, p);
+        atomic_fetch_add_explicit(&p->repairs, 1, memory_order_relaxed);
+        hps__lock_consistent(db, &p->lock);
+        rc = 0;
+    }
+    return rc;
+}
+
+static inline uint32_t home_of(uint64_t key, uint32_t nb)
+{
+    uint64_t h = hps_rrxmrrxmsx_0(key);
+    return (uint32_t)(((h >> 32) * (uint64_t)nb) >> 32);
+}
+
+/* Rows handed out from page pg. */
+uint32_t hps__page_used(const struct wview *w, uint32_t pg)
+{
+    uint32_t n = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
+    return pg + 1 == n ? w->p->last_fill : w->pages[pg].rows;
+}
+
+bool hps__row_valid(const struct wview *w, uint32_t r)
+{
+    uint32_t pg = r >> HPS_PAGE_SHIFT;
+    return pg < atomic_load_explicit(&w->p->npages, memory_order_relaxed) &&
+           (r & (HPS_PAGE_MAX_ROWS - 1)) < hps__page_used(w, pg);
+}
+
+bool hps__rowmap_init(struct rowmap *rm, const struct wview *w)
+{
+    uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
+    rm->prefix[0] = 0;
+    for (uint32_t pg = 0; pg < np; pg++)
+        rm->prefix[pg + 1] = rm->prefix[pg] + hps__page_used(w, pg);
+    rm->bits = calloc(rm->prefix[np] / 8 + 1, 1);
+    return rm->bits != NULL;
+}
+
+/* Mark row r used; true if it already was. */
+bool hps__rowmap_set(struct rowmap *rm, uint32_t r)
+{
+    uint64_t i = rm->prefix[r >> HPS_PAGE_SHIFT] + (r & (HPS_PAGE_MAX_ROWS - 1));
+    bool was = rm->bits[i >> 3] & (1u << (i & 7));
+    rm->bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return was;
+}
+
+/* Drop slots whose row id is invalid or shared, then rebuild the free list
+ * from every handed-out row no slot uses. */
+static void repair_rows(struct wview *w)
+{
+    struct rowmap rm;
+    if (!hps__rowmap_init(&rm, w))
+        return;
+    for (uint32_t bi = 0; bi < w->nb; bi++) {
+        struct shm_bucket *b = &w->b[bi];
+        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        for (unsigned m = occ; m; m &= m - 1) {
+            int s = __builtin_ctz(m);
+            uint32_t r = atomic_load_explicit(
+                &w->rowid[(uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s], memory_order_relaxed);
+            if (!hps__row_valid(w, r) || hps__rowmap_set(&rm, r))
+                occ &= ~(1u << s);
+        }
+        atomic_store_explicit(&b->occ, (uint8_t)occ, memory_order_relaxed);
+    }
+    w->p->free_row = HPS_NO_ROW;
+    uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
+    for (uint32_t pg = 0; pg < np; pg++)
+        for (uint32_t i = 0; i < hps__page_used(w, pg); i++) {
+            uint32_t r = (pg << HPS_PAGE_SHIFT) | i;
+            if (!hps__rowmap_set(&rm, r)) {
+                float *row = (float *)hps__ptr(w->db, w->pages[pg].off +
+                                                          (uint64_t)i * w->dim * sizeof(float));
+                memcpy(row, &w->p->free_row, sizeof(uint32_t));
+                w->p->free_row = r;
+            }
+        }
+    free(rm.bits);
+}
+
+/* Recount rows and rebuild every overflow count from the keys present. */
+static void rebuild_counts(struct wview *w)
+{
+    uint64_t rows = 0;
+    for (uint32_t bi = 0; bi < w->nb; bi++)
+        atomic_store_explicit(&w->b[bi].ovf, 0, memory_order_relaxed);
+    for (uint32_t bi = 0; bi < w->nb; bi++) {
+        struct shm_bucket *b = &w->b[bi];
+        for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m; m &= m - 1) {
+            uint64_t key = atomic_load_explicit(&b->key[__builtin_ctz(m)], memory_order_relaxed);
+            hps__ovf_walk(w, key, bi, +1);
+            rows++;
+        }
+    }
+    atomic_store_explicit(&w->p->rows, rows, memory_order_relaxed);
+}
+
+/* The previous holder of the partition lock died.  Whatever it was doing,
+ * the bucket it was writing has an odd version: empty that bucket (the VDB
+ * is a cache; the persistent DB or the next update brings the rows back),
+ * free a half-built rehash block, rebuild counts and the free-row list, and
+ * make every version even.  Readers keep going throughout: the buckets
+ * touched here get their versions bumped. */
+void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
+{
+    struct wview w;
+    uint64_t blk = HPS_GEOM_BLK(atomic_load_explicit(&p->geom, memory_order_relaxed));
+    if (p->pending && p->pending != blk)
+        hps__free(db, p->pending, p->blk_bytes); /* size unknown: at most a leak */
+    p->pending = 0;
+    if (!hps__wview_current(db, t, p, &w))
+        return;
+    for (uint32_t bi = 0; bi < w.nb; bi++) {
+        struct shm_bucket *b = &w.b[bi];
+        uint32_t v = atomic_load_explicit(&b->ver, memory_order_relaxed);
+        if (v & 1) {
+            atomic_store_explicit(&b->occ, 0, memory_order_relaxed);
+            /* Release: the emptied bucket is visible with the even version. */
+            atomic_store_explicit(&b->ver, v + 1, memory_order_release);
+        }
+    }
+    if (w.rowid)
+        repair_rows(&w);
+    rebuild_counts(&w);
+}
+
+/* ---- upsert ------------------------------------------------------------ */
+
+struct batch {
+    hps_shmdb_t *db;
+    const struct shm_table *t;
+    const void *keys;
+    const float *values;
+    size_t *order; /* key indices grouped by partition */
+    size_t *start; /* start[p] .. start[p + 1] in order */
+    size_t *count; /* per partition: inserted or erased */
+    uint32_t clock;
+    hps_err_t *rc; /* per partition */
+};
+
+static inline uint64_t key_at(const void *keys, uint32_t key_bytes, size_t i)
+{
+    return key_bytes == 8 ? (uint64_t)((const int64_t *)keys)[i] : ((const uint32_t *)keys)[i];
+}
+
+static void update_row(struct wview *w, uint32_t bi, int s, const float *value, uint32_t clock)
+{
+    struct shm_bucket *b = &w->b[bi];
+    uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
+    hps__bucket_begin(b);
+    memcpy(hps__wrow(w, slot), value, (size_t)w->dim * sizeof(float));
+    if (w->stamp && w->t->policy == HPS_EVICT_OLDEST)
+        atomic_store_explicit(&w->stamp[slot], clock, memory_order_relaxed);
+    hps__bucket_end(b);
+}
+
+static uint64_t evict_target(uint64_t rows, double target)
+{
+    return (uint64_t)((double)rows * target);
+}
+
+/* Make room for one new row: overflow margin first, then load factor. */
+static void make_room(struct wview *w)
+{
+    const struct shm_table *t = w->t;
+    uint64_t rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
+    if (rows >= t->margin) {
+        hps__wevict(w, evict_target(t->margin, t->target));
+        rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
+    }
+    if ((double)(rows + 1) <= (double)w->nb * HPS_BUCKET_SLOTS * HPS_MAX_LOAD)
+        return;
+    uint64_t nb = (uint64_t)w->nb * 2;
+    if (t->margin != UINT64_MAX) {
+        uint64_t need = (uint64_t)((double)t->margin / (HPS_BUCKET_SLOTS * HPS_TARGET_LOAD)) + 2;
+        if (nb > need)
+            nb = need > w->nb ? need : (uint64_t)w->nb + 1;
+    }
+    if (nb >= (1u << 30) || hps__wgrow(w, (uint32_t)nb) < 0) /* segment full: evict instead */
+        hps__wevict(w, evict_target(rows, t->target));
+}
+
+static hps_err_t insert_row(struct wview *w, uint64_t key, const float *value, uint32_t stamp)
+{
+    make_room(w);
+    hps_err_t rc = hps__winsert(w, key, value, stamp);
+    if (rc < 0) { /* no row page could be allocated: evict, try once more */
+        hps__wevict(
+            w, evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed), w->t->target));
+        rc = hps__winsert(w, key, value, stamp);
+    }
+    return rc;
+}
+
+static void upsert_task(void *arg, unsigned pi)
+{
+    struct batch *j = arg;
+    const struct shm_table *t = j->t;
+    struct shm_part *p = &hps__parts(j->db, t)[pi];
+    struct wview w;
+    size_t ins = 0, upd = 0;
+    if (j->start[pi] == j->start[pi + 1])
+        return;
+    int rc = hps__part_lock(j->db, t, p);
+    if (rc < 0) {
+        j->rc[pi] = rc;
+        return;
+    }
+    if (!hps__wview_current(j->db, t, p, &w)) {
+        j->rc[pi] = HPS_ECORRUPT;
+        goto out;
+    }
+    uint32_t fresh = t->policy == HPS_EVICT_OLDEST ? j->clock : 1;
+    for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
+        size_t i = j->order[o];
+        uint64_t key = key_at(j->keys, t->key_bytes, i);
+        const float *value = j->values + i * t->dim;
+        uint32_t bi;
+        int s = hps__wfind(&w, key, &bi);
+        if (s >= 0) {
+            update_row(&w, bi, s, value, j->clock);
+            upd++;
+        } else if (insert_row(&w, key, value, fresh) == 0) {
+            ins++;
+        }
+    }
+out:
+    hps__unlock(&p->lock);
+    j->count[pi] = ins;
+    struct shm_table *mt = (struct shm_table *)t;
+    /* Relaxed: statistics. */
+    atomic_fetch_add_explicit(&mt->inserts, ins, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mt->updates, upd, memory_order_relaxed);
+}
+
+/* Group key indices by partition (counting sort, stable: later duplicates
+ * are applied later, so the last one wins). */
+static hps_err_t batch_init(struct batch *j, hps_shmdb_t *db, const struct shm_table *t, size_t n,
+                            const void *keys)
+{
+    uint32_t P = t->num_partitions;
+    memset(j, 0, sizeof(*j));
+    j->db = db;
+    j->t = t;
+    j->keys = keys;
+    j->order = malloc((n ? n : 1) * sizeof(size_t));
+    j->start = calloc(P + 1, sizeof(size_t));
+    j->count = calloc(P, sizeof(size_t));
+    j->rc = calloc(P, sizeof(hps_err_t));
+    uint32_t *pid = malloc((n ? n : 1) * sizeof(uint32_t));
+    if (!j->order || !j->start || !j->count || !j->rc || !pid) {
+        free(pid);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pid[i] = (uint32_t)(hps_rrxmrrxmsx_0(key_at(keys, t->key_bytes, i)) % P);
+        j->start[pid[i] + 1]++;
+    }
+    for (uint32_t p = 0; p < P; p++)
+        j->start[p + 1] += j->start[p];
+    size_t *fill = j->count; /* reuse as cursor, cleared below */
+    for (size_t i = 0; i < n; i++)
+        j->order[j->start[pid[i]] + fill[pid[i]]++] = i;
+    memset(j->count, 0, P * sizeof(size_t));
+    free(pid);
+    return 0;
+}
+
+static void batch_fini(struct batch *j)
+{
+    free(j->order);
+    free(j->start);
+    free(j->count);
+    free(j->rc);
+}
+
+/* Run fn over every partition (on the pool when there is one) and sum. */
+static hps_err_t batch_run(struct batch *j, void (*fn)(void *, unsigned), size_t *ret_count)
+{
+    uint32_t P = j->t->num_partitions;
+    if (j->db->pool)
+        hps__pool_run(j->db->pool, P, fn, j);
+    else
+        for (uint32_t p = 0; p < P; p++)
+            fn(j, p);
+    size_t total = 0;
+    hps_err_t rc = 0;
+    for (uint32_t p = 0; p < P; p++) {
+        total += j->count[p];
+        if (j->rc[p] < 0 && rc == 0)
+            rc = j->rc[p];
+    }
+    if (ret_count)
+        *ret_count = total;
+    return rc;
+}
+
+hps_err_t hps_shmdb_upsert(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                           const float *values, size_t *ret_inserted)
+{
+    struct shm_table *t = hps__table(db, id);
+    if (!t)
+        return HPS_ENOTFOUND;
+    struct batch j;
+    hps_err_t rc = batch_init(&j, db, t, n, keys);
+    if (rc == 0) {
+        j.values = values;
+        j.clock = (uint32_t)atomic_fetch_add_explicit(&t->clock, 1, memory_order_relaxed);
+        rc = batch_run(&j, upsert_task, ret_inserted);
+    }
+    batch_fini(&j);
+    return rc;
+}
+
+/* ---- erase and clear --------------------------------------------------- */
+
+static void erase_task(void *arg, unsigned pi)
+{
+    struct batch *j = arg;
+    struct shm_part *p = &hps__parts(j->db, j->t)[pi];
+    struct wview w;
+    if (j->start[pi] == j->start[pi + 1])
+        return;
+    int rc = hps__part_lock(j->db, j->t, p);
+    if (rc < 0) {
+        j->rc[pi] = rc;
+        return;
+    }
+    if (hps__wview_current(j->db, j->t, p, &w)) {
+        for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
+            uint32_t bi;
+            int s = hps__wfind(&w, key_at(j->keys, j->t->key_bytes, j->order[o]), &bi);
+            if (s >= 0) {
+                hps__wremove(&w, bi, s);
+                j->count[pi]++;
+            }
+        }
+    }
+    hps__unlock(&p->lock);
+    atomic_fetch_add_explicit(&((struct shm_table *)j->t)->erased, j->count[pi],
+                              memory_order_relaxed);
+}
+
+hps_err_t hps_shmdb_erase(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                          size_t *ret_erased)
+{
+    struct shm_table *t = hps__table(db, id);
+    if (!t)
+        return HPS_ENOTFOUND;
+    struct batch j;
+    hps_err_t rc = batch_init(&j, db, t, n, keys);
+    if (rc == 0)
+        rc = batch_run(&j, erase_task, ret_erased);
+    batch_fini(&j);
+    return rc;
+}
+
+/* Empty one partition: every bucket emptied under its version, row pages
+ * beyond the first returned to the segment. */
+static void clear_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
+{
+    struct wview w;
+    if (!hps__wview_current(db, t, p, &w))
+        return;
+    for (uint32_t bi = 0; bi < w.nb; bi++) {
+        struct shm_bucket *b = &w.b[bi];
+        if (!atomic_load_explicit(&b->occ, memory_order_relaxed) &&
+            !atomic_load_explicit(&b->ovf, memory_order_relaxed))
+            continue;
+        hps__bucket_begin(b);
+        atomic_store_explicit(&b->occ, 0, memory_order_relaxed);
+        atomic_store_explicit(&b->ovf, 0, memory_order_relaxed);
+        hps__bucket_end(b);
+    }
+    atomic_store_explicit(&p->rows, 0, memory_order_relaxed);
+    if (!w.rowid)
+        return;
+    uint32_t np = atomic_load_explicit(&p->npages, memory_order_relaxed);
+    for (uint32_t pg = 1; pg < np; pg++) {
+        uint64_t bytes = (uint64_t)w.pages[pg].rows * w.dim * sizeof(float);
+        hps__free(db, w.pages[pg].off, bytes);
+        p->page_bytes -= hps__round_up(bytes, HPS_CACHELINE);
+    }
+    if (np > 1)
+        atomic_store_explicit(&p->npages, 1, memory_order_release);
+    p->last_fill = 0;
+    p->free_row = HPS_NO_ROW;
+}
+
+hps_err_t hps_shmdb_clear(hps_shmdb_t *db, uint32_t id)
+{
+    struct shm_table *t = hps__table(db, id);
+    if (!t)
+        return HPS_ENOTFOUND;
+    for (uint32_t i = 0; i < t->num_partitions; i++) {
+        struct shm_part *p = &hps__parts(db, t)[i];
+        int rc = hps__part_lock(db, t, p);
+        if (rc < 0)
+            return rc;
+        clear_part(db, t, p);
+        hps__unlock(&p->lock);
+    }
+    return 0;
+}
+
+/* ---- iteration --------------------------------------------------------- */
+
+/* Walks each partition under its lock, so every row is seen exactly once
+ * and consistent; writers to that partition wait meanwhile. */
+hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, void *ctx)
+{
+    struct shm_table *t = hps__table(db, id);
+    if (!t)
+        return HPS_ENOTFOUND;
+    for (uint32_t i = 0; i < t->num_partitions; i++) {
+        struct shm_part *p = &hps__parts(db, t)[i];
+        struct wview w;
+        int rc = hps__part_lock(db, t, p);
+        if (rc < 0)
+            return rc;
+        if (hps__wview_current(db, t, p, &w)) {
+            for (uint32_t bi = 0; bi < w.nb && rc == 0; bi++) {
+                struct shm_bucket *b = &w.b[bi];
+                for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m && rc == 0;
+                     m &= m - 1) {
+                    int s = __builtin_ctz(m);
+                    uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
+                    rc = fn(ctx, key, hps__wrow(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s));
+                }
+            }
+        }
+        hps__unlock(&p->lock);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}

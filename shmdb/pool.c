@@ -1,0 +1,133 @@
+/*
+ * pool.c -- a small fork-join thread pool for batch lookups and upserts.
+ *
+ * hps__pool_run() publishes a job (fn, arg, n tasks) by bumping a
+ * generation counter; workers and the caller take task indices from an
+ * atomic counter until none is left.  Workers spin briefly on the
+ * generation before sleeping on a condition variable, because batches
+ * arrive back to back and a wake-up costs more than a 1024-key batch takes.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define SPIN_ROUNDS 20000
+
+struct hps_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned nworkers;
+    pthread_t *threads;
+    bool stop;
+    /* The current job. */
+    void (*fn)(void *, unsigned);
+    void *arg;
+    unsigned n;
+    _Atomic uint64_t gen;   /* bumped per job */
+    _Atomic unsigned next;  /* next task index */
+    _Atomic unsigned done;  /* tasks finished */
+    pthread_mutex_t run_mu; /* one job at a time per pool */
+};
+
+static void take_tasks(struct hps_pool *p)
+{
+    unsigned i;
+    /* Relaxed: the index only partitions work; the job fields were
+     * published by the acquire load of gen. */
+    while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n) {
+        p->fn(p->arg, i);
+        /* Release: the task's writes are visible to the joiner. */
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+}
+
+static void *worker(void *arg)
+{
+    struct hps_pool *p = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        int spins = 0;
+        /* Acquire: pairs with the release bump in run; the job is visible. */
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               spins++ < SPIN_ROUNDS)
+            ;
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while (!p->stop && atomic_load_explicit(&p->gen, memory_order_acquire) == seen)
+                pthread_cond_wait(&p->cv, &p->mu);
+            bool stop = p->stop;
+            pthread_mutex_unlock(&p->mu);
+            if (stop)
+                return NULL;
+            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        }
+        seen = g;
+        take_tasks(p);
+    }
+}
+
+hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret)
+{
+    struct hps_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->run_mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->threads = calloc(nthreads, sizeof(pthread_t));
+    if (!p->threads) {
+        hps__pool_destroy(p);
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i + 1 < nthreads; i++) {
+        int rc = pthread_create(&p->threads[i], NULL, worker, p);
+        if (rc != 0) {
+            hps__pool_destroy(p);
+            return -rc;
+        }
+        p->nworkers++;
+    }
+    *ret = p;
+    return 0;
+}
+
+void hps__pool_destroy(hps_pool_t *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; i < p->nworkers; i++)
+        pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
+    free(p);
+}
+
+void hps__pool_run(hps_pool_t *p, unsigned n, void (*fn)(void *arg, unsigned i), void *arg)
+{
+    pthread_mutex_lock(&p->run_mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->n = n;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    /* Release: the job fields above are visible to a worker that sees gen. */
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    take_tasks(p);
+    /* Acquire: the tasks' writes are visible once all are counted done. */
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < n)
+        ;
+    pthread_mutex_unlock(&p->run_mu);
+}

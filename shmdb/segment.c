@@ -1,0 +1,575 @@
+/*
+ * segment.c -- the shared-memory object: create, attach, validate, detach,
+ * the process table, the coordinator heartbeat, robust locks and the block
+ * allocator.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define HDR_BYTES      hps__round_up(sizeof(struct shm_hdr), 4096)
+#define MIN_SIZE_BYTES (1ULL << 20)
+#define MIN_ALLOC_RATE (64ULL << 10)
+#define MAX_SIZE_BYTES (1ULL << 40) /* 1 TiB: HPS_GEOM packs block offsets in 34 bits */
+
+uint64_t hps__now_ns(int clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+static bool valid_segment_name(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > HPS_SHMDB_SEGMENT_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static void object_name(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "/hps.%s", name);
+}
+
+/* ---- robust mutexes ---------------------------------------------------- */
+
+hps_err_t hps__mutex_init(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    int rc = pthread_mutexattr_init(&a);
+    if (rc == 0)
+        rc = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (rc == 0)
+        rc = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (rc == 0)
+        rc = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return -rc;
+}
+
+int hps__lock(pthread_mutex_t *m)
+{
+    int rc = pthread_mutex_lock(m);
+    if (rc == 0)
+        return 0;
+    if (rc == EOWNERDEAD)
+        return 1;
+    return -rc; /* ENOTRECOVERABLE: a repairer died too; nothing safe to do */
+}
+
+void hps__lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m)
+{
+    /* Relaxed: a statistic only. */
+    atomic_fetch_add_explicit(&db->hdr->repairs, 1, memory_order_relaxed);
+    pthread_mutex_consistent(m);
+}
+
+void hps__unlock(pthread_mutex_t *m)
+{
+    pthread_mutex_unlock(m);
+}
+
+/* The segment lock guards the allocator and the table directory.  A dead
+ * holder can at worst leak the block it was carving, because the free list
+ * and the bump pointer are each updated by one final store. */
+static int seg_lock(hps_shmdb_t *db)
+{
+    int rc = hps__lock(&db->hdr->seg_lock);
+    if (rc == 1) {
+        hps__lock_consistent(db, &db->hdr->seg_lock);
+        rc = 0;
+    }
+    return rc;
+}
+
+/* ---- allocator --------------------------------------------------------- */
+
+/* Commit [committed, end) with posix_fallocate in allocation_rate steps, so
+ * a full /dev/shm is an error here and never a SIGBUS later. */
+static hps_err_t commit_to(hps_shmdb_t *db, uint64_t end)
+{
+    struct shm_hdr *h = db->hdr;
+    uint64_t c = atomic_load_explicit(&h->committed, memory_order_relaxed);
+    if (end <= c)
+        return 0;
+    uint64_t to = hps__round_up(end, h->allocation_rate);
+    if (to > h->size_bytes)
+        to = h->size_bytes;
+    int rc = posix_fallocate(db->fd, (off_t)c, (off_t)(to - c));
+    if (rc == ENOSPC)
+        return HPS_ENOSPC;
+    if (rc != 0)
+        return -rc;
+    atomic_store_explicit(&h->committed, to, memory_order_relaxed);
+    return 0;
+}
+
+static bool alloc_from_free_list(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
+{
+    struct shm_hdr *h = db->hdr;
+    uint64_t *link = &h->free_head;
+    while (*link) {
+        if (!hps__in_bounds(db, *link, sizeof(struct shm_free)))
+            break; /* corrupt list: stop using it (check reports it) */
+        struct shm_free *f = hps__ptr(db, *link);
+        if (f->bytes >= bytes) {
+            uint64_t off = *link;
+            if (f->bytes - bytes >= 4096) { /* split: keep the tail free */
+                uint64_t tail = off + bytes;
+                struct shm_free *t = hps__ptr(db, tail);
+                t->bytes = f->bytes - bytes;
+                t->next = f->next;
+                *link = tail;
+            } else {
+                bytes = f->bytes;
+                *link = f->next;
+            }
+            atomic_fetch_sub_explicit(&h->free_bytes, bytes, memory_order_relaxed);
+            *ret_off = off;
+            return true;
+        }
+        link = &f->next;
+    }
+    return false;
+}
+
+hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
+{
+    struct shm_hdr *h = db->hdr;
+    bytes = hps__round_up(bytes ? bytes : 1, HPS_CACHELINE);
+    int rc = seg_lock(db);
+    if (rc < 0)
+        return rc;
+    uint64_t off = 0;
+    if (!alloc_from_free_list(db, bytes, &off)) {
+        uint64_t b = atomic_load_explicit(&h->bump, memory_order_relaxed);
+        if (bytes > h->size_bytes - b) {
+            hps__unlock(&h->seg_lock);
+            return HPS_ENOSPC;
+        }
+        rc = commit_to(db, b + bytes);
+        if (rc < 0) {
+            hps__unlock(&h->seg_lock);
+            return rc;
+        }
+        off = b;
+        atomic_store_explicit(&h->bump, b + bytes, memory_order_relaxed);
+    }
+    hps__unlock(&h->seg_lock);
+    memset(hps__ptr(db, off), 0, bytes);
+    *ret_off = off;
+    return 0;
+}
+
+void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
+{
+    struct shm_hdr *h = db->hdr;
+    if (!off || !bytes)
+        return;
+    bytes = hps__round_up(bytes, HPS_CACHELINE);
+    if (seg_lock(db) < 0)
+        return; /* leak rather than corrupt */
+    struct shm_free *f = hps__ptr(db, off);
+    f->bytes = bytes;
+    f->next = h->free_head;
+    h->free_head = off;
+    atomic_fetch_add_explicit(&h->free_bytes, bytes, memory_order_relaxed);
+    hps__unlock(&h->seg_lock);
+}
+
+/* ---- process table ----------------------------------------------------- */
+
+static bool pid_alive(pid_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+static int proc_register(hps_shmdb_t *db, const hps_shmdb_proc_opts_t *po)
+{
+    struct shm_hdr *h = db->hdr;
+    pid_t me = getpid();
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
+            struct shm_proc *s = &h->procs[i];
+            int32_t cur = atomic_load_explicit(&s->pid, memory_order_relaxed);
+            /* Second pass: take over rows of dead processes. */
+            if (cur != 0 && (pass == 0 || pid_alive(cur)))
+                continue;
+            /* CAS claims the row for exactly one process. */
+            if (!atomic_compare_exchange_strong(&s->pid, &cur, me))
+                continue;
+            s->role = po->role;
+            s->device = po->device;
+            s->attached_ns = hps__now_ns(CLOCK_REALTIME);
+            atomic_store_explicit(&s->heartbeat_ns, hps__now_ns(CLOCK_MONOTONIC),
+                                  memory_order_relaxed);
+            return i;
+        }
+    }
+    return -1;
+}
+
+hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db)
+{
+    if (db->proc_slot >= 0)
+        atomic_store_explicit(&db->hdr->procs[db->proc_slot].heartbeat_ns,
+                              hps__now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+    return 0;
+}
+
+hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db)
+{
+    /* Relaxed: readers only compare ages; no data depends on it. */
+    atomic_store_explicit(&db->hdr->coord_pid, getpid(), memory_order_relaxed);
+    atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__now_ns(CLOCK_MONOTONIC),
+                          memory_order_relaxed);
+    return hps_shmdb_proc_heartbeat(db);
+}
+
+hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n, bool reap)
+{
+    size_t n = 0;
+    for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
+        struct shm_proc *s = &db->hdr->procs[i];
+        int32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
+        if (pid == 0)
+            continue;
+        bool alive = pid_alive(pid);
+        if (!alive && reap) {
+            atomic_compare_exchange_strong(&s->pid, &pid, 0);
+            continue;
+        }
+        procs[n++] = (hps_proc_info_t){
+            .pid = pid,
+            .role = (hps_proc_role_t)s->role,
+            .device = s->device,
+            .attached_ns = s->attached_ns,
+            .heartbeat_ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed),
+            .alive = alive,
+        };
+    }
+    *ret_n = n;
+    return 0;
+}
+
+/* ---- create / attach --------------------------------------------------- */
+
+static hps_err_t handle_new(const char *name, const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret)
+{
+    hps_shmdb_t *db = calloc(1, sizeof(*db));
+    if (!db)
+        return -ENOMEM;
+    db->fd = -1;
+    db->proc_slot = -1;
+    db->base = MAP_FAILED;
+    snprintf(db->name, sizeof(db->name), "%s", name);
+    db->nthreads = popts && popts->num_threads > 1 ? popts->num_threads : 1;
+    if (db->nthreads > 1) {
+        hps_err_t rc = hps__pool_create(db->nthreads, &db->pool);
+        if (rc < 0) {
+            free(db);
+            return rc;
+        }
+    }
+    *ret = db;
+    return 0;
+}
+
+static hps_err_t init_header(hps_shmdb_t *db, const hps_shmdb_opts_t *o, mode_t mode)
+{
+    struct shm_hdr *h = db->hdr;
+    h->hdr_bytes = (uint32_t)HDR_BYTES;
+    h->size_bytes = o->size_bytes;
+    h->allocation_rate = o->allocation_rate;
+    h->creator_pid = getpid();
+    h->mode = mode;
+    h->created_ns = hps__now_ns(CLOCK_REALTIME);
+    snprintf(h->name, sizeof(h->name), "%s", db->name);
+    atomic_store(&h->committed, HDR_BYTES);
+    atomic_store(&h->bump, HDR_BYTES);
+    hps_err_t rc = hps__mutex_init(&h->seg_lock);
+    if (rc == 0)
+        rc = hps__mutex_init(&h->dir_lock);
+    for (int i = 0; rc == 0 && i < HPS_SHMDB_MAX_TABLES; i++)
+        atomic_store(&h->tables[i].state, 0);
+    if (rc < 0)
+        return rc;
+    h->format = HPS_SHM_FORMAT;
+    /* Release: a process that sees the magic sees an initialized header. */
+    atomic_thread_fence(memory_order_release);
+    h->magic = HPS_SHM_MAGIC;
+    return 0;
+}
+
+static hps_err_t check_opts(const hps_shmdb_opts_t *o)
+{
+    if (!o || o->size_bytes < MIN_SIZE_BYTES || o->size_bytes > MAX_SIZE_BYTES ||
+        o->allocation_rate < MIN_ALLOC_RATE || o->size_bytes < HDR_BYTES + o->allocation_rate)
+        return HPS_EINVAL;
+    return 0;
+}
+
+hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
+                           const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret)
+{
+    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
+    hps_shmdb_t *db = NULL;
+    if (!valid_segment_name(name) || check_opts(opts) < 0)
+        return HPS_EINVAL;
+    hps_err_t rc = handle_new(name, popts, &db);
+    if (rc < 0)
+        return rc;
+    mode_t mode = opts->mode ? opts->mode : 0600;
+    object_name(obj, sizeof(obj), name);
+    db->fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (db->fd < 0) {
+        rc = errno == EEXIST ? HPS_EEXIST : -errno;
+        hps_shmdb_detach(db);
+        return rc;
+    }
+    fchmod(db->fd, mode); /* umask must not narrow the configured mode */
+    db->size = opts->size_bytes;
+    if (ftruncate(db->fd, (off_t)db->size) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    rc = posix_fallocate(db->fd, 0, (off_t)HDR_BYTES);
+    if (rc != 0) {
+        rc = rc == ENOSPC ? HPS_ENOSPC : -rc;
+        goto fail;
+    }
+    db->base = mmap(NULL, db->size, PROT_READ | PROT_WRITE, MAP_SHARED, db->fd, 0);
+    if (db->base == MAP_FAILED) {
+        rc = -errno;
+        goto fail;
+    }
+    db->hdr = (struct shm_hdr *)db->base;
+    if ((rc = init_header(db, opts, mode)) < 0)
+        goto fail;
+    db->proc_slot = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
+    *ret = db;
+    return 0;
+fail:
+    shm_unlink(obj);
+    hps_shmdb_detach(db);
+    return rc;
+}
+
+/* Validate an object's header through a small read-only mapping first, so
+ * that a foreign or truncated object never gets a large mapping.  On error
+ * msg says why. */
+static hps_err_t validate(int fd, uint64_t *ret_size, char *msg, size_t len)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if ((uint64_t)st.st_size < 64) {
+        snprintf(msg, len, "object is %lld bytes, smaller than a segment header",
+                 (long long)st.st_size);
+        return HPS_ETRUNCATED;
+    }
+    struct shm_hdr *h = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED)
+        return -errno;
+    hps_err_t rc = 0;
+    if (h->magic != HPS_SHM_MAGIC) {
+        snprintf(msg, len, "bad magic 0x%016llx: not an HPS segment", (unsigned long long)h->magic);
+        rc = HPS_EBADMAGIC;
+    } else if (h->format != HPS_SHM_FORMAT) {
+        snprintf(msg, len, "format 0x%08x, this build reads 0x%08x (another HPS version)",
+                 h->format, HPS_SHM_FORMAT);
+        rc = HPS_EVERSION;
+    } else if (h->size_bytes < HDR_BYTES || h->size_bytes > MAX_SIZE_BYTES ||
+               h->hdr_bytes != HDR_BYTES) {
+        snprintf(msg, len, "absurd header: size %llu bytes, header %u bytes",
+                 (unsigned long long)h->size_bytes, h->hdr_bytes);
+        rc = HPS_ECORRUPT;
+    } else if ((uint64_t)st.st_size < h->size_bytes) {
+        snprintf(msg, len, "object is %lld bytes but its header says %llu (truncated)",
+                 (long long)st.st_size, (unsigned long long)h->size_bytes);
+        rc = HPS_ETRUNCATED;
+    } else {
+        *ret_size = h->size_bytes;
+    }
+    munmap(h, 4096);
+    return rc;
+}
+
+static hps_err_t open_checked(const char *name, int *ret_fd, uint64_t *ret_size, char *msg,
+                              size_t len)
+{
+    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
+    if (!valid_segment_name(name)) {
+        snprintf(msg, len, "invalid segment name");
+        return HPS_EINVAL;
+    }
+    object_name(obj, sizeof(obj), name);
+    int fd = shm_open(obj, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(msg, len, "/dev/shm%s: %s", obj, strerror(e));
+        return e == ENOENT ? HPS_ENOTFOUND : -e;
+    }
+    hps_err_t rc = validate(fd, ret_size, msg, len);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+hps_err_t hps_shmdb_probe(const char *name, char *msg, size_t msg_len)
+{
+    char tmp[256];
+    int fd;
+    uint64_t size;
+    if (!msg) {
+        msg = tmp;
+        msg_len = sizeof(tmp);
+    }
+    msg[0] = 0;
+    hps_err_t rc = open_checked(name, &fd, &size, msg, msg_len);
+    if (rc == 0)
+        close(fd);
+    return rc;
+}
+
+hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret)
+{
+    char msg[256];
+    hps_shmdb_t *db = NULL;
+    int fd;
+    uint64_t size;
+    hps_err_t rc = open_checked(name, &fd, &size, msg, sizeof(msg));
+    if (rc < 0)
+        return rc;
+    rc = handle_new(name, popts, &db);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    db->fd = fd;
+    db->size = size;
+    db->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (db->base == MAP_FAILED) {
+        rc = -errno;
+        hps_shmdb_detach(db);
+        return rc;
+    }
+    db->hdr = (struct shm_hdr *)db->base;
+    db->proc_slot = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
+    if (db->proc_slot < 0) {
+        hps_shmdb_detach(db);
+        return HPS_EFULL;
+    }
+    *ret = db;
+    return 0;
+}
+
+void hps_shmdb_detach(hps_shmdb_t *db)
+{
+    if (!db)
+        return;
+    if (db->base != MAP_FAILED && db->base) {
+        if (db->proc_slot >= 0) {
+            int32_t me = getpid();
+            atomic_compare_exchange_strong(&db->hdr->procs[db->proc_slot].pid, &me, 0);
+        }
+        munmap(db->base, db->size);
+    }
+    if (db->fd >= 0)
+        close(db->fd);
+    hps__pool_destroy(db->pool);
+    free(db);
+}
+
+hps_err_t hps_shmdb_unlink(const char *name)
+{
+    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
+    if (!valid_segment_name(name))
+        return HPS_EINVAL;
+    object_name(obj, sizeof(obj), name);
+    if (shm_unlink(obj) < 0)
+        return errno == ENOENT ? HPS_ENOTFOUND : -errno;
+    return 0;
+}
+
+hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -errno;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    hps_err_t rc = 0;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "hps.", 4) != 0 || !valid_segment_name(e->d_name + 4))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **nn = realloc(names, cap * sizeof(*names));
+            if (!nn) {
+                rc = -ENOMEM;
+                break;
+            }
+            names = nn;
+        }
+        if (!(names[n] = strdup(e->d_name + 4))) {
+            rc = -ENOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc < 0) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return rc;
+    }
+    *ret_names = names;
+    *ret_n = n;
+    return 0;
+}
+
+hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret)
+{
+    struct shm_hdr *h = db->hdr;
+    memset(ret, 0, sizeof(*ret));
+    snprintf(ret->name, sizeof(ret->name), "%s", db->name);
+    ret->format = h->format;
+    ret->size_bytes = h->size_bytes;
+    ret->committed_bytes = atomic_load_explicit(&h->committed, memory_order_relaxed);
+    ret->free_bytes = atomic_load_explicit(&h->free_bytes, memory_order_relaxed);
+    ret->used_bytes = atomic_load_explicit(&h->bump, memory_order_relaxed) - ret->free_bytes;
+    ret->allocation_rate = h->allocation_rate;
+    ret->creator_pid = h->creator_pid;
+    ret->created_ns = h->created_ns;
+    ret->coord_heartbeat_ns = atomic_load_explicit(&h->coord_heartbeat_ns, memory_order_relaxed);
+    ret->coord_pid = atomic_load_explicit(&h->coord_pid, memory_order_relaxed);
+    ret->num_tables = atomic_load_explicit(&h->num_tables, memory_order_acquire);
+    ret->repairs = atomic_load_explicit(&h->repairs, memory_order_relaxed);
+    return 0;
+}

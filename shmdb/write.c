@@ -1,0 +1,368 @@
+/*
+ * write.c -- the writer side of a partition: insert, update, erase, clear,
+ * growth (rehash), overflow eviction, row pages and crash repair.
+ *
+ * Every function here runs with the partition's robust mutex held, so only
+ * readers run concurrently; they are protected by bucket versions (see
+ * map.c).  Inside a bucket write the order is: version odd, row, key,
+ * occupancy bit, version even, so a crash leaves either no visible row or a
+ * bucket whose version is odd, which repair empties.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "wview.h"
+
+/* ---- bucket write protocol --------------------------------------------- */
+
+void hps__bucket_begin(struct shm_bucket *b)
+{
+    uint32_t v = atomic_load_explicit(&b->ver, memory_order_relaxed);
+    atomic_store_explicit(&b->ver, v + 1, memory_order_relaxed);
+    /* Release fence: readers that see any data write below see the odd
+     * version first (and retry). */
+    atomic_thread_fence(memory_order_release);
+}
+
+void hps__bucket_end(struct shm_bucket *b)
+{
+    uint32_t v = atomic_load_explicit(&b->ver, memory_order_relaxed);
+    /* Release: the row and key writes happen before the even version. */
+    atomic_store_explicit(&b->ver, v + 1, memory_order_release);
+}
+
+/* ---- geometry ---------------------------------------------------------- */
+
+uint64_t hps__block_bytes(const struct shm_table *t, uint32_t nb)
+{
+    uint64_t per = t->inline_values ? (uint64_t)t->dim * sizeof(float) : sizeof(uint32_t);
+    uint64_t b = (uint64_t)nb * sizeof(struct shm_bucket) +
+                 hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * per, HPS_CACHELINE);
+    if (t->policy != HPS_EVICT_RANDOM)
+        b += hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * sizeof(uint32_t), HPS_CACHELINE);
+    return b;
+}
+
+void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t blk,
+                uint32_t nb, struct wview *w)
+{
+    uint8_t *base = hps__ptr(db, blk);
+    uint64_t per = t->inline_values ? (uint64_t)t->dim * sizeof(float) : sizeof(uint32_t);
+    uint8_t *after = base + (uint64_t)nb * sizeof(struct shm_bucket);
+    w->db = db;
+    w->t = t;
+    w->p = p;
+    w->b = (struct shm_bucket *)base;
+    w->nb = nb;
+    w->dim = t->dim;
+    w->vals = t->inline_values ? (float *)after : NULL;
+    w->rowid = t->inline_values ? NULL : (_Atomic uint32_t *)after;
+    w->stamp =
+        t->policy != HPS_EVICT_RANDOM
+            ? (_Atomic uint32_t *)(after + hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * per,
+                                                         HPS_CACHELINE))
+            : NULL;
+    w->pages = p->pagetab ? hps__ptr(db, p->pagetab) : NULL;
+}
+
+bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                        struct wview *w)
+{
+    uint64_t g = atomic_load_explicit(&p->geom, memory_order_relaxed);
+    uint64_t blk = HPS_GEOM_BLK(g);
+    uint32_t nb = HPS_GEOM_NB(g);
+    if (nb == 0 || !hps__in_bounds(db, blk, hps__block_bytes(t, nb)))
+        return false;
+    hps__wview(db, t, p, blk, nb, w);
+    return true;
+}
+
+static inline uint32_t home_of(uint64_t key, uint32_t nb)
+{
+    uint64_t h = hps_rrxmrrxmsx_0(key);
+    return (uint32_t)(((h >> 32) * (uint64_t)nb) >> 32);
+}
+
+static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
+{
+    return b + 1 == nb ? 0 : b + 1;
+}
+
+/* ---- row pages (indirect storage) -------------------------------------- */
+
+float *hps__wrow(const struct wview *w, uint64_t slot)
+{
+    if (w->vals)
+        return w->vals + slot * w->dim;
+    uint32_t r = atomic_load_explicit(&w->rowid[slot], memory_order_relaxed);
+    struct shm_page *pe = &w->pages[r >> HPS_PAGE_SHIFT];
+    return (float *)hps__ptr(w->db, pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->dim *
+                                                  sizeof(float));
+}
+
+static float *row_by_id(const struct wview *w, uint32_t r)
+{
+    struct shm_page *pe = &w->pages[r >> HPS_PAGE_SHIFT];
+    return (float *)hps__ptr(w->db, pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->dim *
+                                                  sizeof(float));
+}
+
+/* Rows of the next page: the first page holds the expected rows (plus 2%
+ * for uneven partitions), later ones a quarter of what exists, so an
+ * unsized table wastes at most a fifth. */
+static uint32_t next_page_rows(const struct shm_part *p, uint32_t dim, uint64_t expected,
+                               uint64_t alloc_rate)
+{
+    uint64_t rows;
+    if (p->npages == 0) {
+        rows = expected + expected / 50 + 64;
+    } else {
+        uint64_t have = p->page_bytes / ((uint64_t)dim * sizeof(float));
+        rows = have / 4;
+        uint64_t cap = alloc_rate / ((uint64_t)dim * sizeof(float));
+        if (rows > cap)
+            rows = cap;
+        if (rows < 256)
+            rows = 256;
+    }
+    return rows > HPS_PAGE_MAX_ROWS ? HPS_PAGE_MAX_ROWS : (uint32_t)rows;
+}
+
+static hps_err_t add_page(struct wview *w, uint64_t expected)
+{
+    struct shm_part *p = w->p;
+    if (p->npages >= HPS_MAX_ROW_PAGES)
+        return HPS_ENOSPC;
+    uint32_t rows = next_page_rows(p, w->dim, expected, w->db->hdr->allocation_rate);
+    uint64_t off, bytes = (uint64_t)rows * w->dim * sizeof(float);
+    hps_err_t rc = hps__alloc(w->db, bytes, &off);
+    if (rc < 0)
+        return rc;
+    uint32_t n = atomic_load_explicit(&p->npages, memory_order_relaxed);
+    w->pages[n] = (struct shm_page){.off = off, .rows = rows};
+    p->page_bytes += hps__round_up(bytes, HPS_CACHELINE);
+    p->last_fill = 0;
+    /* Release: the page entry is visible before a row id can point into it. */
+    atomic_store_explicit(&p->npages, n + 1, memory_order_release);
+    return 0;
+}
+
+static hps_err_t alloc_row(struct wview *w, uint32_t *ret)
+{
+    struct shm_part *p = w->p;
+    if (p->free_row != HPS_NO_ROW) {
+        uint32_t r = p->free_row;
+        memcpy(&p->free_row, row_by_id(w, r), sizeof(uint32_t));
+        *ret = r;
+        return 0;
+    }
+    uint32_t n = atomic_load_explicit(&p->npages, memory_order_relaxed);
+    if (n == 0 || p->last_fill >= w->pages[n - 1].rows) {
+        hps_err_t rc = add_page(w, 0);
+        if (rc < 0)
+            return rc;
+        n++;
+    }
+    *ret = ((n - 1) << HPS_PAGE_SHIFT) | p->last_fill++;
+    return 0;
+}
+
+static void free_row(struct wview *w, uint32_t r)
+{
+    memcpy(row_by_id(w, r), &w->p->free_row, sizeof(uint32_t));
+    w->p->free_row = r;
+}
+
+/* ---- partition init ---------------------------------------------------- */
+
+static uint32_t buckets_for(uint64_t rows)
+{
+    uint64_t nb = (uint64_t)((double)rows / (HPS_BUCKET_SLOTS * HPS_TARGET_LOAD)) + 1;
+    if (nb < 4)
+        nb = 4;
+    return nb > (1u << 29) ? (1u << 29) : (uint32_t)nb;
+}
+
+hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                         uint64_t expected_rows)
+{
+    uint32_t nb = buckets_for(expected_rows);
+    uint64_t blk, bytes = hps__block_bytes(t, nb);
+    hps_err_t rc = hps__alloc(db, bytes, &blk);
+    if (rc < 0)
+        return rc;
+    p->blk_bytes = bytes;
+    p->free_row = HPS_NO_ROW;
+    atomic_store_explicit(&p->geom, HPS_GEOM(blk, nb), memory_order_release);
+    if (t->inline_values)
+        return 0;
+    rc = hps__alloc(db, HPS_MAX_ROW_PAGES * sizeof(struct shm_page), &p->pagetab);
+    if (rc < 0)
+        return rc;
+    struct wview w;
+    hps__wview(db, t, p, blk, nb, &w);
+    return add_page(&w, expected_rows);
+}
+
+/* ---- slots ------------------------------------------------------------- */
+
+int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
+{
+    uint32_t bi = home_of(key, w->nb);
+    for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
+        struct shm_bucket *b = &w->b[bi];
+        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        for (unsigned m = occ; m; m &= m - 1) {
+            int s = __builtin_ctz(m);
+            if (atomic_load_explicit(&b->key[s], memory_order_relaxed) == key) {
+                *ret_bucket = bi;
+                return s;
+            }
+        }
+        if (atomic_load_explicit(&b->ovf, memory_order_relaxed) == 0)
+            return -1;
+    }
+    return -1;
+}
+
+/* Adjust the overflow counts of the buckets from key's home up to (not
+ * including) bucket `to`.  Saturated counts stay saturated (until rehash). */
+void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
+{
+    for (uint32_t bi = home_of(key, w->nb); bi != to; bi = next_bucket(bi, w->nb)) {
+        _Atomic uint8_t *o = &w->b[bi].ovf;
+        uint8_t c = atomic_load_explicit(o, memory_order_relaxed);
+        if (c == 255)
+            continue;
+        /* Relaxed: readers treat ovf as a hint to keep probing; a reader
+         * that sees the old value of an increment misses a key that is not
+         * yet published anyway. */
+        atomic_store_explicit(o, (uint8_t)(c + delta), memory_order_relaxed);
+    }
+}
+
+/* Place a new key (not present) into the table; the row is written from
+ * value.  Fails only with HPS_EFULL (no free slot) or a row-page error. */
+hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32_t stamp)
+{
+    uint32_t bi = home_of(key, w->nb);
+    for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
+        struct shm_bucket *b = &w->b[bi];
+        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
+            continue;
+        int s = __builtin_ctz(~occ);
+        uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
+        uint32_t row = 0;
+        if (w->rowid) {
+            hps_err_t rc = alloc_row(w, &row);
+            if (rc < 0)
+                return rc;
+        }
+        /* Count the probe before the key becomes visible. */
+        hps__ovf_walk(w, key, bi, +1);
+        hps__bucket_begin(b);
+        if (w->rowid) {
+            memcpy(row_by_id(w, row), value, (size_t)w->dim * sizeof(float));
+            atomic_store_explicit(&w->rowid[slot], row, memory_order_relaxed);
+        } else {
+            memcpy(w->vals + slot * w->dim, value, (size_t)w->dim * sizeof(float));
+        }
+        if (w->stamp)
+            atomic_store_explicit(&w->stamp[slot], stamp, memory_order_relaxed);
+        atomic_store_explicit(&b->key[s], key, memory_order_relaxed);
+        atomic_store_explicit(&b->occ, (uint8_t)(occ | (1u << s)), memory_order_relaxed);
+        hps__bucket_end(b);
+        atomic_fetch_add_explicit(&w->p->rows, 1, memory_order_relaxed);
+        return 0;
+    }
+    return HPS_EFULL;
+}
+
+/* Remove the key in slot s of bucket bi. */
+void hps__wremove(struct wview *w, uint32_t bi, int s)
+{
+    struct shm_bucket *b = &w->b[bi];
+    uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
+    uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
+    unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+    hps__bucket_begin(b);
+    atomic_store_explicit(&b->occ, (uint8_t)(occ & ~(1u << s)), memory_order_relaxed);
+    if (w->rowid)
+        free_row(w, atomic_load_explicit(&w->rowid[slot], memory_order_relaxed));
+    hps__bucket_end(b);
+    hps__ovf_walk(w, key, bi, -1);
+    atomic_fetch_sub_explicit(&w->p->rows, 1, memory_order_relaxed);
+}
+
+/* ---- growth ------------------------------------------------------------ */
+
+/* Rehash the partition into a block of nb buckets.  The old block stays
+ * readable until the new geometry is published; row pages do not move. */
+hps_err_t hps__wgrow(struct wview *w, uint32_t nb)
+{
+    hps_shmdb_t *db = w->db;
+    const struct shm_table *t = w->t;
+    struct shm_part *p = w->p;
+    uint64_t blk, bytes = hps__block_bytes(t, nb);
+    hps_err_t rc = hps__alloc(db, bytes, &blk);
+    if (rc < 0)
+        return rc;
+    p->pending = blk;
+    struct wview n;
+    hps__wview(db, t, p, blk, nb, &n);
+    uint64_t rows = atomic_load_explicit(&p->rows, memory_order_relaxed);
+    for (uint32_t bi = 0; bi < w->nb; bi++) {
+        struct shm_bucket *b = &w->b[bi];
+        for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m; m &= m - 1) {
+            int s = __builtin_ctz(m);
+            uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
+            uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
+            hps__wplace(&n, key, w, slot);
+        }
+    }
+    atomic_store_explicit(&p->rows, rows, memory_order_relaxed); /* wplace does not count */
+    uint64_t old = HPS_GEOM_BLK(atomic_load_explicit(&p->geom, memory_order_relaxed));
+    uint64_t old_bytes = p->blk_bytes;
+    /* Release: the new block's contents are visible before its geometry. */
+    atomic_store_explicit(&p->geom, HPS_GEOM(blk, nb), memory_order_release);
+    p->blk_bytes = bytes;
+    /* Release: readers that started on the old block see gen move and retry. */
+    atomic_fetch_add_explicit(&p->gen, 2, memory_order_release);
+    p->pending = 0;
+    hps__free(db, old, old_bytes);
+    *w = n;
+    return 0;
+}
+
+/* Move one slot's key, row (or row id) and stamp from view `from` into the
+ * private, unpublished view n. */
+void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot)
+{
+    uint32_t bi = home_of(key, n->nb);
+    for (;; bi = next_bucket(bi, n->nb)) {
+        struct shm_bucket *b = &n->b[bi];
+        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
+            continue;
+        int s = __builtin_ctz(~occ);
+        uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
+        hps__ovf_walk(n, key, bi, +1);
+        if (n->rowid)
+            atomic_store_explicit(&n->rowid[slot],
+                                  atomic_load_explicit(&from->rowid[fslot], memory_order_relaxed),
+                                  memory_order_relaxed);
+        else
+            memcpy(n->vals + slot * n->dim, from->vals + fslot * from->dim,
+                   (size_t)n->dim * sizeof(float));
+        if (n->stamp)
+            atomic_store_explicit(&n->stamp[slot],
+                                  atomic_load_explicit(&from->stamp[fslot], memory_order_relaxed),
+                                  memory_order_relaxed);
+        atomic_store_explicit(&b->key[s], key, memory_order_relaxed);
+        atomic_store_explicit(&b->occ, (uint8_t)(occ | (1u << s)), memory_order_relaxed);
+        return;
+    }
+}

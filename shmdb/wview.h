@@ -1,0 +1,49 @@
+/*
+ * wview.h -- a writer's view of a partition's hash block (private).  Valid
+ * only while the partition mutex is held.
+ */
+#ifndef HPS_SHMDB_WVIEW_H
+#define HPS_SHMDB_WVIEW_H
+
+#include "internal.h"
+
+struct wview {
+    hps_shmdb_t *db;
+    const struct shm_table *t;
+    struct shm_part *p;
+    struct shm_bucket *b;
+    uint32_t nb;
+    uint32_t dim;
+    float *vals;             /* inline values (nb * 7, dim), or NULL */
+    _Atomic uint32_t *rowid; /* indirect row ids, or NULL */
+    _Atomic uint32_t *stamp; /* access stamps, or NULL */
+    struct shm_page *pages;  /* row pages (indirect), or NULL */
+};
+
+void hps__bucket_begin(struct shm_bucket *b);
+void hps__bucket_end(struct shm_bucket *b);
+uint64_t hps__block_bytes(const struct shm_table *t, uint32_t nb);
+void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t blk,
+                uint32_t nb, struct wview *w);
+bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                        struct wview *w);
+float *hps__wrow(const struct wview *w, uint64_t slot);
+int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket);
+void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta);
+hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32_t stamp);
+void hps__wremove(struct wview *w, uint32_t bi, int s);
+hps_err_t hps__wgrow(struct wview *w, uint32_t nb);
+void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot);
+uint64_t hps__wevict(struct wview *w, uint64_t target_rows);
+
+/* Bit set over the handed-out row ids: bit prefix[page] + index. */
+struct rowmap {
+    uint64_t prefix[HPS_MAX_ROW_PAGES + 1];
+    uint8_t *bits;
+};
+bool hps__rowmap_init(struct rowmap *rm, const struct wview *w);
+bool hps__rowmap_set(struct rowmap *rm, uint32_t r);
+uint32_t hps__page_used(const struct wview *w, uint32_t pg);
+bool hps__row_valid(const struct wview *w, uint32_t r);
+
+#endif
