@@ -1,0 +1,120 @@
+/*
+ * cmd-admin.c -- hps-shm check (consistency check) and rm (remove a segment).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "hps-shm.h"
+
+/* ---- check --------------------------------------------------------------- */
+
+/** Where hps_shmdb_check() problems go: stdout lines or a JSON array. */
+typedef struct check_ctx {
+    json_object *problems; /* JSON mode; NULL for text */
+    uint64_t reported;
+} check_ctx_t;
+
+static void check_report(void *ctx, const char *msg)
+{
+    check_ctx_t *c = ctx;
+
+    c->reported++;
+    if (c->problems)
+        json_object_array_add(c->problems, json_object_new_string(msg));
+    else
+        printf("problem: %s\n", msg);
+}
+
+static int check_summary(const hps__tool_t *t, json_object *problems, uint64_t n)
+{
+    json_object *o;
+
+    if (!t->json) {
+        if (n == 0)
+            printf("%s: ok, no problems found\n", t->argv[0]);
+        else
+            printf("%s: %llu problem%s found\n", t->argv[0], (unsigned long long)n,
+                   n == 1 ? "" : "s");
+        return hps__tool_flush(t);
+    }
+    o = json_object_new_object();
+    hps__tool_jset(o, "segment", json_object_new_string(t->argv[0]));
+    hps__tool_jset(o, "ok", json_object_new_boolean(n == 0));
+    hps__tool_jset(o, "problem_count", hps__tool_json_u64(n));
+    hps__tool_jset(o, "problems", json_object_get(problems));
+    return hps__tool_emit_json(t, o);
+}
+
+int hps__tool_cmd_check(const hps__tool_t *t)
+{
+    hps_shmdb_t *db = NULL;
+    check_ctx_t ctx = {.problems = t->json ? json_object_new_array() : NULL};
+    uint64_t n = 0;
+    hps_err_t err;
+    int rc = hps__tool_attach(t, t->argv[0], &db);
+
+    if (rc == HPS__TOOL_OK) {
+        err = hps_shmdb_check(db, check_report, &ctx, &n);
+        hps_shmdb_detach(db);
+        if (err != 0)
+            rc = hps__tool_fail(t, err, "retry; if it persists, stop the segment's users",
+                                "check of '%s' could not finish", t->argv[0]);
+    }
+    if (rc == HPS__TOOL_OK) {
+        /* Trust whichever count is larger: the library's or our callbacks'. */
+        n = n > ctx.reported ? n : ctx.reported;
+        rc = check_summary(t, ctx.problems, n);
+        if (rc == HPS__TOOL_OK && n > 0)
+            rc = HPS__TOOL_FAIL;
+    }
+    json_object_put(ctx.problems);
+    return rc;
+}
+
+/* ---- rm ------------------------------------------------------------------ */
+
+/* Live processes other than us attached to the segment; 0 if it won't attach. */
+static size_t rm_live_users(const char *name)
+{
+    const hps_shmdb_proc_opts_t popts = {.num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1};
+    hps_proc_info_t *procs = calloc(HPS_SHMDB_MAX_PROCS, sizeof *procs);
+    hps_shmdb_t *db = NULL;
+    size_t n = 0, live = 0;
+
+    if (procs && hps_shmdb_probe(name, NULL, 0) == 0 && hps_shmdb_attach(name, &popts, &db) == 0) {
+        if (hps_shmdb_procs(db, procs, &n, false) != 0)
+            n = 0;
+        for (size_t i = 0; i < n && i < HPS_SHMDB_MAX_PROCS; i++)
+            live += procs[i].alive && procs[i].pid != getpid();
+        hps_shmdb_detach(db);
+    }
+    free(procs);
+    return live;
+}
+
+int hps__tool_cmd_rm(const hps__tool_t *t)
+{
+    const char *name = t->argv[0];
+    size_t live = rm_live_users(name);
+    hps_err_t err = hps_shmdb_unlink(name);
+    json_object *o;
+
+    if (err != 0)
+        return hps__tool_fail(t, err, hps__tool_attach_hint(err), "cannot remove segment '%s'",
+                              name);
+    if (live > 0)
+        fprintf(stderr,
+                "hps-shm rm: warning: %zu live process(es) still attached to '%s' keep their "
+                "mapping until they detach\n",
+                live, name);
+    if (!t->json) {
+        printf("removed /dev/shm/hps.%s\n", name);
+        return hps__tool_flush(t);
+    }
+    o = json_object_new_object();
+    hps__tool_jset(o, "removed", json_object_new_string(name));
+    hps__tool_jset(o, "live_processes_attached", json_object_new_int64((int64_t)live));
+    return hps__tool_emit_json(t, o);
+}

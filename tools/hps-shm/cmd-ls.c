@@ -1,0 +1,159 @@
+/*
+ * cmd-ls.c -- hps-shm ls: the segments in /dev/shm and whether they attach.
+ *
+ * hps_shmdb_probe() explains a refusal (foreign object, other format, ...);
+ * a segment that passes is attached briefly, as a tool, to read its header.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hps-shm.h"
+
+/** What ls knows about one /dev/shm/hps.<name> object. */
+typedef struct ls_row {
+    const char *name;
+    hps_err_t err;          /* 0 = attaches */
+    char msg[256];          /* refusal message when err != 0 */
+    hps_segment_info_t seg; /* header, when err == 0 */
+    long long file_bytes;   /* st_size of the object; -1 if stat failed */
+} ls_row_t;
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void ls_read_header(ls_row_t *row)
+{
+    const hps_shmdb_proc_opts_t popts = {.num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1};
+    hps_shmdb_t *db = NULL;
+
+    row->err = hps_shmdb_attach(row->name, &popts, &db);
+    if (row->err == 0) {
+        row->err = hps_shmdb_segment_info(db, &row->seg);
+        hps_shmdb_detach(db);
+    }
+}
+
+static void ls_probe(const char *name, ls_row_t *row)
+{
+    char path[sizeof "/dev/shm/hps." + HPS_SHMDB_SEGMENT_NAME_MAX + 64];
+    struct stat st;
+
+    memset(row, 0, sizeof *row);
+    row->name = name;
+    row->err = hps_shmdb_probe(name, row->msg, sizeof row->msg);
+    if (row->err == 0)
+        ls_read_header(row);
+    if (row->err != 0 && row->msg[0] == '\0')
+        snprintf(row->msg, sizeof row->msg, "%s", hps_strerror(row->err));
+    snprintf(path, sizeof path, "/dev/shm/hps.%s", name);
+    row->file_bytes = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static json_object *ls_row_json(const ls_row_t *r)
+{
+    json_object *o = json_object_new_object();
+
+    hps__tool_jset(o, "name", json_object_new_string(r->name));
+    hps__tool_jset(o, "attachable", json_object_new_boolean(r->err == 0));
+    if (r->err != 0) {
+        hps__tool_jset(o, "error", json_object_new_string(hps_err_name(r->err)));
+        hps__tool_jset(o, "message", json_object_new_string(r->msg));
+        hps__tool_jset(o, "hint", json_object_new_string(hps__tool_attach_hint(r->err)));
+        hps__tool_jset(o, "file_bytes",
+                       r->file_bytes >= 0 ? json_object_new_int64(r->file_bytes) : NULL);
+        return o;
+    }
+    hps__tool_jset(o, "size_bytes", hps__tool_json_u64(r->seg.size_bytes));
+    hps__tool_jset(o, "committed_bytes", hps__tool_json_u64(r->seg.committed_bytes));
+    hps__tool_jset(o, "used_bytes", hps__tool_json_u64(r->seg.used_bytes));
+    hps__tool_jset(o, "tables", json_object_new_int64(r->seg.num_tables));
+    hps__tool_jset(o, "creator_pid", json_object_new_int64(r->seg.creator_pid));
+    return o;
+}
+
+static int ls_json(const hps__tool_t *t, const ls_row_t *rows, size_t n)
+{
+    json_object *root = json_object_new_object();
+    json_object *arr = json_object_new_array();
+
+    for (size_t i = 0; i < n; i++)
+        json_object_array_add(arr, ls_row_json(&rows[i]));
+    hps__tool_jset(root, "segments", arr);
+    return hps__tool_emit_json(t, root);
+}
+
+static void ls_text_row(const ls_row_t *r, int w)
+{
+    char size[32], committed[32];
+
+    if (r->err != 0) {
+        if (r->file_bytes >= 0)
+            hps__tool_fmt_bytes((uint64_t)r->file_bytes, size, sizeof size);
+        else
+            snprintf(size, sizeof size, "-");
+        printf("%-*s  %10s  %10s  %6s  %8s  refused: %s (%s)\n", w, r->name, size, "-", "-", "-",
+               r->msg, hps_err_name(r->err));
+        return;
+    }
+    printf("%-*s  %10s  %10s  %6u  %8d  ok\n", w, r->name,
+           hps__tool_fmt_bytes(r->seg.size_bytes, size, sizeof size),
+           hps__tool_fmt_bytes(r->seg.committed_bytes, committed, sizeof committed),
+           r->seg.num_tables, (int)r->seg.creator_pid);
+}
+
+static int ls_text(const hps__tool_t *t, const ls_row_t *rows, size_t n)
+{
+    int w = 4;
+
+    if (n == 0) {
+        puts("no HPS segments in /dev/shm");
+        return hps__tool_flush(t);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int len = (int)strlen(rows[i].name);
+        w = len > w ? len : w;
+    }
+    printf("%-*s  %10s  %10s  %6s  %8s  %s\n", w, "NAME", "SIZE", "COMMITTED", "TABLES", "CREATOR",
+           "STATUS");
+    for (size_t i = 0; i < n; i++)
+        ls_text_row(&rows[i], w);
+    return hps__tool_flush(t);
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int hps__tool_cmd_ls(const hps__tool_t *t)
+{
+    char **names = NULL;
+    size_t n = 0;
+    ls_row_t *rows;
+    int rc;
+    hps_err_t err = hps_shmdb_list(&names, &n);
+
+    if (err != 0)
+        return hps__tool_fail(t, err, "check that /dev/shm is mounted and readable",
+                              "cannot list /dev/shm");
+    rows = calloc(n ? n : 1, sizeof *rows);
+    if (!rows) {
+        free_names(names, n);
+        return hps__tool_fail(t, -ENOMEM, NULL, "cannot list the segments");
+    }
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_names);
+    for (size_t i = 0; i < n; i++)
+        ls_probe(names[i], &rows[i]);
+    rc = t->json ? ls_json(t, rows, n) : ls_text(t, rows, n);
+    free(rows);
+    free_names(names, n);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/*
+ * main.c -- hps-shm: inspect the HPS shared-memory segments in /dev/shm.
+ *
+ * Command line: hps-shm [--json] [--help] COMMAND ARGS...; --json and --help
+ * may appear anywhere.  Only those exact words are options, so negative keys
+ * ("get seg m t -5") are positional arguments; "--" ends the options.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "hps-shm.h"
+
+/** One subcommand: name, positional argument count range, handler. */
+typedef struct cmd_def {
+    const char *name;
+    int min_args;
+    int max_args; /* -1 = no limit */
+    int (*fn)(const hps__tool_t *t);
+} cmd_def_t;
+
+static const cmd_def_t cmd_defs[] = {
+    {"ls", 0, 0, hps__tool_cmd_ls},       {"info", 1, 1, hps__tool_cmd_info},
+    {"get", 4, -1, hps__tool_cmd_get},    {"dump", 4, 4, hps__tool_cmd_dump},
+    {"check", 1, 1, hps__tool_cmd_check}, {"rm", 1, 1, hps__tool_cmd_rm},
+};
+
+static const char usage_text[] =
+    "usage: hps-shm [--json] COMMAND [ARGS...]\n"
+    "\n"
+    "Inspect the HPS shared-memory segments (/dev/shm/hps.NAME).\n"
+    "\n"
+    "commands:\n"
+    "  ls                           list the segments: size, committed bytes, tables,\n"
+    "                               creator pid, and whether each one can be attached\n"
+    "  info NAME                    header, every table (geometry, counters, per-partition\n"
+    "                               fill) and the attached processes\n"
+    "  get NAME MODEL TABLE KEY...  print the vector of each key, or the default if\n"
+    "                               missing (counts as lookups in the table's statistics)\n"
+    "  dump NAME MODEL TABLE DIR    write DIR/key (int64) and DIR/emb_vector (float32,\n"
+    "                               rows x dim), the HugeCTR sparse model files\n"
+    "  check NAME                   full consistency check; exit 1 if a problem is found\n"
+    "  rm NAME                      remove the segment (attached processes keep their\n"
+    "                               mapping until they detach)\n"
+    "\n"
+    "options:\n"
+    "  --json      machine-readable JSON on stdout (errors stay text on stderr)\n"
+    "  -h, --help  show this help\n"
+    "\n"
+    "exit status: 0 ok, 1 error or inconsistency, 2 usage error\n";
+
+static const cmd_def_t *find_cmd(const char *name)
+{
+    for (size_t i = 0; i < sizeof cmd_defs / sizeof cmd_defs[0]; i++) {
+        if (strcmp(cmd_defs[i].name, name) == 0)
+            return &cmd_defs[i];
+    }
+    return NULL;
+}
+
+/*
+ * Remove the options from argv in place (argv[1..]), leaving the positional
+ * words in argv[1 .. *ret_n].  Returns HPS__TOOL_USAGE for an unknown option.
+ */
+static int parse_options(int argc, char **argv, hps__tool_t *t, bool *help, int *ret_n)
+{
+    int n = 0;
+    bool opts_done = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!opts_done && strcmp(a, "--") == 0) {
+            opts_done = true;
+        } else if (!opts_done && strcmp(a, "--json") == 0) {
+            t->json = true;
+        } else if (!opts_done && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            *help = true;
+        } else if (!opts_done && strncmp(a, "--", 2) == 0) {
+            fprintf(stderr, "hps-shm: unknown option '%s'\n%s", a, usage_text);
+            return HPS__TOOL_USAGE;
+        } else {
+            argv[1 + n++] = argv[i];
+        }
+    }
+    *ret_n = n;
+    return HPS__TOOL_OK;
+}
+
+static int run_cmd(hps__tool_t *t, char **words, int n)
+{
+    const cmd_def_t *c = find_cmd(words[0]);
+
+    if (!c) {
+        fprintf(stderr, "hps-shm: unknown command '%s'\n%s", words[0], usage_text);
+        return HPS__TOOL_USAGE;
+    }
+    t->cmd = c->name;
+    t->argc = n - 1;
+    t->argv = words + 1;
+    if (t->argc < c->min_args || (c->max_args >= 0 && t->argc > c->max_args)) {
+        fprintf(stderr, "hps-shm %s: wrong number of arguments (%d)\n%s", c->name, t->argc,
+                usage_text);
+        return HPS__TOOL_USAGE;
+    }
+    return c->fn(t);
+}
+
+int main(int argc, char **argv)
+{
+    hps__tool_t t = {.cmd = "", .argv = NULL};
+    bool help = false;
+    int n = 0;
+    int rc = parse_options(argc, argv, &t, &help, &n);
+
+    if (rc != HPS__TOOL_OK)
+        return rc;
+    if (help) {
+        fputs(usage_text, stdout);
+        return hps__tool_flush(&t);
+    }
+    if (n == 0) {
+        fputs(usage_text, stderr);
+        return HPS__TOOL_USAGE;
+    }
+    return run_cmd(&t, argv + 1, n);
+}
