@@ -1,0 +1,1053 @@
+/*
+ * test-shmdb-segment.c -- segment lifecycle, validation and tables.
+ *
+ *  - create / attach / detach / unlink / list, EEXIST, ENOTFOUND, mode 0600
+ *    by default (and an explicit mode), the object's size = size_bytes;
+ *  - a handle keeps working after unlink; O_EXCL create races (one winner);
+ *  - re-attach after the creator _exit()ed without detaching: rows are kept;
+ *  - the process table: roles, devices, liveness, reaping of dead rows;
+ *  - refused segments: foreign object (bad magic), another format word,
+ *    truncated objects (shorter than the header / than the recorded size),
+ *    absurd recorded sizes; restoring the bytes makes the segment attach;
+ *  - bad names and options; bad table specs (dim 0 and > max, key width,
+ *    partitions, target, names); HPS_SHMDB_MAX_TABLES; table_create twice
+ *    (same id) and with another geometry (EMISMATCH); bad table ids;
+ *  - a 2 MiB segment filled with far more rows than fit: upserts never fail,
+ *    rows are evicted, the accounting adds up, check() finds nothing;
+ *  - memory per row for dim 1 stays far below HugeCTR's 64 bytes.
+ *
+ * Segment header facts relied on (the implementation commits to them):
+ * offset 0 uint64 magic, offset 8 uint32 format, offset 16 uint64 total
+ * size (= the shm object's size).
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#define OFF_MAGIC  0
+#define OFF_FORMAT 8
+#define OFF_SIZE   16
+#define SEG_SIZE   (64ULL << 20)
+
+struct fixture {
+    char name[T_NAME_LEN];
+    char path[T_NAME_LEN + 16];
+    hps_shmdb_t *db;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    t_segname(f->name, "seg");
+    t_shm_path(f->name, f->path, sizeof(f->path));
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_detach(f->db);
+    t_unlink_all();
+    free(f);
+    return 0;
+}
+
+static int path_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void value_of(uint64_t key, uint32_t dim, float *v)
+{
+    for (uint32_t d = 0; d < dim; d++)
+        v[d] = (float)((key * 7919 + d * 104729) % 16777216);
+}
+
+static void create_default(struct fixture *f)
+{
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int name_listed(const char *name)
+{
+    char **names = NULL;
+    size_t n = 0;
+    HPS_ASSERT_OK(hps_shmdb_list(&names, &n));
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0)
+            found++;
+        free(names[i]);
+    }
+    free(names);
+    return found;
+}
+
+static void test_lifecycle(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_t *db2 = NULL;
+    HPS_ASSERT_ERR(hps_shmdb_attach(f->name, NULL, &db2), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_probe(f->name, NULL, 0), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_unlink(f->name), HPS_ENOTFOUND);
+    T_CHECK(db2 == NULL, "attach wrote its out-parameter on failure");
+
+    create_default(f);
+    T_CHECK(path_exists(f->path), "%s missing after create", f->path);
+    HPS_ASSERT_EQ(name_listed(f->name), 1);
+
+    struct stat st;
+    T_CHECK(stat(f->path, &st) == 0, "stat %s", f->path);
+    HPS_ASSERT_EQ(st.st_mode & 07777, 0600);
+    HPS_ASSERT_EQ(st.st_size, SEG_SIZE);
+    HPS_ASSERT_EQ(st.st_uid, getuid());
+
+    hps_segment_info_t si;
+    HPS_ASSERT_OK(hps_shmdb_segment_info(f->db, &si));
+    T_CHECK(strcmp(si.name, f->name) == 0, "segment_info name '%s'", si.name);
+    HPS_ASSERT_EQ(si.size_bytes, SEG_SIZE);
+    HPS_ASSERT_EQ(si.creator_pid, getpid());
+    HPS_ASSERT_EQ(si.num_tables, 0);
+    HPS_ASSERT_NE(si.format, 0);
+    HPS_ASSERT_LE(si.used_bytes, si.committed_bytes);
+    HPS_ASSERT_LE(si.committed_bytes, si.size_bytes);
+    HPS_ASSERT_EQ(si.repairs, 0);
+
+    /* Format word on disk = the one reported. */
+    int fd = open(f->path, O_RDONLY);
+    T_CHECK(fd >= 0, "open %s", f->path);
+    uint32_t fmt = 0;
+    uint64_t size = 0;
+    T_CHECK(pread(fd, &fmt, 4, OFF_FORMAT) == 4, "pread");
+    T_CHECK(pread(fd, &size, 8, OFF_SIZE) == 8, "pread");
+    close(fd);
+    HPS_ASSERT_EQ(fmt, si.format);
+    HPS_ASSERT_EQ(size, SEG_SIZE);
+
+    /* Creating it again fails; the first handle is unharmed. */
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    HPS_ASSERT_ERR(hps_shmdb_create(f->name, &o, NULL, &db2), HPS_EEXIST);
+    T_CHECK(db2 == NULL, "create wrote its out-parameter on failure");
+    HPS_ASSERT_OK(hps_shmdb_probe(f->name, NULL, 0));
+
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &db2));
+    hps_shmdb_detach(db2);
+    db2 = NULL;
+    hps_shmdb_detach(f->db);
+    f->db = NULL;
+    hps_shmdb_detach(NULL); /* harmless no-op */
+    T_CHECK(path_exists(f->path), "detach removed the segment");
+
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &f->db));
+    hps_shmdb_detach(f->db);
+    f->db = NULL;
+    HPS_ASSERT_OK(hps_shmdb_unlink(f->name));
+    T_CHECK(!path_exists(f->path), "%s still there after unlink", f->path);
+    HPS_ASSERT_EQ(name_listed(f->name), 0);
+    HPS_ASSERT_ERR(hps_shmdb_unlink(f->name), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_attach(f->name, NULL, &f->db), HPS_ENOTFOUND);
+    f->db = NULL;
+}
+
+static void test_mode_option(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    o.mode = 0640;
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    struct stat st;
+    T_CHECK(stat(f->path, &st) == 0, "stat %s", f->path);
+    HPS_ASSERT_EQ(st.st_mode & 07777, 0640);
+}
+
+static void test_unlink_while_attached(void **state)
+{
+    struct fixture *f = *state;
+    create_default(f);
+    hps_table_spec_t spec = t_spec("m", "t", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+    uint32_t id;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &spec, &id));
+    HPS_ASSERT_OK(hps_shmdb_unlink(f->name));
+    hps_shmdb_t *db2 = NULL;
+    HPS_ASSERT_ERR(hps_shmdb_attach(f->name, NULL, &db2), HPS_ENOTFOUND);
+    /* The mapping lives on. */
+    int64_t k = 42;
+    float v[4], w[4] = {0};
+    value_of(42, 4, v);
+    HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, 1, &k, v, NULL));
+    uint8_t found = 0;
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, 1, &k, w, &found, NULL));
+    HPS_ASSERT_EQ(found, 1);
+    T_CHECK(memcmp(v, w, sizeof(v)) == 0, "value after unlink");
+}
+
+/* Four processes race to create one name: exactly one wins. */
+static void test_create_race(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 4 };
+    int go[2];
+    T_CHECK(pipe(go) == 0, "pipe");
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        pids[i] = t_fork();
+        if (pids[i] == 0) {
+            t_child_mode();
+            close(go[1]);
+            char c;
+            if (read(go[0], &c, 1) != 0)
+                _exit(3);
+            hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+            hps_shmdb_t *db = NULL;
+            hps_err_t r = hps_shmdb_create(f->name, &o, NULL, &db);
+            hps_shmdb_detach(db);
+            _exit(r == 0 ? 0 : r == HPS_EEXIST ? 1 : 2);
+        }
+    }
+    close(go[0]);
+    close(go[1]); /* EOF releases all children at once */
+    int winners = 0, losers = 0;
+    for (int i = 0; i < N; i++) {
+        int st;
+        char buf[64];
+        T_CHECK(t_wait_timeout(pids[i], 20000, &st), "creator child %d hung", (int)pids[i]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) > 1)
+            T_FAIL("creator child ended with %s (2 = an error other than EEXIST)",
+                   t_status_str(st, buf, sizeof(buf)));
+        winners += WEXITSTATUS(st) == 0;
+        losers += WEXITSTATUS(st) == 1;
+    }
+    HPS_ASSERT_EQ(winners, 1);
+    HPS_ASSERT_EQ(losers, N - 1);
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &f->db));
+    HPS_ASSERT_EQ(t_check(f->db, "race"), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Crash of the creator, process table                                       */
+/* ------------------------------------------------------------------------ */
+
+static int find_proc(const hps_proc_info_t *p, size_t n, pid_t pid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i].pid == pid)
+            return (int)i;
+    return -1;
+}
+
+static void test_reattach_after_creator_exit(void **state)
+{
+    struct fixture *f = *state;
+    enum { ROWS = 1000, DIM = 16 };
+    pid_t pid = t_fork();
+    if (pid == 0) {
+        t_child_mode();
+        hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+        hps_shmdb_t *db;
+        hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_COORDINATOR, .device = -1};
+        HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, &po, &db));
+        hps_table_spec_t spec = t_spec("crash", "t", DIM, 8, 4, UINT64_MAX, HPS_EVICT_OLDEST, 0.8);
+        uint32_t id;
+        HPS_ASSERT_OK(hps_shmdb_table_create(db, &spec, &id));
+        static int64_t keys[ROWS];
+        static float vals[ROWS * DIM];
+        for (int i = 0; i < ROWS; i++) {
+            keys[i] = (int64_t)i * 1000003 - 500000;
+            value_of((uint64_t)keys[i], DIM, &vals[i * DIM]);
+        }
+        HPS_ASSERT_OK(hps_shmdb_upsert(db, id, ROWS, keys, vals, NULL));
+        _exit(0); /* no detach */
+    }
+    int st;
+    char buf[64];
+    T_CHECK(t_wait_timeout(pid, 30000, &st), "creator child hung");
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "creator child: %s",
+            t_status_str(st, buf, sizeof(buf)));
+
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &f->db));
+    hps_segment_info_t si;
+    HPS_ASSERT_OK(hps_shmdb_segment_info(f->db, &si));
+    HPS_ASSERT_EQ(si.creator_pid, pid);
+    HPS_ASSERT_EQ(si.num_tables, 1);
+    uint32_t id = 99;
+    HPS_ASSERT_OK(hps_shmdb_table_find(f->db, "crash", "t", &id));
+    HPS_ASSERT_EQ(id, 0);
+    /* table_create with the same geometry opens it. */
+    hps_table_spec_t spec = t_spec("crash", "t", DIM, 8, 4, UINT64_MAX, HPS_EVICT_OLDEST, 0.8);
+    uint32_t id2 = 99;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &spec, &id2));
+    HPS_ASSERT_EQ(id2, id);
+
+    int64_t *keys = malloc(ROWS * sizeof(int64_t));
+    float *vals = malloc(ROWS * DIM * sizeof(float));
+    uint8_t *found = malloc(ROWS);
+    T_CHECK(keys && vals && found, "out of memory");
+    for (int i = 0; i < ROWS; i++)
+        keys[i] = (int64_t)i * 1000003 - 500000;
+    size_t hits = 0;
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, ROWS, keys, vals, found, &hits));
+    HPS_ASSERT_EQ(hits, ROWS);
+    for (int i = 0; i < ROWS; i++) {
+        float want[DIM];
+        value_of((uint64_t)keys[i], DIM, want);
+        if (!found[i] || memcmp(want, &vals[i * DIM], sizeof(want)) != 0)
+            T_FAIL("row %d (key %" PRId64 ") lost or wrong after the creator died", i, keys[i]);
+    }
+    uint64_t rows = 0;
+    HPS_ASSERT_OK(hps_shmdb_size(f->db, id, &rows));
+    HPS_ASSERT_EQ(rows, ROWS);
+    HPS_ASSERT_EQ(t_check(f->db, "reattach"), 0);
+
+    /* The dead creator's row is not alive, and reaping removes it. */
+    hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
+    size_t n = 0;
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    int i = find_proc(procs, n, pid);
+    if (i >= 0)
+        T_CHECK(!procs[i].alive, "dead creator %d reported alive", (int)pid);
+    HPS_ASSERT_GE(find_proc(procs, n, getpid()), 0);
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, true));
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    HPS_ASSERT_EQ(find_proc(procs, n, pid), -1);
+    HPS_ASSERT_GE(find_proc(procs, n, getpid()), 0);
+    free(keys);
+    free(vals);
+    free(found);
+}
+
+static void test_process_table(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_COORDINATOR, .device = -1};
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, &po, &f->db));
+
+    hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
+    size_t n = 0;
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    int me = find_proc(procs, n, getpid());
+    HPS_ASSERT_GE(me, 0);
+    HPS_ASSERT_EQ(procs[me].role, HPS_ROLE_COORDINATOR);
+    HPS_ASSERT_EQ(procs[me].device, -1);
+    T_CHECK(procs[me].alive, "own row not alive");
+    uint64_t hb0 = procs[me].heartbeat_ns;
+    t_sleep_ns(2000000);
+    HPS_ASSERT_OK(hps_shmdb_proc_heartbeat(f->db));
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    me = find_proc(procs, n, getpid());
+    HPS_ASSERT_GE(me, 0);
+    HPS_ASSERT_GT(procs[me].heartbeat_ns, hb0);
+
+    /* Two workers attach; one detaches cleanly, one dies. */
+    int ready[2], go[2];
+    T_CHECK(pipe(ready) == 0 && pipe(go) == 0, "pipe");
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = t_fork();
+        if (kids[k] == 0) {
+            t_child_mode();
+            close(ready[0]);
+            close(go[1]);
+            hps_shmdb_proc_opts_t wpo = {
+                .num_threads = 1, .role = HPS_ROLE_WORKER, .device = 3 + k};
+            hps_shmdb_t *db;
+            HPS_ASSERT_OK(hps_shmdb_attach(f->name, &wpo, &db));
+            char c = 'r';
+            if (write(ready[1], &c, 1) != 1)
+                _exit(3);
+            if (read(go[0], &c, 1) != 0) /* parent closes: go on */
+                _exit(4);
+            if (k == 0)
+                hps_shmdb_detach(db);
+            _exit(0); /* k == 1: dies attached */
+        }
+    }
+    close(ready[1]);
+    close(go[0]);
+    for (int k = 0; k < 2; k++) {
+        char c;
+        T_CHECK(read(ready[0], &c, 1) == 1, "worker did not attach");
+    }
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    for (int k = 0; k < 2; k++) {
+        int i = find_proc(procs, n, kids[k]);
+        if (i < 0)
+            T_FAIL("attached worker %d missing from the process table", (int)kids[k]);
+        HPS_ASSERT_EQ(procs[i].role, HPS_ROLE_WORKER);
+        HPS_ASSERT_EQ(procs[i].device, 3 + k);
+        T_CHECK(procs[i].alive, "live worker reported dead");
+    }
+    close(go[1]);
+    close(ready[0]);
+    for (int k = 0; k < 2; k++) {
+        int st;
+        char buf[64];
+        T_CHECK(t_wait_timeout(kids[k], 20000, &st), "worker hung");
+        T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker: %s",
+                t_status_str(st, buf, sizeof(buf)));
+    }
+    /* Detached: gone.  Died attached: listed as not alive until reaped. */
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    HPS_ASSERT_EQ(find_proc(procs, n, kids[0]), -1);
+    int dead = find_proc(procs, n, kids[1]);
+    if (dead < 0)
+        T_FAIL("worker %d died attached but vanished without a reap", (int)kids[1]);
+    T_CHECK(!procs[dead].alive, "dead worker %d reported alive", (int)kids[1]);
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, true));
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    HPS_ASSERT_EQ(find_proc(procs, n, kids[1]), -1);
+    HPS_ASSERT_GE(find_proc(procs, n, getpid()), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Refused segments                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void poke(const char *path, off_t off, const void *buf, size_t len)
+{
+    int fd = open(path, O_RDWR);
+    T_CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+    T_CHECK(pwrite(fd, buf, len, off) == (ssize_t)len, "pwrite: %s", strerror(errno));
+    close(fd);
+}
+
+static void peek(const char *path, off_t off, void *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY);
+    T_CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+    T_CHECK(pread(fd, buf, len, off) == (ssize_t)len, "pread: %s", strerror(errno));
+    close(fd);
+}
+
+static void truncate_to(const char *path, off_t len)
+{
+    int fd = open(path, O_RDWR);
+    T_CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+    T_CHECK(ftruncate(fd, len) == 0, "ftruncate: %s", strerror(errno));
+    close(fd);
+}
+
+/* Attach and probe must both refuse with want (or want2). */
+static void expect_refused(struct fixture *f, hps_err_t want, hps_err_t want2, const char *what)
+{
+    hps_shmdb_t *db = NULL;
+    hps_err_t r = hps_shmdb_attach(f->name, NULL, &db);
+    if (r != want && r != want2) {
+        hps_shmdb_detach(db);
+        T_FAIL("%s: attach returned %s (%d), expected %s or %s", what, hps_err_name(r), r,
+               hps_err_name(want), hps_err_name(want2));
+    }
+    T_CHECK(db == NULL, "%s: attach wrote its out-parameter on failure", what);
+    char msg[256] = "";
+    r = hps_shmdb_probe(f->name, msg, sizeof(msg));
+    if (r != want && r != want2)
+        T_FAIL("%s: probe returned %s (%d), expected %s or %s", what, hps_err_name(r), r,
+               hps_err_name(want), hps_err_name(want2));
+    T_CHECK(msg[0] != '\0', "%s: probe gave no message", what);
+    t_note("%s: %s: %s", what, hps_err_name(r), msg);
+}
+
+/* A valid segment with one table and one row, detached. */
+static void make_segment(struct fixture *f)
+{
+    create_default(f);
+    hps_table_spec_t spec = t_spec("m", "t", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+    uint32_t id;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &spec, &id));
+    int64_t k = 7;
+    float v[4];
+    value_of(7, 4, v);
+    HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, 1, &k, v, NULL));
+    hps_shmdb_detach(f->db);
+    f->db = NULL;
+}
+
+/* After repair of the header the segment attaches again with its row. */
+static void expect_attaches(struct fixture *f)
+{
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &f->db));
+    uint32_t id;
+    HPS_ASSERT_OK(hps_shmdb_table_find(f->db, "m", "t", &id));
+    int64_t k = 7;
+    float v[4], w[4];
+    value_of(7, 4, v);
+    uint8_t found = 0;
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, 1, &k, w, &found, NULL));
+    HPS_ASSERT_EQ(found, 1);
+    T_CHECK(memcmp(v, w, sizeof(v)) == 0, "row changed");
+    HPS_ASSERT_EQ(t_check(f->db, "restored"), 0);
+    hps_shmdb_detach(f->db);
+    f->db = NULL;
+}
+
+static void test_bad_magic(void **state)
+{
+    struct fixture *f = *state;
+    make_segment(f);
+    uint64_t magic, bad;
+    peek(f->path, OFF_MAGIC, &magic, 8);
+    bad = magic ^ 0x0100000000000000ULL;
+    poke(f->path, OFF_MAGIC, &bad, 8);
+    expect_refused(f, HPS_EBADMAGIC, HPS_EBADMAGIC, "flipped magic");
+    bad = 0;
+    poke(f->path, OFF_MAGIC, &bad, 8);
+    expect_refused(f, HPS_EBADMAGIC, HPS_EBADMAGIC, "zero magic");
+    poke(f->path, OFF_MAGIC, &magic, 8);
+    expect_attaches(f);
+
+    /* A foreign object of plausible size: text. */
+    HPS_ASSERT_OK(hps_shmdb_unlink(f->name));
+    int fd = open(f->path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    T_CHECK(fd >= 0, "create %s", f->path);
+    char *junk = malloc(1 << 20);
+    T_CHECK(junk != NULL, "out of memory");
+    memset(junk, 'x', 1 << 20);
+    T_CHECK(write(fd, junk, 1 << 20) == (1 << 20), "write");
+    free(junk);
+    close(fd);
+    expect_refused(f, HPS_EBADMAGIC, HPS_EBADMAGIC, "foreign object");
+}
+
+static void test_bad_format(void **state)
+{
+    struct fixture *f = *state;
+    make_segment(f);
+    uint32_t fmt, bad;
+    peek(f->path, OFF_FORMAT, &fmt, 4);
+    bad = fmt ^ 1u;
+    poke(f->path, OFF_FORMAT, &bad, 4);
+    expect_refused(f, HPS_EVERSION, HPS_EVERSION, "format word ^ 1");
+    bad = fmt + 0x10000u;
+    poke(f->path, OFF_FORMAT, &bad, 4);
+    expect_refused(f, HPS_EVERSION, HPS_EVERSION, "format word + 0x10000");
+    poke(f->path, OFF_FORMAT, &fmt, 4);
+    expect_attaches(f);
+}
+
+static void test_truncated(void **state)
+{
+    struct fixture *f = *state;
+    make_segment(f);
+    /* Keep a copy of the header to rebuild a short object from it. */
+    uint8_t head[64];
+    peek(f->path, 0, head, sizeof(head));
+    truncate_to(f->path, SEG_SIZE / 2);
+    expect_refused(f, HPS_ETRUNCATED, HPS_ETRUNCATED, "object half its recorded size");
+    truncate_to(f->path, SEG_SIZE - 4096);
+    expect_refused(f, HPS_ETRUNCATED, HPS_ETRUNCATED, "object a page short");
+    truncate_to(f->path, 20); /* magic and format intact, size field cut */
+    expect_refused(f, HPS_ETRUNCATED, HPS_ETRUNCATED, "object of 20 bytes");
+    truncate_to(f->path, 0);
+    expect_refused(f, HPS_ETRUNCATED, HPS_ETRUNCATED, "empty object");
+}
+
+static void test_absurd_size(void **state)
+{
+    struct fixture *f = *state;
+    make_segment(f);
+    uint64_t size, bad;
+    peek(f->path, OFF_SIZE, &size, 8);
+    HPS_ASSERT_EQ(size, SEG_SIZE);
+    bad = 1ULL << 62;
+    poke(f->path, OFF_SIZE, &bad, 8);
+    expect_refused(f, HPS_ECORRUPT, HPS_ETRUNCATED, "recorded size 2^62");
+    bad = ~0ULL;
+    poke(f->path, OFF_SIZE, &bad, 8);
+    expect_refused(f, HPS_ECORRUPT, HPS_ETRUNCATED, "recorded size 2^64-1");
+    bad = 0;
+    poke(f->path, OFF_SIZE, &bad, 8);
+    expect_refused(f, HPS_ECORRUPT, HPS_ETRUNCATED, "recorded size 0");
+    bad = 24; /* smaller than any header */
+    poke(f->path, OFF_SIZE, &bad, 8);
+    expect_refused(f, HPS_ECORRUPT, HPS_ETRUNCATED, "recorded size 24");
+    bad = SEG_SIZE + 4096;
+    poke(f->path, OFF_SIZE, &bad, 8);
+    expect_refused(f, HPS_ETRUNCATED, HPS_ECORRUPT, "recorded size one page beyond the object");
+    poke(f->path, OFF_SIZE, &size, 8);
+    expect_attaches(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Names, options, table specs                                               */
+/* ------------------------------------------------------------------------ */
+
+static void test_bad_names_and_options(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    hps_shmdb_t *db = NULL;
+    char long_name[HPS_SHMDB_SEGMENT_NAME_MAX + 2];
+    memset(long_name, 'n', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0'; /* 201 chars */
+    const char *bad[] = {"", "a/b", "a b", "/x", "x\n", "caf\xc3\xa9", "a*b", long_name};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        hps_err_t r = hps_shmdb_create(bad[i], &o, NULL, &db);
+        if (r != HPS_EINVAL) {
+            hps_shmdb_detach(db);
+            hps_shmdb_unlink(bad[i]);
+            T_FAIL("create(\"%s\") returned %s, expected HPS_EINVAL", bad[i], hps_err_name(r));
+        }
+        r = hps_shmdb_attach(bad[i], NULL, &db);
+        if (r != HPS_EINVAL && r != HPS_ENOTFOUND)
+            T_FAIL("attach(\"%s\") returned %s, expected HPS_EINVAL", bad[i], hps_err_name(r));
+    }
+    /* 200 characters is allowed. */
+    long_name[HPS_SHMDB_SEGMENT_NAME_MAX] = '\0';
+    memcpy(long_name, "t-long-", 7);
+    t_register_name(long_name);
+    HPS_ASSERT_OK(hps_shmdb_create(long_name, &o, NULL, &db));
+    hps_shmdb_detach(db);
+    HPS_ASSERT_OK(hps_shmdb_unlink(long_name));
+
+    /* Options below the documented minimums; nothing is left behind. */
+    o = t_opts((1ULL << 20) - 4096);
+    HPS_ASSERT_ERR(hps_shmdb_create(f->name, &o, NULL, &db), HPS_EINVAL);
+    o = t_opts(SEG_SIZE);
+    o.allocation_rate = 32 << 10;
+    HPS_ASSERT_ERR(hps_shmdb_create(f->name, &o, NULL, &db), HPS_EINVAL);
+    T_CHECK(!path_exists(f->path), "failed create left %s behind", f->path);
+    /* The minimums themselves work. */
+    o = t_opts(1ULL << 20);
+    o.allocation_rate = 64 << 10;
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+}
+
+static void test_bad_table_specs(void **state)
+{
+    struct fixture *f = *state;
+    create_default(f);
+    char name121[HPS_SHMDB_NAME_MAX + 2], name120[HPS_SHMDB_NAME_MAX + 1];
+    memset(name121, 'a', sizeof(name121) - 1);
+    name121[sizeof(name121) - 1] = '\0';
+    memset(name120, 'b', sizeof(name120) - 1);
+    name120[sizeof(name120) - 1] = '\0';
+    uint32_t id = 12345;
+    const hps_table_spec_t good = t_spec("m", "t", 16, 8, 4, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+
+#define BAD_SPEC(field, value)                                                                     \
+    do {                                                                                           \
+        hps_table_spec_t s_ = good;                                                                \
+        s_.field = value;                                                                          \
+        hps_err_t r_ = hps_shmdb_table_create(f->db, &s_, &id);                                    \
+        if (r_ != HPS_EINVAL)                                                                      \
+            T_FAIL("table_create with " #field " = " #value " returned %s (%d), expected "         \
+                   "HPS_EINVAL",                                                                   \
+                   hps_err_name(r_), r_);                                                          \
+    } while (0)
+
+    BAD_SPEC(dim, 0);
+    BAD_SPEC(dim, HPS_SHMDB_MAX_DIM + 1);
+    BAD_SPEC(dim, UINT32_MAX);
+    BAD_SPEC(key_bytes, 0);
+    BAD_SPEC(key_bytes, 2);
+    BAD_SPEC(key_bytes, 16);
+    BAD_SPEC(num_partitions, 0);
+    BAD_SPEC(num_partitions, HPS_SHMDB_MAX_PARTITIONS + 1);
+    BAD_SPEC(overflow_resolution_target, 0.0);
+    BAD_SPEC(overflow_resolution_target, -0.5);
+    BAD_SPEC(overflow_resolution_target, 1.5);
+    BAD_SPEC(overflow_resolution_target, (double)NAN);
+    BAD_SPEC(overflow_policy, (hps_overflow_policy_t)7);
+    BAD_SPEC(model, "");
+    BAD_SPEC(model, "a b");
+    BAD_SPEC(model, "a.b");
+    BAD_SPEC(model, name121);
+    BAD_SPEC(table, "");
+    BAD_SPEC(table, "x/y");
+    BAD_SPEC(table, name121);
+#undef BAD_SPEC
+    HPS_ASSERT_EQ(id, 12345); /* written only on success */
+    HPS_ASSERT_EQ(hps_shmdb_table_count(f->db), 0);
+
+    /* Limits themselves are fine. */
+    hps_table_spec_t s = good;
+    s.model = name120;
+    s.table = "T-1_z";
+    s.num_partitions = HPS_SHMDB_MAX_PARTITIONS;
+    s.overflow_resolution_target = 1.0;
+    s.key_bytes = 4;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    hps_table_info_t info;
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id, &info));
+    T_CHECK(strcmp(info.model, name120) == 0, "model name not kept");
+    HPS_ASSERT_EQ(info.num_partitions, HPS_SHMDB_MAX_PARTITIONS);
+    HPS_ASSERT_EQ(info.key_bytes, 4);
+    s = good;
+    s.table = "dim1";
+    s.dim = 1;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    HPS_ASSERT_EQ(t_check(f->db, "specs"), 0);
+}
+
+static void test_max_dim(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(512ULL << 20);
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    hps_table_spec_t s =
+        t_spec("m", "big", HPS_SHMDB_MAX_DIM, 8, 1, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+    uint32_t id;
+    hps_err_t r = hps_shmdb_table_create(f->db, &s, &id);
+    if (r == HPS_ENOSPC) {
+        t_note("dim %d: table_create says HPS_ENOSPC in a 512 MiB segment", HPS_SHMDB_MAX_DIM);
+        return;
+    }
+    HPS_ASSERT_OK(r);
+    float *v = malloc(HPS_SHMDB_MAX_DIM * sizeof(float));
+    float *w = malloc(HPS_SHMDB_MAX_DIM * sizeof(float));
+    T_CHECK(v && w, "out of memory");
+    for (int64_t k = 0; k < 8; k++) {
+        for (int d = 0; d < HPS_SHMDB_MAX_DIM; d++)
+            v[d] = (float)(k * 65536 + d);
+        HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, 1, &k, v, NULL));
+    }
+    for (int64_t k = 0; k < 8; k++) {
+        for (int d = 0; d < HPS_SHMDB_MAX_DIM; d++)
+            v[d] = (float)(k * 65536 + d);
+        uint8_t found = 0;
+        HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, 1, &k, w, &found, NULL));
+        HPS_ASSERT_EQ(found, 1);
+        T_CHECK(memcmp(v, w, HPS_SHMDB_MAX_DIM * sizeof(float)) == 0, "dim-65536 row %d", (int)k);
+    }
+    free(v);
+    free(w);
+    HPS_ASSERT_EQ(t_check(f->db, "maxdim"), 0);
+}
+
+static void test_table_reopen_and_ids(void **state)
+{
+    struct fixture *f = *state;
+    create_default(f);
+    hps_table_spec_t s = t_spec("model_a", "t0", 16, 8, 4, 1000, HPS_EVICT_OLDEST, 0.8);
+    uint32_t id0 = 77, id1 = 77, id;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id0));
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    HPS_ASSERT_EQ(id, id0);
+    /* Another margin / policy / default is not another geometry. */
+    hps_table_spec_t s2 = s;
+    s2.overflow_margin = 5000;
+    s2.overflow_policy = HPS_EVICT_RANDOM;
+    s2.default_value = 1.5f;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s2, &id));
+    HPS_ASSERT_EQ(id, id0);
+
+    id = 4242;
+    s2 = s;
+    s2.dim = 32;
+    HPS_ASSERT_ERR(hps_shmdb_table_create(f->db, &s2, &id), HPS_EMISMATCH);
+    s2 = s;
+    s2.key_bytes = 4;
+    HPS_ASSERT_ERR(hps_shmdb_table_create(f->db, &s2, &id), HPS_EMISMATCH);
+    s2 = s;
+    s2.num_partitions = 8;
+    HPS_ASSERT_ERR(hps_shmdb_table_create(f->db, &s2, &id), HPS_EMISMATCH);
+    HPS_ASSERT_EQ(id, 4242);
+    HPS_ASSERT_EQ(hps_shmdb_table_count(f->db), 1);
+
+    /* Same table name in another model is another table. */
+    s2 = s;
+    s2.model = "model_b";
+    s2.dim = 3;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s2, &id1));
+    HPS_ASSERT_NE(id1, id0);
+    HPS_ASSERT_EQ(hps_shmdb_table_count(f->db), 2);
+    HPS_ASSERT_LT(id0, 2);
+    HPS_ASSERT_LT(id1, 2);
+    HPS_ASSERT_OK(hps_shmdb_table_find(f->db, "model_b", "t0", &id));
+    HPS_ASSERT_EQ(id, id1);
+    HPS_ASSERT_OK(hps_shmdb_table_find(f->db, "model_a", "t0", &id));
+    HPS_ASSERT_EQ(id, id0);
+    HPS_ASSERT_ERR(hps_shmdb_table_find(f->db, "model_a", "t1", &id), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_table_find(f->db, "model_c", "t0", &id), HPS_ENOTFOUND);
+
+    hps_table_info_t info;
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id0, &info));
+    T_CHECK(strcmp(info.model, "model_a") == 0 && strcmp(info.table, "t0") == 0,
+            "table_info names '%s' '%s'", info.model, info.table);
+    HPS_ASSERT_EQ(info.id, id0);
+    HPS_ASSERT_EQ(info.dim, 16);
+    HPS_ASSERT_EQ(info.key_bytes, 8);
+    HPS_ASSERT_EQ(info.num_partitions, 4);
+    HPS_ASSERT_EQ(info.rows, 0);
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id1, &info));
+    HPS_ASSERT_EQ(info.dim, 3);
+
+    /* Bad ids everywhere. */
+    uint32_t bad = 2;
+    int64_t k = 1;
+    float v[16] = {0};
+    uint8_t found;
+    uint64_t rows;
+    hps_partition_info_t pi[HPS_SHMDB_MAX_PARTITIONS];
+    HPS_ASSERT_ERR(hps_shmdb_table_info(f->db, bad, &info), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_table_info(f->db, UINT32_MAX, &info), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_partition_info(f->db, bad, pi), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_lookup(f->db, bad, 1, &k, v, &found, NULL), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_upsert(f->db, bad, 1, &k, v, NULL), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_erase(f->db, bad, 1, &k, NULL), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_clear(f->db, bad), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_size(f->db, bad, &rows), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_size(f->db, UINT32_MAX, &rows), HPS_ENOTFOUND);
+
+    /* Another process opens the same table by spec and sees the same id. */
+    pid_t pid = t_fork();
+    if (pid == 0) {
+        t_child_mode();
+        hps_shmdb_t *db;
+        HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &db));
+        uint32_t cid = 99;
+        HPS_ASSERT_OK(hps_shmdb_table_create(db, &s, &cid));
+        HPS_ASSERT_EQ(cid, id0);
+        hps_shmdb_detach(db);
+        _exit(0);
+    }
+    int st;
+    char buf[64];
+    T_CHECK(t_wait_timeout(pid, 20000, &st), "child hung");
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: %s", t_status_str(st, buf, sizeof(buf)));
+    HPS_ASSERT_EQ(hps_shmdb_table_count(f->db), 2);
+}
+
+static void test_max_tables(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(1ULL << 30);
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    char tname[32];
+    for (uint32_t i = 0; i < HPS_SHMDB_MAX_TABLES; i++) {
+        snprintf(tname, sizeof(tname), "t%u", i);
+        hps_table_spec_t s = t_spec("many", tname, 2, 8, 1, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+        uint32_t id = 0;
+        hps_err_t r = hps_shmdb_table_create(f->db, &s, &id);
+        if (r != 0)
+            T_FAIL("table %u of %d: %s", i, HPS_SHMDB_MAX_TABLES, hps_err_name(r));
+        HPS_ASSERT_EQ(id, i);
+    }
+    hps_table_spec_t s = t_spec("many", "one_more", 2, 8, 1, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+    uint32_t id;
+    HPS_ASSERT_ERR(hps_shmdb_table_create(f->db, &s, &id), HPS_EFULL);
+    HPS_ASSERT_EQ(hps_shmdb_table_count(f->db), HPS_SHMDB_MAX_TABLES);
+    /* Reopening an existing one still works when full. */
+    s.table = "t255";
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    HPS_ASSERT_EQ(id, 255);
+    int64_t k = 5;
+    float v[2] = {1, 2}, w[2];
+    uint8_t found = 0;
+    HPS_ASSERT_OK(hps_shmdb_upsert(f->db, 255, 1, &k, v, NULL));
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, 255, 1, &k, w, &found, NULL));
+    HPS_ASSERT_EQ(found, 1);
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, 254, 1, &k, w, &found, NULL));
+    HPS_ASSERT_EQ(found, 0);
+    HPS_ASSERT_EQ(t_check(f->db, "max-tables"), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A segment far too small for its rows                                      */
+/* ------------------------------------------------------------------------ */
+
+struct verify_ctx {
+    uint32_t dim;
+    uint64_t rows;
+    uint64_t bad;
+};
+
+static int verify_fn(void *ctx, uint64_t key, const float *value)
+{
+    struct verify_ctx *c = ctx;
+    float want[256];
+    value_of(key, c->dim, want);
+    c->rows++;
+    if (memcmp(want, value, c->dim * sizeof(float)) != 0)
+        c->bad++;
+    return 0;
+}
+
+static void fill_small_segment(struct fixture *f, uint32_t dim, uint32_t parts,
+                               hps_overflow_policy_t policy, uint64_t total)
+{
+    hps_shmdb_opts_t o = t_opts(2ULL << 20);
+    o.allocation_rate = 64 << 10;
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    hps_table_spec_t s = t_spec("small", "t", dim, 8, parts, UINT64_MAX, policy, 0.5);
+    uint32_t id;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    enum { BATCH = 500 };
+    int64_t *keys = malloc(BATCH * sizeof(int64_t));
+    float *vals = malloc((size_t)BATCH * dim * sizeof(float));
+    uint8_t *found = malloc(BATCH);
+    T_CHECK(keys && vals && found, "out of memory");
+    uint64_t inserted = 0;
+    for (uint64_t base = 0; base < total; base += BATCH) {
+        for (int i = 0; i < BATCH; i++) {
+            keys[i] = (int64_t)(base + (uint64_t)i) * 2654435761LL;
+            value_of((uint64_t)keys[i], dim, &vals[(size_t)i * dim]);
+        }
+        size_t ins = 0;
+        hps_err_t r = hps_shmdb_upsert(f->db, id, BATCH, keys, vals, &ins);
+        if (r != 0)
+            T_FAIL("upsert of rows %" PRIu64 "..%" PRIu64 " into a 2 MiB segment failed: %s", base,
+                   base + BATCH, hps_err_name(r));
+        HPS_ASSERT_EQ(ins, BATCH);
+        inserted += ins;
+    }
+    /* The last batch was inserted after any eviction it caused. */
+    size_t hits = 0;
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, BATCH, keys, vals, found, &hits));
+    for (int i = 0; i < BATCH; i++) {
+        float want[256];
+        value_of((uint64_t)keys[i], dim, want);
+        if (found[i] && memcmp(want, &vals[(size_t)i * dim], dim * sizeof(float)) != 0)
+            T_FAIL("row %" PRId64 " has a wrong value", keys[i]);
+    }
+    hps_table_info_t info;
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id, &info));
+    hps_segment_info_t si;
+    HPS_ASSERT_OK(hps_shmdb_segment_info(f->db, &si));
+    struct verify_ctx vc = {dim, 0, 0};
+    HPS_ASSERT_OK(hps_shmdb_iterate(f->db, id, verify_fn, &vc));
+    t_note("2 MiB segment, dim %u, %u partitions, %s: %" PRIu64 " rows upserted, %" PRIu64
+           " kept, %" PRIu64 " evicted, last batch %zu/%d found, %" PRIu64 " bytes used",
+           dim, parts, hps_overflow_policy_name(policy), inserted, info.rows, info.evictions, hits,
+           BATCH, si.used_bytes);
+    HPS_ASSERT_EQ(vc.bad, 0);
+    HPS_ASSERT_EQ(vc.rows, info.rows);
+    HPS_ASSERT_GT(info.rows, 0);
+    HPS_ASSERT_GT(info.evictions, 0);
+    HPS_ASSERT_EQ(info.rows + info.evictions, inserted);
+    HPS_ASSERT_LE(si.used_bytes, si.size_bytes);
+    HPS_ASSERT_LE(si.committed_bytes, si.size_bytes);
+    HPS_ASSERT_LE(info.rows * dim * sizeof(float), si.size_bytes);
+    /* Tolerance: at least half of the newest batch is present. */
+    HPS_ASSERT_GE(hits, BATCH / 2);
+    HPS_ASSERT_EQ(t_check(f->db, "small"), 0);
+    free(keys);
+    free(vals);
+    free(found);
+}
+
+static void test_small_segment_dim16(void **state)
+{
+    fill_small_segment(*state, 16, 4, HPS_EVICT_OLDEST, 100000);
+}
+
+static void test_small_segment_dim128(void **state)
+{
+    fill_small_segment(*state, 128, 1, HPS_EVICT_RANDOM, 40000);
+}
+
+/*
+ * hps_shmdb_bytes_per_slot: documented as "bytes per slot (key, bucket
+ * header, value, access stamp), for sizing": the value is part of it.
+ */
+static void test_bytes_per_slot(void **state)
+{
+    (void)state;
+    double b1 = hps_shmdb_bytes_per_slot(1, HPS_EVICT_RANDOM);
+    double b1l = hps_shmdb_bytes_per_slot(1, HPS_EVICT_OLDEST);
+    double b128 = hps_shmdb_bytes_per_slot(128, HPS_EVICT_RANDOM);
+    t_note("bytes per slot: dim 1 %.1f (random) %.1f (lfu) %.1f (lru); dim 16 %.1f; dim 128 %.1f",
+           b1, hps_shmdb_bytes_per_slot(1, HPS_EVICT_LEAST_USED), b1l,
+           hps_shmdb_bytes_per_slot(16, HPS_EVICT_RANDOM), b128);
+    T_CHECK(b1 >= 4.0 && b1 <= 24.0, "dim 1 costs %.1f bytes per slot (header: ~13)", b1);
+    T_CHECK(b1l >= b1, "an access stamp cannot make a slot cheaper: %.1f < %.1f", b1l, b1);
+    T_CHECK(b128 >= 512.0 && b128 <= 540.0,
+            "dim 128: hps_shmdb_bytes_per_slot = %.1f, but a slot's value alone is 512 bytes and "
+            "the header says the value is included (for sizing)",
+            b128);
+}
+
+/* Segment bytes held per row after a real fill, against the raw size. */
+static void memory_per_row(struct fixture *f, uint32_t dim, uint32_t nrows, double max_per_row)
+{
+    hps_shmdb_opts_t o = t_opts(512ULL << 20);
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    hps_table_spec_t s = t_spec("mem", "t", dim, 8, 4, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+    uint32_t id;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    enum { BATCH = 1000 };
+    int64_t *keys = malloc(BATCH * sizeof(int64_t));
+    float *vals = calloc((size_t)BATCH * dim, sizeof(float));
+    T_CHECK(keys && vals, "out of memory");
+    for (uint32_t base = 0; base < nrows; base += BATCH) {
+        for (int i = 0; i < BATCH; i++) {
+            keys[i] = base + (uint32_t)i;
+            vals[(size_t)i * dim] = (float)(base + (uint32_t)i);
+        }
+        HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, BATCH, keys, vals, NULL));
+    }
+    free(keys);
+    free(vals);
+    hps_table_info_t info;
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id, &info));
+    HPS_ASSERT_EQ(info.rows, nrows);
+    double per_row = (double)info.bytes / (double)info.rows;
+    t_note("dim %u: %" PRIu64 " rows in %" PRIu64 " bytes: %.1f bytes per row (raw %u; HugeCTR "
+           "pads to a multiple of 64)",
+           dim, info.rows, info.bytes, per_row, dim * 4);
+    T_CHECK(per_row >= dim * 4.0, "dim %u: %.1f bytes per row is less than the raw value", dim,
+            per_row);
+    T_CHECK(per_row <= max_per_row, "dim %u costs %.1f bytes per row (limit %.0f)", dim, per_row,
+            max_per_row);
+}
+
+/* dim 1: growth by doubling may leave half the slots empty: 2 x ~24 + slack. */
+static void test_memory_per_row_dim1(void **state)
+{
+    memory_per_row(*state, 1, 400000, 56.0);
+}
+
+/* dim 128: 512 raw; allow 25% for index, stamps and partly filled pages. */
+static void test_memory_per_row_dim128(void **state)
+{
+    memory_per_row(*state, 128, 100000, 640.0);
+}
+
+int main(void)
+{
+    t_install_cleanup();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mode_option, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unlink_while_attached, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reattach_after_creator_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_process_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_magic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_format, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_absurd_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_names_and_options, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_table_specs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_dim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_reopen_and_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_tables, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_segment_dim16, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_segment_dim128, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bytes_per_slot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_per_row_dim1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_per_row_dim128, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("shmdb-segment", tests, NULL, NULL);
+}
