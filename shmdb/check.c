@@ -58,15 +58,15 @@ static void check_ovf(const struct wview *w, struct checker *c, const char *wher
     if (!want)
         return;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        for (unsigned m = atomic_load(&w->b[bi].occ); m; m &= m - 1) {
-            uint64_t key = atomic_load(&w->b[bi].key[__builtin_ctz(m)]);
+        for (unsigned m = atomic_load(&BKT(w, bi)->occ); m; m &= m - 1) {
+            uint64_t key = atomic_load(&BKT(w, bi)->key[__builtin_ctz(m)]);
             uint64_t h = hps_rrxmrrxmsx_0(key);
             for (uint32_t x = (uint32_t)(((h >> 32) * (uint64_t)w->nb) >> 32); x != bi;
                  x = x + 1 == w->nb ? 0 : x + 1)
                 want[x]++;
         }
     for (uint32_t bi = 0; bi < w->nb; bi++) {
-        unsigned have = atomic_load(&w->b[bi].ovf);
+        unsigned have = atomic_load(&BKT(w, bi)->ovf);
         if (have != want[bi] && !(have == 255 && want[bi] >= 255))
             problem(c, "%s bucket %u: overflow count %u, keys passing it %u", where, bi, have,
                     want[bi]);
@@ -81,8 +81,8 @@ static void check_rows(const struct wview *w, struct checker *c, const char *whe
         return;
     uint64_t used = 0, freed = 0;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        for (unsigned m = atomic_load(&w->b[bi].occ); m; m &= m - 1) {
-            uint32_t r = atomic_load(&w->rowid[(uint64_t)bi * HPS_BUCKET_SLOTS + __builtin_ctz(m)]);
+        for (unsigned m = atomic_load(&BKT(w, bi)->occ); m; m &= m - 1) {
+            uint32_t r = atomic_load(ROWID(w, (uint64_t)bi * HPS_BUCKET_SLOTS + __builtin_ctz(m)));
             if (!hps__row_valid(w, r))
                 problem(c, "%s bucket %u: row id 0x%x out of range", where, bi, r);
             else if (hps__rowmap_set(&rm, r))
@@ -120,7 +120,7 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
     }
     uint64_t rows = 0;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
-        struct shm_bucket *b = &w.b[bi];
+        struct shm_bucket *b = BKT(&w, bi);
         if (atomic_load(&b->ver) & 1)
             problem(c, "%s bucket %u: version odd (writer inside)", where, bi);
         for (unsigned m = atomic_load(&b->occ); m; m &= m - 1) {

@@ -33,7 +33,7 @@ static uint64_t evict_random(struct wview *w, uint64_t target)
     while (atomic_load_explicit(&p->rows, memory_order_relaxed) > target) {
         uint64_t r = xorshift(&p->rng);
         uint32_t bi = (uint32_t)(r % w->nb);
-        unsigned occ = atomic_load_explicit(&w->b[bi].occ, memory_order_relaxed);
+        unsigned occ = atomic_load_explicit(&BKT(w, bi)->occ, memory_order_relaxed);
         if (!occ)
             continue;
         unsigned pick = (unsigned)((r >> 40) % (unsigned)__builtin_popcount(occ));
@@ -83,7 +83,7 @@ static uint64_t evict_below(struct wview *w, uint32_t th, uint64_t k)
     uint64_t n = 0;
     for (int pass = 0; pass < 2 && n < k; pass++) {
         for (uint32_t bi = 0; bi < w->nb && n < k; bi++) {
-            unsigned occ = atomic_load_explicit(&w->b[bi].occ, memory_order_relaxed);
+            unsigned occ = atomic_load_explicit(&BKT(w, bi)->occ, memory_order_relaxed);
             for (; occ && n < k; occ &= occ - 1) {
                 int s = __builtin_ctz(occ);
                 uint32_t st = atomic_load_explicit(
@@ -115,7 +115,7 @@ static uint64_t evict_ranked(struct wview *w, uint64_t target)
         return evict_random(w, target);
     size_t n = 0;
     for (uint32_t bi = 0; bi < w->nb && n < rows; bi++) {
-        unsigned occ = atomic_load_explicit(&w->b[bi].occ, memory_order_relaxed);
+        unsigned occ = atomic_load_explicit(&BKT(w, bi)->occ, memory_order_relaxed);
         for (; occ && n < rows; occ &= occ - 1)
             v[n++] = atomic_load_explicit(
                 &w->stamp[(uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)__builtin_ctz(occ)],

@@ -37,7 +37,16 @@
 #define HPS_SHM_LAYOUT_VERSION 1u
 #define HPS_CACHELINE          64
 #define HPS_BUCKET_SLOTS       7
-/* Largest dim stored inline (values beside the key slots). */
+/* Layouts of a partition's hash block, chosen by dim so that a lookup
+ * touches as few pages as possible while a row stays close to its raw size:
+ *  SOA  (dim <= 4):  [buckets (nb x 64 B)][values (nb x 7, dim)], densest;
+ *  AOS  (dim <= 16): per bucket [bucket][its 7 values], one page per key;
+ *  ROWS (dim > 16):  per bucket [bucket][7 row ids, padded to 64 B], the
+ *                    rows in row pages; empty slots cost no vector. */
+#define HPS_LAYOUT_SOA     0
+#define HPS_LAYOUT_AOS     1
+#define HPS_LAYOUT_ROWS    2
+#define HPS_SOA_MAX_DIM    4
 #define HPS_INLINE_MAX_DIM 16
 /* Row pages per partition (indirect storage) and rows per page (max). */
 #define HPS_MAX_ROW_PAGES 256
@@ -97,7 +106,7 @@ struct shm_table {
     uint32_t num_partitions;
     uint32_t policy;
     float default_value;
-    uint32_t inline_values; /* 1: values beside the slots; 0: row pages */
+    uint32_t layout; /* HPS_LAYOUT_*: where values live */
     uint32_t pad0;
     uint64_t margin;
     double target;
@@ -141,6 +150,54 @@ struct shm_page {
 #define HPS_GEOM(blk, nb) ((((uint64_t)(blk) >> 6) << 30) | (uint64_t)(nb))
 #define HPS_GEOM_BLK(g)   (((g) >> 30) << 6)
 #define HPS_GEOM_NB(g)    ((uint32_t)((g) & ((1u << 30) - 1)))
+
+/* Offsets inside a hash block of nb buckets for a table's layout. */
+struct shm_geo {
+    uint64_t gstride;   /* bytes from one bucket to the next */
+    uint64_t voff;      /* offset of bucket 0's values or row ids */
+    uint64_t vstride;   /* bytes from one bucket's values/row ids to the next */
+    uint64_t stamp_off; /* offset of the access stamps (nb x 7 uint32), if any */
+    uint64_t bytes;     /* whole block */
+};
+
+static inline uint32_t hps__layout_for(uint32_t dim)
+{
+    return dim <= HPS_SOA_MAX_DIM      ? HPS_LAYOUT_SOA
+           : dim <= HPS_INLINE_MAX_DIM ? HPS_LAYOUT_AOS
+                                       : HPS_LAYOUT_ROWS;
+}
+
+static inline struct shm_geo hps__geo(uint32_t layout, uint32_t dim, uint32_t policy, uint32_t nb)
+{
+    struct shm_geo g;
+    uint64_t vals = (uint64_t)HPS_BUCKET_SLOTS * dim * sizeof(float);
+    if (layout == HPS_LAYOUT_SOA) {
+        g.gstride = 64;
+        g.voff = (uint64_t)nb * 64;
+        g.vstride = vals;
+        g.stamp_off = g.voff + ((uint64_t)nb * vals + 63) / 64 * 64;
+    } else {
+        uint64_t per = layout == HPS_LAYOUT_AOS ? vals : HPS_BUCKET_SLOTS * sizeof(uint32_t);
+        g.gstride = 64 + (per + 63) / 64 * 64;
+        g.voff = 64;
+        g.vstride = g.gstride;
+        g.stamp_off = (uint64_t)nb * g.gstride;
+    }
+    g.bytes = g.stamp_off;
+    if (policy != HPS_EVICT_RANDOM)
+        g.bytes += ((uint64_t)nb * HPS_BUCKET_SLOTS * sizeof(uint32_t) + 63) / 64 * 64;
+    return g;
+}
+
+/* Element access through a view (struct view in map.c, struct wview in
+ * write.c): both have b, gstride, vals or rowid, vstride and dim. */
+#define BKT(v, bi) ((struct shm_bucket *)((uint8_t *)(v)->b + (uint64_t)(bi) * (v)->gstride))
+#define ROWID(v, slot)                                                                             \
+    ((_Atomic uint32_t *)((uint8_t *)(v)->rowid + ((slot) / HPS_BUCKET_SLOTS) * (v)->vstride +     \
+                          ((slot) % HPS_BUCKET_SLOTS) * sizeof(uint32_t)))
+#define VALP(v, slot)                                                                              \
+    ((float *)((uint8_t *)(v)->vals + ((slot) / HPS_BUCKET_SLOTS) * (v)->vstride) +                \
+     ((slot) % HPS_BUCKET_SLOTS) * (v)->dim)
 
 /* A free block of the allocator (lives in the freed memory itself). */
 struct shm_free {

@@ -28,10 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "wview.h"
 
 #define READ_RETRIES 2048 /* bounded: about 50 us of spinning, then "missing" */
-#define GROUP        16   /* keys per prefetch group in batch lookups */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -42,52 +41,22 @@
 
 /* ---- geometry ---------------------------------------------------------- */
 
-/* A partition's hash block as seen by one reader or writer. */
-struct view {
-    struct shm_bucket *b;
-    uint32_t nb;
-    uint32_t dim;
-    float *vals;             /* inline values, (nb * 7, dim) */
-    _Atomic uint32_t *rowid; /* indirect: row id per slot */
-    _Atomic uint32_t *stamp; /* access stamps per slot, or NULL */
-    struct shm_page *pages;  /* indirect: row pages */
-};
+/* Readers use the writers' view type (wview.h); views are built only from
+ * a snapshot of the geometry word, and every offset is bounds-checked. */
+#define view wview
 
-static uint64_t vals_bytes(const struct shm_table *t, uint32_t nb)
-{
-    uint64_t per = t->inline_values ? (uint64_t)t->dim * sizeof(float) : sizeof(uint32_t);
-    return hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * per, HPS_CACHELINE);
-}
-
-static uint64_t block_bytes(const struct shm_table *t, uint32_t nb)
-{
-    uint64_t b = (uint64_t)nb * sizeof(struct shm_bucket) + vals_bytes(t, nb);
-    if (t->policy != HPS_EVICT_RANDOM)
-        b += hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * sizeof(uint32_t), HPS_CACHELINE);
-    return b;
-}
-
-/* Build a view of block blk with nb buckets; false if it is out of bounds. */
-static bool make_view(hps_shmdb_t *db, const struct shm_table *t, const struct shm_part *p,
-                      uint64_t g, struct view *v)
+/* Build a view of the block in geometry word g; false if out of bounds. */
+static bool make_view(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t g,
+                      struct view *v)
 {
     uint64_t blk = HPS_GEOM_BLK(g);
     uint32_t nb = HPS_GEOM_NB(g);
-    if (nb == 0 || !hps__in_bounds(db, blk, block_bytes(t, nb)))
+    if (nb == 0 || !hps__in_bounds(db, blk, hps__block_bytes(t, nb)))
         return false;
-    uint8_t *base = hps__ptr(db, blk);
-    uint8_t *after = base + (uint64_t)nb * sizeof(struct shm_bucket);
-    v->b = (struct shm_bucket *)base;
-    v->nb = nb;
-    v->dim = t->dim;
-    v->vals = t->inline_values ? (float *)after : NULL;
-    v->rowid = t->inline_values ? NULL : (_Atomic uint32_t *)after;
-    v->stamp =
-        t->policy != HPS_EVICT_RANDOM ? (_Atomic uint32_t *)(after + vals_bytes(t, nb)) : NULL;
-    v->pages = NULL;
-    if (!t->inline_values &&
-        hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page)))
-        v->pages = hps__ptr(db, p->pagetab);
+    hps__wview(db, t, p, blk, nb, v);
+    if (t->layout == HPS_LAYOUT_ROWS &&
+        !hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page)))
+        v->pages = NULL;
     return true;
 }
 
@@ -107,21 +76,7 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
     return b + 1 == nb ? 0 : b + 1;
 }
 
-/* Row storage of a slot, or NULL when the row id is out of bounds (torn). */
-static inline float *row_ptr(hps_shmdb_t *db, const struct view *v, uint64_t slot)
-{
-    if (v->vals)
-        return v->vals + slot * v->dim;
-    uint32_t r = atomic_load_explicit(&v->rowid[slot], memory_order_relaxed);
-    uint32_t pg = r >> HPS_PAGE_SHIFT, idx = r & (HPS_PAGE_MAX_ROWS - 1);
-    if (!v->pages || pg >= HPS_MAX_ROW_PAGES)
-        return NULL;
-    struct shm_page pe = v->pages[pg];
-    uint64_t row_bytes = (uint64_t)v->dim * sizeof(float);
-    if (idx >= pe.rows || !hps__in_bounds(db, pe.off, (uint64_t)pe.rows * row_bytes))
-        return NULL;
-    return (float *)hps__ptr(db, pe.off + idx * row_bytes);
-}
+#define row_ptr(db, v, slot) ((void)(db), hps__row(v, slot))
 
 /* ---- readers ----------------------------------------------------------- */
 
@@ -156,7 +111,7 @@ static int read_once(hps_shmdb_t *db, const struct view *v, uint64_t key, uint64
 {
     uint32_t bi = home_of(h, v->nb);
     for (uint32_t step = 0; step < v->nb; step++, bi = next_bucket(bi, v->nb)) {
-        struct shm_bucket *b = &v->b[bi];
+        struct shm_bucket *b = BKT(v, bi);
         /* Acquire: the data reads below happen after this version read. */
         uint32_t v1 = atomic_load_explicit(&b->ver, memory_order_acquire);
         if (v1 & 1)
@@ -238,77 +193,156 @@ struct lookup_job {
     size_t hits[64];
 };
 
-/* Fast path for a group of keys: hash and prefetch every home bucket, then
- * probe the home buckets and prefetch the rows, then copy and validate.  A
- * key that needs more than its home bucket, or whose read was disturbed,
- * goes through read_key(). */
-static size_t lookup_group(hps_shmdb_t *db, const struct shm_table *t, struct view *views,
-                           uint32_t *gens, const void *keys, size_t n, float *values,
-                           uint8_t *found, uint32_t clock)
+/* h % d without a division (Lemire, Kaser, Kurz: "Faster remainder by
+ * direct computation", 2019): m = 2^128 / d + 1 (computed once per batch);
+ * exact for every 64-bit h when d < 2^32. */
+static inline __uint128_t fastmod_magic(uint32_t d)
 {
-    uint64_t key[GROUP], h[GROUP];
-    uint32_t pi[GROUP], bi[GROUP], ver[GROUP];
-    int slot[GROUP];
+    return ~(__uint128_t)0 / d + 1;
+}
+
+static inline uint32_t fastmod(uint64_t h, __uint128_t m, uint32_t d)
+{
+    __uint128_t low = m * h; /* wraps mod 2^128 */
+    /* high 64 bits of low * d, split to stay within 128-bit arithmetic */
+    __uint128_t lo_lo = (low & UINT64_MAX) * d;
+    __uint128_t hi = (low >> 64) * d + (lo_lo >> 64);
+    return (uint32_t)(hi >> 64);
+}
+
+/* Copy one row; small rows inline (a libc call costs more than 64 bytes). */
+static inline void copy_row(float *dst, const float *src, uint32_t dim)
+{
+    if (dim <= HPS_INLINE_MAX_DIM) {
+        for (uint32_t i = 0; i < dim; i++)
+            dst[i] = src[i];
+    } else {
+        memcpy(dst, src, (size_t)dim * sizeof(float));
+    }
+}
+
+/* One key in flight in the lookup pipeline. */
+struct flight {
+    uint64_t key;
+    uint64_t h;
+    uint32_t pi; /* partition */
+    uint32_t bi; /* bucket holding the key (home until found elsewhere) */
+    uint32_t ver;
+    int slot; /* >= 0 found, -1 missing, -2 retry through read_key, 3: done */
+    int done; /* stage B finished the key itself (overflow chain): result */
+};
+
+/* Prefetch distance in keys: rows of large vectors occupy many line-fill
+ * buffers, so fewer keys are kept in flight. */
+static unsigned distance_for(uint32_t dim)
+{
+    return dim >= 64 ? 4 : 8;
+}
+
+#define RING 32 /* > 2 * max distance, power of two */
+
+/* Stage A: hash, pick the home bucket, prefetch it (and its row ids). */
+static void stage_a(const struct shm_table *t, __uint128_t pm, struct view *views, struct flight *f,
+                    uint64_t key)
+{
+    f->key = key;
+    f->h = hps_rrxmrrxmsx_0(key);
+    f->pi = fastmod(f->h, pm, t->num_partitions);
+    struct view *v = &views[f->pi];
+    f->bi = home_of(f->h, v->nb);
+    __builtin_prefetch(BKT(v, f->bi));
+    if (v->rowid)
+        __builtin_prefetch(ROWID(v, (uint64_t)f->bi * HPS_BUCKET_SLOTS));
+}
+
+/* Stage B: probe the home bucket; found -> prefetch the row.  A key that
+ * overflowed its home bucket is read right here through read_once. */
+static void stage_b(hps_shmdb_t *db, struct view *views, struct flight *f, float *out)
+{
+    struct view *v = &views[f->pi];
+    struct shm_bucket *b = BKT(v, f->bi);
+    f->done = -1;
+    f->ver = atomic_load_explicit(&b->ver, memory_order_acquire);
+    if (f->ver & 1) {
+        f->slot = -2;
+        return;
+    }
+    f->slot = find_in_bucket(b, f->key);
+    if (f->slot >= 0) {
+        const char *r =
+            (const char *)row_ptr(db, v, (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)f->slot);
+        if (!r) {
+            f->slot = -2;
+            return;
+        }
+        for (uint32_t off = 0; off < v->dim * sizeof(float); off += HPS_CACHELINE)
+            __builtin_prefetch(r + off);
+    } else if (atomic_load_explicit(&b->ovf, memory_order_relaxed)) {
+        int64_t slot = -1;
+        f->done = read_once(db, v, f->key, f->h, out, &slot);
+        f->slot = f->done < 0 ? -2 : (int)(slot >= 0 ? slot % HPS_BUCKET_SLOTS : -1);
+        if (slot >= 0)
+            f->bi = (uint32_t)(slot / HPS_BUCKET_SLOTS);
+    }
+}
+
+/* Stage C: copy the row, validate the bucket version and the partition's
+ * gen; anything disturbed goes through read_key.  Returns 1 hit, 0 miss. */
+static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct view *views,
+                   const uint32_t *gens, struct flight *f, float *out, uint32_t clock)
+{
+    struct view *v = &views[f->pi];
+    struct shm_bucket *b = BKT(v, f->bi);
+    int r = f->slot >= 0 ? 1 : (f->slot == -1 ? 0 : -1);
+    uint64_t s = (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)(f->slot >= 0 ? f->slot : 0);
+    if (f->done >= 0) {
+        r = f->done; /* validated by read_once */
+    } else if (r == 1) {
+        const float *src = row_ptr(db, v, s);
+        if (src)
+            copy_row(out, src, v->dim);
+        /* Acquire fence: the copy completes before the version re-read. */
+        atomic_thread_fence(memory_order_acquire);
+        if (!src || atomic_load_explicit(&b->ver, memory_order_relaxed) != f->ver)
+            r = -1;
+    } else if (r == 0) {
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&b->ver, memory_order_relaxed) != f->ver)
+            r = -1;
+    }
+    if (r >= 0 && !gen_same(&hps__parts(db, t)[f->pi], gens[f->pi]))
+        r = -1;
+    if (r < 0)
+        return read_key(db, t, f->key, out, clock);
+    if (r == 1 && v->stamp)
+        touch(v, s, t->policy, clock);
+    return r;
+}
+
+/* Software-pipelined batch lookup: key i + 2D is hashed and its bucket
+ * prefetched, key i + D probed and its row prefetched, key i copied and
+ * validated, so that several cache misses are always in flight. */
+static size_t lookup_pipeline(hps_shmdb_t *db, const struct shm_table *t, struct view *views,
+                              uint32_t *gens, const void *keys, size_t n, float *values,
+                              uint8_t *found, uint32_t clock)
+{
+    struct flight ring[RING];
+    const size_t D = distance_for(t->dim);
+    const uint32_t dim = t->dim;
+    const __uint128_t pm = fastmod_magic(t->num_partitions);
     size_t hits = 0;
-    const uint32_t dim = t->dim, P = t->num_partitions;
-    for (size_t i = 0; i < n; i++) {
-        key[i] = key_at(keys, t->key_bytes, i);
-        h[i] = hps_rrxmrrxmsx_0(key[i]);
-        pi[i] = (uint32_t)(h[i] % P);
-        bi[i] = home_of(h[i], views[pi[i]].nb);
-        __builtin_prefetch(&views[pi[i]].b[bi[i]]);
-        if (views[pi[i]].rowid)
-            __builtin_prefetch(&views[pi[i]].rowid[(uint64_t)bi[i] * HPS_BUCKET_SLOTS]);
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct view *v = &views[pi[i]];
-        struct shm_bucket *b = &v->b[bi[i]];
-        ver[i] = atomic_load_explicit(&b->ver, memory_order_acquire);
-        slot[i] = (ver[i] & 1) ? -2 : find_in_bucket(b, key[i]);
-        if (slot[i] >= 0) {
-            const char *r =
-                (const char *)row_ptr(db, v, (uint64_t)bi[i] * HPS_BUCKET_SLOTS + slot[i]);
-            if (!r) {
-                slot[i] = -2;
-                continue;
-            }
-            for (uint32_t off = 0; off < dim * sizeof(float); off += HPS_CACHELINE)
-                __builtin_prefetch(r + off);
-        } else if (slot[i] == -1 && atomic_load_explicit(&b->ovf, memory_order_relaxed)) {
-            slot[i] = -2; /* may live further on: slow path */
+    for (size_t i = 0; i < n + 2 * D; i++) {
+        if (i < n)
+            stage_a(t, pm, views, &ring[i % RING], key_at(keys, t->key_bytes, i));
+        if (i >= D && i - D < n)
+            stage_b(db, views, &ring[(i - D) % RING], values + (i - D) * dim);
+        if (i >= 2 * D) {
+            size_t k = i - 2 * D;
+            int r = stage_c(db, t, views, gens, &ring[k % RING], values + k * dim, clock);
+            if (found)
+                found[k] = (uint8_t)r;
+            hits += (size_t)r;
         }
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct view *v = &views[pi[i]];
-        struct shm_bucket *b = &v->b[bi[i]];
-        float *out = values + i * dim;
-        int r = slot[i] >= 0 ? 1 : 0;
-        if (slot[i] >= 0) {
-            uint64_t s = (uint64_t)bi[i] * HPS_BUCKET_SLOTS + (unsigned)slot[i];
-            const float *src = row_ptr(db, v, s);
-            if (src)
-                memcpy(out, src, (size_t)dim * sizeof(float));
-            /* Acquire fence: the copy completes before the version re-read. */
-            atomic_thread_fence(memory_order_acquire);
-            if (!src || atomic_load_explicit(&b->ver, memory_order_relaxed) != ver[i] ||
-                atomic_load_explicit(&b->key[slot[i]], memory_order_relaxed) != key[i])
-                r = -1;
-            else if (v->stamp)
-                touch(v, s, t->policy, clock);
-        } else if (slot[i] == -1) {
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(&b->ver, memory_order_relaxed) != ver[i])
-                r = -1;
-        } else {
-            r = -1;
-        }
-        if (r >= 0 && !gen_same(&hps__parts(db, t)[pi[i]], gens[pi[i]]))
-            r = -1;
-        if (r < 0)
-            r = read_key(db, t, key[i], out, clock);
-        if (found)
-            found[i] = (uint8_t)r;
-        hits += (size_t)r;
     }
     return hits;
 }
@@ -322,22 +356,14 @@ static size_t lookup_range(hps_shmdb_t *db, const struct shm_table *t, const voi
     bool ok = true;
     for (uint32_t i = 0; i < t->num_partitions && ok; i++)
         ok = snapshot(db, t, &parts[i], &gens[i], &views[i]);
-    size_t hits = 0;
-    for (size_t i = 0; i < n; i += GROUP) {
-        size_t m = n - i < GROUP ? n - i : GROUP;
-        const void *k = (const char *)keys + i * t->key_bytes;
-        float *out = values + i * t->dim;
-        uint8_t *f = found ? found + i : NULL;
-        if (ok) {
-            hits += lookup_group(db, t, views, gens, k, m, out, f, clock);
-            continue;
-        }
-        for (size_t j = 0; j < m; j++) { /* geometry was changing: slow path */
-            int r = read_key(db, t, key_at(k, t->key_bytes, j), out + j * t->dim, clock);
-            if (f)
-                f[j] = (uint8_t)r;
-            hits += (size_t)r;
-        }
+    if (ok)
+        return lookup_pipeline(db, t, views, gens, keys, n, values, found, clock);
+    size_t hits = 0; /* geometry was changing: key by key */
+    for (size_t j = 0; j < n; j++) {
+        int r = read_key(db, t, key_at(keys, t->key_bytes, j), values + j * t->dim, clock);
+        if (found)
+            found[j] = (uint8_t)r;
+        hits += (size_t)r;
     }
     return hits;
 }
@@ -365,7 +391,7 @@ hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
     /* Relaxed: the LRU clock only orders accesses roughly. */
     j.clock = (uint32_t)atomic_fetch_add_explicit(&t->clock, 1, memory_order_relaxed);
     size_t hits = 0;
-    if (db->pool && n >= 2 * GROUP) {
+    if (db->pool && n >= 64) {
         j.parts = db->nthreads < 64 ? db->nthreads : 64;
         hps__pool_run(db->pool, j.parts, lookup_task, &j);
         for (unsigned i = 0; i < j.parts; i++)

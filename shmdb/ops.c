@@ -69,12 +69,12 @@ static void repair_rows(struct wview *w)
     if (!hps__rowmap_init(&rm, w))
         return;
     for (uint32_t bi = 0; bi < w->nb; bi++) {
-        struct shm_bucket *b = &w->b[bi];
+        struct shm_bucket *b = BKT(w, bi);
         unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
         for (unsigned m = occ; m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint32_t r = atomic_load_explicit(
-                &w->rowid[(uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s], memory_order_relaxed);
+                ROWID(w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s), memory_order_relaxed);
             if (!hps__row_valid(w, r) || hps__rowmap_set(&rm, r))
                 occ &= ~(1u << s);
         }
@@ -100,9 +100,9 @@ static void rebuild_counts(struct wview *w)
 {
     uint64_t rows = 0;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        atomic_store_explicit(&w->b[bi].ovf, 0, memory_order_relaxed);
+        atomic_store_explicit(&BKT(w, bi)->ovf, 0, memory_order_relaxed);
     for (uint32_t bi = 0; bi < w->nb; bi++) {
-        struct shm_bucket *b = &w->b[bi];
+        struct shm_bucket *b = BKT(w, bi);
         for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m; m &= m - 1) {
             uint64_t key = atomic_load_explicit(&b->key[__builtin_ctz(m)], memory_order_relaxed);
             hps__ovf_walk(w, key, bi, +1);
@@ -128,7 +128,7 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
     if (!hps__wview_current(db, t, p, &w))
         return;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
-        struct shm_bucket *b = &w.b[bi];
+        struct shm_bucket *b = BKT(&w, bi);
         uint32_t v = atomic_load_explicit(&b->ver, memory_order_relaxed);
         if (v & 1) {
             atomic_store_explicit(&b->occ, 0, memory_order_relaxed);
@@ -162,10 +162,10 @@ static inline uint64_t key_at(const void *keys, uint32_t key_bytes, size_t i)
 
 static void update_row(struct wview *w, uint32_t bi, int s, const float *value, uint32_t clock)
 {
-    struct shm_bucket *b = &w->b[bi];
+    struct shm_bucket *b = BKT(w, bi);
     uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
     hps__bucket_begin(b);
-    memcpy(hps__wrow(w, slot), value, (size_t)w->dim * sizeof(float));
+    memcpy(hps__row(w, slot), value, (size_t)w->dim * sizeof(float));
     if (w->stamp && w->t->policy == HPS_EVICT_OLDEST)
         atomic_store_explicit(&w->stamp[slot], clock, memory_order_relaxed);
     hps__bucket_end(b);
@@ -380,7 +380,7 @@ static void clear_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
     if (!hps__wview_current(db, t, p, &w))
         return;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
-        struct shm_bucket *b = &w.b[bi];
+        struct shm_bucket *b = BKT(&w, bi);
         if (!atomic_load_explicit(&b->occ, memory_order_relaxed) &&
             !atomic_load_explicit(&b->ovf, memory_order_relaxed))
             continue;
@@ -437,12 +437,12 @@ hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, v
             return rc;
         if (hps__wview_current(db, t, p, &w)) {
             for (uint32_t bi = 0; bi < w.nb && rc == 0; bi++) {
-                struct shm_bucket *b = &w.b[bi];
+                struct shm_bucket *b = BKT(&w, bi);
                 for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m && rc == 0;
                      m &= m - 1) {
                     int s = __builtin_ctz(m);
                     uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
-                    rc = fn(ctx, key, hps__wrow(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s));
+                    rc = fn(ctx, key, hps__row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s));
                 }
             }
         }

@@ -89,7 +89,7 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
     t->num_partitions = s->num_partitions;
     t->policy = (uint32_t)s->overflow_policy;
     t->default_value = s->default_value;
-    t->inline_values = s->dim <= HPS_INLINE_MAX_DIM;
+    t->layout = hps__layout_for(s->dim);
     t->margin = s->overflow_margin;
     t->target = s->overflow_resolution_target;
     t->expected_rows = s->expected_rows;
@@ -254,9 +254,9 @@ const char *hps_overflow_policy_name(hps_overflow_policy_t p)
 
 double hps_shmdb_bytes_per_slot(uint32_t dim, hps_overflow_policy_t policy)
 {
-    double b = (double)sizeof(struct shm_bucket) / HPS_BUCKET_SLOTS;
-    b += dim <= HPS_INLINE_MAX_DIM ? dim * 4.0 : 4.0; /* inline value or row id */
-    if (policy != HPS_EVICT_RANDOM)
-        b += 4.0; /* access stamp */
+    struct shm_geo g = hps__geo(hps__layout_for(dim), dim, (uint32_t)policy, 1u << 16);
+    double b = (double)g.bytes / ((1u << 16) * HPS_BUCKET_SLOTS);
+    if (dim > HPS_INLINE_MAX_DIM)
+        b += dim * 4.0; /* the row, in a row page */
     return b;
 }

@@ -37,33 +37,25 @@ void hps__bucket_end(struct shm_bucket *b)
 
 uint64_t hps__block_bytes(const struct shm_table *t, uint32_t nb)
 {
-    uint64_t per = t->inline_values ? (uint64_t)t->dim * sizeof(float) : sizeof(uint32_t);
-    uint64_t b = (uint64_t)nb * sizeof(struct shm_bucket) +
-                 hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * per, HPS_CACHELINE);
-    if (t->policy != HPS_EVICT_RANDOM)
-        b += hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * sizeof(uint32_t), HPS_CACHELINE);
-    return b;
+    return hps__geo(t->layout, t->dim, t->policy, nb).bytes;
 }
 
 void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t blk,
                 uint32_t nb, struct wview *w)
 {
+    struct shm_geo g = hps__geo(t->layout, t->dim, t->policy, nb);
     uint8_t *base = hps__ptr(db, blk);
-    uint64_t per = t->inline_values ? (uint64_t)t->dim * sizeof(float) : sizeof(uint32_t);
-    uint8_t *after = base + (uint64_t)nb * sizeof(struct shm_bucket);
     w->db = db;
     w->t = t;
     w->p = p;
     w->b = (struct shm_bucket *)base;
     w->nb = nb;
     w->dim = t->dim;
-    w->vals = t->inline_values ? (float *)after : NULL;
-    w->rowid = t->inline_values ? NULL : (_Atomic uint32_t *)after;
-    w->stamp =
-        t->policy != HPS_EVICT_RANDOM
-            ? (_Atomic uint32_t *)(after + hps__round_up((uint64_t)nb * HPS_BUCKET_SLOTS * per,
-                                                         HPS_CACHELINE))
-            : NULL;
+    w->gstride = g.gstride;
+    w->vstride = g.vstride;
+    w->vals = t->layout != HPS_LAYOUT_ROWS ? (float *)(base + g.voff) : NULL;
+    w->rowid = t->layout == HPS_LAYOUT_ROWS ? (_Atomic uint32_t *)(base + g.voff) : NULL;
+    w->stamp = t->policy != HPS_EVICT_RANDOM ? (_Atomic uint32_t *)(base + g.stamp_off) : NULL;
     w->pages = p->pagetab ? hps__ptr(db, p->pagetab) : NULL;
 }
 
@@ -92,14 +84,21 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
 
 /* ---- row pages (indirect storage) -------------------------------------- */
 
-float *hps__wrow(const struct wview *w, uint64_t slot)
+/* The row of a slot, or NULL when its row id points outside the row pages
+ * (possible only for a reader racing a writer: a torn read). */
+float *hps__row(const struct wview *w, uint64_t slot)
 {
     if (w->vals)
-        return w->vals + slot * w->dim;
-    uint32_t r = atomic_load_explicit(&w->rowid[slot], memory_order_relaxed);
-    struct shm_page *pe = &w->pages[r >> HPS_PAGE_SHIFT];
-    return (float *)hps__ptr(w->db, pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->dim *
-                                                  sizeof(float));
+        return VALP(w, slot);
+    uint32_t r = atomic_load_explicit(ROWID(w, slot), memory_order_relaxed);
+    uint32_t pg = r >> HPS_PAGE_SHIFT, idx = r & (HPS_PAGE_MAX_ROWS - 1);
+    if (!w->pages || pg >= HPS_MAX_ROW_PAGES)
+        return NULL;
+    struct shm_page pe = w->pages[pg];
+    uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
+    if (idx >= pe.rows || !hps__in_bounds(w->db, pe.off, (uint64_t)pe.rows * row_bytes))
+        return NULL;
+    return (float *)hps__ptr(w->db, pe.off + idx * row_bytes);
 }
 
 static float *row_by_id(const struct wview *w, uint32_t r)
@@ -196,7 +195,7 @@ hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_
     p->blk_bytes = bytes;
     p->free_row = HPS_NO_ROW;
     atomic_store_explicit(&p->geom, HPS_GEOM(blk, nb), memory_order_release);
-    if (t->inline_values)
+    if (t->layout != HPS_LAYOUT_ROWS)
         return 0;
     rc = hps__alloc(db, HPS_MAX_ROW_PAGES * sizeof(struct shm_page), &p->pagetab);
     if (rc < 0)
@@ -212,7 +211,7 @@ int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
 {
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
-        struct shm_bucket *b = &w->b[bi];
+        struct shm_bucket *b = BKT(w, bi);
         unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
         for (unsigned m = occ; m; m &= m - 1) {
             int s = __builtin_ctz(m);
@@ -232,7 +231,7 @@ int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
 void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
 {
     for (uint32_t bi = home_of(key, w->nb); bi != to; bi = next_bucket(bi, w->nb)) {
-        _Atomic uint8_t *o = &w->b[bi].ovf;
+        _Atomic uint8_t *o = &BKT(w, bi)->ovf;
         uint8_t c = atomic_load_explicit(o, memory_order_relaxed);
         if (c == 255)
             continue;
@@ -249,7 +248,7 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32
 {
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
-        struct shm_bucket *b = &w->b[bi];
+        struct shm_bucket *b = BKT(w, bi);
         unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
         if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
             continue;
@@ -266,9 +265,9 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32
         hps__bucket_begin(b);
         if (w->rowid) {
             memcpy(row_by_id(w, row), value, (size_t)w->dim * sizeof(float));
-            atomic_store_explicit(&w->rowid[slot], row, memory_order_relaxed);
+            atomic_store_explicit(ROWID(w, slot), row, memory_order_relaxed);
         } else {
-            memcpy(w->vals + slot * w->dim, value, (size_t)w->dim * sizeof(float));
+            memcpy(VALP(w, slot), value, (size_t)w->dim * sizeof(float));
         }
         if (w->stamp)
             atomic_store_explicit(&w->stamp[slot], stamp, memory_order_relaxed);
@@ -284,14 +283,14 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32
 /* Remove the key in slot s of bucket bi. */
 void hps__wremove(struct wview *w, uint32_t bi, int s)
 {
-    struct shm_bucket *b = &w->b[bi];
+    struct shm_bucket *b = BKT(w, bi);
     uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
     uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
     unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
     hps__bucket_begin(b);
     atomic_store_explicit(&b->occ, (uint8_t)(occ & ~(1u << s)), memory_order_relaxed);
     if (w->rowid)
-        free_row(w, atomic_load_explicit(&w->rowid[slot], memory_order_relaxed));
+        free_row(w, atomic_load_explicit(ROWID(w, slot), memory_order_relaxed));
     hps__bucket_end(b);
     hps__ovf_walk(w, key, bi, -1);
     atomic_fetch_sub_explicit(&w->p->rows, 1, memory_order_relaxed);
@@ -315,7 +314,7 @@ hps_err_t hps__wgrow(struct wview *w, uint32_t nb)
     hps__wview(db, t, p, blk, nb, &n);
     uint64_t rows = atomic_load_explicit(&p->rows, memory_order_relaxed);
     for (uint32_t bi = 0; bi < w->nb; bi++) {
-        struct shm_bucket *b = &w->b[bi];
+        struct shm_bucket *b = BKT(w, bi);
         for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
@@ -343,7 +342,7 @@ void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64
 {
     uint32_t bi = home_of(key, n->nb);
     for (;; bi = next_bucket(bi, n->nb)) {
-        struct shm_bucket *b = &n->b[bi];
+        struct shm_bucket *b = BKT(n, bi);
         unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
         if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
             continue;
@@ -351,12 +350,11 @@ void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64
         uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
         hps__ovf_walk(n, key, bi, +1);
         if (n->rowid)
-            atomic_store_explicit(&n->rowid[slot],
-                                  atomic_load_explicit(&from->rowid[fslot], memory_order_relaxed),
+            atomic_store_explicit(ROWID(n, slot),
+                                  atomic_load_explicit(ROWID(from, fslot), memory_order_relaxed),
                                   memory_order_relaxed);
         else
-            memcpy(n->vals + slot * n->dim, from->vals + fslot * from->dim,
-                   (size_t)n->dim * sizeof(float));
+            memcpy(VALP(n, slot), VALP(from, fslot), (size_t)n->dim * sizeof(float));
         if (n->stamp)
             atomic_store_explicit(&n->stamp[slot],
                                   atomic_load_explicit(&from->stamp[fslot], memory_order_relaxed),

@@ -11,10 +11,12 @@ struct wview {
     hps_shmdb_t *db;
     const struct shm_table *t;
     struct shm_part *p;
-    struct shm_bucket *b;
+    struct shm_bucket *b; /* bucket 0; bucket i at b + i * gstride bytes */
     uint32_t nb;
     uint32_t dim;
-    float *vals;             /* inline values (nb * 7, dim), or NULL */
+    uint64_t gstride;        /* bytes between buckets */
+    uint64_t vstride;        /* bytes between two buckets' values or row ids */
+    float *vals;             /* inline values of bucket 0, or NULL */
     _Atomic uint32_t *rowid; /* indirect row ids, or NULL */
     _Atomic uint32_t *stamp; /* access stamps, or NULL */
     struct shm_page *pages;  /* row pages (indirect), or NULL */
@@ -27,7 +29,7 @@ void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, 
                 uint32_t nb, struct wview *w);
 bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
                         struct wview *w);
-float *hps__wrow(const struct wview *w, uint64_t slot);
+float *hps__row(const struct wview *w, uint64_t slot);
 int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket);
 void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta);
 hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32_t stamp);
