@@ -182,7 +182,9 @@ static void make_room(struct wview *w)
     const struct shm_table *t = w->t;
     uint64_t rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
     if (rows >= t->margin) {
-        hps__wevict(w, evict_target(t->margin, t->target));
+        /* Down to margin * target, and at least one row (target 1.0). */
+        uint64_t to = evict_target(t->margin, t->target);
+        hps__wevict(w, to < t->margin ? to : t->margin - 1);
         rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
     }
     if ((double)(rows + 1) <= (double)w->nb * HPS_BUCKET_SLOTS * HPS_MAX_LOAD)
