@@ -1,0 +1,499 @@
+/*
+ * modelfile.c -- HugeCTR sparse model files: validation and chunked reading.
+ *
+ * See include/hps/modelfile.h for the format and the contract.  Everything
+ * here is plain POSIX I/O: open + fstat at open time, pread for the chunks,
+ * so one handle serves any number of reader threads.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hps/modelfile.h"
+
+/** Longest model or table name (HugeCTR: [a-zA-Z0-9_-]{1,120}). */
+#define NAME_MAX_LEN 120
+/** Keys read per piece when checking or narrowing 32-bit keys. */
+#define U32_PIECE_KEYS 4096u
+/** Bytes of keys read per piece by hps_modelfile_validate_model(). */
+#define SCAN_PIECE_BYTES (1u << 20)
+
+struct hps_modelfile {
+    char *mf_dir;      /* the table directory, as given */
+    char *mf_key_path; /* <dir>/key */
+    char *mf_vec_path; /* <dir>/emb_vector */
+    int mf_key_fd;
+    int mf_vec_fd;
+    uint64_t mf_rows; /* N */
+    uint32_t mf_dim;
+};
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
+                                                          const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || err_len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+static char *path_join(const char *dir, const char *file)
+{
+    char *p = NULL;
+
+    if (asprintf(&p, "%s/%s", dir, file) < 0)
+        return NULL;
+    return p;
+}
+
+bool hps_modelfile_name_ok(const char *name)
+{
+    size_t i;
+
+    if (name == NULL || name[0] == '\0')
+        return false;
+    for (i = 0; name[i] != '\0'; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-';
+        if (!ok || i >= NAME_MAX_LEN)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Open one file of the table and return its size.  Missing file (or
+ * directory) is HPS_ENOTFOUND; anything but a regular file is HPS_EINVAL.
+ */
+static hps_err_t open_sized(const char *path, int *ret_fd, uint64_t *ret_size, char *err,
+                            size_t err_len)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0) {
+        int e = errno;
+        set_err(err, err_len, "%s: cannot open: %s", path, strerror(e));
+        return (e == ENOENT || e == ENOTDIR) ? HPS_ENOTFOUND : -e;
+    }
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        set_err(err, err_len, "%s: fstat: %s", path, strerror(e));
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, err_len, "%s: not a regular file", path);
+        close(fd);
+        return HPS_EINVAL;
+    }
+    *ret_fd = fd;
+    *ret_size = (uint64_t)st.st_size;
+    return 0;
+}
+
+static hps_err_t check_key_size(const hps_modelfile_t *mf, uint64_t key_bytes, char *err,
+                                size_t err_len)
+{
+    if (key_bytes == 0) {
+        set_err(err, err_len, "%s: empty key file (0 bytes); a table needs at least one key",
+                mf->mf_key_path);
+        return HPS_ETRUNCATED;
+    }
+    if (key_bytes % 8 != 0) {
+        set_err(err, err_len,
+                "%s: %" PRIu64 " bytes is not a multiple of 8 (keys are int64): "
+                "the file ends inside a key",
+                mf->mf_key_path, key_bytes);
+        return HPS_ETRUNCATED;
+    }
+    return 0;
+}
+
+/* Append ", a whole number of rows for dim D" when the size fits another dim. */
+static void hint_dim(char *buf, size_t len, uint64_t rows, uint64_t vec_bytes)
+{
+    uint64_t row_bytes = rows * 4;
+
+    buf[0] = '\0';
+    if (vec_bytes != 0 && vec_bytes % row_bytes == 0)
+        snprintf(buf, len, " (the file would fit dim %" PRIu64 ")", vec_bytes / row_bytes);
+}
+
+static hps_err_t check_vec_size(const hps_modelfile_t *mf, uint64_t key_bytes, uint64_t vec_bytes,
+                                char *err, size_t err_len)
+{
+    uint64_t rows = key_bytes / 8, expected;
+    char hint[64];
+
+    if (vec_bytes % 4 != 0) {
+        set_err(err, err_len,
+                "%s: %" PRIu64 " bytes is not a multiple of 4 (vectors are float32): "
+                "the file ends inside a float",
+                mf->mf_vec_path, vec_bytes);
+        return HPS_ETRUNCATED;
+    }
+    if (__builtin_mul_overflow(rows, (uint64_t)mf->mf_dim * 4, &expected))
+        expected = UINT64_MAX;
+    if (vec_bytes == expected)
+        return 0;
+    hint_dim(hint, sizeof(hint), rows, vec_bytes);
+    set_err(err, err_len,
+            "%s holds %" PRIu64 " bytes, but %s (%" PRIu64 " bytes) holds N = %" PRIu64
+            " keys and dim is %" PRIu32 ": expected N x dim x 4 = %" PRIu64
+            " bytes of vectors, got %" PRIu64 "%s",
+            mf->mf_vec_path, vec_bytes, mf->mf_key_path, key_bytes, rows, mf->mf_dim, expected,
+            vec_bytes, hint);
+    return vec_bytes < expected ? HPS_ETRUNCATED : HPS_EINVAL;
+}
+
+static hps_err_t mf_alloc(const char *dir, uint32_t dim, hps_modelfile_t **ret_mf)
+{
+    hps_modelfile_t *mf = calloc(1, sizeof(*mf));
+
+    if (mf == NULL)
+        return -ENOMEM;
+    mf->mf_key_fd = -1;
+    mf->mf_vec_fd = -1;
+    mf->mf_dim = dim;
+    mf->mf_dir = strdup(dir);
+    mf->mf_key_path = path_join(dir, "key");
+    mf->mf_vec_path = path_join(dir, "emb_vector");
+    *ret_mf = mf;
+    if (mf->mf_dir == NULL || mf->mf_key_path == NULL || mf->mf_vec_path == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
+static hps_err_t mf_open_files(hps_modelfile_t *mf, char *err, size_t err_len)
+{
+    uint64_t key_bytes = 0, vec_bytes = 0;
+    hps_err_t rc;
+
+    rc = open_sized(mf->mf_key_path, &mf->mf_key_fd, &key_bytes, err, err_len);
+    if (rc == 0)
+        rc = open_sized(mf->mf_vec_path, &mf->mf_vec_fd, &vec_bytes, err, err_len);
+    if (rc == 0)
+        rc = check_key_size(mf, key_bytes, err, err_len);
+    if (rc == 0)
+        rc = check_vec_size(mf, key_bytes, vec_bytes, err, err_len);
+    if (rc == 0)
+        mf->mf_rows = key_bytes / 8;
+    return rc;
+}
+
+hps_err_t hps_modelfile_open(const char *dir, uint32_t dim, hps_modelfile_t **ret_mf, char *err,
+                             size_t err_len)
+{
+    hps_modelfile_t *mf = NULL;
+    hps_err_t rc;
+
+    if (dir == NULL || ret_mf == NULL) {
+        set_err(err, err_len, "hps_modelfile_open: NULL argument");
+        return HPS_EINVAL;
+    }
+    if (dim == 0 || dim > HPS_MODELFILE_MAX_DIM) {
+        set_err(err, err_len, "%s: dim %" PRIu32 " outside [1, %u]", dir, dim,
+                HPS_MODELFILE_MAX_DIM);
+        return HPS_EINVAL;
+    }
+    rc = mf_alloc(dir, dim, &mf);
+    if (rc == 0)
+        rc = mf_open_files(mf, err, err_len);
+    else
+        set_err(err, err_len, "%s: out of memory", dir);
+    if (rc != 0) {
+        hps_modelfile_close(mf);
+        return rc;
+    }
+    *ret_mf = mf;
+    return 0;
+}
+
+void hps_modelfile_close(hps_modelfile_t *mf)
+{
+    if (mf == NULL)
+        return;
+    if (mf->mf_key_fd >= 0)
+        close(mf->mf_key_fd);
+    if (mf->mf_vec_fd >= 0)
+        close(mf->mf_vec_fd);
+    free(mf->mf_dir);
+    free(mf->mf_key_path);
+    free(mf->mf_vec_path);
+    free(mf);
+}
+
+uint64_t hps_modelfile_rows(const hps_modelfile_t *mf)
+{
+    return mf->mf_rows;
+}
+
+uint32_t hps_modelfile_dim(const hps_modelfile_t *mf)
+{
+    return mf->mf_dim;
+}
+
+const char *hps_modelfile_dir(const hps_modelfile_t *mf)
+{
+    return mf->mf_dir;
+}
+
+uint64_t hps_modelfile_chunk_rows(const hps_modelfile_t *mf, uint64_t max_bytes)
+{
+    uint64_t rows = mf->mf_rows, row_bytes = 8 + (uint64_t)mf->mf_dim * 4, chunk;
+
+    if (max_bytes == 0)
+        chunk = (rows + HPS_MODELFILE_DEFAULT_CHUNKS - 1) / HPS_MODELFILE_DEFAULT_CHUNKS;
+    else
+        chunk = max_bytes / row_bytes;
+    if (chunk < 1)
+        chunk = 1;
+    return chunk < rows ? chunk : rows;
+}
+
+/* pread exactly len bytes at off; a short file is HPS_ETRUNCATED. */
+static hps_err_t pread_full(int fd, const char *path, void *buf, size_t len, uint64_t off,
+                            char *err, size_t err_len)
+{
+    char *p = buf;
+
+    while (len > 0) {
+        ssize_t got = pread(fd, p, len, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            set_err(err, err_len, "%s: read at offset %" PRIu64 ": %s", path, off, strerror(e));
+            return -e;
+        }
+        if (got == 0) {
+            set_err(err, err_len,
+                    "%s: file ends at offset %" PRIu64 ", shorter than when it was opened", path,
+                    off);
+            return HPS_ETRUNCATED;
+        }
+        p += got;
+        len -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+static hps_err_t check_range(const hps_modelfile_t *mf, uint64_t first_row, size_t n, char *err,
+                             size_t err_len)
+{
+    if (n == 0)
+        return 0;
+    if (first_row >= mf->mf_rows || n > mf->mf_rows - first_row) {
+        set_err(err, err_len,
+                "%s: rows [%" PRIu64 ", %" PRIu64 " + %zu) outside the table of %" PRIu64 " rows",
+                mf->mf_dir, first_row, first_row, n, mf->mf_rows);
+        return HPS_EINVAL;
+    }
+    return 0;
+}
+
+static hps_err_t read_vectors(hps_modelfile_t *mf, uint64_t first_row, size_t n, float *vectors,
+                              char *err, size_t err_len)
+{
+    uint64_t row_bytes = (uint64_t)mf->mf_dim * 4;
+
+    return pread_full(mf->mf_vec_fd, mf->mf_vec_path, vectors, n * row_bytes, first_row * row_bytes,
+                      err, err_len);
+}
+
+hps_err_t hps_modelfile_read(hps_modelfile_t *mf, uint64_t first_row, size_t n, int64_t *keys,
+                             float *vectors, char *err, size_t err_len)
+{
+    hps_err_t rc;
+
+    if (mf == NULL) {
+        set_err(err, err_len, "hps_modelfile_read: NULL table");
+        return HPS_EINVAL;
+    }
+    rc = check_range(mf, first_row, n, err, err_len);
+    if (rc != 0 || n == 0)
+        return rc;
+    if (keys != NULL) {
+        rc = pread_full(mf->mf_key_fd, mf->mf_key_path, keys, n * 8, first_row * 8, err, err_len);
+        if (rc != 0)
+            return rc;
+    }
+    if (vectors != NULL)
+        rc = read_vectors(mf, first_row, n, vectors, err, err_len);
+    return rc;
+}
+
+hps_err_t hps_modelfile_keys_to_u32(const int64_t *in, size_t n, uint32_t *out, size_t *ret_bad)
+{
+    size_t i;
+
+    /* Forward order: out[i] (bytes 4i..4i+3) never overlaps a later in[j]
+     * (bytes 8j..8j+7, j > i), so in == out is safe. */
+    for (i = 0; i < n; i++) {
+        int64_t k = in[i];
+        if (k < 0 || k > (int64_t)UINT32_MAX) {
+            if (ret_bad != NULL)
+                *ret_bad = i;
+            return HPS_EINVAL;
+        }
+        out[i] = (uint32_t)k;
+    }
+    return 0;
+}
+
+/* Read keys [first_row, first_row + n) narrowed to uint32, in pieces. */
+static hps_err_t read_keys_u32(hps_modelfile_t *mf, uint64_t first_row, size_t n, uint32_t *keys,
+                               char *err, size_t err_len)
+{
+    int64_t piece[U32_PIECE_KEYS];
+    size_t done = 0, bad = 0;
+
+    while (done < n) {
+        size_t m = n - done < U32_PIECE_KEYS ? n - done : U32_PIECE_KEYS;
+        hps_err_t rc = hps_modelfile_read(mf, first_row + done, m, piece, NULL, err, err_len);
+        if (rc != 0)
+            return rc;
+        if (hps_modelfile_keys_to_u32(piece, m, keys + done, &bad) != 0) {
+            set_err(err, err_len,
+                    "%s: row %" PRIu64 ": key %" PRId64
+                    " does not fit a 32-bit-key table (must be in [0, 2^32))",
+                    mf->mf_key_path, first_row + done + bad, piece[bad]);
+            return HPS_EINVAL;
+        }
+        done += m;
+    }
+    return 0;
+}
+
+hps_err_t hps_modelfile_read_u32(hps_modelfile_t *mf, uint64_t first_row, size_t n, uint32_t *keys,
+                                 float *vectors, char *err, size_t err_len)
+{
+    hps_err_t rc;
+
+    if (mf == NULL) {
+        set_err(err, err_len, "hps_modelfile_read_u32: NULL table");
+        return HPS_EINVAL;
+    }
+    rc = check_range(mf, first_row, n, err, err_len);
+    if (rc != 0 || n == 0)
+        return rc;
+    if (keys != NULL) {
+        rc = read_keys_u32(mf, first_row, n, keys, err, err_len);
+        if (rc != 0)
+            return rc;
+    }
+    if (vectors != NULL)
+        rc = read_vectors(mf, first_row, n, vectors, err, err_len);
+    return rc;
+}
+
+/* Check every key of a 32-bit-key table, SCAN_PIECE_BYTES at a time. */
+static hps_err_t scan_u32(hps_modelfile_t *mf, char *err, size_t err_len)
+{
+    size_t piece_keys = SCAN_PIECE_BYTES / 8;
+    uint32_t *buf = malloc(piece_keys * sizeof(*buf));
+    uint64_t row;
+    hps_err_t rc = 0;
+
+    if (buf == NULL) {
+        set_err(err, err_len, "%s: out of memory", mf->mf_dir);
+        return -ENOMEM;
+    }
+    for (row = 0; row < mf->mf_rows && rc == 0; row += piece_keys) {
+        uint64_t left = mf->mf_rows - row;
+        size_t m = left < piece_keys ? (size_t)left : piece_keys;
+        rc = hps_modelfile_read_u32(mf, row, m, buf, NULL, err, err_len);
+    }
+    free(buf);
+    return rc;
+}
+
+static hps_err_t check_spec(const hps_modelfile_spec_t *specs, size_t i, char *err, size_t err_len)
+{
+    const hps_modelfile_spec_t *s = &specs[i];
+    size_t j;
+
+    if (!hps_modelfile_name_ok(s->table)) {
+        set_err(err, err_len, "table %zu: name '%s' is not 1..120 characters of [A-Za-z0-9_-]", i,
+                s->table != NULL ? s->table : "(null)");
+        return HPS_EINVAL;
+    }
+    if (s->key_bytes != 4 && s->key_bytes != 8) {
+        set_err(err, err_len, "table '%s': key_bytes %" PRIu32 " is neither 4 nor 8", s->table,
+                s->key_bytes);
+        return HPS_EINVAL;
+    }
+    for (j = 0; j < i; j++) {
+        if (strcmp(specs[j].table, s->table) == 0) {
+            set_err(err, err_len, "table '%s': name given twice (tables %zu and %zu)", s->table, j,
+                    i);
+            return HPS_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Prefix err (already holding a message) with "table '<name>': ". */
+static void prefix_err(char *err, size_t err_len, const char *table)
+{
+    char *tmp;
+
+    if (err == NULL || err_len == 0)
+        return;
+    tmp = strdup(err);
+    if (tmp == NULL)
+        return;
+    set_err(err, err_len, "table '%s': %s", table, tmp);
+    free(tmp);
+}
+
+static hps_err_t validate_table(const hps_modelfile_spec_t *s, uint64_t *rows, char *err,
+                                size_t err_len)
+{
+    hps_modelfile_t *mf = NULL;
+    hps_err_t rc = hps_modelfile_open(s->dir, s->dim, &mf, err, err_len);
+
+    if (rc == 0 && s->key_bytes == 4)
+        rc = scan_u32(mf, err, err_len);
+    if (rc == 0)
+        *rows += hps_modelfile_rows(mf);
+    else
+        prefix_err(err, err_len, s->table);
+    hps_modelfile_close(mf);
+    return rc;
+}
+
+hps_err_t hps_modelfile_validate_model(const hps_modelfile_spec_t *specs, size_t n,
+                                       uint64_t *ret_rows, char *err, size_t err_len)
+{
+    uint64_t rows = 0;
+    size_t i;
+    hps_err_t rc;
+
+    if (specs == NULL || n == 0) {
+        set_err(err, err_len, "a model needs at least one table");
+        return HPS_EINVAL;
+    }
+    for (i = 0; i < n; i++) {
+        rc = check_spec(specs, i, err, err_len);
+        if (rc == 0)
+            rc = validate_table(&specs[i], &rows, err, err_len);
+        if (rc != 0)
+            return rc;
+    }
+    if (ret_rows != NULL)
+        *ret_rows = rows;
+    return 0;
+}

@@ -1,0 +1,85 @@
+/*
+ * pdb-internal.h -- private structures of the RocksDB persistent database,
+ * shared by pdb.c (handle, tables, point operations) and pdb-bulk.c (sorted
+ * SST ingestion, model loading).  Not installed.
+ */
+#ifndef HPS_COORDINATOR_PDB_INTERNAL_H
+#define HPS_COORDINATOR_PDB_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <rocksdb/c.h>
+
+#include "hps/pdb.h"
+
+/*
+ * Counters.  Relaxed atomics: each is an independent tally read for
+ * metrics; nothing is ordered by them, so no fence is needed.
+ */
+struct hps__pdb_counters {
+    _Atomic uint64_t lookup_keys;
+    _Atomic uint64_t lookup_hits;
+    _Atomic uint64_t multiget_calls;
+    _Atomic uint64_t insert_rows;
+    _Atomic uint64_t write_batches;
+    _Atomic uint64_t erase_keys;
+    _Atomic uint64_t bulk_rows;
+    _Atomic uint64_t sst_files;
+    _Atomic uint64_t errors;
+};
+
+/* One column family.  Immutable after creation except t_next (db_lock). */
+struct hps_pdb_table {
+    hps_pdb_t *t_db;
+    rocksdb_column_family_handle_t *t_cf;
+    char *t_name; /* the column family name (tag) */
+    struct hps_pdb_table *t_next;
+};
+
+struct hps_pdb {
+    rocksdb_t *db_rdb;
+    rocksdb_options_t *db_opts; /* DB and column family options (shared) */
+    rocksdb_readoptions_t *db_ropts;
+    rocksdb_writeoptions_t *db_wopts;
+    rocksdb_column_family_handle_t *db_default_cf;
+    char *db_path;
+    hps_pdb_opts_t db_cfg;
+    pthread_mutex_t db_lock;    /* guards db_tables */
+    hps_pdb_table_t *db_tables; /* every non-default column family */
+    struct hps__pdb_counters db_cnt;
+};
+
+/** Prefix of the private bulk-load directories under the DB path. */
+#define HPS__PDB_INGEST_PREFIX ".hps-ingest-"
+
+/** Add v to a counter (relaxed: see struct hps__pdb_counters). */
+#define HPS__PDB_COUNT(db, field, v)                                                               \
+    atomic_fetch_add_explicit(&(db)->db_cnt.field, (uint64_t)(v), memory_order_relaxed)
+
+/* printf into err (NULL-safe, truncating). */
+__attribute__((format(printf, 3, 4))) void hps__pdb_err(char *err, size_t err_len, const char *fmt,
+                                                        ...);
+
+/*
+ * Turn a RocksDB error string (malloc'd by RocksDB, may be NULL) into a code,
+ * write "<what>: <rocksdb text>" into err and free the string.  Returns 0 when
+ * rerr is NULL.
+ */
+hps_err_t hps__pdb_rerr(char *rerr, const char *what, char *err, size_t err_len);
+
+/* Count an error of db and return rc unchanged. */
+hps_err_t hps__pdb_fail(hps_pdb_t *db, hps_err_t rc);
+
+/* Common argument checks of the row operations (key_bytes, dim, pointers). */
+hps_err_t hps__pdb_check_rows(const hps_pdb_table_t *t, size_t n, const void *keys,
+                              uint32_t key_bytes, const void *values, uint32_t dim,
+                              const char *what, char *err, size_t err_len);
+
+/* -EROFS with a message when db is read-only, else 0. */
+hps_err_t hps__pdb_check_writable(const hps_pdb_t *db, const char *what, char *err, size_t err_len);
+
+/* Remove leftover bulk-load directories under the DB path (best effort). */
+void hps__pdb_clean_ingest_dirs(const char *path);
+
+#endif /* HPS_COORDINATOR_PDB_INTERNAL_H */
