@@ -1516,6 +1516,7 @@ static void parse_args(int argc, char **argv, options_t *o)
                      .nthreads = 2,
                      .seconds = 2.0,
                      .warmup = 0.2,
+                     .reps = 3,
                      .batch = 1024,
                      .nbatches = 2000,
                      .partitions = 16};
