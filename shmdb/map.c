@@ -221,6 +221,15 @@ static inline void copy_row(float *dst, const float *src, uint32_t dim)
     }
 }
 
+/* A missing key's row gets the table's default value in every element
+ * (HugeCTR's default_value_for_each_table); whatever a failed read had
+ * copied there is overwritten. */
+static void fill_default(float *out, uint32_t dim, float v)
+{
+    for (uint32_t i = 0; i < dim; i++)
+        out[i] = v;
+}
+
 /* One key in flight in the lookup pipeline. */
 struct flight {
     uint64_t key;
@@ -339,6 +348,8 @@ static size_t lookup_pipeline(hps_shmdb_t *db, const struct shm_table *t, struct
         if (i >= 2 * D) {
             size_t k = i - 2 * D;
             int r = stage_c(db, t, views, gens, &ring[k % RING], values + k * dim, clock);
+            if (r == 0)
+                fill_default(values + k * dim, dim, t->default_value);
             if (found)
                 found[k] = (uint8_t)r;
             hits += (size_t)r;
@@ -361,6 +372,8 @@ static size_t lookup_range(hps_shmdb_t *db, const struct shm_table *t, const voi
     size_t hits = 0; /* geometry was changing: key by key */
     for (size_t j = 0; j < n; j++) {
         int r = read_key(db, t, key_at(keys, t->key_bytes, j), values + j * t->dim, clock);
+        if (r == 0)
+            fill_default(values + j * t->dim, t->dim, t->default_value);
         if (found)
             found[j] = (uint8_t)r;
         hits += (size_t)r;

@@ -315,7 +315,9 @@ hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_i
  * @param[in]  keys    (n) keys in host memory: int64 for key_bytes 8,
  *                     uint32 for key_bytes 4.  Duplicates allowed.
  * @param[out] values  (n, dim) float32, host memory, row-major, input order.
- *                     Rows of missing keys are left untouched.
+ *                     Rows of missing keys are filled with the table's
+ *                     default value (every element), so the output is
+ *                     always fully written and never holds a torn row.
  * @param[out] found   (n) uint8, 1 = found, 0 = missing; may be NULL.
  * @param[out] ret_hits Number of keys found; may be NULL.
  * @return 0; HPS_ENOTFOUND for a bad table id.  Never blocks on a writer; a

@@ -87,15 +87,13 @@ static inline void row_poison(float *v, size_t n)
     memset(v, 0xA5, n * sizeof(float));
 }
 
-/* Index of the first element of v (dim) that is not the sentinel, or -1. */
-static inline long row_untouched(const float *v, uint32_t dim)
+/* Index of the first element of v (dim) that is not def (bitwise), or -1:
+ * lookups fill the rows of missing keys with the table's default value. */
+static inline long row_is_default(const float *v, uint32_t dim, float def)
 {
-    for (uint32_t d = 0; d < dim; d++) {
-        uint32_t bits;
-        memcpy(&bits, &v[d], 4);
-        if (bits != ROW_SENTINEL)
+    for (uint32_t d = 0; d < dim; d++)
+        if (memcmp(&v[d], &def, sizeof(float)) != 0)
             return d;
-    }
     return -1;
 }
 

@@ -13,7 +13,7 @@
  * erases hit; lookups and erases also use keys never inserted.  The model is
  * a dense array indexed by the key's position in the universe.  Checked:
  *  - lookup: found mask, hit count, every found vector bit-exact (memcmp),
- *    rows of missing keys left untouched; duplicate keys within a batch;
+ *    rows of missing keys filled with the default value; duplicate keys within a batch;
  *  - upsert: inserted count = distinct new keys; duplicates: the last wins;
  *  - erase: erased count = distinct present keys;
  *  - hps_shmdb_size after every operation; clear (rarely);
@@ -265,7 +265,7 @@ static void op_lookup(struct fixture *f, uint32_t id)
     struct model *m = f->m;
     size_t n = batch_size(m);
     make_keys(m, n, 1);
-    /* Sentinel: rows of missing keys must come back untouched. */
+    /* Sentinel: rows of missing keys must come back as the default value. */
     memset(m->bvals, 0xA5, n * m->dim * sizeof(float));
     memset(m->bfound, 0x77, n);
     size_t hits = ~(size_t)0;
@@ -293,11 +293,11 @@ static void op_lookup(struct fixture *f, uint32_t id)
             }
         } else {
             for (uint32_t d = 0; d < m->dim; d++) {
-                uint32_t bits;
-                memcpy(&bits, &got[d], 4);
-                if (bits != 0xA5A5A5A5u)
-                    T_FAIL("lookup of missing key (position %zu) wrote element %u = 0x%08x", i, d,
-                           bits);
+                float def = T_DEFAULT_VALUE;
+                if (memcmp(&got[d], &def, 4) != 0)
+                    T_FAIL("lookup of missing key (position %zu): element %u = %a, not the "
+                           "default %a",
+                           i, d, (double)got[d], (double)def);
             }
         }
     }

@@ -349,6 +349,10 @@ static inline const char *t_status_str(int status, char *buf, size_t len)
 /* shmdb helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* Default value of tables made by t_spec: lookups fill the rows of missing
+ * keys with it (shmdb.h), and an odd value tells them from zeroed memory. */
+#define T_DEFAULT_VALUE (-7.25f)
+
 static inline hps_table_spec_t t_spec(const char *model, const char *table, uint32_t dim,
                                       uint32_t key_bytes, uint32_t parts, uint64_t margin,
                                       hps_overflow_policy_t policy, double target)
@@ -359,7 +363,7 @@ static inline hps_table_spec_t t_spec(const char *model, const char *table, uint
     s.table = table;
     s.dim = dim;
     s.key_bytes = key_bytes;
-    s.default_value = 0.0f;
+    s.default_value = T_DEFAULT_VALUE;
     s.num_partitions = parts;
     s.overflow_margin = margin;
     s.overflow_policy = policy;
