@@ -395,6 +395,81 @@ typedef void (*hps_shmdb_report_fn)(void *ctx, const char *msg);
 hps_err_t hps_shmdb_check(hps_shmdb_t *db, hps_shmdb_report_fn report, void *ctx,
                           uint64_t *ret_problems);
 
+/* ------------------------------------------------------------------------ */
+/* Miss queue: worker -> coordinator lookups of keys missing in the VDB      */
+/* ------------------------------------------------------------------------ */
+
+/** Miss-queue counters (a snapshot). */
+typedef struct hps_missq_info {
+    uint32_t slots;      /**< request slots */
+    uint32_t in_use;     /**< slots not free right now */
+    uint64_t slab_bytes; /**< bytes per slot for keys, found mask and vectors */
+    uint64_t served;     /**< requests answered by the coordinator */
+    uint64_t busy;       /**< requests refused because every slot was taken */
+    uint64_t timeouts;   /**< requests whose worker stopped waiting */
+} hps_missq_info_t;
+
+/**
+ * @brief Create the segment's miss queue (idempotent; the coordinator calls
+ *        it at start).  Process-safe.
+ * @param[in] slots       Request slots, 1..4096: at most this many worker
+ *                        requests are outstanding; more are refused at once.
+ * @param[in] slab_bytes  Bytes per slot (>= 4096): keys (n x key_bytes), a
+ *                        found mask (n bytes) and vectors (n, dim) float32.
+ *                        Larger requests are split into several.
+ * @return 0; HPS_EINVAL; HPS_ENOSPC if the segment cannot hold it.
+ */
+hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_bytes);
+
+/**
+ * @brief Ask the coordinator for keys the VDB did not have, and wait.
+ * @param[in]  id       Table id.
+ * @param[in]  n        Number of keys.
+ * @param[in]  keys     (n) host keys of the table's width (int64 or uint32).
+ * @param[out] values   (n, dim) float32 host; rows of found keys are written,
+ *                      rows of missing keys are left untouched.
+ * @param[out] found    (n) uint8 1/0, or NULL.
+ * @param[in]  timeout_ms  Deadline for the whole call: the caller never waits
+ *                      longer; a late answer is discarded by the slot protocol
+ *                      and never touches the caller's memory.
+ * @param[out] ret_hits Keys found, or NULL.
+ * @return 0; HPS_EBUSY when every slot is taken (answered at once);
+ *         HPS_ETIMEDOUT at the deadline; HPS_ENOTFOUND if the table or the
+ *         queue does not exist; or the coordinator's error for the request.
+ * Thread- and process-safe.  Each request holds one slot.
+ */
+hps_err_t hps_shmdb_miss_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                                float *values, uint8_t *found, uint32_t timeout_ms,
+                                size_t *ret_hits);
+
+/**
+ * Coordinator-side lookup for one request: fill values (n, dim) and found
+ * (n, zeroed) for the keys (n, the table's key width) of table `table`.
+ * Pointers are into the segment and valid only during the call.
+ */
+typedef hps_err_t (*hps_shmdb_miss_fn)(void *ctx, uint32_t table, size_t n, const void *keys,
+                                       float *values, uint8_t *found);
+
+/**
+ * @brief Serve pending miss requests: wait up to wait_ms (futex, no polling)
+ *        for at least one, answer every pending one through fn, return.
+ * @param[out] ret_served  Requests answered, or NULL.
+ * @return 0; HPS_ENOTFOUND if there is no queue.  Several threads may serve
+ *         at once (each request is taken by exactly one).
+ */
+hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss_fn fn, void *ctx,
+                               size_t *ret_served);
+
+/**
+ * @brief Reclaim the slots of dead workers; with coordinator_restart, also
+ *        the slots a dead coordinator was serving (call once at start).
+ * @return 0.
+ */
+hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t *ret_reaped);
+
+/** @brief Miss-queue counters.  @return 0; HPS_ENOTFOUND if there is no queue. */
+hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret);
+
 /** @brief Name of an overflow policy ("evict_random", ...). */
 const char *hps_overflow_policy_name(hps_overflow_policy_t p);
 
