@@ -1493,8 +1493,8 @@ static void usage(void)
            "  --quick       smoke test: 100000 rows, 0.3 s per measurement\n"
            "  --dims        vector sizes to measure (default 1,16,128)\n"
            "  --threads     thread counts to measure (default 1,2; at most %d)\n"
-           "  --seconds     seconds per timed run (default 2)\n"
-           "  --reps        timed runs per measurement, best reported (default 3)\n"
+           "  --seconds     seconds per timed run (default 0.5)\n"
+           "  --reps        timed runs per measurement, best reported (default 5)\n"
            "  --rows        rows loaded (default 1000000)\n"
            "  --partitions  partitions of the shmdb table and of Redis (default 16)\n",
            MAX_THREADS);
@@ -1514,9 +1514,9 @@ static void parse_args(int argc, char **argv, options_t *o)
                      .ndims = 3,
                      .threads = {1, 2},
                      .nthreads = 2,
-                     .seconds = 2.0,
+                     .seconds = 0.5,
                      .warmup = 0.2,
-                     .reps = 3,
+                     .reps = 5,
                      .batch = 1024,
                      .nbatches = 2000,
                      .partitions = 16};
