@@ -1,0 +1,470 @@
+/*
+ * conf.c -- loading: raw values (scan.c) to hps_conf_t, with defaults, type
+ * and range checks (value.c) and the cross-key rules; hps_conf_get() and
+ * hps_conf_free().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conf/internal.h"
+
+/* Where messages go while a configuration is built. */
+struct ctx {
+    const char *name; /* file name */
+    char *err;
+    size_t err_len;
+};
+
+void *hps__conf_base(const hps_conf_t *conf, hps__sec_t sec, size_t model)
+{
+    if (sec == HPS__SEC_model)
+        return &conf->models[model];
+    return (char *)conf + hps__sections[sec].offset;
+}
+
+static hps_err_t oom(struct ctx *c)
+{
+    hps__msg(c->err, c->err_len, "%s: out of memory", c->name);
+    return -ENOMEM;
+}
+
+/* ---- One key -------------------------------------------------------------- */
+
+/* Parse the value of key ki (from the file, else its default) into base. */
+static hps_err_t build_key(struct ctx *c, int ki, const struct hps__scan_sec *ss,
+                           const char *sec_name, void *base, size_t ntables,
+                           struct hps__inst_meta *meta)
+{
+    const struct hps__key *k = &hps__keys[ki];
+    const struct hps__raw *raw = ss ? &ss->raw[ki] : NULL;
+    bool is_auto = false, no_mem = false;
+    char *dflt = NULL;
+    struct hps__buf msg = {0};
+
+    if (!raw || !raw->value) {
+        dflt = hps__value_default(k, ntables, &no_mem);
+        if (no_mem)
+            return oom(c);
+        if (!dflt) {
+            hps__msg(c->err, c->err_len, "%s:%u: [%s] %s: missing required key", c->name,
+                     meta->header_line, sec_name, k->name);
+            return HPS_ECONFIG;
+        }
+    }
+    const char *text = dflt ? dflt : raw->value;
+    uint32_t line = dflt ? 0 : raw->first_line;
+    hps_err_t rc = hps__value_parse(k, text, base, ntables, &is_auto, &msg);
+    if (rc == HPS_ECONFIG)
+        hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: %s", c->name,
+                 line ? line : meta->header_line, sec_name, k->name, text, hps__buf_str(&msg));
+    else if (rc)
+        oom(c);
+    meta->line[ki] = line;
+    meta->is_auto[ki] = is_auto;
+    hps__buf_fini(&msg);
+    free(dflt);
+    return rc;
+}
+
+static hps_err_t build_section(struct ctx *c, hps__sec_t sec, const struct hps__scan_sec *ss,
+                               void *base, struct hps__inst_meta *meta)
+{
+    meta->header_line = ss ? ss->header_line : 0;
+    for (int ki = 0; ki < HPS__NKEYS; ki++) {
+        if (hps__keys[ki].sec != sec)
+            continue;
+        hps_err_t rc = build_key(c, ki, ss, hps__sections[sec].name, base, 0, meta);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- Cross-key rules ------------------------------------------------------ */
+
+/* Report that key a of a section breaks a rule involving key b: at a's line,
+ * else b's, else the section header. */
+static hps_err_t rule_error(struct ctx *c, const hps_conf_t *conf, hps__sec_t sec, size_t model,
+                            const char *a, const char *b, const char *rule)
+{
+    const struct hps__inst_meta *m =
+        sec == HPS__SEC_model ? &conf->meta->model[model] : &conf->meta->global[sec];
+    int ka = hps__key_find(sec, a), kb = hps__key_find(sec, b);
+    uint32_t line = m->line[ka] ? m->line[ka] : m->line[kb] ? m->line[kb] : m->header_line;
+    struct hps__buf va = {0}, vb = {0};
+    const void *base = hps__conf_base(conf, sec, model);
+
+    hps__value_format(&hps__keys[ka], base, false, &va);
+    hps__value_format(&hps__keys[kb], base, false, &vb);
+    if (sec == HPS__SEC_model)
+        hps__msg(c->err, c->err_len, "%s:%u: [model.%s] %s = %s: %s %s (%s)", c->name, line,
+                 conf->models[model].name, a, hps__buf_str(&va), rule, b, hps__buf_str(&vb));
+    else
+        hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: %s %s (%s)", c->name, line,
+                 hps__sections[sec].name, a, hps__buf_str(&va), rule, b, hps__buf_str(&vb));
+    hps__buf_fini(&va);
+    hps__buf_fini(&vb);
+    return HPS_ECONFIG;
+}
+
+static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
+{
+    if (conf->distributed_db.num_node_connections > conf->distributed_db.num_partitions)
+        return rule_error(c, conf, HPS__SEC_distributed_db, 0, "num_node_connections",
+                          "num_partitions", "must be at most");
+    if (conf->volatile_db.allocation_rate > conf->volatile_db.shared_memory_size)
+        return rule_error(c, conf, HPS__SEC_volatile_db, 0, "allocation_rate", "shared_memory_size",
+                          "must be at most");
+    if (conf->worker.metrics_port == conf->worker.http_port)
+        return rule_error(c, conf, HPS__SEC_worker, 0, "metrics_port", "http_port",
+                          "must differ from");
+    return 0;
+}
+
+/* Table names are tags (hps_et.<model>.<table>): unique within a model. */
+static hps_err_t check_model(struct ctx *c, const hps_conf_t *conf, size_t mi)
+{
+    const hps_conf_model_t *m = &conf->models[mi];
+    int ki = hps__key_find(HPS__SEC_model, "embedding_table_names");
+
+    for (size_t i = 1; i < m->embedding_table_names_len; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(m->embedding_table_names[i], m->embedding_table_names[j]) != 0)
+                continue;
+            uint32_t line = conf->meta->model[mi].line[ki];
+            struct hps__buf v = {0};
+            hps__value_format(&hps__keys[ki], m, false, &v);
+            hps__msg(c->err, c->err_len,
+                     "%s:%u: [model.%s] embedding_table_names = %s: entry %zu (%s) repeats entry "
+                     "%zu; table names must be unique",
+                     c->name, line ? line : conf->meta->model[mi].header_line, m->name,
+                     hps__buf_str(&v), i + 1, m->embedding_table_names[i], j + 1);
+            hps__buf_fini(&v);
+            return HPS_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+/* ---- Models ---------------------------------------------------------------- */
+
+/* sparse_files first: its length is T, which every per-table list must match. */
+static hps_err_t build_model(struct ctx *c, const struct hps__scan_sec *ss, hps_conf_model_t *m,
+                             struct hps__inst_meta *meta)
+{
+    int sf = hps__key_find(HPS__SEC_model, "sparse_files");
+
+    meta->header_line = ss->header_line;
+    m->name = strdup(ss->name + strlen("model."));
+    if (!m->name)
+        return oom(c);
+    hps_err_t rc = build_key(c, sf, ss, ss->name, m, 0, meta);
+    if (rc)
+        return rc;
+    m->num_tables = m->sparse_files_len;
+    for (int ki = 0; ki < HPS__NKEYS; ki++) {
+        if (hps__keys[ki].sec != HPS__SEC_model || ki == sf)
+            continue;
+        rc = build_key(c, ki, ss, ss->name, m, m->num_tables, meta);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static hps_err_t build_models(struct ctx *c, const struct hps__scan *scan, hps_conf_t *conf)
+{
+    if (scan->nmodels == 0)
+        return 0;
+    conf->models = calloc(scan->nmodels, sizeof(*conf->models));
+    conf->meta->model = calloc(scan->nmodels, sizeof(*conf->meta->model));
+    if (!conf->models || !conf->meta->model)
+        return oom(c);
+    conf->num_models = scan->nmodels;
+    size_t mi = 0;
+    for (size_t i = 0; i < scan->nsecs; i++) {
+        if (scan->secs[i]->sec != HPS__SEC_model)
+            continue;
+        hps_err_t rc = build_model(c, scan->secs[i], &conf->models[mi], &conf->meta->model[mi]);
+        if (!rc)
+            rc = check_model(c, conf, mi);
+        if (rc)
+            return rc;
+        mi++;
+    }
+    return 0;
+}
+
+/* ---- Loading ---------------------------------------------------------------- */
+
+static const struct hps__scan_sec *find_global(const struct hps__scan *scan, hps__sec_t sec)
+{
+    for (size_t i = 0; i < scan->nsecs; i++)
+        if (scan->secs[i]->sec == sec)
+            return scan->secs[i];
+    return NULL;
+}
+
+static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *conf)
+{
+    for (int s = 0; s < HPS__NGLOBAL; s++) {
+        hps_err_t rc =
+            build_section(c, (hps__sec_t)s, find_global(scan, (hps__sec_t)s),
+                          hps__conf_base(conf, (hps__sec_t)s, 0), &conf->meta->global[s]);
+        if (rc)
+            return rc;
+    }
+    hps_err_t rc = build_models(c, scan, conf);
+    return rc ? rc : check_globals(c, conf);
+}
+
+static hps_err_t load_text(const char *text, size_t len, const char *name, hps_conf_t **ret_conf,
+                           char *err, size_t err_len)
+{
+    struct ctx c = {.name = name, .err = err, .err_len = err_len};
+    struct hps__scan scan;
+    struct hps__cloc loc;
+    hps_conf_t *conf = NULL;
+
+    hps_err_t rc = hps__scan(text, len, name, &scan, err, err_len);
+    if (rc)
+        return rc;
+    conf = calloc(1, sizeof(*conf));
+    if (conf) {
+        conf->meta = calloc(1, sizeof(*conf->meta));
+        conf->source = strdup(name);
+    }
+    hps__cloc_enter(&loc);
+    rc = conf && conf->meta && conf->source ? build(&c, &scan, conf) : oom(&c);
+    hps__cloc_leave(&loc);
+    hps__scan_fini(&scan);
+    if (rc) {
+        hps_conf_free(conf);
+        return rc;
+    }
+    *ret_conf = conf;
+    return 0;
+}
+
+hps_err_t hps_conf_load_string(const char *text, const char *name, hps_conf_t **ret_conf, char *err,
+                               size_t err_len)
+{
+    hps__msg(err, err_len, "%s", "");
+    if (!text || !ret_conf) {
+        hps__msg(err, err_len, "hps_conf_load_string: NULL argument");
+        return HPS_EINVAL;
+    }
+    return load_text(text, strlen(text), name ? name : "<string>", ret_conf, err, err_len);
+}
+
+/* Read a whole regular file into a malloc'd, NUL-terminated buffer. */
+static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    hps_err_t rc = 0;
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = -EISDIR;
+        goto out;
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            cap = cap ? cap * 2 : 4096;
+            char *t = realloc(text, cap);
+            if (!t) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            text = t;
+        }
+        ssize_t n = read(fd, text + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    text[len] = '\0';
+out:
+    close(fd);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    *ret_text = text;
+    *ret_len = len;
+    return 0;
+}
+
+hps_err_t hps__read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
+                         size_t err_len)
+{
+    hps_err_t rc = read_file(path, ret_text, ret_len);
+
+    if (rc)
+        hps__msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
+    return rc;
+}
+
+hps_err_t hps_conf_load(const char *path, hps_conf_t **ret_conf, char *err, size_t err_len)
+{
+    char *text;
+    size_t len;
+
+    hps__msg(err, err_len, "%s", "");
+    if (!path || !ret_conf) {
+        hps__msg(err, err_len, "hps_conf_load: NULL argument");
+        return HPS_EINVAL;
+    }
+    hps_err_t rc = hps__read_file(path, &text, &len, err, err_len);
+    if (rc)
+        return rc;
+    rc = load_text(text, len, path, ret_conf, err, err_len);
+    free(text);
+    return rc;
+}
+
+/* ---- Free ------------------------------------------------------------------- */
+
+void hps_conf_free(hps_conf_t *conf)
+{
+    if (!conf)
+        return;
+    for (int ki = 0; ki < HPS__NKEYS; ki++) {
+        const struct hps__key *k = &hps__keys[ki];
+        if (k->sec != HPS__SEC_model) {
+            hps__value_free(k, hps__conf_base(conf, k->sec, 0));
+            continue;
+        }
+        for (size_t m = 0; m < conf->num_models; m++)
+            hps__value_free(k, &conf->models[m]);
+    }
+    for (size_t m = 0; m < conf->num_models; m++)
+        free((char *)conf->models[m].name);
+    if (conf->meta)
+        free(conf->meta->model);
+    free(conf->meta);
+    free(conf->models);
+    free((char *)conf->source);
+    free(conf);
+}
+
+/* ---- Access ------------------------------------------------------------------ */
+
+const hps_conf_model_t *hps_conf_model_find(const hps_conf_t *conf, const char *name)
+{
+    for (size_t i = 0; conf && name && i < conf->num_models; i++)
+        if (strcmp(conf->models[i].name, name) == 0)
+            return &conf->models[i];
+    return NULL;
+}
+
+hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_sec_name,
+                            int *ret_key)
+{
+    bool model = strncmp(dotted, "model.", 6) == 0;
+    const char *dot = model ? strrchr(dotted, '.') : strchr(dotted, '.');
+    bool bad_model;
+
+    if (!dot || dot == dotted + 5)
+        return HPS_ENOTFOUND;
+    char *sec_name = hps__strndup(dotted, (size_t)(dot - dotted));
+    if (!sec_name)
+        return -ENOMEM;
+    int sec = hps__sec_find(sec_name, &bad_model);
+    int ki = sec < 0 ? -1 : hps__key_find((hps__sec_t)sec, dot + 1);
+    if (ki < 0) {
+        free(sec_name);
+        return HPS_ENOTFOUND;
+    }
+    *ret_sec = (hps__sec_t)sec;
+    *ret_sec_name = sec_name;
+    *ret_key = ki;
+    return 0;
+}
+
+/* Resolve a dotted key against a loaded configuration. */
+static hps_err_t lookup(const hps_conf_t *conf, const char *dotted, const void **ret_base,
+                        const struct hps__inst_meta **ret_meta, int *ret_key)
+{
+    hps__sec_t sec;
+    char *sec_name;
+    int ki;
+    hps_err_t rc = hps__dotted_split(dotted, &sec, &sec_name, &ki);
+
+    if (rc)
+        return rc;
+    if (sec != HPS__SEC_model) {
+        *ret_base = hps__conf_base(conf, sec, 0);
+        *ret_meta = &conf->meta->global[sec];
+    } else {
+        const hps_conf_model_t *m = hps_conf_model_find(conf, sec_name + strlen("model."));
+        if (!m) {
+            free(sec_name);
+            return HPS_ENOTFOUND;
+        }
+        *ret_base = m;
+        *ret_meta = &conf->meta->model[m - conf->models];
+    }
+    free(sec_name);
+    *ret_key = ki;
+    return 0;
+}
+
+hps_err_t hps_conf_get(const hps_conf_t *conf, const char *key, char *buf, size_t len)
+{
+    const void *base;
+    const struct hps__inst_meta *meta;
+    int ki;
+    struct hps__buf v = {0};
+
+    if (!conf || !key || !buf || len == 0)
+        return HPS_EINVAL;
+    hps_err_t rc = lookup(conf, key, &base, &meta, &ki);
+    if (rc)
+        return rc;
+    struct hps__cloc loc;
+    hps__cloc_enter(&loc);
+    hps__value_format(&hps__keys[ki], base, false, &v);
+    hps__cloc_leave(&loc);
+    if (v.oom) {
+        hps__buf_fini(&v);
+        return -ENOMEM;
+    }
+    snprintf(buf, len, "%s", hps__buf_str(&v));
+    rc = v.len >= len ? -ERANGE : 0;
+    hps__buf_fini(&v);
+    return rc;
+}
+
+hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set)
+{
+    const void *base;
+    const struct hps__inst_meta *meta;
+    int ki;
+
+    if (!conf || !key || !ret_set)
+        return HPS_EINVAL;
+    hps_err_t rc = lookup(conf, key, &base, &meta, &ki);
+    if (rc)
+        return rc;
+    *ret_set = meta->line[ki] != 0;
+    return 0;
+}

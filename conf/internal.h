@@ -1,0 +1,256 @@
+/*
+ * internal.h -- shared internals of the configuration module (not installed).
+ *
+ * Files:
+ *   schema.c  the const tables generated from hps_conf.def (keys, sections,
+ *             enums) and lookups in them
+ *   scan.c    INI text -> raw strings per (section, key), with line numbers
+ *             (inih does the tokenizing; see the essay there)
+ *   value.c   one value: parse + range check, format, describe, free
+ *   conf.c    raw strings -> hps_conf_t (defaults, values, cross-key rules),
+ *             hps_conf_get(), hps_conf_free()
+ *   show.c    hps_conf_show(), hps_conf_doc()
+ *   edit.c    hps_conf_edit_string(), hps_conf_set_file()
+ *   buf.c     a growable string buffer and message helpers
+ */
+#ifndef HPS_CONF_INTERNAL_H
+#define HPS_CONF_INTERNAL_H
+
+#include <locale.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/conf.h"
+
+/* ---- Schema ------------------------------------------------------------- */
+
+/** Section ids: the global sections in order, then model. */
+typedef enum hps__sec {
+#define HPS__SEC_ID(id, doc) HPS__SEC_##id,
+    HPS_CONF_GLOBAL_SECTIONS(HPS__SEC_ID)
+#undef HPS__SEC_ID
+        HPS__SEC_model,
+    HPS__SEC_COUNT
+} hps__sec_t;
+#define HPS__NGLOBAL ((int)HPS__SEC_model)
+
+/** Value types (the `type` column of hps_conf.def). */
+typedef enum hps__type {
+    HPS__T_BOOL,
+    HPS__T_INT,
+    HPS__T_AUTO,
+    HPS__T_SIZE,
+    HPS__T_MARGIN,
+    HPS__T_REAL,
+    HPS__T_REAL_GT,
+    HPS__T_MODE,
+    HPS__T_ENUM,
+    HPS__T_STR,
+    HPS__T_REGEXES,
+    HPS__T_INTS,
+    HPS__T_TSTRS,
+    HPS__T_TINTS,
+    HPS__T_TREALS,
+} hps__type_t;
+
+/** String checks (the `extra` column of STR and TSTRS rows). */
+typedef enum hps__check {
+    HPS__CHECK__ = 0, /* no string */
+    HPS__CHECK_any,
+    HPS__CHECK_secret, /* any text; show masks it */
+    HPS__CHECK_path,
+    HPS__CHECK_host,
+    HPS__CHECK_hostports,
+    HPS__CHECK_shm_name,
+    HPS__CHECK_name,
+} hps__check_t;
+
+/** One accepted spelling of an enum value. */
+struct hps__enum_name {
+    const char *name;
+    int value;
+    bool canonical; /* the name show/get print for value */
+};
+
+/** An enumeration: its names, canonical ones first in value order. */
+struct hps__enum {
+    const struct hps__enum_name *names;
+    size_t count;
+};
+
+/** One CFG() row. */
+struct hps__key {
+    hps__sec_t sec;
+    const char *name;
+    hps__type_t type;
+    const struct hps__enum *en; /* ENUM */
+    hps__check_t check;         /* STR, TSTRS */
+    const char *dflt;           /* NULL: required */
+    double lo, hi;
+    const char *unit;
+    const char *doc;
+    size_t offset;     /* of the field in its section struct */
+    size_t len_offset; /* of <key>_len for lists */
+};
+
+/** One section kind. */
+struct hps__section {
+    const char *name; /* "hps", ..., "model" */
+    const char *doc;
+    size_t offset; /* of the section struct in hps_conf_t (globals only) */
+};
+
+#define HPS__COUNT1(...) +1
+enum { HPS__NKEYS = 0 HPS_CONF_KEYS(HPS__COUNT1) };
+
+extern const struct hps__key hps__keys[HPS__NKEYS];
+extern const struct hps__section hps__sections[HPS__SEC_COUNT];
+
+/** Key index of `name` in section kind `sec`, or -1. */
+int hps__key_find(hps__sec_t sec, const char *name);
+/** Section kind of a section name ("volatile_db", "model.x"), or -1.  For
+ *  "model.<name>" also checks the name; *ret_bad_model is set when the
+ *  prefix is right but the name is not [A-Za-z0-9_-]{1,120}. */
+int hps__sec_find(const char *name, bool *ret_bad_model);
+/** Whether s is a model or table name: [A-Za-z0-9_-]{1,120}. */
+bool hps__is_name(const char *s, size_t len);
+/** Nearest key of `sec` or section name to `s` (edit distance <= 2), or NULL. */
+const char *hps__suggest_key(hps__sec_t sec, const char *s);
+const char *hps__suggest_section(const char *s);
+/** Whether the type is a list (pointer + _len). */
+bool hps__is_list(hps__type_t t);
+/** Whether the type is a per-table list (T entries). */
+bool hps__is_tlist(hps__type_t t);
+
+/* ---- Growable string buffer -------------------------------------------- */
+
+struct hps__buf {
+    char *p;    /* NUL-terminated once anything was added; NULL before */
+    size_t len; /* bytes, without the NUL */
+    size_t cap;
+    bool oom; /* an append failed; p holds what fit */
+};
+
+void hps__buf_add(struct hps__buf *b, const char *s, size_t n);
+void hps__buf_puts(struct hps__buf *b, const char *s);
+void hps__buf_printf(struct hps__buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *hps__buf_str(const struct hps__buf *b); /* "" if empty */
+void hps__buf_fini(struct hps__buf *b);
+
+/** Numbers are read and written in the C locale ('.' decimal point), even in
+ *  a process that called setlocale(): every entry point that parses or
+ *  formats numbers switches the calling thread to it (uselocale(), which is
+ *  per thread) and back.  If the locale cannot be created, nothing changes. */
+struct hps__cloc {
+    locale_t c, old;
+};
+void hps__cloc_enter(struct hps__cloc *l);
+void hps__cloc_leave(struct hps__cloc *l);
+
+/** snprintf into the caller's error buffer (NULL or 0 length: nothing). */
+void hps__msg(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** Duplicate n bytes as a NUL-terminated string; NULL on ENOMEM. */
+char *hps__strndup(const char *s, size_t n);
+
+/* ---- Values ------------------------------------------------------------- */
+
+/** Where a value lives: the section struct (hps_conf_hps_t, ...). */
+typedef void *hps__base_t;
+
+/**
+ * Parse `raw` for key k into the section struct at base (which must hold
+ * zero/NULL for that field).  ntables: T for per-table lists (entries must
+ * number T), else ignored.  On HPS_ECONFIG, msg holds what follows
+ * "key = value: " ("must be ...").  ret_auto: set when "auto" was given.
+ * Returns 0, HPS_ECONFIG or -ENOMEM.
+ */
+hps_err_t hps__value_parse(const struct hps__key *k, const char *raw, hps__base_t base,
+                           size_t ntables, bool *ret_auto, struct hps__buf *msg);
+/** Free what hps__value_parse() allocated for k (NULL-safe). */
+void hps__value_free(const struct hps__key *k, hps__base_t base);
+/** Append the value of k as show/get write it; mask hides a password. */
+void hps__value_format(const struct hps__key *k, const void *base, bool mask, struct hps__buf *out);
+/** Append entry i of list key k as show/get write it. */
+void hps__value_format_entry(const struct hps__key *k, const void *base, size_t i,
+                             struct hps__buf *out);
+/** Number of entries of list key k. */
+size_t hps__value_count(const struct hps__key *k, const void *base);
+/** Append what k accepts, as a noun phrase ("an integer in [1, 256]"). */
+void hps__value_allowed(const struct hps__key *k, struct hps__buf *out);
+/** The default text of k for T tables (T-lists repeat the entry); NULL for
+ *  a required key. Caller frees. Sets *ret_oom on ENOMEM. */
+char *hps__value_default(const struct hps__key *k, size_t ntables, bool *ret_oom);
+/** Split a list value at top-level commas (regex lists: not inside (), [],
+ *  {}, nor after a backslash); entries are trimmed.  *ret_n entries, each a
+ *  malloc'd string in the malloc'd array; returns NULL with *ret_n = 0 for
+ *  an empty value, NULL with *ret_oom on ENOMEM. */
+char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom);
+void hps__list_free(char **v, size_t n);
+/** min(online CPU cores, 16), at least 1: the value of "auto". */
+int64_t hps__auto_value(void);
+
+/* ---- Scan: INI text -> raw values -------------------------------------- */
+
+/** A key as written: value (continuations joined) and lines. */
+struct hps__raw {
+    char *value; /* NULL: not in the file */
+    uint32_t first_line, last_line;
+};
+
+/** One [section] of the file. */
+struct hps__scan_sec {
+    char *name; /* as written between the brackets */
+    hps__sec_t sec;
+    uint32_t header_line;
+    uint32_t last_line; /* of its last key line (header_line if none) */
+    struct hps__raw raw[HPS__NKEYS];
+};
+
+struct hps__scan {
+    struct hps__scan_sec **secs; /* in file order */
+    size_t nsecs;
+    size_t nmodels;
+};
+
+/**
+ * Split INI text into sections and raw values, checking structure only:
+ * syntax, known sections and keys, no duplicates, at most 64 models,
+ * continuation lines only for lists.  Returns 0, HPS_ECONFIG (message in
+ * err) or -ENOMEM.  On failure *scan is empty.
+ */
+hps_err_t hps__scan(const char *text, size_t len, const char *name, struct hps__scan *scan,
+                    char *err, size_t err_len);
+void hps__scan_fini(struct hps__scan *scan);
+
+/** Read a whole file (NUL-terminated, malloc'd); on failure a message
+ *  "cannot read <path>: <reason>" and a negative errno value. */
+hps_err_t hps__read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
+                         size_t err_len);
+
+/* ---- Private part of hps_conf_t ---------------------------------------- */
+
+/** Where the values of one section instance came from. */
+struct hps__inst_meta {
+    uint32_t header_line;      /* 0: section not in the file */
+    uint32_t line[HPS__NKEYS]; /* line of the key; 0: default */
+    bool is_auto[HPS__NKEYS];  /* AUTO key given or defaulted as "auto" */
+};
+
+struct hps__conf_meta {
+    struct hps__inst_meta global[HPS__NGLOBAL];
+    struct hps__inst_meta *model; /* num_models */
+};
+
+/** Section struct of a global section, or of model i (sec == model). */
+void *hps__conf_base(const hps_conf_t *conf, hps__sec_t sec, size_t model);
+/** Split "section.key" / "model.<name>.key"; finds the section kind, the
+ *  model index (for loaded confs) and the key index.  Returns 0 or
+ *  HPS_ENOTFOUND. sec_name receives the section name (caller frees). */
+hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_sec_name,
+                            int *ret_key);
+
+#endif /* HPS_CONF_INTERNAL_H */
