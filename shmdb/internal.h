@@ -43,7 +43,7 @@ static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
-uint64_t hps__now_ns(int clock);
+uint64_t hps__clock_ns(int clock);
 
 /* Robust process-shared mutexes.  hps__lock returns 0, or 1 when the
  * previous owner died (the caller must repair and then call

@@ -147,12 +147,12 @@ static struct slab_view slab_of(hps_shmdb_t *db, const struct shm_table *t,
 
 static uint64_t deadline_ns(uint32_t timeout_ms)
 {
-    return hps__now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ULL;
+    return hps__clock_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ULL;
 }
 
 static bool wait_until(_Atomic uint64_t *word, uint64_t seen, uint64_t deadline)
 {
-    uint64_t now = hps__now_ns(CLOCK_MONOTONIC);
+    uint64_t now = hps__clock_ns(CLOCK_MONOTONIC);
     if (now >= deadline)
         return false;
     uint64_t left = deadline - now;
@@ -317,7 +317,7 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
             served += serve_slot(db, q, &q->slots[i], fn, ctx);
         if (served > 0)
             break;
-        uint64_t now = hps__now_ns(CLOCK_MONOTONIC);
+        uint64_t now = hps__clock_ns(CLOCK_MONOTONIC);
         if (now >= deadline)
             break;
         struct timespec ts = {.tv_sec = (time_t)((deadline - now) / 1000000000ULL),

@@ -22,7 +22,7 @@
 #define MIN_ALLOC_RATE (64ULL << 10)
 #define MAX_SIZE_BYTES (1ULL << 40) /* 1 TiB: HPS_GEOM packs block offsets in 34 bits */
 
-uint64_t hps__now_ns(int clock)
+uint64_t hps__clock_ns(int clock)
 {
     struct timespec ts;
     clock_gettime(clock, &ts);
@@ -220,8 +220,8 @@ static int proc_register(hps_shmdb_t *db, const hps_shmdb_proc_opts_t *po)
                 continue;
             s->role = po->role;
             s->device = po->device;
-            s->attached_ns = hps__now_ns(CLOCK_REALTIME);
-            atomic_store_explicit(&s->heartbeat_ns, hps__now_ns(CLOCK_MONOTONIC),
+            s->attached_ns = hps__clock_ns(CLOCK_REALTIME);
+            atomic_store_explicit(&s->heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
                                   memory_order_relaxed);
             return i;
         }
@@ -233,7 +233,7 @@ hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db)
 {
     if (db->proc_slot >= 0)
         atomic_store_explicit(&db->hdr->procs[db->proc_slot].heartbeat_ns,
-                              hps__now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+                              hps__clock_ns(CLOCK_MONOTONIC), memory_order_relaxed);
     return 0;
 }
 
@@ -241,7 +241,7 @@ hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db)
 {
     /* Relaxed: readers only compare ages; no data depends on it. */
     atomic_store_explicit(&db->hdr->coord_pid, getpid(), memory_order_relaxed);
-    atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__now_ns(CLOCK_MONOTONIC),
+    atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
                           memory_order_relaxed);
     return hps_shmdb_proc_heartbeat(db);
 }
@@ -303,7 +303,7 @@ static hps_err_t init_header(hps_shmdb_t *db, const hps_shmdb_opts_t *o, mode_t 
     h->allocation_rate = o->allocation_rate;
     h->creator_pid = getpid();
     h->mode = mode;
-    h->created_ns = hps__now_ns(CLOCK_REALTIME);
+    h->created_ns = hps__clock_ns(CLOCK_REALTIME);
     snprintf(h->name, sizeof(h->name), "%s", db->name);
     atomic_store(&h->committed, HDR_BYTES);
     atomic_store(&h->bump, HDR_BYTES);

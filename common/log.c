@@ -1,0 +1,46 @@
+/* log.c -- one-line, leveled logging to stderr for the executables. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hps/log.h"
+
+/* Process-wide, set once at start (house style item 16). */
+static hps_log_level_t g_level = HPS_LOG_INFO;
+static char g_prog[64] = "hps";
+
+void hps_log_init(const char *prog, hps_log_level_t level)
+{
+    snprintf(g_prog, sizeof(g_prog), "%s", prog);
+    g_level = level;
+}
+
+hps_log_level_t hps_log_level(void)
+{
+    return g_level;
+}
+
+void hps_log(hps_log_level_t level, const char *fmt, ...)
+{
+    static const char *names[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
+    if (level > g_level)
+        return;
+    char line[2048], ts[32];
+    struct timeval tv;
+    struct tm tm;
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    int n = snprintf(line, sizeof(line), "%s.%03ldZ %s[%d] %s ", ts, (long)(tv.tv_usec / 1000),
+                     g_prog, (int)getpid(), names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof(line))
+        vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = strnlen(line, sizeof(line) - 2);
+    line[len] = '\n';
+    fwrite(line, 1, len + 1, stderr);
+}

@@ -1,0 +1,64 @@
+/*
+ * coord.h -- hps-coordinator's state and its parts (private to the
+ * executable): segment setup, model loading, the miss service.
+ */
+#ifndef HPS_COORD_H
+#define HPS_COORD_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hps/conf.h"
+#include "hps/pdb.h"
+#include "hps/shmdb.h"
+
+/* Exit codes of hps-coordinator (documented in --help and the README). */
+enum {
+    HPS_EXIT_OK = 0,      /* clean shutdown */
+    HPS_EXIT_RUNTIME = 1, /* failure while running */
+    HPS_EXIT_USAGE = 2,   /* bad command line or configuration */
+    HPS_EXIT_SEGMENT = 3, /* shared memory: another live coordinator, incompatible segment */
+    HPS_EXIT_MODEL = 4,   /* a model was refused (bad files) or could not be loaded */
+    HPS_EXIT_PDB = 5,     /* the persistent database could not be opened */
+};
+
+/* Miss queue geometry (fixed; see DESIGN.md "Miss queue invariants"). */
+#define HPS_COORD_MISS_SLOTS      64
+#define HPS_COORD_MISS_SLAB_BYTES (1u << 20)
+#define HPS_COORD_MISS_THREADS    2
+
+/* One embedding table as the coordinator knows it. */
+typedef struct coord_table {
+    const hps_conf_model_t *model;
+    uint32_t index;   /* table index within the model */
+    const char *name; /* embedding_table_names[index] */
+    uint32_t dim;
+    uint32_t vdb_id;      /* id in the segment */
+    hps_pdb_table_t *pdb; /* NULL without a persistent DB */
+} coord_table_t;
+
+typedef struct coord {
+    const hps_conf_t *conf;
+    hps_shmdb_t *db;
+    hps_pdb_t *pdb;
+    uint32_t key_bytes;
+    coord_table_t *tables; /* by VDB id (index == vdb_id) */
+    uint32_t num_tables;
+    pthread_t miss_threads[HPS_COORD_MISS_THREADS];
+    unsigned num_miss_threads;
+    volatile sig_atomic_t *stop;
+} coord_t;
+
+/* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
+int coord_segment_open(coord_t *c, bool *ret_reused);
+
+/* load.c: create the tables and load every model (PDB, then VDB). */
+int coord_load_models(coord_t *c, bool vdb_reused);
+
+/* serve.c: miss-queue service threads. */
+int coord_serve_start(coord_t *c);
+void coord_serve_stop(coord_t *c);
+
+#endif

@@ -1,0 +1,212 @@
+/*
+ * hps-coordinator -- one per host: creates or re-attaches the shared-memory
+ * segment, loads the models into the persistent and volatile databases,
+ * answers the workers' miss queue, beats its heartbeat and reaps dead
+ * workers.  SIGTERM / SIGINT shut it down cleanly.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coord.h"
+#include "hps/log.h"
+
+static volatile sig_atomic_t g_stop; /* the one global: the stop flag */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: hps-coordinator -c FILE [--log-level error|warn|info|debug]\n"
+                 "\n"
+                 "Creates or re-attaches the shared-memory volatile database of FILE's\n"
+                 "[volatile_db], loads every [model.<name>] into the persistent and volatile\n"
+                 "databases, then serves the workers' misses until SIGTERM or SIGINT.\n"
+                 "\n"
+                 "Exit status:\n"
+                 "  0  clean shutdown          3  shared memory busy or unusable\n"
+                 "  1  runtime failure         4  a model was refused or failed to load\n"
+                 "  2  usage or configuration  5  persistent database could not be opened\n");
+}
+
+static hps_log_level_t level_of(hps_conf_log_level_t l)
+{
+    switch (l) {
+    case HPS_CONF_LOG_ERROR:
+        return HPS_LOG_ERROR;
+    case HPS_CONF_LOG_WARN:
+        return HPS_LOG_WARN;
+    case HPS_CONF_LOG_DEBUG:
+        return HPS_LOG_DEBUG;
+    default:
+        return HPS_LOG_INFO;
+    }
+}
+
+static int open_pdb(coord_t *c)
+{
+    const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
+    if (p->type != HPS_CONF_PDB_ROCKS_DB)
+        return 0;
+    hps_pdb_opts_t o;
+    hps_pdb_opts_init(&o);
+    o.num_threads = (unsigned)p->num_threads;
+    o.read_only = p->read_only;
+    o.max_batch_size = (size_t)p->max_batch_size;
+    char err[512];
+    hps_err_t rc = hps_pdb_open(p->path, &o, &c->pdb, err, sizeof(err));
+    if (rc < 0) {
+        HPS_ERROR("persistent DB %s: %s", p->path, err);
+        return HPS_EXIT_PDB;
+    }
+    HPS_INFO("persistent DB: RocksDB at %s%s", p->path, p->read_only ? " (read-only)" : "");
+    return 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Heartbeat every heartbeat_interval_ms; reap dead workers each second. */
+static void run(coord_t *c)
+{
+    long beat = (long)c->conf->hps.heartbeat_interval_ms, since_reap = 0;
+    while (!g_stop) {
+        hps_shmdb_heartbeat(c->db);
+        sleep_ms(beat);
+        since_reap += beat;
+        if (since_reap < 1000)
+            continue;
+        since_reap = 0;
+        hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
+        size_t n, before = 0, reaped = 0;
+        hps_shmdb_procs(c->db, procs, &before, false);
+        hps_shmdb_procs(c->db, procs, &n, true);
+        hps_shmdb_miss_reap(c->db, false, &reaped);
+        if (n < before || reaped)
+            HPS_INFO("reaped %zu dead processes and %zu of their miss-queue slots", before - n,
+                     reaped);
+    }
+}
+
+static void shutdown_all(coord_t *c)
+{
+    coord_serve_stop(c);
+    char err[256];
+    if (c->pdb && hps_pdb_close(c->pdb, err, sizeof(err)) < 0)
+        HPS_WARN("closing the persistent DB: %s", err);
+    if (c->db) {
+        hps_shmdb_detach(c->db);
+        if (c->conf->volatile_db.shared_memory_auto_remove) {
+            hps_shmdb_unlink(c->conf->volatile_db.shared_memory_name);
+            HPS_INFO("removed /dev/shm/hps.%s (shared_memory_auto_remove)",
+                     c->conf->volatile_db.shared_memory_name);
+        }
+    }
+    free(c->tables);
+}
+
+static int parse_args(int argc, char **argv, const char **ret_conf, const char **ret_level)
+{
+    static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
+                                          {"log-level", required_argument, NULL, 'l'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {"version", no_argument, NULL, 'V'},
+                                          {NULL, 0, NULL, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "c:l:hV", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            *ret_conf = optarg;
+            break;
+        case 'l':
+            *ret_level = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(HPS_EXIT_OK);
+        case 'V':
+            printf("hps-coordinator %s\n", hps_version());
+            exit(HPS_EXIT_OK);
+        default:
+            usage(stderr);
+            return HPS_EXIT_USAGE;
+        }
+    }
+    if (!*ret_conf || optind != argc) {
+        usage(stderr);
+        return HPS_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int apply_level(const hps_conf_t *conf, const char *cli)
+{
+    hps_log_level_t l = level_of(conf->hps.log_level);
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; cli && i < 4; i++)
+        if (strcmp(cli, names[i]) == 0) {
+            l = (hps_log_level_t)i;
+            cli = NULL;
+        }
+    hps_log_init("hps-coordinator", l);
+    if (cli) {
+        HPS_ERROR("--log-level %s: use error, warn, info or debug", cli);
+        return HPS_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL, *level = NULL;
+    int ex = parse_args(argc, argv, &path, &level);
+    if (ex)
+        return ex;
+    hps_log_init("hps-coordinator", HPS_LOG_INFO);
+    char err[1024];
+    hps_conf_t *conf;
+    if (hps_conf_load(path, &conf, err, sizeof(err)) < 0) {
+        HPS_ERROR("%s", err);
+        return HPS_EXIT_USAGE;
+    }
+    if ((ex = apply_level(conf, level))) {
+        hps_conf_free(conf);
+        return ex;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    coord_t c = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = &g_stop};
+    bool reused = false;
+    ex = coord_segment_open(&c, &reused);
+    if (!ex)
+        ex = open_pdb(&c);
+    if (!ex)
+        hps_shmdb_heartbeat(c.db);
+    if (!ex)
+        ex = coord_load_models(&c, reused);
+    if (!ex)
+        ex = coord_serve_start(&c);
+    if (!ex) {
+        HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
+        run(&c);
+        HPS_INFO("shutting down");
+    }
+    g_stop = 1;
+    shutdown_all(&c);
+    hps_conf_free(conf);
+    return ex;
+}

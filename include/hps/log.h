@@ -1,0 +1,37 @@
+/*
+ * log.h -- logging for the executables (hps-coordinator, hps-worker, tools).
+ *
+ * Libraries never log (house style); they return codes and messages.  The
+ * executables log one line per event to stderr:
+ *   2026-11-22T04:40:00.123Z hps-coordinator[1234] INFO  loaded model wdl ...
+ * The level is process-wide (the one global the house style allows besides
+ * the stop flag) and set once at start; hps_log() is thread-safe (one
+ * fprintf per line, stderr is unbuffered).
+ */
+#ifndef HPS_LOG_H
+#define HPS_LOG_H
+
+#include <stdarg.h>
+
+typedef enum hps_log_level {
+    HPS_LOG_ERROR = 0,
+    HPS_LOG_WARN = 1,
+    HPS_LOG_INFO = 2,
+    HPS_LOG_DEBUG = 3,
+} hps_log_level_t;
+
+/** @brief Set the program name shown in each line and the level (not thread-safe: call first). */
+void hps_log_init(const char *prog, hps_log_level_t level);
+
+/** @brief Current level. */
+hps_log_level_t hps_log_level(void);
+
+/** @brief Log one line at level (dropped when above the configured level). Thread-safe. */
+__attribute__((format(printf, 2, 3))) void hps_log(hps_log_level_t level, const char *fmt, ...);
+
+#define HPS_ERROR(...) hps_log(HPS_LOG_ERROR, __VA_ARGS__)
+#define HPS_WARN(...)  hps_log(HPS_LOG_WARN, __VA_ARGS__)
+#define HPS_INFO(...)  hps_log(HPS_LOG_INFO, __VA_ARGS__)
+#define HPS_DEBUG(...) hps_log(HPS_LOG_DEBUG, __VA_ARGS__)
+
+#endif
