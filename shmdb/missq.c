@@ -292,6 +292,8 @@ static bool serve_slot(hps_shmdb_t *db, struct shm_missq *q, struct shm_mslot *s
         rc = fn(ctx, s->table, n, v.keys, v.values, v.found);
     }
     s->rc = rc;
+    /* Counted before DONE, so a worker that saw its answer sees the count. */
+    atomic_fetch_add_explicit(&q->served, 1, memory_order_relaxed);
     uint64_t serving = WORD(SEQ(w), MS_SERVING);
     /* Release: the answer is written before DONE. */
     if (!atomic_compare_exchange_strong_explicit(&s->word, &serving, WORD(SEQ(w), MS_DONE),
@@ -299,7 +301,6 @@ static bool serve_slot(hps_shmdb_t *db, struct shm_missq *q, struct shm_mslot *s
         atomic_store_explicit(&s->word, WORD(SEQ(w), MS_FREE),
                               memory_order_release); /* abandoned */
     wake_all(&s->word);
-    atomic_fetch_add_explicit(&q->served, 1, memory_order_relaxed);
     return true;
 }
 
