@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""
+int-coordinator_lifecycle: hps-coordinator's exits and the segment's fate.
+
+- SIGTERM (and SIGINT) -> exit 0; /dev/shm/hps.NAME removed with
+  shared_memory_auto_remove = true, kept (and consistent) with false, and a
+  coordinator with initialize_after_startup = false then re-attaches it with
+  its rows;
+- a second coordinator on the segment of a live one exits 3 (with either
+  initialize_after_startup), leaving the first one, its segment and its
+  worker untouched;
+- a bad configuration exits 2 with a message naming FILE:LINE;
+- a worker stopped with SIGTERM exits 0 and leaves the process table;
+- a worker started before its coordinator is not ready and answers defaults
+  at once; from the moment it says ready, every answer is exact (it must not
+  turn ready while the coordinator is still loading the model);
+- a second coordinator started while the first is still loading (longer
+  than worker_timeout_ms) exits 3 and leaves the first one's segment alone.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+
+def big_model_phases(t, cl):
+    """A model big enough for about half a second of loading (400k rows):
+    (1) a worker started before its coordinator must not say ready while the
+    coordinator is still loading; (2) a second coordinator started while the
+    first is still loading (for longer than worker_timeout_ms) must exit 3
+    and leave the first one's segment alone."""
+    seg = cl.new_segment_name("big")
+    model = cl.gen_model("big", rows=[400000, 1000], dims=[8, 4], defaults=[0.5, -2.0],
+                         segment=seg)
+    segpath = "/dev/shm/hps." + seg
+    conf = cl.write_config("big.ini", model.ini_text, [
+        ("hps", "heartbeat_interval_ms", 50),
+        ("worker", "miss_timeout_ms", 100)])
+
+    # ---- (1) worker first ------------------------------------------------------
+    w = cl.start_worker(conf, wait_ready=False)
+    t.eq(H.ready_status(w.http_port), 400, "worker without a segment: not ready")
+    kpt = [model.file_keys[0][:5] + model.file_keys[0][-5:], model.file_keys[1][:5]]
+    r = H.infer(w.http_port, "big", kpt)
+    _, g = H.decode_output(r)
+    t.ok(g == [0.5] * 80 + [-2.0] * 20 and r.elapsed < 1.0,
+         "worker without a segment answers the defaults at once (%.0f ms)" % (r.elapsed * 1000))
+    want = model.expected(kpt)
+    t0 = time.monotonic()
+    c = cl.start_coordinator(conf, wait_ready=False)
+    ready_at = None
+    wrong = []  # (seconds after the coordinator's start, coordinator done loading?)
+    while time.monotonic() - t0 < 60:
+        loaded = "serving misses" in c.log()
+        if H.ready_status(w.http_port) == 200:
+            if ready_at is None:
+                ready_at = time.monotonic() - t0
+            _, g = H.decode_output(H.infer(w.http_port, "big", kpt))
+            if g != want:
+                wrong.append((round(time.monotonic() - t0, 3), loaded))
+            elif loaded:
+                break
+        if not c.alive():
+            break
+        time.sleep(0.01)
+    t.ok(ready_at is not None, "worker ready once the coordinator is up (%.2f s)" %
+         (ready_at or -1), c.log())
+    t.ok(not wrong, "no wrong answer while the worker said ready (%d wrong; the first at "
+         "(s after the coordinator's start, coordinator done loading) = %s)" %
+         (len(wrong), wrong[:3]), c.log() + w.log())
+    _, g = H.decode_output(H.infer(w.http_port, "big", kpt, binary=True))
+    t.ok(g == want, "after loading the worker answers exactly")
+    w.kill(signal.SIGTERM)
+    t.eq(w.wait(10), 0, "its worker: SIGTERM -> exit status 0")
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(10), 0, "coordinator of the big model: SIGTERM -> exit status 0")
+
+    # ---- (2) a second coordinator during a long load ----------------------------
+    # worker_timeout_ms at its minimum (100 ms), so the load of the first
+    # coordinator outlasts it; the second starts 150 ms into that load.
+    conf2 = cl.write_config("big2.ini", model.ini_text, [
+        ("hps", "heartbeat_interval_ms", 10),
+        ("hps", "worker_timeout_ms", 100)])
+    a = cl.start_coordinator(conf2, wait_ready=False)
+    if not H.wait_until(lambda: "files valid" in a.log() or not a.alive(), 30, 0.002):
+        raise RuntimeError("coordinator did not validate its files:\n" + a.log())
+    ino = os.stat(segpath).st_ino
+    time.sleep(0.15)
+    during = "serving misses" not in a.log()
+    rc, out = cl.run_coordinator(conf2, timeout=60)
+    during = during and "serving misses" not in a.log()
+    t.diag("second coordinator ran %s the first one's load" % ("during" if during else "after"))
+    t.ok(rc == H.EXIT_SEGMENT and "pid %d" % a.pid in out,
+         "second coordinator while the first is loading exits 3 naming pid %d" % a.pid,
+         "exit %d\n%s\nfirst coordinator:\n%s" % (rc, out, a.log()))
+    t.ok(os.path.exists(segpath) and os.stat(segpath).st_ino == ino,
+         "the loading coordinator's segment was neither removed nor replaced")
+    t.ok(H.wait_until(lambda: "serving misses" in a.log() or not a.alive(), 60),
+         "the first coordinator finishes loading", a.log())
+    w = cl.start_worker(conf2, wait_ready=False)
+    t.ok(H.wait_for_ready(w.http_port, True, 5.0), "a worker attaches it and is ready",
+         w.log())
+    _, g = H.decode_output(H.infer(w.http_port, "big", kpt, binary=True))
+    t.ok(g == want, "and answers exactly")
+    a.kill(signal.SIGTERM)
+    t.eq(a.wait(10), 0, "SIGTERM -> exit status 0")
+    w.kill(signal.SIGKILL)
+    w.wait(10)
+    shutil.rmtree(model.dir, ignore_errors=True)
+
+
+def body(t, cl):
+    big_model_phases(t, cl)
+    model = cl.gen_model("m", rows=[2000, 1000], dims=[8, 4], defaults=[0.5, -2.0])
+    kpt = [model.file_keys[0][:10] + model.file_keys[0][-10:],
+           model.file_keys[1][:10] + model.file_keys[1][-10:]]
+    want = model.expected(kpt)
+    common = [("volatile_db", "initial_cache_rate", 0.5),
+              ("hps", "heartbeat_interval_ms", 50),
+              ("hps", "worker_timeout_ms", 500)]
+    conf_rm = cl.write_config("remove.ini", model.ini_text, common + [
+        ("volatile_db", "shared_memory_auto_remove", "true")])
+    conf_keep = cl.write_config("keep.ini", model.ini_text, common + [
+        ("volatile_db", "shared_memory_auto_remove", "false")])
+    conf_reuse = cl.write_config("reuse.ini", model.ini_text, common + [
+        ("volatile_db", "shared_memory_auto_remove", "false"),
+        ("volatile_db", "initialize_after_startup", "false")])
+    seg = "/dev/shm/hps." + cl.segment
+
+    # ---- SIGTERM, auto_remove = true -----------------------------------------
+    c = cl.start_coordinator(conf_rm)
+    t.ok(os.path.exists(seg), "coordinator created %s" % seg)
+    c.kill(signal.SIGTERM)
+    st = c.wait(10)
+    t.eq(st, 0, "SIGTERM -> exit status 0")
+    t.ok(not os.path.exists(seg), "shared_memory_auto_remove = true: segment removed", c.log())
+
+    # ---- SIGINT, auto_remove = false: kept, consistent, re-attachable -------
+    c = cl.start_coordinator(conf_keep)
+    w = cl.start_worker(conf_keep)
+    _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    t.ok(g == want, "lookups exact (VDB and RocksDB) before the restart")
+    ino = os.stat(seg).st_ino
+    c.kill(signal.SIGINT)
+    st = c.wait(10)
+    t.eq(st, 0, "SIGINT -> exit status 0")
+    t.ok(os.path.exists(seg), "shared_memory_auto_remove = false: segment kept")
+    rc, out, err = cl.shm("check", cl.segment)
+    t.ok(rc == 0, "hps-shm check passes on the kept segment", out + err)
+    info = cl.shm_info()
+    t.eq(info["segment"]["num_tables"], 2, "kept segment still holds both tables")
+    t.ok(H.wait_for_ready(w.http_port, False, 3.0), "worker not ready without a coordinator")
+
+    c = cl.start_coordinator(conf_reuse)
+    t.ok("re-attached" in c.log(), "initialize_after_startup = false re-attaches it", c.log())
+    t.eq(os.stat(seg).st_ino, ino, "same segment object")
+    t.ok(H.wait_for_ready(w.http_port, True, 5.0), "worker ready again")
+    _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=False))
+    t.ok(g == want, "lookups exact after the restart")
+
+    # ---- a second coordinator on a live one's segment -------------------------
+    for name, conf in (("initialize_after_startup = true", conf_keep),
+                       ("initialize_after_startup = false", conf_reuse)):
+        rc, out = cl.run_coordinator(conf, timeout=30)
+        t.eq(rc, H.EXIT_SEGMENT, "second coordinator (%s) exits 3" % name)
+        t.ok("pid %d" % c.pid in out, "its message names the live coordinator pid %d" % c.pid,
+             out)
+    t.ok(c.alive(), "the first coordinator still runs", c.log())
+    t.eq(os.stat(seg).st_ino, ino, "its segment was not replaced")
+    time.sleep(0.3)
+    t.eq(H.ready_status(w.http_port), 200, "its worker is still ready")
+    _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    t.ok(g == want, "and still exact, persistent-DB keys included")
+    rc, out, err = cl.shm("check", cl.segment)
+    t.ok(rc == 0, "hps-shm check passes", out + err)
+
+    # ---- a second worker on a port in use: exit 3 ------------------------------------
+    r = subprocess.run([H.WORKER, "-c", conf_keep, "--device", "0", "--http-port",
+                        str(w.http_port), "--metrics-port", "0"],
+                       capture_output=True, text=True, timeout=30)
+    t.ok(r.returncode == 3 and str(w.http_port) in r.stderr + r.stdout,
+         "hps-worker on an HTTP port in use exits 3 naming the port",
+         "%d %s" % (r.returncode, r.stderr + r.stdout))
+    t.eq(H.ready_status(w.http_port), 200, "the worker owning that port is unaffected")
+
+    # ---- worker SIGTERM: exit 0, detached -------------------------------------------
+    w.kill(signal.SIGTERM)
+    st = w.wait(10)
+    t.eq(st, 0, "worker: SIGTERM -> exit status 0")
+    procs = {p["pid"] for p in cl.shm_info()["processes"]}
+    t.ok(w.pid not in procs, "worker left the process table at once", repr(procs))
+
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(10), 0, "coordinator (auto_remove = false): SIGTERM -> exit status 0")
+    t.ok(os.path.exists(seg), "segment kept again")
+
+    # ---- bad configurations: exit 2, FILE:LINE -----------------------------------------
+    text = model.ini_text
+    lines = text.splitlines()
+    vdb_line = lines.index("[volatile_db]") + 1  # 1-based line of the header
+    cases = [
+        ("unknown key", "[volatile_db]\nbogus_key = 1",
+         "[volatile_db]\nbogus_key = 1", 1),
+        ("value out of range", "[volatile_db]\noverflow_resolution_target = 1.5",
+         "[volatile_db]\noverflow_resolution_target = 1.5", 1),
+        ("bad boolean", "[volatile_db]\ncache_missed_embeddings = maybe",
+         "[volatile_db]\ncache_missed_embeddings = maybe", 1),
+        ("unterminated section header", "[volatile_db]", "[volatile_db", 0),
+    ]
+    for n, (desc, old, new, delta) in enumerate(cases):
+        path = cl.path("bad%d.ini" % n)
+        with open(path, "w") as f:
+            f.write(text.replace(old if old in text else "[volatile_db]", new, 1))
+        rc, out = cl.run_coordinator(path, timeout=30)
+        where = "%s:%d" % (path, vdb_line + delta)
+        t.eq(rc, H.EXIT_USAGE, "bad config (%s) -> exit status 2" % desc)
+        t.ok(where in out, "its message names %s" % where, out)
+    rc, out = cl.run_coordinator(cl.path("missing.ini"), timeout=30)
+    t.ok(rc == H.EXIT_USAGE and "missing.ini" in out,
+         "missing config file -> exit status 2 naming the file", "%d %s" % (rc, out))
+    t.ok(os.path.exists(seg), "refused starts did not touch the kept segment")
+
+
+if __name__ == "__main__":
+    H.run_main("coordinator_lifecycle", body)
