@@ -1,0 +1,533 @@
+/*
+ * kserve_http.c -- one HTTP request, from libmicrohttpd's callbacks to the
+ * queued response: routing and method checks, bounded upload accumulation,
+ * and the endpoint handlers.
+ *
+ * libmicrohttpd calls the access handler first with the headers only
+ * (*req_cls == NULL), then once per chunk of body, then once more with no
+ * data: that last call answers.  Errors known from the headers alone (404,
+ * 405, 501, unsupported encoding, a Content-Length over the limit) are
+ * answered in the first call, before any body is read; libmicrohttpd then
+ * closes the connection instead of reading the body.  A chunked body that
+ * outgrows the limit is dropped as it arrives (never buffered) and answered
+ * with 400 at its end; past twice the limit the connection is cut.
+ *
+ * Only inference bodies are kept.  Everything runs on the listener's
+ * threads, including backend->lookup().
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "worker/kserve_http.h"
+
+/* Largest body buffer reserved from Content-Length before data arrives. */
+#define PREALLOC_MAX ((size_t)1 << 20)
+
+/** Per-request state (MHD's *req_cls). */
+struct kreq {
+    hps_kserve_t *srv;
+    bool responded; /* answered in the first call */
+    bool store;     /* keep the body (inference) */
+    bool too_large;
+    char *body;
+    size_t len;
+    size_t cap;
+    uint64_t received;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Responses                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static const char oom_body[] = "{\"error\":\"out of memory\"}";
+
+/* Queue r (consumed).  While the server drains, ask clients to close their
+ * keep-alive connections so that draining ends. */
+static enum MHD_Result queue(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
+                             struct MHD_Response *r, const char *ctype)
+{
+    if (!r)
+        return MHD_NO;
+    if (ctype)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (atomic_load_explicit(&s->draining, memory_order_relaxed))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_static(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
+                                   const char *body, size_t len, const char *ctype)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+    return queue(s, c, status, r, ctype);
+}
+
+static enum MHD_Result send_empty(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status)
+{
+    return send_static(s, c, status, "", 0, "text/plain");
+}
+
+/* Send the text (ownership taken); 500 if it ran out of memory. */
+static enum MHD_Result send_text(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
+                                 const char *ctype, hps__text_t *t)
+{
+    if (t->oom || !t->data) {
+        hps__text_fini(t);
+        return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
+    }
+    size_t len;
+    char *data = hps__text_steal(t, &len);
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, data, free);
+    if (!r)
+        free(data);
+    return queue(s, c, status, r, ctype);
+}
+
+static enum MHD_Result send_json(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
+                                 hps__text_t *t)
+{
+    return send_text(s, c, status, "application/json", t);
+}
+
+static enum MHD_Result send_error(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
+                                  const char *msg)
+{
+    hps__text_t t;
+    hps__text_init(&t);
+    hps__resp_error(&t, msg);
+    return send_json(s, c, status, &t);
+}
+
+/** Buffers of a binary inference response, freed by libmicrohttpd. */
+struct binout {
+    char *header;
+    float *out;
+};
+
+static void binout_free(void *cls)
+{
+    struct binout *b = cls;
+    free(b->header);
+    free(b->out);
+    free(b);
+}
+
+/* JSON header then the raw floats, without copying them (iovec response). */
+static enum MHD_Result send_binary(const hps_kserve_t *s, struct MHD_Connection *c, hps__text_t *t,
+                                   float *out, uint64_t out_len)
+{
+    struct binout *b = malloc(sizeof(*b));
+    if (!b || t->oom) {
+        free(b);
+        free(out);
+        hps__text_fini(t);
+        return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
+    }
+    size_t hlen;
+    b->header = hps__text_steal(t, &hlen);
+    b->out = out;
+    struct MHD_IoVec iov[2] = {{b->header, hlen}, {out, (size_t)out_len * sizeof(float)}};
+    struct MHD_Response *r = MHD_create_response_from_iovec(iov, out_len ? 2 : 1, binout_free, b);
+    if (!r) {
+        binout_free(b);
+        return MHD_NO;
+    }
+    char num[24];
+    snprintf(num, sizeof(num), "%zu", hlen);
+    MHD_add_response_header(r, "Inference-Header-Content-Length", num);
+    return queue(s, c, 200, r, "application/octet-stream");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Endpoints                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static bool backend_ready(const hps_kserve_t *s)
+{
+    return !s->backend.ready || s->backend.ready(s->backend.ctx);
+}
+
+static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
+{
+    hps__text_t t;
+    hps__text_init(&t);
+    hps__resp_server_meta(&t, s->server_name, s->server_version);
+    return send_json(s, c, 200, &t);
+}
+
+/* Model endpoints other than infer: metadata, ready, config, stats. */
+static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
+                               const struct hps__route *r)
+{
+    hps__kerr_t err;
+    long mi = hps__route_model(r, s->models, s->num_models, &err);
+    if (mi < 0)
+        return send_error(s, c, err.status, err.msg);
+    const struct hps__kmodel *m = &s->models[mi];
+    if (r->kind == HPS__R_MODEL_READY)
+        return backend_ready(s) ? send_empty(s, c, 200)
+                                : send_error(s, c, 400, "Model version not ready");
+    hps__text_t t;
+    hps__text_init(&t);
+    if (r->kind == HPS__R_MODEL_META)
+        hps__resp_model_meta(&t, m);
+    else if (r->kind == HPS__R_MODEL_CONFIG)
+        hps__resp_model_config(&t, m);
+    else
+        hps__resp_stats(&t, m, 1);
+    return send_json(s, c, 200, &t);
+}
+
+static enum MHD_Result h_all_stats(hps_kserve_t *s, struct MHD_Connection *c)
+{
+    hps__text_t t;
+    hps__text_init(&t);
+    hps__resp_stats(&t, s->models, s->num_models);
+    return send_json(s, c, 200, &t);
+}
+
+/* Durations of one successful request, per hps_kserve_lookup_stats_t's rule. */
+static void request_times(struct hps__ktimes *t, const hps_kserve_lookup_stats_t *ls,
+                          const uint64_t stamp[4])
+{
+    bool reported =
+        ls->queue_ns | ls->compute_input_ns | ls->compute_infer_ns | ls->compute_output_ns;
+    t->total_ns = stamp[3] - stamp[0];
+    t->queue_ns = ls->queue_ns;
+    t->input_ns = ls->compute_input_ns + (stamp[1] - stamp[0]);
+    t->infer_ns = reported ? ls->compute_infer_ns : stamp[2] - stamp[1];
+    t->output_ns = ls->compute_output_ns + (stamp[3] - stamp[2]);
+}
+
+static enum MHD_Result infer_failed(const hps_kserve_t *s, struct hps__kmodel *m,
+                                    struct MHD_Connection *c, uint64_t t0,
+                                    enum hps__fail_reason reason, unsigned status, const char *msg)
+{
+    hps__stats_failure(&m->stats, hps__now_ns() - t0, reason);
+    return send_error(s, c, status, msg);
+}
+
+/* Call the backend; on failure answer and return false. */
+static bool infer_lookup(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
+                         const struct hps__infer_req *req, float *out,
+                         hps_kserve_lookup_stats_t *ls, uint64_t t0, enum MHD_Result *ret)
+{
+    struct hps__kmodel *m = &s->models[mi];
+    memset(ls, 0, sizeof(*ls));
+    if (req->num_keys == 0)
+        return true;
+    hps_err_t rc = s->backend.lookup(s->backend.ctx, mi, m->num_tables, req->numkeys, req->keys,
+                                     req->num_keys, out, (size_t)req->out_len, ls);
+    if (rc == 0)
+        return true;
+    ls->message[sizeof(ls->message) - 1] = '\0';
+    char msg[HPS__KERR_MSG_MAX];
+    snprintf(msg, sizeof(msg), "lookup failed for model '%s': %s", m->name,
+             ls->message[0] ? ls->message : hps_strerror(rc));
+    bool busy = rc == HPS_EBUSY;
+    *ret = infer_failed(s, m, c, t0, busy ? HPS__FAIL_REJECTED : HPS__FAIL_BACKEND,
+                        busy ? 503 : 500, msg);
+    return false;
+}
+
+/*
+ * Format and queue the answer of a successful lookup (out is consumed).
+ * stamp[0..2] are the request start, lookup start and lookup end.
+ */
+static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connection *c,
+                                     struct hps__kmodel *m, const struct hps__infer_req *req,
+                                     float *out, const hps_kserve_lookup_stats_t *ls,
+                                     uint64_t stamp[4])
+{
+    hps__text_t t;
+    hps__text_init(&t);
+    hps__resp_infer(&t, m, req, out);
+    stamp[3] = hps__now_ns();
+    if (t.oom) {
+        hps__text_fini(&t);
+        free(out);
+        return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
+    }
+    struct hps__ktimes times;
+    request_times(&times, ls, stamp);
+    hps__stats_success(&m->stats, &times, req->num_samples);
+    if (req->binary_output)
+        return send_binary(s, c, &t, out, req->out_len);
+    free(out);
+    return send_json(s, c, 200, &t);
+}
+
+/* Parse, look up, answer: one inference request for model mi. */
+static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
+                                   size_t mi)
+{
+    struct hps__kmodel *m = &s->models[mi];
+    uint64_t stamp[4] = {hps__now_ns(), 0, 0, 0};
+    hps__kerr_t err;
+    struct hps__infer_req req;
+    const char *hlen =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    if (hps__infer_parse(&s->limits, m, q->body ? q->body : "", q->len, hlen, &req, &err))
+        return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
+    enum MHD_Result ret;
+    hps_kserve_lookup_stats_t ls;
+    float *out = malloc(req.out_len ? (size_t)req.out_len * sizeof(float) : 1);
+    stamp[1] = hps__now_ns();
+    if (!out) {
+        ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
+    } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret)) {
+        free(out);
+    } else {
+        stamp[2] = hps__now_ns();
+        ret = infer_respond(s, c, m, &req, out, &ls, stamp);
+    }
+    hps__infer_req_fini(&req);
+    return ret;
+}
+
+static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
+                               const struct hps__route *r)
+{
+    hps__kerr_t err;
+    long mi = hps__route_model(r, s->models, s->num_models, &err);
+    if (mi < 0)
+        return send_error(s, c, err.status, err.msg);
+    _Atomic int64_t *pending = &s->models[mi].stats.pending;
+    atomic_fetch_add_explicit(pending, 1, memory_order_relaxed); /* a gauge only */
+    enum MHD_Result ret = infer_model(s, c, q, (size_t)mi);
+    atomic_fetch_sub_explicit(pending, 1, memory_order_relaxed);
+    return ret;
+}
+
+/* The request is complete: answer it. */
+static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const char *url)
+{
+    hps_kserve_t *s = q->srv;
+    struct hps__route r;
+    hps__route_parse(url, &r);
+    if (q->too_large) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "request body of more than %zu bytes exceeds the maximum allowed "
+                 "value of %zu bytes",
+                 s->max_body, s->max_body);
+        return send_error(s, c, 400, msg);
+    }
+    switch (r.kind) {
+    case HPS__R_LIVE:
+        return send_empty(s, c, 200);
+    case HPS__R_READY:
+        return send_empty(s, c, backend_ready(s) ? 200 : 400);
+    case HPS__R_SERVER_META:
+        return h_server_meta(s, c);
+    case HPS__R_ALL_STATS:
+        return h_all_stats(s, c);
+    case HPS__R_INFER:
+        return h_infer(s, c, q, &r);
+    case HPS__R_MODEL_META:
+    case HPS__R_MODEL_READY:
+    case HPS__R_MODEL_CONFIG:
+    case HPS__R_MODEL_STATS:
+        return h_model(s, c, &r);
+    default:
+        return send_error(s, c, 404, "Not Found"); /* unreachable: begin() answered */
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Upload handling                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Content-Length as a number; UINT64_MAX when absent or unparsable. */
+static uint64_t content_length(struct MHD_Connection *c)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!v || !*v)
+        return UINT64_MAX;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    return (errno || *end || *v == '-') ? UINT64_MAX : (uint64_t)n;
+}
+
+/* Checks of an inference request that need only the headers. */
+static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
+{
+    hps_kserve_t *s = q->srv;
+    const char *enc =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    char msg[200];
+    q->responded = true;
+    if (enc && strcasecmp(enc, "identity") != 0) {
+        snprintf(msg, sizeof(msg), "unsupported Content-Encoding '%.64s'", enc);
+        return send_error(s, c, 400, msg);
+    }
+    uint64_t cl = content_length(c);
+    if (cl != UINT64_MAX && cl > s->max_body) {
+        snprintf(msg, sizeof(msg),
+                 "request body of %llu bytes exceeds the maximum allowed value of "
+                 "%zu bytes",
+                 (unsigned long long)cl, s->max_body);
+        return send_error(s, c, 400, msg);
+    }
+    q->responded = false;
+    q->store = true;
+    if (cl != UINT64_MAX && cl > 0) {
+        /* Reserve up front, but not more than PREALLOC_MAX: a client that
+         * declares a large body and sends nothing must not pin memory. */
+        size_t n = cl < PREALLOC_MAX ? (size_t)cl : PREALLOC_MAX;
+        q->body = malloc(n);
+        q->cap = q->body ? n : 0;
+    }
+    return MHD_YES;
+}
+
+/* First call: headers only. */
+static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const char *url,
+                             const char *method, void **req_cls)
+{
+    struct kreq *q = calloc(1, sizeof(*q));
+    if (!q)
+        return MHD_NO;
+    q->srv = s;
+    *req_cls = q;
+    atomic_fetch_add_explicit(&s->inflight, 1, memory_order_relaxed);
+    struct hps__route r;
+    hps__route_parse(url, &r);
+    const char *want = hps__route_method(r.kind);
+    q->responded = true;
+    if (!want)
+        return send_error(s, c, 404, "Not Found");
+    if (strcmp(method, want) != 0)
+        return send_error(s, c, 405, "Method Not Allowed");
+    if (r.kind == HPS__R_SHM_STATUS || r.kind == HPS__R_SHM_REGISTER ||
+        r.kind == HPS__R_SHM_UNREGISTER)
+        return send_error(s, c, 501,
+                          "the system and CUDA shared-memory extensions are not supported "
+                          "by this server");
+    q->responded = false;
+    return r.kind == HPS__R_INFER ? begin_infer(q, c) : MHD_YES;
+}
+
+/* Grow the body buffer for n more bytes, at most max. */
+static bool body_grow(struct kreq *q, size_t n, size_t max)
+{
+    if (q->len + n <= q->cap)
+        return true;
+    if (q->len + n > max)
+        return false;
+    size_t cap = q->cap ? q->cap : 64 * 1024;
+    while (cap < q->len + n)
+        cap = cap > max / 2 ? max : cap * 2;
+    char *p = realloc(q->body, cap);
+    if (!p)
+        return false;
+    q->body = p;
+    q->cap = cap;
+    return true;
+}
+
+/* A chunk of body.  Returns false to cut the connection. */
+static bool absorb(struct kreq *q, const char *data, size_t n)
+{
+    size_t max = q->srv->max_body;
+    q->received += n;
+    if (q->received > 2 * (uint64_t)max)
+        return false; /* a flood: stop reading */
+    if (!q->store || q->too_large)
+        return true; /* discard */
+    if (q->received > max) {
+        q->too_large = true;
+        free(q->body);
+        q->body = NULL;
+        q->len = q->cap = 0;
+        return true;
+    }
+    if (!body_grow(q, n, max))
+        return false;
+    memcpy(q->body + q->len, data, n);
+    q->len += n;
+    return true;
+}
+
+enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                     const char *method, const char *version,
+                                     const char *upload_data, size_t *upload_data_size,
+                                     void **req_cls)
+{
+    (void)version;
+    struct kreq *q = *req_cls;
+    if (!q)
+        return begin(cls, conn, url, method, req_cls);
+    if (*upload_data_size) {
+        bool ok = absorb(q, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return ok ? MHD_YES : MHD_NO;
+    }
+    if (q->responded)
+        return MHD_YES;
+    q->responded = true;
+    return dispatch(q, conn, url);
+}
+
+void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                            enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    hps_kserve_t *s = cls;
+    struct kreq *q = *req_cls;
+    if (!q)
+        return;
+    free(q->body);
+    free(q);
+    *req_cls = NULL;
+    atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metrics listener                                                          */
+/* ------------------------------------------------------------------------ */
+
+static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
+{
+    hps__text_t t;
+    hps__text_init(&t);
+    hps__metrics_render(&t, s->models, s->num_models);
+    if (s->backend.metrics && !t.oom) {
+        hps_err_t rc = s->backend.metrics(s->backend.ctx, &t);
+        if (rc) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "backend metrics failed: %s", hps_strerror(rc));
+            hps__text_fini(&t);
+            return send_error(s, c, 500, msg);
+        }
+    }
+    return send_text(s, c, 200, "text/plain; charset=utf-8", &t);
+}
+
+enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                        const char *method, const char *version,
+                                        const char *upload_data, size_t *upload_data_size,
+                                        void **req_cls)
+{
+    static int answered; /* address used as a marker only */
+    (void)version;
+    (void)upload_data;
+    if (*req_cls) {
+        *upload_data_size = 0; /* already answered: drop any body */
+        return MHD_YES;
+    }
+    *req_cls = &answered;
+    if (strcmp(method, "GET") != 0)
+        return send_error(cls, conn, 405, "Method Not Allowed");
+    if (strcmp(url, "/metrics") != 0)
+        return send_error(cls, conn, 404, "Not Found");
+    return metrics_scrape(cls, conn);
+}

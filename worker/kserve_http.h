@@ -1,0 +1,66 @@
+/*
+ * kserve_http.h -- the server object and the libmicrohttpd callbacks,
+ * shared by kserve_server.c (lifecycle, listeners) and kserve_http.c
+ * (per-request upload handling and endpoint handlers).
+ */
+#ifndef HPS_WORKER_KSERVE_HTTP_H
+#define HPS_WORKER_KSERVE_HTTP_H
+
+#include <microhttpd.h>
+
+#include "worker/kserve_internal.h"
+
+struct hps_kserve {
+    /* Options, defaults resolved; strings owned. */
+    char *http_address;
+    char *metrics_address;
+    char *server_name;
+    char *server_version;
+    int http_port;
+    int metrics_port;
+    unsigned threads;
+    unsigned max_connections;
+    unsigned idle_timeout_s;
+    unsigned drain_timeout_ms;
+    size_t max_body;
+    struct hps__klimits limits;
+
+    hps_kserve_backend_t backend;
+    struct hps__kmodel *models;
+    size_t num_models;
+
+    /* Listeners; valid while running. */
+    struct MHD_Daemon *http;
+    struct MHD_Daemon *metrics;
+    int http_fd; /* listening sockets, closed after MHD_stop_daemon */
+    int metrics_fd;
+    uint16_t bound_http_port;
+    uint16_t bound_metrics_port;
+    bool running;
+    /* Set while hps_kserve_stop() drains: responses carry Connection: close.
+     * A hint only, relaxed. */
+    _Atomic bool draining;
+
+    /* Requests between their first callback and their completion
+     * notification; hps_kserve_stop() drains it to zero.  Only a counter,
+     * no data is published through it: relaxed. */
+    _Atomic int64_t inflight;
+};
+
+/** MHD_AccessHandlerCallback of the HTTP (KServe v2) listener; cls = server. */
+enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                     const char *method, const char *version,
+                                     const char *upload_data, size_t *upload_data_size,
+                                     void **req_cls);
+
+/** MHD_RequestCompletedCallback of the HTTP listener: frees the request state. */
+void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                            enum MHD_RequestTerminationCode toe);
+
+/** MHD_AccessHandlerCallback of the metrics listener; cls = server. */
+enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                        const char *method, const char *version,
+                                        const char *upload_data, size_t *upload_data_size,
+                                        void **req_cls);
+
+#endif /* HPS_WORKER_KSERVE_HTTP_H */

@@ -1,0 +1,261 @@
+/*
+ * kserve_internal.h -- private declarations shared by the kserve_*.c files
+ * of the worker's HTTP front end (include/hps/kserve.h is the public API).
+ *
+ * Files, one concern each:
+ *   kserve_text.c     growable text buffer, JSON and number formatting
+ *   kserve_route.c    URL -> endpoint, method rules
+ *   kserve_infer.c    inference request parsing and validation
+ *   kserve_response.c response bodies: errors, infer, metadata, config, stats
+ *   kserve_metrics.c  per-model statistics and the Prometheus text
+ *   kserve_server.c   lifecycle, listeners, upload accumulation, dispatch
+ *
+ * Nothing here touches the network except kserve_server.c, so the parser,
+ * router and formatters are pure functions the unit tests call directly.
+ */
+#ifndef HPS_WORKER_KSERVE_INTERNAL_H
+#define HPS_WORKER_KSERVE_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/kserve.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the KServe binary-data extension is little-endian; big-endian hosts are not supported"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Text buffer (kserve_text.c)                                               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Growable byte buffer, always NUL-terminated when data != NULL.  Appends
+ * are sticky on failure: after an allocation failure `oom` is set, further
+ * appends are no-ops and the caller checks once at the end.
+ */
+struct hps_kserve_text {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool oom;
+};
+
+typedef struct hps_kserve_text hps__text_t;
+
+void hps__text_init(hps__text_t *t);
+void hps__text_fini(hps__text_t *t);
+/** Make room for `extra` more bytes (plus the NUL); false (and oom) on failure. */
+bool hps__text_reserve(hps__text_t *t, size_t extra);
+void hps__text_put(hps__text_t *t, const char *s, size_t n);
+void hps__text_puts(hps__text_t *t, const char *s);
+void hps__text_putc(hps__text_t *t, char c);
+__attribute__((format(printf, 2, 3))) void hps__text_printf(hps__text_t *t, const char *fmt, ...);
+void hps__text_vprintf(hps__text_t *t, const char *fmt, va_list ap);
+/** A JSON string literal: quotes plus escapes; bytes >= 0x80 are copied. */
+void hps__text_json_str(hps__text_t *t, const char *s, size_t n);
+void hps__text_u64(hps__text_t *t, uint64_t v);
+void hps__text_i64(hps__text_t *t, int64_t v);
+/** An fp32 value as JSON: "%.9g" (round-trips), NaN / Infinity / -Infinity. */
+void hps__text_f32(hps__text_t *t, float v);
+/** Escaped Prometheus label value (\\, \", \n), no quotes. */
+void hps__text_label(hps__text_t *t, const char *s);
+/** Hand the buffer over (caller frees with free()); t is reset to empty. */
+char *hps__text_steal(hps__text_t *t, size_t *ret_len);
+
+/* ------------------------------------------------------------------------ */
+/* Errors with an HTTP status                                                */
+/* ------------------------------------------------------------------------ */
+
+#define HPS__KERR_MSG_MAX 512
+
+/** An HTTP error answer in the making: status and message. */
+typedef struct hps__kerr {
+    unsigned status;
+    char msg[HPS__KERR_MSG_MAX];
+} hps__kerr_t;
+
+/** Set status and a printf message (truncated to fit); returns -1. */
+__attribute__((format(printf, 3, 4))) int hps__kerr_set(hps__kerr_t *e, unsigned status,
+                                                        const char *fmt, ...);
+
+/* ------------------------------------------------------------------------ */
+/* Models and statistics (kserve_metrics.c)                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Reasons of nv_inference_request_failure, in Triton's label spelling. */
+enum hps__fail_reason {
+    HPS__FAIL_REJECTED,
+    HPS__FAIL_CANCELED,
+    HPS__FAIL_BACKEND,
+    HPS__FAIL_OTHER,
+    HPS__FAIL_NREASONS
+};
+
+/** A cumulative duration statistic: count and total nanoseconds. */
+struct hps__kdur {
+    _Atomic uint64_t count;
+    _Atomic uint64_t ns;
+};
+
+/**
+ * Per-model counters.  Every field is updated with relaxed atomics: each is
+ * an independent monotone counter, readers only need each value to be
+ * eventually correct, never a consistent snapshot across fields (Triton's
+ * statistics have the same property).
+ */
+struct hps__kstats {
+    struct hps__kdur success;
+    struct hps__kdur fail;
+    struct hps__kdur queue;
+    struct hps__kdur compute_input;
+    struct hps__kdur compute_infer;
+    struct hps__kdur compute_output;
+    _Atomic uint64_t inference_count;
+    _Atomic uint64_t execution_count;
+    _Atomic uint64_t last_inference_ms;
+    _Atomic uint64_t fail_reason[HPS__FAIL_NREASONS];
+    _Atomic int64_t pending;
+};
+
+/** The server's own copy of an hps_kserve_model_t, plus its statistics. */
+struct hps__kmodel {
+    char *name;
+    size_t name_len;
+    char *version;
+    uint64_t version_num;
+    uint32_t num_tables;
+    uint32_t *dims;                /* (T) */
+    char **table_names;            /* (T) */
+    uint32_t *max_keys_per_sample; /* (T) */
+    uint64_t keys_per_sample;      /* sum of max_keys_per_sample */
+    uint32_t max_dim;
+    uint32_t max_batch_size;
+    int32_t device_id;
+    struct hps__kstats stats;
+};
+
+/** Timings of one request, nanoseconds, for hps__stats_record(). */
+struct hps__ktimes {
+    uint64_t total_ns;
+    uint64_t queue_ns;
+    uint64_t input_ns;
+    uint64_t infer_ns;
+    uint64_t output_ns;
+};
+
+/** Count a successful request that produced num_samples inferences. */
+void hps__stats_success(struct hps__kstats *s, const struct hps__ktimes *t, uint64_t num_samples);
+/** Count a failed request. */
+void hps__stats_failure(struct hps__kstats *s, uint64_t total_ns, enum hps__fail_reason reason);
+
+/** Append Triton's nv_inference_* families for every model. */
+void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models);
+
+/* ------------------------------------------------------------------------ */
+/* Router (kserve_route.c)                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum hps__route_kind {
+    HPS__R_NOT_FOUND,
+    HPS__R_LIVE,
+    HPS__R_READY,
+    HPS__R_SERVER_META,
+    HPS__R_MODEL_META,
+    HPS__R_MODEL_READY,
+    HPS__R_MODEL_CONFIG,
+    HPS__R_MODEL_STATS,
+    HPS__R_ALL_STATS,
+    HPS__R_INFER,
+    HPS__R_SHM_STATUS,    /* GET  .../status      (501 for now) */
+    HPS__R_SHM_REGISTER,  /* POST .../register    (501 for now) */
+    HPS__R_SHM_UNREGISTER /* POST .../unregister (501 for now) */
+};
+
+/** A matched URL; model and version point into the URL (not terminated). */
+struct hps__route {
+    enum hps__route_kind kind;
+    const char *model;
+    size_t model_len;
+    const char *version; /* NULL when the URL has no /versions/{v} */
+    size_t version_len;
+};
+
+/** Match a URL path against the endpoints (Triton's regexes, full match). */
+void hps__route_parse(const char *url, struct hps__route *ret);
+/** The one method an endpoint accepts ("GET" or "POST"); NULL for NOT_FOUND. */
+const char *hps__route_method(enum hps__route_kind kind);
+
+/**
+ * Find the model a route names.  Returns its index, or -1 with err set to
+ * 400 "Request for unknown model: 'x' is not found" (or "... version v ...").
+ */
+long hps__route_model(const struct hps__route *r, const struct hps__kmodel *models,
+                      size_t num_models, hps__kerr_t *err);
+
+/* ------------------------------------------------------------------------ */
+/* Inference request (kserve_infer.c)                                        */
+/* ------------------------------------------------------------------------ */
+
+/** Limits that apply to every request. */
+struct hps__klimits {
+    size_t max_keys;
+    unsigned json_depth;
+};
+
+/** A validated inference request. */
+struct hps__infer_req {
+    char *id; /* request "id" (copied), or NULL */
+    size_t id_len;
+    bool binary_output;
+    const int64_t *keys; /* (num_keys) 8-byte aligned: into the body or keys_owned */
+    int64_t *keys_owned;
+    size_t num_keys;
+    int32_t *numkeys; /* (T) owned */
+    uint64_t out_len; /* floats: sum_t numkeys[t] * dims[t] */
+    uint64_t num_samples;
+};
+
+/**
+ * Parse and validate an inference request body for model m.
+ * @param body          the whole body; must outlive ret (keys may point in).
+ * @param header_length value of Inference-Header-Content-Length, or NULL.
+ * @return 0, or -1 with err set (status 400, 404 or 501).
+ */
+int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m, const char *body,
+                     size_t body_len, const char *header_length, struct hps__infer_req *ret,
+                     hps__kerr_t *err);
+void hps__infer_req_fini(struct hps__infer_req *r);
+
+/* ------------------------------------------------------------------------ */
+/* Response bodies (kserve_response.c)                                       */
+/* ------------------------------------------------------------------------ */
+
+/** {"error":"<msg>"} */
+void hps__resp_error(hps__text_t *t, const char *msg);
+/** Server metadata; extensions are the ones this front end implements. */
+void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version);
+void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m);
+void hps__resp_model_config(hps__text_t *t, const struct hps__kmodel *m);
+/** {"model_stats":[...]} of models[first .. first+count). */
+void hps__resp_stats(hps__text_t *t, const struct hps__kmodel *models, size_t count);
+/**
+ * The inference response.  With r->binary_output only the JSON header is
+ * written (the caller sends out[] after it); else the whole JSON with data.
+ */
+void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct hps__infer_req *r,
+                     const float *out);
+
+/* ------------------------------------------------------------------------ */
+/* Clock                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** CLOCK_MONOTONIC in nanoseconds. */
+uint64_t hps__now_ns(void);
+/** CLOCK_REALTIME in milliseconds since the epoch. */
+uint64_t hps__epoch_ms(void);
+
+#endif /* HPS_WORKER_KSERVE_INTERNAL_H */

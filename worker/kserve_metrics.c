@@ -1,0 +1,171 @@
+/*
+ * kserve_metrics.c -- per-model statistics and their Prometheus rendering
+ * with Triton's family names, HELP texts and labels (model, version; the
+ * failure counter adds reason, labels in alphabetical order).
+ *
+ * Semantics (Triton's): request counters count HTTP inference requests;
+ * nv_inference_count counts inferences (HPS: NumSample); exec_count counts
+ * backend executions; durations are cumulative microseconds.
+ */
+#include "worker/kserve_internal.h"
+
+/* Every counter is independent; relaxed is enough (see struct hps__kstats). */
+static void add(_Atomic uint64_t *p, uint64_t v)
+{
+    atomic_fetch_add_explicit(p, v, memory_order_relaxed);
+}
+
+static uint64_t load(const _Atomic uint64_t *p)
+{
+    return atomic_load_explicit(p, memory_order_relaxed);
+}
+
+static void dur_add(struct hps__kdur *d, uint64_t ns)
+{
+    add(&d->count, 1);
+    add(&d->ns, ns);
+}
+
+void hps__stats_success(struct hps__kstats *s, const struct hps__ktimes *t, uint64_t num_samples)
+{
+    dur_add(&s->success, t->total_ns);
+    dur_add(&s->queue, t->queue_ns);
+    dur_add(&s->compute_input, t->input_ns);
+    dur_add(&s->compute_infer, t->infer_ns);
+    dur_add(&s->compute_output, t->output_ns);
+    add(&s->inference_count, num_samples);
+    add(&s->execution_count, 1);
+    atomic_store_explicit(&s->last_inference_ms, hps__epoch_ms(), memory_order_relaxed);
+}
+
+void hps__stats_failure(struct hps__kstats *s, uint64_t total_ns, enum hps__fail_reason reason)
+{
+    dur_add(&s->fail, total_ns);
+    add(&s->fail_reason[reason], 1);
+    atomic_store_explicit(&s->last_inference_ms, hps__epoch_ms(), memory_order_relaxed);
+}
+
+/** One metric family: how to read its value from a model's statistics. */
+struct family {
+    const char *name;
+    const char *type;
+    const char *help;
+    uint64_t (*value)(const struct hps__kstats *s);
+};
+
+static uint64_t v_success(const struct hps__kstats *s)
+{
+    return load(&s->success.count);
+}
+
+static uint64_t v_count(const struct hps__kstats *s)
+{
+    return load(&s->inference_count);
+}
+
+static uint64_t v_exec(const struct hps__kstats *s)
+{
+    return load(&s->execution_count);
+}
+
+static uint64_t v_request_us(const struct hps__kstats *s)
+{
+    return (load(&s->success.ns) + load(&s->fail.ns)) / 1000;
+}
+
+static uint64_t v_queue_us(const struct hps__kstats *s)
+{
+    return load(&s->queue.ns) / 1000;
+}
+
+static uint64_t v_input_us(const struct hps__kstats *s)
+{
+    return load(&s->compute_input.ns) / 1000;
+}
+
+static uint64_t v_infer_us(const struct hps__kstats *s)
+{
+    return load(&s->compute_infer.ns) / 1000;
+}
+
+static uint64_t v_output_us(const struct hps__kstats *s)
+{
+    return load(&s->compute_output.ns) / 1000;
+}
+
+static uint64_t v_pending(const struct hps__kstats *s)
+{
+    int64_t p = atomic_load_explicit(&s->pending, memory_order_relaxed);
+    return p > 0 ? (uint64_t)p : 0;
+}
+
+/* HELP texts are Triton's (core/src/metrics.cc). */
+static const struct family families[] = {
+    {"nv_inference_request_success", "counter",
+     "Number of successful inference requests, all batch sizes", v_success},
+    {"nv_inference_request_failure", "counter",
+     "Number of failed inference requests, all batch sizes", NULL},
+    {"nv_inference_count", "counter",
+     "Number of inferences performed (does not include cached requests)", v_count},
+    {"nv_inference_exec_count", "counter",
+     "Number of model executions performed (does not include cached requests)", v_exec},
+    {"nv_inference_request_duration_us", "counter",
+     "Cumulative inference request duration in microseconds (includes cached requests)",
+     v_request_us},
+    {"nv_inference_queue_duration_us", "counter",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)",
+     v_queue_us},
+    {"nv_inference_compute_input_duration_us", "counter",
+     "Cumulative compute input duration in microseconds (does not include cached requests)",
+     v_input_us},
+    {"nv_inference_compute_infer_duration_us", "counter",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)",
+     v_infer_us},
+    {"nv_inference_compute_output_duration_us", "counter",
+     "Cumulative inference compute output duration in microseconds (does not include cached "
+     "requests)",
+     v_output_us},
+    {"nv_inference_pending_request_count", "gauge",
+     "Instantaneous number of pending requests awaiting execution per-model.", v_pending},
+};
+
+static const char *const reasons[HPS__FAIL_NREASONS] = {"REJECTED", "CANCELED", "BACKEND", "OTHER"};
+
+/* name{model="m"[,reason="r"],version="v"} value */
+static void sample(hps__text_t *t, const char *name, const struct hps__kmodel *m,
+                   const char *reason, uint64_t v)
+{
+    hps__text_puts(t, name);
+    hps__text_puts(t, "{model=\"");
+    hps__text_label(t, m->name);
+    if (reason) {
+        hps__text_puts(t, "\",reason=\"");
+        hps__text_puts(t, reason);
+    }
+    hps__text_puts(t, "\",version=\"");
+    hps__text_label(t, m->version);
+    hps__text_puts(t, "\"} ");
+    hps__text_u64(t, v);
+    hps__text_putc(t, '\n');
+}
+
+static void render_family(hps__text_t *t, const struct family *f, const struct hps__kmodel *models,
+                          size_t num_models)
+{
+    hps__text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+    for (size_t i = 0; i < num_models; i++) {
+        const struct hps__kstats *s = &models[i].stats;
+        if (f->value) {
+            sample(t, f->name, &models[i], NULL, f->value(s));
+            continue;
+        }
+        for (int r = 0; r < HPS__FAIL_NREASONS; r++)
+            sample(t, f->name, &models[i], reasons[r], load(&s->fail_reason[r]));
+    }
+}
+
+void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models)
+{
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+        render_family(t, &families[i], models, num_models);
+}

@@ -1,0 +1,245 @@
+/*
+ * kserve_response.c -- JSON bodies of the KServe v2 answers.
+ *
+ * Written directly into a text buffer (no json-c objects): the inference
+ * response may carry millions of floats, and every other answer is small
+ * and fixed in shape.  Strings that come from the request or the registry
+ * go through hps__text_json_str(); floats use "%.9g", which round-trips
+ * every fp32 value, so JSON and binary answers carry identical numbers.
+ */
+#include <string.h>
+
+#include "worker/kserve_internal.h"
+
+/* Extensions this front end implements (and nothing else). */
+static const char *const extensions[] = {
+    "binary_tensor_data",
+    "statistics",
+    "model_configuration",
+    "parameters",
+};
+
+static void key(hps__text_t *t, const char *k)
+{
+    hps__text_json_str(t, k, strlen(k));
+    hps__text_putc(t, ':');
+}
+
+static void str_field(hps__text_t *t, const char *k, const char *v)
+{
+    key(t, k);
+    hps__text_json_str(t, v, strlen(v));
+}
+
+void hps__resp_error(hps__text_t *t, const char *msg)
+{
+    hps__text_puts(t, "{\"error\":");
+    hps__text_json_str(t, msg, strlen(msg));
+    hps__text_putc(t, '}');
+}
+
+void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version)
+{
+    hps__text_putc(t, '{');
+    str_field(t, "name", name);
+    hps__text_putc(t, ',');
+    str_field(t, "version", version);
+    hps__text_puts(t, ",\"extensions\":[");
+    for (size_t i = 0; i < sizeof(extensions) / sizeof(extensions[0]); i++) {
+        if (i)
+            hps__text_putc(t, ',');
+        hps__text_json_str(t, extensions[i], strlen(extensions[i]));
+    }
+    hps__text_puts(t, "]}");
+}
+
+/* {"name":n,"datatype":dt,"shape":[-1(,-1)]} */
+static void tensor_meta(hps__text_t *t, const struct hps__kmodel *m, const char *name,
+                        const char *dt)
+{
+    hps__text_putc(t, '{');
+    str_field(t, "name", name);
+    hps__text_putc(t, ',');
+    str_field(t, "datatype", dt);
+    /* Triton prepends a -1 batch dimension to the config dims when
+     * max_batch_size >= 1; the HPS backend's dims are [-1]. */
+    hps__text_puts(t, m->max_batch_size ? ",\"shape\":[-1,-1]}" : ",\"shape\":[-1]}");
+}
+
+void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m)
+{
+    hps__text_putc(t, '{');
+    str_field(t, "name", m->name);
+    hps__text_puts(t, ",\"versions\":[");
+    hps__text_json_str(t, m->version, strlen(m->version));
+    hps__text_puts(t, "],\"platform\":\"hps\",\"inputs\":[");
+    tensor_meta(t, m, "KEYS", "INT64");
+    hps__text_putc(t, ',');
+    tensor_meta(t, m, "NUMKEYS", "INT32");
+    hps__text_puts(t, "],\"outputs\":[");
+    tensor_meta(t, m, "OUTPUT0", "FP32");
+    hps__text_puts(t, "]}");
+}
+
+/* "name":{"string_value":"a,b,c"} from a list of T values. */
+static void list_param(hps__text_t *t, const char *name, const struct hps__kmodel *m,
+                       const uint32_t *nums, char *const *strs)
+{
+    hps__text_t v;
+    hps__text_init(&v);
+    for (uint32_t i = 0; i < m->num_tables; i++) {
+        if (i)
+            hps__text_putc(&v, ',');
+        if (nums)
+            hps__text_u64(&v, nums[i]);
+        else
+            hps__text_puts(&v, strs[i]);
+    }
+    key(t, name);
+    hps__text_puts(t, "{\"string_value\":");
+    if (v.oom)
+        t->oom = true;
+    else
+        hps__text_json_str(t, v.data ? v.data : "", v.len);
+    hps__text_putc(t, '}');
+    hps__text_fini(&v);
+}
+
+static void config_io(hps__text_t *t, const char *name, const char *type)
+{
+    hps__text_putc(t, '{');
+    str_field(t, "name", name);
+    hps__text_putc(t, ',');
+    str_field(t, "data_type", type);
+    hps__text_puts(t, ",\"format\":\"FORMAT_NONE\",\"dims\":[-1]}");
+}
+
+void hps__resp_model_config(hps__text_t *t, const struct hps__kmodel *m)
+{
+    hps__text_putc(t, '{');
+    str_field(t, "name", m->name);
+    hps__text_puts(t, ",\"platform\":\"\",\"backend\":\"hps\",\"max_batch_size\":");
+    hps__text_u64(t, m->max_batch_size);
+    hps__text_puts(t, ",\"input\":[");
+    config_io(t, "KEYS", "TYPE_INT64");
+    hps__text_putc(t, ',');
+    config_io(t, "NUMKEYS", "TYPE_INT32");
+    hps__text_puts(t, "],\"output\":[");
+    config_io(t, "OUTPUT0", "TYPE_FP32");
+    if (m->device_id >= 0) {
+        hps__text_puts(t, "],\"instance_group\":[{\"kind\":\"KIND_GPU\",\"count\":1,\"gpus\":[");
+        hps__text_i64(t, m->device_id);
+        hps__text_puts(t, "]}],\"parameters\":{");
+    } else {
+        hps__text_puts(t, "],\"instance_group\":[{\"kind\":\"KIND_CPU\",\"count\":1}],"
+                          "\"parameters\":{");
+    }
+    list_param(t, "embedding_table_names", m, NULL, m->table_names);
+    hps__text_putc(t, ',');
+    list_param(t, "embedding_vecsize_per_table", m, m->dims, NULL);
+    hps__text_putc(t, ',');
+    list_param(t, "maxnum_catfeature_query_per_table_per_sample", m, m->max_keys_per_sample, NULL);
+    hps__text_puts(t, "}}");
+}
+
+static uint64_t load(const _Atomic uint64_t *p)
+{
+    return atomic_load_explicit(p, memory_order_relaxed);
+}
+
+/* "k":{"count":c,"ns":n} */
+static void dur_stat(hps__text_t *t, const char *k, const struct hps__kdur *d, bool comma)
+{
+    if (comma)
+        hps__text_putc(t, ',');
+    key(t, k);
+    hps__text_puts(t, "{\"count\":");
+    hps__text_u64(t, load(&d->count));
+    hps__text_puts(t, ",\"ns\":");
+    hps__text_u64(t, load(&d->ns));
+    hps__text_putc(t, '}');
+}
+
+static void model_stats(hps__text_t *t, const struct hps__kmodel *m)
+{
+    static const struct hps__kdur zero;
+    const struct hps__kstats *s = &m->stats;
+    hps__text_putc(t, '{');
+    str_field(t, "name", m->name);
+    hps__text_putc(t, ',');
+    str_field(t, "version", m->version);
+    hps__text_puts(t, ",\"last_inference\":");
+    hps__text_u64(t, load(&s->last_inference_ms));
+    hps__text_puts(t, ",\"inference_count\":");
+    hps__text_u64(t, load(&s->inference_count));
+    hps__text_puts(t, ",\"execution_count\":");
+    hps__text_u64(t, load(&s->execution_count));
+    hps__text_puts(t, ",\"inference_stats\":{");
+    dur_stat(t, "success", &s->success, false);
+    dur_stat(t, "fail", &s->fail, true);
+    dur_stat(t, "queue", &s->queue, true);
+    dur_stat(t, "compute_input", &s->compute_input, true);
+    dur_stat(t, "compute_infer", &s->compute_infer, true);
+    dur_stat(t, "compute_output", &s->compute_output, true);
+    dur_stat(t, "cache_hit", &zero, true);
+    dur_stat(t, "cache_miss", &zero, true);
+    hps__text_puts(t, "},\"response_stats\":{},\"batch_stats\":[],\"memory_usage\":[]}");
+}
+
+void hps__resp_stats(hps__text_t *t, const struct hps__kmodel *models, size_t count)
+{
+    hps__text_puts(t, "{\"model_stats\":[");
+    for (size_t i = 0; i < count; i++) {
+        if (i)
+            hps__text_putc(t, ',');
+        model_stats(t, &models[i]);
+    }
+    hps__text_puts(t, "]}");
+}
+
+/* The JSON array of out[0, n): reserve once, then format in place. */
+static void float_array(hps__text_t *t, const float *out, uint64_t n)
+{
+    hps__text_putc(t, '[');
+    for (uint64_t i = 0; i < n; i++) {
+        if (i)
+            hps__text_putc(t, ',');
+        hps__text_f32(t, out[i]);
+        if (t->oom)
+            return;
+    }
+    hps__text_putc(t, ']');
+}
+
+void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct hps__infer_req *r,
+                     const float *out)
+{
+    /* Most floats print in at most 16 bytes ("-1.23456789e-05,"). */
+    if (!r->binary_output && !hps__text_reserve(t, 256 + r->out_len * 16))
+        return;
+    hps__text_putc(t, '{');
+    if (r->id && r->id_len) {
+        key(t, "id");
+        hps__text_json_str(t, r->id, r->id_len);
+        hps__text_putc(t, ',');
+    }
+    str_field(t, "model_name", m->name);
+    hps__text_putc(t, ',');
+    str_field(t, "model_version", m->version);
+    hps__text_puts(t, ",\"parameters\":{\"NumSample\":");
+    hps__text_u64(t, r->num_samples);
+    hps__text_puts(t, ",\"DeviceID\":");
+    hps__text_i64(t, m->device_id);
+    hps__text_puts(t, "},\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[");
+    hps__text_u64(t, r->out_len);
+    hps__text_putc(t, ']');
+    if (r->binary_output) {
+        hps__text_puts(t, ",\"parameters\":{\"binary_data_size\":");
+        hps__text_u64(t, r->out_len * sizeof(float));
+        hps__text_puts(t, "}}]}");
+        return;
+    }
+    hps__text_puts(t, ",\"data\":");
+    float_array(t, out, r->out_len);
+    hps__text_puts(t, "}]}");
+}

@@ -1,0 +1,183 @@
+/*
+ * kserve_route.c -- URL path to endpoint.
+ *
+ * Full matches of Triton's route regexes (src/http_server.cc), written as a
+ * small segment matcher instead of a regex engine:
+ *
+ *   /v2(/health/(live|ready))?
+ *   /v2/models/stats
+ *   /v2/models/([^/]+)(/versions/([0-9]+))?(/(infer|ready|config|stats))?
+ *   /v2/(system|cuda)sharedmemory(/region/([^/]+))?/(status|register|unregister)
+ *
+ * Anything else (including Triton's generate, trace and repository paths,
+ * which this front end does not implement) is NOT_FOUND -> 404.
+ */
+#include <string.h>
+
+#include "worker/kserve_internal.h"
+
+/* If *p starts with lit, advance past it and return true. */
+static bool eat(const char **p, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (strncmp(*p, lit, n) != 0)
+        return false;
+    *p += n;
+    return true;
+}
+
+/* One non-empty path segment ([^/]+); returns its length, 0 if none. */
+static size_t segment(const char *p)
+{
+    return strcspn(p, "/");
+}
+
+static bool all_digits(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return n > 0;
+}
+
+static enum hps__route_kind shm_action(const char *p)
+{
+    if (strcmp(p, "/status") == 0)
+        return HPS__R_SHM_STATUS;
+    if (strcmp(p, "/register") == 0)
+        return HPS__R_SHM_REGISTER;
+    if (strcmp(p, "/unregister") == 0)
+        return HPS__R_SHM_UNREGISTER;
+    return HPS__R_NOT_FOUND;
+}
+
+/* p points after "/v2/systemsharedmemory" or "/v2/cudasharedmemory". */
+static enum hps__route_kind parse_shm(const char *p)
+{
+    if (eat(&p, "/region/")) {
+        size_t n = segment(p);
+        if (n == 0)
+            return HPS__R_NOT_FOUND;
+        p += n;
+    }
+    return shm_action(p);
+}
+
+static enum hps__route_kind model_suffix(const char *p)
+{
+    if (*p == '\0')
+        return HPS__R_MODEL_META;
+    if (strcmp(p, "/infer") == 0)
+        return HPS__R_INFER;
+    if (strcmp(p, "/ready") == 0)
+        return HPS__R_MODEL_READY;
+    if (strcmp(p, "/config") == 0)
+        return HPS__R_MODEL_CONFIG;
+    if (strcmp(p, "/stats") == 0)
+        return HPS__R_MODEL_STATS;
+    return HPS__R_NOT_FOUND;
+}
+
+/* p points after "/v2/models/". */
+static void parse_model(const char *p, struct hps__route *r)
+{
+    size_t n = segment(p);
+    if (n == 0)
+        return;
+    r->model = p;
+    r->model_len = n;
+    p += n;
+    if (eat(&p, "/versions/")) {
+        size_t v = segment(p);
+        if (!all_digits(p, v))
+            return;
+        r->version = p;
+        r->version_len = v;
+        p += v;
+    }
+    r->kind = model_suffix(p);
+}
+
+void hps__route_parse(const char *url, struct hps__route *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = HPS__R_NOT_FOUND;
+    const char *p = url;
+    if (!eat(&p, "/v2"))
+        return;
+    if (*p == '\0')
+        r->kind = HPS__R_SERVER_META;
+    else if (strcmp(p, "/health/live") == 0)
+        r->kind = HPS__R_LIVE;
+    else if (strcmp(p, "/health/ready") == 0)
+        r->kind = HPS__R_READY;
+    else if (strcmp(p, "/models/stats") == 0)
+        r->kind = HPS__R_ALL_STATS;
+    else if (eat(&p, "/models/"))
+        parse_model(p, r);
+    else if (eat(&p, "/systemsharedmemory") || eat(&p, "/cudasharedmemory"))
+        r->kind = parse_shm(p);
+    if (r->kind == HPS__R_NOT_FOUND)
+        memset(r, 0, sizeof(*r));
+}
+
+const char *hps__route_method(enum hps__route_kind kind)
+{
+    switch (kind) {
+    case HPS__R_NOT_FOUND:
+        return NULL;
+    case HPS__R_INFER:
+    case HPS__R_SHM_REGISTER:
+    case HPS__R_SHM_UNREGISTER:
+        return "POST";
+    default:
+        return "GET";
+    }
+}
+
+/* Decimal version string to a number; false on overflow. */
+static bool parse_version(const char *s, size_t n, uint64_t *ret)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *ret = v;
+    return true;
+}
+
+long hps__route_model(const struct hps__route *r, const struct hps__kmodel *models,
+                      size_t num_models, hps__kerr_t *err)
+{
+    int mlen = (int)(r->model_len > 200 ? 200 : r->model_len);
+    long found = -1;
+    for (size_t i = 0; i < num_models; i++) {
+        if (models[i].name_len == r->model_len &&
+            memcmp(models[i].name, r->model, r->model_len) == 0) {
+            found = (long)i;
+            break;
+        }
+    }
+    if (found < 0) {
+        hps__kerr_set(err, 400, "Request for unknown model: '%.*s' is not found", mlen, r->model);
+        return -1;
+    }
+    if (!r->version)
+        return found;
+    int vlen = (int)(r->version_len > 40 ? 40 : r->version_len);
+    uint64_t v;
+    if (!parse_version(r->version, r->version_len, &v)) {
+        hps__kerr_set(err, 400, "failed to get model version from specified version string '%.*s'",
+                      vlen, r->version);
+        return -1;
+    }
+    if (v != models[found].version_num) {
+        hps__kerr_set(err, 400, "Request for unknown model: '%.*s' version %.*s is not found", mlen,
+                      r->model, vlen, r->version);
+        return -1;
+    }
+    return found;
+}

@@ -1,0 +1,388 @@
+/*
+ * kserve_server.c -- lifecycle of the HTTP front end: options, the model
+ * registry copy, listening sockets and the libmicrohttpd daemons.
+ *
+ * Listeners.  The sockets are created here (so bind errors come back as
+ * plain -errno and port 0 can be read back with getsockname) and handed to
+ * libmicrohttpd with MHD_OPTION_LISTEN_SOCKET.  The HTTP daemon runs
+ * `threads` epoll event loops (MHD_USE_EPOLL_INTERNAL_THREAD with
+ * MHD_OPTION_THREAD_POOL_SIZE) sharing the non-blocking listening socket;
+ * the metrics daemon runs one.
+ *
+ * Graceful stop.  MHD_quiesce_daemon() stops accepting; requests already
+ * started (counted in srv->inflight from their first callback to their
+ * completion notification) get up to drain_timeout_ms to be answered; then
+ * MHD_stop_daemon() closes every connection and joins every thread.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker/kserve_http.h"
+
+#define MAX_MODELS      1024
+#define MAX_THREADS     1024
+#define VERSION_MAX_LEN 18
+#define JSON_DEPTH      32
+#define CONN_MEMORY     (64 * 1024)
+
+void hps_kserve_options_init(hps_kserve_options_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->http_address = "127.0.0.1";
+    o->http_port = HPS_KSERVE_DEFAULT_HTTP_PORT;
+    o->metrics_port = HPS_KSERVE_DEFAULT_METRICS_PORT;
+    o->threads = 4;
+    o->max_body_bytes = HPS_KSERVE_DEFAULT_MAX_BODY_BYTES;
+    o->max_keys_per_request = HPS_KSERVE_DEFAULT_MAX_KEYS;
+    o->max_connections = 1024;
+    o->idle_timeout_s = 60;
+    o->drain_timeout_ms = 5000;
+    o->server_name = "hps";
+    o->server_version = hps_version();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Registry                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static bool valid_name(const char *s)
+{
+    if (!s)
+        return false;
+    size_t n = strlen(s);
+    if (n == 0 || n > HPS_KSERVE_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool parse_version(const char *s, uint64_t *ret)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > VERSION_MAX_LEN || strspn(s, "0123456789") != n)
+        return false;
+    *ret = strtoull(s, NULL, 10);
+    return true;
+}
+
+static hps_err_t check_model(const hps_kserve_model_t *in)
+{
+    if (!valid_name(in->name) || in->num_tables == 0 || in->num_tables > HPS_KSERVE_MAX_TABLES ||
+        !in->dims)
+        return HPS_EINVAL;
+    uint64_t v;
+    if (in->version && !parse_version(in->version, &v))
+        return HPS_EINVAL;
+    for (uint32_t t = 0; t < in->num_tables; t++) {
+        if (in->dims[t] == 0 || in->dims[t] > HPS_KSERVE_MAX_DIM ||
+            (in->table_names && !valid_name(in->table_names[t])) ||
+            (in->max_keys_per_sample && in->max_keys_per_sample[t] == 0))
+            return HPS_EINVAL;
+    }
+    return 0;
+}
+
+static void model_fini(struct hps__kmodel *m)
+{
+    if (m->table_names)
+        for (uint32_t t = 0; t < m->num_tables; t++)
+            free(m->table_names[t]);
+    free(m->table_names);
+    free(m->dims);
+    free(m->max_keys_per_sample);
+    free(m->name);
+    free(m->version);
+}
+
+static char *table_name(const hps_kserve_model_t *in, uint32_t t)
+{
+    if (in->table_names)
+        return strdup(in->table_names[t]);
+    char buf[32];
+    snprintf(buf, sizeof(buf), "table%u", (unsigned)t);
+    return strdup(buf);
+}
+
+/* Deep copy of a validated model. */
+static hps_err_t model_copy(struct hps__kmodel *m, const hps_kserve_model_t *in)
+{
+    uint32_t n = in->num_tables;
+    m->num_tables = n;
+    m->name = strdup(in->name);
+    m->version = strdup(in->version ? in->version : "1");
+    m->dims = calloc(n, sizeof(uint32_t));
+    m->max_keys_per_sample = calloc(n, sizeof(uint32_t));
+    m->table_names = calloc(n, sizeof(char *));
+    if (!m->name || !m->version || !m->dims || !m->max_keys_per_sample || !m->table_names)
+        return -ENOMEM;
+    m->name_len = strlen(m->name);
+    parse_version(m->version, &m->version_num);
+    m->max_batch_size = in->max_batch_size;
+    m->device_id = in->device_id;
+    for (uint32_t t = 0; t < n; t++) {
+        m->dims[t] = in->dims[t];
+        m->max_keys_per_sample[t] = in->max_keys_per_sample ? in->max_keys_per_sample[t] : 1;
+        m->keys_per_sample += m->max_keys_per_sample[t];
+        if (m->dims[t] > m->max_dim)
+            m->max_dim = m->dims[t];
+        m->table_names[t] = table_name(in, t);
+        if (!m->table_names[t])
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static hps_err_t copy_models(hps_kserve_t *s, const hps_kserve_model_t *models, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        hps_err_t rc = check_model(&models[i]);
+        if (rc)
+            return rc;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(models[i].name, models[j].name) == 0)
+                return HPS_EINVAL;
+    }
+    s->models = calloc(n, sizeof(*s->models));
+    if (!s->models)
+        return -ENOMEM;
+    s->num_models = n;
+    for (size_t i = 0; i < n; i++) {
+        hps_err_t rc = model_copy(&s->models[i], &models[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static hps_err_t check_options(const hps_kserve_options_t *o)
+{
+    if (o->http_port < 0 || o->http_port > 65535)
+        return HPS_EINVAL;
+    if (o->metrics_port != HPS_KSERVE_PORT_DISABLED &&
+        (o->metrics_port < 0 || o->metrics_port > 65535))
+        return HPS_EINVAL;
+    if (o->threads > MAX_THREADS || o->max_keys_per_request > HPS_KSERVE_MAX_KEYS_LIMIT)
+        return HPS_EINVAL;
+    return 0;
+}
+
+static hps_err_t apply_options(hps_kserve_t *s, const hps_kserve_options_t *o)
+{
+    const char *addr = o->http_address ? o->http_address : "127.0.0.1";
+    s->http_address = strdup(addr);
+    s->metrics_address = strdup(o->metrics_address ? o->metrics_address : addr);
+    s->server_name = strdup(o->server_name ? o->server_name : "hps");
+    s->server_version = strdup(o->server_version ? o->server_version : hps_version());
+    if (!s->http_address || !s->metrics_address || !s->server_name || !s->server_version)
+        return -ENOMEM;
+    s->http_port = o->http_port;
+    s->metrics_port = o->metrics_port;
+    s->threads = o->threads ? o->threads : 4;
+    s->max_body = o->max_body_bytes ? o->max_body_bytes : HPS_KSERVE_DEFAULT_MAX_BODY_BYTES;
+    s->limits.max_keys =
+        o->max_keys_per_request ? o->max_keys_per_request : HPS_KSERVE_DEFAULT_MAX_KEYS;
+    s->limits.json_depth = JSON_DEPTH;
+    s->max_connections = o->max_connections ? o->max_connections : 1024;
+    s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : 60;
+    s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : 5000;
+    return 0;
+}
+
+hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_model_t *models,
+                            size_t num_models, const hps_kserve_backend_t *backend,
+                            hps_kserve_t **ret)
+{
+    hps_kserve_options_t o;
+    if (!models || num_models == 0 || num_models > MAX_MODELS || !backend || !backend->lookup ||
+        !ret)
+        return HPS_EINVAL;
+    if (opts)
+        o = *opts;
+    else
+        hps_kserve_options_init(&o);
+    hps_err_t rc = check_options(&o);
+    if (rc)
+        return rc;
+    hps_kserve_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->http_fd = s->metrics_fd = -1;
+    s->backend = *backend;
+    rc = apply_options(s, &o);
+    if (rc == 0)
+        rc = copy_models(s, models, num_models);
+    if (rc) {
+        hps_kserve_destroy(s);
+        return rc;
+    }
+    *ret = s;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listeners                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Bind and listen on addr:port; the socket is non-blocking (shared by the
+ * pool's event loops) and close-on-exec. */
+static hps_err_t open_listener(const char *addr, int port, int *ret_fd, uint16_t *ret_port)
+{
+    /* Numeric addresses only: a library call must not block on DNS. */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST};
+    struct addrinfo *ai = NULL;
+    char portstr[8];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if (strcmp(addr, "localhost") == 0)
+        addr = "127.0.0.1";
+    if (getaddrinfo(addr, portstr, &hints, &ai) != 0 || !ai)
+        return HPS_EINVAL;
+    hps_err_t rc = 0;
+    int one = 1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0)
+        rc = -errno;
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (rc == 0 && getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        rc = -errno;
+    if (rc) {
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    *ret_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    *ret_fd = fd;
+    return 0;
+}
+
+static struct MHD_Daemon *start_http(hps_kserve_t *s)
+{
+    return MHD_start_daemon(
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL, hps__http_on_request, s,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd, MHD_OPTION_NOTIFY_COMPLETED,
+        hps__http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE, s->threads,
+        MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+}
+
+static struct MHD_Daemon *start_metrics(hps_kserve_t *s)
+{
+    return MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL,
+                            hps__metrics_on_request, s, MHD_OPTION_LISTEN_SOCKET,
+                            (MHD_socket)s->metrics_fd, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                            MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_END);
+}
+
+/* Undo a partial start: daemons first (they close their sockets), then
+ * sockets no daemon took. */
+static void teardown(hps_kserve_t *s)
+{
+    if (s->metrics)
+        MHD_stop_daemon(s->metrics);
+    else if (s->metrics_fd >= 0)
+        close(s->metrics_fd);
+    if (s->http)
+        MHD_stop_daemon(s->http);
+    else if (s->http_fd >= 0)
+        close(s->http_fd);
+    s->http = s->metrics = NULL;
+    s->http_fd = s->metrics_fd = -1;
+    s->bound_http_port = s->bound_metrics_port = 0;
+}
+
+hps_err_t hps_kserve_start(hps_kserve_t *s)
+{
+    if (!s)
+        return HPS_EINVAL;
+    if (s->running)
+        return HPS_EBUSY;
+    hps_err_t rc = open_listener(s->http_address, s->http_port, &s->http_fd, &s->bound_http_port);
+    if (rc == 0 && s->metrics_port != HPS_KSERVE_PORT_DISABLED)
+        rc = open_listener(s->metrics_address, s->metrics_port, &s->metrics_fd,
+                           &s->bound_metrics_port);
+    if (rc == 0 && !(s->http = start_http(s)))
+        rc = HPS_EIO;
+    if (rc == 0 && s->metrics_fd >= 0 && !(s->metrics = start_metrics(s)))
+        rc = HPS_EIO;
+    if (rc) {
+        teardown(s);
+        return rc;
+    }
+    s->running = true;
+    return 0;
+}
+
+hps_err_t hps_kserve_ports(const hps_kserve_t *s, uint16_t *ret_http_port,
+                           uint16_t *ret_metrics_port)
+{
+    if (!s || !s->running)
+        return HPS_EINVAL;
+    if (ret_http_port)
+        *ret_http_port = s->bound_http_port;
+    if (ret_metrics_port)
+        *ret_metrics_port = s->bound_metrics_port;
+    return 0;
+}
+
+/* Wait until no request is in progress, at most drain_timeout_ms. */
+static void drain(hps_kserve_t *s)
+{
+    uint64_t deadline = hps__now_ns() + (uint64_t)s->drain_timeout_ms * 1000000u;
+    const struct timespec tick = {0, 1000000}; /* 1 ms */
+    while (atomic_load_explicit(&s->inflight, memory_order_relaxed) > 0 && hps__now_ns() < deadline)
+        nanosleep(&tick, NULL);
+}
+
+void hps_kserve_stop(hps_kserve_t *s)
+{
+    if (!s || !s->running)
+        return;
+    /* After quiescing, the listening socket is ours again; it may be closed
+     * only after MHD_stop_daemon (a pool thread may still hold it). */
+    atomic_store_explicit(&s->draining, true, memory_order_relaxed);
+    MHD_socket fd = MHD_quiesce_daemon(s->http);
+    drain(s);
+    MHD_stop_daemon(s->http);
+    s->http = NULL;
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    s->http_fd = -1;
+    teardown(s);
+    atomic_store_explicit(&s->draining, false, memory_order_relaxed);
+    s->running = false;
+}
+
+void hps_kserve_destroy(hps_kserve_t *s)
+{
+    if (!s)
+        return;
+    hps_kserve_stop(s);
+    for (size_t i = 0; s->models && i < s->num_models; i++)
+        model_fini(&s->models[i]);
+    free(s->models);
+    free(s->http_address);
+    free(s->metrics_address);
+    free(s->server_name);
+    free(s->server_version);
+    free(s);
+}

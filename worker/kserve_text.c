@@ -1,0 +1,262 @@
+/*
+ * kserve_text.c -- growable text buffer and the JSON / Prometheus value
+ * formatting of the HTTP front end, plus the public hps_kserve_text_*
+ * appenders the backend's metrics callback uses.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/kserve_internal.h"
+
+void hps__text_init(hps__text_t *t)
+{
+    t->data = NULL;
+    t->len = 0;
+    t->cap = 0;
+    t->oom = false;
+}
+
+void hps__text_fini(hps__text_t *t)
+{
+    free(t->data);
+    hps__text_init(t);
+}
+
+bool hps__text_reserve(hps__text_t *t, size_t extra)
+{
+    if (t->oom)
+        return false;
+    if (extra >= SIZE_MAX / 2 - t->len) {
+        t->oom = true;
+        return false;
+    }
+    size_t need = t->len + extra + 1;
+    if (need <= t->cap)
+        return true;
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap < need)
+        cap *= 2;
+    char *p = realloc(t->data, cap);
+    if (!p) {
+        t->oom = true;
+        return false;
+    }
+    t->data = p;
+    t->cap = cap;
+    return true;
+}
+
+void hps__text_put(hps__text_t *t, const char *s, size_t n)
+{
+    if (!hps__text_reserve(t, n))
+        return;
+    if (n)
+        memcpy(t->data + t->len, s, n);
+    t->len += n;
+    t->data[t->len] = '\0';
+}
+
+void hps__text_puts(hps__text_t *t, const char *s)
+{
+    hps__text_put(t, s, strlen(s));
+}
+
+void hps__text_putc(hps__text_t *t, char c)
+{
+    hps__text_put(t, &c, 1);
+}
+
+void hps__text_vprintf(hps__text_t *t, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    char small[256];
+    int n = vsnprintf(small, sizeof(small), fmt, ap2);
+    va_end(ap2);
+    if (n < 0) {
+        t->oom = true; /* encoding error: poison the buffer, as for ENOMEM */
+        return;
+    }
+    if ((size_t)n < sizeof(small)) {
+        hps__text_put(t, small, (size_t)n);
+        return;
+    }
+    if (!hps__text_reserve(t, (size_t)n))
+        return;
+    vsnprintf(t->data + t->len, (size_t)n + 1, fmt, ap);
+    t->len += (size_t)n;
+}
+
+void hps__text_printf(hps__text_t *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    hps__text_vprintf(t, fmt, ap);
+    va_end(ap);
+}
+
+void hps__text_json_str(hps__text_t *t, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    /* Worst case every byte becomes \u00XX (6 bytes), plus the quotes. */
+    if (n > SIZE_MAX / 8 || !hps__text_reserve(t, n * 6 + 2))
+        return;
+    char *w = t->data + t->len;
+    *w++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *w++ = '\\';
+            *w++ = (char)c;
+        } else if (c >= 0x20) {
+            *w++ = (char)c;
+        } else if (c == '\n') {
+            *w++ = '\\';
+            *w++ = 'n';
+        } else if (c == '\t') {
+            *w++ = '\\';
+            *w++ = 't';
+        } else {
+            memcpy(w, "\\u00", 4);
+            w[4] = hex[c >> 4];
+            w[5] = hex[c & 15];
+            w += 6;
+        }
+    }
+    *w++ = '"';
+    *w = '\0';
+    t->len = (size_t)(w - t->data);
+}
+
+void hps__text_u64(hps__text_t *t, uint64_t v)
+{
+    char buf[24];
+    char *p = buf + sizeof(buf);
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    hps__text_put(t, p, (size_t)(buf + sizeof(buf) - p));
+}
+
+void hps__text_i64(hps__text_t *t, int64_t v)
+{
+    if (v < 0) {
+        hps__text_putc(t, '-');
+        hps__text_u64(t, (uint64_t)0 - (uint64_t)v);
+    } else {
+        hps__text_u64(t, (uint64_t)v);
+    }
+}
+
+void hps__text_f32(hps__text_t *t, float v)
+{
+    if (isnan(v)) {
+        hps__text_put(t, "NaN", 3);
+        return;
+    }
+    if (isinf(v)) {
+        hps__text_puts(t, v < 0 ? "-Infinity" : "Infinity");
+        return;
+    }
+    /* 9 significant digits identify every float exactly (FLT_DECIMAL_DIG). */
+    if (!hps__text_reserve(t, 24))
+        return;
+    int n = snprintf(t->data + t->len, 24, "%.9g", (double)v);
+    if (n > 0 && n < 24)
+        t->len += (size_t)n;
+}
+
+void hps__text_label(hps__text_t *t, const char *s)
+{
+    for (const char *p = s; *p; p++) {
+        if (*p == '\\')
+            hps__text_put(t, "\\\\", 2);
+        else if (*p == '"')
+            hps__text_put(t, "\\\"", 2);
+        else if (*p == '\n')
+            hps__text_put(t, "\\n", 2);
+        else
+            hps__text_putc(t, *p);
+    }
+}
+
+char *hps__text_steal(hps__text_t *t, size_t *ret_len)
+{
+    char *p = t->data;
+    *ret_len = t->len;
+    hps__text_init(t);
+    return p;
+}
+
+int hps__kerr_set(hps__kerr_t *e, unsigned status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    e->status = status;
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+uint64_t hps__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t hps__epoch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- Public appenders for backend->metrics() ---------------------------- */
+
+/* Undo a failed append: the buffer keeps its previous contents, usable again. */
+static hps_err_t text_settle(hps_kserve_text_t *text, size_t len)
+{
+    if (!text->oom)
+        return 0;
+    text->oom = false;
+    text->len = len;
+    if (text->data)
+        text->data[len] = '\0';
+    return -ENOMEM;
+}
+
+hps_err_t hps_kserve_text_append(hps_kserve_text_t *text, const char *s, size_t n)
+{
+    if (!text || (!s && n))
+        return HPS_EINVAL;
+    size_t len = text->len;
+    hps__text_put(text, s, n);
+    return text_settle(text, len);
+}
+
+hps_err_t hps_kserve_text_appendf(hps_kserve_text_t *text, const char *fmt, ...)
+{
+    if (!text || !fmt)
+        return HPS_EINVAL;
+    size_t len = text->len;
+    va_list ap;
+    va_start(ap, fmt);
+    hps__text_vprintf(text, fmt, ap);
+    va_end(ap);
+    return text_settle(text, len);
+}
+
+hps_err_t hps_kserve_text_append_label(hps_kserve_text_t *text, const char *s)
+{
+    if (!text || !s)
+        return HPS_EINVAL;
+    size_t len = text->len;
+    hps__text_label(text, s);
+    return text_settle(text, len);
+}
