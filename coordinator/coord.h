@@ -46,6 +46,8 @@ typedef struct coord {
     uint32_t key_bytes;
     coord_table_t *tables; /* by VDB id (index == vdb_id) */
     uint32_t num_tables;
+    pthread_t beat_thread; /* heartbeat, from segment open to shutdown */
+    bool beating;
     pthread_t miss_threads[HPS_COORD_MISS_THREADS];
     unsigned num_miss_threads;
     volatile sig_atomic_t *stop;

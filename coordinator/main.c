@@ -52,6 +52,19 @@ static hps_log_level_t level_of(hps_conf_log_level_t l)
     }
 }
 
+/* The pid of the coordinator that last beat on our segment, 0 if none. */
+static pid_t segment_coordinator(const coord_t *c)
+{
+    hps_shmdb_t *db;
+    hps_shmdb_proc_opts_t po = {.role = HPS_ROLE_TOOL, .device = -1};
+    if (hps_shmdb_attach(c->conf->volatile_db.shared_memory_name, &po, &db) < 0)
+        return 0;
+    hps_segment_info_t si;
+    hps_shmdb_segment_info(db, &si);
+    hps_shmdb_detach(db);
+    return si.coord_pid;
+}
+
 static int open_pdb(coord_t *c)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
@@ -64,6 +77,13 @@ static int open_pdb(coord_t *c)
     o.max_batch_size = (size_t)p->max_batch_size;
     char err[512];
     hps_err_t rc = hps_pdb_open(p->path, &o, &c->pdb, err, sizeof(err));
+    if (rc == HPS_EBUSY) {
+        HPS_ERROR("persistent DB %s is held by another process (hps-coordinator pid %d on "
+                  "/dev/shm/hps.%s?): %s",
+                  p->path, (int)segment_coordinator(c), c->conf->volatile_db.shared_memory_name,
+                  err);
+        return HPS_EXIT_SEGMENT;
+    }
     if (rc < 0) {
         HPS_ERROR("persistent DB %s: %s", p->path, err);
         return HPS_EXIT_PDB;
@@ -78,15 +98,37 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* Heartbeat every heartbeat_interval_ms; reap dead workers each second. */
-static void run(coord_t *c)
+/* The heartbeat runs on its own thread from the moment the segment is ours,
+ * so that a long model load never looks like a dead coordinator. */
+static void *beat_loop(void *arg)
 {
-    long beat = (long)c->conf->hps.heartbeat_interval_ms, since_reap = 0;
+    coord_t *c = arg;
     while (!g_stop) {
         hps_shmdb_heartbeat(c->db);
-        sleep_ms(beat);
-        since_reap += beat;
-        if (since_reap < 1000)
+        sleep_ms((long)c->conf->hps.heartbeat_interval_ms);
+    }
+    return NULL;
+}
+
+static int start_heartbeat(coord_t *c)
+{
+    hps_shmdb_heartbeat(c->db);
+    hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
+    if (pthread_create(&c->beat_thread, NULL, beat_loop, c) != 0) {
+        HPS_ERROR("cannot start the heartbeat thread");
+        return HPS_EXIT_RUNTIME;
+    }
+    c->beating = true;
+    return 0;
+}
+
+/* Reap dead workers and their miss-queue slots once a second. */
+static void run(coord_t *c)
+{
+    long since_reap = 0;
+    while (!g_stop) {
+        sleep_ms(100);
+        if ((since_reap += 100) < 1000)
             continue;
         since_reap = 0;
         hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
@@ -100,20 +142,34 @@ static void run(coord_t *c)
     }
 }
 
+/* HugeCTR's shared_memory_auto_remove: the last process out removes the
+ * segment; with workers still attached it stays (they serve from it). */
+static void release_segment(coord_t *c)
+{
+    const char *name = c->conf->volatile_db.shared_memory_name;
+    size_t others = hps_shmdb_other_procs(c->db);
+    hps_shmdb_set_coord_state(c->db, HPS_COORD_NONE);
+    hps_shmdb_detach(c->db);
+    if (!c->conf->volatile_db.shared_memory_auto_remove)
+        return;
+    if (others) {
+        HPS_INFO("kept /dev/shm/hps.%s: %zu processes still attached", name, others);
+        return;
+    }
+    hps_shmdb_unlink(name);
+    HPS_INFO("removed /dev/shm/hps.%s (shared_memory_auto_remove)", name);
+}
+
 static void shutdown_all(coord_t *c)
 {
+    if (c->beating)
+        pthread_join(c->beat_thread, NULL);
     coord_serve_stop(c);
     char err[256];
     if (c->pdb && hps_pdb_close(c->pdb, err, sizeof(err)) < 0)
         HPS_WARN("closing the persistent DB: %s", err);
-    if (c->db) {
-        hps_shmdb_detach(c->db);
-        if (c->conf->volatile_db.shared_memory_auto_remove) {
-            hps_shmdb_unlink(c->conf->volatile_db.shared_memory_name);
-            HPS_INFO("removed /dev/shm/hps.%s (shared_memory_auto_remove)",
-                     c->conf->volatile_db.shared_memory_name);
-        }
-    }
+    if (c->db)
+        release_segment(c);
     free(c->tables);
 }
 
@@ -191,16 +247,17 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     coord_t c = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = &g_stop};
     bool reused = false;
-    ex = coord_segment_open(&c, &reused);
+    ex = open_pdb(&c); /* first: a second coordinator stops at RocksDB's lock */
     if (!ex)
-        ex = open_pdb(&c);
+        ex = coord_segment_open(&c, &reused);
     if (!ex)
-        hps_shmdb_heartbeat(c.db);
+        ex = start_heartbeat(&c);
     if (!ex)
         ex = coord_load_models(&c, reused);
     if (!ex)
         ex = coord_serve_start(&c);
     if (!ex) {
+        hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
         HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
         run(&c);
         HPS_INFO("shutting down");

@@ -228,7 +228,9 @@ struct shm_hdr {
     uint64_t missq_off;
     uint64_t gpureg_off;
     uint64_t updlog_off;
-    uint64_t reserved[13];
+    _Atomic uint32_t coord_state; /* hps_coord_state_t */
+    uint32_t pad_state;
+    uint64_t reserved[12];
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];

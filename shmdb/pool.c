@@ -22,22 +22,33 @@ struct hps_pool {
     unsigned nworkers;
     pthread_t *threads;
     bool stop;
-    /* The current job. */
+    /* The current job, written before gen is bumped. */
     void (*fn)(void *, unsigned);
     void *arg;
-    unsigned n;
-    _Atomic uint64_t gen;   /* bumped per job */
-    _Atomic unsigned next;  /* next task index */
-    _Atomic unsigned done;  /* tasks finished */
+    _Atomic uint64_t gen; /* bumped per job */
+    /* gen << 32 | n << 16 | next task index: a claim is a CAS of the whole
+     * word, and the job's task count travels with it, so a thread still
+     * looking at a finished job can never take (or count) a task of the
+     * next one. */
+    _Atomic uint64_t next;
+    _Atomic unsigned done;  /* tasks finished in the current job */
     pthread_mutex_t run_mu; /* one job at a time per pool */
 };
 
-static void take_tasks(struct hps_pool *p)
+#define WORD(gen, n, i) ((((gen)&0xffffffffULL) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(i))
+
+static void take_tasks(struct hps_pool *p, uint64_t gen)
 {
-    unsigned i;
-    /* Relaxed: the index only partitions work; the job fields were
-     * published by the acquire load of gen. */
-    while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n) {
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
+        unsigned n = (unsigned)(v >> 16) & 0xffff, i = (unsigned)v & 0xffff;
+        if ((v >> 32) != (gen & 0xffffffffULL) || i >= n)
+            return;
+        /* Acquire: the job's fn and arg are those of gen (they change only
+         * after every task of gen, this one included, is done). */
+        if (!atomic_compare_exchange_weak_explicit(&p->next, &v, v + 1, memory_order_acquire,
+                                                   memory_order_relaxed))
+            continue;
         p->fn(p->arg, i);
         /* Release: the task's writes are visible to the joiner. */
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
@@ -66,7 +77,7 @@ static void *worker(void *arg)
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         seen = g;
-        take_tasks(p);
+        take_tasks(p, g);
     }
 }
 
@@ -114,18 +125,21 @@ void hps__pool_destroy(hps_pool_t *p)
 
 void hps__pool_run(hps_pool_t *p, unsigned n, void (*fn)(void *arg, unsigned i), void *arg)
 {
+    if (n > 0xffff) /* callers use at most 256 tasks */
+        n = 0xffff;
     pthread_mutex_lock(&p->run_mu);
+    uint64_t gen = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     p->fn = fn;
     p->arg = arg;
-    p->n = n;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* Release: fn and arg are visible to whoever claims a task of gen. */
+    atomic_store_explicit(&p->next, WORD(gen, n, 0), memory_order_release);
     pthread_mutex_lock(&p->mu);
     /* Release: the job fields above are visible to a worker that sees gen. */
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_store_explicit(&p->gen, gen, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    take_tasks(p);
+    take_tasks(p, gen);
     /* Acquire: the tasks' writes are visible once all are counted done. */
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n)
         ;

@@ -181,6 +181,15 @@ hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
     return 0;
 }
 
+static struct shm_free *free_block(hps_shmdb_t *db, uint64_t off)
+{
+    return hps__ptr(db, off);
+}
+
+/* Return a block.  The free list is kept in address order and adjacent
+ * blocks are merged, so that row pages and hash blocks of different sizes,
+ * freed by growth and clears, do not fragment the segment; a free block
+ * that ends at the bump pointer goes back to it. */
 void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
 {
     struct shm_hdr *h = db->hdr;
@@ -189,11 +198,41 @@ void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
     bytes = hps__round_up(bytes, HPS_CACHELINE);
     if (seg_lock(db) < 0)
         return; /* leak rather than corrupt */
-    struct shm_free *f = hps__ptr(db, off);
+    uint64_t pp = 0, prev = 0, cur = h->free_head;
+    while (cur && cur < off && hps__in_bounds(db, cur, sizeof(struct shm_free))) {
+        pp = prev;
+        prev = cur;
+        cur = free_block(db, cur)->next;
+    }
+    struct shm_free *f = free_block(db, off);
     f->bytes = bytes;
-    f->next = h->free_head;
-    h->free_head = off;
+    f->next = cur;
+    if (prev)
+        free_block(db, prev)->next = off;
+    else
+        h->free_head = off;
     atomic_fetch_add_explicit(&h->free_bytes, bytes, memory_order_relaxed);
+    if (cur && off + f->bytes == cur) { /* merge the next block in */
+        f->bytes += free_block(db, cur)->bytes;
+        f->next = free_block(db, cur)->next;
+    }
+    uint64_t pred = prev;
+    if (prev && prev + free_block(db, prev)->bytes == off) { /* merge into the previous */
+        free_block(db, prev)->bytes += f->bytes;
+        free_block(db, prev)->next = f->next;
+        off = prev;
+        f = free_block(db, prev);
+        pred = pp;
+    }
+    uint64_t bump = atomic_load_explicit(&h->bump, memory_order_relaxed);
+    if (f->next == 0 && off + f->bytes == bump) { /* the tail: give it back to the bump */
+        if (pred)
+            free_block(db, pred)->next = 0;
+        else
+            h->free_head = 0;
+        atomic_fetch_sub_explicit(&h->free_bytes, f->bytes, memory_order_relaxed);
+        atomic_store_explicit(&h->bump, off, memory_order_relaxed);
+    }
     hps__unlock(&h->seg_lock);
 }
 
@@ -244,6 +283,25 @@ hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db)
     atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
                           memory_order_relaxed);
     return hps_shmdb_proc_heartbeat(db);
+}
+
+hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state)
+{
+    /* Release: what the coordinator did before (tables, rows) is visible to
+     * a worker that sees the new state. */
+    atomic_store_explicit(&db->hdr->coord_state, (uint32_t)state, memory_order_release);
+    return 0;
+}
+
+size_t hps_shmdb_other_procs(hps_shmdb_t *db)
+{
+    size_t n = 0;
+    pid_t me = getpid();
+    for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
+        int32_t pid = atomic_load_explicit(&db->hdr->procs[i].pid, memory_order_relaxed);
+        n += pid != 0 && pid != me && pid_alive(pid);
+    }
+    return n;
 }
 
 hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n, bool reap)
@@ -569,6 +627,8 @@ hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret)
     ret->created_ns = h->created_ns;
     ret->coord_heartbeat_ns = atomic_load_explicit(&h->coord_heartbeat_ns, memory_order_relaxed);
     ret->coord_pid = atomic_load_explicit(&h->coord_pid, memory_order_relaxed);
+    ret->coord_state =
+        (hps_coord_state_t)atomic_load_explicit(&h->coord_state, memory_order_acquire);
     ret->num_tables = atomic_load_explicit(&h->num_tables, memory_order_acquire);
     ret->repairs = atomic_load_explicit(&h->repairs, memory_order_relaxed);
     return 0;

@@ -84,23 +84,6 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
 
 /* ---- row pages (indirect storage) -------------------------------------- */
 
-/* The row of a slot, or NULL when its row id points outside the row pages
- * (possible only for a reader racing a writer: a torn read). */
-float *hps__row(const struct wview *w, uint64_t slot)
-{
-    if (w->vals)
-        return VALP(w, slot);
-    uint32_t r = atomic_load_explicit(ROWID(w, slot), memory_order_relaxed);
-    uint32_t pg = r >> HPS_PAGE_SHIFT, idx = r & (HPS_PAGE_MAX_ROWS - 1);
-    if (!w->pages || pg >= HPS_MAX_ROW_PAGES)
-        return NULL;
-    struct shm_page pe = w->pages[pg];
-    uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
-    if (idx >= pe.rows || !hps__in_bounds(w->db, pe.off, (uint64_t)pe.rows * row_bytes))
-        return NULL;
-    return (float *)hps__ptr(w->db, pe.off + idx * row_bytes);
-}
-
 static float *row_by_id(const struct wview *w, uint32_t r)
 {
     struct shm_page *pe = &w->pages[r >> HPS_PAGE_SHIFT];

@@ -29,7 +29,6 @@ void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, 
                 uint32_t nb, struct wview *w);
 bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
                         struct wview *w);
-float *hps__row(const struct wview *w, uint64_t slot);
 int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket);
 void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta);
 hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32_t stamp);
@@ -37,6 +36,23 @@ void hps__wremove(struct wview *w, uint32_t bi, int s);
 hps_err_t hps__wgrow(struct wview *w, uint32_t nb);
 void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot);
 uint64_t hps__wevict(struct wview *w, uint64_t target_rows);
+
+/* The row of a slot, or NULL when its row id points outside the row pages
+ * (possible only for a reader racing a writer: a torn read). */
+static inline float *hps__row(const struct wview *w, uint64_t slot)
+{
+    if (w->vals)
+        return VALP(w, slot);
+    uint32_t r = atomic_load_explicit(ROWID(w, slot), memory_order_relaxed);
+    uint32_t pg = r >> HPS_PAGE_SHIFT, idx = r & (HPS_PAGE_MAX_ROWS - 1);
+    if (!w->pages || pg >= HPS_MAX_ROW_PAGES)
+        return NULL;
+    struct shm_page pe = w->pages[pg];
+    uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
+    if (idx >= pe.rows || !hps__in_bounds(w->db, pe.off, (uint64_t)pe.rows * row_bytes))
+        return NULL;
+    return (float *)hps__ptr(w->db, pe.off + idx * row_bytes);
+}
 
 /* Bit set over the handed-out row ids: bit prefix[page] + index. */
 struct rowmap {

@@ -160,6 +160,13 @@ typedef struct hps_proc_info {
     bool alive;            /**< kill(pid, 0) succeeded at the time of the call */
 } hps_proc_info_t;
 
+/** What the coordinator is doing, as it last said in the segment header. */
+typedef enum hps_coord_state {
+    HPS_COORD_NONE = 0,    /**< no coordinator has said anything, or it stopped cleanly */
+    HPS_COORD_LOADING = 1, /**< loading models: tables may be incomplete, misses unanswered */
+    HPS_COORD_SERVING = 2, /**< models loaded, miss queue served */
+} hps_coord_state_t;
+
 /** Segment header values (a snapshot). */
 typedef struct hps_segment_info {
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
@@ -170,9 +177,10 @@ typedef struct hps_segment_info {
     uint64_t free_bytes;      /**< freed blocks waiting for reuse */
     uint64_t allocation_rate;
     pid_t creator_pid;
-    uint64_t created_ns;         /**< CLOCK_REALTIME, ns */
-    uint64_t coord_heartbeat_ns; /**< CLOCK_MONOTONIC, ns; 0 = never */
-    pid_t coord_pid;             /**< coordinator that beat last; 0 = none */
+    uint64_t created_ns;           /**< CLOCK_REALTIME, ns */
+    uint64_t coord_heartbeat_ns;   /**< CLOCK_MONOTONIC, ns; 0 = never */
+    pid_t coord_pid;               /**< coordinator that beat last; 0 = none */
+    hps_coord_state_t coord_state; /**< as set by hps_shmdb_set_coord_state() */
     uint32_t num_tables;
     uint64_t repairs; /**< EOWNERDEAD repairs, all locks */
 } hps_segment_info_t;
@@ -242,6 +250,20 @@ hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n);
 
 /** @brief Header snapshot of an attached segment.  Thread-safe.  Returns 0. */
 hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret);
+
+/**
+ * @brief Publish the coordinator's state (workers report ready only while it
+ *        is HPS_COORD_SERVING and its heartbeat is fresh).  Atomic store;
+ *        thread- and process-safe.  Returns 0.
+ */
+hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state);
+
+/**
+ * @brief Number of live processes in the process table other than the
+ *        caller (for HugeCTR's shared_memory_auto_remove: the last process
+ *        out removes the segment).  Thread-safe.
+ */
+size_t hps_shmdb_other_procs(hps_shmdb_t *db);
 
 /**
  * @brief Record the coordinator heartbeat (CLOCK_MONOTONIC now, caller's pid).

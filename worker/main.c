@@ -1,0 +1,212 @@
+/*
+ * hps-worker -- serves embedding lookups over the KServe v2 / Triton HTTP
+ * protocol from the host's shared-memory volatile database, with misses
+ * answered by the coordinator (CPU mode; the GPU cache comes later).
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hps/log.h"
+#include "worker.h"
+
+static volatile sig_atomic_t g_stop; /* the one global: the stop flag */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+struct args {
+    const char *conf;
+    int device;
+    int instance;
+    int http_port;    /* -1: from the config */
+    int metrics_port; /* -1: from the config */
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: hps-worker -c FILE --device N [--instance K]\n"
+                 "                  [--http-port P] [--metrics-port P]\n"
+                 "\n"
+                 "Serves the models of FILE over KServe v2 / Triton HTTP from the shared-memory\n"
+                 "volatile database that hps-coordinator maintains.  Instance K listens on\n"
+                 "[worker] http_port + K and metrics_port + K unless the ports are given.\n"
+                 "\n"
+                 "Exit status: 0 clean shutdown, 1 runtime failure, 2 usage or configuration,\n"
+                 "3 the HTTP or metrics port could not be opened.\n");
+}
+
+static int parse_int(const char *s, int lo, int hi, int *ret)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end != 0 || v < lo || v > hi)
+        return -1;
+    *ret = (int)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct args *a)
+{
+    static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
+                                          {"device", required_argument, NULL, 'd'},
+                                          {"instance", required_argument, NULL, 'i'},
+                                          {"http-port", required_argument, NULL, 'p'},
+                                          {"metrics-port", required_argument, NULL, 'm'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {"version", no_argument, NULL, 'V'},
+                                          {NULL, 0, NULL, 0}};
+    *a = (struct args){.device = -1, .http_port = -1, .metrics_port = -1};
+    int ch, bad = 0;
+    while ((ch = getopt_long(argc, argv, "c:d:i:hV", longs, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            a->conf = optarg;
+            break;
+        case 'd':
+            bad |= parse_int(optarg, 0, 1023, &a->device);
+            break;
+        case 'i':
+            bad |= parse_int(optarg, 0, 1023, &a->instance);
+            break;
+        case 'p':
+            bad |= parse_int(optarg, 0, 65535, &a->http_port);
+            break;
+        case 'm':
+            bad |= parse_int(optarg, 0, 65535, &a->metrics_port);
+            break;
+        case 'h':
+            usage(stdout);
+            exit(HPS_WEXIT_OK);
+        case 'V':
+            printf("hps-worker %s\n", hps_version());
+            exit(HPS_WEXIT_OK);
+        default:
+            bad = 1;
+        }
+    }
+    if (bad || !a->conf || a->device < 0 || optind != argc) {
+        usage(stderr);
+        return HPS_WEXIT_USAGE;
+    }
+    return 0;
+}
+
+static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **maxq)
+{
+    for (size_t i = 0; i < w->num_models; i++) {
+        const hps_conf_model_t *c = w->models[i].conf;
+        maxq[i] = calloc(c->num_tables, sizeof(uint32_t));
+        for (size_t t = 0; maxq[i] && t < c->num_tables; t++)
+            maxq[i][t] = (uint32_t)c->maxnum_catfeature_query_per_table_per_sample[t];
+        km[i] = (hps_kserve_model_t){.name = c->name,
+                                     .num_tables = (uint32_t)c->num_tables,
+                                     .dims = w->models[i].dims,
+                                     .table_names = (const char *const *)c->embedding_table_names,
+                                     .max_keys_per_sample = maxq[i],
+                                     .max_batch_size = (uint32_t)c->max_batch_size,
+                                     .device_id = w->device};
+    }
+}
+
+static int serve(worker_t *w, const struct args *a)
+{
+    const hps_conf_worker_t *wc = &w->conf->worker;
+    hps_kserve_options_t o;
+    hps_kserve_options_init(&o);
+    o.http_address = wc->http_address;
+    o.http_port = a->http_port >= 0 ? a->http_port : (int)wc->http_port + a->instance;
+    o.metrics_port = a->metrics_port >= 0 ? a->metrics_port : (int)wc->metrics_port + a->instance;
+    o.threads = (unsigned)wc->http_threads;
+    o.max_body_bytes = (size_t)wc->max_body_size;
+    o.max_keys_per_request = (size_t)wc->max_keys_per_request;
+    hps_kserve_model_t km[HPS_CONF_MAX_MODELS];
+    uint32_t *maxq[HPS_CONF_MAX_MODELS] = {0};
+    kserve_models(w, km, maxq);
+    hps_kserve_backend_t be;
+    worker_backend(w, &be);
+    hps_kserve_t *srv = NULL;
+    hps_err_t rc = hps_kserve_create(&o, km, w->num_models, &be, &srv);
+    if (rc == 0)
+        rc = hps_kserve_start(srv);
+    int ex = HPS_WEXIT_OK;
+    if (rc < 0) {
+        HPS_ERROR("cannot serve HTTP on %s:%d (metrics %d): %s", o.http_address, o.http_port,
+                  o.metrics_port, hps_strerror(rc));
+        ex = HPS_WEXIT_HTTP;
+    } else {
+        uint16_t hp = 0, mp = 0;
+        hps_kserve_ports(srv, &hp, &mp);
+        HPS_INFO("serving %zu models on http://%s:%u (metrics :%u), device %d, instance %d",
+                 w->num_models, o.http_address, hp, mp, w->device, a->instance);
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
+        while (!g_stop)
+            nanosleep(&ts, NULL);
+        HPS_INFO("shutting down");
+        hps_kserve_stop(srv);
+    }
+    hps_kserve_destroy(srv);
+    for (size_t i = 0; i < w->num_models; i++)
+        free(maxq[i]);
+    return ex;
+}
+
+/* HugeCTR's shared_memory_auto_remove: the last process out removes the
+ * segment (only when no coordinator serves it any more). */
+static void release_segment(worker_t *w)
+{
+    if (!w->db)
+        return;
+    bool last = w->conf->volatile_db.shared_memory_auto_remove && hps_shmdb_other_procs(w->db) == 0;
+    hps_shmdb_detach(w->db);
+    w->db = NULL;
+    if (last && hps_shmdb_unlink(w->conf->volatile_db.shared_memory_name) == 0)
+        HPS_INFO("removed /dev/shm/hps.%s: last process out (shared_memory_auto_remove)",
+                 w->conf->volatile_db.shared_memory_name);
+}
+
+int main(int argc, char **argv)
+{
+    struct args a;
+    int ex = parse_args(argc, argv, &a);
+    if (ex)
+        return ex;
+    hps_log_init("hps-worker", HPS_LOG_INFO);
+    char err[1024];
+    hps_conf_t *conf;
+    if (hps_conf_load(a.conf, &conf, err, sizeof(err)) < 0) {
+        HPS_ERROR("%s", err);
+        return HPS_WEXIT_USAGE;
+    }
+    hps_log_init("hps-worker", (hps_log_level_t)conf->hps.log_level);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    worker_t w = {.conf = conf,
+                  .device = a.device,
+                  .instance = a.instance,
+                  .key_bytes = conf->hps.supportlonglong ? 8 : 4,
+                  .stop = &g_stop};
+    pthread_rwlock_init(&w.seg_lock, NULL);
+    ex = worker_init_models(&w);
+    if (!ex)
+        ex = worker_maint_start(&w);
+    if (!ex) {
+        ex = serve(&w, &a);
+        g_stop = 1;
+        worker_maint_stop(&w);
+    }
+    release_segment(&w);
+    worker_free_models(&w);
+    pthread_rwlock_destroy(&w.seg_lock);
+    hps_conf_free(conf);
+    return ex;
+}
