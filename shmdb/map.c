@@ -252,16 +252,31 @@ static void stage_a(const struct shm_table *t, __uint128_t pm, struct view *view
     f->bi = home_of(f->h, v->nb);
     __builtin_prefetch(BKT(v, f->bi));
     if (v->rowid)
-        __builtin_prefetch(ROWID(v, (uint64_t)f->bi * HPS_BUCKET_SLOTS));
+        __builtin_prefetch((const char *)BKT(v, f->bi) + HPS_CACHELINE);
 }
 
-/* Stage B: probe the home bucket; found -> prefetch the row.  A key that
- * overflowed its home bucket is read right here through read_once. */
-static void stage_b(hps_shmdb_t *db, struct view *views, struct flight *f, float *out)
+/* Stage B result: keep probing at the next bucket (already prefetched). */
+#define PROBE_NEXT (-3)
+/* Probe passes run together before the rest go the slow way. */
+#define MAX_PASSES 16
+
+/* Prefetch a bucket (and, for row ids, its second line). */
+static inline void prefetch_bucket(const struct view *v, uint32_t bi)
+{
+    __builtin_prefetch(BKT(v, bi));
+    if (v->rowid)
+        __builtin_prefetch((const char *)BKT(v, bi) + HPS_CACHELINE);
+}
+
+/* Stage B: probe the key's current bucket.  Found: prefetch the row (its
+ * first line into L1, the rest into L2: a whole row per key into L1 would
+ * exhaust the line-fill buffers).  Not here but the bucket overflowed:
+ * move to the next bucket and prefetch it, to be probed in the next pass
+ * together with every other displaced key of the group. */
+static void stage_b(struct view *views, struct flight *f)
 {
     struct view *v = &views[f->pi];
     struct shm_bucket *b = BKT(v, f->bi);
-    f->done = -1;
     f->ver = atomic_load_explicit(&b->ver, memory_order_acquire);
     if (f->ver & 1) {
         f->slot = -2;
@@ -270,19 +285,24 @@ static void stage_b(hps_shmdb_t *db, struct view *views, struct flight *f, float
     f->slot = find_in_bucket(b, f->key);
     if (f->slot >= 0) {
         const char *r =
-            (const char *)row_ptr(db, v, (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)f->slot);
+            (const char *)hps__row(v, (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)f->slot);
         if (!r) {
             f->slot = -2;
             return;
         }
-        for (uint32_t off = 0; off < v->dim * sizeof(float); off += HPS_CACHELINE)
-            __builtin_prefetch(r + off);
+        __builtin_prefetch(r);
+        for (uint32_t off = HPS_CACHELINE; off < v->dim * sizeof(float); off += HPS_CACHELINE)
+            __builtin_prefetch(r + off, 0, 2);
     } else if (atomic_load_explicit(&b->ovf, memory_order_relaxed)) {
-        int64_t slot = -1;
-        f->done = read_once(db, v, f->key, f->h, out, &slot);
-        f->slot = f->done < 0 ? -2 : (int)(slot >= 0 ? slot % HPS_BUCKET_SLOTS : -1);
-        if (slot >= 0)
-            f->bi = (uint32_t)(slot / HPS_BUCKET_SLOTS);
+        /* Acquire fence: the ovf read is validated like a row copy. */
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&b->ver, memory_order_relaxed) != f->ver) {
+            f->slot = -2;
+            return;
+        }
+        f->slot = PROBE_NEXT;
+        f->bi = next_bucket(f->bi, v->nb);
+        prefetch_bucket(v, f->bi);
     }
 }
 
@@ -295,9 +315,7 @@ static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct view *view
     struct shm_bucket *b = BKT(v, f->bi);
     int r = f->slot >= 0 ? 1 : (f->slot == -1 ? 0 : -1);
     uint64_t s = (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)(f->slot >= 0 ? f->slot : 0);
-    if (f->done >= 0) {
-        r = f->done; /* validated by read_once */
-    } else if (r == 1) {
+    if (r == 1) {
         const float *src = row_ptr(db, v, s);
         if (src)
             copy_row(out, src, v->dim);
@@ -337,8 +355,21 @@ static size_t lookup_groups(hps_shmdb_t *db, const struct shm_table *t, struct v
         size_t m = n - base < G ? n - base : G;
         for (size_t i = 0; i < m; i++)
             stage_a(t, pm, views, &fl[i], key_at(keys, t->key_bytes, base + i));
+        uint8_t todo[G];
+        size_t nt = m;
         for (size_t i = 0; i < m; i++)
-            stage_b(db, views, &fl[i], values + (base + i) * dim);
+            todo[i] = (uint8_t)i;
+        for (int pass = 0; nt > 0 && pass < MAX_PASSES; pass++) {
+            size_t left = 0;
+            for (size_t k = 0; k < nt; k++) {
+                stage_b(views, &fl[todo[k]]);
+                if (fl[todo[k]].slot == PROBE_NEXT)
+                    todo[left++] = todo[k];
+            }
+            nt = left;
+        }
+        for (size_t k = 0; k < nt; k++) /* very long chains: the slow path */
+            fl[todo[k]].slot = -2;
         for (size_t i = 0; i < m; i++) {
             float *out = values + (base + i) * dim;
             int r = stage_c(db, t, views, gens, &fl[i], out, clock);
