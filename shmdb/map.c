@@ -82,12 +82,35 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
 
 /* Slot of key in bucket b, or -1.  Branch-free over the seven keys: a
  * data-dependent early exit mispredicts about once per lookup. */
+#if defined(__SSE2__)
+/* Two keys compared at once: equal 32-bit halves, then both halves. */
+static inline unsigned eq2(__m128i pair, __m128i k)
+{
+    __m128i c = _mm_cmpeq_epi32(pair, k);
+    c = _mm_and_si128(c, _mm_shuffle_epi32(c, _MM_SHUFFLE(2, 3, 0, 1)));
+    return (unsigned)_mm_movemask_pd(_mm_castsi128_pd(c));
+}
+#endif
+
+/* Slot of key in bucket b, or -1.  The seven keys are compared without
+ * branches (SSE2 where available).  The loads are plain: a reader's copy is
+ * validated by the bucket version afterwards, like the row it copies. */
 static inline int find_in_bucket(struct shm_bucket *b, uint64_t key)
 {
     unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
-    unsigned eq = 0;
-    for (unsigned s = 0; s < HPS_BUCKET_SLOTS; s++)
-        eq |= (unsigned)(atomic_load_explicit(&b->key[s], memory_order_relaxed) == key) << s;
+#if defined(__SSE2__)
+    const char *kp = (const char *)b->key;
+    __m128i k = _mm_set1_epi64x((long long)key);
+    unsigned eq = eq2(_mm_loadu_si128((const __m128i *)kp), k) |
+                  eq2(_mm_loadu_si128((const __m128i *)(kp + 16)), k) << 2 |
+                  eq2(_mm_loadu_si128((const __m128i *)(kp + 32)), k) << 4 |
+                  (eq2(_mm_loadl_epi64((const __m128i *)(kp + 48)), k) & 1) << 6;
+#else
+#define EQ(s) ((unsigned)(atomic_load_explicit(&b->key[s], memory_order_relaxed) == key) << (s))
+    unsigned eq = EQ(0) | EQ(1) | EQ(2) | EQ(3) | EQ(4) | EQ(5) | EQ(6);
+#undef EQ
+#endif
+    _Static_assert(HPS_BUCKET_SLOTS == 7, "unrolled for 7 slots");
     eq &= occ;
     return eq ? __builtin_ctz(eq) : -1;
 }
@@ -210,13 +233,27 @@ static inline uint32_t fastmod(uint64_t h, __uint128_t m, uint32_t d)
     return (uint32_t)(hi >> 64);
 }
 
-/* Copy one row; small rows inline (a libc call costs more than 64 bytes). */
+/* Copy one row.  Constant sizes for the common small dims compile to a
+ * few vector moves; a libc call costs more than the copy itself there. */
 static inline void copy_row(float *dst, const float *src, uint32_t dim)
 {
-    if (dim <= HPS_INLINE_MAX_DIM) {
-        for (uint32_t i = 0; i < dim; i++)
-            dst[i] = src[i];
-    } else {
+    switch (dim) {
+    case 1:
+        memcpy(dst, src, 4);
+        break;
+    case 2:
+        memcpy(dst, src, 8);
+        break;
+    case 4:
+        memcpy(dst, src, 16);
+        break;
+    case 8:
+        memcpy(dst, src, 32);
+        break;
+    case 16:
+        memcpy(dst, src, 64);
+        break;
+    default:
         memcpy(dst, src, (size_t)dim * sizeof(float));
     }
 }

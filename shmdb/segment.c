@@ -92,10 +92,30 @@ void hps__unlock(pthread_mutex_t *m)
 /* The segment lock guards the allocator and the table directory.  A dead
  * holder can at worst leak the block it was carving, because the free list
  * and the bump pointer are each updated by one final store. */
+/* After a holder died: cut the free list at its first bad entry and
+ * recount free_bytes, so the allocator and hps_shmdb_check agree again. */
+static void seg_repair(hps_shmdb_t *db)
+{
+    struct shm_hdr *h = db->hdr;
+    uint64_t bump = atomic_load_explicit(&h->bump, memory_order_relaxed), sum = 0, n = 0;
+    uint64_t *link = &h->free_head;
+    while (*link) {
+        struct shm_free *f = hps__ptr(db, *link);
+        if (!hps__in_bounds(db, *link, sizeof(*f)) || *link + f->bytes > bump || ++n > (1u << 24)) {
+            *link = 0;
+            break;
+        }
+        sum += f->bytes;
+        link = &f->next;
+    }
+    atomic_store_explicit(&h->free_bytes, sum, memory_order_relaxed);
+}
+
 static int seg_lock(hps_shmdb_t *db)
 {
     int rc = hps__lock(&db->hdr->seg_lock);
     if (rc == 1) {
+        seg_repair(db);
         hps__lock_consistent(db, &db->hdr->seg_lock);
         rc = 0;
     }
@@ -212,14 +232,17 @@ void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
     else
         h->free_head = off;
     atomic_fetch_add_explicit(&h->free_bytes, bytes, memory_order_relaxed);
+    /* Each merge unlinks first and grows second: a holder that dies in
+     * between leaks a block, it never leaves two free blocks overlapping. */
     if (cur && off + f->bytes == cur) { /* merge the next block in */
-        f->bytes += free_block(db, cur)->bytes;
+        uint64_t nbytes = free_block(db, cur)->bytes;
         f->next = free_block(db, cur)->next;
+        f->bytes += nbytes;
     }
     uint64_t pred = prev;
     if (prev && prev + free_block(db, prev)->bytes == off) { /* merge into the previous */
-        free_block(db, prev)->bytes += f->bytes;
         free_block(db, prev)->next = f->next;
+        free_block(db, prev)->bytes += f->bytes;
         off = prev;
         f = free_block(db, prev);
         pred = pp;

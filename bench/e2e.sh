@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# e2e.sh -- end-to-end benchmark: a criteo-1tb-shaped synthetic model served
+# by hps-coordinator + one hps-worker, driven over KServe v2 HTTP by
+# hps-bench, beside the same lookups against redis-server (HugeCTR layout).
+#
+#   1. hps-gen model    criteo-1tb shape (26 tables) at --scale, --dim floats
+#   2. hps-gen requests batch 1, 64 and 1024 samples per request (power law)
+#   3. hps-coordinator  loads the model (RocksDB + shared-memory VDB); we wait
+#                       for its "ready" line before starting the worker
+#   4. hps-worker       --device 0 on free ports; hps-bench waits for ready
+#   5. hps-bench        every request file, each --concurrency, verified
+#   6. stop everything (also on error or Ctrl-C), remove the work directory
+#
+# Every figure printed comes from this run (hps-gen's, the processes' logs
+# and hps-bench's).
+#
+# usage: bench/e2e.sh [--build DIR] [--quick] [--scale F] [--dim D]
+#                     [--duration S] [--reps R] [--concurrency N[,N..]] [--verify N]
+#                     [--workdir DIR] [--keep] [--set SECTION.KEY=VALUE]...
+#   --set  edits the generated INI with hps-conf set (e.g. worker.http_threads=4)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+build="$repo/build"
+scale=0.002
+dim=128
+duration=1.5
+warmup=0.5
+reps=3
+conc=1,4
+verify=16
+workdir=""
+keep=0
+quick=0
+sets=()
+counts=(20000 2000 200) # requests per file for batch 1, 64, 1024 (files are cycled)
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build) build=$2; shift ;;
+    --quick) quick=1 ;;
+    --scale) scale=$2; shift ;;
+    --dim) dim=$2; shift ;;
+    --duration) duration=$2; shift ;;
+    --reps) reps=$2; shift ;;
+    --concurrency) conc=$2; shift ;;
+    --verify) verify=$2; shift ;;
+    --workdir) workdir=$2; shift ;;
+    --keep) keep=1 ;;
+    --set) sets+=("$2"); shift ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "e2e.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$quick" = 1 ]; then
+    scale=0.0001 duration=0.5 warmup=0.2 reps=1 verify=2 conc=1,2 counts=(2000 200 20)
+fi
+
+gen="$build/tools/hps-gen/hps-gen"
+coordinator="$build/coordinator/hps-coordinator"
+worker="$build/worker/hps-worker"
+bench="$build/tools/hps-bench/hps-bench"
+conftool="$build/tools/hps-conf/hps-conf"
+for x in "$gen" "$coordinator" "$worker" "$bench" "$conftool"; do
+    [ -x "$x" ] || { echo "e2e.sh: $x not built (give --build DIR)" >&2; exit 2; }
+done
+
+# A free TCP port pair p, p+2 (http, metrics); a refused connect = free.
+# Below the kernel's ephemeral range, so that no client socket takes it
+# between this check and the worker's bind (the worker is retried anyway).
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() {
+    local p lo
+    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$lo" -gt 12000 ] || lo=32768
+    for _ in $(seq 200); do
+        p=$((10000 + RANDOM % (lo - 10010)))
+        if port_free "$p" && port_free $((p + 2)); then echo "$p"; return 0; fi
+    done
+    echo "e2e.sh: no free port" >&2
+    return 1
+}
+
+seg="hpsbench-e2e-$$"
+coord_pid="" worker_pid=""
+if [ -z "$workdir" ]; then
+    workdir=$(mktemp -d "${TMPDIR:-/tmp}/hps-e2e.XXXXXX")
+else
+    mkdir -p "$workdir"
+fi
+
+stop_pid() { # pid name: SIGTERM, wait up to 10 s, then SIGKILL
+    local pid=$1
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+        sleep 0.1
+    done
+    echo "e2e.sh: $2 (pid $pid) ignored SIGTERM; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    stop_pid "$worker_pid" hps-worker
+    stop_pid "$coord_pid" hps-coordinator
+    rm -f "/dev/shm/hps.$seg"
+    if [ "$keep" = 1 ]; then echo "work directory kept: $workdir"; else rm -rf "$workdir"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+http_port=$(pick_port)
+metrics_port=$((http_port + 2))
+model="$workdir/model"
+ini="$model/criteo.ini"
+
+echo "== e2e: hps-coordinator + 1 hps-worker vs redis-server, criteo-1tb shape =="
+echo "machine: nproc $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'),"\
+     "memory $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "work directory: $workdir (filesystem $(df -h --output=source,size,avail "$workdir" | tail -1 | tr -s ' '))"
+echo
+
+echo "-- model: hps-gen model --shape criteo-1tb --scale $scale --dim $dim"
+t0=$(date +%s.%N)
+"$gen" model --out "$model" --model criteo --shape criteo-1tb --scale "$scale" --dim "$dim" \
+    --segment "$seg" --http-port "$http_port" --metrics-port "$metrics_port" --threads 2 --force
+echo "   files on disk: $(du -sb "$model" | cut -f1) bytes in $(ls -d "$model"/*/ | wc -l) table directories"
+for kv in "${sets[@]+"${sets[@]}"}"; do
+    "$conftool" set "$ini" "$kv"
+    echo "   hps-conf set $kv (now: $("$conftool" get "$ini" "${kv%%=*}"))"
+done
+
+echo "-- requests: hps-gen requests (power law, --alpha auto)"
+batches=(1 64 1024)
+files=()
+for i in 0 1 2; do
+    b=${batches[$i]}
+    f="$workdir/requests-b$b.bin"
+    "$gen" requests --model-dir "$model" --model criteo --batch "$b" --count "${counts[$i]}" \
+        --out "$f" --force
+    files+=("$f")
+done
+echo
+
+echo "-- hps-coordinator -c $ini"
+t_start=$(date +%s.%N)
+"$coordinator" -c "$ini" >"$workdir/coordinator.log" 2>&1 &
+coord_pid=$!
+until grep -qs "ready:" "$workdir/coordinator.log"; do
+    if ! kill -0 "$coord_pid" 2>/dev/null; then
+        cat "$workdir/coordinator.log"; echo "e2e.sh: hps-coordinator exited" >&2; exit 1
+    fi
+    sleep 0.05
+done
+t_ready=$(date +%s.%N)
+sed 's/^/   /' "$workdir/coordinator.log"
+awk -v a="$t_start" -v b="$t_ready" 'BEGIN {printf "   start to \"ready\" line (measured by this script): %.2f s\n", b - a}'
+
+# Start the worker; a port taken meanwhile (exit status 3) gets new ports.
+for attempt in 1 2 3; do
+    echo "-- hps-worker -c $ini --device 0 --http-port $http_port --metrics-port $metrics_port"
+    "$worker" -c "$ini" --device 0 --http-port "$http_port" --metrics-port "$metrics_port" \
+        >"$workdir/worker.log" 2>&1 &
+    worker_pid=$!
+    until grep -qs "serving" "$workdir/worker.log" || ! kill -0 "$worker_pid" 2>/dev/null; do
+        sleep 0.05
+    done
+    if kill -0 "$worker_pid" 2>/dev/null; then break; fi
+    wrc=0; wait "$worker_pid" || wrc=$?
+    worker_pid=""
+    sed 's/^/   /' "$workdir/worker.log"
+    if [ "$wrc" != 3 ] || [ "$attempt" = 3 ]; then
+        echo "e2e.sh: hps-worker exited with status $wrc" >&2; exit 1
+    fi
+    http_port=$(pick_port); metrics_port=$((http_port + 2))
+done
+echo
+
+rc=0
+"$bench" --url "http://127.0.0.1:$http_port" --config "$ini" --wait-ready 60 \
+    --server-pid "$worker_pid" --concurrency "$conc" --duration "$duration" --warmup "$warmup" --reps "$reps" \
+    --verify "$verify" "${files[@]}" || rc=$?
+
+echo
+echo "-- hps-worker log"
+sed 's/^/   /' "$workdir/worker.log"
+if ! kill -0 "$worker_pid" 2>/dev/null; then echo "e2e.sh: hps-worker died during the run" >&2; rc=1; fi
+if ! kill -0 "$coord_pid" 2>/dev/null; then echo "e2e.sh: hps-coordinator died during the run" >&2; rc=1; fi
+t1=$(date +%s.%N)
+awk -v a="$t0" -v b="$t1" 'BEGIN {printf "e2e total time: %.1f s\n", b - a}'
+echo "e2e.sh: exit status $rc (hps-bench: 0 = every check passed and no request failed)"
+exit "$rc"
