@@ -3,9 +3,11 @@
  *
  * hps__pool_run() publishes a job (fn, arg, n tasks) by bumping a
  * generation counter; workers and the caller take task indices from an
- * atomic counter until none is left.  Workers spin briefly on the
- * generation before sleeping on a condition variable, because batches
+ * atomic counter until none is left.  Workers spin briefly (with pause) on
+ * the generation before sleeping on a condition variable, because batches
  * arrive back to back and a wake-up costs more than a 1024-key batch takes.
+ * A caller that finds the pool busy with another thread's job runs its own
+ * job inline instead of waiting.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,7 +16,14 @@
 
 #include "internal.h"
 
-#define SPIN_ROUNDS 20000
+#define SPIN_ROUNDS 2000
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 struct hps_pool {
     pthread_mutex_t mu;
@@ -65,7 +74,7 @@ static void *worker(void *arg)
         /* Acquire: pairs with the release bump in run; the job is visible. */
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                spins++ < SPIN_ROUNDS)
-            ;
+            cpu_relax();
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
             while (!p->stop && atomic_load_explicit(&p->gen, memory_order_acquire) == seen)
@@ -127,7 +136,14 @@ void hps__pool_run(hps_pool_t *p, unsigned n, void (*fn)(void *arg, unsigned i),
 {
     if (n > 0xffff) /* callers use at most 256 tasks */
         n = 0xffff;
-    pthread_mutex_lock(&p->run_mu);
+    /* Another thread of this process is using the pool (several HTTP
+     * threads look up at once): its threads are busy anyway, so run the
+     * job here rather than queue behind it. */
+    if (pthread_mutex_trylock(&p->run_mu) != 0) {
+        for (unsigned i = 0; i < n; i++)
+            fn(arg, i);
+        return;
+    }
     uint64_t gen = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     p->fn = fn;
     p->arg = arg;
@@ -142,6 +158,6 @@ void hps__pool_run(hps_pool_t *p, unsigned n, void (*fn)(void *arg, unsigned i),
     take_tasks(p, gen);
     /* Acquire: the tasks' writes are visible once all are counted done. */
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n)
-        ;
+        cpu_relax();
     pthread_mutex_unlock(&p->run_mu);
 }
