@@ -41,13 +41,13 @@
 
 /* ---- geometry ---------------------------------------------------------- */
 
-/* Readers use the writers' view type (wview.h); views are built only from
- * a snapshot of the geometry word, and every offset is bounds-checked. */
-#define view wview
+/* Readers use the writers' view type (wview.h); a reader's view is built
+ * only from a snapshot of the geometry word, and every offset is
+ * bounds-checked. */
 
 /* Build a view of the block in geometry word g; false if out of bounds. */
 static bool make_view(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t g,
-                      struct view *v)
+                      struct wview *v)
 {
     uint64_t blk = HPS_GEOM_BLK(g);
     uint32_t nb = HPS_GEOM_NB(g);
@@ -75,8 +75,6 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
 {
     return b + 1 == nb ? 0 : b + 1;
 }
-
-#define row_ptr(db, v, slot) ((void)(db), hps__row(v, slot))
 
 /* ---- readers ----------------------------------------------------------- */
 
@@ -115,7 +113,7 @@ static inline int find_in_bucket(struct shm_bucket *b, uint64_t key)
     return eq ? __builtin_ctz(eq) : -1;
 }
 
-static inline void touch(const struct view *v, uint64_t slot, uint32_t policy, uint32_t clock)
+static inline void touch(const struct wview *v, uint64_t slot, uint32_t policy, uint32_t clock)
 {
     /* Relaxed: access stamps are eviction hints; a lost update is harmless. */
     if (policy == HPS_EVICT_OLDEST) {
@@ -129,8 +127,7 @@ static inline void touch(const struct view *v, uint64_t slot, uint32_t policy, u
 
 /* One attempt to read key from view v: 1 found (row copied), 0 missing,
  * -1 torn or busy (retry). */
-static int read_once(hps_shmdb_t *db, const struct view *v, uint64_t key, uint64_t h, float *out,
-                     int64_t *ret_slot)
+static int read_once(const struct wview *v, uint64_t key, uint64_t h, float *out, int64_t *ret_slot)
 {
     uint32_t bi = home_of(h, v->nb);
     for (uint32_t step = 0; step < v->nb; step++, bi = next_bucket(bi, v->nb)) {
@@ -143,7 +140,7 @@ static int read_once(hps_shmdb_t *db, const struct view *v, uint64_t key, uint64
         unsigned ovf = atomic_load_explicit(&b->ovf, memory_order_relaxed);
         if (s >= 0) {
             uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
-            const float *src = row_ptr(db, v, slot);
+            const float *src = hps__row(v, slot);
             if (!src)
                 return -1;
             memcpy(out, src, (size_t)v->dim * sizeof(float));
@@ -163,7 +160,7 @@ static int read_once(hps_shmdb_t *db, const struct view *v, uint64_t key, uint64
 
 /* Snapshot a partition's geometry; false when it is being changed. */
 static bool snapshot(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
-                     uint32_t *ret_gen, struct view *v)
+                     uint32_t *ret_gen, struct wview *v)
 {
     /* Acquire: the geometry and block reads follow the gen read. */
     uint32_t gen = atomic_load_explicit(&p->gen, memory_order_acquire);
@@ -188,11 +185,11 @@ static int read_key(hps_shmdb_t *db, const struct shm_table *t, uint64_t key, fl
     uint64_t h = hps_rrxmrrxmsx_0(key);
     struct shm_part *p = &hps__parts(db, t)[h % t->num_partitions];
     for (int tries = 0; tries < READ_RETRIES; tries++) {
-        struct view v;
+        struct wview v;
         uint32_t gen;
         int64_t slot = -1;
         if (snapshot(db, t, p, &gen, &v)) {
-            int r = read_once(db, &v, key, h, out, &slot);
+            int r = read_once(&v, key, h, out, &slot);
             if (r >= 0 && gen_same(p, gen)) {
                 if (r == 1 && v.stamp)
                     touch(&v, (uint64_t)slot, t->policy, clock);
@@ -279,13 +276,13 @@ struct flight {
 };
 
 /* Stage A: hash, pick the home bucket, prefetch it (and its row ids). */
-static void stage_a(const struct shm_table *t, __uint128_t pm, struct view *views, struct flight *f,
-                    uint64_t key)
+static void stage_a(const struct shm_table *t, __uint128_t pm, struct wview *views,
+                    struct flight *f, uint64_t key)
 {
     f->key = key;
     f->h = hps_rrxmrrxmsx_0(key);
     f->pi = fastmod(f->h, pm, t->num_partitions);
-    struct view *v = &views[f->pi];
+    struct wview *v = &views[f->pi];
     f->bi = home_of(f->h, v->nb);
     __builtin_prefetch(BKT(v, f->bi));
     if (v->rowid)
@@ -298,7 +295,7 @@ static void stage_a(const struct shm_table *t, __uint128_t pm, struct view *view
 #define MAX_PASSES 16
 
 /* Prefetch a bucket (and, for row ids, its second line). */
-static inline void prefetch_bucket(const struct view *v, uint32_t bi)
+static inline void prefetch_bucket(const struct wview *v, uint32_t bi)
 {
     __builtin_prefetch(BKT(v, bi));
     if (v->rowid)
@@ -310,9 +307,9 @@ static inline void prefetch_bucket(const struct view *v, uint32_t bi)
  * exhaust the line-fill buffers).  Not here but the bucket overflowed:
  * move to the next bucket and prefetch it, to be probed in the next pass
  * together with every other displaced key of the group. */
-static void stage_b(struct view *views, struct flight *f)
+static void stage_b(struct wview *views, struct flight *f)
 {
-    struct view *v = &views[f->pi];
+    struct wview *v = &views[f->pi];
     struct shm_bucket *b = BKT(v, f->bi);
     f->ver = atomic_load_explicit(&b->ver, memory_order_acquire);
     if (f->ver & 1) {
@@ -345,15 +342,15 @@ static void stage_b(struct view *views, struct flight *f)
 
 /* Stage C: copy the row, validate the bucket version and the partition's
  * gen; anything disturbed goes through read_key.  Returns 1 hit, 0 miss. */
-static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct view *views,
+static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct wview *views,
                    const uint32_t *gens, struct flight *f, float *out, uint32_t clock)
 {
-    struct view *v = &views[f->pi];
+    struct wview *v = &views[f->pi];
     struct shm_bucket *b = BKT(v, f->bi);
     int r = f->slot >= 0 ? 1 : (f->slot == -1 ? 0 : -1);
     uint64_t s = (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)(f->slot >= 0 ? f->slot : 0);
     if (r == 1) {
-        const float *src = row_ptr(db, v, s);
+        const float *src = hps__row(v, s);
         if (src)
             copy_row(out, src, v->dim);
         /* Acquire fence: the copy completes before the version re-read. */
@@ -379,7 +376,7 @@ static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct view *view
  * so a group's bucket misses, then its row misses, are all in flight at
  * once.  Stage A hashes and prefetches buckets, stage B probes them and
  * prefetches rows, stage C copies and validates. */
-static size_t lookup_groups(hps_shmdb_t *db, const struct shm_table *t, struct view *views,
+static size_t lookup_groups(hps_shmdb_t *db, const struct shm_table *t, struct wview *views,
                             uint32_t *gens, const void *keys, size_t n, float *values,
                             uint8_t *found, uint32_t clock)
 {
@@ -423,7 +420,7 @@ static size_t lookup_groups(hps_shmdb_t *db, const struct shm_table *t, struct v
 static size_t lookup_range(hps_shmdb_t *db, const struct shm_table *t, const void *keys, size_t n,
                            float *values, uint8_t *found, uint32_t clock)
 {
-    struct view views[HPS_SHMDB_MAX_PARTITIONS];
+    struct wview views[HPS_SHMDB_MAX_PARTITIONS];
     uint32_t gens[HPS_SHMDB_MAX_PARTITIONS];
     struct shm_part *parts = hps__parts(db, t);
     bool ok = true;
