@@ -25,6 +25,19 @@ typedef struct table_snap {
     uint32_t parts_evicting;              /* partitions with evictions > 0 */
 } table_snap_t;
 
+/* The coordinator's published state (hps_shmdb_set_coord_state). */
+static const char *coord_state_name(hps_coord_state_t st)
+{
+    switch (st) {
+    case HPS_COORD_LOADING:
+        return "loading";
+    case HPS_COORD_SERVING:
+        return "serving";
+    default:
+        return "stopped";
+    }
+}
+
 static double part_fill(const hps_partition_info_t *p)
 {
     return p->capacity ? (double)p->rows / (double)p->capacity : 0.0;
@@ -98,6 +111,8 @@ static json_object *segment_json(const hps_segment_info_t *s)
     hps__tool_jset(o, "created",
                    json_object_new_string(hps__tool_fmt_time(s->created_ns, buf, sizeof buf)));
     hps__tool_jset(o, "coordinator_pid", json_object_new_int64(s->coord_pid));
+    hps__tool_jset(o, "coordinator_state",
+                   json_object_new_string(coord_state_name(s->coord_state)));
     hps__tool_jset(o, "coordinator_heartbeat_age_s",
                    s->coord_heartbeat_ns
                        ? hps__tool_json_double(hps__tool_age_s(s->coord_heartbeat_ns))
@@ -219,8 +234,8 @@ static void segment_text(const hps_segment_info_t *s)
            pid_alive(s->creator_pid) ? "alive" : "gone");
     printf("  created          %s\n", hps__tool_fmt_time(s->created_ns, b1, sizeof b1));
     if (s->coord_pid)
-        printf("  coordinator      pid %d (%s), heartbeat %s\n", (int)s->coord_pid,
-               pid_alive(s->coord_pid) ? "alive" : "gone",
+        printf("  coordinator      pid %d (%s), %s, heartbeat %s\n", (int)s->coord_pid,
+               pid_alive(s->coord_pid) ? "alive" : "gone", coord_state_name(s->coord_state),
                hps__tool_fmt_age(hps__tool_age_s(s->coord_heartbeat_ns), b2, sizeof b2));
     else
         printf("  coordinator      none (no heartbeat yet)\n");
