@@ -15,6 +15,7 @@
 
 #include "coord.h"
 #include "hps/log.h"
+#include "kafka-coord.h"
 
 static volatile sig_atomic_t g_stop; /* the one global: the stop flag */
 
@@ -246,6 +247,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     coord_t c = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = &g_stop};
+    coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
     bool reused = false;
     ex = open_pdb(&c); /* first: a second coordinator stops at RocksDB's lock */
     if (!ex)
@@ -256,6 +258,8 @@ int main(int argc, char **argv)
         ex = coord_load_models(&c, reused);
     if (!ex)
         ex = coord_serve_start(&c);
+    if (!ex)
+        ex = coord_kafka_start(&c, &kafka);
     if (!ex) {
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
         HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
@@ -263,6 +267,7 @@ int main(int argc, char **argv)
         HPS_INFO("shutting down");
     }
     g_stop = 1;
+    coord_kafka_stop(kafka);
     shutdown_all(&c);
     hps_conf_free(conf);
     return ex;

@@ -1,0 +1,508 @@
+/*
+ * kafka-consumer.c -- HugeCTR's KafkaMessageSource loop over librdkafka
+ * (reference/hugectr-hps.md §2.3), as a library: no logging, counters and
+ * an event callback instead.
+ *
+ * HOW IT WORKS.  Each message's records are copied into its topic's batch
+ * (keys and values de-interleaved, as the databases want them), and the
+ * message's offset + 1 becomes the pending offset of its partition.  A batch
+ * is applied (the apply callback) when it reaches max_batch_size, and every
+ * pending batch is applied as soon as the local queue runs dry: a poll
+ * without waiting that returns nothing.  HugeCTR waited for poll_timeout_ms
+ * of silence instead, so an update could sit unapplied for half a second;
+ * applying early changes nothing for the commit protocol.  Offsets are
+ * committed (synchronous, the explicit list) only after every batch has been
+ * applied: after a poll timeout, at partition EOF, after max_commit_interval
+ * messages, before a rebalance revokes partitions and on stop.  A crash
+ * between apply and commit replays the messages: at-least-once, and applying
+ * an update twice is harmless.  Skipped messages (bad magic, wrong value
+ * size, truncated record, a Kafka key, unknown topic) are counted and their
+ * offsets committed like the others, so they are never retried.
+ */
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hps/kafka.h"
+
+#define STAT_ADD(c, f, v) __atomic_fetch_add(&(c)->st.f, (v), __ATOMIC_RELAXED)
+#define STAT_SET(c, f, v) __atomic_store_n(&(c)->st.f, (v), __ATOMIC_RELAXED)
+#define STAT_GET(c, f)    __atomic_load_n(&(c)->st.f, __ATOMIC_RELAXED)
+
+typedef struct topic_buf {
+    char name[HPS_KAFKA_TOPIC_MAX];
+    bool known;          /* resolve() accepted it */
+    void *sink;          /* resolve()'s handle */
+    uint32_t value_size; /* bytes per value */
+    uint8_t *keys;       /* (max_batch_size, key_bytes) */
+    float *values;       /* (max_batch_size, value_size / 4) */
+    size_t n;            /* rows in the batch */
+} topic_buf_t;
+
+struct hps_kafka_consumer {
+    hps_kafka_consumer_opts_t o;
+    rd_kafka_t *rk;
+    topic_buf_t **topics;
+    size_t num_topics;
+    topic_buf_t *last; /* the topic of the previous message */
+    rd_kafka_topic_partition_list_t *pending; /* offsets to commit */
+    int msg_count;                            /* messages since the last commit */
+    const volatile sig_atomic_t *stop;
+    hps_kafka_stats_t st; /* updated with relaxed atomics (read by other threads) */
+};
+
+static int64_t now_ms(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+__attribute__((format(printf, 3, 4))) static void event(hps_kafka_consumer_t *c, int level,
+                                                         const char *fmt, ...)
+{
+    if (!c->o.event)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->o.event(c->o.ctx, level, msg);
+}
+
+/* ---- batches ------------------------------------------------------------ */
+
+/* Apply one topic's batch; retries every failure_backoff_ms.  False when
+ * stopped before it succeeded (the batch stays; nothing gets committed). */
+static bool deliver(hps_kafka_consumer_t *c, topic_buf_t *t)
+{
+    while (t->n) {
+        hps_err_t rc = c->o.apply(c->o.ctx, t->sink, t->n, t->keys, t->values);
+        if (rc == 0) {
+            STAT_ADD(c, applied, t->n);
+            STAT_SET(c, newest_applied_ms, now_ms(CLOCK_REALTIME));
+            t->n = 0;
+            break;
+        }
+        STAT_ADD(c, apply_failures, 1);
+        event(c, 1, "%s: applying %zu updates failed (%s); retrying in %d ms", t->name, t->n,
+              hps_strerror(rc), c->o.failure_backoff_ms);
+        if (*c->stop)
+            return false;
+        sleep_ms(c->o.failure_backoff_ms);
+    }
+    return true;
+}
+
+static bool deliver_all(hps_kafka_consumer_t *c)
+{
+    for (size_t i = 0; i < c->num_topics; i++)
+        if (!deliver(c, c->topics[i]))
+            return false;
+    return true;
+}
+
+/* Apply everything, then commit the pending offsets synchronously. */
+static void commit(hps_kafka_consumer_t *c)
+{
+    c->msg_count = 0;
+    if (!deliver_all(c) || c->pending->cnt == 0)
+        return;
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 0);
+    if (err) {
+        /* Revoked partitions or a broker away: the messages will be read
+         * again (at-least-once), so the list is dropped either way. */
+        STAT_ADD(c, commit_failures, 1);
+        event(c, 1, "offset commit failed: %s", rd_kafka_err2str(err));
+    } else {
+        STAT_ADD(c, commits, 1);
+    }
+    rd_kafka_topic_partition_list_destroy(c->pending);
+    c->pending = rd_kafka_topic_partition_list_new(16);
+}
+
+static topic_buf_t *topic_new(hps_kafka_consumer_t *c, const char *name)
+{
+    topic_buf_t *t = calloc(1, sizeof(*t));
+    topic_buf_t **grown = realloc(c->topics, (c->num_topics + 1) * sizeof(*grown));
+    if (!t || !grown) {
+        free(t);
+        return NULL;
+    }
+    c->topics = grown;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->known = c->o.resolve(c->o.ctx, name, &t->sink, &t->value_size);
+    if (t->known) {
+        size_t rows = (size_t)c->o.max_batch_size;
+        t->keys = malloc(rows * c->o.key_bytes);
+        t->values = malloc(rows * t->value_size);
+        if (!t->keys || !t->values) {
+            free(t->keys);
+            free(t->values);
+            free(t);
+            return NULL;
+        }
+    }
+    c->topics[c->num_topics++] = t;
+    return t;
+}
+
+static topic_buf_t *topic_of(hps_kafka_consumer_t *c, const char *name)
+{
+    if (c->last && strcmp(c->last->name, name) == 0)
+        return c->last;
+    for (size_t i = 0; i < c->num_topics; i++)
+        if (strcmp(c->topics[i]->name, name) == 0)
+            return c->last = c->topics[i];
+    return c->last = topic_new(c, name);
+}
+
+/* Copy the records into the batch, applying each time it fills up. */
+static bool append(hps_kafka_consumer_t *c, topic_buf_t *t, const hps_kafka_msg_t *m)
+{
+    uint32_t kb = c->o.key_bytes;
+    size_t floats = t->value_size / sizeof(float);
+    const uint8_t *r = m->records;
+    for (size_t i = 0; i < m->count; i++, r += m->record_size) {
+        memcpy(t->keys + t->n * kb, r, kb);
+        memcpy(t->values + t->n * floats, r + kb, t->value_size);
+        if (++t->n >= (size_t)c->o.max_batch_size && !deliver(c, t))
+            return false;
+    }
+    return true;
+}
+
+static void set_pending(hps_kafka_consumer_t *c, const char *topic, int32_t part, int64_t off)
+{
+    rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_find(c->pending, topic, part);
+    if (!p)
+        p = rd_kafka_topic_partition_list_add(c->pending, topic, part);
+    p->offset = off;
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+static void on_error_message(hps_kafka_consumer_t *c, const rd_kafka_message_t *m)
+{
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        commit(c);
+        return;
+    }
+    STAT_ADD(c, errors, 1);
+    event(c, 1, "consumer: %s", rd_kafka_message_errstr(m));
+    char why[256];
+    if (rd_kafka_fatal_error(c->rk, why, sizeof(why))) {
+        event(c, 0, "fatal librdkafka error: %s; backing off %d ms", why,
+              c->o.failure_backoff_ms);
+        sleep_ms(c->o.failure_backoff_ms);
+    }
+}
+
+static void on_message(hps_kafka_consumer_t *c, const rd_kafka_message_t *m)
+{
+    if (m->err) {
+        on_error_message(c, m);
+        return;
+    }
+    const char *name = rd_kafka_topic_name(m->rkt);
+    topic_buf_t *t = topic_of(c, name);
+    if (!t)
+        return; /* out of memory: not committed, so it is read again */
+    STAT_ADD(c, messages, 1);
+    hps_kafka_msg_t msg;
+    hps_kafka_verdict_t v = HPS_KAFKA_SKIP_UNKNOWN;
+    if (t->known)
+        v = hps_kafka_parse(m->payload, m->len, m->key_len, c->o.key_bytes, t->value_size, &msg);
+    if (v == HPS_KAFKA_OK) {
+        STAT_ADD(c, received, msg.count);
+        if (!append(c, t, &msg))
+            return;
+        rd_kafka_timestamp_type_t tt;
+        int64_t ts = rd_kafka_message_timestamp(m, &tt);
+        if (ts > STAT_GET(c, newest_applied_msg_ms))
+            STAT_SET(c, newest_applied_msg_ms, ts);
+    } else if (v == HPS_KAFKA_BEACON) {
+        STAT_ADD(c, beacons, 1);
+    } else {
+        STAT_ADD(c, skipped[v], 1);
+        event(c, 2, "%s [%d] offset %lld: skipped (%s)", name, (int)m->partition,
+              (long long)m->offset, hps_kafka_verdict_name(v));
+    }
+    set_pending(c, name, m->partition, m->offset + 1);
+    if (++c->msg_count > c->o.max_commit_interval)
+        commit(c);
+}
+
+/* Sum over the assignment of (high watermark - position); cached values. */
+static void update_lag(hps_kafka_consumer_t *c)
+{
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(c->rk, &a) || !a)
+        return;
+    int64_t lag = a->cnt ? 0 : -1;
+    if (a->cnt && rd_kafka_position(c->rk, a) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < a->cnt; i++) {
+            int64_t lo = -1, hi = -1, pos = a->elems[i].offset;
+            rd_kafka_get_watermark_offsets(c->rk, a->elems[i].topic, a->elems[i].partition, &lo,
+                                           &hi);
+            if (hi >= 0)
+                lag += hi - (pos >= 0 ? pos : (lo >= 0 ? lo : hi));
+        }
+    }
+    STAT_SET(c, lag, lag);
+    rd_kafka_topic_partition_list_destroy(a);
+}
+
+/* ---- librdkafka callbacks ----------------------------------------------- */
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    hps_kafka_consumer_t *c = opaque;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        event(c, 2, "assigned %d partitions", parts->cnt);
+        rd_kafka_assign(rk, parts);
+        return;
+    }
+    commit(c); /* apply and commit what we hold before the partitions go */
+    event(c, 2, "revoked %d partitions", parts->cnt);
+    rd_kafka_assign(rk, NULL);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    hps_kafka_consumer_t *c = opaque;
+    (void)rk;
+    STAT_ADD(c, errors, 1);
+    event(c, 1, "librdkafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    hps_kafka_consumer_t *c = rd_kafka_opaque(rk);
+    if (c && level <= 3) /* syslog error and worse; the rest is librdkafka chatter */
+        event(c, 1, "librdkafka %s: %s", fac, buf);
+}
+
+/* ---- life cycle --------------------------------------------------------- */
+
+static hps_err_t set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err,
+                     size_t err_len)
+{
+    char why[256];
+    if (rd_kafka_conf_set(conf, k, v, why, sizeof(why)) == RD_KAFKA_CONF_OK)
+        return 0;
+    snprintf(err, err_len, "librdkafka setting %s=%s: %s", k, v, why);
+    return HPS_ECONFIG;
+}
+
+/* HugeCTR's consumer settings (KafkaMessageSource), "DO NOT CHANGE" kept. */
+static hps_err_t configure(const hps_kafka_consumer_opts_t *o, rd_kafka_conf_t *conf, char *err,
+                           size_t err_len)
+{
+    char max_bytes[32], refresh[32];
+    snprintf(max_bytes, sizeof(max_bytes), "%d", o->receive_buffer_size + 1024);
+    snprintf(refresh, sizeof(refresh), "%d", o->metadata_refresh_interval_ms);
+    const char *kv[][2] = {
+        {"metadata.broker.list", o->brokers},
+        {"group.id", o->group},
+        {"session.timeout.ms", "30000"},
+        {"heartbeat.interval.ms", "3000"},
+        {"enable.auto.commit", "false"},
+        {"enable.auto.offset.store", "true"},
+        {"queued.min.messages", "65536"},
+        {"queued.max.messages.kbytes", "1048576"},
+        {"enable.partition.eof", "true"},
+        {"check.crcs", "false"},
+        {"allow.auto.create.topics", "true"},
+        {"auto.offset.reset", "smallest"},
+        {"message.max.bytes", max_bytes},
+        {"receive.message.max.bytes", "134217728"},
+        {"topic.metadata.refresh.interval.ms", refresh},
+        {"topic.metadata.refresh.sparse", "true"},
+    };
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
+        hps_err_t rc = set(conf, kv[i][0], kv[i][1], err, err_len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static hps_err_t check_opts(const hps_kafka_consumer_opts_t *o, char *err, size_t err_len)
+{
+    if (!o || !o->brokers || !o->group || !o->resolve || !o->apply ||
+        (o->key_bytes != 4 && o->key_bytes != 8) || o->max_batch_size < 1 ||
+        o->poll_timeout_ms < 1 || o->failure_backoff_ms < 1 || o->receive_buffer_size < 1024 ||
+        o->max_commit_interval < 1 || o->metadata_refresh_interval_ms < 10) {
+        snprintf(err, err_len, "invalid Kafka consumer options");
+        return HPS_EINVAL;
+    }
+    return 0;
+}
+
+static hps_err_t subscribe(hps_kafka_consumer_t *c, char *err, size_t err_len)
+{
+    if (c->o.num_filters == 0)
+        return 0;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->o.num_filters);
+    hps_err_t rc = 0;
+    for (size_t i = 0; rc == 0 && i < c->o.num_filters; i++) {
+        char re[1024];
+        rc = hps_kafka_topic_regex(c->o.filters[i], re, sizeof(re));
+        if (rc < 0)
+            snprintf(err, err_len, "update filter \"%s\" cannot be used", c->o.filters[i]);
+        else
+            rd_kafka_topic_partition_list_add(l, re, RD_KAFKA_PARTITION_UA);
+    }
+    if (rc == 0) {
+        rd_kafka_resp_err_t e = rd_kafka_subscribe(c->rk, l);
+        if (e) {
+            snprintf(err, err_len, "subscribe: %s", rd_kafka_err2str(e));
+            rc = HPS_ECONFIG;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    return rc;
+}
+
+hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
+                                    hps_kafka_consumer_t **ret, char *err, size_t err_len)
+{
+    hps_err_t rc = check_opts(opts, err, err_len);
+    if (rc < 0)
+        return rc;
+    hps_kafka_consumer_t *c = calloc(1, sizeof(*c));
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (!c || !conf) {
+        free(c);
+        if (conf)
+            rd_kafka_conf_destroy(conf);
+        return -ENOMEM;
+    }
+    c->o = *opts;
+    c->st.lag = -1;
+    c->pending = rd_kafka_topic_partition_list_new(16);
+    rc = configure(opts, conf, err, err_len);
+    if (rc < 0) {
+        rd_kafka_conf_destroy(conf);
+        hps_kafka_consumer_destroy(c);
+        return rc;
+    }
+    rd_kafka_conf_set_opaque(conf, c);
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
+    char why[512];
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why)); /* owns conf on success */
+    if (!c->rk) {
+        snprintf(err, err_len, "rd_kafka_new: %s", why);
+        rd_kafka_conf_destroy(conf);
+        hps_kafka_consumer_destroy(c);
+        return HPS_ECONFIG;
+    }
+    rd_kafka_poll_set_consumer(c->rk);
+    rc = subscribe(c, err, err_len);
+    if (rc < 0) {
+        hps_kafka_consumer_destroy(c);
+        return rc;
+    }
+    *ret = c;
+    return 0;
+}
+
+static bool has_batches(const hps_kafka_consumer_t *c)
+{
+    for (size_t i = 0; i < c->num_topics; i++)
+        if (c->topics[i]->n)
+            return true;
+    return false;
+}
+
+/* One poll step: drain without waiting; when dry, apply what is pending,
+ * then wait up to the poll timeout (in slices, to see *stop). */
+static void step(hps_kafka_consumer_t *c, int64_t *idle_ms)
+{
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 0);
+    if (!m) {
+        if (has_batches(c))
+            deliver_all(c);
+        int slice = c->o.poll_timeout_ms < 100 ? c->o.poll_timeout_ms : 100;
+        m = rd_kafka_consumer_poll(c->rk, slice);
+        if (!m) {
+            if ((*idle_ms += slice) >= c->o.poll_timeout_ms) {
+                commit(c); /* HugeCTR: poll timeout -> deliver + commit */
+                *idle_ms = 0;
+            }
+            return;
+        }
+    }
+    *idle_ms = 0;
+    on_message(c, m);
+    rd_kafka_message_destroy(m);
+}
+
+hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop)
+{
+    c->stop = stop;
+    int64_t idle_ms = 0, next_lag = 0;
+    while (!*stop) {
+        step(c, &idle_ms);
+        int64_t now = now_ms(CLOCK_MONOTONIC);
+        if (now >= next_lag) {
+            update_lag(c);
+            next_lag = now + 1000;
+        }
+    }
+    commit(c);
+    return 0;
+}
+
+void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret)
+{
+    hps_kafka_stats_t s;
+    s.messages = STAT_GET(c, messages);
+    s.received = STAT_GET(c, received);
+    s.applied = STAT_GET(c, applied);
+    for (int i = 0; i < HPS_KAFKA_NUM_VERDICTS; i++)
+        s.skipped[i] = STAT_GET(c, skipped[i]);
+    s.beacons = STAT_GET(c, beacons);
+    s.apply_failures = STAT_GET(c, apply_failures);
+    s.commits = STAT_GET(c, commits);
+    s.commit_failures = STAT_GET(c, commit_failures);
+    s.errors = STAT_GET(c, errors);
+    s.lag = STAT_GET(c, lag);
+    s.newest_applied_ms = STAT_GET(c, newest_applied_ms);
+    s.newest_applied_msg_ms = STAT_GET(c, newest_applied_msg_ms);
+    *ret = s;
+}
+
+void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c)
+{
+    if (!c)
+        return;
+    if (c->rk) {
+        rd_kafka_consumer_close(c->rk);
+        rd_kafka_destroy(c->rk);
+    }
+    for (size_t i = 0; i < c->num_topics; i++) {
+        free(c->topics[i]->keys);
+        free(c->topics[i]->values);
+        free(c->topics[i]);
+    }
+    free(c->topics);
+    if (c->pending)
+        rd_kafka_topic_partition_list_destroy(c->pending);
+    free(c);
+}

@@ -1,0 +1,274 @@
+/*
+ * kafka.c -- hps-coordinator's Kafka ingestion: glue between the consumer of
+ * include/hps/kafka.h and the coordinator's tables.
+ *
+ * One consumer thread per layer (HugeCTR ran one KafkaMessageSource per
+ * database): the volatile DB (shared-memory segment, hps_shmdb_upsert: rows
+ * present are updated, new ones inserted by the overflow rules) and the
+ * persistent DB (hps_pdb_insert) when it is writable.  Each has its own
+ * consumer group and commits after its own applies, so a slow or failing
+ * RocksDB never holds back the volatile DB.  The shared-memory VDB lives on
+ * one host, so its group carries the host name (HugeCTR called a
+ * multi-process hash map "shared" and named its group hps.volatile, which
+ * splits the partitions between hosts).
+ *
+ * Counters are logged once a second when they change, one line per layer:
+ *   kafka volatile: messages=M received=R applied=A skipped: magic=..
+ *   value_size=.. truncated=.. keyed=.. empty=.. unknown_table=..
+ *   beacons=B lag=L errors=E commits=C newest_applied_age_ms=T
+ * and once more at shutdown.  (Not yet in the segment or /metrics.)
+ */
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hps/kafka.h"
+#include "hps/log.h"
+#include "kafka-coord.h"
+
+#define MAX_FILTERS 64
+
+typedef struct layer {
+    const char *name; /* "volatile" or "persistent" */
+    coord_t *c;
+    bool persistent;
+    regex_t re[MAX_FILTERS];
+    size_t num_re;
+    hps_kafka_consumer_t *cons;
+    pthread_t thread;
+    bool running;
+    hps_kafka_stats_t logged;          /* last counters written to the log */
+    const volatile sig_atomic_t *stop; /* the owner's stop flag */
+} layer_t;
+
+struct coord_kafka {
+    layer_t layers[2];
+    size_t num_layers;
+    volatile sig_atomic_t stop;
+    pthread_t stats_thread;
+    bool stats_running;
+};
+
+static void on_event(void *ctx, int level, const char *msg)
+{
+    layer_t *l = ctx;
+    if (level == 0)
+        HPS_ERROR("kafka %s: %s", l->name, msg);
+    else if (level == 1)
+        HPS_WARN("kafka %s: %s", l->name, msg);
+    else
+        HPS_INFO("kafka %s: %s", l->name, msg);
+}
+
+static bool model_matches(const layer_t *l, const char *model)
+{
+    for (size_t i = 0; i < l->num_re; i++)
+        if (regexec(&l->re[i], model, 0, NULL, 0) == 0)
+            return true;
+    return false;
+}
+
+static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret_value_size)
+{
+    layer_t *l = ctx;
+    char model[HPS_KAFKA_TOPIC_MAX], table[HPS_KAFKA_TOPIC_MAX];
+    if (hps_kafka_topic_split(topic, model, table) < 0 || !model_matches(l, model))
+        return false;
+    for (uint32_t i = 0; i < l->c->num_tables; i++) {
+        coord_table_t *t = &l->c->tables[i];
+        if (!t->model || strcmp(t->model->name, model) || strcmp(t->name, table))
+            continue;
+        if (l->persistent && !t->pdb)
+            return false;
+        *ret_sink = t;
+        *ret_value_size = t->dim * (uint32_t)sizeof(float);
+        HPS_INFO("kafka %s: topic %s -> table %u (dim %u)", l->name, topic, t->vdb_id, t->dim);
+        return true;
+    }
+    HPS_WARN("kafka %s: topic %s: no such table here; its messages are skipped", l->name, topic);
+    return false;
+}
+
+static hps_err_t apply(void *ctx, void *sink, size_t n, const void *keys, const float *values)
+{
+    layer_t *l = ctx;
+    coord_table_t *t = sink;
+    if (!l->persistent)
+        return hps_shmdb_upsert(l->c->db, t->vdb_id, n, keys, values, NULL);
+    char err[256] = "";
+    hps_err_t rc = hps_pdb_insert(t->pdb, n, keys, l->c->key_bytes, values, t->dim, err,
+                                  sizeof(err));
+    if (rc < 0)
+        HPS_WARN("kafka persistent: %s.%s: %s", t->model->name, t->name, err);
+    return rc;
+}
+
+static int compile_filters(layer_t *l, const char **filters, size_t n)
+{
+    if (n > MAX_FILTERS) {
+        HPS_ERROR("kafka %s: %zu update_filters, at most %d", l->name, n, MAX_FILTERS);
+        return HPS_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char re[1024];
+        if (hps_kafka_model_regex(filters[i], re, sizeof(re)) < 0 ||
+            regcomp(&l->re[i], re, REG_EXTENDED | REG_NOSUB) != 0) {
+            HPS_ERROR("kafka %s: update_filters \"%s\" is not a usable regex", l->name,
+                      filters[i]);
+            return HPS_EXIT_USAGE;
+        }
+        l->num_re = i + 1;
+    }
+    return 0;
+}
+
+static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
+{
+    const hps_conf_update_source_t *u = &c->conf->update_source;
+    int ex = compile_filters(l, filters, nf);
+    if (ex)
+        return ex;
+    char host[256] = "localhost", group[512], err[512];
+    gethostname(host, sizeof(host) - 1);
+    hps_kafka_group_name(l->name, false, host, group, sizeof(group));
+    hps_kafka_consumer_opts_t o = {
+        .brokers = u->brokers,
+        .group = group,
+        .filters = filters,
+        .num_filters = nf,
+        .key_bytes = c->key_bytes,
+        .metadata_refresh_interval_ms = (int)u->metadata_refresh_interval_ms,
+        .receive_buffer_size = (int)u->receive_buffer_size,
+        .poll_timeout_ms = (int)u->poll_timeout_ms,
+        .max_batch_size = (int)u->max_batch_size,
+        .failure_backoff_ms = (int)u->failure_backoff_ms,
+        .max_commit_interval = (int)u->max_commit_interval,
+        .resolve = resolve,
+        .apply = apply,
+        .event = on_event,
+        .ctx = l,
+    };
+    hps_err_t rc = hps_kafka_consumer_create(&o, &l->cons, err, sizeof(err));
+    if (rc == HPS_EUNSUPPORTED) {
+        HPS_ERROR("[update_source] type = kafka_message_queue: this hps-coordinator was %s", err);
+        return HPS_EXIT_USAGE;
+    }
+    if (rc < 0) {
+        HPS_ERROR("kafka %s: %s", l->name, err);
+        return HPS_EXIT_USAGE;
+    }
+    HPS_INFO("kafka %s: brokers %s, group %s, %zu update filters", l->name, u->brokers, group, nf);
+    return 0;
+}
+
+static void *layer_loop(void *arg)
+{
+    layer_t *l = arg;
+    hps_kafka_consumer_run(l->cons, l->stop);
+    return NULL;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void log_stats(layer_t *l, bool force)
+{
+    hps_kafka_stats_t s;
+    hps_kafka_consumer_stats(l->cons, &s);
+    if (!force && memcmp(&s, &l->logged, sizeof(s)) == 0)
+        return;
+    l->logged = s;
+    const uint64_t *sk = s.skipped;
+    HPS_INFO("kafka %s: messages=%llu received=%llu applied=%llu skipped: magic=%llu "
+             "value_size=%llu truncated=%llu keyed=%llu empty=%llu unknown_table=%llu "
+             "beacons=%llu lag=%lld errors=%llu commits=%llu newest_applied_age_ms=%lld",
+             l->name, (unsigned long long)s.messages, (unsigned long long)s.received,
+             (unsigned long long)s.applied, (unsigned long long)sk[HPS_KAFKA_SKIP_MAGIC],
+             (unsigned long long)sk[HPS_KAFKA_SKIP_VALUE_SIZE],
+             (unsigned long long)sk[HPS_KAFKA_SKIP_TRUNCATED],
+             (unsigned long long)sk[HPS_KAFKA_SKIP_KEYED],
+             (unsigned long long)sk[HPS_KAFKA_SKIP_EMPTY],
+             (unsigned long long)sk[HPS_KAFKA_SKIP_UNKNOWN], (unsigned long long)s.beacons,
+             (long long)s.lag, (unsigned long long)s.errors, (unsigned long long)s.commits,
+             s.newest_applied_ms ? (long long)(now_ms() - s.newest_applied_ms) : -1LL);
+}
+
+static void *stats_loop(void *arg)
+{
+    coord_kafka_t *k = arg;
+    while (!k->stop) {
+        for (int i = 0; i < 10 && !k->stop; i++)
+            usleep(100000);
+        for (size_t i = 0; i < k->num_layers; i++)
+            log_stats(&k->layers[i], false);
+    }
+    return NULL;
+}
+
+static int start_threads(coord_kafka_t *k)
+{
+    for (size_t i = 0; i < k->num_layers; i++) {
+        k->layers[i].stop = &k->stop;
+        if (pthread_create(&k->layers[i].thread, NULL, layer_loop, &k->layers[i]) != 0) {
+            HPS_ERROR("cannot start the Kafka consumer thread");
+            return HPS_EXIT_RUNTIME;
+        }
+        k->layers[i].running = true;
+    }
+    if (pthread_create(&k->stats_thread, NULL, stats_loop, k) != 0)
+        return HPS_EXIT_RUNTIME;
+    k->stats_running = true;
+    return 0;
+}
+
+int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
+{
+    *ret = NULL;
+    const hps_conf_t *conf = c->conf;
+    if (conf->update_source.type != HPS_CONF_UPDATE_KAFKA)
+        return 0;
+    coord_kafka_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return HPS_EXIT_RUNTIME;
+    *ret = k;
+    k->layers[0] = (layer_t){.name = "volatile", .c = c};
+    int ex = layer_create(c, &k->layers[0], conf->volatile_db.update_filters,
+                          conf->volatile_db.update_filters_len);
+    k->num_layers = ex ? 0 : 1;
+    if (!ex && c->pdb && !conf->persistent_db.read_only) {
+        k->layers[1] = (layer_t){.name = "persistent", .c = c, .persistent = true};
+        ex = layer_create(c, &k->layers[1], conf->persistent_db.update_filters,
+                          conf->persistent_db.update_filters_len);
+        k->num_layers = ex ? 1 : 2;
+    }
+    return ex ? ex : start_threads(k);
+}
+
+void coord_kafka_stop(coord_kafka_t *k)
+{
+    if (!k)
+        return;
+    k->stop = 1;
+    if (k->stats_running)
+        pthread_join(k->stats_thread, NULL);
+    for (size_t i = 0; i < 2; i++) {
+        layer_t *l = &k->layers[i];
+        if (l->running)
+            pthread_join(l->thread, NULL);
+        if (l->cons) {
+            log_stats(l, true);
+            hps_kafka_consumer_destroy(l->cons);
+        }
+        for (size_t j = 0; j < l->num_re; j++)
+            regfree(&l->re[j]);
+    }
+    free(k);
+}

@@ -1,0 +1,215 @@
+/*
+ * kafka.h -- online model updates through Kafka (HugeCTR's KafkaMessageSource
+ * and KafkaMessageSink formats), over librdkafka.
+ *
+ * Wire format (reference/hugectr-hps.md §2.2), one message per send buffer,
+ * no Kafka message key, host-native (little-endian) byte order:
+ *
+ *     u32 magic = 0x52544348 ("HCTR")
+ *     u32 value_size                 bytes per vector (dim * 4)
+ *     { key (key_bytes); u8 value[value_size] } * count     count implicit
+ *
+ * Topics are named hps_et.<model>.<table>.  The pure helpers below (parser,
+ * topic regex, group naming, key groups) need no broker; the consumer runs
+ * HugeCTR's loop: apply a batch, then commit its offsets (at-least-once).
+ *
+ * Library code: nothing here logs; errors are return codes, counters and an
+ * optional event callback through which the executable logs.
+ */
+#ifndef HPS_KAFKA_H
+#define HPS_KAFKA_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/hps.h"
+
+#define HPS_KAFKA_MAGIC       0x52544348u /**< "HCTR" read as a little-endian u32 */
+#define HPS_KAFKA_HEADER_SIZE 8u          /**< magic + value_size */
+#define HPS_KAFKA_TOPIC_MAX   256u        /**< buffer size enough for any topic name */
+
+/** Verdict of hps_kafka_parse() on one message; the skip reasons are counted. */
+typedef enum hps_kafka_verdict {
+    HPS_KAFKA_OK = 0,            /**< records to apply (count >= 1) */
+    HPS_KAFKA_BEACON,            /**< header only (8 bytes): ignored, not counted as skipped */
+    HPS_KAFKA_SKIP_MAGIC,        /**< magic is not "HCTR", or shorter than the header */
+    HPS_KAFKA_SKIP_VALUE_SIZE,   /**< value_size != the table's dim * 4 */
+    HPS_KAFKA_SKIP_TRUNCATED,    /**< (len - 8) is not a multiple of key_bytes + value_size */
+    HPS_KAFKA_SKIP_KEYED,        /**< the message has a Kafka key (HugeCTR drops those) */
+    HPS_KAFKA_SKIP_EMPTY,        /**< null payload (tombstone) */
+    HPS_KAFKA_SKIP_UNKNOWN,      /**< topic of no deployed table, or one the filters exclude */
+    HPS_KAFKA_NUM_VERDICTS
+} hps_kafka_verdict_t;
+
+/** @brief Short name of a verdict ("magic", "value_size", ...); static storage. */
+const char *hps_kafka_verdict_name(hps_kafka_verdict_t v);
+
+/** A parsed message: records stay in the message payload (not copied). */
+typedef struct hps_kafka_msg {
+    const uint8_t *records; /**< count * (key_bytes + value_size) bytes */
+    size_t count;           /**< number of (key, value) records */
+    uint32_t value_size;    /**< bytes per value */
+    uint32_t record_size;   /**< key_bytes + value_size */
+} hps_kafka_msg_t;
+
+/**
+ * @brief Check one message value against a table and locate its records.
+ * @param[in]  payload     Message value (host memory; may be NULL when len is 0).
+ * @param[in]  len         Bytes of payload.
+ * @param[in]  key_len     Bytes of the Kafka message key (0 = none).
+ * @param[in]  key_bytes   Wire key width: 8 (supportlonglong) or 4.
+ * @param[in]  value_size  The table's dim * 4.
+ * @param[out] ret         Filled only for HPS_KAFKA_OK.
+ * @return the verdict.  Pure function, thread-safe.
+ */
+hps_kafka_verdict_t hps_kafka_parse(const void *payload, size_t len, size_t key_len,
+                                    uint32_t key_bytes, uint32_t value_size, hps_kafka_msg_t *ret);
+
+/**
+ * @brief Topic of a table: "hps_et.<model>.<table>".
+ * @param[out] buf  Receives the NUL-terminated name.
+ * @return 0; HPS_EINVAL when a name is not [a-zA-Z0-9_-]{1,120} or buf is too small.
+ */
+hps_err_t hps_kafka_topic_name(const char *model, const char *table, char *buf, size_t len);
+
+/**
+ * @brief Split a topic "hps_et.<model>.<table>" into its names.
+ * @param[out] model, table  Buffers of HPS_KAFKA_TOPIC_MAX bytes.
+ * @return 0; HPS_EINVAL for any other topic shape.
+ */
+hps_err_t hps_kafka_topic_split(const char *topic, char *model, char *table);
+
+/**
+ * @brief librdkafka subscription pattern of one model-name filter.
+ *
+ * The filter is a regular expression over the model name (the default ".+"
+ * matches every model).  One leading '^' and one trailing unescaped '$' are
+ * dropped, and the rest is wrapped: "^hps_et\.(" F ")\.[a-zA-Z0-9_-]+$"; the
+ * leading '^' tells librdkafka that the entry is a regex.  (HugeCTR
+ * concatenated the raw filter, so its default "^hps_.+$" never matched.)
+ * @param[out] buf  NUL-terminated pattern.
+ * @return 0; HPS_EINVAL when the filter is empty or buf too small.
+ */
+hps_err_t hps_kafka_topic_regex(const char *filter, char *buf, size_t len);
+
+/**
+ * @brief POSIX extended regex matching exactly the model names of a filter:
+ * "^(" F ")$", with F stripped as in hps_kafka_topic_regex(), so that the
+ * coordinator's own check agrees with the subscription.
+ * @return 0; HPS_EINVAL when the filter is empty or buf too small.
+ */
+hps_err_t hps_kafka_model_regex(const char *filter, char *buf, size_t len);
+
+/**
+ * @brief HugeCTR's consumer-group name: "hps.<layer>" for a database shared
+ * by every host, "hps.<layer>.<hostname>" for a host-local one.
+ * @param[in] layer  "volatile" or "persistent" (any [a-z_]+ is accepted).
+ * @param[in] shared Whether every host sees the same database.
+ * @param[in] host   Host name (used only when !shared).
+ * @return 0; HPS_EINVAL when buf is too small or an argument is NULL.
+ */
+hps_err_t hps_kafka_group_name(const char *layer, bool shared, const char *host, char *buf,
+                               size_t len);
+
+/** @brief Producer key group of a key: rrxmrrxmsx_0((u64)key) % num_groups (num_groups >= 1). */
+uint32_t hps_kafka_key_group(uint64_t key, uint32_t num_groups);
+
+/** @brief HugeCTR's kafka_key_group_partitioner: (group & 0x7fffffff) % partition_count. */
+int32_t hps_kafka_partition_of(uint32_t group, int32_t partition_count);
+
+/* ---- Consumer ------------------------------------------------------------ */
+
+/**
+ * Resolve a topic to a sink.  Return true and set *ret_sink (opaque, passed
+ * back to apply) and *ret_value_size (dim * 4) for a table to update; false
+ * for a topic that this consumer must skip (HPS_KAFKA_SKIP_UNKNOWN).
+ * Called on the consumer thread, once per topic.
+ */
+typedef bool (*hps_kafka_resolve_fn)(void *ctx, const char *topic, void **ret_sink,
+                                     uint32_t *ret_value_size);
+
+/**
+ * Apply n updates: keys (n) of key_bytes each, values (n, value_size / 4)
+ * float32, both host memory valid only during the call.  Return 0, or a
+ * negative code: the same batch is retried after failure_backoff_ms until it
+ * succeeds or the consumer is stopped (then nothing is committed for it).
+ */
+typedef hps_err_t (*hps_kafka_apply_fn)(void *ctx, void *sink, size_t n, const void *keys,
+                                        const float *values);
+
+/** Events for the executable's log: level 0 error, 1 warning, 2 info. */
+typedef void (*hps_kafka_event_fn)(void *ctx, int level, const char *msg);
+
+/** Consumer options: [update_source] plus what the caller decides. */
+typedef struct hps_kafka_consumer_opts {
+    const char *brokers;                /**< metadata.broker.list, "host:port,host:port" */
+    const char *group;                  /**< consumer group (hps_kafka_group_name()) */
+    const char *const *filters;         /**< model-name regexes; none = subscribe to nothing */
+    size_t num_filters;                 /**< number of filters */
+    uint32_t key_bytes;                 /**< 8 or 4 */
+    int metadata_refresh_interval_ms;   /**< topic.metadata.refresh.interval.ms */
+    int receive_buffer_size;            /**< message.max.bytes = this + 1024 */
+    int poll_timeout_ms;                /**< idle time before apply + commit */
+    int max_batch_size;                 /**< pairs per apply */
+    int failure_backoff_ms;             /**< retry pause after a failed apply or a fatal error */
+    int max_commit_interval;            /**< messages between forced commits */
+    hps_kafka_resolve_fn resolve;       /**< required */
+    hps_kafka_apply_fn apply;           /**< required */
+    hps_kafka_event_fn event;           /**< optional */
+    void *ctx;                          /**< passed to the callbacks */
+} hps_kafka_consumer_opts_t;
+
+/** Counters of one consumer (monotonic since creation). */
+typedef struct hps_kafka_stats {
+    uint64_t messages;                         /**< messages received (not errors) */
+    uint64_t received;                         /**< updates (pairs) in accepted messages */
+    uint64_t applied;                          /**< updates applied to the sink */
+    uint64_t skipped[HPS_KAFKA_NUM_VERDICTS];  /**< messages skipped, by verdict */
+    uint64_t beacons;                          /**< header-only messages */
+    uint64_t apply_failures;                   /**< failed apply calls (retried) */
+    uint64_t commits, commit_failures;         /**< synchronous offset commits */
+    uint64_t errors;                           /**< consumer errors (broker down, ...) */
+    int64_t lag;                               /**< sum over assigned partitions, -1 unknown */
+    int64_t newest_applied_ms;                 /**< wall clock (ms since epoch) of the last apply, 0 none */
+    int64_t newest_applied_msg_ms;             /**< producer timestamp of the newest applied message */
+} hps_kafka_stats_t;
+
+typedef struct hps_kafka_consumer hps_kafka_consumer_t;
+
+/**
+ * @brief Create a consumer (HugeCTR's librdkafka settings, enable.auto.commit
+ * false) and subscribe it to one regex per filter.  Nothing is consumed
+ * until hps_kafka_consumer_run().
+ * @param[out] ret  New consumer; destroy with hps_kafka_consumer_destroy().
+ * @param[out] err  Message on failure (NUL-terminated when err_len > 0).
+ * @return 0; HPS_EINVAL (bad options), HPS_ECONFIG (librdkafka refused a
+ *         setting or the subscription), -ENOMEM; HPS_EUNSUPPORTED in a
+ *         build without librdkafka.
+ */
+hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
+                                    hps_kafka_consumer_t **ret, char *err, size_t err_len);
+
+/**
+ * @brief Run the consumer loop on the calling thread until *stop is set.
+ *
+ * Appends each message's records to its topic's batch; a full batch
+ * (max_batch_size) is applied at once, and pending batches are applied as
+ * soon as the local queue runs dry (freshness).  Offsets (offset + 1 of each
+ * message whose records were applied) are committed synchronously after a
+ * poll timeout, at partition EOF, after max_commit_interval messages and
+ * before partitions are revoked.  Broker errors are reported through the
+ * event callback and counted; the loop never exits on them.
+ * On return everything applied has been committed (best effort).
+ * @return 0.
+ */
+hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop);
+
+/** @brief Snapshot of the counters.  Thread-safe (relaxed reads). */
+void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret);
+
+/** @brief Close (leaves the group) and free; NULL is a no-op.  Not while run() is running. */
+void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c);
+
+#endif

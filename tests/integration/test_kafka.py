@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""
+Kafka online updates end to end: kafka-mock (librdkafka's mock cluster over
+TCP) as the broker, hps-push as the producer, hps-coordinator consuming,
+hps-worker answering lookups (volatile DB, then RocksDB through the miss
+queue).
+
+Models mA and mB; [volatile_db] update_filters = mA, [persistent_db]
+update_filters = m[AB]: mA's updates reach both layers, mB's only RocksDB
+(its rows in the volatile DB are untouched).  Then: corrupt messages of
+every kind are skipped and counted (the coordinator's "kafka <layer>:" stats
+lines), brokers down for 5 s then up, and SIGKILL of the coordinator in the
+middle of an ingest (at-least-once: after the restart every update is there,
+each under its own key).
+"""
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+PUSH = os.environ.get("HPS_PUSH", "")
+MOCK = os.environ.get("KAFKA_MOCK", "")
+DIM = 8
+ROWS = 2000
+RATE = 0.5
+TOPIC_A = "hps_et.mA.sparse_embedding0"
+TOPIC_B = "hps_et.mB.sparse_embedding0"
+
+
+def new_vector(key, gen):
+    return [H.f32(1000.0 * gen + (key % 997) + d * 0.25) for d in range(DIM)]
+
+
+def records(keys, gen):
+    return b"".join(struct.pack("<q%df" % DIM, k, *new_vector(k, gen)) for k in keys)
+
+
+class Mock:
+    def __init__(self, topics):
+        self.p = subprocess.Popen([MOCK, "--partitions", "4"] + topics, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        self.bootstrap = line.split()[1]
+
+    def cmd(self, c):
+        self.p.stdin.write(c + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def close(self):
+        self.p.kill()
+        self.p.wait(10)
+
+
+def push(bootstrap, model, data, extra=(), wait=True):
+    cmd = [PUSH, "-b", bootstrap, "-m", model, "-t", "sparse_embedding0", "-d", str(DIM),
+           "--stdin", "--quiet"] + list(extra)
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    if not wait:
+        p.stdin.write(data)
+        p.stdin.close()
+        return p
+    out, _ = p.communicate(data, timeout=120)
+    return p.returncode, out.decode()
+
+
+def raw(bootstrap, topic, data, key=None):
+    cmd = [PUSH, "-b", bootstrap, "--topic", topic, "--raw", "--quiet"]
+    if key:
+        cmd += ["--message-key", key]
+    r = subprocess.run(cmd, input=data, capture_output=True, timeout=60)
+    return r.returncode
+
+
+def stats(proc, layer):
+    """The last stats line of a layer as a dict of ints."""
+    lines = [ln for ln in proc.log().splitlines() if "kafka %s: messages=" % layer in ln]
+    if not lines:
+        return {}
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", lines[-1])}
+
+
+def lookup(worker, model, keys):
+    out = []
+    for i in range(0, len(keys), 500):
+        _, vals = H.decode_output(H.infer(worker.http_port, model, [keys[i:i + 500]]))
+        out.extend(vals)
+    return [out[i * DIM:(i + 1) * DIM] for i in range(len(keys))]
+
+
+def body(t, cl):
+    mock = Mock([TOPIC_A, TOPIC_B])
+    try:
+        scenario(t, cl, mock)
+    finally:
+        mock.close()
+
+
+def make_conf(cl, mA, mB, name, init_pdb="true"):
+    text = mA.ini_text + "\n" + mB.ini_text[mB.ini_text.index("[model.mB]"):]
+    return cl.write_config(name, text, [
+        ("volatile_db", "initial_cache_rate", str(RATE)),
+        ("volatile_db", "update_filters", "mA"),
+        ("persistent_db", "update_filters", "m[AB]"),
+        ("persistent_db", "initialize_after_startup", init_pdb),
+        ("update_source", "type", "kafka_message_queue"),
+        ("update_source", "brokers", cl.bootstrap),
+        ("update_source", "poll_timeout_ms", "100"),
+        ("update_source", "metadata_refresh_interval_ms", "500"),
+    ])
+
+
+def wait_applied(proc, layer, n, timeout=60):
+    return H.wait_until(lambda: stats(proc, layer).get("applied", 0) >= n, timeout, 0.1)
+
+
+def scenario(t, cl, mock):
+    cl.bootstrap = mock.bootstrap
+    t.ok(bool(mock.bootstrap), "kafka-mock listens at %s" % mock.bootstrap)
+    mA = cl.gen_model("mA", [ROWS], [DIM], subdir="mA")
+    mB = cl.gen_model("mB", [ROWS], [DIM], subdir="mB")
+    conf = make_conf(cl, mA, mB, "hps.ini")
+    coord = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+
+    # 1. two models, two layers, filters.
+    a_keys = mA.vdb_keys(0, RATE)[:200] + mA.pdb_only_keys(0, RATE)[:200]
+    b_vdb, b_pdb = mB.vdb_keys(0, RATE)[:200], mB.pdb_only_keys(0, RATE)[:200]
+    rc, out = push(mock.bootstrap, "mA", records(a_keys, 1))
+    t.eq(rc, 0, "hps-push mA: every message delivered")
+    rc, out = push(mock.bootstrap, "mB", records(b_vdb + b_pdb, 1))
+    t.eq(rc, 0, "hps-push mB: every message delivered")
+    t.ok(wait_applied(coord, "volatile", 400), "volatile layer applied mA's 400 updates",
+         stats(coord, "volatile"))
+    t.ok(wait_applied(coord, "persistent", 800), "persistent layer applied 800 updates",
+         stats(coord, "persistent"))
+    t.eq(lookup(w, "mA", a_keys), [new_vector(k, 1) for k in a_keys],
+         "mA: new vectors from the volatile DB")
+    t.eq(lookup(w, "mB", b_pdb), [new_vector(k, 1) for k in b_pdb],
+         "mB: new vectors from RocksDB (miss path)")
+    t.eq(lookup(w, "mB", b_vdb), [H.gen_vector(0, k, DIM) for k in b_vdb],
+         "mB: volatile rows untouched (update_filters excludes it)")
+    st = stats(coord, "volatile")
+    t.eq(st.get("received"), 400, "volatile: mB's topic not subscribed (update_filters)")
+
+    # 2. corrupt messages of every kind.
+    k0 = a_keys[0]
+    good = struct.pack("<II", 0x52544348, DIM * 4) + records([k0], 9)
+    base = stats(coord, "persistent").get("messages", 0)
+    bad = [("magic", struct.pack("<II", 0x12345678, DIM * 4) + records([k0], 9), None),
+           ("value_size", struct.pack("<II", 0x52544348, DIM * 4 + 4) + records([k0], 9) +
+            b"\0\0\0\0", None),
+           ("truncated", good[:-1], None),
+           ("keyed", good, "k1"),
+           ("beacon", good[:8], None)]
+    for name, data, key in bad:
+        t.eq(raw(mock.bootstrap, TOPIC_A, data, key), 0, "raw %s message delivered" % name)
+    H.wait_until(lambda: stats(coord, "persistent").get("messages", 0) >= base + 5, 30, 0.1)
+    H.wait_until(lambda: stats(coord, "volatile").get("beacons", 0) >= 1, 30, 0.1)
+    for layer in ("volatile", "persistent"):
+        st = stats(coord, layer)
+        t.eq([st.get(k) for k in ("magic", "value_size", "truncated", "keyed", "beacons")],
+             [1, 1, 1, 1, 1], "%s: corrupt messages skipped and counted by reason" % layer)
+    t.eq(lookup(w, "mA", [k0]), [new_vector(k0, 1)], "no corrupt message was applied")
+
+    # 3. brokers down for 5 s, then up: ingestion resumes without a restart.
+    t.eq(mock.cmd("down"), "ok", "brokers down")
+    p = push(mock.bootstrap, "mA", records(a_keys, 2), wait=False)
+    time.sleep(5)
+    t.eq(mock.cmd("up"), "ok", "brokers up")
+    t.eq(p.wait(90), 0, "hps-push delivered through the outage")
+    t.ok(H.wait_until(lambda: lookup(w, "mA", a_keys) == [new_vector(k, 2) for k in a_keys],
+                      60, 0.2), "updates after the outage applied without a restart")
+
+    # 4. SIGKILL mid-ingest, restart: at-least-once, every key its own value.
+    big = [H.gen_key(0, i) for i in range(20000)]
+    before = stats(coord, "volatile").get("applied", 0)
+    p = push(mock.bootstrap, "mA", records(big, 3), ["--send-buffer-size", "1024"], wait=False)
+    H.wait_until(lambda: stats(coord, "volatile").get("applied", 0) > before + 1000, 60, 0.01)
+    coord.kill(signal.SIGKILL)
+    coord.wait(10)
+    t.eq(p.wait(120), 0, "hps-push of 20000 updates delivered")
+    t.ok(stats(coord, "volatile").get("applied", 0) < before + 20000 * 2,
+         "coordinator killed in the middle of the ingest")
+    conf2 = make_conf(cl, mA, mB, "hps2.ini", init_pdb="false")
+    conf2_text = open(conf2).read()
+    conf2 = cl.write_config("hps2.ini", conf2_text,
+                            [("volatile_db", "initialize_after_startup", "false")])
+    coord2 = cl.start_coordinator(conf2)
+    # The dead member holds its partitions until session.timeout.ms (30 s,
+    # HugeCTR's setting) runs out; then the new one resumes from the commits.
+    ok = H.wait_until(lambda: lookup(w, "mA", big) == [new_vector(k, 3) for k in big], 200, 1.0)
+    t.ok(ok, "after the restart every update is present under its own key")
+    others = mA.pdb_only_keys(0, RATE)[-50:]
+    others = [k for k in others if k not in set(big)]
+    t.eq(lookup(w, "mA", others), [H.gen_vector(0, k, DIM) for k in others],
+         "keys never updated keep their vectors")
+    t.ok(coord2.alive(), "restarted coordinator alive")
+
+
+if __name__ == "__main__":
+    H.run_main("kafka", body)
