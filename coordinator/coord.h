@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "hps/conf.h"
+#include "hps/ddb.h"
 #include "hps/pdb.h"
 #include "hps/shmdb.h"
 
@@ -22,6 +23,7 @@ enum {
     HPS_EXIT_SEGMENT = 3, /* shared memory: another live coordinator, incompatible segment */
     HPS_EXIT_MODEL = 4,   /* a model was refused (bad files) or could not be loaded */
     HPS_EXIT_PDB = 5,     /* the persistent database could not be opened */
+    HPS_EXIT_DDB = 6,     /* the distributed database (Redis) could not be opened */
 };
 
 /* Miss queue geometry (fixed; see DESIGN.md "Miss queue invariants"). */
@@ -37,12 +39,14 @@ typedef struct coord_table {
     uint32_t dim;
     uint32_t vdb_id;      /* id in the segment */
     hps_pdb_table_t *pdb; /* NULL without a persistent DB */
+    hps_ddb_table_t *ddb; /* NULL without a distributed DB */
 } coord_table_t;
 
 typedef struct coord {
     const hps_conf_t *conf;
     hps_shmdb_t *db;
     hps_pdb_t *pdb;
+    hps_ddb_t *ddb; /* Redis Cluster; NULL when [distributed_db] is disabled */
     uint32_t key_bytes;
     coord_table_t *tables; /* by VDB id (index == vdb_id) */
     uint32_t num_tables;
@@ -58,6 +62,14 @@ int coord_segment_open(coord_t *c, bool *ret_reused);
 
 /* load.c: create the tables and load every model (PDB, then VDB). */
 int coord_load_models(coord_t *c, bool vdb_reused);
+
+/* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
+ * [distributed_db] type = redis_cluster (no-op otherwise or when already
+ * open; HPS_EXIT_DDB with a logged message on failure); coord_ddb_table()
+ * sets ct->ddb; coord_ddb_close() closes it (after the miss service stopped). */
+int coord_ddb_open(coord_t *c);
+int coord_ddb_table(coord_t *c, coord_table_t *ct);
+void coord_ddb_close(coord_t *c);
 
 /* serve.c: miss-queue service threads. */
 int coord_serve_start(coord_t *c);

@@ -3,7 +3,8 @@
  * before anything is written; then each table is created in the volatile DB,
  * every row goes to the persistent DB (bulk SST ingestion), and
  * initial_cache_rate of the rows go to the volatile DB (HugeCTR only logged
- * that rate; here it is honoured).
+ * that rate; here it is honoured) and, with [distributed_db] redis_cluster,
+ * that layer's initial_cache_rate of the rows to Redis.
  */
 #include <errno.h>
 #include <math.h>
@@ -96,6 +97,9 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
     *ct = (coord_table_t){.model = m, .index = t, .name = s.table, .dim = s.dim, .vdb_id = id};
     if (id + 1 > c->num_tables)
         c->num_tables = id + 1;
+    int ex = coord_ddb_table(c, ct);
+    if (ex)
+        return ex;
     if (c->pdb) {
         char err[512];
         bool create = !c->conf->persistent_db.read_only;
@@ -119,12 +123,24 @@ static void progress(const char *what, uint64_t done, uint64_t total)
         fputc('\n', stderr);
 }
 
-/* Upsert the first `want` rows of the table's files into the volatile DB. */
-static int fill_vdb(coord_t *c, const coord_table_t *ct, const char *dir, uint64_t want,
-                    uint64_t *ret_bytes)
+/* Write n rows to the volatile DB, or to the distributed DB when ddb. */
+static hps_err_t put_rows(coord_t *c, const coord_table_t *ct, bool ddb, size_t n, const void *keys,
+                          const float *vecs, char *err, size_t err_len)
 {
+    if (ddb)
+        return hps_ddb_insert(ct->ddb, n, keys, vecs, err, err_len);
+    return hps_shmdb_upsert(c->db, ct->vdb_id, n, keys, vecs, NULL);
+}
+
+/* Upsert the first `want` rows of the table's files into the volatile DB,
+ * or, when ddb, into the distributed DB. */
+static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, const char *dir, uint64_t want,
+                      uint64_t *ret_bytes)
+{
+    const char *layer = ddb ? "distributed" : "volatile";
     char err[512];
     hps_modelfile_t *mf;
+    err[0] = '\0';
     hps_err_t rc = hps_modelfile_open(dir, ct->dim, &mf, err, sizeof(err));
     if (rc < 0) {
         HPS_ERROR("%s: %s", dir, err);
@@ -140,10 +156,11 @@ static int fill_vdb(coord_t *c, const coord_table_t *ct, const char *dir, uint64
                  ? hps_modelfile_read(mf, row, n, keys, vecs, err, sizeof(err))
                  : hps_modelfile_read_u32(mf, row, n, (uint32_t *)keys, vecs, err, sizeof(err));
         if (rc == 0)
-            rc = hps_shmdb_upsert(c->db, ct->vdb_id, n, keys, vecs, NULL);
+            rc = put_rows(c, ct, ddb, n, keys, vecs, err, sizeof(err));
         if (rc < 0) {
-            HPS_ERROR("%s: loading into the volatile DB: %s", dir, err[0] ? err : hps_strerror(rc));
-            ex = HPS_EXIT_MODEL;
+            HPS_ERROR("%s: loading into the %s DB: %s", dir, layer,
+                      err[0] ? err : hps_strerror(rc));
+            ex = ddb ? HPS_EXIT_DDB : HPS_EXIT_MODEL;
         }
         progress(ct->name, row + n, want);
         *ret_bytes += n * (8 + ct->dim * sizeof(float));
@@ -160,12 +177,41 @@ static int load_pdb(coord_t *c, const hps_conf_model_t *m)
     hps_modelfile_spec_t specs[256];
     specs_of(c, m, specs);
     double t0 = now_s();
-    hps_err_t rc = hps_pdb_load_model(c->pdb, m->name, specs, m->num_tables, 0, err, sizeof(err));
+    /* One SST per table up to 256 MiB of rows (HugeCTR's ten chunks per
+     * table make overlapping SSTs that RocksDB then compacts). */
+    uint32_t maxdim = 1;
+    for (size_t t = 0; t < m->num_tables; t++)
+        if (specs[t].dim > maxdim)
+            maxdim = specs[t].dim;
+    uint64_t chunk = (256ULL << 20) / (8 + (uint64_t)maxdim * sizeof(float));
+    hps_err_t rc =
+        hps_pdb_load_model(c->pdb, m->name, specs, m->num_tables, chunk, err, sizeof(err));
     if (rc < 0) {
         HPS_ERROR("model %s: loading into the persistent DB: %s", m->name, err);
         return HPS_EXIT_MODEL;
     }
     HPS_INFO("model %s: persistent DB loaded in %.2f s", m->name, now_s() - t0);
+    return 0;
+}
+
+/* Write initial_cache_rate of every table of m to the distributed DB. */
+static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows)
+{
+    if (!c->ddb)
+        return 0;
+    double rate = c->conf->distributed_db.initial_cache_rate, t0 = now_s();
+    uint64_t bytes = 0, total = 0;
+    for (uint32_t t = 0; t < m->num_tables; t++) {
+        uint32_t id;
+        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+        uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
+        total += want;
+        int ex = fill_layer(c, &c->tables[id], true, m->sparse_files[t], want, &bytes);
+        if (ex)
+            return ex;
+    }
+    HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s",
+             m->name, (unsigned long long)total, rate, now_s() - t0);
     return 0;
 }
 
@@ -192,15 +238,16 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused)
         if (ex)
             return ex;
     }
-    if (vdb_reused)
-        return 0;
+    int ex = fill_ddb(c, m, rows);
+    if (ex || vdb_reused)
+        return ex;
     double t0 = now_s();
     for (uint32_t t = 0; t < m->num_tables; t++) {
         uint32_t id;
         hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
         uint64_t want = (uint64_t)ceil((double)rows[t] * c->conf->volatile_db.initial_cache_rate);
         total += want;
-        int ex = fill_vdb(c, &c->tables[id], m->sparse_files[t], want, &bytes);
+        ex = fill_layer(c, &c->tables[id], false, m->sparse_files[t], want, &bytes);
         if (ex)
             return ex;
     }
@@ -215,6 +262,8 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused)
 int coord_load_models(coord_t *c, bool vdb_reused)
 {
     int ex = validate_all(c);
+    if (!ex)
+        ex = coord_ddb_open(c); /* no-op when main.c opened it already */
     if (ex)
         return ex;
     c->tables = calloc(HPS_SHMDB_MAX_TABLES, sizeof(coord_table_t));

@@ -1,0 +1,71 @@
+/*
+ * ddb_wire.c -- the distributed DB (Redis Cluster) in hps-coordinator:
+ * opening it from [distributed_db], and the per-table handles.  Model loading
+ * (load.c) writes initial_cache_rate of each table into it; the miss service
+ * (serve.c) reads it before the persistent DB.
+ */
+#include "coord.h"
+#include "hps/log.h"
+
+static hps_ddb_policy_t ddb_policy_of(hps_conf_overflow_policy_t p)
+{
+    switch (p) {
+    case HPS_CONF_EVICT_LEAST_USED:
+        return HPS_DDB_EVICT_LEAST_USED;
+    case HPS_CONF_EVICT_OLDEST:
+        return HPS_DDB_EVICT_OLDEST;
+    default:
+        return HPS_DDB_EVICT_RANDOM;
+    }
+}
+
+int coord_ddb_open(coord_t *c)
+{
+    const hps_conf_distributed_db_t *d = &c->conf->distributed_db;
+    if (c->ddb || d->type != HPS_CONF_DDB_REDIS_CLUSTER)
+        return 0;
+    hps_ddb_opts_t o;
+    hps_ddb_opts_init(&o);
+    o.address = d->address;
+    o.user_name = d->user_name;
+    o.password = d->password;
+    o.num_partitions = (unsigned)d->num_partitions;
+    o.num_node_connections = (unsigned)d->num_node_connections;
+    o.max_batch_size = (size_t)d->max_batch_size;
+    o.overflow_margin = d->overflow_margin;
+    o.overflow_policy = ddb_policy_of(d->overflow_policy);
+    o.overflow_resolution_target = d->overflow_resolution_target;
+    o.enable_tls = d->enable_tls;
+    char err[1024];
+    hps_err_t rc = hps_ddb_open(&o, &c->ddb, err, sizeof(err));
+    if (rc < 0) {
+        HPS_ERROR("[distributed_db] redis_cluster at %s: %s (%s)", d->address, err,
+                  hps_err_name(rc));
+        return HPS_EXIT_DDB;
+    }
+    HPS_INFO("distributed DB: Redis Cluster at %s, %lld partitions per table", d->address,
+             (long long)d->num_partitions);
+    return 0;
+}
+
+int coord_ddb_table(coord_t *c, coord_table_t *ct)
+{
+    if (!c->ddb)
+        return 0;
+    hps_err_t rc =
+        hps_ddb_table(c->ddb, ct->model->name, ct->name, ct->dim, c->key_bytes, &ct->ddb);
+    if (rc < 0) {
+        HPS_ERROR("model %s table %s: distributed DB: %s", ct->model->name, ct->name,
+                  hps_strerror(rc));
+        return HPS_EXIT_DDB;
+    }
+    return 0;
+}
+
+void coord_ddb_close(coord_t *c)
+{
+    hps_ddb_close(c->ddb);
+    c->ddb = NULL;
+    for (uint32_t i = 0; c->tables && i < c->num_tables; i++)
+        c->tables[i].ddb = NULL;
+}

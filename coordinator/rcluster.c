@@ -1,0 +1,908 @@
+/*
+ * rcluster.c -- Redis Cluster client over hiredis (see include/hps/rcluster.h).
+ *
+ * HOW IT WORKS.  The client keeps a table of nodes (never shrinks, so node
+ * pointers stay valid until destroy) and a slot map slot -> node index,
+ * both under map_mu.  A call routes its commands by slot, takes one
+ * connection of each node involved (in ascending node order, so concurrent
+ * calls cannot deadlock), appends the commands to hiredis' output buffers,
+ * and runs one poll() loop over all those sockets: write while there is
+ * output, read and parse replies until each connection has all of its
+ * replies, or the deadline passes.  Connections are non-blocking (REDIS_BLOCK
+ * cleared after connect), so neither a slow node nor a full socket buffer
+ * stalls the others.  Redirections and failures are then sorted out
+ * command by command and the rest re-routed in another round.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "hps/rcluster.h"
+
+#define MAX_NODES   256
+#define NO_NODE     0xffffu
+#define BACKOFF_MIN 50   /* ms: first skip period of a node that refused */
+#define BACKOFF_MAX 2000 /* ms */
+#define REFRESH_MIN 20   /* ms between two slot-map refreshes */
+#define MAX_SEEDS   64
+
+typedef struct conn {
+    pthread_mutex_t mu;
+    redisContext *ctx; /* NULL: not connected */
+} conn_t;
+
+typedef struct node {
+    char host[HPS_RCLUSTER_HOST_MAX];
+    int port;
+    conn_t *conns;           /* conns_per_node */
+    unsigned next;           /* round-robin pick (a hint; races are harmless) */
+    pthread_mutex_t down_mu; /* guards retry_at_ms and backoff_ms */
+    uint64_t retry_at_ms;    /* connect attempts skipped until then */
+    unsigned backoff_ms;
+} node_t;
+
+struct hps_rcluster {
+    hps_rcluster_opts_t o;
+    char *address, *user, *password;
+    pthread_mutex_t map_mu; /* nodes[], num_nodes, slot_node[], last_refresh_ms */
+    node_t *nodes[MAX_NODES];
+    unsigned num_nodes;
+    uint16_t slot_node[HPS_RCLUSTER_SLOTS];
+    uint64_t last_refresh_ms;
+    pthread_mutex_t refresh_mu; /* one refresh at a time */
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void set_err(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t len, const char *fmt, ...)
+{
+    if (!err || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- hashing ------------------------------------------------------------ */
+
+uint16_t hps_rcluster_crc16(const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)(p[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+uint16_t hps_rcluster_key_slot(const void *key, size_t len)
+{
+    const char *k = key;
+    const char *open = memchr(k, '{', len);
+    if (open) {
+        size_t s = (size_t)(open - k) + 1;
+        const char *close = memchr(k + s, '}', len - s);
+        if (close && close > k + s)
+            return hps_rcluster_crc16(k + s, (size_t)(close - (k + s))) & 16383u;
+    }
+    return hps_rcluster_crc16(k, len) & 16383u;
+}
+
+/* Split "host:port" or "[v6]:port" (length len) into host and port. */
+static hps_err_t parse_hostport(const char *s, size_t len, char *host, int *port)
+{
+    const char *colon = NULL;
+    for (size_t i = len; i > 0; i--)
+        if (s[i - 1] == ':') {
+            colon = s + i - 1;
+            break;
+        }
+    if (!colon || colon == s || colon + 1 == s + len)
+        return HPS_EINVAL;
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (hl == 0 || hl >= HPS_RCLUSTER_HOST_MAX)
+        return HPS_EINVAL;
+    long p = 0;
+    for (const char *c = colon + 1; c < s + len; c++) {
+        if (*c < '0' || *c > '9' || p > 65535)
+            return HPS_EINVAL;
+        p = p * 10 + (*c - '0');
+    }
+    if (p < 1 || p > 65535)
+        return HPS_EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+hps_err_t hps_rcluster_parse_redirect(const char *msg, hps_rcluster_redirect_t *ret)
+{
+    hps_rcluster_redirect_t r = {0};
+    const char *p;
+    if (!msg || !ret)
+        return HPS_EINVAL;
+    if (strncmp(msg, "MOVED ", 6) == 0)
+        p = msg + 6;
+    else if (strncmp(msg, "ASK ", 4) == 0) {
+        r.ask = true;
+        p = msg + 4;
+    } else
+        return HPS_EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long slot = strtoul(p, &end, 10);
+    if (end == p || *end != ' ' || errno || slot >= HPS_RCLUSTER_SLOTS)
+        return HPS_EINVAL;
+    r.slot = (uint16_t)slot;
+    p = end + 1;
+    size_t len = strcspn(p, " \r\n");
+    if (parse_hostport(p, len, r.host, &r.port) < 0)
+        return HPS_EINVAL;
+    *ret = r;
+    return 0;
+}
+
+/* ---- nodes and connections ---------------------------------------------- */
+
+/* Find or add node host:port; map_mu held.  Returns its index or NO_NODE. */
+static unsigned node_get_locked(hps_rcluster_t *rc, const char *host, int port)
+{
+    for (unsigned i = 0; i < rc->num_nodes; i++)
+        if (rc->nodes[i]->port == port && strcmp(rc->nodes[i]->host, host) == 0)
+            return i;
+    if (rc->num_nodes == MAX_NODES)
+        return NO_NODE;
+    node_t *nd = calloc(1, sizeof(*nd));
+    conn_t *cs = calloc(rc->o.conns_per_node, sizeof(*cs));
+    if (!nd || !cs) {
+        free(nd);
+        free(cs);
+        return NO_NODE;
+    }
+    snprintf(nd->host, sizeof(nd->host), "%s", host);
+    nd->port = port;
+    nd->conns = cs;
+    pthread_mutex_init(&nd->down_mu, NULL);
+    for (unsigned i = 0; i < rc->o.conns_per_node; i++)
+        pthread_mutex_init(&cs[i].mu, NULL);
+    rc->nodes[rc->num_nodes] = nd;
+    return rc->num_nodes++;
+}
+
+static unsigned node_get(hps_rcluster_t *rc, const char *host, int port)
+{
+    pthread_mutex_lock(&rc->map_mu);
+    unsigned i = node_get_locked(rc, host, port);
+    pthread_mutex_unlock(&rc->map_mu);
+    return i;
+}
+
+static node_t *node_at(hps_rcluster_t *rc, unsigned i)
+{
+    pthread_mutex_lock(&rc->map_mu);
+    node_t *nd = rc->nodes[i];
+    pthread_mutex_unlock(&rc->map_mu);
+    return nd;
+}
+
+static void conn_drop(conn_t *cn)
+{
+    if (cn->ctx)
+        redisFree(cn->ctx);
+    cn->ctx = NULL;
+}
+
+/* A pipeline on one connection: the replies it still expects. */
+typedef struct job {
+    redisContext *ctx;
+    size_t want, got;
+    redisReply **replies; /* (want) */
+    hps_err_t status;     /* 0, or why the connection failed */
+    char msg[160];
+} job_t;
+
+static void job_fail(job_t *j, hps_err_t rc, const char *what)
+{
+    j->status = rc;
+    snprintf(j->msg, sizeof(j->msg), "%s", what);
+}
+
+/* Read what is there and parse replies; returns false on failure. */
+static bool job_read(job_t *j)
+{
+    if (redisBufferRead(j->ctx) != REDIS_OK) {
+        job_fail(j, HPS_EIO, j->ctx->errstr[0] ? j->ctx->errstr : "connection lost");
+        return false;
+    }
+    while (j->got < j->want) {
+        void *r = NULL;
+        if (redisGetReplyFromReader(j->ctx, &r) != REDIS_OK) {
+            job_fail(j, HPS_EIO, "protocol error");
+            return false;
+        }
+        if (!r)
+            break;
+        j->replies[j->got++] = r;
+    }
+    return true;
+}
+
+static bool job_pending_output(const job_t *j)
+{
+    return j->ctx->obuf && j->ctx->obuf[0];
+}
+
+/*
+ * Drive every job until it has all its replies, fails, or the deadline
+ * passes.  One poll() over all sockets: the nodes are served in parallel.
+ */
+static void jobs_run(job_t *jobs, size_t nj, uint64_t deadline)
+{
+    struct pollfd pf[MAX_NODES];
+    size_t idx[MAX_NODES];
+    for (;;) {
+        size_t np = 0;
+        for (size_t i = 0; i < nj; i++) {
+            job_t *j = &jobs[i];
+            if (j->status || j->got == j->want)
+                continue;
+            pf[np] = (struct pollfd){.fd = j->ctx->fd,
+                                     .events = POLLIN | (job_pending_output(j) ? POLLOUT : 0)};
+            idx[np++] = i;
+        }
+        if (np == 0)
+            return;
+        uint64_t now = now_ms();
+        if (now >= deadline) {
+            for (size_t k = 0; k < np; k++)
+                job_fail(&jobs[idx[k]], HPS_ETIMEDOUT, "timed out");
+            return;
+        }
+        int rv = poll(pf, np, (int)(deadline - now));
+        if (rv < 0 && errno != EINTR) {
+            for (size_t k = 0; k < np; k++)
+                job_fail(&jobs[idx[k]], -errno, "poll failed");
+            return;
+        }
+        for (size_t k = 0; rv > 0 && k < np; k++) {
+            job_t *j = &jobs[idx[k]];
+            int done = 0;
+            if ((pf[k].revents & POLLOUT) && redisBufferWrite(j->ctx, &done) != REDIS_OK) {
+                job_fail(j, HPS_EIO, j->ctx->errstr[0] ? j->ctx->errstr : "write failed");
+                continue;
+            }
+            if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
+                job_read(j);
+        }
+    }
+}
+
+/* Run one command on a connected context (AUTH, CLUSTER SLOTS). */
+static hps_err_t ctx_call(redisContext *ctx, uint64_t deadline, redisReply **ret, int argc,
+                          const char **argv, char *err, size_t err_len)
+{
+    redisReply *r = NULL;
+    job_t j = {.ctx = ctx, .want = 1, .replies = &r};
+    if (redisAppendCommandArgv(ctx, argc, argv, NULL) != REDIS_OK)
+        return -ENOMEM;
+    jobs_run(&j, 1, deadline);
+    if (j.status) {
+        set_err(err, err_len, "%s", j.msg);
+        return j.status;
+    }
+    *ret = r;
+    return 0;
+}
+
+static hps_err_t ctx_auth(hps_rcluster_t *rc, redisContext *ctx, uint64_t deadline, char *err,
+                          size_t err_len)
+{
+    if (!rc->password[0])
+        return 0;
+    bool user = rc->user[0] && strcmp(rc->user, "default") != 0;
+    const char *argv[3] = {"AUTH", user ? rc->user : rc->password, rc->password};
+    redisReply *r;
+    hps_err_t e = ctx_call(ctx, deadline, &r, user ? 3 : 2, argv, err, err_len);
+    if (e)
+        return e;
+    if (r->type == REDIS_REPLY_ERROR) {
+        set_err(err, err_len, "AUTH as user '%s' refused: %s", user ? rc->user : "default", r->str);
+        e = -EACCES;
+    }
+    freeReplyObject(r);
+    return e;
+}
+
+static void node_backoff(node_t *nd, bool failed)
+{
+    pthread_mutex_lock(&nd->down_mu);
+    if (failed) {
+        nd->backoff_ms = nd->backoff_ms ? nd->backoff_ms * 2 : BACKOFF_MIN;
+        if (nd->backoff_ms > BACKOFF_MAX)
+            nd->backoff_ms = BACKOFF_MAX;
+        nd->retry_at_ms = now_ms() + nd->backoff_ms;
+    } else {
+        nd->backoff_ms = 0;
+        nd->retry_at_ms = 0;
+    }
+    pthread_mutex_unlock(&nd->down_mu);
+}
+
+static bool node_skipped(node_t *nd)
+{
+    pthread_mutex_lock(&nd->down_mu);
+    bool skip = nd->retry_at_ms > now_ms();
+    pthread_mutex_unlock(&nd->down_mu);
+    return skip;
+}
+
+/* Make cn connected (connect, non-blocking, AUTH); cn->mu held. */
+static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_t deadline,
+                             char *err, size_t err_len)
+{
+    if (cn->ctx)
+        return 0;
+    if (node_skipped(nd)) {
+        set_err(err, err_len, "%s:%d: down (reconnect backing off)", nd->host, nd->port);
+        return -ECONNREFUSED;
+    }
+    uint64_t now = now_ms();
+    uint64_t left = deadline > now ? deadline - now : 1;
+    if (left > rc->o.connect_timeout_ms)
+        left = rc->o.connect_timeout_ms;
+    struct timeval tv = {.tv_sec = (time_t)(left / 1000), .tv_usec = (long)(left % 1000) * 1000};
+    redisContext *ctx = redisConnectWithTimeout(nd->host, nd->port, tv);
+    if (!ctx || ctx->err) {
+        set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, ctx ? ctx->errstr : "out of memory");
+        if (ctx)
+            redisFree(ctx);
+        node_backoff(nd, true);
+        return ctx ? -ECONNREFUSED : -ENOMEM;
+    }
+    /* From here on every read and write goes through jobs_run()'s poll(). */
+    fcntl(ctx->fd, F_SETFL, fcntl(ctx->fd, F_GETFL) | O_NONBLOCK);
+    ctx->flags &= ~REDIS_BLOCK;
+    char msg[256] = "";
+    hps_err_t e = ctx_auth(rc, ctx, deadline, msg, sizeof(msg));
+    if (e) {
+        set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
+        redisFree(ctx);
+        return e;
+    }
+    node_backoff(nd, false);
+    cn->ctx = ctx;
+    return 0;
+}
+
+/* Lock one connection of nd (a free one if any). */
+static conn_t *conn_take(hps_rcluster_t *rc, node_t *nd)
+{
+    unsigned k = rc->o.conns_per_node;
+    unsigned start = __atomic_fetch_add(&nd->next, 1, __ATOMIC_RELAXED); /* spreads load */
+    for (unsigned i = 0; i < k; i++) {
+        conn_t *cn = &nd->conns[(start + i) % k];
+        if (pthread_mutex_trylock(&cn->mu) == 0)
+            return cn;
+    }
+    conn_t *cn = &nd->conns[start % k];
+    pthread_mutex_lock(&cn->mu);
+    return cn;
+}
+
+/* ---- slot map ----------------------------------------------------------- */
+
+/* Apply one CLUSTER SLOTS reply from node `from` to the map. */
+static hps_err_t map_apply(hps_rcluster_t *rc, const redisReply *r, const node_t *from)
+{
+    if (r->type != REDIS_REPLY_ARRAY)
+        return HPS_ECONFIG;
+    uint16_t owner[HPS_RCLUSTER_SLOTS];
+    size_t covered = 0;
+    for (size_t s = 0; s < HPS_RCLUSTER_SLOTS; s++)
+        owner[s] = NO_NODE;
+    pthread_mutex_lock(&rc->map_mu);
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+            continue;
+        const redisReply *m = e->element[2];
+        const char *host = m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len > 0
+                               ? m->element[0]->str
+                               : from->host; /* "" or NULL: the node we asked */
+        if (m->element[1]->type != REDIS_REPLY_INTEGER)
+            continue;
+        unsigned ni = node_get_locked(rc, host, (int)m->element[1]->integer);
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        for (long long s = lo; ni != NO_NODE && s <= hi && s >= 0 && s < HPS_RCLUSTER_SLOTS; s++) {
+            owner[s] = (uint16_t)ni;
+            covered++;
+        }
+    }
+    if (covered)
+        memcpy(rc->slot_node, owner, sizeof(owner));
+    rc->last_refresh_ms = now_ms();
+    pthread_mutex_unlock(&rc->map_mu);
+    return covered ? 0 : HPS_ECONFIG;
+}
+
+/* CLUSTER SLOTS from node i. */
+static hps_err_t map_load_from(hps_rcluster_t *rc, unsigned i, char *err, size_t err_len)
+{
+    node_t *nd = node_at(rc, i);
+    conn_t *cn = conn_take(rc, nd);
+    uint64_t deadline = now_ms() + rc->o.timeout_ms;
+    hps_err_t e = conn_ensure(rc, nd, cn, deadline, err, err_len);
+    redisReply *r = NULL;
+    static const char *argv[] = {"CLUSTER", "SLOTS"};
+    char msg[256] = "";
+    if (!e && (e = ctx_call(cn->ctx, deadline, &r, 2, argv, msg, sizeof(msg))) < 0) {
+        set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
+        conn_drop(cn);
+    }
+    pthread_mutex_unlock(&cn->mu);
+    if (e)
+        return e;
+    if (r->type == REDIS_REPLY_ERROR) {
+        bool auth = strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0;
+        set_err(err, err_len, "%s:%d: CLUSTER SLOTS: %s%s", nd->host, nd->port, r->str,
+                auth ? "" : " (is it a Redis Cluster node?)");
+        e = auth ? -EACCES : HPS_ECONFIG;
+    } else if ((e = map_apply(rc, r, nd)) < 0)
+        set_err(err, err_len, "%s:%d: CLUSTER SLOTS lists no served slot", nd->host, nd->port);
+    freeReplyObject(r);
+    return e;
+}
+
+hps_err_t hps_rcluster_refresh(hps_rcluster_t *rc, char *err, size_t err_len)
+{
+    pthread_mutex_lock(&rc->refresh_mu);
+    pthread_mutex_lock(&rc->map_mu);
+    unsigned n = rc->num_nodes;
+    pthread_mutex_unlock(&rc->map_mu);
+    hps_err_t e = HPS_EIO;
+    set_err(err, err_len, "no cluster node known");
+    /* Nodes that are not backing off first; then the rest. */
+    for (int pass = 0; pass < 2 && e; pass++)
+        for (unsigned i = 0; i < n && e; i++)
+            if (node_skipped(node_at(rc, i)) == (pass == 1))
+                e = map_load_from(rc, i, err, err_len);
+    pthread_mutex_unlock(&rc->refresh_mu);
+    return e;
+}
+
+/* Refresh unless another thread did so within REFRESH_MIN ms. */
+static void maybe_refresh(hps_rcluster_t *rc)
+{
+    pthread_mutex_lock(&rc->map_mu);
+    bool recent = now_ms() - rc->last_refresh_ms < REFRESH_MIN;
+    pthread_mutex_unlock(&rc->map_mu);
+    if (!recent)
+        hps_rcluster_refresh(rc, NULL, 0);
+}
+
+unsigned hps_rcluster_num_masters(hps_rcluster_t *rc)
+{
+    uint8_t seen[MAX_NODES] = {0};
+    unsigned n = 0;
+    pthread_mutex_lock(&rc->map_mu);
+    for (size_t s = 0; s < HPS_RCLUSTER_SLOTS; s++) {
+        uint16_t i = rc->slot_node[s];
+        if (i != NO_NODE && !seen[i]) {
+            seen[i] = 1;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&rc->map_mu);
+    return n;
+}
+
+/* ---- create / destroy --------------------------------------------------- */
+
+void hps_rcluster_opts_init(hps_rcluster_opts_t *o)
+{
+    *o = (hps_rcluster_opts_t){.address = "127.0.0.1:7000",
+                               .user = "default",
+                               .password = "",
+                               .conns_per_node = 5,
+                               .connect_timeout_ms = 500,
+                               .timeout_ms = 1000,
+                               .max_redirects = 5};
+}
+
+static hps_err_t add_seeds(hps_rcluster_t *rc, char *err, size_t err_len)
+{
+    const char *p = rc->address;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        while (len && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        size_t l = len;
+        while (l && (p[l - 1] == ' ' || p[l - 1] == '\t'))
+            l--;
+        char host[HPS_RCLUSTER_HOST_MAX];
+        int port;
+        if (parse_hostport(p, l, host, &port) < 0) {
+            set_err(err, err_len, "address '%.*s': expected host:port", (int)l, p);
+            return HPS_EINVAL;
+        }
+        if (node_get(rc, host, port) == NO_NODE)
+            return -ENOMEM;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (rc->num_nodes == 0) {
+        set_err(err, err_len, "address: no host:port given");
+        return HPS_EINVAL;
+    }
+    return 0;
+}
+
+/* Load the first map from the seeds; the message names every failure. */
+static hps_err_t first_map(hps_rcluster_t *rc, char *err, size_t err_len)
+{
+    char all[1024] = "", one[512];
+    hps_err_t e = HPS_EIO;
+    unsigned n = rc->num_nodes;
+    for (unsigned i = 0; i < n && e; i++) {
+        one[0] = '\0';
+        e = map_load_from(rc, i, one, sizeof(one));
+        if (e)
+            snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s%s", i ? "; " : "", one);
+    }
+    if (e)
+        set_err(err, err_len, "no Redis Cluster node usable: %s", all);
+    return e;
+}
+
+hps_err_t hps_rcluster_create(const hps_rcluster_opts_t *opts, hps_rcluster_t **ret, char *err,
+                              size_t err_len)
+{
+    if (!opts || !ret || !opts->address || !opts->conns_per_node || !opts->timeout_ms ||
+        !opts->connect_timeout_ms || !opts->max_redirects) {
+        set_err(err, err_len, "invalid Redis Cluster client options");
+        return HPS_EINVAL;
+    }
+    hps_rcluster_t *rc = calloc(1, sizeof(*rc));
+    if (!rc)
+        return -ENOMEM;
+    rc->o = *opts;
+    rc->address = strdup(opts->address);
+    rc->user = strdup(opts->user ? opts->user : "");
+    rc->password = strdup(opts->password ? opts->password : "");
+    pthread_mutex_init(&rc->map_mu, NULL);
+    pthread_mutex_init(&rc->refresh_mu, NULL);
+    for (size_t s = 0; s < HPS_RCLUSTER_SLOTS; s++)
+        rc->slot_node[s] = NO_NODE;
+    hps_err_t e = rc->address && rc->user && rc->password ? 0 : -ENOMEM;
+    if (!e)
+        e = add_seeds(rc, err, err_len);
+    if (!e)
+        e = first_map(rc, err, err_len);
+    if (e) {
+        hps_rcluster_destroy(rc);
+        return e;
+    }
+    *ret = rc;
+    return 0;
+}
+
+void hps_rcluster_destroy(hps_rcluster_t *rc)
+{
+    if (!rc)
+        return;
+    for (unsigned i = 0; i < rc->num_nodes; i++) {
+        node_t *nd = rc->nodes[i];
+        for (unsigned k = 0; k < rc->o.conns_per_node; k++) {
+            conn_drop(&nd->conns[k]);
+            pthread_mutex_destroy(&nd->conns[k].mu);
+        }
+        pthread_mutex_destroy(&nd->down_mu);
+        free(nd->conns);
+        free(nd);
+    }
+    pthread_mutex_destroy(&rc->map_mu);
+    pthread_mutex_destroy(&rc->refresh_mu);
+    free(rc->address);
+    free(rc->user);
+    free(rc->password);
+    free(rc);
+}
+
+/* ---- exec --------------------------------------------------------------- */
+
+/* Per-command routing state of one hps_rcluster_exec() call. */
+typedef struct route {
+    uint16_t node; /* where it goes this round */
+    uint16_t ask;  /* ASK target, or NO_NODE */
+    bool pending;  /* still needs a reply */
+} route_t;
+
+/* Per-node group of one round. */
+typedef struct group {
+    unsigned node;
+    conn_t *cn;
+    size_t n;     /* commands (ASKING not counted) */
+    size_t *cmd;  /* (n) command indices */
+    size_t nasks; /* ASKING commands interleaved */
+} group_t;
+
+/* Everything one round needs, allocated once per call. */
+typedef struct round {
+    group_t g[MAX_NODES];
+    size_t ng;
+    size_t *cmdidx;       /* (n) command indices grouped by node */
+    redisReply **replies; /* (n + n) replies incl. ASKING */
+    job_t jobs[MAX_NODES];
+} round_t;
+
+static void route_all(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, route_t *rt)
+{
+    pthread_mutex_lock(&rc->map_mu);
+    for (size_t i = 0; i < n; i++)
+        if (rt[i].pending)
+            rt[i].node = rt[i].ask != NO_NODE ? rt[i].ask : rc->slot_node[cmds[i].slot];
+    pthread_mutex_unlock(&rc->map_mu);
+}
+
+/* Group pending, routable commands by node, in ascending node order. */
+static void group_all(round_t *r, size_t n, const route_t *rt, unsigned num_nodes)
+{
+    size_t count[MAX_NODES] = {0}, pos = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rt[i].pending && rt[i].node != NO_NODE)
+            count[rt[i].node]++;
+    r->ng = 0;
+    for (unsigned nd = 0; nd < num_nodes; nd++) {
+        if (!count[nd])
+            continue;
+        r->g[r->ng] = (group_t){.node = nd, .cmd = r->cmdidx + pos};
+        pos += count[nd];
+        r->ng++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!rt[i].pending || rt[i].node == NO_NODE)
+            continue;
+        for (size_t k = 0; k < r->ng; k++)
+            if (r->g[k].node == rt[i].node) {
+                group_t *g = &r->g[k];
+                g->cmd[g->n++] = i;
+                g->nasks += rt[i].ask != NO_NODE;
+                break;
+            }
+    }
+}
+
+/* Connect and append one group's commands; returns false if the node failed. */
+static bool group_send(hps_rcluster_t *rc, group_t *g, hps_rcluster_cmd_t *cmds, const route_t *rt,
+                       uint64_t deadline, char *msg, size_t msg_len)
+{
+    node_t *nd = node_at(rc, g->node);
+    hps_err_t e = conn_ensure(rc, nd, g->cn, deadline, msg, msg_len);
+    if (e)
+        return false;
+    static const char *asking[] = {"ASKING"};
+    for (size_t k = 0; k < g->n; k++) {
+        const hps_rcluster_cmd_t *c = &cmds[g->cmd[k]];
+        if (rt[g->cmd[k]].ask != NO_NODE)
+            redisAppendCommandArgv(g->cn->ctx, 1, asking, NULL);
+        if (redisAppendCommandArgv(g->cn->ctx, c->argc, c->argv, c->argvlen) != REDIS_OK) {
+            set_err(msg, msg_len, "out of memory");
+            conn_drop(g->cn);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Outcome of one command's reply: 0 done, 1 retry now, 2 retry after back-off. */
+static int classify(hps_rcluster_t *rc, redisReply *r, route_t *rt, bool *refresh)
+{
+    hps_rcluster_redirect_t rd;
+    rt->ask = NO_NODE;
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    if (hps_rcluster_parse_redirect(r->str, &rd) == 0) {
+        unsigned ni = node_get(rc, rd.host, rd.port);
+        if (ni == NO_NODE)
+            return 0;
+        if (rd.ask)
+            rt->ask = (uint16_t)ni;
+        else {
+            pthread_mutex_lock(&rc->map_mu);
+            rc->slot_node[rd.slot] = (uint16_t)ni;
+            pthread_mutex_unlock(&rc->map_mu);
+            *refresh = true;
+        }
+        return 1;
+    }
+    if (!strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11) ||
+        !strncmp(r->str, "LOADING", 7)) {
+        *refresh = true;
+        return 2;
+    }
+    return 0;
+}
+
+/* Hand one group's replies to its commands. */
+static void group_collect(hps_rcluster_t *rc, group_t *g, job_t *j, hps_rcluster_cmd_t *cmds,
+                          route_t *rt, bool *refresh, bool *backoff)
+{
+    size_t ri = 0;
+    for (size_t k = 0; k < g->n; k++) {
+        size_t i = g->cmd[k];
+        if (rt[i].ask != NO_NODE) {
+            if (ri < j->got)
+                freeReplyObject(j->replies[ri]);
+            ri++;
+        }
+        if (ri >= j->got) {
+            cmds[i].status = j->status ? j->status : HPS_EIO;
+            ri++;
+            continue;
+        }
+        redisReply *r = j->replies[ri++];
+        int what = classify(rc, r, &rt[i], refresh);
+        if (what == 0) {
+            cmds[i].reply = r;
+            cmds[i].status = 0;
+            rt[i].pending = false;
+        } else {
+            cmds[i].status = !strncmp(r->str, "CLUSTERDOWN", 11) || !strncmp(r->str, "TRY", 3)
+                                 ? HPS_EBUSY
+                                 : HPS_EIO;
+            *backoff |= what == 2;
+            freeReplyObject(r);
+        }
+    }
+    if (j->status) {
+        conn_drop(g->cn); /* unknown state: replies may be in flight */
+        *refresh = *backoff = true;
+    }
+}
+
+/* One round: send every group, run all sockets, collect.  False: nothing sent. */
+static bool round_run(hps_rcluster_t *rc, round_t *r, hps_rcluster_cmd_t *cmds, route_t *rt,
+                      uint64_t deadline, bool *refresh, bool *backoff, char *msg, size_t msg_len)
+{
+    size_t rpos = 0, nj = 0;
+    for (size_t k = 0; k < r->ng; k++) {
+        group_t *g = &r->g[k];
+        g->cn = conn_take(rc, node_at(rc, g->node));
+        if (!group_send(rc, g, cmds, rt, deadline, msg, msg_len)) {
+            for (size_t q = 0; q < g->n; q++)
+                cmds[g->cmd[q]].status = -ECONNREFUSED;
+            pthread_mutex_unlock(&g->cn->mu);
+            g->cn = NULL;
+            *refresh = true;
+            continue;
+        }
+        r->jobs[nj] =
+            (job_t){.ctx = g->cn->ctx, .want = g->n + g->nasks, .replies = r->replies + rpos};
+        rpos += g->n + g->nasks;
+        nj++;
+    }
+    jobs_run(r->jobs, nj, deadline);
+    size_t j = 0;
+    for (size_t k = 0; k < r->ng; k++) {
+        group_t *g = &r->g[k];
+        if (!g->cn)
+            continue;
+        if (r->jobs[j].status)
+            set_err(msg, msg_len, "%s:%d: %s", node_at(rc, g->node)->host,
+                    node_at(rc, g->node)->port, r->jobs[j].msg);
+        group_collect(rc, g, &r->jobs[j++], cmds, rt, refresh, backoff);
+        pthread_mutex_unlock(&g->cn->mu);
+    }
+    return nj > 0;
+}
+
+static size_t count_pending(size_t n, hps_rcluster_cmd_t *cmds, route_t *rt, bool *any_unrouted)
+{
+    size_t p = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!rt[i].pending)
+            continue;
+        p++;
+        if (rt[i].node == NO_NODE) {
+            cmds[i].status = HPS_EIO;
+            *any_unrouted = true;
+        }
+    }
+    return p;
+}
+
+hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, char *err,
+                            size_t err_len)
+{
+    if (n == 0)
+        return 0;
+    round_t *r = calloc(1, sizeof(*r));
+    route_t *rt = calloc(n, sizeof(*rt));
+    if (r) {
+        r->cmdidx = malloc(n * sizeof(size_t));
+        r->replies = malloc(2 * n * sizeof(redisReply *));
+    }
+    if (!r || !rt || !r->cmdidx || !r->replies) {
+        if (r) {
+            free(r->cmdidx);
+            free(r->replies);
+        }
+        free(r);
+        free(rt);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rt[i] = (route_t){.node = NO_NODE, .ask = NO_NODE, .pending = true};
+        cmds[i].reply = NULL;
+        cmds[i].status = HPS_EIO;
+    }
+    char msg[512] = "no node serves the slot";
+    uint64_t deadline = now_ms() + rc->o.timeout_ms;
+    for (unsigned round = 0; round < rc->o.max_redirects; round++) {
+        bool refresh = false, backoff = false, unrouted = false;
+        route_all(rc, n, cmds, rt);
+        if (count_pending(n, cmds, rt, &unrouted) == 0)
+            break;
+        pthread_mutex_lock(&rc->map_mu);
+        unsigned num_nodes = rc->num_nodes;
+        pthread_mutex_unlock(&rc->map_mu);
+        group_all(r, n, rt, num_nodes);
+        round_run(rc, r, cmds, rt, deadline, &refresh, &backoff, msg, sizeof(msg));
+        bool unused = false;
+        if (count_pending(n, cmds, rt, &unused) == 0 || now_ms() >= deadline)
+            break;
+        if (refresh || unrouted)
+            maybe_refresh(rc);
+        if (backoff && round + 1 < rc->o.max_redirects)
+            sleep_ms(10u << (round < 4 ? round : 4));
+        if (now_ms() >= deadline)
+            break;
+    }
+    hps_err_t first = 0;
+    for (size_t i = 0; i < n && !first; i++)
+        first = cmds[i].status;
+    if (first)
+        set_err(err, err_len, "%s", msg);
+    free(r->cmdidx);
+    free(r->replies);
+    free(r);
+    free(rt);
+    return first;
+}

@@ -1,0 +1,201 @@
+/*
+ * ddb.h -- the distributed database (DDB): embedding tables in a Redis
+ * Cluster, in NVIDIA HugeCTR's layout (reference/hugectr-hps.md §3), so a
+ * cluster written by HugeCTR's HPS is readable here and the reverse.
+ *
+ * Layout.  A table is num_partitions Redis hashes; key k goes to partition
+ * p = hps_rrxmrrxmsx_0((uint64_t)k) % num_partitions (32-bit keys
+ * zero-extended).  Partition p of table <table> of model <model>:
+ *   values   hps_et{hps_et.<model>.<table>/p<p>}v   field = raw key bytes
+ *            (key_bytes, little-endian), value = raw float32 vector (dim*4)
+ *   metadata hps_et{hps_et.<model>.<table>/p<p>}t   field = raw key bytes,
+ *            value = evict_least_used: decimal access counter (HINCRBY);
+ *            evict_oldest: raw 8-byte time_t (seconds); evict_random: none.
+ * The hash tag puts both hashes of a partition on one node.
+ *
+ * Commands.  A lookup sends one HMGET per partition batch of at most
+ * max_batch_size keys, all partitions in one hps_rcluster_exec() (pipelined
+ * per node, nodes in parallel).  Hits of LFU/LRU tables are then touched
+ * (HINCRBY / HSET time), as HugeCTR did in the background.  An insert sends
+ * per batch the metadata write, HSET of the values and HLEN.
+ *
+ * Overflow.  A partition whose HLEN exceeds overflow_margin is shrunk to
+ * (size_t)(overflow_margin * overflow_resolution_target + 0.5) rows at once:
+ * evict_random picks victims uniformly among the value hash's fields (HKEYS
+ * of ...}v: upstream read the never-written meta hash and never evicted);
+ * evict_least_used the smallest counters, evict_oldest the oldest times;
+ * a row without metadata counts as least used / oldest.  Victims are
+ * deleted from both hashes (HDEL).  Every policy thus keeps each partition
+ * at or under its margin after each insert call.
+ *
+ * Failures.  A lookup whose partitions could not all be read returns an
+ * error but still fills values and found for the partitions that answered:
+ * the caller treats the rest as misses and asks the layer below.
+ *
+ * TLS: hiredis 0.14 has no TLS; enable_tls = true is refused by
+ * hps_ddb_open() with HPS_EUNSUPPORTED and a message saying so.
+ *
+ * Thread safety.  Every function may be called from any number of threads
+ * at once, except hps_ddb_close() (last call).  Memory: all buffers are host
+ * memory owned by the caller; table handles are owned by the hps_ddb_t.
+ *
+ * Errors: hps_err_t; messages into err[0..err_len) when err is not NULL.
+ * The library never prints.
+ */
+#ifndef HPS_DDB_H
+#define HPS_DDB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/hps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hps_ddb hps_ddb_t;
+/** One table of an open DDB; owned by the hps_ddb_t. */
+typedef struct hps_ddb_table hps_ddb_table_t;
+
+/** Overflow policies (as [distributed_db] overflow_policy). */
+typedef enum hps_ddb_policy {
+    HPS_DDB_EVICT_RANDOM = 0,
+    HPS_DDB_EVICT_LEAST_USED = 1,
+    HPS_DDB_EVICT_OLDEST = 2,
+} hps_ddb_policy_t;
+
+/** Longest name of a partition hash (with the NUL). */
+#define HPS_DDB_KEY_MAX 280
+
+/** Options of hps_ddb_open(); fill with hps_ddb_opts_init() first. */
+typedef struct hps_ddb_opts {
+    const char *address;           /**< "host:port[,...]" seeds */
+    const char *user_name;         /**< ACL user ("default": password only) */
+    const char *password;          /**< "" = no AUTH */
+    unsigned num_partitions;       /**< hashes per table, 1..65535 */
+    unsigned num_node_connections; /**< connections per node, >= 1 */
+    size_t max_batch_size;         /**< most fields per command, >= 1 */
+    uint64_t overflow_margin;      /**< most rows per partition (UINT64_MAX: none) */
+    hps_ddb_policy_t overflow_policy;
+    double overflow_resolution_target; /**< in (0, 1] */
+    bool enable_tls;                   /**< refused: no TLS in hiredis 0.14 */
+    unsigned timeout_ms;               /**< deadline of one Redis round trip batch */
+} hps_ddb_opts_t;
+
+/** Counters since open (see hps_ddb_stats()). */
+typedef struct hps_ddb_stats {
+    uint64_t lookup_keys, lookup_hits, insert_rows, evicted_rows, errors;
+} hps_ddb_stats_t;
+
+/**
+ * @brief HugeCTR's defaults: address 127.0.0.1:7000, user "default", no
+ *        password, 8 partitions, 5 connections per node, batches of 65536,
+ *        no margin, evict_random, target 0.8, no TLS, timeout 1000 ms.
+ * @param[out] opts  Options to fill.  Thread-safe.
+ */
+void hps_ddb_opts_init(hps_ddb_opts_t *opts);
+
+/**
+ * @brief Name of partition part's value ('v') or metadata ('t') hash:
+ *        "hps_et{hps_et.<model>.<table>/p<part>}v".
+ * @param[out] buf      Output, NUL-terminated (HPS_DDB_KEY_MAX bytes fit).
+ * @param[in]  buf_len  Size of buf.
+ * @return The length written (without NUL), or HPS_EINVAL (kind not 'v'/'t',
+ *         or buf too small).  Pure; thread-safe.
+ */
+hps_err_t hps_ddb_key_name(const char *model, const char *table, unsigned part, char kind,
+                           char *buf, size_t buf_len);
+
+/**
+ * @brief Connect to the cluster (see hps_rcluster_create()).
+ * @param[in]  opts     Options (strings copied).
+ * @param[out] ret      The handle; release with hps_ddb_close().  Written
+ *                      only on success.
+ * @param[out] err      Message (may be NULL).
+ * @param[in]  err_len  Size of err.
+ * @return 0; HPS_EUNSUPPORTED (enable_tls: "TLS to Redis is not supported:
+ *         hiredis 0.14 has no TLS ..."); HPS_EINVAL (bad option or address);
+ *         -ECONNREFUSED / HPS_EIO / HPS_ETIMEDOUT (no node reachable);
+ *         -EACCES (AUTH refused or required); HPS_ECONFIG (not a cluster);
+ *         -ENOMEM.
+ */
+hps_err_t hps_ddb_open(const hps_ddb_opts_t *opts, hps_ddb_t **ret, char *err, size_t err_len);
+
+/** @brief Close the handle and its tables.  NULL: no-op.  Last call. */
+void hps_ddb_close(hps_ddb_t *db);
+
+/**
+ * @brief Get the table (model, table), registering it on first use (no
+ *        Redis command is sent: hashes exist once written).
+ * @param[in]  db         An open DDB.
+ * @param[in]  model      Model name, 1..120 chars.
+ * @param[in]  table      Table name, 1..120 chars.
+ * @param[in]  dim        Vector length (floats), >= 1.
+ * @param[in]  key_bytes  4 (uint32 keys) or 8 (int64 keys).
+ * @param[out] ret        The table, owned by db until hps_ddb_close().
+ *                        Same names give the same handle (HPS_EMISMATCH if
+ *                        dim or key_bytes differ).
+ * Thread-safe.
+ * @return 0; HPS_EINVAL; HPS_EMISMATCH; HPS_EFULL (over 4096 tables); -ENOMEM.
+ */
+hps_err_t hps_ddb_table(hps_ddb_t *db, const char *model, const char *table, uint32_t dim,
+                        uint32_t key_bytes, hps_ddb_table_t **ret);
+
+/**
+ * @brief Look up n keys.
+ * @param[in]  t         The table.
+ * @param[in]  n         Number of keys.
+ * @param[in]  keys      (n) keys of key_bytes each (int64 or uint32), host.
+ * @param[out] values    (n, dim) float32, host: row i written when found[i].
+ * @param[out] found     (n) bools, host.
+ * @param[out] ret_hits  Number found (may be NULL).
+ * @param[out] err       Message (may be NULL).
+ * @param[in]  err_len   Size of err.
+ * Thread-safe.  A stored value of the wrong size is a miss.
+ * @return 0; or an hps_rcluster_exec() error when some partitions did not
+ *         answer (values/found/ret_hits still valid for those that did);
+ *         -ENOMEM.
+ */
+hps_err_t hps_ddb_lookup(hps_ddb_table_t *t, size_t n, const void *keys, float *values, bool *found,
+                         size_t *ret_hits, char *err, size_t err_len);
+
+/**
+ * @brief Insert or overwrite n rows (metadata, values), then resolve the
+ *        overflow of every partition over its margin.
+ * @param[in] t       The table.
+ * @param[in] n       Number of rows.
+ * @param[in] keys    (n) keys, host.
+ * @param[in] values  (n, dim) float32, host.
+ * @param[out] err, err_len  Message.
+ * Thread-safe (concurrent overflow resolution of one partition is
+ * serialized per table).
+ * @return 0; an hps_rcluster_exec() error; HPS_EIO (an error reply, e.g.
+ *         WRONGTYPE or OOM); -ENOMEM.
+ */
+hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const float *values,
+                         char *err, size_t err_len);
+
+/**
+ * @brief Delete n keys from the value and metadata hashes.
+ * Parameters as hps_ddb_insert().  Thread-safe.
+ * @return 0 or an error as hps_ddb_insert().
+ */
+hps_err_t hps_ddb_erase(hps_ddb_table_t *t, size_t n, const void *keys, char *err, size_t err_len);
+
+/**
+ * @brief Rows in partition part (HLEN of its value hash).
+ * @param[out] ret_rows  The count.  Thread-safe.
+ * @return 0, HPS_EINVAL (part out of range) or an exec error.
+ */
+hps_err_t hps_ddb_partition_rows(hps_ddb_table_t *t, unsigned part, uint64_t *ret_rows, char *err,
+                                 size_t err_len);
+
+/** @brief Copy the counters.  Thread-safe (relaxed reads). */
+void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPS_DDB_H */

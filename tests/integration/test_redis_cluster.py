@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""
+int-redis_cluster: hps-coordinator + hps-worker over a real Redis Cluster
+(six redis-server processes on loopback: three masters, three replicas,
+requirepass), started and removed by this script.
+
+Checks: initial_cache_rate of the rows land in Redis in HugeCTR's layout
+(hps_et{hps_et.<model>.<table>/p<i>}v, raw key -> raw floats); lookups give
+the generator's exact vectors (Redis half, RocksDB-only half, unknown keys);
+RocksDB hits are inserted into Redis (cache_missed_embeddings); a master
+killed while a client streams lookups costs zero failed or wrong answers,
+and its promoted replica serves HMGETs once the cluster settles; each
+overflow policy keeps every partition at or under overflow_margin; a wrong
+password, an unreachable address and enable_tls give a clear start-up error.
+Skips (exit 77) without redis-server or redis-cli.
+"""
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+PASSWORD = "s3cret-pw"
+NP = 8
+
+
+# ---- a minimal RESP client (binary-safe, follows MOVED) ----------------------
+
+def _enc(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def _read(f):
+    line = f.readline()
+    if not line:
+        raise ConnectionError("closed")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        return RuntimeError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        if n < 0:
+            return None
+        data = f.read(n + 2)
+        return data[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read(f) for _ in range(n)]
+    raise ValueError("bad RESP %r" % line)
+
+
+def redis_cmd(port, *args, password=PASSWORD, hops=5):
+    for _ in range(hops):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            f = s.makefile("rb")
+            if password:
+                s.sendall(_enc("AUTH", password))
+                _read(f)
+            s.sendall(_enc(*args))
+            r = _read(f)
+        if isinstance(r, RuntimeError) and str(r).startswith("MOVED"):
+            port = int(str(r).split()[2].rsplit(":", 1)[1])
+            continue
+        return r
+    raise RuntimeError("too many redirections")
+
+
+def hname(model, table, p, kind="v"):
+    return "hps_et{hps_et.%s.%s/p%d}%s" % (model, table, p, kind)
+
+
+def part_of(key, np_=NP):
+    return H.rrxmrrxmsx_0(key & ((1 << 64) - 1)) % np_
+
+
+# ---- the cluster --------------------------------------------------------------
+
+def free_port():
+    while True:
+        p = random.randint(20000, 45000)
+        ok = True
+        for q in (p, p + 10000):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", q))
+            except OSError:
+                ok = False
+            finally:
+                s.close()
+        if ok:
+            return p
+
+
+class RedisCluster:
+    def __init__(self, tmp, n=6, replicas=1):
+        self.tmp, self.procs, self.ports = tmp, {}, []
+        for _ in range(n):
+            port = free_port()
+            d = os.path.join(tmp, "redis-%d" % port)
+            os.makedirs(d)
+            log = open(os.path.join(d, "log"), "wb")
+            self.procs[port] = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no",
+                 "--dir", d, "--requirepass", PASSWORD, "--masterauth", PASSWORD,
+                 "--protected-mode", "no", "--repl-diskless-sync-delay", "0"], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+            log.close()
+            self.ports.append(port)
+        for port in self.ports:
+            H.wait_until(lambda p=port: self._ping(p), 10)
+        r = subprocess.run(["redis-cli", "-a", PASSWORD, "--no-auth-warning", "--cluster",
+                            "create"] + ["127.0.0.1:%d" % p for p in self.ports] +
+                           ["--cluster-replicas", str(replicas), "--cluster-yes"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError("redis-cli --cluster create failed: %s%s" % (r.stdout, r.stderr))
+        if not H.wait_until(lambda: self.settled() and self.replicas_synced(), 30, 0.1):
+            raise RuntimeError("cluster_state never became ok (or replicas never synced)")
+
+    def replicas_synced(self):
+        """Every replica has finished its initial sync (else it cannot fail over)."""
+        for p in self.alive_ports():
+            info = redis_cmd(p, "INFO", "replication").decode()
+            if "role:slave" in info and "master_link_status:up" not in info:
+                return False
+        return True
+
+    def _ping(self, port):
+        try:
+            return redis_cmd(port, "PING") == "PONG"
+        except OSError:
+            return False
+
+    def alive_ports(self):
+        return [p for p, pr in self.procs.items() if pr.poll() is None]
+
+    def settled(self):
+        try:
+            for p in self.alive_ports():
+                info = redis_cmd(p, "CLUSTER", "INFO").decode()
+                if "cluster_state:ok" not in info or "cluster_slots_ok:16384" not in info:
+                    return False
+            return True
+        except (OSError, RuntimeError, ValueError):
+            return False
+
+    def owner(self, slot):
+        """Port of the master that serves slot (as a live node sees it)."""
+        for s in redis_cmd(self.alive_ports()[0], "CLUSTER", "SLOTS"):
+            if s[0] <= slot <= s[1]:
+                return s[2][1]
+        return None
+
+    def slot(self, key):
+        return redis_cmd(self.alive_ports()[0], "CLUSTER", "KEYSLOT", key)
+
+    def hmget_calls(self, port):
+        info = redis_cmd(port, "INFO", "commandstats").decode()
+        for line in info.splitlines():
+            if line.startswith("cmdstat_hmget:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    def kill(self, port):
+        self.procs[port].kill()
+        self.procs[port].wait(10)
+
+    def stop(self):
+        for pr in self.procs.values():
+            if pr.poll() is None:
+                pr.kill()
+            pr.wait(10)
+
+
+def total_rows(rc, model, table, kind="v"):
+    return sum(redis_cmd(rc.alive_ports()[0], "HLEN", hname(model, table, p, kind)) for p in range(NP))
+
+
+def ddb_settings(rc, all_seeds=False, **kw):
+    """all_seeds: every node, dead ones (a killed master) first."""
+    seeds = sorted(rc.ports, key=lambda p: p in rc.alive_ports()) if all_seeds else \
+        rc.alive_ports()[:1]
+    s = [("distributed_db", "type", "redis_cluster"),
+         ("distributed_db", "address", ",".join("127.0.0.1:%d" % p for p in seeds)),
+         ("distributed_db", "password", PASSWORD),
+         ("distributed_db", "num_partitions", NP)]
+    return s + [("distributed_db", k, v) for k, v in kw.items()]
+
+
+COMMON = [("volatile_db", "initial_cache_rate", 0.0),
+          ("volatile_db", "shared_memory_auto_remove", "true"),
+          ("hps", "heartbeat_interval_ms", 50),
+          ("worker", "miss_timeout_ms", 3000),
+          ("worker", "http_threads", 2)]
+
+
+def lookups(t, cl, rc, model):
+    conf = cl.write_config("hps.ini", model.ini_text, COMMON + ddb_settings(
+        rc, initial_cache_rate=0.5, cache_missed_embeddings="true"))
+    coord = cl.start_coordinator(conf)
+    t.eq([total_rows(rc, "m", "sparse_embedding%d" % i) for i in range(2)], [10000, 2500],
+         "initial_cache_rate 0.5 puts half of each table into Redis")
+    k = model.file_keys[0][3]
+    raw = redis_cmd(rc.ports[0], "HGET", hname("m", "sparse_embedding0", part_of(k)),
+                    struct.pack("<q", k))
+    t.eq(list(struct.unpack("<16f", raw)) if raw else None, H.gen_vector(0, k, 16),
+         "HugeCTR layout: raw LE key field, raw float32 value, partition rrxmrrxmsx_0 %% 8")
+    w = cl.start_worker(conf)
+    rng = random.Random(7)
+    pdb = [rng.sample(model.pdb_only_keys(i, 0.5), n) for i, n in ((0, 60), (1, 30))]
+    kpt = [rng.sample(model.vdb_keys(0, 0.5), 80) + pdb[0] + model.unknown_keys(0, 5),
+           rng.sample(model.vdb_keys(1, 0.5), 40) + pdb[1] + model.unknown_keys(1, 3)]
+    for _ in range(2):
+        got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1]
+        want = model.expected(kpt)
+        t.ok(got == want, "exact vectors through Redis, RocksDB and defaults",
+             H.first_mismatch(got, want, model, kpt))
+    t.eq([total_rows(rc, "m", "sparse_embedding%d" % i) for i in range(2)], [10060, 2530],
+         "RocksDB hits were inserted into Redis (cache_missed_embeddings)")
+    k = pdb[1][0]
+    raw = redis_cmd(rc.ports[0], "HGET", hname("m", "sparse_embedding1", part_of(k)),
+                    struct.pack("<q", k))
+    t.eq(list(struct.unpack("<8f", raw)) if raw else None, H.gen_vector(1, k, 8),
+         "a missed row is in Redis with its exact vector (HGET)")
+    return coord, w
+
+
+def kill_master(t, cl, rc, model, w):
+    keys = model.vdb_keys(0, 0.5)
+    keys1 = model.vdb_keys(1, 0.5)[:3]
+    victim_slot = rc.slot(hname("m", "sparse_embedding0", 0))
+    victim = rc.owner(victim_slot)
+    stats = {"req": 0, "bad": 0, "err": None}
+    stop = threading.Event()
+
+    def stream():
+        rng = random.Random(11)
+        while not stop.is_set():
+            kpt = [rng.sample(keys, 64), keys1]
+            try:
+                got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True, timeout=10))[1]
+                if got != model.expected(kpt):
+                    stats["bad"] += 1
+            except Exception as e:  # noqa: BLE001
+                stats["bad"] += 1
+                stats["err"] = repr(e)
+            stats["req"] += 1
+
+    th = threading.Thread(target=stream)
+    th.start()
+    time.sleep(1.0)
+    rc.kill(victim)
+    t0 = time.monotonic()
+    settled = H.wait_until(lambda: rc.settled() and rc.owner(victim_slot) != victim, 30, 0.2)
+    t.ok(settled, "the cluster promoted a replica of the killed master (%.1f s)" %
+         (time.monotonic() - t0))
+    time.sleep(1.5)
+    stop.set()
+    th.join(30)
+    t.ok(stats["req"] > 20, "the client streamed %d requests across the failover" % stats["req"])
+    t.eq(stats["bad"], 0, "zero failed or wrong lookups while a master died (%s)" % stats["err"])
+    promoted = rc.owner(victim_slot)
+    before = rc.hmget_calls(promoted)
+    sub = [k for k in keys if part_of(k) == 0][:50]
+    got = H.decode_output(H.infer(w.http_port, "m", [sub, keys1], binary=True))[1]
+    t.ok(got == model.expected([sub, keys1]), "exact vectors after the failover")
+    t.ok(rc.hmget_calls(promoted) > before,
+         "the promoted replica (port %s) serves the partition's HMGETs" % promoted)
+
+
+def overflow(t, cl, rc):
+    margin = 150
+    for pol in ("evict_random", "evict_least_used", "evict_oldest"):
+        name = "o" + pol.split("_")[1][:3]
+        seg = cl.new_segment_name(name)
+        m = cl.gen_model(name, rows=[4000], dims=[4], segment=seg)
+        conf = cl.write_config(name + ".ini", m.ini_text, COMMON + ddb_settings(
+            rc, all_seeds=True, initial_cache_rate=1.0, overflow_margin=margin, overflow_policy=pol,
+            overflow_resolution_target=0.5, max_batch_size=100))
+        p = cl.start_coordinator(conf)
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+        hl = [redis_cmd(rc.alive_ports()[0], "HLEN", hname(name, "sparse_embedding0", i))
+              for i in range(NP)]
+        t.ok(all(0 < h <= margin for h in hl), "%s: every partition at or under %d rows %s" %
+             (pol, margin, hl))
+        tl = [redis_cmd(rc.alive_ports()[0], "HLEN", hname(name, "sparse_embedding0", i, "t"))
+              for i in range(NP)]
+        if pol == "evict_random":
+            t.eq(sum(tl), 0, "evict_random writes no metadata")
+            continue
+        t.ok(all(x <= margin for x in tl), "%s: metadata hashes bounded too %s" % (pol, tl))
+        meta = redis_cmd(rc.alive_ports()[0], "HGETALL", hname(name, "sparse_embedding0", 0, "t"))
+        vals = meta[1::2]
+        if pol == "evict_least_used":
+            t.ok(vals and all(v.isdigit() for v in vals), "LFU metadata: decimal counters")
+        else:
+            now = time.time()
+            t.ok(vals and all(len(v) == 8 and abs(struct.unpack("<q", v)[0] - now) < 600
+                              for v in vals), "LRU metadata: raw 8-byte time_t")
+
+
+def startup_errors(t, cl, rc, model):
+    cases = [("wrong password", [("distributed_db", "password", "wrong")], "AUTH"),
+             ("unreachable address", [("distributed_db", "address",
+                                       "127.0.0.1:%d" % free_port())], "refused"),
+             ("enable_tls", [("distributed_db", "enable_tls", "true")], "TLS")]
+    for what, extra, needle in cases:
+        conf = cl.write_config("bad.ini", model.ini_text, COMMON + ddb_settings(rc) + extra)
+        st, out = cl.run_coordinator(conf, timeout=60)
+        t.ok(st != 0 and needle in out and "distributed_db" in out,
+             "%s: coordinator exits %d with a clear message" % (what, st), out[-600:])
+
+
+def body(t, cl):
+    rc = RedisCluster(cl.tmp)
+    try:
+        model = cl.gen_model("m", rows=[20000, 5000], dims=[16, 8], defaults=[0.5, -2.0])
+        coord, w = lookups(t, cl, rc, model)
+        kill_master(t, cl, rc, model, w)
+        w.kill(signal.SIGTERM)
+        coord.kill(signal.SIGTERM)
+        coord.wait(30)
+        startup_errors(t, cl, rc, model)
+        overflow(t, cl, rc)
+    finally:
+        rc.stop()
+
+
+if __name__ == "__main__":
+    if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+        print("1..0 # SKIP redis-server or redis-cli not installed")
+        sys.exit(77)
+    H.run_main("redis_cluster", body)
