@@ -1,0 +1,202 @@
+/*
+ * gcache.h -- the GPU embedding cache (kernels/): one per (model, table, device).
+ *
+ * Layout.  capacity_rows is rounded up to whole sets of HPS_GCACHE_WAYS (32)
+ * slots: one warp probes one set, lane w looking at way w.  Device memory:
+ *   keys   int64   [num_sets][32]   HPS_GCACHE_EMPTY_KEY marks a free slot
+ *   stamps uint64  [num_sets][32]   LRU: clock at last use; LFU: use count
+ *   vals   float32 [num_sets * 32][dim]   row-major, one row per slot
+ *   ver    uint32  [num_sets]       per-set seqlock word (even = stable)
+ *   clock, counters                  a few uint64 words
+ * set(key) = splitmix64(key) % num_sets.  A key lives in at most one slot.
+ *
+ * Concurrency.
+ *  - Lookups take no lock.  A reader reads the set's version (waiting while
+ *    odd), probes, copies the row, then re-reads the version after a fence; on
+ *    a change it probes and copies again.  A returned row is therefore always
+ *    one complete inserted version of that key, never a mix of two.
+ *  - insert / update lock a set by atomicCAS of its version from even v to
+ *    v + 1 and release it by storing v + 2.  The lock lives in device memory,
+ *    so it works across streams, threads and (later) processes sharing the
+ *    memory.  Writers spin with nanosleep backoff; readers never wait on a
+ *    lock other than for the few instructions of one row write.
+ *  - Every call is asynchronous on the caller's stream; calls on different
+ *    streams may run concurrently against one cache.  The host-side handle is
+ *    read-only after create, so any host thread may call at any time, except
+ *    hps_gcache_destroy(), which must be the last call, after every stream
+ *    that used the cache has been synchronized.
+ *
+ * Lookup path (hps_gcache_lookup).  n <= HPS_GCACHE_FUSED_MAX: one fused
+ * kernel, a warp per input key (probe + copy + validate), no de-duplication.
+ * Larger n: (1) hash-based unique of the keys in the workspace's table, the
+ * first occurrence of each key probing the cache and recording (slot,
+ * version) for its table entry; (2) a warp per input key gathers the row of
+ * its unique entry straight into d_out, validating the version recorded in
+ * (1), and clears the workspace entry for the next call.  Unique rows are
+ * never materialized, so the bytes moved are those of an ideal gather plus
+ * a few index words per key.
+ *
+ * Memory comes from cudaMalloc on the given device.  Sharing across worker
+ * processes (CUDA VMM with POSIX fd handles, DESIGN.md) is a later step.
+ *
+ * Errors: every function returns 0 or a negative code (hps/hps.h):
+ * HPS_EINVAL for bad arguments, -ENOMEM when device memory runs out,
+ * HPS_EIO for any other CUDA error (the CUDA error is cleared).  Out-params
+ * are written only on success.  Only available in builds with CUDA
+ * (HPS_HAVE_CUDA in hps_build_config.h).
+ */
+#ifndef HPS_GCACHE_H
+#define HPS_GCACHE_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "hps/hps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hps_gcache hps_gcache_t;
+typedef struct hps_gcache_ws hps_gcache_ws_t;
+
+/** Ways per set: one warp lane per way. */
+#define HPS_GCACHE_WAYS 32
+/** The one key that cannot be cached (marks free slots); always a miss. */
+#define HPS_GCACHE_EMPTY_KEY INT64_MAX
+/** Largest batch served by the fused (no de-duplication) lookup kernel. */
+#define HPS_GCACHE_FUSED_MAX 1024
+/** Largest dimension accepted. */
+#define HPS_GCACHE_MAX_DIM 65536
+
+/** Replacement policy when a set is full. */
+typedef enum hps_gcache_policy {
+    HPS_GCACHE_LRU = 0, /**< evict the slot least recently read or written */
+    HPS_GCACHE_LFU = 1, /**< evict the slot read fewest times since insertion */
+} hps_gcache_policy_t;
+
+/** Counters since create (hps_gcache_stats). */
+typedef struct hps_gcache_stats {
+    uint64_t capacity_rows; /**< slots: num_sets * 32 */
+    uint64_t num_sets;
+    uint64_t occupied;  /**< slots holding a key (counted by a kernel) */
+    uint64_t lookups;   /**< keys looked up (input keys, duplicates included) */
+    uint64_t hits;      /**< of those, found */
+    uint64_t inserts;   /**< keys written by insert (new or overwritten) */
+    uint64_t evictions; /**< keys displaced by insert */
+    uint64_t updates;   /**< keys overwritten by update */
+} hps_gcache_stats_t;
+
+/**
+ * @brief Create an empty cache on a device.
+ * @param[in] capacity_rows  rows wanted (> 0); rounded up to whole sets.
+ * @param[in] dim            floats per row, 1..HPS_GCACHE_MAX_DIM.
+ * @param[in] policy         HPS_GCACHE_LRU or HPS_GCACHE_LFU.
+ * @param[in] device         CUDA device ordinal; becomes the current device
+ *                           of the calling thread.
+ * @param[out] ret_cache     the handle.
+ * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO.  Synchronous (the memory is
+ *         initialized before it returns).
+ */
+hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
+                            int device, hps_gcache_t **ret_cache);
+
+/** @brief Free the cache (NULL is a no-op).  Synchronizes the device first. */
+void hps_gcache_destroy(hps_gcache_t *cache);
+
+/** @brief Row width in floats. */
+uint32_t hps_gcache_dim(const hps_gcache_t *cache);
+
+/** @brief Slots (capacity in rows after rounding). */
+uint64_t hps_gcache_capacity(const hps_gcache_t *cache);
+
+/** @brief Number of sets. */
+uint64_t hps_gcache_num_sets(const hps_gcache_t *cache);
+
+/**
+ * @brief Create a lookup workspace for batches of up to max_keys keys.
+ *
+ * A workspace holds the de-duplication table (about 24 bytes per key of
+ * max_keys, rounded to a power of two) and the miss counter.  It belongs to
+ * one stream at a time: two lookups in flight at once need two workspaces.
+ * Device memory comes from the cache's device.
+ * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO.
+ */
+hps_err_t hps_gcache_ws_create(hps_gcache_t *cache, uint64_t max_keys, hps_gcache_ws_t **ret_ws);
+
+/** @brief Free a workspace (NULL is a no-op); synchronizes the device first. */
+void hps_gcache_ws_destroy(hps_gcache_ws_t *ws);
+
+/**
+ * @brief Look up n keys; hits are written to d_out in input order.
+ *
+ * @param[in]  d_keys          device, int64[n]; duplicates allowed.
+ * @param[in]  n               0..max_keys of the workspace.
+ * @param[out] d_out           device, float[n][dim]; row i receives the row of
+ *                             d_keys[i] on a hit and is left untouched on a miss.
+ * @param[out] d_hit_mask      device, uint8[n] (1 hit, 0 miss), or NULL.
+ * @param[out] d_missing_index device, uint32[n]: the input positions of the
+ *                             misses, in no particular order; or NULL.
+ * @param[out] d_missing_count device, uint32: number of misses; written when
+ *                             d_missing_index is given, NULL otherwise.
+ * Duplicate keys are answered identically only if no insert races the call.
+ * Stream: everything is enqueued on stream; nothing waits on the host.
+ * @return 0, HPS_EINVAL (n too large, NULL required pointer) or HPS_EIO.
+ */
+hps_err_t hps_gcache_lookup(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int64_t *d_keys,
+                            uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                            uint32_t *d_missing_index, uint32_t *d_missing_count,
+                            cudaStream_t stream);
+
+/**
+ * @brief Tuning: batches of at most max_keys keys take the fused kernel (no
+ * de-duplication), larger ones de-duplicate first.  Default
+ * HPS_GCACHE_FUSED_MAX.  Not synchronized with lookups running on other
+ * host threads: set it before sharing the handle.
+ */
+void hps_gcache_set_fused_max(hps_gcache_t *cache, uint64_t max_keys);
+
+/**
+ * @brief Insert or overwrite n rows; evicts by the policy when a set is full.
+ *
+ * @param[in] d_keys    device, int64[n]; HPS_GCACHE_EMPTY_KEY entries are
+ *                      skipped; with duplicates, one of the rows wins.
+ * @param[in] d_values  device, float[n][dim].
+ * New rows get stamp = clock (LRU) or 1 (LFU); overwritten rows keep their
+ * LFU count.  Asynchronous on stream.
+ * @return 0, HPS_EINVAL or HPS_EIO.
+ */
+hps_err_t hps_gcache_insert(hps_gcache_t *cache, const int64_t *d_keys, const float *d_values,
+                            uint64_t n, cudaStream_t stream);
+
+/**
+ * @brief Overwrite the rows of keys already in the cache; others are ignored.
+ * Same arguments and semantics as hps_gcache_insert, never evicts (refresh).
+ */
+hps_err_t hps_gcache_update(hps_gcache_t *cache, const int64_t *d_keys, const float *d_values,
+                            uint64_t n, cudaStream_t stream);
+
+/**
+ * @brief Copy the keys of sets [start_set, end_set) to d_keys_out.
+ *
+ * @param[out] d_keys_out  device, int64 with room for (end-start)*32 keys.
+ * @param[out] d_count     device, uint32: keys written (zeroed on stream first).
+ * A snapshot under concurrent inserts may miss or repeat moved keys.
+ * @return 0, HPS_EINVAL (bad range) or HPS_EIO.
+ */
+hps_err_t hps_gcache_dump(hps_gcache_t *cache, uint64_t start_set, uint64_t end_set,
+                          int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
+
+/**
+ * @brief Read the counters (synchronous: runs an occupancy count on the
+ * legacy default stream of the device and waits).
+ * @return 0 or HPS_EIO.
+ */
+hps_err_t hps_gcache_stats(hps_gcache_t *cache, hps_gcache_stats_t *ret_stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HPS_GCACHE_H */

@@ -1,0 +1,273 @@
+/*
+ * gcache.cu -- host side of the GPU embedding cache: create / destroy,
+ * workspaces, the public lookup / insert / update / dump / stats entry
+ * points (argument checks, then the hps_k_* launchers of the <op>.cu files),
+ * and the two small maintenance kernels (init, occupancy).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gcache_internal.cuh"
+
+#define GC_THREADS 256
+
+__global__ void k_init(hps_table_ref_t t)
+{
+    uint64_t slots = t.num_sets * HPS_GCACHE_WAYS;
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += stride) {
+        t.keys[s] = HPS_GCACHE_EMPTY_KEY;
+        t.stamps[s] = 0;
+    }
+}
+
+__global__ void k_occupancy(hps_table_ref_t t, unsigned long long *count)
+{
+    uint64_t slots = t.num_sets * HPS_GCACHE_WAYS;
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x, mine = 0;
+    for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += stride)
+        mine += __ldcg(&t.keys[s]) != HPS_GCACHE_EMPTY_KEY;
+    hps__block_add((uint64_t *)count, mine);
+}
+
+static unsigned gc_blocks(const hps_table_ref_t *t)
+{
+    return (unsigned)t->num_sms * (2048 / GC_THREADS);
+}
+
+extern "C" hps_err_t hps_k_init(const hps_table_ref_t *ref, cudaStream_t stream)
+{
+    k_init<<<gc_blocks(ref), GC_THREADS, 0, stream>>>(*ref);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long long *d_count,
+                                     cudaStream_t stream)
+{
+    k_occupancy<<<gc_blocks(ref), GC_THREADS, 0, stream>>>(*ref, d_count);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+static void gc_free(hps_table_ref_t *t)
+{
+    cudaFree(t->keys);
+    cudaFree(t->stamps);
+    cudaFree(t->vals);
+    cudaFree(t->ver);
+    cudaFree(t->clock);
+}
+
+extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
+                                       hps_gcache_policy_t policy, int device,
+                                       hps_gcache_t **ret_cache)
+{
+    if (!ret_cache || capacity_rows == 0 || dim == 0 || dim > HPS_GCACHE_MAX_DIM ||
+        (policy != HPS_GCACHE_LRU && policy != HPS_GCACHE_LFU))
+        return HPS_EINVAL;
+    uint64_t sets = (capacity_rows + HPS_GCACHE_WAYS - 1) / HPS_GCACHE_WAYS;
+    if (sets * HPS_GCACHE_WAYS >= UINT32_MAX) /* slots are 32-bit in the lookup records */
+        return HPS_EINVAL;
+    HPS_CUDA_TRY(cudaSetDevice(device));
+    hps_gcache_t *c = (hps_gcache_t *)calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->device = device;
+    c->fused_max = HPS_GCACHE_FUSED_MAX;
+    hps_table_ref_t *t = &c->ref;
+    t->num_sets = sets;
+    t->dim = dim;
+    t->policy = policy;
+    uint64_t slots = sets * HPS_GCACHE_WAYS;
+    cudaError_t e = cudaDeviceGetAttribute(&t->num_sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&t->keys, slots * sizeof(int64_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&t->stamps, slots * sizeof(uint64_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&t->vals, slots * dim * sizeof(float));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&t->ver, sets * sizeof(uint32_t));
+    /* clock and counters share one allocation: clock first */
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&t->clock, (1 + HPS_GC_NCTR) * sizeof(uint64_t));
+    if (e == cudaSuccess) {
+        t->ctr = t->clock + 1;
+        e = cudaMemset(t->ver, 0, sets * sizeof(uint32_t));
+    }
+    if (e == cudaSuccess)
+        e = cudaMemset(t->clock, 0, (1 + HPS_GC_NCTR) * sizeof(uint64_t));
+    if (e == cudaSuccess)
+        e = cudaMemset(t->vals, 0, slots * dim * sizeof(float));
+    hps_err_t err = hps__cuda_err(e);
+    if (!err)
+        err = hps_k_init(t, 0);
+    if (!err)
+        err = hps__cuda_err(cudaDeviceSynchronize());
+    if (err) {
+        hps_gcache_destroy(c);
+        return err;
+    }
+    *ret_cache = c;
+    return 0;
+}
+
+extern "C" void hps_gcache_destroy(hps_gcache_t *c)
+{
+    if (!c)
+        return;
+    if (cudaSetDevice(c->device) == cudaSuccess)
+        cudaDeviceSynchronize();
+    gc_free(&c->ref);
+    (void)cudaGetLastError();
+    free(c);
+}
+
+extern "C" void hps_gcache_set_fused_max(hps_gcache_t *c, uint64_t max_keys)
+{
+    c->fused_max = max_keys;
+}
+
+extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c) { return c->ref.dim; }
+extern "C" uint64_t hps_gcache_capacity(const hps_gcache_t *c)
+{
+    return c->ref.num_sets * HPS_GCACHE_WAYS;
+}
+extern "C" uint64_t hps_gcache_num_sets(const hps_gcache_t *c) { return c->ref.num_sets; }
+
+extern "C" hps_err_t hps_gcache_ws_create(hps_gcache_t *c, uint64_t max_keys,
+                                          hps_gcache_ws_t **ret_ws)
+{
+    if (!c || !ret_ws || max_keys == 0 || max_keys > (1ull << 30))
+        return HPS_EINVAL;
+    uint64_t cap = 64;
+    while (cap < 2 * max_keys)
+        cap <<= 1;
+    HPS_CUDA_TRY(cudaSetDevice(c->device));
+    hps_gcache_ws_t *ws = (hps_gcache_ws_t *)calloc(1, sizeof(*ws));
+    if (!ws)
+        return -ENOMEM;
+    ws->cache = c;
+    ws->max_keys = max_keys;
+    ws->ref.cap_mask = cap - 1;
+    cudaError_t e = cudaMalloc((void **)&ws->ref.dkeys, cap * sizeof(uint64_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&ws->ref.dres, cap * sizeof(uint64_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&ws->ref.inv, max_keys * sizeof(uint32_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&ws->ref.miss_ctr, 2 * sizeof(uint32_t));
+    if (e == cudaSuccess)
+        e = cudaMemset(ws->ref.dkeys, 0xff, cap * sizeof(uint64_t)); /* all-ones = empty */
+    if (e == cudaSuccess)
+        e = cudaMemset(ws->ref.dres, 0xff, cap * sizeof(uint64_t));
+    if (e == cudaSuccess)
+        e = cudaMemset(ws->ref.miss_ctr, 0, 2 * sizeof(uint32_t));
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        hps_err_t err = hps__cuda_err(e);
+        hps_gcache_ws_destroy(ws);
+        return err;
+    }
+    *ret_ws = ws;
+    return 0;
+}
+
+extern "C" void hps_gcache_ws_destroy(hps_gcache_ws_t *ws)
+{
+    if (!ws)
+        return;
+    if (cudaSetDevice(ws->cache->device) == cudaSuccess)
+        cudaDeviceSynchronize();
+    cudaFree(ws->ref.dkeys);
+    cudaFree(ws->ref.dres);
+    cudaFree(ws->ref.inv);
+    cudaFree(ws->ref.miss_ctr);
+    (void)cudaGetLastError();
+    free(ws);
+}
+
+extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, const int64_t *d_keys,
+                                       uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                                       uint32_t *d_missing_index, uint32_t *d_missing_count,
+                                       cudaStream_t stream)
+{
+    if (!c || !ws || ws->cache != c || n > ws->max_keys || (n && (!d_keys || !d_out)) ||
+        (!d_missing_index != !d_missing_count))
+        return HPS_EINVAL;
+    if (n == 0) {
+        if (d_missing_count)
+            HPS_CUDA_TRY(cudaMemsetAsync(d_missing_count, 0, sizeof(uint32_t), stream));
+        return 0;
+    }
+    if (n <= c->fused_max)
+        return hps_k_lookup_fused(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask,
+                                  d_missing_index, d_missing_count, stream);
+    hps_err_t err = hps_k_dedup_probe(&c->ref, &ws->ref, d_keys, n, stream);
+    if (err)
+        return err;
+    return hps_k_scatter(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                         d_missing_count, stream);
+}
+
+static hps_err_t gc_write(hps_gcache_t *c, const int64_t *d_keys, const float *d_values,
+                          uint64_t n, int update_only, cudaStream_t stream)
+{
+    if (!c || (n && (!d_keys || !d_values)))
+        return HPS_EINVAL;
+    if (n == 0)
+        return 0;
+    return hps_k_insert(&c->ref, d_keys, d_values, n, update_only, stream);
+}
+
+extern "C" hps_err_t hps_gcache_insert(hps_gcache_t *c, const int64_t *d_keys,
+                                       const float *d_values, uint64_t n, cudaStream_t stream)
+{
+    return gc_write(c, d_keys, d_values, n, 0, stream);
+}
+
+extern "C" hps_err_t hps_gcache_update(hps_gcache_t *c, const int64_t *d_keys,
+                                       const float *d_values, uint64_t n, cudaStream_t stream)
+{
+    return gc_write(c, d_keys, d_values, n, 1, stream);
+}
+
+extern "C" hps_err_t hps_gcache_dump(hps_gcache_t *c, uint64_t start_set, uint64_t end_set,
+                                     int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream)
+{
+    if (!c || !d_keys_out || !d_count || start_set > end_set || end_set > c->ref.num_sets)
+        return HPS_EINVAL;
+    return hps_k_dump(&c->ref, start_set, end_set, d_keys_out, d_count, stream);
+}
+
+extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
+{
+    if (!c || !ret)
+        return HPS_EINVAL;
+    HPS_CUDA_TRY(cudaSetDevice(c->device));
+    unsigned long long *d_occ = NULL, occ = 0;
+    uint64_t ctr[HPS_GC_NCTR];
+    HPS_CUDA_TRY(cudaMalloc((void **)&d_occ, sizeof(*d_occ)));
+    cudaError_t e = cudaMemset(d_occ, 0, sizeof(*d_occ));
+    hps_err_t err = hps__cuda_err(e);
+    if (!err)
+        err = hps_k_occupancy(&c->ref, d_occ, 0);
+    if (!err)
+        err = hps__cuda_err(cudaMemcpy(&occ, d_occ, sizeof(occ), cudaMemcpyDeviceToHost));
+    if (!err)
+        err = hps__cuda_err(cudaMemcpy(ctr, c->ref.ctr, sizeof(ctr), cudaMemcpyDeviceToHost));
+    cudaFree(d_occ);
+    if (err)
+        return err;
+    ret->capacity_rows = c->ref.num_sets * HPS_GCACHE_WAYS;
+    ret->num_sets = c->ref.num_sets;
+    ret->occupied = occ;
+    ret->lookups = ctr[HPS_GC_LOOKUPS];
+    ret->hits = ctr[HPS_GC_HITS];
+    ret->inserts = ctr[HPS_GC_INSERTS];
+    ret->evictions = ctr[HPS_GC_EVICTIONS];
+    ret->updates = ctr[HPS_GC_UPDATES];
+    return 0;
+}

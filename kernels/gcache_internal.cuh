@@ -1,0 +1,214 @@
+/*
+ * gcache_internal.cuh -- device view of a GPU embedding cache, shared by the
+ * kernels of kernels/ (one <op>.cu per operation) and the host glue gcache.cu.
+ */
+#ifndef HPS_GCACHE_INTERNAL_CUH
+#define HPS_GCACHE_INTERNAL_CUH
+
+#include <errno.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "hps/gcache.h"
+
+/* Clear and map a CUDA error: out-of-memory to -ENOMEM, anything else HPS_EIO. */
+static inline hps_err_t hps__cuda_err(cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError(); /* clear the sticky-free error state */
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : HPS_EIO;
+}
+
+/* Evaluate a CUDA call; on failure clear the error and return its hps_err_t. */
+#define HPS_CUDA_TRY(call)                                                                         \
+    do {                                                                                           \
+        cudaError_t hps__e = (call);                                                               \
+        if (hps__e != cudaSuccess)                                                                 \
+            return hps__cuda_err(hps__e);                                                          \
+    } while (0)
+
+/* Device counters of one cache (uint64 words, atomically added). */
+enum { HPS_GC_LOOKUPS, HPS_GC_HITS, HPS_GC_INSERTS, HPS_GC_EVICTIONS, HPS_GC_UPDATES, HPS_GC_NCTR };
+
+/* What a kernel needs of a cache: passed by value. */
+typedef struct hps_table_ref {
+    int64_t *keys;      /* [num_sets * 32] */
+    uint64_t *stamps;   /* [num_sets * 32] */
+    float *vals;        /* [num_sets * 32][dim] */
+    uint32_t *ver;      /* [num_sets] seqlock words */
+    uint64_t *clock;    /* LRU clock, bumped once per lookup */
+    uint64_t *ctr;      /* [HPS_GC_NCTR] */
+    uint64_t num_sets;
+    uint32_t dim;
+    int policy;
+    int num_sms; /* host-side launch sizing */
+} hps_table_ref_t;
+
+/* Workspace of one lookup stream: the de-duplication table. */
+typedef struct hps_ws_ref {
+    uint64_t *dkeys;    /* [cap] transformed keys, all-ones = empty */
+    uint64_t *dres;     /* [cap] (version << 32 | slot) of the entry, or HPS_RES_MISS */
+    uint32_t *inv;      /* [max_keys] input position -> table entry */
+    uint32_t *miss_ctr; /* [2]: misses so far, blocks finished (reset by the last block) */
+    uint64_t cap_mask;  /* cap - 1 (cap a power of two) */
+} hps_ws_ref_t;
+
+struct hps_gcache {
+    hps_table_ref_t ref;
+    int device;
+    uint64_t fused_max; /* batches up to this size take the fused kernel */
+};
+
+struct hps_gcache_ws {
+    hps_gcache_t *cache;
+    hps_ws_ref_t ref;
+    uint64_t max_keys;
+};
+
+#define HPS_RES_MISS UINT64_MAX
+#define HPS_INV_NONE UINT32_MAX
+/* De-duplication table keys are stored XOR this, so that the reserved key
+ * INT64_MAX becomes all-ones, the empty marker that a 0xff memset writes. */
+#define HPS_DKEY_XOR 0x8000000000000000ull
+#define HPS_DKEY_EMPTY UINT64_MAX
+
+#ifdef __CUDACC__
+
+__device__ __forceinline__ uint64_t hps__mix64(uint64_t x)
+{
+    /* splitmix64 finalizer: every key bit reaches every output bit. */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+__device__ __forceinline__ uint64_t hps__set_of(const hps_table_ref_t &t, int64_t key)
+{
+    return hps__mix64((uint64_t)key) % t.num_sets;
+}
+
+/* Acquire-release fence at GPU scope: orders the loads of a seqlock read
+ * against the version re-read, and a writer's stores against its release. */
+__device__ __forceinline__ void hps__fence(void)
+{
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+/* Relaxed load that bypasses L1: another SM may have written the word. */
+__device__ __forceinline__ uint32_t hps__ld_ver(const uint32_t *p)
+{
+    return *(const volatile uint32_t *)p;
+}
+
+/* Warp-cooperative probe of one set: returns the way holding key, or -1.
+ * All 32 lanes must call it with the same key and set. */
+__device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set, int64_t key,
+                                          int lane)
+{
+    int64_t k = __ldcg(&t.keys[set * HPS_GCACHE_WAYS + lane]);
+    unsigned m = __ballot_sync(0xffffffffu, k == key);
+    return m ? __ffs(m) - 1 : -1;
+}
+
+/* Mark slot as used now.  LRU: store the clock unless already there (hot rows
+ * are then read, not rewritten); LFU: count one use. */
+__device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t slot, uint64_t now)
+{
+    if (t.policy == HPS_GCACHE_LFU) {
+        atomicAdd((unsigned long long *)&t.stamps[slot], 1ull); /* why: concurrent readers count */
+    } else if (__ldcg(&t.stamps[slot]) < now) {
+        t.stamps[slot] = now; /* racing readers store equal-or-close clocks: benign */
+    }
+}
+
+/* Copy one row with the lanes of a warp (dim floats). */
+__device__ __forceinline__ void hps__copy_row(float *dst, const float *src, uint32_t dim, int lane,
+                                              bool vec4)
+{
+    if (vec4) {
+        const float4 *s = (const float4 *)src;
+        float4 *d = (float4 *)dst;
+        for (uint32_t c = lane; c < dim / 4; c += 32)
+            d[c] = __ldcg(&s[c]);
+    } else {
+        for (uint32_t c = lane; c < dim; c += 32)
+            dst[c] = __ldcg(&src[c]);
+    }
+}
+
+/*
+ * Seqlock read of one key by a whole warp: wait for an even version, probe,
+ * copy the row into dst, fence, re-read the version; repeat on a change.
+ * Returns the slot or -1 (then dst is untouched).
+ */
+__device__ __forceinline__ int64_t hps__read_key(const hps_table_ref_t &t, int64_t key, float *dst,
+                                                 int lane, bool vec4)
+{
+    uint64_t set = hps__set_of(t, key);
+    for (;;) {
+        uint32_t v1 = hps__ld_ver(&t.ver[set]);
+        if (v1 & 1u) {
+            __nanosleep(32);
+            continue;
+        }
+        hps__fence(); /* why: the probe and row loads must not pass the version load */
+        int way = hps__probe(t, set, key, lane);
+        uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
+        if (way >= 0)
+            hps__copy_row(dst, t.vals + slot * t.dim, t.dim, lane, vec4);
+        hps__fence(); /* why: the re-read must see any writer that overlapped the copy */
+        uint32_t v2 = hps__ld_ver(&t.ver[set]);
+        if (__all_sync(0xffffffffu, v1 == v2))
+            return way >= 0 ? (int64_t)slot : -1;
+    }
+}
+
+/* Block-aggregated counter add: lane values summed per block, one atomic.
+ * Every thread of the block must call it (it synchronizes the block). */
+__device__ __forceinline__ void hps__block_add(uint64_t *ctr, uint64_t v)
+{
+    __shared__ unsigned long long s;
+    if (threadIdx.x == 0)
+        s = 0;
+    __syncthreads();
+    if (v)
+        atomicAdd(&s, (unsigned long long)v);
+    __syncthreads();
+    unsigned long long tot = s;
+    __syncthreads(); /* nobody reuses s before every thread has read it */
+    if (threadIdx.x == 0 && tot)
+        atomicAdd((unsigned long long *)ctr, tot);
+}
+
+#endif /* __CUDACC__ */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Launchers (kernels/<op>.cu). */
+hps_err_t hps_k_init(const hps_table_ref_t *ref, cudaStream_t stream);
+hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                             const int64_t *d_keys, uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                             uint32_t *d_missing_index, uint32_t *d_missing_count,
+                             cudaStream_t stream);
+hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                            const int64_t *d_keys, uint64_t n, cudaStream_t stream);
+hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
+                        uint64_t n, float *d_out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                        uint32_t *d_missing_count, cudaStream_t stream);
+hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys, const float *d_values,
+                       uint64_t n, int update_only, cudaStream_t stream);
+hps_err_t hps_k_dump(const hps_table_ref_t *ref, uint64_t start_set, uint64_t end_set,
+                     int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
+hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long long *d_count,
+                          cudaStream_t stream);
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HPS_GCACHE_INTERNAL_CUH */

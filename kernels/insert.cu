@@ -1,0 +1,134 @@
+/*
+ * insert.cu -- insert (replace) and update-existing-only of the GPU cache.
+ *
+ * A warp per key.  Lane 0 locks the key's set: atomicCAS of the version word
+ * from an even v to v + 1 (odd = locked, and readers retry), with nanosleep
+ * backoff while another writer holds it.  Inside the lock the warp probes
+ * (lane w reads way w):
+ *   - key present: overwrite its row (LRU: stamp = now; LFU: keep the count);
+ *   - else, update-only: nothing;
+ *   - else a free way (lowest): take it;
+ *   - else evict the way with the smallest stamp (warp min-reduction, lowest
+ *     way on ties): LRU = least recently used, LFU = least frequently used.
+ * The row, key and stamp are written, a release fence orders them before the
+ * unlock store of v + 2.  Readers that overlapped see the version change.
+ * Duplicate keys in one call serialize on the set lock; the last wins.
+ */
+#include "gcache_internal.cuh"
+
+#define INS_THREADS 256
+
+__device__ static uint32_t ins_lock(const hps_table_ref_t &t, uint64_t set, int lane)
+{
+    uint32_t v = 0;
+    if (lane == 0) {
+        unsigned ns = 32;
+        for (;;) {
+            v = hps__ld_ver(&t.ver[set]);
+            /* why: even -> odd claims the set for this writer alone */
+            if (!(v & 1u) && atomicCAS(&t.ver[set], v, v + 1) == v)
+                break;
+            __nanosleep(ns);
+            if (ns < 1024)
+                ns *= 2;
+        }
+    }
+    v = __shfl_sync(0xffffffffu, v, 0);
+    hps__fence(); /* why: probe and writes happen after the lock is taken */
+    return v;
+}
+
+__device__ static void ins_unlock(const hps_table_ref_t &t, uint64_t set, uint32_t v, int lane)
+{
+    __syncwarp();
+    hps__fence(); /* why: key, row and stamp are visible before the version is even again */
+    if (lane == 0)
+        atomicExch(&t.ver[set], v + 2);
+}
+
+/* Lane of the smallest stamp (ties: lowest lane), same result in all lanes. */
+__device__ static int ins_victim(uint64_t stamp, int lane)
+{
+    int best = lane;
+    for (int off = 16; off > 0; off >>= 1) {
+        uint64_t s2 = __shfl_xor_sync(0xffffffffu, stamp, off);
+        int b2 = __shfl_xor_sync(0xffffffffu, best, off);
+        if (s2 < stamp || (s2 == stamp && b2 < best)) {
+            stamp = s2;
+            best = b2;
+        }
+    }
+    return best;
+}
+
+__global__ void __launch_bounds__(INS_THREADS)
+    k_insert(hps_table_ref_t t, const int64_t *__restrict__ keys, const float *__restrict__ vals,
+             uint64_t n, int update_only)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint64_t now = *(volatile uint64_t *)t.clock; /* lookups stamp clock + 1 */
+    bool vec4 = t.dim % 4 == 0 && ((uintptr_t)vals & 15) == 0;
+    uint64_t written = 0, evicted = 0;
+    for (uint64_t i = warp; i < n; i += nwarps) {
+        int64_t key = keys[i];
+        if (key == HPS_GCACHE_EMPTY_KEY)
+            continue;
+        uint64_t set = hps__set_of(t, key);
+        uint32_t v = ins_lock(t, set, lane);
+        uint64_t base = set * HPS_GCACHE_WAYS;
+        int64_t k = *(volatile int64_t *)&t.keys[base + lane];
+        unsigned m = __ballot_sync(0xffffffffu, k == key);
+        int way = -1;
+        bool fresh = false, evict = false;
+        if (m) {
+            way = __ffs(m) - 1;
+        } else if (!update_only) {
+            unsigned e = __ballot_sync(0xffffffffu, k == HPS_GCACHE_EMPTY_KEY);
+            fresh = true;
+            if (e) {
+                way = __ffs(e) - 1;
+            } else {
+                way = ins_victim(*(volatile uint64_t *)&t.stamps[base + lane], lane);
+                evict = true;
+            }
+        }
+        if (way >= 0) {
+            uint64_t slot = base + (uint64_t)way;
+            float *dst = t.vals + slot * t.dim;
+            const float *src = vals + i * t.dim;
+            if (vec4)
+                for (uint32_t c = lane; c < t.dim / 4; c += 32)
+                    ((float4 *)dst)[c] = __ldg((const float4 *)src + c);
+            else
+                for (uint32_t c = lane; c < t.dim; c += 32)
+                    dst[c] = src[c];
+            if (lane == 0) {
+                t.keys[slot] = key;
+                if (t.policy == HPS_GCACHE_LRU)
+                    t.stamps[slot] = now;
+                else if (fresh)
+                    t.stamps[slot] = 1;
+                written++;
+                evicted += evict;
+            }
+        }
+        ins_unlock(t, set, v, lane);
+    }
+    hps__block_add(&t.ctr[update_only ? HPS_GC_UPDATES : HPS_GC_INSERTS], written);
+    hps__block_add(&t.ctr[HPS_GC_EVICTIONS], evicted);
+}
+
+extern "C" hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys,
+                                  const float *d_values, uint64_t n, int update_only,
+                                  cudaStream_t stream)
+{
+    uint64_t blocks = (n + INS_THREADS / 32 - 1) / (INS_THREADS / 32);
+    uint64_t max = (uint64_t)ref->num_sms * (2048 / INS_THREADS);
+    if (blocks > max)
+        blocks = max;
+    k_insert<<<(unsigned)blocks, INS_THREADS, 0, stream>>>(*ref, d_keys, d_values, n, update_only);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}

@@ -1,0 +1,392 @@
+/*
+ * lookup.cu -- the lookup operation of the GPU embedding cache.
+ *
+ * Small batches (n <= HPS_GCACHE_FUSED_MAX): hps_k_lookup_fused, one kernel,
+ * a warp per input key: seqlock read of the key's set (probe with one lane
+ * per way, copy the row straight into the output, validate the version).
+ * Duplicates are simply probed again: at this size one launch costs more
+ * than the probes.
+ *
+ * Large batches: two kernels.
+ *  1. hps_k_dedup_probe: a thread per key inserts the key into the
+ *     workspace's open-addressing table (linear probing, capacity >= 2 n, so
+ *     probes are short) and remembers the entry in inv[i].  The thread whose
+ *     atomicCAS claimed the entry is the key's representative: the warp then
+ *     probes the cache once per representative (ballot loop), touches the LRU
+ *     / LFU stamp once per unique key, and stores (set version << 32 | slot)
+ *     or MISS in the entry.  The version is read before the probe.
+ *  2. hps_k_scatter: a warp per input key (four keys per step, loads issued
+ *     before stores) reads its entry, copies the row from the cache into the
+ *     output and re-reads the set version after a fence.  An unchanged even
+ *     version proves that no writer touched the set between the probe in (1)
+ *     and the copy, so the row is the key's and whole.  A changed version
+ *     (a concurrent insert) falls back to the full seqlock read.  The warp
+ *     also frees the table entry (keys only), leaving the table empty for
+ *     the next call on the workspace.
+ * No unique rows are materialized: the bytes moved are those of an ideal
+ * gather plus about 20 bytes of index per key, mostly from L2.
+ *
+ * Misses: positions go to d_missing_index through an atomic counter in the
+ * workspace; the last block to finish (ticket counter) publishes the count
+ * and resets both words, so no memset is enqueued per call.
+ */
+#include "gcache_internal.cuh"
+
+#define LK_THREADS 256
+#define LK_UNROLL 4
+
+/* End of a lookup kernel: count hits, publish the miss count (last block). */
+__device__ static void lk_finish(const hps_table_ref_t &t, const hps_ws_ref_t &w, uint64_t hits,
+                                 uint32_t *d_missing_count)
+{
+    hps__block_add(&t.ctr[HPS_GC_HITS], hits); /* ends with the block synchronized */
+    if (threadIdx.x != 0)
+        return;
+    __threadfence(); /* why: this block's miss-counter atomics precede its ticket */
+    unsigned ticket = atomicAdd(&w.miss_ctr[1], 1u);
+    if (ticket == gridDim.x - 1) {
+        uint32_t misses = atomicExch(&w.miss_ctr[0], 0u); /* why: read and reset in one step */
+        if (d_missing_count)
+            *d_missing_count = misses;
+        atomicExch(&w.miss_ctr[1], 0u);
+    }
+}
+
+/* Start of a lookup kernel: read the clock, count the lookups, bump the clock. */
+__device__ static uint64_t lk_start(const hps_table_ref_t &t, uint64_t n)
+{
+    uint64_t now = *(volatile uint64_t *)t.clock;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        atomicAdd((unsigned long long *)t.clock, 1ull); /* why: other streams bump it too */
+        atomicAdd((unsigned long long *)&t.ctr[HPS_GC_LOOKUPS], (unsigned long long)n);
+    }
+    return now + 1;
+}
+
+/* Lane 0 records the outcome of input key i. */
+__device__ __forceinline__ void lk_outcome(const hps_ws_ref_t &w, uint64_t i, bool hit,
+                                           uint8_t *d_hit_mask, uint32_t *d_missing_index)
+{
+    if (d_hit_mask)
+        d_hit_mask[i] = hit;
+    if (!hit && d_missing_index)
+        d_missing_index[atomicAdd(&w.miss_ctr[0], 1u)] = (uint32_t)i;
+}
+
+__global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
+                               uint64_t n, float *out, uint8_t *d_hit_mask,
+                               uint32_t *d_missing_index, uint32_t *d_missing_count, bool vec4)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint64_t now = lk_start(t, n);
+    uint64_t hits = 0;
+    for (uint64_t i = warp; i < n; i += nwarps) {
+        int64_t key = keys[i];
+        int64_t slot = -1;
+        if (key != HPS_GCACHE_EMPTY_KEY)
+            slot = hps__read_key(t, key, out + i * t.dim, lane, vec4);
+        if (lane == 0) {
+            if (slot >= 0) {
+                hps__touch(t, (uint64_t)slot, now);
+                hits++;
+            }
+            lk_outcome(w, i, slot >= 0, d_hit_mask, d_missing_index);
+        }
+    }
+    lk_finish(t, w, hits, d_missing_count);
+}
+
+/* Fused, vectorized (dim % 4 == 0, dim <= 128, aligned output): a warp
+ * takes LK_UNROLL keys per step and keeps their version loads, probes and row
+ * loads in flight together; the seqlock check is per key as in
+ * hps__read_key, which also serves as the slow path. */
+__global__ void __launch_bounds__(LK_THREADS)
+    k_lookup_fused_vec(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
+                       uint64_t n, float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                       uint32_t *d_missing_count)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    bool mine = (uint32_t)lane < t.dim / 4;
+    uint64_t now = lk_start(t, n);
+    uint64_t hits = 0;
+    for (uint64_t base = warp * LK_UNROLL; base < n; base += nwarps * LK_UNROLL) {
+        int64_t key[LK_UNROLL];
+        uint64_t set[LK_UNROLL];
+        uint32_t v1[LK_UNROLL];
+        int way[LK_UNROLL];
+        float4 v[LK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++)
+            key[u] = base + u < n ? keys[base + u] : HPS_GCACHE_EMPTY_KEY;
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++) {
+            set[u] = hps__set_of(t, key[u]);
+            v1[u] = key[u] != HPS_GCACHE_EMPTY_KEY ? hps__ld_ver(&t.ver[set[u]]) : 0;
+        }
+        hps__fence(); /* why: probes and row loads must not pass the version loads */
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++) {
+            int64_t k = key[u] != HPS_GCACHE_EMPTY_KEY
+                            ? __ldcg(&t.keys[set[u] * HPS_GCACHE_WAYS + lane])
+                            : HPS_GCACHE_EMPTY_KEY;
+            unsigned m = __ballot_sync(0xffffffffu, k == key[u] && k != HPS_GCACHE_EMPTY_KEY);
+            way[u] = m ? __ffs(m) - 1 : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++)
+            if (way[u] >= 0 && mine)
+                v[u] = __ldcg((const float4 *)(t.vals + (set[u] * HPS_GCACHE_WAYS + way[u]) *
+                                                            t.dim) +
+                              lane);
+        hps__fence(); /* why: the row loads must complete before the versions are re-read */
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++) {
+            uint64_t i = base + u;
+            if (i >= n)
+                break;
+            int64_t slot = -1;
+            if (key[u] != HPS_GCACHE_EMPTY_KEY) {
+                uint32_t v2 = hps__ld_ver(&t.ver[set[u]]);
+                if ((v1[u] & 1u) || v2 != v1[u]) { /* a writer overlapped: full seqlock read */
+                    slot = hps__read_key(t, key[u], out + i * t.dim, lane, true);
+                } else if (way[u] >= 0) {
+                    slot = (int64_t)(set[u] * HPS_GCACHE_WAYS + way[u]);
+                    if (mine)
+                        ((float4 *)(out + i * t.dim))[lane] = v[u];
+                }
+            }
+            if (lane == 0) {
+                if (slot >= 0) {
+                    hps__touch(t, (uint64_t)slot, now);
+                    hits++;
+                }
+                lk_outcome(w, i, slot >= 0, d_hit_mask, d_missing_index);
+            }
+        }
+    }
+    lk_finish(t, w, hits, d_missing_count);
+}
+
+__global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
+                              uint64_t n)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint64_t now = lk_start(t, n);
+    for (uint64_t base = warp * 32; base < n; base += nwarps * 32) {
+        uint64_t i = base + lane;
+        int64_t key = i < n ? keys[i] : HPS_GCACHE_EMPTY_KEY;
+        uint32_t p = HPS_INV_NONE;
+        bool rep = false;
+        if (key != HPS_GCACHE_EMPTY_KEY) {
+            uint64_t dk = (uint64_t)key ^ HPS_DKEY_XOR;
+            uint64_t h = hps__mix64((uint64_t)key ^ 0x9e3779b97f4a7c15ull) & w.cap_mask;
+            for (;;) {
+                /* a plain load first: duplicates of hot keys skip the atomic */
+                uint64_t seen = __ldcg(&w.dkeys[h]);
+                if (seen == dk)
+                    break;
+                if (seen != HPS_DKEY_EMPTY) {
+                    h = (h + 1) & w.cap_mask;
+                    continue;
+                }
+                /* why: claims the entry, or finds the thread that did */
+                unsigned long long prev = atomicCAS((unsigned long long *)&w.dkeys[h],
+                                                    (unsigned long long)HPS_DKEY_EMPTY,
+                                                    (unsigned long long)dk);
+                if (prev == HPS_DKEY_EMPTY || prev == dk) {
+                    rep = prev == HPS_DKEY_EMPTY;
+                    break;
+                }
+                h = (h + 1) & w.cap_mask;
+            }
+            p = (uint32_t)h;
+        }
+        if (i < n)
+            w.inv[i] = p;
+        if (rep) { /* one thread per unique key: 16 independent 16-byte loads */
+            uint64_t set = hps__set_of(t, key);
+            uint32_t v;
+            while ((v = hps__ld_ver(&t.ver[set])) & 1u)
+                __nanosleep(32);
+            hps__fence(); /* why: the probe must not pass the version load */
+            const longlong2 *kp = (const longlong2 *)(t.keys + set * HPS_GCACHE_WAYS);
+            int way = -1;
+#pragma unroll
+            for (int j = 0; j < HPS_GCACHE_WAYS / 2; j++) {
+                longlong2 x = __ldcg(kp + j);
+                way = x.x == key ? 2 * j : way;
+                way = x.y == key ? 2 * j + 1 : way;
+            }
+            uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
+            w.dres[p] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
+            if (way >= 0)
+                hps__touch(t, slot, now);
+        }
+    }
+}
+
+/* Vectorized scatter: dim % 4 == 0, dim <= 128, 16-byte aligned rows. */
+__global__ void __launch_bounds__(LK_THREADS)
+    k_scatter_vec(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
+                  float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                  uint32_t *d_missing_count)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint32_t nv = t.dim / 4;
+    bool mine = (uint32_t)lane < nv;
+    uint64_t hits = 0;
+    for (uint64_t base = warp * LK_UNROLL; base < n; base += nwarps * LK_UNROLL) {
+        uint32_t p[LK_UNROLL];
+        uint64_t r[LK_UNROLL];
+        float4 v[LK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++)
+            p[u] = base + u < n ? w.inv[base + u] : HPS_INV_NONE;
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++)
+            r[u] = p[u] != HPS_INV_NONE ? w.dres[p[u]] : HPS_RES_MISS;
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++)
+            if (r[u] != HPS_RES_MISS && mine)
+                v[u] = __ldcg((const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane);
+        hps__fence(); /* why: the row loads must complete before the versions are re-read */
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++) {
+            uint64_t i = base + u;
+            if (i >= n)
+                break;
+            bool hit = r[u] != HPS_RES_MISS;
+            if (hit) {
+                uint32_t slot = (uint32_t)r[u];
+                uint32_t now_v = hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS]);
+                if (now_v == (uint32_t)(r[u] >> 32)) {
+                    if (mine)
+                        ((float4 *)(out + i * t.dim))[lane] = v[u];
+                } else { /* a writer touched the set since the probe: read again */
+                    hit = hps__read_key(t, keys[i], out + i * t.dim, lane, true) >= 0;
+                }
+            }
+            if (lane == 0) {
+                if (p[u] != HPS_INV_NONE)
+                    w.dkeys[p[u]] = HPS_DKEY_EMPTY; /* why: kernel 2 never reads dkeys */
+                hits += hit;
+                lk_outcome(w, i, hit, d_hit_mask, d_missing_index);
+            }
+        }
+    }
+    lk_finish(t, w, hits, d_missing_count);
+}
+
+/* Generic scatter: any dim and alignment, one key per warp step. */
+__global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
+                              uint64_t n, float *out, uint8_t *d_hit_mask,
+                              uint32_t *d_missing_index, uint32_t *d_missing_count, bool vec4)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint64_t hits = 0;
+    for (uint64_t i = warp; i < n; i += nwarps) {
+        uint32_t p = w.inv[i];
+        uint64_t r = p != HPS_INV_NONE ? w.dres[p] : HPS_RES_MISS;
+        bool hit = r != HPS_RES_MISS;
+        if (hit) {
+            uint32_t slot = (uint32_t)r;
+            hps__copy_row(out + i * t.dim, t.vals + (uint64_t)slot * t.dim, t.dim, lane, vec4);
+            hps__fence(); /* why: the copy must complete before the version is re-read */
+            if (hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32))
+                hit = hps__read_key(t, keys[i], out + i * t.dim, lane, vec4) >= 0;
+        }
+        if (lane == 0) {
+            if (p != HPS_INV_NONE)
+                w.dkeys[p] = HPS_DKEY_EMPTY; /* why: kernel 2 never reads dkeys */
+            hits += hit;
+            lk_outcome(w, i, hit, d_hit_mask, d_missing_index);
+        }
+    }
+    lk_finish(t, w, hits, d_missing_count);
+}
+
+/* Blocks for warps_needed warps, capped at one resident wave of kernel fn
+ * (a persistent grid: no second wave whose tail would idle the chip). */
+static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, const void *fn,
+                          int *cached)
+{
+    /* why relaxed: every thread computes the same value; a race only repeats the query */
+    int per_sm = __atomic_load_n(cached, __ATOMIC_RELAXED);
+    if (per_sm == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, LK_THREADS, 0) !=
+                cudaSuccess ||
+            per_sm < 1) {
+            (void)cudaGetLastError();
+            per_sm = 1;
+        }
+        __atomic_store_n(cached, per_sm, __ATOMIC_RELAXED);
+    }
+    uint64_t b = (warps_needed + LK_THREADS / 32 - 1) / (LK_THREADS / 32);
+    uint64_t max = (uint64_t)t->num_sms * (uint64_t)per_sm;
+    if (b > max)
+        b = max;
+    return b ? (unsigned)b : 1u;
+}
+
+/* Resident blocks per SM of each kernel (device-independent enough: the
+ * first device used decides; a wrong value only sizes the grid). */
+static int occ_fused, occ_fvec, occ_dedup, occ_vec, occ_any;
+
+static bool lk_vec4(const hps_table_ref_t *t, const float *out)
+{
+    return t->dim % 4 == 0 && ((uintptr_t)out & 15) == 0;
+}
+
+extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                                        const int64_t *d_keys, uint64_t n, float *d_out,
+                                        uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                                        uint32_t *d_missing_count, cudaStream_t stream)
+{
+    if (lk_vec4(ref, d_out) && ref->dim <= 128)
+        k_lookup_fused_vec<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
+                                       (const void *)k_lookup_fused_vec, &occ_fvec),
+                             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask,
+                                                      d_missing_index, d_missing_count);
+    else
+        k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS,
+                         0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                      d_missing_count, lk_vec4(ref, d_out));
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+extern "C" hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                                       const int64_t *d_keys, uint64_t n, cudaStream_t stream)
+{
+    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, (const void *)k_dedup_probe, &occ_dedup), LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+extern "C" hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                                   const int64_t *d_keys, uint64_t n, float *d_out,
+                                   uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                                   uint32_t *d_missing_count, cudaStream_t stream)
+{
+    if (lk_vec4(ref, d_out) && ref->dim <= 128)
+        k_scatter_vec<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
+                                    (const void *)k_scatter_vec, &occ_vec),
+                          LK_THREADS, 0, stream>>>(
+            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count);
+    else
+        k_scatter_any<<<lk_blocks(ref, n, (const void *)k_scatter_any, &occ_any), LK_THREADS, 0, stream>>>(
+            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
+            lk_vec4(ref, d_out));
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}

@@ -1,0 +1,382 @@
+/*
+ * test-gcache.cu -- the GPU embedding cache against a CPU reference.
+ * Exits 77 (skip) when no CUDA device is usable.
+ *
+ *  - random workloads with duplicates, both policies, vectorized (dim 128)
+ *    and scalar (dim 7) rows, fused and de-duplicated lookup paths: hits are
+ *    exact rows, misses are reported (mask, index list, count) and their
+ *    output rows left untouched;
+ *  - set bound and placement: dump per set, <= 32 keys, each in its hash set;
+ *  - eviction order: LRU and LFU evict the untouched way of a full set;
+ *  - update touches existing keys only;
+ *  - concurrent lookups and inserts on two streams: every row returned is one
+ *    whole inserted version of its key.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "hps/gcache.h"
+
+static int failures;
+
+#define HPS_ASSERT_EQ(a, b)                                                                        \
+    do {                                                                                           \
+        long long hps__a = (long long)(a), hps__b = (long long)(b);                                \
+        if (hps__a != hps__b) {                                                                    \
+            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,   \
+                    hps__a, hps__b);                                                               \
+            if (++failures > 20)                                                                   \
+                exit(1);                                                                           \
+        }                                                                                          \
+    } while (0)
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define OK(call) HPS_ASSERT_EQ((call), 0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Deterministic row of (key, version). */
+static float row_val(int64_t key, int ver, uint32_t j)
+{
+    return (float)((mix64((uint64_t)key + (uint64_t)ver * 7919) % 100000) * 7 + j);
+}
+
+template <typename T> static T *dev_copy(const std::vector<T> &h)
+{
+    T *d;
+    CK(cudaMalloc((void **)&d, h.size() * sizeof(T) + 16));
+    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+
+template <typename T> static std::vector<T> host_copy(const T *d, size_t n)
+{
+    std::vector<T> h(n);
+    CK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static void insert_rows(hps_gcache_t *c, const std::vector<int64_t> &keys, int ver, bool update,
+                        cudaStream_t s)
+{
+    uint32_t dim = hps_gcache_dim(c);
+    std::vector<float> vals(keys.size() * dim);
+    for (size_t i = 0; i < keys.size(); i++)
+        for (uint32_t j = 0; j < dim; j++)
+            vals[i * dim + j] = row_val(keys[i], ver, j);
+    int64_t *dk = dev_copy(keys);
+    float *dv = dev_copy(vals);
+    OK(update ? hps_gcache_update(c, dk, dv, keys.size(), s)
+              : hps_gcache_insert(c, dk, dv, keys.size(), s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFree(dk));
+    CK(cudaFree(dv));
+}
+
+/* Keys resident per dump, checking the per-set bound and placement. */
+static std::set<int64_t> resident(hps_gcache_t *c)
+{
+    uint64_t sets = hps_gcache_num_sets(c);
+    int64_t *dk;
+    uint32_t *dn;
+    CK(cudaMalloc((void **)&dk, sets * 32 * sizeof(int64_t)));
+    CK(cudaMalloc((void **)&dn, sizeof(uint32_t)));
+    std::set<int64_t> all;
+    for (uint64_t s = 0; s < sets; s++) {
+        OK(hps_gcache_dump(c, s, s + 1, dk, dn, 0));
+        uint32_t n = host_copy(dn, 1)[0];
+        HPS_ASSERT_EQ(n <= 32, 1);
+        std::vector<int64_t> k = host_copy(dk, n);
+        for (int64_t x : k) {
+            HPS_ASSERT_EQ(mix64((uint64_t)x) % sets, s);
+            HPS_ASSERT_EQ(all.insert(x).second, 1);
+        }
+    }
+    hps_gcache_stats_t st;
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.occupied, all.size());
+    CK(cudaFree(dk));
+    CK(cudaFree(dn));
+    return all;
+}
+
+/* Look up q; compare with ref (key -> version); rows of misses stay poisoned. */
+static void check_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::vector<int64_t> &q,
+                         const std::map<int64_t, int> &ref, uint64_t out_off)
+{
+    uint32_t dim = hps_gcache_dim(c);
+    size_t n = q.size();
+    int64_t *dk = dev_copy(q);
+    float *dout;
+    uint8_t *dmask;
+    uint32_t *dmi, *dmc;
+    /* out_off floats of offset: also exercises unaligned output rows */
+    CK(cudaMalloc((void **)&dout, (n * dim + out_off) * sizeof(float)));
+    CK(cudaMemset(dout, 0xff, (n * dim + out_off) * sizeof(float))); /* NaN poison */
+    CK(cudaMalloc((void **)&dmask, n + 1));
+    CK(cudaMalloc((void **)&dmi, n * 4 + 4));
+    CK(cudaMalloc((void **)&dmc, 4));
+    OK(hps_gcache_lookup(c, ws, dk, n, dout + out_off, dmask, dmi, dmc, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<float> out = host_copy(dout + out_off, n * dim);
+    std::vector<uint8_t> mask = host_copy(dmask, n);
+    uint32_t nm = host_copy(dmc, 1)[0];
+    std::vector<uint32_t> mi = host_copy(dmi, nm);
+    std::set<uint32_t> missing(mi.begin(), mi.end());
+    HPS_ASSERT_EQ(missing.size(), nm);
+    size_t expect_miss = 0;
+    for (size_t i = 0; i < n; i++) {
+        auto it = ref.find(q[i]);
+        bool hit = it != ref.end();
+        expect_miss += !hit;
+        HPS_ASSERT_EQ(mask[i], hit);
+        HPS_ASSERT_EQ(missing.count((uint32_t)i), !hit);
+        for (uint32_t j = 0; j < dim; j++) {
+            uint32_t bits;
+            memcpy(&bits, &out[i * dim + j], 4);
+            if (hit)
+                HPS_ASSERT_EQ(out[i * dim + j], row_val(q[i], it->second, j));
+            else
+                HPS_ASSERT_EQ(bits, 0xffffffffu);
+        }
+    }
+    HPS_ASSERT_EQ(nm, expect_miss);
+    CK(cudaFree(dk));
+    CK(cudaFree(dout));
+    CK(cudaFree(dmask));
+    CK(cudaFree(dmi));
+    CK(cudaFree(dmc));
+}
+
+static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, size_t nkeys)
+{
+    hps_gcache_t *c;
+    hps_gcache_ws_t *ws;
+    OK(hps_gcache_create(cap, dim, pol, 0, &c));
+    OK(hps_gcache_ws_create(c, 40000, &ws));
+    std::vector<int64_t> keys(nkeys);
+    for (auto &k : keys)
+        k = (int64_t)(rnd() % 1000000000) - 500000000;
+    keys.push_back(-1);
+    keys.push_back(0);
+    keys.push_back(INT64_MIN);
+    insert_rows(c, keys, 1, false, 0);
+    std::set<int64_t> res = resident(c);
+    if (cap >= 4 * nkeys) /* load <= 1/4: nothing should overflow a set */
+        HPS_ASSERT_EQ(res.size(), std::set<int64_t>(keys.begin(), keys.end()).size());
+    std::map<int64_t, int> ref;
+    for (int64_t k : res)
+        ref[k] = 1;
+    /* update: half of the keys get version 2, plus absent keys (ignored) */
+    std::vector<int64_t> upd;
+    for (size_t i = 0; i < keys.size(); i += 2)
+        upd.push_back(keys[i]);
+    for (int i = 0; i < 100; i++)
+        upd.push_back((int64_t)(rnd() >> 1) + 2000000000ll);
+    insert_rows(c, upd, 2, true, 0);
+    for (int64_t k : upd)
+        if (ref.count(k))
+            ref[k] = 2;
+    HPS_ASSERT_EQ(resident(c).size(), res.size());
+    size_t sizes[] = {1, 31, 100, 1024, 1025, 5000, 40000};
+    for (size_t n : sizes) {
+        std::vector<int64_t> q(n);
+        for (auto &k : q) {
+            uint64_t r = rnd() % 10;
+            if (r < 6)
+                k = keys[rnd() % keys.size()];
+            else if (r < 8)
+                k = keys[rnd() % 16]; /* heavy duplicates */
+            else if (r < 9)
+                k = (int64_t)(rnd() >> 2) + 3000000000ll; /* absent */
+            else
+                k = HPS_GCACHE_EMPTY_KEY;
+        }
+        uint64_t fused_max[] = {HPS_GCACHE_FUSED_MAX, 0, UINT64_MAX}; /* auto, dedup, fused */
+        for (uint64_t fm : fused_max) {
+            hps_gcache_set_fused_max(c, fm);
+            check_lookup(c, ws, q, ref, 0);
+            check_lookup(c, ws, q, ref, 1); /* unaligned output: scalar paths */
+        }
+        hps_gcache_set_fused_max(c, HPS_GCACHE_FUSED_MAX);
+    }
+    hps_gcache_stats_t st;
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.lookups > 0, 1);
+    HPS_ASSERT_EQ(st.hits <= st.lookups, 1);
+    printf("ok random policy=%d dim=%u cap=%llu keys=%zu resident=%zu evictions=%llu\n", pol,
+           dim, (unsigned long long)cap, nkeys, res.size(), (unsigned long long)st.evictions);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+}
+
+/* A full set: touch 31 ways, insert one more key: the untouched way goes. */
+static void test_eviction(hps_gcache_policy_t pol)
+{
+    hps_gcache_t *c;
+    hps_gcache_ws_t *ws;
+    OK(hps_gcache_create(64 * 32, 16, pol, 0, &c));
+    OK(hps_gcache_ws_create(c, 4096, &ws));
+    uint64_t sets = hps_gcache_num_sets(c);
+    std::vector<int64_t> in_set;
+    for (int64_t k = 1; in_set.size() < 34; k++)
+        if (mix64((uint64_t)k) % sets == 5)
+            in_set.push_back(k);
+    std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
+    insert_rows(c, first, 1, false, 0);
+    std::map<int64_t, int> ref;
+    for (int64_t k : first)
+        ref[k] = 1;
+    std::vector<int64_t> touch(first.begin() + 1, first.end()); /* all but first[0] */
+    check_lookup(c, ws, touch, ref, 0);
+    check_lookup(c, ws, touch, ref, 0);
+    insert_rows(c, std::vector<int64_t>(1, in_set[32]), 1, false, 0);
+    std::set<int64_t> res = resident(c);
+    HPS_ASSERT_EQ(res.size(), 32);
+    HPS_ASSERT_EQ(res.count(first[0]), 0);
+    HPS_ASSERT_EQ(res.count(in_set[32]), 1);
+    /* many keys into a small cache: never more than 32 per set */
+    std::vector<int64_t> many(20000);
+    for (auto &k : many)
+        k = (int64_t)rnd();
+    insert_rows(c, many, 3, false, 0);
+    res = resident(c);
+    HPS_ASSERT_EQ(res.size() <= hps_gcache_capacity(c), 1);
+    hps_gcache_stats_t st;
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.evictions > 0, 1);
+    printf("ok eviction policy=%d resident=%zu evictions=%llu\n", pol, res.size(),
+           (unsigned long long)st.evictions);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+}
+
+/* Lookups on one stream while another rewrites the same keys. */
+static void test_concurrent(hps_gcache_policy_t pol)
+{
+    const uint32_t dim = 128;
+    const int rounds = 40, nq = 20000, nkeys = 1000;
+    hps_gcache_t *c;
+    hps_gcache_ws_t *ws_big, *ws_small;
+    OK(hps_gcache_create(8 * nkeys, dim, pol, 0, &c));
+    OK(hps_gcache_ws_create(c, nq, &ws_big));
+    OK(hps_gcache_ws_create(c, nq, &ws_small));
+    std::vector<int64_t> keys(nkeys);
+    for (int i = 0; i < nkeys; i++)
+        keys[i] = (int64_t)(mix64(i + 12345) >> 1);
+    insert_rows(c, keys, 0, false, 0);
+    HPS_ASSERT_EQ(resident(c).size(), nkeys);
+    /* all versions' rows, staged on the device up front */
+    std::vector<float> vals((size_t)rounds * nkeys * dim);
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < nkeys; i++)
+            for (uint32_t j = 0; j < dim; j++)
+                vals[((size_t)r * nkeys + i) * dim + j] = row_val(keys[i], r + 1, j);
+    float *dvals = dev_copy(vals);
+    int64_t *dkeys = dev_copy(keys);
+    std::vector<int64_t> q(nq);
+    for (auto &k : q)
+        k = keys[rnd() % 64 < 32 ? rnd() % 8 : rnd() % nkeys];
+    int64_t *dq = dev_copy(q);
+    float *dout;
+    uint32_t *dmc;
+    CK(cudaMalloc((void **)&dout, (size_t)2 * rounds * nq * dim * sizeof(float)));
+    CK(cudaMalloc((void **)&dmc, 2 * rounds * sizeof(uint32_t)));
+    cudaStream_t sa, sb;
+    CK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+    for (int r = 0; r < rounds; r++) {
+        OK(hps_gcache_insert(c, dkeys, dvals + (size_t)r * nkeys * dim, nkeys, sb));
+        OK(hps_gcache_lookup(c, ws_big, dq, nq, dout + (size_t)(2 * r) * nq * dim, NULL, NULL,
+                             NULL, sa));
+        OK(hps_gcache_lookup(c, ws_small, dq, 700, dout + (size_t)(2 * r + 1) * nq * dim, NULL,
+                             NULL, NULL, sa));
+        if (r == rounds / 2) /* the second half: the big batches through the fused kernel */
+            hps_gcache_set_fused_max(c, UINT64_MAX);
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<float> out = host_copy(dout, (size_t)2 * rounds * nq * dim);
+    long torn = 0, checked = 0;
+    for (int b = 0; b < 2 * rounds; b++) {
+        size_t n = b % 2 ? 700 : nq;
+        for (size_t i = 0; i < n; i++) {
+            const float *row = &out[((size_t)b * nq + i) * dim];
+            int found = -1;
+            for (int v = 0; v <= rounds && found < 0; v++)
+                if (row[0] == row_val(q[i], v, 0))
+                    found = v;
+            bool whole = found >= 0;
+            for (uint32_t j = 0; whole && j < dim; j++)
+                whole = row[j] == row_val(q[i], found, j);
+            torn += !whole;
+            checked++;
+        }
+    }
+    HPS_ASSERT_EQ(torn, 0);
+    printf("ok concurrent policy=%d rows=%ld torn=%ld\n", pol, checked, torn);
+    CK(cudaStreamDestroy(sa));
+    CK(cudaStreamDestroy(sb));
+    CK(cudaFree(dvals));
+    CK(cudaFree(dkeys));
+    CK(cudaFree(dq));
+    CK(cudaFree(dout));
+    CK(cudaFree(dmc));
+    hps_gcache_ws_destroy(ws_big);
+    hps_gcache_ws_destroy(ws_small);
+    hps_gcache_destroy(c);
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("1..0 # SKIP no CUDA device\n");
+        return 77;
+    }
+    bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0; /* for the sanitizers */
+    hps_gcache_t *c = NULL;
+    HPS_ASSERT_EQ(hps_gcache_create(0, 8, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_create(64, 0, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_create(64, 8, (hps_gcache_policy_t)7, 0, &c), HPS_EINVAL);
+    hps_gcache_policy_t pols[] = {HPS_GCACHE_LRU, HPS_GCACHE_LFU};
+    for (hps_gcache_policy_t pol : pols) {
+        test_random(pol, 128, 16384, 3000);
+        test_random(pol, 7, 16384, 3000);
+        if (!quick)
+            test_random(pol, 128, 4096, 3000); /* overfull: evictions */
+        test_eviction(pol);
+        if (!quick)
+            test_concurrent(pol);
+    }
+    printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}
