@@ -12,7 +12,7 @@
  * outgrows the limit is dropped as it arrives (never buffered) and answered
  * with 400 at its end; past twice the limit the connection is cut.
  *
- * Only inference bodies are kept.  Everything runs on the listener's
+ * Only inference and shared-memory register bodies are kept.  Everything runs on the listener's
  * threads, including backend->lookup().
  */
 #include <errno.h>
@@ -22,6 +22,13 @@
 #include <strings.h>
 
 #include "worker/kserve_http.h"
+
+/* Answer to shared-memory requests when client registration is disabled
+ * (Triton: 501 UNSUPPORTED without --allow-client-shm=true). */
+#define SHM_DISABLED_MSG                                                                           \
+    "Shared memory registration is disabled: clients may not register shared "                     \
+    "memory regions (Triton: --allow-client-shm=true; here: hps_kserve_options_t."                 \
+    "disable_client_shm = false)"
 
 /* Largest body buffer reserved from Content-Length before data arrives. */
 #define PREALLOC_MAX ((size_t)1 << 20)
@@ -157,7 +164,7 @@ static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
 {
     hps__text_t t;
     hps__text_init(&t);
-    hps__resp_server_meta(&t, s->server_name, s->server_version);
+    hps__resp_server_meta(&t, s->server_name, s->server_version, s->limits.shm != NULL);
     return send_json(s, c, 200, &t);
 }
 
@@ -263,6 +270,30 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
     return send_json(s, c, 200, &t);
 }
 
+/* Where the backend writes OUTPUT0: the output region in place when it is
+ * 4-byte aligned, else a heap buffer; NULL when out of memory. */
+static float *out_buffer(const struct hps__infer_req *req)
+{
+    if (req->out_shm && ((uintptr_t)req->out_shm & 3) == 0)
+        return (float *)(void *)req->out_shm;
+    return malloc(req->out_len ? (size_t)req->out_len * sizeof(float) : 1);
+}
+
+/* The lookup is over: copy a heap buffer to an unaligned output region
+ * (if it succeeded) and free it.  Returns what infer_respond() takes: the
+ * buffer to send and free, or NULL when the data went to the region. */
+static float *out_done(const struct hps__infer_req *req, float *out, bool ok)
+{
+    if (!req->out_shm)
+        return ok ? out : (free(out), NULL);
+    if ((char *)out != req->out_shm) {
+        if (ok)
+            memcpy(req->out_shm, out, (size_t)req->out_len * sizeof(float));
+        free(out);
+    }
+    return NULL;
+}
+
 /* Parse, look up, answer: one inference request for model mi. */
 static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
                                    size_t mi)
@@ -277,14 +308,15 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
     enum MHD_Result ret;
     hps_kserve_lookup_stats_t ls;
-    float *out = malloc(req.out_len ? (size_t)req.out_len * sizeof(float) : 1);
+    float *out = out_buffer(&req);
     stamp[1] = hps__now_ns();
     if (!out) {
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
     } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret)) {
-        free(out);
+        out_done(&req, out, false);
     } else {
         stamp[2] = hps__now_ns();
+        out = out_done(&req, out, true);
         ret = infer_respond(s, c, m, &req, out, &ls, stamp);
     }
     hps__infer_req_fini(&req);
@@ -302,6 +334,41 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
     atomic_fetch_add_explicit(pending, 1, memory_order_relaxed); /* a gauge only */
     enum MHD_Result ret = infer_model(s, c, q, (size_t)mi);
     atomic_fetch_sub_explicit(pending, 1, memory_order_relaxed);
+    return ret;
+}
+
+/* GET .../status: one region or all of them. */
+static enum MHD_Result h_shm_status(hps_kserve_t *s, struct MHD_Connection *c, const char *name)
+{
+    hps__kerr_t err;
+    hps__text_t t;
+    hps__text_init(&t);
+    if (hps__shm_status(&s->shm, name, &t, &err) == 0)
+        return send_json(s, c, 200, &t);
+    hps__text_fini(&t);
+    return send_error(s, c, err.status, err.msg);
+}
+
+/* The system shared-memory endpoints (CUDA ones were answered by begin()). */
+static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
+                             const struct hps__route *r)
+{
+    char *name = r->region ? strndup(r->region, r->region_len) : NULL;
+    if (r->region && !name)
+        return send_error(s, c, 500, "out of memory");
+    enum MHD_Result ret;
+    hps__kerr_t err;
+    if (r->kind == HPS__R_SHM_STATUS) {
+        ret = h_shm_status(s, c, name);
+    } else if (r->kind == HPS__R_SHM_UNREGISTER) {
+        hps__shm_unregister(&s->shm, name);
+        ret = send_empty(s, c, 200);
+    } else if (hps__shm_register(&s->shm, name, q->body ? q->body : "", q->len, &err) == 0) {
+        ret = send_empty(s, c, 200);
+    } else {
+        ret = send_error(s, c, err.status, err.msg);
+    }
+    free(name);
     return ret;
 }
 
@@ -335,6 +402,10 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
     case HPS__R_MODEL_CONFIG:
     case HPS__R_MODEL_STATS:
         return h_model(s, c, &r);
+    case HPS__R_SHM_STATUS:
+    case HPS__R_SHM_REGISTER:
+    case HPS__R_SHM_UNREGISTER:
+        return h_shm(s, c, q, &r);
     default:
         return send_error(s, c, 404, "Not Found"); /* unreachable: begin() answered */
     }
@@ -356,7 +427,8 @@ static uint64_t content_length(struct MHD_Connection *c)
     return (errno || *end || *v == '-') ? UINT64_MAX : (uint64_t)n;
 }
 
-/* Checks of an inference request that need only the headers. */
+/* Checks of a request with a body (inference, shm register) that need only
+ * the headers. */
 static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
 {
     hps_kserve_t *s = q->srv;
@@ -407,12 +479,17 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
     if (strcmp(method, want) != 0)
         return send_error(s, c, 405, "Method Not Allowed");
     if (r.kind == HPS__R_SHM_STATUS || r.kind == HPS__R_SHM_REGISTER ||
-        r.kind == HPS__R_SHM_UNREGISTER)
-        return send_error(s, c, 501,
-                          "the system and CUDA shared-memory extensions are not supported "
-                          "by this server");
+        r.kind == HPS__R_SHM_UNREGISTER) {
+        if (r.cuda)
+            return send_error(s, c, 501,
+                              "CUDA shared memory is not supported by this server (use "
+                              "system shared memory)");
+        if (!s->limits.shm)
+            return send_error(s, c, 501, SHM_DISABLED_MSG);
+    }
     q->responded = false;
-    return r.kind == HPS__R_INFER ? begin_infer(q, c) : MHD_YES;
+    bool body = r.kind == HPS__R_INFER || r.kind == HPS__R_SHM_REGISTER;
+    return body ? begin_infer(q, c) : MHD_YES;
 }
 
 /* Grow the body buffer for n more bytes, at most max. */

@@ -26,6 +26,8 @@ struct hps_kserve {
     struct hps__klimits limits;
 
     hps_kserve_backend_t backend;
+    /* System shared-memory regions; limits.shm points here when enabled. */
+    struct hps__shm shm;
     struct hps__kmodel *models;
     size_t num_models;
 

@@ -19,8 +19,10 @@
  * codes (400 unless noted): exactly one of data / binary_data_size /
  * shared_memory_region per input, names, datatypes, shapes, element counts,
  * binary sizes, leftover bytes, NUMKEYS semantics, and the HPS batch limit
- * (501).  Shared-memory regions cannot be registered yet, so any reference
- * to one is Triton's 404 "Unable to find shared memory region".
+ * (501).  Inputs and OUTPUT0 may name a registered system shared-memory
+ * region (lim->shm): the window is bounds-checked against the registered
+ * size (Triton's 404 / 400 messages) and held until hps__infer_req_fini(),
+ * so unregistering during the lookup cannot unmap it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -622,14 +624,58 @@ static int input_binary_data(struct pctx *c, const struct input *in, struct hps_
     return 0;
 }
 
-static int input_shm(struct pctx *c, const struct input *in)
+/* shared_memory_byte_size (required) and shared_memory_offset (default 0). */
+static int shm_params(struct pctx *c, json_object *params, int64_t *size, int64_t *offset)
+{
+    if (!int_in(member(params, "shared_memory_byte_size"), 0, INT64_MAX, size))
+        return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_byte_size'");
+    json_object *o = member(params, "shared_memory_offset");
+    *offset = 0;
+    if (o && !int_in(o, 0, INT64_MAX, offset))
+        return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_offset'");
+    return 0;
+}
+
+/* Borrow the window an input or output names; NULL name: 400. */
+static int shm_window(struct pctx *c, json_object *params, bool write, struct hps__shm_ref *ref,
+                      int64_t *size, int64_t *offset)
 {
     size_t n;
-    const char *region = str_of(member(in->params, "shared_memory_region"), &n);
+    const char *region = str_of(member(params, "shared_memory_region"), &n);
     if (!region)
         return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_region'");
-    return hps__kerr_set(c->err, 404, "Unable to find shared memory region: '" NAMEFMT "'",
-                         NAMEARG(region, n));
+    if (shm_params(c, params, size, offset))
+        return -1;
+    return hps__shm_acquire(c->lim->shm, region, n, (uint64_t)*offset, (uint64_t)*size, write, ref,
+                            c->err);
+}
+
+/* An input read from a registered region: KEYS in place when aligned,
+ * NUMKEYS always copied (it is validated, then trusted). */
+static int input_shm(struct pctx *c, const struct input *in, struct hps__infer_req *r)
+{
+    struct hps__shm_ref ref;
+    int64_t size, offset;
+    if (shm_window(c, in->params, false, &ref, &size, &offset))
+        return -1;
+    r->held[in->which == IN_KEYS ? HPS__HELD_KEYS : HPS__HELD_NUMKEYS] = ref.region;
+    size_t elsize = in->which == IN_KEYS ? 8 : 4;
+    if ((uint64_t)size != in->count * elsize)
+        return hps__kerr_set(c->err, 400,
+                             "input byte size mismatch for input '%s' for model '%s'. "
+                             "Expected %llu, got %lld",
+                             in->name, c->m->name, (unsigned long long)(in->count * elsize),
+                             (long long)size);
+    if (in->which == IN_KEYS && ((uintptr_t)ref.ptr & 7) == 0) {
+        r->num_keys = (size_t)in->count;
+        r->keys = (const int64_t *)(const void *)ref.ptr;
+        return 0;
+    }
+    if (input_alloc(c, in, r))
+        return -1;
+    memcpy(in->which == IN_KEYS ? (void *)r->keys_owned : (void *)r->numkeys, ref.ptr,
+           (size_t)size);
+    return 0;
 }
 
 static int parse_input(struct pctx *c, json_object *obj, struct hps__infer_req *r)
@@ -645,7 +691,7 @@ static int parse_input(struct pctx *c, json_object *obj, struct hps__infer_req *
         return -1;
     c->ninputs++;
     if (member(in.params, "shared_memory_region"))
-        return input_shm(c, &in);
+        return input_shm(c, &in, r);
     if (member(in.params, "binary_data_size"))
         return input_binary_data(c, &in, r);
     return input_json_data(c, &in, r);
@@ -698,6 +744,25 @@ static int check_output_params(struct pctx *c, json_object *params)
     return 0;
 }
 
+/* OUTPUT0 written into a registered region. */
+static int output_shm(struct pctx *c, json_object *params, struct hps__infer_req *r)
+{
+    struct hps__shm_ref ref;
+    int64_t size, offset;
+    if (shm_window(c, params, true, &ref, &size, &offset))
+        return -1;
+    r->held[HPS__HELD_OUTPUT] = ref.region;
+    r->out_shm = ref.ptr;
+    r->out_shm_size = (uint64_t)size;
+    r->out_shm_offset = (uint64_t)offset;
+    size_t n;
+    const char *name = str_of(member(params, "shared_memory_region"), &n);
+    r->out_region = strndup(name, n);
+    if (!r->out_region)
+        return hps__kerr_set(c->err, 500, "out of memory");
+    return 0;
+}
+
 static int parse_output(struct pctx *c, json_object *o, bool *seen, struct hps__infer_req *r)
 {
     size_t n;
@@ -720,14 +785,8 @@ static int parse_output(struct pctx *c, json_object *o, bool *seen, struct hps__
         return hps__kerr_set(c->err, 501,
                              "classification is not supported for output 'OUTPUT0' of model '%s'",
                              c->m->name);
-    json_object *region = member(params, "shared_memory_region");
-    if (region) {
-        const char *rn = str_of(region, &n);
-        if (!rn)
-            return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_region'");
-        return hps__kerr_set(c->err, 404, "Unable to find shared memory region: '" NAMEFMT "'",
-                             NAMEARG(rn, n));
-    }
+    if (member(params, "shared_memory_region"))
+        return output_shm(c, params, r);
     json_object *bin = member(params, "binary_data");
     if (bin)
         r->binary_output = json_object_get_boolean(bin);
@@ -747,6 +806,8 @@ static int parse_outputs(struct pctx *c, json_object *root, struct hps__infer_re
     for (size_t i = 0; i < n; i++)
         if (parse_output(c, json_object_array_get_idx(outputs, i), &seen, r))
             return -1;
+    if (r->out_shm)
+        r->binary_output = false; /* the data goes to the region */
     return 0;
 }
 
@@ -786,6 +847,19 @@ static int check_numkeys(struct pctx *c, struct hps__infer_req *r)
     return 0;
 }
 
+/* Triton's check that an output region can hold the result (INTERNAL). */
+static int check_output_shm(struct pctx *c, const struct hps__infer_req *r)
+{
+    uint64_t need = r->out_len * sizeof(float);
+    if (!r->out_shm || r->out_shm_size >= need)
+        return 0;
+    return hps__kerr_set(c->err, 500,
+                         "shared memory size specified with the request for output "
+                         "'OUTPUT0' (%llu bytes) should be at least %llu bytes to hold the "
+                         "results",
+                         (unsigned long long)r->out_shm_size, (unsigned long long)need);
+}
+
 static int parse_id(struct pctx *c, json_object *root, struct hps__infer_req *r)
 {
     json_object *id = member(root, "id");
@@ -813,7 +887,7 @@ static int parse_request(struct pctx *c, json_object *root, struct hps__infer_re
     if (parse_id(c, root, r) || parse_params(c, root) || parse_inputs(c, root, r) ||
         parse_outputs(c, root, r))
         return -1;
-    return check_numkeys(c, r);
+    return check_numkeys(c, r) || check_output_shm(c, r) ? -1 : 0;
 }
 
 int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m, const char *body,
@@ -821,6 +895,7 @@ int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m
                      hps__kerr_t *err)
 {
     memset(ret, 0, sizeof(*ret));
+    ret->shm = lim->shm;
     struct pctx c = {.lim = lim, .m = m, .body = body, .body_len = body_len, .err = err};
     size_t json_len = body_len;
     if (header_len) {
@@ -862,5 +937,8 @@ void hps__infer_req_fini(struct hps__infer_req *r)
     free(r->id);
     free(r->keys_owned);
     free(r->numkeys);
+    free(r->out_region);
+    for (int i = 0; i < HPS__HELD_N; i++)
+        hps__shm_release(r->shm, r->held[i]);
     memset(r, 0, sizeof(*r));
 }

@@ -8,6 +8,7 @@
  *   kserve_infer.c    inference request parsing and validation
  *   kserve_response.c response bodies: errors, infer, metadata, config, stats
  *   kserve_metrics.c  per-model statistics and the Prometheus text
+ *   kserve_shm.c      system shared-memory regions (register, status, use)
  *   kserve_server.c   lifecycle, listeners, upload accumulation, dispatch
  *
  * Nothing here touches the network except kserve_server.c, so the parser,
@@ -16,6 +17,7 @@
 #ifndef HPS_WORKER_KSERVE_INTERNAL_H
 #define HPS_WORKER_KSERVE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -170,18 +172,24 @@ enum hps__route_kind {
     HPS__R_MODEL_STATS,
     HPS__R_ALL_STATS,
     HPS__R_INFER,
-    HPS__R_SHM_STATUS,    /* GET  .../status      (501 for now) */
-    HPS__R_SHM_REGISTER,  /* POST .../register    (501 for now) */
-    HPS__R_SHM_UNREGISTER /* POST .../unregister (501 for now) */
+    HPS__R_SHM_STATUS,    /* GET  .../status */
+    HPS__R_SHM_REGISTER,  /* POST .../register */
+    HPS__R_SHM_UNREGISTER /* POST .../unregister */
 };
 
-/** A matched URL; model and version point into the URL (not terminated). */
+/**
+ * A matched URL; model, version and region point into the URL (not
+ * terminated).
+ */
 struct hps__route {
     enum hps__route_kind kind;
     const char *model;
     size_t model_len;
     const char *version; /* NULL when the URL has no /versions/{v} */
     size_t version_len;
+    bool cuda;          /* a /v2/cudasharedmemory route */
+    const char *region; /* shm routes: /region/{name}, or NULL */
+    size_t region_len;
 };
 
 /** Match a URL path against the endpoints (Triton's regexes, full match). */
@@ -197,14 +205,77 @@ long hps__route_model(const struct hps__route *r, const struct hps__kmodel *mode
                       size_t num_models, hps__kerr_t *err);
 
 /* ------------------------------------------------------------------------ */
+/* System shared memory (kserve_shm.c)                                       */
+/* ------------------------------------------------------------------------ */
+
+/** A registered region (opaque outside kserve_shm.c). */
+struct hps__shm_region;
+
+/** The region table of one server. */
+struct hps__shm {
+    pthread_mutex_t mu;           /* guards head and every region's users/registered */
+    struct hps__shm_region *head; /* sorted by name */
+    bool enabled;                 /* client registration allowed */
+};
+
+/** Bytes of a region lent to a request: hold until hps__shm_release(). */
+struct hps__shm_ref {
+    struct hps__shm_region *region;
+    char *ptr; /* the requested window */
+};
+
+/** Empty table; enabled = whether clients may register regions. */
+void hps__shm_init(struct hps__shm *s, bool enabled);
+/** Unmap every region (no request may hold one) and free the table. */
+void hps__shm_fini(struct hps__shm *s);
+
+/**
+ * Register region `name` from a JSON body {"key","offset","byte_size"}.
+ * @return 0, or -1 with err: 400 (bad body, missing field, invalid key,
+ *         window outside the object, duplicate name), 500 (shm_open, mmap).
+ */
+int hps__shm_register(struct hps__shm *s, const char *name, const char *body, size_t len,
+                      hps__kerr_t *err);
+
+/**
+ * Append the status array of region `name` (NULL: all regions) to t.
+ * @return 0, or -1 with err 404 for an unknown name (t then holds "[]").
+ */
+int hps__shm_status(struct hps__shm *s, const char *name, hps__text_t *t, hps__kerr_t *err);
+
+/**
+ * Unregister region `name` (NULL: all).  Unknown names are a no-op.  A
+ * region in use is unmapped when its last request releases it.
+ */
+void hps__shm_unregister(struct hps__shm *s, const char *name);
+
+/**
+ * Lend [offset, offset + size) of region name[0, name_len) to a request,
+ * checked against the registered size; write: the region must be writable.
+ * @param s  the table, or NULL (no region exists: 404).
+ * @return 0 and ret, or -1 with err: 404 unknown region, 400 out of bounds
+ *         or read-only.
+ */
+int hps__shm_acquire(struct hps__shm *s, const char *name, size_t name_len, uint64_t offset,
+                     uint64_t size, bool write, struct hps__shm_ref *ret, hps__kerr_t *err);
+
+/** Give back a region from hps__shm_acquire(); r may be NULL. */
+void hps__shm_release(struct hps__shm *s, struct hps__shm_region *r);
+
+/* ------------------------------------------------------------------------ */
 /* Inference request (kserve_infer.c)                                        */
 /* ------------------------------------------------------------------------ */
 
-/** Limits that apply to every request. */
+/** Limits and context that apply to every request. */
 struct hps__klimits {
     size_t max_keys;
     unsigned json_depth;
+    /** Regions inputs and outputs may name; NULL = none (404). */
+    struct hps__shm *shm;
 };
+
+/** Slots of hps__infer_req.held. */
+enum { HPS__HELD_KEYS, HPS__HELD_NUMKEYS, HPS__HELD_OUTPUT, HPS__HELD_N };
 
 /** A validated inference request. */
 struct hps__infer_req {
@@ -217,13 +288,22 @@ struct hps__infer_req {
     int32_t *numkeys; /* (T) owned */
     uint64_t out_len; /* floats: sum_t numkeys[t] * dims[t] */
     uint64_t num_samples;
+    /* Shared memory: regions held until hps__infer_req_fini(). */
+    struct hps__shm *shm;
+    struct hps__shm_region *held[HPS__HELD_N];
+    /* OUTPUT0 into a region: out_shm != NULL.  Then binary_output is false
+     * and the response names the region instead of carrying data. */
+    char *out_shm;
+    char *out_region; /* name (owned) */
+    uint64_t out_shm_size;
+    uint64_t out_shm_offset;
 };
 
 /**
  * Parse and validate an inference request body for model m.
  * @param body          the whole body; must outlive ret (keys may point in).
  * @param header_length value of Inference-Header-Content-Length, or NULL.
- * @return 0, or -1 with err set (status 400, 404 or 501).
+ * @return 0, or -1 with err set (status 400, 404, 500 or 501).
  */
 int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m, const char *body,
                      size_t body_len, const char *header_length, struct hps__infer_req *ret,
@@ -236,8 +316,9 @@ void hps__infer_req_fini(struct hps__infer_req *r);
 
 /** {"error":"<msg>"} */
 void hps__resp_error(hps__text_t *t, const char *msg);
-/** Server metadata; extensions are the ones this front end implements. */
-void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version);
+/** Server metadata; extensions are the ones this front end implements,
+ *  plus system_shared_memory when shm is true. */
+void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm);
 void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m);
 void hps__resp_model_config(hps__text_t *t, const struct hps__kmodel *m);
 /** {"model_stats":[...]} of models[first .. first+count). */

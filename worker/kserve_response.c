@@ -38,7 +38,7 @@ void hps__resp_error(hps__text_t *t, const char *msg)
     hps__text_putc(t, '}');
 }
 
-void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version)
+void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm)
 {
     hps__text_putc(t, '{');
     str_field(t, "name", name);
@@ -50,6 +50,8 @@ void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version
             hps__text_putc(t, ',');
         hps__text_json_str(t, extensions[i], strlen(extensions[i]));
     }
+    if (shm)
+        hps__text_puts(t, ",\"system_shared_memory\"");
     hps__text_puts(t, "]}");
 }
 
@@ -211,11 +213,25 @@ static void float_array(hps__text_t *t, const float *out, uint64_t n)
     hps__text_putc(t, ']');
 }
 
+/* An output written to shared memory: the region instead of data. */
+static void shm_output_params(hps__text_t *t, const struct hps__infer_req *r)
+{
+    hps__text_puts(t, ",\"parameters\":{\"shared_memory_region\":");
+    hps__text_json_str(t, r->out_region, strlen(r->out_region));
+    hps__text_puts(t, ",\"shared_memory_byte_size\":");
+    hps__text_u64(t, r->out_shm_size);
+    if (r->out_shm_offset) {
+        hps__text_puts(t, ",\"shared_memory_offset\":");
+        hps__text_u64(t, r->out_shm_offset);
+    }
+    hps__text_puts(t, "}}]}");
+}
+
 void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct hps__infer_req *r,
                      const float *out)
 {
     /* Most floats print in at most 16 bytes ("-1.23456789e-05,"). */
-    if (!r->binary_output && !hps__text_reserve(t, 256 + r->out_len * 16))
+    if (!r->binary_output && !r->out_shm && !hps__text_reserve(t, 256 + r->out_len * 16))
         return;
     hps__text_putc(t, '{');
     if (r->id && r->id_len) {
@@ -233,6 +249,10 @@ void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct h
     hps__text_puts(t, "},\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[");
     hps__text_u64(t, r->out_len);
     hps__text_putc(t, ']');
+    if (r->out_shm) {
+        shm_output_params(t, r);
+        return;
+    }
     if (r->binary_output) {
         hps__text_puts(t, ",\"parameters\":{\"binary_data_size\":");
         hps__text_u64(t, r->out_len * sizeof(float));

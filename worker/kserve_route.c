@@ -52,15 +52,17 @@ static enum hps__route_kind shm_action(const char *p)
 }
 
 /* p points after "/v2/systemsharedmemory" or "/v2/cudasharedmemory". */
-static enum hps__route_kind parse_shm(const char *p)
+static void parse_shm(const char *p, struct hps__route *r)
 {
     if (eat(&p, "/region/")) {
         size_t n = segment(p);
         if (n == 0)
-            return HPS__R_NOT_FOUND;
+            return;
+        r->region = p;
+        r->region_len = n;
         p += n;
     }
-    return shm_action(p);
+    r->kind = shm_action(p);
 }
 
 static enum hps__route_kind model_suffix(const char *p)
@@ -115,8 +117,12 @@ void hps__route_parse(const char *url, struct hps__route *r)
         r->kind = HPS__R_ALL_STATS;
     else if (eat(&p, "/models/"))
         parse_model(p, r);
-    else if (eat(&p, "/systemsharedmemory") || eat(&p, "/cudasharedmemory"))
-        r->kind = parse_shm(p);
+    else if (eat(&p, "/systemsharedmemory"))
+        parse_shm(p, r);
+    else if (eat(&p, "/cudasharedmemory")) {
+        r->cuda = true;
+        parse_shm(p, r);
+    }
     if (r->kind == HPS__R_NOT_FOUND)
         memset(r, 0, sizeof(*r));
 }

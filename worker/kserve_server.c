@@ -198,6 +198,7 @@ static hps_err_t apply_options(hps_kserve_t *s, const hps_kserve_options_t *o)
     s->limits.max_keys =
         o->max_keys_per_request ? o->max_keys_per_request : HPS_KSERVE_DEFAULT_MAX_KEYS;
     s->limits.json_depth = JSON_DEPTH;
+    s->limits.shm = o->disable_client_shm ? NULL : &s->shm;
     s->max_connections = o->max_connections ? o->max_connections : 1024;
     s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : 60;
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : 5000;
@@ -224,6 +225,7 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
         return -ENOMEM;
     s->http_fd = s->metrics_fd = -1;
     s->backend = *backend;
+    hps__shm_init(&s->shm, !o.disable_client_shm);
     rc = apply_options(s, &o);
     if (rc == 0)
         rc = copy_models(s, models, num_models);
@@ -377,6 +379,7 @@ void hps_kserve_destroy(hps_kserve_t *s)
     if (!s)
         return;
     hps_kserve_stop(s);
+    hps__shm_fini(&s->shm);
     for (size_t i = 0; s->models && i < s->num_models; i++)
         model_fini(&s->models[i]);
     free(s->models);

@@ -20,18 +20,29 @@
  *     GET  /v2/models/{m}[/versions/{v}]/config  model configuration (JSON)
  *     GET  /v2/models[/{m}[/versions/{v}]]/stats statistics extension
  *     POST /v2/models/{m}[/versions/{v}]/infer   inference (JSON or binary)
- *     any  /v2/systemsharedmemory/..., /v2/cudasharedmemory/...
- *                                                501 (not supported yet)
+ *     GET  /v2/systemsharedmemory[/region/{r}]/status      regions (JSON array)
+ *     POST /v2/systemsharedmemory/region/{r}/register      {"key","offset","byte_size"}
+ *     POST /v2/systemsharedmemory[/region/{r}]/unregister  200, unknown r too
+ *     any  /v2/cudasharedmemory/...              501 (not supported)
+ *
+ * System shared memory (Triton's extension, advertised as
+ * "system_shared_memory" unless opts.disable_client_shm): a client maps a
+ * POSIX shared-memory object (shm_open key) under a region name; inference
+ * inputs may then read KEYS / NUMKEYS from a region, and OUTPUT0 may be
+ * written straight into one (parameters shared_memory_region,
+ * shared_memory_byte_size, shared_memory_offset): the response then names
+ * the region instead of carrying data.  Windows are checked against the
+ * registered size; a region unregistered while requests use it is unmapped
+ * when they finish.
  *
  * Success is always 200; every error body is {"error": "<message>"} with
  * Content-Type application/json: 400 invalid request (also: unknown model,
  * body over max_body_bytes, more keys than max_keys_per_request), 404
- * unknown path (and, as in Triton, an unknown shared-memory region named by
- * an inference request: none can be registered yet), 405 wrong method, 500
- * backend failure, 501 unsupported (more samples than max_batch_size, as
- * the HPS backend), 503 backend busy.  As in Triton, /v2/health/live and
- * /v2/health/ready answer with an empty body (200 / 400); a model's /ready
- * that fails says why.
+ * unknown path (and, as in Triton, an unknown shared-memory region), 405
+ * wrong method, 500 backend failure (also: output region too small), 501
+ * unsupported (more samples than max_batch_size, as the HPS backend; CUDA
+ * shared memory; client shared memory disabled), 503 backend busy.  As in Triton, /v2/health/live
+ * and /v2/health/ready answer with an empty body (200 / 400); a model's /ready that fails says why.
  *
  * Statistics and metrics, per model: success / fail / queue /
  * compute_input / compute_infer / compute_output counts and nanoseconds,
@@ -136,6 +147,13 @@ typedef struct hps_kserve_options {
     const char *server_name;
     /** "version" of the server metadata; NULL = hps_version(). */
     const char *server_version;
+    /** Refuse client shared memory: the /v2/systemsharedmemory endpoints
+     *  answer 501, "system_shared_memory" is not advertised and inference
+     *  requests naming a region get 404.  false (the default, unlike
+     *  Triton's --allow-client-shm=false) lets any client that can reach
+     *  the port map POSIX shared-memory objects the worker's user can open:
+     *  set it when the HTTP port is reachable by untrusted clients. */
+    bool disable_client_shm;
 } hps_kserve_options_t;
 
 /**
@@ -244,7 +262,8 @@ typedef struct hps_kserve_backend {
 /**
  * @brief Fill options with the defaults: 127.0.0.1, ports 8000 and 8002,
  *        4 threads, 64 MiB bodies, 1 Mi keys, 1024 connections, 60 s idle
- *        timeout, 5 s drain, name "hps", version hps_version().
+ *        timeout, 5 s drain, name "hps", version hps_version(), client
+ *        system shared memory enabled.
  * @param[out] opts  overwritten entirely.
  * Thread-safe; never fails.
  */

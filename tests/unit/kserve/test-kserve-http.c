@@ -375,12 +375,13 @@ static void test_server_metadata(void **state)
     KS_CHECK(strcmp(str_member(j, "version"), "9.8.7") == 0, "version");
     json_object *ext = NULL;
     json_object_object_get_ex(j, "extensions", &ext);
-    const char *want[] = {"binary_tensor_data", "statistics", "model_configuration", "parameters"};
-    KS_CHECK(json_object_array_length(ext) == 4, "%s", r.body);
-    for (size_t i = 0; i < 4; i++)
+    const char *want[] = {"binary_tensor_data", "statistics", "model_configuration", "parameters",
+                          "system_shared_memory"};
+    KS_CHECK(json_object_array_length(ext) == 5, "%s", r.body);
+    for (size_t i = 0; i < 5; i++)
         KS_CHECK(strcmp(json_object_get_string(json_object_array_get_idx(ext, i)), want[i]) == 0,
                  "extension %zu", i);
-    KS_CHECK(!strstr(r.body, "shared_memory"), "no shm advertised");
+    KS_CHECK(!strstr(r.body, "cuda_shared_memory"), "no CUDA shm advertised");
     json_object_put(j);
     ks_resp_free(&r);
 }
@@ -800,8 +801,7 @@ static void test_routes(void **state)
         {"POST", "/v2/models/hps_wdl", 405, "Method Not Allowed"},
         {"DELETE", "/v2", 405, "Method Not Allowed"},
         {"HEAD", "/v2/health/live", 405, NULL},
-        {"GET", "/v2/systemsharedmemory/status", 501, "not supported"},
-        {"POST", "/v2/systemsharedmemory/region/r/register", 501, "not supported"},
+        {"POST", "/v2/cudasharedmemory/region/r/register", 501, "not supported"},
         {"POST", "/v2/cudasharedmemory/unregister", 501, "not supported"},
         {"GET", "/v2/cudasharedmemory/region/r/status", 501, "not supported"},
         {"GET", "/v2/systemsharedmemory/region/r/register", 405, "Method Not Allowed"},

@@ -134,7 +134,8 @@ def test_metadata(srv):
     meta = json.loads(data)
     assert status == 200 and meta["name"] == "hps", meta
     assert "binary_tensor_data" in meta["extensions"] and "statistics" in meta["extensions"]
-    assert not any("shared_memory" in e for e in meta["extensions"])
+    assert "system_shared_memory" in meta["extensions"]
+    assert "cuda_shared_memory" not in meta["extensions"]
     status, _, data = srv.request("GET", "/v2/models/hps_wdl")
     meta = json.loads(data)
     assert meta["platform"] == "hps" and meta["versions"] == ["1"], meta
@@ -169,7 +170,7 @@ def test_errors(srv):
     expect_error(srv, 404, "Not Found", "GET", "/v2/nothing")
     expect_error(srv, 405, "Method Not Allowed", "GET", "/v2/models/hps_wdl/infer")
     expect_error(srv, 501, "not supported", "POST",
-                 "/v2/systemsharedmemory/region/keys_region/unregister")
+                 "/v2/cudasharedmemory/region/keys_region/unregister")
     hdr = json.dumps({"inputs": [
         {"name": "KEYS", "shape": [1, 2], "datatype": "INT64",
          "parameters": {"binary_data_size": 16}},

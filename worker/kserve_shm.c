@@ -1,0 +1,407 @@
+/*
+ * kserve_shm.c -- the system shared-memory extension: a table of POSIX
+ * shared-memory regions registered by clients, lent to inference requests.
+ *
+ * Registration (Triton's SharedMemoryManager): shm_open(key) read-write,
+ * or read-only when the key's permissions allow only that; the registered
+ * window [offset, offset + byte_size) must lie inside the object (fstat);
+ * the window is mapped (from the page below offset, so any offset works)
+ * and the descriptor closed.  Names are unique; the status lists regions
+ * sorted by name, like Triton's std::map.
+ *
+ * Lifetime.  A region is referenced by the table while registered and by
+ * every request that uses it (hps__shm_acquire .. hps__shm_release).
+ * Unregistering removes it from the table at once (its name can be
+ * registered again) and unmaps it when the last request lets go, so an
+ * in-flight lookup never touches unmapped memory.  One mutex guards the
+ * table and the counts; it is held only for list walks and counter updates,
+ * never across a lookup.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "worker/kserve_internal.h"
+
+/** Keys of this prefix belong to Triton's Python backend. */
+#define RESERVED_PREFIX "triton_python_backend_shm_region_"
+/** Longest region name or key accepted. */
+#define SHM_NAME_MAX 255
+
+#define NAMEFMT       "%.*s"
+#define NAMEARG(s, n) (int)((n) > 128 ? 128 : (n)), (s)
+
+struct hps__shm_region {
+    struct hps__shm_region *next;
+    char *name;
+    char *key;
+    uint64_t offset;
+    uint64_t byte_size;
+    void *map; /* mmap base, page-aligned */
+    size_t map_len;
+    char *addr; /* the registered window: map + offset % page */
+    bool writable;
+    bool registered; /* in the table */
+    unsigned users;  /* requests holding it */
+};
+
+void hps__shm_init(struct hps__shm *s, bool enabled)
+{
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    s->enabled = enabled;
+}
+
+static void region_free(struct hps__shm_region *r)
+{
+    if (r->map)
+        munmap(r->map, r->map_len);
+    free(r->name);
+    free(r->key);
+    free(r);
+}
+
+void hps__shm_fini(struct hps__shm *s)
+{
+    hps__shm_unregister(s, NULL);
+    pthread_mutex_destroy(&s->mu);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Register                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** The fields of a register request. */
+struct reg_args {
+    const char *name;
+    const char *key;
+    int64_t offset;
+    int64_t byte_size;
+};
+
+/* Triton's messages for a missing or mistyped field. */
+static int reg_field(json_object *root, const char *field, json_type type, json_object **ret,
+                     hps__kerr_t *err)
+{
+    if (!json_object_object_get_ex(root, field, ret))
+        return hps__kerr_set(err, 400, "Shared memory register request has no '%s' field", field);
+    if (!json_object_is_type(*ret, type))
+        return hps__kerr_set(err, 400, "Unable to parse '%s'", field);
+    return 0;
+}
+
+static int reg_parse(json_object *root, struct reg_args *a, hps__kerr_t *err)
+{
+    json_object *v;
+    if (!json_object_is_type(root, json_type_object))
+        return hps__kerr_set(err, 400,
+                             "failed to parse the request JSON buffer: the request must "
+                             "be a JSON object");
+    if (reg_field(root, "key", json_type_string, &v, err))
+        return -1;
+    a->key = json_object_get_string(v);
+    a->offset = 0;
+    if (json_object_object_get_ex(root, "offset", &v)) {
+        if (!json_object_is_type(v, json_type_int) || (a->offset = json_object_get_int64(v)) < 0)
+            return hps__kerr_set(err, 400, "Unable to parse 'offset'");
+    }
+    if (reg_field(root, "byte_size", json_type_int, &v, err))
+        return -1;
+    a->byte_size = json_object_get_int64(v);
+    if (a->byte_size < 0)
+        return hps__kerr_set(err, 400, "Unable to parse 'byte_size'");
+    return 0;
+}
+
+/* Keys the server refuses: empty or all slashes, and the reserved prefix. */
+static int check_key(const struct reg_args *a, hps__kerr_t *err)
+{
+    const char *k = a->key + strspn(a->key, "/");
+    if (*k == '\0' || strlen(a->key) > SHM_NAME_MAX || strchr(k, '/'))
+        return hps__kerr_set(err, 400,
+                             "cannot register shared memory region '%.128s' with key "
+                             "'%.128s' as the key is not a valid shared memory key",
+                             a->name, a->key);
+    if (strncmp(k, RESERVED_PREFIX, strlen(RESERVED_PREFIX)) == 0)
+        return hps__kerr_set(err, 400,
+                             "cannot register shared memory region '%.128s' with key "
+                             "'%.128s' as the key contains the reserved prefix '" RESERVED_PREFIX
+                             "'",
+                             a->name, a->key);
+    return 0;
+}
+
+/* Open the key read-write, else read-only. */
+static int open_key(const struct reg_args *a, bool *writable, hps__kerr_t *err)
+{
+    *writable = true;
+    int fd = shm_open(a->key, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0 && errno == EACCES) {
+        *writable = false;
+        fd = shm_open(a->key, O_RDONLY | O_CLOEXEC, 0);
+    }
+    if (fd < 0)
+        hps__kerr_set(err, 500, "Unable to open shared memory region: '%.128s'", a->key);
+    return fd;
+}
+
+/* Check the window against the object's size and map it. */
+static int map_window(int fd, const struct reg_args *a, struct hps__shm_region *r, hps__kerr_t *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return hps__kerr_set(err, 500, "Unable to stat shared memory region: '%.128s'", a->key);
+    uint64_t size = (uint64_t)st.st_size;
+    uint64_t off = (uint64_t)a->offset, len = (uint64_t)a->byte_size;
+    if (len == 0 || off > size || len > size - off)
+        return hps__kerr_set(
+            err, 400, "failed to register shared memory region '%.128s': invalid args", a->name);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t base = off - off % page;
+    r->map_len = (size_t)(len + (off - base));
+    int prot = PROT_READ | (r->writable ? PROT_WRITE : 0);
+    void *p = mmap(NULL, r->map_len, prot, MAP_SHARED, fd, (off_t)base);
+    if (p == MAP_FAILED)
+        return hps__kerr_set(err, 500, "unable to process address space: %s", strerror(errno));
+    r->map = p;
+    r->addr = (char *)p + (off - base);
+    return 0;
+}
+
+/* Build a mapped region from validated arguments; NULL with err set. */
+static struct hps__shm_region *region_open(const struct reg_args *a, hps__kerr_t *err)
+{
+    struct hps__shm_region *r = calloc(1, sizeof(*r));
+    if (!r || !(r->name = strdup(a->name)) || !(r->key = strdup(a->key))) {
+        if (r)
+            region_free(r);
+        hps__kerr_set(err, 500, "out of memory");
+        return NULL;
+    }
+    r->offset = (uint64_t)a->offset;
+    r->byte_size = (uint64_t)a->byte_size;
+    int fd = open_key(a, &r->writable, err);
+    int rc = fd < 0 ? -1 : map_window(fd, a, r, err);
+    if (fd >= 0)
+        close(fd);
+    if (rc) {
+        region_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Insert r in name order unless the name is taken; under s->mu. */
+static int table_insert(struct hps__shm *s, struct hps__shm_region *r, hps__kerr_t *err)
+{
+    struct hps__shm_region **pp = &s->head;
+    while (*pp && strcmp((*pp)->name, r->name) < 0)
+        pp = &(*pp)->next;
+    if (*pp && strcmp((*pp)->name, r->name) == 0)
+        return hps__kerr_set(err, 400, "shared memory region '%.128s' already in manager", r->name);
+    r->next = *pp;
+    r->registered = true;
+    *pp = r;
+    return 0;
+}
+
+static bool name_taken(struct hps__shm *s, const char *name)
+{
+    for (struct hps__shm_region *r = s->head; r; r = r->next)
+        if (strcmp(r->name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Register the parsed arguments (the mapping is made outside the lock). */
+static int reg_apply(struct hps__shm *s, const struct reg_args *a, hps__kerr_t *err)
+{
+    pthread_mutex_lock(&s->mu);
+    bool taken = name_taken(s, a->name);
+    pthread_mutex_unlock(&s->mu);
+    if (taken)
+        return hps__kerr_set(err, 400, "shared memory region '%.128s' already in manager", a->name);
+    if (check_key(a, err))
+        return -1;
+    struct hps__shm_region *r = region_open(a, err);
+    if (!r)
+        return -1;
+    pthread_mutex_lock(&s->mu);
+    int rc = table_insert(s, r, err); /* a racing register may have won */
+    pthread_mutex_unlock(&s->mu);
+    if (rc)
+        region_free(r);
+    return rc;
+}
+
+int hps__shm_register(struct hps__shm *s, const char *name, const char *body, size_t len,
+                      hps__kerr_t *err)
+{
+    if (!name || !*name)
+        return hps__kerr_set(err, 400,
+                             "'region name' is necessary to register system shared memory region");
+    if (strlen(name) > SHM_NAME_MAX)
+        return hps__kerr_set(err, 400, "shared memory region name of more than %d bytes",
+                             SHM_NAME_MAX);
+    json_tokener *tok = json_tokener_new_ex(8);
+    if (!tok)
+        return hps__kerr_set(err, 500, "out of memory");
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    json_object *root = len <= INT32_MAX ? json_tokener_parse_ex(tok, body, (int)len) : NULL;
+    enum json_tokener_error e = json_tokener_get_error(tok);
+    bool whole = root && json_tokener_get_parse_end(tok) == len;
+    json_tokener_free(tok);
+    int rc;
+    struct reg_args a = {.name = name};
+    if (!whole)
+        rc = hps__kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
+                           root ? "trailing bytes" : json_tokener_error_desc(e));
+    else
+        rc = reg_parse(root, &a, err) || reg_apply(s, &a, err) ? -1 : 0;
+    json_object_put(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Status and unregister                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void status_one(hps__text_t *t, const struct hps__shm_region *r)
+{
+    hps__text_puts(t, "{\"name\":");
+    hps__text_json_str(t, r->name, strlen(r->name));
+    hps__text_puts(t, ",\"key\":");
+    hps__text_json_str(t, r->key, strlen(r->key));
+    hps__text_puts(t, ",\"offset\":");
+    hps__text_u64(t, r->offset);
+    hps__text_puts(t, ",\"byte_size\":");
+    hps__text_u64(t, r->byte_size);
+    hps__text_putc(t, '}');
+}
+
+int hps__shm_status(struct hps__shm *s, const char *name, hps__text_t *t, hps__kerr_t *err)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    hps__text_putc(t, '[');
+    for (struct hps__shm_region *r = s->head; r; r = r->next) {
+        if (name && strcmp(r->name, name) != 0)
+            continue;
+        if (found)
+            hps__text_putc(t, ',');
+        status_one(t, r);
+        found = true;
+    }
+    hps__text_putc(t, ']');
+    pthread_mutex_unlock(&s->mu);
+    if (name && !found)
+        return hps__kerr_set(err, 404, "Unable to find system shared memory region: '%.128s'",
+                             name);
+    return 0;
+}
+
+/* Take r out of the table; under s->mu.  Returns r if nobody uses it. */
+static struct hps__shm_region *table_remove(struct hps__shm_region **pp)
+{
+    struct hps__shm_region *r = *pp;
+    *pp = r->next;
+    r->next = NULL;
+    r->registered = false;
+    return r->users == 0 ? r : NULL;
+}
+
+void hps__shm_unregister(struct hps__shm *s, const char *name)
+{
+    struct hps__shm_region *dead = NULL;
+    pthread_mutex_lock(&s->mu);
+    struct hps__shm_region **pp = &s->head;
+    while (*pp) {
+        if (name && strcmp((*pp)->name, name) != 0) {
+            pp = &(*pp)->next;
+            continue;
+        }
+        struct hps__shm_region *r = table_remove(pp);
+        if (r) {
+            r->next = dead;
+            dead = r;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (dead) {
+        struct hps__shm_region *next = dead->next;
+        region_free(dead);
+        dead = next;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Use by inference requests                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct hps__shm_region *table_find(struct hps__shm *s, const char *name, size_t n)
+{
+    for (struct hps__shm_region *r = s->head; r; r = r->next)
+        if (strlen(r->name) == n && memcmp(r->name, name, n) == 0)
+            return r;
+    return NULL;
+}
+
+/* Triton's GetMemoryInfo bounds checks against the registered size. */
+static int check_bounds(const struct hps__shm_region *r, uint64_t offset, uint64_t size,
+                        hps__kerr_t *err)
+{
+    if (offset >= r->byte_size)
+        return hps__kerr_set(err, 400, "Invalid offset for shared memory region: '%.128s'",
+                             r->name);
+    if (size > r->byte_size - offset)
+        return hps__kerr_set(
+            err, 400, "Invalid offset + byte size for shared memory region: '%.128s'", r->name);
+    return 0;
+}
+
+int hps__shm_acquire(struct hps__shm *s, const char *name, size_t name_len, uint64_t offset,
+                     uint64_t size, bool write, struct hps__shm_ref *ret, hps__kerr_t *err)
+{
+    memset(ret, 0, sizeof(*ret));
+    if (!s)
+        return hps__kerr_set(err, 404, "Unable to find shared memory region: '" NAMEFMT "'",
+                             NAMEARG(name, name_len));
+    pthread_mutex_lock(&s->mu);
+    struct hps__shm_region *r = table_find(s, name, name_len);
+    int rc = 0;
+    if (!r)
+        rc = hps__kerr_set(err, 404, "Unable to find shared memory region: '" NAMEFMT "'",
+                           NAMEARG(name, name_len));
+    else if (check_bounds(r, offset, size, err))
+        rc = -1;
+    else if (write && !r->writable)
+        rc = hps__kerr_set(err, 400,
+                           "shared memory region '%.128s' is read-only: its key could "
+                           "only be opened for reading",
+                           r->name);
+    if (rc == 0) {
+        r->users++;
+        ret->region = r;
+        ret->ptr = r->addr + offset;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void hps__shm_release(struct hps__shm *s, struct hps__shm_region *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&s->mu);
+    bool last = --r->users == 0 && !r->registered;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        region_free(r);
+}
