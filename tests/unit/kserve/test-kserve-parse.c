@@ -113,6 +113,12 @@ static void test_route(void **state)
     KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == -1 &&
                  !strcmp(err.msg, "Request for unknown model: 'hps_wd' is not found"),
              "%s", err.msg);
+    hps__route_parse("/v2/systemsharedmemory/region/in_0/register", &r);
+    KS_CHECK(r.kind == HPS__R_SHM_REGISTER && !r.cuda && r.region_len == 4 &&
+                 !strncmp(r.region, "in_0", 4),
+             "system region");
+    hps__route_parse("/v2/cudasharedmemory/unregister", &r);
+    KS_CHECK(r.kind == HPS__R_SHM_UNREGISTER && r.cuda && !r.region, "cuda, no region");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -7,6 +7,7 @@ Usage: test_kserve_client.py PATH/TO/kserve-test-server.  Prints TAP.
 """
 import http.client
 import json
+import os
 import re
 import struct
 import subprocess
@@ -193,6 +194,66 @@ def test_errors(srv):
     srv.command("fail 0")
 
 
+def shm_create(key, data, size):
+    """A POSIX shared-memory object, as tritonclient.utils.shared_memory makes."""
+    path = "/dev/shm" + key
+    with open(path, "wb") as f:
+        f.write(data.ljust(size, b"\0"))
+    return path
+
+
+def test_system_shm(srv):
+    """tritonclient's system shared-memory calls and infer parameters."""
+    pid = os.getpid()
+    kin, kout = "/hps_py_%d_in" % pid, "/hps_py_%d_out" % pid
+    keys = [11, -3, 1 << 40, 7, 8, 9]
+    numkeys = [2, 4]
+    want = expected("hps_wdl", keys, numkeys)
+    pin = shm_create(kin, struct.pack("<6q", *keys) + struct.pack("<2i", *numkeys), 56)
+    pout = shm_create(kout, b"", 8 + 4 * len(want))
+    try:
+        for name, key, size in (("input_data", kin, 56), ("output_data", kout, 8 + 4 * len(want))):
+            body = json.dumps({"key": key, "offset": 0, "byte_size": size})
+            status, _, data = srv.request(
+                "POST", "/v2/systemsharedmemory/region/%s/register" % name, body)
+            assert status == 200 and data == b"", (status, data)
+        expect_error(srv, 400, "shared memory region 'input_data' already in manager", "POST",
+                     "/v2/systemsharedmemory/region/input_data/register",
+                     json.dumps({"key": kin, "offset": 0, "byte_size": 56}))
+        status, _, data = srv.request("GET", "/v2/systemsharedmemory/status")
+        assert status == 200 and json.loads(data) == [
+            {"name": "input_data", "key": kin, "offset": 0, "byte_size": 56},
+            {"name": "output_data", "key": kout, "offset": 0, "byte_size": 8 + 4 * len(want)}]
+        req = json.dumps({"inputs": [
+            {"name": "KEYS", "shape": [1, 6], "datatype": "INT64",
+             "parameters": {"shared_memory_region": "input_data",
+                            "shared_memory_byte_size": 48}},
+            {"name": "NUMKEYS", "shape": [1, 2], "datatype": "INT32",
+             "parameters": {"shared_memory_region": "input_data", "shared_memory_byte_size": 8,
+                            "shared_memory_offset": 48}}],
+            "outputs": [{"name": "OUTPUT0", "parameters": {
+                "binary_data": False, "shared_memory_region": "output_data",
+                "shared_memory_byte_size": 4 * len(want), "shared_memory_offset": 8}}]})
+        status, headers, data = srv.request("POST", "/v2/models/hps_wdl/infer", req)
+        assert status == 200 and headers["content-type"] == "application/json", (status, data)
+        out = json.loads(data)["outputs"][0]
+        assert "data" not in out and out["shape"] == [len(want)], out
+        assert out["parameters"]["shared_memory_region"] == "output_data", out
+        with open(pout, "rb") as f:
+            got = list(struct.unpack("<%df" % len(want), f.read()[8:8 + 4 * len(want)]))
+        assert got == want
+        status, _, _ = srv.request("POST", "/v2/systemsharedmemory/region/input_data/unregister")
+        assert status == 200
+        expect_error(srv, 404, "Unable to find shared memory region: 'input_data'", "POST",
+                     "/v2/models/hps_wdl/infer", req)
+        assert srv.request("POST", "/v2/systemsharedmemory/unregister")[0] == 200
+        status, _, data = srv.request("GET", "/v2/systemsharedmemory/status")
+        assert status == 200 and json.loads(data) == []
+    finally:
+        os.unlink(pin)
+        os.unlink(pout)
+
+
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*'
                     r'(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*",?)*\})? '
                     r'[-+]?([0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|NaN|\+Inf|-Inf)$')
@@ -240,8 +301,8 @@ def test_stats(srv):
 
 def main():
     srv = Server(sys.argv[1])
-    tests = [test_health, test_metadata, test_infer_identical, test_errors, test_metrics,
-             test_stats]
+    tests = [test_health, test_metadata, test_infer_identical, test_errors, test_system_shm,
+             test_metrics, test_stats]
     print("1..%d" % len(tests))
     failed = 0
     for i, t in enumerate(tests, 1):
