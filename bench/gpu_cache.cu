@@ -211,7 +211,7 @@ int main(int argc, char **argv)
     printf("\n%9s %7s %10s %10s %7s %9s  | H200 reference M keys/s: gather, NVEC, HKV, "
            "HugeCTR; target\n",
            "batch", "uniq%", "ours Mk/s", "gather", "ratio", "target");
-    char sidebar[4][160] = {{0}};
+    char sidebar[4][256] = {{0}};
     for (int b = 0; b < 4; b++) {
         uint64_t B = batches[b];
         if (B > pool)
@@ -239,12 +239,14 @@ int main(int argc, char **argv)
 
         uint64_t iters = std::max<uint64_t>(iters_scale ? 200 : 20,
                                             (iters_scale ? 1ull << 28 : 1ull << 24) / B / 4);
-        /* modes: 0 the API's choice, 1 gather, 2 forced fused, 3 forced dedup */
-        double med[4];
-        for (int mode = 0; mode < 4; mode++) {
+        /* modes: 0 the API's choice, 1 gather, 2 forced fused, 3 forced dedup,
+         * 4 the API's choice with strict (fence) validation */
+        double med[5];
+        for (int mode = 0; mode < 5; mode++) {
             hps_gcache_set_fused_max(c, mode == 2 ? UINT64_MAX
                                         : mode == 3 ? 0
                                                     : HPS_GCACHE_FUSED_MAX);
+            hps_gcache_set_strict(c, mode == 4);
             double t[5];
             for (int rep = 0; rep < 5; rep++) {
                 for (uint64_t it = 0; it < iters + 10; it++) {
@@ -267,6 +269,7 @@ int main(int argc, char **argv)
             med[mode] = t[2];
         }
         hps_gcache_set_fused_max(c, HPS_GCACHE_FUSED_MAX);
+        hps_gcache_set_strict(c, 0);
         double ours = B / (med[0] * 1e3), g = B / (med[1] * 1e3);
         const refpt_t *r = &refs[b];
         printf("%9llu %6.1f%% %10.0f %10.0f %6.1f%% %9.0f  | %.0f-%.0f, %.0f, %.0f, %.0f; >= %.0f%s"
@@ -275,9 +278,11 @@ int main(int argc, char **argv)
                r->ref_gather_hi, r->nvec, r->hkv, r->hugectr, r->target,
                ours >= r->target ? " MET" : " not met", med[0] * 1e3, misses);
         snprintf(sidebar[b], sizeof(sidebar[b]),
-                 "%9llu   fused only %6.0f Mk/s (%5.1f%%)   dedup+query+scatter %6.0f Mk/s (%5.1f%%)",
+                 "%9llu   fused only %6.0f Mk/s (%5.1f%%)   dedup+query+scatter %6.0f Mk/s (%5.1f%%)"
+                 "   strict fences %6.0f Mk/s (%5.1f%%)",
                  (unsigned long long)B, B / (med[2] * 1e3), 100.0 * med[1] / med[2],
-                 B / (med[3] * 1e3), 100.0 * med[1] / med[3]);
+                 B / (med[3] * 1e3), 100.0 * med[1] / med[3], B / (med[4] * 1e3),
+                 100.0 * med[1] / med[4]);
     }
     printf("\nboth lookup paths forced (the API picks fused up to %d keys), ratio to the gather:\n",
            HPS_GCACHE_FUSED_MAX);

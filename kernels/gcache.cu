@@ -129,6 +129,11 @@ extern "C" void hps_gcache_set_fused_max(hps_gcache_t *c, uint64_t max_keys)
     c->fused_max = max_keys;
 }
 
+extern "C" void hps_gcache_set_strict(hps_gcache_t *c, int strict)
+{
+    c->ref.strict = strict != 0;
+}
+
 extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c) { return c->ref.dim; }
 extern "C" uint64_t hps_gcache_capacity(const hps_gcache_t *c)
 {

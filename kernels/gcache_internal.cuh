@@ -44,6 +44,7 @@ typedef struct hps_table_ref {
     uint32_t dim;
     int policy;
     int num_sms; /* host-side launch sizing */
+    int strict;  /* lookups order their loads by fences, not address dependencies */
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -89,7 +90,8 @@ __device__ __forceinline__ uint64_t hps__mix64(uint64_t x)
 
 __device__ __forceinline__ uint64_t hps__set_of(const hps_table_ref_t &t, int64_t key)
 {
-    return hps__mix64((uint64_t)key) % t.num_sets;
+    /* Lemire's multiply-shift range reduction: no 64-bit division. */
+    return __umul64hi(hps__mix64((uint64_t)key), t.num_sets);
 }
 
 /* Acquire-release fence at GPU scope: orders the loads of a seqlock read
@@ -97,6 +99,14 @@ __device__ __forceinline__ uint64_t hps__set_of(const hps_table_ref_t &t, int64_
 __device__ __forceinline__ void hps__fence(void)
 {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+/* An opaque zero: v & zero where zero is a kernel argument that is always 0.
+ * Adding it to an address makes the load wait for v (an address
+ * dependency), which orders it after the load of v at no other cost. */
+__device__ __forceinline__ uint64_t hps__dep(uint32_t v, uint32_t zero)
+{
+    return (uint64_t)(v & zero);
 }
 
 /* Relaxed load that bypasses L1: another SM may have written the word. */

@@ -34,6 +34,8 @@
 
 #define LK_THREADS 256
 #define LK_UNROLL 4
+/* 3 x 256 threads per SM: 24 warps, each with LK_UNROLL rows in flight. */
+#define LK_MIN_BLOCKS 3
 
 /* End of a lookup kernel: count hits, publish the miss count (last block). */
 __device__ static void lk_finish(const hps_table_ref_t &t, const hps_ws_ref_t &w, uint64_t hits,
@@ -61,6 +63,14 @@ __device__ static uint64_t lk_start(const hps_table_ref_t &t, uint64_t n)
         atomicAdd((unsigned long long *)&t.ctr[HPS_GC_LOOKUPS], (unsigned long long)n);
     }
     return now + 1;
+}
+
+/* The slow path of the vectorized kernels (out of line costs more: the
+ * call ABI spills the loop's registers). */
+__device__ __forceinline__ int64_t lk_slow_read(const hps_table_ref_t &t, int64_t key, float *dst,
+                                             int lane)
+{
+    return hps__read_key(t, key, dst, lane, true);
 }
 
 /* Lane 0 records the outcome of input key i. */
@@ -98,14 +108,21 @@ __global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t 
     lk_finish(t, w, hits, d_missing_count);
 }
 
-/* Fused, vectorized (dim % 4 == 0, dim <= 128, aligned output): a warp
- * takes LK_UNROLL keys per step and keeps their version loads, probes and row
- * loads in flight together; the seqlock check is per key as in
- * hps__read_key, which also serves as the slow path. */
-__global__ void __launch_bounds__(LK_THREADS)
+/*
+ * Fused, vectorized (dim % 4 == 0, dim <= 128, aligned output): a warp takes
+ * LK_UNROLL keys per step and keeps their version loads, probes and row
+ * loads in flight together.  Validation per key as in hps__read_key, which
+ * also serves as the slow path.  Ordering: STRICT uses fence.acq_rel between
+ * the phases (the PTX memory model's formal seqlock); otherwise each later
+ * load's address depends on the earlier loaded value (hps__dep), which
+ * orders the loads without a fence waiting for this warp's earlier stores.
+ * Lane u (< LK_UNROLL) owns key u's stamp and outcome.
+ */
+template <bool STRICT>
+__global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     k_lookup_fused_vec(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
                        uint64_t n, float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
-                       uint32_t *d_missing_count)
+                       uint32_t *d_missing_count, uint32_t zero)
 {
     int lane = threadIdx.x & 31;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -113,36 +130,54 @@ __global__ void __launch_bounds__(LK_THREADS)
     bool mine = (uint32_t)lane < t.dim / 4;
     uint64_t now = lk_start(t, n);
     uint64_t hits = 0;
+    int64_t next[LK_UNROLL]; /* keys of the warp's next step, loaded one step ahead */
+#pragma unroll
+    for (int u = 0; u < LK_UNROLL; u++)
+        next[u] = warp * LK_UNROLL + u < n ? keys[warp * LK_UNROLL + u] : HPS_GCACHE_EMPTY_KEY;
     for (uint64_t base = warp * LK_UNROLL; base < n; base += nwarps * LK_UNROLL) {
         int64_t key[LK_UNROLL];
         uint64_t set[LK_UNROLL];
         uint32_t v1[LK_UNROLL];
         int way[LK_UNROLL];
         float4 v[LK_UNROLL];
+        uint64_t nb = base + nwarps * LK_UNROLL;
 #pragma unroll
-        for (int u = 0; u < LK_UNROLL; u++)
-            key[u] = base + u < n ? keys[base + u] : HPS_GCACHE_EMPTY_KEY;
+        for (int u = 0; u < LK_UNROLL; u++) {
+            key[u] = next[u];
+            next[u] = nb + u < n ? keys[nb + u] : HPS_GCACHE_EMPTY_KEY;
+        }
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
             set[u] = hps__set_of(t, key[u]);
             v1[u] = key[u] != HPS_GCACHE_EMPTY_KEY ? hps__ld_ver(&t.ver[set[u]]) : 0;
         }
-        hps__fence(); /* why: probes and row loads must not pass the version loads */
+        if (STRICT)
+            hps__fence(); /* why: probes and row loads must not pass the version loads */
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
             int64_t k = key[u] != HPS_GCACHE_EMPTY_KEY
-                            ? __ldcg(&t.keys[set[u] * HPS_GCACHE_WAYS + lane])
+                            ? __ldcg(&t.keys[set[u] * HPS_GCACHE_WAYS + lane +
+                                             (STRICT ? 0 : hps__dep(v1[u], zero))])
                             : HPS_GCACHE_EMPTY_KEY;
             unsigned m = __ballot_sync(0xffffffffu, k == key[u] && k != HPS_GCACHE_EMPTY_KEY);
             way[u] = m ? __ffs(m) - 1 : -1;
         }
+        uint64_t pre_slot = UINT64_MAX; /* lane u: slot of key u, its stamp prefetched */
+        uint64_t pre_stamp = 0;
 #pragma unroll
-        for (int u = 0; u < LK_UNROLL; u++)
+        for (int u = 0; u < LK_UNROLL; u++) {
+            uint64_t slot = set[u] * HPS_GCACHE_WAYS + (uint64_t)way[u];
             if (way[u] >= 0 && mine)
-                v[u] = __ldcg((const float4 *)(t.vals + (set[u] * HPS_GCACHE_WAYS + way[u]) *
-                                                            t.dim) +
-                              lane);
-        hps__fence(); /* why: the row loads must complete before the versions are re-read */
+                v[u] = __ldcg((const float4 *)(t.vals + slot * t.dim) + lane);
+            if (lane == u && way[u] >= 0)
+                pre_slot = slot;
+        }
+        if (pre_slot != UINT64_MAX && t.policy == HPS_GCACHE_LRU)
+            pre_stamp = __ldcg(&t.stamps[pre_slot]);
+        if (STRICT)
+            hps__fence(); /* why: the row loads must complete before the versions are re-read */
+        int my_hit = 0;
+        uint64_t my_slot = 0;
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
             uint64_t i = base + u;
@@ -150,29 +185,38 @@ __global__ void __launch_bounds__(LK_THREADS)
                 break;
             int64_t slot = -1;
             if (key[u] != HPS_GCACHE_EMPTY_KEY) {
-                uint32_t v2 = hps__ld_ver(&t.ver[set[u]]);
-                if ((v1[u] & 1u) || v2 != v1[u]) { /* a writer overlapped: full seqlock read */
-                    slot = hps__read_key(t, key[u], out + i * t.dim, lane, true);
+                uint32_t d = mine && !STRICT ? __float_as_uint(v[u].x) : 0u;
+                uint32_t v2 = hps__ld_ver(&t.ver[set[u] + hps__dep(d, zero)]);
+                bool same = __all_sync(0xffffffffu, v2 == v1[u]);
+                if ((v1[u] & 1u) || !same) { /* a writer overlapped: full seqlock read */
+                    slot = lk_slow_read(t, key[u], out + i * t.dim, lane);
                 } else if (way[u] >= 0) {
                     slot = (int64_t)(set[u] * HPS_GCACHE_WAYS + way[u]);
                     if (mine)
                         ((float4 *)(out + i * t.dim))[lane] = v[u];
                 }
             }
-            if (lane == 0) {
-                if (slot >= 0) {
-                    hps__touch(t, (uint64_t)slot, now);
-                    hits++;
-                }
+            if (lane == u) {
+                my_hit = slot >= 0;
+                my_slot = (uint64_t)slot;
                 lk_outcome(w, i, slot >= 0, d_hit_mask, d_missing_index);
             }
+        }
+        if (my_hit) { /* lanes 0..LK_UNROLL-1: one stamp each, loaded in parallel above */
+            if (t.policy == HPS_GCACHE_LRU && my_slot == pre_slot) {
+                if (pre_stamp < now)
+                    t.stamps[my_slot] = now; /* racing readers store close clocks: benign */
+            } else {
+                hps__touch(t, my_slot, now);
+            }
+            hits++;
         }
     }
     lk_finish(t, w, hits, d_missing_count);
 }
 
 __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
-                              uint64_t n)
+                              uint64_t n, uint32_t zero)
 {
     int lane = threadIdx.x & 31;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -214,8 +258,9 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
             uint32_t v;
             while ((v = hps__ld_ver(&t.ver[set])) & 1u)
                 __nanosleep(32);
-            hps__fence(); /* why: the probe must not pass the version load */
-            const longlong2 *kp = (const longlong2 *)(t.keys + set * HPS_GCACHE_WAYS);
+            /* why the dependency: the probe must not pass the version load */
+            const longlong2 *kp =
+                (const longlong2 *)(t.keys + set * HPS_GCACHE_WAYS + hps__dep(v, zero));
             int way = -1;
 #pragma unroll
             for (int j = 0; j < HPS_GCACHE_WAYS / 2; j++) {
@@ -231,11 +276,13 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
     }
 }
 
-/* Vectorized scatter: dim % 4 == 0, dim <= 128, 16-byte aligned rows. */
-__global__ void __launch_bounds__(LK_THREADS)
+/* Vectorized scatter: dim % 4 == 0, dim <= 128, 16-byte aligned rows.
+ * STRICT and the address-dependency ordering as in k_lookup_fused_vec. */
+template <bool STRICT>
+__global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     k_scatter_vec(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                   float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
-                  uint32_t *d_missing_count)
+                  uint32_t *d_missing_count, uint32_t zero)
 {
     int lane = threadIdx.x & 31;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -243,13 +290,20 @@ __global__ void __launch_bounds__(LK_THREADS)
     uint32_t nv = t.dim / 4;
     bool mine = (uint32_t)lane < nv;
     uint64_t hits = 0;
+    uint32_t next[LK_UNROLL]; /* entries of the warp's next step, loaded one step ahead */
+#pragma unroll
+    for (int u = 0; u < LK_UNROLL; u++)
+        next[u] = warp * LK_UNROLL + u < n ? w.inv[warp * LK_UNROLL + u] : HPS_INV_NONE;
     for (uint64_t base = warp * LK_UNROLL; base < n; base += nwarps * LK_UNROLL) {
         uint32_t p[LK_UNROLL];
         uint64_t r[LK_UNROLL];
         float4 v[LK_UNROLL];
+        uint64_t nb = base + nwarps * LK_UNROLL;
 #pragma unroll
-        for (int u = 0; u < LK_UNROLL; u++)
-            p[u] = base + u < n ? w.inv[base + u] : HPS_INV_NONE;
+        for (int u = 0; u < LK_UNROLL; u++) {
+            p[u] = next[u];
+            next[u] = nb + u < n ? w.inv[nb + u] : HPS_INV_NONE;
+        }
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++)
             r[u] = p[u] != HPS_INV_NONE ? w.dres[p[u]] : HPS_RES_MISS;
@@ -257,7 +311,8 @@ __global__ void __launch_bounds__(LK_THREADS)
         for (int u = 0; u < LK_UNROLL; u++)
             if (r[u] != HPS_RES_MISS && mine)
                 v[u] = __ldcg((const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane);
-        hps__fence(); /* why: the row loads must complete before the versions are re-read */
+        if (STRICT)
+            hps__fence(); /* why: the row loads must complete before the versions are re-read */
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
             uint64_t i = base + u;
@@ -266,15 +321,16 @@ __global__ void __launch_bounds__(LK_THREADS)
             bool hit = r[u] != HPS_RES_MISS;
             if (hit) {
                 uint32_t slot = (uint32_t)r[u];
-                uint32_t now_v = hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS]);
-                if (now_v == (uint32_t)(r[u] >> 32)) {
+                uint32_t d = mine && !STRICT ? __float_as_uint(v[u].x) : 0u;
+                uint32_t now_v = hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS + hps__dep(d, zero)]);
+                if (__all_sync(0xffffffffu, now_v == (uint32_t)(r[u] >> 32))) {
                     if (mine)
                         ((float4 *)(out + i * t.dim))[lane] = v[u];
                 } else { /* a writer touched the set since the probe: read again */
-                    hit = hps__read_key(t, keys[i], out + i * t.dim, lane, true) >= 0;
+                    hit = lk_slow_read(t, keys[i], out + i * t.dim, lane) >= 0;
                 }
             }
-            if (lane == 0) {
+            if (lane == u) {
                 if (p[u] != HPS_INV_NONE)
                     w.dkeys[p[u]] = HPS_DKEY_EMPTY; /* why: kernel 2 never reads dkeys */
                 hits += hit;
@@ -352,11 +408,12 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
                                         uint8_t *d_hit_mask, uint32_t *d_missing_index,
                                         uint32_t *d_missing_count, cudaStream_t stream)
 {
-    if (lk_vec4(ref, d_out) && ref->dim <= 128)
-        k_lookup_fused_vec<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
-                                       (const void *)k_lookup_fused_vec, &occ_fvec),
-                             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask,
-                                                      d_missing_index, d_missing_count);
+    if (lk_vec4(ref, d_out) && ref->dim <= 128) {
+        auto fn = ref->strict ? k_lookup_fused_vec<true> : k_lookup_fused_vec<false>;
+        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_fvec),
+             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                      d_missing_count, 0u);
+    }
     else
         k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS,
                          0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
@@ -368,7 +425,7 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
 extern "C" hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                                        const int64_t *d_keys, uint64_t n, cudaStream_t stream)
 {
-    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, (const void *)k_dedup_probe, &occ_dedup), LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n);
+    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, (const void *)k_dedup_probe, &occ_dedup), LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, 0u);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -378,11 +435,12 @@ extern "C" hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_
                                    uint8_t *d_hit_mask, uint32_t *d_missing_index,
                                    uint32_t *d_missing_count, cudaStream_t stream)
 {
-    if (lk_vec4(ref, d_out) && ref->dim <= 128)
-        k_scatter_vec<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
-                                    (const void *)k_scatter_vec, &occ_vec),
-                          LK_THREADS, 0, stream>>>(
-            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count);
+    if (lk_vec4(ref, d_out) && ref->dim <= 128) {
+        auto fn = ref->strict ? k_scatter_vec<true> : k_scatter_vec<false>;
+        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_vec),
+             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                      d_missing_count, 0u);
+    }
     else
         k_scatter_any<<<lk_blocks(ref, n, (const void *)k_scatter_any, &occ_any), LK_THREADS, 0, stream>>>(
             *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,

@@ -8,7 +8,8 @@
  *   vals   float32 [num_sets * 32][dim]   row-major, one row per slot
  *   ver    uint32  [num_sets]       per-set seqlock word (even = stable)
  *   clock, counters                  a few uint64 words
- * set(key) = splitmix64(key) % num_sets.  A key lives in at most one slot.
+ * set(key) = (splitmix64(key) * num_sets) >> 64 (128-bit product).  A key
+ * lives in at most one slot.
  *
  * Concurrency.
  *  - Lookups take no lock.  A reader reads the set's version (waiting while
@@ -156,6 +157,16 @@ hps_err_t hps_gcache_lookup(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int6
  * host threads: set it before sharing the handle.
  */
 void hps_gcache_set_fused_max(hps_gcache_t *cache, uint64_t max_keys);
+
+/**
+ * @brief Tuning: order the loads of a lookup's seqlock validation by
+ * fence.acq_rel (strict != 0, the PTX memory model's formal recipe) instead
+ * of the default address dependencies (each later load's address depends on
+ * the earlier loaded value, so it cannot be performed before it; no fence
+ * has to wait for the warp's earlier stores).  Same results; for
+ * verification and measurement.  Set before sharing the handle.
+ */
+void hps_gcache_set_strict(hps_gcache_t *cache, int strict);
 
 /**
  * @brief Insert or overwrite n rows; evicts by the policy when a set is full.

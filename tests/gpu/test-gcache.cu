@@ -64,6 +64,11 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
+static uint64_t set_of(int64_t key, uint64_t sets)
+{
+    return (uint64_t)(((unsigned __int128)mix64((uint64_t)key) * sets) >> 64);
+}
+
 /* Deterministic row of (key, version). */
 static float row_val(int64_t key, int ver, uint32_t j)
 {
@@ -117,7 +122,7 @@ static std::set<int64_t> resident(hps_gcache_t *c)
         HPS_ASSERT_EQ(n <= 32, 1);
         std::vector<int64_t> k = host_copy(dk, n);
         for (int64_t x : k) {
-            HPS_ASSERT_EQ(mix64((uint64_t)x) % sets, s);
+            HPS_ASSERT_EQ(set_of(x, sets), s);
             HPS_ASSERT_EQ(all.insert(x).second, 1);
         }
     }
@@ -224,6 +229,7 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
         uint64_t fused_max[] = {HPS_GCACHE_FUSED_MAX, 0, UINT64_MAX}; /* auto, dedup, fused */
         for (uint64_t fm : fused_max) {
             hps_gcache_set_fused_max(c, fm);
+            hps_gcache_set_strict(c, fm == 0); /* strict fences with the dedup path */
             check_lookup(c, ws, q, ref, 0);
             check_lookup(c, ws, q, ref, 1); /* unaligned output: scalar paths */
         }
@@ -249,7 +255,7 @@ static void test_eviction(hps_gcache_policy_t pol)
     uint64_t sets = hps_gcache_num_sets(c);
     std::vector<int64_t> in_set;
     for (int64_t k = 1; in_set.size() < 34; k++)
-        if (mix64((uint64_t)k) % sets == 5)
+        if (set_of(k, sets) == 5)
             in_set.push_back(k);
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
     insert_rows(c, first, 1, false, 0);
@@ -281,13 +287,14 @@ static void test_eviction(hps_gcache_policy_t pol)
 }
 
 /* Lookups on one stream while another rewrites the same keys. */
-static void test_concurrent(hps_gcache_policy_t pol)
+static void test_concurrent(hps_gcache_policy_t pol, int strict)
 {
     const uint32_t dim = 128;
     const int rounds = 40, nq = 20000, nkeys = 1000;
     hps_gcache_t *c;
     hps_gcache_ws_t *ws_big, *ws_small;
     OK(hps_gcache_create(8 * nkeys, dim, pol, 0, &c));
+    hps_gcache_set_strict(c, strict);
     OK(hps_gcache_ws_create(c, nq, &ws_big));
     OK(hps_gcache_ws_create(c, nq, &ws_small));
     std::vector<int64_t> keys(nkeys);
@@ -342,7 +349,7 @@ static void test_concurrent(hps_gcache_policy_t pol)
         }
     }
     HPS_ASSERT_EQ(torn, 0);
-    printf("ok concurrent policy=%d rows=%ld torn=%ld\n", pol, checked, torn);
+    printf("ok concurrent policy=%d strict=%d rows=%ld torn=%ld\n", pol, strict, checked, torn);
     CK(cudaStreamDestroy(sa));
     CK(cudaStreamDestroy(sb));
     CK(cudaFree(dvals));
@@ -374,8 +381,10 @@ int main(int argc, char **argv)
         if (!quick)
             test_random(pol, 128, 4096, 3000); /* overfull: evictions */
         test_eviction(pol);
-        if (!quick)
-            test_concurrent(pol);
+        if (!quick) {
+            test_concurrent(pol, 0);
+            test_concurrent(pol, 1);
+        }
     }
     printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
