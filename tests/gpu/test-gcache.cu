@@ -295,6 +295,7 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict)
     hps_gcache_ws_t *ws_big, *ws_small;
     OK(hps_gcache_create(8 * nkeys, dim, pol, 0, &c));
     hps_gcache_set_strict(c, strict);
+    hps_gcache_set_fused_max(c, 0); /* first half: every batch de-duplicated */
     OK(hps_gcache_ws_create(c, nq, &ws_big));
     OK(hps_gcache_ws_create(c, nq, &ws_small));
     std::vector<int64_t> keys(nkeys);
