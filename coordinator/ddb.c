@@ -15,7 +15,15 @@
 #include "hps/ddb.h"
 #include "hps/rcluster.h"
 
-#define MAX_TABLES 4096
+#define MAX_TABLES       4096
+#define TOUCH_QUEUE_KEYS (1u << 20) /* most keys waiting for access tracking */
+/* Hit keys of one lookup, waiting for touch_loop(). */
+typedef struct touch_item {
+    struct touch_item *next;
+    hps_ddb_table_t *t;
+    size_t n;
+    char keys[]; /* (n) packed keys */
+} touch_item_t;
 
 struct hps_ddb_table {
     hps_ddb_t *db;
@@ -36,9 +44,19 @@ struct hps_ddb {
     hps_ddb_table_t *tables[MAX_TABLES];
     size_t num_tables;
     hps_ddb_stats_t st; /* updated with relaxed atomic adds */
+    /* access-tracking queue (touch_loop) */
+    pthread_mutex_t tq_mu;
+    pthread_cond_t tq_cv;
+    touch_item_t *tq_head, *tq_tail;
+    size_t tq_keys;
+    bool tq_init, tq_running, tq_stop;
+    pthread_t tq_thread;
 };
 
 #define STAT_ADD(db, f, v) __atomic_fetch_add(&(db)->st.f, (v), __ATOMIC_RELAXED)
+
+static hps_err_t touch_start(hps_ddb_t *db);
+static void touch_stop(hps_ddb_t *db);
 
 /* ---- command lists ------------------------------------------------------ */
 
@@ -213,6 +231,8 @@ hps_err_t hps_ddb_open(const hps_ddb_opts_t *opts, hps_ddb_t **ret, char *err, s
     ro.conns_per_node = opts->num_node_connections;
     ro.timeout_ms = opts->timeout_ms ? opts->timeout_ms : 1000;
     hps_err_t e = hps_rcluster_create(&ro, &db->rc, err, err_len);
+    if (!e && (e = touch_start(db)) < 0)
+        set_err(err, err_len, "cannot start the access-tracking thread");
     if (e) {
         hps_ddb_close(db);
         return e;
@@ -240,6 +260,7 @@ void hps_ddb_close(hps_ddb_t *db)
 {
     if (!db)
         return;
+    touch_stop(db);
     for (size_t i = 0; i < db->num_tables; i++)
         table_free(db->tables[i]);
     hps_rcluster_destroy(db->rc);
@@ -315,6 +336,7 @@ void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret)
     ret->insert_rows = __atomic_load_n(&db->st.insert_rows, __ATOMIC_RELAXED);
     ret->evicted_rows = __atomic_load_n(&db->st.evicted_rows, __ATOMIC_RELAXED);
     ret->errors = __atomic_load_n(&db->st.errors, __ATOMIC_RELAXED);
+    ret->touches_dropped = __atomic_load_n(&db->st.touches_dropped, __ATOMIC_RELAXED);
 }
 
 /* ---- metadata (access tracking) ----------------------------------------- */
@@ -341,25 +363,12 @@ static void meta_cmds(cmdlist_t *cl, const hps_ddb_table_t *t, unsigned p, const
     }
 }
 
-/* Touch the hit keys of an LFU/LRU table (HugeCTR did it in background). */
-static void touch(hps_ddb_table_t *t, size_t n, const void *keys, const bool *found)
+/* Write the access metadata of m keys (hk, packed) of t now. */
+static void touch_now(hps_ddb_table_t *t, size_t m, const char *hk)
 {
-    if (t->db->o.overflow_policy == HPS_DDB_EVICT_RANDOM)
-        return;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        m += found[i];
-    if (m == 0)
-        return;
-    char *hk = malloc(m * t->key_bytes);
     size_t *order = NULL, *start = NULL;
     cmdlist_t cl = {0};
     int64_t now = (int64_t)time(NULL);
-    if (!hk)
-        return;
-    for (size_t i = 0, j = 0; i < n; i++)
-        if (found[i])
-            memcpy(hk + j++ * t->key_bytes, (const char *)keys + i * t->key_bytes, t->key_bytes);
     if (bucket(t, m, hk, &order, &start) == 0) {
         size_t nb = num_batches(t, start);
         if (cl_init(&cl, m + nb, 4 * m + 2 * nb) == 0) {
@@ -375,7 +384,97 @@ static void touch(hps_ddb_table_t *t, size_t n, const void *keys, const bool *fo
     }
     free(order);
     free(start);
-    free(hk);
+}
+
+/*
+ * Access tracking runs off the lookup path, as HugeCTR's background worker
+ * did: lookups queue their hit keys (a bounded queue; when it is full the
+ * touch is dropped and counted -- the metadata is a hint), one thread per
+ * handle writes them (HINCRBY / HSET time).
+ */
+static void *touch_loop(void *arg)
+{
+    hps_ddb_t *db = arg;
+    pthread_mutex_lock(&db->tq_mu);
+    for (;;) {
+        while (!db->tq_head && !db->tq_stop)
+            pthread_cond_wait(&db->tq_cv, &db->tq_mu);
+        touch_item_t *it = db->tq_head;
+        if (!it)
+            break; /* stopping and drained */
+        db->tq_head = it->next;
+        if (!db->tq_head)
+            db->tq_tail = NULL;
+        db->tq_keys -= it->n;
+        pthread_mutex_unlock(&db->tq_mu);
+        touch_now(it->t, it->n, it->keys);
+        free(it);
+        pthread_mutex_lock(&db->tq_mu);
+    }
+    pthread_mutex_unlock(&db->tq_mu);
+    return NULL;
+}
+
+/* Queue the hit keys of an LFU/LRU table for touch_loop(). */
+static void touch(hps_ddb_table_t *t, size_t n, const void *keys, const bool *found, size_t m)
+{
+    hps_ddb_t *db = t->db;
+    if (!db->tq_running || m == 0)
+        return;
+    touch_item_t *it = malloc(sizeof(*it) + m * t->key_bytes);
+    if (!it)
+        return;
+    *it = (touch_item_t){.t = t, .n = m};
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (found[i])
+            memcpy(it->keys + j++ * t->key_bytes, (const char *)keys + i * t->key_bytes,
+                   t->key_bytes);
+    pthread_mutex_lock(&db->tq_mu);
+    bool full = db->tq_keys + m > TOUCH_QUEUE_KEYS;
+    if (!full) {
+        if (db->tq_tail)
+            db->tq_tail->next = it;
+        else
+            db->tq_head = it;
+        db->tq_tail = it;
+        db->tq_keys += m;
+        pthread_cond_signal(&db->tq_cv);
+    }
+    pthread_mutex_unlock(&db->tq_mu);
+    if (full) {
+        STAT_ADD(db, touches_dropped, m);
+        free(it);
+    }
+}
+
+/* Start the touch thread (LFU/LRU only). */
+static hps_err_t touch_start(hps_ddb_t *db)
+{
+    pthread_mutex_init(&db->tq_mu, NULL);
+    pthread_cond_init(&db->tq_cv, NULL);
+    db->tq_init = true;
+    if (db->o.overflow_policy == HPS_DDB_EVICT_RANDOM)
+        return 0;
+    if (pthread_create(&db->tq_thread, NULL, touch_loop, db) != 0)
+        return -EAGAIN;
+    db->tq_running = true;
+    return 0;
+}
+
+/* Drain the queue (pending touches are written), stop the thread. */
+static void touch_stop(hps_ddb_t *db)
+{
+    if (!db->tq_init)
+        return;
+    if (db->tq_running) {
+        pthread_mutex_lock(&db->tq_mu);
+        db->tq_stop = true;
+        pthread_cond_signal(&db->tq_cv);
+        pthread_mutex_unlock(&db->tq_mu);
+        pthread_join(db->tq_thread, NULL);
+    }
+    pthread_mutex_destroy(&db->tq_mu);
+    pthread_cond_destroy(&db->tq_cv);
 }
 
 /* ---- lookup ------------------------------------------------------------- */
@@ -436,8 +535,7 @@ hps_err_t hps_ddb_lookup(hps_ddb_table_t *t, size_t n, const void *keys, float *
     STAT_ADD(t->db, lookup_hits, hits);
     if (e)
         STAT_ADD(t->db, errors, 1);
-    if (hits)
-        touch(t, n, keys, found);
+    touch(t, n, keys, found, hits);
     if (ret_hits)
         *ret_hits = hits;
     return e;

@@ -446,6 +446,13 @@ static hps_err_t map_apply(hps_rcluster_t *rc, const redisReply *r, const node_t
         if (m->element[1]->type != REDIS_REPLY_INTEGER)
             continue;
         unsigned ni = node_get_locked(rc, host, (int)m->element[1]->integer);
+        for (size_t r2 = 3; r2 < e->elements; r2++) { /* replicas: later refresh sources */
+            const redisReply *rp = e->element[r2];
+            if (rp->type == REDIS_REPLY_ARRAY && rp->elements >= 2 &&
+                rp->element[0]->type == REDIS_REPLY_STRING && rp->element[0]->len > 0 &&
+                rp->element[1]->type == REDIS_REPLY_INTEGER)
+                node_get_locked(rc, rp->element[0]->str, (int)rp->element[1]->integer);
+        }
         long long lo = e->element[0]->integer, hi = e->element[1]->integer;
         for (long long s = lo; ni != NO_NODE && s <= hi && s >= 0 && s < HPS_RCLUSTER_SLOTS; s++) {
             owner[s] = (uint16_t)ni;

@@ -16,7 +16,9 @@
  * Commands.  A lookup sends one HMGET per partition batch of at most
  * max_batch_size keys, all partitions in one hps_rcluster_exec() (pipelined
  * per node, nodes in parallel).  Hits of LFU/LRU tables are then touched
- * (HINCRBY / HSET time), as HugeCTR did in the background.  An insert sends
+ * (HINCRBY / HSET time) by a background thread of the handle, as HugeCTR's
+ * worker did: a bounded queue (2^20 keys; when full, touches are dropped and
+ * counted in touches_dropped) that hps_ddb_close() drains.  An insert sends
  * per batch the metadata write, HSET of the values and HLEN.
  *
  * Overflow.  A partition whose HLEN exceeds overflow_margin is shrunk to
@@ -87,6 +89,7 @@ typedef struct hps_ddb_opts {
 /** Counters since open (see hps_ddb_stats()). */
 typedef struct hps_ddb_stats {
     uint64_t lookup_keys, lookup_hits, insert_rows, evicted_rows, errors;
+    uint64_t touches_dropped; /**< hit keys not tracked: the touch queue was full */
 } hps_ddb_stats_t;
 
 /**

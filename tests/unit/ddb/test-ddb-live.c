@@ -334,6 +334,57 @@ static void test_concurrent_overflow(void **state)
     }
 }
 
+/* ---- access tracking ---------------------------------------------------- */
+
+/* HGET of one field through the cluster client (routes by slot). */
+static redisReply *cluster_hget(const char *hash, const void *field, size_t flen)
+{
+    hps_rcluster_opts_t o;
+    hps_rcluster_t *rc;
+    hps_rcluster_opts_init(&o);
+    o.address = g_addr;
+    o.password = g_pw;
+    assert_int_equal(hps_rcluster_create(&o, &rc, g_msg, sizeof(g_msg)), 0);
+    const char *argv[] = {"HGET", hash, field};
+    size_t len[] = {4, strlen(hash), flen};
+    hps_rcluster_cmd_t c = {
+        .argc = 3, .argv = argv, .argvlen = len, .slot = hps_rcluster_key_slot(hash, strlen(hash))};
+    assert_int_equal(hps_rcluster_exec(rc, 1, &c, g_msg, sizeof(g_msg)), 0);
+    hps_rcluster_destroy(rc);
+    return c.reply;
+}
+
+static void test_touch(void **state)
+{
+    (void)state;
+    for (int pol = 1; pol <= 2; pol++) {
+        hps_ddb_t *db = open_db((hps_ddb_policy_t)pol, UINT64_MAX);
+        hps_ddb_table_t *t;
+        const char *name = pol == 1 ? "tlfu" : "tlru";
+        size_t n = 50;
+        assert_int_equal(hps_ddb_table(db, "live", name, 4, 8, &t), 0);
+        void *keys = make_keys(8, 7, n, 0);
+        float *v = make_vals(7, keys, 8, n, 4);
+        assert_int_equal(hps_ddb_insert(t, n, keys, v, g_msg, sizeof(g_msg)), 0);
+        expect(t, 7, keys, 8, n, n, 4);
+        expect(t, 7, keys, 8, n, n, 4);
+        hps_ddb_close(db); /* drains the touch queue */
+        int64_t k = key_of(keys, 8, 0);
+        char tk[HPS_DDB_KEY_MAX];
+        hps_ddb_key_name("live", name, (unsigned)(hps_rrxmrrxmsx_0((uint64_t)k) % 4), 't', tk,
+                         sizeof(tk));
+        redisReply *r = cluster_hget(tk, &k, 8);
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        if (pol == 1)
+            assert_string_equal(r->str, "3"); /* insert + two lookups */
+        else
+            assert_int_equal(r->len, 8); /* raw time_t */
+        freeReplyObject(r);
+        free(keys);
+        free(v);
+    }
+}
+
 static void test_wrong_password(void **state)
 {
     (void)state;
@@ -358,9 +409,8 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_migration_ask_moved),
-        cmocka_unit_test(test_concurrent_overflow),
+        cmocka_unit_test(test_roundtrip),           cmocka_unit_test(test_migration_ask_moved),
+        cmocka_unit_test(test_concurrent_overflow), cmocka_unit_test(test_touch),
         cmocka_unit_test(test_wrong_password),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
