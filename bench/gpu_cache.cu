@@ -239,14 +239,15 @@ int main(int argc, char **argv)
 
         uint64_t iters = std::max<uint64_t>(iters_scale ? 200 : 20,
                                             (iters_scale ? 1ull << 28 : 1ull << 24) / B / 4);
-        /* modes: 0 the API's choice, 1 gather, 2 forced fused, 3 forced dedup,
-         * 4 the API's choice with strict (fence) validation */
-        double med[5];
-        for (int mode = 0; mode < 5; mode++) {
-            hps_gcache_set_fused_max(c, mode == 2 ? UINT64_MAX
-                                        : mode == 3 ? 0
-                                                    : UINT64_MAX /* LRU default */);
-            hps_gcache_set_strict(c, mode == 4);
+        /* modes: 0 the API's choice, 1 gather, 2 FUSED, 3 GLOBAL, 4 BLOCK,
+         * 5 the API's choice with strict (fence) validation */
+        static const hps_gcache_path_t mode_path[6] = {
+            HPS_GCACHE_PATH_AUTO,  HPS_GCACHE_PATH_AUTO,  HPS_GCACHE_PATH_FUSED,
+            HPS_GCACHE_PATH_GLOBAL, HPS_GCACHE_PATH_BLOCK, HPS_GCACHE_PATH_AUTO};
+        double med[6];
+        for (int mode = 0; mode < 6; mode++) {
+            hps_gcache_set_lookup_path(c, mode_path[mode]);
+            hps_gcache_set_strict(c, mode == 5);
             double t[5];
             for (int rep = 0; rep < 5; rep++) {
                 for (uint64_t it = 0; it < iters + 10; it++) {
@@ -268,7 +269,7 @@ int main(int argc, char **argv)
             std::sort(t, t + 5);
             med[mode] = t[2];
         }
-        hps_gcache_set_fused_max(c, UINT64_MAX);
+        hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
         hps_gcache_set_strict(c, 0);
         double ours = B / (med[0] * 1e3), g = B / (med[1] * 1e3);
         const refpt_t *r = &refs[b];
@@ -278,14 +279,15 @@ int main(int argc, char **argv)
                r->ref_gather_hi, r->nvec, r->hkv, r->hugectr, r->target,
                ours >= r->target ? " MET" : " not met", med[0] * 1e3, misses);
         snprintf(sidebar[b], sizeof(sidebar[b]),
-                 "%9llu   fused only %6.0f Mk/s (%5.1f%%)   dedup+query+scatter %6.0f Mk/s (%5.1f%%)"
-                 "   strict fences %6.0f Mk/s (%5.1f%%)",
+                 "%9llu  FUSED %5.0f (%5.1f%%)  BLOCK %5.0f (%5.1f%%)  GLOBAL %5.0f (%5.1f%%)"
+                 "  AUTO+strict %5.0f (%5.1f%%)",
                  (unsigned long long)B, B / (med[2] * 1e3), 100.0 * med[1] / med[2],
-                 B / (med[3] * 1e3), 100.0 * med[1] / med[3], B / (med[4] * 1e3),
-                 100.0 * med[1] / med[4]);
+                 B / (med[4] * 1e3), 100.0 * med[1] / med[4], B / (med[3] * 1e3),
+                 100.0 * med[1] / med[3], B / (med[5] * 1e3), 100.0 * med[1] / med[5]);
     }
-    printf("\nboth lookup paths forced (an LRU cache takes the fused path at every size by "
-           "default), ratio to the gather:\n");
+    printf("\neach lookup path forced, M keys/s (ratio to the gather); AUTO = FUSED up to %d "
+           "keys, BLOCK above; strict = fence-ordered validation:\n",
+           HPS_GCACHE_FUSED_MAX);
     for (int b = 0; b < 4; b++)
         if (sidebar[b][0])
             printf("%s\n", sidebar[b]);

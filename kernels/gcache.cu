@@ -74,11 +74,7 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
     if (!c)
         return -ENOMEM;
     c->device = device;
-    /* Measured on an H100 (bench-gpu-cache, Zipf 1.05): with LRU the fused
-     * kernel beats de-duplication at every batch size up to 1M keys (its
-     * stamps are read-then-store, cheap for repeated keys); LFU counts with
-     * an atomic per occurrence, so large batches de-duplicate first. */
-    c->fused_max = policy == HPS_GCACHE_LRU ? UINT64_MAX : HPS_GCACHE_FUSED_MAX;
+    c->fused_max = HPS_GCACHE_FUSED_MAX;
     hps_table_ref_t *t = &c->ref;
     t->num_sets = sets;
     t->dim = dim;
@@ -131,6 +127,11 @@ extern "C" void hps_gcache_destroy(hps_gcache_t *c)
 extern "C" void hps_gcache_set_fused_max(hps_gcache_t *c, uint64_t max_keys)
 {
     c->fused_max = max_keys;
+}
+
+extern "C" void hps_gcache_set_lookup_path(hps_gcache_t *c, hps_gcache_path_t path)
+{
+    c->lookup_path = path;
 }
 
 extern "C" void hps_gcache_set_strict(hps_gcache_t *c, int strict)
@@ -211,8 +212,17 @@ extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, con
             HPS_CUDA_TRY(cudaMemsetAsync(d_missing_count, 0, sizeof(uint32_t), stream));
         return 0;
     }
-    if (n <= c->fused_max)
+    int path = c->lookup_path;
+    if (path == HPS_GCACHE_PATH_AUTO)
+        path = n <= c->fused_max ? HPS_GCACHE_PATH_FUSED : HPS_GCACHE_PATH_BLOCK;
+    bool vec = c->ref.dim % 4 == 0 && c->ref.dim <= 128 && ((uintptr_t)d_out & 15) == 0;
+    if (path == HPS_GCACHE_PATH_BLOCK && !vec)
+        path = HPS_GCACHE_PATH_GLOBAL;
+    if (path == HPS_GCACHE_PATH_FUSED)
         return hps_k_lookup_fused(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask,
+                                  d_missing_index, d_missing_count, stream);
+    if (path == HPS_GCACHE_PATH_BLOCK)
+        return hps_k_lookup_block(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask,
                                   d_missing_index, d_missing_count, stream);
     hps_err_t err = hps_k_dedup_probe(&c->ref, &ws->ref, d_keys, n, stream);
     if (err)

@@ -60,6 +60,7 @@ struct hps_gcache {
     hps_table_ref_t ref;
     int device;
     uint64_t fused_max; /* batches up to this size take the fused kernel */
+    int lookup_path;    /* HPS_GCACHE_PATH_* */
 };
 
 struct hps_gcache_ws {
@@ -203,6 +204,10 @@ extern "C" {
 /* Launchers (kernels/<op>.cu). */
 hps_err_t hps_k_init(const hps_table_ref_t *ref, cudaStream_t stream);
 hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                             const int64_t *d_keys, uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                             uint32_t *d_missing_index, uint32_t *d_missing_count,
+                             cudaStream_t stream);
+hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                              const int64_t *d_keys, uint64_t n, float *d_out, uint8_t *d_hit_mask,
                              uint32_t *d_missing_index, uint32_t *d_missing_count,
                              cudaStream_t stream);

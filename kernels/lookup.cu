@@ -215,6 +215,175 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     lk_finish(t, w, hits, d_missing_count);
 }
 
+/*
+ * Block-deduplicated lookup (dim % 4 == 0, dim <= 128, aligned output): the
+ * default path for large batches.  Zipf-like batches repeat a few keys very
+ * often; probing per occurrence (fused) sends every repeat to the same few
+ * L2 lines (version word, key slab, stamp), and a global de-duplication
+ * costs a second launch and global atomics.  Here each block takes chunks of
+ * up to BK_CHUNK consecutive keys and, per chunk:
+ *   1. inserts them into a shared-memory hash table (atomicCAS on shared);
+ *      the first inserter of a key appends its entry to the unique list;
+ *   2. a thread per unique key reads the set version (waiting while odd),
+ *      probes (16 independent 16-byte loads, address-dependent on the
+ *      version), stamps LRU/LFU once, and records (version << 32 | slot);
+ *   3. a warp per position copies the row (4 positions in flight per warp);
+ *   4. after a fence and a barrier, a thread per unique key re-reads the
+ *      version: unchanged means every copy of that key's row in (3) was
+ *      whole and the key's (seqlock); else the entry is marked RETRY and
+ *   5. its positions are read again with the full seqlock read;
+ *   6. outcomes (hit mask, miss list) are recorded and the table is cleared.
+ * Metadata traffic is then per unique key per chunk, row traffic per
+ * occurrence, as in an ideal gather.
+ */
+#define BK_CHUNK 1024
+#define BK_TAB 2048
+#define BK_THREADS 256
+#define BK_NONE 0xffffu
+#define BK_RETRY (UINT64_MAX - 1)
+
+__global__ void __launch_bounds__(BK_THREADS, 4)
+    k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
+                   uint64_t n, uint32_t chunk, float *out, uint8_t *d_hit_mask,
+                   uint32_t *d_missing_index, uint32_t *d_missing_count, uint32_t zero)
+{
+    __shared__ int64_t skey[BK_TAB];
+    __shared__ uint64_t sres[BK_TAB];
+    __shared__ uint16_t spos[BK_CHUNK];
+    __shared__ uint16_t uent[BK_CHUNK];
+    __shared__ uint8_t shit[BK_CHUNK];
+    __shared__ unsigned ucount, retry;
+    int tid = threadIdx.x, lane = tid & 31, wib = tid >> 5;
+    bool mine = (uint32_t)lane < t.dim / 4;
+    uint64_t now = lk_start(t, n);
+    uint64_t hits = 0;
+    for (int e = tid; e < BK_TAB; e += BK_THREADS)
+        skey[e] = HPS_GCACHE_EMPTY_KEY;
+    if (tid == 0)
+        ucount = retry = 0;
+    __syncthreads();
+    for (uint64_t base = (uint64_t)blockIdx.x * chunk; base < n;
+         base += (uint64_t)gridDim.x * chunk) {
+        uint32_t cnt = (uint32_t)(n - base < chunk ? n - base : chunk);
+        /* 1. shared-memory de-duplication; keys loaded before any insert */
+        int64_t k[BK_CHUNK / BK_THREADS];
+#pragma unroll
+        for (int q = 0; q < BK_CHUNK / BK_THREADS; q++) {
+            uint32_t j = tid + q * BK_THREADS;
+            k[q] = j < cnt ? keys[base + j] : HPS_GCACHE_EMPTY_KEY;
+        }
+#pragma unroll
+        for (int q = 0; q < BK_CHUNK / BK_THREADS; q++) {
+            uint32_t j = tid + q * BK_THREADS;
+            if (j >= cnt)
+                break;
+            if (k[q] == HPS_GCACHE_EMPTY_KEY) {
+                spos[j] = BK_NONE;
+                continue;
+            }
+            uint32_t h = (uint32_t)hps__mix64((uint64_t)k[q]) & (BK_TAB - 1);
+            for (;;) {
+                /* why: claims the entry for this key, or finds its claimant */
+                unsigned long long prev =
+                    atomicCAS((unsigned long long *)&skey[h],
+                              (unsigned long long)HPS_GCACHE_EMPTY_KEY, (unsigned long long)k[q]);
+                if (prev == (unsigned long long)HPS_GCACHE_EMPTY_KEY) {
+                    uent[atomicAdd(&ucount, 1u)] = (uint16_t)h; /* why: unique-list slot */
+                    break;
+                }
+                if (prev == (unsigned long long)k[q])
+                    break;
+                h = (h + 1) & (BK_TAB - 1);
+            }
+            spos[j] = (uint16_t)h;
+        }
+        __syncthreads();
+        uint32_t nu = ucount;
+        /* 2. probe each unique key once */
+        for (uint32_t q = tid; q < nu; q += BK_THREADS) {
+            uint32_t e = uent[q];
+            int64_t key = skey[e];
+            uint64_t set = hps__set_of(t, key);
+            uint32_t v;
+            while ((v = hps__ld_ver(&t.ver[set])) & 1u)
+                __nanosleep(32);
+            /* why the dependency: the probe must not pass the version load */
+            const longlong2 *kp =
+                (const longlong2 *)(t.keys + set * HPS_GCACHE_WAYS + hps__dep(v, zero));
+            int way = -1;
+#pragma unroll
+            for (int j = 0; j < HPS_GCACHE_WAYS / 2; j++) {
+                longlong2 x = __ldcg(kp + j);
+                way = x.x == key ? 2 * j : way;
+                way = x.y == key ? 2 * j + 1 : way;
+            }
+            uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
+            sres[e] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
+            if (way >= 0)
+                hps__touch(t, slot, now);
+        }
+        __syncthreads();
+        /* 3. a warp per position, LK_UNROLL positions in flight */
+        for (uint32_t jb = wib * LK_UNROLL; jb < cnt; jb += (BK_THREADS / 32) * LK_UNROLL) {
+            uint64_t r[LK_UNROLL];
+            float4 v[LK_UNROLL];
+#pragma unroll
+            for (int u = 0; u < LK_UNROLL; u++) {
+                uint32_t j = jb + u;
+                uint32_t e = j < cnt ? spos[j] : BK_NONE;
+                r[u] = e != BK_NONE ? sres[e] : HPS_RES_MISS;
+                if (r[u] != HPS_RES_MISS && mine)
+                    v[u] = __ldcg((const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane);
+            }
+#pragma unroll
+            for (int u = 0; u < LK_UNROLL; u++) {
+                uint32_t j = jb + u;
+                if (j < cnt && r[u] != HPS_RES_MISS && mine)
+                    ((float4 *)(out + (base + j) * t.dim))[lane] = v[u];
+                if (lane == u && j < cnt)
+                    shit[j] = r[u] != HPS_RES_MISS;
+            }
+        }
+        hps__fence(); /* why: this thread's row loads precede the re-reads below */
+        __syncthreads();
+        /* 4. re-read each unique key's version */
+        for (uint32_t q = tid; q < nu; q += BK_THREADS) {
+            uint32_t e = uent[q];
+            uint64_t r = sres[e];
+            if (r != HPS_RES_MISS &&
+                hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
+                sres[e] = BK_RETRY;
+                retry = 1;
+            }
+        }
+        __syncthreads();
+        /* 5. rare: a writer overlapped; read those positions again */
+        if (retry) {
+            for (uint32_t j = wib; j < cnt; j += BK_THREADS / 32) {
+                uint32_t e = spos[j];
+                if (e != BK_NONE && sres[e] == BK_RETRY) {
+                    int64_t slot = hps__read_key(t, skey[e], out + (base + j) * t.dim, lane, true);
+                    if (lane == 0)
+                        shit[j] = slot >= 0;
+                }
+            }
+            __syncthreads();
+        }
+        /* 6. outcomes; clear the table for the next chunk */
+        for (uint32_t j = tid; j < cnt; j += BK_THREADS) {
+            hits += shit[j];
+            lk_outcome(w, base + j, shit[j], d_hit_mask, d_missing_index);
+        }
+        for (uint32_t q = tid; q < nu; q += BK_THREADS)
+            skey[uent[q]] = HPS_GCACHE_EMPTY_KEY;
+        __syncthreads();
+        if (tid == 0)
+            ucount = retry = 0;
+        __syncthreads();
+    }
+    lk_finish(t, w, hits, d_missing_count);
+}
+
 __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
                               uint64_t n, uint32_t zero)
 {
@@ -418,6 +587,37 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
         k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS,
                          0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
                                       d_missing_count, lk_vec4(ref, d_out));
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+static int occ_block;
+
+extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                                        const int64_t *d_keys, uint64_t n, float *d_out,
+                                        uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                                        uint32_t *d_missing_count, cudaStream_t stream)
+{
+    if (!lk_vec4(ref, d_out) || ref->dim > 128) /* the block kernel is vectorized only */
+        return HPS_EINVAL;
+    /* chunks small enough that every SM gets several, at most BK_CHUNK keys */
+    uint64_t chunk = n / ((uint64_t)ref->num_sms * 4);
+    chunk = chunk < 32 ? 32 : chunk > BK_CHUNK ? BK_CHUNK : chunk;
+    uint64_t chunks = (n + chunk - 1) / chunk;
+    int per_sm = __atomic_load_n(&occ_block, __ATOMIC_RELAXED);
+    if (per_sm == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lookup_block, BK_THREADS,
+                                                          0) != cudaSuccess ||
+            per_sm < 1) {
+            (void)cudaGetLastError();
+            per_sm = 1;
+        }
+        __atomic_store_n(&occ_block, per_sm, __ATOMIC_RELAXED); /* why relaxed: idempotent */
+    }
+    uint64_t max = (uint64_t)ref->num_sms * (uint64_t)per_sm;
+    k_lookup_block<<<(unsigned)(chunks < max ? chunks : max), BK_THREADS, 0, stream>>>(
+        *ref, *ws, d_keys, n, (uint32_t)chunk, d_out, d_hit_mask, d_missing_index,
+        d_missing_count, 0u);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }

@@ -27,11 +27,14 @@
  *    hps_gcache_destroy(), which must be the last call, after every stream
  *    that used the cache has been synchronized.
  *
- * Lookup path (hps_gcache_lookup).  Small batches (LFU: n <=
- * HPS_GCACHE_FUSED_MAX; LRU: every size, which measured faster on an H100
- * with Zipf keys; hps_gcache_set_fused_max overrides): one fused kernel, a
- * warp per input key (probe + copy + validate), no de-duplication.
- * Otherwise: (1) hash-based unique of the keys in the workspace's table, the
+ * Lookup paths (hps_gcache_lookup; hps_gcache_set_lookup_path forces one).
+ *  - FUSED, for n <= HPS_GCACHE_FUSED_MAX: one kernel, a warp per input key
+ *    (probe + copy + validate), no de-duplication.
+ *  - BLOCK, the default above that (dim % 4 == 0, dim <= 128, 16-byte
+ *    aligned d_out): one kernel; each block de-duplicates chunks of up to
+ *    1024 keys in shared memory, probes each unique key once, copies the rows
+ *    per occurrence, then validates each unique key's set version once.
+ *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys in the workspace's table, the
  * first occurrence of each key probing the cache and recording (slot,
  * version) for its table entry; (2) a warp per input key gathers the row of
  * its unique entry straight into d_out, validating the version recorded in
@@ -68,11 +71,18 @@ typedef struct hps_gcache_ws hps_gcache_ws_t;
 #define HPS_GCACHE_WAYS 32
 /** The one key that cannot be cached (marks free slots); always a miss. */
 #define HPS_GCACHE_EMPTY_KEY INT64_MAX
-/** Largest batch served by the fused (no de-duplication) lookup kernel under
- * LFU (LRU caches use it for every batch size by default). */
+/** Largest batch served by the fused (no de-duplication) lookup kernel. */
 #define HPS_GCACHE_FUSED_MAX 1024
 /** Largest dimension accepted. */
 #define HPS_GCACHE_MAX_DIM 65536
+
+/** Lookup path (hps_gcache_set_lookup_path). */
+typedef enum hps_gcache_path {
+    HPS_GCACHE_PATH_AUTO = 0,   /**< FUSED up to the fused maximum, then BLOCK or GLOBAL */
+    HPS_GCACHE_PATH_FUSED = 1,  /**< no de-duplication */
+    HPS_GCACHE_PATH_BLOCK = 2,  /**< per-block shared-memory de-duplication (GLOBAL if the shape does not allow it) */
+    HPS_GCACHE_PATH_GLOBAL = 3, /**< batch-wide de-duplication in the workspace, two kernels */
+} hps_gcache_path_t;
 
 /** Replacement policy when a set is full. */
 typedef enum hps_gcache_policy {
@@ -154,12 +164,18 @@ hps_err_t hps_gcache_lookup(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int6
                             cudaStream_t stream);
 
 /**
- * @brief Tuning: batches of at most max_keys keys take the fused kernel (no
- * de-duplication), larger ones de-duplicate first.  Default: UINT64_MAX
- * under LRU, HPS_GCACHE_FUSED_MAX under LFU.  Not synchronized with lookups running on other
+ * @brief Tuning: under PATH_AUTO, batches of at most max_keys keys take the
+ * fused kernel (no de-duplication), larger ones de-duplicate first.
+ * Default HPS_GCACHE_FUSED_MAX.  Not synchronized with lookups running on other
  * host threads: set it before sharing the handle.
  */
 void hps_gcache_set_fused_max(hps_gcache_t *cache, uint64_t max_keys);
+
+/**
+ * @brief Tuning and tests: force a lookup path (default HPS_GCACHE_PATH_AUTO).
+ * Not synchronized with lookups on other host threads.
+ */
+void hps_gcache_set_lookup_path(hps_gcache_t *cache, hps_gcache_path_t path);
 
 /**
  * @brief Tuning: order the loads of a lookup's seqlock validation by

@@ -226,14 +226,16 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
             else
                 k = HPS_GCACHE_EMPTY_KEY;
         }
-        uint64_t fused_max[] = {HPS_GCACHE_FUSED_MAX, 0, UINT64_MAX}; /* auto, dedup, fused */
-        for (uint64_t fm : fused_max) {
-            hps_gcache_set_fused_max(c, fm);
-            hps_gcache_set_strict(c, fm == 0); /* strict fences with the dedup path */
+        hps_gcache_path_t paths[] = {HPS_GCACHE_PATH_AUTO, HPS_GCACHE_PATH_FUSED,
+                                     HPS_GCACHE_PATH_BLOCK, HPS_GCACHE_PATH_GLOBAL};
+        for (hps_gcache_path_t path : paths) {
+            hps_gcache_set_lookup_path(c, path);
+            hps_gcache_set_strict(c, path == HPS_GCACHE_PATH_GLOBAL);
             check_lookup(c, ws, q, ref, 0);
             check_lookup(c, ws, q, ref, 1); /* unaligned output: scalar paths */
         }
-        hps_gcache_set_fused_max(c, HPS_GCACHE_FUSED_MAX);
+        hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
+        hps_gcache_set_strict(c, 0);
     }
     hps_gcache_stats_t st;
     OK(hps_gcache_stats(c, &st));
@@ -295,7 +297,7 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict)
     hps_gcache_ws_t *ws_big, *ws_small;
     OK(hps_gcache_create(8 * nkeys, dim, pol, 0, &c));
     hps_gcache_set_strict(c, strict);
-    hps_gcache_set_fused_max(c, 0); /* first half: every batch de-duplicated */
+    hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_GLOBAL); /* then BLOCK, then FUSED */
     OK(hps_gcache_ws_create(c, nq, &ws_big));
     OK(hps_gcache_ws_create(c, nq, &ws_small));
     std::vector<int64_t> keys(nkeys);
@@ -328,8 +330,10 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict)
                              NULL, sa));
         OK(hps_gcache_lookup(c, ws_small, dq, 700, dout + (size_t)(2 * r + 1) * nq * dim, NULL,
                              NULL, NULL, sa));
-        if (r == rounds / 2) /* the second half: the big batches through the fused kernel */
-            hps_gcache_set_fused_max(c, UINT64_MAX);
+        if (r == rounds / 3)
+            hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_BLOCK);
+        if (r == 2 * rounds / 3)
+            hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_FUSED);
     }
     CK(cudaDeviceSynchronize());
     std::vector<float> out = host_copy(dout, (size_t)2 * rounds * nq * dim);
