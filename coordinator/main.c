@@ -36,7 +36,8 @@ static void usage(FILE *out)
                  "Exit status:\n"
                  "  0  clean shutdown          3  shared memory busy or unusable\n"
                  "  1  runtime failure         4  a model was refused or failed to load\n"
-                 "  2  usage or configuration  5  persistent database could not be opened\n");
+                 "  2  usage or configuration  5  persistent database could not be opened\n"
+                 "                             6  distributed database (Redis) unusable\n");
 }
 
 static hps_log_level_t level_of(hps_conf_log_level_t l)
@@ -166,6 +167,7 @@ static void shutdown_all(coord_t *c)
     if (c->beating)
         pthread_join(c->beat_thread, NULL);
     coord_serve_stop(c);
+    coord_ddb_close(c); /* flushes queued LFU/LRU access updates */
     char err[256];
     if (c->pdb && hps_pdb_close(c->pdb, err, sizeof(err)) < 0)
         HPS_WARN("closing the persistent DB: %s", err);
@@ -250,6 +252,8 @@ int main(int argc, char **argv)
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
     bool reused = false;
     ex = open_pdb(&c); /* first: a second coordinator stops at RocksDB's lock */
+    if (!ex)
+        ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
     if (!ex)
         ex = coord_segment_open(&c, &reused);
     if (!ex)

@@ -755,7 +755,7 @@ static int output_shm(struct pctx *c, json_object *params, struct hps__infer_req
     r->out_shm = ref.ptr;
     r->out_shm_size = (uint64_t)size;
     r->out_shm_offset = (uint64_t)offset;
-    size_t n;
+    size_t n = 0;
     const char *name = str_of(member(params, "shared_memory_region"), &n);
     r->out_region = strndup(name, n);
     if (!r->out_region)
