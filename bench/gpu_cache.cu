@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int u = 0; u < 4; u++)
             if (base + u < n)
-                ((float4 *)(out + (base + u) * DIM))[lane] = v[u];
+                __stcs((float4 *)(out + (base + u) * DIM) + lane, v[u]); /* streaming */
     }
 }
 

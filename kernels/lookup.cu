@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                 } else if (way[u] >= 0) {
                     slot = (int64_t)(set[u] * HPS_GCACHE_WAYS + way[u]);
                     if (mine)
-                        ((float4 *)(out + i * t.dim))[lane] = v[u];
+                        __stcs((float4 *)(out + i * t.dim) + lane, v[u]); /* streaming: keep L2 for hot rows */
                 }
             }
             if (lane == u) {
@@ -339,12 +339,16 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
             for (int u = 0; u < LK_UNROLL; u++) {
                 uint32_t j = jb + u;
                 if (j < cnt && r[u] != HPS_RES_MISS && mine)
-                    ((float4 *)(out + (base + j) * t.dim))[lane] = v[u];
+                    __stcs((float4 *)(out + (base + j) * t.dim) + lane, v[u]);
                 if (lane == u && j < cnt)
                     shit[j] = r[u] != HPS_RES_MISS;
             }
         }
-        hps__fence(); /* why: this thread's row loads precede the re-reads below */
+        /* Each row load above completed before its store could issue, and the
+         * barrier orders those stores before the re-reads; strict mode adds
+         * the formal fence (which also waits for the stores). */
+        if (t.strict)
+            hps__fence(); /* why: this thread's row loads precede the re-reads below */
         __syncthreads();
         /* 4. re-read each unique key's version */
         for (uint32_t q = tid; q < nu; q += BK_THREADS) {
@@ -494,7 +498,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                 uint32_t now_v = hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS + hps__dep(d, zero)]);
                 if (__all_sync(0xffffffffu, now_v == (uint32_t)(r[u] >> 32))) {
                     if (mine)
-                        ((float4 *)(out + i * t.dim))[lane] = v[u];
+                        __stcs((float4 *)(out + i * t.dim) + lane, v[u]); /* streaming: keep L2 for hot rows */
                 } else { /* a writer touched the set since the probe: read again */
                     hit = lk_slow_read(t, keys[i], out + i * t.dim, lane) >= 0;
                 }
