@@ -13,9 +13,13 @@
  *
  * Concurrency.
  *  - Lookups take no lock.  A reader reads the set's version (waiting while
- *    odd), probes, copies the row, then re-reads the version after a fence; on
- *    a change it probes and copies again.  A returned row is therefore always
- *    one complete inserted version of that key, never a mix of two.
+ *    odd), probes, copies the row, then re-reads the version; on a change it
+ *    probes and copies again.  A returned row is therefore always one
+ *    complete inserted version of that key, never a mix of two.  The loads
+ *    are ordered by address dependencies (FUSED, GLOBAL) or by a barrier
+ *    after completed loads (BLOCK); hps_gcache_set_strict() switches to
+ *    fence.acq_rel, the PTX memory model's formal recipe.  The slow path
+ *    (after a change) always uses fences.
  *  - insert / update lock a set by atomicCAS of its version from even v to
  *    v + 1 and release it by storing v + 2.  The lock lives in device memory,
  *    so it works across streams, threads and (later) processes sharing the
@@ -34,13 +38,13 @@
  *    aligned d_out): one kernel; each block de-duplicates chunks of up to
  *    1024 keys in shared memory, probes each unique key once, copies the rows
  *    per occurrence, then validates each unique key's set version once.
- *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys in the workspace's table, the
- * first occurrence of each key probing the cache and recording (slot,
- * version) for its table entry; (2) a warp per input key gathers the row of
- * its unique entry straight into d_out, validating the version recorded in
- * (1), and clears the workspace entry for the next call.  Unique rows are
- * never materialized, so the bytes moved are those of an ideal gather plus
- * a few index words per key.
+ *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
+ *    in the workspace's table, the first occurrence of each key probing the
+ *    cache and recording (set version, slot) for its entry; (2) a warp per
+ *    input key copies the row of its entry straight into d_out, validates the
+ *    recorded version and clears the entry for the next call.
+ *  No path materializes unique rows: the bytes moved are those of an ideal
+ *  gather plus the probes (256 bytes of keys per set probe) and index words.
  *
  * Memory comes from cudaMalloc on the given device.  Sharing across worker
  * processes (CUDA VMM with POSIX fd handles, DESIGN.md) is a later step.
