@@ -5,12 +5,14 @@
  * One consumer thread per layer (HugeCTR ran one KafkaMessageSource per
  * database): the volatile DB (shared-memory segment, hps_shmdb_upsert: rows
  * present are updated, new ones inserted by the overflow rules) and the
- * persistent DB (hps_pdb_insert) when it is writable.  Each has its own
+ * persistent DB (hps_pdb_insert) when it is writable, and the distributed DB
+ * (Redis Cluster, hps_ddb_insert, overflow-bounded) when configured.  Each has its own
  * consumer group and commits after its own applies, so a slow or failing
  * RocksDB never holds back the volatile DB.  The shared-memory VDB lives on
  * one host, so its group carries the host name (HugeCTR called a
  * multi-process hash map "shared" and named its group hps.volatile, which
- * splits the partitions between hosts).
+ * splits the partitions between hosts); Redis is shared by every host, so
+ * its group, hps.distributed, is not.
  *
  * Counters are logged once a second when they change, one line per layer:
  *   kafka volatile: messages=M received=R applied=A skipped: magic=..
@@ -33,9 +35,9 @@
 #define MAX_FILTERS 64
 
 typedef struct layer {
-    const char *name; /* "volatile" or "persistent" */
+    const char *name; /* "volatile", "persistent" or "distributed" */
     coord_t *c;
-    bool persistent;
+    enum { LAYER_VDB, LAYER_PDB, LAYER_DDB } kind;
     regex_t re[MAX_FILTERS];
     size_t num_re;
     hps_kafka_consumer_t *cons;
@@ -46,7 +48,7 @@ typedef struct layer {
 } layer_t;
 
 struct coord_kafka {
-    layer_t layers[2];
+    layer_t layers[3];
     size_t num_layers;
     volatile sig_atomic_t stop;
     pthread_t stats_thread;
@@ -82,7 +84,7 @@ static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret
         coord_table_t *t = &l->c->tables[i];
         if (!t->model || strcmp(t->model->name, model) || strcmp(t->name, table))
             continue;
-        if (l->persistent && !t->pdb)
+        if ((l->kind == LAYER_PDB && !t->pdb) || (l->kind == LAYER_DDB && !t->ddb))
             return false;
         *ret_sink = t;
         *ret_value_size = t->dim * (uint32_t)sizeof(float);
@@ -97,13 +99,14 @@ static hps_err_t apply(void *ctx, void *sink, size_t n, const void *keys, const 
 {
     layer_t *l = ctx;
     coord_table_t *t = sink;
-    if (!l->persistent)
+    if (l->kind == LAYER_VDB)
         return hps_shmdb_upsert(l->c->db, t->vdb_id, n, keys, values, NULL);
     char err[256] = "";
-    hps_err_t rc = hps_pdb_insert(t->pdb, n, keys, l->c->key_bytes, values, t->dim, err,
-                                  sizeof(err));
+    hps_err_t rc = l->kind == LAYER_PDB ? hps_pdb_insert(t->pdb, n, keys, l->c->key_bytes, values,
+                                                         t->dim, err, sizeof(err))
+                                        : hps_ddb_insert(t->ddb, n, keys, values, err, sizeof(err));
     if (rc < 0)
-        HPS_WARN("kafka persistent: %s.%s: %s", t->model->name, t->name, err);
+        HPS_WARN("kafka %s: %s.%s: %s", l->name, t->model->name, t->name, err);
     return rc;
 }
 
@@ -117,8 +120,7 @@ static int compile_filters(layer_t *l, const char **filters, size_t n)
         char re[1024];
         if (hps_kafka_model_regex(filters[i], re, sizeof(re)) < 0 ||
             regcomp(&l->re[i], re, REG_EXTENDED | REG_NOSUB) != 0) {
-            HPS_ERROR("kafka %s: update_filters \"%s\" is not a usable regex", l->name,
-                      filters[i]);
+            HPS_ERROR("kafka %s: update_filters \"%s\" is not a usable regex", l->name, filters[i]);
             return HPS_EXIT_USAGE;
         }
         l->num_re = i + 1;
@@ -134,7 +136,7 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         return ex;
     char host[256] = "localhost", group[512], err[512];
     gethostname(host, sizeof(host) - 1);
-    hps_kafka_group_name(l->name, false, host, group, sizeof(group));
+    hps_kafka_group_name(l->name, l->kind == LAYER_DDB, host, group, sizeof(group));
     hps_kafka_consumer_opts_t o = {
         .brokers = u->brokers,
         .group = group,
@@ -244,10 +246,17 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
                           conf->volatile_db.update_filters_len);
     k->num_layers = ex ? 0 : 1;
     if (!ex && c->pdb && !conf->persistent_db.read_only) {
-        k->layers[1] = (layer_t){.name = "persistent", .c = c, .persistent = true};
+        k->layers[1] = (layer_t){.name = "persistent", .c = c, .kind = LAYER_PDB};
         ex = layer_create(c, &k->layers[1], conf->persistent_db.update_filters,
                           conf->persistent_db.update_filters_len);
         k->num_layers = ex ? 1 : 2;
+    }
+    if (!ex && c->ddb) {
+        layer_t *l = &k->layers[k->num_layers];
+        *l = (layer_t){.name = "distributed", .c = c, .kind = LAYER_DDB};
+        ex = layer_create(c, l, conf->distributed_db.update_filters,
+                          conf->distributed_db.update_filters_len);
+        k->num_layers += ex ? 0 : 1;
     }
     return ex ? ex : start_threads(k);
 }
@@ -259,7 +268,7 @@ void coord_kafka_stop(coord_kafka_t *k)
     k->stop = 1;
     if (k->stats_running)
         pthread_join(k->stats_thread, NULL);
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < 3; i++) {
         layer_t *l = &k->layers[i];
         if (l->running)
             pthread_join(l->thread, NULL);
