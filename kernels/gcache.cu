@@ -53,6 +53,7 @@ extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long l
 static void gc_free(hps_table_ref_t *t)
 {
     cudaFree(t->keys);
+    cudaFree(t->tags);
     cudaFree(t->stamps);
     cudaFree(t->vals);
     cudaFree(t->ver);
@@ -83,6 +84,10 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
     cudaError_t e = cudaDeviceGetAttribute(&t->num_sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&t->keys, slots * sizeof(int64_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&t->tags, slots);
+    if (e == cudaSuccess)
+        e = cudaMemset(t->tags, 0, slots);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&t->stamps, slots * sizeof(uint64_t));
     if (e == cudaSuccess)

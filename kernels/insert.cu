@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(INS_THREADS)
                     dst[c] = src[c];
             if (lane == 0) {
                 t.keys[slot] = key;
+                t.tags[slot] = hps__tag(key);
                 if (t.policy == HPS_GCACHE_LRU)
                     t.stamps[slot] = now;
                 else if (fresh)

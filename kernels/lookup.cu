@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *   1. inserts them into a shared-memory hash table (atomicCAS on shared);
  *      the first inserter of a key appends its entry to the unique list;
  *   2. a thread per unique key reads the set version (waiting while odd),
- *      probes (16 independent 16-byte loads, address-dependent on the
+ *      probes by tag bytes (hps__probe_tagged, address-dependent on the
  *      version), stamps LRU/LFU once, and records (version << 32 | slot);
  *   3. a warp per position copies the row (4 positions in flight per warp);
  *   4. after a fence and a barrier, a thread per unique key re-reads the
@@ -308,15 +308,7 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
             while ((v = hps__ld_ver(&t.ver[set])) & 1u)
                 __nanosleep(32);
             /* why the dependency: the probe must not pass the version load */
-            const longlong2 *kp =
-                (const longlong2 *)(t.keys + set * HPS_GCACHE_WAYS + hps__dep(v, zero));
-            int way = -1;
-#pragma unroll
-            for (int j = 0; j < HPS_GCACHE_WAYS / 2; j++) {
-                longlong2 x = __ldcg(kp + j);
-                way = x.x == key ? 2 * j : way;
-                way = x.y == key ? 2 * j + 1 : way;
-            }
+            int way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             sres[e] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
             if (way >= 0)
@@ -426,21 +418,13 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
         }
         if (i < n)
             w.inv[i] = p;
-        if (rep) { /* one thread per unique key: 16 independent 16-byte loads */
+        if (rep) { /* one thread per unique key: tag bytes, then the matching key */
             uint64_t set = hps__set_of(t, key);
             uint32_t v;
             while ((v = hps__ld_ver(&t.ver[set])) & 1u)
                 __nanosleep(32);
             /* why the dependency: the probe must not pass the version load */
-            const longlong2 *kp =
-                (const longlong2 *)(t.keys + set * HPS_GCACHE_WAYS + hps__dep(v, zero));
-            int way = -1;
-#pragma unroll
-            for (int j = 0; j < HPS_GCACHE_WAYS / 2; j++) {
-                longlong2 x = __ldcg(kp + j);
-                way = x.x == key ? 2 * j : way;
-                way = x.y == key ? 2 * j + 1 : way;
-            }
+            int way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             w.dres[p] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
             if (way >= 0)

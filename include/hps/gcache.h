@@ -4,6 +4,7 @@
  * Layout.  capacity_rows is rounded up to whole sets of HPS_GCACHE_WAYS (32)
  * slots: one warp probes one set, lane w looking at way w.  Device memory:
  *   keys   int64   [num_sets][32]   HPS_GCACHE_EMPTY_KEY marks a free slot
+ *   tags   uint8   [num_sets][32]   one-byte key fingerprints, 0 = free way
  *   stamps uint64  [num_sets][32]   LRU: clock at last use; LFU: use count
  *   vals   float32 [num_sets * 32][dim]   row-major, one row per slot
  *   ver    uint32  [num_sets]       per-set seqlock word (even = stable)
