@@ -392,10 +392,12 @@ hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows);
 typedef int (*hps_shmdb_row_fn)(void *ctx, uint64_t key, const float *value);
 
 /**
- * @brief Visit every row of a table, partition by partition, lock-free.
- * Each row visited is consistent (never torn); rows inserted or erased during
- * the walk may or may not be seen.
- * @return 0; HPS_ENOTFOUND; or the visitor's non-zero return.
+ * @brief Visit every row of a table, partition by partition.  Each partition
+ * is walked under its writer lock (repairing it first if its last holder
+ * died), so every row is seen exactly once and consistent; writers to that
+ * partition wait meanwhile (keep fn short), readers never do.
+ * @return 0; HPS_ENOTFOUND; -errno if a lock cannot be taken; or the
+ *         visitor's non-zero return.
  */
 hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, void *ctx);
 
