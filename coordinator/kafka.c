@@ -18,7 +18,13 @@
  *   kafka volatile: messages=M received=R applied=A skipped: magic=..
  *   value_size=.. truncated=.. keyed=.. empty=.. unknown_table=..
  *   beacons=B lag=L errors=E commits=C newest_applied_age_ms=T
- * and once more at shutdown.  (Not yet in the segment or /metrics.)
+ * and once more at shutdown.  At each tick the counters are also published
+ * in the segment (hps_shmdb_update_stats_set, layer index = layer kind),
+ * where the workers export them as nv_hps_update_* metrics.
+ *
+ * The volatile layer appends the keys of every applied batch to the table's
+ * update log (hps_shmdb_updlog_append, UPDLOG_CAPACITY keys per table), for
+ * the workers' caches to refresh from.
  */
 #include <pthread.h>
 #include <regex.h>
@@ -33,6 +39,11 @@
 #include "kafka-coord.h"
 
 #define MAX_FILTERS 64
+/* Keys kept per table in the segment's update log. */
+#define UPDLOG_CAPACITY 65536u
+
+_Static_assert(HPS_KAFKA_NUM_VERDICTS <= HPS_SHMDB_UPDATE_REASONS,
+               "every skip reason needs a slot in the segment's update statistics");
 
 typedef struct layer {
     const char *name; /* "volatile", "persistent" or "distributed" */
@@ -44,6 +55,8 @@ typedef struct layer {
     pthread_t thread;
     bool running;
     hps_kafka_stats_t logged;          /* last counters written to the log */
+    bool updlog_warned;                /* append failure logged once */
+    bool publish_warned;               /* stats publication failure logged once */
     const volatile sig_atomic_t *stop; /* the owner's stop flag */
 } layer_t;
 
@@ -95,12 +108,27 @@ static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret
     return false;
 }
 
+/* Upsert, then log the keys (after: a reader of the log finds the new rows). */
+static hps_err_t apply_vdb(layer_t *l, coord_table_t *t, size_t n, const void *keys,
+                           const float *values)
+{
+    hps_err_t rc = hps_shmdb_upsert(l->c->db, t->vdb_id, n, keys, values, NULL);
+    if (rc < 0)
+        return rc;
+    if (hps_shmdb_updlog_append(l->c->db, t->vdb_id, n, keys) < 0 && !l->updlog_warned) {
+        l->updlog_warned = true;
+        HPS_WARN("kafka %s: table %u has no update log; changed keys are not logged", l->name,
+                 t->vdb_id);
+    }
+    return 0;
+}
+
 static hps_err_t apply(void *ctx, void *sink, size_t n, const void *keys, const float *values)
 {
     layer_t *l = ctx;
     coord_table_t *t = sink;
     if (l->kind == LAYER_VDB)
-        return hps_shmdb_upsert(l->c->db, t->vdb_id, n, keys, values, NULL);
+        return apply_vdb(l, t, n, keys, values);
     char err[256] = "";
     hps_err_t rc = l->kind == LAYER_PDB ? hps_pdb_insert(t->pdb, n, keys, l->c->key_bytes, values,
                                                          t->dim, err, sizeof(err))
@@ -181,10 +209,33 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Copy the counters into the segment for the workers' /metrics. */
+static void publish_stats(layer_t *l, const hps_kafka_stats_t *s)
+{
+    hps_update_stats_t u = {
+        .messages = s->messages,
+        .received = s->received,
+        .applied = s->applied,
+        .beacons = s->beacons,
+        .errors = s->errors,
+        .lag = s->lag,
+        .newest_applied_ms = s->newest_applied_ms,
+        .published_ms = now_ms(),
+    };
+    for (int i = 0; i < HPS_KAFKA_NUM_VERDICTS; i++)
+        u.skipped[i] = s->skipped[i];
+    hps_err_t rc = hps_shmdb_update_stats_set(l->c->db, (uint32_t)l->kind, &u);
+    if (rc < 0 && !l->publish_warned) {
+        l->publish_warned = true;
+        HPS_WARN("kafka %s: cannot publish update statistics in the segment (%d)", l->name, rc);
+    }
+}
+
 static void log_stats(layer_t *l, bool force)
 {
     hps_kafka_stats_t s;
     hps_kafka_consumer_stats(l->cons, &s);
+    publish_stats(l, &s);
     if (!force && memcmp(&s, &l->logged, sizeof(s)) == 0)
         return;
     l->logged = s;
@@ -231,6 +282,17 @@ static int start_threads(coord_kafka_t *k)
     return 0;
 }
 
+/* An update log per table of the volatile DB (kept across restarts). */
+static void init_updlogs(coord_t *c)
+{
+    for (uint32_t i = 0; i < c->num_tables; i++) {
+        coord_table_t *t = &c->tables[i];
+        hps_err_t rc = t->model ? hps_shmdb_updlog_init(c->db, t->vdb_id, UPDLOG_CAPACITY) : 0;
+        if (rc < 0)
+            HPS_WARN("kafka volatile: no update log for %s.%s (%d)", t->model->name, t->name, rc);
+    }
+}
+
 int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
 {
     *ret = NULL;
@@ -245,6 +307,8 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
     int ex = layer_create(c, &k->layers[0], conf->volatile_db.update_filters,
                           conf->volatile_db.update_filters_len);
     k->num_layers = ex ? 0 : 1;
+    if (!ex)
+        init_updlogs(c);
     if (!ex && c->pdb && !conf->persistent_db.read_only) {
         k->layers[1] = (layer_t){.name = "persistent", .c = c, .kind = LAYER_PDB};
         ex = layer_create(c, &k->layers[1], conf->persistent_db.update_filters,

@@ -230,12 +230,51 @@ struct shm_hdr {
     uint64_t updlog_off;
     _Atomic uint32_t coord_state; /* hps_coord_state_t */
     uint32_t pad_state;
-    uint64_t reserved[12];
+    uint64_t ustats_off; /* struct shm_ustats (update statistics), 0 = absent */
+    uint64_t reserved[11];
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];
     struct shm_table tables[HPS_SHMDB_MAX_TABLES];
 };
+
+/* Update statistics of one layer (hps_update_stats_t, each word atomic).
+ * `valid` is set (release) after the first publication. */
+struct shm_ustat {
+    _Atomic uint64_t valid;
+    _Atomic uint64_t messages, received, applied;
+    _Atomic uint64_t skipped[HPS_SHMDB_UPDATE_REASONS];
+    _Atomic uint64_t beacons, errors;
+    _Atomic int64_t lag, newest_applied_ms, published_ms;
+    uint8_t pad[56];
+};
+_Static_assert(sizeof(struct shm_ustat) == 192, "update stats must fill three cache lines");
+
+struct shm_ustats {
+    struct shm_ustat layer[HPS_SHMDB_UPDATE_LAYERS];
+};
+
+/* Update log directory (hdr->updlog_off): one ring offset per table. */
+struct shm_updlog_dir {
+    _Atomic uint64_t ring[HPS_SHMDB_MAX_TABLES]; /* offset of struct shm_updlog, 0 = none */
+};
+
+/* One slot: the key and the sequence + 1 it was written with (0 = never,
+ * UINT64_MAX while being rewritten). */
+struct shm_updslot {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t key;
+};
+
+/* A table's ring: head = sequence of the next key; slot of s = s & (cap-1). */
+struct shm_updlog {
+    _Atomic uint64_t head;
+    uint32_t cap;
+    uint32_t key_bytes;
+    uint8_t pad[48];
+    struct shm_updslot slot[];
+};
+_Static_assert(sizeof(struct shm_updlog) == 64, "update log header must be one cache line");
 
 #define HPS__SZ6(s) ((uint32_t)((sizeof(s) / HPS_CACHELINE) & 0x3f))
 /* Format word: layout version and the sizes of the on-shm structs, so two

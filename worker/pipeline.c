@@ -186,6 +186,78 @@ static void counter(hps_kserve_text_t *x, const char *name, const char *help, si
     }
 }
 
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One family of the coordinator's update statistics (a field of
+ * hps_update_stats_t at off), one sample per layer that published. */
+static void update_family(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have,
+                          const char *name, const char *type, const char *help, size_t off)
+{
+    hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        if (have[l])
+            hps_kserve_text_appendf(x, "%s{layer=\"%s\"} %llu\n", name,
+                                    hps_shmdb_update_layer_name(l),
+                                    *(const unsigned long long *)((const char *)&st[l] + off));
+}
+
+static void update_skipped(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have)
+{
+    hps_kserve_text_appendf(x, "# HELP nv_hps_updates_skipped Update messages skipped, by reason\n"
+                               "# TYPE nv_hps_updates_skipped counter\n");
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        for (uint32_t r = 0; have[l] && r < HPS_SHMDB_UPDATE_REASONS; r++)
+            if (hps_shmdb_update_reason_name(r))
+                hps_kserve_text_appendf(
+                    x, "nv_hps_updates_skipped{layer=\"%s\",reason=\"%s\"} %llu\n",
+                    hps_shmdb_update_layer_name(l), hps_shmdb_update_reason_name(r),
+                    (unsigned long long)st[l].skipped[r]);
+}
+
+/* Gauges: consumer lag and the age of the newest applied update (layers
+ * where they are known). */
+static void update_gauges(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have)
+{
+    hps_kserve_text_appendf(x, "# HELP nv_hps_update_consumer_lag Kafka messages not yet consumed\n"
+                               "# TYPE nv_hps_update_consumer_lag gauge\n");
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        if (have[l] && st[l].lag >= 0)
+            hps_kserve_text_appendf(x, "nv_hps_update_consumer_lag{layer=\"%s\"} %lld\n",
+                                    hps_shmdb_update_layer_name(l), (long long)st[l].lag);
+    hps_kserve_text_appendf(x, "# HELP nv_hps_update_newest_age_ms Milliseconds since the newest "
+                               "update was applied\n# TYPE nv_hps_update_newest_age_ms gauge\n");
+    int64_t now = wall_ms();
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        if (have[l] && st[l].newest_applied_ms > 0)
+            hps_kserve_text_appendf(x, "nv_hps_update_newest_age_ms{layer=\"%s\"} %lld\n",
+                                    hps_shmdb_update_layer_name(l),
+                                    (long long)(now - st[l].newest_applied_ms));
+}
+
+/* The coordinator's online-update counters, from the segment; nothing when
+ * no layer published (no Kafka ingestion). */
+static void update_metrics(worker_t *w, hps_kserve_text_t *x)
+{
+    hps_update_stats_t st[HPS_SHMDB_UPDATE_LAYERS];
+    bool have[HPS_SHMDB_UPDATE_LAYERS], any = false;
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        any |= have[l] = w->db && hps_shmdb_update_stats_get(w->db, l, &st[l]) == 0;
+    if (!any)
+        return;
+#define F(name, field, help)                                                                       \
+    update_family(x, st, have, name, "counter", help, offsetof(hps_update_stats_t, field))
+    F("nv_hps_updates_received", received, "Updates (key, vector) received from Kafka");
+    F("nv_hps_updates_applied", applied, "Updates applied to the layer");
+#undef F
+    update_skipped(x, st, have);
+    update_gauges(x, st, have);
+}
+
 static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
 {
     worker_t *w = ctx;
@@ -209,6 +281,7 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
                             "# HELP nv_hps_worker_ready 1 if the worker is ready\n"
                             "# TYPE nv_hps_worker_ready gauge\nnv_hps_worker_ready %d\n",
                             (int)atomic_load(&w->coord_alive), (int)ready(w));
+    update_metrics(w, x);
     return 0;
 }
 

@@ -494,6 +494,111 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
 /** @brief Miss-queue counters.  @return 0; HPS_ENOTFOUND if there is no queue. */
 hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret);
 
+/* ------------------------------------------------------------------------ */
+/* Update statistics: the coordinator's Kafka counters, for the workers      */
+/* ------------------------------------------------------------------------ */
+
+/** Layers that publish update statistics. */
+#define HPS_SHMDB_UPDATE_LAYERS 3 /**< 0 volatile, 1 persistent, 2 distributed */
+/** Skip-reason slots: indexed by hps_kafka_verdict_t (include/hps/kafka.h). */
+#define HPS_SHMDB_UPDATE_REASONS 8
+
+/** Counters of one layer's update consumer (monotonic unless noted). */
+typedef struct hps_update_stats {
+    uint64_t messages;                          /**< messages received */
+    uint64_t received;                          /**< updates in accepted messages */
+    uint64_t applied;                           /**< updates applied to the layer */
+    uint64_t skipped[HPS_SHMDB_UPDATE_REASONS]; /**< messages skipped, by reason index */
+    uint64_t beacons;                           /**< header-only messages */
+    uint64_t errors;                            /**< consumer errors */
+    int64_t lag;                                /**< gauge: consumer lag (messages), -1 unknown */
+    int64_t newest_applied_ms;                  /**< wall clock (ms) of the last apply, 0 none */
+    int64_t published_ms;                       /**< wall clock (ms) of this snapshot */
+} hps_update_stats_t;
+
+/** @brief Name of a layer index ("volatile", "persistent", "distributed"), NULL if out of range. */
+const char *hps_shmdb_update_layer_name(uint32_t layer);
+
+/**
+ * @brief Name of a skip reason index ("magic", "value_size", "truncated",
+ *        "keyed", "empty", "unknown_table": hps_kafka_verdict_name()'s), or
+ *        NULL for an index that is not a skip reason.  Static storage.
+ */
+const char *hps_shmdb_update_reason_name(uint32_t reason);
+
+/**
+ * @brief Publish one layer's counters in the segment (the coordinator, once
+ *        per stats tick).  The area is created on first use (dir_lock).
+ *        Each field is stored with a relaxed atomic store: readers see every
+ *        field whole, not necessarily one consistent snapshot.
+ * @param[in] layer  0 .. HPS_SHMDB_UPDATE_LAYERS - 1.
+ * @param[in] s      Host struct; s->published_ms is taken as given.
+ * @return 0; HPS_EINVAL (bad layer); HPS_ENOSPC if the segment is full.
+ * Process-safe for one writer per layer.
+ */
+hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_update_stats_t *s);
+
+/**
+ * @brief Read one layer's published counters (relaxed atomic loads).
+ * @param[out] ret  Host struct.
+ * @return 0; HPS_EINVAL (bad layer); HPS_ENOTFOUND when that layer never
+ *         published (no Kafka ingestion, or not this layer).
+ * Lock-free; thread- and process-safe.
+ */
+hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update_stats_t *ret);
+
+/* ------------------------------------------------------------------------ */
+/* Update logs: per-table rings of changed keys, for refreshing caches       */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Create the update log of a table (idempotent: an existing log is
+ *        kept whatever its capacity).  The coordinator calls it before it
+ *        appends.  Process-safe (dir_lock).
+ * @param[in] id        Table id.
+ * @param[in] capacity  Keys the ring holds, a power of two in [64, 2^30].
+ * @return 0; HPS_EINVAL; HPS_ENOTFOUND (no such table); HPS_ENOSPC.
+ */
+hps_err_t hps_shmdb_updlog_init(hps_shmdb_t *db, uint32_t id, uint32_t capacity);
+
+/**
+ * @brief Append changed keys to a table's log, after their new values are in
+ *        the table (a reader that sees a key's sequence then finds the new
+ *        value).  Key i gets sequence head + i; head grows by n.
+ * @param[in] keys  (n) host keys of the table's width (int64 or uint32).
+ * @return 0; HPS_ENOTFOUND when the table has no log.  ONE writer per table
+ *         (the coordinator's volatile-layer consumer); not thread-safe
+ *         against another appender of the same table.
+ */
+hps_err_t hps_shmdb_updlog_append(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys);
+
+/**
+ * @brief Read keys logged since a sequence number.  Lock-free, wait-free
+ *        against the writer; each key is validated by its slot's sequence,
+ *        so a key overwritten while it was read is never returned torn.
+ * @param[in]  since     First sequence wanted (0 = from the very start; a
+ *                       reader starts from hps_shmdb_updlog_head()).
+ * @param[out] keys_out  (max) host keys of the table's width.
+ * @param[in]  max       Capacity of keys_out.
+ * @param[out] ret_n     Keys written.
+ * @param[out] ret_next  Sequence to pass as `since` next time.
+ * @param[out] ret_lapped  true when keys since `since` were already
+ *                       overwritten (or since is beyond the head, e.g. a
+ *                       recreated segment): the reader must refresh fully;
+ *                       *ret_next is then the head and *ret_n 0.
+ * @return 0; HPS_ENOTFOUND when the table has no log.  Thread/process-safe.
+ */
+hps_err_t hps_shmdb_updlog_read(hps_shmdb_t *db, uint32_t id, uint64_t since, void *keys_out,
+                                size_t max, size_t *ret_n, uint64_t *ret_next, bool *ret_lapped);
+
+/**
+ * @brief Current head (sequence of the next key to be appended) and the
+ *        ring's capacity.  Either pointer may be NULL.
+ * @return 0; HPS_ENOTFOUND when the table has no log.  Lock-free.
+ */
+hps_err_t hps_shmdb_updlog_head(hps_shmdb_t *db, uint32_t id, uint64_t *ret_head,
+                                uint32_t *ret_capacity);
+
 /** @brief Name of an overflow policy ("evict_random", ...). */
 const char *hps_overflow_policy_name(hps_overflow_policy_t p);
 

@@ -121,6 +121,33 @@ def wait_applied(proc, layer, n, timeout=60):
     return H.wait_until(lambda: stats(proc, layer).get("applied", 0) >= n, timeout, 0.1)
 
 
+def update_metrics(w):
+    return {k: v for k, v in H.metrics(w.metrics_port).items() if k.startswith("nv_hps_update")}
+
+
+def check_metrics(t, coord, w):
+    """The coordinator's counters, published in the segment, on the worker's /metrics."""
+    want = {}
+    for layer in ("volatile", "persistent"):
+        st = stats(coord, layer)
+        want['nv_hps_updates_received{layer="%s"}' % layer] = st.get("received")
+        want['nv_hps_updates_applied{layer="%s"}' % layer] = st.get("applied")
+        for reason in ("magic", "value_size", "truncated", "keyed"):
+            want['nv_hps_updates_skipped{layer="%s",reason="%s"}' % (layer, reason)] = 1
+    got = {}
+
+    def match():
+        got.clear()
+        got.update(update_metrics(w))
+        return all(got.get(k) == v for k, v in want.items())
+    t.ok(H.wait_until(match, 10, 0.2), "worker /metrics: update counters per layer and reason",
+         {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v})
+    age = got.get('nv_hps_update_newest_age_ms{layer="volatile"}', -1)
+    t.ok(0 <= age < 600000, "worker /metrics: newest applied update age %s ms" % age)
+    t.ok('nv_hps_updates_skipped{layer="distributed",reason="magic"}' not in got,
+         "no samples for a layer without a consumer")
+
+
 def scenario(t, cl, mock):
     cl.bootstrap = mock.bootstrap
     t.ok(bool(mock.bootstrap), "kafka-mock listens at %s" % mock.bootstrap)
@@ -169,6 +196,7 @@ def scenario(t, cl, mock):
         t.eq([st.get(k) for k in ("magic", "value_size", "truncated", "keyed", "beacons")],
              [1, 1, 1, 1, 1], "%s: corrupt messages skipped and counted by reason" % layer)
     t.eq(lookup(w, "mA", [k0]), [new_vector(k0, 1)], "no corrupt message was applied")
+    check_metrics(t, coord, w)
 
     # 3. brokers down for 5 s, then up: ingestion resumes without a restart.
     t.eq(mock.cmd("down"), "ok", "brokers down")
