@@ -186,6 +186,14 @@ rc=0
     --verify "$verify" "${files[@]}" || rc=$?
 
 echo
+echo "-- hps-worker metrics: lookup layers and GPU embedding cache (hit rate = hit_keys / query_keys)"
+python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://127.0.0.1:$metrics_port/metrics" 2>/dev/null |
+    grep -E '^nv_hps_(lookup_keys|volatile_db_hit|persistent_db_hit|default_value|embedding_cache)' |
+    awk '{print "   " $0} /^nv_hps_embedding_cache_query_keys/ {q += $2}
+         /^nv_hps_embedding_cache_hit_keys/ {h += $2}
+         END {if (q) printf "   GPU cache hit rate (all tables): %.4f (%d of %d keys)\n", h / q, h, q}' || true
+echo
 echo "-- hps-worker log"
 sed 's/^/   /' "$workdir/worker.log"
 if ! kill -0 "$worker_pid" 2>/dev/null; then echo "e2e.sh: hps-worker died during the run" >&2; rc=1; fi

@@ -200,8 +200,11 @@ int main(int argc, char **argv)
     if (!ex)
         ex = worker_maint_start(&w);
     if (!ex) {
-        ex = serve(&w, &a);
+        ex = worker_gpu_start(&w);
+        if (!ex)
+            ex = serve(&w, &a);
         g_stop = 1;
+        worker_gpu_stop(&w);
         worker_maint_stop(&w);
     }
     release_segment(&w);

@@ -144,7 +144,9 @@ static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, cons
     hps_err_t rc = 0;
     (void)out_len;
     pthread_rwlock_rdlock(&w->seg_lock);
-    for (uint32_t t = 0; t < num_tables && rc == 0; t++) {
+    int gpu = worker_gpu_lookup(w, model_index, num_tables, numkeys, keys, out); /* 1: CPU path */
+    rc = gpu < 0 ? gpu : 0;
+    for (uint32_t t = 0; gpu > 0 && t < num_tables && rc == 0; t++) {
         size_t n = (size_t)numkeys[t];
         if (n == 0)
             continue;
@@ -170,7 +172,8 @@ static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, cons
 static bool ready(void *ctx)
 {
     worker_t *w = ctx;
-    return w->db && atomic_load(&w->resolved) && atomic_load(&w->coord_alive);
+    return w->db && atomic_load(&w->resolved) && atomic_load(&w->coord_alive) &&
+           worker_gpu_ready(w);
 }
 
 static void counter(hps_kserve_text_t *x, const char *name, const char *help, size_t nm,
@@ -282,6 +285,7 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
                             "# TYPE nv_hps_worker_ready gauge\nnv_hps_worker_ready %d\n",
                             (int)atomic_load(&w->coord_alive), (int)ready(w));
     update_metrics(w, x);
+    worker_gpu_metrics(w, x);
     return 0;
 }
 

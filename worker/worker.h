@@ -61,6 +61,7 @@ typedef struct worker {
     size_t num_models;
     pthread_t maint;
     volatile sig_atomic_t *stop;
+    struct worker_gpu *gpu; /* GPU mode (gpu.h); NULL in CPU mode */
 } worker_t;
 
 /* pipeline.c */
@@ -71,5 +72,7 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret);
 /* attach.c */
 int worker_maint_start(worker_t *w);
 void worker_maint_stop(worker_t *w);
+
+#include "gpu.h" /* GPU mode: worker_gpu_* (inline no-ops without CUDA) */
 
 #endif

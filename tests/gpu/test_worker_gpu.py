@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""
+gpu-worker: hps-coordinator + hps-worker in GPU mode (gpucache = true), real
+processes; exit 77 (skip) where no CUDA device is visible.
+
+Scenario 1 (segment 1): 2 tables of 20000 and 5000 rows, dims 16 and 8,
+defaults 0.5 and -2, initial_cache_rate 0.5, cache_missed_embeddings.
+  - worker A: gpucacheper 0.25, hit_rate_threshold 2 (always synchronous
+    insertion): VDB, PDB-only and unknown keys exact on the first request;
+    the same request again is exact and its found keys are now GPU hits
+    (nv_hps_embedding_cache_* counters); cache capacity and occupancy.
+  - worker B: hit_rate_threshold 0 (always background insertion, HugeCTR's
+    asynchronous semantics): misses get the default value on the first
+    request; the background thread inserts the found rows, so the same
+    request later is exact and all its found keys hit.
+Scenario 2 (segment 2): initial_cache_rate 1.0, gpucacheper 1.0: the first
+request of random keys of every table is answered entirely by the GPU
+cache (hit keys == query keys), exact.
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import hpstest as H  # noqa: E402
+
+RATE = 0.5
+
+
+def have_gpu():
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
+
+def cache_counters(port, model):
+    """{(table, name): value} of the nv_hps_embedding_cache_* samples of model."""
+    out = {}
+    pat = re.compile(r'nv_hps_embedding_cache_(\w+)\{model="%s",table="([^"]+)",device="\d+"\}'
+                     % re.escape(model))
+    for k, v in H.metrics(port).items():
+        m = pat.fullmatch(k)
+        if m:
+            out[(m.group(2), m.group(1))] = int(v)
+    return out
+
+
+def total(c, name):
+    return sum(v for (tb, n), v in c.items() if n == name)
+
+
+def request(rng, model, n_vdb, n_pdb, n_unk):
+    kpt = []
+    for t in range(len(model.rows)):
+        ks = rng.sample(model.vdb_keys(t, RATE), n_vdb)
+        ks += rng.sample(model.pdb_only_keys(t, RATE), n_pdb)
+        ks += model.unknown_keys(t, n_unk, start=7)
+        rng.shuffle(ks)
+        kpt.append(ks)
+    return kpt
+
+
+def check_sync(t, model, w, kpt):
+    want = model.expected(kpt)
+    nk = sum(len(k) for k in kpt)
+    nunk = sum(1 for i, ks in enumerate(kpt) for k in ks if k not in model.key_sets()[i])
+    for rnd in (1, 2):
+        c0 = cache_counters(w.metrics_port, "m")
+        _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+        t.ok(got == want, "sync worker, request %d: VDB, PDB-only and unknown keys exact" % rnd,
+             H.first_mismatch(got, want, model, kpt))
+        c1 = cache_counters(w.metrics_port, "m")
+        t.eq(total(c1, "query_keys") - total(c0, "query_keys"), nk,
+             "request %d: every key queried in the GPU cache" % rnd)
+        if rnd == 2:
+            t.eq(total(c1, "hit_keys") - total(c0, "hit_keys"), nk - nunk,
+                 "request 2: every found key of request 1 is now a GPU hit")
+    c = cache_counters(w.metrics_port, "m")
+    t.ok(total(c, "capacity_bytes") >= (5000 * 16 + 1250 * 8) * 4,
+         "capacity >= gpucacheper 0.25 of each table", c)
+    t.ok(0 < total(c, "occupancy_bytes") <= total(c, "capacity_bytes"), "occupancy in (0, cap]", c)
+
+
+def rows_of(flat, kpt, dims):
+    """Split OUTPUT0 into {(table, position): row}."""
+    out, o = {}, 0
+    for i, ks in enumerate(kpt):
+        for j in range(len(ks)):
+            out[(i, j)] = flat[o:o + dims[i]]
+            o += dims[i]
+    return out
+
+
+def check_async(t, model, w, kpt):
+    pdb = [set(model.pdb_only_keys(i, RATE)) for i in range(2)]
+    _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    # GPU misses (PDB-only keys, unknown keys, VDB keys not preloaded) get
+    # the table's default this time; preloaded VDB keys are exact.
+    g = rows_of(got, kpt, model.dims)
+    exact = rows_of(model.expected(kpt), kpt, model.dims)
+    dflt = rows_of(model.expected(kpt, known=lambda i, k: False), kpt, model.dims)
+    bad = [(i, j) for (i, j) in g if g[(i, j)] != (dflt if kpt[i][j] in pdb[i] else exact)[(i, j)]
+           and g[(i, j)] != dflt[(i, j)]]
+    t.ok(not bad, "async worker, request 1: misses get the default (HugeCTR semantics), "
+         "PDB-only keys included", bad[:5])
+    t.ok(sum(len(p & set(kpt[i])) for i, p in enumerate(pdb)) > 0,
+         "async request holds PDB-only keys")
+    want = model.expected(kpt)
+    ok = H.wait_until(lambda: H.decode_output(H.infer(w.http_port, "m", kpt,
+                                                      binary=True))[1] == want, 20.0, 0.1)
+    t.ok(ok, "async worker: the background thread inserted the fetched rows; exact later")
+    c0 = cache_counters(w.metrics_port, "m")
+    H.infer(w.http_port, "m", kpt, binary=True)
+    c1 = cache_counters(w.metrics_port, "m")
+    nunk = sum(1 for i, ks in enumerate(kpt) for k in ks if k not in model.key_sets()[i])
+    t.eq(total(c1, "hit_keys") - total(c0, "hit_keys"), sum(map(len, kpt)) - nunk,
+         "async worker: every found key now hits")
+
+
+def scenario_partial(t, cl, rng):
+    model = cl.gen_model("m", rows=[20000, 5000], dims=[16, 8], defaults=[0.5, -2.0])
+    base = [("volatile_db", "initial_cache_rate", RATE),
+            ("volatile_db", "cache_missed_embeddings", "true"),
+            ("hps", "heartbeat_interval_ms", 50), ("worker", "miss_timeout_ms", 2000),
+            ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
+            ("model.m", "gpucacheper", 0.25)]
+    sync_conf = cl.write_config("sync.ini", model.ini_text,
+                                base + [("model.m", "hit_rate_threshold", 2.0)])
+    async_conf = cl.write_config("async.ini", model.ini_text,
+                                 base + [("model.m", "hit_rate_threshold", 0.0)])
+    cl.start_coordinator(sync_conf)
+    wa = cl.start_worker(sync_conf, instance=0)
+    t.ok("GPU cache m/sparse_embedding0" in wa.log(), "worker A created its GPU caches",
+         wa.log()[-2000:])
+    t.ok(cache_counters(wa.metrics_port, "m"), "worker A exports nv_hps_embedding_cache_*")
+    check_sync(t, model, wa, request(rng, model, 40, 30, 5))
+    wb = cl.start_worker(async_conf, instance=1)
+    check_async(t, model, wb, request(rng, model, 40, 30, 5))
+
+
+def scenario_full(t, cl, rng):
+    seg = cl.new_segment_name("full")
+    model = cl.gen_model("m", rows=[30000, 7000], dims=[32, 4], defaults=[1.0, 2.0],
+                         subdir="full", segment=seg)
+    conf = cl.write_config("full.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", 1.0), ("hps", "heartbeat_interval_ms", 50),
+        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
+        ("model.m", "gpucacheper", 1.0), ("model.m", "hit_rate_threshold", 0.5)])
+    cl.start_coordinator(conf)
+    w = cl.start_worker(conf, instance=2)
+    kpt = [rng.sample(model.file_keys[i], 500) for i in range(2)]
+    c0 = cache_counters(w.metrics_port, "m")
+    _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    c1 = cache_counters(w.metrics_port, "m")
+    want = model.expected(kpt)
+    t.ok(got == want, "gpucacheper 1.0: first request exact", H.first_mismatch(got, want))
+    q = total(c1, "query_keys") - total(c0, "query_keys")
+    h = total(c1, "hit_keys") - total(c0, "hit_keys")
+    t.eq((q, h), (1000, 1000), "gpucacheper 1.0: hit rate 1.0 from the first request")
+    t.eq(total(c1, "eviction_keys"), 0, "gpucacheper 1.0: the preload evicted nothing")
+    t.ok(total(c1, "occupancy_bytes") == (30000 * 32 + 7000 * 4) * 4,
+         "gpucacheper 1.0: every row of every table is on the GPU", c1)
+
+
+def body(t, cl):
+    rng = random.Random(4)
+    scenario_partial(t, cl, rng)
+    scenario_full(t, cl, rng)
+
+
+if __name__ == "__main__":
+    if not have_gpu():
+        print("1..0 # SKIP no CUDA device visible")
+        sys.exit(77)
+    H.run_main("gpu-worker", body)

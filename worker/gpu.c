@@ -1,0 +1,826 @@
+/*
+ * gpu.c -- hps-worker's GPU mode (see gpu.h): per-table GPU embedding
+ * caches, their preload, the GPU lookup path with synchronous or background
+ * insertion of the misses, and their metrics.  Built only with CUDA.
+ *
+ * Threads: HTTP threads call worker_gpu_lookup() concurrently; each takes a
+ * lookup context (stream, pinned and device buffers, one gcache workspace
+ * per table) from a pool and returns it.  One GPU thread creates and
+ * preloads the caches, then serves the background-insert queue.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu.h"
+#include "hps/gcache.h"
+#include "hps/log.h"
+#include "hps/modelfile.h"
+#include "worker.h"
+
+#define PRELOAD_BATCH 16384 /* rows per preload insert */
+#define QUEUE_SLOTS   256   /* background insert jobs */
+#define WS_MIN_KEYS   4096  /* smallest workspace */
+
+/** A pinned host buffer and its device twin. */
+typedef struct pair {
+    void *h;
+    void *d;
+    size_t cap; /* bytes */
+} pair_t;
+
+/** One lookup context: owned by one request at a time. */
+typedef struct gctx {
+    cudaStream_t stream;
+    hps_gcache_ws_t **ws; /* [ws_slots] */
+    uint64_t *ws_cap;     /* [ws_slots] keys */
+    pair_t keys, out, midx, mcount, ikeys, ivals;
+    struct gctx *next;
+} gctx_t;
+
+/** A table's cache. */
+typedef struct gtable {
+    hps_gcache_t *cache;
+    uint32_t dim;
+} gtable_t;
+
+typedef struct gmodel {
+    gtable_t *tables;
+    size_t num_tables;
+    size_t ws_base; /* first workspace slot of this model */
+    _Atomic bool active;
+} gmodel_t;
+
+/** A background insert: keys of one table to fetch and insert. */
+typedef struct job {
+    size_t mi;
+    uint32_t t;
+    size_t n;
+    int64_t *keys;
+} job_t;
+
+struct worker_gpu {
+    worker_t *w;
+    int device;
+    gmodel_t *models;
+    size_t ws_slots;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gctx_t *free_ctx;
+    gctx_t *all_ctx; /* every context, for stop (linked by next while free) */
+    gctx_t **ctxs;
+    size_t num_ctx, max_ctx;
+    job_t queue[QUEUE_SLOTS];
+    size_t q_head, q_len;
+    _Atomic uint64_t q_dropped;
+    _Atomic bool ready;
+    _Atomic bool stop;
+    pthread_t thread;
+    bool started;
+};
+
+/* ---- CUDA helpers ------------------------------------------------------ */
+
+static int ck(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    HPS_ERROR("GPU: %s: %s", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : HPS_EIO;
+}
+
+static void pair_free(pair_t *p)
+{
+    cudaFreeHost(p->h);
+    cudaFree(p->d);
+    *p = (pair_t){0};
+}
+
+/** Make p hold at least bytes (contents are not kept). */
+static int pair_reserve(pair_t *p, size_t bytes)
+{
+    if (bytes <= p->cap)
+        return 0;
+    pair_free(p);
+    size_t cap = bytes + bytes / 2 + 256;
+    int rc = ck(cudaMallocHost(&p->h, cap), "cudaMallocHost");
+    if (rc == 0)
+        rc = ck(cudaMalloc(&p->d, cap), "cudaMalloc");
+    if (rc < 0) {
+        pair_free(p);
+        return rc;
+    }
+    p->cap = cap;
+    return 0;
+}
+
+/* ---- CPU path for the misses ------------------------------------------ */
+
+static void fill_row(float *row, uint32_t dim, float v)
+{
+    for (uint32_t i = 0; i < dim; i++)
+        row[i] = v;
+}
+
+/** Narrow int64 keys for a 32-bit-key model; invalid ones are marked. */
+static void narrow(const int64_t *keys, size_t n, uint32_t *tmp, uint8_t *valid)
+{
+    for (size_t i = 0; i < n; i++) {
+        valid[i] = keys[i] >= 0 && keys[i] <= (int64_t)UINT32_MAX;
+        tmp[i] = valid[i] ? (uint32_t)keys[i] : 0;
+    }
+}
+
+/** Ask the coordinator for the keys not found yet; returns rows found. */
+static size_t fetch_lower(worker_t *w, worker_model_t *m, uint32_t t, const void *k, size_t n,
+                          float *rows, uint8_t *found, const uint8_t *valid)
+{
+    uint32_t dim = m->dims[t], kb = w->key_bytes;
+    size_t miss = 0, hits = 0;
+    char *mk = malloc(n * kb);
+    size_t *mi = malloc(n * sizeof(size_t));
+    float *mv = malloc(n * dim * sizeof(float));
+    uint8_t *mf = malloc(n);
+    for (size_t i = 0; mk && mi && mv && mf && i < n; i++) {
+        if (found[i] || (valid && !valid[i]))
+            continue;
+        memcpy(mk + miss * kb, (const char *)k + i * kb, kb);
+        mi[miss++] = i;
+    }
+    if (miss && atomic_load_explicit(&w->coord_alive, memory_order_relaxed)) {
+        hps_err_t rc = hps_shmdb_miss_lookup(w->db, m->vdb_ids[t], miss, mk, mv, mf,
+                                             (uint32_t)w->conf->worker.miss_timeout_ms, &hits);
+        if (rc == HPS_EBUSY)
+            atomic_fetch_add_explicit(&m->ctr.miss_busy, 1, memory_order_relaxed);
+        else if (rc == HPS_ETIMEDOUT)
+            atomic_fetch_add_explicit(&m->ctr.miss_timeout, 1, memory_order_relaxed);
+        for (size_t j = 0; rc == 0 && j < miss; j++) {
+            if (!mf[j])
+                continue;
+            memcpy(rows + mi[j] * dim, mv + j * dim, dim * sizeof(float));
+            found[mi[j]] = 1;
+        }
+        if (rc < 0)
+            hits = 0;
+    }
+    free(mk);
+    free(mi);
+    free(mv);
+    free(mf);
+    return hits;
+}
+
+/**
+ * Rows of n keys of table t from the volatile DB, then the coordinator, else
+ * the default; found[i] = 1 for rows found in a layer.  count: add to the
+ * model's counters (request path) or not (background).  Needs seg_lock.
+ */
+static void fetch(worker_t *w, worker_model_t *m, uint32_t t, const int64_t *keys, size_t n,
+                  float *rows, uint8_t *found, bool count)
+{
+    uint32_t dim = m->dims[t];
+    size_t hits = 0, lower = 0;
+    memset(found, 0, n);
+    uint32_t *tmp = w->key_bytes == 4 ? malloc(n * sizeof(uint32_t)) : NULL;
+    uint8_t *valid = tmp ? malloc(n) : NULL;
+    const void *k = keys;
+    if (tmp && valid) {
+        narrow(keys, n, tmp, valid);
+        k = tmp;
+    }
+    bool ok = w->db && m->resolved && (w->key_bytes == 8 || valid);
+    if (ok && hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, rows, found, &hits) == 0) {
+        for (size_t i = 0; valid && i < n; i++) {
+            hits -= found[i] && !valid[i];
+            found[i] &= valid[i];
+        }
+        lower = fetch_lower(w, m, t, k, n, rows, found, valid);
+    } else {
+        hits = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!found[i])
+            fill_row(rows + i * dim, dim, m->defaults[t]);
+    if (count) {
+        atomic_fetch_add_explicit(&m->ctr.vdb_hits, hits, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->ctr.lower_hits, lower, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->ctr.default_keys, n - hits - lower, memory_order_relaxed);
+    }
+    free(tmp);
+    free(valid);
+}
+
+/* ---- lookup contexts --------------------------------------------------- */
+
+static void ctx_free(gctx_t *c, size_t slots)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; c->ws && i < slots; i++)
+        hps_gcache_ws_destroy(c->ws[i]);
+    free(c->ws);
+    free(c->ws_cap);
+    pair_t *ps[] = {&c->keys, &c->out, &c->midx, &c->mcount, &c->ikeys, &c->ivals};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
+        pair_free(ps[i]);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static gctx_t *ctx_new(struct worker_gpu *g)
+{
+    gctx_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->ws = calloc(g->ws_slots, sizeof(*c->ws));
+    c->ws_cap = calloc(g->ws_slots, sizeof(*c->ws_cap));
+    if (!c->ws || !c->ws_cap ||
+        ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream") < 0) {
+        ctx_free(c, g->ws_slots);
+        return NULL;
+    }
+    return c;
+}
+
+/** Take a context: a free one, a new one below the pool size, or wait. */
+static gctx_t *ctx_get(struct worker_gpu *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->free_ctx && g->num_ctx >= g->max_ctx)
+        pthread_cond_wait(&g->cv, &g->mu);
+    gctx_t *c = g->free_ctx;
+    if (c) {
+        g->free_ctx = c->next;
+    } else if ((c = ctx_new(g))) {
+        g->ctxs[g->num_ctx++] = c;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return c;
+}
+
+static void ctx_put(struct worker_gpu *g, gctx_t *c)
+{
+    pthread_mutex_lock(&g->mu);
+    c->next = g->free_ctx;
+    g->free_ctx = c;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/** The workspace of slot s for n keys (grown when too small). */
+static int ctx_ws(gctx_t *c, size_t s, hps_gcache_t *cache, uint64_t n, hps_gcache_ws_t **ret)
+{
+    if (c->ws[s] && c->ws_cap[s] >= n) {
+        *ret = c->ws[s];
+        return 0;
+    }
+    hps_gcache_ws_destroy(c->ws[s]);
+    c->ws[s] = NULL;
+    uint64_t cap = n < WS_MIN_KEYS ? WS_MIN_KEYS : n + n / 2;
+    hps_err_t rc = hps_gcache_ws_create(cache, cap, &c->ws[s]);
+    if (rc < 0)
+        return rc;
+    c->ws_cap[s] = cap;
+    *ret = c->ws[s];
+    return 0;
+}
+
+/* ---- lookup ------------------------------------------------------------ */
+
+/** Insert k rows staged in c->ikeys / c->ivals into the cache (on c's stream). */
+static int insert_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t dim)
+{
+    if (k == 0)
+        return 0;
+    int rc = ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, k * sizeof(int64_t), cudaMemcpyHostToDevice,
+                                c->stream),
+                "H2D keys");
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(c->ivals.d, c->ivals.h, k * dim * sizeof(float),
+                                cudaMemcpyHostToDevice, c->stream),
+                "H2D rows");
+    if (rc == 0)
+        rc = hps_gcache_insert(cache, c->ikeys.d, c->ivals.d, k, c->stream);
+    return rc;
+}
+
+/** Queue the missing keys for the background thread (dropped when full). */
+static void enqueue(struct worker_gpu *g, size_t mi, uint32_t t, const int64_t *mkeys, size_t n)
+{
+    int64_t *copy = malloc(n * sizeof(int64_t));
+    pthread_mutex_lock(&g->mu);
+    if (copy && g->q_len < QUEUE_SLOTS) {
+        memcpy(copy, mkeys, n * sizeof(int64_t));
+        g->queue[(g->q_head + g->q_len++) % QUEUE_SLOTS] = (job_t){mi, t, n, copy};
+        copy = NULL;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        atomic_fetch_add_explicit(&g->q_dropped, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&g->mu);
+    free(copy);
+}
+
+/**
+ * The mc misses of table t (positions midx into out): synchronously fetched
+ * and inserted, or defaults now and a background insert (see gpu.h).
+ * Returns 1 when an insert was enqueued on c's stream.
+ */
+static int misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, const int64_t *keys,
+                  size_t n, const uint32_t *midx, size_t mc, float *out)
+{
+    worker_model_t *m = &g->w->models[mi];
+    uint32_t dim = m->dims[t];
+    int rc = pair_reserve(&c->ikeys, mc * sizeof(int64_t));
+    if (rc == 0)
+        rc = pair_reserve(&c->ivals, mc * dim * sizeof(float));
+    if (rc < 0)
+        return rc;
+    int64_t *ik = c->ikeys.h;
+    float *iv = c->ivals.h;
+    for (size_t j = 0; j < mc; j++)
+        ik[j] = keys[midx[j]];
+    double hit_rate = 1.0 - (double)mc / (double)n;
+    if (hit_rate >= m->conf->hit_rate_threshold) {
+        for (size_t j = 0; j < mc; j++)
+            fill_row(out + (size_t)midx[j] * dim, dim, m->defaults[t]);
+        atomic_fetch_add_explicit(&m->ctr.default_keys, mc, memory_order_relaxed);
+        enqueue(g, mi, t, ik, mc);
+        return 0;
+    }
+    uint8_t *found = malloc(mc);
+    if (!found)
+        return -ENOMEM;
+    fetch(g->w, m, t, ik, mc, iv, found, true);
+    size_t k = 0;
+    for (size_t j = 0; j < mc; j++) {
+        memcpy(out + (size_t)midx[j] * dim, iv + j * dim, dim * sizeof(float));
+        if (!found[j])
+            continue;
+        ik[k] = ik[j];
+        memmove(iv + k * dim, iv + j * dim, dim * sizeof(float));
+        k++;
+    }
+    free(found);
+    rc = insert_staged(c, g->models[mi].tables[t].cache, k, dim);
+    return rc < 0 ? rc : k > 0;
+}
+
+/** Enqueue H2D of the keys, every table's lookup and the D2H of the results. */
+static int launch(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt, const int32_t *numkeys,
+                  size_t nkeys, size_t nfloats)
+{
+    gmodel_t *gm = &g->models[mi];
+    int rc = ck(cudaMemcpyAsync(c->keys.d, c->keys.h, nkeys * sizeof(int64_t),
+                                cudaMemcpyHostToDevice, c->stream),
+                "H2D keys");
+    size_t ko = 0, fo = 0;
+    for (uint32_t t = 0; t < nt && rc == 0; t++) {
+        size_t n = (size_t)numkeys[t];
+        hps_gcache_ws_t *ws = NULL;
+        if (n == 0)
+            continue;
+        rc = ctx_ws(c, gm->ws_base + t, gm->tables[t].cache, n, &ws);
+        if (rc == 0)
+            rc = hps_gcache_lookup(gm->tables[t].cache, ws, (int64_t *)c->keys.d + ko, n,
+                                   (float *)c->out.d + fo, NULL, (uint32_t *)c->midx.d + ko,
+                                   (uint32_t *)c->mcount.d + t, c->stream);
+        ko += n;
+        fo += n * gm->tables[t].dim;
+    }
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(c->out.h, c->out.d, nfloats * sizeof(float), cudaMemcpyDeviceToHost,
+                                c->stream),
+                "D2H rows");
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(c->midx.h, c->midx.d, nkeys * sizeof(uint32_t),
+                                cudaMemcpyDeviceToHost, c->stream),
+                "D2H miss index");
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(c->mcount.h, c->mcount.d, nt * sizeof(uint32_t),
+                                cudaMemcpyDeviceToHost, c->stream),
+                "D2H miss count");
+    if (rc == 0)
+        rc = ck(cudaStreamSynchronize(c->stream), "lookup");
+    return rc;
+}
+
+static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
+                      const int32_t *numkeys, const int64_t *keys, float *out)
+{
+    worker_model_t *m = &g->w->models[mi];
+    size_t nkeys = 0, nfloats = 0;
+    for (uint32_t t = 0; t < nt; t++) {
+        nkeys += (size_t)numkeys[t];
+        nfloats += (size_t)numkeys[t] * m->dims[t];
+    }
+    int rc = pair_reserve(&c->keys, nkeys * sizeof(int64_t));
+    rc = rc ? rc : pair_reserve(&c->out, nfloats * sizeof(float));
+    rc = rc ? rc : pair_reserve(&c->midx, nkeys * sizeof(uint32_t));
+    rc = rc ? rc : pair_reserve(&c->mcount, nt * sizeof(uint32_t));
+    if (rc < 0)
+        return rc;
+    memcpy(c->keys.h, keys, nkeys * sizeof(int64_t));
+    if ((rc = launch(g, c, mi, nt, numkeys, nkeys, nfloats)) < 0)
+        return rc;
+    memcpy(out, c->out.h, nfloats * sizeof(float));
+    size_t ko = 0, fo = 0;
+    for (uint32_t t = 0; t < nt && rc >= 0; t++) {
+        size_t n = (size_t)numkeys[t], mc = n ? ((uint32_t *)c->mcount.h)[t] : 0;
+        if (mc)
+            rc = misses(g, c, mi, t, keys + ko, n, (uint32_t *)c->midx.h + ko, mc, out + fo);
+        if (rc > 0) /* an insert reads the staging buffers the next table reuses */
+            rc = ck(cudaStreamSynchronize(c->stream), "insert");
+        ko += n;
+        fo += n * m->dims[t];
+    }
+    return rc < 0 ? rc : 0;
+}
+
+int worker_gpu_lookup(worker_t *w, size_t mi, uint32_t num_tables, const int32_t *numkeys,
+                      const int64_t *keys, float *out)
+{
+    struct worker_gpu *g = w->gpu;
+    if (!g || !atomic_load_explicit(&g->models[mi].active, memory_order_acquire))
+        return 1;
+    if (cudaSetDevice(g->device) != cudaSuccess)
+        return 1;
+    gctx_t *c = ctx_get(g);
+    if (!c)
+        return 1;
+    int rc = lookup_ctx(g, c, mi, num_tables, numkeys, keys, out);
+    ctx_put(g, c);
+    return rc;
+}
+
+/* ---- background inserts ------------------------------------------------ */
+
+/** Fetch and insert one job's keys (the GPU thread, context c). */
+static void run_job(struct worker_gpu *g, gctx_t *c, job_t *j)
+{
+    worker_t *w = g->w;
+    worker_model_t *m = &w->models[j->mi];
+    uint32_t dim = m->dims[j->t];
+    uint8_t *found = malloc(j->n);
+    if (!found || pair_reserve(&c->ikeys, j->n * sizeof(int64_t)) < 0 ||
+        pair_reserve(&c->ivals, j->n * dim * sizeof(float)) < 0) {
+        free(found);
+        return;
+    }
+    int64_t *ik = c->ikeys.h;
+    float *iv = c->ivals.h;
+    pthread_rwlock_rdlock(&w->seg_lock);
+    fetch(w, m, j->t, j->keys, j->n, iv, found, false);
+    pthread_rwlock_unlock(&w->seg_lock);
+    size_t k = 0;
+    for (size_t i = 0; i < j->n; i++) {
+        if (!found[i])
+            continue;
+        ik[k] = j->keys[i];
+        memmove(iv + k * dim, iv + i * dim, dim * sizeof(float));
+        k++;
+    }
+    free(found);
+    if (insert_staged(c, g->models[j->mi].tables[j->t].cache, k, dim) == 0)
+        ck(cudaStreamSynchronize(c->stream), "background insert");
+}
+
+static void serve_queue(struct worker_gpu *g, gctx_t *c)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!atomic_load(&g->stop)) {
+        if (g->q_len == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+            continue;
+        }
+        job_t j = g->queue[g->q_head];
+        g->q_head = (g->q_head + 1) % QUEUE_SLOTS;
+        g->q_len--;
+        pthread_mutex_unlock(&g->mu);
+        run_job(g, c, &j);
+        free(j.keys);
+        pthread_mutex_lock(&g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- create and preload ------------------------------------------------ */
+
+/** Rows of table t: the model files, else the volatile DB. */
+static uint64_t table_rows(worker_t *w, size_t mi, uint32_t t)
+{
+    const hps_conf_model_t *mc = w->models[mi].conf;
+    hps_modelfile_t *mf = NULL;
+    uint64_t rows = 0;
+    char err[256];
+    if (hps_modelfile_open(mc->sparse_files[t], w->models[mi].dims[t], &mf, err, sizeof(err)) ==
+        0) {
+        rows = hps_modelfile_rows(mf);
+        hps_modelfile_close(mf);
+    }
+    uint64_t live = 0;
+    if (hps_shmdb_size(w->db, w->models[mi].vdb_ids[t], &live) == 0 && live > rows)
+        rows = live;
+    return rows;
+}
+
+/** Preload state: a pinned batch flushed into the cache. */
+struct preload {
+    gctx_t *c;
+    hps_gcache_t *cache;
+    uint32_t dim;
+    uint64_t want, done;
+    size_t k;
+    int rc;
+};
+
+static int preload_flush(struct preload *p)
+{
+    if (p->rc == 0 && p->k)
+        p->rc = insert_staged(p->c, p->cache, p->k, p->dim);
+    if (p->rc == 0 && p->k)
+        p->rc = ck(cudaStreamSynchronize(p->c->stream), "preload");
+    p->k = 0;
+    return p->rc;
+}
+
+static int preload_row(void *ctx, uint64_t key, const float *value)
+{
+    struct preload *p = ctx;
+    ((int64_t *)p->c->ikeys.h)[p->k] = (int64_t)key;
+    memcpy((float *)p->c->ivals.h + p->k * p->dim, value, p->dim * sizeof(float));
+    p->done++;
+    if (++p->k == PRELOAD_BATCH && preload_flush(p) < 0)
+        return p->rc;
+    return p->done >= p->want ? 1 : 0;
+}
+
+/** Create a cache of slots rows and insert the first want rows of the VDB. */
+static int build_cache(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, uint64_t slots,
+                       uint64_t want, hps_gcache_t **ret)
+{
+    worker_t *w = g->w;
+    struct preload p = {.c = c, .dim = w->models[mi].dims[t], .want = want};
+    int rc = hps_gcache_create(slots, p.dim, HPS_GCACHE_LRU, g->device, &p.cache);
+    if (rc < 0)
+        return rc;
+    rc = pair_reserve(&c->ikeys, PRELOAD_BATCH * sizeof(int64_t));
+    rc = rc ? rc : pair_reserve(&c->ivals, (size_t)PRELOAD_BATCH * p.dim * sizeof(float));
+    if (rc == 0 && want > 0) {
+        rc = hps_shmdb_iterate(w->db, w->models[mi].vdb_ids[t], preload_row, &p);
+        rc = rc == 1 ? 0 : rc;
+        rc = rc ? rc : preload_flush(&p);
+    }
+    if (rc < 0) {
+        hps_gcache_destroy(p.cache);
+        return rc;
+    }
+    *ret = p.cache;
+    return 0;
+}
+
+/**
+ * One table: capacity ceil(gpucacheper * rows).  A cache meant to hold the
+ * whole table gets twice the slots (sets are filled by hashing), doubled
+ * again until the preload evicted nothing, so gpucacheper = 1.0 hits 100%.
+ */
+static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+{
+    worker_model_t *m = &g->w->models[mi];
+    uint64_t rows = table_rows(g->w, mi, t);
+    uint64_t want = (uint64_t)ceil(m->conf->gpucacheper * (double)rows);
+    bool whole = want >= rows;
+    uint64_t slots = want ? want : 1;
+    slots = whole ? 2 * slots : slots;
+    for (int attempt = 0;; attempt++) {
+        hps_gcache_t *cache = NULL;
+        int rc = build_cache(g, c, mi, t, slots, want, &cache);
+        if (rc < 0)
+            return rc;
+        hps_gcache_stats_t st = {0};
+        rc = hps_gcache_stats(cache, &st);
+        if (rc == 0 && whole && st.evictions > 0 && attempt < 4) {
+            hps_gcache_destroy(cache);
+            slots *= 2;
+            continue;
+        }
+        g->models[mi].tables[t] = (gtable_t){cache, m->dims[t]};
+        HPS_INFO("GPU cache %s/%s on device %d: %llu of %llu rows preloaded, %llu slots",
+                 m->conf->name, m->conf->embedding_table_names[t], g->device,
+                 (unsigned long long)st.occupied, (unsigned long long)rows,
+                 (unsigned long long)st.capacity_rows);
+        return rc;
+    }
+}
+
+/** Every table of model mi; the model is served by the GPU once all exist. */
+static void build_model(struct worker_gpu *g, gctx_t *c, size_t mi)
+{
+    gmodel_t *gm = &g->models[mi];
+    int rc = 0;
+    for (uint32_t t = 0; t < gm->num_tables && rc == 0 && !atomic_load(&g->stop); t++)
+        rc = build_table(g, c, mi, t);
+    if (rc < 0) {
+        HPS_WARN("model %s: no GPU cache (%s); serving it from the CPU path",
+                 g->w->models[mi].conf->name, hps_strerror(rc));
+        return;
+    }
+    atomic_store_explicit(&gm->active, !atomic_load(&g->stop), memory_order_release);
+}
+
+static bool can_build(worker_t *w)
+{
+    return w->db && atomic_load(&w->resolved) && atomic_load(&w->coord_alive);
+}
+
+static void *gpu_thread(void *arg)
+{
+    struct worker_gpu *g = arg;
+    worker_t *w = g->w;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 20000000L};
+    while (!atomic_load(&g->stop) && !can_build(w))
+        nanosleep(&ts, NULL);
+    gctx_t *c = NULL;
+    if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess && (c = ctx_new(g))) {
+        pthread_rwlock_rdlock(&w->seg_lock);
+        for (size_t mi = 0; mi < w->num_models && !atomic_load(&g->stop); mi++)
+            if (g->models[mi].tables)
+                build_model(g, c, mi);
+        pthread_rwlock_unlock(&w->seg_lock);
+    }
+    atomic_store(&g->ready, true);
+    if (c)
+        serve_queue(g, c);
+    ctx_free(c, g->ws_slots);
+    return NULL;
+}
+
+/* ---- start, stop, metrics ---------------------------------------------- */
+
+/** The device exists: else the worker stays in CPU mode. */
+static bool have_device(int device)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || device >= n) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+static int gpu_alloc(worker_t *w, struct worker_gpu *g)
+{
+    g->w = w;
+    g->device = w->device;
+    g->models = calloc(w->num_models ? w->num_models : 1, sizeof(gmodel_t));
+    g->max_ctx = (size_t)w->conf->worker.http_threads + 2;
+    g->ctxs = calloc(g->max_ctx, sizeof(gctx_t *));
+    if (!g->models || !g->ctxs)
+        return HPS_WEXIT_RUNTIME;
+    for (size_t i = 0; i < w->num_models; i++) {
+        gmodel_t *gm = &g->models[i];
+        if (!w->models[i].conf->gpucache)
+            continue;
+        gm->num_tables = w->models[i].conf->num_tables;
+        gm->ws_base = g->ws_slots;
+        g->ws_slots += gm->num_tables;
+        if (!(gm->tables = calloc(gm->num_tables, sizeof(gtable_t))))
+            return HPS_WEXIT_RUNTIME;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    return 0;
+}
+
+static void gpu_free(struct worker_gpu *g)
+{
+    for (size_t i = 0; g->ctxs && i < g->num_ctx; i++)
+        ctx_free(g->ctxs[i], g->ws_slots);
+    for (size_t i = 0; g->models && i < g->w->num_models; i++) {
+        for (size_t t = 0; g->models[i].tables && t < g->models[i].num_tables; t++)
+            hps_gcache_destroy(g->models[i].tables[t].cache);
+        free(g->models[i].tables);
+    }
+    for (size_t i = 0; i < g->q_len; i++)
+        free(g->queue[(g->q_head + i) % QUEUE_SLOTS].keys);
+    free(g->models);
+    free(g->ctxs);
+    free(g);
+}
+
+int worker_gpu_start(worker_t *w)
+{
+    bool any = false;
+    for (size_t i = 0; i < w->num_models; i++)
+        any |= w->models[i].conf->gpucache;
+    if (!any)
+        return 0;
+    if (!have_device(w->device)) {
+        HPS_WARN("gpucache = true but no CUDA device %d: serving from the CPU path", w->device);
+        return 0;
+    }
+    struct worker_gpu *g = calloc(1, sizeof(*g));
+    if (!g)
+        return HPS_WEXIT_RUNTIME;
+    if (gpu_alloc(w, g) != 0 || pthread_create(&g->thread, NULL, gpu_thread, g) != 0) {
+        gpu_free(g);
+        return HPS_WEXIT_RUNTIME;
+    }
+    g->started = true;
+    w->gpu = g;
+    return 0;
+}
+
+void worker_gpu_stop(worker_t *w)
+{
+    struct worker_gpu *g = w->gpu;
+    if (!g)
+        return;
+    atomic_store(&g->stop, true);
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (g->started)
+        pthread_join(g->thread, NULL);
+    w->gpu = NULL;
+    cudaSetDevice(g->device);
+    gpu_free(g);
+}
+
+bool worker_gpu_ready(worker_t *w)
+{
+    return !w->gpu || atomic_load(&w->gpu->ready);
+}
+
+/** One metric over every active cache; v picks the value from the stats. */
+static void metric(struct worker_gpu *g, hps_kserve_text_t *x, const hps_gcache_stats_t *st,
+                   const char *name, const char *type, const char *help, int v)
+{
+    hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    size_t s = 0;
+    for (size_t i = 0; i < g->w->num_models; i++) {
+        gmodel_t *gm = &g->models[i];
+        if (!atomic_load_explicit(&gm->active, memory_order_acquire))
+            continue;
+        for (size_t t = 0; t < gm->num_tables; t++, s++) {
+            const hps_gcache_stats_t *a = &st[s];
+            uint64_t row = (uint64_t)gm->tables[t].dim * sizeof(float);
+            uint64_t vals[] = {a->lookups,   a->hits,           a->inserts,
+                               a->evictions, a->occupied * row, a->capacity_rows * row};
+            hps_kserve_text_appendf(x, "%s{model=\"", name);
+            hps_kserve_text_append_label(x, g->w->models[i].conf->name);
+            hps_kserve_text_appendf(x, "\",table=\"");
+            hps_kserve_text_append_label(x, g->w->models[i].conf->embedding_table_names[t]);
+            hps_kserve_text_appendf(x, "\",device=\"%d\"} %llu\n", g->device,
+                                    (unsigned long long)vals[v]);
+        }
+    }
+}
+
+void worker_gpu_metrics(worker_t *w, hps_kserve_text_t *x)
+{
+    struct worker_gpu *g = w->gpu;
+    if (!g || cudaSetDevice(g->device) != cudaSuccess)
+        return;
+    hps_gcache_stats_t *st = calloc(g->ws_slots ? g->ws_slots : 1, sizeof(*st));
+    size_t s = 0;
+    for (size_t i = 0; st && i < w->num_models; i++) {
+        gmodel_t *gm = &g->models[i];
+        if (!atomic_load_explicit(&gm->active, memory_order_acquire))
+            continue;
+        for (size_t t = 0; t < gm->num_tables; t++)
+            hps_gcache_stats(gm->tables[t].cache, &st[s++]);
+    }
+    if (st) {
+        metric(g, x, st, "nv_hps_embedding_cache_query_keys", "counter",
+               "Keys looked up in the GPU embedding cache", 0);
+        metric(g, x, st, "nv_hps_embedding_cache_hit_keys", "counter",
+               "Keys found in the GPU embedding cache", 1);
+        metric(g, x, st, "nv_hps_embedding_cache_insert_keys", "counter",
+               "Rows inserted into the GPU embedding cache (preload included)", 2);
+        metric(g, x, st, "nv_hps_embedding_cache_eviction_keys", "counter",
+               "Rows evicted from the GPU embedding cache", 3);
+        metric(g, x, st, "nv_hps_embedding_cache_occupancy_bytes", "gauge",
+               "Bytes of embedding rows held by the GPU embedding cache", 4);
+        metric(g, x, st, "nv_hps_embedding_cache_capacity_bytes", "gauge",
+               "Bytes of embedding rows the GPU embedding cache can hold", 5);
+    }
+    hps_kserve_text_appendf(x,
+                            "# HELP nv_hps_embedding_cache_dropped_inserts Background inserts "
+                            "dropped (queue full)\n# TYPE nv_hps_embedding_cache_dropped_inserts "
+                            "counter\nnv_hps_embedding_cache_dropped_inserts %llu\n",
+                            (unsigned long long)atomic_load(&g->q_dropped));
+    free(st);
+}
