@@ -337,6 +337,11 @@ static hps_err_t configure(const hps_kafka_consumer_opts_t *o, rd_kafka_conf_t *
         if (rc < 0)
             return rc;
     }
+    if (o->fetch_wait_max_ms > 0) { /* bounds freshness where fetches are not woken early */
+        char wait[32];
+        snprintf(wait, sizeof(wait), "%d", o->fetch_wait_max_ms);
+        return set(conf, "fetch.wait.max.ms", wait, err, err_len);
+    }
     return 0;
 }
 

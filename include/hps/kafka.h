@@ -159,6 +159,7 @@ typedef struct hps_kafka_consumer_opts {
     hps_kafka_apply_fn apply;           /**< required */
     hps_kafka_event_fn event;           /**< optional */
     void *ctx;                          /**< passed to the callbacks */
+    int fetch_wait_max_ms;              /**< fetch.wait.max.ms; 0 = librdkafka's (500) */
 } hps_kafka_consumer_opts_t;
 
 /** Counters of one consumer (monotonic since creation). */

@@ -1,0 +1,498 @@
+/*
+ * bench-kafka -- Kafka online updates, in-process mock cluster
+ * (rdkafka_mock.h: the real protocol over loopback TCP), dim 128.
+ *
+ * (a) Throughput: N updates are produced once; then a bare librdkafka
+ *     consumer reads every message (touching its last byte) and, in the same
+ *     run, the hps_kafka consumer applies them the way hps-coordinator's
+ *     volatile layer does (hps_shmdb_upsert into a segment table, then the
+ *     table's update log).  Both are timed from their first message to the
+ *     last; target: hps >= 0.8x bare.
+ * (b) Freshness: one update of a probe key every 1000/F ms (value = probe
+ *     number), while a reader process attached to the segment looks the key
+ *     up ~1,000 times a second (hps_shmdb_lookup, like a worker); latency =
+ *     first lookup that returns the new vector - produce call (one
+ *     CLOCK_MONOTONIC, shared).  Target: p99 < 100 ms.
+ *
+ * usage: bench-kafka [--updates N] [--probes P] [--quick]
+ *        (defaults 200000 updates, 300 probes; --quick: 20000, 50)
+ * Every wait has a deadline; progress goes to stderr.
+ */
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hps/kafka.h"
+#include "hps/shmdb.h"
+
+#define DIM    128
+#define TOPIC  "hps_et.bench.t0"
+#define FTOPIC "hps_et.fresh.t0"
+/* The mock broker keeps only a few MB per partition (older messages are
+ * deleted, and a consumer starting later silently begins at the new log
+ * start): enough partitions that N updates stay in the log. */
+#define PARTS      64
+#define BUFSZ      262144
+#define PROBE_KEY  1000000000
+#define MAX_PROBES 10000
+#define DEADLINE_S 120.0
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench-kafka: %s\n", what);
+    exit(1);
+}
+
+/* ---- Clients --------------------------------------------------------------- */
+
+static void set(rd_kafka_conf_t *c, const char *k, const char *v)
+{
+    char err[512];
+    if (rd_kafka_conf_set(c, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK)
+        die(err);
+}
+
+static _Atomic size_t g_delivered, g_failed;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (m->err)
+        g_failed++;
+    else
+        g_delivered++;
+}
+
+/* A producer; linger_ms 0 for the freshness probes. */
+static rd_kafka_t *producer(const char *bootstrap, const char *linger_ms)
+{
+    char err[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    set(c, "bootstrap.servers", bootstrap);
+    set(c, "message.max.bytes", "1000000");
+    set(c, "linger.ms", linger_ms);
+    rd_kafka_conf_set_dr_msg_cb(c, on_delivery);
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof(err));
+    if (!p)
+        die(err);
+    return p;
+}
+
+static void produce(rd_kafka_t *p, const char *topic, int part, const void *buf, size_t len)
+{
+    while (rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(part),
+                             RD_KAFKA_V_VALUE((void *)buf, len),
+                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                             RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        rd_kafka_poll(p, 10);
+    rd_kafka_poll(p, 0);
+}
+
+/* One record: key, then DIM floats v + d. */
+static size_t put_record(uint8_t *dst, int64_t key, float v)
+{
+    float row[DIM];
+    for (int d = 0; d < DIM; d++)
+        row[d] = v + (float)d;
+    memcpy(dst, &key, 8);
+    memcpy(dst + 8, row, sizeof(row));
+    return 8 + sizeof(row);
+}
+
+/* N updates (keys 0..N-1) in messages of up to BUFSZ bytes, round robin
+ * over the partitions.  Returns the messages delivered. */
+static size_t produce_all(const char *bootstrap, size_t n)
+{
+    rd_kafka_t *p = producer(bootstrap, "5");
+    size_t per = (BUFSZ - 8) / (8 + DIM * 4), msgs = 0;
+    uint8_t *buf = malloc(BUFSZ);
+    const uint32_t hdr[2] = {HPS_KAFKA_MAGIC, DIM * 4};
+    memcpy(buf, hdr, 8);
+    for (size_t i = 0; i < n; msgs++) {
+        size_t len = 8;
+        for (size_t j = 0; j < per && i < n; j++, i++)
+            len += put_record(buf + len, (int64_t)i, (float)i);
+        produce(p, TOPIC, (int)(msgs % PARTS), buf, len);
+    }
+    rd_kafka_flush(p, 60000);
+    rd_kafka_destroy(p);
+    free(buf);
+    if (g_failed || g_delivered != msgs) {
+        fprintf(stderr, "bench-kafka: %zu of %zu messages delivered, %zu failed\n",
+                (size_t)g_delivered, msgs, (size_t)g_failed);
+        exit(1);
+    }
+    return msgs;
+}
+
+/* ---- (a) bare consumer ------------------------------------------------------- */
+
+static rd_kafka_t *bare_consumer(const char *bootstrap)
+{
+    char err[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    set(c, "bootstrap.servers", bootstrap);
+    set(c, "group.id", "bench.bare");
+    set(c, "enable.auto.commit", "false");
+    set(c, "auto.offset.reset", "smallest");
+    set(c, "check.crcs", "false");
+    set(c, "queued.min.messages", "65536");
+    set(c, "receive.message.max.bytes", "134217728");
+    rd_kafka_t *k = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof(err));
+    if (!k)
+        die(err);
+    rd_kafka_poll_set_consumer(k);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, TOPIC, RD_KAFKA_PARTITION_UA);
+    rd_kafka_subscribe(k, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    return k;
+}
+
+/* Seconds from the first to the last of msgs messages. */
+static double bare(const char *bootstrap, size_t msgs)
+{
+    rd_kafka_t *c = bare_consumer(bootstrap);
+    size_t got = 0;
+    double t0 = 0, start = now_s();
+    volatile uint64_t sink = 0;
+    while (got < msgs) {
+        if (now_s() - start > DEADLINE_S) {
+            fprintf(stderr, "bench-kafka: bare consumer got %zu of %zu messages\n", got, msgs);
+            exit(1);
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+        if (!m)
+            continue;
+        if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            fprintf(stderr, "bench-kafka: bare consumer: %s\n", rd_kafka_message_errstr(m));
+        if (!m->err && m->len) {
+            if (!got++)
+                t0 = now_s();
+            sink += ((const uint8_t *)m->payload)[m->len - 1];
+        }
+        rd_kafka_message_destroy(m);
+    }
+    double dt = now_s() - t0;
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return dt;
+}
+
+/* ---- hps consumer (coordinator's volatile layer) ---------------------------- */
+
+typedef struct ours {
+    hps_shmdb_t *db;
+    uint32_t id;
+    hps_kafka_consumer_t *cons;
+    pthread_t thread;
+    volatile sig_atomic_t stop;
+    int fetch_wait_ms; /* 0: librdkafka's default */
+} ours_t;
+
+static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret_vs)
+{
+    (void)topic;
+    *ret_sink = ctx;
+    *ret_vs = DIM * 4;
+    return true;
+}
+
+static hps_err_t apply(void *ctx, void *sink, size_t n, const void *keys, const float *values)
+{
+    ours_t *o = ctx;
+    (void)sink;
+    hps_err_t rc = hps_shmdb_upsert(o->db, o->id, n, keys, values, NULL);
+    return rc < 0 ? rc : hps_shmdb_updlog_append(o->db, o->id, n, keys);
+}
+
+static void *run(void *arg)
+{
+    ours_t *o = arg;
+    hps_kafka_consumer_run(o->cons, &o->stop);
+    return NULL;
+}
+
+/* Start the hps consumer, group `group`, HugeCTR's defaults otherwise. */
+static void ours_start(const char *bootstrap, const char *group, const char *model, ours_t *o)
+{
+    const char *filters[] = {model};
+    hps_kafka_consumer_opts_t opts = {
+        .brokers = bootstrap,
+        .group = group,
+        .filters = filters,
+        .num_filters = 1,
+        .key_bytes = 8,
+        .metadata_refresh_interval_ms = 1000,
+        .receive_buffer_size = BUFSZ,
+        .poll_timeout_ms = 500,
+        .max_batch_size = 8192,
+        .failure_backoff_ms = 50,
+        .max_commit_interval = 32,
+        .resolve = resolve,
+        .apply = apply,
+        .ctx = o,
+        .fetch_wait_max_ms = o->fetch_wait_ms,
+    };
+    char err[512];
+    o->stop = 0;
+    if (hps_kafka_consumer_create(&opts, &o->cons, err, sizeof(err)) < 0)
+        die(err);
+    pthread_create(&o->thread, NULL, run, o);
+}
+
+static void ours_stop(ours_t *o)
+{
+    o->stop = 1;
+    pthread_join(o->thread, NULL);
+    hps_kafka_consumer_destroy(o->cons);
+}
+
+/* Seconds from the first message to applied == n. */
+static double ours(const char *bootstrap, size_t n, ours_t *o)
+{
+    ours_start(bootstrap, "bench.ours", "bench", o);
+    hps_kafka_stats_t s = {0};
+    double t0 = 0, start = now_s();
+    while (s.applied < n) {
+        if (now_s() - start > DEADLINE_S) {
+            fprintf(stderr, "bench-kafka: hps consumer applied %llu of %zu\n",
+                    (unsigned long long)s.applied, n);
+            exit(1);
+        }
+        usleep(100);
+        hps_kafka_consumer_stats(o->cons, &s);
+        if (!t0 && s.messages)
+            t0 = now_s();
+    }
+    double dt = now_s() - t0;
+    ours_stop(o);
+    return dt;
+}
+
+/* ---- (b) freshness ------------------------------------------------------------ */
+
+/* Shared between the bench and its reader process (MAP_SHARED). */
+struct fresh {
+    _Atomic int go, done, quit;
+    _Atomic uint32_t round;
+    _Atomic size_t probes;
+    _Atomic uint64_t lookups;
+    double sent[MAX_PROBES]; /* produce time of probe i */
+    double seen[MAX_PROBES]; /* first lookup returning probe i's vector */
+};
+
+/* Reader process: every millisecond one lookup request of all probe keys
+ * (key PROBE_KEY + i carries DIM floats 1e6 + round * MAX_PROBES + i + d). */
+static void reader(const char *seg, uint32_t id, struct fresh *f)
+{
+    hps_shmdb_t *db;
+    if (hps_shmdb_attach(seg, NULL, &db) < 0)
+        _exit(2);
+    int64_t *keys = malloc(MAX_PROBES * sizeof(int64_t));
+    float *v = malloc((size_t)MAX_PROBES * DIM * sizeof(float));
+    uint8_t *found = malloc(MAX_PROBES);
+    for (int i = 0; i < MAX_PROBES; i++)
+        keys[i] = PROBE_KEY + i;
+    for (;;) {
+        while (!f->go && !f->quit)
+            usleep(1000);
+        if (f->quit)
+            break;
+        size_t np = f->probes;
+        double base = 1e6 + (double)f->round * MAX_PROBES;
+        while (!f->done) {
+            hps_shmdb_lookup(db, id, np, keys, v, found, NULL);
+            f->lookups++;
+            double t = now_s();
+            for (size_t i = 0; i < np; i++)
+                if (found[i] && f->seen[i] == 0 && v[i * DIM] == (float)(base + (double)i))
+                    f->seen[i] = t;
+            usleep(1000);
+        }
+        f->go = 0;
+        f->done = 0;
+    }
+    hps_shmdb_detach(db);
+    _exit(0);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One round: produce probe i (key PROBE_KEY + i) every 20 ms, while the
+ * reader looks them up; returns the latencies (ms), sorted. */
+static size_t probe(const char *bootstrap, struct fresh *f, uint32_t round, size_t probes,
+                    double *lat)
+{
+    rd_kafka_t *p = producer(bootstrap, "0");
+    uint8_t buf[8 + 8 + DIM * 4];
+    const uint32_t hdr[2] = {HPS_KAFKA_MAGIC, DIM * 4};
+    memcpy(buf, hdr, 8);
+    memset(f->seen, 0, sizeof(f->seen));
+    f->round = round;
+    f->probes = probes;
+    f->lookups = 0;
+    f->go = 1;
+    double base = 1e6 + (double)round * MAX_PROBES;
+    for (size_t i = 0; i < probes; i++) {
+        put_record(buf + 8, PROBE_KEY + (int64_t)i, (float)(base + (double)i));
+        f->sent[i] = now_s();
+        produce(p, FTOPIC, 0, buf, sizeof(buf));
+        double until = f->sent[i] + 0.02; /* 50 probes/s */
+        while (now_s() < until)
+            rd_kafka_poll(p, 1);
+    }
+    usleep(1000000); /* the last probes' grace */
+    f->done = 1;
+    while (f->go)
+        usleep(1000);
+    rd_kafka_flush(p, 10000);
+    rd_kafka_destroy(p);
+    size_t n = 0;
+    for (size_t i = 0; i < probes; i++)
+        if (f->seen[i] > 0)
+            lat[n++] = (f->seen[i] - f->sent[i]) * 1e3;
+    qsort(lat, n, sizeof(*lat), cmp_double);
+    return n;
+}
+
+/* Freshness with the hps consumer at a fetch.wait.max.ms (0 = default). */
+static void freshness(const char *bs, ours_t *o, struct fresh *f, uint32_t round, size_t probes,
+                      int fetch_wait_ms)
+{
+    char group[64];
+    snprintf(group, sizeof(group), "bench.fresh.%u", round);
+    o->fetch_wait_ms = fetch_wait_ms;
+    ours_start(bs, group, "fresh", o);
+    usleep(3000000); /* group join and assignment before the first probe */
+    double t = now_s();
+    double *lat = calloc(probes, sizeof(double));
+    size_t got = probe(bs, f, round, probes, lat);
+    t = now_s() - t;
+    ours_stop(o);
+    double p99 = got ? lat[(size_t)((double)(got - 1) * 0.99)] : -1.0;
+    char fw[32] = "default (500)";
+    if (fetch_wait_ms)
+        snprintf(fw, sizeof(fw), "%d", fetch_wait_ms);
+    printf("  freshness, fetch.wait.max.ms %-13s: %zu/%zu seen, %.0f lookups/s; p50 %.2f ms "
+           "p99 %.2f ms max %.2f ms (target p99 < 100 ms) %s\n",
+           fw, got, probes, (double)f->lookups / t, got ? lat[got / 2] : -1.0, p99,
+           got ? lat[got - 1] : -1.0, got == probes && p99 < 100 ? "PASS" : "FAIL");
+    fflush(stdout);
+    free(lat);
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static void parse(int argc, char **argv, size_t *n, size_t *probes)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            *n = 20000;
+            *probes = 50;
+        } else if (!strcmp(argv[i], "--updates") && i + 1 < argc) {
+            *n = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--probes") && i + 1 < argc) {
+            *probes = strtoull(argv[++i], NULL, 10);
+        } else {
+            die("usage: bench-kafka [--updates N] [--probes P] [--quick]");
+        }
+    }
+    if (*probes > MAX_PROBES || *probes == 0 || *n == 0)
+        die("--probes must be 1..10000, --updates > 0");
+}
+
+static void make_segment(const char *seg, size_t n, ours_t *o)
+{
+    hps_shmdb_opts_t so = {.size_bytes = (uint64_t)n * (DIM * 4 + 64) * 2 + (128ull << 20),
+                           .allocation_rate = 16ull << 20};
+    hps_shmdb_proc_opts_t po = {.role = HPS_ROLE_COORDINATOR, .device = -1};
+    if (hps_shmdb_create(seg, &so, &po, &o->db) < 0)
+        die("cannot create the segment");
+    hps_table_spec_t ts = {.model = "bench",
+                           .table = "t0",
+                           .dim = DIM,
+                           .key_bytes = 8,
+                           .num_partitions = 8,
+                           .overflow_margin = UINT64_MAX,
+                           .overflow_resolution_target = 0.8,
+                           .expected_rows = n};
+    if (hps_shmdb_table_create(o->db, &ts, &o->id) < 0 ||
+        hps_shmdb_updlog_init(o->db, o->id, 65536) < 0)
+        die("cannot create the table");
+}
+
+int main(int argc, char **argv)
+{
+    size_t n = 200000, probes = 300;
+    parse(argc, argv, &n, &probes);
+    char seg[64];
+    snprintf(seg, sizeof(seg), "bench-kafka-%d", (int)getpid());
+    ours_t o = {0};
+    make_segment(seg, n, &o);
+    struct fresh *f =
+        mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (f == MAP_FAILED)
+        die("mmap");
+    fflush(NULL);
+    pid_t rpid = fork(); /* before any librdkafka thread exists */
+    if (rpid == 0)
+        reader(seg, o.id, f);
+
+    char err[256];
+    rd_kafka_conf_t *mc_conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(mc_conf, "log_level", "2", err, sizeof(err));
+    rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, mc_conf, err, sizeof(err));
+    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(host, 1);
+    rd_kafka_mock_topic_create(mc, TOPIC, PARTS, 1);
+    rd_kafka_mock_topic_create(mc, FTOPIC, 1, 1);
+    const char *bs = rd_kafka_mock_cluster_bootstraps(mc);
+
+    fprintf(stderr, "bench-kafka: producing %zu updates...\n", n);
+    double tp = now_s();
+    size_t msgs = produce_all(bs, n);
+    tp = now_s() - tp;
+    fprintf(stderr, "bench-kafka: bare consumer...\n");
+    double tb = bare(bs, msgs);
+    fprintf(stderr, "bench-kafka: hps consumer...\n");
+    double to = ours(bs, n, &o);
+    printf("bench-kafka: %zu updates dim %d in %zu messages (%d partitions, mock cluster)\n", n,
+           DIM, msgs, PARTS);
+    printf("  produce             %8.3f s %10.0f updates/s\n", tp, n / tp);
+    printf("  bare librdkafka     %8.3f s %10.0f updates/s (read only)\n", tb, n / tb);
+    printf("  hps (VDB + updlog)  %8.3f s %10.0f updates/s = %.2fx bare (target >= 0.80x) %s\n", to,
+           n / to, tb / to, tb / to >= 0.8 ? "PASS" : "FAIL");
+    fflush(stdout);
+
+    fprintf(stderr, "bench-kafka: freshness, %zu probes per setting...\n", probes);
+    freshness(bs, &o, f, 1, probes, 0);
+    freshness(bs, &o, f, 2, probes, 10);
+    f->quit = 1;
+    int st;
+    waitpid(rpid, &st, 0);
+    hps_shmdb_detach(o.db);
+    hps_shmdb_unlink(seg);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+    return 0;
+}
