@@ -177,6 +177,7 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         .max_batch_size = (int)u->max_batch_size,
         .failure_backoff_ms = (int)u->failure_backoff_ms,
         .max_commit_interval = (int)u->max_commit_interval,
+        .fetch_wait_max_ms = (int)u->fetch_wait_max_ms,
         .resolve = resolve,
         .apply = apply,
         .event = on_event,
