@@ -26,6 +26,9 @@
 #define PRELOAD_BATCH 16384 /* rows per preload insert */
 #define QUEUE_SLOTS   256   /* background insert jobs */
 #define WS_MIN_KEYS   4096  /* smallest workspace */
+#define UPD_BATCH     4096  /* update-log keys per read / refresh batch */
+#define UPD_POLL_NS   10000000L /* update-log poll period */
+#define UPD_MAX_READS 64    /* log batches per table per poll */
 
 /** A pinned host buffer and its device twin. */
 typedef struct pair {
@@ -47,6 +50,10 @@ typedef struct gctx {
 typedef struct gtable {
     hps_gcache_t *cache;
     uint32_t dim;
+    bool has_log;    /* following the table's update log */
+    bool refresh;    /* full refresh due (lapped, segment recreated) */
+    uint64_t seq;    /* next update-log sequence to read */
+    _Atomic uint64_t full_refreshes;
 } gtable_t;
 
 typedef struct gmodel {
@@ -82,6 +89,12 @@ struct worker_gpu {
     _Atomic bool stop;
     pthread_t thread;
     bool started;
+    /* update-log follower (GPU thread only) */
+    void *upd_raw;      /* UPD_BATCH keys of the table's width */
+    uint32_t *upd_k32;  /* UPD_BATCH narrowed keys */
+    uint8_t *upd_found; /* UPD_BATCH */
+    hps_shmdb_t *upd_db; /* segment the sequences belong to */
+    struct timespec upd_last;
 };
 
 /* ---- CUDA helpers ------------------------------------------------------ */
@@ -492,14 +505,35 @@ static void run_job(struct worker_gpu *g, gctx_t *c, job_t *j)
         ck(cudaStreamSynchronize(c->stream), "background insert");
 }
 
+static void follow_logs(struct worker_gpu *g, gctx_t *c);
+
+/** True (and the clock restarted) when UPD_POLL_NS passed since the last poll. */
+static bool poll_due(struct worker_gpu *g)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long d = (long long)(now.tv_sec - g->upd_last.tv_sec) * 1000000000LL +
+                  (now.tv_nsec - g->upd_last.tv_nsec);
+    if (d < UPD_POLL_NS)
+        return false;
+    g->upd_last = now;
+    return true;
+}
+
 static void serve_queue(struct worker_gpu *g, gctx_t *c)
 {
     pthread_mutex_lock(&g->mu);
     while (!atomic_load(&g->stop)) {
+        if (poll_due(g)) {
+            pthread_mutex_unlock(&g->mu);
+            follow_logs(g, c);
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
         if (g->q_len == 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50000000L;
+            ts.tv_nsec += UPD_POLL_NS;
             ts.tv_sec += ts.tv_nsec / 1000000000L;
             ts.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&g->cv, &g->mu, &ts);
@@ -514,6 +548,179 @@ static void serve_queue(struct worker_gpu *g, gctx_t *c)
         pthread_mutex_lock(&g->mu);
     }
     pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- refresh: following the update logs -------------------------------- */
+
+/**
+ * Replace the cached rows of the n keys staged in c->ikeys.h with their rows
+ * in the volatile DB (keys not found there are skipped; keys not in the cache
+ * are ignored by hps_gcache_update).  GPU thread, seg_lock held.
+ */
+static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, size_t n)
+{
+    worker_t *w = g->w;
+    worker_model_t *m = &w->models[mi];
+    uint32_t dim = m->dims[t];
+    if (n == 0)
+        return 0;
+    int rc = pair_reserve(&c->ivals, n * dim * sizeof(float));
+    if (rc < 0)
+        return rc;
+    int64_t *ik = c->ikeys.h;
+    float *iv = c->ivals.h;
+    uint8_t *found = g->upd_found;
+    const void *k = ik;
+    if (w->key_bytes == 4) {
+        for (size_t i = 0; i < n; i++)
+            g->upd_k32[i] = (uint32_t)ik[i];
+        k = g->upd_k32;
+    }
+    size_t hits = 0;
+    rc = hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, iv, found, &hits);
+    if (rc < 0)
+        return rc;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!found[i])
+            continue;
+        if (j != i) {
+            ik[j] = ik[i];
+            memmove(iv + j * dim, iv + i * dim, dim * sizeof(float));
+        }
+        j++;
+    }
+    if (j == 0)
+        return 0;
+    hps_gcache_t *cache = g->models[mi].tables[t].cache;
+    rc = ck(cudaMemcpyAsync(c->ikeys.d, ik, j * sizeof(int64_t), cudaMemcpyHostToDevice,
+                            c->stream),
+            "H2D refresh keys");
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(c->ivals.d, iv, j * dim * sizeof(float), cudaMemcpyHostToDevice,
+                                c->stream),
+                "H2D refresh rows");
+    if (rc == 0)
+        rc = hps_gcache_update(cache, c->ikeys.d, c->ivals.d, j, c->stream);
+    if (rc == 0)
+        rc = ck(cudaStreamSynchronize(c->stream), "refresh");
+    return rc;
+}
+
+/** Every cached key of table t replaced by its row in the volatile DB. */
+static int refresh_full(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+{
+    hps_gcache_t *cache = g->models[mi].tables[t].cache;
+    uint64_t sets = hps_gcache_num_sets(cache), step = UPD_BATCH / HPS_GCACHE_WAYS;
+    int rc = pair_reserve(&c->mcount, sizeof(uint32_t));
+    for (uint64_t s = 0; rc == 0 && s < sets && !atomic_load(&g->stop); s += step) {
+        uint64_t e = s + step < sets ? s + step : sets;
+        rc = hps_gcache_dump(cache, s, e, c->ikeys.d, c->mcount.d, c->stream);
+        if (rc == 0)
+            rc = ck(cudaMemcpyAsync(c->mcount.h, c->mcount.d, sizeof(uint32_t),
+                                    cudaMemcpyDeviceToHost, c->stream),
+                    "D2H dump count");
+        if (rc == 0)
+            rc = ck(cudaStreamSynchronize(c->stream), "dump");
+        uint32_t n = rc == 0 ? *(uint32_t *)c->mcount.h : 0;
+        if (rc == 0 && n)
+            rc = ck(cudaMemcpy(c->ikeys.h, c->ikeys.d, n * sizeof(int64_t),
+                               cudaMemcpyDeviceToHost),
+                    "D2H dump keys");
+        if (rc == 0)
+            rc = refresh_staged(g, c, mi, t, n);
+    }
+    if (rc == 0) {
+        atomic_fetch_add(&g->models[mi].tables[t].full_refreshes, 1);
+        HPS_INFO("GPU cache %s/%s: refreshed fully from the volatile DB",
+                 g->w->models[mi].conf->name, g->w->models[mi].conf->embedding_table_names[t]);
+    }
+    return rc;
+}
+
+/** Apply the new entries of table t's update log (seg_lock held). */
+static void follow_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+{
+    worker_t *w = g->w;
+    worker_model_t *m = &w->models[mi];
+    gtable_t *gt = &g->models[mi].tables[t];
+    uint32_t id = m->vdb_ids[t];
+    if (!gt->has_log && !gt->refresh) {
+        /* A log created after the preload (coordinator restarted with an
+         * update source): read it from its start. */
+        if (hps_shmdb_updlog_head(w->db, id, NULL, NULL) < 0)
+            return;
+        gt->has_log = true;
+        gt->seq = 0;
+    }
+    for (int r = 0; r < UPD_MAX_READS && !atomic_load(&g->stop); r++) {
+        if (gt->refresh) {
+            uint64_t head = 0;
+            bool has_log = hps_shmdb_updlog_head(w->db, id, &head, NULL) == 0;
+            if (refresh_full(g, c, mi, t) < 0)
+                return; /* tried again at the next poll */
+            gt->refresh = false;
+            gt->has_log = has_log;
+            gt->seq = head;
+            if (!has_log)
+                return;
+            continue;
+        }
+        size_t n = 0;
+        uint64_t next = gt->seq;
+        bool lapped = false;
+        if (hps_shmdb_updlog_read(w->db, id, gt->seq, g->upd_raw, UPD_BATCH, &n, &next,
+                                  &lapped) < 0) {
+            gt->has_log = false;
+            return;
+        }
+        if (lapped) {
+            gt->refresh = true;
+            continue;
+        }
+        if (n == 0)
+            return;
+        int64_t *ik = c->ikeys.h;
+        for (size_t i = 0; i < n; i++)
+            ik[i] = w->key_bytes == 4 ? (int64_t)((uint32_t *)g->upd_raw)[i]
+                                      : ((int64_t *)g->upd_raw)[i];
+        if (refresh_staged(g, c, mi, t, n) < 0)
+            return; /* the same keys again at the next poll */
+        gt->seq = next;
+        if (n < UPD_BATCH)
+            return;
+    }
+}
+
+/** One poll of every cached table's update log (the GPU thread). */
+static void follow_logs(struct worker_gpu *g, gctx_t *c)
+{
+    worker_t *w = g->w;
+    if (!g->upd_raw) {
+        g->upd_raw = malloc(UPD_BATCH * sizeof(int64_t));
+        g->upd_k32 = malloc(UPD_BATCH * sizeof(uint32_t));
+        g->upd_found = malloc(UPD_BATCH);
+        if (!g->upd_raw || !g->upd_k32 || !g->upd_found)
+            return;
+    }
+    if (pair_reserve(&c->ikeys, UPD_BATCH * sizeof(int64_t)) < 0)
+        return;
+    pthread_rwlock_rdlock(&w->seg_lock);
+    bool recreated = w->db && w->db != g->upd_db;
+    for (size_t mi = 0; w->db && mi < w->num_models && !atomic_load(&g->stop); mi++) {
+        gmodel_t *gm = &g->models[mi];
+        if (!atomic_load_explicit(&gm->active, memory_order_acquire))
+            continue;
+        for (uint32_t t = 0; t < gm->num_tables; t++) {
+            if (recreated) /* new segment: old sequences mean nothing */
+                gm->tables[t].refresh = true;
+            if (w->models[mi].resolved)
+                follow_table(g, c, mi, t);
+        }
+    }
+    if (recreated)
+        g->upd_db = w->db;
+    pthread_rwlock_unlock(&w->seg_lock);
 }
 
 /* ---- create and preload ------------------------------------------------ */
@@ -604,6 +811,10 @@ static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     bool whole = want >= rows;
     uint64_t slots = want ? want : 1;
     slots = whole ? 2 * slots : slots;
+    /* Follow the update log from its head before the preload reads the VDB:
+     * an update racing the preload is applied again later, never lost. */
+    uint64_t head = 0;
+    bool has_log = hps_shmdb_updlog_head(g->w->db, m->vdb_ids[t], &head, NULL) == 0;
     for (int attempt = 0;; attempt++) {
         hps_gcache_t *cache = NULL;
         int rc = build_cache(g, c, mi, t, slots, want, &cache);
@@ -616,7 +827,12 @@ static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
             slots *= 2;
             continue;
         }
-        g->models[mi].tables[t] = (gtable_t){cache, m->dims[t]};
+        gtable_t *gt = &g->models[mi].tables[t];
+        gt->cache = cache;
+        gt->dim = m->dims[t];
+        gt->has_log = has_log;
+        gt->seq = head;
+        gt->refresh = false;
         HPS_INFO("GPU cache %s/%s on device %d: %llu of %llu rows preloaded, %llu slots",
                  m->conf->name, m->conf->embedding_table_names[t], g->device,
                  (unsigned long long)st.occupied, (unsigned long long)rows,
@@ -658,7 +874,9 @@ static void *gpu_thread(void *arg)
         for (size_t mi = 0; mi < w->num_models && !atomic_load(&g->stop); mi++)
             if (g->models[mi].tables)
                 build_model(g, c, mi);
+        g->upd_db = w->db;
         pthread_rwlock_unlock(&w->seg_lock);
+        clock_gettime(CLOCK_MONOTONIC, &g->upd_last);
     }
     atomic_store(&g->ready, true);
     if (c)
@@ -717,6 +935,9 @@ static void gpu_free(struct worker_gpu *g)
         free(g->queue[(g->q_head + i) % QUEUE_SLOTS].keys);
     free(g->models);
     free(g->ctxs);
+    free(g->upd_raw);
+    free(g->upd_k32);
+    free(g->upd_found);
     free(g);
 }
 
@@ -778,7 +999,8 @@ static void metric(struct worker_gpu *g, hps_kserve_text_t *x, const hps_gcache_
             const hps_gcache_stats_t *a = &st[s];
             uint64_t row = (uint64_t)gm->tables[t].dim * sizeof(float);
             uint64_t vals[] = {a->lookups,   a->hits,           a->inserts,
-                               a->evictions, a->occupied * row, a->capacity_rows * row};
+                               a->evictions, a->occupied * row, a->capacity_rows * row,
+                               a->updates,   atomic_load(&gm->tables[t].full_refreshes)};
             hps_kserve_text_appendf(x, "%s{model=\"", name);
             hps_kserve_text_append_label(x, g->w->models[i].conf->name);
             hps_kserve_text_appendf(x, "\",table=\"");
@@ -816,6 +1038,12 @@ void worker_gpu_metrics(worker_t *w, hps_kserve_text_t *x)
                "Bytes of embedding rows held by the GPU embedding cache", 4);
         metric(g, x, st, "nv_hps_embedding_cache_capacity_bytes", "gauge",
                "Bytes of embedding rows the GPU embedding cache can hold", 5);
+        metric(g, x, st, "nv_hps_embedding_cache_refresh_keys", "counter",
+               "Cached rows replaced by newer rows of the update log (or a full refresh)", 6);
+        metric(g, x, st, "nv_hps_embedding_cache_full_refreshes", "counter",
+               "Full refreshes of the GPU embedding cache (update log lapped, segment "
+               "recreated)",
+               7);
     }
     hps_kserve_text_appendf(x,
                             "# HELP nv_hps_embedding_cache_dropped_inserts Background inserts "
