@@ -10,7 +10,12 @@
  * ceil(gpucacheper * rows) (rows of the model files, else of the volatile
  * DB) and preloads it from the volatile DB.  The worker is not ready before
  * that, so gpucacheper = 1.0 gives a 100% hit rate from the first request.
- * The same thread then performs the background inserts.
+ * The same thread then performs the background inserts and follows each
+ * table's update log in the segment (Kafka updates applied by the
+ * coordinator): every ~10 ms it reads the new keys, looks them up in the
+ * volatile DB and replaces the rows already in the cache (hps_gcache_update:
+ * keys not cached are not inserted); lapped by the log, or on a recreated
+ * segment, it refreshes every cached row from the volatile DB.
  *
  * Lookup (DESIGN.md "The lookup path"): keys H2D, cache lookup, result and
  * miss positions D2H (one synchronization per request, all tables
