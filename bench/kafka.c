@@ -486,7 +486,8 @@ int main(int argc, char **argv)
 
     fprintf(stderr, "bench-kafka: freshness, %zu probes per setting...\n", probes);
     freshness(bs, &o, f, 1, probes, 0);
-    freshness(bs, &o, f, 2, probes, 10);
+    freshness(bs, &o, f, 2, probes, 100);
+    freshness(bs, &o, f, 3, probes, 10); /* hps-coordinator's default fetch_wait_max_ms */
     f->quit = 1;
     int st;
     waitpid(rpid, &st, 0);

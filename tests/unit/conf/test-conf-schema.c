@@ -146,7 +146,7 @@ static const struct {
     {"update_source.max_batch_size", "8192"},
     {"update_source.failure_backoff_ms", "50"},
     {"update_source.max_commit_interval", "32"},
-    {"update_source.fetch_wait_max_ms", "100"},
+    {"update_source.fetch_wait_max_ms", "10"},
     {"worker.http_address", "127.0.0.1"},
     {"worker.http_port", "8000"},
     {"worker.metrics_port", "8002"},
