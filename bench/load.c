@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "bench_vcs.h"
+#include "bench/benchutil.h"
 #include "hps/hps.h"
 
 #define MAX_FILES       1024
@@ -315,31 +316,10 @@ static void coordinator_load(const char *ini, load_result_t *r)
 /* Report                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static void cpu_model(char *buf, size_t n)
-{
-    char line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    snprintf(buf, n, "unknown");
-    while (f && fgets(line, sizeof(line), f)) {
-        char *c = strchr(line, ':');
-        if (!strncmp(line, "model name", 10) && c) {
-            c[strcspn(c, "\n")] = 0;
-            snprintf(buf, n, "%s", c + 2);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
 static void loadavg(const char *when)
 {
-    char buf[128] = "unknown";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fgets(buf, sizeof(buf), f))
-        buf[strcspn(buf, "\n")] = 0;
-    if (f)
-        fclose(f);
+    char buf[128];
+    bench_loadavg(buf, sizeof(buf));
     printf("load average %s: %s\n", when, buf);
 }
 
@@ -469,7 +449,7 @@ int main(int argc, char **argv)
     snprintf(scale, sizeof(scale), "%g", g_opt.scale);
     snprintf(dim, sizeof(dim), "%u", g_opt.dim);
 
-    cpu_model(cpu, sizeof(cpu));
+    bench_cpu_model(cpu, sizeof(cpu));
     printf("bench-load (hps %s, built from git %s): hps-coordinator model loading vs reading"
            " the files\n",
            hps_version(), BENCH_VCS);

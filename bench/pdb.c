@@ -39,6 +39,7 @@
 #include <rocksdb/c.h>
 
 #include "bench_vcs.h"
+#include "bench/benchutil.h"
 #include "hps/gen.h"
 #include "hps/hps.h"
 #include "hps/pdb.h"
@@ -395,31 +396,10 @@ static void run_size(hps_pdb_table_t *t, raw_t *raw, unsigned batch, size_result
 /* Main                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static void cpu_model(char *buf, size_t n)
-{
-    char line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    snprintf(buf, n, "unknown");
-    while (f && fgets(line, sizeof(line), f)) {
-        char *c = strchr(line, ':');
-        if (!strncmp(line, "model name", 10) && c) {
-            c[strcspn(c, "\n")] = 0;
-            snprintf(buf, n, "%s", c + 2);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
 static void loadavg(const char *when)
 {
-    char buf[128] = "unknown";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fgets(buf, sizeof(buf), f))
-        buf[strcspn(buf, "\n")] = 0;
-    if (f)
-        fclose(f);
+    char buf[128];
+    bench_loadavg(buf, sizeof(buf));
     printf("load average %s: %s\n", when, buf);
 }
 
@@ -506,7 +486,7 @@ int main(int argc, char **argv)
         die("mkdtemp(%s): %s", g_dir, strerror(errno));
     atexit(cleanup);
 
-    cpu_model(cpu, sizeof(cpu));
+    bench_cpu_model(cpu, sizeof(cpu));
     printf("bench-pdb (hps %s, built from git %s): persistent-DB lookups, hps_pdb_lookup vs raw"
            " RocksDB MultiGet on the same database\n",
            hps_version(), BENCH_VCS);

@@ -32,6 +32,7 @@
 
 #include "bench_vcs.h"
 #include "hps_build_config.h"
+#include "bench/benchutil.h"
 #include "hps/hps.h"
 #include "hps/shmdb.h"
 
@@ -1406,31 +1407,10 @@ static void run_dim(unsigned dim, reader_t *rd, const redis_srv_t *rs)
 /* Header, footer, options, main                                              */
 /* ------------------------------------------------------------------------ */
 
-static void cpu_model(char *buf, size_t n)
-{
-    snprintf(buf, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    while (f && fgets(line, sizeof(line), f)) {
-        char *c = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && c) {
-            c[strcspn(c, "\n")] = 0;
-            snprintf(buf, n, "%s", c + 2);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
 static void print_loadavg(const char *when)
 {
-    char buf[128] = "unknown";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fgets(buf, sizeof(buf), f))
-        buf[strcspn(buf, "\n")] = 0;
-    if (f)
-        fclose(f);
+    char buf[128];
+    bench_loadavg(buf, sizeof(buf));
     printf("load average %s: %s (/proc/loadavg: 1, 5, 15 min, runnable/total, last pid)\n", when,
            buf);
 }
@@ -1438,7 +1418,7 @@ static void print_loadavg(const char *when)
 static void print_header(const redis_srv_t *rs, pid_t reader)
 {
     char cpu[256];
-    cpu_model(cpu, sizeof(cpu));
+    bench_cpu_model(cpu, sizeof(cpu));
     printf("bench-shmdb (hps %s, built from git %s): batched lookup throughput of the"
            " shared-memory VDB\n",
            hps_version(), BENCH_VCS);

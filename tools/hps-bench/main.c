@@ -25,6 +25,7 @@
 
 #include "hps-bench.h"
 #include "hps-bench-vcs.h"
+#include "bench/benchutil.h"
 #include "hps/hps.h"
 
 #define MAX_FILES 16
@@ -198,38 +199,17 @@ static void parse(int argc, char **argv, options_t *o)
 
 /* ---- Report -------------------------------------------------------------- */
 
-static void cpu_model(char *buf, size_t n)
-{
-    char line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    snprintf(buf, n, "unknown");
-    while (f && fgets(line, sizeof(line), f)) {
-        char *c = strchr(line, ':');
-        if (!strncmp(line, "model name", 10) && c) {
-            c[strcspn(c, "\n")] = 0;
-            snprintf(buf, n, "%s", c + 2);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
 static void loadavg(const char *when)
 {
-    char buf[128] = "unknown";
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fgets(buf, sizeof(buf), f))
-        buf[strcspn(buf, "\n")] = 0;
-    if (f)
-        fclose(f);
+    char buf[128];
+    bench_loadavg(buf, sizeof(buf));
     printf("load average %s: %s\n", when, buf);
 }
 
 static void print_header(const options_t *o, const hb_model_t *m, const hb_http_target_t *tg)
 {
     char cpu[256];
-    cpu_model(cpu, sizeof(cpu));
+    bench_cpu_model(cpu, sizeof(cpu));
     printf("hps-bench (hps %s, built from git %s): end-to-end lookups, hps-worker over KServe v2"
            " HTTP vs redis-server\n",
            hps_version(), HPS_BENCH_VCS);
