@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gcache_internal.cuh"
 
@@ -50,19 +51,35 @@ extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long l
     return 0;
 }
 
-static void gc_free(hps_table_ref_t *t)
+/* The arrays of a cache inside its one allocation, in this order, each
+ * 256-byte aligned: keys, tags, stamps, vals, ver, clock + counters.  Every
+ * process that maps a shared cache derives the same offsets from (sets, dim). */
+static uint64_t gc_layout(hps_table_ref_t *t, char *base)
 {
-    cudaFree(t->keys);
-    cudaFree(t->tags);
-    cudaFree(t->stamps);
-    cudaFree(t->vals);
-    cudaFree(t->ver);
-    cudaFree(t->clock);
+    uint64_t slots = t->num_sets * HPS_GCACHE_WAYS;
+    uint64_t sizes[6] = {slots * sizeof(int64_t),        slots,
+                         slots * sizeof(uint64_t),       slots * t->dim * sizeof(float),
+                         t->num_sets * sizeof(uint32_t), (1 + HPS_GC_NCTR) * sizeof(uint64_t)};
+    uint64_t off[6], pos = 0;
+    for (int i = 0; i < 6; i++) {
+        off[i] = pos;
+        pos += (sizes[i] + 255) & ~(uint64_t)255;
+    }
+    if (base) {
+        t->keys = (int64_t *)(base + off[0]);
+        t->tags = (uint8_t *)(base + off[1]);
+        t->stamps = (uint64_t *)(base + off[2]);
+        t->vals = (float *)(base + off[3]);
+        t->ver = (uint32_t *)(base + off[4]);
+        t->clock = (uint64_t *)(base + off[5]);
+        t->ctr = t->clock + 1;
+    }
+    return pos;
 }
 
-extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
-                                       hps_gcache_policy_t policy, int device,
-                                       hps_gcache_t **ret_cache)
+/* Check the arguments and fill the host handle (no device memory yet). */
+static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
+                        int device, hps_gcache_t **ret_cache)
 {
     if (!ret_cache || capacity_rows == 0 || dim == 0 || dim > HPS_GCACHE_MAX_DIM ||
         (policy != HPS_GCACHE_LRU && policy != HPS_GCACHE_LFU))
@@ -76,40 +93,39 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
         return -ENOMEM;
     c->device = device;
     c->fused_max = HPS_GCACHE_FUSED_MAX;
-    hps_table_ref_t *t = &c->ref;
-    t->num_sets = sets;
-    t->dim = dim;
-    t->policy = policy;
-    uint64_t slots = sets * HPS_GCACHE_WAYS;
-    cudaError_t e = cudaDeviceGetAttribute(&t->num_sms, cudaDevAttrMultiProcessorCount, device);
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&t->keys, slots * sizeof(int64_t));
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&t->tags, slots);
-    if (e == cudaSuccess)
-        e = cudaMemset(t->tags, 0, slots);
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&t->stamps, slots * sizeof(uint64_t));
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&t->vals, slots * dim * sizeof(float));
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&t->ver, sets * sizeof(uint32_t));
-    /* clock and counters share one allocation: clock first */
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&t->clock, (1 + HPS_GC_NCTR) * sizeof(uint64_t));
-    if (e == cudaSuccess) {
-        t->ctr = t->clock + 1;
-        e = cudaMemset(t->ver, 0, sets * sizeof(uint32_t));
+    c->ref.num_sets = sets;
+    c->ref.dim = dim;
+    c->ref.policy = policy;
+    c->bytes = gc_layout(&c->ref, NULL);
+    cudaError_t e = cudaDeviceGetAttribute(&c->ref.num_sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) {
+        free(c);
+        return hps__cuda_err(e);
     }
-    if (e == cudaSuccess)
-        e = cudaMemset(t->clock, 0, (1 + HPS_GC_NCTR) * sizeof(uint64_t));
-    if (e == cudaSuccess)
-        e = cudaMemset(t->vals, 0, slots * dim * sizeof(float));
-    hps_err_t err = hps__cuda_err(e);
+    *ret_cache = c;
+    return 0;
+}
+
+/* Empty every slot of a freshly allocated cache; synchronous. */
+static hps_err_t gc_init(hps_gcache_t *c)
+{
+    gc_layout(&c->ref, c->base);
+    HPS_CUDA_TRY(cudaMemset(c->base, 0, c->bytes));
+    hps_err_t err = hps_k_init(&c->ref, 0);
+    return err ? err : hps__cuda_err(cudaDeviceSynchronize());
+}
+
+extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
+                                       hps_gcache_policy_t policy, int device,
+                                       hps_gcache_t **ret_cache)
+{
+    hps_gcache_t *c = NULL;
+    hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
+    if (err)
+        return err;
+    err = hps__cuda_err(cudaMalloc((void **)&c->base, c->bytes));
     if (!err)
-        err = hps_k_init(t, 0);
-    if (!err)
-        err = hps__cuda_err(cudaDeviceSynchronize());
+        err = gc_init(c);
     if (err) {
         hps_gcache_destroy(c);
         return err;
@@ -118,13 +134,66 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
     return 0;
 }
 
+extern "C" hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim,
+                                              hps_gcache_policy_t policy, int device,
+                                              hps_gcache_t **ret_cache, int *ret_fd)
+{
+    hps_gcache_t *c = NULL;
+    int fd = -1;
+    if (!ret_fd)
+        return HPS_EINVAL;
+    hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
+    if (err)
+        return err;
+    err = hps__vmm_create(c, &fd);
+    if (!err)
+        err = gc_init(c);
+    if (err) {
+        if (fd >= 0)
+            close(fd);
+        hps_gcache_destroy(c);
+        return err;
+    }
+    *ret_cache = c;
+    *ret_fd = fd;
+    return 0;
+}
+
+extern "C" hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
+                                       hps_gcache_policy_t policy, int device,
+                                       hps_gcache_t **ret_cache)
+{
+    hps_gcache_t *c = NULL;
+    if (fd < 0)
+        return HPS_EINVAL;
+    hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
+    if (err)
+        return err;
+    err = hps__vmm_import(c, fd);
+    if (err) {
+        free(c);
+        return err;
+    }
+    gc_layout(&c->ref, c->base);
+    *ret_cache = c;
+    return 0;
+}
+
+extern "C" uint64_t hps_gcache_bytes(const hps_gcache_t *c)
+{
+    return c->bytes;
+}
+
 extern "C" void hps_gcache_destroy(hps_gcache_t *c)
 {
     if (!c)
         return;
     if (cudaSetDevice(c->device) == cudaSuccess)
         cudaDeviceSynchronize();
-    gc_free(&c->ref);
+    if (c->shared)
+        hps__vmm_release(c);
+    else
+        cudaFree(c->base);
     (void)cudaGetLastError();
     free(c);
 }
@@ -144,12 +213,18 @@ extern "C" void hps_gcache_set_strict(hps_gcache_t *c, int strict)
     c->ref.strict = strict != 0;
 }
 
-extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c) { return c->ref.dim; }
+extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c)
+{
+    return c->ref.dim;
+}
 extern "C" uint64_t hps_gcache_capacity(const hps_gcache_t *c)
 {
     return c->ref.num_sets * HPS_GCACHE_WAYS;
 }
-extern "C" uint64_t hps_gcache_num_sets(const hps_gcache_t *c) { return c->ref.num_sets; }
+extern "C" uint64_t hps_gcache_num_sets(const hps_gcache_t *c)
+{
+    return c->ref.num_sets;
+}
 
 extern "C" hps_err_t hps_gcache_ws_create(hps_gcache_t *c, uint64_t max_keys,
                                           hps_gcache_ws_t **ret_ws)
@@ -224,11 +299,11 @@ extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, con
     if (path == HPS_GCACHE_PATH_BLOCK && !vec)
         path = HPS_GCACHE_PATH_GLOBAL;
     if (path == HPS_GCACHE_PATH_FUSED)
-        return hps_k_lookup_fused(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask,
-                                  d_missing_index, d_missing_count, stream);
+        return hps_k_lookup_fused(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                  d_missing_count, stream);
     if (path == HPS_GCACHE_PATH_BLOCK)
-        return hps_k_lookup_block(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask,
-                                  d_missing_index, d_missing_count, stream);
+        return hps_k_lookup_block(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                  d_missing_count, stream);
     hps_err_t err = hps_k_dedup_probe(&c->ref, &ws->ref, d_keys, n, stream);
     if (err)
         return err;
@@ -236,8 +311,8 @@ extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, con
                          d_missing_count, stream);
 }
 
-static hps_err_t gc_write(hps_gcache_t *c, const int64_t *d_keys, const float *d_values,
-                          uint64_t n, int update_only, cudaStream_t stream)
+static hps_err_t gc_write(hps_gcache_t *c, const int64_t *d_keys, const float *d_values, uint64_t n,
+                          int update_only, cudaStream_t stream)
 {
     if (!c || (n && (!d_keys || !d_values)))
         return HPS_EINVAL;
@@ -293,5 +368,6 @@ extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
     ret->inserts = ctr[HPS_GC_INSERTS];
     ret->evictions = ctr[HPS_GC_EVICTIONS];
     ret->updates = ctr[HPS_GC_UPDATES];
+    ret->lock_timeouts = ctr[HPS_GC_LOCK_TIMEOUTS];
     return 0;
 }

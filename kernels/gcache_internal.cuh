@@ -30,17 +30,32 @@ static inline hps_err_t hps__cuda_err(cudaError_t e)
     } while (0)
 
 /* Device counters of one cache (uint64 words, atomically added). */
-enum { HPS_GC_LOOKUPS, HPS_GC_HITS, HPS_GC_INSERTS, HPS_GC_EVICTIONS, HPS_GC_UPDATES, HPS_GC_NCTR };
+enum {
+    HPS_GC_LOOKUPS,
+    HPS_GC_HITS,
+    HPS_GC_INSERTS,
+    HPS_GC_EVICTIONS,
+    HPS_GC_UPDATES,
+    HPS_GC_LOCK_TIMEOUTS, /* writes skipped: a set stayed locked (a killed writer) */
+    HPS_GC_NCTR
+};
+
+/* Bounded waits for a locked (odd) set version.  A writer holds a set for
+ * the few instructions of one row write; a set that stays odd this long was
+ * left locked by a process killed mid-write (hps_gcache_repair unlocks it).
+ * Readers then answer "miss" (the CPU path serves the key), writers skip. */
+#define HPS_GC_READ_SPINS  (1u << 14)
+#define HPS_GC_WRITE_SPINS (1u << 16)
 
 /* What a kernel needs of a cache: passed by value. */
 typedef struct hps_table_ref {
-    int64_t *keys;      /* [num_sets * 32] */
-    uint8_t *tags;      /* [num_sets * 32] key fingerprints (hps__tag), 0 = free */
-    uint64_t *stamps;   /* [num_sets * 32] */
-    float *vals;        /* [num_sets * 32][dim] */
-    uint32_t *ver;      /* [num_sets] seqlock words */
-    uint64_t *clock;    /* LRU clock, bumped once per lookup */
-    uint64_t *ctr;      /* [HPS_GC_NCTR] */
+    int64_t *keys;    /* [num_sets * 32] */
+    uint8_t *tags;    /* [num_sets * 32] key fingerprints (hps__tag), 0 = free */
+    uint64_t *stamps; /* [num_sets * 32] */
+    float *vals;      /* [num_sets * 32][dim] */
+    uint32_t *ver;    /* [num_sets] seqlock words */
+    uint64_t *clock;  /* LRU clock, bumped once per lookup */
+    uint64_t *ctr;    /* [HPS_GC_NCTR] */
     uint64_t num_sets;
     uint32_t dim;
     int policy;
@@ -60,6 +75,10 @@ typedef struct hps_ws_ref {
 struct hps_gcache {
     hps_table_ref_t ref;
     int device;
+    char *base;         /* the one allocation holding every array of ref */
+    uint64_t bytes;     /* its size (rounded to the VMM granularity when shared) */
+    int shared;         /* 1: CUDA VMM allocation (create_shared / import), 0: cudaMalloc */
+    uint64_t handle;    /* CUmemGenericAllocationHandle when shared */
     uint64_t fused_max; /* batches up to this size take the fused kernel */
     int lookup_path;    /* HPS_GCACHE_PATH_* */
 };
@@ -74,7 +93,7 @@ struct hps_gcache_ws {
 #define HPS_INV_NONE UINT32_MAX
 /* De-duplication table keys are stored XOR this, so that the reserved key
  * INT64_MAX becomes all-ones, the empty marker that a 0xff memset writes. */
-#define HPS_DKEY_XOR 0x8000000000000000ull
+#define HPS_DKEY_XOR   0x8000000000000000ull
 #define HPS_DKEY_EMPTY UINT64_MAX
 
 #ifdef __CUDACC__
@@ -115,6 +134,20 @@ __device__ __forceinline__ uint64_t hps__dep(uint32_t v, uint32_t zero)
 __device__ __forceinline__ uint32_t hps__ld_ver(const uint32_t *p)
 {
     return *(const volatile uint32_t *)p;
+}
+
+/* Wait until the set's version is even (unlocked); false after
+ * HPS_GC_READ_SPINS tries (a stuck lock: the caller answers miss). */
+__device__ __forceinline__ bool hps__wait_even(const uint32_t *p, uint32_t *ret_v)
+{
+    uint32_t v;
+    for (uint32_t i = 0; ((v = hps__ld_ver(p)) & 1u); i++) {
+        if (i == HPS_GC_READ_SPINS)
+            return false;
+        __nanosleep(32);
+    }
+    *ret_v = v;
+    return true;
 }
 
 /* One-byte fingerprint of a key (never 0, which marks a free way); bits of
@@ -197,12 +230,10 @@ __device__ __forceinline__ int64_t hps__read_key(const hps_table_ref_t &t, int64
 {
     uint64_t set = hps__set_of(t, key);
     for (;;) {
-        uint32_t v1 = hps__ld_ver(&t.ver[set]);
-        if (v1 & 1u) {
-            __nanosleep(32);
-            continue;
-        }
-        hps__fence(); /* why: the probe and row loads must not pass the version load */
+        uint32_t v1 = 0;
+        if (!__all_sync(0xffffffffu, hps__wait_even(&t.ver[set], &v1)))
+            return -1; /* why: stuck lock of a killed writer; the CPU path answers */
+        hps__fence();  /* why: the probe and row loads must not pass the version load */
         int way = hps__probe(t, set, key, lane);
         uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
         if (way >= 0)
@@ -257,6 +288,12 @@ hps_err_t hps_k_dump(const hps_table_ref_t *ref, uint64_t start_set, uint64_t en
                      int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
 hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long long *d_count,
                           cudaStream_t stream);
+hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,
+                       unsigned long long *d_count, cudaStream_t stream);
+/* CUDA VMM (kernels/share.cu): c->bytes in, rounded; c->base, c->handle out. */
+hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fd);
+hps_err_t hps__vmm_import(hps_gcache_t *c, int fd);
+void hps__vmm_release(hps_gcache_t *c);
 #ifdef __cplusplus
 }
 #endif

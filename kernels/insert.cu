@@ -18,24 +18,30 @@
 
 #define INS_THREADS 256
 
-__device__ static uint32_t ins_lock(const hps_table_ref_t &t, uint64_t set, int lane)
+/* Lock the set (lane 0 spins, the warp gets the result); false when the set
+ * stayed locked for HPS_GC_WRITE_SPINS tries (a killed writer's lock). */
+__device__ static bool ins_lock(const hps_table_ref_t &t, uint64_t set, int lane, uint32_t *ret_v)
 {
     uint32_t v = 0;
+    int ok = 0;
     if (lane == 0) {
         unsigned ns = 32;
-        for (;;) {
+        for (uint32_t i = 0; i < HPS_GC_WRITE_SPINS; i++) {
             v = hps__ld_ver(&t.ver[set]);
             /* why: even -> odd claims the set for this writer alone */
-            if (!(v & 1u) && atomicCAS(&t.ver[set], v, v + 1) == v)
+            if (!(v & 1u) && atomicCAS(&t.ver[set], v, v + 1) == v) {
+                ok = 1;
                 break;
+            }
             __nanosleep(ns);
             if (ns < 1024)
                 ns *= 2;
         }
     }
-    v = __shfl_sync(0xffffffffu, v, 0);
+    *ret_v = __shfl_sync(0xffffffffu, v, 0);
+    ok = __shfl_sync(0xffffffffu, ok, 0);
     hps__fence(); /* why: probe and writes happen after the lock is taken */
-    return v;
+    return ok;
 }
 
 __device__ static void ins_unlock(const hps_table_ref_t &t, uint64_t set, uint32_t v, int lane)
@@ -70,13 +76,17 @@ __global__ void __launch_bounds__(INS_THREADS)
     uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     uint64_t now = *(volatile uint64_t *)t.clock; /* lookups stamp clock + 1 */
     bool vec4 = t.dim % 4 == 0 && ((uintptr_t)vals & 15) == 0;
-    uint64_t written = 0, evicted = 0;
+    uint64_t written = 0, evicted = 0, timeouts = 0;
     for (uint64_t i = warp; i < n; i += nwarps) {
         int64_t key = keys[i];
         if (key == HPS_GCACHE_EMPTY_KEY)
             continue;
         uint64_t set = hps__set_of(t, key);
-        uint32_t v = ins_lock(t, set, lane);
+        uint32_t v;
+        if (!ins_lock(t, set, lane, &v)) {
+            timeouts += lane == 0;
+            continue;
+        }
         uint64_t base = set * HPS_GCACHE_WAYS;
         int64_t k = *(volatile int64_t *)&t.keys[base + lane];
         unsigned m = __ballot_sync(0xffffffffu, k == key);
@@ -119,6 +129,7 @@ __global__ void __launch_bounds__(INS_THREADS)
     }
     hps__block_add(&t.ctr[update_only ? HPS_GC_UPDATES : HPS_GC_INSERTS], written);
     hps__block_add(&t.ctr[HPS_GC_EVICTIONS], evicted);
+    hps__block_add(&t.ctr[HPS_GC_LOCK_TIMEOUTS], timeouts);
 }
 
 extern "C" hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys,

@@ -33,7 +33,7 @@
 #include "gcache_internal.cuh"
 
 #define LK_THREADS 256
-#define LK_UNROLL 4
+#define LK_UNROLL  4
 /* 3 x 256 threads per SM: 24 warps, each with LK_UNROLL rows in flight. */
 #define LK_MIN_BLOCKS 3
 
@@ -68,7 +68,7 @@ __device__ static uint64_t lk_start(const hps_table_ref_t &t, uint64_t n)
 /* The slow path of the vectorized kernels (out of line costs more: the
  * call ABI spills the loop's registers). */
 __device__ __forceinline__ int64_t lk_slow_read(const hps_table_ref_t &t, int64_t key, float *dst,
-                                             int lane)
+                                                int lane)
 {
     return hps__read_key(t, key, dst, lane, true);
 }
@@ -193,7 +193,8 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                 } else if (way[u] >= 0) {
                     slot = (int64_t)(set[u] * HPS_GCACHE_WAYS + way[u]);
                     if (mine)
-                        __stcs((float4 *)(out + i * t.dim) + lane, v[u]); /* streaming: keep L2 for hot rows */
+                        __stcs((float4 *)(out + i * t.dim) + lane,
+                               v[u]); /* streaming: keep L2 for hot rows */
                 }
             }
             if (lane == u) {
@@ -236,16 +237,16 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
  */
-#define BK_CHUNK 1024
-#define BK_TAB 2048
+#define BK_CHUNK   1024
+#define BK_TAB     2048
 #define BK_THREADS 256
-#define BK_NONE 0xffffu
-#define BK_RETRY (UINT64_MAX - 1)
+#define BK_NONE    0xffffu
+#define BK_RETRY   (UINT64_MAX - 1)
 
 __global__ void __launch_bounds__(BK_THREADS, 4)
-    k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
-                   uint64_t n, uint32_t chunk, float *out, uint8_t *d_hit_mask,
-                   uint32_t *d_missing_index, uint32_t *d_missing_count, uint32_t zero)
+    k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
+                   uint32_t chunk, float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                   uint32_t *d_missing_count, uint32_t zero)
 {
     __shared__ int64_t skey[BK_TAB];
     __shared__ uint64_t sres[BK_TAB];
@@ -304,11 +305,12 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
             uint32_t e = uent[q];
             int64_t key = skey[e];
             uint64_t set = hps__set_of(t, key);
-            uint32_t v;
-            while ((v = hps__ld_ver(&t.ver[set])) & 1u)
-                __nanosleep(32);
-            /* why the dependency: the probe must not pass the version load */
-            int way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
+            uint32_t v = 0;
+            /* why the dependency: the probe must not pass the version load;
+             * a stuck lock (killed writer) answers miss */
+            int way = hps__wait_even(&t.ver[set], &v)
+                          ? hps__probe_tagged(t, set, key, hps__dep(v, zero))
+                          : -1;
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             sres[e] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
             if (way >= 0)
@@ -405,9 +407,9 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
                     continue;
                 }
                 /* why: claims the entry, or finds the thread that did */
-                unsigned long long prev = atomicCAS((unsigned long long *)&w.dkeys[h],
-                                                    (unsigned long long)HPS_DKEY_EMPTY,
-                                                    (unsigned long long)dk);
+                unsigned long long prev =
+                    atomicCAS((unsigned long long *)&w.dkeys[h], (unsigned long long)HPS_DKEY_EMPTY,
+                              (unsigned long long)dk);
                 if (prev == HPS_DKEY_EMPTY || prev == dk) {
                     rep = prev == HPS_DKEY_EMPTY;
                     break;
@@ -420,11 +422,12 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
             w.inv[i] = p;
         if (rep) { /* one thread per unique key: tag bytes, then the matching key */
             uint64_t set = hps__set_of(t, key);
-            uint32_t v;
-            while ((v = hps__ld_ver(&t.ver[set])) & 1u)
-                __nanosleep(32);
-            /* why the dependency: the probe must not pass the version load */
-            int way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
+            uint32_t v = 0;
+            /* why the dependency: the probe must not pass the version load;
+             * a stuck lock (killed writer) answers miss */
+            int way = hps__wait_even(&t.ver[set], &v)
+                          ? hps__probe_tagged(t, set, key, hps__dep(v, zero))
+                          : -1;
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             w.dres[p] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
             if (way >= 0)
@@ -482,8 +485,9 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                 uint32_t now_v = hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS + hps__dep(d, zero)]);
                 if (__all_sync(0xffffffffu, now_v == (uint32_t)(r[u] >> 32))) {
                     if (mine)
-                        __stcs((float4 *)(out + i * t.dim) + lane, v[u]); /* streaming: keep L2 for hot rows */
-                } else { /* a writer touched the set since the probe: read again */
+                        __stcs((float4 *)(out + i * t.dim) + lane,
+                               v[u]); /* streaming: keep L2 for hot rows */
+                } else {              /* a writer touched the set since the probe: read again */
                     hit = lk_slow_read(t, keys[i], out + i * t.dim, lane) >= 0;
                 }
             }
@@ -570,11 +574,10 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
         fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_fvec),
              LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
                                       d_missing_count, 0u);
-    }
-    else
-        k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS,
-                         0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
-                                      d_missing_count, lk_vec4(ref, d_out));
+    } else
+        k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS, 0,
+                         stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                   d_missing_count, lk_vec4(ref, d_out));
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -594,8 +597,8 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
     uint64_t chunks = (n + chunk - 1) / chunk;
     int per_sm = __atomic_load_n(&occ_block, __ATOMIC_RELAXED);
     if (per_sm == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lookup_block, BK_THREADS,
-                                                          0) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lookup_block, BK_THREADS, 0) !=
+                cudaSuccess ||
             per_sm < 1) {
             (void)cudaGetLastError();
             per_sm = 1;
@@ -604,8 +607,8 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
     }
     uint64_t max = (uint64_t)ref->num_sms * (uint64_t)per_sm;
     k_lookup_block<<<(unsigned)(chunks < max ? chunks : max), BK_THREADS, 0, stream>>>(
-        *ref, *ws, d_keys, n, (uint32_t)chunk, d_out, d_hit_mask, d_missing_index,
-        d_missing_count, 0u);
+        *ref, *ws, d_keys, n, (uint32_t)chunk, d_out, d_hit_mask, d_missing_index, d_missing_count,
+        0u);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -613,7 +616,8 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
 extern "C" hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                                        const int64_t *d_keys, uint64_t n, cudaStream_t stream)
 {
-    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, (const void *)k_dedup_probe, &occ_dedup), LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, 0u);
+    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, (const void *)k_dedup_probe, &occ_dedup),
+                    LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, 0u);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -628,11 +632,10 @@ extern "C" hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_
         fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_vec),
              LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
                                       d_missing_count, 0u);
-    }
-    else
-        k_scatter_any<<<lk_blocks(ref, n, (const void *)k_scatter_any, &occ_any), LK_THREADS, 0, stream>>>(
-            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
-            lk_vec4(ref, d_out));
+    } else
+        k_scatter_any<<<lk_blocks(ref, n, (const void *)k_scatter_any, &occ_any), LK_THREADS, 0,
+                        stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                  d_missing_count, lk_vec4(ref, d_out));
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }

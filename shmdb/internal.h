@@ -45,6 +45,15 @@ static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
 
 uint64_t hps__clock_ns(int clock);
 
+/* kill(pid, 0) says the process exists (EPERM counts as alive). */
+bool hps__pid_alive(pid_t pid);
+
+/* Areas published at a header offset word (updlog.c): the block at *slot if
+ * set and in bounds, else NULL; create allocates a zeroed block once (under
+ * dir_lock). */
+void *hps__area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
+hps_err_t hps__area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
+
 /* Robust process-shared mutexes.  hps__lock returns 0, or 1 when the
  * previous owner died (the caller must repair and then call
  * hps__lock_consistent), or -errno. */

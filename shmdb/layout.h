@@ -276,6 +276,30 @@ struct shm_updlog {
 };
 _Static_assert(sizeof(struct shm_updlog) == 64, "update log header must be one cache line");
 
+/* GPU-cache registry (hdr->gpureg_off), changed under dir_lock; read
+ * lock-free by tools.  Counters are published by the cache's refresher. */
+struct shm_gcache {
+    _Atomic uint32_t state; /* hps_gcache_state_t */
+    uint32_t table_id;
+    int32_t device;
+    uint32_t dim;
+    uint32_t policy;
+    uint32_t pad0;
+    uint64_t capacity_rows;
+    uint64_t bytes;
+    _Atomic uint64_t generation;
+    _Atomic int32_t creator_pid;
+    _Atomic int32_t refresher_pid;
+    _Atomic int32_t pids[HPS_SHMDB_GCACHE_PROCS];
+    _Atomic uint64_t ctr[10]; /* hps_gcache_counters_t, in its order */
+    uint8_t pad1[56];
+};
+_Static_assert(sizeof(struct shm_gcache) % HPS_CACHELINE == 0, "registry entry must fill lines");
+
+struct shm_gpureg {
+    struct shm_gcache e[HPS_SHMDB_MAX_GCACHES];
+};
+
 #define HPS__SZ6(s) ((uint32_t)((sizeof(s) / HPS_CACHELINE) & 0x3f))
 /* Format word: layout version and the sizes of the on-shm structs, so two
  * builds that disagree on any of them refuse each other (LMDB's

@@ -261,7 +261,7 @@ void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
 
 /* ---- process table ----------------------------------------------------- */
 
-static bool pid_alive(pid_t pid)
+bool hps__pid_alive(pid_t pid)
 {
     return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
@@ -275,7 +275,7 @@ static int proc_register(hps_shmdb_t *db, const hps_shmdb_proc_opts_t *po)
             struct shm_proc *s = &h->procs[i];
             int32_t cur = atomic_load_explicit(&s->pid, memory_order_relaxed);
             /* Second pass: take over rows of dead processes. */
-            if (cur != 0 && (pass == 0 || pid_alive(cur)))
+            if (cur != 0 && (pass == 0 || hps__pid_alive(cur)))
                 continue;
             /* CAS claims the row for exactly one process. */
             if (!atomic_compare_exchange_strong(&s->pid, &cur, me))
@@ -322,7 +322,7 @@ size_t hps_shmdb_other_procs(hps_shmdb_t *db)
     pid_t me = getpid();
     for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
         int32_t pid = atomic_load_explicit(&db->hdr->procs[i].pid, memory_order_relaxed);
-        n += pid != 0 && pid != me && pid_alive(pid);
+        n += pid != 0 && pid != me && hps__pid_alive(pid);
     }
     return n;
 }
@@ -335,7 +335,7 @@ hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n
         int32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
         if (pid == 0)
             continue;
-        bool alive = pid_alive(pid);
+        bool alive = hps__pid_alive(pid);
         if (!alive && reap) {
             atomic_compare_exchange_strong(&s->pid, &pid, 0);
             continue;

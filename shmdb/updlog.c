@@ -43,7 +43,7 @@ const char *hps_shmdb_update_reason_name(uint32_t reason)
 /* ---- Area creation ------------------------------------------------------ */
 
 /* The block at *slot (a header offset word), if set and in bounds. */
-static void *area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
+void *hps__area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 {
     uint64_t off = atomic_load_explicit((_Atomic uint64_t *)slot, memory_order_acquire);
     if (!off || !hps__in_bounds(db, off, bytes))
@@ -52,7 +52,7 @@ static void *area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 }
 
 /* Allocate a zeroed block of `bytes` and publish it at *slot, once. */
-static hps_err_t area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
+hps_err_t hps__area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 {
     int lr = hps__lock(&db->hdr->dir_lock);
     if (lr < 0)
@@ -60,7 +60,7 @@ static hps_err_t area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
     if (lr == 1)
         hps__lock_consistent(db, &db->hdr->dir_lock);
     hps_err_t rc = 0;
-    if (!area(db, slot, bytes)) {
+    if (!hps__area(db, slot, bytes)) {
         uint64_t off;
         rc = hps__alloc(db, bytes, &off);
         if (rc == 0) /* release: the block is zeroed before anyone finds it */
@@ -74,7 +74,7 @@ static hps_err_t area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 
 static struct shm_ustats *ustats(hps_shmdb_t *db)
 {
-    return area(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
+    return hps__area(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
 }
 
 #define ST(f, v) atomic_store_explicit(&(f), (v), memory_order_relaxed)
@@ -86,7 +86,7 @@ hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_
         return HPS_EINVAL;
     struct shm_ustats *u = ustats(db);
     if (!u) {
-        hps_err_t rc = area_create(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
+        hps_err_t rc = hps__area_create(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
         if (rc < 0 || !(u = ustats(db)))
             return rc < 0 ? rc : HPS_ENOSPC;
     }
@@ -130,7 +130,7 @@ hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update
 
 static struct shm_updlog_dir *updlog_dir(hps_shmdb_t *db)
 {
-    return area(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
+    return hps__area(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
 }
 
 static uint64_t ring_bytes(uint64_t cap)
@@ -188,7 +188,7 @@ hps_err_t hps_shmdb_updlog_init(hps_shmdb_t *db, uint32_t id, uint32_t capacity)
         return 0;
     struct shm_updlog_dir *d = updlog_dir(db);
     if (!d) {
-        hps_err_t rc = area_create(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
+        hps_err_t rc = hps__area_create(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
         if (rc < 0 || !(d = updlog_dir(db)))
             return rc < 0 ? rc : HPS_ENOSPC;
     }

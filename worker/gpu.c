@@ -14,21 +14,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
 #include "gpu.h"
+#include "gshare.h"
 #include "hps/gcache.h"
 #include "hps/log.h"
 #include "hps/modelfile.h"
 #include "worker.h"
 
-#define PRELOAD_BATCH 16384 /* rows per preload insert */
-#define QUEUE_SLOTS   256   /* background insert jobs */
-#define WS_MIN_KEYS   4096  /* smallest workspace */
-#define UPD_BATCH     4096  /* update-log keys per read / refresh batch */
-#define UPD_POLL_NS   10000000L /* update-log poll period */
-#define UPD_MAX_READS 64    /* log batches per table per poll */
+#define PRELOAD_BATCH  16384        /* rows per preload insert */
+#define QUEUE_SLOTS    256          /* background insert jobs */
+#define WS_MIN_KEYS    4096         /* smallest workspace */
+#define UPD_BATCH      4096         /* update-log keys per read / refresh batch */
+#define UPD_POLL_NS    10000000L    /* update-log poll period */
+#define UPD_MAX_READS  64           /* log batches per table per poll */
+#define REG_PERIOD_NS  1000000000LL /* registry upkeep: deaths, refresher, counters */
+#define REPAIR_WAIT_MS 50           /* a set locked this long belongs to a dead writer */
+#define JOIN_FETCH_MS  2000         /* one descriptor request */
 
 /** A pinned host buffer and its device twin. */
 typedef struct pair {
@@ -50,9 +55,15 @@ typedef struct gctx {
 typedef struct gtable {
     hps_gcache_t *cache;
     uint32_t dim;
-    bool has_log;    /* following the table's update log */
-    bool refresh;    /* full refresh due (lapped, segment recreated) */
-    uint64_t seq;    /* next update-log sequence to read */
+    /* Sharing (registry entry reg of generation gen); fd = -1 when private. */
+    int fd;
+    uint32_t reg;
+    uint64_t gen;
+    bool refresher;    /* this process follows the update log for everyone */
+    uint64_t repaired; /* sets unlocked after dead writers */
+    bool has_log;      /* following the table's update log */
+    bool refresh;      /* full refresh due (lapped, segment recreated) */
+    uint64_t seq;      /* next update-log sequence to read */
     _Atomic uint64_t full_refreshes;
 } gtable_t;
 
@@ -90,11 +101,14 @@ struct worker_gpu {
     pthread_t thread;
     bool started;
     /* update-log follower (GPU thread only) */
-    void *upd_raw;      /* UPD_BATCH keys of the table's width */
-    uint32_t *upd_k32;  /* UPD_BATCH narrowed keys */
-    uint8_t *upd_found; /* UPD_BATCH */
+    void *upd_raw;       /* UPD_BATCH keys of the table's width */
+    uint32_t *upd_k32;   /* UPD_BATCH narrowed keys */
+    uint8_t *upd_found;  /* UPD_BATCH */
     hps_shmdb_t *upd_db; /* segment the sequences belong to */
     struct timespec upd_last;
+    /* sharing with the other workers of the device */
+    gshare_t *share;
+    struct timespec reg_last;
 };
 
 /* ---- CUDA helpers ------------------------------------------------------ */
@@ -506,6 +520,7 @@ static void run_job(struct worker_gpu *g, gctx_t *c, job_t *j)
 }
 
 static void follow_logs(struct worker_gpu *g, gctx_t *c);
+static void reg_upkeep(struct worker_gpu *g);
 
 /** True (and the clock restarted) when UPD_POLL_NS passed since the last poll. */
 static bool poll_due(struct worker_gpu *g)
@@ -526,6 +541,7 @@ static void serve_queue(struct worker_gpu *g, gctx_t *c)
     while (!atomic_load(&g->stop)) {
         if (poll_due(g)) {
             pthread_mutex_unlock(&g->mu);
+            reg_upkeep(g);
             follow_logs(g, c);
             pthread_mutex_lock(&g->mu);
             continue;
@@ -593,8 +609,7 @@ static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t
     if (j == 0)
         return 0;
     hps_gcache_t *cache = g->models[mi].tables[t].cache;
-    rc = ck(cudaMemcpyAsync(c->ikeys.d, ik, j * sizeof(int64_t), cudaMemcpyHostToDevice,
-                            c->stream),
+    rc = ck(cudaMemcpyAsync(c->ikeys.d, ik, j * sizeof(int64_t), cudaMemcpyHostToDevice, c->stream),
             "H2D refresh keys");
     if (rc == 0)
         rc = ck(cudaMemcpyAsync(c->ivals.d, iv, j * dim * sizeof(float), cudaMemcpyHostToDevice,
@@ -624,8 +639,7 @@ static int refresh_full(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
             rc = ck(cudaStreamSynchronize(c->stream), "dump");
         uint32_t n = rc == 0 ? *(uint32_t *)c->mcount.h : 0;
         if (rc == 0 && n)
-            rc = ck(cudaMemcpy(c->ikeys.h, c->ikeys.d, n * sizeof(int64_t),
-                               cudaMemcpyDeviceToHost),
+            rc = ck(cudaMemcpy(c->ikeys.h, c->ikeys.d, n * sizeof(int64_t), cudaMemcpyDeviceToHost),
                     "D2H dump keys");
         if (rc == 0)
             rc = refresh_staged(g, c, mi, t, n);
@@ -669,8 +683,8 @@ static void follow_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
         size_t n = 0;
         uint64_t next = gt->seq;
         bool lapped = false;
-        if (hps_shmdb_updlog_read(w->db, id, gt->seq, g->upd_raw, UPD_BATCH, &n, &next,
-                                  &lapped) < 0) {
+        if (hps_shmdb_updlog_read(w->db, id, gt->seq, g->upd_raw, UPD_BATCH, &n, &next, &lapped) <
+            0) {
             gt->has_log = false;
             return;
         }
@@ -712,14 +726,94 @@ static void follow_logs(struct worker_gpu *g, gctx_t *c)
         if (!atomic_load_explicit(&gm->active, memory_order_acquire))
             continue;
         for (uint32_t t = 0; t < gm->num_tables; t++) {
-            if (recreated) /* new segment: old sequences mean nothing */
-                gm->tables[t].refresh = true;
-            if (w->models[mi].resolved)
+            gtable_t *gt = &gm->tables[t];
+            if (recreated) { /* new segment: old sequences and entries mean nothing */
+                gt->refresh = true;
+                gt->reg = UINT32_MAX; /* keep the mapping, refresh it ourselves */
+                gt->refresher = true;
+            }
+            if (w->models[mi].resolved && gt->refresher)
                 follow_table(g, c, mi, t);
         }
     }
     if (recreated)
         g->upd_db = w->db;
+    pthread_rwlock_unlock(&w->seg_lock);
+}
+
+/* ---- registry upkeep ---------------------------------------------------- */
+
+/** Counters of a shared cache for hps-shm and the other workers. */
+static void reg_counters(gtable_t *gt, hps_gcache_counters_t *k)
+{
+    hps_gcache_stats_t st;
+    memset(k, 0, sizeof(*k));
+    if (hps_gcache_stats(gt->cache, &st) < 0)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    k->occupied = st.occupied;
+    k->lookups = st.lookups;
+    k->hits = st.hits;
+    k->inserts = st.inserts;
+    k->evictions = st.evictions;
+    k->refreshed = st.updates;
+    k->full_refreshes = atomic_load(&gt->full_refreshes);
+    k->lock_timeouts = st.lock_timeouts;
+    k->repaired_sets = gt->repaired;
+    k->published_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
+/**
+ * One shared table: drop dead processes from the entry (a process killed
+ * mid-insert may have left sets locked: repair them), take over refreshing
+ * when the refresher died (a full refresh first: its log position is
+ * unknown), and, as refresher, publish the counters.
+ */
+static void reg_upkeep_table(struct worker_gpu *g, gtable_t *gt, const char *name)
+{
+    uint32_t dropped = 0;
+    bool refresher = false;
+    if (hps_shmdb_gcache_prune(g->w->db, gt->reg, gt->gen, &dropped, &refresher) < 0)
+        return;
+    uint64_t repaired = 0;
+    if (dropped && hps_gcache_repair(gt->cache, REPAIR_WAIT_MS, &repaired) == 0) {
+        gt->repaired += repaired;
+        HPS_WARN("GPU cache %s: %u process(es) sharing it died; %llu locked set(s) emptied", name,
+                 dropped, (unsigned long long)repaired);
+    }
+    if (refresher && !gt->refresher) {
+        HPS_INFO("GPU cache %s: this worker refreshes it now", name);
+        gt->refresher = true;
+        gt->refresh = true;
+    }
+    if (refresher) {
+        hps_gcache_counters_t k;
+        reg_counters(gt, &k);
+        hps_shmdb_gcache_publish(g->w->db, gt->reg, gt->gen, &k);
+    }
+}
+
+/** Every REG_PERIOD_NS: upkeep of every shared table (GPU thread). */
+static void reg_upkeep(struct worker_gpu *g)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long d = (long long)(now.tv_sec - g->reg_last.tv_sec) * 1000000000LL +
+                  (now.tv_nsec - g->reg_last.tv_nsec);
+    if (d < REG_PERIOD_NS)
+        return;
+    g->reg_last = now;
+    worker_t *w = g->w;
+    pthread_rwlock_rdlock(&w->seg_lock);
+    for (size_t mi = 0; w->db && w->db == g->upd_db && mi < w->num_models; mi++) {
+        gmodel_t *gm = &g->models[mi];
+        if (!atomic_load_explicit(&gm->active, memory_order_acquire))
+            continue;
+        for (uint32_t t = 0; t < gm->num_tables; t++)
+            if (gm->tables[t].reg != UINT32_MAX)
+                reg_upkeep_table(g, &gm->tables[t], w->models[mi].conf->embedding_table_names[t]);
+    }
     pthread_rwlock_unlock(&w->seg_lock);
 }
 
@@ -774,13 +868,29 @@ static int preload_row(void *ctx, uint64_t key, const float *value)
     return p->done >= p->want ? 1 : 0;
 }
 
+/** A cache of slots rows: shareable (descriptor in *ret_fd) or private (-1). */
+static int alloc_cache(struct worker_gpu *g, uint64_t slots, uint32_t dim, bool shared,
+                       hps_gcache_t **ret, int *ret_fd)
+{
+    *ret_fd = -1;
+    if (shared) {
+        int rc = hps_gcache_create_shared(slots, dim, HPS_GCACHE_LRU, g->device, ret, ret_fd);
+        if (rc != HPS_EIO)
+            return rc;
+        HPS_WARN("GPU cache: shareable device memory (CUDA VMM) unavailable; this cache is "
+                 "private to the worker");
+    }
+    return hps_gcache_create(slots, dim, HPS_GCACHE_LRU, g->device, ret);
+}
+
 /** Create a cache of slots rows and insert the first want rows of the VDB. */
 static int build_cache(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, uint64_t slots,
-                       uint64_t want, hps_gcache_t **ret)
+                       uint64_t want, bool shared, hps_gcache_t **ret, int *ret_fd)
 {
     worker_t *w = g->w;
     struct preload p = {.c = c, .dim = w->models[mi].dims[t], .want = want};
-    int rc = hps_gcache_create(slots, p.dim, HPS_GCACHE_LRU, g->device, &p.cache);
+    int fd = -1;
+    int rc = alloc_cache(g, slots, p.dim, shared, &p.cache, &fd);
     if (rc < 0)
         return rc;
     rc = pair_reserve(&c->ikeys, PRELOAD_BATCH * sizeof(int64_t));
@@ -792,20 +902,94 @@ static int build_cache(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, u
     }
     if (rc < 0) {
         hps_gcache_destroy(p.cache);
+        if (fd >= 0)
+            close(fd);
         return rc;
     }
     *ret = p.cache;
+    *ret_fd = fd;
     return 0;
+}
+
+/* ---- sharing through the registry -------------------------------------- */
+
+/**
+ * Find the device's cache of table t in the registry or claim its creation;
+ * waits while another worker creates it.  0 (*creator says which), or < 0:
+ * not shared (no registry, other shape) and the caller builds a private one.
+ */
+static int reg_join(struct worker_gpu *g, size_t mi, uint32_t t, uint64_t slots,
+                    hps_gcache_reg_t *e, bool *creator)
+{
+    worker_t *w = g->w;
+    hps_gcache_reg_t want = {.table_id = w->models[mi].vdb_ids[t],
+                             .device = g->device,
+                             .dim = w->models[mi].dims[t],
+                             .policy = HPS_GCACHE_LRU,
+                             .capacity_rows = slots};
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
+    int rc = g->share ? HPS_EBUSY : HPS_EUNSUPPORTED;
+    while (g->share && !atomic_load(&g->stop)) {
+        rc = hps_shmdb_gcache_claim(w->db, &want, e, creator);
+        if (rc != HPS_EBUSY)
+            break;
+        nanosleep(&ts, NULL); /* another worker is preloading it */
+    }
+    if (rc < 0 && rc != HPS_EUNSUPPORTED)
+        HPS_WARN("GPU cache %s/%s: not shared with the other workers (%s)",
+                 w->models[mi].conf->name, w->models[mi].conf->embedding_table_names[t],
+                 hps_strerror(rc));
+    return rc;
+}
+
+/** Map the cache of entry e, asking its processes for the descriptor. */
+static int reg_import(struct worker_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt)
+{
+    const char *seg = g->w->conf->volatile_db.shared_memory_name;
+    for (uint32_t i = 0; i < e->num_pids; i++) {
+        int fd = -1;
+        if (e->pids[i] == getpid() ||
+            gshare_fetch(seg, e->pids[i], e->index, e->generation, JOIN_FETCH_MS, &fd) < 0)
+            continue;
+        hps_gcache_t *cache = NULL;
+        int rc = hps_gcache_import(fd, e->capacity_rows, e->dim, (hps_gcache_policy_t)e->policy,
+                                   g->device, &cache);
+        if (rc == 0 && gshare_offer(g->share, e->index, e->generation, fd) == 0) {
+            gt->cache = cache;
+            gt->fd = fd;
+            return 0;
+        }
+        hps_gcache_destroy(cache);
+        close(fd);
+    }
+    return HPS_ENOTFOUND;
+}
+
+/** Publish a cache this worker created: offer its descriptor, then READY. */
+static void reg_publish(struct worker_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt)
+{
+    hps_shmdb_t *db = g->w->db;
+    if (gt->fd < 0 || gshare_offer(g->share, e->index, e->generation, gt->fd) < 0 ||
+        hps_shmdb_gcache_ready(db, e->index, e->generation, hps_gcache_capacity(gt->cache),
+                               hps_gcache_bytes(gt->cache)) < 0) {
+        hps_shmdb_gcache_leave(db, e->index, e->generation);
+        return;
+    }
+    gt->reg = e->index;
+    gt->gen = e->generation;
+    gt->refresher = true;
 }
 
 /**
  * One table: capacity ceil(gpucacheper * rows).  A cache meant to hold the
  * whole table gets twice the slots (sets are filled by hashing), doubled
  * again until the preload evicted nothing, so gpucacheper = 1.0 hits 100%.
+ * The device's other workers then map the same cache (registry + gshare).
  */
 static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
 {
     worker_model_t *m = &g->w->models[mi];
+    gtable_t *gt = &g->models[mi].tables[t];
     uint64_t rows = table_rows(g->w, mi, t);
     uint64_t want = (uint64_t)ceil(m->conf->gpucacheper * (double)rows);
     bool whole = want >= rows;
@@ -815,28 +999,59 @@ static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
      * an update racing the preload is applied again later, never lost. */
     uint64_t head = 0;
     bool has_log = hps_shmdb_updlog_head(g->w->db, m->vdb_ids[t], &head, NULL) == 0;
+    gt->fd = -1;
+    gt->reg = UINT32_MAX;
+    gt->dim = m->dims[t];
+    gt->has_log = has_log;
+    gt->seq = head;
+    gt->refresh = false;
+    gt->refresher = true;
+    hps_gcache_reg_t e;
+    bool creator = true;
+    bool shared = reg_join(g, mi, t, slots, &e, &creator) == 0;
+    if (shared && !creator) {
+        if (reg_import(g, &e, gt) == 0) {
+            gt->reg = e.index;
+            gt->gen = e.generation;
+            gt->refresher = false;
+            HPS_INFO("GPU cache %s/%s on device %d: mapped the cache of process %d "
+                     "(%llu slots, shared by %u processes)",
+                     m->conf->name, m->conf->embedding_table_names[t], g->device,
+                     (int)e.creator_pid, (unsigned long long)e.capacity_rows, e.num_pids + 1);
+            return 0;
+        }
+        HPS_WARN("GPU cache %s/%s: no process handed out the shared cache; building a private one",
+                 m->conf->name, m->conf->embedding_table_names[t]);
+        hps_shmdb_gcache_leave(g->w->db, e.index, e.generation);
+        shared = false;
+    }
     for (int attempt = 0;; attempt++) {
         hps_gcache_t *cache = NULL;
-        int rc = build_cache(g, c, mi, t, slots, want, &cache);
-        if (rc < 0)
+        int fd = -1;
+        int rc = build_cache(g, c, mi, t, slots, want, shared, &cache, &fd);
+        if (rc < 0) {
+            if (shared)
+                hps_shmdb_gcache_leave(g->w->db, e.index, e.generation);
             return rc;
+        }
         hps_gcache_stats_t st = {0};
         rc = hps_gcache_stats(cache, &st);
         if (rc == 0 && whole && st.evictions > 0 && attempt < 4) {
             hps_gcache_destroy(cache);
+            if (fd >= 0)
+                close(fd);
             slots *= 2;
             continue;
         }
-        gtable_t *gt = &g->models[mi].tables[t];
         gt->cache = cache;
-        gt->dim = m->dims[t];
-        gt->has_log = has_log;
-        gt->seq = head;
-        gt->refresh = false;
-        HPS_INFO("GPU cache %s/%s on device %d: %llu of %llu rows preloaded, %llu slots",
+        gt->fd = fd;
+        if (shared)
+            reg_publish(g, &e, gt);
+        HPS_INFO("GPU cache %s/%s on device %d: %llu of %llu rows preloaded, %llu slots%s",
                  m->conf->name, m->conf->embedding_table_names[t], g->device,
                  (unsigned long long)st.occupied, (unsigned long long)rows,
-                 (unsigned long long)st.capacity_rows);
+                 (unsigned long long)st.capacity_rows,
+                 gt->reg != UINT32_MAX ? ", shared with the device's other workers" : "");
         return rc;
     }
 }
@@ -922,13 +1137,29 @@ static int gpu_alloc(worker_t *w, struct worker_gpu *g)
     return 0;
 }
 
+/** Free table t's cache; a shared one leaves the registry first. */
+static void table_free(struct worker_gpu *g, gtable_t *gt)
+{
+    worker_t *w = g->w;
+    if (gt->reg != UINT32_MAX && gt->cache) {
+        pthread_rwlock_rdlock(&w->seg_lock);
+        if (w->db && w->db == g->upd_db)
+            hps_shmdb_gcache_leave(w->db, gt->reg, gt->gen);
+        pthread_rwlock_unlock(&w->seg_lock);
+    }
+    hps_gcache_destroy(gt->cache);
+    if (gt->cache && gt->fd >= 0)
+        close(gt->fd);
+}
+
 static void gpu_free(struct worker_gpu *g)
 {
+    gshare_stop(g->share); /* nobody can ask for a descriptor being closed */
     for (size_t i = 0; g->ctxs && i < g->num_ctx; i++)
         ctx_free(g->ctxs[i], g->ws_slots);
     for (size_t i = 0; g->models && i < g->w->num_models; i++) {
         for (size_t t = 0; g->models[i].tables && t < g->models[i].num_tables; t++)
-            hps_gcache_destroy(g->models[i].tables[t].cache);
+            table_free(g, &g->models[i].tables[t]);
         free(g->models[i].tables);
     }
     for (size_t i = 0; i < g->q_len; i++)
@@ -955,6 +1186,10 @@ int worker_gpu_start(worker_t *w)
     struct worker_gpu *g = calloc(1, sizeof(*g));
     if (!g)
         return HPS_WEXIT_RUNTIME;
+    int rc = gshare_start(w->conf->volatile_db.shared_memory_name, &g->share);
+    if (rc < 0)
+        HPS_WARN("GPU caches will not be shared with other workers: descriptor socket: %s",
+                 hps_strerror(rc));
     if (gpu_alloc(w, g) != 0 || pthread_create(&g->thread, NULL, gpu_thread, g) != 0) {
         gpu_free(g);
         return HPS_WEXIT_RUNTIME;
@@ -987,7 +1222,8 @@ bool worker_gpu_ready(worker_t *w)
 
 /** One metric over every active cache; v picks the value from the stats. */
 static void metric(struct worker_gpu *g, hps_kserve_text_t *x, const hps_gcache_stats_t *st,
-                   const char *name, const char *type, const char *help, int v)
+                   const uint64_t *procs, const char *name, const char *type, const char *help,
+                   int v)
 {
     hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     size_t s = 0;
@@ -998,9 +1234,11 @@ static void metric(struct worker_gpu *g, hps_kserve_text_t *x, const hps_gcache_
         for (size_t t = 0; t < gm->num_tables; t++, s++) {
             const hps_gcache_stats_t *a = &st[s];
             uint64_t row = (uint64_t)gm->tables[t].dim * sizeof(float);
-            uint64_t vals[] = {a->lookups,   a->hits,           a->inserts,
-                               a->evictions, a->occupied * row, a->capacity_rows * row,
-                               a->updates,   atomic_load(&gm->tables[t].full_refreshes)};
+            uint64_t vals[] = {a->lookups,        a->hits,
+                               a->inserts,        a->evictions,
+                               a->occupied * row, a->capacity_rows * row,
+                               a->updates,        atomic_load(&gm->tables[t].full_refreshes),
+                               procs[s],          a->lock_timeouts};
             hps_kserve_text_appendf(x, "%s{model=\"", name);
             hps_kserve_text_append_label(x, g->w->models[i].conf->name);
             hps_kserve_text_appendf(x, "\",table=\"");
@@ -1017,33 +1255,47 @@ void worker_gpu_metrics(worker_t *w, hps_kserve_text_t *x)
     if (!g || cudaSetDevice(g->device) != cudaSuccess)
         return;
     hps_gcache_stats_t *st = calloc(g->ws_slots ? g->ws_slots : 1, sizeof(*st));
+    uint64_t *procs = calloc(g->ws_slots ? g->ws_slots : 1, sizeof(*procs));
     size_t s = 0;
-    for (size_t i = 0; st && i < w->num_models; i++) {
+    pthread_rwlock_rdlock(&w->seg_lock);
+    for (size_t i = 0; st && procs && i < w->num_models; i++) {
         gmodel_t *gm = &g->models[i];
         if (!atomic_load_explicit(&gm->active, memory_order_acquire))
             continue;
-        for (size_t t = 0; t < gm->num_tables; t++)
-            hps_gcache_stats(gm->tables[t].cache, &st[s++]);
+        for (size_t t = 0; t < gm->num_tables; t++, s++) {
+            gtable_t *gt = &gm->tables[t];
+            hps_gcache_reg_t e;
+            hps_gcache_stats(gt->cache, &st[s]);
+            procs[s] = 1;
+            if (gt->reg != UINT32_MAX && w->db && w->db == g->upd_db &&
+                hps_shmdb_gcache_get(w->db, gt->reg, &e) == 0 && e.generation == gt->gen)
+                procs[s] = e.num_pids;
+        }
     }
-    if (st) {
-        metric(g, x, st, "nv_hps_embedding_cache_query_keys", "counter",
+    pthread_rwlock_unlock(&w->seg_lock);
+    if (st && procs) {
+        metric(g, x, st, procs, "nv_hps_embedding_cache_query_keys", "counter",
                "Keys looked up in the GPU embedding cache", 0);
-        metric(g, x, st, "nv_hps_embedding_cache_hit_keys", "counter",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_hit_keys", "counter",
                "Keys found in the GPU embedding cache", 1);
-        metric(g, x, st, "nv_hps_embedding_cache_insert_keys", "counter",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_insert_keys", "counter",
                "Rows inserted into the GPU embedding cache (preload included)", 2);
-        metric(g, x, st, "nv_hps_embedding_cache_eviction_keys", "counter",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_eviction_keys", "counter",
                "Rows evicted from the GPU embedding cache", 3);
-        metric(g, x, st, "nv_hps_embedding_cache_occupancy_bytes", "gauge",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_occupancy_bytes", "gauge",
                "Bytes of embedding rows held by the GPU embedding cache", 4);
-        metric(g, x, st, "nv_hps_embedding_cache_capacity_bytes", "gauge",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_capacity_bytes", "gauge",
                "Bytes of embedding rows the GPU embedding cache can hold", 5);
-        metric(g, x, st, "nv_hps_embedding_cache_refresh_keys", "counter",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_refresh_keys", "counter",
                "Cached rows replaced by newer rows of the update log (or a full refresh)", 6);
-        metric(g, x, st, "nv_hps_embedding_cache_full_refreshes", "counter",
+        metric(g, x, st, procs, "nv_hps_embedding_cache_full_refreshes", "counter",
                "Full refreshes of the GPU embedding cache (update log lapped, segment "
                "recreated)",
                7);
+        metric(g, x, st, procs, "nv_hps_embedding_cache_processes", "gauge",
+               "Worker processes that map this GPU embedding cache (shared through CUDA VMM)", 8);
+        metric(g, x, st, procs, "nv_hps_embedding_cache_lock_timeouts", "counter",
+               "Cache writes skipped because a set stayed locked (a process killed mid-write)", 9);
     }
     hps_kserve_text_appendf(x,
                             "# HELP nv_hps_embedding_cache_dropped_inserts Background inserts "
@@ -1051,4 +1303,5 @@ void worker_gpu_metrics(worker_t *w, hps_kserve_text_t *x)
                             "counter\nnv_hps_embedding_cache_dropped_inserts %llu\n",
                             (unsigned long long)atomic_load(&g->q_dropped));
     free(st);
+    free(procs);
 }

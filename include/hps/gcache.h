@@ -47,8 +47,20 @@
  *  No path materializes unique rows: the bytes moved are those of an ideal
  *  gather plus the probes (256 bytes of keys per set probe) and index words.
  *
- * Memory comes from cudaMalloc on the given device.  Sharing across worker
- * processes (CUDA VMM with POSIX fd handles, DESIGN.md) is a later step.
+ * Memory.  A cache is one device allocation holding every array above
+ * (256-byte aligned, in that order, offsets derived from num_sets and dim).
+ * hps_gcache_create takes it from cudaMalloc (private to the process);
+ * hps_gcache_create_shared from the CUDA virtual memory management API with
+ * a POSIX file-descriptor handle, which other processes of the same host
+ * map with hps_gcache_import after receiving the descriptor (SCM_RIGHTS).
+ * Every mapping and every open descriptor holds a reference: the memory
+ * lives until the last process that mapped it has destroyed its handle or
+ * exited, whichever process created it (DESIGN.md; worker/gshare.c).
+ * The seqlock words work across processes as they do across streams.  A
+ * process killed while writing can leave a set locked: readers wait at most
+ * ~2^14 short sleeps and then answer miss, writers give up after ~2^16
+ * (counted in lock_timeouts), and hps_gcache_repair empties and unlocks
+ * such sets.
  *
  * Errors: every function returns 0 or a negative code (hps/hps.h):
  * HPS_EINVAL for bad arguments, -ENOMEM when device memory runs out,
@@ -83,9 +95,10 @@ typedef struct hps_gcache_ws hps_gcache_ws_t;
 
 /** Lookup path (hps_gcache_set_lookup_path). */
 typedef enum hps_gcache_path {
-    HPS_GCACHE_PATH_AUTO = 0,   /**< FUSED up to the fused maximum, then BLOCK or GLOBAL */
-    HPS_GCACHE_PATH_FUSED = 1,  /**< no de-duplication */
-    HPS_GCACHE_PATH_BLOCK = 2,  /**< per-block shared-memory de-duplication (GLOBAL if the shape does not allow it) */
+    HPS_GCACHE_PATH_AUTO = 0,  /**< FUSED up to the fused maximum, then BLOCK or GLOBAL */
+    HPS_GCACHE_PATH_FUSED = 1, /**< no de-duplication */
+    HPS_GCACHE_PATH_BLOCK =
+        2, /**< per-block shared-memory de-duplication (GLOBAL if the shape does not allow it) */
     HPS_GCACHE_PATH_GLOBAL = 3, /**< batch-wide de-duplication in the workspace, two kernels */
 } hps_gcache_path_t;
 
@@ -99,12 +112,13 @@ typedef enum hps_gcache_policy {
 typedef struct hps_gcache_stats {
     uint64_t capacity_rows; /**< slots: num_sets * 32 */
     uint64_t num_sets;
-    uint64_t occupied;  /**< slots holding a key (counted by a kernel) */
-    uint64_t lookups;   /**< keys looked up (input keys, duplicates included) */
-    uint64_t hits;      /**< of those, found */
-    uint64_t inserts;   /**< keys written by insert (new or overwritten) */
-    uint64_t evictions; /**< keys displaced by insert */
-    uint64_t updates;   /**< keys overwritten by update */
+    uint64_t occupied;      /**< slots holding a key (counted by a kernel) */
+    uint64_t lookups;       /**< keys looked up (input keys, duplicates included) */
+    uint64_t hits;          /**< of those, found */
+    uint64_t inserts;       /**< keys written by insert (new or overwritten) */
+    uint64_t evictions;     /**< keys displaced by insert */
+    uint64_t updates;       /**< keys overwritten by update */
+    uint64_t lock_timeouts; /**< writes skipped because a set stayed locked */
 } hps_gcache_stats_t;
 
 /**
@@ -120,6 +134,51 @@ typedef struct hps_gcache_stats {
  */
 hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
                             int device, hps_gcache_t **ret_cache);
+
+/**
+ * @brief Create an empty cache in shareable device memory (CUDA VMM, POSIX
+ * file-descriptor handle), for hps_gcache_import in other processes.
+ * @param[in] capacity_rows, dim, policy, device  as hps_gcache_create.
+ * @param[out] ret_cache  the handle of this process.
+ * @param[out] ret_fd     a descriptor of the allocation, owned by the caller:
+ *                        pass it to other processes (SCM_RIGHTS), close it
+ *                        when no process needs to import any more.  It keeps
+ *                        the memory alive while open, like any mapping.
+ * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO (also when the driver lacks VMM
+ *         or POSIX-descriptor handles).  Synchronous.
+ */
+hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
+                                   int device, hps_gcache_t **ret_cache, int *ret_fd);
+
+/**
+ * @brief Map a cache created by hps_gcache_create_shared in another process.
+ * @param[in] fd  the creator's descriptor as received in this process (not
+ *                taken over: the caller still closes it); the shape
+ *                arguments must be the creator's, or the mapping is refused
+ *                (size mismatch) or, worse, misread: they come from the
+ *                registry entry that published the cache (shmdb).
+ * @param[out] ret_cache  the handle of this process; its contents are the
+ *                live shared cache (not initialized).
+ * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO.
+ */
+hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
+                            hps_gcache_policy_t policy, int device, hps_gcache_t **ret_cache);
+
+/** @brief Bytes of device memory the cache occupies (after rounding). */
+uint64_t hps_gcache_bytes(const hps_gcache_t *cache);
+
+/**
+ * @brief Unlock the sets left locked by a process killed while writing.
+ *
+ * Snapshots every set version, sleeps wait_ms (a live writer holds a set for
+ * microseconds), then empties every set still locked with the snapshot's
+ * version and unlocks it.  Run it when a process attached to a shared cache
+ * died; concurrent lookups and inserts are safe.  Synchronous; uses
+ * 4 bytes per set of temporary device memory.
+ * @param[out] ret_repaired  sets emptied and unlocked.
+ * @return 0, HPS_EINVAL (wait_ms 0), -ENOMEM or HPS_EIO.
+ */
+hps_err_t hps_gcache_repair(hps_gcache_t *cache, unsigned wait_ms, uint64_t *ret_repaired);
 
 /** @brief Free the cache (NULL is a no-op).  Synchronizes the device first. */
 void hps_gcache_destroy(hps_gcache_t *cache);
