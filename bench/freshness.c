@@ -56,7 +56,6 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -123,13 +122,6 @@ typedef struct shared {
     double rps;
 } shared_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Process state for cleanup (this is a program; signals need globals). */
 static volatile sig_atomic_t g_signal;
 static pid_t g_coord, g_worker;
@@ -154,7 +146,7 @@ static void stop_child(pid_t *pid)
     if (*pid <= 0)
         return;
     kill(*pid, SIGTERM);
-    for (double t0 = now_s(); now_s() - t0 < STOP_WAIT_S;) {
+    for (double t0 = bench_now_s(); bench_now_s() - t0 < STOP_WAIT_S;) {
         if (waitpid(*pid, NULL, WNOHANG) == *pid) {
             *pid = 0;
             return;
@@ -212,20 +204,14 @@ static void log_tail(const char *name)
         fputs(ring[i % 20], stderr);
 }
 
-static void fail(const char *fmt, ...)
+/* bench_die()'s cleanup: the children's last log lines, then cleanup(). */
+static void on_error(void)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench-freshness: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
     if (g_tmp[0]) {
         log_tail("coordinator");
         log_tail("worker");
     }
     cleanup();
-    exit(1);
 }
 
 /* Called in every wait loop: a signal or a dead child ends the run. */
@@ -239,11 +225,11 @@ static void check_alive(void)
     int st;
     if (g_coord > 0 && waitpid(g_coord, &st, WNOHANG) == g_coord) {
         g_coord = 0;
-        fail("hps-coordinator exited (status %d)", st);
+        bench_die("hps-coordinator exited (status %d)", st);
     }
     if (g_worker > 0 && waitpid(g_worker, &st, WNOHANG) == g_worker) {
         g_worker = 0;
-        fail("hps-worker exited (status %d)", st);
+        bench_die("hps-worker exited (status %d)", st);
     }
 }
 
@@ -258,7 +244,7 @@ static pid_t spawn(char *const argv[], const char *log)
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0)
-        fail("fork: %s", strerror(errno));
+        bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         int in = open("/dev/null", O_RDONLY);
@@ -282,12 +268,12 @@ static int run(char *const argv[], const char *log, double timeout_s)
 {
     pid_t pid = spawn(argv, log);
     int st = 0;
-    for (double t0 = now_s(); waitpid(pid, &st, WNOHANG) != pid; usleep(10000)) {
-        if (g_signal || now_s() - t0 > timeout_s) {
+    for (double t0 = bench_now_s(); waitpid(pid, &st, WNOHANG) != pid; usleep(10000)) {
+        if (g_signal || bench_now_s() - t0 > timeout_s) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
             check_alive();
-            fail("%s did not finish in %.0f s", argv[0], timeout_s);
+            bench_die("%s did not finish in %.0f s", argv[0], timeout_s);
         }
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -321,7 +307,7 @@ static void wait_log(const char *name, const char *what, char *after, size_t n)
 {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/%s.log", g_tmp, name);
-    for (double t0 = now_s();; usleep(20000)) {
+    for (double t0 = bench_now_s();; usleep(20000)) {
         check_alive();
         char *text = slurp(path), *p = text ? strstr(text, what) : NULL;
         if (p) {
@@ -330,8 +316,8 @@ static void wait_log(const char *name, const char *what, char *after, size_t n)
             return;
         }
         free(text);
-        if (now_s() - t0 > START_S)
-            fail("%s: no \"%s\" in its log after %.0f s", name, what, START_S);
+        if (bench_now_s() - t0 > START_S)
+            bench_die("%s: no \"%s\" in its log after %.0f s", name, what, START_S);
     }
 }
 
@@ -352,10 +338,10 @@ static void make_model(const options_t *o, const char *bootstrap, char *ini, siz
     const char *old = "[update_source]\ntype = none\n";
     char *at = text ? strstr(text, old) : NULL;
     if (rc != 0 || !at)
-        fail("%s model exited %d or wrote no \"%.24s\" in %s", o->gen, rc, old, ini);
+        bench_die("%s model exited %d or wrote no \"%.24s\" in %s", o->gen, rc, old, ini);
     FILE *f = fopen(ini, "w");
     if (!f)
-        fail("%s: %s", ini, strerror(errno));
+        bench_die("%s: %s", ini, strerror(errno));
     fprintf(f, "%.*s[update_source]\ntype = kafka_message_queue\nbrokers = %s\n", (int)(at - text),
             text, bootstrap);
     fprintf(f, "metadata_refresh_interval_ms = 1000\n");
@@ -365,7 +351,7 @@ static void make_model(const options_t *o, const char *bootstrap, char *ini, siz
         fprintf(f, "fetch_wait_max_ms = %d\n", o->fetch_wait_ms);
     fputs(at + strlen(old), f);
     if (fclose(f) != 0)
-        fail("%s: %s", ini, strerror(errno));
+        bench_die("%s: %s", ini, strerror(errno));
     free(text);
 }
 
@@ -385,7 +371,7 @@ static int start_servers(const options_t *o, const char *ini)
     char *colon = strchr(after, ':');
     int port = colon ? atoi(colon + 1) : 0;
     if (port <= 0 || port > 65535)
-        fail("cannot read the worker's port from \"%s\"", after);
+        bench_die("cannot read the worker's port from \"%s\"", after);
     wait_log("worker", "tables found: ready", after, sizeof(after));
     return port;
 }
@@ -542,7 +528,7 @@ static void *client(void *arg)
     c.port = s->port;
     c.fd = -1;
     conn_build(&c, keys);
-    double next = now_s();
+    double next = bench_now_s();
     while (!atomic_load(&s->stop)) {
         sleep_until(next);
         const uint8_t *out;
@@ -554,13 +540,13 @@ static void *client(void *arg)
                 close(c.fd);
             c.fd = -1;
             usleep(10000);
-        } else if (check_response(s, out, want, now_s())) {
+        } else if (check_response(s, out, want, bench_now_s())) {
             atomic_fetch_add(&s->ok, 1);
         } else {
             atomic_fetch_add(&s->wrong, 1);
         }
         next += 1.0 / s->rps;
-        double now = now_s();
+        double now = bench_now_s();
         if (now - next > 0.05)
             next = now;
     }
@@ -586,14 +572,14 @@ static void *baseline(void *arg)
     }
     int64_t key = hps_gen_key(0, 0);
     float row[DIM];
-    double next = now_s();
+    double next = bench_now_s();
     while (!atomic_load(&s->stop)) {
         sleep_until(next);
         hps_shmdb_lookup(db, id, 1, &key, row, NULL, NULL);
         atomic_fetch_add(&s->lookups, 1);
-        note_seen(s, s->seen_shm, &s->last_shm, probe_of(row), now_s());
+        note_seen(s, s->seen_shm, &s->last_shm, probe_of(row), bench_now_s());
         next += 0.001;
-        double now = now_s();
+        double now = bench_now_s();
         if (now - next > 0.05)
             next = now;
     }
@@ -619,11 +605,11 @@ static rd_kafka_t *producer(const char *bootstrap)
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     if (rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, err, sizeof(err)) ||
         rd_kafka_conf_set(c, "linger.ms", "0", err, sizeof(err)))
-        fail("producer: %s", err);
+        bench_die("producer: %s", err);
     rd_kafka_conf_set_dr_msg_cb(c, on_delivery);
     rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof(err));
     if (!p)
-        fail("producer: %s", err);
+        bench_die("producer: %s", err);
     return p;
 }
 
@@ -640,19 +626,19 @@ static void produce_probe(rd_kafka_t *p, shared_t *s, size_t i)
     memcpy(msg + 8, &key, 8);
     memcpy(msg + 16, row, sizeof(row));
     atomic_store(&s->probes_sent, i + 1);
-    s->sent[i] = now_s();
+    s->sent[i] = bench_now_s();
     rd_kafka_resp_err_t e = rd_kafka_producev(
         p, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_PARTITION(0), RD_KAFKA_V_VALUE(msg, sizeof(msg)),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (e)
-        fail("produce: %s", rd_kafka_err2str(e));
+        bench_die("produce: %s", rd_kafka_err2str(e));
     rd_kafka_poll(p, 0);
 }
 
 /* Serve the producer's callbacks until t (or until *cond holds, if given). */
 static void pump_until(rd_kafka_t *p, double t, atomic_llong *last, long long want)
 {
-    while (now_s() < t && (!last || atomic_load(last) < want)) {
+    while (bench_now_s() < t && (!last || atomic_load(last) < want)) {
         check_alive();
         rd_kafka_poll(p, 1);
     }
@@ -679,7 +665,7 @@ static lat_t latencies(const double *sent, const double *seen, size_t first, siz
     double *l = malloc(n * sizeof(double));
     lat_t r = {0};
     if (!l)
-        fail("out of memory");
+        bench_die("out of memory");
     for (size_t i = first; i < n; i++)
         if (seen[i] > 0)
             l[r.seen++] = (seen[i] - sent[i]) * 1e3;
@@ -784,9 +770,9 @@ static const char *start_mock(void)
     rd_kafka_conf_set(conf, "log_level", "2", err, sizeof(err));
     g_mock_host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (!g_mock_host || !(g_mock = rd_kafka_mock_cluster_new(g_mock_host, 1)))
-        fail("cannot create the mock cluster: %s", err);
+        bench_die("cannot create the mock cluster: %s", err);
     if (rd_kafka_mock_topic_create(g_mock, TOPIC, 1, 1))
-        fail("cannot create topic " TOPIC);
+        bench_die("cannot create topic " TOPIC);
     return rd_kafka_mock_cluster_bootstraps(g_mock);
 }
 
@@ -795,11 +781,11 @@ static const char *start_mock(void)
 static void warm_up(rd_kafka_t *p, shared_t *s)
 {
     produce_probe(p, s, 0);
-    pump_until(p, now_s() + START_S, &s->last_http, 0);
+    pump_until(p, bench_now_s() + START_S, &s->last_http, 0);
     if (atomic_load(&s->last_http) < 0)
-        fail("the worker never returned the first update in %.0f s (%llu ok, %llu failed: %s)",
-             START_S, (unsigned long long)atomic_load(&s->ok),
-             (unsigned long long)atomic_load(&s->failed), s->first_error);
+        bench_die("the worker never returned the first update in %.0f s (%llu ok, %llu failed: %s)",
+                  START_S, (unsigned long long)atomic_load(&s->ok),
+                  (unsigned long long)atomic_load(&s->failed), s->first_error);
 }
 
 int main(int argc, char **argv)
@@ -812,13 +798,14 @@ int main(int argc, char **argv)
                    .worker = HPS_WORKER_PATH};
     parse(argc, argv, &o);
     g_keep = o.keep;
+    bench_on_error("bench-freshness", on_error);
     setup_signals();
     char cpu[128], load0[128], load1[128], ini[PATH_MAX + 32];
     bench_cpu_model(cpu, sizeof(cpu));
     bench_loadavg(load0, sizeof(load0));
     snprintf(g_tmp, sizeof(g_tmp), "/tmp/bench-fresh-XXXXXX");
     if (!mkdtemp(g_tmp))
-        fail("mkdtemp: %s", strerror(errno));
+        bench_die("mkdtemp: %s", strerror(errno));
     snprintf(g_seg, sizeof(g_seg), "bench-fresh-%d", (int)getpid());
 
     const char *bs = start_mock();
@@ -830,12 +817,12 @@ int main(int argc, char **argv)
     s.seen_http = calloc(n, sizeof(double));
     s.seen_shm = calloc(n, sizeof(double));
     if (!s.sent || !s.seen_http || !s.seen_shm)
-        fail("out of memory");
+        bench_die("out of memory");
     atomic_store(&s.last_http, -1);
     atomic_store(&s.last_shm, -1);
     pthread_t tc, tb;
     if (pthread_create(&tc, NULL, client, &s) || pthread_create(&tb, NULL, baseline, &s))
-        fail("pthread_create");
+        bench_die("pthread_create");
     rd_kafka_t *p = g_producer = producer(bs);
     warm_up(p, &s);
 
@@ -844,15 +831,15 @@ int main(int argc, char **argv)
     uint64_t ok0 = atomic_load(&s.ok), failed0 = atomic_load(&s.failed),
              wrong0 = atomic_load(&s.wrong), lk0 = atomic_load(&s.lookups);
     double cc0 = cpu_s(g_coord), cw0 = cpu_s(g_worker), cb0 = cpu_s(getpid());
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (size_t i = 1; i < n; i++) {
         produce_probe(p, &s, i);
         pump_until(p, s.sent[i] + 1.0 / o.rate, NULL, 0);
     }
     /* The last probe's grace: seen by both, or 1 s. */
-    pump_until(p, now_s() + 1.0, &s.last_http, (long long)n - 1);
-    pump_until(p, now_s() + 0.2, &s.last_shm, (long long)n - 1);
-    double wall = now_s() - t0;
+    pump_until(p, bench_now_s() + 1.0, &s.last_http, (long long)n - 1);
+    pump_until(p, bench_now_s() + 0.2, &s.last_shm, (long long)n - 1);
+    double wall = bench_now_s() - t0;
     uint64_t ok = atomic_load(&s.ok) - ok0, failed = atomic_load(&s.failed) - failed0,
              wrong = atomic_load(&s.wrong) - wrong0, lk = atomic_load(&s.lookups) - lk0;
     double cc = cpu_s(g_coord) - cc0, cw = cpu_s(g_worker) - cw0, cb = cpu_s(getpid()) - cb0;

@@ -90,25 +90,6 @@ static void on_signal(int sig)
     _exit(128 + sig);
 }
 
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench-load: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    cleanup();
-    exit(1);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Model files                                                               */
 /* ------------------------------------------------------------------------ */
@@ -118,10 +99,10 @@ static int collect(const char *path, const struct stat *st, int flag, struct FTW
     const char *base = path + ftw->base;
     if (flag == FTW_F && (!strcmp(base, "key") || !strcmp(base, "emb_vector"))) {
         if (g_nfiles == MAX_FILES)
-            die("more than %d model files", MAX_FILES);
+            bench_die("more than %d model files", MAX_FILES);
         g_files[g_nfiles] = strdup(path);
         if (!g_files[g_nfiles++])
-            die("out of memory");
+            bench_die("out of memory");
         g_bytes += (uint64_t)st->st_size;
     }
     return 0;
@@ -137,7 +118,7 @@ static double evict(void)
         int fd = open(g_files[i], O_RDONLY | O_CLOEXEC);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0)
-            die("%s: %s", g_files[i], strerror(errno));
+            bench_die("%s: %s", g_files[i], strerror(errno));
         fdatasync(fd);
         posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
         size_t len = (size_t)st.st_size;
@@ -163,9 +144,9 @@ static double read_all(bool direct, bool *ret_direct_ok)
 {
     void *buf = NULL;
     if (posix_memalign(&buf, 4096, READ_CHUNK) != 0)
-        die("out of memory");
+        bench_die("out of memory");
     uint64_t total = 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     *ret_direct_ok = direct;
     for (size_t i = 0; i < g_nfiles; i++) {
         int fd = open(g_files[i], O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
@@ -174,23 +155,23 @@ static double read_all(bool direct, bool *ret_direct_ok)
             fd = open(g_files[i], O_RDONLY | O_CLOEXEC);
         }
         if (fd < 0)
-            die("%s: %s", g_files[i], strerror(errno));
+            bench_die("%s: %s", g_files[i], strerror(errno));
         for (;;) {
             ssize_t r = read(fd, buf, READ_CHUNK);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r < 0)
-                die("read %s: %s", g_files[i], strerror(errno));
+                bench_die("read %s: %s", g_files[i], strerror(errno));
             if (r == 0)
                 break;
             total += (uint64_t)r;
         }
         close(fd);
     }
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     free(buf);
     if (total != g_bytes)
-        die("read %" PRIu64 " bytes, expected %" PRIu64, total, g_bytes);
+        bench_die("read %" PRIu64 " bytes, expected %" PRIu64, total, g_bytes);
     return dt;
 }
 
@@ -204,7 +185,7 @@ static void run(char *const argv[])
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
-        die("fork: %s", strerror(errno));
+        bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
         execv(argv[0], argv);
         fprintf(stderr, "bench-load: exec %s: %s\n", argv[0], strerror(errno));
@@ -213,7 +194,7 @@ static void run(char *const argv[])
     int st;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        die("%s failed (status %#x)", argv[0], st);
+        bench_die("%s failed (status %#x)", argv[0], st);
 }
 
 typedef struct load_result {
@@ -249,11 +230,11 @@ static void coordinator_load(const char *ini, load_result_t *r)
     int pfd[2];
     memset(r, 0, sizeof(*r));
     if (pipe2(pfd, O_CLOEXEC) < 0)
-        die("pipe: %s", strerror(errno));
-    double t0 = now_s();
+        bench_die("pipe: %s", strerror(errno));
+    double t0 = bench_now_s();
     pid_t pid = fork();
     if (pid < 0)
-        die("fork: %s", strerror(errno));
+        bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(pfd[1], 1);
@@ -269,9 +250,9 @@ static void coordinator_load(const char *ini, load_result_t *r)
     bool ready = false, eof = false;
     while (!ready && !eof) {
         struct pollfd pf = {pfd[0], POLLIN, 0};
-        double left = READY_TIMEOUT_S - (now_s() - t0);
+        double left = READY_TIMEOUT_S - (bench_now_s() - t0);
         if (left <= 0)
-            die("hps-coordinator not ready after %.0f s", READY_TIMEOUT_S);
+            bench_die("hps-coordinator not ready after %.0f s", READY_TIMEOUT_S);
         if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0)
             continue;
         char c;
@@ -290,11 +271,11 @@ static void coordinator_load(const char *ini, load_result_t *r)
         ll = 0;
         parse_line(line, r);
         if (strstr(line, "ready:"))
-            ready = true, r->ready_s = now_s() - t0;
+            ready = true, r->ready_s = bench_now_s() - t0;
     }
     if (!ready) {
         r->log[r->loglen] = 0;
-        die("hps-coordinator exited before \"ready:\"; its output:\n%s", r->log);
+        bench_die("hps-coordinator exited before \"ready:\"; its output:\n%s", r->log);
     }
     kill(pid, SIGTERM);
     for (;;) { /* collect the shutdown lines */
@@ -382,7 +363,7 @@ static char *beside(const char *rel)
     char self[PATH_MAX], *out;
     ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (k <= 0)
-        die("readlink /proc/self/exe: %s", strerror(errno));
+        bench_die("readlink /proc/self/exe: %s", strerror(errno));
     self[k] = 0;
     for (int up = 0; up < 2; up++) {
         char *s = strrchr(self, '/');
@@ -390,7 +371,7 @@ static char *beside(const char *rel)
             *s = 0;
     }
     if (asprintf(&out, "%s/%s", self, rel) < 0)
-        die("out of memory");
+        bench_die("out of memory");
     return out;
 }
 
@@ -425,7 +406,7 @@ static void parse(int argc, char **argv)
         i += takes;
     }
     if (!(g_opt.scale > 0) || g_opt.dim < 1)
-        die("bad --scale or --dim");
+        bench_die("bad --scale or --dim");
     if (!g_opt.gen)
         g_opt.gen = beside("tools/hps-gen/hps-gen");
     if (!g_opt.coordinator)
@@ -435,6 +416,7 @@ static void parse(int argc, char **argv)
 int main(int argc, char **argv)
 {
     char cpu[256], model[PATH_MAX + 16], ini[PATH_MAX + 64], scale[32], dim[16];
+    bench_on_error("bench-load", cleanup);
     parse(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGINT, on_signal);
@@ -442,7 +424,7 @@ int main(int argc, char **argv)
     const char *parent = g_opt.dir ? g_opt.dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(g_work, sizeof(g_work), "%s/bench-load.XXXXXX", parent);
     if (!mkdtemp(g_work))
-        die("mkdtemp(%s): %s", g_work, strerror(errno));
+        bench_die("mkdtemp(%s): %s", g_work, strerror(errno));
     atexit(cleanup);
     snprintf(g_seg, sizeof(g_seg), "bench-load-%d", (int)getpid());
     snprintf(model, sizeof(model), "%s/model", g_work);

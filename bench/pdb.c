@@ -79,33 +79,6 @@ static void cleanup(void)
     g_dir[0] = 0;
 }
 
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench-pdb: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    cleanup();
-    exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n ? n : 64) != 0)
-        die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t g_du;
 static int du_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -142,30 +115,30 @@ static void build(double *ret_gen_s, double *ret_load_s)
     char err[512];
     uint64_t n = g_opt.rows;
     uint32_t dim = g_opt.dim;
-    double t0 = now_s();
-    int64_t *keys = xmalloc(n * sizeof(int64_t));
-    float *vecs = xmalloc(n * dim * sizeof(float));
+    double t0 = bench_now_s();
+    int64_t *keys = bench_xmalloc(n * sizeof(int64_t));
+    float *vecs = bench_xmalloc(n * dim * sizeof(float));
     for (uint64_t i = 0; i < n; i++) {
         keys[i] = hps_gen_key(0, i);
         hps_gen_vector(0, keys[i], dim, vecs + i * dim);
     }
-    *ret_gen_s = now_s() - t0;
+    *ret_gen_s = bench_now_s() - t0;
     hps_pdb_t *db;
     hps_pdb_table_t *t;
     hps_err_t rc = hps_pdb_open(g_dir, NULL, &db, err, sizeof(err));
     if (rc < 0)
-        die("hps_pdb_open(%s): %s", g_dir, err);
+        bench_die("hps_pdb_open(%s): %s", g_dir, err);
     rc = hps_pdb_table(db, MODEL, TABLE, true, &t, err, sizeof(err));
     if (rc < 0)
-        die("hps_pdb_table: %s", err);
-    t0 = now_s();
+        bench_die("hps_pdb_table: %s", err);
+    t0 = bench_now_s();
     rc = hps_pdb_bulk_load(t, n, keys, 8, vecs, dim, err, sizeof(err));
     if (rc < 0)
-        die("hps_pdb_bulk_load: %s", err);
+        bench_die("hps_pdb_bulk_load: %s", err);
     rc = hps_pdb_close(db, err, sizeof(err));
-    *ret_load_s = now_s() - t0;
+    *ret_load_s = bench_now_s() - t0;
     if (rc < 0)
-        die("hps_pdb_close: %s", err);
+        bench_die("hps_pdb_close: %s", err);
     free(keys);
     free(vecs);
 }
@@ -199,28 +172,28 @@ static void raw_open(raw_t *r, unsigned max_batch)
     rocksdb_options_increase_parallelism(r->opts, (int)HPS_PDB_DEFAULT_THREADS);
     r->names = rocksdb_list_column_families(r->opts, g_dir, &r->ncf, &rerr);
     if (rerr)
-        die("rocksdb_list_column_families: %s", rerr);
+        bench_die("rocksdb_list_column_families: %s", rerr);
     const rocksdb_options_t **oo = calloc(r->ncf, sizeof(*oo));
     r->cfs = calloc(r->ncf, sizeof(*r->cfs));
     if (!oo || !r->cfs)
-        die("out of memory");
+        bench_die("out of memory");
     for (size_t i = 0; i < r->ncf; i++)
         oo[i] = r->opts;
     r->db = rocksdb_open_for_read_only_column_families(
         r->opts, g_dir, (int)r->ncf, (const char *const *)r->names, oo, r->cfs, 0, &rerr);
     free(oo);
     if (rerr)
-        die("rocksdb_open_for_read_only_column_families: %s", rerr);
+        bench_die("rocksdb_open_for_read_only_column_families: %s", rerr);
     for (size_t i = 0; i < r->ncf; i++)
         if (strcmp(r->names[i], "hps_et." MODEL "." TABLE) == 0)
             r->cf = r->cfs[i];
     if (!r->cf)
-        die("column family hps_et." MODEL "." TABLE " not found by raw RocksDB");
+        bench_die("column family hps_et." MODEL "." TABLE " not found by raw RocksDB");
     r->ropts = rocksdb_readoptions_create();
-    r->kp = xmalloc(max_batch * sizeof(char *));
-    r->ks = xmalloc(max_batch * sizeof(size_t));
-    r->vals = xmalloc(max_batch * sizeof(*r->vals));
-    r->errs = xmalloc(max_batch * sizeof(char *));
+    r->kp = bench_xmalloc(max_batch * sizeof(char *));
+    r->ks = bench_xmalloc(max_batch * sizeof(size_t));
+    r->vals = bench_xmalloc(max_batch * sizeof(*r->vals));
+    r->errs = bench_xmalloc(max_batch * sizeof(char *));
 }
 
 static void raw_close(raw_t *r)
@@ -286,7 +259,7 @@ static long ours_lookup(ctx_t *c, const int64_t *keys)
     hps_err_t rc = hps_pdb_lookup(c->t, c->batch, keys, 8, g_opt.dim, c->out, c->found, &hits, err,
                                   sizeof(err));
     if (rc < 0)
-        die("hps_pdb_lookup: %s", err);
+        bench_die("hps_pdb_lookup: %s", err);
     return (long)hits;
 }
 
@@ -294,16 +267,16 @@ static long ours_lookup(ctx_t *c, const int64_t *keys)
 static double timed(ctx_t *c, bool ours, double secs, size_t *b, uint64_t *missing)
 {
     uint64_t keys = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
         const int64_t *q = c->qkeys + (size_t)*b * c->batch;
         long h = ours ? ours_lookup(c, q) : raw_lookup(c->raw, q, c->batch, c->out, c->found);
         if (h < 0)
-            die("raw MultiGet: a key failed or had a wrong-sized value");
+            bench_die("raw MultiGet: a key failed or had a wrong-sized value");
         *missing += c->batch - (uint64_t)h;
         keys += c->batch;
         *b = (*b + 1) % c->nbatches;
-        t = now_s();
+        t = bench_now_s();
     } while (t - t0 < secs);
     return (double)keys / (t - t0);
 }
@@ -313,7 +286,7 @@ static bool check_batch(ctx_t *c)
 {
     const uint32_t dim = g_opt.dim;
     size_t nf = (size_t)c->batch * dim;
-    float *a = xmalloc(nf * sizeof(float)), *want = xmalloc(dim * sizeof(float));
+    float *a = bench_xmalloc(nf * sizeof(float)), *want = bench_xmalloc(dim * sizeof(float));
     bool ok = ours_lookup(c, c->qkeys) == (long)c->batch;
     memcpy(a, c->out, nf * sizeof(float));
     ok = ok && raw_lookup(c->raw, c->qkeys, c->batch, c->out, c->found) == (long)c->batch;
@@ -354,13 +327,13 @@ static double paired_median(const size_result_t *r)
 static void run_size(hps_pdb_table_t *t, raw_t *raw, unsigned batch, size_result_t *res)
 {
     ctx_t c = {.t = t, .raw = raw, .batch = batch, .nbatches = g_opt.nbatches};
-    int64_t *q = xmalloc((size_t)batch * c.nbatches * sizeof(int64_t));
+    int64_t *q = bench_xmalloc((size_t)batch * c.nbatches * sizeof(int64_t));
     uint64_t s = QUERY_SEED ^ batch;
     for (size_t i = 0; i < (size_t)batch * c.nbatches; i++)
         q[i] = hps_gen_key(0, hps_gen_splitmix64(&s) % g_opt.rows);
     c.qkeys = q;
-    c.out = xmalloc((size_t)batch * g_opt.dim * sizeof(float));
-    c.found = xmalloc(batch * sizeof(bool));
+    c.out = bench_xmalloc((size_t)batch * g_opt.dim * sizeof(float));
+    c.found = bench_xmalloc(batch * sizeof(bool));
     memset(res, 0, sizeof(*res));
     res->batch = batch;
     res->check = check_batch(&c);
@@ -472,18 +445,19 @@ static void parse(int argc, char **argv)
     }
     if (g_opt.rows < 1 || g_opt.dim < 1 || g_opt.dim > 65536 || g_opt.reps < 1 || g_opt.reps > 16 ||
         g_opt.seconds <= 0 || g_opt.nsizes == 0)
-        die("bad option value (rows >= 1, dim 1..65536, reps 1..16, seconds > 0)");
+        bench_die("bad option value (rows >= 1, dim 1..65536, reps 1..16, seconds > 0)");
 }
 
 int main(int argc, char **argv)
 {
     char err[512], cpu[256];
+    bench_on_error("bench-pdb", cleanup);
     parse(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *parent = g_opt.dir ? g_opt.dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(g_dir, sizeof(g_dir), "%s/bench-pdb.XXXXXX", parent);
     if (!mkdtemp(g_dir))
-        die("mkdtemp(%s): %s", g_dir, strerror(errno));
+        bench_die("mkdtemp(%s): %s", g_dir, strerror(errno));
     atexit(cleanup);
 
     bench_cpu_model(cpu, sizeof(cpu));
@@ -507,9 +481,9 @@ int main(int argc, char **argv)
            gen_s, load_s, (double)g_opt.rows / load_s / 1e6,
            (double)g_opt.rows * (8 + 4.0 * g_opt.dim) / load_s / 1e6, (double)g_du / 1e6);
 
-    double tw = now_s();
+    double tw = bench_now_s();
     nftw(g_dir, warm_entry, 16, FTW_PHYS);
-    tw = now_s() - tw;
+    tw = bench_now_s() - tw;
     printf("page cache: every database file read once sequentially before the readers open"
            " (%.1f MB in %.2f s), so the timed runs measure RocksDB, not the disk\n",
            (double)g_warm / 1e6, tw);
@@ -517,9 +491,9 @@ int main(int argc, char **argv)
     hps_pdb_t *db;
     hps_pdb_table_t *t;
     if (hps_pdb_open(g_dir, NULL, &db, err, sizeof(err)) < 0)
-        die("hps_pdb_open: %s", err);
+        bench_die("hps_pdb_open: %s", err);
     if (hps_pdb_table(db, MODEL, TABLE, false, &t, err, sizeof(err)) < 0)
-        die("hps_pdb_table: %s", err);
+        bench_die("hps_pdb_table: %s", err);
     unsigned maxb = 0;
     for (unsigned i = 0; i < g_opt.nsizes; i++)
         maxb = g_opt.sizes[i] > maxb ? g_opt.sizes[i] : maxb;
@@ -574,7 +548,7 @@ int main(int argc, char **argv)
            st.lookup_keys, st.lookup_hits, st.multiget_calls, st.errors);
     raw_close(&raw);
     if (hps_pdb_close(db, err, sizeof(err)) < 0)
-        die("hps_pdb_close: %s", err);
+        bench_die("hps_pdb_close: %s", err);
     printf("\n");
     loadavg("at end");
     printf("overall: %u of %u targets missed; %u correctness failure(s)\n", miss_targets,

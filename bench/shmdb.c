@@ -102,33 +102,6 @@ static void on_signal(int sig)
     _exit(128 + sig);
 }
 
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench-shmdb: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    cleanup();
-    exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n ? n : 64) != 0)
-        die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /** splitmix64 finalizer: a bijection of uint64, so distinct inputs stay distinct. */
 static uint64_t mix64(uint64_t x)
 {
@@ -168,12 +141,12 @@ static void workload_init(workload_t *wl, const options_t *o)
     wl->rows = o->rows;
     wl->batch = o->batch;
     wl->nb = o->nbatches;
-    wl->keys = xmalloc(wl->rows * sizeof(int64_t));
+    wl->keys = bench_xmalloc(wl->rows * sizeof(int64_t));
     for (uint64_t i = 0; i < wl->rows; i++)
         wl->keys[i] = (int64_t)mix64(KEY_SEED + i);
     size_t nq = (size_t)wl->nb * wl->batch;
-    wl->qkeys = xmalloc(nq * sizeof(int64_t));
-    wl->qidx = xmalloc(nq * sizeof(uint32_t));
+    wl->qkeys = bench_xmalloc(nq * sizeof(int64_t));
+    wl->qidx = bench_xmalloc(nq * sizeof(uint32_t));
     uint64_t s = QUERY_SEED;
     for (size_t i = 0; i < nq; i++) {
         s += 0x9e3779b97f4a7c15ULL;
@@ -235,7 +208,7 @@ static int run_loop(run_ctx_t *rc, unsigned tid, double until, size_t *b, float 
         *misses += n - (unsigned)hits;
         *batches += 1;
         *b = (*b + 1) % g_wl.nb;
-    } while (now_s() < until);
+    } while (bench_now_s() < until);
     return 0;
 }
 
@@ -243,19 +216,19 @@ static void *run_thread(void *p)
 {
     thread_arg_t *ta = p;
     run_ctx_t *rc = ta->rc;
-    float *out = xmalloc((size_t)g_wl.batch * rc->dim * sizeof(float));
-    uint8_t *found = xmalloc(g_wl.batch);
+    float *out = bench_xmalloc((size_t)g_wl.batch * rc->dim * sizeof(float));
+    uint8_t *found = bench_xmalloc(g_wl.batch);
     size_t b = (size_t)ta->tid * g_wl.nb / rc->nthreads;
     uint64_t wb = 0, wm = 0;
     int err = 0;
     if (rc->warmup > 0)
-        err = run_loop(rc, ta->tid, now_s() + rc->warmup, &b, out, found, &wb, &wm);
+        err = run_loop(rc, ta->tid, bench_now_s() + rc->warmup, &b, out, found, &wb, &wm);
     pthread_barrier_wait(&rc->barrier);
-    double t0 = now_s(), c0 = thread_cpu_s();
+    double t0 = bench_now_s(), c0 = thread_cpu_s();
     if (err == 0)
         err = run_loop(rc, ta->tid, t0 + g_opt.seconds, &b, out, found, &rc->batches[ta->tid],
                        &rc->misses[ta->tid]);
-    rc->secs[ta->tid] = now_s() - t0;
+    rc->secs[ta->tid] = bench_now_s() - t0;
     rc->cpu[ta->tid] = thread_cpu_s() - c0;
     rc->err[ta->tid] = err;
     free(out);
@@ -274,7 +247,7 @@ static run_result_t measure_once(batch_fn fn, void *ctx, unsigned dim, unsigned 
     for (unsigned t = 0; t < nthreads; t++) {
         ta[t] = (thread_arg_t){&rc, t};
         if (pthread_create(&th[t], NULL, run_thread, &ta[t]) != 0)
-            die("pthread_create failed");
+            bench_die("pthread_create failed");
     }
     run_result_t r = {.cpu_share = 1.0};
     double secs = 0;
@@ -359,9 +332,9 @@ static void check_batch(const int64_t *keys, unsigned n, unsigned dim, const flo
 static check_result_t check_sample(batch_fn fn, void *ctx, unsigned dim)
 {
     size_t n = (size_t)g_wl.batch * dim;
-    float *out = xmalloc(n * sizeof(float));
-    float *exp = xmalloc(n * sizeof(float));
-    uint8_t *found = xmalloc(g_wl.batch);
+    float *out = bench_xmalloc(n * sizeof(float));
+    float *exp = bench_xmalloc(n * sizeof(float));
+    uint8_t *found = bench_xmalloc(g_wl.batch);
     check_result_t cr = {.sum = 0x1234, .sum_expect = 0x1234};
     for (unsigned s = 0; s < SAMPLE_BATCHES && cr.err == 0; s++) {
         size_t b = (size_t)s * g_wl.nb / SAMPLE_BATCHES;
@@ -441,7 +414,7 @@ static int floor_batch(void *p, unsigned tid, size_t b, float *out, uint8_t *fou
 
 static float *flat_build(unsigned dim)
 {
-    float *flat = xmalloc(g_wl.rows * dim * sizeof(float));
+    float *flat = bench_xmalloc(g_wl.rows * dim * sizeof(float));
     for (uint64_t i = 0; i < g_wl.rows; i++)
         expected_row(g_wl.keys[i], dim, flat + i * dim);
     return flat;
@@ -517,9 +490,9 @@ static bool read_all(int fd, void *buf, size_t n)
 static void reader_full_pass(shm_ctx_t *sc, unsigned dim, reader_reply_t *rp)
 {
     size_t chunk = g_wl.batch;
-    float *out = xmalloc(chunk * dim * sizeof(float));
-    float *exp = xmalloc(chunk * dim * sizeof(float));
-    uint8_t *found = xmalloc(chunk);
+    float *out = bench_xmalloc(chunk * dim * sizeof(float));
+    float *exp = bench_xmalloc(chunk * dim * sizeof(float));
+    uint8_t *found = bench_xmalloc(chunk);
     check_result_t cr = {0};
     for (uint64_t i = 0; i < g_wl.rows; i += chunk) {
         unsigned n = (unsigned)(g_wl.rows - i < chunk ? g_wl.rows - i : chunk);
@@ -613,10 +586,10 @@ static reader_t reader_start(void)
 {
     int c[2], r[2];
     if (pipe(c) != 0 || pipe(r) != 0)
-        die("pipe: %s", strerror(errno));
+        bench_die("pipe: %s", strerror(errno));
     pid_t pid = fork();
     if (pid < 0)
-        die("fork: %s", strerror(errno));
+        bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         signal(SIGINT, SIG_DFL);
@@ -656,7 +629,7 @@ typedef struct shm_load {
 static void shm_check(hps_err_t e, const char *what)
 {
     if (e < 0)
-        die("%s: %s (%s)", what, hps_strerror(e), hps_err_name(e));
+        bench_die("%s: %s (%s)", what, hps_strerror(e), hps_err_name(e));
 }
 
 static hps_shmdb_t *shm_create(unsigned dim, shm_load_t *sl)
@@ -699,7 +672,7 @@ static hps_shmdb_t *shm_load(unsigned dim, const float *flat, shm_load_t *sl)
 {
     hps_shmdb_t *db = shm_create(dim, sl);
     uint32_t id = shm_table(db, dim, sl);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (uint64_t i = 0; i < g_wl.rows; i += LOAD_CHUNK) {
         size_t n = g_wl.rows - i < LOAD_CHUNK ? g_wl.rows - i : LOAD_CHUNK;
         size_t ins = 0;
@@ -707,7 +680,7 @@ static hps_shmdb_t *shm_load(unsigned dim, const float *flat, shm_load_t *sl)
                   "hps_shmdb_upsert");
         sl->inserted += ins;
     }
-    sl->load_s = now_s() - t0;
+    sl->load_s = bench_now_s() - t0;
     shm_check(hps_shmdb_table_info(db, id, &sl->ti), "hps_shmdb_table_info");
     shm_check(hps_shmdb_segment_info(db, &sl->si), "hps_shmdb_segment_info");
     sl->bytes_per_slot = hps_shmdb_bytes_per_slot(dim, HPS_EVICT_RANDOM);
@@ -733,9 +706,9 @@ static reader_reply_t reader_run(reader_t *rd, unsigned dim, const shm_load_t *s
     write_all(rd->cmd_fd, &cmd, sizeof(cmd));
     reader_reply_t rp;
     if (!read_all(rd->reply_fd, &rp, sizeof(rp)))
-        die("the reader process (pid %d) died", (int)rd->pid);
+        bench_die("the reader process (pid %d) died", (int)rd->pid);
     if (rp.err < 0)
-        die("reader: %s: %s (%s)", rp.what, hps_strerror(rp.err), hps_err_name(rp.err));
+        bench_die("reader: %s: %s (%s)", rp.what, hps_strerror(rp.err), hps_err_name(rp.err));
     return rp;
 }
 
@@ -900,9 +873,9 @@ static void redis_drain(redisContext *c, unsigned pending, uint64_t *added)
     for (unsigned i = 0; i < pending; i++) {
         redisReply *r = NULL;
         if (redisGetReply(c, (void **)&r) != REDIS_OK || !r)
-            die("redis: HSET: %s", c->errstr);
+            bench_die("redis: HSET: %s", c->errstr);
         if (r->type != REDIS_REPLY_INTEGER)
-            die("redis: HSET replied type %d (%s)", r->type, r->str ? r->str : "");
+            bench_die("redis: HSET replied type %d (%s)", r->type, r->str ? r->str : "");
         *added += (uint64_t)r->integer;
         freeReplyObject(r);
     }
@@ -940,13 +913,13 @@ static void redis_load_part(redisContext *c, unsigned dim, unsigned part, const 
 static uint32_t *group_rows(size_t *start)
 {
     unsigned np = g_opt.partitions;
-    uint32_t *order = xmalloc(g_wl.rows * sizeof(uint32_t));
+    uint32_t *order = bench_xmalloc(g_wl.rows * sizeof(uint32_t));
     memset(start, 0, (np + 1) * sizeof(size_t));
     for (uint64_t i = 0; i < g_wl.rows; i++)
         start[part_of(g_wl.keys[i]) + 1]++;
     for (unsigned p = 0; p < np; p++)
         start[p + 1] += start[p];
-    size_t *fill = xmalloc(np * sizeof(size_t));
+    size_t *fill = bench_xmalloc(np * sizeof(size_t));
     memcpy(fill, start, np * sizeof(size_t));
     for (uint64_t i = 0; i < g_wl.rows; i++)
         order[fill[part_of(g_wl.keys[i])]++] = (uint32_t)i;
@@ -981,16 +954,16 @@ static redis_load_t redis_load(const redis_srv_t *rs, unsigned dim, const float 
     redis_load_t rl = {0};
     redisContext *c = redis_connect(rs->port);
     if (!c)
-        die("redis: cannot connect to 127.0.0.1:%d", rs->port);
+        bench_die("redis: cannot connect to 127.0.0.1:%d", rs->port);
     freeReplyObject(redisCommand(c, "FLUSHALL"));
     rl.mem_base = redis_u64(rs->port, "memory", "used_memory");
     size_t start[HPS_SHMDB_MAX_PARTITIONS + 1];
     uint32_t *order = group_rows(start);
     uint64_t added = 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (unsigned p = 0; p < g_opt.partitions; p++)
         redis_load_part(c, dim, p, flat, order + start[p], start[p + 1] - start[p], &added);
-    rl.load_s = now_s() - t0;
+    rl.load_s = bench_now_s() - t0;
     rl.rows = redis_rows(c, dim);
     rl.mem_bytes = redis_u64(rs->port, "memory", "used_memory");
     rl.done = true;
@@ -1093,11 +1066,11 @@ static void redis_conn_open(redis_conn_t *rc, int port, unsigned dim)
 {
     rc->c = redis_connect(port);
     if (!rc->c)
-        die("redis: cannot connect to 127.0.0.1:%d", port);
-    rc->argv = xmalloc((2 + g_wl.batch) * sizeof(char *));
-    rc->argl = xmalloc((2 + g_wl.batch) * sizeof(size_t));
-    rc->part = xmalloc(g_wl.batch * sizeof(unsigned));
-    rc->order = xmalloc(g_wl.batch * sizeof(uint32_t));
+        bench_die("redis: cannot connect to 127.0.0.1:%d", port);
+    rc->argv = bench_xmalloc((2 + g_wl.batch) * sizeof(char *));
+    rc->argl = bench_xmalloc((2 + g_wl.batch) * sizeof(size_t));
+    rc->part = bench_xmalloc(g_wl.batch * sizeof(unsigned));
+    rc->order = bench_xmalloc(g_wl.batch * sizeof(uint32_t));
     rc->argv[0] = "HMGET", rc->argl[0] = 5;
     for (unsigned p = 0; p < g_opt.partitions; p++)
         redis_hkey(rc->hkey[p], sizeof(rc->hkey[p]), dim, p);
@@ -1114,7 +1087,7 @@ static void redis_conn_close(redis_conn_t *rc)
 
 static redis_ctx_t *redis_ctx_open(const redis_srv_t *rs, unsigned dim)
 {
-    redis_ctx_t *ctx = xmalloc(sizeof(*ctx));
+    redis_ctx_t *ctx = bench_xmalloc(sizeof(*ctx));
     memset(ctx, 0, sizeof(*ctx));
     ctx->dim = dim;
     for (unsigned i = 0; i < g_opt.nthreads; i++)
@@ -1360,7 +1333,7 @@ static void run_redis(const redis_srv_t *rs, unsigned dim, const float *flat, di
 {
     *rl = redis_load(rs, dim, flat);
     if (rl->rows != g_wl.rows)
-        die("redis holds %" PRIu64 " rows after loading %" PRIu64, rl->rows, g_wl.rows);
+        bench_die("redis holds %" PRIu64 " rows after loading %" PRIu64, rl->rows, g_wl.rows);
     redis_ctx_t *ctx = redis_ctx_open(rs, dim);
     d->redis_check = check_sample(redis_batch, ctx, dim);
     for (unsigned i = 0; i < g_opt.nthreads; i++)
@@ -1477,11 +1450,11 @@ static unsigned parse_list(const char *s, unsigned *out, unsigned max, unsigned 
     while (*s) {
         unsigned long v = strtoul(s, &end, 10);
         if (end == s || v < lo || v > hi || n == max)
-            die("bad list '%s' (values %u..%u, at most %u)", s, lo, hi, max);
+            bench_die("bad list '%s' (values %u..%u, at most %u)", s, lo, hi, max);
         out[n++] = (unsigned)v;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',')
-            die("bad list separator in '%s'", s);
+            bench_die("bad list separator in '%s'", s);
     }
     return n;
 }
@@ -1503,7 +1476,7 @@ static void usage(void)
 static const char *arg_value(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc)
-        die("%s needs a value", argv[*i]);
+        bench_die("%s needs a value", argv[*i]);
     return argv[++*i];
 }
 
@@ -1544,12 +1517,13 @@ static void parse_args(int argc, char **argv, options_t *o)
     }
     if (o->rows < o->batch || o->rows > UINT32_MAX || o->seconds <= 0 || o->reps < 1 ||
         o->partitions < 1 || o->partitions > HPS_SHMDB_MAX_PARTITIONS)
-        die("bad option value (rows %u..2^32-1, seconds > 0, reps >= 1, partitions 1..256)",
-            o->batch);
+        bench_die("bad option value (rows %u..2^32-1, seconds > 0, reps >= 1, partitions 1..256)",
+                  o->batch);
 }
 
 int main(int argc, char **argv)
 {
+    bench_on_error("bench-shmdb", cleanup);
     parse_args(argc, argv, &g_opt);
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGINT, on_signal);
