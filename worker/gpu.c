@@ -9,6 +9,7 @@
  * preloads the caches, then serves the background-insert queue.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -60,6 +61,8 @@ typedef struct gtable {
     uint32_t reg;
     uint64_t gen;
     bool refresher;    /* this process follows the update log for everyone */
+    bool timer_active; /* a periodic refresh is under way, at set timer_pos */
+    uint64_t timer_pos;
     uint64_t repaired; /* sets unlocked after dead writers */
     bool has_log;      /* following the table's update log */
     bool refresh;      /* full refresh due (lapped, segment recreated) */
@@ -70,7 +73,8 @@ typedef struct gtable {
 typedef struct gmodel {
     gtable_t *tables;
     size_t num_tables;
-    size_t ws_base; /* first workspace slot of this model */
+    size_t ws_base;       /* first workspace slot of this model */
+    long long timer_next; /* CLOCK_MONOTONIC ns of the next periodic refresh */
     _Atomic bool active;
 } gmodel_t;
 
@@ -521,6 +525,7 @@ static void run_job(struct worker_gpu *g, gctx_t *c, job_t *j)
 
 static void follow_logs(struct worker_gpu *g, gctx_t *c);
 static void reg_upkeep(struct worker_gpu *g);
+static void timer_refresh(struct worker_gpu *g, gctx_t *c);
 
 /** True (and the clock restarted) when UPD_POLL_NS passed since the last poll. */
 static bool poll_due(struct worker_gpu *g)
@@ -543,6 +548,7 @@ static void serve_queue(struct worker_gpu *g, gctx_t *c)
             pthread_mutex_unlock(&g->mu);
             reg_upkeep(g);
             follow_logs(g, c);
+            timer_refresh(g, c);
             pthread_mutex_lock(&g->mu);
             continue;
         }
@@ -570,10 +576,12 @@ static void serve_queue(struct worker_gpu *g, gctx_t *c)
 
 /**
  * Replace the cached rows of the n keys staged in c->ikeys.h with their rows
- * in the volatile DB (keys not found there are skipped; keys not in the cache
- * are ignored by hps_gcache_update).  GPU thread, seg_lock held.
+ * in the volatile DB, or with lower in every layer (keys found nowhere are
+ * skipped, never replaced by the default; keys not in the cache are ignored
+ * by hps_gcache_update).  GPU thread, seg_lock held.
  */
-static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, size_t n)
+static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, size_t n,
+                          bool lower)
 {
     worker_t *w = g->w;
     worker_model_t *m = &w->models[mi];
@@ -593,8 +601,9 @@ static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t
         k = g->upd_k32;
     }
     size_t hits = 0;
-    rc = hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, iv, found, &hits);
-    if (rc < 0)
+    if (lower) /* every layer (timer refresh): volatile DB, then the coordinator */
+        fetch(w, m, t, ik, n, iv, found, false);
+    else if ((rc = hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, iv, found, &hits)) < 0)
         return rc;
     size_t j = 0;
     for (size_t i = 0; i < n; i++) {
@@ -622,14 +631,15 @@ static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t
     return rc;
 }
 
-/** Every cached key of table t replaced by its row in the volatile DB. */
-static int refresh_full(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+/** Cached keys of sets [s0, s1) of table t replaced by their current rows. */
+static int refresh_sets(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, uint64_t s0,
+                        uint64_t s1, bool lower)
 {
     hps_gcache_t *cache = g->models[mi].tables[t].cache;
-    uint64_t sets = hps_gcache_num_sets(cache), step = UPD_BATCH / HPS_GCACHE_WAYS;
+    uint64_t step = UPD_BATCH / HPS_GCACHE_WAYS;
     int rc = pair_reserve(&c->mcount, sizeof(uint32_t));
-    for (uint64_t s = 0; rc == 0 && s < sets && !atomic_load(&g->stop); s += step) {
-        uint64_t e = s + step < sets ? s + step : sets;
+    for (uint64_t s = s0; rc == 0 && s < s1 && !atomic_load(&g->stop); s += step) {
+        uint64_t e = s + step < s1 ? s + step : s1;
         rc = hps_gcache_dump(cache, s, e, c->ikeys.d, c->mcount.d, c->stream);
         if (rc == 0)
             rc = ck(cudaMemcpyAsync(c->mcount.h, c->mcount.d, sizeof(uint32_t),
@@ -642,14 +652,90 @@ static int refresh_full(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
             rc = ck(cudaMemcpy(c->ikeys.h, c->ikeys.d, n * sizeof(int64_t), cudaMemcpyDeviceToHost),
                     "D2H dump keys");
         if (rc == 0)
-            rc = refresh_staged(g, c, mi, t, n);
+            rc = refresh_staged(g, c, mi, t, n, lower);
     }
+    return rc;
+}
+
+/** Every cached key of table t replaced by its row in the volatile DB. */
+static int refresh_full(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+{
+    hps_gcache_t *cache = g->models[mi].tables[t].cache;
+    int rc = refresh_sets(g, c, mi, t, 0, hps_gcache_num_sets(cache), false);
     if (rc == 0) {
         atomic_fetch_add(&g->models[mi].tables[t].full_refreshes, 1);
         HPS_INFO("GPU cache %s/%s: refreshed fully from the volatile DB",
                  g->w->models[mi].conf->name, g->w->models[mi].conf->embedding_table_names[t]);
     }
     return rc;
+}
+
+/* ---- refresh: the timer (refresh_delay, refresh_interval) -------------- */
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/** Arm model mi's refresh timer: first refresh refresh_delay s from now. */
+static void timer_arm(struct worker_gpu *g, size_t mi)
+{
+    const hps_conf_model_t *mc = g->w->models[mi].conf;
+    g->models[mi].timer_next =
+        mc->refresh_interval > 0 ? mono_ns() + (long long)(mc->refresh_delay * 1e9) : LLONG_MAX;
+}
+
+/**
+ * One step of table t's timer refresh: the next
+ * cache_refresh_percentage_per_iteration of its sets (at least one batch of
+ * UPD_BATCH / 32 sets), from every layer, so a long refresh never holds up
+ * the update logs or the background inserts for long.
+ */
+static void timer_step(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+{
+    gtable_t *gt = &g->models[mi].tables[t];
+    uint64_t sets = hps_gcache_num_sets(gt->cache);
+    double pct = g->w->models[mi].conf->cache_refresh_percentage_per_iteration;
+    uint64_t stride = (uint64_t)floor(pct * (double)sets);
+    if (stride < UPD_BATCH / HPS_GCACHE_WAYS)
+        stride = UPD_BATCH / HPS_GCACHE_WAYS;
+    uint64_t end = gt->timer_pos + stride < sets ? gt->timer_pos + stride : sets;
+    if (refresh_sets(g, c, mi, t, gt->timer_pos, end, true) < 0)
+        return; /* the same sets again at the next poll */
+    gt->timer_pos = end;
+    if (end < sets)
+        return;
+    gt->timer_active = false;
+    atomic_fetch_add(&gt->full_refreshes, 1);
+    HPS_DEBUG("GPU cache %s/%s: periodic refresh done", g->w->models[mi].conf->name,
+              g->w->models[mi].conf->embedding_table_names[t]);
+}
+
+/** Start due timer refreshes and advance the running ones (GPU thread). */
+static void timer_refresh(struct worker_gpu *g, gctx_t *c)
+{
+    worker_t *w = g->w;
+    long long now = mono_ns();
+    pthread_rwlock_rdlock(&w->seg_lock);
+    for (size_t mi = 0; w->db && mi < w->num_models && !atomic_load(&g->stop); mi++) {
+        gmodel_t *gm = &g->models[mi];
+        if (!atomic_load_explicit(&gm->active, memory_order_acquire) || !w->models[mi].resolved)
+            continue;
+        if (now >= gm->timer_next) {
+            long long iv = (long long)w->models[mi].conf->refresh_interval * 1000000000LL;
+            gm->timer_next = gm->timer_next + iv > now ? gm->timer_next + iv : now + iv;
+            for (uint32_t t = 0; t < gm->num_tables; t++) {
+                gm->tables[t].timer_active = gm->tables[t].refresher;
+                gm->tables[t].timer_pos = 0;
+            }
+        }
+        for (uint32_t t = 0; t < gm->num_tables; t++)
+            if (gm->tables[t].timer_active)
+                timer_step(g, c, mi, t);
+    }
+    pthread_rwlock_unlock(&w->seg_lock);
 }
 
 /** Apply the new entries of table t's update log (seg_lock held). */
@@ -698,7 +784,7 @@ static void follow_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
         for (size_t i = 0; i < n; i++)
             ik[i] = w->key_bytes == 4 ? (int64_t)((uint32_t *)g->upd_raw)[i]
                                       : ((int64_t *)g->upd_raw)[i];
-        if (refresh_staged(g, c, mi, t, n) < 0)
+        if (refresh_staged(g, c, mi, t, n, false) < 0)
             return; /* the same keys again at the next poll */
         gt->seq = next;
         if (n < UPD_BATCH)
@@ -1068,6 +1154,7 @@ static void build_model(struct worker_gpu *g, gctx_t *c, size_t mi)
                  g->w->models[mi].conf->name, hps_strerror(rc));
         return;
     }
+    timer_arm(g, mi);
     atomic_store_explicit(&gm->active, !atomic_load(&g->stop), memory_order_release);
 }
 

@@ -10,17 +10,27 @@
  *  - eviction order: LRU and LFU evict the untouched way of a full set;
  *  - update touches existing keys only;
  *  - concurrent lookups and inserts on two streams: every row returned is one
- *    whole inserted version of its key.
+ *    whole inserted version of its key;
+ *  - shared caches (CUDA VMM): a child process (this program, exec'd with
+ *    --import) maps the cache by the inherited descriptor, reads the
+ *    parent's rows exactly and inserts rows the parent then reads;
+ *  - a set left locked (as by a writer killed mid-write): lookups answer
+ *    miss on every path instead of waiting forever, inserts are skipped and
+ *    counted, hps_gcache_repair empties and unlocks exactly that set.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
 #include <vector>
 
 #include "hps/gcache.h"
+#include "../../kernels/gcache_internal.cuh" /* the stuck-lock test pokes a set version */
 
 static int failures;
 
@@ -28,7 +38,7 @@ static int failures;
     do {                                                                                           \
         long long hps__a = (long long)(a), hps__b = (long long)(b);                                \
         if (hps__a != hps__b) {                                                                    \
-            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,   \
+            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,  \
                     hps__a, hps__b);                                                               \
             if (++failures > 20)                                                                   \
                 exit(1);                                                                           \
@@ -241,8 +251,8 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
     OK(hps_gcache_stats(c, &st));
     HPS_ASSERT_EQ(st.lookups > 0, 1);
     HPS_ASSERT_EQ(st.hits <= st.lookups, 1);
-    printf("ok random policy=%d dim=%u cap=%llu keys=%zu resident=%zu evictions=%llu\n", pol,
-           dim, (unsigned long long)cap, nkeys, res.size(), (unsigned long long)st.evictions);
+    printf("ok random policy=%d dim=%u cap=%llu keys=%zu resident=%zu evictions=%llu\n", pol, dim,
+           (unsigned long long)cap, nkeys, res.size(), (unsigned long long)st.evictions);
     hps_gcache_ws_destroy(ws);
     hps_gcache_destroy(c);
 }
@@ -326,8 +336,8 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict)
     CK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
     for (int r = 0; r < rounds; r++) {
         OK(hps_gcache_insert(c, dkeys, dvals + (size_t)r * nkeys * dim, nkeys, sb));
-        OK(hps_gcache_lookup(c, ws_big, dq, nq, dout + (size_t)(2 * r) * nq * dim, NULL, NULL,
-                             NULL, sa));
+        OK(hps_gcache_lookup(c, ws_big, dq, nq, dout + (size_t)(2 * r) * nq * dim, NULL, NULL, NULL,
+                             sa));
         OK(hps_gcache_lookup(c, ws_small, dq, 700, dout + (size_t)(2 * r + 1) * nq * dim, NULL,
                              NULL, NULL, sa));
         if (r == rounds / 3)
@@ -367,6 +377,123 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict)
     hps_gcache_destroy(c);
 }
 
+/* Keys 1..n (shared test): rows of version ver. */
+static std::vector<int64_t> seq_keys(int64_t from, size_t n)
+{
+    std::vector<int64_t> k(n);
+    for (size_t i = 0; i < n; i++)
+        k[i] = from + (int64_t)i * 7;
+    return k;
+}
+
+/* Child side of test_shared: map, check the parent's rows, insert others. */
+static int child_import(int fd, uint64_t cap, uint32_t dim, int pol)
+{
+    hps_gcache_t *c = NULL;
+    hps_gcache_ws_t *ws = NULL;
+    OK(hps_gcache_import(fd, cap, dim, (hps_gcache_policy_t)pol, 0, &c));
+    if (!c)
+        return 1;
+    OK(hps_gcache_ws_create(c, 4096, &ws));
+    std::map<int64_t, int> ref;
+    for (int64_t k : seq_keys(1, 1000))
+        ref[k] = 1;
+    check_lookup(c, ws, seq_keys(1, 1000), ref, 0);
+    insert_rows(c, seq_keys(100001, 500), 2, false, 0);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+    return failures ? 1 : 0;
+}
+
+static void test_shared(const char *self, hps_gcache_policy_t pol)
+{
+    const uint64_t cap = 8192;
+    const uint32_t dim = 16;
+    hps_gcache_t *c = NULL;
+    hps_gcache_ws_t *ws = NULL;
+    int fd = -1;
+    OK(hps_gcache_create_shared(cap, dim, pol, 0, &c, &fd));
+    if (!c)
+        return;
+    HPS_ASSERT_EQ(hps_gcache_bytes(c) > 0, 1);
+    OK(hps_gcache_ws_create(c, 4096, &ws));
+    insert_rows(c, seq_keys(1, 1000), 1, false, 0);
+    fcntl(fd, F_SETFD, 0); /* the child inherits it across exec */
+    char a_fd[16], a_cap[32], a_dim[16], a_pol[16];
+    snprintf(a_fd, sizeof(a_fd), "%d", fd);
+    snprintf(a_cap, sizeof(a_cap), "%llu", (unsigned long long)cap);
+    snprintf(a_dim, sizeof(a_dim), "%u", dim);
+    snprintf(a_pol, sizeof(a_pol), "%d", (int)pol);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, self, "--import", a_fd, a_cap, a_dim, a_pol, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    HPS_ASSERT_EQ(WIFEXITED(status) && WEXITSTATUS(status) == 0, 1);
+    std::map<int64_t, int> ref;
+    for (int64_t k : seq_keys(1, 1000))
+        ref[k] = 1;
+    for (int64_t k : seq_keys(100001, 500))
+        ref[k] = 2;
+    std::vector<int64_t> q = seq_keys(1, 1000), q2 = seq_keys(100001, 500);
+    q.insert(q.end(), q2.begin(), q2.end());
+    check_lookup(c, ws, q, ref, 0); /* the child's inserts, in our mapping */
+    close(fd);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+}
+
+static void test_stuck_lock(void)
+{
+    hps_gcache_t *c = NULL;
+    hps_gcache_ws_t *ws = NULL;
+    OK(hps_gcache_create(64 * 32, 16, HPS_GCACHE_LRU, 0, &c));
+    OK(hps_gcache_ws_create(c, 4096, &ws));
+    uint64_t sets = hps_gcache_num_sets(c);
+    std::vector<int64_t> in_set, other;
+    for (int64_t k = 1; in_set.size() < 3 || other.size() < 100; k++)
+        (set_of(k, sets) == 5 ? in_set : other).push_back(k);
+    std::vector<int64_t> first(in_set.begin(), in_set.begin() + 2);
+    insert_rows(c, first, 1, false, 0);
+    insert_rows(c, other, 1, false, 0);
+    uint32_t odd = 41; /* "locked", as a killed writer leaves it */
+    CK(cudaMemcpy(&c->ref.ver[5], &odd, 4, cudaMemcpyHostToDevice));
+    std::map<int64_t, int> ref;
+    for (int64_t k : other)
+        ref[k] = 1;
+    std::vector<int64_t> q = other;
+    q.insert(q.end(), first.begin(), first.end()); /* locked set: misses */
+    hps_gcache_path_t paths[] = {HPS_GCACHE_PATH_FUSED, HPS_GCACHE_PATH_BLOCK,
+                                 HPS_GCACHE_PATH_GLOBAL};
+    for (hps_gcache_path_t p : paths) {
+        hps_gcache_set_lookup_path(c, p);
+        check_lookup(c, ws, q, ref, 0);
+    }
+    hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
+    std::vector<int64_t> third(1, in_set[2]);
+    insert_rows(c, third, 1, false, 0); /* skipped: the set stays locked */
+    hps_gcache_stats_t st;
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.lock_timeouts, 1);
+    uint64_t repaired = 99;
+    OK(hps_gcache_repair(c, 20, &repaired));
+    HPS_ASSERT_EQ(repaired, 1);
+    uint32_t v = 0;
+    CK(cudaMemcpy(&v, &c->ref.ver[5], 4, cudaMemcpyDeviceToHost));
+    HPS_ASSERT_EQ(v, 42);
+    check_lookup(c, ws, q, ref, 0); /* the set was emptied */
+    insert_rows(c, first, 3, false, 0);
+    for (int64_t k : first)
+        ref[k] = 3;
+    check_lookup(c, ws, q, ref, 0);
+    OK(hps_gcache_repair(c, 20, &repaired));
+    HPS_ASSERT_EQ(repaired, 0);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     int ndev = 0;
@@ -374,6 +501,9 @@ int main(int argc, char **argv)
         printf("1..0 # SKIP no CUDA device\n");
         return 77;
     }
+    if (argc == 6 && strcmp(argv[1], "--import") == 0)
+        return child_import(atoi(argv[2]), strtoull(argv[3], NULL, 10), (uint32_t)atoi(argv[4]),
+                            atoi(argv[5]));
     bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0; /* for the sanitizers */
     hps_gcache_t *c = NULL;
     HPS_ASSERT_EQ(hps_gcache_create(0, 8, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
@@ -386,11 +516,13 @@ int main(int argc, char **argv)
         if (!quick)
             test_random(pol, 128, 4096, 3000); /* overfull: evictions */
         test_eviction(pol);
+        test_shared(argv[0], pol);
         if (!quick) {
             test_concurrent(pol, 0);
             test_concurrent(pol, 1);
         }
     }
+    test_stuck_lock();
     printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }
