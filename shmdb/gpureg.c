@@ -87,13 +87,15 @@ static bool same_shape(const struct shm_gcache *e, const hps_gcache_reg_t *w)
     return e->dim == w->dim && e->policy == w->policy;
 }
 
-/* Add pid to the list (a free or dead slot); false when the list is full. */
+/* Add pid to the list (a free or dead slot) unless it is listed already;
+ * false when the list is full. */
 static bool list_add(struct shm_gcache *e, pid_t pid)
 {
+    for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++)
+        if (LD(e->pids[i]) == pid)
+            return true;
     for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++) {
         pid_t p = LD(e->pids[i]);
-        if (p == pid)
-            return true;
         if (p <= 0 || !hps__pid_alive(p)) {
             ST(e->pids[i], pid);
             return true;
@@ -198,7 +200,7 @@ hps_err_t hps_shmdb_gcache_claim(hps_shmdb_t *db, const hps_gcache_reg_t *want,
 static struct shm_gcache *entry_locked(hps_shmdb_t *db, uint32_t index, uint64_t gen, hps_err_t *rc)
 {
     struct shm_gpureg *r;
-    *rc = index < HPS_SHMDB_MAX_GCACHES ? reg_lock(db, &r) : HPS_EINVAL;
+    *rc = db && index < HPS_SHMDB_MAX_GCACHES ? reg_lock(db, &r) : HPS_EINVAL;
     if (*rc < 0)
         return NULL;
     struct shm_gcache *e = &r->e[index];
@@ -274,10 +276,10 @@ hps_err_t hps_shmdb_gcache_prune(hps_shmdb_t *db, uint32_t index, uint64_t gener
 hps_err_t hps_shmdb_gcache_publish(hps_shmdb_t *db, uint32_t index, uint64_t generation,
                                    const hps_gcache_counters_t *c)
 {
-    struct shm_gpureg *r = reg(db);
-    if (!c || index >= HPS_SHMDB_MAX_GCACHES)
+    if (!db || !c || index >= HPS_SHMDB_MAX_GCACHES)
         return HPS_EINVAL;
-    if (!r || LD(r->e[index].generation) != generation)
+    struct shm_gpureg *r = reg(db);
+    if (!r || LD(r->e[index].generation) != generation || LD(r->e[index].state) == HPS_GCACHE_FREE)
         return HPS_ENOTFOUND;
     const uint64_t *v = (const uint64_t *)c;
     for (int i = 0; i < 10; i++)
