@@ -164,7 +164,8 @@ static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
 {
     hps__text_t t;
     hps__text_init(&t);
-    hps__resp_server_meta(&t, s->server_name, s->server_version, s->limits.shm != NULL);
+    hps__resp_server_meta(&t, s->server_name, s->server_version, s->limits.shm != NULL,
+                          s->shm.cuda);
     return send_json(s, c, 200, &t);
 }
 
@@ -270,27 +271,25 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
     return send_json(s, c, 200, &t);
 }
 
-/* Where the backend writes OUTPUT0: the output region in place when it is
- * 4-byte aligned, else a heap buffer; NULL when out of memory. */
+/* Where the backend writes OUTPUT0: a system output region in place when
+ * it is 4-byte aligned, else a heap buffer; NULL when out of memory. */
 static float *out_buffer(const struct hps__infer_req *req)
 {
-    if (req->out_shm && ((uintptr_t)req->out_shm & 3) == 0)
+    if (req->out_shm && !req->out_cuda && ((uintptr_t)req->out_shm & 3) == 0)
         return (float *)(void *)req->out_shm;
     return malloc(req->out_len ? (size_t)req->out_len * sizeof(float) : 1);
 }
 
-/* The lookup is over: copy a heap buffer to an unaligned output region
- * (if it succeeded) and free it.  Returns what infer_respond() takes: the
- * buffer to send and free, or NULL when the data went to the region. */
+/* The lookup is over (and hps__infer_store_output() ran if it succeeded):
+ * free a heap buffer of an output region.  Returns what infer_respond()
+ * takes: the buffer to send and free, or NULL when the data went to the
+ * region. */
 static float *out_done(const struct hps__infer_req *req, float *out, bool ok)
 {
     if (!req->out_shm)
         return ok ? out : (free(out), NULL);
-    if ((char *)out != req->out_shm) {
-        if (ok)
-            memcpy(req->out_shm, out, (size_t)req->out_len * sizeof(float));
+    if ((char *)out != req->out_shm)
         free(out);
-    }
     return NULL;
 }
 
@@ -314,6 +313,9 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
     } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret)) {
         out_done(&req, out, false);
+    } else if (hps__infer_store_output(&req, out, &err)) {
+        out_done(&req, out, false);
+        ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
     } else {
         stamp[2] = hps__now_ns();
         out = out_done(&req, out, true);
@@ -338,18 +340,20 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
 }
 
 /* GET .../status: one region or all of them. */
-static enum MHD_Result h_shm_status(hps_kserve_t *s, struct MHD_Connection *c, const char *name)
+static enum MHD_Result h_shm_status(hps_kserve_t *s, struct MHD_Connection *c, bool cuda,
+                                    const char *name)
 {
     hps__kerr_t err;
     hps__text_t t;
     hps__text_init(&t);
-    if (hps__shm_status(&s->shm, name, &t, &err) == 0)
+    if (hps__shm_status(&s->shm, cuda, name, &t, &err) == 0)
         return send_json(s, c, 200, &t);
     hps__text_fini(&t);
     return send_error(s, c, err.status, err.msg);
 }
 
-/* The system shared-memory endpoints (CUDA ones were answered by begin()). */
+/* The shared-memory endpoints, system or CUDA (r->cuda); CUDA ones were
+ * answered by begin() when the server has no CUDA shared memory. */
 static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
                              const struct hps__route *r)
 {
@@ -358,12 +362,14 @@ static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct k
         return send_error(s, c, 500, "out of memory");
     enum MHD_Result ret;
     hps__kerr_t err;
+    const char *body = q->body ? q->body : "";
     if (r->kind == HPS__R_SHM_STATUS) {
-        ret = h_shm_status(s, c, name);
+        ret = h_shm_status(s, c, r->cuda, name);
     } else if (r->kind == HPS__R_SHM_UNREGISTER) {
-        hps__shm_unregister(&s->shm, name);
+        hps__shm_unregister(&s->shm, r->cuda, name);
         ret = send_empty(s, c, 200);
-    } else if (hps__shm_register(&s->shm, name, q->body ? q->body : "", q->len, &err) == 0) {
+    } else if ((r->cuda ? hps__shm_register_cuda(&s->shm, name, body, q->len, &err)
+                        : hps__shm_register(&s->shm, name, body, q->len, &err)) == 0) {
         ret = send_empty(s, c, 200);
     } else {
         ret = send_error(s, c, err.status, err.msg);
@@ -480,7 +486,7 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
         return send_error(s, c, 405, "Method Not Allowed");
     if (r.kind == HPS__R_SHM_STATUS || r.kind == HPS__R_SHM_REGISTER ||
         r.kind == HPS__R_SHM_UNREGISTER) {
-        if (r.cuda)
+        if (r.cuda && !s->shm.cuda)
             return send_error(s, c, 501,
                               "CUDA shared memory is not supported by this server (use "
                               "system shared memory)");

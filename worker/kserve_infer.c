@@ -19,10 +19,12 @@
  * codes (400 unless noted): exactly one of data / binary_data_size /
  * shared_memory_region per input, names, datatypes, shapes, element counts,
  * binary sizes, leftover bytes, NUMKEYS semantics, and the HPS batch limit
- * (501).  Inputs and OUTPUT0 may name a registered system shared-memory
- * region (lim->shm): the window is bounds-checked against the registered
- * size (Triton's 404 / 400 messages) and held until hps__infer_req_fini(),
- * so unregistering during the lookup cannot unmap it.
+ * (501).  Inputs and OUTPUT0 may name a registered shared-memory region,
+ * system or CUDA (lim->shm): the window is bounds-checked against the
+ * registered size (Triton's 404 / 400 messages) and held until
+ * hps__infer_req_fini(), so unregistering during the lookup cannot unmap
+ * it.  Inputs in a CUDA region are copied to host memory here; OUTPUT0 is
+ * copied into one by hps__infer_store_output() after the lookup.
  */
 #include <errno.h>
 #include <limits.h>
@@ -650,8 +652,9 @@ static int shm_window(struct pctx *c, json_object *params, bool write, struct hp
                             c->err);
 }
 
-/* An input read from a registered region: KEYS in place when aligned,
- * NUMKEYS always copied (it is validated, then trusted). */
+/* An input read from a registered region: KEYS in place when aligned in
+ * system memory, NUMKEYS always copied (it is validated, then trusted),
+ * CUDA regions always copied (device to host). */
 static int input_shm(struct pctx *c, const struct input *in, struct hps__infer_req *r)
 {
     struct hps__shm_ref ref;
@@ -666,16 +669,15 @@ static int input_shm(struct pctx *c, const struct input *in, struct hps__infer_r
                              "Expected %llu, got %lld",
                              in->name, c->m->name, (unsigned long long)(in->count * elsize),
                              (long long)size);
-    if (in->which == IN_KEYS && ((uintptr_t)ref.ptr & 7) == 0) {
+    if (in->which == IN_KEYS && !ref.cuda && ((uintptr_t)ref.ptr & 7) == 0) {
         r->num_keys = (size_t)in->count;
         r->keys = (const int64_t *)(const void *)ref.ptr;
         return 0;
     }
     if (input_alloc(c, in, r))
         return -1;
-    memcpy(in->which == IN_KEYS ? (void *)r->keys_owned : (void *)r->numkeys, ref.ptr,
-           (size_t)size);
-    return 0;
+    return hps__shm_read(&ref, in->which == IN_KEYS ? (void *)r->keys_owned : (void *)r->numkeys,
+                         (size_t)size, c->err);
 }
 
 static int parse_input(struct pctx *c, json_object *obj, struct hps__infer_req *r)
@@ -753,6 +755,7 @@ static int output_shm(struct pctx *c, json_object *params, struct hps__infer_req
         return -1;
     r->held[HPS__HELD_OUTPUT] = ref.region;
     r->out_shm = ref.ptr;
+    r->out_cuda = ref.cuda;
     r->out_shm_size = (uint64_t)size;
     r->out_shm_offset = (uint64_t)offset;
     size_t n = 0;
@@ -930,6 +933,14 @@ int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m
     if (rc)
         hps__infer_req_fini(ret);
     return rc;
+}
+
+int hps__infer_store_output(const struct hps__infer_req *r, const float *out, hps__kerr_t *err)
+{
+    if (!r->out_shm || (const char *)out == r->out_shm)
+        return 0;
+    return hps__shm_write(r->held[HPS__HELD_OUTPUT], r->out_shm, out,
+                          (size_t)r->out_len * sizeof(float), err);
 }
 
 void hps__infer_req_fini(struct hps__infer_req *r)

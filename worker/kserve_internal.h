@@ -8,7 +8,8 @@
  *   kserve_infer.c    inference request parsing and validation
  *   kserve_response.c response bodies: errors, infer, metadata, config, stats
  *   kserve_metrics.c  per-model statistics and the Prometheus text
- *   kserve_shm.c      system shared-memory regions (register, status, use)
+ *   kserve_shm.c      shared-memory regions, system and CUDA (register, status, use)
+ *   kserve_cudashm.c  CUDA IPC memory of CUDA regions, base64 (CUDA builds)
  *   kserve_server.c   lifecycle, listeners, upload accumulation, dispatch
  *
  * Nothing here touches the network except kserve_server.c, so the parser,
@@ -205,32 +206,43 @@ long hps__route_model(const struct hps__route *r, const struct hps__kmodel *mode
                       size_t num_models, hps__kerr_t *err);
 
 /* ------------------------------------------------------------------------ */
-/* System shared memory (kserve_shm.c)                                       */
+/* Shared memory, system and CUDA (kserve_shm.c)                             */
 /* ------------------------------------------------------------------------ */
 
 /** A registered region (opaque outside kserve_shm.c). */
 struct hps__shm_region;
 
-/** The region table of one server. */
+/**
+ * The region table of one server.  System and CUDA regions share one name
+ * space, as in Triton; the endpoints of each kind see only their own.
+ */
 struct hps__shm {
     pthread_mutex_t mu;           /* guards head and every region's users/registered */
     struct hps__shm_region *head; /* sorted by name */
     bool enabled;                 /* client registration allowed */
+    bool cuda;                    /* CUDA regions too (CUDA builds only) */
 };
 
 /** Bytes of a region lent to a request: hold until hps__shm_release(). */
 struct hps__shm_ref {
     struct hps__shm_region *region;
-    char *ptr; /* the requested window */
+    /* The requested window.  For a CUDA region a device pointer: never
+     * dereference it, copy with hps__shm_read() / hps__shm_write(). */
+    char *ptr;
+    bool cuda;
 };
 
-/** Empty table; enabled = whether clients may register regions. */
-void hps__shm_init(struct hps__shm *s, bool enabled);
+/**
+ * Empty table; enabled = whether clients may register regions; cuda =
+ * whether CUDA regions may be registered too (forced false without
+ * HPS_HAVE_CUDA or when !enabled).
+ */
+void hps__shm_init(struct hps__shm *s, bool enabled, bool cuda);
 /** Unmap every region (no request may hold one) and free the table. */
 void hps__shm_fini(struct hps__shm *s);
 
 /**
- * Register region `name` from a JSON body {"key","offset","byte_size"}.
+ * Register system region `name` from a JSON body {"key","offset","byte_size"}.
  * @return 0, or -1 with err: 400 (bad body, missing field, invalid key,
  *         window outside the object, duplicate name), 500 (shm_open, mmap).
  */
@@ -238,16 +250,31 @@ int hps__shm_register(struct hps__shm *s, const char *name, const char *body, si
                       hps__kerr_t *err);
 
 /**
- * Append the status array of region `name` (NULL: all regions) to t.
- * @return 0, or -1 with err 404 for an unknown name (t then holds "[]").
+ * Register CUDA region `name` from a JSON body {"raw_handle":{"b64"},
+ * "device_id","byte_size"}: the base64 of a 64-byte cudaIpcMemHandle_t,
+ * opened on device_id; byte_size may not exceed the allocation.
+ * @return 0, or -1 with err: 400 (bad body, missing field, bad base64 or
+ *         handle size, duplicate name, unknown device, handle that cannot be
+ *         opened, byte_size 0 or past the allocation), 501 (s->cuda false).
  */
-int hps__shm_status(struct hps__shm *s, const char *name, hps__text_t *t, hps__kerr_t *err);
+int hps__shm_register_cuda(struct hps__shm *s, const char *name, const char *body, size_t len,
+                           hps__kerr_t *err);
 
 /**
- * Unregister region `name` (NULL: all).  Unknown names are a no-op.  A
- * region in use is unmapped when its last request releases it.
+ * Append the status array of the regions of one kind (cuda or system):
+ * region `name`, or all of them when name is NULL.
+ * @return 0, or -1 with err 404 for an unknown name or a region of the other
+ *         kind (t then holds "[]").
  */
-void hps__shm_unregister(struct hps__shm *s, const char *name);
+int hps__shm_status(struct hps__shm *s, bool cuda, const char *name, hps__text_t *t,
+                    hps__kerr_t *err);
+
+/**
+ * Unregister region `name` of one kind (NULL: all of that kind).  Unknown
+ * names and regions of the other kind are a no-op.  A region in use is
+ * unmapped (CUDA: its IPC handle closed) when its last request releases it.
+ */
+void hps__shm_unregister(struct hps__shm *s, bool cuda, const char *name);
 
 /**
  * Lend [offset, offset + size) of region name[0, name_len) to a request,
@@ -259,8 +286,77 @@ void hps__shm_unregister(struct hps__shm *s, const char *name);
 int hps__shm_acquire(struct hps__shm *s, const char *name, size_t name_len, uint64_t offset,
                      uint64_t size, bool write, struct hps__shm_ref *ret, hps__kerr_t *err);
 
+/**
+ * Copy n bytes of a lent window (from ref->ptr on) to host memory dst:
+ * memcpy, or a device-to-host copy for a CUDA region.
+ * @return 0, or -1 with err 500 (CUDA copy failed or timed out).
+ */
+int hps__shm_read(const struct hps__shm_ref *ref, void *dst, size_t n, hps__kerr_t *err);
+
+/**
+ * Copy n bytes of host memory src to ptr, inside a window lent from region
+ * r: memcpy, or a host-to-device copy for a CUDA region.
+ * @return 0, or -1 with err 500 (CUDA copy failed or timed out).
+ */
+int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t n,
+                   hps__kerr_t *err);
+
 /** Give back a region from hps__shm_acquire(); r may be NULL. */
 void hps__shm_release(struct hps__shm *s, struct hps__shm_region *r);
+
+/* ------------------------------------------------------------------------ */
+/* CUDA IPC memory (kserve_cudashm.c)                                        */
+/* ------------------------------------------------------------------------ */
+
+/** Bytes of a cudaIpcMemHandle_t. */
+#define HPS__CUDA_IPC_HANDLE_BYTES 64
+
+/** Device memory of another process, opened from its IPC handle. */
+struct hps__cuda_ipc {
+    char *base;     /* device pointer (cudaIpcOpenMemHandle) */
+    uint64_t avail; /* bytes from base to the end of its allocation */
+    int device;
+    void *stream; /* cudaStream_t, non-blocking, on device: the copies */
+};
+
+/**
+ * Decode standard base64 (RFC 4648, '=' padding required) of src[0, n)
+ * into dst[0, cap).  Returns the decoded length, or -1 when src is not
+ * valid base64 or decodes to more than cap bytes.
+ */
+long hps__b64_decode(const char *src, size_t n, unsigned char *dst, size_t cap);
+
+/** True in builds with CUDA (HPS_HAVE_CUDA). */
+bool hps__cuda_ipc_supported(void);
+
+/**
+ * Open handle (HPS__CUDA_IPC_HANDLE_BYTES) on device_id and check that
+ * byte_size bytes fit in its allocation (cuMemGetAddressRange).  The
+ * calling thread's current device is restored.
+ * @return 0, or -1 with err 400 "failed to register CUDA shared memory
+ *         region '<name>': ..." (no such device, unopenable handle, byte_size
+ *         past the allocation), 500 (stream), 501 (no CUDA in this build).
+ */
+int hps__cuda_ipc_open(const char *name, const unsigned char *handle, int64_t device_id,
+                       uint64_t byte_size, struct hps__cuda_ipc *ret, hps__kerr_t *err);
+
+/** Close what hps__cuda_ipc_open() opened (no copy may be in flight). */
+void hps__cuda_ipc_close(struct hps__cuda_ipc *m);
+
+/**
+ * Copy n bytes from m->base + off (device m->device) to host memory dst,
+ * waiting at most HPS__CUDA_COPY_TIMEOUT_MS.  The caller checked the bounds.
+ * @return 0, or -1 with err 500 (copy failed or timed out).
+ */
+int hps__cuda_ipc_read(const struct hps__cuda_ipc *m, uint64_t off, void *dst, size_t n,
+                       hps__kerr_t *err);
+
+/** The same, host memory src to m->base + off. */
+int hps__cuda_ipc_write(const struct hps__cuda_ipc *m, uint64_t off, const void *src, size_t n,
+                        hps__kerr_t *err);
+
+/** Longest wait for one copy to or from a CUDA region. */
+#define HPS__CUDA_COPY_TIMEOUT_MS 10000
 
 /* ------------------------------------------------------------------------ */
 /* Inference request (kserve_infer.c)                                        */
@@ -293,7 +389,8 @@ struct hps__infer_req {
     struct hps__shm_region *held[HPS__HELD_N];
     /* OUTPUT0 into a region: out_shm != NULL.  Then binary_output is false
      * and the response names the region instead of carrying data. */
-    char *out_shm;
+    char *out_shm;    /* a device pointer when out_cuda: never dereference */
+    bool out_cuda;    /* the region is CUDA memory */
     char *out_region; /* name (owned) */
     uint64_t out_shm_size;
     uint64_t out_shm_offset;
@@ -310,6 +407,14 @@ int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m
                      hps__kerr_t *err);
 void hps__infer_req_fini(struct hps__infer_req *r);
 
+/**
+ * Put the lookup's result into the output region, if the request names one
+ * and out is not the region itself: memcpy, or a host-to-device copy into
+ * a CUDA region.
+ * @return 0, or -1 with err 500 (CUDA copy failed).
+ */
+int hps__infer_store_output(const struct hps__infer_req *r, const float *out, hps__kerr_t *err);
+
 /* ------------------------------------------------------------------------ */
 /* Response bodies (kserve_response.c)                                       */
 /* ------------------------------------------------------------------------ */
@@ -317,8 +422,10 @@ void hps__infer_req_fini(struct hps__infer_req *r);
 /** {"error":"<msg>"} */
 void hps__resp_error(hps__text_t *t, const char *msg);
 /** Server metadata; extensions are the ones this front end implements,
- *  plus system_shared_memory when shm is true. */
-void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm);
+ *  plus system_shared_memory when shm is true, cuda_shared_memory when
+ *  cuda_shm is. */
+void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm,
+                           bool cuda_shm);
 void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m);
 void hps__resp_model_config(hps__text_t *t, const struct hps__kmodel *m);
 /** {"model_stats":[...]} of models[first .. first+count). */

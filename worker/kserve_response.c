@@ -38,7 +38,8 @@ void hps__resp_error(hps__text_t *t, const char *msg)
     hps__text_putc(t, '}');
 }
 
-void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm)
+void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm,
+                           bool cuda_shm)
 {
     hps__text_putc(t, '{');
     str_field(t, "name", name);
@@ -52,6 +53,8 @@ void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version
     }
     if (shm)
         hps__text_puts(t, ",\"system_shared_memory\"");
+    if (cuda_shm)
+        hps__text_puts(t, ",\"cuda_shared_memory\"");
     hps__text_puts(t, "]}");
 }
 

@@ -225,7 +225,7 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
         return -ENOMEM;
     s->http_fd = s->metrics_fd = -1;
     s->backend = *backend;
-    hps__shm_init(&s->shm, !o.disable_client_shm);
+    hps__shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
     rc = apply_options(s, &o);
     if (rc == 0)
         rc = copy_models(s, models, num_models);

@@ -1,6 +1,9 @@
 /*
- * kserve_shm.c -- the system shared-memory extension: a table of POSIX
- * shared-memory regions registered by clients, lent to inference requests.
+ * kserve_shm.c -- the shared-memory extensions: a table of regions
+ * registered by clients, lent to inference requests.  System regions are
+ * POSIX shared-memory objects; CUDA regions (CUDA builds, s->cuda) are
+ * device memory of a client process opened from its cudaIpcMemHandle
+ * (kserve_cudashm.c).  Both kinds share one name space, as in Triton.
  *
  * Registration (Triton's SharedMemoryManager): shm_open(key) read-write,
  * or read-only when the key's permissions allow only that; the registered
@@ -8,6 +11,12 @@
  * the window is mapped (from the page below offset, so any offset works)
  * and the descriptor closed.  Names are unique; the status lists regions
  * sorted by name, like Triton's std::map.
+ *
+ * CUDA registration: raw_handle.b64 must decode to the 64 bytes of a
+ * cudaIpcMemHandle_t, device_id must be a device this process sees, the
+ * handle must open there, and byte_size may not exceed the allocation
+ * behind it.  A CUDA window is never dereferenced here: hps__shm_read() and
+ * hps__shm_write() copy to and from it on the region's device.
  *
  * Lifetime.  A region is referenced by the table while registered and by
  * every request that uses it (hps__shm_acquire .. hps__shm_release).
@@ -48,19 +57,25 @@ struct hps__shm_region {
     size_t map_len;
     char *addr; /* the registered window: map + offset % page */
     bool writable;
-    bool registered; /* in the table */
-    unsigned users;  /* requests holding it */
+    bool cuda;                /* a CUDA region: addr = ipc.base, no key */
+    int64_t device_id;        /* cuda */
+    struct hps__cuda_ipc ipc; /* cuda */
+    bool registered;          /* in the table */
+    unsigned users;           /* requests holding it */
 };
 
-void hps__shm_init(struct hps__shm *s, bool enabled)
+void hps__shm_init(struct hps__shm *s, bool enabled, bool cuda)
 {
     memset(s, 0, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
     s->enabled = enabled;
+    s->cuda = enabled && cuda && hps__cuda_ipc_supported();
 }
 
 static void region_free(struct hps__shm_region *r)
 {
+    if (r->cuda)
+        hps__cuda_ipc_close(&r->ipc);
     if (r->map)
         munmap(r->map, r->map_len);
     free(r->name);
@@ -70,7 +85,8 @@ static void region_free(struct hps__shm_region *r)
 
 void hps__shm_fini(struct hps__shm *s)
 {
-    hps__shm_unregister(s, NULL);
+    hps__shm_unregister(s, false, NULL);
+    hps__shm_unregister(s, true, NULL);
     pthread_mutex_destroy(&s->mu);
 }
 
@@ -220,19 +236,20 @@ static bool name_taken(struct hps__shm *s, const char *name)
     return false;
 }
 
-/* Register the parsed arguments (the mapping is made outside the lock). */
-static int reg_apply(struct hps__shm *s, const struct reg_args *a, hps__kerr_t *err)
+/* 400 if name is registered (either kind). */
+static int check_free_name(struct hps__shm *s, const char *name, hps__kerr_t *err)
 {
     pthread_mutex_lock(&s->mu);
-    bool taken = name_taken(s, a->name);
+    bool taken = name_taken(s, name);
     pthread_mutex_unlock(&s->mu);
     if (taken)
-        return hps__kerr_set(err, 400, "shared memory region '%.128s' already in manager", a->name);
-    if (check_key(a, err))
-        return -1;
-    struct hps__shm_region *r = region_open(a, err);
-    if (!r)
-        return -1;
+        return hps__kerr_set(err, 400, "shared memory region '%.128s' already in manager", name);
+    return 0;
+}
+
+/* Insert an opened region (r consumed). */
+static int insert_opened(struct hps__shm *s, struct hps__shm_region *r, hps__kerr_t *err)
+{
     pthread_mutex_lock(&s->mu);
     int rc = table_insert(s, r, err); /* a racing register may have won */
     pthread_mutex_unlock(&s->mu);
@@ -241,30 +258,150 @@ static int reg_apply(struct hps__shm *s, const struct reg_args *a, hps__kerr_t *
     return rc;
 }
 
-int hps__shm_register(struct hps__shm *s, const char *name, const char *body, size_t len,
-                      hps__kerr_t *err)
+/* Register the parsed arguments (the mapping is made outside the lock). */
+static int reg_apply(struct hps__shm *s, const struct reg_args *a, hps__kerr_t *err)
+{
+    if (check_free_name(s, a->name, err) || check_key(a, err))
+        return -1;
+    struct hps__shm_region *r = region_open(a, err);
+    return r ? insert_opened(s, r, err) : -1;
+}
+
+/* Check the region name of a register request. */
+static int check_name(const char *name, const char *kind, hps__kerr_t *err)
 {
     if (!name || !*name)
-        return hps__kerr_set(err, 400,
-                             "'region name' is necessary to register system shared memory region");
+        return hps__kerr_set(
+            err, 400, "'region name' is necessary to register %s shared memory region", kind);
     if (strlen(name) > SHM_NAME_MAX)
         return hps__kerr_set(err, 400, "shared memory region name of more than %d bytes",
                              SHM_NAME_MAX);
+    return 0;
+}
+
+/* Parse a whole JSON body (strict, depth 8); NULL with err set. */
+static json_object *parse_body(const char *body, size_t len, hps__kerr_t *err)
+{
     json_tokener *tok = json_tokener_new_ex(8);
-    if (!tok)
-        return hps__kerr_set(err, 500, "out of memory");
+    if (!tok) {
+        hps__kerr_set(err, 500, "out of memory");
+        return NULL;
+    }
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
     json_object *root = len <= INT32_MAX ? json_tokener_parse_ex(tok, body, (int)len) : NULL;
     enum json_tokener_error e = json_tokener_get_error(tok);
     bool whole = root && json_tokener_get_parse_end(tok) == len;
     json_tokener_free(tok);
-    int rc;
+    if (whole)
+        return root;
+    hps__kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
+                  root ? "trailing bytes" : json_tokener_error_desc(e));
+    json_object_put(root);
+    return NULL;
+}
+
+int hps__shm_register(struct hps__shm *s, const char *name, const char *body, size_t len,
+                      hps__kerr_t *err)
+{
+    if (check_name(name, "system", err))
+        return -1;
+    json_object *root = parse_body(body, len, err);
+    if (!root)
+        return -1;
     struct reg_args a = {.name = name};
-    if (!whole)
-        rc = hps__kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
-                           root ? "trailing bytes" : json_tokener_error_desc(e));
-    else
-        rc = reg_parse(root, &a, err) || reg_apply(s, &a, err) ? -1 : 0;
+    int rc = reg_parse(root, &a, err) || reg_apply(s, &a, err) ? -1 : 0;
+    json_object_put(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Register (CUDA)                                                           */
+/* ------------------------------------------------------------------------ */
+
+/** The fields of a CUDA register request. */
+struct cuda_args {
+    const char *name;
+    unsigned char handle[HPS__CUDA_IPC_HANDLE_BYTES];
+    int64_t device_id;
+    int64_t byte_size;
+};
+
+/* raw_handle: {"b64": base64 of a cudaIpcMemHandle_t}. */
+static int cuda_parse_handle(json_object *root, struct cuda_args *a, hps__kerr_t *err)
+{
+    json_object *raw, *b64;
+    if (reg_field(root, "raw_handle", json_type_object, &raw, err))
+        return -1;
+    if (!json_object_object_get_ex(raw, "b64", &b64) || !json_object_is_type(b64, json_type_string))
+        return hps__kerr_set(err, 400, "Unable to parse 'b64'");
+    unsigned char buf[HPS__CUDA_IPC_HANDLE_BYTES + 1];
+    long n = hps__b64_decode(json_object_get_string(b64), (size_t)json_object_get_string_len(b64),
+                             buf, sizeof(buf));
+    if (n != HPS__CUDA_IPC_HANDLE_BYTES)
+        return hps__kerr_set(err, 400,
+                             "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t");
+    memcpy(a->handle, buf, sizeof(a->handle));
+    return 0;
+}
+
+static int cuda_parse(json_object *root, struct cuda_args *a, hps__kerr_t *err)
+{
+    json_object *v;
+    if (!json_object_is_type(root, json_type_object))
+        return hps__kerr_set(err, 400,
+                             "failed to parse the request JSON buffer: the request must "
+                             "be a JSON object");
+    if (cuda_parse_handle(root, a, err) || reg_field(root, "device_id", json_type_int, &v, err))
+        return -1;
+    a->device_id = json_object_get_int64(v);
+    if (reg_field(root, "byte_size", json_type_int, &v, err))
+        return -1;
+    a->byte_size = json_object_get_int64(v);
+    if (a->byte_size < 0)
+        return hps__kerr_set(err, 400, "Unable to parse 'byte_size'");
+    return 0;
+}
+
+/* Open the handle and register the region. */
+static int cuda_apply(struct hps__shm *s, const struct cuda_args *a, hps__kerr_t *err)
+{
+    if (check_free_name(s, a->name, err))
+        return -1;
+    if (a->byte_size == 0)
+        return hps__kerr_set(err, 400,
+                             "failed to register CUDA shared memory region '%.128s': invalid "
+                             "args: byte_size 0",
+                             a->name);
+    struct hps__shm_region *r = calloc(1, sizeof(*r));
+    if (!r || !(r->name = strdup(a->name))) {
+        free(r);
+        return hps__kerr_set(err, 500, "out of memory");
+    }
+    if (hps__cuda_ipc_open(a->name, a->handle, a->device_id, (uint64_t)a->byte_size, &r->ipc,
+                           err)) {
+        region_free(r);
+        return -1;
+    }
+    r->cuda = true;
+    r->device_id = a->device_id;
+    r->byte_size = (uint64_t)a->byte_size;
+    r->addr = r->ipc.base;
+    r->writable = true;
+    return insert_opened(s, r, err);
+}
+
+int hps__shm_register_cuda(struct hps__shm *s, const char *name, const char *body, size_t len,
+                           hps__kerr_t *err)
+{
+    if (!s->cuda)
+        return hps__kerr_set(err, 501, "CUDA shared memory is not supported by this server");
+    if (check_name(name, "cuda", err))
+        return -1;
+    json_object *root = parse_body(body, len, err);
+    if (!root)
+        return -1;
+    struct cuda_args a = {.name = name};
+    int rc = cuda_parse(root, &a, err) || cuda_apply(s, &a, err) ? -1 : 0;
     json_object_put(root);
     return rc;
 }
@@ -277,6 +414,14 @@ static void status_one(hps__text_t *t, const struct hps__shm_region *r)
 {
     hps__text_puts(t, "{\"name\":");
     hps__text_json_str(t, r->name, strlen(r->name));
+    if (r->cuda) {
+        hps__text_puts(t, ",\"device_id\":");
+        hps__text_i64(t, r->device_id);
+        hps__text_puts(t, ",\"byte_size\":");
+        hps__text_u64(t, r->byte_size);
+        hps__text_putc(t, '}');
+        return;
+    }
     hps__text_puts(t, ",\"key\":");
     hps__text_json_str(t, r->key, strlen(r->key));
     hps__text_puts(t, ",\"offset\":");
@@ -286,14 +431,24 @@ static void status_one(hps__text_t *t, const struct hps__shm_region *r)
     hps__text_putc(t, '}');
 }
 
-int hps__shm_status(struct hps__shm *s, const char *name, hps__text_t *t, hps__kerr_t *err)
+static const char *kind_name(bool cuda)
 {
-    bool found = false;
+    return cuda ? "CUDA" : "system";
+}
+
+int hps__shm_status(struct hps__shm *s, bool cuda, const char *name, hps__text_t *t,
+                    hps__kerr_t *err)
+{
+    bool found = false, other = false;
     pthread_mutex_lock(&s->mu);
     hps__text_putc(t, '[');
     for (struct hps__shm_region *r = s->head; r; r = r->next) {
         if (name && strcmp(r->name, name) != 0)
             continue;
+        if (r->cuda != cuda) {
+            other = true;
+            continue;
+        }
         if (found)
             hps__text_putc(t, ',');
         status_one(t, r);
@@ -301,9 +456,14 @@ int hps__shm_status(struct hps__shm *s, const char *name, hps__text_t *t, hps__k
     }
     hps__text_putc(t, ']');
     pthread_mutex_unlock(&s->mu);
+    if (name && other)
+        return hps__kerr_set(err, 404,
+                             "The region named '%.128s' is registered as %s shared memory, "
+                             "not %s shared memory",
+                             name, kind_name(!cuda), kind_name(cuda));
     if (name && !found)
-        return hps__kerr_set(err, 404, "Unable to find system shared memory region: '%.128s'",
-                             name);
+        return hps__kerr_set(err, 404, "Unable to find %s shared memory region: '%.128s'",
+                             cuda ? "cuda" : "system", name);
     return 0;
 }
 
@@ -317,13 +477,13 @@ static struct hps__shm_region *table_remove(struct hps__shm_region **pp)
     return r->users == 0 ? r : NULL;
 }
 
-void hps__shm_unregister(struct hps__shm *s, const char *name)
+void hps__shm_unregister(struct hps__shm *s, bool cuda, const char *name)
 {
     struct hps__shm_region *dead = NULL;
     pthread_mutex_lock(&s->mu);
     struct hps__shm_region **pp = &s->head;
     while (*pp) {
-        if (name && strcmp((*pp)->name, name) != 0) {
+        if ((*pp)->cuda != cuda || (name && strcmp((*pp)->name, name) != 0)) {
             pp = &(*pp)->next;
             continue;
         }
@@ -390,9 +550,30 @@ int hps__shm_acquire(struct hps__shm *s, const char *name, size_t name_len, uint
         r->users++;
         ret->region = r;
         ret->ptr = r->addr + offset;
+        ret->cuda = r->cuda;
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+int hps__shm_read(const struct hps__shm_ref *ref, void *dst, size_t n, hps__kerr_t *err)
+{
+    const struct hps__shm_region *r = ref->region;
+    if (!r->cuda) {
+        memcpy(dst, ref->ptr, n);
+        return 0;
+    }
+    return hps__cuda_ipc_read(&r->ipc, (uint64_t)(ref->ptr - r->addr), dst, n, err);
+}
+
+int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t n,
+                   hps__kerr_t *err)
+{
+    if (!r->cuda) {
+        memcpy(ptr, src, n);
+        return 0;
+    }
+    return hps__cuda_ipc_write(&r->ipc, (uint64_t)(ptr - r->addr), src, n, err);
 }
 
 void hps__shm_release(struct hps__shm *s, struct hps__shm_region *r)

@@ -127,6 +127,7 @@ static int serve(worker_t *w, const struct args *a)
     o.threads = (unsigned)wc->http_threads;
     o.max_body_bytes = (size_t)wc->max_body_size;
     o.max_keys_per_request = (size_t)wc->max_keys_per_request;
+    o.cuda_shared_memory = true; /* honoured in builds with CUDA only */
     hps_kserve_model_t km[HPS_CONF_MAX_MODELS];
     uint32_t *maxq[HPS_CONF_MAX_MODELS] = {0};
     kserve_models(w, km, maxq);

@@ -23,7 +23,12 @@
  *     GET  /v2/systemsharedmemory[/region/{r}]/status      regions (JSON array)
  *     POST /v2/systemsharedmemory/region/{r}/register      {"key","offset","byte_size"}
  *     POST /v2/systemsharedmemory[/region/{r}]/unregister  200, unknown r too
- *     any  /v2/cudasharedmemory/...              501 (not supported)
+ *     GET  /v2/cudasharedmemory[/region/{r}]/status        regions (JSON array)
+ *     POST /v2/cudasharedmemory/region/{r}/register        {"raw_handle":{"b64"},
+ *                                                          "device_id","byte_size"}
+ *     POST /v2/cudasharedmemory[/region/{r}]/unregister    200, unknown r too
+ *     (the /v2/cudasharedmemory endpoints answer 501 unless
+ *      opts.cuda_shared_memory in a build with CUDA)
  *
  * System shared memory (Triton's extension, advertised as
  * "system_shared_memory" unless opts.disable_client_shm): a client maps a
@@ -35,14 +40,22 @@
  * registered size; a region unregistered while requests use it is unmapped
  * when they finish.
  *
+ * CUDA shared memory (advertised as "cuda_shared_memory" when enabled): a
+ * client registers device memory by its cudaIpcMemHandle_t (base64); the
+ * worker opens it (cudaIpcOpenMemHandle) on device_id and refuses a
+ * byte_size past the allocation.  KEYS / NUMKEYS are copied from such a
+ * region to host memory, OUTPUT0 is copied into it after the lookup (host
+ * to device).  System and CUDA regions share one name space.
+ *
  * Success is always 200; every error body is {"error": "<message>"} with
  * Content-Type application/json: 400 invalid request (also: unknown model,
  * body over max_body_bytes, more keys than max_keys_per_request), 404
  * unknown path (and, as in Triton, an unknown shared-memory region), 405
  * wrong method, 500 backend failure (also: output region too small), 501
  * unsupported (more samples than max_batch_size, as the HPS backend; CUDA
- * shared memory; client shared memory disabled), 503 backend busy.  As in Triton, /v2/health/live
- * and /v2/health/ready answer with an empty body (200 / 400); a model's /ready that fails says why.
+ * shared memory where not enabled; client shared memory disabled), 503
+ * backend busy.  As in Triton, /v2/health/live and /v2/health/ready answer
+ * with an empty body (200 / 400); a model's /ready that fails says why.
  *
  * Statistics and metrics, per model: success / fail / queue /
  * compute_input / compute_infer / compute_output counts and nanoseconds,
@@ -154,6 +167,13 @@ typedef struct hps_kserve_options {
      *  the port map POSIX shared-memory objects the worker's user can open:
      *  set it when the HTTP port is reachable by untrusted clients. */
     bool disable_client_shm;
+    /** Also accept CUDA shared-memory regions (the /v2/cudasharedmemory
+     *  endpoints, "cuda_shared_memory" advertised).  Honoured only in
+     *  builds with CUDA (HPS_HAVE_CUDA) and unless disable_client_shm;
+     *  otherwise those endpoints answer 501.  options_init: false
+     *  (hps-worker sets it).  Registration makes the calling HTTP thread
+     *  create a CUDA context on the region's device. */
+    bool cuda_shared_memory;
 } hps_kserve_options_t;
 
 /**
