@@ -1029,7 +1029,8 @@ static int reg_join(struct worker_gpu *g, size_t mi, uint32_t t, uint64_t slots,
 }
 
 /** Map the cache of entry e, asking its processes for the descriptor. */
-static int reg_import(struct worker_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt)
+static int reg_import(struct worker_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt,
+                      pid_t *ret_donor)
 {
     const char *seg = g->w->conf->volatile_db.shared_memory_name;
     for (uint32_t i = 0; i < e->num_pids; i++) {
@@ -1043,6 +1044,7 @@ static int reg_import(struct worker_gpu *g, const hps_gcache_reg_t *e, gtable_t 
         if (rc == 0 && gshare_offer(g->share, e->index, e->generation, fd) == 0) {
             gt->cache = cache;
             gt->fd = fd;
+            *ret_donor = e->pids[i];
             return 0;
         }
         hps_gcache_destroy(cache);
@@ -1096,14 +1098,16 @@ static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     bool creator = true;
     bool shared = reg_join(g, mi, t, slots, &e, &creator) == 0;
     if (shared && !creator) {
-        if (reg_import(g, &e, gt) == 0) {
+        pid_t donor = 0;
+        if (reg_import(g, &e, gt, &donor) == 0) {
             gt->reg = e.index;
             gt->gen = e.generation;
             gt->refresher = false;
-            HPS_INFO("GPU cache %s/%s on device %d: mapped the cache of process %d "
-                     "(%llu slots, shared by %u processes)",
+            HPS_INFO("GPU cache %s/%s on device %d: mapped the shared cache (created by process "
+                     "%d, handed over by process %d; %llu slots, %u processes)",
                      m->conf->name, m->conf->embedding_table_names[t], g->device,
-                     (int)e.creator_pid, (unsigned long long)e.capacity_rows, e.num_pids + 1);
+                     (int)e.creator_pid, (int)donor, (unsigned long long)e.capacity_rows,
+                     e.num_pids);
             return 0;
         }
         HPS_WARN("GPU cache %s/%s: no process handed out the shared cache; building a private one",

@@ -71,7 +71,7 @@ def body(t, cl):
     t.ok("shared with the device's other workers" in wa.log(), "A created shareable caches",
          wa.log()[-1500:])
     wb = cl.start_worker(conf, instance=1)
-    t.ok(len(re.findall(r"mapped the cache of process %d" % wa.pid, wb.log())) == 2,
+    t.ok(len(re.findall(r"handed over by process %d" % wa.pid, wb.log())) == 2,
          "B mapped both of A's caches", wb.log()[-1500:])
     t.eq(procs_gauge(wa.metrics_port), [2, 2], "A: 2 processes map each cache")
     t.eq(procs_gauge(wb.metrics_port), [2, 2], "B: 2 processes map each cache")
@@ -112,7 +112,7 @@ def body(t, cl):
 
     # 4. a new worker maps the cache that outlived its creator
     wc = cl.start_worker(conf, instance=2)
-    t.ok(len(re.findall(r"mapped the cache of process %d" % wb.pid, wc.log())) == 2,
+    t.ok(len(re.findall(r"created by process %d, handed over by process %d" % (wa.pid, wb.pid), wc.log())) == 2,
          "C mapped the caches from B after their creator died", wc.log()[-1500:])
     c0 = cache_counters(wc.metrics_port, "m")
     _, got = H.decode_output(H.infer(wc.http_port, "m", kpt, binary=True))
