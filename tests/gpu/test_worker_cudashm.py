@@ -19,7 +19,11 @@ one hps-worker serve a generated 2-table model.  Checked:
   - bounds at use: offset past the end, offset + size past the end (400),
     an output window too small (500, Triton's INTERNAL);
   - unregister through the system endpoint is a no-op; unregister, then
-    an inference naming the region: 404; unregister-all empties the status.
+    an inference naming the region: 404; unregister-all empties the status;
+  - 4 client threads write OUTPUT0 into 'out' while the main thread
+    unregisters and re-registers it 40 times (the handle is also open as
+    'alias' all along): every answer is 200 or the 404 of an unknown region,
+    the worker survives, and 'alias' still maps the memory afterwards.
 Exit 77 (skip) when the client finds no CUDA device.
 """
 import base64
@@ -29,6 +33,7 @@ import select
 import struct
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import hpstest as H  # noqa: E402
@@ -249,6 +254,50 @@ def check_unregister(t, w, handle, kpt, nbytes):
     t.ok(r.status == 200 and r.json() == [], "status empty after unregister all", r)
 
 
+def stress(w, kpt, nbytes, stop, counts, bad):
+    body = infer_body(kpt, out_param=out_param(nbytes, 0))
+    while not stop.is_set():
+        r = infer(w, body)
+        if r.status == 200:
+            counts[0] += 1
+        elif r.status == 404 and r.is_json_error() and \
+                r.json()["error"] == "Unable to find shared memory region: 'out'":
+            counts[1] += 1
+        else:
+            bad.append(r)
+
+
+def check_concurrent_unregister(t, cl, w, cli, handle, kpt, nbytes, packed):
+    t.eq(register(w, "alias", handle, ALLOC).status, 200, "the same handle as 'alias'")
+    t.eq(register(w, "out", handle, ALLOC).status, 200, "register 'out' for the stress")
+    stop, bad, counts = threading.Event(), [], [[0, 0] for _ in range(4)]
+    th = [threading.Thread(target=stress, args=(w, kpt, nbytes, stop, counts[i], bad))
+          for i in range(4)]
+    for x in th:
+        x.start()
+    regs = []
+    try:
+        for _ in range(40):
+            post(w, "/v2/cudasharedmemory/region/out/unregister")
+            regs.append(register(w, "out", handle, ALLOC).status)
+    finally:
+        stop.set()
+        for x in th:
+            x.join(60)
+    ok, missing = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    t.ok(not bad and not any(x.is_alive() for x in th),
+         "4 threads x infer during 40 unregister/register: only 200 and 404 (%d, %d)"
+         % (ok, missing), bad[:3])
+    t.eq(regs, [200] * 40, "every re-registration succeeded")
+    t.ok(ok > 0, "inferences succeeded during the stress (%d)" % ok)
+    alias = dict(out_param(nbytes, 0), shared_memory_region="alias")
+    r = infer(w, infer_body(kpt, out_param=alias))
+    t.eq(r.status, 200, "OUTPUT0 into 'alias' after the stress")
+    t.ok(cli.dump(cl.path("alias.bin"), 0, nbytes) == packed,
+         "'alias' still maps the memory: bytes == JSON output")
+    t.eq(post(w, "/v2/cudasharedmemory/unregister").status, 200, "unregister all")
+
+
 def body(t, cl, cli):
     model = cl.gen_model("m", rows=[5000, 2000], dims=[16, 8], defaults=[0.5, -2.0])
     conf = cl.write_config("hps.ini", model.ini_text, [
@@ -266,6 +315,8 @@ def body(t, cl, cli):
     check_keys_input(t, cl, w, cli, kpt, jvals)
     check_bounds(t, w, kpt, nbytes)
     check_unregister(t, w, handle, kpt, nbytes)
+    packed = struct.pack("<%df" % len(jvals), *jvals)
+    check_concurrent_unregister(t, cl, w, cli, handle, kpt, nbytes, packed)
     t.ok(w.alive(), "the worker is still running")
 
 
