@@ -67,21 +67,9 @@ for x in "$gen" "$coordinator" "$worker" "$bench" "$conftool"; do
     [ -x "$x" ] || { echo "e2e.sh: $x not built (give --build DIR)" >&2; exit 2; }
 done
 
-# A free TCP port pair p, p+2 (http, metrics); a refused connect = free.
-# Below the kernel's ephemeral range, so that no client socket takes it
-# between this check and the worker's bind (the worker is retried anyway).
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pick_port() {
-    local p lo
-    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-    [ "$lo" -gt 12000 ] || lo=32768
-    for _ in $(seq 200); do
-        p=$((10000 + RANDOM % (lo - 10010)))
-        if port_free "$p" && port_free $((p + 2)); then echo "$p"; return 0; fi
-    done
-    echo "e2e.sh: no free port" >&2
-    return 1
-}
+e2e_prog=e2e.sh
+# shellcheck source=bench/e2e-lib.sh
+. "$here/e2e-lib.sh"
 
 seg="hpsbench-e2e-$$"
 coord_pid="" worker_pid=""
@@ -90,38 +78,16 @@ if [ -z "$workdir" ]; then
 else
     mkdir -p "$workdir"
 fi
-
-stop_pid() { # pid name: SIGTERM, wait up to 10 s, then SIGKILL
-    local pid=$1
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-        sleep 0.1
-    done
-    echo "e2e.sh: $2 (pid $pid) ignored SIGTERM; killing it" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
-
-cleanup() {
-    stop_pid "$worker_pid" hps-worker
-    stop_pid "$coord_pid" hps-coordinator
-    rm -f "/dev/shm/hps.$seg"
-    if [ "$keep" = 1 ]; then echo "work directory kept: $workdir"; else rm -rf "$workdir"; fi
-}
-trap cleanup EXIT
+trap 'e2e_cleanup "$seg" "$keep"' EXIT
 trap 'exit 130' INT TERM
 
-http_port=$(pick_port)
+http_port=$(e2e_pick_port)
 metrics_port=$((http_port + 2))
 model="$workdir/model"
 ini="$model/criteo.ini"
 
 echo "== e2e: hps-coordinator + 1 hps-worker vs redis-server, criteo-1tb shape =="
-echo "machine: nproc $(nproc), CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'),"\
-     "memory $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "work directory: $workdir (filesystem $(df -h --output=source,size,avail "$workdir" | tail -1 | tr -s ' '))"
+e2e_machine
 echo
 
 echo "-- model: hps-gen model --shape criteo-1tb --scale $scale --dim $dim"
@@ -146,38 +112,10 @@ for i in 0 1 2; do
 done
 echo
 
-echo "-- hps-coordinator -c $ini"
-t_start=$(date +%s.%N)
-"$coordinator" -c "$ini" >"$workdir/coordinator.log" 2>&1 &
-coord_pid=$!
-until grep -qs "ready:" "$workdir/coordinator.log"; do
-    if ! kill -0 "$coord_pid" 2>/dev/null; then
-        cat "$workdir/coordinator.log"; echo "e2e.sh: hps-coordinator exited" >&2; exit 1
-    fi
-    sleep 0.05
-done
-t_ready=$(date +%s.%N)
-sed 's/^/   /' "$workdir/coordinator.log"
-awk -v a="$t_start" -v b="$t_ready" 'BEGIN {printf "   start to \"ready\" line (measured by this script): %.2f s\n", b - a}'
-
+e2e_start_coordinator "$ini" "$workdir/coordinator.log"
 # Start the worker; a port taken meanwhile (exit status 3) gets new ports.
-for attempt in 1 2 3; do
-    echo "-- hps-worker -c $ini --device 0 --http-port $http_port --metrics-port $metrics_port"
-    "$worker" -c "$ini" --device 0 --http-port "$http_port" --metrics-port "$metrics_port" \
-        >"$workdir/worker.log" 2>&1 &
-    worker_pid=$!
-    until grep -qs "serving" "$workdir/worker.log" || ! kill -0 "$worker_pid" 2>/dev/null; do
-        sleep 0.05
-    done
-    if kill -0 "$worker_pid" 2>/dev/null; then break; fi
-    wrc=0; wait "$worker_pid" || wrc=$?
-    worker_pid=""
-    sed 's/^/   /' "$workdir/worker.log"
-    if [ "$wrc" != 3 ] || [ "$attempt" = 3 ]; then
-        echo "e2e.sh: hps-worker exited with status $wrc" >&2; exit 1
-    fi
-    http_port=$(pick_port); metrics_port=$((http_port + 2))
-done
+e2e_start_worker "$workdir/worker.log" -c "$ini" --device 0
+worker_pid=$worker_started_pid
 echo
 
 rc=0
@@ -187,8 +125,7 @@ rc=0
 
 echo
 echo "-- hps-worker metrics: lookup layers and GPU embedding cache (hit rate = hit_keys / query_keys)"
-python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-    "http://127.0.0.1:$metrics_port/metrics" 2>/dev/null |
+e2e_metrics "$metrics_port" |
     grep -E '^nv_hps_(lookup_keys|volatile_db_hit|persistent_db_hit|default_value|embedding_cache)' |
     awk '{print "   " $0} /^nv_hps_embedding_cache_query_keys/ {q += $2}
          /^nv_hps_embedding_cache_hit_keys/ {h += $2}
