@@ -1,6 +1,6 @@
 /*
  * cmd-info.c -- hps-shm info NAME: header, tables with per-partition fill,
- * attached processes.
+ * attached processes, GPU caches (cmd-info-gcache.c).
  *
  * Everything is a snapshot taken without locks, so counters of a busy
  * segment may be a little apart from each other (rows vs. inserts...).
@@ -380,14 +380,18 @@ static int info_json(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_in
     json_object *root = json_object_new_object();
     json_object *tables = json_object_new_array();
     json_object *procs = json_object_new_array();
+    json_object *gcaches = json_object_new_array();
     int rc;
 
     hps__tool_jset(root, "segment", segment_json(seg));
     hps__tool_jset(root, "tables", tables);
     hps__tool_jset(root, "processes", procs);
+    hps__tool_jset(root, "gpu_caches", gcaches);
     rc = info_tables(t, db, tables);
     if (rc == HPS__TOOL_OK)
         rc = info_procs(t, db, procs);
+    if (rc == HPS__TOOL_OK)
+        rc = hps__tool_info_gcaches(t, db, gcaches);
     if (rc != HPS__TOOL_OK) {
         json_object_put(root);
         return rc;
@@ -403,6 +407,8 @@ static int info_text(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_in
     rc = info_tables(t, db, NULL);
     if (rc == HPS__TOOL_OK)
         rc = info_procs(t, db, NULL);
+    if (rc == HPS__TOOL_OK)
+        rc = hps__tool_info_gcaches(t, db, NULL);
     if (rc == HPS__TOOL_OK)
         rc = hps__tool_flush(t);
     return rc;

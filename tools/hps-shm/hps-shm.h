@@ -46,6 +46,13 @@ int hps__tool_cmd_dump(const hps__tool_t *t);
 int hps__tool_cmd_check(const hps__tool_t *t);
 int hps__tool_cmd_rm(const hps__tool_t *t);
 
+/**
+ * @brief The "gpu caches" part of info: every GPU-cache registry entry that
+ *        is not FREE, printed as text (arr NULL) or added to arr (JSON).
+ * @return HPS__TOOL_OK, or HPS__TOOL_FAIL after printing the error.
+ */
+int hps__tool_info_gcaches(const hps__tool_t *t, hps_shmdb_t *db, json_object *arr);
+
 /* ---- errors -------------------------------------------------------------- */
 
 /**

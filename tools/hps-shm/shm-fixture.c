@@ -4,6 +4,7 @@
  * segment stays in /dev/shm).
  *
  *   shm-fixture NAME OUTDIR
+ *   shm-fixture --hold NAME OUTDIR
  *
  * Tables (model "demo"):
  *   t64: dim 4, int64 keys, default 0.5, 4 partitions, unbounded.  8 rows are
@@ -14,11 +15,27 @@
  * For each table, OUTDIR/demo.<table>.txt gets the live rows, sorted by key
  * as int64, one per line: "key v0 v1 ..." with %.9g, the form the test
  * script makes of the files that hps-shm dump writes.
+ *
+ * GPU-cache registry (no GPU needed: only the entries):
+ *   entry 0: t64 on device 0, dim 4, lru, created by the fixture, READY with
+ *            1024 rows and 1 MiB, counters published (occupied 256, lookups
+ *            1000, hits 750, inserts 300, evictions 44, refreshed 20, full
+ *            refreshes 1, lock timeouts 2, repaired sets 3, published now);
+ *   entry 1: t32 on device 1, dim 3, lfu, CREATING.
+ * Both list only the fixture, dead once it returns.  "shm-fixture --hold
+ * NAME OUTDIR" (run in the background) creates entry 2: t64 on device 2,
+ * READY with 512 rows and 64 KiB, counters occupied 512, lookups 10, hits
+ * 10, inserts 512; it writes its pid to OUTDIR/holder.pid and stays (the
+ * live creator, refresher and only process of entry 2) until the segment is
+ * removed, or 120 s.
+ * OUTDIR/fixture.pid gets the fixture's pid (the creator of both).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "hps/shmdb.h"
 
@@ -189,6 +206,84 @@ static int fx_t32(hps_shmdb_t *db, fx_table_t *t)
     return fx_create(db, t);
 }
 
+static int fx_write_pid(const char *outdir, const char *file, pid_t pid)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/%s", outdir, file);
+    f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    fprintf(f, "%d\n", (int)pid);
+    return fclose(f) != 0;
+}
+
+static hps_gcache_reg_t fx_want(uint32_t table_id, int32_t device, uint32_t dim, uint32_t policy)
+{
+    return (hps_gcache_reg_t){.table_id = table_id,
+                              .device = device,
+                              .dim = dim,
+                              .policy = policy,
+                              .capacity_rows = 1000};
+}
+
+/* shm-fixture --hold NAME OUTDIR: create and publish GPU cache 2, write
+ * OUTDIR/holder.pid, stay until the segment is gone (or 120 s). */
+static int fx_hold(const char *name, const char *outdir)
+{
+    hps_shmdb_t *db = NULL;
+    hps_gcache_reg_t w = fx_want(0, 2, 4, 0), r;
+    hps_gcache_counters_t c = {.occupied = 512, .lookups = 10, .hits = 10, .inserts = 512};
+    bool creator = false;
+    char path[300];
+
+    if (fx_check(hps_shmdb_attach(name, NULL, &db), "attach"))
+        return 1;
+    if (fx_check(hps_shmdb_gcache_claim(db, &w, &r, &creator), "gcache_claim (hold)") ||
+        fx_check(hps_shmdb_gcache_ready(db, r.index, r.generation, 512, 65536), "gcache_ready") ||
+        fx_check(hps_shmdb_gcache_publish(db, r.index, r.generation, &c), "gcache_publish") ||
+        fx_write_pid(outdir, "holder.pid", getpid())) {
+        hps_shmdb_detach(db);
+        return 1;
+    }
+    snprintf(path, sizeof path, "/dev/shm/hps.%s", name);
+    for (int i = 0; i < 1200 && access(path, F_OK) == 0; i++)
+        usleep(100000);
+    hps_shmdb_detach(db);
+    return 0;
+}
+
+static int fx_gcaches(hps_shmdb_t *db, const char *outdir)
+{
+    hps_gcache_reg_t w = fx_want(0, 0, 4, 0), r;
+    bool creator = false;
+    struct timespec ts;
+    hps_gcache_counters_t c = {.occupied = 256,
+                               .lookups = 1000,
+                               .hits = 750,
+                               .inserts = 300,
+                               .evictions = 44,
+                               .refreshed = 20,
+                               .full_refreshes = 1,
+                               .lock_timeouts = 2,
+                               .repaired_sets = 3};
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c.published_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (fx_check(hps_shmdb_gcache_claim(db, &w, &r, &creator), "gcache_claim t64") ||
+        fx_check(hps_shmdb_gcache_ready(db, r.index, r.generation, 1024, 1u << 20),
+                 "gcache_ready") ||
+        fx_check(hps_shmdb_gcache_publish(db, r.index, r.generation, &c), "gcache_publish"))
+        return 1;
+    w = fx_want(1, 1, 3, 1);
+    if (fx_check(hps_shmdb_gcache_claim(db, &w, &r, &creator), "gcache_claim t32"))
+        return 1;
+    return fx_write_pid(outdir, "fixture.pid", getpid());
+}
+
 int main(int argc, char **argv)
 {
     const hps_shmdb_opts_t opts = {.size_bytes = 8u << 20, .allocation_rate = 1u << 20};
@@ -197,14 +292,18 @@ int main(int argc, char **argv)
     hps_shmdb_t *db = NULL;
     int rc = 1;
 
+    if (argc == 4 && strcmp(argv[1], "--hold") == 0) {
+        free(t);
+        return fx_hold(argv[2], argv[3]);
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: shm-fixture NAME OUTDIR\n");
+        fprintf(stderr, "usage: shm-fixture [--hold] NAME OUTDIR\n");
         free(t);
         return 2;
     }
     if (t && !fx_check(hps_shmdb_create(argv[1], &opts, &popts, &db), "create")) {
         rc = fx_t64(db, &t[0]) || fx_t32(db, &t[1]) || fx_write_expected(&t[0], argv[2]) ||
-             fx_write_expected(&t[1], argv[2]);
+             fx_write_expected(&t[1], argv[2]) || fx_gcaches(db, argv[2]);
         hps_shmdb_detach(db);
     }
     free(t);

@@ -19,6 +19,7 @@ OUT=$WORK/out
 ERR=$WORK/err
 
 cleanup() {
+    [ -n "$HOLDER" ] && kill -9 "$HOLDER" 2>/dev/null
     rm -f "/dev/shm/hps.$NAME" "/dev/shm/hps.$BAD" "/dev/shm/hps.$MISSING"
     rm -rf "$WORK"
 }
@@ -27,6 +28,7 @@ trap 'exit 130' INT TERM
 
 count=0
 failures=0
+HOLDER=
 
 pass() {
     count=$((count + 1))
@@ -199,6 +201,56 @@ json_assert "info --json: t32" \
     "[t['rows'] == 4 and t['dim'] == 3 and t['key_bytes'] == 4 and t['default_value'] == -1 and t['overflow_margin'] == 1000 and t['overflow_target_rows'] == 500 and t['overflow_policy'] == 'evict_oldest' and len(t['partitions']) == 2 for t in [$T32]][0]"
 json_assert "info --json: this tool in the process table" \
     "[p for p in d['processes'] if p['self'] and p['role'] == 'tool' and p['alive'] and p['device'] is None]"
+
+# ---- info: GPU caches (registry entries made by the fixture, no GPU) -------
+
+FXPID=$(cat "$WORK/fixture.pid" 2>/dev/null || echo 0)
+"$FIXTURE" --hold "$NAME" "$WORK" &
+HOLDER=$!
+for _ in $(seq 200); do [ -s "$WORK/holder.pid" ] && break; sleep 0.05; done
+if [ "$(cat "$WORK/holder.pid" 2>/dev/null)" = "$HOLDER" ]; then
+    pass "holder $HOLDER created GPU cache 2"
+else
+    fail "holder $HOLDER created GPU cache 2 (no $WORK/holder.pid within 10 s)"
+fi
+run 0 "info (GPU caches)" "$TOOL" info "$NAME"
+out_has "info lists 3 GPU caches" "gpu caches (3)"
+out_has "info: cache 0 shape" "cache 0: demo/t64 (table 0) on device 0, ready, generation 1, dim 4, lru"
+out_has "info: cache 0 occupancy" "capacity 1024 rows, 1.0 MiB, occupancy 256/1024 (25.0%)"
+out_has "info: cache 0 hit rate" "lookups 1000, hits 750 (hit rate 75.0%)"
+out_has "info: cache 0 counters" "inserts 300, evictions 44, refreshed 20, full refreshes 1"
+out_has "info: cache 0 repairs" "lock timeouts 2, repaired sets 3"
+out_has "info: cache 0 processes" "creator pid $FXPID (gone), refresher pid $FXPID (gone), attached pids none"
+out_has "info: cache 1 shape" "cache 1: demo/t32 (table 1) on device 1, creating, generation 1, dim 3, lfu"
+out_has "info: cache 1 never published" "counters never published"
+out_has "info: cache 2 shape" "cache 2: demo/t64 (table 0) on device 2, ready, generation 1, dim 4, lru"
+out_has "info: cache 2 occupancy" "capacity 512 rows, 64.0 KiB, occupancy 512/512 (100.0%)"
+out_has "info: cache 2 processes" "creator pid $HOLDER (alive), refresher pid $HOLDER (alive), attached pids $HOLDER"
+run 0 "info --json (GPU caches)" "$TOOL" info --json "$NAME"
+json_valid "info --json (GPU caches)"
+G0="[g for g in d['gpu_caches'] if g['index'] == 0][0]"
+G1="[g for g in d['gpu_caches'] if g['index'] == 1][0]"
+G2="[g for g in d['gpu_caches'] if g['index'] == 2][0]"
+json_assert "info --json: 3 GPU caches" "[g['index'] for g in d['gpu_caches']] == [0, 1, 2]"
+json_assert "info --json: cache 0 shape" \
+    "[g['model'] == 'demo' and g['table'] == 't64' and g['table_id'] == 0 and g['device'] == 0 and g['state'] == 'ready' and g['generation'] == 1 and g['dim'] == 4 and g['policy'] == 'lru' and g['capacity_rows'] == 1024 and g['bytes'] == 1048576 for g in [$G0]][0]"
+json_assert "info --json: cache 0 counters" \
+    "[g['occupied'] == 256 and g['occupancy'] == 0.25 and g['lookups'] == 1000 and g['hits'] == 750 and g['hit_rate'] == 0.75 and g['inserts'] == 300 and g['evictions'] == 44 and g['refreshed'] == 20 and g['full_refreshes'] == 1 and g['lock_timeouts'] == 2 and g['repaired_sets'] == 3 for g in [$G0]][0]"
+json_assert "info --json: cache 0 counters published by the fixture, seconds ago" \
+    "[g['published_ns'] > 0 and 0 <= g['counters_age_s'] < 120 for g in [$G0]][0]"
+json_assert "info --json: cache 0 processes (all gone)" \
+    "[g['creator_pid'] == $FXPID and not g['creator_alive'] and g['refresher_pid'] == $FXPID and not g['refresher_alive'] and g['attached_pids'] == [] for g in [$G0]][0]"
+json_assert "info --json: cache 1 creating, never published" \
+    "[g['model'] == 'demo' and g['table'] == 't32' and g['device'] == 1 and g['state'] == 'creating' and g['dim'] == 3 and g['policy'] == 'lfu' and g['capacity_rows'] == 1000 and g['attached_pids'] == [] and g['creator_pid'] == $FXPID and g['hit_rate'] is None and g['counters_age_s'] is None and g['published_ns'] == 0 and g['occupied'] == 0 for g in [$G1]][0]"
+json_assert "info --json: cache 2 held by a live process" \
+    "[g['table'] == 't64' and g['device'] == 2 and g['state'] == 'ready' and g['capacity_rows'] == 512 and g['bytes'] == 65536 and g['occupancy'] == 1 and g['hit_rate'] == 1 and g['inserts'] == 512 and g['creator_pid'] == $HOLDER and g['creator_alive'] and g['refresher_pid'] == $HOLDER and g['refresher_alive'] and g['attached_pids'] == [$HOLDER] for g in [$G2]][0]"
+# The holder dies: its entry has no live process left (until reclaimed).
+kill -9 "$HOLDER" 2>/dev/null
+wait "$HOLDER" 2>/dev/null # reaped: a zombie would still count as alive
+run 0 "info --json after the holder died" "$TOOL" --json info "$NAME"
+json_assert "info --json: cache 2 has no live process left" \
+    "[g['attached_pids'] == [] and not g['creator_alive'] and g['creator_pid'] == $HOLDER and g['state'] == 'ready' for g in [$G2]][0]"
+HOLDER=
 
 # ---- get -------------------------------------------------------------------
 
