@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# e2e-gpu.sh -- end-to-end benchmark of the GPU embedding cache (issue 4): a
+# criteo-1tb-shaped synthetic model with gpucache = true served by
+# hps-coordinator + hps-worker --device D, driven over KServe v2 HTTP by
+# hps-bench at 1, 64, 1024 and 8192 samples per request.
+#
+#   1. hps-gen model    criteo-1tb shape (26 tables) at --scale, --dim floats,
+#                       gpucache = true, gpucacheper --gpucacheper, max_batch_size 8192
+#   2. hps-gen requests batch 1, 64, 1024, 8192 (power law, as e2e.sh)
+#   3. hps-coordinator, then hps-worker --device D (GPU) and, as the baseline,
+#      hps-worker --instance 2 on a copy of the INI with gpucache = false (CPU path)
+#   4. phase 1: per batch size, hps-bench against the GPU worker, then the CPU
+#      worker; GPU cache hit rate = delta of nv_hps_embedding_cache_hit_keys /
+#      delta of nv_hps_embedding_cache_query_keys (all tables) over the GPU run
+#   5. phase 2: the CPU worker stops; a second GPU worker (--instance 1) maps the
+#      first one's caches; two hps-bench at once, one per worker, per batch size
+#   6. a table; everything stopped (also on error or Ctrl-C), segment removed
+#
+# Without a GPU (no nvidia-smi, a CPU build, or a worker that serves from the
+# CPU path) it runs anyway and says so: the "GPU" figures are then CPU-path
+# figures.  Every figure printed comes from this run.
+#
+# usage: bench/e2e-gpu.sh [--build DIR] [--quick] [--scale F] [--dim D] [--device D]
+#                         [--gpucacheper F] [--duration S] [--warmup S] [--reps R]
+#                         [--concurrency N] [--verify N] [--workdir DIR] [--keep]
+#                         [--set SECTION.KEY=VALUE]...
+#   --set      edits the generated INI with hps-conf set (e.g.
+#              model.criteo.hit_rate_threshold=1.5); the CPU baseline's copy too
+#   --verify   answers checked exactly per file on the CPU worker, and on the GPU
+#              workers only when hit_rate_threshold > 1: at or above the threshold
+#              a lookup's misses get the default value (HugeCTR's asynchronous
+#              insertion), so exact checks would fail by design
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+build="$repo/build"
+scale=0.002
+dim=128
+device=0
+gcper=0.1
+duration=2
+warmup=0.5
+reps=3
+conc=4
+verify=4
+workdir=""
+keep=0
+quick=0
+sets=()
+batches=(1 64 1024 8192)
+counts=(20000 2000 200 32) # requests per file (files are cycled)
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build) build=$2; shift ;;
+    --quick) quick=1 ;;
+    --scale) scale=$2; shift ;;
+    --dim) dim=$2; shift ;;
+    --device) device=$2; shift ;;
+    --gpucacheper) gcper=$2; shift ;;
+    --duration) duration=$2; shift ;;
+    --warmup) warmup=$2; shift ;;
+    --reps) reps=$2; shift ;;
+    --concurrency) conc=$2; shift ;;
+    --verify) verify=$2; shift ;;
+    --workdir) workdir=$2; shift ;;
+    --keep) keep=1 ;;
+    --set) sets+=("$2"); shift ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "e2e-gpu.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$quick" = 1 ]; then
+    scale=0.0001 duration=0.5 warmup=0.2 reps=1 verify=2 conc=2 counts=(2000 200 20 4)
+fi
+case "$conc" in '' | *[!0-9]*) echo "e2e-gpu.sh: --concurrency takes one number" >&2; exit 2 ;; esac
+
+gen="$build/tools/hps-gen/hps-gen"
+coordinator="$build/coordinator/hps-coordinator"
+worker="$build/worker/hps-worker"
+bench="$build/tools/hps-bench/hps-bench"
+conftool="$build/tools/hps-conf/hps-conf"
+for x in "$gen" "$coordinator" "$worker" "$bench" "$conftool"; do
+    [ -x "$x" ] || { echo "e2e-gpu.sh: $x not built (give --build DIR)" >&2; exit 2; }
+done
+
+e2e_prog=e2e-gpu.sh
+# shellcheck source=bench/e2e-lib.sh
+. "$here/e2e-lib.sh"
+
+seg="hpsbench-e2egpu-$$"
+if [ -z "$workdir" ]; then
+    workdir=$(mktemp -d "${TMPDIR:-/tmp}/hps-e2egpu.XXXXXX")
+else
+    mkdir -p "$workdir"
+fi
+trap 'e2e_cleanup "$seg" "$keep"' EXIT
+trap 'exit 130' INT TERM
+
+# ---- helpers ----------------------------------------------------------------
+
+# wait_ready PORT SECONDS: until /v2/health/ready answers 200 (the GPU worker
+# is ready once its caches are preloaded).
+wait_ready() {
+    python3 - "http://127.0.0.1:$1/v2/health/ready" "$2" <<'EOF'
+import sys, time, urllib.request
+end = time.time() + float(sys.argv[2])
+while True:
+    try:
+        if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200:
+            sys.exit(0)
+    except Exception:
+        pass
+    if time.time() > end:
+        sys.exit(1)
+    time.sleep(0.1)
+EOF
+}
+
+# cache_counts PORT: "HIT QUERY TABLES SHARED" summed over the GPU caches of
+# the worker's /metrics (TABLES: caches listed; SHARED: those with
+# nv_hps_embedding_cache_processes == 2); "0 0 0 0" without GPU caches.
+cache_counts() {
+    e2e_metrics "$1" | awk '/^nv_hps_embedding_cache_hit_keys\{/ {h += $2}
+        /^nv_hps_embedding_cache_query_keys\{/ {q += $2; n++}
+        /^nv_hps_embedding_cache_processes\{/ && $2 == 2 {s++}
+        END {printf "%.0f %.0f %d %d\n", h, q, n, s}'
+}
+
+# hit_rate "H0 Q0 .." "H1 Q1 ..": hit rate between two cache_counts, or "-".
+hit_rate() {
+    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); q = y[2] - x[2]
+        if (q > 0) printf "%.4f", (y[1] - x[1]) / q; else printf "-"}'
+}
+
+# bench_start LOG PORT PID VERIFY FILE B REPS: hps-bench in the background
+# (sets bench_pid).  B=8192 gets at least 2 s timed and 0.5 s warm-up: one
+# request is 109 MB of floats at dim 128, slow on a small machine.
+bench_start() {
+    local d=$duration w=$warmup
+    if [ "$6" -ge 8192 ]; then
+        d=$(awk -v x="$d" 'BEGIN {print (x < 2 ? 2 : x)}')
+        w=$(awk -v x="$w" 'BEGIN {print (x < 0.5 ? 0.5 : x)}')
+    fi
+    "$bench" --url "http://127.0.0.1:$2" --config "$ini" --no-redis --wait-ready 120 \
+        --server-pid "$3" --concurrency "$conc" --duration "$d" --warmup "$w" \
+        --reps "$7" --verify "$4" "$5" >"$1" 2>&1 &
+    bench_pid=$!
+}
+
+# bench_wait PID LOG: wait for it (deadline: stopped after 300 s), print its
+# verify/run lines; counts a failure in rc.
+bench_wait() {
+    local brc=0 end=$((SECONDS + 300))
+    while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
+    if kill -0 "$1" 2>/dev/null; then
+        echo "e2e-gpu.sh: hps-bench (pid $1) still running after 300 s; stopping it" >&2
+        e2e_stop_pid "$1" hps-bench
+        brc=1
+    fi
+    wait "$1" || brc=$?
+    grep -E '^  (verify|run) |first (error|mismatch)|request failed|error:' "$2" | sed 's/^  /   /' || true
+    if [ "$brc" != 0 ]; then
+        echo "   hps-bench exit status $brc (log: $2)"
+        rc=1
+    fi
+}
+
+# bench_row LOG: "REQ/S MKEYS/S P50 P99 ERRORS" from hps-bench's results table.
+bench_row() {
+    awk '$4 == "|" && $1 ~ /^[0-9]+$/ && NF >= 12 {r = $5 " " $6 " " $7 " " $9 " " $11}
+         END {print (r == "" ? "0 0 0 0 -" : r)}' "$1"
+}
+
+# ratio A B: A / B with 2 decimals, "-" when B is 0 or not a number.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b + 0 > 0) printf "%.2fx", a / b; else printf "-"}'; }
+
+# ---- setup ------------------------------------------------------------------
+
+t0=$(date +%s.%N)
+elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f s", b - a}'; }
+model="$workdir/model"
+ini="$model/criteo.ini"
+ini_cpu="$model/criteo-cpu.ini"
+rc=0
+
+echo "== e2e-gpu: hps-coordinator + hps-worker with the GPU embedding cache, criteo-1tb shape =="
+e2e_machine
+gpu_name=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+    gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$device" 2>/dev/null | head -1 || true)
+fi
+echo "GPU $device: ${gpu_name:-none (nvidia-smi absent or failed)}"
+echo
+
+echo "-- model: hps-gen model --shape criteo-1tb --scale $scale --dim $dim"
+http_port=$(e2e_pick_port)
+metrics_port=$((http_port + 2))
+# The rest through hps-conf set: hps-gen writes its command line into the
+# INI's header comment, and hps-gen requests rejects a line over 200 bytes.
+"$gen" model --out "$model" --model criteo --shape criteo-1tb --scale "$scale" --dim "$dim" --force
+echo "   files on disk: $(du -sb "$model" | cut -f1) bytes in $(ls -d "$model"/*/ | wc -l) table directories"
+for kv in volatile_db.shared_memory_name="$seg" model.criteo.gpucache=true \
+    model.criteo.gpucacheper="$gcper" model.criteo.max_batch_size=8192 \
+    "${sets[@]+"${sets[@]}"}"; do
+    "$conftool" set "$ini" "$kv"
+    echo "   hps-conf set $kv (now: $("$conftool" get "$ini" "${kv%%=*}"))"
+done
+cp "$ini" "$ini_cpu"
+"$conftool" set "$ini_cpu" model.criteo.gpucache=false
+thr=$("$conftool" get "$ini" model.criteo.hit_rate_threshold)
+echo "   GPU workers: $ini (gpucache $("$conftool" get "$ini" model.criteo.gpucache),"\
+     "gpucacheper $("$conftool" get "$ini" model.criteo.gpucacheper), hit_rate_threshold $thr)"
+echo "   CPU baseline: $ini_cpu (the same with gpucache false)"
+verify_gpu=0
+if awk -v t="$thr" 'BEGIN {exit !(t > 1)}'; then verify_gpu=$verify; fi
+
+echo "-- requests: hps-gen requests (power law, --alpha auto)"
+files=()
+for i in "${!batches[@]}"; do
+    f="$workdir/requests-b${batches[$i]}.bin"
+    "$gen" requests --model-dir "$model" --model criteo --batch "${batches[$i]}" \
+        --count "${counts[$i]}" --out "$f" --force
+    files+=("$f")
+done
+echo
+
+e2e_start_coordinator "$ini" "$workdir/coordinator.log"
+e2e_start_worker "$workdir/worker0.log" -c "$ini" --device "$device"
+w0_pid=$worker_started_pid w0_port=$http_port w0_mport=$metrics_port
+http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
+e2e_start_worker "$workdir/worker-cpu.log" -c "$ini_cpu" --device "$device" --instance 2
+wc_pid=$worker_started_pid wc_port=$http_port
+for p in "$w0_port" "$wc_port"; do
+    wait_ready "$p" 300 || { echo "e2e-gpu.sh: worker on port $p not ready after 300 s" >&2; exit 1; }
+done
+sed 's/^/   /' "$workdir/worker0.log"
+echo "   ready: $(elapsed) since start"
+
+read -r _ _ ntables _ <<<"$(cache_counts "$w0_mport")"
+nogpu=""
+if [ -z "$gpu_name" ] || [ "$ntables" = 0 ] || grep -q "CPU path" "$workdir/worker0.log"; then
+    nogpu="no GPU: GPU figures are CPU-path figures"
+    echo "   $nogpu (nvidia-smi: ${gpu_name:-none}; GPU caches in /metrics: $ntables)"
+else
+    echo "   GPU caches in /metrics: $ntables"
+fi
+echo
+
+# ---- phase 1: one GPU worker vs the CPU path --------------------------------
+
+echo "== phase 1: hps-worker --device $device (GPU cache) vs hps-worker on gpucache = false,"\
+     "$conc connections, ${duration} s per run (best of $reps), after ${warmup} s warm-up"\
+     "(B=8192: at least 2 s and 0.5 s) =="
+declare -A g1 c1 h1
+for i in "${!batches[@]}"; do
+    b=${batches[$i]}
+    echo "-- B=$b: GPU worker (verify $verify_gpu)"
+    before=$(cache_counts "$w0_mport")
+    bench_start "$workdir/bench-gpu-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
+    bench_wait "$bench_pid" "$workdir/bench-gpu-b$b.log"
+    after=$(cache_counts "$w0_mport")
+    g1[$b]=$(bench_row "$workdir/bench-gpu-b$b.log")
+    h1[$b]=$(hit_rate "$before" "$after")
+    echo "   GPU cache hit rate over the run: ${h1[$b]}"
+    echo "-- B=$b: CPU worker (verify $verify)"
+    bench_start "$workdir/bench-cpu-b$b.log" "$wc_port" "$wc_pid" "$verify" "${files[$i]}" "$b" "$reps"
+    bench_wait "$bench_pid" "$workdir/bench-cpu-b$b.log"
+    c1[$b]=$(bench_row "$workdir/bench-cpu-b$b.log")
+done
+e2e_stop_pid "$wc_pid" hps-worker
+echo "   phase 1 done: $(elapsed) since start"
+echo
+
+# ---- phase 2: two GPU workers sharing the caches ---------------------------
+
+echo "== phase 2: a second hps-worker --device $device --instance 1 on the same config;"\
+     "one timed run per worker (so that the two overlap), same durations as phase 1 =="
+http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
+e2e_start_worker "$workdir/worker1.log" -c "$ini" --device "$device" --instance 1
+w1_pid=$worker_started_pid w1_port=$http_port w1_mport=$metrics_port
+wait_ready "$w1_port" 300 || { echo "e2e-gpu.sh: worker 1 not ready after 300 s" >&2; exit 1; }
+sed 's/^/   /' "$workdir/worker1.log"
+mapped=$(grep -c "mapped the cache of process" "$workdir/worker1.log" || true)
+read -r _ _ n0 s0 <<<"$(cache_counts "$w0_mport")"
+read -r _ _ n1 s1 <<<"$(cache_counts "$w1_mport")"
+echo "   worker 1 log: \"mapped the cache of process\" for $mapped table(s);"\
+     "nv_hps_embedding_cache_processes == 2 for $s0 of $n0 caches (worker 0), $s1 of $n1 (worker 1)"
+if [ -z "$nogpu" ] && { [ "$mapped" != "$ntables" ] || [ "$s0" != "$ntables" ]; }; then
+    echo "   the caches are NOT all shared by the two workers"
+    rc=1
+fi
+echo "   (the cache counters live in the shared cache memory: each worker's /metrics counts the"
+echo "   lookups of both, so the hit rate below is taken from worker 0's)"
+declare -A a2 b2 h2
+for i in "${!batches[@]}"; do
+    b=${batches[$i]}
+    echo "-- B=$b: worker 0 and worker 1 at the same time (verify $verify_gpu)"
+    before=$(cache_counts "$w0_mport")
+    bench_start "$workdir/bench2-w0-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" 1
+    p0=$bench_pid
+    bench_start "$workdir/bench2-w1-b$b.log" "$w1_port" "$w1_pid" "$verify_gpu" "${files[$i]}" "$b" 1
+    p1=$bench_pid
+    bench_wait "$p0" "$workdir/bench2-w0-b$b.log"
+    bench_wait "$p1" "$workdir/bench2-w1-b$b.log"
+    after=$(cache_counts "$w0_mport")
+    a2[$b]=$(bench_row "$workdir/bench2-w0-b$b.log")
+    b2[$b]=$(bench_row "$workdir/bench2-w1-b$b.log")
+    h2[$b]=$(hit_rate "$before" "$after")
+    echo "   GPU cache hit rate over the run (both workers): ${h2[$b]}"
+done
+echo
+
+for p in "$w0_pid" "$w1_pid"; do
+    kill -0 "$p" 2>/dev/null || { echo "e2e-gpu.sh: an hps-worker (pid $p) died during the run" >&2; rc=1; }
+done
+kill -0 "$coord_pid" 2>/dev/null || { echo "e2e-gpu.sh: hps-coordinator died during the run" >&2; rc=1; }
+
+# ---- results ----------------------------------------------------------------
+
+echo "== results: criteo-1tb shape, scale $scale, dim $dim, gpucacheper $gcper,"\
+     "hit_rate_threshold $thr, $conc connections per hps-bench =="
+echo "GPU $device: ${gpu_name:-none}${nogpu:+ -- $nogpu}"
+echo "phase 1: one hps-worker; req/s, Mkeys/s over the timed window; p50/p99 in ms; hit = GPU cache hit rate"
+printf "  %7s | %9s %8s %8s %8s %6s %4s | %9s %8s %8s %8s %4s | %7s %7s %7s\n" \
+    samples "GPU req/s" Mkeys/s p50 p99 hit err "CPU req/s" Mkeys/s p50 p99 err \
+    "req/s" p50 p99
+for b in "${batches[@]}"; do
+    read -r gr gk g50 g99 ge <<<"${g1[$b]}"
+    read -r cr ck c50 c99 ce <<<"${c1[$b]}"
+    printf "  %7s | %9s %8s %8s %8s %6s %4s | %9s %8s %8s %8s %4s | %7s %7s %7s\n" \
+        "$b" "$gr" "$gk" "$g50" "$g99" "${h1[$b]}" "$ge" "$cr" "$ck" "$c50" "$c99" "$ce" \
+        "$(ratio "$gr" "$cr")" "$(ratio "$g50" "$c50")" "$(ratio "$g99" "$c99")"
+done
+echo "  last three columns: GPU/CPU (req/s above 1 = GPU faster; p50, p99 below 1 = GPU lower latency)"
+echo "phase 2: two hps-workers sharing the GPU caches, one hps-bench each, at the same time"
+printf "  %7s | %9s %8s %8s | %9s %8s %8s | %9s %8s %6s | %9s\n" \
+    samples "w0 req/s" p50 p99 "w1 req/s" p50 p99 "sum req/s" Mkeys/s hit "sum/ph.1"
+for b in "${batches[@]}"; do
+    read -r ar ak a50 a99 _ <<<"${a2[$b]}"
+    read -r br bk b50 b99 _ <<<"${b2[$b]}"
+    read -r gr _ <<<"${g1[$b]}"
+    sr=$(awk -v a="$ar" -v b="$br" 'BEGIN {printf "%.1f", a + b}')
+    sk=$(awk -v a="$ak" -v b="$bk" 'BEGIN {printf "%.3f", a + b}')
+    printf "  %7s | %9s %8s %8s | %9s %8s %8s | %9s %8s %6s | %9s\n" \
+        "$b" "$ar" "$a50" "$a99" "$br" "$b50" "$b99" "$sr" "$sk" "${h2[$b]}" "$(ratio "$sr" "$gr")"
+done
+echo "  sum/ph.1: the two workers' req/s together over one worker's in phase 1"
+echo "e2e-gpu total time: $(elapsed)"
+echo "e2e-gpu.sh: exit status $rc (0 = every hps-bench run passed, no request failed, caches shared)"
+exit "$rc"
