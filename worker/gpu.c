@@ -73,8 +73,9 @@ typedef struct gtable {
 typedef struct gmodel {
     gtable_t *tables;
     size_t num_tables;
-    size_t ws_base;       /* first workspace slot of this model */
-    long long timer_next; /* CLOCK_MONOTONIC ns of the next periodic refresh */
+    hps_gcache_set_t *set; /* every table's cache: one-launch lookups */
+    size_t ws_base;        /* first workspace slot of this model */
+    long long timer_next;  /* CLOCK_MONOTONIC ns of the next periodic refresh */
     _Atomic bool active;
 } gmodel_t;
 
@@ -443,6 +444,91 @@ static int launch(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt, const
     return rc;
 }
 
+/*
+ * One-launch lookup of every table (hps_gcache_lookup_tables), for requests
+ * of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One buffer
+ * holds the request and the result (c->keys, host and device alike):
+ *   key_off u32[T+1] | out_off u64[T] | keys i64[n] | mcount u32[T] |
+ *   midx u32[n] | out f32[floats] (16-byte aligned)
+ * One H2D copies key_off .. mcount (mcount zeroed here), one D2H mcount .. out.
+ */
+struct mlayout {
+    size_t key_off, out_off, keys, mcount, midx, out, end;
+};
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
+{
+    struct mlayout L;
+    L.key_off = 0;
+    L.out_off = align_up((nt + 1) * sizeof(uint32_t), 8);
+    L.keys = L.out_off + nt * sizeof(uint64_t);
+    L.mcount = L.keys + nkeys * sizeof(int64_t);
+    L.midx = L.mcount + nt * sizeof(uint32_t);
+    L.out = align_up(L.midx + nkeys * sizeof(uint32_t), 16);
+    L.end = L.out + nfloats * sizeof(float);
+    return L;
+}
+
+static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
+                        const int32_t *numkeys, const int64_t *keys, size_t nkeys, size_t nfloats,
+                        struct mlayout *ret)
+{
+    worker_model_t *m = &g->w->models[mi];
+    struct mlayout L = mlayout(nt, nkeys, nfloats);
+    int rc = pair_reserve(&c->keys, L.end);
+    if (rc < 0)
+        return rc;
+    char *h = c->keys.h, *d = c->keys.d;
+    uint32_t *ko = (uint32_t *)(h + L.key_off);
+    uint64_t *fo = (uint64_t *)(h + L.out_off);
+    ko[0] = 0;
+    for (uint32_t t = 0; t < nt; t++) {
+        ko[t + 1] = ko[t] + (uint32_t)numkeys[t];
+        fo[t] = t ? fo[t - 1] + (uint64_t)numkeys[t - 1] * m->dims[t - 1] : 0;
+    }
+    memcpy(h + L.keys, keys, nkeys * sizeof(int64_t));
+    memset(h + L.mcount, 0, nt * sizeof(uint32_t));
+    rc = ck(cudaMemcpyAsync(d, h, L.midx, cudaMemcpyHostToDevice, c->stream), "H2D request");
+    if (rc == 0)
+        rc = hps_gcache_lookup_tables(g->models[mi].set, (int64_t *)(d + L.keys), nkeys,
+                                      (uint32_t *)(d + L.key_off), (uint64_t *)(d + L.out_off),
+                                      (float *)(d + L.out), (uint32_t *)(d + L.midx),
+                                      (uint32_t *)(d + L.mcount), c->stream);
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(h + L.mcount, d + L.mcount, L.end - L.mcount,
+                                cudaMemcpyDeviceToHost, c->stream),
+                "D2H result");
+    if (rc == 0)
+        rc = ck(cudaStreamSynchronize(c->stream), "lookup");
+    *ret = L;
+    return rc;
+}
+
+/** The misses of every table, after either launch path. */
+static int lookup_misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
+                         const int32_t *numkeys, const int64_t *keys, const uint32_t *mcount,
+                         const uint32_t *midx, float *out)
+{
+    worker_model_t *m = &g->w->models[mi];
+    size_t ko = 0, fo = 0;
+    int rc = 0;
+    for (uint32_t t = 0; t < nt && rc >= 0; t++) {
+        size_t n = (size_t)numkeys[t], mc = n ? mcount[t] : 0;
+        if (mc)
+            rc = misses(g, c, mi, t, keys + ko, n, midx + ko, mc, out + fo);
+        if (rc > 0) /* an insert reads the staging buffers the next table reuses */
+            rc = ck(cudaStreamSynchronize(c->stream), "insert");
+        ko += n;
+        fo += n * m->dims[t];
+    }
+    return rc < 0 ? rc : 0;
+}
+
 static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                       const int32_t *numkeys, const int64_t *keys, float *out)
 {
@@ -451,6 +537,16 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     for (uint32_t t = 0; t < nt; t++) {
         nkeys += (size_t)numkeys[t];
         nfloats += (size_t)numkeys[t] * m->dims[t];
+    }
+    if (g->models[mi].set && nkeys <= (size_t)nt * HPS_GCACHE_FUSED_MAX) {
+        struct mlayout L;
+        int rc = launch_multi(g, c, mi, nt, numkeys, keys, nkeys, nfloats, &L);
+        if (rc < 0)
+            return rc;
+        char *h = c->keys.h;
+        memcpy(out, h + L.out, nfloats * sizeof(float));
+        return lookup_misses(g, c, mi, nt, numkeys, keys, (uint32_t *)(h + L.mcount),
+                             (uint32_t *)(h + L.midx), out);
     }
     int rc = pair_reserve(&c->keys, nkeys * sizeof(int64_t));
     rc = rc ? rc : pair_reserve(&c->out, nfloats * sizeof(float));
@@ -462,17 +558,7 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     if ((rc = launch(g, c, mi, nt, numkeys, nkeys, nfloats)) < 0)
         return rc;
     memcpy(out, c->out.h, nfloats * sizeof(float));
-    size_t ko = 0, fo = 0;
-    for (uint32_t t = 0; t < nt && rc >= 0; t++) {
-        size_t n = (size_t)numkeys[t], mc = n ? ((uint32_t *)c->mcount.h)[t] : 0;
-        if (mc)
-            rc = misses(g, c, mi, t, keys + ko, n, (uint32_t *)c->midx.h + ko, mc, out + fo);
-        if (rc > 0) /* an insert reads the staging buffers the next table reuses */
-            rc = ck(cudaStreamSynchronize(c->stream), "insert");
-        ko += n;
-        fo += n * m->dims[t];
-    }
-    return rc < 0 ? rc : 0;
+    return lookup_misses(g, c, mi, nt, numkeys, keys, c->mcount.h, c->midx.h, out);
 }
 
 int worker_gpu_lookup(worker_t *w, size_t mi, uint32_t num_tables, const int32_t *numkeys,
@@ -1158,6 +1244,12 @@ static void build_model(struct worker_gpu *g, gctx_t *c, size_t mi)
                  g->w->models[mi].conf->name, hps_strerror(rc));
         return;
     }
+    hps_gcache_t **caches = malloc(gm->num_tables * sizeof(*caches));
+    for (uint32_t t = 0; caches && t < gm->num_tables; t++)
+        caches[t] = gm->tables[t].cache;
+    if (!caches || hps_gcache_set_create(caches, (uint32_t)gm->num_tables, &gm->set) < 0)
+        gm->set = NULL; /* per-table launches only */
+    free(caches);
     timer_arm(g, mi);
     atomic_store_explicit(&gm->active, !atomic_load(&g->stop), memory_order_release);
 }
@@ -1249,6 +1341,7 @@ static void gpu_free(struct worker_gpu *g)
     for (size_t i = 0; g->ctxs && i < g->num_ctx; i++)
         ctx_free(g->ctxs[i], g->ws_slots);
     for (size_t i = 0; g->models && i < g->w->num_models; i++) {
+        hps_gcache_set_destroy(g->models[i].set);
         for (size_t t = 0; g->models[i].tables && t < g->models[i].num_tables; t++)
             table_free(g, &g->models[i].tables[t]);
         free(g->models[i].tables);

@@ -83,6 +83,7 @@ extern "C" {
 
 typedef struct hps_gcache hps_gcache_t;
 typedef struct hps_gcache_ws hps_gcache_ws_t;
+typedef struct hps_gcache_set hps_gcache_set_t;
 
 /** Ways per set: one warp lane per way. */
 #define HPS_GCACHE_WAYS 32
@@ -226,6 +227,45 @@ hps_err_t hps_gcache_lookup(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int6
                             uint64_t n, float *d_out, uint8_t *d_hit_mask,
                             uint32_t *d_missing_index, uint32_t *d_missing_count,
                             cudaStream_t stream);
+
+/**
+ * @brief The caches of a model's tables, for hps_gcache_lookup_tables.
+ *
+ * Copies each cache's device view (pointers and geometry) into device
+ * memory once.  The caches must outlive the set and be on one device.
+ * @param[in] caches      host array of num_tables handles (table order).
+ * @param[out] ret        the set; free with hps_gcache_set_destroy.
+ * @return 0, HPS_EINVAL (NULL, 0 tables, caches on different devices),
+ *         -ENOMEM or HPS_EIO.
+ */
+hps_err_t hps_gcache_set_create(hps_gcache_t *const *caches, uint32_t num_tables,
+                                hps_gcache_set_t **ret);
+
+/** @brief Free a set (NULL is a no-op); synchronizes the device first. */
+void hps_gcache_set_destroy(hps_gcache_set_t *set);
+
+/**
+ * @brief Look up the keys of every table of a request in one kernel launch.
+ *
+ * Keys of table t are d_keys[d_key_off[t] .. d_key_off[t+1]); each hit's row
+ * goes to d_out + d_out_off[t] + (i - d_key_off[t]) * dim_t; a miss leaves its
+ * row untouched and appends its table-relative position to
+ * d_missing_index[d_key_off[t] + k] (k counted in d_missing_count[t], in no
+ * particular order).  No de-duplication (meant for small requests, where the
+ * launches of per-table lookups cost more than the probes).
+ * @param[in] d_keys           device, int64[n], n = d_key_off[T] (< 2^32).
+ * @param[in] d_key_off        device, uint32[T + 1], ascending, [0] = 0.
+ * @param[in] d_out_off        device, uint64[T], offsets in floats.
+ * @param[out] d_out           device, float: every table's rows.
+ * @param[out] d_missing_index device, uint32[n].
+ * @param[in,out] d_missing_count device, uint32[T]: must be zero on entry.
+ * Concurrency and counters as hps_gcache_lookup.  Asynchronous on stream.
+ * @return 0, HPS_EINVAL or HPS_EIO.
+ */
+hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *set, const int64_t *d_keys, uint64_t n,
+                                   const uint32_t *d_key_off, const uint64_t *d_out_off,
+                                   float *d_out, uint32_t *d_missing_index,
+                                   uint32_t *d_missing_count, cudaStream_t stream);
 
 /**
  * @brief Tuning: under PATH_AUTO, batches of at most max_keys keys take the

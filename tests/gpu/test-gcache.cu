@@ -14,6 +14,8 @@
  *  - shared caches (CUDA VMM): a child process (this program, exec'd with
  *    --import) maps the cache by the inherited descriptor, reads the
  *    parent's rows exactly and inserts rows the parent then reads;
+ *  - one-launch lookups over several tables (hps_gcache_lookup_tables):
+ *    rows, miss positions and counts per table as the per-table lookups;
  *  - a set left locked (as by a writer killed mid-write): lookups answer
  *    miss on every path instead of waiting forever, inserts are skipped and
  *    counted, hps_gcache_repair empties and unlocks exactly that set.
@@ -445,6 +447,83 @@ static void test_shared(const char *self, hps_gcache_policy_t pol)
     hps_gcache_destroy(c);
 }
 
+static void test_tables(void)
+{
+    const uint32_t dims[4] = {16, 7, 128, 8};
+    const size_t nq[4] = {50, 0, 300, 1};
+    hps_gcache_t *c[4];
+    std::vector<std::map<int64_t, int>> ref(4);
+    std::vector<std::vector<int64_t>> q(4);
+    for (int t = 0; t < 4; t++) {
+        OK(hps_gcache_create(4096, dims[t], HPS_GCACHE_LRU, 0, &c[t]));
+        std::vector<int64_t> ins = seq_keys(1 + t * 100000, 1000);
+        insert_rows(c[t], ins, t + 1, false, 0);
+        for (int64_t k : ins)
+            ref[t][k] = t + 1;
+        for (size_t i = 0; i < nq[t]; i++) /* about half hits, with duplicates */
+            q[t].push_back(rnd() % 2 ? ins[rnd() % 40] : (int64_t)(rnd() % 1000000) + 5000000);
+    }
+    hps_gcache_set_t *set = NULL;
+    OK(hps_gcache_set_create(c, 4, &set));
+    std::vector<uint32_t> ko(5, 0);
+    std::vector<uint64_t> fo(4, 0);
+    std::vector<int64_t> keys;
+    for (int t = 0; t < 4; t++) {
+        ko[t + 1] = ko[t] + (uint32_t)nq[t];
+        fo[t] = t ? fo[t - 1] + nq[t - 1] * dims[t - 1] : 0;
+        keys.insert(keys.end(), q[t].begin(), q[t].end());
+    }
+    size_t floats = fo[3] + nq[3] * dims[3];
+    int64_t *dk = dev_copy(keys);
+    uint32_t *dko = dev_copy(ko), *dmi, *dmc;
+    uint64_t *dfo = dev_copy(fo);
+    float *dout;
+    CK(cudaMalloc((void **)&dout, floats * sizeof(float)));
+    CK(cudaMemset(dout, 0xff, floats * sizeof(float)));
+    CK(cudaMalloc((void **)&dmi, keys.size() * 4));
+    CK(cudaMalloc((void **)&dmc, 16));
+    CK(cudaMemset(dmc, 0, 16));
+    OK(hps_gcache_lookup_tables(set, dk, keys.size(), dko, dfo, dout, dmi, dmc, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<float> out = host_copy(dout, floats);
+    std::vector<uint32_t> mi = host_copy(dmi, keys.size()), mc = host_copy(dmc, 4);
+    for (int t = 0; t < 4; t++) {
+        std::set<uint32_t> missing(mi.begin() + ko[t], mi.begin() + ko[t] + mc[t]);
+        HPS_ASSERT_EQ(missing.size(), mc[t]);
+        size_t expect_miss = 0;
+        for (size_t i = 0; i < nq[t]; i++) {
+            auto it = ref[t].find(q[t][i]);
+            bool hit = it != ref[t].end();
+            expect_miss += !hit;
+            HPS_ASSERT_EQ(missing.count((uint32_t)i), !hit);
+            for (uint32_t j = 0; j < dims[t]; j++) {
+                float v = out[fo[t] + i * dims[t] + j];
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                if (hit)
+                    HPS_ASSERT_EQ(v, row_val(q[t][i], it->second, j));
+                else
+                    HPS_ASSERT_EQ(bits, 0xffffffffu);
+            }
+        }
+        HPS_ASSERT_EQ(mc[t], expect_miss);
+        hps_gcache_stats_t st;
+        OK(hps_gcache_stats(c[t], &st));
+        HPS_ASSERT_EQ(st.lookups, nq[t]);
+        HPS_ASSERT_EQ(st.hits, nq[t] - expect_miss);
+    }
+    HPS_ASSERT_EQ(hps_gcache_set_create(c, 0, &set), HPS_EINVAL);
+    hps_gcache_set_destroy(set);
+    for (int t = 0; t < 4; t++)
+        hps_gcache_destroy(c[t]);
+    CK(cudaFree(dk));
+    CK(cudaFree(dko));
+    CK(cudaFree(dfo));
+    CK(cudaFree(dout));
+    CK(cudaFree(dmi));
+    CK(cudaFree(dmc));
+}
+
 static void test_stuck_lock(void)
 {
     hps_gcache_t *c = NULL;
@@ -522,6 +601,7 @@ int main(int argc, char **argv)
             test_concurrent(pol, 1);
         }
     }
+    test_tables();
     test_stuck_lock();
     printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
