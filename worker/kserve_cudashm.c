@@ -213,22 +213,6 @@ int hps__cuda_ipc_open(const char *name, const unsigned char *handle, int64_t de
     return rc;
 }
 
-void hps__cuda_ipc_close(struct hps__cuda_ipc *m)
-{
-    if (!m->base)
-        return;
-    int prev;
-    enter(m->device, &prev);
-    if (m->stream) {
-        cudaStreamSynchronize((cudaStream_t)m->stream); /* idle: no request holds the region */
-        cudaStreamDestroy((cudaStream_t)m->stream);
-    }
-    cudaIpcCloseMemHandle(m->base);
-    cudaGetLastError();
-    leave(prev);
-    memset(m, 0, sizeof(*m));
-}
-
 /* Wait for the stream, at most HPS__CUDA_COPY_TIMEOUT_MS. */
 static cudaError_t wait_stream(cudaStream_t st)
 {
@@ -244,6 +228,24 @@ static cudaError_t wait_stream(cudaStream_t st)
             nanosleep(&ts, NULL);
         }
     }
+}
+
+void hps__cuda_ipc_close(struct hps__cuda_ipc *m)
+{
+    if (!m->base)
+        return;
+    int prev;
+    enter(m->device, &prev);
+    if (m->stream) {
+        /* No request holds the region, so the stream is idle unless a copy
+         * timed out; then the destroy waits for it in the background. */
+        wait_stream((cudaStream_t)m->stream);
+        cudaStreamDestroy((cudaStream_t)m->stream);
+    }
+    cudaIpcCloseMemHandle(m->base);
+    cudaGetLastError();
+    leave(prev);
+    memset(m, 0, sizeof(*m));
 }
 
 /* One copy on the region's stream, waited for. */
