@@ -674,7 +674,8 @@ hps_err_t hps_shmdb_gcache_claim(hps_shmdb_t *db, const hps_gcache_reg_t *want,
 /**
  * @brief The creator says the cache is preloaded and importable, with the
  * shape it finally has (it may have grown the capacity while preloading).
- * @return 0; HPS_ENOTFOUND (the entry was reclaimed: another generation).
+ * @return 0; HPS_ENOTFOUND (the entry was reclaimed: another generation,
+ *         or FREE); HPS_EINVAL (NULL db, index out of range).
  */
 hps_err_t hps_shmdb_gcache_ready(hps_shmdb_t *db, uint32_t index, uint64_t generation,
                                  uint64_t capacity_rows, uint64_t bytes);
@@ -693,12 +694,17 @@ hps_err_t hps_shmdb_gcache_leave(hps_shmdb_t *db, uint32_t index, uint64_t gener
  *                            process may have left a set locked:
  *                            hps_gcache_repair), or NULL.
  * @param[out] ret_refresher  true if the caller is the refresher, or NULL.
- * @return 0; HPS_ENOTFOUND (entry recycled: other generation); HPS_EINVAL.
+ * @return 0; HPS_ENOTFOUND (entry recycled: other generation, or FREE);
+ *         HPS_EINVAL (NULL db, index out of range).
  */
 hps_err_t hps_shmdb_gcache_prune(hps_shmdb_t *db, uint32_t index, uint64_t generation,
                                  uint32_t *ret_dropped, bool *ret_refresher);
 
-/** @brief Publish the cache's counters (by its refresher, for hps-shm and metrics). */
+/**
+ * @brief Publish the cache's counters (by its refresher, for hps-shm and metrics).
+ * @return 0; HPS_ENOTFOUND (no registry, another generation, or the entry
+ *         is FREE); HPS_EINVAL (NULL db or c, index out of range).  Lock-free.
+ */
 hps_err_t hps_shmdb_gcache_publish(hps_shmdb_t *db, uint32_t index, uint64_t generation,
                                    const hps_gcache_counters_t *c);
 
