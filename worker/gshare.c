@@ -81,7 +81,7 @@ static void reply(int conn, uint8_t status, int fd)
 static void serve_one(gshare_t *s, int conn)
 {
     struct req r;
-    struct timeval tv = {.tv_sec = 1};
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000}; /* a silent client holds up the others */
     setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (!same_user(conn) || recv(conn, &r, sizeof(r), 0) != (ssize_t)sizeof(r))
         return;
@@ -135,7 +135,7 @@ int gshare_start(const char *segment, gshare_t **ret)
 
 int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, int fd)
 {
-    if (index >= HPS_SHMDB_MAX_GCACHES)
+    if (!s || index >= HPS_SHMDB_MAX_GCACHES)
         return -ENOMEM;
     pthread_mutex_lock(&s->mu);
     s->offers[index].generation = generation;
@@ -190,13 +190,17 @@ int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint64_t genera
     int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (sock < 0)
         return -errno;
+    if (timeout_ms < 1) /* why: a zero socket timeout means "wait forever" */
+        timeout_ms = 1;
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     struct req r = {.index = index, .generation = generation};
     int rc = 0;
     if (connect(sock, (struct sockaddr *)&a, len) < 0)
-        rc = errno == ECONNREFUSED || errno == ENOENT ? HPS_ENOTFOUND : -errno;
+        rc = errno == ECONNREFUSED || errno == ENOENT ? HPS_ENOTFOUND
+             : errno == EAGAIN                        ? HPS_ETIMEDOUT /* backlog full */
+                                                      : -errno;
     else if (send(sock, &r, sizeof(r), MSG_NOSIGNAL) != (ssize_t)sizeof(r))
         rc = -errno;
     else

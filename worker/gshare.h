@@ -33,7 +33,7 @@ int gshare_start(const char *segment, gshare_t **ret);
  * @brief Offer fd for registry entry (index, generation); fd stays owned by
  * the caller and must stay open until gshare_stop.  A second offer for the
  * same index replaces the first.  Thread-safe.
- * @return 0 or -ENOMEM (table of offers full: HPS_SHMDB_MAX_GCACHES).
+ * @return 0 or -ENOMEM (s NULL, or index >= HPS_SHMDB_MAX_GCACHES).
  */
 int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, int fd);
 
@@ -43,8 +43,13 @@ void gshare_stop(gshare_t *s);
 /**
  * @brief Ask process pid for its descriptor of (index, generation).
  * @param[out] ret_fd  a new descriptor in this process, owned by the caller.
+ * @param[in] timeout_ms  for the connection and the answer each (>= 1;
+ *                        smaller values count as 1).
  * @return 0; HPS_ENOTFOUND (pid does not offer it: no socket, other
- *         generation); HPS_ETIMEDOUT (no answer in timeout_ms); -errno.
+ *         generation); HPS_ETIMEDOUT (no answer in timeout_ms, or the
+ *         server's backlog is full); -errno.
+ * The server answers one request at a time and gives a silent client at
+ * most 200 ms.
  */
 int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint64_t generation,
                  int timeout_ms, int *ret_fd);
