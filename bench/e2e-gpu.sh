@@ -148,6 +148,7 @@ bench_start() {
         --server-pid "$3" --concurrency "$conc" --duration "$d" --warmup "$w" \
         --reps "$7" --verify "$4" "$5" >"$1" 2>&1 &
     bench_pid=$!
+    e2e_pids+=("$bench_pid") e2e_names+=(hps-bench) # stopped on exit too
 }
 
 # bench_wait PID LOG: wait for it (deadline: stopped after 300 s), print its
