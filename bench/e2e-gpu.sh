@@ -284,10 +284,10 @@ e2e_start_worker "$workdir/worker1.log" -c "$ini" --device "$device" --instance 
 w1_pid=$worker_started_pid w1_port=$http_port w1_mport=$metrics_port
 wait_ready "$w1_port" 300 || { echo "e2e-gpu.sh: worker 1 not ready after 300 s" >&2; exit 1; }
 sed 's/^/   /' "$workdir/worker1.log"
-mapped=$(grep -c "mapped the cache of process" "$workdir/worker1.log" || true)
+mapped=$(grep -cE "mapped the (shared )?cache" "$workdir/worker1.log" || true)
 read -r _ _ n0 s0 <<<"$(cache_counts "$w0_mport")"
 read -r _ _ n1 s1 <<<"$(cache_counts "$w1_mport")"
-echo "   worker 1 log: \"mapped the cache of process\" for $mapped table(s);"\
+echo "   worker 1 log: \"mapped the (shared) cache\" for $mapped table(s);"\
      "nv_hps_embedding_cache_processes == 2 for $s0 of $n0 caches (worker 0), $s1 of $n1 (worker 1)"
 if [ -z "$nogpu" ] && { [ "$mapped" != "$ntables" ] || [ "$s0" != "$ntables" ]; }; then
     echo "   the caches are NOT all shared by the two workers"
