@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # e2e_prog, workdir, coordinator, worker: set by the caller
 # e2e-lib.sh -- shell functions shared by bench/e2e.sh and bench/e2e-gpu.sh.
 # Sourced, not run.  The caller sets:
 #   e2e_prog     its name, the prefix of error messages ("e2e.sh")
