@@ -77,7 +77,18 @@ static uint64_t gc_layout(hps_table_ref_t *t, char *base)
     return pos;
 }
 
-/* Check the arguments and fill the host handle (no device memory yet). */
+/* Free what gc_new allocated (not the cache memory) and the handle. */
+static void gc_handle_free(hps_gcache_t *c)
+{
+    if (c->stats_stream)
+        cudaStreamDestroy(c->stats_stream);
+    cudaFree(c->d_occ);
+    pthread_mutex_destroy(&c->stats_mu);
+    (void)cudaGetLastError();
+    free(c);
+}
+
+/* Check the arguments and fill the host handle (no cache memory yet). */
 static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
                         int device, hps_gcache_t **ret_cache)
 {
@@ -97,9 +108,14 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
     c->ref.dim = dim;
     c->ref.policy = policy;
     c->bytes = gc_layout(&c->ref, NULL);
+    pthread_mutex_init(&c->stats_mu, NULL);
     cudaError_t e = cudaDeviceGetAttribute(&c->ref.num_sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->stats_stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->d_occ, sizeof(*c->d_occ));
     if (e != cudaSuccess) {
-        free(c);
+        gc_handle_free(c);
         return hps__cuda_err(e);
     }
     *ret_cache = c;
@@ -171,7 +187,7 @@ extern "C" hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t 
         return err;
     err = hps__vmm_import(c, fd);
     if (err) {
-        free(c);
+        gc_handle_free(c);
         return err;
     }
     gc_layout(&c->ref, c->base);
@@ -194,8 +210,7 @@ extern "C" void hps_gcache_destroy(hps_gcache_t *c)
         hps__vmm_release(c);
     else
         cudaFree(c->base);
-    (void)cudaGetLastError();
-    free(c);
+    gc_handle_free(c);
 }
 
 extern "C" void hps_gcache_set_fused_max(hps_gcache_t *c, uint64_t max_keys)
@@ -346,18 +361,22 @@ extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
     if (!c || !ret)
         return HPS_EINVAL;
     HPS_CUDA_TRY(cudaSetDevice(c->device));
-    unsigned long long *d_occ = NULL, occ = 0;
+    unsigned long long occ = 0;
     uint64_t ctr[HPS_GC_NCTR];
-    HPS_CUDA_TRY(cudaMalloc((void **)&d_occ, sizeof(*d_occ)));
-    cudaError_t e = cudaMemset(d_occ, 0, sizeof(*d_occ));
-    hps_err_t err = hps__cuda_err(e);
+    cudaStream_t st = c->stats_stream;
+    pthread_mutex_lock(&c->stats_mu);
+    hps_err_t err = hps__cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
     if (!err)
-        err = hps_k_occupancy(&c->ref, d_occ, 0);
+        err = hps_k_occupancy(&c->ref, c->d_occ, st);
     if (!err)
-        err = hps__cuda_err(cudaMemcpy(&occ, d_occ, sizeof(occ), cudaMemcpyDeviceToHost));
+        err = hps__cuda_err(
+            cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
     if (!err)
-        err = hps__cuda_err(cudaMemcpy(ctr, c->ref.ctr, sizeof(ctr), cudaMemcpyDeviceToHost));
-    cudaFree(d_occ);
+        err = hps__cuda_err(
+            cudaMemcpyAsync(ctr, c->ref.ctr, sizeof(ctr), cudaMemcpyDeviceToHost, st));
+    if (!err)
+        err = hps__cuda_err(cudaStreamSynchronize(st));
+    pthread_mutex_unlock(&c->stats_mu);
     if (err)
         return err;
     ret->capacity_rows = c->ref.num_sets * HPS_GCACHE_WAYS;

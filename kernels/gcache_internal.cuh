@@ -6,6 +6,7 @@
 #define HPS_GCACHE_INTERNAL_CUH
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -81,6 +82,12 @@ struct hps_gcache {
     uint64_t handle;    /* CUmemGenericAllocationHandle when shared */
     uint64_t fused_max; /* batches up to this size take the fused kernel */
     int lookup_path;    /* HPS_GCACHE_PATH_* */
+    /* hps_gcache_stats: its own stream and scratch word (no cudaMalloc /
+     * cudaFree per call: those synchronize the whole device), one caller
+     * at a time. */
+    cudaStream_t stats_stream;
+    unsigned long long *d_occ;
+    pthread_mutex_t stats_mu;
 };
 
 struct hps_gcache_ws {

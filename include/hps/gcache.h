@@ -323,8 +323,9 @@ hps_err_t hps_gcache_dump(hps_gcache_t *cache, uint64_t start_set, uint64_t end_
                           int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
 
 /**
- * @brief Read the counters (synchronous: runs an occupancy count on the
- * legacy default stream of the device and waits).
+ * @brief Read the counters (synchronous: an occupancy count and two copies
+ * on the handle's own non-blocking stream, no allocation, so it never waits
+ * for other streams' work).  Calls on one handle are serialized.
  * @return 0 or HPS_EIO.
  */
 hps_err_t hps_gcache_stats(hps_gcache_t *cache, hps_gcache_stats_t *ret_stats);
