@@ -136,3 +136,32 @@ extern "C" hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *s, const int64_t
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
+
+/* Row i of src (dim floats) to out + dst[i]: a warp per row. */
+__global__ void k_scatter_rows(const float *__restrict__ src, const uint64_t *__restrict__ dst,
+                               uint64_t n, uint32_t dim, float *out)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    for (uint64_t i = warp; i < n; i += nwarps) {
+        float *d = out + dst[i];
+        const float *s = src + i * dim;
+        for (uint32_t c = lane; c < dim; c += 32)
+            d[c] = s[c];
+    }
+}
+
+extern "C" hps_err_t hps_gcache_scatter_rows(const float *d_rows, const uint64_t *d_dst, uint64_t n,
+                                             uint32_t dim, float *d_out, cudaStream_t stream)
+{
+    if (n == 0)
+        return 0;
+    if (!d_rows || !d_dst || !d_out || dim == 0)
+        return HPS_EINVAL;
+    uint64_t blocks = (n + MT_THREADS / 32 - 1) / (MT_THREADS / 32);
+    blocks = blocks > 4096 ? 4096 : blocks;
+    k_scatter_rows<<<(unsigned)blocks, MT_THREADS, 0, stream>>>(d_rows, d_dst, n, dim, d_out);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}

@@ -49,6 +49,7 @@ typedef struct gctx {
     hps_gcache_ws_t **ws; /* [ws_slots] */
     uint64_t *ws_cap;     /* [ws_slots] keys */
     pair_t keys, out, midx, mcount, ikeys, ivals;
+    pair_t srows, soff; /* misses of a device-output lookup: rows and destinations */
     struct gctx *next;
 } gctx_t;
 
@@ -258,7 +259,8 @@ static void ctx_free(gctx_t *c, size_t slots)
         hps_gcache_ws_destroy(c->ws[i]);
     free(c->ws);
     free(c->ws_cap);
-    pair_t *ps[] = {&c->keys, &c->out, &c->midx, &c->mcount, &c->ikeys, &c->ivals};
+    pair_t *ps[] = {&c->keys,  &c->out,   &c->midx,  &c->mcount,
+                    &c->ikeys, &c->ivals, &c->srows, &c->soff};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         pair_free(ps[i]);
     if (c->stream)
@@ -407,8 +409,9 @@ static int misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, const 
 
 /** Enqueue H2D of the keys, every table's lookup and the D2H of the results. */
 static int launch(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt, const int32_t *numkeys,
-                  size_t nkeys, size_t nfloats)
+                  size_t nkeys, size_t nfloats, float *d_out)
 {
+    float *dst = d_out ? d_out : (float *)c->out.d;
     gmodel_t *gm = &g->models[mi];
     int rc = ck(cudaMemcpyAsync(c->keys.d, c->keys.h, nkeys * sizeof(int64_t),
                                 cudaMemcpyHostToDevice, c->stream),
@@ -421,13 +424,13 @@ static int launch(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt, const
             continue;
         rc = ctx_ws(c, gm->ws_base + t, gm->tables[t].cache, n, &ws);
         if (rc == 0)
-            rc = hps_gcache_lookup(gm->tables[t].cache, ws, (int64_t *)c->keys.d + ko, n,
-                                   (float *)c->out.d + fo, NULL, (uint32_t *)c->midx.d + ko,
-                                   (uint32_t *)c->mcount.d + t, c->stream);
+            rc = hps_gcache_lookup(gm->tables[t].cache, ws, (int64_t *)c->keys.d + ko, n, dst + fo,
+                                   NULL, (uint32_t *)c->midx.d + ko, (uint32_t *)c->mcount.d + t,
+                                   c->stream);
         ko += n;
         fo += n * gm->tables[t].dim;
     }
-    if (rc == 0)
+    if (rc == 0 && !d_out)
         rc = ck(cudaMemcpyAsync(c->out.h, c->out.d, nfloats * sizeof(float), cudaMemcpyDeviceToHost,
                                 c->stream),
                 "D2H rows");
@@ -476,10 +479,10 @@ static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
 
 static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                         const int32_t *numkeys, const int64_t *keys, size_t nkeys, size_t nfloats,
-                        struct mlayout *ret)
+                        float *d_out, struct mlayout *ret)
 {
     worker_model_t *m = &g->w->models[mi];
-    struct mlayout L = mlayout(nt, nkeys, nfloats);
+    struct mlayout L = mlayout(nt, nkeys, d_out ? 0 : nfloats); /* rows stay on the device */
     int rc = pair_reserve(&c->keys, L.end);
     if (rc < 0)
         return rc;
@@ -495,10 +498,10 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     memset(h + L.mcount, 0, nt * sizeof(uint32_t));
     rc = ck(cudaMemcpyAsync(d, h, L.midx, cudaMemcpyHostToDevice, c->stream), "H2D request");
     if (rc == 0)
-        rc = hps_gcache_lookup_tables(g->models[mi].set, (int64_t *)(d + L.keys), nkeys,
-                                      (uint32_t *)(d + L.key_off), (uint64_t *)(d + L.out_off),
-                                      (float *)(d + L.out), (uint32_t *)(d + L.midx),
-                                      (uint32_t *)(d + L.mcount), c->stream);
+        rc = hps_gcache_lookup_tables(
+            g->models[mi].set, (int64_t *)(d + L.keys), nkeys, (uint32_t *)(d + L.key_off),
+            (uint64_t *)(d + L.out_off), d_out ? d_out : (float *)(d + L.out),
+            (uint32_t *)(d + L.midx), (uint32_t *)(d + L.mcount), c->stream);
     if (rc == 0)
         rc = ck(cudaMemcpyAsync(h + L.mcount, d + L.mcount, L.end - L.mcount,
                                 cudaMemcpyDeviceToHost, c->stream),
@@ -509,17 +512,58 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     return rc;
 }
 
-/** The misses of every table, after either launch path. */
+/**
+ * Table t's misses when its rows are on the device (d_out): their rows are
+ * found (or defaulted) on the host as misses() does, then copied to their
+ * places by one scatter kernel.
+ */
+static int misses_device(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t,
+                         const int64_t *keys, size_t n, const uint32_t *midx, size_t mc,
+                         float *d_out)
+{
+    uint32_t dim = g->w->models[mi].dims[t];
+    float *tmp = malloc(n * dim * sizeof(float));
+    if (!tmp)
+        return -ENOMEM;
+    int rc = misses(g, c, mi, t, keys, n, midx, mc, tmp);
+    if (rc > 0) /* the insert reads staging buffers: done before the next table */
+        rc = ck(cudaStreamSynchronize(c->stream), "insert");
+    rc = rc < 0 ? rc : pair_reserve(&c->srows, mc * dim * sizeof(float));
+    rc = rc < 0 ? rc : pair_reserve(&c->soff, mc * sizeof(uint64_t));
+    for (size_t j = 0; rc >= 0 && j < mc; j++) {
+        memcpy((float *)c->srows.h + j * dim, tmp + (size_t)midx[j] * dim, dim * sizeof(float));
+        ((uint64_t *)c->soff.h)[j] = (uint64_t)midx[j] * dim;
+    }
+    free(tmp);
+    if (rc >= 0)
+        rc = ck(cudaMemcpyAsync(c->srows.d, c->srows.h, mc * dim * sizeof(float),
+                                cudaMemcpyHostToDevice, c->stream),
+                "H2D miss rows");
+    if (rc >= 0)
+        rc = ck(cudaMemcpyAsync(c->soff.d, c->soff.h, mc * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                c->stream),
+                "H2D miss places");
+    if (rc >= 0)
+        rc = hps_gcache_scatter_rows(c->srows.d, c->soff.d, mc, dim, d_out, c->stream);
+    if (rc >= 0) /* srows and soff are the next table's */
+        rc = ck(cudaStreamSynchronize(c->stream), "scatter misses");
+    return rc < 0 ? rc : 0;
+}
+
+/** The misses of every table, after either launch path; rows to out (host)
+ * or, when d_out is set, to d_out (device). */
 static int lookup_misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                          const int32_t *numkeys, const int64_t *keys, const uint32_t *mcount,
-                         const uint32_t *midx, float *out)
+                         const uint32_t *midx, float *out, float *d_out)
 {
     worker_model_t *m = &g->w->models[mi];
     size_t ko = 0, fo = 0;
     int rc = 0;
     for (uint32_t t = 0; t < nt && rc >= 0; t++) {
         size_t n = (size_t)numkeys[t], mc = n ? mcount[t] : 0;
-        if (mc)
+        if (mc && d_out)
+            rc = misses_device(g, c, mi, t, keys + ko, n, midx + ko, mc, d_out + fo);
+        else if (mc)
             rc = misses(g, c, mi, t, keys + ko, n, midx + ko, mc, out + fo);
         if (rc > 0) /* an insert reads the staging buffers the next table reuses */
             rc = ck(cudaStreamSynchronize(c->stream), "insert");
@@ -529,8 +573,9 @@ static int lookup_misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt
     return rc < 0 ? rc : 0;
 }
 
+/** Rows to out (host) or, with d_out, straight into device memory. */
 static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
-                      const int32_t *numkeys, const int64_t *keys, float *out)
+                      const int32_t *numkeys, const int64_t *keys, float *out, float *d_out)
 {
     worker_model_t *m = &g->w->models[mi];
     size_t nkeys = 0, nfloats = 0;
@@ -540,13 +585,14 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     }
     if (g->models[mi].set && nkeys <= (size_t)nt * HPS_GCACHE_FUSED_MAX) {
         struct mlayout L;
-        int rc = launch_multi(g, c, mi, nt, numkeys, keys, nkeys, nfloats, &L);
+        int rc = launch_multi(g, c, mi, nt, numkeys, keys, nkeys, nfloats, d_out, &L);
         if (rc < 0)
             return rc;
         char *h = c->keys.h;
-        memcpy(out, h + L.out, nfloats * sizeof(float));
+        if (!d_out)
+            memcpy(out, h + L.out, nfloats * sizeof(float));
         return lookup_misses(g, c, mi, nt, numkeys, keys, (uint32_t *)(h + L.mcount),
-                             (uint32_t *)(h + L.midx), out);
+                             (uint32_t *)(h + L.midx), out, d_out);
     }
     int rc = pair_reserve(&c->keys, nkeys * sizeof(int64_t));
     rc = rc ? rc : pair_reserve(&c->out, nfloats * sizeof(float));
@@ -555,10 +601,11 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     if (rc < 0)
         return rc;
     memcpy(c->keys.h, keys, nkeys * sizeof(int64_t));
-    if ((rc = launch(g, c, mi, nt, numkeys, nkeys, nfloats)) < 0)
+    if ((rc = launch(g, c, mi, nt, numkeys, nkeys, nfloats, d_out)) < 0)
         return rc;
-    memcpy(out, c->out.h, nfloats * sizeof(float));
-    return lookup_misses(g, c, mi, nt, numkeys, keys, c->mcount.h, c->midx.h, out);
+    if (!d_out)
+        memcpy(out, c->out.h, nfloats * sizeof(float));
+    return lookup_misses(g, c, mi, nt, numkeys, keys, c->mcount.h, c->midx.h, out, d_out);
 }
 
 int worker_gpu_lookup(worker_t *w, size_t mi, uint32_t num_tables, const int32_t *numkeys,
@@ -572,7 +619,24 @@ int worker_gpu_lookup(worker_t *w, size_t mi, uint32_t num_tables, const int32_t
     gctx_t *c = ctx_get(g);
     if (!c)
         return 1;
-    int rc = lookup_ctx(g, c, mi, num_tables, numkeys, keys, out);
+    int rc = lookup_ctx(g, c, mi, num_tables, numkeys, keys, out, NULL);
+    ctx_put(g, c);
+    return rc;
+}
+
+int worker_gpu_lookup_device(worker_t *w, size_t mi, uint32_t num_tables, const int32_t *numkeys,
+                             const int64_t *keys, int device, float *d_out)
+{
+    struct worker_gpu *g = w->gpu;
+    if (!g || device != g->device ||
+        !atomic_load_explicit(&g->models[mi].active, memory_order_acquire))
+        return HPS_EUNSUPPORTED;
+    if (cudaSetDevice(g->device) != cudaSuccess)
+        return HPS_EUNSUPPORTED;
+    gctx_t *c = ctx_get(g);
+    if (!c)
+        return HPS_EUNSUPPORTED;
+    int rc = lookup_ctx(g, c, mi, num_tables, numkeys, keys, NULL, d_out);
     ctx_put(g, c);
     return rc;
 }

@@ -27,6 +27,10 @@
  * thread (HugeCTR's asynchronous insertion semantics).  Rows not found in
  * any layer are never inserted.
  *
+ * OUTPUT0 into a CUDA shared-memory region on the worker's device
+ * (worker_gpu_lookup_device) skips the host: the lookup kernel writes the
+ * hits into the region and the misses are scattered there.
+ *
  * Without CUDA every function below is an inline no-op and the worker
  * serves from the CPU path.
  */
@@ -58,6 +62,21 @@ void worker_gpu_stop(struct worker *w);
 int worker_gpu_lookup(struct worker *w, size_t mi, uint32_t num_tables, const int32_t *numkeys,
                       const int64_t *keys, float *out);
 
+/**
+ * @brief Serve one request of model mi with OUTPUT0 going straight into
+ * device memory (a CUDA shared-memory region opened in this process):
+ * cache hits are written there by the lookup kernel, misses are found on
+ * the host and scattered there; nothing is copied back to the host.
+ * @param[in] device  the CUDA device of d_out.
+ * @param[out] d_out  device, float, the request's rows in key order.
+ * @return 0 (complete: the stream was synchronized); HPS_EUNSUPPORTED when
+ *         the GPU does not serve this model or d_out is on another device
+ *         (use the host path); a negative hps_err_t on a CUDA error.
+ *         Called with w->seg_lock held for reading.
+ */
+int worker_gpu_lookup_device(struct worker *w, size_t mi, uint32_t num_tables,
+                             const int32_t *numkeys, const int64_t *keys, int device, float *d_out);
+
 /** @brief False while the caches are being created and preloaded. */
 bool worker_gpu_ready(struct worker *w);
 
@@ -78,6 +97,13 @@ static inline int worker_gpu_lookup(struct worker *w, size_t mi, uint32_t num_ta
 {
     (void)w, (void)mi, (void)num_tables, (void)numkeys, (void)keys, (void)out;
     return 1;
+}
+static inline int worker_gpu_lookup_device(struct worker *w, size_t mi, uint32_t num_tables,
+                                           const int32_t *numkeys, const int64_t *keys, int device,
+                                           float *d_out)
+{
+    (void)w, (void)mi, (void)num_tables, (void)numkeys, (void)keys, (void)device, (void)d_out;
+    return HPS_EUNSUPPORTED;
 }
 static inline bool worker_gpu_ready(struct worker *w)
 {

@@ -222,16 +222,39 @@ static enum MHD_Result infer_failed(const hps_kserve_t *s, struct hps__kmodel *m
 }
 
 /* Call the backend; on failure answer and return false. */
+/* OUTPUT0 into a CUDA region, straight from the backend's device memory:
+ * HPS_EUNSUPPORTED when the backend cannot (then lookup + copy). */
+static hps_err_t lookup_device(hps_kserve_t *s, size_t mi, const struct hps__infer_req *req,
+                               hps_kserve_lookup_stats_t *ls)
+{
+    int dev = req->out_cuda ? hps__shm_device(req->held[HPS__HELD_OUTPUT]) : -1;
+    if (dev < 0 || !s->backend.lookup_device || ((uintptr_t)req->out_shm & 3) != 0)
+        return HPS_EUNSUPPORTED;
+    hps_err_t rc = s->backend.lookup_device(
+        s->backend.ctx, mi, s->models[mi].num_tables, req->numkeys, req->keys, req->num_keys, dev,
+        (float *)(void *)req->out_shm, (size_t)req->out_len, ls);
+    if (rc == HPS_EUNSUPPORTED)
+        memset(ls, 0, sizeof(*ls));
+    return rc;
+}
+
+/* Run the lookup; *on_device when OUTPUT0 was written into its CUDA region
+ * by the backend (nothing left to copy). */
 static bool infer_lookup(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
                          const struct hps__infer_req *req, float *out,
-                         hps_kserve_lookup_stats_t *ls, uint64_t t0, enum MHD_Result *ret)
+                         hps_kserve_lookup_stats_t *ls, uint64_t t0, enum MHD_Result *ret,
+                         bool *on_device)
 {
     struct hps__kmodel *m = &s->models[mi];
     memset(ls, 0, sizeof(*ls));
+    *on_device = false;
     if (req->num_keys == 0)
         return true;
-    hps_err_t rc = s->backend.lookup(s->backend.ctx, mi, m->num_tables, req->numkeys, req->keys,
-                                     req->num_keys, out, (size_t)req->out_len, ls);
+    hps_err_t rc = lookup_device(s, mi, req, ls);
+    *on_device = rc == 0;
+    if (rc == HPS_EUNSUPPORTED)
+        rc = s->backend.lookup(s->backend.ctx, mi, m->num_tables, req->numkeys, req->keys,
+                               req->num_keys, out, (size_t)req->out_len, ls);
     if (rc == 0)
         return true;
     ls->message[sizeof(ls->message) - 1] = '\0';
@@ -307,13 +330,14 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
     enum MHD_Result ret;
     hps_kserve_lookup_stats_t ls;
+    bool on_device = false;
     float *out = out_buffer(&req);
     stamp[1] = hps__now_ns();
     if (!out) {
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
-    } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret)) {
+    } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret, &on_device)) {
         out_done(&req, out, false);
-    } else if (hps__infer_store_output(&req, out, &err)) {
+    } else if (!on_device && hps__infer_store_output(&req, out, &err)) {
         out_done(&req, out, false);
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
     } else {

@@ -301,6 +301,10 @@ int hps__shm_read(const struct hps__shm_ref *ref, void *dst, size_t n, hps__kerr
 int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t n,
                    hps__kerr_t *err);
 
+/** The CUDA device of a CUDA region (its window is device memory there),
+ *  -1 for a system region or NULL. */
+int hps__shm_device(const struct hps__shm_region *r);
+
 /** Give back a region from hps__shm_acquire(); r may be NULL. */
 void hps__shm_release(struct hps__shm *s, struct hps__shm_region *r);
 

@@ -576,6 +576,11 @@ int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t
     return hps__cuda_ipc_write(&r->ipc, (uint64_t)(ptr - r->addr), src, n, err);
 }
 
+int hps__shm_device(const struct hps__shm_region *r)
+{
+    return r && r->cuda ? r->ipc.device : -1;
+}
+
 void hps__shm_release(struct hps__shm *s, struct hps__shm_region *r)
 {
     if (!r)

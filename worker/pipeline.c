@@ -169,6 +169,31 @@ static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, cons
     return rc;
 }
 
+/* OUTPUT0 into device memory: the GPU path only (gpu.h); HPS_EUNSUPPORTED
+ * sends the front end to lookup() and a copy. */
+static hps_err_t lookup_device(void *ctx, size_t model_index, uint32_t num_tables,
+                               const int32_t *numkeys, const int64_t *keys, size_t num_keys,
+                               int device, float *d_out, size_t out_len,
+                               hps_kserve_lookup_stats_t *stats)
+{
+    worker_t *w = ctx;
+    worker_model_t *m = &w->models[model_index];
+    uint64_t t0 = mono_ns();
+    (void)out_len;
+    pthread_rwlock_rdlock(&w->seg_lock);
+    int rc = worker_gpu_lookup_device(w, model_index, num_tables, numkeys, keys, device, d_out);
+    pthread_rwlock_unlock(&w->seg_lock);
+    if (rc == HPS_EUNSUPPORTED)
+        return rc;
+    uint64_t dt = mono_ns() - t0;
+    stats->compute_infer_ns = dt;
+    atomic_fetch_add_explicit(&m->ctr.lookup_keys, num_keys, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ctr.lookup_ns, dt, memory_order_relaxed);
+    if (rc < 0)
+        snprintf(stats->message, sizeof(stats->message), "lookup failed: %s", hps_strerror(rc));
+    return rc;
+}
+
 static bool ready(void *ctx)
 {
     worker_t *w = ctx;
@@ -327,6 +352,7 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
     memset(ret, 0, sizeof(*ret));
     ret->ctx = w;
     ret->lookup = lookup;
+    ret->lookup_device = lookup_device;
     ret->ready = ready;
     ret->metrics = metrics;
 }

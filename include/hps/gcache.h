@@ -268,6 +268,17 @@ hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *set, const int64_t *d_keys,
                                    uint32_t *d_missing_count, cudaStream_t stream);
 
 /**
+ * @brief Copy n rows of dim floats to scattered places: row i of d_rows to
+ * d_out + d_dst[i] (offsets in floats).  For patching the misses of a lookup
+ * whose output stays on the device.
+ * @param[in] d_rows  device, float[n][dim].
+ * @param[in] d_dst   device, uint64[n].
+ * @return 0, HPS_EINVAL or HPS_EIO.  Asynchronous on stream.
+ */
+hps_err_t hps_gcache_scatter_rows(const float *d_rows, const uint64_t *d_dst, uint64_t n,
+                                  uint32_t dim, float *d_out, cudaStream_t stream);
+
+/**
  * @brief Tuning: under PATH_AUTO, batches of at most max_keys keys take the
  * fused kernel (no de-duplication), larger ones de-duplicate first.
  * Default HPS_GCACHE_FUSED_MAX.  Not synchronized with lookups running on other

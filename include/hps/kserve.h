@@ -260,6 +260,23 @@ typedef struct hps_kserve_backend {
                         hps_kserve_lookup_stats_t *stats);
 
     /**
+     * @brief Optional (NULL = none): fill device memory with the vectors,
+     *        for OUTPUT0 in a CUDA shared-memory region.
+     * Same arguments as lookup, except d_out: (out_len) fp32, device memory
+     * of CUDA device `device`, mapped in this process (the region opened by
+     * cudaIpcOpenMemHandle, at the request's offset), valid only during the
+     * call; written completely before the call returns.
+     * @return as lookup, or HPS_EUNSUPPORTED: not served this way (e.g. no
+     *         GPU cache for the model, another device); the front end then
+     *         calls lookup into host memory and copies the result into the
+     *         region.
+     */
+    hps_err_t (*lookup_device)(void *ctx, size_t model_index, uint32_t num_tables,
+                               const int32_t *numkeys, const int64_t *keys, size_t num_keys,
+                               int device, float *d_out, size_t out_len,
+                               hps_kserve_lookup_stats_t *stats);
+
+    /**
      * @brief Whether the server is ready (segment attached, coordinator
      *        alive).  NULL = always ready.
      * When false, /v2/health/ready and every model's /ready answer 400, but

@@ -23,7 +23,12 @@ one hps-worker serve a generated 2-table model.  Checked:
   - 4 client threads write OUTPUT0 into 'out' while the main thread
     unregisters and re-registers it 40 times (the handle is also open as
     'alias' all along): every answer is 200 or the 404 of an unknown region,
-    the worker survives, and 'alias' still maps the memory afterwards.
+    the worker survives, and 'alias' still maps the memory afterwards;
+  - a second worker in GPU mode (gpucache = true) writes OUTPUT0 straight
+    from its GPU cache into the region (hits by the lookup kernel, misses
+    scattered from the host; nv_hps_embedding_cache_query_keys counts every
+    key): the region's bytes equal the JSON output, byte for byte, on the
+    first request (misses inserted) and the second (all hits).
 Exit 77 (skip) when the client finds no CUDA device.
 """
 import base64
@@ -298,6 +303,40 @@ def check_concurrent_unregister(t, cl, w, cli, handle, kpt, nbytes, packed):
     t.eq(post(w, "/v2/cudasharedmemory/unregister").status, 200, "unregister all")
 
 
+def gpu_counter(w, name):
+    tot = 0
+    for k, v in H.metrics(w.metrics_port).items():
+        if k.startswith("nv_hps_embedding_cache_%s{" % name):
+            tot += int(v)
+    return tot
+
+
+def check_gpu_direct(t, cl, cli, model, handle, kpt, jvals):
+    conf = cl.write_config("gpu.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", 1.0), ("hps", "heartbeat_interval_ms", 50),
+        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
+        ("model.m", "gpucacheper", 0.5), ("model.m", "hit_rate_threshold", 2.0)])
+    w = cl.start_worker(conf, instance=5)
+    t.eq(register(w, "out", handle, ALLOC).status, 200, "GPU worker: register 'out'")
+    nbytes = len(jvals) * 4
+    packed = struct.pack("<%df" % len(jvals), *jvals)
+    nkeys = sum(len(k) for k in kpt)
+    for rnd in (1, 2):
+        q0, h0 = gpu_counter(w, "query_keys"), gpu_counter(w, "hit_keys")
+        off = ALLOC // 2 + 8192 * rnd + 4
+        cli.load(cl.path("fill.bin"), off, bytes([FILL]) * nbytes)  # no stale rows to mask a gap
+        r = infer(w, infer_body(kpt, out_param=out_param(nbytes, off)))
+        t.eq(r.status, 200, "GPU worker, request %d: OUTPUT0 into the CUDA region" % rnd)
+        got = cli.dump(cl.path("g%d.bin" % rnd), off, nbytes)
+        t.ok(got == packed, "GPU worker, request %d: region bytes == JSON output, byte for byte"
+             % rnd)
+        q1, h1 = gpu_counter(w, "query_keys"), gpu_counter(w, "hit_keys")
+        t.eq(q1 - q0, nkeys, "GPU worker, request %d: every key looked up in the GPU cache" % rnd)
+        if rnd == 2:
+            t.eq(h1 - h0, nkeys - 2, "GPU worker, request 2: every known key hits (2 unknown)")
+    t.eq(post(w, "/v2/cudasharedmemory/unregister").status, 200, "GPU worker: unregister all")
+
+
 def body(t, cl, cli):
     model = cl.gen_model("m", rows=[5000, 2000], dims=[16, 8], defaults=[0.5, -2.0])
     conf = cl.write_config("hps.ini", model.ini_text, [
@@ -318,6 +357,7 @@ def body(t, cl, cli):
     packed = struct.pack("<%df" % len(jvals), *jvals)
     check_concurrent_unregister(t, cl, w, cli, handle, kpt, nbytes, packed)
     t.ok(w.alive(), "the worker is still running")
+    check_gpu_direct(t, cl, cli, model, handle, kpt, jvals)
 
 
 def main():
