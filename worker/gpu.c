@@ -111,11 +111,28 @@ struct worker_gpu {
     uint32_t *upd_k32;   /* UPD_BATCH narrowed keys */
     uint8_t *upd_found;  /* UPD_BATCH */
     hps_shmdb_t *upd_db; /* segment the sequences belong to */
-    struct timespec upd_last;
+    long long upd_last;  /* mono_ns of the last update-log poll */
     /* sharing with the other workers of the device */
     gshare_t *share;
-    struct timespec reg_last;
+    long long reg_last; /* mono_ns of the last registry upkeep */
 };
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/** True (and *last restarted) when period_ns passed since *last. */
+static bool due(long long *last, long long period_ns)
+{
+    long long now = mono_ns();
+    if (now - *last < period_ns)
+        return false;
+    *last = now;
+    return true;
+}
 
 /* ---- CUDA helpers ------------------------------------------------------ */
 
@@ -677,24 +694,11 @@ static void follow_logs(struct worker_gpu *g, gctx_t *c);
 static void reg_upkeep(struct worker_gpu *g);
 static void timer_refresh(struct worker_gpu *g, gctx_t *c);
 
-/** True (and the clock restarted) when UPD_POLL_NS passed since the last poll. */
-static bool poll_due(struct worker_gpu *g)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long long d = (long long)(now.tv_sec - g->upd_last.tv_sec) * 1000000000LL +
-                  (now.tv_nsec - g->upd_last.tv_nsec);
-    if (d < UPD_POLL_NS)
-        return false;
-    g->upd_last = now;
-    return true;
-}
-
 static void serve_queue(struct worker_gpu *g, gctx_t *c)
 {
     pthread_mutex_lock(&g->mu);
     while (!atomic_load(&g->stop)) {
-        if (poll_due(g)) {
+        if (due(&g->upd_last, UPD_POLL_NS)) {
             pthread_mutex_unlock(&g->mu);
             reg_upkeep(g);
             follow_logs(g, c);
@@ -821,13 +825,6 @@ static int refresh_full(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
 }
 
 /* ---- refresh: the timer (refresh_delay, refresh_interval) -------------- */
-
-static long long mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /** Arm model mi's refresh timer: first refresh refresh_delay s from now. */
 static void timer_arm(struct worker_gpu *g, size_t mi)
@@ -1033,13 +1030,8 @@ static void reg_upkeep_table(struct worker_gpu *g, gtable_t *gt, const char *nam
 /** Every REG_PERIOD_NS: upkeep of every shared table (GPU thread). */
 static void reg_upkeep(struct worker_gpu *g)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long long d = (long long)(now.tv_sec - g->reg_last.tv_sec) * 1000000000LL +
-                  (now.tv_nsec - g->reg_last.tv_nsec);
-    if (d < REG_PERIOD_NS)
+    if (!due(&g->reg_last, REG_PERIOD_NS))
         return;
-    g->reg_last = now;
     worker_t *w = g->w;
     pthread_rwlock_rdlock(&w->seg_lock);
     for (size_t mi = 0; w->db && w->db == g->upd_db && mi < w->num_models; mi++) {
@@ -1338,7 +1330,7 @@ static void *gpu_thread(void *arg)
                 build_model(g, c, mi);
         g->upd_db = w->db;
         pthread_rwlock_unlock(&w->seg_lock);
-        clock_gettime(CLOCK_MONOTONIC, &g->upd_last);
+        g->upd_last = mono_ns();
     }
     atomic_store(&g->ready, true);
     if (c)

@@ -134,6 +134,19 @@ out:
     return rc;
 }
 
+/* Timings and counters of a finished lookup (started at t0); returns rc. */
+static hps_err_t lookup_done(worker_model_t *m, uint64_t t0, size_t num_keys, hps_err_t rc,
+                             hps_kserve_lookup_stats_t *stats)
+{
+    uint64_t dt = mono_ns() - t0;
+    stats->compute_infer_ns = dt;
+    atomic_fetch_add_explicit(&m->ctr.lookup_keys, num_keys, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ctr.lookup_ns, dt, memory_order_relaxed);
+    if (rc < 0)
+        snprintf(stats->message, sizeof(stats->message), "lookup failed: %s", hps_strerror(rc));
+    return rc;
+}
+
 static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, const int32_t *numkeys,
                         const int64_t *keys, size_t num_keys, float *out, size_t out_len,
                         hps_kserve_lookup_stats_t *stats)
@@ -160,13 +173,7 @@ static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, cons
         out += n * m->dims[t];
     }
     pthread_rwlock_unlock(&w->seg_lock);
-    uint64_t dt = mono_ns() - t0;
-    stats->compute_infer_ns = dt;
-    atomic_fetch_add_explicit(&m->ctr.lookup_keys, num_keys, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->ctr.lookup_ns, dt, memory_order_relaxed);
-    if (rc < 0)
-        snprintf(stats->message, sizeof(stats->message), "lookup failed: %s", hps_strerror(rc));
-    return rc;
+    return lookup_done(m, t0, num_keys, rc, stats);
 }
 
 /* OUTPUT0 into device memory: the GPU path only (gpu.h); HPS_EUNSUPPORTED
@@ -185,13 +192,7 @@ static hps_err_t lookup_device(void *ctx, size_t model_index, uint32_t num_table
     pthread_rwlock_unlock(&w->seg_lock);
     if (rc == HPS_EUNSUPPORTED)
         return rc;
-    uint64_t dt = mono_ns() - t0;
-    stats->compute_infer_ns = dt;
-    atomic_fetch_add_explicit(&m->ctr.lookup_keys, num_keys, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->ctr.lookup_ns, dt, memory_order_relaxed);
-    if (rc < 0)
-        snprintf(stats->message, sizeof(stats->message), "lookup failed: %s", hps_strerror(rc));
-    return rc;
+    return lookup_done(m, t0, num_keys, rc, stats);
 }
 
 static bool ready(void *ctx)
