@@ -143,6 +143,9 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
 
 /* ---- upsert ------------------------------------------------------------ */
 
+/* Keys ahead whose home bucket upsert_task prefetches. */
+#define UPSERT_AHEAD 8
+
 struct batch {
     hps_shmdb_t *db;
     const struct shm_table *t;
@@ -231,6 +234,9 @@ static void upsert_task(void *arg, unsigned pi)
     }
     uint32_t fresh = t->policy == HPS_EVICT_OLDEST ? j->clock : 1;
     for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
+        if (o + UPSERT_AHEAD < j->start[pi + 1]) /* the bucket is a cache miss in big tables */
+            __builtin_prefetch(
+                BKT(&w, home_of(key_at(j->keys, t->key_bytes, j->order[o + UPSERT_AHEAD]), w.nb)));
         size_t i = j->order[o];
         uint64_t key = key_at(j->keys, t->key_bytes, i);
         const float *value = j->values + i * t->dim;

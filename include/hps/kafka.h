@@ -170,7 +170,7 @@ typedef struct hps_kafka_stats {
     uint64_t skipped[HPS_KAFKA_NUM_VERDICTS];  /**< messages skipped, by verdict */
     uint64_t beacons;                          /**< header-only messages */
     uint64_t apply_failures;                   /**< failed apply calls (retried) */
-    uint64_t commits, commit_failures;         /**< synchronous offset commits */
+    uint64_t commits, commit_failures;         /**< offset commits answered (ok / failed) */
     uint64_t errors;                           /**< consumer errors (broker down, ...) */
     int64_t lag;                               /**< sum over assigned partitions, -1 unknown */
     int64_t newest_applied_ms;                 /**< wall clock (ms since epoch) of the last apply, 0 none */
@@ -198,11 +198,14 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
  * Appends each message's records to its topic's batch; a full batch
  * (max_batch_size) is applied at once, and pending batches are applied as
  * soon as the local queue runs dry (freshness).  Offsets (offset + 1 of each
- * message whose records were applied) are committed synchronously after a
- * poll timeout, at partition EOF, after max_commit_interval messages and
- * before partitions are revoked.  Broker errors are reported through the
- * event callback and counted; the loop never exits on them.
- * On return everything applied has been committed (best effort).
+ * message whose records were applied) are committed only after those
+ * records were applied: asynchronously after a poll timeout, at partition
+ * EOF and after max_commit_interval messages (the loop keeps reading while
+ * the broker answers; a failed commit only means messages are read again),
+ * synchronously before partitions are revoked and on stop, after waiting up
+ * to 5 s for the answers to the asynchronous ones.  Broker errors are
+ * reported through the event callback and counted; the loop never exits on
+ * them.  On return everything applied has been committed (best effort).
  * @return 0.
  */
 hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop);
