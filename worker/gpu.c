@@ -1239,6 +1239,11 @@ static int build_table(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     hps_gcache_reg_t e;
     bool creator = true;
     bool shared = reg_join(g, mi, t, slots, &e, &creator) == 0;
+    if (atomic_load(&g->stop)) { /* stopped while another worker was preloading */
+        if (shared)
+            hps_shmdb_gcache_leave(g->w->db, e.index, e.generation);
+        return HPS_ETIMEDOUT;
+    }
     if (shared && !creator) {
         pid_t donor = 0;
         if (reg_import(g, &e, gt, &donor) == 0) {
