@@ -5,12 +5,30 @@
  * initial_cache_rate of the rows go to the volatile DB (HugeCTR only logged
  * that rate; here it is honoured) and, with [distributed_db] redis_cluster,
  * that layer's initial_cache_rate of the rows to Redis.
+ *
+ * RESTARTS.  After ingesting a table's files the persistent DB records their
+ * identity (metadata entry "loaded.hps_et.<model>.<table>": dim, key width,
+ * and for the key and emb_vector files the path, size, mtime and FNV-1a
+ * hashes of the first and the last MiB).  A later start with the same files
+ * does not ingest them again, so the online updates applied (and committed)
+ * since are kept: Kafka would not deliver them again.  Changed files are a
+ * new model: the table's rows are dropped and the new files ingested.  The
+ * record is deleted before and written after (synced) a re-ingestion, so a
+ * crash in between re-ingests at the next start.  Whenever the persistent DB
+ * holds the current files (recorded identity = the files'), the volatile DB
+ * and Redis, when they are filled, take the same rows (the files' first
+ * initial_cache_rate keys) with the values from the persistent DB, which
+ * include the applied updates.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,12 +37,77 @@
 #include "hps/modelfile.h"
 
 #define CHUNK_BYTES (64ULL << 20) /* bounds start-up memory per table */
+#define IDENT_MAX   2048          /* a table's file identity, with the NUL */
+#define HASH_SPAN   (1u << 20)    /* bytes hashed at each end of a file */
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- identity of a table's files ---------------------------------------- */
+
+/* FNV-1a (64 bit) of up to HASH_SPAN bytes of fd at off, folded into h. */
+static bool hash_span(int fd, off_t off, size_t len, uint64_t *h)
+{
+    static const size_t bufsz = 65536;
+    unsigned char *buf = malloc(bufsz);
+    bool ok = buf != NULL;
+    while (ok && len > 0) {
+        ssize_t got = pread(fd, buf, len < bufsz ? len : bufsz, off);
+        if (got <= 0) {
+            ok = false;
+            break;
+        }
+        for (ssize_t i = 0; i < got; i++)
+            *h = (*h ^ buf[i]) * 0x100000001b3ULL;
+        off += got;
+        len -= (size_t)got;
+    }
+    free(buf);
+    return ok;
+}
+
+/* "<path> size=S mtime=SEC.NSEC head=H tail=T" of one file. */
+static bool file_ident(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return false;
+    }
+    uint64_t head = 0xcbf29ce484222325ULL, tail = head;
+    size_t span = (uint64_t)st.st_size < HASH_SPAN ? (size_t)st.st_size : HASH_SPAN;
+    bool ok = hash_span(fd, 0, span, &head) && hash_span(fd, st.st_size - (off_t)span, span, &tail);
+    close(fd);
+    int n = snprintf(buf, len, "%s size=%lld mtime=%lld.%09ld head=%016" PRIx64 " tail=%016" PRIx64,
+                     path, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                     (long)st.st_mtim.tv_nsec, head, tail);
+    return ok && n > 0 && (size_t)n < len;
+}
+
+/* The identity of table t's files (see the top of this file). */
+static bool table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf,
+                        size_t len)
+{
+    char key[PATH_MAX + 16], vec[PATH_MAX + 16], kid[IDENT_MAX / 2], vid[IDENT_MAX / 2];
+    snprintf(key, sizeof(key), "%s/key", m->sparse_files[t]);
+    snprintf(vec, sizeof(vec), "%s/emb_vector", m->sparse_files[t]);
+    if (!file_ident(key, kid, sizeof(kid)) || !file_ident(vec, vid, sizeof(vid)))
+        return false;
+    int n = snprintf(buf, len, "v1 dim=%d key_bytes=%u; %s; %s",
+                     (int)m->embedding_vecsize_per_table[t], c->key_bytes, kid, vid);
+    return n > 0 && (size_t)n < len;
+}
+
+/* Name of table t's metadata entry. */
+static void ident_name(const hps_conf_model_t *m, size_t t, char *buf, size_t len)
+{
+    snprintf(buf, len, "loaded.hps_et.%s.%s", m->name, m->embedding_table_names[t]);
 }
 
 static hps_overflow_policy_t policy_of(hps_conf_overflow_policy_t p)
@@ -132,10 +215,18 @@ static hps_err_t put_rows(coord_t *c, const coord_table_t *ct, bool ddb, size_t 
     return hps_shmdb_upsert(c->db, ct->vdb_id, n, keys, vecs, NULL);
 }
 
+/* Replace the n rows' values by the persistent DB's (those found). */
+static hps_err_t values_from_pdb(const coord_t *c, const coord_table_t *ct, size_t n,
+                                 const void *keys, float *vecs, char *err, size_t err_len)
+{
+    return hps_pdb_lookup(ct->pdb, n, keys, c->key_bytes, ct->dim, vecs, NULL, NULL, err, err_len);
+}
+
 /* Upsert the first `want` rows of the table's files into the volatile DB,
- * or, when ddb, into the distributed DB. */
-static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, const char *dir, uint64_t want,
-                      uint64_t *ret_bytes)
+ * or, when ddb, into the distributed DB; with from_pdb, the values come from
+ * the persistent DB (the files' where it lacks a key). */
+static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_pdb, const char *dir,
+                      uint64_t want, uint64_t *ret_bytes)
 {
     const char *layer = ddb ? "distributed" : "volatile";
     char err[512];
@@ -155,6 +246,8 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, const char 
         rc = c->key_bytes == 8
                  ? hps_modelfile_read(mf, row, n, keys, vecs, err, sizeof(err))
                  : hps_modelfile_read_u32(mf, row, n, (uint32_t *)keys, vecs, err, sizeof(err));
+        if (rc == 0 && from_pdb)
+            rc = values_from_pdb(c, ct, n, keys, vecs, err, sizeof(err));
         if (rc == 0)
             rc = put_rows(c, ct, ddb, n, keys, vecs, err, sizeof(err));
         if (rc < 0) {
@@ -171,31 +264,120 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, const char 
     return ex;
 }
 
-static int load_pdb(coord_t *c, const hps_conf_model_t *m)
+/* Per table of a model: the identity of its files and whether the
+ * persistent DB holds exactly them (plus the updates applied since). */
+typedef struct model_state {
+    char (*ident)[IDENT_MAX];
+    bool *current;
+} model_state_t;
+
+/* Fill st: identities of the files, compared with the PDB's records. */
+static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
+{
+    if (!c->pdb)
+        return 0;
+    for (size_t t = 0; t < m->num_tables; t++) {
+        char name[320], rec[HPS_PDB_META_MAX], err[512];
+        if (!table_ident(c, m, t, st->ident[t], IDENT_MAX)) {
+            HPS_ERROR("model %s table %s: cannot read %s/key and emb_vector", m->name,
+                      m->embedding_table_names[t], m->sparse_files[t]);
+            return HPS_EXIT_MODEL;
+        }
+        ident_name(m, t, name, sizeof(name));
+        hps_err_t rc = hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), err, sizeof(err));
+        if (rc < 0 && rc != HPS_ENOTFOUND) {
+            HPS_ERROR("model %s: persistent DB: %s", m->name, err);
+            return HPS_EXIT_PDB;
+        }
+        st->current[t] = rc == 0 && strcmp(rec, st->ident[t]) == 0;
+        if (rc == 0 && !st->current[t])
+            HPS_INFO("model %s table %s: the model files changed since the persistent DB "
+                     "ingested them (was: %s; now: %s)",
+                     m->name, m->embedding_table_names[t], rec, st->ident[t]);
+    }
+    return 0;
+}
+
+/* Before re-ingesting table t: forget its record (a crash from here on
+ * re-ingests), then drop its rows (a new model replaces the old one). */
+static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, size_t t)
+{
+    char name[320], err[512];
+    uint32_t id;
+    ident_name(m, t, name, sizeof(name));
+    hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+    coord_table_t *ct = &c->tables[id];
+    if (hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0 ||
+        hps_pdb_drop(ct->pdb, err, sizeof(err)) < 0 ||
+        hps_pdb_table(c->pdb, m->name, ct->name, true, &ct->pdb, err, sizeof(err)) < 0) {
+        HPS_ERROR("model %s table %s: persistent DB: %s", m->name, ct->name, err);
+        return HPS_EXIT_PDB;
+    }
+    return 0;
+}
+
+static int pdb_ingest(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 {
     char err[512];
-    hps_modelfile_spec_t specs[256];
-    specs_of(c, m, specs);
-    double t0 = now_s();
+    hps_modelfile_spec_t all[256], specs[256];
+    size_t n = 0;
+    specs_of(c, m, all);
     /* One SST per table up to 256 MiB of rows (HugeCTR's ten chunks per
      * table make overlapping SSTs that RocksDB then compacts). */
     uint32_t maxdim = 1;
-    for (size_t t = 0; t < m->num_tables; t++)
-        if (specs[t].dim > maxdim)
-            maxdim = specs[t].dim;
+    for (size_t t = 0; t < m->num_tables; t++) {
+        if (st->current[t])
+            continue;
+        int ex = pdb_reset_table(c, m, t);
+        if (ex)
+            return ex;
+        specs[n++] = all[t];
+        if (all[t].dim > maxdim)
+            maxdim = all[t].dim;
+    }
     uint64_t chunk = (256ULL << 20) / (8 + (uint64_t)maxdim * sizeof(float));
-    hps_err_t rc =
-        hps_pdb_load_model(c->pdb, m->name, specs, m->num_tables, chunk, err, sizeof(err));
+    hps_err_t rc = hps_pdb_load_model(c->pdb, m->name, specs, n, chunk, err, sizeof(err));
     if (rc < 0) {
         HPS_ERROR("model %s: loading into the persistent DB: %s", m->name, err);
         return HPS_EXIT_MODEL;
     }
-    HPS_INFO("model %s: persistent DB loaded in %.2f s", m->name, now_s() - t0);
+    for (size_t t = 0; t < m->num_tables; t++) {
+        char name[320];
+        ident_name(m, t, name, sizeof(name));
+        if (!st->current[t] && hps_pdb_meta_put(c->pdb, name, st->ident[t], err, sizeof(err)) < 0) {
+            HPS_ERROR("model %s: persistent DB: recording the ingested files: %s", m->name, err);
+            return HPS_EXIT_PDB;
+        }
+        st->current[t] = true;
+    }
+    return 0;
+}
+
+/* Ingest the tables whose files the persistent DB does not hold yet. */
+static int load_pdb(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
+{
+    size_t stale = 0;
+    for (size_t t = 0; t < m->num_tables; t++)
+        stale += !st->current[t];
+    if (stale == 0) {
+        HPS_INFO("model %s: the persistent DB already holds these model files (same path, size, "
+                 "mtime and first/last MiB): not ingested again, the updates applied since are "
+                 "kept",
+                 m->name);
+        return 0;
+    }
+    double t0 = now_s();
+    int ex = pdb_ingest(c, m, st);
+    if (ex)
+        return ex;
+    HPS_INFO("model %s: %zu of %zu tables ingested into the persistent DB in %.2f s", m->name,
+             stale, m->num_tables, now_s() - t0);
     return 0;
 }
 
 /* Write initial_cache_rate of every table of m to the distributed DB. */
-static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows)
+static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
+                    const bool *from_pdb)
 {
     if (!c->ddb)
         return 0;
@@ -206,7 +388,7 @@ static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows)
         hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
         uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
         total += want;
-        int ex = fill_layer(c, &c->tables[id], true, m->sparse_files[t], want, &bytes);
+        int ex = fill_layer(c, &c->tables[id], true, from_pdb[t], m->sparse_files[t], want, &bytes);
         if (ex)
             return ex;
     }
@@ -215,9 +397,36 @@ static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows)
     return 0;
 }
 
+/* Fill the volatile DB: initial_cache_rate of every table's rows. */
+static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
+                    const bool *from_pdb)
+{
+    uint64_t bytes = 0, total = 0;
+    size_t pdb_tables = 0;
+    double t0 = now_s();
+    for (uint32_t t = 0; t < m->num_tables; t++) {
+        uint32_t id;
+        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+        uint64_t want = (uint64_t)ceil((double)rows[t] * c->conf->volatile_db.initial_cache_rate);
+        total += want;
+        pdb_tables += from_pdb[t];
+        int ex =
+            fill_layer(c, &c->tables[id], false, from_pdb[t], m->sparse_files[t], want, &bytes);
+        if (ex)
+            return ex;
+    }
+    double dt = now_s() - t0;
+    HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the volatile DB in %.2f s, "
+             "%.1f MB/s; values of %zu of %zu tables from the persistent DB (with the updates "
+             "applied to it)",
+             m->name, (unsigned long long)total, c->conf->volatile_db.initial_cache_rate, dt,
+             dt > 0 ? (double)bytes / dt / 1e6 : 0.0, pdb_tables, m->num_tables);
+    return 0;
+}
+
 static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused)
 {
-    uint64_t rows[256], bytes = 0, total = 0;
+    uint64_t rows[256];
     for (uint32_t t = 0; t < m->num_tables; t++) {
         hps_modelfile_t *mf;
         char err[512];
@@ -233,30 +442,18 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused)
             return ex;
     }
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
-    if (c->pdb && !p->read_only && p->initialize_after_startup) {
-        int ex = load_pdb(c, m);
-        if (ex)
-            return ex;
-    }
-    int ex = fill_ddb(c, m, rows);
-    if (ex || vdb_reused)
-        return ex;
-    double t0 = now_s();
-    for (uint32_t t = 0; t < m->num_tables; t++) {
-        uint32_t id;
-        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-        uint64_t want = (uint64_t)ceil((double)rows[t] * c->conf->volatile_db.initial_cache_rate);
-        total += want;
-        ex = fill_layer(c, &c->tables[id], false, m->sparse_files[t], want, &bytes);
-        if (ex)
-            return ex;
-    }
-    double dt = now_s() - t0;
-    HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the volatile DB in %.2f s, "
-             "%.1f MB/s",
-             m->name, (unsigned long long)total, c->conf->volatile_db.initial_cache_rate, dt,
-             dt > 0 ? (double)bytes / dt / 1e6 : 0.0);
-    return 0;
+    model_state_t st = {.ident = calloc(m->num_tables, IDENT_MAX),
+                        .current = calloc(m->num_tables, sizeof(bool))};
+    int ex = st.ident && st.current ? pdb_check(c, m, &st) : HPS_EXIT_RUNTIME;
+    if (!ex && c->pdb && !p->read_only && p->initialize_after_startup)
+        ex = load_pdb(c, m, &st);
+    if (!ex)
+        ex = fill_ddb(c, m, rows, st.current);
+    if (!ex && !vdb_reused)
+        ex = fill_vdb(c, m, rows, st.current);
+    free(st.ident);
+    free(st.current);
+    return ex;
 }
 
 int coord_load_models(coord_t *c, bool vdb_reused)

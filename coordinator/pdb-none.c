@@ -117,3 +117,19 @@ void hps_pdb_stats(hps_pdb_t *db, hps_pdb_stats_t *ret)
     (void)db;
     memset(ret, 0, sizeof(*ret));
 }
+
+hps_err_t hps_pdb_meta_get(hps_pdb_t *db, const char *name, char *buf, size_t len, char *err,
+                           size_t err_len)
+{
+    (void)db, (void)name;
+    if (buf != NULL && len > 0)
+        buf[0] = '\0';
+    return unsupported(err, err_len);
+}
+
+hps_err_t hps_pdb_meta_put(hps_pdb_t *db, const char *name, const char *value, char *err,
+                           size_t err_len)
+{
+    (void)db, (void)name, (void)value;
+    return unsupported(err, err_len);
+}

@@ -386,6 +386,10 @@ static hps_err_t db_flush_all(hps_pdb_t *db, char *err, size_t err_len)
     rocksdb_flushoptions_set_wait(fo, 1);
     rocksdb_flush_wal(db->db_rdb, 1, &rerr);
     first = hps__pdb_rerr(rerr, "close: syncing the WAL", err, err_len);
+    if (first == 0 && db->db_default_cf != NULL) { /* metadata entries */
+        rocksdb_flush_cf(db->db_rdb, fo, db->db_default_cf, &rerr);
+        first = hps__pdb_rerr(rerr, "close: flushing the metadata", err, err_len);
+    }
     for (t = db->db_tables; t != NULL; t = t->t_next) {
         rerr = NULL;
         rocksdb_flush_cf(db->db_rdb, fo, t->t_cf, &rerr);
@@ -547,6 +551,87 @@ hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len)
     pthread_mutex_unlock(&db->db_lock);
     if (rc == 0)
         table_free(t);
+    return hps__pdb_fail(db, rc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metadata (default column family)                                          */
+/* ------------------------------------------------------------------------ */
+
+#define META_PREFIX   "hps.meta."
+#define META_NAME_MAX 300
+
+/* The RocksDB key of entry name; false for a bad name. */
+static bool meta_key(const char *name, char *key, size_t len, char *err, size_t err_len)
+{
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (n == 0 || n > META_NAME_MAX) {
+        hps__pdb_err(err, err_len, "metadata entry name must be 1..%d bytes", META_NAME_MAX);
+        return false;
+    }
+    snprintf(key, len, "%s%s", META_PREFIX, name);
+    return true;
+}
+
+hps_err_t hps_pdb_meta_get(hps_pdb_t *db, const char *name, char *buf, size_t len, char *err,
+                           size_t err_len)
+{
+    char key[sizeof(META_PREFIX) + META_NAME_MAX], *rerr = NULL;
+    size_t vlen = 0;
+
+    if (db == NULL || buf == NULL || len == 0) {
+        hps__pdb_err(err, err_len, "hps_pdb_meta_get: NULL argument");
+        return HPS_EINVAL;
+    }
+    buf[0] = '\0';
+    if (!meta_key(name, key, sizeof(key), err, err_len))
+        return HPS_EINVAL;
+    char *v =
+        rocksdb_get_cf(db->db_rdb, db->db_ropts, db->db_default_cf, key, strlen(key), &vlen, &rerr);
+    if (rerr != NULL)
+        return hps__pdb_fail(db, hps__pdb_rerr(rerr, key, err, err_len));
+    if (v == NULL)
+        return HPS_ENOTFOUND;
+    hps_err_t rc = 0;
+    if (vlen >= len) {
+        hps__pdb_err(err, err_len, "%s: value of %zu bytes does not fit in %zu", key, vlen, len);
+        rc = HPS_EINVAL;
+    } else {
+        memcpy(buf, v, vlen);
+        buf[vlen] = '\0';
+    }
+    rocksdb_free(v);
+    return rc;
+}
+
+hps_err_t hps_pdb_meta_put(hps_pdb_t *db, const char *name, const char *value, char *err,
+                           size_t err_len)
+{
+    char key[sizeof(META_PREFIX) + META_NAME_MAX], *rerr = NULL;
+
+    if (db == NULL) {
+        hps__pdb_err(err, err_len, "hps_pdb_meta_put: NULL db");
+        return HPS_EINVAL;
+    }
+    if (!meta_key(name, key, sizeof(key), err, err_len))
+        return HPS_EINVAL;
+    if (value != NULL && strlen(value) >= HPS_PDB_META_MAX) {
+        hps__pdb_err(err, err_len, "%s: value longer than %d bytes", key, HPS_PDB_META_MAX - 1);
+        return HPS_EINVAL;
+    }
+    hps_err_t rc = hps__pdb_check_writable(db, key, err, err_len);
+    if (rc != 0)
+        return hps__pdb_fail(db, rc);
+    if (value != NULL)
+        rocksdb_put_cf(db->db_rdb, db->db_wopts, db->db_default_cf, key, strlen(key), value,
+                       strlen(value), &rerr);
+    else
+        rocksdb_delete_cf(db->db_rdb, db->db_wopts, db->db_default_cf, key, strlen(key), &rerr);
+    rc = hps__pdb_rerr(rerr, key, err, err_len);
+    if (rc == 0) {
+        rocksdb_flush_wal(db->db_rdb, 1, &rerr); /* synced, whatever sync_wal says */
+        rc = hps__pdb_rerr(rerr, key, err, err_len);
+    }
     return hps__pdb_fail(db, rc);
 }
 

@@ -386,6 +386,46 @@ hps_err_t hps_pdb_rows_estimate(hps_pdb_table_t *t, uint64_t *ret_rows);
  */
 const char *hps_pdb_table_name(const hps_pdb_table_t *t);
 
+/** Longest value of hps_pdb_meta_get() / hps_pdb_meta_put(), bytes with the NUL. */
+#define HPS_PDB_META_MAX 4096
+
+/**
+ * @brief Read a metadata entry: a small string stored under "hps.meta.<name>"
+ *        in the default column family (never a table's), e.g. the identity
+ *        of the model files loaded into a table.
+ *
+ * @param[in]  db       An open PDB (read-only or read-write).
+ * @param[in]  name     NUL-terminated entry name, 1..300 bytes.
+ * @param[out] buf      Receives the NUL-terminated value (host memory).
+ * @param[in]  len      Size of buf; HPS_PDB_META_MAX holds any value.
+ * @param[out] err      Message buffer (may be NULL).
+ * @param[in]  err_len  Size of err.
+ * Thread-safe.
+ * @return 0; HPS_ENOTFOUND (no such entry; buf is ""); HPS_EINVAL (NULL
+ *         argument, bad name, or the value does not fit in len);
+ *         HPS_EIO or another mapped RocksDB status.
+ */
+hps_err_t hps_pdb_meta_get(hps_pdb_t *db, const char *name, char *buf, size_t len, char *err,
+                           size_t err_len);
+
+/**
+ * @brief Store (value != NULL) or delete (value == NULL) a metadata entry,
+ *        durably: the WAL is synced before returning, so the entry survives
+ *        a crash (SIGKILL, power loss) once this returns 0.
+ *
+ * @param[in]  db       A read-write PDB.
+ * @param[in]  name     As in hps_pdb_meta_get().
+ * @param[in]  value    NUL-terminated, shorter than HPS_PDB_META_MAX; or NULL.
+ * @param[out] err      Message buffer (may be NULL).
+ * @param[in]  err_len  Size of err.
+ * Thread-safe.
+ * @return 0 (deleting a missing entry too); HPS_EINVAL (NULL db or name,
+ *         bad name, value too long); -EROFS (read-only); HPS_EIO or another
+ *         mapped RocksDB status.
+ */
+hps_err_t hps_pdb_meta_put(hps_pdb_t *db, const char *name, const char *value, char *err,
+                           size_t err_len);
+
 /**
  * @brief Counters of the handle since it was opened.
  * @param[in]  db   An open PDB.

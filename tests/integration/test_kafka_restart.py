@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""
+Restart with [persistent_db] / [volatile_db] initialize_after_startup = true
+(the defaults) after Kafka updates were applied and committed: Kafka will not
+deliver them again, so the restart must keep them.
+
+1. Model mA (RocksDB + volatile DB at initial_cache_rate 0.5); updates for
+   100 keys held by the volatile DB and 100 keys only in RocksDB; both layers
+   apply them and commit (graceful stop, SIGTERM).
+2. Restart: the coordinator finds the same model files recorded in RocksDB
+   and does not ingest them again; the volatile DB, recreated, takes its rows
+   from RocksDB.  The updated keys return the updated vectors (from the
+   volatile DB and from RocksDB through the miss path), untouched keys the
+   model's vectors.
+3. SIGKILL the coordinator, rewrite the model's emb_vector (a new model:
+   every value v becomes 2v + 1), restart: the new model's vectors are
+   served for every key, the updated ones included (the table's rows were
+   replaced).
+"""
+import array
+import os
+import signal
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+from test_kafka import Mock, stats, wait_applied  # noqa: E402
+
+PUSH = os.environ.get("HPS_PUSH", "")
+DIM = 8
+ROWS = 2000
+RATE = 0.5
+TOPIC = "hps_et.mA.sparse_embedding0"
+
+
+def new_vector(key):
+    return [H.f32(5000.0 + (key % 991) + d * 0.5) for d in range(DIM)]
+
+
+def model2_vector(key):
+    return [H.f32(2.0 * v + 1.0) for v in H.gen_vector(0, key, DIM)]
+
+
+def push(bootstrap, keys):
+    data = b"".join(struct.pack("<q%df" % DIM, k, *new_vector(k)) for k in keys)
+    cmd = [PUSH, "-b", bootstrap, "-m", "mA", "-t", "sparse_embedding0", "-d", str(DIM),
+           "--stdin", "--quiet"]
+    r = subprocess.run(cmd, input=data, capture_output=True, timeout=120)
+    return r.returncode
+
+
+def lookup(worker, keys):
+    _, vals = H.decode_output(H.infer(worker.http_port, "mA", [keys]))
+    return [vals[i * DIM:(i + 1) * DIM] for i in range(len(keys))]
+
+
+def rewrite_model(m):
+    """emb_vector: every value v -> 2v + 1 (a deliberately new model)."""
+    path = os.path.join(m.table_dirs[0], "emb_vector")
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    for i in range(len(a)):
+        a[i] = 2.0 * a[i] + 1.0
+    with open(path, "wb") as f:
+        f.write(a.tobytes())
+
+
+def restart(cl, conf, old_worker, old_coord, sig):
+    old_worker.kill(signal.SIGTERM)
+    old_worker.wait(20)
+    old_coord.kill(sig)
+    old_coord.wait(30)
+    coord = cl.start_coordinator(conf)
+    return coord, cl.start_worker(conf)
+
+
+def body(t, cl):
+    mock = Mock([TOPIC])
+    try:
+        scenario(t, cl, mock)
+    finally:
+        mock.close()
+
+
+def scenario(t, cl, mock):
+    t.ok(bool(mock.bootstrap), "kafka-mock listens at %s" % mock.bootstrap)
+    m = cl.gen_model("mA", [ROWS], [DIM])
+    conf = cl.write_config("hps.ini", m.ini_text, [
+        ("volatile_db", "initial_cache_rate", str(RATE)),
+        ("update_source", "type", "kafka_message_queue"),
+        ("update_source", "brokers", mock.bootstrap),
+        ("update_source", "poll_timeout_ms", "100"),
+        ("update_source", "metadata_refresh_interval_ms", "500"),
+    ])
+    coord = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    vdb_upd, vdb_keep = m.vdb_keys(0, RATE)[:100], m.vdb_keys(0, RATE)[100:150]
+    pdb_upd, pdb_keep = m.pdb_only_keys(0, RATE)[:100], m.pdb_only_keys(0, RATE)[100:150]
+    updated, kept = vdb_upd + pdb_upd, vdb_keep + pdb_keep
+
+    # 1. updates applied by both layers.
+    t.eq(push(mock.bootstrap, updated), 0, "hps-push: 200 updates delivered")
+    t.ok(wait_applied(coord, "volatile", 200), "volatile layer applied 200 updates",
+         stats(coord, "volatile"))
+    t.ok(wait_applied(coord, "persistent", 200), "persistent layer applied 200 updates",
+         stats(coord, "persistent"))
+    t.eq(lookup(w, updated), [new_vector(k) for k in updated], "updated vectors served")
+    t.ok("ingested into the persistent DB" in coord.log(), "first start ingested the model")
+
+    # 2. graceful restart, initialize_after_startup = true on both layers.
+    coord, w = restart(cl, conf, w, coord, signal.SIGTERM)
+    t.ok("not ingested again" in coord.log(), "restart: same model files not ingested again",
+         coord.log()[-2000:])
+    t.ok("values of 1 of 1 tables from the persistent DB" in coord.log(),
+         "restart: the volatile DB was filled from the persistent DB")
+    t.eq(lookup(w, vdb_upd), [new_vector(k) for k in vdb_upd],
+         "restart: updated keys of the volatile DB keep their updates")
+    t.eq(lookup(w, pdb_upd), [new_vector(k) for k in pdb_upd],
+         "restart: updated keys only in RocksDB keep their updates (miss path)")
+    t.eq(lookup(w, kept), [H.gen_vector(0, k, DIM) for k in kept],
+         "restart: untouched keys keep the model's vectors")
+    rc, out, _ = cl.shm("get", cl.segment, "mA", "sparse_embedding0", str(vdb_upd[0]))
+    t.ok(rc == 0 and ("%g" % new_vector(vdb_upd[0])[1]) in out,
+         "hps-shm get: the volatile DB row holds the update", out)
+
+    # 3. SIGKILL, a changed model file, restart: the new model is served.
+    rewrite_model(m)
+    coord, w = restart(cl, conf, w, coord, signal.SIGKILL)
+    t.ok("model files changed" in coord.log(), "changed model file detected", coord.log()[-2000:])
+    t.ok("1 of 1 tables ingested into the persistent DB" in coord.log(),
+         "changed model file ingested again")
+    for name, keys in (("updated, volatile DB", vdb_upd), ("updated, RocksDB only", pdb_upd),
+                       ("untouched, volatile DB", vdb_keep), ("untouched, RocksDB only", pdb_keep)):
+        t.eq(lookup(w, keys), [model2_vector(k) for k in keys],
+             "new model: %s keys return the new model's vectors" % name)
+    t.ok(coord.alive(), "coordinator alive")
+
+
+if __name__ == "__main__":
+    H.run_main("kafka-restart", body)
