@@ -114,14 +114,15 @@ static enum MHD_Result send_error(const hps_kserve_t *s, struct MHD_Connection *
 /** Buffers of a binary inference response, freed by libmicrohttpd. */
 struct binout {
     char *header;
-    float *out;
+    float *out; /* from the server's output pool */
+    struct hps__outpool *pool;
 };
 
 static void binout_free(void *cls)
 {
     struct binout *b = cls;
     free(b->header);
-    free(b->out);
+    hps__outpool_put(b->pool, b->out);
     free(b);
 }
 
@@ -132,13 +133,14 @@ static enum MHD_Result send_binary(const hps_kserve_t *s, struct MHD_Connection 
     struct binout *b = malloc(sizeof(*b));
     if (!b || t->oom) {
         free(b);
-        free(out);
+        hps__outpool_put(s->outpool, out);
         hps__text_fini(t);
         return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
     }
     size_t hlen;
     b->header = hps__text_steal(t, &hlen);
     b->out = out;
+    b->pool = s->outpool;
     struct MHD_IoVec iov[2] = {{b->header, hlen}, {out, (size_t)out_len * sizeof(float)}};
     struct MHD_Response *r = MHD_create_response_from_iovec(iov, out_len ? 2 : 1, binout_free, b);
     if (!r) {
@@ -282,7 +284,7 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
     stamp[3] = hps__now_ns();
     if (t.oom) {
         hps__text_fini(&t);
-        free(out);
+        hps__outpool_put(s->outpool, out);
         return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
     }
     struct hps__ktimes times;
@@ -290,29 +292,29 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
     hps__stats_success(&m->stats, &times, req->num_samples);
     if (req->binary_output)
         return send_binary(s, c, &t, out, req->out_len);
-    free(out);
+    hps__outpool_put(s->outpool, out);
     return send_json(s, c, 200, &t);
 }
 
 /* Where the backend writes OUTPUT0: a system output region in place when
  * it is 4-byte aligned, else a heap buffer; NULL when out of memory. */
-static float *out_buffer(const struct hps__infer_req *req)
+static float *out_buffer(const hps_kserve_t *s, const struct hps__infer_req *req)
 {
     if (req->out_shm && !req->out_cuda && ((uintptr_t)req->out_shm & 3) == 0)
         return (float *)(void *)req->out_shm;
-    return malloc(req->out_len ? (size_t)req->out_len * sizeof(float) : 1);
+    return hps__outpool_get(s->outpool, (size_t)req->out_len * sizeof(float));
 }
 
 /* The lookup is over (and hps__infer_store_output() ran if it succeeded):
  * free a heap buffer of an output region.  Returns what infer_respond()
  * takes: the buffer to send and free, or NULL when the data went to the
  * region. */
-static float *out_done(const struct hps__infer_req *req, float *out, bool ok)
+static float *out_done(const hps_kserve_t *s, const struct hps__infer_req *req, float *out, bool ok)
 {
-    if (!req->out_shm)
-        return ok ? out : (free(out), NULL);
+    if (!req->out_shm && ok)
+        return out;
     if ((char *)out != req->out_shm)
-        free(out);
+        hps__outpool_put(s->outpool, out);
     return NULL;
 }
 
@@ -331,18 +333,18 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
     enum MHD_Result ret;
     hps_kserve_lookup_stats_t ls;
     bool on_device = false;
-    float *out = out_buffer(&req);
+    float *out = out_buffer(s, &req);
     stamp[1] = hps__now_ns();
     if (!out) {
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
     } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret, &on_device)) {
-        out_done(&req, out, false);
+        out_done(s, &req, out, false);
     } else if (!on_device && hps__infer_store_output(&req, out, &err)) {
-        out_done(&req, out, false);
+        out_done(s, &req, out, false);
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
     } else {
         stamp[2] = hps__now_ns();
-        out = out_done(&req, out, true);
+        out = out_done(s, &req, out, true);
         ret = infer_respond(s, c, m, &req, out, &ls, stamp);
     }
     hps__infer_req_fini(&req);

@@ -28,6 +28,8 @@ struct hps_kserve {
     hps_kserve_backend_t backend;
     /* System shared-memory regions; limits.shm points here when enabled. */
     struct hps__shm shm;
+    /* OUTPUT0 buffers of large responses (a pointer: const servers use it). */
+    struct hps__outpool *outpool;
     struct hps__kmodel *models;
     size_t num_models;
 

@@ -301,6 +301,30 @@ int hps__shm_read(const struct hps__shm_ref *ref, void *dst, size_t n, hps__kerr
 int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t n,
                    hps__kerr_t *err);
 
+/* ------------------------------------------------------------------------ */
+/* OUTPUT0 buffers (kserve_outpool.c)                                        */
+/* ------------------------------------------------------------------------ */
+
+#define HPS__OUTPOOL_SLOTS 8
+#define HPS__OUTPOOL_MIN   ((size_t)1 << 20) /* smaller buffers come from the heap anyway */
+#define HPS__OUTPOOL_MAX   ((size_t)1 << 30) /* bytes kept at most, all buffers together */
+
+/** Large OUTPUT0 buffers kept for reuse (fresh pages cost more than lookups). */
+struct hps__outpool {
+    pthread_mutex_t mu;
+    float *buf[HPS__OUTPOOL_SLOTS];
+    size_t bytes;
+};
+
+void hps__outpool_init(struct hps__outpool *p);
+/** Free every kept buffer (none may be in use). */
+void hps__outpool_fini(struct hps__outpool *p);
+/** A buffer of at least n bytes (kept one or new); NULL when out of memory.
+ *  Thread-safe.  Release with hps__outpool_put, never free(). */
+float *hps__outpool_get(struct hps__outpool *p, size_t n);
+/** Keep or free a buffer of hps__outpool_get; NULL is a no-op.  Thread-safe. */
+void hps__outpool_put(struct hps__outpool *p, float *out);
+
 /** The CUDA device of a CUDA region (its window is device memory there),
  *  -1 for a system region or NULL. */
 int hps__shm_device(const struct hps__shm_region *r);

@@ -226,7 +226,10 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
     s->http_fd = s->metrics_fd = -1;
     s->backend = *backend;
     hps__shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
-    rc = apply_options(s, &o);
+    s->outpool = malloc(sizeof(*s->outpool));
+    if (s->outpool)
+        hps__outpool_init(s->outpool);
+    rc = s->outpool ? apply_options(s, &o) : -ENOMEM;
     if (rc == 0)
         rc = copy_models(s, models, num_models);
     if (rc) {
@@ -380,6 +383,10 @@ void hps_kserve_destroy(hps_kserve_t *s)
         return;
     hps_kserve_stop(s);
     hps__shm_fini(&s->shm);
+    if (s->outpool) {
+        hps__outpool_fini(s->outpool);
+        free(s->outpool);
+    }
     for (size_t i = 0; s->models && i < s->num_models; i++)
         model_fini(&s->models[i]);
     free(s->models);
