@@ -10,26 +10,7 @@
 #include "coord.h"
 #include "hps/log.h"
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Another coordinator beats on this segment and its process exists. */
-static bool other_coordinator_alive(coord_t *c)
-{
-    hps_segment_info_t si;
-    hps_shmdb_segment_info(c->db, &si);
-    if (si.coord_pid <= 0 || si.coord_heartbeat_ns == 0)
-        return false;
-    if (kill(si.coord_pid, 0) < 0 && errno == ESRCH)
-        return false;
-    uint64_t age_ms = (mono_ns() - si.coord_heartbeat_ns) / 1000000ULL;
-    return age_ms < (uint64_t)c->conf->hps.worker_timeout_ms;
-}
-
 static hps_shmdb_proc_opts_t proc_opts(const coord_t *c)
 {
     return (hps_shmdb_proc_opts_t){.num_threads = (unsigned)c->conf->volatile_db.num_threads,
@@ -83,7 +64,8 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     char why[256];
     *ret_reused = false;
     hps_err_t rc = hps_shmdb_attach(name, &po, &c->db);
-    if (rc == 0 && other_coordinator_alive(c)) {
+    if (rc == 0 &&
+        hps_shmdb_coordinator_alive(c->db, (uint32_t)c->conf->hps.worker_timeout_ms, false)) {
         hps_segment_info_t si;
         hps_shmdb_segment_info(c->db, &si);
         HPS_ERROR("another hps-coordinator (pid %d) is alive on /dev/shm/hps.%s; stop it first",

@@ -635,6 +635,16 @@ hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n)
     return 0;
 }
 
+bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serving)
+{
+    hps_segment_info_t si;
+    hps_shmdb_segment_info(db, &si);
+    if (si.coord_pid <= 0 || si.coord_heartbeat_ns == 0 ||
+        (serving && si.coord_state != HPS_COORD_SERVING) || !hps__pid_alive(si.coord_pid))
+        return false;
+    return (hps__clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;
+}
+
 hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret)
 {
     struct shm_hdr *h = db->hdr;

@@ -17,13 +17,6 @@
 
 #define MAINT_PERIOD_MS 50
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Identity of /dev/shm/hps.<name> now; false if it does not exist. */
 static bool object_id(const worker_t *w, dev_t *dev, ino_t *ino)
 {
@@ -38,18 +31,6 @@ static bool object_id(const worker_t *w, dev_t *dev, ino_t *ino)
 }
 
 /* Alive and serving: loaded its models and answering the miss queue. */
-static bool coordinator_alive(worker_t *w)
-{
-    hps_segment_info_t si;
-    hps_shmdb_segment_info(w->db, &si);
-    if (si.coord_pid <= 0 || si.coord_heartbeat_ns == 0 || si.coord_state != HPS_COORD_SERVING)
-        return false;
-    if (kill(si.coord_pid, 0) < 0 && errno == ESRCH)
-        return false;
-    return (mono_ns() - si.coord_heartbeat_ns) / 1000000ULL <
-           (uint64_t)w->conf->hps.worker_timeout_ms;
-}
-
 /* Find every configured table in the segment (the coordinator creates them
  * while loading, so this may take a few rounds). */
 static bool resolve(worker_t *w)
@@ -119,7 +100,7 @@ static void maint_round(worker_t *w, bool *was_alive)
         }
     }
     hps_shmdb_proc_heartbeat(w->db);
-    bool alive = coordinator_alive(w);
+    bool alive = hps_shmdb_coordinator_alive(w->db, (uint32_t)w->conf->hps.worker_timeout_ms, true);
     atomic_store(&w->coord_alive, alive);
     bool ready = alive && atomic_load(&w->resolved);
     if (ready != *was_alive)

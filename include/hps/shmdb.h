@@ -266,6 +266,14 @@ hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state);
 size_t hps_shmdb_other_procs(hps_shmdb_t *db);
 
 /**
+ * @brief Whether a coordinator is alive on the segment: its pid exists and
+ * its heartbeat (hps_shmdb_heartbeat) is younger than timeout_ms
+ * (worker_timeout_ms); with serving, it must also have said SERVING.
+ * Lock-free, any process.
+ */
+bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serving);
+
+/**
  * @brief Record the coordinator heartbeat (CLOCK_MONOTONIC now, caller's pid).
  * Thread- and process-safe (atomic stores).  Returns 0.
  */
