@@ -262,13 +262,13 @@ extern "C" hps_err_t hps_gcache_ws_create(hps_gcache_t *c, uint64_t max_keys,
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&ws->ref.inv, max_keys * sizeof(uint32_t));
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&ws->ref.miss_ctr, 2 * sizeof(uint32_t));
+        e = cudaMalloc((void **)&ws->ref.miss_ctr, 4 * sizeof(uint32_t));
     if (e == cudaSuccess)
         e = cudaMemset(ws->ref.dkeys, 0xff, cap * sizeof(uint64_t)); /* all-ones = empty */
     if (e == cudaSuccess)
         e = cudaMemset(ws->ref.dres, 0xff, cap * sizeof(uint64_t));
     if (e == cudaSuccess)
-        e = cudaMemset(ws->ref.miss_ctr, 0, 2 * sizeof(uint32_t));
+        e = cudaMemset(ws->ref.miss_ctr, 0, 4 * sizeof(uint32_t));
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
@@ -369,8 +369,8 @@ extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
     if (!err)
         err = hps_k_occupancy(&c->ref, c->d_occ, st);
     if (!err)
-        err = hps__cuda_err(
-            cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
+        err =
+            hps__cuda_err(cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
     if (!err)
         err = hps__cuda_err(
             cudaMemcpyAsync(ctr, c->ref.ctr, sizeof(ctr), cudaMemcpyDeviceToHost, st));

@@ -69,7 +69,8 @@ typedef struct hps_ws_ref {
     uint64_t *dkeys;    /* [cap] transformed keys, all-ones = empty */
     uint64_t *dres;     /* [cap] (version << 32 | slot) of the entry, or HPS_RES_MISS */
     uint32_t *inv;      /* [max_keys] input position -> table entry */
-    uint32_t *miss_ctr; /* [2]: misses so far, blocks finished (reset by the last block) */
+    uint32_t *miss_ctr; /* [4]: misses so far; [2..3] one uint64: hits << 20 | blocks finished
+                         * (both reset by the last block) */
     uint64_t cap_mask;  /* cap - 1 (cap a power of two) */
 } hps_ws_ref_t;
 
@@ -169,11 +170,21 @@ __device__ __forceinline__ uint8_t hps__tag(int64_t key)
  * loads, address-dependent on dep), then the key of each way whose tag
  * matches (one on average, 1 + 31/255 with false positives).  Moves about
  * 64 bytes instead of the slab's 256.  Returns the way or -1. */
+__device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_t set, int64_t key,
+                                               uint4 a, uint4 b, uint64_t dep);
+
 __device__ __forceinline__ int hps__probe_tagged(const hps_table_ref_t &t, uint64_t set,
                                                  int64_t key, uint64_t dep)
 {
     const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS + dep);
-    uint4 a = __ldcg(tp), b = __ldcg(tp + 1);
+    return hps__match_tags(t, set, key, __ldcg(tp), __ldcg(tp + 1), dep);
+}
+
+/* The way among the tag words a, b whose key is key (loaded address-
+ * dependent on dep), or -1. */
+__device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_t set, int64_t key,
+                                               uint4 a, uint4 b, uint64_t dep)
+{
     uint32_t rep = hps__tag(key) * 0x01010101u;
     uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     uint32_t mask = 0;
@@ -185,7 +196,7 @@ __device__ __forceinline__ int hps__probe_tagged(const hps_table_ref_t &t, uint6
     while (mask) {
         int way = __ffs(mask) - 1;
         mask &= mask - 1;
-        if (__ldcg(&t.keys[set * HPS_GCACHE_WAYS + way]) == key)
+        if (__ldcg(&t.keys[set * HPS_GCACHE_WAYS + way + dep]) == key)
             return way;
     }
     return -1;

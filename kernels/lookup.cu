@@ -37,20 +37,35 @@
 /* 3 x 256 threads per SM: 24 warps, each with LK_UNROLL rows in flight. */
 #define LK_MIN_BLOCKS 3
 
-/* End of a lookup kernel: count hits, publish the miss count (last block). */
+/* End of a lookup kernel: count hits, publish the miss count (last block).
+ * One global atomic per block: its hits ride in the upper bits of the
+ * ticket (blocks < 2^20), and the last block adds the total to the cache's
+ * counter.  Same-address atomics serialize, and small batches launch
+ * hundreds of blocks. */
+#define LK_TICKET_BITS 20
 __device__ static void lk_finish(const hps_table_ref_t &t, const hps_ws_ref_t &w, uint64_t hits,
                                  uint32_t *d_missing_count)
 {
-    hps__block_add(&t.ctr[HPS_GC_HITS], hits); /* ends with the block synchronized */
+    __shared__ unsigned long long s_hits;
+    if (threadIdx.x == 0)
+        s_hits = 0;
+    __syncthreads();
+    if (hits)
+        atomicAdd(&s_hits, (unsigned long long)hits);
+    __syncthreads();
     if (threadIdx.x != 0)
         return;
     __threadfence(); /* why: this block's miss-counter atomics precede its ticket */
-    unsigned ticket = atomicAdd(&w.miss_ctr[1], 1u);
-    if (ticket == gridDim.x - 1) {
+    unsigned long long *tk = (unsigned long long *)&w.miss_ctr[2];
+    unsigned long long old = atomicAdd(tk, (s_hits << LK_TICKET_BITS) | 1ull);
+    if ((old & ((1ull << LK_TICKET_BITS) - 1)) == gridDim.x - 1) {
         uint32_t misses = atomicExch(&w.miss_ctr[0], 0u); /* why: read and reset in one step */
         if (d_missing_count)
             *d_missing_count = misses;
-        atomicExch(&w.miss_ctr[1], 0u);
+        uint64_t total = (old >> LK_TICKET_BITS) + s_hits;
+        atomicExch(tk, 0ull);
+        if (total)
+            atomicAdd((unsigned long long *)&t.ctr[HPS_GC_HITS], (unsigned long long)total);
     }
 }
 
@@ -258,7 +273,10 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
     bool mine = (uint32_t)lane < t.dim / 4;
     uint64_t now = lk_start(t, n);
     uint64_t hits = 0;
-    for (int e = tid; e < BK_TAB; e += BK_THREADS)
+    uint32_t tmask = BK_TAB - 1; /* a table of >= 2 chunk entries: less to clear */
+    while (tmask > 63 && (tmask + 1) / 2 >= 2 * chunk)
+        tmask >>= 1;
+    for (uint32_t e = tid; e <= tmask; e += BK_THREADS)
         skey[e] = HPS_GCACHE_EMPTY_KEY;
     if (tid == 0)
         ucount = retry = 0;
@@ -282,7 +300,7 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
                 spos[j] = BK_NONE;
                 continue;
             }
-            uint32_t h = (uint32_t)hps__mix64((uint64_t)k[q]) & (BK_TAB - 1);
+            uint32_t h = (uint32_t)hps__mix64((uint64_t)k[q]) & tmask;
             for (;;) {
                 /* why: claims the entry for this key, or finds its claimant */
                 unsigned long long prev =
@@ -294,7 +312,7 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
                 }
                 if (prev == (unsigned long long)k[q])
                     break;
-                h = (h + 1) & (BK_TAB - 1);
+                h = (h + 1) & tmask;
             }
             spos[j] = (uint16_t)h;
         }
@@ -306,15 +324,21 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
             int64_t key = skey[e];
             uint64_t set = hps__set_of(t, key);
             uint32_t v = 0;
-            /* why the dependency: the probe must not pass the version load;
-             * a stuck lock (killed writer) answers miss */
-            int way = hps__wait_even(&t.ver[set], &v)
-                          ? hps__probe_tagged(t, set, key, hps__dep(v, zero))
-                          : -1;
+            /* The tag bytes are only a hint, loaded together with the
+             * version; the key check (and later the row) depends on the
+             * version's value, so it cannot pass it.  A stale hint can only
+             * cause a false miss, so a miss is confirmed by the ordered
+             * probe.  A stuck lock (killed writer) answers miss. */
+            const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS);
+            uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
+            int way = -1;
+            if (hps__wait_even(&t.ver[set], &v)) {
+                way = hps__match_tags(t, set, key, ta, tb, hps__dep(v, zero));
+                if (way < 0)
+                    way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
+            }
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             sres[e] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
-            if (way >= 0)
-                hps__touch(t, slot, now);
         }
         __syncthreads();
         /* 3. a warp per position, LK_UNROLL positions in flight */
@@ -344,14 +368,19 @@ __global__ void __launch_bounds__(BK_THREADS, 4)
         if (t.strict)
             hps__fence(); /* why: this thread's row loads precede the re-reads below */
         __syncthreads();
-        /* 4. re-read each unique key's version */
+        /* 4. re-read each unique key's version; stamp it (LRU / LFU) here,
+         * where the stamp's load overlaps the version's instead of adding a
+         * round to the probe */
         for (uint32_t q = tid; q < nu; q += BK_THREADS) {
             uint32_t e = uent[q];
             uint64_t r = sres[e];
-            if (r != HPS_RES_MISS &&
-                hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
+            if (r == HPS_RES_MISS)
+                continue;
+            if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
                 sres[e] = BK_RETRY;
                 retry = 1;
+            } else {
+                hps__touch(t, r & 0xffffffffu, now);
             }
         }
         __syncthreads();
