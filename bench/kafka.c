@@ -183,34 +183,20 @@ static size_t produce_all(const char *bootstrap, size_t n)
 
 /* ---- (a) bare consumer ------------------------------------------------------- */
 
-/* The settings of hps_kafka_consumer_create() (coordinator/kafka-consumer.c,
- * configure(): HugeCTR's), for receive_buffer_size BUFSZ and the metadata
- * refresh interval that ours_start() passes; the group is the caller's. */
+/* A plain librdkafka consumer with hps_kafka_consumer_create()'s settings
+ * (hps_kafka_consumer_configure) for receive_buffer_size BUFSZ and the
+ * metadata refresh interval that ours_start() passes; the group is the
+ * caller's. */
 static rd_kafka_t *bare_consumer(const char *bootstrap, const char *group)
 {
-    char err[512], max_bytes[32];
-    snprintf(max_bytes, sizeof(max_bytes), "%d", BUFSZ + 1024);
-    const char *kv[][2] = {
-        {"metadata.broker.list", bootstrap},
-        {"group.id", group},
-        {"session.timeout.ms", "30000"},
-        {"heartbeat.interval.ms", "3000"},
-        {"enable.auto.commit", "false"},
-        {"enable.auto.offset.store", "true"},
-        {"queued.min.messages", "65536"},
-        {"queued.max.messages.kbytes", "1048576"},
-        {"enable.partition.eof", "true"},
-        {"check.crcs", "false"},
-        {"allow.auto.create.topics", "true"},
-        {"auto.offset.reset", "smallest"},
-        {"message.max.bytes", max_bytes},
-        {"receive.message.max.bytes", "134217728"},
-        {"topic.metadata.refresh.interval.ms", "1000"},
-        {"topic.metadata.refresh.sparse", "true"},
-    };
+    char err[512];
+    hps_kafka_consumer_opts_t opts = {.brokers = bootstrap,
+                                      .group = group,
+                                      .metadata_refresh_interval_ms = 1000,
+                                      .receive_buffer_size = BUFSZ};
     rd_kafka_conf_t *c = rd_kafka_conf_new();
-    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-        set(c, kv[i][0], kv[i][1]);
+    if (hps_kafka_consumer_configure(&opts, c, err, sizeof(err)) < 0)
+        die(err);
     rd_kafka_t *k = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof(err));
     if (!k)
         die(err);

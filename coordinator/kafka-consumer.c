@@ -365,8 +365,8 @@ static hps_err_t set(rd_kafka_conf_t *conf, const char *k, const char *v, char *
 }
 
 /* HugeCTR's consumer settings (KafkaMessageSource), "DO NOT CHANGE" kept. */
-static hps_err_t configure(const hps_kafka_consumer_opts_t *o, rd_kafka_conf_t *conf, char *err,
-                           size_t err_len)
+hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *o, rd_kafka_conf_t *conf,
+                                       char *err, size_t err_len)
 {
     char max_bytes[32], refresh[32];
     snprintf(max_bytes, sizeof(max_bytes), "%d", o->receive_buffer_size + 1024);
@@ -456,7 +456,7 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
     c->o = *opts;
     c->st.lag = -1;
     c->pending = rd_kafka_topic_partition_list_new(16);
-    rc = configure(opts, conf, err, err_len);
+    rc = hps_kafka_consumer_configure(opts, conf, err, err_len);
     if (rc < 0) {
         rd_kafka_conf_destroy(conf);
         hps_kafka_consumer_destroy(c);

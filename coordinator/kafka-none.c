@@ -15,6 +15,15 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
     return HPS_EUNSUPPORTED;
 }
 
+hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *opts,
+                                       struct rd_kafka_conf_s *conf, char *err, size_t err_len)
+{
+    (void)opts;
+    (void)conf;
+    snprintf(err, err_len, "built without Kafka support (librdkafka; meson -Dkafka=enabled)");
+    return HPS_EUNSUPPORTED;
+}
+
 hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop)
 {
     (void)c;

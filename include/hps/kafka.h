@@ -179,6 +179,22 @@ typedef struct hps_kafka_stats {
 
 typedef struct hps_kafka_consumer hps_kafka_consumer_t;
 
+struct rd_kafka_conf_s; /* rd_kafka_conf_t of <librdkafka/rdkafka.h> */
+
+/**
+ * @brief Apply hps_kafka_consumer_create()'s librdkafka settings to conf:
+ * HugeCTR's KafkaMessageSource settings (reference/hugectr-hps.md 2.4,
+ * "DO NOT CHANGE" ones included) with opts' brokers, group,
+ * receive_buffer_size, metadata_refresh_interval_ms and fetch_wait_max_ms;
+ * the other fields are not read.  For tools and benchmarks that need a plain
+ * librdkafka consumer configured exactly like ours.
+ * @param[in,out] conf  rd_kafka_conf_t, owned by the caller.
+ * @return 0; HPS_ECONFIG (librdkafka refused a setting; err says which);
+ *         HPS_EUNSUPPORTED in a build without librdkafka.
+ */
+hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *opts,
+                                       struct rd_kafka_conf_s *conf, char *err, size_t err_len);
+
 /**
  * @brief Create a consumer (HugeCTR's librdkafka settings, enable.auto.commit
  * false) and subscribe it to one regex per filter.  Nothing is consumed
