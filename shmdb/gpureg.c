@@ -17,9 +17,6 @@
 
 #include "internal.h"
 
-#define LD(f)    atomic_load_explicit(&(f), memory_order_relaxed)
-#define ST(f, v) atomic_store_explicit(&(f), (v), memory_order_relaxed)
-
 _Static_assert(sizeof(hps_gcache_counters_t) == 10 * sizeof(uint64_t),
                "counters are stored word by word in struct shm_gcache");
 

@@ -45,6 +45,11 @@ static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
 
 uint64_t hps__clock_ns(int clock);
 
+/* Relaxed loads and stores of counters and published words (the readers
+ * that need ordering use acquire/release explicitly). */
+#define LD(f)    atomic_load_explicit(&(f), memory_order_relaxed)
+#define ST(f, v) atomic_store_explicit(&(f), (v), memory_order_relaxed)
+
 /* kill(pid, 0) says the process exists (EPERM counts as alive). */
 bool hps__pid_alive(pid_t pid);
 

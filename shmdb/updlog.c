@@ -77,9 +77,6 @@ static struct shm_ustats *ustats(hps_shmdb_t *db)
     return hps__area(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
 }
 
-#define ST(f, v) atomic_store_explicit(&(f), (v), memory_order_relaxed)
-#define LD(f)    atomic_load_explicit(&(f), memory_order_relaxed)
-
 hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_update_stats_t *s)
 {
     if (layer >= HPS_SHMDB_UPDATE_LAYERS || !s)

@@ -102,6 +102,16 @@ struct reg_args {
     int64_t byte_size;
 };
 
+/* Triton's message for a register request body that is not an object. */
+static int reg_object(json_object *root, hps__kerr_t *err)
+{
+    if (json_object_is_type(root, json_type_object))
+        return 0;
+    return hps__kerr_set(err, 400,
+                         "failed to parse the request JSON buffer: the request must be a JSON "
+                         "object");
+}
+
 /* Triton's messages for a missing or mistyped field. */
 static int reg_field(json_object *root, const char *field, json_type type, json_object **ret,
                      hps__kerr_t *err)
@@ -116,10 +126,8 @@ static int reg_field(json_object *root, const char *field, json_type type, json_
 static int reg_parse(json_object *root, struct reg_args *a, hps__kerr_t *err)
 {
     json_object *v;
-    if (!json_object_is_type(root, json_type_object))
-        return hps__kerr_set(err, 400,
-                             "failed to parse the request JSON buffer: the request must "
-                             "be a JSON object");
+    if (reg_object(root, err))
+        return -1;
     if (reg_field(root, "key", json_type_string, &v, err))
         return -1;
     a->key = json_object_get_string(v);
@@ -347,10 +355,8 @@ static int cuda_parse_handle(json_object *root, struct cuda_args *a, hps__kerr_t
 static int cuda_parse(json_object *root, struct cuda_args *a, hps__kerr_t *err)
 {
     json_object *v;
-    if (!json_object_is_type(root, json_type_object))
-        return hps__kerr_set(err, 400,
-                             "failed to parse the request JSON buffer: the request must "
-                             "be a JSON object");
+    if (reg_object(root, err))
+        return -1;
     if (cuda_parse_handle(root, a, err) || reg_field(root, "device_id", json_type_int, &v, err))
         return -1;
     a->device_id = json_object_get_int64(v);

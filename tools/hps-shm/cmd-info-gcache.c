@@ -22,11 +22,6 @@ typedef struct gcache_snap {
     char table[HPS_SHMDB_NAME_MAX + 1];
 } gcache_snap_t;
 
-static bool pid_alive(pid_t pid)
-{
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
-}
-
 static const char *state_name(hps_gcache_state_t st)
 {
     switch (st) {
@@ -45,19 +40,6 @@ static const char *state_name(hps_gcache_state_t st)
 static const char *policy_name(uint32_t p)
 {
     return p == 0 ? "lru" : p == 1 ? "lfu" : "unknown";
-}
-
-/* Seconds since a CLOCK_REALTIME stamp; negative when the stamp is 0. */
-static double age_realtime_s(uint64_t realtime_ns)
-{
-    struct timespec ts;
-    uint64_t now;
-
-    if (realtime_ns == 0)
-        return -1.0;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    return now > realtime_ns ? (double)(now - realtime_ns) / 1e9 : 0.0;
 }
 
 static double ratio(uint64_t num, uint64_t den)
@@ -115,7 +97,9 @@ static void gcache_json_counters(json_object *o, const hps_gcache_counters_t *c,
     hps__tool_jset(o, "published",
                    json_object_new_string(hps__tool_fmt_time(c->published_ns, buf, sizeof buf)));
     hps__tool_jset(o, "counters_age_s",
-                   c->published_ns ? hps__tool_json_double(age_realtime_s(c->published_ns)) : NULL);
+                   c->published_ns ? hps__tool_json_double(
+                                         hps__tool_age_clock_s(CLOCK_REALTIME, c->published_ns))
+                                   : NULL);
 }
 
 static void gcache_json_procs(json_object *o, const hps_gcache_reg_t *r)
@@ -123,10 +107,12 @@ static void gcache_json_procs(json_object *o, const hps_gcache_reg_t *r)
     json_object *pids = json_object_new_array();
 
     hps__tool_jset(o, "creator_pid", json_object_new_int64(r->creator_pid));
-    hps__tool_jset(o, "creator_alive", json_object_new_boolean(pid_alive(r->creator_pid)));
+    hps__tool_jset(o, "creator_alive",
+                   json_object_new_boolean(hps__tool_pid_alive(r->creator_pid)));
     hps__tool_jset(o, "refresher_pid",
                    r->refresher_pid > 0 ? json_object_new_int64(r->refresher_pid) : NULL);
-    hps__tool_jset(o, "refresher_alive", json_object_new_boolean(pid_alive(r->refresher_pid)));
+    hps__tool_jset(o, "refresher_alive",
+                   json_object_new_boolean(hps__tool_pid_alive(r->refresher_pid)));
     for (uint32_t i = 0; i < r->num_pids && i < HPS_SHMDB_GCACHE_PROCS; i++)
         json_object_array_add(pids, json_object_new_int64(r->pids[i]));
     hps__tool_jset(o, "attached_pids", pids);
@@ -178,8 +164,9 @@ static void gcache_text_counters(const hps_gcache_counters_t *c)
     printf("    lock timeouts %llu, repaired sets %llu\n", (unsigned long long)c->lock_timeouts,
            (unsigned long long)c->repaired_sets);
     if (c->published_ns)
-        printf("    counters published %s\n",
-               hps__tool_fmt_age(age_realtime_s(c->published_ns), b, sizeof b));
+        printf(
+            "    counters published %s\n",
+            hps__tool_fmt_age(hps__tool_age_clock_s(CLOCK_REALTIME, c->published_ns), b, sizeof b));
     else
         printf("    counters never published\n");
 }
@@ -187,10 +174,10 @@ static void gcache_text_counters(const hps_gcache_counters_t *c)
 static void gcache_text_procs(const hps_gcache_reg_t *r)
 {
     printf("    creator pid %d (%s), refresher ", (int)r->creator_pid,
-           pid_alive(r->creator_pid) ? "alive" : "gone");
+           hps__tool_pid_alive(r->creator_pid) ? "alive" : "gone");
     if (r->refresher_pid > 0)
         printf("pid %d (%s)", (int)r->refresher_pid,
-               pid_alive(r->refresher_pid) ? "alive" : "gone");
+               hps__tool_pid_alive(r->refresher_pid) ? "alive" : "gone");
     else
         printf("none");
     printf(", attached pids");

@@ -77,11 +77,6 @@ static int table_snap(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id, table_
     return HPS__TOOL_OK;
 }
 
-static bool pid_alive(pid_t pid)
-{
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
-}
-
 /* Rows per partition at which eviction stops, or 0 when unbounded. */
 static uint64_t target_rows(const hps_table_info_t *ti)
 {
@@ -106,7 +101,8 @@ static json_object *segment_json(const hps_segment_info_t *s)
     hps__tool_jset(o, "free_bytes", hps__tool_json_u64(s->free_bytes));
     hps__tool_jset(o, "allocation_rate", hps__tool_json_u64(s->allocation_rate));
     hps__tool_jset(o, "creator_pid", json_object_new_int64(s->creator_pid));
-    hps__tool_jset(o, "creator_alive", json_object_new_boolean(pid_alive(s->creator_pid)));
+    hps__tool_jset(o, "creator_alive",
+                   json_object_new_boolean(hps__tool_pid_alive(s->creator_pid)));
     hps__tool_jset(o, "created_ns", hps__tool_json_u64(s->created_ns));
     hps__tool_jset(o, "created",
                    json_object_new_string(hps__tool_fmt_time(s->created_ns, buf, sizeof buf)));
@@ -231,11 +227,12 @@ static void segment_text(const hps_segment_info_t *s)
     BYTES_LINE("allocation_rate", s->allocation_rate);
 #undef BYTES_LINE
     printf("  creator pid      %d (%s)\n", (int)s->creator_pid,
-           pid_alive(s->creator_pid) ? "alive" : "gone");
+           hps__tool_pid_alive(s->creator_pid) ? "alive" : "gone");
     printf("  created          %s\n", hps__tool_fmt_time(s->created_ns, b1, sizeof b1));
     if (s->coord_pid)
         printf("  coordinator      pid %d (%s), %s, heartbeat %s\n", (int)s->coord_pid,
-               pid_alive(s->coord_pid) ? "alive" : "gone", coord_state_name(s->coord_state),
+               hps__tool_pid_alive(s->coord_pid) ? "alive" : "gone",
+               coord_state_name(s->coord_state),
                hps__tool_fmt_age(hps__tool_age_s(s->coord_heartbeat_ns), b2, sizeof b2));
     else
         printf("  coordinator      none (no heartbeat yet)\n");

@@ -160,7 +160,11 @@ static int get_keys(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id, const hp
     return rc;
 }
 
-int hps__tool_cmd_get(const hps__tool_t *t)
+typedef int (*table_cmd_fn)(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id,
+                            const hps_table_info_t *ti);
+
+/* Attach SEGMENT (argv[0]), find MODEL TABLE (argv[1], argv[2]), run fn. */
+static int on_table(const hps__tool_t *t, table_cmd_fn fn)
 {
     hps_shmdb_t *db = NULL;
     hps_table_info_t ti;
@@ -171,9 +175,14 @@ int hps__tool_cmd_get(const hps__tool_t *t)
         return rc;
     rc = hps__tool_find_table(t, db, t->argv[1], t->argv[2], &id, &ti);
     if (rc == HPS__TOOL_OK)
-        rc = get_keys(t, db, id, &ti);
+        rc = fn(t, db, id, &ti);
     hps_shmdb_detach(db);
     return rc;
+}
+
+int hps__tool_cmd_get(const hps__tool_t *t)
+{
+    return on_table(t, get_keys);
 }
 
 /* ---- dump ---------------------------------------------------------------- */
@@ -405,16 +414,5 @@ static int dump_table(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id,
 
 int hps__tool_cmd_dump(const hps__tool_t *t)
 {
-    hps_shmdb_t *db = NULL;
-    hps_table_info_t ti;
-    uint32_t id = 0;
-    int rc = hps__tool_attach(t, t->argv[0], &db);
-
-    if (rc != HPS__TOOL_OK)
-        return rc;
-    rc = hps__tool_find_table(t, db, t->argv[1], t->argv[2], &id, &ti);
-    if (rc == HPS__TOOL_OK)
-        rc = dump_table(t, db, id, &ti);
-    hps_shmdb_detach(db);
-    return rc;
+    return on_table(t, dump_table);
 }

@@ -124,10 +124,17 @@ const char *hps__tool_fmt_bytes(uint64_t bytes, char *buf, size_t len);
 const char *hps__tool_fmt_time(uint64_t realtime_ns, char *buf, size_t len);
 
 /**
- * @brief Seconds since a CLOCK_MONOTONIC ns stamp; negative when the stamp
- *        is 0 ("never").  A stamp in the future counts as age 0.
+ * @brief Seconds since a ns stamp of clock (CLOCK_MONOTONIC for heartbeats,
+ *        CLOCK_REALTIME for published counters); negative when the stamp is
+ *        0 ("never").  A stamp in the future counts as age 0.
  */
+double hps__tool_age_clock_s(int clock, uint64_t stamp_ns);
+
+/** @brief hps__tool_age_clock_s(CLOCK_MONOTONIC, monotonic_ns). */
 double hps__tool_age_s(uint64_t monotonic_ns);
+
+/** @brief kill(pid, 0) says the process exists (EPERM counts as alive). */
+bool hps__tool_pid_alive(pid_t pid);
 
 /** @brief "12.3 s ago" or "never" for an age from hps__tool_age_s(). */
 const char *hps__tool_fmt_age(double age_s, char *buf, size_t len);

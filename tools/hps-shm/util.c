@@ -2,6 +2,7 @@
  * util.c -- errors, attaching, JSON and text formatting for hps-shm.
  */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -198,16 +199,26 @@ const char *hps__tool_fmt_time(uint64_t realtime_ns, char *buf, size_t len)
     return buf;
 }
 
-double hps__tool_age_s(uint64_t monotonic_ns)
+double hps__tool_age_clock_s(int clock, uint64_t stamp_ns)
 {
     struct timespec ts;
     uint64_t now;
 
-    if (monotonic_ns == 0)
+    if (stamp_ns == 0)
         return -1.0;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    return now > monotonic_ns ? (double)(now - monotonic_ns) / 1e9 : 0.0;
+    return now > stamp_ns ? (double)(now - stamp_ns) / 1e9 : 0.0;
+}
+
+double hps__tool_age_s(uint64_t monotonic_ns)
+{
+    return hps__tool_age_clock_s(CLOCK_MONOTONIC, monotonic_ns);
+}
+
+bool hps__tool_pid_alive(pid_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
 const char *hps__tool_fmt_age(double age_s, char *buf, size_t len)
