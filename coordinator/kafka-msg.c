@@ -71,8 +71,7 @@ static bool valid_name(const char *s, size_t n)
 
 hps_err_t hps_kafka_topic_name(const char *model, const char *table, char *buf, size_t len)
 {
-    if (!model || !table || !valid_name(model, strlen(model)) ||
-        !valid_name(table, strlen(table)))
+    if (!model || !table || !valid_name(model, strlen(model)) || !valid_name(table, strlen(table)))
         return HPS_EINVAL;
     int n = snprintf(buf, len, "hps_et.%s.%s", model, table);
     return n < 0 || (size_t)n >= len ? HPS_EINVAL : 0;
@@ -107,7 +106,9 @@ static const char *strip_anchors(const char *filter, size_t *ret_n)
     return filter;
 }
 
-hps_err_t hps_kafka_topic_regex(const char *filter, char *buf, size_t len)
+/* prefix + "(" + filter without its anchors + ")" + suffix into buf. */
+static hps_err_t wrap_filter(const char *filter, const char *prefix, const char *suffix, char *buf,
+                             size_t len)
 {
     size_t n;
     if (!filter || !buf)
@@ -115,20 +116,18 @@ hps_err_t hps_kafka_topic_regex(const char *filter, char *buf, size_t len)
     filter = strip_anchors(filter, &n);
     if (n == 0)
         return HPS_EINVAL;
-    int w = snprintf(buf, len, "^hps_et\\.(%.*s)\\.[a-zA-Z0-9_-]+$", (int)n, filter);
+    int w = snprintf(buf, len, "%s(%.*s)%s", prefix, (int)n, filter, suffix);
     return w < 0 || (size_t)w >= len ? HPS_EINVAL : 0;
+}
+
+hps_err_t hps_kafka_topic_regex(const char *filter, char *buf, size_t len)
+{
+    return wrap_filter(filter, "^hps_et\\.", "\\.[a-zA-Z0-9_-]+$", buf, len);
 }
 
 hps_err_t hps_kafka_model_regex(const char *filter, char *buf, size_t len)
 {
-    size_t n;
-    if (!filter || !buf)
-        return HPS_EINVAL;
-    filter = strip_anchors(filter, &n);
-    if (n == 0)
-        return HPS_EINVAL;
-    int w = snprintf(buf, len, "^(%.*s)$", (int)n, filter);
-    return w < 0 || (size_t)w >= len ? HPS_EINVAL : 0;
+    return wrap_filter(filter, "^", "$", buf, len);
 }
 
 hps_err_t hps_kafka_group_name(const char *layer, bool shared, const char *host, char *buf,
@@ -136,8 +135,8 @@ hps_err_t hps_kafka_group_name(const char *layer, bool shared, const char *host,
 {
     if (!layer || !buf || (!shared && !host))
         return HPS_EINVAL;
-    int w = shared ? snprintf(buf, len, "hps.%s", layer)
-                   : snprintf(buf, len, "hps.%s.%s", layer, host);
+    int w =
+        shared ? snprintf(buf, len, "hps.%s", layer) : snprintf(buf, len, "hps.%s.%s", layer, host);
     return w < 0 || (size_t)w >= len ? HPS_EINVAL : 0;
 }
 

@@ -539,10 +539,12 @@ static int misses_device(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t,
                          float *d_out)
 {
     uint32_t dim = g->w->models[mi].dims[t];
-    float *tmp = malloc(n * dim * sizeof(float));
-    if (!tmp)
-        return -ENOMEM;
-    int rc = misses(g, c, mi, t, keys, n, midx, mc, tmp);
+    /* c->out is free in a device-output lookup: the table's rows on the host */
+    int rc = pair_reserve(&c->out, n * dim * sizeof(float));
+    if (rc < 0)
+        return rc;
+    float *tmp = c->out.h;
+    rc = misses(g, c, mi, t, keys, n, midx, mc, tmp);
     if (rc > 0) /* the insert reads staging buffers: done before the next table */
         rc = ck(cudaStreamSynchronize(c->stream), "insert");
     rc = rc < 0 ? rc : pair_reserve(&c->srows, mc * dim * sizeof(float));
@@ -551,7 +553,6 @@ static int misses_device(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t,
         memcpy((float *)c->srows.h + j * dim, tmp + (size_t)midx[j] * dim, dim * sizeof(float));
         ((uint64_t *)c->soff.h)[j] = (uint64_t)midx[j] * dim;
     }
-    free(tmp);
     if (rc >= 0)
         rc = ck(cudaMemcpyAsync(c->srows.d, c->srows.h, mc * dim * sizeof(float),
                                 cudaMemcpyHostToDevice, c->stream),
