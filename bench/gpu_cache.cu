@@ -8,9 +8,10 @@
  * set overflowing; the run prints how many keys are not resident), query
  * keys drawn from Zipf(1.05) over the keys, 1,024 / 16,384 / 262,144 /
  * 1,048,576 keys per call, duplicates included.  Each batch size rotates
- * through up to 16 distinct batches; CUDA events time --iters calls after a
- * warm-up, repeated 5 times, median reported.  The gather reads the same
+ * through up to 16 distinct batches; CUDA events time a run of calls after
+ * a warm-up, repeated 5 times, median reported.  The gather reads the same
  * rows from a flat [keys][128] table through the Zipf rank's row index.
+ * --batch B measures batch size B only (for a profiler).
  */
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +114,7 @@ int main(int argc, char **argv)
     uint64_t nkeys = 8388608, pool = 16ull << 20;
     double capf = 2.0;
     int iters_scale = 1;
+    uint64_t only = 0; /* --batch: measure this batch size only (profiling) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             nkeys = 1 << 20;
@@ -122,8 +124,11 @@ int main(int argc, char **argv)
             nkeys = strtoull(argv[++i], NULL, 0);
         } else if (!strcmp(argv[i], "--capacity-factor") && i + 1 < argc) {
             capf = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            only = strtoull(argv[++i], NULL, 0);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--keys N] [--capacity-factor F]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--keys N] [--capacity-factor F] [--batch B]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -214,7 +219,7 @@ int main(int argc, char **argv)
     char sidebar[4][256] = {{0}};
     for (int b = 0; b < 4; b++) {
         uint64_t B = batches[b];
-        if (B > pool)
+        if (B > pool || (only && B != only))
             continue;
         uint64_t nb = std::min<uint64_t>(16, pool / B);
         /* correctness and unique fraction on batch 0 */
