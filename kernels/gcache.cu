@@ -17,8 +17,8 @@ __global__ void k_init(hps_table_ref_t t)
     uint64_t slots = t.num_sets * HPS_GCACHE_WAYS;
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += stride) {
-        t.keys[s] = HPS_GCACHE_EMPTY_KEY;
-        t.stamps[s] = 0;
+        hps__key(t, s) = HPS_GCACHE_EMPTY_KEY;
+        hps__stamp(t, s) = 0;
     }
 }
 
@@ -27,7 +27,7 @@ __global__ void k_occupancy(hps_table_ref_t t, unsigned long long *count)
     uint64_t slots = t.num_sets * HPS_GCACHE_WAYS;
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x, mine = 0;
     for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += stride)
-        mine += __ldcg(&t.keys[s]) != HPS_GCACHE_EMPTY_KEY;
+        mine += __ldcg(&hps__key(t, s)) != HPS_GCACHE_EMPTY_KEY;
     hps__block_add((uint64_t *)count, mine);
 }
 
@@ -52,26 +52,25 @@ extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long l
 }
 
 /* The arrays of a cache inside its one allocation, in this order, each
- * 256-byte aligned: keys, tags, stamps, vals, ver, clock + counters.  Every
- * process that maps a shared cache derives the same offsets from (sets, dim). */
+ * 256-byte aligned: (key, stamp) records, tags, vals, ver, clock + counters.
+ * Every process that maps a shared cache derives the same offsets from
+ * (sets, dim). */
 static uint64_t gc_layout(hps_table_ref_t *t, char *base)
 {
     uint64_t slots = t->num_sets * HPS_GCACHE_WAYS;
-    uint64_t sizes[6] = {slots * sizeof(int64_t),        slots,
-                         slots * sizeof(uint64_t),       slots * t->dim * sizeof(float),
+    uint64_t sizes[5] = {slots * 2 * sizeof(uint64_t), slots, slots * t->dim * sizeof(float),
                          t->num_sets * sizeof(uint32_t), (1 + HPS_GC_NCTR) * sizeof(uint64_t)};
-    uint64_t off[6], pos = 0;
-    for (int i = 0; i < 6; i++) {
+    uint64_t off[5], pos = 0;
+    for (int i = 0; i < 5; i++) {
         off[i] = pos;
         pos += (sizes[i] + 255) & ~(uint64_t)255;
     }
     if (base) {
-        t->keys = (int64_t *)(base + off[0]);
+        t->rec = (uint64_t *)(base + off[0]);
         t->tags = (uint8_t *)(base + off[1]);
-        t->stamps = (uint64_t *)(base + off[2]);
-        t->vals = (float *)(base + off[3]);
-        t->ver = (uint32_t *)(base + off[4]);
-        t->clock = (uint64_t *)(base + off[5]);
+        t->vals = (float *)(base + off[2]);
+        t->ver = (uint32_t *)(base + off[3]);
+        t->clock = (uint64_t *)(base + off[4]);
         t->ctr = t->clock + 1;
     }
     return pos;

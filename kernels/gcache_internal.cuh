@@ -50,13 +50,13 @@ enum {
 
 /* What a kernel needs of a cache: passed by value. */
 typedef struct hps_table_ref {
-    int64_t *keys;    /* [num_sets * 32] */
-    uint8_t *tags;    /* [num_sets * 32] key fingerprints (hps__tag), 0 = free */
-    uint64_t *stamps; /* [num_sets * 32] */
-    float *vals;      /* [num_sets * 32][dim] */
-    uint32_t *ver;    /* [num_sets] seqlock words */
-    uint64_t *clock;  /* LRU clock, bumped once per lookup */
-    uint64_t *ctr;    /* [HPS_GC_NCTR] */
+    uint64_t *rec;   /* [num_sets * 32][2]: each slot's key and LRU/LFU stamp side by side,
+                      * so the sector of the key check also brings the stamp (hps__key) */
+    uint8_t *tags;   /* [num_sets * 32] key fingerprints (hps__tag), 0 = free */
+    float *vals;     /* [num_sets * 32][dim] */
+    uint32_t *ver;   /* [num_sets] seqlock words */
+    uint64_t *clock; /* LRU clock, bumped once per lookup */
+    uint64_t *ctr;   /* [HPS_GC_NCTR] */
     uint64_t num_sets;
     uint32_t dim;
     int policy;
@@ -105,6 +105,17 @@ struct hps_gcache_ws {
 #define HPS_DKEY_EMPTY UINT64_MAX
 
 #ifdef __CUDACC__
+
+/* The key and the stamp of a slot (set * 32 + way). */
+__device__ __forceinline__ int64_t &hps__key(const hps_table_ref_t &t, uint64_t slot)
+{
+    return *(int64_t *)&t.rec[2 * slot];
+}
+
+__device__ __forceinline__ uint64_t &hps__stamp(const hps_table_ref_t &t, uint64_t slot)
+{
+    return t.rec[2 * slot + 1];
+}
 
 __device__ __forceinline__ uint64_t hps__mix64(uint64_t x)
 {
@@ -196,7 +207,7 @@ __device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_
     while (mask) {
         int way = __ffs(mask) - 1;
         mask &= mask - 1;
-        if (__ldcg(&t.keys[set * HPS_GCACHE_WAYS + way + dep]) == key)
+        if (__ldcg(&hps__key(t, set * HPS_GCACHE_WAYS + way + dep)) == key)
             return way;
     }
     return -1;
@@ -207,7 +218,7 @@ __device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_
 __device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set, int64_t key,
                                           int lane)
 {
-    int64_t k = __ldcg(&t.keys[set * HPS_GCACHE_WAYS + lane]);
+    int64_t k = __ldcg(&hps__key(t, set * HPS_GCACHE_WAYS + lane));
     unsigned m = __ballot_sync(0xffffffffu, k == key);
     return m ? __ffs(m) - 1 : -1;
 }
@@ -217,9 +228,10 @@ __device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set
 __device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t slot, uint64_t now)
 {
     if (t.policy == HPS_GCACHE_LFU) {
-        atomicAdd((unsigned long long *)&t.stamps[slot], 1ull); /* why: concurrent readers count */
-    } else if (__ldcg(&t.stamps[slot]) < now) {
-        t.stamps[slot] = now; /* racing readers store equal-or-close clocks: benign */
+        /* why atomic: concurrent readers count */
+        atomicAdd((unsigned long long *)&hps__stamp(t, slot), 1ull);
+    } else if (__ldcg(&hps__stamp(t, slot)) < now) {
+        hps__stamp(t, slot) = now; /* racing readers store equal-or-close clocks: benign */
     }
 }
 

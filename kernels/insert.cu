@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(INS_THREADS)
             continue;
         }
         uint64_t base = set * HPS_GCACHE_WAYS;
-        int64_t k = *(volatile int64_t *)&t.keys[base + lane];
+        int64_t k = *(volatile int64_t *)&hps__key(t, base + lane);
         unsigned m = __ballot_sync(0xffffffffu, k == key);
         int way = -1;
         bool fresh = false, evict = false;
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(INS_THREADS)
             if (e) {
                 way = __ffs(e) - 1;
             } else {
-                way = ins_victim(*(volatile uint64_t *)&t.stamps[base + lane], lane);
+                way = ins_victim(*(volatile uint64_t *)&hps__stamp(t, base + lane), lane);
                 evict = true;
             }
         }
@@ -115,12 +115,12 @@ __global__ void __launch_bounds__(INS_THREADS)
                 for (uint32_t c = lane; c < t.dim; c += 32)
                     dst[c] = src[c];
             if (lane == 0) {
-                t.keys[slot] = key;
+                hps__key(t, slot) = key;
                 t.tags[slot] = hps__tag(key);
                 if (t.policy == HPS_GCACHE_LRU)
-                    t.stamps[slot] = now;
+                    hps__stamp(t, slot) = now;
                 else if (fresh)
-                    t.stamps[slot] = 1;
+                    hps__stamp(t, slot) = 1;
                 written++;
                 evicted += evict;
             }

@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
             int64_t k = key[u] != HPS_GCACHE_EMPTY_KEY
-                            ? __ldcg(&t.keys[set[u] * HPS_GCACHE_WAYS + lane +
-                                             (STRICT ? 0 : hps__dep(v1[u], zero))])
+                            ? __ldcg(&hps__key(t, set[u] * HPS_GCACHE_WAYS + lane +
+                                                      (STRICT ? 0 : hps__dep(v1[u], zero))))
                             : HPS_GCACHE_EMPTY_KEY;
             unsigned m = __ballot_sync(0xffffffffu, k == key[u] && k != HPS_GCACHE_EMPTY_KEY);
             way[u] = m ? __ffs(m) - 1 : -1;
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                 pre_slot = slot;
         }
         if (pre_slot != UINT64_MAX && t.policy == HPS_GCACHE_LRU)
-            pre_stamp = __ldcg(&t.stamps[pre_slot]);
+            pre_stamp = __ldcg(&hps__stamp(t, pre_slot));
         if (STRICT)
             hps__fence(); /* why: the row loads must complete before the versions are re-read */
         int my_hit = 0;
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
         if (my_hit) { /* lanes 0..LK_UNROLL-1: one stamp each, loaded in parallel above */
             if (t.policy == HPS_GCACHE_LRU && my_slot == pre_slot) {
                 if (pre_stamp < now)
-                    t.stamps[my_slot] = now; /* racing readers store close clocks: benign */
+                    hps__stamp(t, my_slot) = now; /* racing readers store close clocks: benign */
             } else {
                 hps__touch(t, my_slot, now);
             }
@@ -252,11 +252,11 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
  */
-#define BK_CHUNK   1024
-#define BK_TAB     2048
-#define BK_THREADS 256
-#define BK_NONE    0xffffu
-#define BK_RETRY   (UINT64_MAX - 1)
+#define BK_CHUNK       1024
+#define BK_TAB         2048
+#define BK_THREADS     256
+#define BK_NONE        0xffffu
+#define BK_RETRY       (UINT64_MAX - 1)
 #define BK_SMALL_BATCH 65536 /* up to this, 4 chunks per SM; 2 above (hps_k_lookup_block) */
 
 __global__ void __launch_bounds__(BK_THREADS, 4)

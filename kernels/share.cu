@@ -183,9 +183,9 @@ __global__ void k_repair(hps_table_ref_t t, const uint32_t *snap, unsigned long 
         if (!(v & 1u) || v != snap[s])
             continue;
         for (int w = 0; w < HPS_GCACHE_WAYS; w++) {
-            t.keys[s * HPS_GCACHE_WAYS + w] = HPS_GCACHE_EMPTY_KEY;
+            hps__key(t, s * HPS_GCACHE_WAYS + w) = HPS_GCACHE_EMPTY_KEY;
             t.tags[s * HPS_GCACHE_WAYS + w] = 0;
-            t.stamps[s * HPS_GCACHE_WAYS + w] = 0;
+            hps__stamp(t, s * HPS_GCACHE_WAYS + w) = 0;
         }
         hps__fence(); /* why: the emptied set is visible before it is unlocked */
         mine += atomicCAS(&t.ver[s], v, v + 1) == v;
