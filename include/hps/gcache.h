@@ -3,9 +3,12 @@
  *
  * Layout.  capacity_rows is rounded up to whole sets of HPS_GCACHE_WAYS (32)
  * slots: one warp probes one set, lane w looking at way w.  Device memory:
- *   keys   int64   [num_sets][32]   HPS_GCACHE_EMPTY_KEY marks a free slot
+ *   rec    uint64  [num_sets][32][2]  per slot its key (HPS_GCACHE_EMPTY_KEY
+ *                                    marks a free slot) and its stamp (LRU:
+ *                                    clock at last use; LFU: use count), side
+ *                                    by side: one sector serves the key check
+ *                                    and the stamp
  *   tags   uint8   [num_sets][32]   one-byte key fingerprints, 0 = free way
- *   stamps uint64  [num_sets][32]   LRU: clock at last use; LFU: use count
  *   vals   float32 [num_sets * 32][dim]   row-major, one row per slot
  *   ver    uint32  [num_sets]       per-set seqlock word (even = stable)
  *   clock, counters                  a few uint64 words
@@ -45,7 +48,9 @@
  *    input key copies the row of its entry straight into d_out, validates the
  *    recorded version and clears the entry for the next call.
  *  No path materializes unique rows: the bytes moved are those of an ideal
- *  gather plus the probes (256 bytes of keys per set probe) and index words.
+ *  gather plus the probes (BLOCK, GLOBAL: the set's 32 tag bytes and the
+ *  matching slot's record; FUSED: the set's 512 bytes of records) and index
+ *  words.
  *
  * Memory.  A cache is one device allocation holding every array above
  * (256-byte aligned, in that order, offsets derived from num_sets and dim).
