@@ -6,6 +6,9 @@
 #ifndef HPS_TESTS_PDBTEST_H
 #define HPS_TESTS_PDBTEST_H
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "mftest.h"
 
 #include "hps/pdb.h"
@@ -49,6 +52,25 @@ static inline int p_teardown(void **state)
     free(f->path);
     free(f);
     return 0;
+}
+
+/** Run this test binary again as "<name> <mode> <path>" in a child process
+ *  (fork + exec: RocksDB's threads and locks must not cross a fork); its
+ *  wait status. */
+static inline int p_run_self(const char *name, const char *mode, const char *path)
+{
+    int status = 0;
+    pid_t pid;
+
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", name, mode, path, (char *)NULL);
+        _exit(2);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
 }
 
 /** keys[i] as an int64 from a 4- or 8-byte key array. */

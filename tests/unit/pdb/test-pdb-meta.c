@@ -6,8 +6,6 @@
  * closing).
  */
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "pdbtest.h"
 
@@ -135,18 +133,8 @@ static int child_put_and_die(const char *path)
 static void test_survives_sigkill(void **state)
 {
     pfx_t *f = *state;
-    int status = 0;
-    pid_t pid;
+    int status = p_run_self("test-pdb-meta", "--put-and-die", f->path);
 
-    fflush(NULL);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        /* fork + exec: RocksDB's threads and locks must not cross a fork */
-        execl("/proc/self/exe", "test-pdb-meta", "--put-and-die", f->path, (char *)NULL);
-        _exit(2);
-    }
-    assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status));
     assert_int_equal(WTERMSIG(status), SIGKILL);
     f->db = p_open(f->path, false, 0);

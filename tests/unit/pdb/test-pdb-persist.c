@@ -92,24 +92,15 @@ static void test_second_writer_is_refused(void **state)
 {
     pfx_t *f = *state;
     hps_pdb_t *db2 = NULL;
-    int status = 0;
-    pid_t pid;
+    int status;
 
     f->db = p_open(f->path, false, 0);
     /* this process */
     T_ERR(hps_pdb_open(f->path, NULL, &db2, t_msg, sizeof(t_msg)), HPS_EBUSY);
     T_MSG_HAS("LOCK");
     assert_null(db2);
-    /* another process: this binary re-executed in its --try-open mode
-     * (fork + exec: RocksDB's threads and locks must not cross a fork) */
-    fflush(NULL);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        execl("/proc/self/exe", "test-pdb-persist", "--try-open", f->path, (char *)NULL);
-        _exit(2);
-    }
-    assert_int_equal(waitpid(pid, &status, 0), pid);
+    /* another process: this binary re-executed in its --try-open mode */
+    status = p_run_self("test-pdb-persist", "--try-open", f->path);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
 }
