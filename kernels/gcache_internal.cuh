@@ -169,6 +169,24 @@ __device__ __forceinline__ bool hps__wait_even(const uint32_t *p, uint32_t *ret_
     return true;
 }
 
+/* An L2 evict-first policy (createpolicy, sm_80+) and a 16-byte load that
+ * carries it; .cg: not cached in L1 (other SMs write these lines). */
+__device__ __forceinline__ uint64_t hps__pol_evict_first(void)
+{
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+__device__ __forceinline__ float4 hps__ld_f4_pol(const float4 *a, uint64_t pol)
+{
+    float4 r;
+    asm volatile("ld.global.cg.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+                 : "l"(a), "l"(pol));
+    return r;
+}
+
 /* One-byte fingerprint of a key (never 0, which marks a free way); bits of
  * the hash that the set index does not use. */
 __device__ __forceinline__ uint8_t hps__tag(int64_t key)
