@@ -169,22 +169,30 @@ __device__ __forceinline__ bool hps__wait_even(const uint32_t *p, uint32_t *ret_
     return true;
 }
 
-/* An L2 evict-first policy (createpolicy, sm_80+) and a 16-byte load that
- * carries it; .cg: not cached in L1 (other SMs write these lines). */
+/* An L2 evict-first policy (createpolicy) and a 16-byte load that carries
+ * it; .cg: not cached in L1 (other SMs write these lines).  sm_80 and
+ * later; older GPUs take a plain ld.global.cg. */
 __device__ __forceinline__ uint64_t hps__pol_evict_first(void)
 {
-    uint64_t p;
+    uint64_t p = 0;
+#if __CUDA_ARCH__ >= 800
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
     return p;
 }
 
 __device__ __forceinline__ float4 hps__ld_f4_pol(const float4 *a, uint64_t pol)
 {
+#if __CUDA_ARCH__ >= 800
     float4 r;
     asm volatile("ld.global.cg.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
                  : "l"(a), "l"(pol));
     return r;
+#else
+    (void)pol;
+    return __ldcg(a);
+#endif
 }
 
 /* One-byte fingerprint of a key (never 0, which marks a free way); bits of
