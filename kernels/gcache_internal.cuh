@@ -203,24 +203,9 @@ __device__ __forceinline__ uint8_t hps__tag(int64_t key)
     return x ? (uint8_t)x : (uint8_t)1;
 }
 
-/* Single-thread probe of one set through its 32 tag bytes (two 16-byte
- * loads, address-dependent on dep), then the key of each way whose tag
- * matches (one on average, 1 + 31/255 with false positives).  Moves about
- * 64 bytes instead of the slab's 256.  Returns the way or -1. */
-__device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_t set, int64_t key,
-                                               uint4 a, uint4 b, uint64_t dep);
-
-__device__ __forceinline__ int hps__probe_tagged(const hps_table_ref_t &t, uint64_t set,
-                                                 int64_t key, uint64_t dep)
-{
-    const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS + dep);
-    return hps__match_tags(t, set, key, __ldcg(tp), __ldcg(tp + 1), dep);
-}
-
-/* The way among the tag words a, b whose key is key (loaded address-
- * dependent on dep), or -1. */
-__device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_t set, int64_t key,
-                                               uint4 a, uint4 b, uint64_t dep)
+/* The ways among the 32 tag bytes a, b (ways 0-15, 16-31) whose tag is
+ * key's: bit w set for way w. */
+__device__ __forceinline__ uint32_t hps__tag_mask(int64_t key, uint4 a, uint4 b)
 {
     uint32_t rep = hps__tag(key) * 0x01010101u;
     uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -230,6 +215,14 @@ __device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_
         uint32_t m = __vcmpeq4(words[i], rep); /* 0xff in each matching byte */
         mask |= ((m & 1u) | ((m >> 7) & 2u) | ((m >> 14) & 4u) | ((m >> 21) & 8u)) << (4 * i);
     }
+    return mask;
+}
+
+/* The way among the candidate ways of mask whose key is key (each key
+ * loaded address-dependent on dep), or -1. */
+__device__ __forceinline__ int hps__match_mask(const hps_table_ref_t &t, uint64_t set, int64_t key,
+                                               uint32_t mask, uint64_t dep)
+{
     while (mask) {
         int way = __ffs(mask) - 1;
         mask &= mask - 1;
@@ -237,6 +230,17 @@ __device__ __forceinline__ int hps__match_tags(const hps_table_ref_t &t, uint64_
             return way;
     }
     return -1;
+}
+
+/* Single-thread probe of one set through its 32 tag bytes (two 16-byte
+ * loads, address-dependent on dep), then the key of each way whose tag
+ * matches (one on average, 1 + 31/255 with false positives).  Moves about
+ * 64 bytes instead of the slab's 256.  Returns the way or -1. */
+__device__ __forceinline__ int hps__probe_tagged(const hps_table_ref_t &t, uint64_t set,
+                                                 int64_t key, uint64_t dep)
+{
+    const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS + dep);
+    return hps__match_mask(t, set, key, hps__tag_mask(key, __ldcg(tp), __ldcg(tp + 1)), dep);
 }
 
 /* Warp-cooperative probe of one set: returns the way holding key, or -1.
@@ -301,21 +305,34 @@ __device__ __forceinline__ int64_t hps__read_key(const hps_table_ref_t &t, int64
     }
 }
 
+/* Sum of v over the block, returned to every thread: a warp-shuffle sum
+ * per warp, then the warps' sums from shared memory (no shared atomics:
+ * 64-bit ones are compare-and-swap loops that serialize a whole block).
+ * Every thread of the block must call it (it synchronizes the block);
+ * blockDim.x a multiple of 32. */
+__device__ __forceinline__ uint64_t hps__block_sum(uint64_t v)
+{
+    __shared__ unsigned long long part[32];
+#pragma unroll
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    uint64_t tot = 0;
+    for (unsigned i = 0; i < blockDim.x / 32; i++)
+        tot += part[i];
+    __syncthreads(); /* nobody rewrites part before every thread has read it */
+    return tot;
+}
+
 /* Block-aggregated counter add: lane values summed per block, one atomic.
  * Every thread of the block must call it (it synchronizes the block). */
 __device__ __forceinline__ void hps__block_add(uint64_t *ctr, uint64_t v)
 {
-    __shared__ unsigned long long s;
-    if (threadIdx.x == 0)
-        s = 0;
-    __syncthreads();
-    if (v)
-        atomicAdd(&s, (unsigned long long)v);
-    __syncthreads();
-    unsigned long long tot = s;
-    __syncthreads(); /* nobody reuses s before every thread has read it */
+    uint64_t tot = hps__block_sum(v);
     if (threadIdx.x == 0 && tot)
-        atomicAdd((unsigned long long *)ctr, tot);
+        atomicAdd((unsigned long long *)ctr, (unsigned long long)tot);
 }
 
 #endif /* __CUDACC__ */
