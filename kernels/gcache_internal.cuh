@@ -218,18 +218,30 @@ __device__ __forceinline__ uint32_t hps__tag_mask(int64_t key, uint4 a, uint4 b)
     return mask;
 }
 
-/* The way among the candidate ways of mask whose key is key (each key
- * loaded address-dependent on dep), or -1. */
-__device__ __forceinline__ int hps__match_mask(const hps_table_ref_t &t, uint64_t set, int64_t key,
-                                               uint32_t mask, uint64_t dep)
+/* The way among the candidate ways of mask whose key is key (each slot's
+ * 16-byte record loaded address-dependent on dep), or -1; *seen receives
+ * the matching slot's stamp, which arrives in the same record. */
+__device__ __forceinline__ int hps__match_rec(const hps_table_ref_t &t, uint64_t set, int64_t key,
+                                              uint32_t mask, uint64_t dep, uint64_t *seen)
 {
     while (mask) {
         int way = __ffs(mask) - 1;
         mask &= mask - 1;
-        if (__ldcg(&hps__key(t, set * HPS_GCACHE_WAYS + way + dep)) == key)
+        ulonglong2 rec = __ldcg((const ulonglong2 *)&t.rec[2 * (set * HPS_GCACHE_WAYS + way + dep)]);
+        if ((int64_t)rec.x == key) {
+            *seen = rec.y;
             return way;
+        }
     }
     return -1;
+}
+
+/* hps__match_rec without the stamp. */
+__device__ __forceinline__ int hps__match_mask(const hps_table_ref_t &t, uint64_t set, int64_t key,
+                                               uint32_t mask, uint64_t dep)
+{
+    uint64_t seen;
+    return hps__match_rec(t, set, key, mask, dep, &seen);
 }
 
 /* Single-thread probe of one set through its 32 tag bytes (two 16-byte
@@ -253,16 +265,24 @@ __device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set
     return m ? __ffs(m) - 1 : -1;
 }
 
-/* Mark slot as used now.  LRU: store the clock unless already there (hot rows
- * are then read, not rewritten); LFU: count one use. */
-__device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t slot, uint64_t now)
+/* Mark slot as used now, its LRU stamp already loaded (seen; ignored for
+ * LFU).  LRU: store the clock unless already there (hot rows are then read,
+ * not rewritten); LFU: count one use. */
+__device__ __forceinline__ void hps__touch_seen(const hps_table_ref_t &t, uint64_t slot,
+                                                uint64_t now, uint64_t seen)
 {
     if (t.policy == HPS_GCACHE_LFU) {
         /* why atomic: concurrent readers count */
         atomicAdd((unsigned long long *)&hps__stamp(t, slot), 1ull);
-    } else if (__ldcg(&hps__stamp(t, slot)) < now) {
+    } else if (seen < now) {
         hps__stamp(t, slot) = now; /* racing readers store equal-or-close clocks: benign */
     }
+}
+
+/* Mark slot as used now (hps__touch_seen, the stamp loaded here). */
+__device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t slot, uint64_t now)
+{
+    hps__touch_seen(t, slot, now, t.policy == HPS_GCACHE_LFU ? 0 : __ldcg(&hps__stamp(t, slot)));
 }
 
 /* Copy one row with the lanes of a warp (dim floats). */

@@ -243,6 +243,12 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *      version: unchanged means every copy of that key's row in (3) was
  *      whole and the key's (seqlock); else the entry is marked RETRY and
  *   5. its positions are read again with the full seqlock read;
+ *      (WV, for batches where each block takes several chunks: step 2 also
+ *      touches the stamp, which arrives in the record of the key check, and
+ *      step 4 is per warp: after a __syncwarp each warp re-reads the
+ *      versions of the positions it copied, with no block barrier between
+ *      (3) and (4), so warps that finish copying validate while others
+ *      copy; changed positions are marked for (5))
  *   6. outcomes (hit mask, miss list) are recorded and the table is cleared.
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
@@ -259,7 +265,38 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * an explicit evict-normal policy was slower than a plain load. */
 #define BK_SMALL_BATCH 65536
 
+/* Step 4 for WV: after step 3 and a __syncwarp, each warp re-reads the set
+ * version of every position it copied (a lane per position, BK_CHUNK / NT
+ * of them per lane, their loads in flight together) and marks the changed
+ * ones 2 in shit.  True if any was marked. */
 template <int NT>
+__device__ __forceinline__ bool bk_warp_validate(const hps_table_ref_t &t, const uint16_t *spos,
+                                                 const uint64_t *sres, uint8_t *shit, uint32_t cnt)
+{
+    int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+    uint32_t j[BK_CHUNK / NT], v[BK_CHUNK / NT];
+    uint64_t r[BK_CHUNK / NT];
+    bool marked = false;
+#pragma unroll
+    for (int u = 0; u < BK_CHUNK / NT; u++) {
+        uint32_t idx = lane + 32 * u; /* the warp's idx-th position in step 3 */
+        j[u] = wib * LK_UNROLL + idx / LK_UNROLL * (NT / 32) * LK_UNROLL + idx % LK_UNROLL;
+        uint32_t e = j[u] < cnt ? spos[j[u]] : BK_NONE;
+        r[u] = e != BK_NONE ? sres[e] : HPS_RES_MISS;
+        if (r[u] != HPS_RES_MISS)
+            v[u] = hps__ld_ver(&t.ver[(uint32_t)r[u] / HPS_GCACHE_WAYS]);
+    }
+#pragma unroll
+    for (int u = 0; u < BK_CHUNK / NT; u++) {
+        if (r[u] != HPS_RES_MISS && v[u] != (uint32_t)(r[u] >> 32)) {
+            shit[j[u]] = 2;
+            marked = true;
+        }
+    }
+    return marked;
+}
+
+template <int NT, bool WV>
 __global__ void __launch_bounds__(NT, 1024 / NT)
     k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                    uint32_t chunk, int rows_evict_first, float *out, uint8_t *d_hit_mask,
@@ -335,13 +372,19 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS);
             uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
             int way = -1;
+            uint64_t seen = 0; /* the slot's stamp, from the record of the key check */
             if (hps__wait_even(&t.ver[set], &v)) {
-                way = hps__match_mask(t, set, key, hps__tag_mask(key, ta, tb), hps__dep(v, zero));
-                if (way < 0)
+                way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), hps__dep(v, zero),
+                                     &seen);
+                if (way < 0) {
                     way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
+                    seen = 0; /* rare (a stale hint): LRU stores the clock */
+                }
             }
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             sres[e] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
+            if (WV && way >= 0) /* a slot that a writer then replaces is marked used: benign */
+                hps__touch_seen(t, slot, now, seen);
         }
         __syncthreads();
         /* 3. a warp per position, LK_UNROLL positions in flight */
@@ -371,28 +414,35 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
          * the formal fence (which also waits for the stores). */
         if (t.strict)
             hps__fence(); /* why: this thread's row loads precede the re-reads below */
-        __syncthreads();
-        /* 4. re-read each unique key's version; stamp it (LRU / LFU) here,
-         * where the stamp's load overlaps the version's instead of adding a
-         * round to the probe */
-        for (uint32_t q = tid; q < nu; q += NT) {
-            uint32_t e = uent[q];
-            uint64_t r = sres[e];
-            if (r == HPS_RES_MISS)
-                continue;
-            if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
-                sres[e] = BK_RETRY;
-                retry = 1;
-            } else {
-                hps__touch(t, r & 0xffffffffu, now);
+        if (WV) {
+            __syncwarp(); /* why: every lane's row loads precede the warp's re-reads */
+            if (bk_warp_validate<NT>(t, spos, sres, shit, cnt))
+                retry = 1; /* why no atomic: every writer stores the same value */
+            __syncthreads();
+        } else {
+            __syncthreads();
+            /* 4. re-read each unique key's version; stamp it (LRU / LFU)
+             * here, where the stamp's load overlaps the version's instead of
+             * adding a round to the probe */
+            for (uint32_t q = tid; q < nu; q += NT) {
+                uint32_t e = uent[q];
+                uint64_t r = sres[e];
+                if (r == HPS_RES_MISS)
+                    continue;
+                if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
+                    sres[e] = BK_RETRY;
+                    retry = 1;
+                } else {
+                    hps__touch(t, r & 0xffffffffu, now);
+                }
             }
+            __syncthreads();
         }
-        __syncthreads();
         /* 5. rare: a writer overlapped; read those positions again */
         if (retry) {
             for (uint32_t j = wib; j < cnt; j += NT / 32) {
                 uint32_t e = spos[j];
-                if (e != BK_NONE && sres[e] == BK_RETRY) {
+                if (WV ? shit[j] == 2 : e != BK_NONE && sres[e] == BK_RETRY) {
                     int64_t slot = hps__read_key(t, skey[e], out + (base + j) * t.dim, lane, true);
                     if (lane == 0)
                         shit[j] = slot >= 0;
@@ -615,13 +665,18 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
     return 0;
 }
 
-/* Resident blocks per SM of k_lookup_block<nt> (cached as lk_blocks does). */
-template <int NT> static uint64_t bk_per_sm(void)
+/* Launch k_lookup_block<NT, WV>: at most one resident wave of blocks (the
+ * resident count per SM queried once, as lk_blocks does). */
+template <int NT, bool WV>
+static void bk_launch(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
+                      uint64_t n, uint64_t chunk, uint64_t chunks, bool small, float *d_out,
+                      uint8_t *d_hit_mask, uint32_t *d_missing_index, uint32_t *d_missing_count,
+                      cudaStream_t stream)
 {
     static int occ;
     int per_sm = __atomic_load_n(&occ, __ATOMIC_RELAXED);
     if (per_sm == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lookup_block<NT>, NT, 0) !=
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lookup_block<NT, WV>, NT, 0) !=
                 cudaSuccess ||
             per_sm < 1) {
             (void)cudaGetLastError();
@@ -629,7 +684,10 @@ template <int NT> static uint64_t bk_per_sm(void)
         }
         __atomic_store_n(&occ, per_sm, __ATOMIC_RELAXED); /* why relaxed: idempotent */
     }
-    return (uint64_t)per_sm;
+    uint64_t max = (uint64_t)ref->num_sms * (uint64_t)per_sm;
+    k_lookup_block<NT, WV><<<(unsigned)(chunks < max ? chunks : max), NT, 0, stream>>>(
+        *ref, *ws, d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask, d_missing_index,
+        d_missing_count, 0u);
 }
 
 extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
@@ -652,20 +710,19 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
     uint64_t chunks = (n + chunk - 1) / chunk;
     /* Where each block gets one large chunk, blocks of 512 threads (two per
      * SM) keep twice the rows and probes in flight; where blocks take
-     * several chunks, four blocks of 256 per SM interleave their phases.
-     * H200, bench-gpu-cache: 256K keys 3,587 M keys/s with 512 against
-     * 3,272 with 256; 1M keys 3,969 against 4,059. */
-    bool wide = !small && chunks <= slots;
-    uint64_t max = (uint64_t)ref->num_sms * (wide ? bk_per_sm<512>() : bk_per_sm<256>());
-    unsigned grid = (unsigned)(chunks < max ? chunks : max);
-    if (wide)
-        k_lookup_block<512><<<grid, 512, 0, stream>>>(*ref, *ws, d_keys, n, (uint32_t)chunk, 0,
-                                                      d_out, d_hit_mask, d_missing_index,
-                                                      d_missing_count, 0u);
+     * several chunks, four blocks of 256 per SM interleave their phases, and
+     * each warp validates the rows it copied (WV).  H200, bench-gpu-cache:
+     * 256K keys 3,587 M keys/s with 512 threads against 3,272 with 256; 1M
+     * keys 3,969 against 4,059, and 4,133 with WV. */
+    if (small)
+        bk_launch<256, false>(ref, ws, d_keys, n, chunk, chunks, true, d_out, d_hit_mask,
+                              d_missing_index, d_missing_count, stream);
+    else if (chunks <= slots)
+        bk_launch<512, false>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
+                              d_missing_index, d_missing_count, stream);
     else
-        k_lookup_block<256><<<grid, 256, 0, stream>>>(*ref, *ws, d_keys, n, (uint32_t)chunk,
-                                                      (int)small, d_out, d_hit_mask,
-                                                      d_missing_index, d_missing_count, 0u);
+        bk_launch<256, true>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
+                             d_missing_index, d_missing_count, stream);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
