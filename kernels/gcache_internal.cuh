@@ -227,7 +227,8 @@ __device__ __forceinline__ int hps__match_rec(const hps_table_ref_t &t, uint64_t
     while (mask) {
         int way = __ffs(mask) - 1;
         mask &= mask - 1;
-        ulonglong2 rec = __ldcg((const ulonglong2 *)&t.rec[2 * (set * HPS_GCACHE_WAYS + way + dep)]);
+        ulonglong2 rec =
+            __ldcg((const ulonglong2 *)&t.rec[2 * (set * HPS_GCACHE_WAYS + way + dep)]);
         if ((int64_t)rec.x == key) {
             *seen = rec.y;
             return way;

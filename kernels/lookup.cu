@@ -253,10 +253,10 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
  */
-#define BK_CHUNK   1024
-#define BK_TAB     2048
-#define BK_NONE    0xffffu
-#define BK_RETRY   (UINT64_MAX - 1)
+#define BK_CHUNK 1024
+#define BK_TAB   2048
+#define BK_NONE  0xffffu
+#define BK_RETRY (UINT64_MAX - 1)
 /* Up to this many keys per call: 4 chunks per SM (2 above), and the rows
  * are loaded with an L2 evict-first policy, so that the sets' tags, keys
  * and versions, which the next calls probe again, stay in L2.  H200,
