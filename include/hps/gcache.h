@@ -41,7 +41,9 @@
  *  - BLOCK, the default above that (dim % 4 == 0, dim <= 128, 16-byte
  *    aligned d_out): one kernel; each block de-duplicates chunks of up to
  *    1024 keys in shared memory, probes each unique key once, copies the rows
- *    per occurrence, then validates each unique key's set version once.
+ *    per occurrence, then validates each unique key's set version once (or,
+ *    where each block takes several chunks, each warp validates the rows it
+ *    copied).
  *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
  *    in the workspace's table, the first occurrence of each key probing the
  *    cache and recording (set version, slot) for its entry; (2) a warp per
