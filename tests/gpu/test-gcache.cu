@@ -608,6 +608,7 @@ int main(int argc, char **argv)
             test_concurrent(pol, 0, 20000, 40);
             test_concurrent(pol, 1, 20000, 40);
             test_concurrent(pol, 0, 300000, 8); /* the large-batch BLOCK kernels */
+            test_concurrent(pol, 1, 300000, 8);
         }
     }
     test_tables();
