@@ -213,12 +213,10 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
             }
         }
         if (my_hit) { /* lanes 0..LK_UNROLL-1: one stamp each, loaded in parallel above */
-            if (t.policy == HPS_GCACHE_LRU && my_slot == pre_slot) {
-                if (pre_stamp < now)
-                    hps__stamp(t, my_slot) = now; /* racing readers store close clocks: benign */
-            } else {
+            if (my_slot == pre_slot)
+                hps__touch_seen(t, my_slot, now, pre_stamp);
+            else
                 hps__touch(t, my_slot, now);
-            }
             hits++;
         }
     }
@@ -615,24 +613,31 @@ __global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
     lk_finish(t, w, hits, d_missing_count);
 }
 
-/* Blocks for warps_needed warps, capped at one resident wave of kernel fn
- * (a persistent grid: no second wave whose tail would idle the chip). */
-static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, const void *fn,
-                          int *cached)
+/* Resident blocks per SM of kernel fn at threads per block, queried once
+ * into *cached (1 if the query fails). */
+static unsigned lk_per_sm(const void *fn, int threads, int *cached)
 {
     /* why relaxed: every thread computes the same value; a race only repeats the query */
     int per_sm = __atomic_load_n(cached, __ATOMIC_RELAXED);
     if (per_sm == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, LK_THREADS, 0) !=
-                cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0) != cudaSuccess ||
             per_sm < 1) {
             (void)cudaGetLastError();
             per_sm = 1;
         }
         __atomic_store_n(cached, per_sm, __ATOMIC_RELAXED);
     }
+    return (unsigned)per_sm;
+}
+
+/* Blocks for warps_needed warps, capped at one resident wave of kernel fn
+ * (a persistent grid: no second wave whose tail would idle the chip). */
+static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, const void *fn,
+                          int *cached)
+{
+    uint64_t per_sm = lk_per_sm(fn, LK_THREADS, cached);
     uint64_t b = (warps_needed + LK_THREADS / 32 - 1) / (LK_THREADS / 32);
-    uint64_t max = (uint64_t)t->num_sms * (uint64_t)per_sm;
+    uint64_t max = (uint64_t)t->num_sms * per_sm;
     if (b > max)
         b = max;
     return b ? (unsigned)b : 1u;
@@ -665,8 +670,7 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
     return 0;
 }
 
-/* Launch k_lookup_block<NT, WV>: at most one resident wave of blocks (the
- * resident count per SM queried once, as lk_blocks does). */
+/* Launch k_lookup_block<NT, WV>: at most one resident wave of blocks. */
 template <int NT, bool WV>
 static void bk_launch(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
                       uint64_t n, uint64_t chunk, uint64_t chunks, bool small, float *d_out,
@@ -674,17 +678,8 @@ static void bk_launch(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const 
                       cudaStream_t stream)
 {
     static int occ;
-    int per_sm = __atomic_load_n(&occ, __ATOMIC_RELAXED);
-    if (per_sm == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_lookup_block<NT, WV>, NT, 0) !=
-                cudaSuccess ||
-            per_sm < 1) {
-            (void)cudaGetLastError();
-            per_sm = 1;
-        }
-        __atomic_store_n(&occ, per_sm, __ATOMIC_RELAXED); /* why relaxed: idempotent */
-    }
-    uint64_t max = (uint64_t)ref->num_sms * (uint64_t)per_sm;
+    uint64_t max =
+        (uint64_t)ref->num_sms * lk_per_sm((const void *)k_lookup_block<NT, WV>, NT, &occ);
     k_lookup_block<NT, WV><<<(unsigned)(chunks < max ? chunks : max), NT, 0, stream>>>(
         *ref, *ws, d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask, d_missing_index,
         d_missing_count, 0u);
