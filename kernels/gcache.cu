@@ -387,5 +387,9 @@ extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
     ret->evictions = ctr[HPS_GC_EVICTIONS];
     ret->updates = ctr[HPS_GC_UPDATES];
     ret->lock_timeouts = ctr[HPS_GC_LOCK_TIMEOUTS];
+    /* the copy may read ended after begun: clamp a writer that ended in between */
+    ret->writer_blocks_open = ctr[HPS_GC_WR_BEGUN] > ctr[HPS_GC_WR_ENDED]
+                                  ? ctr[HPS_GC_WR_BEGUN] - ctr[HPS_GC_WR_ENDED]
+                                  : 0;
     return 0;
 }

@@ -38,6 +38,8 @@ enum {
     HPS_GC_EVICTIONS,
     HPS_GC_UPDATES,
     HPS_GC_LOCK_TIMEOUTS, /* writes skipped: a set stayed locked (a killed writer) */
+    HPS_GC_WR_BEGUN,      /* writer blocks started (hps__writer_begin) */
+    HPS_GC_WR_ENDED,      /* writer blocks finished (hps__writer_end) */
     HPS_GC_NCTR
 };
 
@@ -153,6 +155,44 @@ __device__ __forceinline__ uint64_t hps__dep(uint32_t v, uint32_t zero)
 __device__ __forceinline__ uint32_t hps__ld_ver(const uint32_t *p)
 {
     return *(const volatile uint32_t *)p;
+}
+
+/* Relaxed 64-bit load that bypasses L1 (the writer epoch counters). */
+__device__ __forceinline__ uint64_t hps__ld_u64(const uint64_t *p)
+{
+    return *(const volatile uint64_t *)p;
+}
+
+/*
+ * Writer epoch.  Every block of a kernel that writes keys, tags or rows
+ * (insert, update, repair) counts itself in ctr[HPS_GC_WR_BEGUN] before its
+ * first write and in ctr[HPS_GC_WR_ENDED] after its last.  A lookup that
+ * loaded ended = e0 before its first probe and, after its last row load,
+ * loads begun == e0 knows that no writer block ran at any moment in between
+ * (ended <= begun, and both only grow), so its copies need no per-set
+ * version re-read.  Otherwise it validates per set as always.  A writer
+ * killed mid-kernel leaves begun > ended for good: lookups then always
+ * validate per set, which is correct, only slower.
+ * Both functions must be called by every thread of the block.
+ */
+__device__ __forceinline__ void hps__writer_begin(const hps_table_ref_t &t)
+{
+    if (threadIdx.x == 0) {
+        atomicAdd((unsigned long long *)&t.ctr[HPS_GC_WR_BEGUN], 1ull);
+        hps__fence(); /* why: the count is visible before any write of the block */
+    }
+    __syncthreads();
+    hps__fence(); /* why: each thread's writes follow the count (cumulativity made explicit) */
+}
+
+__device__ __forceinline__ void hps__writer_end(const hps_table_ref_t &t)
+{
+    hps__fence(); /* why: this thread's writes precede the count */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        hps__fence();
+        atomicAdd((unsigned long long *)&t.ctr[HPS_GC_WR_ENDED], 1ull);
+    }
 }
 
 /* Wait until the set's version is even (unlocked); false after

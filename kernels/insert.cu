@@ -13,6 +13,7 @@
  * The row, key and stamp are written, a release fence orders them before the
  * unlock store of v + 2.  Readers that overlapped see the version change.
  * Duplicate keys in one call serialize on the set lock; the last wins.
+ * Each block counts itself in the writer epoch (hps__writer_begin / end).
  */
 #include "gcache_internal.cuh"
 
@@ -77,6 +78,7 @@ __global__ void __launch_bounds__(INS_THREADS)
     uint64_t now = *(volatile uint64_t *)t.clock; /* lookups stamp clock + 1 */
     bool vec4 = t.dim % 4 == 0 && ((uintptr_t)vals & 15) == 0;
     uint64_t written = 0, evicted = 0, timeouts = 0;
+    hps__writer_begin(t);
     for (uint64_t i = warp; i < n; i += nwarps) {
         int64_t key = keys[i];
         if (key == HPS_GCACHE_EMPTY_KEY)
@@ -130,6 +132,7 @@ __global__ void __launch_bounds__(INS_THREADS)
     hps__block_add(&t.ctr[update_only ? HPS_GC_UPDATES : HPS_GC_INSERTS], written);
     hps__block_add(&t.ctr[HPS_GC_EVICTIONS], evicted);
     hps__block_add(&t.ctr[HPS_GC_LOCK_TIMEOUTS], timeouts);
+    hps__writer_end(t);
 }
 
 extern "C" hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys,

@@ -235,18 +235,17 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *      the first inserter of a key appends its entry to the unique list;
  *   2. a thread per unique key reads the set version (waiting while odd),
  *      probes by tag bytes (hps__probe_tagged, address-dependent on the
- *      version), stamps LRU/LFU once, and records (version << 32 | slot);
+ *      version) and records (version << 32 | slot); EPOCH: it also touches
+ *      the LRU/LFU stamp, which arrives in the record of the key check;
  *   3. a warp per position copies the row (4 positions in flight per warp);
- *   4. after a fence and a barrier, a thread per unique key re-reads the
- *      version: unchanged means every copy of that key's row in (3) was
- *      whole and the key's (seqlock); else the entry is marked RETRY and
+ *   4. after a barrier: EPOCH, if no writer block ran since the chunk
+ *      started (the writer epoch, hps__writer_begin), every copy was whole
+ *      and nothing is re-read.  Otherwise a thread per unique key re-reads
+ *      the version: unchanged means every copy of that key's row in (3) was
+ *      whole and the key's (seqlock); not EPOCH, it touches the stamp here,
+ *      where its load overlaps the version's.  A changed version marks the
+ *      entry RETRY and
  *   5. its positions are read again with the full seqlock read;
- *      (WV, for batches where each block takes several chunks: step 2 also
- *      touches the stamp, which arrives in the record of the key check, and
- *      step 4 is per warp: after a __syncwarp each warp re-reads the
- *      versions of the positions it copied, with no block barrier between
- *      (3) and (4), so warps that finish copying validate while others
- *      copy; changed positions are marked for (5))
  *   6. outcomes (hit mask, miss list) are recorded and the table is cleared.
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
@@ -263,38 +262,39 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * an explicit evict-normal policy was slower than a plain load. */
 #define BK_SMALL_BATCH 65536
 
-/* Step 4 for WV: after step 3 and a __syncwarp, each warp re-reads the set
- * version of every position it copied (a lane per position, BK_CHUNK / NT
- * of them per lane, their loads in flight together) and marks the changed
- * ones 2 in shit.  True if any was marked. */
-template <int NT>
-__device__ __forceinline__ bool bk_warp_validate(const hps_table_ref_t &t, const uint16_t *spos,
-                                                 const uint64_t *sres, uint8_t *shit, uint32_t cnt)
+/* Step 2 for one unique key: (set version << 32 | slot), or HPS_RES_MISS;
+ * with touch, the slot's LRU / LFU stamp is touched (its stamp arrives in
+ * the record of the key check).  The tag bytes are only a hint,
+ * loaded together with the version; the key check (and later the row)
+ * depends on the version's value, so it cannot pass it, and the version
+ * load depends on the chunk's writer epoch e0.  A stale hint can only cause
+ * a false miss, so a miss is confirmed by the ordered probe.  A stuck lock
+ * (killed writer) answers miss. */
+__device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t key, uint64_t e0,
+                                             uint64_t now, bool touch, uint32_t zero)
 {
-    int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
-    uint32_t j[BK_CHUNK / NT], v[BK_CHUNK / NT];
-    uint64_t r[BK_CHUNK / NT];
-    bool marked = false;
-#pragma unroll
-    for (int u = 0; u < BK_CHUNK / NT; u++) {
-        uint32_t idx = lane + 32 * u; /* the warp's idx-th position in step 3 */
-        j[u] = wib * LK_UNROLL + idx / LK_UNROLL * (NT / 32) * LK_UNROLL + idx % LK_UNROLL;
-        uint32_t e = j[u] < cnt ? spos[j[u]] : BK_NONE;
-        r[u] = e != BK_NONE ? sres[e] : HPS_RES_MISS;
-        if (r[u] != HPS_RES_MISS)
-            v[u] = hps__ld_ver(&t.ver[(uint32_t)r[u] / HPS_GCACHE_WAYS]);
-    }
-#pragma unroll
-    for (int u = 0; u < BK_CHUNK / NT; u++) {
-        if (r[u] != HPS_RES_MISS && v[u] != (uint32_t)(r[u] >> 32)) {
-            shit[j[u]] = 2;
-            marked = true;
+    uint64_t set = hps__set_of(t, key);
+    uint32_t v = 0;
+    const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS);
+    uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
+    int way = -1;
+    uint64_t seen = 0; /* the slot's stamp, from the record of the key check */
+    if (hps__wait_even(&t.ver[set + hps__dep((uint32_t)e0, zero)], &v)) {
+        way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), hps__dep(v, zero), &seen);
+        if (way < 0) {
+            way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
+            seen = 0; /* rare (a stale hint): LRU stores the clock */
         }
     }
-    return marked;
+    if (way < 0)
+        return HPS_RES_MISS;
+    uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
+    if (touch) /* a slot that a writer then replaces is marked used: benign */
+        hps__touch_seen(t, slot, now, seen);
+    return (uint64_t)v << 32 | slot;
 }
 
-template <int NT, bool WV>
+template <int NT, bool EPOCH>
 __global__ void __launch_bounds__(NT, 1024 / NT)
     k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                    uint32_t chunk, int rows_evict_first, float *out, uint8_t *d_hit_mask,
@@ -305,7 +305,8 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     __shared__ uint16_t spos[BK_CHUNK];
     __shared__ uint16_t uent[BK_CHUNK];
     __shared__ uint8_t shit[BK_CHUNK];
-    __shared__ unsigned ucount, retry;
+    __shared__ unsigned ucount, retry, quiet;
+    __shared__ uint64_t se0; /* ctr[HPS_GC_WR_ENDED] at the chunk's start */
     int tid = threadIdx.x, lane = tid & 31, wib = tid >> 5;
     bool mine = (uint32_t)lane < t.dim / 4;
     uint64_t pol_first = hps__pol_evict_first();
@@ -329,6 +330,9 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             uint32_t j = tid + q * NT;
             k[q] = j < cnt ? keys[base + j] : HPS_GCACHE_EMPTY_KEY;
         }
+        /* the chunk's writer epoch (hps__writer_begin), loaded with the
+         * keys: no round of its own */
+        uint64_t ep = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_ENDED]) : 0;
 #pragma unroll
         for (int q = 0; q < BK_CHUNK / NT; q++) {
             uint32_t j = tid + q * NT;
@@ -354,35 +358,20 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             }
             spos[j] = (uint16_t)h;
         }
+        if (tid == 0) {
+            /* in shared memory: held in a register across the chunk it
+             * spills.  The version loads of step 2 depend on its value, so
+             * they and the row loads follow it. */
+            se0 = ep;
+            if (t.strict)
+                hps__fence(); /* why: the probes and row loads must not pass the epoch load */
+        }
         __syncthreads();
         uint32_t nu = ucount;
         /* 2. probe each unique key once */
         for (uint32_t q = tid; q < nu; q += NT) {
             uint32_t e = uent[q];
-            int64_t key = skey[e];
-            uint64_t set = hps__set_of(t, key);
-            uint32_t v = 0;
-            /* The tag bytes are only a hint, loaded together with the
-             * version; the key check (and later the row) depends on the
-             * version's value, so it cannot pass it.  A stale hint can only
-             * cause a false miss, so a miss is confirmed by the ordered
-             * probe.  A stuck lock (killed writer) answers miss. */
-            const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS);
-            uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
-            int way = -1;
-            uint64_t seen = 0; /* the slot's stamp, from the record of the key check */
-            if (hps__wait_even(&t.ver[set], &v)) {
-                way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), hps__dep(v, zero),
-                                     &seen);
-                if (way < 0) {
-                    way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
-                    seen = 0; /* rare (a stale hint): LRU stores the clock */
-                }
-            }
-            uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
-            sres[e] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
-            if (WV && way >= 0) /* a slot that a writer then replaces is marked used: benign */
-                hps__touch_seen(t, slot, now, seen);
+            sres[e] = bk_probe(t, skey[e], se0, now, EPOCH, zero);
         }
         __syncthreads();
         /* 3. a warp per position, LK_UNROLL positions in flight */
@@ -412,16 +401,17 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
          * the formal fence (which also waits for the stores). */
         if (t.strict)
             hps__fence(); /* why: this thread's row loads precede the re-reads below */
-        if (WV) {
-            __syncwarp(); /* why: every lane's row loads precede the warp's re-reads */
-            if (bk_warp_validate<NT>(t, spos, sres, shit, cnt))
-                retry = 1; /* why no atomic: every writer stores the same value */
+        __syncthreads();
+        /* 4. unless no writer ran since e0 (EPOCH), re-read each unique
+         * key's version.  One thread loads the epoch: a load by every warp
+         * of every block, all at this moment and at one address, would
+         * queue at one L2 slice. */
+        if (EPOCH) {
+            if (tid == 0)
+                quiet = hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
             __syncthreads();
-        } else {
-            __syncthreads();
-            /* 4. re-read each unique key's version; stamp it (LRU / LFU)
-             * here, where the stamp's load overlaps the version's instead of
-             * adding a round to the probe */
+        }
+        if (!EPOCH || !quiet) {
             for (uint32_t q = tid; q < nu; q += NT) {
                 uint32_t e = uent[q];
                 uint64_t r = sres[e];
@@ -429,9 +419,9 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
                     continue;
                 if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
                     sres[e] = BK_RETRY;
-                    retry = 1;
-                } else {
-                    hps__touch(t, r & 0xffffffffu, now);
+                    retry = 1; /* why no atomic: every writer stores the same value */
+                } else if (!EPOCH) {
+                    hps__touch(t, r & 0xffffffffu, now); /* its load overlaps the version's */
                 }
             }
             __syncthreads();
@@ -440,7 +430,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
         if (retry) {
             for (uint32_t j = wib; j < cnt; j += NT / 32) {
                 uint32_t e = spos[j];
-                if (WV ? shit[j] == 2 : e != BK_NONE && sres[e] == BK_RETRY) {
+                if (e != BK_NONE && sres[e] == BK_RETRY) {
                     int64_t slot = hps__read_key(t, skey[e], out + (base + j) * t.dim, lane, true);
                     if (lane == 0)
                         shit[j] = slot >= 0;
@@ -670,17 +660,17 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
     return 0;
 }
 
-/* Launch k_lookup_block<NT, WV>: at most one resident wave of blocks. */
-template <int NT, bool WV>
+/* Launch k_lookup_block<NT, EPOCH>: at most one resident wave of blocks. */
+template <int NT, bool EPOCH>
 static void bk_launch(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
                       uint64_t n, uint64_t chunk, uint64_t chunks, bool small, float *d_out,
                       uint8_t *d_hit_mask, uint32_t *d_missing_index, uint32_t *d_missing_count,
                       cudaStream_t stream)
 {
     static int occ;
-    uint64_t max =
-        (uint64_t)ref->num_sms * lk_per_sm((const void *)k_lookup_block<NT, WV>, NT, &occ);
-    k_lookup_block<NT, WV><<<(unsigned)(chunks < max ? chunks : max), NT, 0, stream>>>(
+    auto fn = k_lookup_block<NT, EPOCH>;
+    uint64_t max = (uint64_t)ref->num_sms * lk_per_sm((const void *)fn, NT, &occ);
+    fn<<<(unsigned)(chunks < max ? chunks : max), NT, 0, stream>>>(
         *ref, *ws, d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask, d_missing_index,
         d_missing_count, 0u);
 }
@@ -705,16 +695,19 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
     uint64_t chunks = (n + chunk - 1) / chunk;
     /* Where each block gets one large chunk, blocks of 512 threads (two per
      * SM) keep twice the rows and probes in flight; where blocks take
-     * several chunks, four blocks of 256 per SM interleave their phases, and
-     * each warp validates the rows it copied (WV).  H200, bench-gpu-cache:
-     * 256K keys 3,587 M keys/s with 512 threads against 3,272 with 256; 1M
-     * keys 3,969 against 4,059, and 4,133 with WV. */
+     * several chunks, four blocks of 256 per SM interleave their phases.
+     * H200, bench-gpu-cache: 256K keys 3,587 M keys/s with 512 threads
+     * against 3,272 with 256; 1M keys 4,059 with 256 against 3,969.
+     * The writer epoch (EPOCH) pays where a chunk's unique keys are many:
+     * 256K 3,575 -> 3,631, 1M 4,077 -> 4,225.  At 16K keys (32-key chunks)
+     * the re-read is one round either way, and EPOCH measured 1,391-1,397
+     * against 1,465-1,487, so small batches keep the per-set re-read. */
     if (small)
         bk_launch<256, false>(ref, ws, d_keys, n, chunk, chunks, true, d_out, d_hit_mask,
                               d_missing_index, d_missing_count, stream);
     else if (chunks <= slots)
-        bk_launch<512, false>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
-                              d_missing_index, d_missing_count, stream);
+        bk_launch<512, true>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
+                             d_missing_index, d_missing_count, stream);
     else
         bk_launch<256, true>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
                              d_missing_index, d_missing_count, stream);

@@ -177,6 +177,7 @@ extern "C" void hps__vmm_release(hps_gcache_t *c)
 __global__ void k_repair(hps_table_ref_t t, const uint32_t *snap, unsigned long long *count)
 {
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x, mine = 0;
+    hps__writer_begin(t);
     for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < t.num_sets;
          s += stride) {
         uint32_t v = hps__ld_ver(&t.ver[s]);
@@ -191,6 +192,7 @@ __global__ void k_repair(hps_table_ref_t t, const uint32_t *snap, unsigned long 
         mine += atomicCAS(&t.ver[s], v, v + 1) == v;
     }
     hps__block_add((uint64_t *)count, mine);
+    hps__writer_end(t);
 }
 
 extern "C" hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,

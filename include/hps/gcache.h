@@ -24,6 +24,12 @@
  *    after completed loads (BLOCK); hps_gcache_set_strict() switches to
  *    fence.acq_rel, the PTX memory model's formal recipe.  The slow path
  *    (after a change) always uses fences.
+ *  - Writer epoch: every block of an insert, update or repair kernel counts
+ *    itself in two device counters, begun before its first write and ended
+ *    after its last.  A BLOCK lookup loads ended when a chunk starts and
+ *    begun after the chunk's copies; equal means that no writer ran in
+ *    between (ended <= begun, both only grow), so the per-set version
+ *    re-read is skipped.  Otherwise it validates per set as above.
  *  - insert / update lock a set by atomicCAS of its version from even v to
  *    v + 1 and release it by storing v + 2.  The lock lives in device memory,
  *    so it works across streams, threads and (later) processes sharing the
@@ -41,9 +47,8 @@
  *  - BLOCK, the default above that (dim % 4 == 0, dim <= 128, 16-byte
  *    aligned d_out): one kernel; each block de-duplicates chunks of up to
  *    1024 keys in shared memory, probes each unique key once, copies the rows
- *    per occurrence, then validates each unique key's set version once (or,
- *    where each block takes several chunks, each warp validates the rows it
- *    copied).
+ *    per occurrence, then validates each unique key's set version once
+ *    (above 64K keys, only if the writer epoch moved).
  *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
  *    in the workspace's table, the first occurrence of each key probing the
  *    cache and recording (set version, slot) for its entry; (2) a warp per
@@ -127,6 +132,12 @@ typedef struct hps_gcache_stats {
     uint64_t evictions;     /**< keys displaced by insert */
     uint64_t updates;       /**< keys overwritten by update */
     uint64_t lock_timeouts; /**< writes skipped because a set stayed locked */
+    /** writer kernel blocks begun and not yet ended: 0 when no insert, update
+     *  or repair runs.  Nonzero while none runs means a writer was killed
+     *  mid-kernel; BLOCK lookups then re-read every set's version (the
+     *  writer epoch, see Concurrency), correct but slower, until the cache
+     *  is created anew. */
+    uint64_t writer_blocks_open;
 } hps_gcache_stats_t;
 
 /**

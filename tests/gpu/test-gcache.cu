@@ -194,6 +194,47 @@ static void check_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::vector
     CK(cudaFree(dmc));
 }
 
+/* n query keys: 60% inserted keys, 20% among the first 16 (heavy
+ * duplicates), 10% absent, 10% the reserved empty key. */
+static std::vector<int64_t> random_query(const std::vector<int64_t> &keys, size_t n)
+{
+    std::vector<int64_t> q(n);
+    for (auto &k : q) {
+        uint64_t r = rnd() % 10;
+        if (r < 6)
+            k = keys[rnd() % keys.size()];
+        else if (r < 8)
+            k = keys[rnd() % 16];
+        else if (r < 9)
+            k = (int64_t)(rnd() >> 2) + 3000000000ll;
+        else
+            k = HPS_GCACHE_EMPTY_KEY;
+    }
+    return q;
+}
+
+/* A writer killed mid-kernel leaves the writer epoch open (a block counted
+ * as begun, never as ended).  The BLOCK kernels must then re-read every
+ * set's version, the path that otherwise runs only while inserts overlap
+ * a lookup; stats report the open block.  The epoch is closed after. */
+static void check_open_epoch(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::vector<int64_t> &keys,
+                             const std::map<int64_t, int> &ref)
+{
+    hps_gcache_stats_t st;
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.writer_blocks_open, 0);
+    std::vector<uint64_t> ep = host_copy(&c->ref.ctr[HPS_GC_WR_BEGUN], 2); /* begun, ended */
+    HPS_ASSERT_EQ(ep[0] > 0 && ep[0] == ep[1], 1);
+    uint64_t open = ep[0] + 1;
+    CK(cudaMemcpy(&c->ref.ctr[HPS_GC_WR_BEGUN], &open, 8, cudaMemcpyHostToDevice));
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.writer_blocks_open, 1);
+    size_t sizes[] = {5000, 100000, 300000}; /* the three BLOCK kernels */
+    for (size_t n : sizes)
+        check_lookup(c, ws, random_query(keys, n), ref, 0);
+    CK(cudaMemcpy(&c->ref.ctr[HPS_GC_WR_ENDED], &open, 8, cudaMemcpyHostToDevice));
+}
+
 static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, size_t nkeys)
 {
     hps_gcache_t *c;
@@ -226,21 +267,10 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
     HPS_ASSERT_EQ(resident(c).size(), res.size());
     /* Up to 64K keys the BLOCK kernel takes 4 chunks per SM; 100,000 gives
      * each block one chunk (512-thread blocks) and 300,000 several chunks
-     * per block (warp validation) on GPUs of 49 to 146 SMs. */
+     * per block (four 256-thread blocks per SM) on GPUs of 49 to 146 SMs. */
     size_t sizes[] = {1, 31, 100, 1024, 1025, 5000, 40000, 100000, 300000};
     for (size_t n : sizes) {
-        std::vector<int64_t> q(n);
-        for (auto &k : q) {
-            uint64_t r = rnd() % 10;
-            if (r < 6)
-                k = keys[rnd() % keys.size()];
-            else if (r < 8)
-                k = keys[rnd() % 16]; /* heavy duplicates */
-            else if (r < 9)
-                k = (int64_t)(rnd() >> 2) + 3000000000ll; /* absent */
-            else
-                k = HPS_GCACHE_EMPTY_KEY;
-        }
+        std::vector<int64_t> q = random_query(keys, n);
         hps_gcache_path_t paths[] = {HPS_GCACHE_PATH_AUTO, HPS_GCACHE_PATH_FUSED,
                                      HPS_GCACHE_PATH_BLOCK, HPS_GCACHE_PATH_GLOBAL};
         for (hps_gcache_path_t path : paths) {
@@ -255,6 +285,7 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
         hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
         hps_gcache_set_strict(c, 0);
     }
+    check_open_epoch(c, ws, keys, ref);
     hps_gcache_stats_t st;
     OK(hps_gcache_stats(c, &st));
     HPS_ASSERT_EQ(st.lookups > 0, 1);
