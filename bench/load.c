@@ -211,8 +211,8 @@ static void parse_line(const char *line, load_result_t *r)
     const char *p;
     unsigned long long rows;
     double rate, s, mbps;
-    if ((p = strstr(line, "persistent DB loaded in ")) &&
-        sscanf(p, "persistent DB loaded in %lf", &s) == 1)
+    if ((p = strstr(line, " tables ingested into the persistent DB in ")) &&
+        sscanf(p, " tables ingested into the persistent DB in %lf", &s) == 1)
         r->pdb_s += s, r->have_pdb = true;
     if ((p = strstr(line, " rows (initial_cache_rate ")) != NULL) {
         const char *q = p;
@@ -490,8 +490,8 @@ int main(int argc, char **argv)
            " speed reached (1.0x = as fast as just reading the files)\n");
     int bad = 0;
     if (!cold.have_pdb || !cold.have_vdb || !warm.have_pdb || !warm.have_vdb) {
-        printf("  ERROR: a \"persistent DB loaded\" or \"into the volatile DB\" log line was"
-               " missing\n");
+        printf("  ERROR: an \"ingested into the persistent DB\" or \"into the volatile DB\" log"
+               " line was missing\n");
         bad++;
     }
     if (cold.exit_status || warm.exit_status) {

@@ -33,8 +33,12 @@
 
 #include "hps/shmdb.h"
 
+/* Layout version 2: GPU caches shared through the registry count their
+ * writers (the writer epoch of kernels/gcache_internal.cuh); a build
+ * without it would write a shared cache unseen by lookups that skip
+ * validation. */
 #define HPS_SHM_MAGIC          0x4244534d48535048ULL /* "HPSHMSDB" little-endian */
-#define HPS_SHM_LAYOUT_VERSION 1u
+#define HPS_SHM_LAYOUT_VERSION 2u
 #define HPS_CACHELINE          64
 #define HPS_BUCKET_SLOTS       7
 /* Layouts of a partition's hash block, chosen by dim so that a lookup
