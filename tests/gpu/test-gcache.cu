@@ -229,7 +229,7 @@ static void check_open_epoch(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::ve
     CK(cudaMemcpy(&c->ref.ctr[HPS_GC_WR_BEGUN], &open, 8, cudaMemcpyHostToDevice));
     OK(hps_gcache_stats(c, &st));
     HPS_ASSERT_EQ(st.writer_blocks_open, 1);
-    size_t sizes[] = {5000, 100000, 300000}; /* the three BLOCK kernels */
+    size_t sizes[] = {5000, 100000, 700000}; /* the three BLOCK kernels */
     for (size_t n : sizes)
         check_lookup(c, ws, random_query(keys, n), ref, 0);
     CK(cudaMemcpy(&c->ref.ctr[HPS_GC_WR_ENDED], &open, 8, cudaMemcpyHostToDevice));
@@ -240,7 +240,7 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
     hps_gcache_t *c;
     hps_gcache_ws_t *ws;
     OK(hps_gcache_create(cap, dim, pol, 0, &c));
-    OK(hps_gcache_ws_create(c, 300000, &ws));
+    OK(hps_gcache_ws_create(c, 700000, &ws));
     std::vector<int64_t> keys(nkeys);
     for (auto &k : keys)
         k = (int64_t)(rnd() % 1000000000) - 500000000;
@@ -266,9 +266,10 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
             ref[k] = 2;
     HPS_ASSERT_EQ(resident(c).size(), res.size());
     /* Up to 64K keys the BLOCK kernel takes 4 chunks per SM; 100,000 gives
-     * each block one chunk (512-thread blocks) and 300,000 several chunks
-     * per block (four 256-thread blocks per SM) on GPUs of 49 to 146 SMs. */
-    size_t sizes[] = {1, 31, 100, 1024, 1025, 5000, 40000, 100000, 300000};
+     * each block one chunk (512-thread blocks), 300,000 more chunks than two
+     * per SM (256-thread blocks, four per SM) and 700,000 several chunks per
+     * block, on GPUs of 49 to 146 SMs. */
+    size_t sizes[] = {1, 31, 100, 1024, 1025, 5000, 40000, 100000, 300000, 700000};
     for (size_t n : sizes) {
         std::vector<int64_t> q = random_query(keys, n);
         hps_gcache_path_t paths[] = {HPS_GCACHE_PATH_AUTO, HPS_GCACHE_PATH_FUSED,
