@@ -2,8 +2,8 @@
  * util.c -- errors, attaching, JSON and text formatting for hps-shm.
  */
 #include <errno.h>
-#include <signal.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
