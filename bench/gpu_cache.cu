@@ -53,7 +53,10 @@ __host__ __device__ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-__host__ __device__ static int64_t key_of_row(uint64_t row) { return (int64_t)(mix64(row) >> 1); }
+__host__ __device__ static int64_t key_of_row(uint64_t row)
+{
+    return (int64_t)(mix64(row) >> 1);
+}
 
 /* keys[i] and rows[i][*] of rows first..first+n. */
 __global__ void k_gen(uint64_t first, uint64_t n, int64_t *keys, float *rows)
@@ -245,14 +248,17 @@ int main(int argc, char **argv)
         uint64_t iters = std::max<uint64_t>(iters_scale ? 200 : 20,
                                             (iters_scale ? 1ull << 28 : 1ull << 24) / B / 4);
         /* modes: 0 the API's choice, 1 gather, 2 FUSED, 3 GLOBAL, 4 BLOCK,
-         * 5 the API's choice with strict (fence) validation */
-        static const hps_gcache_path_t mode_path[6] = {
-            HPS_GCACHE_PATH_AUTO,  HPS_GCACHE_PATH_AUTO,  HPS_GCACHE_PATH_FUSED,
-            HPS_GCACHE_PATH_GLOBAL, HPS_GCACHE_PATH_BLOCK, HPS_GCACHE_PATH_AUTO};
-        double med[6];
-        for (int mode = 0; mode < 6; mode++) {
+         * 5 the API's choice with strict (fence) validation, 6 the API's
+         * choice without overlap (each call waits for the previous one) */
+        static const hps_gcache_path_t mode_path[7] = {
+            HPS_GCACHE_PATH_AUTO,   HPS_GCACHE_PATH_AUTO,  HPS_GCACHE_PATH_FUSED,
+            HPS_GCACHE_PATH_GLOBAL, HPS_GCACHE_PATH_BLOCK, HPS_GCACHE_PATH_AUTO,
+            HPS_GCACHE_PATH_AUTO};
+        double med[7];
+        for (int mode = 0; mode < 7; mode++) {
             hps_gcache_set_lookup_path(c, mode_path[mode]);
             hps_gcache_set_strict(c, mode == 5);
+            hps_gcache_set_overlap(c, mode != 6);
             double t[5];
             for (int rep = 0; rep < 5; rep++) {
                 for (uint64_t it = 0; it < iters + 10; it++) {
@@ -276,6 +282,7 @@ int main(int argc, char **argv)
         }
         hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
         hps_gcache_set_strict(c, 0);
+        hps_gcache_set_overlap(c, 1);
         double ours = B / (med[0] * 1e3), g = B / (med[1] * 1e3);
         const refpt_t *r = &refs[b];
         printf("%9llu %6.1f%% %10.0f %10.0f %6.1f%% %9.0f  | %.0f-%.0f, %.0f, %.0f, %.0f; >= %.0f%s"
@@ -285,14 +292,17 @@ int main(int argc, char **argv)
                ours >= r->target ? " MET" : " not met", med[0] * 1e3, misses);
         snprintf(sidebar[b], sizeof(sidebar[b]),
                  "%9llu  FUSED %5.0f (%5.1f%%)  BLOCK %5.0f (%5.1f%%)  GLOBAL %5.0f (%5.1f%%)"
-                 "  AUTO+strict %5.0f (%5.1f%%)",
+                 "  AUTO+strict %5.0f (%5.1f%%)  AUTO, no overlap %5.0f (%5.1f%%)",
                  (unsigned long long)B, B / (med[2] * 1e3), 100.0 * med[1] / med[2],
                  B / (med[4] * 1e3), 100.0 * med[1] / med[4], B / (med[3] * 1e3),
-                 100.0 * med[1] / med[3], B / (med[5] * 1e3), 100.0 * med[1] / med[5]);
+                 100.0 * med[1] / med[3], B / (med[5] * 1e3), 100.0 * med[1] / med[5],
+                 B / (med[6] * 1e3), 100.0 * med[1] / med[6]);
     }
-    printf("\neach lookup path forced, M keys/s (ratio to the gather); AUTO = FUSED up to %d "
-           "keys, BLOCK above; strict = fence-ordered validation:\n",
-           HPS_GCACHE_FUSED_MAX);
+    printf(
+        "\neach lookup path forced, M keys/s (ratio to the gather); AUTO = FUSED up to %d "
+        "keys, BLOCK above; strict = fence-ordered validation; overlap = each call's probes beside "
+        "the previous call's copies (hps_gcache_set_overlap, on by default on sm_90+):\n",
+        HPS_GCACHE_FUSED_MAX);
     for (int b = 0; b < 4; b++)
         if (sidebar[b][0])
             printf("%s\n", sidebar[b]);

@@ -108,7 +108,12 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
     c->ref.policy = policy;
     c->bytes = gc_layout(&c->ref, NULL);
     pthread_mutex_init(&c->stats_mu, NULL);
+    int major = 0;
     cudaError_t e = cudaDeviceGetAttribute(&c->ref.num_sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    c->pdl_ok = major >= 9; /* griddepcontrol: compute capability 9.0 */
+    c->ref.pdl = c->pdl_ok;
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&c->stats_stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
@@ -225,6 +230,11 @@ extern "C" void hps_gcache_set_lookup_path(hps_gcache_t *c, hps_gcache_path_t pa
 extern "C" void hps_gcache_set_strict(hps_gcache_t *c, int strict)
 {
     c->ref.strict = strict != 0;
+}
+
+extern "C" void hps_gcache_set_overlap(hps_gcache_t *c, int on)
+{
+    c->ref.pdl = on && c->pdl_ok;
 }
 
 extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c)

@@ -64,6 +64,8 @@ typedef struct hps_table_ref {
     int policy;
     int num_sms; /* host-side launch sizing */
     int strict;  /* lookups order their loads by fences, not address dependencies */
+    int pdl;     /* host side: FUSED (vectorized) and BLOCK lookups launch as
+                  * programmatic dependents (hps_gcache_set_overlap) */
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -85,6 +87,7 @@ struct hps_gcache {
     uint64_t handle;    /* CUmemGenericAllocationHandle when shared */
     uint64_t fused_max; /* batches up to this size take the fused kernel */
     int lookup_path;    /* HPS_GCACHE_PATH_* */
+    int pdl_ok;         /* the device supports programmatic dependent launch */
     /* hps_gcache_stats: its own stream and scratch word (no cudaMalloc /
      * cudaFree per call: those synchronize the whole device), one caller
      * at a time. */
@@ -193,6 +196,26 @@ __device__ __forceinline__ void hps__writer_end(const hps_table_ref_t &t)
         hps__fence();
         atomicAdd((unsigned long long *)&t.ctr[HPS_GC_WR_ENDED], 1ull);
     }
+}
+
+/* Programmatic dependent launch (sm_90+; no-ops before).  trigger: the
+ * next kernel on the stream, if launched as a programmatic dependent, may
+ * start once every block of this grid has triggered or exited.  wait:
+ * returns once the kernels this one depends on have completed and their
+ * memory is visible; a kernel launched without the attribute returns at
+ * once. */
+__device__ __forceinline__ void hps__pdl_trigger(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void hps__pdl_wait(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 /* Wait until the set's version is even (unlocked); false after

@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     bool mine = (uint32_t)lane < t.dim / 4;
+    hps__pdl_trigger(); /* as in k_lookup_block */
     uint64_t now = lk_start(t, n);
     uint64_t hits = 0;
     int64_t next[LK_UNROLL]; /* keys of the warp's next step, loaded one step ahead */
@@ -185,6 +186,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
             pre_stamp = __ldcg(&hps__stamp(t, pre_slot));
         if (STRICT)
             hps__fence(); /* why: the row loads must complete before the versions are re-read */
+        hps__pdl_wait(); /* why: outputs and workspace after the previous kernel (k_lookup_block) */
         int my_hit = 0;
         uint64_t my_slot = 0;
 #pragma unroll
@@ -220,6 +222,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
             hits++;
         }
     }
+    hps__pdl_wait(); /* why: warps without keys, before the workspace's ticket */
     lk_finish(t, w, hits, d_missing_count);
 }
 
@@ -228,9 +231,8 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * default path for large batches.  Zipf-like batches repeat a few keys very
  * often; probing per occurrence (fused) sends every repeat to the same few
  * L2 lines (version word, key slab, stamp), and a global de-duplication
- * costs a second launch and global atomics.  Here each block (NT threads,
- * 256 or 512) takes chunks of up to BK_CHUNK consecutive keys and, per
- * chunk:
+ * costs a second launch and global atomics.  Here each block (BK_THREADS
+ * threads) takes one chunk of up to BK_CHUNK consecutive keys and:
  *   1. inserts them into a shared-memory hash table (atomicCAS on shared);
  *      the first inserter of a key appends its entry to the unique list;
  *   2. a thread per unique key reads the set version (waiting while odd),
@@ -246,20 +248,31 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *      where its load overlaps the version's.  A changed version marks the
  *      entry RETRY and
  *   5. its positions are read again with the full seqlock read;
- *   6. outcomes (hit mask, miss list) are recorded and the table is cleared.
+ *   6. outcomes (hit mask, miss list) are recorded.
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
+ *
+ * Overlap (programmatic dependent launch, sm_90+, hps_gcache_set_overlap):
+ * steps 1-2 read only the keys and the cache, and write only shared memory
+ * and stamps, so they may run while the previous kernel on the stream is
+ * still copying; the block waits for that kernel (hps__pdl_wait) before
+ * step 3.  Every block triggers its dependents at its start, so the next
+ * call's blocks fill the SMs as this call's blocks leave them.  Hence one
+ * chunk per block and as many blocks as chunks (several waves above 4
+ * chunks per SM): the blocks of the last wave and of the next call
+ * interleave their probes with other blocks' copies.
  */
-#define BK_CHUNK 1024
-#define BK_TAB   2048
-#define BK_NONE  0xffffu
-#define BK_RETRY (UINT64_MAX - 1)
-/* Up to this many keys per call: 4 chunks per SM (2 above), and the rows
- * are loaded with an L2 evict-first policy, so that the sets' tags, keys
- * and versions, which the next calls probe again, stay in L2.  H200,
- * bench-gpu-cache: 16K keys 1,204 -> 1,306 M keys/s with evict-first rows;
- * at 256K and 1M it cost 4-5% (hot rows are re-read from L2 there), and
- * an explicit evict-normal policy was slower than a plain load. */
+#define BK_THREADS 256
+#define BK_CHUNK   1024
+#define BK_TAB     2048
+#define BK_NONE    0xffffu
+#define BK_RETRY   (UINT64_MAX - 1)
+/* Up to this many keys per call the rows are loaded with an L2 evict-first
+ * policy, so that the sets' tags, keys and versions, which the next calls
+ * probe again, stay in L2, and the per-set re-read (not EPOCH) is kept.
+ * H200, bench-gpu-cache: 16K keys 1,204 -> 1,306 M keys/s with evict-first
+ * rows; at 256K and 1M it cost 4-5% (hot rows are re-read from L2 there),
+ * and an explicit evict-normal policy was slower than a plain load. */
 #define BK_SMALL_BATCH 65536
 
 /* Step 2 for one unique key: (set version << 32 | slot), or HPS_RES_MISS;
@@ -294,12 +307,13 @@ __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t k
     return (uint64_t)v << 32 | slot;
 }
 
-template <int NT, bool EPOCH>
-__global__ void __launch_bounds__(NT, 1024 / NT)
+template <bool EPOCH>
+__global__ void __launch_bounds__(BK_THREADS, 1024 / BK_THREADS)
     k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                    uint32_t chunk, int rows_evict_first, float *out, uint8_t *d_hit_mask,
                    uint32_t *d_missing_index, uint32_t *d_missing_count, uint32_t zero)
 {
+    const int NT = BK_THREADS;
     __shared__ int64_t skey[BK_TAB];
     __shared__ uint64_t sres[BK_TAB];
     __shared__ uint16_t spos[BK_CHUNK];
@@ -310,9 +324,12 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     int tid = threadIdx.x, lane = tid & 31, wib = tid >> 5;
     bool mine = (uint32_t)lane < t.dim / 4;
     uint64_t pol_first = hps__pol_evict_first();
+    /* why so early: the next call's blocks start only where this call's
+     * have left room on an SM, and wait (step 3) before they write */
+    hps__pdl_trigger();
     uint64_t now = lk_start(t, n);
     uint64_t hits = 0;
-    uint32_t tmask = BK_TAB - 1; /* a table of >= 2 chunk entries: less to clear */
+    uint32_t tmask = BK_TAB - 1; /* a table of >= 2 chunk entries: less to initialize */
     while (tmask > 63 && (tmask + 1) / 2 >= 2 * chunk)
         tmask >>= 1;
     for (uint32_t e = tid; e <= tmask; e += NT)
@@ -320,135 +337,132 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     if (tid == 0)
         ucount = retry = 0;
     __syncthreads();
-    for (uint64_t base = (uint64_t)blockIdx.x * chunk; base < n;
-         base += (uint64_t)gridDim.x * chunk) {
-        uint32_t cnt = (uint32_t)(n - base < chunk ? n - base : chunk);
-        /* 1. shared-memory de-duplication; keys loaded before any insert */
-        int64_t k[BK_CHUNK / NT];
+    uint64_t base = (uint64_t)blockIdx.x * chunk;
+    uint32_t cnt = (uint32_t)(n - base < chunk ? n - base : chunk);
+    /* 1. shared-memory de-duplication; keys loaded before any insert */
+    int64_t k[BK_CHUNK / NT];
 #pragma unroll
-        for (int q = 0; q < BK_CHUNK / NT; q++) {
-            uint32_t j = tid + q * NT;
-            k[q] = j < cnt ? keys[base + j] : HPS_GCACHE_EMPTY_KEY;
+    for (int q = 0; q < BK_CHUNK / NT; q++) {
+        uint32_t j = tid + q * NT;
+        k[q] = j < cnt ? keys[base + j] : HPS_GCACHE_EMPTY_KEY;
+    }
+    /* the chunk's writer epoch (hps__writer_begin), loaded with the
+     * keys: no round of its own */
+    uint64_t ep = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_ENDED]) : 0;
+#pragma unroll
+    for (int q = 0; q < BK_CHUNK / NT; q++) {
+        uint32_t j = tid + q * NT;
+        if (j >= cnt)
+            break;
+        if (k[q] == HPS_GCACHE_EMPTY_KEY) {
+            spos[j] = BK_NONE;
+            continue;
         }
-        /* the chunk's writer epoch (hps__writer_begin), loaded with the
-         * keys: no round of its own */
-        uint64_t ep = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_ENDED]) : 0;
-#pragma unroll
-        for (int q = 0; q < BK_CHUNK / NT; q++) {
-            uint32_t j = tid + q * NT;
-            if (j >= cnt)
+        uint32_t h = (uint32_t)hps__mix64((uint64_t)k[q]) & tmask;
+        for (;;) {
+            /* why: claims the entry for this key, or finds its claimant */
+            unsigned long long prev =
+                atomicCAS((unsigned long long *)&skey[h], (unsigned long long)HPS_GCACHE_EMPTY_KEY,
+                          (unsigned long long)k[q]);
+            if (prev == (unsigned long long)HPS_GCACHE_EMPTY_KEY) {
+                uent[atomicAdd(&ucount, 1u)] = (uint16_t)h; /* why: unique-list slot */
                 break;
-            if (k[q] == HPS_GCACHE_EMPTY_KEY) {
-                spos[j] = BK_NONE;
-                continue;
             }
-            uint32_t h = (uint32_t)hps__mix64((uint64_t)k[q]) & tmask;
-            for (;;) {
-                /* why: claims the entry for this key, or finds its claimant */
-                unsigned long long prev =
-                    atomicCAS((unsigned long long *)&skey[h],
-                              (unsigned long long)HPS_GCACHE_EMPTY_KEY, (unsigned long long)k[q]);
-                if (prev == (unsigned long long)HPS_GCACHE_EMPTY_KEY) {
-                    uent[atomicAdd(&ucount, 1u)] = (uint16_t)h; /* why: unique-list slot */
-                    break;
-                }
-                if (prev == (unsigned long long)k[q])
-                    break;
-                h = (h + 1) & tmask;
-            }
-            spos[j] = (uint16_t)h;
+            if (prev == (unsigned long long)k[q])
+                break;
+            h = (h + 1) & tmask;
         }
-        if (tid == 0) {
-            /* in shared memory: held in a register across the chunk it
-             * spills.  The version loads of step 2 depend on its value, so
-             * they and the row loads follow it. */
-            se0 = ep;
-            if (t.strict)
-                hps__fence(); /* why: the probes and row loads must not pass the epoch load */
+        spos[j] = (uint16_t)h;
+    }
+    if (tid == 0) {
+        /* in shared memory: held in a register across the chunk it
+         * spills.  The version loads of step 2 depend on its value, so
+         * they and the row loads follow it. */
+        se0 = ep;
+        if (t.strict)
+            hps__fence(); /* why: the probes and row loads must not pass the epoch load */
+    }
+    __syncthreads();
+    uint32_t nu = ucount;
+    /* 2. probe each unique key once */
+    for (uint32_t q = tid; q < nu; q += NT) {
+        uint32_t e = uent[q];
+        sres[e] = bk_probe(t, skey[e], se0, now, EPOCH, zero);
+    }
+    __syncthreads();
+    /* The keys, the cache and shared memory are all that the steps
+     * above touched.  Outputs and the workspace wait for the previous
+     * kernel on the stream (it may be the last call, writing the same
+     * output). */
+    hps__pdl_wait();
+    /* 3. a warp per position, LK_UNROLL positions in flight */
+    for (uint32_t jb = wib * LK_UNROLL; jb < cnt; jb += (NT / 32) * LK_UNROLL) {
+        uint64_t r[LK_UNROLL];
+        float4 v[LK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++) {
+            uint32_t j = jb + u;
+            uint32_t e = j < cnt ? spos[j] : BK_NONE;
+            r[u] = e != BK_NONE ? sres[e] : HPS_RES_MISS;
+            const float4 *row = (const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane;
+            if (r[u] != HPS_RES_MISS && mine)
+                v[u] = rows_evict_first ? hps__ld_f4_pol(row, pol_first) : __ldcg(row);
         }
+#pragma unroll
+        for (int u = 0; u < LK_UNROLL; u++) {
+            uint32_t j = jb + u;
+            if (j < cnt && r[u] != HPS_RES_MISS && mine)
+                __stcs((float4 *)(out + (base + j) * t.dim) + lane, v[u]);
+            if (lane == u && j < cnt)
+                shit[j] = r[u] != HPS_RES_MISS;
+        }
+    }
+    /* Each row load above completed before its store could issue, and the
+     * barrier orders those stores before the re-reads; strict mode adds
+     * the formal fence (which also waits for the stores). */
+    if (t.strict)
+        hps__fence(); /* why: this thread's row loads precede the re-reads below */
+    __syncthreads();
+    /* 4. unless no writer ran since e0 (EPOCH), re-read each unique
+     * key's version.  One thread loads the epoch: a load by every warp
+     * of every block, all at this moment and at one address, would
+     * queue at one L2 slice. */
+    if (EPOCH) {
+        if (tid == 0)
+            quiet = hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
         __syncthreads();
-        uint32_t nu = ucount;
-        /* 2. probe each unique key once */
+    }
+    if (!EPOCH || !quiet) {
         for (uint32_t q = tid; q < nu; q += NT) {
             uint32_t e = uent[q];
-            sres[e] = bk_probe(t, skey[e], se0, now, EPOCH, zero);
-        }
-        __syncthreads();
-        /* 3. a warp per position, LK_UNROLL positions in flight */
-        for (uint32_t jb = wib * LK_UNROLL; jb < cnt; jb += (NT / 32) * LK_UNROLL) {
-            uint64_t r[LK_UNROLL];
-            float4 v[LK_UNROLL];
-#pragma unroll
-            for (int u = 0; u < LK_UNROLL; u++) {
-                uint32_t j = jb + u;
-                uint32_t e = j < cnt ? spos[j] : BK_NONE;
-                r[u] = e != BK_NONE ? sres[e] : HPS_RES_MISS;
-                const float4 *row = (const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane;
-                if (r[u] != HPS_RES_MISS && mine)
-                    v[u] = rows_evict_first ? hps__ld_f4_pol(row, pol_first) : __ldcg(row);
-            }
-#pragma unroll
-            for (int u = 0; u < LK_UNROLL; u++) {
-                uint32_t j = jb + u;
-                if (j < cnt && r[u] != HPS_RES_MISS && mine)
-                    __stcs((float4 *)(out + (base + j) * t.dim) + lane, v[u]);
-                if (lane == u && j < cnt)
-                    shit[j] = r[u] != HPS_RES_MISS;
+            uint64_t r = sres[e];
+            if (r == HPS_RES_MISS)
+                continue;
+            if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
+                sres[e] = BK_RETRY;
+                retry = 1; /* why no atomic: every writer stores the same value */
+            } else if (!EPOCH) {
+                hps__touch(t, r & 0xffffffffu, now); /* its load overlaps the version's */
             }
         }
-        /* Each row load above completed before its store could issue, and the
-         * barrier orders those stores before the re-reads; strict mode adds
-         * the formal fence (which also waits for the stores). */
-        if (t.strict)
-            hps__fence(); /* why: this thread's row loads precede the re-reads below */
         __syncthreads();
-        /* 4. unless no writer ran since e0 (EPOCH), re-read each unique
-         * key's version.  One thread loads the epoch: a load by every warp
-         * of every block, all at this moment and at one address, would
-         * queue at one L2 slice. */
-        if (EPOCH) {
-            if (tid == 0)
-                quiet = hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
-            __syncthreads();
-        }
-        if (!EPOCH || !quiet) {
-            for (uint32_t q = tid; q < nu; q += NT) {
-                uint32_t e = uent[q];
-                uint64_t r = sres[e];
-                if (r == HPS_RES_MISS)
-                    continue;
-                if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
-                    sres[e] = BK_RETRY;
-                    retry = 1; /* why no atomic: every writer stores the same value */
-                } else if (!EPOCH) {
-                    hps__touch(t, r & 0xffffffffu, now); /* its load overlaps the version's */
-                }
+    }
+    /* 5. rare: a writer overlapped; read those positions again */
+    if (retry) {
+        for (uint32_t j = wib; j < cnt; j += NT / 32) {
+            uint32_t e = spos[j];
+            if (e != BK_NONE && sres[e] == BK_RETRY) {
+                int64_t slot = hps__read_key(t, skey[e], out + (base + j) * t.dim, lane, true);
+                if (lane == 0)
+                    shit[j] = slot >= 0;
             }
-            __syncthreads();
         }
-        /* 5. rare: a writer overlapped; read those positions again */
-        if (retry) {
-            for (uint32_t j = wib; j < cnt; j += NT / 32) {
-                uint32_t e = spos[j];
-                if (e != BK_NONE && sres[e] == BK_RETRY) {
-                    int64_t slot = hps__read_key(t, skey[e], out + (base + j) * t.dim, lane, true);
-                    if (lane == 0)
-                        shit[j] = slot >= 0;
-                }
-            }
-            __syncthreads();
-        }
-        /* 6. outcomes; clear the table for the next chunk */
-        for (uint32_t j = tid; j < cnt; j += NT) {
-            hits += shit[j];
-            lk_outcome(w, base + j, shit[j], d_hit_mask, d_missing_index);
-        }
-        for (uint32_t q = tid; q < nu; q += NT)
-            skey[uent[q]] = HPS_GCACHE_EMPTY_KEY;
         __syncthreads();
-        if (tid == 0)
-            ucount = retry = 0;
-        __syncthreads();
+    }
+    /* 6. outcomes */
+    for (uint32_t j = tid; j < cnt; j += NT) {
+        hits += shit[j];
+        lk_outcome(w, base + j, shit[j], d_hit_mask, d_missing_index);
     }
     lk_finish(t, w, hits, d_missing_count);
 }
@@ -642,6 +656,24 @@ static bool lk_vec4(const hps_table_ref_t *t, const float *out)
     return t->dim % 4 == 0 && ((uintptr_t)out & 15) == 0;
 }
 
+/* Launch fn<<<grid, block, 0, stream>>>(args), with pdl as a programmatic
+ * dependent of the previous kernel on the stream (hps__pdl_wait). */
+template <typename... P, typename... A>
+static cudaError_t lk_launch(void (*fn)(P...), unsigned grid, unsigned block, cudaStream_t stream,
+                             int pdl, A... args)
+{
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, fn, args...);
+}
+
 extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                                         const int64_t *d_keys, uint64_t n, float *d_out,
                                         uint8_t *d_hit_mask, uint32_t *d_missing_index,
@@ -649,9 +681,10 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
 {
     if (lk_vec4(ref, d_out) && ref->dim <= 128) {
         auto fn = ref->strict ? k_lookup_fused_vec<true> : k_lookup_fused_vec<false>;
-        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_fvec),
-             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
-                                      d_missing_count, 0u);
+        HPS_CUDA_TRY(lk_launch(
+            fn, lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_fvec),
+            LK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+            d_missing_count, 0u));
     } else
         k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS, 0,
                          stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
@@ -660,27 +693,36 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
     return 0;
 }
 
-/* Launch k_lookup_block<NT, EPOCH>: at most one resident wave of blocks. */
-template <int NT, bool EPOCH>
-static void bk_launch(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
-                      uint64_t n, uint64_t chunk, uint64_t chunks, bool small, float *d_out,
-                      uint8_t *d_hit_mask, uint32_t *d_missing_index, uint32_t *d_missing_count,
-                      cudaStream_t stream)
+/*
+ * Shared memory against L1 per SM (the carveout, one pool of 256 KB on
+ * H100 / H200).  The driver picks the carveout for the occupancy that it
+ * can reach: k_lookup_block<true> needs 47 registers, so 5 blocks fit and
+ * the driver took a large carveout, leaving a small L1, which also stages
+ * the rows in flight.  H200, bench-gpu-cache at 256K / 1M keys: 4,042 /
+ * 4,228 M keys/s so; with the carveout of 4 blocks (164 KB: 92 KB of L1)
+ * 4,210 / 4,471; with the largest (228 KB) 3,597 / 3,765.  Small batches
+ * (k_lookup_block<false>) take the largest: 16K keys 2,131 against 2,002.
+ * Percentages of the largest shared memory per SM, rounded up by the driver
+ * to a capacity the GPU has.
+ */
+static hps_err_t bk_carveout(void)
 {
-    static int occ;
-    auto fn = k_lookup_block<NT, EPOCH>;
-    uint64_t max = (uint64_t)ref->num_sms * lk_per_sm((const void *)fn, NT, &occ);
-    if (chunks > max) {
-        /* every block the same number of chunks: at 1M keys 1,056 chunks of
-         * 993 keys for 528 blocks, not 1,024 of 1,024 (32 blocks with one).
-         * H200: 4,275-4,278 M keys/s against 4,265-4,268 */
-        uint64_t rounds = (chunks + max - 1) / max;
-        chunk = (n + rounds * max - 1) / (rounds * max);
-        chunks = (n + chunk - 1) / chunk;
-    }
-    fn<<<(unsigned)(chunks < max ? chunks : max), NT, 0, stream>>>(
-        *ref, *ws, d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask, d_missing_index,
-        d_missing_count, 0u);
+    int dev, max_smem;
+    cudaFuncAttributes a;
+    HPS_CUDA_TRY(cudaGetDevice(&dev));
+    HPS_CUDA_TRY(
+        cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    HPS_CUDA_TRY(cudaFuncGetAttributes(&a, k_lookup_block<true>));
+    uint64_t need = 4 * ((uint64_t)a.sharedSizeBytes + 1024); /* 1 KB per block reserved */
+    int pct =
+        max_smem > 0 ? (int)((need * 100 + (uint64_t)max_smem - 1) / (uint64_t)max_smem) : 100;
+    HPS_CUDA_TRY(cudaFuncSetAttribute(k_lookup_block<true>,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      pct > 100 ? 100 : pct));
+    HPS_CUDA_TRY(cudaFuncSetAttribute(k_lookup_block<false>,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
+    return 0;
 }
 
 extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
@@ -690,36 +732,33 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
 {
     if (!lk_vec4(ref, d_out) || ref->dim > 128) /* the block kernel is vectorized only */
         return HPS_EINVAL;
-    /* Chunks of at most BK_CHUNK keys, 4 or 2 of them per SM.
-     * Small batches are latency-bound: more, smaller chunks probe more keys
-     * in parallel.  Larger ones are bound by bytes: larger chunks catch more
-     * duplicates, so fewer probes.  H100, bench-gpu-cache: 4 per SM is the
-     * best at 16K keys (1,122 M keys/s against 974 with 2), 2 per SM at 256K
-     * (2,471 against 2,326); at 1M keys the chunk is BK_CHUNK either way. */
-    bool small = n <= BK_SMALL_BATCH;
-    uint64_t slots = (uint64_t)ref->num_sms * (small ? 4 : 2);
-    uint64_t chunk = (n + slots - 1) / slots; /* why round up: no chunk left for a second wave */
-    chunk = chunk < 32 ? 32 : chunk > BK_CHUNK ? BK_CHUNK : chunk;
-    uint64_t chunks = (n + chunk - 1) / chunk;
-    /* Where each block gets one large chunk, blocks of 512 threads (two per
-     * SM) keep twice the rows and probes in flight; where blocks take
-     * several chunks, four blocks of 256 per SM interleave their phases.
-     * H200, bench-gpu-cache: 256K keys 3,587 M keys/s with 512 threads
-     * against 3,272 with 256; 1M keys 4,059 with 256 against 3,969.
+    /* Chunks of at most BK_CHUNK keys, at least 4 per SM: small batches are
+     * latency-bound (more, smaller chunks probe more keys in parallel),
+     * larger ones bound by bytes (larger chunks catch more duplicates, so
+     * fewer probes).  H200, bench-gpu-cache with overlap: 256K keys 4,327 M
+     * keys/s with chunks of 512 against 4,245 with 993 (2 per SM, 512
+     * threads, one wave); 1M keys 4,476 with 1,024 blocks of 1,024 keys
+     * against 4,450 with one wave of 528 blocks taking 2 chunks each.
      * The writer epoch (EPOCH) pays where a chunk's unique keys are many:
      * 256K 3,575 -> 3,631, 1M 4,077 -> 4,225.  At 16K keys (32-key chunks)
      * the re-read is one round either way, and EPOCH measured 1,391-1,397
      * against 1,465-1,487, so small batches keep the per-set re-read. */
-    if (small)
-        bk_launch<256, false>(ref, ws, d_keys, n, chunk, chunks, true, d_out, d_hit_mask,
-                              d_missing_index, d_missing_count, stream);
-    else if (chunks <= slots)
-        bk_launch<512, true>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
-                             d_missing_index, d_missing_count, stream);
-    else
-        bk_launch<256, true>(ref, ws, d_keys, n, chunk, chunks, false, d_out, d_hit_mask,
-                             d_missing_index, d_missing_count, stream);
-    HPS_CUDA_TRY(cudaGetLastError());
+    bool small = n <= BK_SMALL_BATCH;
+    uint64_t slots = (uint64_t)ref->num_sms * 4;
+    uint64_t chunk = (n + slots - 1) / slots;
+    chunk = chunk < 32 ? 32 : chunk > BK_CHUNK ? BK_CHUNK : chunk;
+    uint64_t chunks = (n + chunk - 1) / chunk;
+    auto fn = small ? k_lookup_block<false> : k_lookup_block<true>;
+    static int carveout_set; /* why relaxed: setting the same values twice is harmless */
+    if (!__atomic_load_n(&carveout_set, __ATOMIC_RELAXED)) {
+        hps_err_t err = bk_carveout();
+        if (err)
+            return err;
+        __atomic_store_n(&carveout_set, 1, __ATOMIC_RELAXED);
+    }
+    HPS_CUDA_TRY(lk_launch(fn, (unsigned)chunks, BK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n,
+                           (uint32_t)chunk, (int)small, d_out, d_hit_mask, d_missing_index,
+                           d_missing_count, 0u));
     return 0;
 }
 

@@ -45,10 +45,13 @@
  *  - FUSED, for n <= HPS_GCACHE_FUSED_MAX: one kernel, a warp per input key
  *    (probe + copy + validate), no de-duplication.
  *  - BLOCK, the default above that (dim % 4 == 0, dim <= 128, 16-byte
- *    aligned d_out): one kernel; each block de-duplicates chunks of up to
+ *    aligned d_out): one kernel; each block de-duplicates a chunk of up to
  *    1024 keys in shared memory, probes each unique key once, copies the rows
  *    per occurrence, then validates each unique key's set version once
  *    (above 64K keys, only if the writer epoch moved).
+ *  FUSED (vectorized) and BLOCK overlap consecutive calls on a stream on
+ *  sm_90 and later: one call's probes run while the previous call copies
+ *  (hps_gcache_set_overlap, which states what this asks of d_keys).
  *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
  *    in the workspace's table, the first occurrence of each key probing the
  *    cache and recording (set version, slot) for its entry; (2) a warp per
@@ -238,7 +241,9 @@ void hps_gcache_ws_destroy(hps_gcache_ws_t *ws);
  * @param[out] d_missing_count device, uint32: number of misses; written when
  *                             d_missing_index is given, NULL otherwise.
  * Duplicate keys are answered identically only if no insert races the call.
- * Stream: everything is enqueued on stream; nothing waits on the host.
+ * Stream: everything is enqueued on stream; nothing waits on the host.  The
+ * call may start before the previous kernel on stream has completed (see
+ * hps_gcache_set_overlap for when d_keys must be complete).
  * @return 0, HPS_EINVAL (n too large, NULL required pointer) or HPS_EIO.
  */
 hps_err_t hps_gcache_lookup(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int64_t *d_keys,
@@ -319,6 +324,25 @@ void hps_gcache_set_lookup_path(hps_gcache_t *cache, hps_gcache_path_t path);
  * verification and measurement.  Set before sharing the handle.
  */
 void hps_gcache_set_strict(hps_gcache_t *cache, int strict);
+
+/**
+ * @brief Tuning: whether lookups overlap the previous kernel on their stream
+ * (on != 0; the default on GPUs of compute capability 9.0 and later, where
+ * CUDA's programmatic dependent launch exists; ignored before).  The FUSED
+ * (dim % 4 == 0, dim <= 128, aligned d_out) and BLOCK kernels then let the
+ * next kernel on the stream start as soon as each of their blocks has
+ * started, and themselves load d_keys and probe the cache while the
+ * previous kernel may still run; they write d_out, the hit mask, the miss
+ * list and the workspace only after it has completed.  So back-to-back
+ * lookups pipeline: one call's probes run beside the last one's copies.
+ * The contract: d_keys must be complete when the previous kernel on the
+ * stream starts, i.e. not written by a kernel that lets its dependents
+ * start early (cudaTriggerProgrammaticLaunchCompletion), such as the
+ * previous lookup (as its d_out, hit mask or miss list).  Memory copies,
+ * memsets and kernels that do not use programmatic dependent launch
+ * always complete first.  Set before sharing the handle.
+ */
+void hps_gcache_set_overlap(hps_gcache_t *cache, int on);
 
 /**
  * @brief Insert or overwrite n rows; evicts by the policy when a set is full.

@@ -487,6 +487,104 @@ static void test_shared(const char *self, hps_gcache_policy_t pol)
     hps_gcache_destroy(c);
 }
 
+/* One stream, no synchronization between calls: lookups of 300,000 /
+ * 1,000 / 40,000 keys (BLOCK above 64K, FUSED, BLOCK small) into one
+ * output buffer, an insert, then more lookups.  With overlap (the default
+ * on sm_90+) each lookup probes while the previous kernel still runs, so
+ * this checks that none writes its output, mask or miss list before the
+ * previous call has finished (the last call's rows win), and that a
+ * lookup after the insert sees the inserted keys. */
+static void test_overlap(void)
+{
+    const uint32_t dim = 128;
+    const size_t nmax = 300000;
+    hps_gcache_t *c;
+    hps_gcache_ws_t *ws;
+    OK(hps_gcache_create(262144, dim, HPS_GCACHE_LRU, 0, &c)); /* ~6 keys per set: none overflows */
+    OK(hps_gcache_ws_create(c, nmax, &ws));
+    std::vector<int64_t> keys(50000);
+    for (auto &k : keys)
+        k = (int64_t)(rnd() % 1000000000) + 1;
+    std::vector<int64_t> first(keys.begin(), keys.begin() + 40000);
+    std::vector<int64_t> later(keys.begin() + 40000, keys.end());
+    insert_rows(c, first, 1, false, 0);
+    std::map<int64_t, int> before, after;
+    for (int64_t k : resident(c))
+        before[k] = 1;
+    HPS_ASSERT_EQ(before.size(), std::set<int64_t>(first.begin(), first.end()).size());
+    after = before;
+    for (int64_t k : later)
+        after[k] = 1;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<float> vals(later.size() * dim);
+    for (size_t i = 0; i < later.size(); i++)
+        for (uint32_t j = 0; j < dim; j++)
+            vals[i * dim + j] = row_val(later[i], 1, j);
+    int64_t *dlater = dev_copy(later);
+    float *dvals = dev_copy(vals);
+    float *out[2];
+    for (auto &o : out)
+        CK(cudaMalloc((void **)&o, nmax * dim * sizeof(float)));
+    /* the insert goes before call 4; calls 3 and 7 are the last into their buffers */
+    const size_t sizes[] = {300000, 1000, 40000, 300000, 300000, 1000, 300000, 40000};
+    const int dst[] = {0, 0, 0, 0, 1, 1, 1, 1};
+    const int ncalls = 8;
+    std::vector<int64_t> q[ncalls];
+    int64_t *dq[ncalls];
+    uint8_t *dmask[ncalls];
+    uint32_t *dmi[ncalls], *dmc[ncalls];
+    for (int i = 0; i < ncalls; i++) {
+        q[i] = random_query(keys, sizes[i]);
+        dq[i] = dev_copy(q[i]);
+        CK(cudaMalloc((void **)&dmask[i], sizes[i]));
+        CK(cudaMalloc((void **)&dmi[i], sizes[i] * 4));
+        CK(cudaMalloc((void **)&dmc[i], 4));
+    }
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < ncalls; i++) {
+        if (i == 4)
+            OK(hps_gcache_insert(c, dlater, dvals, later.size(), s));
+        OK(hps_gcache_lookup(c, ws, dq[i], sizes[i], out[dst[i]], dmask[i], dmi[i], dmc[i], s));
+    }
+    CK(cudaStreamSynchronize(s));
+    for (int i = 0; i < ncalls; i++) {
+        const std::map<int64_t, int> &ref = i < 4 ? before : after;
+        std::vector<uint8_t> mask = host_copy(dmask[i], sizes[i]);
+        uint32_t nm = host_copy(dmc[i], 1)[0], expect = 0;
+        for (size_t j = 0; j < sizes[i]; j++) {
+            bool hit = ref.count(q[i][j]) != 0;
+            expect += !hit;
+            HPS_ASSERT_EQ(mask[j], hit);
+        }
+        HPS_ASSERT_EQ(nm, expect);
+    }
+    for (int i : {3, 7}) { /* the last call into each buffer */
+        const std::map<int64_t, int> &ref = i < 4 ? before : after;
+        std::vector<float> o = host_copy(out[dst[i]], sizes[i] * dim);
+        size_t bad = 0;
+        for (size_t j = 0; j < sizes[i]; j++)
+            if (ref.count(q[i][j]))
+                for (uint32_t x = 0; x < dim; x++)
+                    bad += o[j * dim + x] != row_val(q[i][j], 1, x);
+        HPS_ASSERT_EQ(bad, 0);
+    }
+    for (int i = 0; i < ncalls; i++) {
+        CK(cudaFree(dq[i]));
+        CK(cudaFree(dmask[i]));
+        CK(cudaFree(dmi[i]));
+        CK(cudaFree(dmc[i]));
+    }
+    for (auto &o : out)
+        CK(cudaFree(o));
+    CK(cudaFree(dlater));
+    CK(cudaFree(dvals));
+    CK(cudaStreamDestroy(s));
+    printf("ok overlap: %d lookups and an insert on one stream\n", ncalls);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+}
+
 static void test_tables(void)
 {
     const uint32_t dims[4] = {16, 7, 128, 8};
@@ -644,6 +742,7 @@ int main(int argc, char **argv)
         }
     }
     test_tables();
+    test_overlap();
     test_stuck_lock();
     printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
