@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * default path for large batches.  Zipf-like batches repeat a few keys very
  * often; probing per occurrence (fused) sends every repeat to the same few
  * L2 lines (version word, key slab, stamp), and a global de-duplication
- * costs a second launch and global atomics.  Here each block (BK_THREADS
- * threads) takes one chunk of up to BK_CHUNK consecutive keys and:
+ * costs a second launch and global atomics.  Here each block (NT threads,
+ * 256 or 512) takes one chunk of up to BK_CHUNK consecutive keys and:
  *   1. inserts them into a shared-memory hash table (atomicCAS on shared);
  *      the first inserter of a key appends its entry to the unique list;
  *   2. a thread per unique key reads the set version (waiting while odd),
@@ -262,11 +262,10 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * chunks per SM): the blocks of the last wave and of the next call
  * interleave their probes with other blocks' copies.
  */
-#define BK_THREADS 256
-#define BK_CHUNK   1024
-#define BK_TAB     2048
-#define BK_NONE    0xffffu
-#define BK_RETRY   (UINT64_MAX - 1)
+#define BK_CHUNK 1024
+#define BK_TAB   2048
+#define BK_NONE  0xffffu
+#define BK_RETRY (UINT64_MAX - 1)
 /* Up to this many keys per call the rows are loaded with an L2 evict-first
  * policy, so that the sets' tags, keys and versions, which the next calls
  * probe again, stay in L2, and the per-set re-read (not EPOCH) is kept.
@@ -307,13 +306,12 @@ __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t k
     return (uint64_t)v << 32 | slot;
 }
 
-template <bool EPOCH>
-__global__ void __launch_bounds__(BK_THREADS, 1024 / BK_THREADS)
+template <int NT, bool EPOCH>
+__global__ void __launch_bounds__(NT, 1024 / NT)
     k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                    uint32_t chunk, int rows_evict_first, float *out, uint8_t *d_hit_mask,
                    uint32_t *d_missing_index, uint32_t *d_missing_count, uint32_t zero)
 {
-    const int NT = BK_THREADS;
     __shared__ int64_t skey[BK_TAB];
     __shared__ uint64_t sres[BK_TAB];
     __shared__ uint16_t spos[BK_CHUNK];
@@ -696,33 +694,41 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
 /*
  * Shared memory against L1 per SM (the carveout, one pool of 256 KB on
  * H100 / H200).  The driver picks the carveout for the occupancy that it
- * can reach: k_lookup_block<true> needs 47 registers, so 5 blocks fit and
- * the driver took a large carveout, leaving a small L1, which also stages
- * the rows in flight.  H200, bench-gpu-cache at 256K / 1M keys: 4,042 /
- * 4,228 M keys/s so; with the carveout of 4 blocks (164 KB: 92 KB of L1)
- * 4,210 / 4,471; with the largest (228 KB) 3,597 / 3,765.  Small batches
- * (k_lookup_block<false>) take the largest: 16K keys 2,131 against 2,002.
- * Percentages of the largest shared memory per SM, rounded up by the driver
- * to a capacity the GPU has.
+ * can reach: k_lookup_block<256, true> needs 47 registers, so 5 blocks fit
+ * and the driver took a large carveout, leaving a small L1, which also
+ * stages the rows in flight.  H200, bench-gpu-cache at 256K / 1M keys:
+ * 4,042 / 4,228 M keys/s so; with the carveout of 4 blocks (164 KB: 92 KB
+ * of L1) 4,210 / 4,471; with the largest (228 KB) 3,597 / 3,765.  Small
+ * batches take the largest: 16K keys 2,131 against 2,002.  So each kernel
+ * gets the carveout of the blocks per SM it is sized for, in percent of
+ * the largest shared memory per SM (the driver rounds it up to a capacity
+ * the GPU has).
  */
+static hps_err_t bk_carveout_for(const void *fn, int blocks, int max_smem)
+{
+    cudaFuncAttributes a;
+    HPS_CUDA_TRY(cudaFuncGetAttributes(&a, fn));
+    uint64_t need = (uint64_t)blocks * (a.sharedSizeBytes + 1024); /* 1 KB per block reserved */
+    uint64_t pct = blocks ? (need * 100 + (uint64_t)max_smem - 1) / (uint64_t)max_smem : 100;
+    HPS_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      pct > 100 ? 100 : (int)pct));
+    return 0;
+}
+
 static hps_err_t bk_carveout(void)
 {
     int dev, max_smem;
-    cudaFuncAttributes a;
     HPS_CUDA_TRY(cudaGetDevice(&dev));
     HPS_CUDA_TRY(
         cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    HPS_CUDA_TRY(cudaFuncGetAttributes(&a, k_lookup_block<true>));
-    uint64_t need = 4 * ((uint64_t)a.sharedSizeBytes + 1024); /* 1 KB per block reserved */
-    int pct =
-        max_smem > 0 ? (int)((need * 100 + (uint64_t)max_smem - 1) / (uint64_t)max_smem) : 100;
-    HPS_CUDA_TRY(cudaFuncSetAttribute(k_lookup_block<true>,
-                                      cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      pct > 100 ? 100 : pct));
-    HPS_CUDA_TRY(cudaFuncSetAttribute(k_lookup_block<false>,
-                                      cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared));
-    return 0;
+    if (max_smem <= 0)
+        return 0;
+    hps_err_t err = bk_carveout_for((const void *)k_lookup_block<256, true>, 4, max_smem);
+    if (!err)
+        err = bk_carveout_for((const void *)k_lookup_block<512, true>, 2, max_smem);
+    if (!err)
+        err = bk_carveout_for((const void *)k_lookup_block<256, false>, 0, max_smem);
+    return err;
 }
 
 extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
@@ -732,23 +738,30 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
 {
     if (!lk_vec4(ref, d_out) || ref->dim > 128) /* the block kernel is vectorized only */
         return HPS_EINVAL;
-    /* Chunks of at most BK_CHUNK keys, at least 4 per SM: small batches are
-     * latency-bound (more, smaller chunks probe more keys in parallel),
-     * larger ones bound by bytes (larger chunks catch more duplicates, so
-     * fewer probes).  H200, bench-gpu-cache with overlap: 256K keys 4,327 M
-     * keys/s with chunks of 512 against 4,245 with 993 (2 per SM, 512
-     * threads, one wave); 1M keys 4,476 with 1,024 blocks of 1,024 keys
-     * against 4,450 with one wave of 528 blocks taking 2 chunks each.
+    /* Chunks of at most BK_CHUNK keys, one per block, 4 blocks of 256 per
+     * SM: small batches are latency-bound (more, smaller chunks probe more
+     * keys in parallel), larger ones bound by bytes (larger chunks catch
+     * more duplicates, so fewer probes).  Up to 2 full chunks per SM, two
+     * blocks of 512 threads per SM instead (one wave, twice the L1 of each).
+     * H200, bench-gpu-cache with overlap: 256K keys 4,207 M keys/s with 512
+     * threads against 4,173 with 256; 1M keys 4,436 with 1,024 blocks of
+     * 256 threads against 4,316 with 512 (and 4,206 with 3 blocks of 256
+     * per SM, and 4,450 with one wave of 528 blocks taking 2 chunks each).
+     * Without overlap this shape measures as the one-wave, several-chunk
+     * grid of before: 256K / 1M 3,691 / 4,259 against 3,661 / 4,273.
      * The writer epoch (EPOCH) pays where a chunk's unique keys are many:
      * 256K 3,575 -> 3,631, 1M 4,077 -> 4,225.  At 16K keys (32-key chunks)
      * the re-read is one round either way, and EPOCH measured 1,391-1,397
      * against 1,465-1,487, so small batches keep the per-set re-read. */
     bool small = n <= BK_SMALL_BATCH;
-    uint64_t slots = (uint64_t)ref->num_sms * 4;
+    bool wide = !small && n <= (uint64_t)ref->num_sms * 2 * BK_CHUNK;
+    uint64_t slots = (uint64_t)ref->num_sms * (wide ? 2 : 4);
     uint64_t chunk = (n + slots - 1) / slots;
     chunk = chunk < 32 ? 32 : chunk > BK_CHUNK ? BK_CHUNK : chunk;
     uint64_t chunks = (n + chunk - 1) / chunk;
-    auto fn = small ? k_lookup_block<false> : k_lookup_block<true>;
+    auto fn = small  ? k_lookup_block<256, false>
+              : wide ? k_lookup_block<512, true>
+                     : k_lookup_block<256, true>;
     static int carveout_set; /* why relaxed: setting the same values twice is harmless */
     if (!__atomic_load_n(&carveout_set, __ATOMIC_RELAXED)) {
         hps_err_t err = bk_carveout();
@@ -756,9 +769,9 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
             return err;
         __atomic_store_n(&carveout_set, 1, __ATOMIC_RELAXED);
     }
-    HPS_CUDA_TRY(lk_launch(fn, (unsigned)chunks, BK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n,
-                           (uint32_t)chunk, (int)small, d_out, d_hit_mask, d_missing_index,
-                           d_missing_count, 0u));
+    HPS_CUDA_TRY(lk_launch(fn, (unsigned)chunks, wide ? 512 : 256, stream, ref->pdl, *ref, *ws,
+                           d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask,
+                           d_missing_index, d_missing_count, 0u));
     return 0;
 }
 
