@@ -49,14 +49,14 @@
  *    1024 keys in shared memory, probes each unique key once, copies the rows
  *    per occurrence, then validates each unique key's set version once
  *    (above 64K keys, only if the writer epoch moved).
- *  FUSED (vectorized) and BLOCK overlap consecutive calls on a stream on
- *  sm_90 and later: one call's probes run while the previous call copies
- *  (hps_gcache_set_overlap, which states what this asks of d_keys).
  *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
  *    in the workspace's table, the first occurrence of each key probing the
  *    cache and recording (set version, slot) for its entry; (2) a warp per
  *    input key copies the row of its entry straight into d_out, validates the
  *    recorded version and clears the entry for the next call.
+ *  FUSED (vectorized) and BLOCK overlap consecutive calls on a stream on
+ *  sm_90 and later: one call's probes run while the previous call copies
+ *  (hps_gcache_set_overlap, which states what this asks of d_keys).
  *  No path materializes unique rows: the bytes moved are those of an ideal
  *  gather plus the probes (BLOCK, GLOBAL: the set's 32 tag bytes and the
  *  matching slot's record; FUSED: the set's 512 bytes of records) and index
@@ -340,7 +340,9 @@ void hps_gcache_set_strict(hps_gcache_t *cache, int strict);
  * start early (cudaTriggerProgrammaticLaunchCompletion), such as the
  * previous lookup (as its d_out, hit mask or miss list).  Memory copies,
  * memsets and kernels that do not use programmatic dependent launch
- * always complete first.  Set before sharing the handle.
+ * always complete first.  hps_gcache_lookup_tables does not overlap.  Set
+ * before sharing the handle (not synchronized with lookups on other host
+ * threads).
  */
 void hps_gcache_set_overlap(hps_gcache_t *cache, int on);
 
