@@ -240,7 +240,8 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *      probes by tag bytes (hps__probe_tagged, address-dependent on the
  *      version) and records (version << 32 | slot); EPOCH: it also touches
  *      the LRU/LFU stamp, which arrives in the record of the key check;
- *   3. a warp per position copies the row (4 positions in flight per warp);
+ *   3. a warp per position copies the row (4 or 8 positions in flight per
+ *      warp);
  *   4. after a barrier: EPOCH, if no writer block ran since the chunk
  *      started (the writer epoch, hps__writer_begin), every copy was whole
  *      and nothing is re-read.  Otherwise a thread per unique key re-reads
@@ -274,6 +275,12 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * rows; at 256K and 1M it cost 4-5% (hot rows are re-read from L2 there),
  * and an explicit evict-normal policy was slower than a plain load. */
 #define BK_SMALL_BATCH 65536
+/* Rows in flight per warp in step 3 above BK_SMALL_BATCH keys (with the
+ * slot held in 32 bits, 64 registers, no spills).  H200, bench-gpu-cache,
+ * alternating: 256K 4,278-4,279 M keys/s against 4,228-4,229 with 4, 1M
+ * 4,461-4,462 against 4,444-4,446; 6 rows measured as 4.  Small batches
+ * keep 4 (16K: 2,128-2,134 against 2,037-2,038 with 8). */
+#define BK_UNROLL_LARGE 8
 
 /* Step 2 for one unique key: (set version << 32 | slot), or HPS_RES_MISS;
  * with touch, the slot's LRU / LFU stamp is touched (its stamp arrives in
@@ -394,26 +401,27 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
      * kernel on the stream (it may be the last call, writing the same
      * output). */
     hps__pdl_wait();
-    /* 3. a warp per position, LK_UNROLL positions in flight */
-    for (uint32_t jb = wib * LK_UNROLL; jb < cnt; jb += (NT / 32) * LK_UNROLL) {
-        uint64_t r[LK_UNROLL];
-        float4 v[LK_UNROLL];
+    /* 3. a warp per position, BU positions in flight */
+    constexpr int BU = EPOCH ? BK_UNROLL_LARGE : LK_UNROLL;
+    for (uint32_t jb = wib * BU; jb < cnt; jb += (NT / 32) * BU) {
+        uint32_t sl[BU]; /* the slot; all-ones (the low half of MISS) on a miss */
+        float4 v[BU];
 #pragma unroll
-        for (int u = 0; u < LK_UNROLL; u++) {
+        for (int u = 0; u < BU; u++) {
             uint32_t j = jb + u;
             uint32_t e = j < cnt ? spos[j] : BK_NONE;
-            r[u] = e != BK_NONE ? sres[e] : HPS_RES_MISS;
-            const float4 *row = (const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane;
-            if (r[u] != HPS_RES_MISS && mine)
+            sl[u] = e != BK_NONE ? (uint32_t)sres[e] : UINT32_MAX;
+            const float4 *row = (const float4 *)(t.vals + (uint64_t)sl[u] * t.dim) + lane;
+            if (sl[u] != UINT32_MAX && mine)
                 v[u] = rows_evict_first ? hps__ld_f4_pol(row, pol_first) : __ldcg(row);
         }
 #pragma unroll
-        for (int u = 0; u < LK_UNROLL; u++) {
+        for (int u = 0; u < BU; u++) {
             uint32_t j = jb + u;
-            if (j < cnt && r[u] != HPS_RES_MISS && mine)
+            if (j < cnt && sl[u] != UINT32_MAX && mine)
                 __stcs((float4 *)(out + (base + j) * t.dim) + lane, v[u]);
             if (lane == u && j < cnt)
-                shit[j] = r[u] != HPS_RES_MISS;
+                shit[j] = sl[u] != UINT32_MAX;
         }
     }
     /* Each row load above completed before its store could issue, and the
@@ -695,15 +703,14 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
 /*
  * Shared memory against L1 per SM (the carveout, one pool of 256 KB on
  * H100 / H200).  The driver picks the carveout for the occupancy that it
- * can reach: k_lookup_block<256, true> needs 47 registers, so 5 blocks fit
- * and the driver took a large carveout, leaving a small L1, which also
- * stages the rows in flight.  H200, bench-gpu-cache at 256K / 1M keys:
- * 4,042 / 4,228 M keys/s so; with the carveout of 4 blocks (164 KB: 92 KB
- * of L1) 4,210 / 4,471; with the largest (228 KB) 3,597 / 3,765.  Small
- * batches take the largest: 16K keys 2,131 against 2,002.  So each kernel
- * gets the carveout of the blocks per SM it is sized for, in percent of
- * the largest shared memory per SM: 68% for 4 blocks on H100 / H200, which
- * measured as 71% did, so the driver rounds it up to the 164 KB capacity.
+ * can reach: with 47 registers (before its 8-row copy) 5 blocks of
+ * k_lookup_block<256, true> fit, and the driver took a large carveout,
+ * leaving a small L1, which also stages the rows in flight.  H200, bench-gpu-cache at 256K / 1M
+ * keys: 4,042 / 4,228 M keys/s so; with the carveout of 4 blocks (164 KB: 92 KB of L1) 4,210 /
+ * 4,471; with the largest (228 KB) 3,597 / 3,765.  Small batches take the largest: 16K keys 2,131
+ * against 2,002.  So each kernel gets the carveout of the blocks per SM it is sized for, in percent
+ * of the largest shared memory per SM: 68% for 4 blocks on H100 / H200, which measured as 71% did,
+ * so the driver rounds it up to the 164 KB capacity.
  */
 static hps_err_t bk_carveout_for(const void *fn, int blocks, int max_smem)
 {
