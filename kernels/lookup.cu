@@ -275,6 +275,9 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * rows; at 256K and 1M it cost 4-5% (hot rows are re-read from L2 there),
  * and an explicit evict-normal policy was slower than a plain load. */
 #define BK_SMALL_BATCH 65536
+/* (rows_evict_first is a kernel argument although it always equals !EPOCH:
+ * as a compile-time choice the small kernel took 56 registers instead of
+ * 48 and measured 2,081-2,084 M keys/s at 16K against 2,134-2,139.) */
 /* Rows in flight per warp in step 3 above BK_SMALL_BATCH keys (with the
  * slot held in 32 bits, 64 registers, no spills).  H200, bench-gpu-cache,
  * alternating: 256K 4,278-4,279 M keys/s against 4,228-4,229 with 4, 1M
@@ -624,31 +627,24 @@ __global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
     lk_finish(t, w, hits, d_missing_count);
 }
 
-/* Resident blocks per SM of kernel fn at threads per block, queried once
- * into *cached (1 if the query fails). */
-static unsigned lk_per_sm(const void *fn, int threads, int *cached)
+/* Blocks for warps_needed warps, capped at one resident wave of kernel fn
+ * (a persistent grid: no second wave whose tail would idle the chip). */
+static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, const void *fn,
+                          int *cached)
 {
     /* why relaxed: every thread computes the same value; a race only repeats the query */
     int per_sm = __atomic_load_n(cached, __ATOMIC_RELAXED);
     if (per_sm == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, LK_THREADS, 0) !=
+                cudaSuccess ||
             per_sm < 1) {
             (void)cudaGetLastError();
             per_sm = 1;
         }
         __atomic_store_n(cached, per_sm, __ATOMIC_RELAXED);
     }
-    return (unsigned)per_sm;
-}
-
-/* Blocks for warps_needed warps, capped at one resident wave of kernel fn
- * (a persistent grid: no second wave whose tail would idle the chip). */
-static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, const void *fn,
-                          int *cached)
-{
-    uint64_t per_sm = lk_per_sm(fn, LK_THREADS, cached);
     uint64_t b = (warps_needed + LK_THREADS / 32 - 1) / (LK_THREADS / 32);
-    uint64_t max = (uint64_t)t->num_sms * per_sm;
+    uint64_t max = (uint64_t)t->num_sms * (uint64_t)per_sm;
     if (b > max)
         b = max;
     return b ? (unsigned)b : 1u;
@@ -705,12 +701,14 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
  * H100 / H200).  The driver picks the carveout for the occupancy that it
  * can reach: with 47 registers (before its 8-row copy) 5 blocks of
  * k_lookup_block<256, true> fit, and the driver took a large carveout,
- * leaving a small L1, which also stages the rows in flight.  H200, bench-gpu-cache at 256K / 1M
- * keys: 4,042 / 4,228 M keys/s so; with the carveout of 4 blocks (164 KB: 92 KB of L1) 4,210 /
- * 4,471; with the largest (228 KB) 3,597 / 3,765.  Small batches take the largest: 16K keys 2,131
- * against 2,002.  So each kernel gets the carveout of the blocks per SM it is sized for, in percent
- * of the largest shared memory per SM: 68% for 4 blocks on H100 / H200, which measured as 71% did,
- * so the driver rounds it up to the 164 KB capacity.
+ * leaving a small L1, which also stages the rows in flight.  H200,
+ * bench-gpu-cache at 256K / 1M keys: 4,042 / 4,228 M keys/s so; with the
+ * carveout of 4 blocks (164 KB: 92 KB of L1) 4,210 / 4,471; with the
+ * largest (228 KB) 3,597 / 3,765.  Small batches take the largest: 16K
+ * keys 2,131 against 2,002.  So each kernel gets the carveout of the
+ * blocks per SM it is sized for, in percent of the largest shared memory
+ * per SM: 68% for 4 blocks on H100 / H200, which measured as 71% did, so
+ * the driver rounds it up to the 164 KB capacity.
  */
 static hps_err_t bk_carveout_for(const void *fn, int blocks, int max_smem)
 {

@@ -265,10 +265,10 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
         if (ref.count(k))
             ref[k] = 2;
     HPS_ASSERT_EQ(resident(c).size(), res.size());
-    /* Up to 64K keys the BLOCK kernel takes 4 chunks per SM; 100,000 gives
-     * each block one chunk (512-thread blocks), 300,000 more chunks than two
-     * per SM (256-thread blocks, four per SM) and 700,000 several chunks per
-     * block, on GPUs of 49 to 146 SMs. */
+    /* Up to 64K keys the BLOCK kernel takes 4 chunks per SM; 100,000 takes
+     * 512-thread blocks (two per SM), 300,000 256-thread blocks (four per
+     * SM) and 700,000 more 1,024-key blocks than fit at once (several
+     * waves), on GPUs of 49 to 146 SMs. */
     size_t sizes[] = {1, 31, 100, 1024, 1025, 5000, 40000, 100000, 300000, 700000};
     for (size_t n : sizes) {
         std::vector<int64_t> q = random_query(keys, n);
