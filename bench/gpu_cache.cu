@@ -118,6 +118,7 @@ int main(int argc, char **argv)
     double capf = 2.0;
     int iters_scale = 1;
     uint64_t only = 0; /* --batch: measure this batch size only (profiling) */
+    uint32_t lru_res = HPS_GCACHE_LRU_RESOLUTION;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             nkeys = 1 << 20;
@@ -129,8 +130,12 @@ int main(int argc, char **argv)
             capf = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
             only = strtoull(argv[++i], NULL, 0);
+        } else if (!strcmp(argv[i], "--lru-resolution") && i + 1 < argc) {
+            lru_res = (uint32_t)strtoul(argv[++i], NULL, 0);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--keys N] [--capacity-factor F] [--batch B]\n",
+            fprintf(stderr,
+                    "usage: %s [--quick] [--keys N] [--capacity-factor F] [--batch B] "
+                    "[--lru-resolution LOOKUPS]\n",
                     argv[0]);
             return 2;
         }
@@ -149,6 +154,7 @@ int main(int argc, char **argv)
     /* Cache and flat table with the same rows. */
     hps_gcache_t *c;
     OK(hps_gcache_create((uint64_t)(nkeys * capf), DIM, HPS_GCACHE_LRU, 0, &c));
+    OK(hps_gcache_set_lru_resolution(c, lru_res));
     float *table;
     CK(cudaMalloc((void **)&table, nkeys * DIM * sizeof(float)));
     const uint64_t chunk = 1 << 20;
@@ -164,10 +170,10 @@ int main(int argc, char **argv)
     hps_gcache_stats_t st;
     OK(hps_gcache_stats(c, &st));
     printf("cache: %llu keys inserted, capacity %llu rows (%llu sets of 32), resident %llu, "
-           "evicted %llu (%.4f%% not resident), dim %d fp32, LRU\n",
+           "evicted %llu (%.4f%% not resident), dim %d fp32, LRU (resolution %u lookups)\n",
            (unsigned long long)nkeys, (unsigned long long)st.capacity_rows,
            (unsigned long long)st.num_sets, (unsigned long long)st.occupied,
-           (unsigned long long)st.evictions, 100.0 * (nkeys - st.occupied) / nkeys, DIM);
+           (unsigned long long)st.evictions, 100.0 * (nkeys - st.occupied) / nkeys, DIM, lru_res);
 
     /* Zipf(1.05) ranks -> rows (a fixed permutation, so hot rows are spread). */
     std::vector<double> cdf(nkeys);

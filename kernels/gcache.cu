@@ -106,6 +106,7 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
     c->ref.num_sets = sets;
     c->ref.dim = dim;
     c->ref.policy = policy;
+    c->ref.lru_res = HPS_GCACHE_LRU_RESOLUTION;
     c->bytes = gc_layout(&c->ref, NULL);
     pthread_mutex_init(&c->stats_mu, NULL);
     int major = 0;
@@ -235,6 +236,14 @@ extern "C" void hps_gcache_set_strict(hps_gcache_t *c, int strict)
 extern "C" void hps_gcache_set_overlap(hps_gcache_t *c, int on)
 {
     c->ref.pdl = on && c->pdl_ok;
+}
+
+extern "C" hps_err_t hps_gcache_set_lru_resolution(hps_gcache_t *c, uint32_t lookups)
+{
+    if (!c || lookups == 0)
+        return HPS_EINVAL;
+    c->ref.lru_res = lookups;
+    return 0;
 }
 
 extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c)

@@ -62,10 +62,11 @@ typedef struct hps_table_ref {
     uint64_t num_sets;
     uint32_t dim;
     int policy;
-    int num_sms; /* host-side launch sizing */
-    int strict;  /* lookups order their loads by fences, not address dependencies */
-    int pdl;     /* host side: FUSED (vectorized) and BLOCK lookups launch as
-                  * programmatic dependents (hps_gcache_set_overlap) */
+    uint32_t lru_res; /* LRU: a hit restamps a slot whose stamp is >= lru_res lookups old */
+    int num_sms;      /* host-side launch sizing */
+    int strict;       /* lookups order their loads by fences, not address dependencies */
+    int pdl;          /* host side: FUSED (vectorized) and BLOCK lookups launch as
+                       * programmatic dependents (hps_gcache_set_overlap) */
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -330,15 +331,15 @@ __device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set
 }
 
 /* Mark slot as used now, its LRU stamp already loaded (seen; ignored for
- * LFU).  LRU: store the clock unless already there (hot rows are then read,
- * not rewritten); LFU: count one use. */
+ * LFU).  LRU: store the clock unless the stamp is less than lru_res lookups
+ * old (hot rows are then read, not rewritten); LFU: count one use. */
 __device__ __forceinline__ void hps__touch_seen(const hps_table_ref_t &t, uint64_t slot,
                                                 uint64_t now, uint64_t seen)
 {
     if (t.policy == HPS_GCACHE_LFU) {
         /* why atomic: concurrent readers count */
         atomicAdd((unsigned long long *)&hps__stamp(t, slot), 1ull);
-    } else if (seen < now) {
+    } else if (seen + t.lru_res <= now) {
         hps__stamp(t, slot) = now; /* racing readers store equal-or-close clocks: benign */
     }
 }

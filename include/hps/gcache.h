@@ -5,7 +5,9 @@
  * slots: one warp probes one set, lane w looking at way w.  Device memory:
  *   rec    uint64  [num_sets][32][2]  per slot its key (HPS_GCACHE_EMPTY_KEY
  *                                    marks a free slot) and its stamp (LRU:
- *                                    clock at last use; LFU: use count), side
+ *                                    clock at last use, to the resolution of
+ *                                    hps_gcache_set_lru_resolution; LFU: use
+ *                                    count), side
  *                                    by side: one sector serves the key check
  *                                    and the stamp
  *   tags   uint8   [num_sets][32]   one-byte key fingerprints, 0 = free way
@@ -104,6 +106,8 @@ typedef struct hps_gcache_set hps_gcache_set_t;
 #define HPS_GCACHE_WAYS 32
 /** The one key that cannot be cached (marks free slots); always a miss. */
 #define HPS_GCACHE_EMPTY_KEY INT64_MAX
+/** Default LRU resolution in lookups (hps_gcache_set_lru_resolution). */
+#define HPS_GCACHE_LRU_RESOLUTION 64
 /** Largest batch served by the fused (no de-duplication) lookup kernel. */
 #define HPS_GCACHE_FUSED_MAX 1024
 /** Largest dimension accepted. */
@@ -345,6 +349,26 @@ void hps_gcache_set_strict(hps_gcache_t *cache, int strict);
  * threads).
  */
 void hps_gcache_set_overlap(hps_gcache_t *cache, int on);
+
+/**
+ * @brief LRU resolution: a lookup rewrites a hit row's stamp only when the
+ * stamp is at least `lookups` lookups old (default
+ * HPS_GCACHE_LRU_RESOLUTION; 1 = exact, every lookup call restamps).
+ *
+ * The clock advances once per lookup call.  A stamp rewrite is a random
+ * 32-byte write to device memory per unique hit key, and on H200 it cost
+ * about 5% of the lookup at 256K and 1M keys per call (bench-gpu-cache
+ * --lru-resolution).  With a resolution R, a row read again within R - 1
+ * lookups of its stamp keeps that stamp, so eviction orders rows exactly
+ * only when their last uses are at least R lookups apart; the victim of a
+ * set is still the way with the smallest stamp (the lowest way on ties).
+ * HugeCTR's volatile database keeps LRU times with a resolution of one
+ * second for the same reason.  LFU counts are not affected.  Set before
+ * sharing the handle or creating a hps_gcache_set_t from it (not
+ * synchronized with lookups on other host threads).
+ * @return 0, or HPS_EINVAL for a NULL cache or lookups == 0.
+ */
+hps_err_t hps_gcache_set_lru_resolution(hps_gcache_t *cache, uint32_t lookups);
 
 /**
  * @brief Insert or overwrite n rows; evicts by the policy when a set is full.

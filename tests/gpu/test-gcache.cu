@@ -298,6 +298,15 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
 }
 
 /* A full set: touch 31 ways, insert one more key: the untouched way goes. */
+/* Insert 32 keys of one set into the empty set: keys[0] alone first, so
+ * that it takes way 0 (the lowest free way), which the victim choice
+ * prefers on equal stamps; then the other 31. */
+static void fill_set(hps_gcache_t *c, const std::vector<int64_t> &keys)
+{
+    insert_rows(c, std::vector<int64_t>(keys.begin(), keys.begin() + 1), 1, false, 0);
+    insert_rows(c, std::vector<int64_t>(keys.begin() + 1, keys.begin() + 32), 1, false, 0);
+}
+
 static void test_eviction(hps_gcache_policy_t pol)
 {
     hps_gcache_t *c;
@@ -310,17 +319,20 @@ static void test_eviction(hps_gcache_policy_t pol)
         if (set_of(k, sets) == 5)
             in_set.push_back(k);
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
-    insert_rows(c, first, 1, false, 0);
+    OK(hps_gcache_set_lru_resolution(c, 1)); /* exact: every lookup call restamps */
+    fill_set(c, first);
     std::map<int64_t, int> ref;
     for (int64_t k : first)
         ref[k] = 1;
-    std::vector<int64_t> touch(first.begin() + 1, first.end()); /* all but first[0] */
+    std::vector<int64_t> touch(first);
+    touch.erase(touch.begin() + 5); /* all but first[5]; way 0 (first[0]) is touched */
     check_lookup(c, ws, touch, ref, 0);
     check_lookup(c, ws, touch, ref, 0);
     insert_rows(c, std::vector<int64_t>(1, in_set[32]), 1, false, 0);
     std::set<int64_t> res = resident(c);
     HPS_ASSERT_EQ(res.size(), 32);
-    HPS_ASSERT_EQ(res.count(first[0]), 0);
+    HPS_ASSERT_EQ(res.count(first[5]), 0); /* the only untouched way, not the tie-break's way 0 */
+    HPS_ASSERT_EQ(res.count(first[0]), 1);
     HPS_ASSERT_EQ(res.count(in_set[32]), 1);
     /* many keys into a small cache: never more than 32 per set */
     std::vector<int64_t> many(20000);
@@ -334,6 +346,64 @@ static void test_eviction(hps_gcache_policy_t pol)
     HPS_ASSERT_EQ(st.evictions > 0, 1);
     printf("ok eviction policy=%d resident=%zu evictions=%llu\n", pol, res.size(),
            (unsigned long long)st.evictions);
+    hps_gcache_ws_destroy(ws);
+    hps_gcache_destroy(c);
+}
+
+/* LRU with a resolution of 4 lookups: a row read within 3 lookups of its
+ * stamp keeps it, one read 4 or more lookups after it is restamped.  The
+ * restamping lookup is a 70,000-key batch, so the BLOCK kernel that touches
+ * in its probe step serves it. */
+static void test_lru_resolution(void)
+{
+    hps_gcache_t *c;
+    hps_gcache_ws_t *ws;
+    OK(hps_gcache_create(64 * 32, 16, HPS_GCACHE_LRU, 0, &c));
+    OK(hps_gcache_ws_create(c, 70000, &ws));
+    HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(c, 0), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(NULL, 4), HPS_EINVAL);
+    OK(hps_gcache_set_lru_resolution(c, 4));
+    uint64_t sets = hps_gcache_num_sets(c);
+    std::vector<int64_t> in_set;
+    for (int64_t k = 1; in_set.size() < 34; k++)
+        if (set_of(k, sets) == 5)
+            in_set.push_back(k);
+    std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
+    int64_t x = in_set[32], y = in_set[33];
+    fill_set(c, first); /* every stamp = clock c0 */
+    std::map<int64_t, int> ref;
+    for (int64_t k : first)
+        ref[k] = 1;
+    /* read 1 lookup after its stamp: not restamped, so the tie-break still
+     * picks way 0 (exact LRU would evict another way) */
+    check_lookup(c, ws, std::vector<int64_t>(1, first[0]), ref, 0);
+    insert_rows(c, std::vector<int64_t>(1, x), 1, false, 0); /* stamp c0 + 1 */
+    std::set<int64_t> res = resident(c);
+    HPS_ASSERT_EQ(res.count(first[0]), 0);
+    HPS_ASSERT_EQ(res.count(x), 1);
+    ref.erase(first[0]);
+    ref[x] = 1;
+    /* three lookups of an absent key advance the clock to c0 + 4 */
+    for (int i = 0; i < 3; i++)
+        check_lookup(c, ws, std::vector<int64_t>(1, y), ref, 0);
+    /* at c0 + 5 every resident key but first[7] is read: stamps c0 (5 old)
+     * and x's c0 + 1 (4 old) are all restamped */
+    std::vector<int64_t> q;
+    for (int i = 0; q.size() < 70000; i++) {
+        int64_t k = i % 32 == 0 ? x : first[i % 32];
+        if (k != first[7])
+            q.push_back(k);
+    }
+    hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_BLOCK);
+    check_lookup(c, ws, q, ref, 0);
+    hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
+    insert_rows(c, std::vector<int64_t>(1, y), 1, false, 0);
+    res = resident(c);
+    HPS_ASSERT_EQ(res.size(), 32);
+    HPS_ASSERT_EQ(res.count(first[7]), 0);
+    HPS_ASSERT_EQ(res.count(x), 1);
+    HPS_ASSERT_EQ(res.count(y), 1);
+    printf("ok lru resolution\n");
     hps_gcache_ws_destroy(ws);
     hps_gcache_destroy(c);
 }
@@ -741,6 +811,7 @@ int main(int argc, char **argv)
             test_concurrent(pol, 1, 300000, 8);
         }
     }
+    test_lru_resolution();
     test_tables();
     test_overlap();
     test_stuck_lock();
