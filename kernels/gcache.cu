@@ -106,7 +106,7 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
     c->ref.num_sets = sets;
     c->ref.dim = dim;
     c->ref.policy = policy;
-    c->ref.lru_res = HPS_GCACHE_LRU_RESOLUTION;
+    c->ref.lru_window = ~(uint64_t)(HPS_GCACHE_LRU_RESOLUTION - 1);
     c->bytes = gc_layout(&c->ref, NULL);
     pthread_mutex_init(&c->stats_mu, NULL);
     int major = 0;
@@ -240,9 +240,9 @@ extern "C" void hps_gcache_set_overlap(hps_gcache_t *c, int on)
 
 extern "C" hps_err_t hps_gcache_set_lru_resolution(hps_gcache_t *c, uint32_t lookups)
 {
-    if (!c || lookups == 0)
+    if (!c || lookups == 0 || (lookups & (lookups - 1)))
         return HPS_EINVAL;
-    c->ref.lru_res = lookups;
+    c->ref.lru_window = ~(uint64_t)(lookups - 1);
     return 0;
 }
 

@@ -62,11 +62,12 @@ typedef struct hps_table_ref {
     uint64_t num_sets;
     uint32_t dim;
     int policy;
-    uint32_t lru_res; /* LRU: a hit restamps a slot whose stamp is >= lru_res lookups old */
-    int num_sms;      /* host-side launch sizing */
-    int strict;       /* lookups order their loads by fences, not address dependencies */
-    int pdl;          /* host side: FUSED (vectorized) and BLOCK lookups launch as
-                       * programmatic dependents (hps_gcache_set_overlap) */
+    uint64_t lru_window; /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
+                          * precedes now & lru_window (hps_gcache_set_lru_resolution) */
+    int num_sms;         /* host-side launch sizing */
+    int strict;          /* lookups order their loads by fences, not address dependencies */
+    int pdl;             /* host side: FUSED (vectorized) and BLOCK lookups launch as
+                          * programmatic dependents (hps_gcache_set_overlap) */
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -173,10 +174,11 @@ __device__ __forceinline__ uint64_t hps__ld_u64(const uint64_t *p)
  * first write and in ctr[HPS_GC_WR_ENDED] after its last.  A lookup that
  * loaded ended = e0 before its first probe and, after its last row load,
  * loads begun == e0 knows that no writer block ran at any moment in between
- * (ended <= begun, and both only grow), so its copies need no per-set
- * version re-read.  Otherwise it validates per set as always.  A writer
- * killed mid-kernel leaves begun > ended for good: lookups then always
- * validate per set, which is correct, only slower.
+ * (ended <= begun, and both only grow), so its probes need no set version
+ * and its copies no re-read.  Otherwise it reads its hits again.  A writer
+ * killed mid-kernel leaves begun > ended until hps_gcache_repair counts its
+ * open blocks as ended: lookups then always read their hits twice, which
+ * is correct, only slower.
  * Both functions must be called by every thread of the block.
  */
 __device__ __forceinline__ void hps__writer_begin(const hps_table_ref_t &t)
@@ -331,15 +333,16 @@ __device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set
 }
 
 /* Mark slot as used now, its LRU stamp already loaded (seen; ignored for
- * LFU).  LRU: store the clock unless the stamp is less than lru_res lookups
- * old (hot rows are then read, not rewritten); LFU: count one use. */
+ * LFU).  LRU: store the clock unless the stamp is already in now's window
+ * (exact resolution: unless it is now; hot rows are then read, not
+ * rewritten); LFU: count one use. */
 __device__ __forceinline__ void hps__touch_seen(const hps_table_ref_t &t, uint64_t slot,
                                                 uint64_t now, uint64_t seen)
 {
     if (t.policy == HPS_GCACHE_LFU) {
         /* why atomic: concurrent readers count */
         atomicAdd((unsigned long long *)&hps__stamp(t, slot), 1ull);
-    } else if (seen + t.lru_res <= now) {
+    } else if (seen < (now & t.lru_window)) {
         hps__stamp(t, slot) = now; /* racing readers store equal-or-close clocks: benign */
     }
 }
@@ -447,7 +450,7 @@ hps_err_t hps_k_dump(const hps_table_ref_t *ref, uint64_t start_set, uint64_t en
 hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long long *d_count,
                           cudaStream_t stream);
 hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,
-                       unsigned long long *d_count, cudaStream_t stream);
+                       unsigned long long *d_count, uint64_t dead, cudaStream_t stream);
 /* CUDA VMM (kernels/share.cu): c->bytes in, rounded; c->base, c->handle out. */
 hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fd);
 hps_err_t hps__vmm_import(hps_gcache_t *c, int fd);

@@ -236,20 +236,21 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * 256 or 512) takes one chunk of up to BK_CHUNK consecutive keys and:
  *   1. inserts them into a shared-memory hash table (atomicCAS on shared);
  *      the first inserter of a key appends its entry to the unique list;
- *   2. a thread per unique key reads the set version (waiting while odd),
- *      probes by tag bytes (hps__probe_tagged, address-dependent on the
- *      version) and records (version << 32 | slot); EPOCH: it also touches
- *      the LRU/LFU stamp, which arrives in the record of the key check;
+ *   2. a thread per unique key probes by tag bytes (bk_probe) and records
+ *      (version << 32 | slot).  Not EPOCH: it reads the set version first
+ *      (waiting while odd).  EPOCH: it reads no version and touches the
+ *      LRU/LFU stamp, which arrives in the record of the key check;
  *   3. a warp per position copies the row (4 or 8 positions in flight per
  *      warp);
  *   4. after a barrier: EPOCH, if no writer block ran since the chunk
  *      started (the writer epoch, hps__writer_begin), every copy was whole
- *      and nothing is re-read.  Otherwise a thread per unique key re-reads
- *      the version: unchanged means every copy of that key's row in (3) was
- *      whole and the key's (seqlock); not EPOCH, it touches the stamp here,
- *      where its load overlaps the version's.  A changed version marks the
- *      entry RETRY and
- *   5. its positions are read again with the full seqlock read;
+ *      and nothing is re-read; if one did, every hit entry is marked RETRY.
+ *      Not EPOCH, a thread per unique key re-reads the version: unchanged
+ *      means every copy of that key's row in (3) was whole and the key's
+ *      (seqlock), and it touches the stamp, where its load overlaps the
+ *      version's; a changed version marks the entry RETRY, and
+ *   5. the positions of RETRY entries are read again with the full
+ *      seqlock read;
  *   6. outcomes (hit mask, miss list) are recorded.
  * Metadata traffic is then per unique key per chunk, row traffic per
  * occurrence, as in an ideal gather.
@@ -285,16 +286,19 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * keep 4 (16K: 2,128-2,134 against 2,037-2,038 with 8). */
 #define BK_UNROLL_LARGE 8
 
-/* Step 2 for one unique key: (set version << 32 | slot), or HPS_RES_MISS;
- * with touch, the slot's LRU / LFU stamp is touched (its stamp arrives in
- * the record of the key check).  The tag bytes are only a hint,
- * loaded together with the version; the key check (and later the row)
- * depends on the version's value, so it cannot pass it, and the version
- * load depends on the chunk's writer epoch e0.  A stale hint can only cause
- * a false miss, so a miss is confirmed by the ordered probe.  A stuck lock
- * (killed writer) answers miss. */
+/* Step 2 for one unique key: (set version << 32 | slot), or HPS_RES_MISS.
+ * The tag bytes are only a hint, loaded at once; the key check (and later
+ * the row) cannot pass what orders it, and a stale hint can only cause a
+ * false miss, so a miss is confirmed by the ordered probe.
+ * Not EPOCH: the set version is read first (waiting while odd; a stuck lock
+ * of a killed writer answers miss), its load address-dependent on the
+ * chunk's writer epoch e0, and the key check address-dependent on it.
+ * EPOCH: no version (0 in the result); the key check depends on e0 itself,
+ * and step 4 validates the whole chunk by the epoch.  The slot's LRU / LFU
+ * stamp is touched here: it arrives in the record of the key check. */
+template <bool EPOCH>
 __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t key, uint64_t e0,
-                                             uint64_t now, bool touch, uint32_t zero)
+                                             uint64_t now, uint32_t zero)
 {
     uint64_t set = hps__set_of(t, key);
     uint32_t v = 0;
@@ -302,17 +306,18 @@ __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t k
     uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
     int way = -1;
     uint64_t seen = 0; /* the slot's stamp, from the record of the key check */
-    if (hps__wait_even(&t.ver[set + hps__dep((uint32_t)e0, zero)], &v)) {
-        way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), hps__dep(v, zero), &seen);
+    if (EPOCH || hps__wait_even(&t.ver[set + hps__dep((uint32_t)e0, zero)], &v)) {
+        uint64_t dep = hps__dep(EPOCH ? (uint32_t)e0 : v, zero);
+        way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), dep, &seen);
         if (way < 0) {
-            way = hps__probe_tagged(t, set, key, hps__dep(v, zero));
+            way = hps__probe_tagged(t, set, key, dep);
             seen = 0; /* rare (a stale hint): LRU stores the clock */
         }
     }
     if (way < 0)
         return HPS_RES_MISS;
     uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
-    if (touch) /* a slot that a writer then replaces is marked used: benign */
+    if (EPOCH) /* a slot that a writer then replaces is marked used: benign */
         hps__touch_seen(t, slot, now, seen);
     return (uint64_t)v << 32 | slot;
 }
@@ -396,7 +401,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     /* 2. probe each unique key once */
     for (uint32_t q = tid; q < nu; q += NT) {
         uint32_t e = uent[q];
-        sres[e] = bk_probe(t, skey[e], se0, now, EPOCH, zero);
+        sres[e] = bk_probe<EPOCH>(t, skey[e], se0, now, zero);
     }
     __syncthreads();
     /* The keys, the cache and shared memory are all that the steps
@@ -433,10 +438,10 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     if (t.strict)
         hps__fence(); /* why: this thread's row loads precede the re-reads below */
     __syncthreads();
-    /* 4. unless no writer ran since e0 (EPOCH), re-read each unique
-     * key's version.  One thread loads the epoch: a load by every warp
-     * of every block, all at this moment and at one address, would
-     * queue at one L2 slice. */
+    /* 4. EPOCH: nothing to do if no writer ran since e0, else every hit
+     * is read again.  Not EPOCH: re-read each unique key's version.  One
+     * thread loads the epoch: a load by every warp of every block, all at
+     * this moment and at one address, would queue at one L2 slice. */
     if (EPOCH) {
         if (tid == 0)
             quiet = hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
@@ -448,7 +453,9 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             uint64_t r = sres[e];
             if (r == HPS_RES_MISS)
                 continue;
-            if (hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
+            /* EPOCH: no version was read, so every hit is read again */
+            if (EPOCH ||
+                hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
                 sres[e] = BK_RETRY;
                 retry = 1; /* why no atomic: every writer stores the same value */
             } else if (!EPOCH) {

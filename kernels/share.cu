@@ -195,11 +195,28 @@ __global__ void k_repair(hps_table_ref_t t, const uint32_t *snap, unsigned long 
     hps__writer_end(t);
 }
 
+/* Count dead writer blocks as ended (launched after k_repair on its stream,
+ * so that the epoch cannot look closed while a stuck set is still locked). */
+__global__ void k_close_epoch(hps_table_ref_t t, uint64_t dead)
+{
+    atomicAdd((unsigned long long *)&t.ctr[HPS_GC_WR_ENDED], (unsigned long long)dead);
+}
+
 extern "C" hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,
-                                  unsigned long long *d_count, cudaStream_t stream)
+                                  unsigned long long *d_count, uint64_t dead, cudaStream_t stream)
 {
     k_repair<<<(unsigned)ref->num_sms * 8, 256, 0, stream>>>(*ref, d_snapshot, d_count);
+    if (dead)
+        k_close_epoch<<<1, 1, 0, stream>>>(*ref, dead);
     HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* The writer epoch's counters: ep[0] begun, ep[1] ended. */
+static hps_err_t read_epoch(const hps_gcache_t *c, uint64_t ep[2])
+{
+    HPS_CUDA_TRY(
+        cudaMemcpy(ep, &c->ref.ctr[HPS_GC_WR_BEGUN], 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost));
     return 0;
 }
 
@@ -223,11 +240,19 @@ extern "C" hps_err_t hps_gcache_repair(hps_gcache_t *c, unsigned wait_ms, uint64
         err = hps__cuda_err(cudaMalloc((void **)&d_count, sizeof(*d_count)));
     if (!err)
         err = hps__cuda_err(cudaMemset(d_count, 0, sizeof(*d_count)));
+    uint64_t ep0[2], ep1[2];
+    if (!err)
+        err = read_epoch(c, ep0);
     if (!err)
         err = hps__cuda_err(cudaMemcpy(snap, c->ref.ver, bytes, cudaMemcpyDeviceToDevice));
     if (!err) {
         sleep_ms(wait_ms); /* a live writer holds a set for microseconds */
-        err = hps_k_repair(&c->ref, snap, d_count, 0);
+        err = read_epoch(c, ep1);
+    }
+    if (!err) {
+        /* no writer block began or ended during the wait: the open ones are dead */
+        bool idle = ep0[0] == ep1[0] && ep0[1] == ep1[1];
+        err = hps_k_repair(&c->ref, snap, d_count, idle ? ep1[0] - ep1[1] : 0, 0);
     }
     if (!err)
         err = hps__cuda_err(cudaMemcpy(&count, d_count, sizeof(count), cudaMemcpyDeviceToHost));

@@ -30,8 +30,10 @@
  *    itself in two device counters, begun before its first write and ended
  *    after its last.  A BLOCK lookup loads ended when a chunk starts and
  *    begun after the chunk's copies; equal means that no writer ran in
- *    between (ended <= begun, both only grow), so the per-set version
- *    re-read is skipped.  Otherwise it validates per set as above.
+ *    between (ended <= begun, both only grow), so nothing read can have
+ *    changed.  Above 64K keys it therefore reads no set version at all,
+ *    and if a writer did run, it reads each of the chunk's hits again with
+ *    the seqlock read; up to 64K keys it validates per set as above.
  *  - insert / update lock a set by atomicCAS of its version from even v to
  *    v + 1 and release it by storing v + 2.  The lock lives in device memory,
  *    so it works across streams, threads and (later) processes sharing the
@@ -50,7 +52,8 @@
  *    aligned d_out): one kernel; each block de-duplicates a chunk of up to
  *    1024 keys in shared memory, probes each unique key once, copies the rows
  *    per occurrence, then validates each unique key's set version once
- *    (above 64K keys, only if the writer epoch moved).
+ *    (above 64K keys it reads no versions: if the writer epoch moved, it
+ *    reads each hit again).
  *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
  *    in the workspace's table, the first occurrence of each key probing the
  *    cache and recording (set version, slot) for its entry; (2) a warp per
@@ -106,8 +109,8 @@ typedef struct hps_gcache_set hps_gcache_set_t;
 #define HPS_GCACHE_WAYS 32
 /** The one key that cannot be cached (marks free slots); always a miss. */
 #define HPS_GCACHE_EMPTY_KEY INT64_MAX
-/** Default LRU resolution in lookups (hps_gcache_set_lru_resolution). */
-#define HPS_GCACHE_LRU_RESOLUTION 64
+/** Default LRU resolution in lookups (hps_gcache_set_lru_resolution): exact. */
+#define HPS_GCACHE_LRU_RESOLUTION 1
 /** Largest batch served by the fused (no de-duplication) lookup kernel. */
 #define HPS_GCACHE_FUSED_MAX 1024
 /** Largest dimension accepted. */
@@ -141,9 +144,9 @@ typedef struct hps_gcache_stats {
     uint64_t lock_timeouts; /**< writes skipped because a set stayed locked */
     /** writer kernel blocks begun and not yet ended: 0 when no insert, update
      *  or repair runs.  Nonzero while none runs means a writer was killed
-     *  mid-kernel; BLOCK lookups then re-read every set's version (the
-     *  writer epoch, see Concurrency), correct but slower, until the cache
-     *  is created anew. */
+     *  mid-kernel; BLOCK lookups then read every hit twice (the writer
+     *  epoch, see Concurrency), correct but slower, until
+     *  hps_gcache_repair counts the dead blocks as ended. */
     uint64_t writer_blocks_open;
 } hps_gcache_stats_t;
 
@@ -196,11 +199,14 @@ uint64_t hps_gcache_bytes(const hps_gcache_t *cache);
 /**
  * @brief Unlock the sets left locked by a process killed while writing.
  *
- * Snapshots every set version, sleeps wait_ms (a live writer holds a set for
- * microseconds), then empties every set still locked with the snapshot's
- * version and unlocks it.  Run it when a process attached to a shared cache
- * died; concurrent lookups and inserts are safe.  Synchronous; uses
- * 4 bytes per set of temporary device memory.
+ * Snapshots every set version and the writer epoch's two counters, sleeps
+ * wait_ms (a live writer holds a set for microseconds), then empties every
+ * set still locked with the snapshot's version and unlocks it.  If no
+ * writer block began or ended during the wait, the blocks still open (of a
+ * killed writer) are then counted as ended, which gives large lookups back
+ * their fast path (hps_gcache_stats_t.writer_blocks_open).  Run it when a
+ * process attached to a shared cache died; concurrent lookups and inserts
+ * are safe.  Synchronous; uses 4 bytes per set of temporary device memory.
  * @param[out] ret_repaired  sets emptied and unlocked.
  * @return 0, HPS_EINVAL (wait_ms 0), -ENOMEM or HPS_EIO.
  */
@@ -351,22 +357,25 @@ void hps_gcache_set_strict(hps_gcache_t *cache, int strict);
 void hps_gcache_set_overlap(hps_gcache_t *cache, int on);
 
 /**
- * @brief LRU resolution: a lookup rewrites a hit row's stamp only when the
- * stamp is at least `lookups` lookups old (default
- * HPS_GCACHE_LRU_RESOLUTION; 1 = exact, every lookup call restamps).
+ * @brief Tuning: LRU resolution.  The lookup clock advances once per lookup
+ * call, and time is cut into windows of `lookups` calls (a power of two;
+ * default HPS_GCACHE_LRU_RESOLUTION = 1, exact: HugeCTR's gpu_cache
+ * semantics).  A hit rewrites a row's stamp only if the stamp lies in an
+ * earlier window than the lookup, so a row is restamped at most once per
+ * window, by its first use there.
  *
- * The clock advances once per lookup call.  A stamp rewrite is a random
- * 32-byte write to device memory per unique hit key, and on H200 it cost
- * about 5% of the lookup at 256K and 1M keys per call (bench-gpu-cache
- * --lru-resolution).  With a resolution R, a row read again within R - 1
- * lookups of its stamp keeps that stamp, so eviction orders rows exactly
- * only when their last uses are at least R lookups apart; the victim of a
- * set is still the way with the smallest stamp (the lowest way on ties).
- * HugeCTR's volatile database keeps LRU times with a resolution of one
- * second for the same reason.  LFU counts are not affected.  Set before
- * sharing the handle or creating a hps_gcache_set_t from it (not
- * synchronized with lookups on other host threads).
- * @return 0, or HPS_EINVAL for a NULL cache or lookups == 0.
+ * What this keeps: a row used in a later window always ranks as more
+ * recent than a row last used (or inserted) in an earlier one.  What it
+ * gives up: within one window, rows rank by their first use or insert
+ * there, not their last.  What it buys: a stamp rewrite is a random
+ * 32-byte write to device memory per unique hit key: on an H200, a
+ * resolution of 64 made lookups of 256K and 1M keys about 5% faster
+ * (bench-gpu-cache --lru-resolution; kernels/NOTES.md).  The victim of a
+ * full set is the way with the smallest stamp (the lowest way on ties).
+ * LFU counts are not affected.  Set before sharing the handle or creating
+ * a hps_gcache_set_t from it (not synchronized with lookups on other host
+ * threads).
+ * @return 0, or HPS_EINVAL for a NULL cache or `lookups` not a power of two.
  */
 hps_err_t hps_gcache_set_lru_resolution(hps_gcache_t *cache, uint32_t lookups);
 

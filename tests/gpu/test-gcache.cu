@@ -214,9 +214,10 @@ static std::vector<int64_t> random_query(const std::vector<int64_t> &keys, size_
 }
 
 /* A writer killed mid-kernel leaves the writer epoch open (a block counted
- * as begun, never as ended).  The BLOCK kernels must then re-read every
- * set's version, the path that otherwise runs only while inserts overlap
- * a lookup; stats report the open block.  The epoch is closed after. */
+ * as begun, never as ended).  The BLOCK kernels must then validate every
+ * hit (above 64K keys: read it again), the path that otherwise runs only
+ * while inserts overlap a lookup; stats report the open block, and
+ * hps_gcache_repair closes it. */
 static void check_open_epoch(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::vector<int64_t> &keys,
                              const std::map<int64_t, int> &ref)
 {
@@ -232,7 +233,15 @@ static void check_open_epoch(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::ve
     size_t sizes[] = {5000, 100000, 700000}; /* the three BLOCK kernels */
     for (size_t n : sizes)
         check_lookup(c, ws, random_query(keys, n), ref, 0);
-    CK(cudaMemcpy(&c->ref.ctr[HPS_GC_WR_ENDED], &open, 8, cudaMemcpyHostToDevice));
+    uint64_t repaired = 99;
+    OK(hps_gcache_repair(c, 20, &repaired));
+    HPS_ASSERT_EQ(repaired, 0);
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.writer_blocks_open, 0);
+    ep = host_copy(&c->ref.ctr[HPS_GC_WR_BEGUN], 2);
+    HPS_ASSERT_EQ(ep[1], ep[0]); /* the repair's own blocks counted on both sides */
+    HPS_ASSERT_EQ(ep[0] > open, 1);
+    check_lookup(c, ws, random_query(keys, 700000), ref, 0);
 }
 
 static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, size_t nkeys)
@@ -350,10 +359,10 @@ static void test_eviction(hps_gcache_policy_t pol)
     hps_gcache_destroy(c);
 }
 
-/* LRU with a resolution of 4 lookups: a row read within 3 lookups of its
- * stamp keeps it, one read 4 or more lookups after it is restamped.  The
- * restamping lookup is a 70,000-key batch, so the BLOCK kernel that touches
- * in its probe step serves it. */
+/* LRU with a resolution of 4 lookups (windows [0, 4), [4, 8), ...): a row
+ * hit in the window of its stamp keeps it, a row hit in a later window is
+ * restamped.  The restamping lookup is a 70,000-key batch, so the BLOCK
+ * kernel that touches in its probe step serves it. */
 static void test_lru_resolution(void)
 {
     hps_gcache_t *c;
@@ -361,6 +370,7 @@ static void test_lru_resolution(void)
     OK(hps_gcache_create(64 * 32, 16, HPS_GCACHE_LRU, 0, &c));
     OK(hps_gcache_ws_create(c, 70000, &ws));
     HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(c, 0), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(c, 48), HPS_EINVAL); /* not a power of two */
     HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(NULL, 4), HPS_EINVAL);
     OK(hps_gcache_set_lru_resolution(c, 4));
     uint64_t sets = hps_gcache_num_sets(c);
@@ -370,24 +380,25 @@ static void test_lru_resolution(void)
             in_set.push_back(k);
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
     int64_t x = in_set[32], y = in_set[33];
-    fill_set(c, first); /* every stamp = clock c0 */
+    HPS_ASSERT_EQ(host_copy(c->ref.clock, 1)[0], 0); /* a new cache: the windows start at 0 */
+    fill_set(c, first);                              /* every stamp 0 */
     std::map<int64_t, int> ref;
     for (int64_t k : first)
         ref[k] = 1;
-    /* read 1 lookup after its stamp: not restamped, so the tie-break still
-     * picks way 0 (exact LRU would evict another way) */
+    /* hit at clock 1, in its stamp's window: not restamped, so the
+     * tie-break still picks way 0 (exact LRU would evict another way) */
     check_lookup(c, ws, std::vector<int64_t>(1, first[0]), ref, 0);
-    insert_rows(c, std::vector<int64_t>(1, x), 1, false, 0); /* stamp c0 + 1 */
+    insert_rows(c, std::vector<int64_t>(1, x), 1, false, 0); /* stamp 1 */
     std::set<int64_t> res = resident(c);
     HPS_ASSERT_EQ(res.count(first[0]), 0);
     HPS_ASSERT_EQ(res.count(x), 1);
     ref.erase(first[0]);
     ref[x] = 1;
-    /* three lookups of an absent key advance the clock to c0 + 4 */
+    /* three lookups of an absent key advance the clock to 4 */
     for (int i = 0; i < 3; i++)
         check_lookup(c, ws, std::vector<int64_t>(1, y), ref, 0);
-    /* at c0 + 5 every resident key but first[7] is read: stamps c0 (5 old)
-     * and x's c0 + 1 (4 old) are all restamped */
+    /* at clock 5 (window [4, 8)) every resident key but first[7] is read:
+     * stamps 0 and x's 1 are all restamped */
     std::vector<int64_t> q;
     for (int i = 0; q.size() < 70000; i++) {
         int64_t k = i % 32 == 0 ? x : first[i % 32];
@@ -737,7 +748,7 @@ static void test_stuck_lock(void)
     hps_gcache_t *c = NULL;
     hps_gcache_ws_t *ws = NULL;
     OK(hps_gcache_create(64 * 32, 16, HPS_GCACHE_LRU, 0, &c));
-    OK(hps_gcache_ws_create(c, 4096, &ws));
+    OK(hps_gcache_ws_create(c, 70000, &ws));
     uint64_t sets = hps_gcache_num_sets(c);
     std::vector<int64_t> in_set, other;
     for (int64_t k = 1; in_set.size() < 3 || other.size() < 100; k++)
@@ -745,18 +756,29 @@ static void test_stuck_lock(void)
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 2);
     insert_rows(c, first, 1, false, 0);
     insert_rows(c, other, 1, false, 0);
-    uint32_t odd = 41; /* "locked", as a killed writer leaves it */
+    /* "locked" and a writer block begun, never ended: as a killed writer
+     * leaves them */
+    uint32_t odd = 41;
     CK(cudaMemcpy(&c->ref.ver[5], &odd, 4, cudaMemcpyHostToDevice));
+    std::vector<uint64_t> ep = host_copy(&c->ref.ctr[HPS_GC_WR_BEGUN], 2);
+    uint64_t open = ep[0] + 1;
+    CK(cudaMemcpy(&c->ref.ctr[HPS_GC_WR_BEGUN], &open, 8, cudaMemcpyHostToDevice));
     std::map<int64_t, int> ref;
     for (int64_t k : other)
         ref[k] = 1;
     std::vector<int64_t> q = other;
     q.insert(q.end(), first.begin(), first.end()); /* locked set: misses */
+    /* 70,000 keys (the BLOCK kernel that reads no versions), the locked
+     * set's keys once: each of their reads waits out the lock */
+    std::vector<int64_t> big(first);
+    while (big.size() + other.size() <= 70000)
+        big.insert(big.end(), other.begin(), other.end());
     hps_gcache_path_t paths[] = {HPS_GCACHE_PATH_FUSED, HPS_GCACHE_PATH_BLOCK,
                                  HPS_GCACHE_PATH_GLOBAL};
     for (hps_gcache_path_t p : paths) {
         hps_gcache_set_lookup_path(c, p);
         check_lookup(c, ws, q, ref, 0);
+        check_lookup(c, ws, big, ref, 0);
     }
     hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_AUTO);
     std::vector<int64_t> third(1, in_set[2]);
@@ -770,11 +792,14 @@ static void test_stuck_lock(void)
     uint32_t v = 0;
     CK(cudaMemcpy(&v, &c->ref.ver[5], 4, cudaMemcpyDeviceToHost));
     HPS_ASSERT_EQ(v, 42);
-    check_lookup(c, ws, q, ref, 0); /* the set was emptied */
+    OK(hps_gcache_stats(c, &st));
+    HPS_ASSERT_EQ(st.writer_blocks_open, 0); /* the dead block counted as ended */
+    check_lookup(c, ws, q, ref, 0);          /* the set was emptied */
     insert_rows(c, first, 3, false, 0);
     for (int64_t k : first)
         ref[k] = 3;
     check_lookup(c, ws, q, ref, 0);
+    check_lookup(c, ws, big, ref, 0);
     OK(hps_gcache_repair(c, 20, &repaired));
     HPS_ASSERT_EQ(repaired, 0);
     hps_gcache_ws_destroy(ws);
