@@ -174,11 +174,11 @@ __device__ __forceinline__ uint64_t hps__ld_u64(const uint64_t *p)
  * first write and in ctr[HPS_GC_WR_ENDED] after its last.  A lookup that
  * loaded ended = e0 before its first probe and, after its last row load,
  * loads begun == e0 knows that no writer block ran at any moment in between
- * (ended <= begun, and both only grow), so its probes need no set version
- * and its copies no re-read.  Otherwise it reads its hits again.  A writer
- * killed mid-kernel leaves begun > ended until hps_gcache_repair counts its
- * open blocks as ended: lookups then always read their hits twice, which
- * is correct, only slower.
+ * (ended <= begun, and both only grow), so its copies need no re-read,
+ * and if begun was e0 too when it started, its probes need no set version.
+ * Otherwise it validates.  A writer killed mid-kernel leaves begun > ended
+ * until hps_gcache_repair counts its open blocks as ended: lookups then
+ * always validate per set, which is correct, only slower.
  * Both functions must be called by every thread of the block.
  */
 __device__ __forceinline__ void hps__writer_begin(const hps_table_ref_t &t)

@@ -237,18 +237,20 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *   1. inserts them into a shared-memory hash table (atomicCAS on shared);
  *      the first inserter of a key appends its entry to the unique list;
  *   2. a thread per unique key probes by tag bytes (bk_probe) and records
- *      (version << 32 | slot).  Not EPOCH: it reads the set version first
- *      (waiting while odd).  EPOCH: it reads no version and touches the
- *      LRU/LFU stamp, which arrives in the record of the key check;
+ *      (version << 32 | slot).  It reads the set version first (waiting
+ *      while odd), except in EPOCH chunks that started with no writer in
+ *      flight.  EPOCH: it touches the LRU/LFU stamp, which arrives in the
+ *      record of the key check;
  *   3. a warp per position copies the row (4 or 8 positions in flight per
  *      warp);
  *   4. after a barrier: EPOCH, if no writer block ran since the chunk
  *      started (the writer epoch, hps__writer_begin), every copy was whole
- *      and nothing is re-read; if one did, every hit entry is marked RETRY.
- *      Not EPOCH, a thread per unique key re-reads the version: unchanged
+ *      and nothing is re-read; if one did and step 2 read no versions,
+ *      every hit entry is marked RETRY.  Otherwise a thread per unique key
+ *      re-reads the version: unchanged
  *      means every copy of that key's row in (3) was whole and the key's
- *      (seqlock), and it touches the stamp, where its load overlaps the
- *      version's; a changed version marks the entry RETRY, and
+ *      (seqlock), and (not EPOCH) it touches the stamp, where its load
+ *      overlaps the version's; a changed version marks the entry RETRY, and
  *   5. the positions of RETRY entries are read again with the full
  *      seqlock read;
  *   6. outcomes (hit mask, miss list) are recorded.
@@ -290,15 +292,20 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * The tag bytes are only a hint, loaded at once; the key check (and later
  * the row) cannot pass what orders it, and a stale hint can only cause a
  * false miss, so a miss is confirmed by the ordered probe.
- * Not EPOCH: the set version is read first (waiting while odd; a stuck lock
- * of a killed writer answers miss), its load address-dependent on the
- * chunk's writer epoch e0, and the key check address-dependent on it.
- * EPOCH: no version (0 in the result); the key check depends on e0 itself,
- * and step 4 validates the whole chunk by the epoch.  The slot's LRU / LFU
- * stamp is touched here: it arrives in the record of the key check. */
+ * With ver (always unless EPOCH): the set version is read first (waiting
+ * while odd; a stuck lock of a killed writer answers miss), its load
+ * address-dependent on the chunk's writer epoch e0, and the key check
+ * address-dependent on it.  EPOCH kernels read no version (0 in the
+ * result) when no writer was in flight as the chunk started: the key check
+ * depends on e0 itself, and step 4 validates the whole chunk by the epoch.
+ * (With a writer in flight, such as a killed one that left a set locked,
+ * they read versions: a locked set must answer miss before its row is
+ * copied, since a miss leaves the output row untouched.)
+ * EPOCH: the slot's LRU / LFU stamp is touched here: it arrives in the
+ * record of the key check. */
 template <bool EPOCH>
 __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t key, uint64_t e0,
-                                             uint64_t now, uint32_t zero)
+                                             bool ver, uint64_t now, uint32_t zero)
 {
     uint64_t set = hps__set_of(t, key);
     uint32_t v = 0;
@@ -306,8 +313,8 @@ __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t k
     uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
     int way = -1;
     uint64_t seen = 0; /* the slot's stamp, from the record of the key check */
-    if (EPOCH || hps__wait_even(&t.ver[set + hps__dep((uint32_t)e0, zero)], &v)) {
-        uint64_t dep = hps__dep(EPOCH ? (uint32_t)e0 : v, zero);
+    if (!ver || hps__wait_even(&t.ver[set + hps__dep((uint32_t)e0, zero)], &v)) {
+        uint64_t dep = hps__dep(ver ? v : (uint32_t)e0, zero);
         way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), dep, &seen);
         if (way < 0) {
             way = hps__probe_tagged(t, set, key, dep);
@@ -334,7 +341,8 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     __shared__ uint16_t uent[BK_CHUNK];
     __shared__ uint8_t shit[BK_CHUNK];
     __shared__ unsigned ucount, retry, quiet;
-    __shared__ uint64_t se0; /* ctr[HPS_GC_WR_ENDED] at the chunk's start */
+    __shared__ unsigned sver; /* step 2 reads set versions (see bk_probe) */
+    __shared__ uint64_t se0;  /* ctr[HPS_GC_WR_ENDED] at the chunk's start */
     int tid = threadIdx.x, lane = tid & 31, wib = tid >> 5;
     bool mine = (uint32_t)lane < t.dim / 4;
     uint64_t pol_first = hps__pol_evict_first();
@@ -361,8 +369,9 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
         k[q] = j < cnt ? keys[base + j] : HPS_GCACHE_EMPTY_KEY;
     }
     /* the chunk's writer epoch (hps__writer_begin), loaded with the
-     * keys: no round of its own */
+     * keys: no round of its own; begun too, to see a writer in flight */
     uint64_t ep = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_ENDED]) : 0;
+    uint64_t bg = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) : 0;
 #pragma unroll
     for (int q = 0; q < BK_CHUNK / NT; q++) {
         uint32_t j = tid + q * NT;
@@ -393,6 +402,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
          * spills.  The version loads of step 2 depend on its value, so
          * they and the row loads follow it. */
         se0 = ep;
+        sver = !EPOCH || bg != ep;
         if (t.strict)
             hps__fence(); /* why: the probes and row loads must not pass the epoch load */
     }
@@ -401,7 +411,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     /* 2. probe each unique key once */
     for (uint32_t q = tid; q < nu; q += NT) {
         uint32_t e = uent[q];
-        sres[e] = bk_probe<EPOCH>(t, skey[e], se0, now, zero);
+        sres[e] = bk_probe<EPOCH>(t, skey[e], se0, sver, now, zero);
     }
     __syncthreads();
     /* The keys, the cache and shared memory are all that the steps
@@ -438,10 +448,11 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     if (t.strict)
         hps__fence(); /* why: this thread's row loads precede the re-reads below */
     __syncthreads();
-    /* 4. EPOCH: nothing to do if no writer ran since e0, else every hit
-     * is read again.  Not EPOCH: re-read each unique key's version.  One
-     * thread loads the epoch: a load by every warp of every block, all at
-     * this moment and at one address, would queue at one L2 slice. */
+    /* 4. EPOCH: nothing to do if no writer ran since e0.  Else re-read
+     * each unique key's version, or without versions (step 2) read every
+     * hit again.  One thread loads the epoch: a load by every warp of
+     * every block, all at this moment and at one address, would queue at
+     * one L2 slice. */
     if (EPOCH) {
         if (tid == 0)
             quiet = hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
@@ -453,8 +464,8 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             uint64_t r = sres[e];
             if (r == HPS_RES_MISS)
                 continue;
-            /* EPOCH: no version was read, so every hit is read again */
-            if (EPOCH ||
+            /* no version was read: every hit is read again */
+            if (!sver ||
                 hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
                 sres[e] = BK_RETRY;
                 retry = 1; /* why no atomic: every writer stores the same value */

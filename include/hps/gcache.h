@@ -31,9 +31,10 @@
  *    after its last.  A BLOCK lookup loads ended when a chunk starts and
  *    begun after the chunk's copies; equal means that no writer ran in
  *    between (ended <= begun, both only grow), so nothing read can have
- *    changed.  Above 64K keys it therefore reads no set version at all,
- *    and if a writer did run, it reads each of the chunk's hits again with
- *    the seqlock read; up to 64K keys it validates per set as above.
+ *    changed.  Above 64K keys, a chunk that starts with no writer in flight
+ *    therefore reads no set version at all, and if a writer did run, it
+ *    reads each of its hits again with the seqlock read; other chunks
+ *    validate per set as above.
  *  - insert / update lock a set by atomicCAS of its version from even v to
  *    v + 1 and release it by storing v + 2.  The lock lives in device memory,
  *    so it works across streams, threads and (later) processes sharing the
@@ -52,8 +53,8 @@
  *    aligned d_out): one kernel; each block de-duplicates a chunk of up to
  *    1024 keys in shared memory, probes each unique key once, copies the rows
  *    per occurrence, then validates each unique key's set version once
- *    (above 64K keys it reads no versions: if the writer epoch moved, it
- *    reads each hit again).
+ *    (above 64K keys, only if the writer epoch moved, and it reads no
+ *    versions at all while no writer is in flight).
  *  - GLOBAL, the default for other shapes: (1) hash-based unique of the keys
  *    in the workspace's table, the first occurrence of each key probing the
  *    cache and recording (set version, slot) for its entry; (2) a warp per
@@ -144,8 +145,8 @@ typedef struct hps_gcache_stats {
     uint64_t lock_timeouts; /**< writes skipped because a set stayed locked */
     /** writer kernel blocks begun and not yet ended: 0 when no insert, update
      *  or repair runs.  Nonzero while none runs means a writer was killed
-     *  mid-kernel; BLOCK lookups then read every hit twice (the writer
-     *  epoch, see Concurrency), correct but slower, until
+     *  mid-kernel; BLOCK lookups then validate every set they read (the
+     *  writer epoch, see Concurrency), correct but slower, until
      *  hps_gcache_repair counts the dead blocks as ended. */
     uint64_t writer_blocks_open;
 } hps_gcache_stats_t;

@@ -214,10 +214,9 @@ static std::vector<int64_t> random_query(const std::vector<int64_t> &keys, size_
 }
 
 /* A writer killed mid-kernel leaves the writer epoch open (a block counted
- * as begun, never as ended).  The BLOCK kernels must then validate every
- * hit (above 64K keys: read it again), the path that otherwise runs only
- * while inserts overlap a lookup; stats report the open block, and
- * hps_gcache_repair closes it. */
+ * as begun, never as ended).  The BLOCK kernels must then re-read every
+ * set's version, the path that otherwise runs only while inserts overlap
+ * a lookup; stats report the open block, and hps_gcache_repair closes it. */
 static void check_open_epoch(hps_gcache_t *c, hps_gcache_ws_t *ws, const std::vector<int64_t> &keys,
                              const std::map<int64_t, int> &ref)
 {
