@@ -306,6 +306,17 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
 }
 
 /* A full set: touch 31 ways, insert one more key: the untouched way goes. */
+/* The n smallest positive keys that map to set s of cache c. */
+static std::vector<int64_t> keys_of_set(hps_gcache_t *c, uint64_t s, size_t n)
+{
+    uint64_t sets = hps_gcache_num_sets(c);
+    std::vector<int64_t> keys;
+    for (int64_t k = 1; keys.size() < n; k++)
+        if (set_of(k, sets) == s)
+            keys.push_back(k);
+    return keys;
+}
+
 /* Insert 32 keys of one set into the empty set: keys[0] alone first, so
  * that it takes way 0 (the lowest free way), which the victim choice
  * prefers on equal stamps; then the other 31. */
@@ -321,11 +332,7 @@ static void test_eviction(hps_gcache_policy_t pol)
     hps_gcache_ws_t *ws;
     OK(hps_gcache_create(64 * 32, 16, pol, 0, &c));
     OK(hps_gcache_ws_create(c, 4096, &ws));
-    uint64_t sets = hps_gcache_num_sets(c);
-    std::vector<int64_t> in_set;
-    for (int64_t k = 1; in_set.size() < 34; k++)
-        if (set_of(k, sets) == 5)
-            in_set.push_back(k);
+    std::vector<int64_t> in_set = keys_of_set(c, 5, 34);
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
     OK(hps_gcache_set_lru_resolution(c, 1)); /* exact: every lookup call restamps */
     fill_set(c, first);
@@ -372,11 +379,7 @@ static void test_lru_resolution(void)
     HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(c, 48), HPS_EINVAL); /* not a power of two */
     HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(NULL, 4), HPS_EINVAL);
     OK(hps_gcache_set_lru_resolution(c, 4));
-    uint64_t sets = hps_gcache_num_sets(c);
-    std::vector<int64_t> in_set;
-    for (int64_t k = 1; in_set.size() < 34; k++)
-        if (set_of(k, sets) == 5)
-            in_set.push_back(k);
+    std::vector<int64_t> in_set = keys_of_set(c, 5, 34);
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
     int64_t x = in_set[32], y = in_set[33];
     HPS_ASSERT_EQ(host_copy(c->ref.clock, 1)[0], 0); /* a new cache: the windows start at 0 */
