@@ -247,10 +247,10 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *      started (the writer epoch, hps__writer_begin), every copy was whole
  *      and nothing is re-read; if one did and step 2 read no versions,
  *      every hit entry is marked RETRY.  Otherwise a thread per unique key
- *      re-reads the version: unchanged
- *      means every copy of that key's row in (3) was whole and the key's
- *      (seqlock), and (not EPOCH) it touches the stamp, where its load
- *      overlaps the version's; a changed version marks the entry RETRY, and
+ *      re-reads the version: unchanged means every copy of that key's row
+ *      in (3) was whole and the key's (seqlock), and (not EPOCH) it
+ *      touches the stamp, where its load overlaps the version's; a changed
+ *      version marks the entry RETRY, and
  *   5. the positions of RETRY entries are read again with the full
  *      seqlock read;
  *   6. outcomes (hit mask, miss list) are recorded.
@@ -399,8 +399,9 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     }
     if (tid == 0) {
         /* in shared memory: held in a register across the chunk it
-         * spills.  The version loads of step 2 depend on its value, so
-         * they and the row loads follow it. */
+         * spills.  Step 2's first ordered load (the version, or without
+         * versions the key check) depends on its value, so the probes and
+         * the row loads follow it. */
         se0 = ep;
         sver = !EPOCH || bg != ep;
         if (t.strict)
