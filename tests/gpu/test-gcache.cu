@@ -305,7 +305,6 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
     hps_gcache_destroy(c);
 }
 
-/* A full set: touch 31 ways, insert one more key: the untouched way goes. */
 /* The n smallest positive keys that map to set s of cache c. */
 static std::vector<int64_t> keys_of_set(hps_gcache_t *c, uint64_t s, size_t n)
 {
@@ -326,6 +325,7 @@ static void fill_set(hps_gcache_t *c, const std::vector<int64_t> &keys)
     insert_rows(c, std::vector<int64_t>(keys.begin() + 1, keys.begin() + 32), 1, false, 0);
 }
 
+/* A full set: touch 31 ways, insert one more key: the untouched way goes. */
 static void test_eviction(hps_gcache_policy_t pol)
 {
     hps_gcache_t *c;
@@ -770,8 +770,9 @@ static void test_stuck_lock(void)
         ref[k] = 1;
     std::vector<int64_t> q = other;
     q.insert(q.end(), first.begin(), first.end()); /* locked set: misses */
-    /* 70,000 keys (the BLOCK kernel that reads no versions), the locked
-     * set's keys once: each of their reads waits out the lock */
+    /* 70,000 keys (the EPOCH BLOCK kernel, which reads set versions here
+     * since a writer is in flight), the locked set's keys once: each of
+     * their reads waits out the lock */
     std::vector<int64_t> big(first);
     while (big.size() + other.size() <= 70000)
         big.insert(big.end(), other.begin(), other.end());
