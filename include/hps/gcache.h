@@ -370,7 +370,7 @@ void hps_gcache_set_overlap(hps_gcache_t *cache, int on);
  * gives up: within one window, rows rank by their first use or insert
  * there, not their last.  What it buys: a stamp rewrite is a random
  * 32-byte write to device memory per unique hit key: on an H200, a
- * resolution of 64 made lookups of 256K and 1M keys about 5% faster
+ * resolution of 64 made lookups of 256K and 1M keys about 3% faster
  * (bench-gpu-cache --lru-resolution; kernels/NOTES.md).  The victim of a
  * full set is the way with the smallest stamp (the lowest way on ties).
  * LFU counts are not affected.  Set before sharing the handle or creating
