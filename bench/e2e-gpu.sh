@@ -135,6 +135,32 @@ hit_rate() {
         if (q > 0) printf "%.4f", (y[1] - x[1]) / q; else printf "-"}'
 }
 
+# server_times PORT: "REQUESTS TOTAL QUEUE INPUT INFER OUTPUT" from the worker's
+# /metrics, summed over its models (Triton's nv_inference_* counters, us).
+server_times() {
+    e2e_metrics "$1" | awk '/^nv_inference_request_success\{/ {v[1] += $2}
+        /^nv_inference_request_duration_us\{/ {v[2] += $2}
+        /^nv_inference_queue_duration_us\{/ {v[3] += $2}
+        /^nv_inference_compute_input_duration_us\{/ {v[4] += $2}
+        /^nv_inference_compute_infer_duration_us\{/ {v[5] += $2}
+        /^nv_inference_compute_output_duration_us\{/ {v[6] += $2}
+        END {for (i = 1; i <= 6; i++) printf "%.0f%s", v[i], i < 6 ? " " : "\n"}'
+}
+
+# per_request "BEFORE" "AFTER": "TOTAL QUEUE INPUT INFER OUTPUT", the mean server
+# time per request in us between two server_times ("- - - - -" without requests).
+per_request() {
+    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); n = y[1] - x[1]
+        for (i = 2; i <= 6; i++) printf "%s%s", n > 0 ? sprintf("%.0f", (y[i] - x[i]) / n) : "-",
+            i < 6 ? " " : "\n"}'
+}
+
+# print_times "TOTAL QUEUE INPUT INFER OUTPUT": one line of the log.
+print_times() {
+    read -r t q i f o <<<"$1"
+    echo "   server time per request, mean us: $t (queue $q, input $i, lookup $f, output $o)"
+}
+
 # bench_start LOG PORT PID VERIFY FILE B REPS: hps-bench in the background
 # (sets bench_pid).  B=8192 gets at least 2 s timed and 0.5 s warm-up: one
 # request is 109 MB of floats at dim 128, slow on a small machine.
@@ -233,7 +259,7 @@ e2e_start_worker "$workdir/worker0.log" -c "$ini" --device "$device"
 w0_pid=$worker_started_pid w0_port=$http_port w0_mport=$metrics_port
 http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
 e2e_start_worker "$workdir/worker-cpu.log" -c "$ini_cpu" --device "$device" --instance 2
-wc_pid=$worker_started_pid wc_port=$http_port
+wc_pid=$worker_started_pid wc_port=$http_port wc_mport=$metrics_port
 for p in "$w0_port" "$wc_port"; do
     wait_ready "$p" 300 || { echo "e2e-gpu.sh: worker on port $p not ready after 300 s" >&2; exit 1; }
 done
@@ -255,21 +281,26 @@ echo
 echo "== phase 1: hps-worker --device $device (GPU cache) vs hps-worker on gpucache = false,"\
      "$conc connections, ${duration} s per run (best of $reps), after ${warmup} s warm-up"\
      "(B=8192: at least 2 s and 0.5 s) =="
-declare -A g1 c1 h1
+declare -A g1 c1 h1 gt1 ct1
 for i in "${!batches[@]}"; do
     b=${batches[$i]}
     echo "-- B=$b: GPU worker (verify $verify_gpu)"
-    before=$(cache_counts "$w0_mport")
+    before=$(cache_counts "$w0_mport") tb=$(server_times "$w0_mport")
     bench_start "$workdir/bench-gpu-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
     bench_wait "$bench_pid" "$workdir/bench-gpu-b$b.log"
     after=$(cache_counts "$w0_mport")
     g1[$b]=$(bench_row "$workdir/bench-gpu-b$b.log")
+    gt1[$b]=$(per_request "$tb" "$(server_times "$w0_mport")")
     h1[$b]=$(hit_rate "$before" "$after")
     echo "   GPU cache hit rate over the run: ${h1[$b]}"
+    print_times "${gt1[$b]}"
     echo "-- B=$b: CPU worker (verify $verify)"
+    tb=$(server_times "$wc_mport")
     bench_start "$workdir/bench-cpu-b$b.log" "$wc_port" "$wc_pid" "$verify" "${files[$i]}" "$b" "$reps"
     bench_wait "$bench_pid" "$workdir/bench-cpu-b$b.log"
     c1[$b]=$(bench_row "$workdir/bench-cpu-b$b.log")
+    ct1[$b]=$(per_request "$tb" "$(server_times "$wc_mport")")
+    print_times "${ct1[$b]}"
 done
 e2e_stop_pid "$wc_pid" hps-worker
 echo "   phase 1 done: $(elapsed) since start"
@@ -336,6 +367,17 @@ for b in "${batches[@]}"; do
         "$(ratio "$gr" "$cr")" "$(ratio "$g50" "$c50")" "$(ratio "$g99" "$c99")"
 done
 echo "  last three columns: GPU/CPU (req/s above 1 = GPU faster; p50, p99 below 1 = GPU lower latency)"
+echo "phase 1, server side: mean us per request from the workers' nv_inference_*_duration_us"
+echo "  (all requests of the runs, warm-up included; lookup = compute_infer, output = compute_output)"
+printf "  %7s | %9s %7s %7s %7s | %9s %7s %7s %7s | %7s\n" \
+    samples "GPU total" input lookup output "CPU total" input lookup output lookup
+for b in "${batches[@]}"; do
+    read -r gt _ gi gf go <<<"${gt1[$b]}"
+    read -r ct _ ci cf co <<<"${ct1[$b]}"
+    printf "  %7s | %9s %7s %7s %7s | %9s %7s %7s %7s | %7s\n" \
+        "$b" "$gt" "$gi" "$gf" "$go" "$ct" "$ci" "$cf" "$co" "$(ratio "$gf" "$cf")"
+done
+echo "  last column: GPU lookup / CPU lookup"
 echo "phase 2: two hps-workers sharing the GPU caches, one hps-bench each, at the same time"
 printf "  %7s | %9s %8s %8s | %9s %8s %8s | %9s %8s %6s | %9s\n" \
     samples "w0 req/s" p50 p99 "w1 req/s" p50 p99 "sum req/s" Mkeys/s hit "sum/ph.1"

@@ -102,6 +102,7 @@ struct worker_gpu {
     job_t queue[QUEUE_SLOTS];
     size_t q_head, q_len;
     _Atomic uint64_t q_dropped;
+    _Atomic uint64_t pinned_bytes; /* OUTPUT0 buffers page-locked for the front end */
     _Atomic bool ready;
     _Atomic bool stop;
     pthread_t thread;
@@ -424,9 +425,28 @@ static int misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, const 
     return rc < 0 ? rc : k > 0;
 }
 
-/** Enqueue H2D of the keys, every table's lookup and the D2H of the results. */
+/**
+ * Whether host buffer out is page-locked (a front-end OUTPUT0 buffer pinned
+ * by worker_gpu_pin): the rows are then copied from the device straight
+ * into it, not through c->out's staging buffer and a memcpy.
+ */
+static bool host_pinned(const float *out)
+{
+    struct cudaPointerAttributes a;
+    if (!out || cudaPointerGetAttributes(&a, out) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+/**
+ * Enqueue H2D of the keys, every table's lookup and the D2H of the results:
+ * the rows into d_out when set (left on the device), else to out when
+ * pinned, else to c->out.h.
+ */
 static int launch(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt, const int32_t *numkeys,
-                  size_t nkeys, size_t nfloats, float *d_out)
+                  size_t nkeys, size_t nfloats, float *out, float *d_out)
 {
     float *dst = d_out ? d_out : (float *)c->out.d;
     gmodel_t *gm = &g->models[mi];
@@ -448,8 +468,8 @@ static int launch(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt, const
         fo += n * gm->tables[t].dim;
     }
     if (rc == 0 && !d_out)
-        rc = ck(cudaMemcpyAsync(c->out.h, c->out.d, nfloats * sizeof(float), cudaMemcpyDeviceToHost,
-                                c->stream),
+        rc = ck(cudaMemcpyAsync(out ? out : c->out.h, c->out.d, nfloats * sizeof(float),
+                                cudaMemcpyDeviceToHost, c->stream),
                 "D2H rows");
     if (rc == 0)
         rc = ck(cudaMemcpyAsync(c->midx.h, c->midx.d, nkeys * sizeof(uint32_t),
@@ -494,9 +514,13 @@ static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
     return L;
 }
 
+/*
+ * With out set (pinned host memory) the rows are copied there by a D2H of
+ * their own and the result's D2H stops before them.
+ */
 static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                         const int32_t *numkeys, const int64_t *keys, size_t nkeys, size_t nfloats,
-                        float *d_out, struct mlayout *ret)
+                        float *out, float *d_out, struct mlayout *ret)
 {
     worker_model_t *m = &g->w->models[mi];
     struct mlayout L = mlayout(nt, nkeys, d_out ? 0 : nfloats); /* rows stay on the device */
@@ -519,9 +543,14 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
             g->models[mi].set, (int64_t *)(d + L.keys), nkeys, (uint32_t *)(d + L.key_off),
             (uint64_t *)(d + L.out_off), d_out ? d_out : (float *)(d + L.out),
             (uint32_t *)(d + L.midx), (uint32_t *)(d + L.mcount), c->stream);
+    size_t to = out ? L.out : L.end; /* end of the result D2H */
+    if (rc == 0 && out)
+        rc = ck(cudaMemcpyAsync(out, d + L.out, nfloats * sizeof(float), cudaMemcpyDeviceToHost,
+                                c->stream),
+                "D2H rows");
     if (rc == 0)
-        rc = ck(cudaMemcpyAsync(h + L.mcount, d + L.mcount, L.end - L.mcount,
-                                cudaMemcpyDeviceToHost, c->stream),
+        rc = ck(cudaMemcpyAsync(h + L.mcount, d + L.mcount, to - L.mcount, cudaMemcpyDeviceToHost,
+                                c->stream),
                 "D2H result");
     if (rc == 0)
         rc = ck(cudaStreamSynchronize(c->stream), "lookup");
@@ -601,13 +630,14 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
         nkeys += (size_t)numkeys[t];
         nfloats += (size_t)numkeys[t] * m->dims[t];
     }
+    float *direct = !d_out && host_pinned(out) ? out : NULL; /* D2H straight into out */
     if (g->models[mi].set && nkeys <= (size_t)nt * HPS_GCACHE_FUSED_MAX) {
         struct mlayout L;
-        int rc = launch_multi(g, c, mi, nt, numkeys, keys, nkeys, nfloats, d_out, &L);
+        int rc = launch_multi(g, c, mi, nt, numkeys, keys, nkeys, nfloats, direct, d_out, &L);
         if (rc < 0)
             return rc;
         char *h = c->keys.h;
-        if (!d_out)
+        if (!d_out && !direct)
             memcpy(out, h + L.out, nfloats * sizeof(float));
         return lookup_misses(g, c, mi, nt, numkeys, keys, (uint32_t *)(h + L.mcount),
                              (uint32_t *)(h + L.midx), out, d_out);
@@ -619,9 +649,9 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     if (rc < 0)
         return rc;
     memcpy(c->keys.h, keys, nkeys * sizeof(int64_t));
-    if ((rc = launch(g, c, mi, nt, numkeys, nkeys, nfloats, d_out)) < 0)
+    if ((rc = launch(g, c, mi, nt, numkeys, nkeys, nfloats, direct, d_out)) < 0)
         return rc;
-    if (!d_out)
+    if (!d_out && !direct)
         memcpy(out, c->out.h, nfloats * sizeof(float));
     return lookup_misses(g, c, mi, nt, numkeys, keys, c->mcount.h, c->midx.h, out, d_out);
 }
@@ -657,6 +687,28 @@ int worker_gpu_lookup_device(worker_t *w, size_t mi, uint32_t num_tables, const 
     int rc = lookup_ctx(g, c, mi, num_tables, numkeys, keys, NULL, d_out);
     ctx_put(g, c);
     return rc;
+}
+
+int worker_gpu_pin(worker_t *w, void *buf, size_t bytes)
+{
+    struct worker_gpu *g = w->gpu;
+    if (!g)
+        return HPS_EUNSUPPORTED;
+    if (cudaSetDevice(g->device) != cudaSuccess ||
+        ck(cudaHostRegister(buf, bytes, cudaHostRegisterPortable), "pin an OUTPUT0 buffer") < 0)
+        return HPS_EIO;
+    atomic_fetch_add_explicit(&g->pinned_bytes, bytes, memory_order_relaxed);
+    return 0;
+}
+
+void worker_gpu_unpin(worker_t *w, void *buf, size_t bytes)
+{
+    struct worker_gpu *g = w->gpu;
+    if (!g)
+        return;
+    cudaSetDevice(g->device);
+    ck(cudaHostUnregister(buf), "unpin an OUTPUT0 buffer");
+    atomic_fetch_sub_explicit(&g->pinned_bytes, bytes, memory_order_relaxed);
 }
 
 /* ---- background inserts ------------------------------------------------ */
@@ -1548,6 +1600,11 @@ void worker_gpu_metrics(worker_t *w, hps_kserve_text_t *x)
                             "dropped (queue full)\n# TYPE nv_hps_embedding_cache_dropped_inserts "
                             "counter\nnv_hps_embedding_cache_dropped_inserts %llu\n",
                             (unsigned long long)atomic_load(&g->q_dropped));
+    hps_kserve_text_appendf(x,
+                            "# HELP nv_hps_pinned_output_bytes Bytes of OUTPUT0 buffers "
+                            "page-locked for direct copies from the GPU\n# TYPE "
+                            "nv_hps_pinned_output_bytes gauge\nnv_hps_pinned_output_bytes %llu\n",
+                            (unsigned long long)atomic_load(&g->pinned_bytes));
     free(st);
     free(procs);
 }

@@ -77,6 +77,21 @@ int worker_gpu_lookup(struct worker *w, size_t mi, uint32_t num_tables, const in
 int worker_gpu_lookup_device(struct worker *w, size_t mi, uint32_t num_tables,
                              const int32_t *numkeys, const int64_t *keys, int device, float *d_out);
 
+/**
+ * @brief Page-lock a host buffer the HTTP front end keeps for OUTPUT0
+ * (hps_kserve_backend_t.pin_output): cudaHostRegister, portable, so that
+ * worker_gpu_lookup() copies the rows from the device straight into it.
+ * @param[in] buf    host memory, bytes long, not in use by a lookup.
+ * @return 0; HPS_EUNSUPPORTED without GPU mode (nothing to pin for);
+ *         HPS_EIO when CUDA refuses (e.g. out of lockable memory): the
+ *         buffer stays pageable and lookups use the staging buffers.
+ *         Thread-safe.
+ */
+int worker_gpu_pin(struct worker *w, void *buf, size_t bytes);
+
+/** @brief Undo a successful worker_gpu_pin() of buf (bytes long); thread-safe. */
+void worker_gpu_unpin(struct worker *w, void *buf, size_t bytes);
+
 /** @brief False while the caches are being created and preloaded. */
 bool worker_gpu_ready(struct worker *w);
 
@@ -104,6 +119,15 @@ static inline int worker_gpu_lookup_device(struct worker *w, size_t mi, uint32_t
 {
     (void)w, (void)mi, (void)num_tables, (void)numkeys, (void)keys, (void)device, (void)d_out;
     return HPS_EUNSUPPORTED;
+}
+static inline int worker_gpu_pin(struct worker *w, void *buf, size_t bytes)
+{
+    (void)w, (void)buf, (void)bytes;
+    return HPS_EUNSUPPORTED;
+}
+static inline void worker_gpu_unpin(struct worker *w, void *buf, size_t bytes)
+{
+    (void)w, (void)buf, (void)bytes;
 }
 static inline bool worker_gpu_ready(struct worker *w)
 {

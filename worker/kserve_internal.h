@@ -309,14 +309,19 @@ int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t
 #define HPS__OUTPOOL_MIN   ((size_t)1 << 20) /* smaller buffers come from the heap anyway */
 #define HPS__OUTPOOL_MAX   ((size_t)1 << 30) /* bytes kept at most, all buffers together */
 
-/** Large OUTPUT0 buffers kept for reuse (fresh pages cost more than lookups). */
+/** Large OUTPUT0 buffers kept for reuse (fresh pages cost more than lookups),
+ *  page-locked by the backend's pin_output when it has one. */
 struct hps__outpool {
     pthread_mutex_t mu;
     float *buf[HPS__OUTPOOL_SLOTS];
     size_t bytes;
+    hps_err_t (*pin)(void *ctx, void *buf, size_t bytes); /* NULL: none */
+    void (*unpin)(void *ctx, void *buf, size_t bytes);
+    void *ctx;
 };
 
-void hps__outpool_init(struct hps__outpool *p);
+/** An empty pool; pin, unpin and ctx from be (which may be NULL). */
+void hps__outpool_init(struct hps__outpool *p, const hps_kserve_backend_t *be);
 /** Free every kept buffer (none may be in use). */
 void hps__outpool_fini(struct hps__outpool *p);
 /** A buffer of at least n bytes (kept one or new); NULL when out of memory.

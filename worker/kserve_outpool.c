@@ -9,13 +9,31 @@
  * when freed (at most HPS__OUTPOOL_SLOTS of them, HPS__OUTPOOL_MAX bytes
  * together) and handed to the next request that fits.  Each buffer carries
  * its capacity in a 64-byte header before the floats.
+ *
+ * With a backend pin_output hook (the GPU worker: cudaHostRegister), a
+ * buffer is page-locked once, when it first goes into the pool, so that
+ * GPU lookups copy rows straight into it; the header records it, and the
+ * buffer is unpinned just before it is freed.  A refused pin is not asked
+ * again for that buffer.  The thread that holds a
+ * buffer (taken, or about to be put) is its only user, so the flag needs
+ * no lock; pinning itself runs outside the pool's mutex.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kserve_internal.h"
 
-#define HDR 64
+#define HDR        64
+#define HDR_PIN    8 /* offset of the pin state (one byte) in the header: */
+#define PIN_NONE   0 /* not tried yet */
+#define PIN_DONE   1 /* pinned: unpin before free */
+#define PIN_FAILED 2 /* pin_output refused: not asked again for this buffer */
+
+static char *base_of(float *out)
+{
+    return (char *)out - HDR;
+}
 
 static size_t cap_of(const float *out)
 {
@@ -24,17 +42,31 @@ static size_t cap_of(const float *out)
     return cap;
 }
 
-void hps__outpool_init(struct hps__outpool *p)
+void hps__outpool_init(struct hps__outpool *p, const hps_kserve_backend_t *be)
 {
     memset(p, 0, sizeof(*p));
     pthread_mutex_init(&p->mu, NULL);
+    if (be && be->pin_output && be->unpin_output) {
+        p->pin = be->pin_output;
+        p->unpin = be->unpin_output;
+        p->ctx = be->ctx;
+    }
+}
+
+/* Unpin (if pinned) and free a buffer nobody else holds. */
+static void release(struct hps__outpool *p, float *out)
+{
+    char *base = base_of(out);
+    if (base[HDR_PIN] == PIN_DONE)
+        p->unpin(p->ctx, base, HDR + cap_of(out));
+    free(base);
 }
 
 void hps__outpool_fini(struct hps__outpool *p)
 {
     for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++)
         if (p->buf[i])
-            free((char *)p->buf[i] - HDR);
+            release(p, p->buf[i]);
     pthread_mutex_destroy(&p->mu);
 }
 
@@ -65,7 +97,35 @@ float *hps__outpool_get(struct hps__outpool *p, size_t n)
     if (!base)
         return NULL;
     memcpy(base, &n, sizeof(n));
+    base[HDR_PIN] = PIN_NONE;
     return (float *)(void *)(base + HDR);
+}
+
+/* Keep out in a free slot if the pool has room; false when it has none. */
+static bool keep(struct hps__outpool *p, float *out, size_t cap)
+{
+    bool kept = false;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < HPS__OUTPOOL_SLOTS && p->bytes + cap <= HPS__OUTPOOL_MAX; i++)
+        if (!p->buf[i]) {
+            p->buf[i] = out;
+            p->bytes += cap;
+            kept = true;
+            break;
+        }
+    pthread_mutex_unlock(&p->mu);
+    return kept;
+}
+
+/* Whether keep() would find room now (a hint: pin only buffers likely kept). */
+static bool has_room(struct hps__outpool *p, size_t cap)
+{
+    bool room = false;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < HPS__OUTPOOL_SLOTS && p->bytes + cap <= HPS__OUTPOOL_MAX; i++)
+        room |= !p->buf[i];
+    pthread_mutex_unlock(&p->mu);
+    return room;
 }
 
 void hps__outpool_put(struct hps__outpool *p, float *out)
@@ -73,17 +133,13 @@ void hps__outpool_put(struct hps__outpool *p, float *out)
     if (!out)
         return;
     size_t cap = cap_of(out);
-    if (cap >= HPS__OUTPOOL_MIN && cap <= HPS__OUTPOOL_MAX) {
-        pthread_mutex_lock(&p->mu);
-        for (int i = 0; i < HPS__OUTPOOL_SLOTS && p->bytes + cap <= HPS__OUTPOOL_MAX; i++)
-            if (!p->buf[i]) {
-                p->buf[i] = out;
-                p->bytes += cap;
-                out = NULL;
-                break;
-            }
-        pthread_mutex_unlock(&p->mu);
+    char *base = base_of(out);
+    if (cap < HPS__OUTPOOL_MIN || cap > HPS__OUTPOOL_MAX) {
+        release(p, out);
+        return;
     }
-    if (out)
-        free((char *)out - HDR);
+    if (p->pin && base[HDR_PIN] == PIN_NONE && has_room(p, cap))
+        base[HDR_PIN] = p->pin(p->ctx, base, HDR + cap) == 0 ? PIN_DONE : PIN_FAILED;
+    if (!keep(p, out, cap))
+        release(p, out);
 }

@@ -211,7 +211,7 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
 {
     hps_kserve_options_t o;
     if (!models || num_models == 0 || num_models > MAX_MODELS || !backend || !backend->lookup ||
-        !ret)
+        (backend->pin_output && !backend->unpin_output) || !ret)
         return HPS_EINVAL;
     if (opts)
         o = *opts;
@@ -228,7 +228,7 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
     hps__shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
     s->outpool = malloc(sizeof(*s->outpool));
     if (s->outpool)
-        hps__outpool_init(s->outpool);
+        hps__outpool_init(s->outpool, backend);
     rc = s->outpool ? apply_options(s, &o) : -ENOMEM;
     if (rc == 0)
         rc = copy_models(s, models, num_models);

@@ -348,6 +348,16 @@ void worker_free_models(worker_t *w)
     free(w->models);
 }
 
+static hps_err_t pin_output(void *ctx, void *buf, size_t bytes)
+{
+    return worker_gpu_pin(ctx, buf, bytes);
+}
+
+static void unpin_output(void *ctx, void *buf, size_t bytes)
+{
+    worker_gpu_unpin(ctx, buf, bytes);
+}
+
 void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
 {
     memset(ret, 0, sizeof(*ret));
@@ -356,4 +366,6 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
     ret->lookup_device = lookup_device;
     ret->ready = ready;
     ret->metrics = metrics;
+    ret->pin_output = pin_output;
+    ret->unpin_output = unpin_output;
 }

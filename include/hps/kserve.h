@@ -294,6 +294,33 @@ typedef struct hps_kserve_backend {
      * @return 0, or an error: the scrape then answers 500 with its message.
      */
     hps_err_t (*metrics)(void *ctx, hps_kserve_text_t *text);
+
+    /**
+     * @brief Optional (NULL = none): page-lock a host buffer that the front
+     *        end keeps for the OUTPUT0 of large responses, so that lookup()
+     *        can copy rows from device memory straight into it (e.g.
+     *        cudaHostRegister) instead of through a staging buffer.
+     * Called once per kept buffer: when a buffer of at least 1 MiB (binary
+     * or JSON output, not a client shared-memory region) goes back to the
+     * front end's pool of at most 8 buffers / 1 GiB after its first
+     * response.  From then on lookup() gets that buffer (or a prefix of it)
+     * as out; unpin_output is called before it is freed, at the latest by
+     * hps_kserve_destroy().  Called on an HTTP thread, concurrently with
+     * lookups of other requests, never twice at once for one buffer.
+     * @param[in] buf    host memory, heap, bytes long; not page-aligned.
+     * @param[in] bytes  its size, >= 1 MiB.
+     * @return 0 when pinned; an error keeps the buffer as it is (lookups
+     *         work either way); neither pin_output nor unpin_output is
+     *         called again for that buffer.
+     */
+    hps_err_t (*pin_output)(void *ctx, void *buf, size_t bytes);
+
+    /**
+     * @brief Undo a successful pin_output (required when pin_output is
+     *        set); buf is freed right after.  Same thread rules.
+     * @param[in] buf, bytes  as passed to pin_output.
+     */
+    void (*unpin_output)(void *ctx, void *buf, size_t bytes);
 } hps_kserve_backend_t;
 
 /**
@@ -314,12 +341,14 @@ void hps_kserve_options_init(hps_kserve_options_t *opts);
  *                         is model_index i of backend->lookup().
  * @param[in]  num_models  1..1024.
  * @param[in]  backend     copied (the vtable, not *ctx: ctx must stay valid
- *                         until hps_kserve_destroy()); lookup required.
+ *                         until hps_kserve_destroy()); lookup required,
+ *                         unpin_output too when pin_output is set.
  * @param[out] ret         the server, written only on success; release it
  *                         with hps_kserve_destroy().
  * @return 0; HPS_EINVAL for a NULL or malformed argument (bad name, version,
  *         dims, duplicate model name, port out of range, threads > 1024,
- *         max_keys_per_request over HPS_KSERVE_MAX_KEYS_LIMIT); -ENOMEM.
+ *         max_keys_per_request over HPS_KSERVE_MAX_KEYS_LIMIT, pin_output
+ *         without unpin_output); -ENOMEM.
  * Thread-safe (no shared state).
  */
 hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_model_t *models,

@@ -16,6 +16,8 @@ defaults 0.5 and -2, initial_cache_rate 0.5, cache_missed_embeddings.
 Scenario 2 (segment 2): initial_cache_rate 1.0, gpucacheper 1.0: the first
 request of random keys of every table is answered entirely by the GPU
 cache (hit keys == query keys), exact.
+Scenario 3: periodic refresh (scenario_timer).  Scenario 4: outputs of over
+1 MiB land in page-locked buffers, exact on both launch paths.
 """
 import os
 import random
@@ -200,11 +202,41 @@ def scenario_timer(t, cl, rng):
     t.ok(got == want, "timer: exact after refreshes", H.first_mismatch(got, want))
 
 
+def scenario_pinned(t, cl, rng):
+    """OUTPUT0 of 1 MiB or more: the front end keeps the buffer and the worker
+    page-locks it (nv_hps_pinned_output_bytes), so later lookups copy rows from
+    the GPU straight into it, on both launch paths (one launch for every
+    table up to 1,024 keys per table, one per table above); every answer is
+    exact, unknown keys included."""
+    seg = cl.new_segment_name("pinned")
+    model = cl.gen_model("m", rows=[4000, 1000], dims=[256, 8], defaults=[3.0, -1.0],
+                         subdir="pinned", segment=seg)
+    conf = cl.write_config("pinned.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", 1.0), ("hps", "heartbeat_interval_ms", 50),
+        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
+        ("model.m", "gpucacheper", 1.0), ("model.m", "hit_rate_threshold", 2.0)])
+    cl.start_coordinator(conf)
+    w = cl.start_worker(conf, instance=4)
+    pinned = lambda: int(H.metrics(w.metrics_port).get("nv_hps_pinned_output_bytes", -1))
+    t.eq(pinned(), 0, "nothing pinned before the first large response")
+    for n, path in ((1000, "one launch"), (6000, "a launch per table")):
+        kpt = [[rng.choice(model.file_keys[i]) for _ in range(n)] + model.unknown_keys(i, 3)
+               for i in range(2)]
+        want = model.expected(kpt)
+        for rnd in range(4):
+            _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=rnd % 2 == 0))
+            t.ok(got == want, "%d keys per table (%s), request %d: exact" % (n, path, rnd + 1),
+                 H.first_mismatch(got, want))
+    t.ok(pinned() >= (1000 + 3) * 264 * 4, "nv_hps_pinned_output_bytes counts the kept buffers",
+         pinned())
+
+
 def body(t, cl):
     rng = random.Random(4)
     scenario_partial(t, cl, rng)
     scenario_full(t, cl, rng)
     scenario_timer(t, cl, rng)
+    scenario_pinned(t, cl, rng)
 
 
 if __name__ == "__main__":

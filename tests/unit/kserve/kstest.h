@@ -130,6 +130,8 @@ static inline float ks_value(uint32_t t, int64_t k, uint32_t j)
     return (float)((double)t * 0.5 + km * 0.001 + (double)j * 1e-5);
 }
 
+#define KS_PIN_SLOTS 16
+
 /** The fake backend's behaviour, changed by tests. */
 struct ks_backend {
     _Atomic bool ready;
@@ -140,7 +142,41 @@ struct ks_backend {
     _Atomic uint64_t lookups; /* lookups answered */
     _Atomic uint64_t keys;
     _Atomic bool bad_args; /* set when the front end passed inconsistent arguments */
+    /* pin_output / unpin_output (ks_vtable_pinned): the buffers pinned now */
+    bool pin_track; /* set by ks_vtable_pinned, before the server starts */
+    pthread_mutex_t pin_mu;
+    int pin_fail; /* error to return from pin_output, 0 = pin */
+    const char *pin_base[KS_PIN_SLOTS];
+    size_t pin_bytes[KS_PIN_SLOTS];
+    uint64_t pins, unpins;   /* successful pins, unpins */
+    uint64_t pin_calls;      /* pin_output calls, failed ones too */
+    uint64_t pinned_lookups; /* lookups whose out lay inside a pinned buffer */
+    bool pin_bad;            /* double pin, unknown unpin, size mismatch, out past a buffer */
 };
+
+/* Slot of the pinned buffer holding [p, p + n), or -1; pin_mu held. */
+static inline int ks_pin_find(struct ks_backend *b, const void *p, size_t n)
+{
+    const char *c = p;
+    for (int i = 0; i < KS_PIN_SLOTS; i++)
+        if (b->pin_base[i] && c >= b->pin_base[i] && c < b->pin_base[i] + b->pin_bytes[i]) {
+            if (c + n > b->pin_base[i] + b->pin_bytes[i])
+                b->pin_bad = true;
+            return i;
+        }
+    return -1;
+}
+
+/* Count a lookup into a pinned buffer (only with ks_vtable_pinned). */
+static inline void ks_pin_note_lookup(struct ks_backend *b, const float *out, size_t out_len)
+{
+    if (!b->pin_track)
+        return;
+    pthread_mutex_lock(&b->pin_mu);
+    if (ks_pin_find(b, out, out_len * sizeof(float)) >= 0)
+        b->pinned_lookups++;
+    pthread_mutex_unlock(&b->pin_mu);
+}
 
 static inline hps_err_t ks_lookup(void *ctx, size_t mi, uint32_t nt, const int32_t *numkeys,
                                   const int64_t *keys, size_t num_keys, float *out, size_t out_len,
@@ -173,6 +209,7 @@ static inline hps_err_t ks_lookup(void *ctx, size_t mi, uint32_t nt, const int32
         for (int32_t i = 0; i < numkeys[t]; i++, ki++)
             for (uint32_t j = 0; j < m->dims[t]; j++)
                 out[o++] = ks_value(t, keys[ki], j);
+    ks_pin_note_lookup(b, out, out_len);
     atomic_fetch_add(&b->lookups, 1);
     atomic_fetch_add(&b->keys, num_keys);
     stats->compute_infer_ns = 1000;
@@ -206,6 +243,53 @@ static inline hps_kserve_backend_t ks_vtable(struct ks_backend *b)
 {
     hps_kserve_backend_t v = {
         .ctx = b, .lookup = ks_lookup, .ready = ks_ready, .metrics = ks_metrics};
+    return v;
+}
+
+static inline hps_err_t ks_pin(void *ctx, void *buf, size_t bytes)
+{
+    struct ks_backend *b = ctx;
+    hps_err_t rc = b->pin_fail;
+    pthread_mutex_lock(&b->pin_mu);
+    b->pin_calls++;
+    if (ks_pin_find(b, buf, bytes) >= 0)
+        b->pin_bad = true;
+    int i = 0;
+    while (i < KS_PIN_SLOTS && b->pin_base[i])
+        i++;
+    if (rc == 0 && i == KS_PIN_SLOTS)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        b->pin_base[i] = buf;
+        b->pin_bytes[i] = bytes;
+        b->pins++;
+    }
+    pthread_mutex_unlock(&b->pin_mu);
+    return rc;
+}
+
+static inline void ks_unpin(void *ctx, void *buf, size_t bytes)
+{
+    struct ks_backend *b = ctx;
+    pthread_mutex_lock(&b->pin_mu);
+    int i = ks_pin_find(b, buf, bytes);
+    if (i < 0 || b->pin_base[i] != buf || b->pin_bytes[i] != bytes) {
+        b->pin_bad = true;
+    } else {
+        b->pin_base[i] = NULL;
+        b->unpins++;
+    }
+    pthread_mutex_unlock(&b->pin_mu);
+}
+
+/** ks_vtable with pin_output / unpin_output that record the pinned buffers
+ *  (b->pin_mu initialized by the caller). */
+static inline hps_kserve_backend_t ks_vtable_pinned(struct ks_backend *b)
+{
+    hps_kserve_backend_t v = ks_vtable(b);
+    b->pin_track = true;
+    v.pin_output = ks_pin;
+    v.unpin_output = ks_unpin;
     return v;
 }
 

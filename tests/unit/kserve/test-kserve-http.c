@@ -1280,6 +1280,113 @@ static void test_create_errors(void **state)
     hps_kserve_destroy(s);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Pinned OUTPUT0 buffers (backend pin_output / unpin_output)                */
+/* ------------------------------------------------------------------------ */
+
+/* A server on free ports with ks_vtable_pinned(b); g_port points at it. */
+static hps_kserve_t *pinned_server(struct ks_backend *b)
+{
+    hps_kserve_options_t o;
+    hps_kserve_options_init(&o);
+    o.http_port = 0;
+    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
+    o.max_body_bytes = MAX_BODY;
+    o.max_keys_per_request = MAX_KEYS;
+    hps_kserve_backend_t vt = ks_vtable_pinned(b);
+    hps_kserve_t *s = NULL;
+    KS_OK(hps_kserve_create(&o, ks_models, KS_NUM_MODELS, &vt, &s));
+    KS_OK(hps_kserve_start(s));
+    KS_OK(hps_kserve_ports(s, &g_port, NULL));
+    return s;
+}
+
+static uint64_t pinned_lookups(struct ks_backend *b)
+{
+    pthread_mutex_lock(&b->pin_mu);
+    uint64_t n = b->pinned_lookups;
+    pthread_mutex_unlock(&b->pin_mu);
+    return n;
+}
+
+/*
+ * 1,024 WDL samples (1.7 MB of OUTPUT0), exact each time, until `want`
+ * lookups wrote into a pinned buffer (at most 50 requests, 5 ms apart: a
+ * binary response's buffer goes back to the pool only after it was sent,
+ * which may be after the client read it).  Returns the requests made.
+ */
+static int big_rounds(struct ks_backend *b, uint64_t want, bool binary)
+{
+    int64_t *keys;
+    size_t n;
+    int32_t nk[2];
+    wdl_batch(1024, &keys, &n, nk);
+    int r = 0;
+    for (; r < 50 && pinned_lookups(b) < want; r++) {
+        struct output out;
+        wdl_infer(keys, n, nk, (struct reqopt){.keys_bin = true, .out_bin = binary, .bdo = -1},
+                  "/v2/models/hps_wdl/infer", &out);
+        KS_CHECK(out.n == 1024 * (2 + 26 * 16), "output length %zu", out.n);
+        output_free(&out);
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
+    free(keys);
+    return r;
+}
+
+/*
+ * A large OUTPUT0 buffer is pinned when it first goes back to the pool,
+ * then reused pinned by the next lookups (exact answers, JSON output too),
+ * and unpinned by hps_kserve_destroy(); a refused pin leaves it pageable,
+ * still exact, never asked again and never unpinned.  Small outputs are not pinned.
+ */
+static void test_pinned_output(void **state)
+{
+    (void)state;
+    uint16_t port = g_port;
+    struct ks_backend b = {.ready = true};
+    pthread_mutex_init(&b.pin_mu, NULL);
+    hps_kserve_t *s = pinned_server(&b);
+    int rounds = big_rounds(&b, 2, true);
+    KS_CHECK(pinned_lookups(&b) == 2, "binary: 2 lookups into a pinned buffer in %d requests",
+             rounds);
+    big_rounds(&b, 3, false);
+    KS_CHECK(pinned_lookups(&b) == 3, "JSON output: into the pinned buffer");
+    int64_t small[28] = {1, 2, 3};
+    int32_t nk[2] = {2, 26};
+    struct output out;
+    wdl_infer(small, 28, nk, (struct reqopt){.keys_bin = true, .out_bin = 1, .bdo = -1},
+              "/v2/models/hps_wdl/infer", &out);
+    output_free(&out);
+    hps_kserve_destroy(s);
+    KS_CHECK(!b.pin_bad && !atomic_load(&b.bad_args), "pin bookkeeping consistent");
+    KS_CHECK(b.pins >= 1 && b.pins == b.pin_calls && b.pins < (uint64_t)rounds + 1,
+             "%llu pins, %llu calls, %d requests", (unsigned long long)b.pins,
+             (unsigned long long)b.pin_calls, rounds + 1);
+    KS_CHECK(b.pinned_lookups == 3, "the small output was not pinned");
+    KS_CHECK(b.unpins == b.pins, "destroy unpinned every buffer: %llu unpins of %llu",
+             (unsigned long long)b.unpins, (unsigned long long)b.pins);
+    pthread_mutex_destroy(&b.pin_mu);
+
+    struct ks_backend f = {.ready = true, .pin_fail = HPS_EIO};
+    pthread_mutex_init(&f.pin_mu, NULL);
+    s = pinned_server(&f);
+    rounds = big_rounds(&f, 1, true);
+    hps_kserve_destroy(s);
+    KS_CHECK(rounds == 50 && !f.pin_bad && f.pins == 0 && f.pin_calls >= 1 && f.pin_calls < 50 &&
+                 f.unpins == 0 && f.pinned_lookups == 0,
+             "failed pins: %d requests exact, %llu calls, %llu unpins", rounds,
+             (unsigned long long)f.pin_calls, (unsigned long long)f.unpins);
+    pthread_mutex_destroy(&f.pin_mu);
+
+    hps_kserve_backend_t half = ks_vtable(&f);
+    half.pin_output = ks_pin;
+    KS_CHECK(hps_kserve_create(NULL, ks_models, 1, &half, &s) == HPS_EINVAL,
+             "pin_output without unpin_output");
+    g_port = port;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1300,6 +1407,7 @@ int main(void)
         cmocka_unit_test_setup(test_fuzz_tcp, test_setup),
         cmocka_unit_test_setup(test_graceful_stop, test_setup),
         cmocka_unit_test_setup(test_create_errors, test_setup),
+        cmocka_unit_test_setup(test_pinned_output, test_setup),
     };
     if (getenv("KS_TEST_FILTER")) /* e.g. KS_TEST_FILTER=test_fuzz_tcp */
         cmocka_set_test_filter(getenv("KS_TEST_FILTER"));
