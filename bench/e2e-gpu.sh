@@ -144,21 +144,24 @@ server_times() {
         /^nv_inference_compute_input_duration_us\{/ {v[4] += $2}
         /^nv_inference_compute_infer_duration_us\{/ {v[5] += $2}
         /^nv_inference_compute_output_duration_us\{/ {v[6] += $2}
-        END {for (i = 1; i <= 6; i++) printf "%.0f%s", v[i], i < 6 ? " " : "\n"}'
+        END {for (i = 1; i <= 6; i++) printf "%.0f%s", v[i], (i < 6 ? " " : "\n")}'
 }
 
 # per_request "BEFORE" "AFTER": "TOTAL QUEUE INPUT INFER OUTPUT", the mean server
 # time per request in us between two server_times ("- - - - -" without requests).
 per_request() {
     awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); n = y[1] - x[1]
-        for (i = 2; i <= 6; i++) printf "%s%s", n > 0 ? sprintf("%.0f", (y[i] - x[i]) / n) : "-",
-            i < 6 ? " " : "\n"}'
+        for (i = 2; i <= 6; i++) {
+            v = n > 0 ? sprintf("%.0f", (y[i] - x[i]) / n) : "-"
+            printf "%s%s", v, (i < 6 ? " " : "\n")
+        }}'
 }
 
 # print_times "TOTAL QUEUE INPUT INFER OUTPUT": one line of the log.
 print_times() {
-    read -r t q i f o <<<"$1"
-    echo "   server time per request, mean us: $t (queue $q, input $i, lookup $f, output $o)"
+    local tot que inp inf outp
+    read -r tot que inp inf outp <<<"$1"
+    echo "   server time per request, mean us: $tot (queue $que, input $inp, lookup $inf, output $outp)"
 }
 
 # bench_start LOG PORT PID VERIFY FILE B REPS: hps-bench in the background

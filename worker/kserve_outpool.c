@@ -7,7 +7,8 @@
  * of page faults for a 109 MB buffer against 2.6 ms for the GPU lookup and
  * its copy.  Buffers of at least HPS__OUTPOOL_MIN bytes are therefore kept
  * when freed (at most HPS__OUTPOOL_SLOTS of them, HPS__OUTPOOL_MAX bytes
- * together) and handed to the next request that fits.  Each buffer carries
+ * together) and handed to the next request that fits; a full pool gives up
+ * smaller buffers for a larger one.  Each buffer carries
  * its capacity in a 64-byte header before the floats.
  *
  * With a backend pin_output hook (the GPU worker: cudaHostRegister), a
@@ -101,31 +102,70 @@ float *hps__outpool_get(struct hps__outpool *p, size_t n)
     return (float *)(void *)(base + HDR);
 }
 
-/* Keep out in a free slot if the pool has room; false when it has none. */
-static bool keep(struct hps__outpool *p, float *out, size_t cap)
+/*
+ * Room for a buffer of cap bytes (mutex held): the kept buffers to give up
+ * for it, smaller ones only, smallest first, stored in victims[]; their
+ * count, or -1 when even that leaves no free slot or exceeds the byte bound.
+ * So a pool full of small buffers still takes a large one (a 109 MB
+ * response would otherwise get fresh pages every time).
+ */
+static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPOOL_SLOTS])
 {
-    bool kept = false;
-    pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < HPS__OUTPOOL_SLOTS && p->bytes + cap <= HPS__OUTPOOL_MAX; i++)
-        if (!p->buf[i]) {
-            p->buf[i] = out;
-            p->bytes += cap;
-            kept = true;
-            break;
+    bool taken[HPS__OUTPOOL_SLOTS] = {false};
+    size_t bytes = p->bytes;
+    int n = 0;
+    for (;;) {
+        int free_slot = -1, small = -1;
+        for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++) {
+            if (!p->buf[i] || taken[i]) {
+                free_slot = free_slot < 0 ? i : free_slot;
+            } else if (cap_of(p->buf[i]) < cap &&
+                       (small < 0 || cap_of(p->buf[i]) < cap_of(p->buf[small]))) {
+                small = i;
+            }
         }
-    pthread_mutex_unlock(&p->mu);
-    return kept;
+        if (free_slot >= 0 && bytes + cap <= HPS__OUTPOOL_MAX)
+            return n;
+        if (small < 0)
+            return -1;
+        taken[small] = true;
+        bytes -= cap_of(p->buf[small]);
+        victims[n++] = small;
+    }
 }
 
 /* Whether keep() would find room now (a hint: pin only buffers likely kept). */
 static bool has_room(struct hps__outpool *p, size_t cap)
 {
-    bool room = false;
+    int victims[HPS__OUTPOOL_SLOTS];
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < HPS__OUTPOOL_SLOTS && p->bytes + cap <= HPS__OUTPOOL_MAX; i++)
-        room |= !p->buf[i];
+    bool room = plan(p, cap, victims) >= 0;
     pthread_mutex_unlock(&p->mu);
     return room;
+}
+
+/* Keep out (cap bytes) if plan() finds room; the buffers it gives up go to
+ * gone[] (*ngone of them), to be released outside the mutex. */
+static bool keep(struct hps__outpool *p, float *out, size_t cap, float *gone[HPS__OUTPOOL_SLOTS],
+                 int *ngone)
+{
+    int victims[HPS__OUTPOOL_SLOTS];
+    pthread_mutex_lock(&p->mu);
+    int n = plan(p, cap, victims);
+    for (int i = 0; i < n; i++) {
+        gone[i] = p->buf[victims[i]];
+        p->bytes -= cap_of(gone[i]);
+        p->buf[victims[i]] = NULL;
+    }
+    for (int i = 0; n >= 0 && i < HPS__OUTPOOL_SLOTS; i++)
+        if (!p->buf[i]) {
+            p->buf[i] = out;
+            p->bytes += cap;
+            break;
+        }
+    pthread_mutex_unlock(&p->mu);
+    *ngone = n > 0 ? n : 0;
+    return n >= 0;
 }
 
 void hps__outpool_put(struct hps__outpool *p, float *out)
@@ -140,6 +180,10 @@ void hps__outpool_put(struct hps__outpool *p, float *out)
     }
     if (p->pin && base[HDR_PIN] == PIN_NONE && has_room(p, cap))
         base[HDR_PIN] = p->pin(p->ctx, base, HDR + cap) == 0 ? PIN_DONE : PIN_FAILED;
-    if (!keep(p, out, cap))
+    float *gone[HPS__OUTPOOL_SLOTS];
+    int ngone;
+    if (!keep(p, out, cap, gone, &ngone))
         release(p, out);
+    for (int i = 0; i < ngone; i++)
+        release(p, gone[i]);
 }

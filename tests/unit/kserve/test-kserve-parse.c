@@ -507,6 +507,57 @@ static void test_responses(void **state)
     hps__text_fini(&t);
 }
 
+/*
+ * The OUTPUT0 pool: buffers of 1 MiB or more are kept, handed out smallest
+ * fit first, pinned once when they go in (fake pin_output) and unpinned
+ * before being freed; a full pool gives up its smallest buffers for a
+ * larger one, never a larger buffer for a smaller one.
+ */
+static void test_outpool(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    struct ks_backend b = {.ready = true};
+    pthread_mutex_init(&b.pin_mu, NULL);
+    hps_kserve_backend_t vt = ks_vtable_pinned(&b);
+    struct hps__outpool p;
+    hps__outpool_init(&p, &vt);
+    float *small = hps__outpool_get(&p, 1000);
+    hps__outpool_put(&p, small);
+    KS_CHECK(b.pin_calls == 0, "a small buffer is neither kept nor pinned");
+    float *held[HPS__OUTPOOL_SLOTS];
+    for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++) {
+        held[i] = hps__outpool_get(&p, mib + (size_t)i * 4096);
+        memset(held[i], 0x5a, mib); /* in use: writable */
+    }
+    for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++)
+        hps__outpool_put(&p, held[i]);
+    KS_CHECK(b.pins == HPS__OUTPOOL_SLOTS && b.unpins == 0, "%llu pins",
+             (unsigned long long)b.pins);
+    KS_CHECK(hps__outpool_get(&p, mib + 4096) == held[1], "smallest fit first");
+    hps__outpool_put(&p, held[1]);
+    float *big = hps__outpool_get(&p, 4 * mib);
+    hps__outpool_put(&p, big);
+    KS_CHECK(b.pins == HPS__OUTPOOL_SLOTS + 1 && b.unpins == 1,
+             "the full pool gave up one small buffer for the big one: %llu pins, %llu unpins",
+             (unsigned long long)b.pins, (unsigned long long)b.unpins);
+    KS_CHECK(hps__outpool_get(&p, 2 * mib) == big, "the big buffer is kept");
+    hps__outpool_put(&p, big);
+    float *medium = hps__outpool_get(&p, mib / 2 + mib);
+    KS_CHECK(medium == big, "a 1.5 MiB request takes the only buffer that fits");
+    float *other = hps__outpool_get(&p, 3 * mib);
+    hps__outpool_put(&p, medium);
+    hps__outpool_put(&p, other);
+    KS_CHECK(b.unpins == 2, "3 MiB replaced the smallest 1 MiB buffer: %llu unpins",
+             (unsigned long long)b.unpins);
+    KS_CHECK(hps__outpool_get(&p, 3 * mib + 1) == big, "4 MiB kept, not given up for 3 MiB");
+    hps__outpool_put(&p, big);
+    hps__outpool_fini(&p);
+    KS_CHECK(!b.pin_bad && b.unpins == b.pins, "fini unpinned every buffer: %llu of %llu",
+             (unsigned long long)b.unpins, (unsigned long long)b.pins);
+    pthread_mutex_destroy(&b.pin_mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,7 +565,7 @@ int main(void)
         cmocka_unit_test(test_parse_binary), cmocka_unit_test(test_lexical),
         cmocka_unit_test(test_fuzz_parser),  cmocka_unit_test(test_f32_roundtrip),
         cmocka_unit_test(test_json_string),  cmocka_unit_test(test_public_text),
-        cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_responses),    cmocka_unit_test(test_outpool),
     };
     return cmocka_run_group_tests_name("kserve-parse", tests, group_setup, NULL);
 }
