@@ -153,14 +153,15 @@ static void pair_free(pair_t *p)
     *p = (pair_t){0};
 }
 
-/** Make p hold at least bytes (contents are not kept). */
-static int pair_reserve(pair_t *p, size_t bytes)
+/** Make p hold at least bytes on the device, and on the host too when
+ *  host (contents are not kept). */
+static int pair_reserve_to(pair_t *p, size_t bytes, bool host)
 {
-    if (bytes <= p->cap)
+    if (bytes <= p->cap && (p->h || !host))
         return 0;
     pair_free(p);
     size_t cap = bytes + bytes / 2 + 256;
-    int rc = ck(cudaMallocHost(&p->h, cap), "cudaMallocHost");
+    int rc = host ? ck(cudaMallocHost(&p->h, cap), "cudaMallocHost") : 0;
     if (rc == 0)
         rc = ck(cudaMalloc(&p->d, cap), "cudaMalloc");
     if (rc < 0) {
@@ -169,6 +170,11 @@ static int pair_reserve(pair_t *p, size_t bytes)
     }
     p->cap = cap;
     return 0;
+}
+
+static int pair_reserve(pair_t *p, size_t bytes)
+{
+    return pair_reserve_to(p, bytes, true);
 }
 
 /* ---- CPU path for the misses ------------------------------------------ */
@@ -643,7 +649,10 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                              (uint32_t *)(h + L.midx), out, d_out);
     }
     int rc = pair_reserve(&c->keys, nkeys * sizeof(int64_t));
-    rc = rc ? rc : pair_reserve(&c->out, nfloats * sizeof(float));
+    /* rows on the device unless d_out holds them; staged on the host only
+     * when they cannot go straight to out */
+    if (rc == 0 && !d_out)
+        rc = pair_reserve_to(&c->out, nfloats * sizeof(float), !direct);
     rc = rc ? rc : pair_reserve(&c->midx, nkeys * sizeof(uint32_t));
     rc = rc ? rc : pair_reserve(&c->mcount, nt * sizeof(uint32_t));
     if (rc < 0)
