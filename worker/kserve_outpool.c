@@ -8,16 +8,15 @@
  * its copy.  Buffers of at least HPS__OUTPOOL_MIN bytes are therefore kept
  * when freed (at most HPS__OUTPOOL_SLOTS of them, HPS__OUTPOOL_MAX bytes
  * together) and handed to the next request that fits; a full pool gives up
- * smaller buffers for a larger one.  Each buffer carries
- * its capacity in a 64-byte header before the floats.
+ * smaller buffers for a larger one.  Each buffer carries its capacity and
+ * its pin state in a 64-byte header before the floats.
  *
  * With a backend pin_output hook (the GPU worker: cudaHostRegister), a
  * buffer is page-locked once, when it first goes into the pool, so that
- * GPU lookups copy rows straight into it; the header records it, and the
- * buffer is unpinned just before it is freed.  A refused pin is not asked
- * again for that buffer.  The thread that holds a
- * buffer (taken, or about to be put) is its only user, so the flag needs
- * no lock; pinning itself runs outside the pool's mutex.
+ * GPU lookups copy rows straight into it, and unpinned just before it is
+ * freed.  A refused pin is not asked again for that buffer.  The thread
+ * that holds a buffer (taken, or about to be put) is its only user, so the
+ * pin state needs no lock; pinning runs outside the pool's mutex.
  */
 #include <stdbool.h>
 #include <stdlib.h>
