@@ -105,10 +105,12 @@ float *hps__outpool_get(struct hps__outpool *p, size_t n)
  * Room for a buffer of cap bytes (mutex held): the kept buffers to give up
  * for it, smaller ones only, smallest first, stored in victims[]; their
  * count, or -1 when even that leaves no free slot or exceeds the byte bound.
+ * *slot: where the buffer goes (free now, or freed by a victim).
  * So a pool full of small buffers still takes a large one (a 109 MB
  * response would otherwise get fresh pages every time).
  */
-static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPOOL_SLOTS])
+static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPOOL_SLOTS],
+                int *slot)
 {
     bool taken[HPS__OUTPOOL_SLOTS] = {false};
     size_t bytes = p->bytes;
@@ -123,8 +125,10 @@ static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPO
                 small = i;
             }
         }
-        if (free_slot >= 0 && bytes + cap <= HPS__OUTPOOL_MAX)
+        if (free_slot >= 0 && bytes + cap <= HPS__OUTPOOL_MAX) {
+            *slot = free_slot;
             return n;
+        }
         if (small < 0)
             return -1;
         taken[small] = true;
@@ -136,9 +140,9 @@ static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPO
 /* Whether keep() would find room now (a hint: pin only buffers likely kept). */
 static bool has_room(struct hps__outpool *p, size_t cap)
 {
-    int victims[HPS__OUTPOOL_SLOTS];
+    int victims[HPS__OUTPOOL_SLOTS], slot;
     pthread_mutex_lock(&p->mu);
-    bool room = plan(p, cap, victims) >= 0;
+    bool room = plan(p, cap, victims, &slot) >= 0;
     pthread_mutex_unlock(&p->mu);
     return room;
 }
@@ -148,20 +152,18 @@ static bool has_room(struct hps__outpool *p, size_t cap)
 static bool keep(struct hps__outpool *p, float *out, size_t cap, float *gone[HPS__OUTPOOL_SLOTS],
                  int *ngone)
 {
-    int victims[HPS__OUTPOOL_SLOTS];
+    int victims[HPS__OUTPOOL_SLOTS], slot = -1;
     pthread_mutex_lock(&p->mu);
-    int n = plan(p, cap, victims);
+    int n = plan(p, cap, victims, &slot);
     for (int i = 0; i < n; i++) {
         gone[i] = p->buf[victims[i]];
         p->bytes -= cap_of(gone[i]);
         p->buf[victims[i]] = NULL;
     }
-    for (int i = 0; n >= 0 && i < HPS__OUTPOOL_SLOTS; i++)
-        if (!p->buf[i]) {
-            p->buf[i] = out;
-            p->bytes += cap;
-            break;
-        }
+    if (n >= 0) {
+        p->buf[slot] = out;
+        p->bytes += cap;
+    }
     pthread_mutex_unlock(&p->mu);
     *ngone = n > 0 ? n : 0;
     return n >= 0;
