@@ -21,6 +21,7 @@
 
 #include "gpu.h"
 #include "gshare.h"
+#include "keyset.h"
 #include "hps/gcache.h"
 #include "hps/log.h"
 #include "hps/modelfile.h"
@@ -50,6 +51,9 @@ typedef struct gctx {
     uint64_t *ws_cap;     /* [ws_slots] keys */
     pair_t keys, out, midx, mcount, ikeys, ivals;
     pair_t srows, soff; /* misses of a device-output lookup: rows and destinations */
+    keyset_t ks;        /* distinct missed keys of the table at hand */
+    uint32_t *pick;     /* [ks.cap] the distinct keys inserted */
+    size_t pick_cap;
     struct gctx *next;
 } gctx_t;
 
@@ -233,16 +237,27 @@ static size_t fetch_lower(worker_t *w, worker_model_t *m, uint32_t t, const void
     return hits;
 }
 
+/** Sum of count[i] over the keys with found[i] (every key when found is NULL). */
+static uint64_t weighed(const uint8_t *found, const uint32_t *count, size_t n)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += found && !found[i] ? 0 : count[i];
+    return sum;
+}
+
 /**
  * Rows of n keys of table t from the volatile DB, then the coordinator, else
- * the default; found[i] = 1 for rows found in a layer.  count: add to the
- * model's counters (request path) or not (background).  Needs seg_lock.
+ * the default; found[i] = 1 for rows found in a layer.  count: NULL, or how
+ * many request positions each key stands for, added to the model's counters
+ * per layer (request path; the background does not count).  Needs seg_lock.
  */
 static void fetch(worker_t *w, worker_model_t *m, uint32_t t, const int64_t *keys, size_t n,
-                  float *rows, uint8_t *found, bool count)
+                  float *rows, uint8_t *found, const uint32_t *count)
 {
     uint32_t dim = m->dims[t];
-    size_t hits = 0, lower = 0;
+    size_t hits = 0;
+    uint64_t vdb = 0, any = 0;
     memset(found, 0, n);
     uint32_t *tmp = w->key_bytes == 4 ? malloc(n * sizeof(uint32_t)) : NULL;
     uint8_t *valid = tmp ? malloc(n) : NULL;
@@ -253,21 +268,20 @@ static void fetch(worker_t *w, worker_model_t *m, uint32_t t, const int64_t *key
     }
     bool ok = w->db && m->resolved && (w->key_bytes == 8 || valid);
     if (ok && hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, rows, found, &hits) == 0) {
-        for (size_t i = 0; valid && i < n; i++) {
-            hits -= found[i] && !valid[i];
+        for (size_t i = 0; valid && i < n; i++)
             found[i] &= valid[i];
-        }
-        lower = fetch_lower(w, m, t, k, n, rows, found, valid);
-    } else {
-        hits = 0;
+        vdb = count ? weighed(found, count, n) : 0;
+        fetch_lower(w, m, t, k, n, rows, found, valid);
+        any = count ? weighed(found, count, n) : 0;
     }
     for (size_t i = 0; i < n; i++)
         if (!found[i])
             fill_row(rows + i * dim, dim, m->defaults[t]);
     if (count) {
-        atomic_fetch_add_explicit(&m->ctr.vdb_hits, hits, memory_order_relaxed);
-        atomic_fetch_add_explicit(&m->ctr.lower_hits, lower, memory_order_relaxed);
-        atomic_fetch_add_explicit(&m->ctr.default_keys, n - hits - lower, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->ctr.vdb_hits, vdb, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->ctr.lower_hits, any - vdb, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->ctr.default_keys, weighed(NULL, count, n) - any,
+                                  memory_order_relaxed);
     }
     free(tmp);
     free(valid);
@@ -287,6 +301,8 @@ static void ctx_free(gctx_t *c, size_t slots)
                     &c->ikeys, &c->ivals, &c->srows, &c->soff};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         pair_free(ps[i]);
+    keyset_free(&c->ks);
+    free(c->pick);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
@@ -387,47 +403,76 @@ static void enqueue(struct worker_gpu *g, size_t mi, uint32_t t, const int64_t *
 }
 
 /**
- * The mc misses of table t (positions midx into out): synchronously fetched
- * and inserted, or defaults now and a background insert (see gpu.h).
- * Returns 1 when an insert was enqueued on c's stream.
+ * The distinct keys of c->ks worth inserting into cache: the found ones
+ * (count > 0), at most its capacity, the most requested first (keyset.h
+ * says why).  Their indices go to c->pick; returns how many, or -ENOMEM.
+ */
+static long pick_inserts(gctx_t *c, const hps_gcache_t *cache)
+{
+    if (c->pick_cap < c->ks.n) {
+        uint32_t *p = realloc(c->pick, c->ks.n * sizeof(*p));
+        if (!p)
+            return -ENOMEM;
+        c->pick = p;
+        c->pick_cap = c->ks.n;
+    }
+    return keyset_top(&c->ks, (size_t)hps_gcache_capacity(cache), c->pick);
+}
+
+/**
+ * The mc misses of table t (positions midx into out), each distinct key
+ * once: synchronously fetched and inserted, or defaults now and a
+ * background insert (see gpu.h).  Returns 1 when an insert was enqueued on
+ * c's stream.
  */
 static int misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, const int64_t *keys,
                   size_t n, const uint32_t *midx, size_t mc, float *out)
 {
     worker_model_t *m = &g->w->models[mi];
+    hps_gcache_t *cache = g->models[mi].tables[t].cache;
     uint32_t dim = m->dims[t];
+    keyset_t *s = &c->ks;
     int rc = pair_reserve(&c->ikeys, mc * sizeof(int64_t));
-    if (rc == 0)
-        rc = pair_reserve(&c->ivals, mc * dim * sizeof(float));
     if (rc < 0)
         return rc;
     int64_t *ik = c->ikeys.h;
-    float *iv = c->ivals.h;
     for (size_t j = 0; j < mc; j++)
         ik[j] = keys[midx[j]];
+    if ((rc = keyset_build(s, ik, mc)) < 0)
+        return rc;
     double hit_rate = 1.0 - (double)mc / (double)n;
+    long k;
     if (hit_rate >= m->conf->hit_rate_threshold) {
         for (size_t j = 0; j < mc; j++)
             fill_row(out + (size_t)midx[j] * dim, dim, m->defaults[t]);
         atomic_fetch_add_explicit(&m->ctr.default_keys, mc, memory_order_relaxed);
-        enqueue(g, mi, t, ik, mc);
+        if ((k = pick_inserts(c, cache)) < 0)
+            return (int)k;
+        for (long j = 0; j < k; j++)
+            ik[j] = s->keys[c->pick[j]];
+        enqueue(g, mi, t, ik, (size_t)k);
         return 0;
     }
-    uint8_t *found = malloc(mc);
-    if (!found)
-        return -ENOMEM;
-    fetch(g->w, m, t, ik, mc, iv, found, true);
-    size_t k = 0;
-    for (size_t j = 0; j < mc; j++) {
-        memcpy(out + (size_t)midx[j] * dim, iv + j * dim, dim * sizeof(float));
-        if (!found[j])
-            continue;
-        ik[k] = ik[j];
-        memmove(iv + k * dim, iv + j * dim, dim * sizeof(float));
-        k++;
+    uint8_t *found = malloc(s->n);
+    rc = found ? pair_reserve(&c->ivals, s->n * dim * sizeof(float)) : -ENOMEM;
+    if (rc < 0) {
+        free(found);
+        return rc;
     }
+    float *iv = c->ivals.h;
+    fetch(g->w, m, t, s->keys, s->n, iv, found, s->count);
+    for (size_t j = 0; j < mc; j++)
+        memcpy(out + (size_t)midx[j] * dim, iv + (size_t)s->where[j] * dim, dim * sizeof(float));
+    for (size_t i = 0; i < s->n; i++)
+        s->count[i] = found[i] ? s->count[i] : 0;
     free(found);
-    rc = insert_staged(c, g->models[mi].tables[t].cache, k, dim);
+    if ((k = pick_inserts(c, cache)) < 0)
+        return (int)k;
+    for (long j = 0; j < k; j++) { /* pick ascends: in place */
+        ik[j] = s->keys[c->pick[j]];
+        memmove(iv + (size_t)j * dim, iv + (size_t)c->pick[j] * dim, dim * sizeof(float));
+    }
+    rc = insert_staged(c, cache, (size_t)k, dim);
     return rc < 0 ? rc : k > 0;
 }
 
@@ -737,7 +782,7 @@ static void run_job(struct worker_gpu *g, gctx_t *c, job_t *j)
     int64_t *ik = c->ikeys.h;
     float *iv = c->ivals.h;
     pthread_rwlock_rdlock(&w->seg_lock);
-    fetch(w, m, j->t, j->keys, j->n, iv, found, false);
+    fetch(w, m, j->t, j->keys, j->n, iv, found, NULL);
     pthread_rwlock_unlock(&w->seg_lock);
     size_t k = 0;
     for (size_t i = 0; i < j->n; i++) {
@@ -818,7 +863,7 @@ static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t
     }
     size_t hits = 0;
     if (lower) /* every layer (timer refresh): volatile DB, then the coordinator */
-        fetch(w, m, t, ik, n, iv, found, false);
+        fetch(w, m, t, ik, n, iv, found, NULL);
     else if ((rc = hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, iv, found, &hits)) < 0)
         return rc;
     size_t j = 0;
