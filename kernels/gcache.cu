@@ -115,6 +115,11 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
         e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     c->pdl_ok = major >= 9; /* griddepcontrol: compute capability 9.0 */
     c->ref.pdl = c->pdl_ok;
+    hps_err_t err = e == cudaSuccess ? hps_k_lookup_setup(&c->ref) : 0;
+    if (err) {
+        gc_handle_free(c);
+        return err;
+    }
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&c->stats_stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)

@@ -50,6 +50,20 @@ enum {
 #define HPS_GC_READ_SPINS  (1u << 14)
 #define HPS_GC_WRITE_SPINS (1u << 16)
 
+/* Lookup kernels whose grids are sized by their occupancy (lk_blocks):
+ * k_lookup_fused, k_lookup_fused_vec<false> and <true>, k_dedup_probe,
+ * k_scatter_vec<false> and <true>, k_scatter_any. */
+enum {
+    HPS_LK_FUSED,
+    HPS_LK_FVEC,
+    HPS_LK_FVEC_STRICT,
+    HPS_LK_DEDUP,
+    HPS_LK_VEC,
+    HPS_LK_VEC_STRICT,
+    HPS_LK_ANY,
+    HPS_LK_NOCC
+};
+
 /* What a kernel needs of a cache: passed by value. */
 typedef struct hps_table_ref {
     uint64_t *rec;   /* [num_sets * 32][2]: each slot's key and LRU/LFU stamp side by side,
@@ -62,12 +76,14 @@ typedef struct hps_table_ref {
     uint64_t num_sets;
     uint32_t dim;
     int policy;
-    uint64_t lru_window; /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
-                          * precedes now & lru_window (hps_gcache_set_lru_resolution) */
-    int num_sms;         /* host-side launch sizing */
-    int strict;          /* lookups order their loads by fences, not address dependencies */
-    int pdl;             /* host side: FUSED (vectorized) and BLOCK lookups launch as
-                          * programmatic dependents (hps_gcache_set_overlap) */
+    uint64_t lru_window;      /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
+                               * precedes now & lru_window (hps_gcache_set_lru_resolution) */
+    int num_sms;              /* host-side launch sizing */
+    int strict;               /* lookups order their loads by fences, not address dependencies */
+    int pdl;                  /* host side: FUSED (vectorized) and BLOCK lookups launch as
+                               * programmatic dependents (hps_gcache_set_overlap) */
+    uint8_t occ[HPS_LK_NOCC]; /* host side: resident blocks per SM of each kernel on the
+                               * cache's device (hps_k_lookup_setup) */
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -454,6 +470,9 @@ extern "C" {
 #endif
 /* Launchers (kernels/<op>.cu). */
 hps_err_t hps_k_init(const hps_table_ref_t *ref, cudaStream_t stream);
+/* Per cache, on its device (current): the block kernels' shared-memory
+ * carveouts (a per-device function attribute) and ref->occ. */
+hps_err_t hps_k_lookup_setup(hps_table_ref_t *ref);
 hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                              const int64_t *d_keys, uint64_t n, float *d_out, uint8_t *d_hit_mask,
                              uint32_t *d_missing_index, uint32_t *d_missing_count,

@@ -646,32 +646,17 @@ __global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
     lk_finish(t, w, hits, d_missing_count);
 }
 
-/* Blocks for warps_needed warps, capped at one resident wave of kernel fn
- * (a persistent grid: no second wave whose tail would idle the chip). */
-static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, const void *fn,
-                          int *cached)
+/* Blocks for warps_needed warps, capped at one resident wave of the kernel
+ * (per_sm blocks per SM: a persistent grid, no second wave whose tail would
+ * idle the chip). */
+static unsigned lk_blocks(const hps_table_ref_t *t, uint64_t warps_needed, int per_sm)
 {
-    /* why relaxed: every thread computes the same value; a race only repeats the query */
-    int per_sm = __atomic_load_n(cached, __ATOMIC_RELAXED);
-    if (per_sm == 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, LK_THREADS, 0) !=
-                cudaSuccess ||
-            per_sm < 1) {
-            (void)cudaGetLastError();
-            per_sm = 1;
-        }
-        __atomic_store_n(cached, per_sm, __ATOMIC_RELAXED);
-    }
     uint64_t b = (warps_needed + LK_THREADS / 32 - 1) / (LK_THREADS / 32);
-    uint64_t max = (uint64_t)t->num_sms * (uint64_t)per_sm;
+    uint64_t max = (uint64_t)t->num_sms * (uint64_t)(per_sm > 0 ? per_sm : 1);
     if (b > max)
         b = max;
     return b ? (unsigned)b : 1u;
 }
-
-/* Resident blocks per SM of each kernel (device-independent enough: the
- * first device used decides; a wrong value only sizes the grid). */
-static int occ_fused, occ_fvec, occ_dedup, occ_vec, occ_any;
 
 static bool lk_vec4(const hps_table_ref_t *t, const float *out)
 {
@@ -703,14 +688,15 @@ extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws
 {
     if (lk_vec4(ref, d_out) && ref->dim <= 128) {
         auto fn = ref->strict ? k_lookup_fused_vec<true> : k_lookup_fused_vec<false>;
-        HPS_CUDA_TRY(lk_launch(
-            fn, lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_fvec),
-            LK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
-            d_missing_count, 0u));
+        HPS_CUDA_TRY(lk_launch(fn,
+                               lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
+                                         ref->occ[ref->strict ? HPS_LK_FVEC_STRICT : HPS_LK_FVEC]),
+                               LK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n, d_out,
+                               d_hit_mask, d_missing_index, d_missing_count, 0u));
     } else
-        k_lookup_fused<<<lk_blocks(ref, n, (const void *)k_lookup_fused, &occ_fused), LK_THREADS, 0,
-                         stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
-                                   d_missing_count, lk_vec4(ref, d_out));
+        k_lookup_fused<<<lk_blocks(ref, n, ref->occ[HPS_LK_FUSED]), LK_THREADS, 0, stream>>>(
+            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
+            lk_vec4(ref, d_out));
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -740,10 +726,9 @@ static hps_err_t bk_carveout_for(const void *fn, int blocks, int max_smem)
     return 0;
 }
 
-static hps_err_t bk_carveout(void)
+static hps_err_t bk_carveout(int dev)
 {
-    int dev, max_smem;
-    HPS_CUDA_TRY(cudaGetDevice(&dev));
+    int max_smem;
     HPS_CUDA_TRY(
         cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     if (max_smem <= 0)
@@ -754,6 +739,37 @@ static hps_err_t bk_carveout(void)
     if (!err)
         err = bk_carveout_for((const void *)k_lookup_block<256, false>, 0, max_smem);
     return err;
+}
+
+/* Resident blocks per SM of fn with LK_THREADS threads (1 if unknown). */
+static uint8_t lk_occupancy(const void *fn)
+{
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, LK_THREADS, 0) != cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
+    return (uint8_t)(per_sm > 255 ? 255 : per_sm);
+}
+
+/* Function attributes and occupancy belong to a device, so each cache sets
+ * and measures them on its own (a process may drive caches on several). */
+extern "C" hps_err_t hps_k_lookup_setup(hps_table_ref_t *ref)
+{
+    int dev;
+    HPS_CUDA_TRY(cudaGetDevice(&dev));
+    hps_err_t err = bk_carveout(dev);
+    if (err)
+        return err;
+    ref->occ[HPS_LK_FUSED] = lk_occupancy((const void *)k_lookup_fused);
+    ref->occ[HPS_LK_FVEC] = lk_occupancy((const void *)k_lookup_fused_vec<false>);
+    ref->occ[HPS_LK_FVEC_STRICT] = lk_occupancy((const void *)k_lookup_fused_vec<true>);
+    ref->occ[HPS_LK_DEDUP] = lk_occupancy((const void *)k_dedup_probe);
+    ref->occ[HPS_LK_VEC] = lk_occupancy((const void *)k_scatter_vec<false>);
+    ref->occ[HPS_LK_VEC_STRICT] = lk_occupancy((const void *)k_scatter_vec<true>);
+    ref->occ[HPS_LK_ANY] = lk_occupancy((const void *)k_scatter_any);
+    return 0;
 }
 
 extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
@@ -787,13 +803,6 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
     auto fn = small  ? k_lookup_block<256, false>
               : wide ? k_lookup_block<512, true>
                      : k_lookup_block<256, true>;
-    static int carveout_set; /* why relaxed: setting the same values twice is harmless */
-    if (!__atomic_load_n(&carveout_set, __ATOMIC_RELAXED)) {
-        hps_err_t err = bk_carveout();
-        if (err)
-            return err;
-        __atomic_store_n(&carveout_set, 1, __ATOMIC_RELAXED);
-    }
     HPS_CUDA_TRY(lk_launch(fn, (unsigned)chunks, wide ? 512 : 256, stream, ref->pdl, *ref, *ws,
                            d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask,
                            d_missing_index, d_missing_count, 0u));
@@ -803,8 +812,8 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
 extern "C" hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                                        const int64_t *d_keys, uint64_t n, cudaStream_t stream)
 {
-    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, (const void *)k_dedup_probe, &occ_dedup),
-                    LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, 0u);
+    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, ref->occ[HPS_LK_DEDUP]), LK_THREADS, 0, stream>>>(
+        *ref, *ws, d_keys, n, 0u);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -816,13 +825,14 @@ extern "C" hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_
 {
     if (lk_vec4(ref, d_out) && ref->dim <= 128) {
         auto fn = ref->strict ? k_scatter_vec<true> : k_scatter_vec<false>;
-        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL, (const void *)fn, &occ_vec),
+        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
+                       ref->occ[ref->strict ? HPS_LK_VEC_STRICT : HPS_LK_VEC]),
              LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
                                       d_missing_count, 0u);
     } else
-        k_scatter_any<<<lk_blocks(ref, n, (const void *)k_scatter_any, &occ_any), LK_THREADS, 0,
-                        stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
-                                  d_missing_count, lk_vec4(ref, d_out));
+        k_scatter_any<<<lk_blocks(ref, n, ref->occ[HPS_LK_ANY]), LK_THREADS, 0, stream>>>(
+            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
+            lk_vec4(ref, d_out));
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }

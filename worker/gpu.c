@@ -37,11 +37,11 @@
 #define REPAIR_WAIT_MS 50           /* a set locked this long belongs to a dead writer */
 #define JOIN_FETCH_MS  2000         /* one descriptor request */
 
-/** A pinned host buffer and its device twin. */
+/** A pinned host buffer and its device twin (sized apart). */
 typedef struct pair {
     void *h;
     void *d;
-    size_t cap; /* bytes */
+    size_t hcap, dcap; /* bytes */
 } pair_t;
 
 /** One lookup context: owned by one request at a time. */
@@ -157,28 +157,36 @@ static void pair_free(pair_t *p)
     *p = (pair_t){0};
 }
 
-/** Make p hold at least bytes on the device, and on the host too when
- *  host (contents are not kept). */
-static int pair_reserve_to(pair_t *p, size_t bytes, bool host)
+/** Make p hold at least dbytes on the device and hbytes on the host
+ *  (contents are not kept; each side grows with half again of room). */
+static int pair_reserve_hd(pair_t *p, size_t dbytes, size_t hbytes)
 {
-    if (bytes <= p->cap && (p->h || !host))
-        return 0;
-    pair_free(p);
-    size_t cap = bytes + bytes / 2 + 256;
-    int rc = host ? ck(cudaMallocHost(&p->h, cap), "cudaMallocHost") : 0;
-    if (rc == 0)
-        rc = ck(cudaMalloc(&p->d, cap), "cudaMalloc");
-    if (rc < 0) {
-        pair_free(p);
-        return rc;
+    if (dbytes > p->dcap) {
+        cudaFree(p->d);
+        p->d = NULL;
+        p->dcap = 0;
+        size_t cap = dbytes + dbytes / 2 + 256;
+        int rc = ck(cudaMalloc(&p->d, cap), "cudaMalloc");
+        if (rc < 0)
+            return rc;
+        p->dcap = cap;
     }
-    p->cap = cap;
+    if (hbytes > p->hcap) {
+        cudaFreeHost(p->h);
+        p->h = NULL;
+        p->hcap = 0;
+        size_t cap = hbytes + hbytes / 2 + 256;
+        int rc = ck(cudaMallocHost(&p->h, cap), "cudaMallocHost");
+        if (rc < 0)
+            return rc;
+        p->hcap = cap;
+    }
     return 0;
 }
 
 static int pair_reserve(pair_t *p, size_t bytes)
 {
-    return pair_reserve_to(p, bytes, true);
+    return pair_reserve_hd(p, bytes, bytes);
 }
 
 /* ---- CPU path for the misses ------------------------------------------ */
@@ -574,8 +582,8 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                         float *out, float *d_out, struct mlayout *ret)
 {
     worker_model_t *m = &g->w->models[mi];
-    struct mlayout L = mlayout(nt, nkeys, d_out ? 0 : nfloats); /* rows stay on the device */
-    int rc = pair_reserve(&c->keys, L.end);
+    struct mlayout L = mlayout(nt, nkeys, d_out ? 0 : nfloats);     /* rows stay on the device */
+    int rc = pair_reserve_hd(&c->keys, L.end, out ? L.out : L.end); /* out: rows go there */
     if (rc < 0)
         return rc;
     char *h = c->keys.h, *d = c->keys.d;
@@ -697,7 +705,8 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     /* rows on the device unless d_out holds them; staged on the host only
      * when they cannot go straight to out */
     if (rc == 0 && !d_out)
-        rc = pair_reserve_to(&c->out, nfloats * sizeof(float), !direct);
+        rc =
+            pair_reserve_hd(&c->out, nfloats * sizeof(float), direct ? 0 : nfloats * sizeof(float));
     rc = rc ? rc : pair_reserve(&c->midx, nkeys * sizeof(uint32_t));
     rc = rc ? rc : pair_reserve(&c->mcount, nt * sizeof(uint32_t));
     if (rc < 0)
