@@ -27,7 +27,9 @@
  * the cache before the call returns; at or above it the misses get the
  * table's default value and are fetched and inserted by the background
  * thread (HugeCTR's asynchronous insertion semantics).  Rows not found in
- * any layer are never inserted.
+ * any layer are never inserted.  Each distinct missed key is fetched and
+ * inserted once, and at most the cache's capacity of them per table and
+ * request, the most requested first (worker/keyset.h says why).
  *
  * OUTPUT0 into a CUDA shared-memory region on the worker's device
  * (worker_gpu_lookup_device) skips the host: the lookup kernel writes the
