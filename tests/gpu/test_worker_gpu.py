@@ -17,7 +17,8 @@ Scenario 2 (segment 2): initial_cache_rate 1.0, gpucacheper 1.0: the first
 request of random keys of every table is answered entirely by the GPU
 cache (hit keys == query keys), exact.
 Scenario 3: periodic refresh (scenario_timer).  Scenario 4: outputs of over
-1 MiB land in page-locked buffers, exact on both launch paths.
+1 MiB land in page-locked buffers, exact on both launch paths.  Scenario 5:
+synchronous inserts of repeated misses into small caches (scenario_distinct).
 """
 import os
 import random
@@ -231,12 +232,60 @@ def scenario_pinned(t, cl, rng):
          pinned())
 
 
+def scenario_distinct(t, cl, rng):
+    """Synchronous inserts take each distinct missed key once, at most the
+    cache's capacity of them, the most requested first.  Caches of one set
+    (32 rows) start empty (initial_cache_rate 0: the volatile DB, which the
+    preload reads, is empty), so every key of the first request misses and
+    is found through the coordinator.  Table 0: 32 hot keys x 10 and 200
+    cold keys once (232 distinct > 32): only the 32 hot keys are inserted.
+    Table 1: 8 hot keys x 5 and 20 cold keys once (28 distinct): each once.
+    The model's counters still count request positions."""
+    seg = cl.new_segment_name("distinct")
+    model = cl.gen_model("m", rows=[2000, 1000], dims=[16, 8], defaults=[0.25, -4.0],
+                         subdir="distinct", segment=seg)
+    conf = cl.write_config("distinct.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", 0.0), ("hps", "heartbeat_interval_ms", 50),
+        ("worker", "http_threads", 2), ("worker", "miss_timeout_ms", 2000),
+        ("model.m", "gpucache", "true"), ("model.m", "gpucacheper", 0.016),
+        ("model.m", "hit_rate_threshold", 2.0)])
+    cl.start_coordinator(conf)
+    w = cl.start_worker(conf, instance=5)
+    hot, kpt = [], []
+    for i, (nh, reps, ncold, nunk) in enumerate(((32, 10, 200, 2), (8, 5, 20, 1))):
+        ks = rng.sample(model.file_keys[i], nh + ncold)
+        hot.append(ks[:nh])
+        row = ks[:nh] * reps + ks[nh:] + model.unknown_keys(i, nunk, start=11) * 5
+        rng.shuffle(row)
+        kpt.append(row)
+    c0, h0 = cache_counters(w.metrics_port, "m"), H.hps_counters(w.metrics_port, "m")
+    _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    c1, h1 = cache_counters(w.metrics_port, "m"), H.hps_counters(w.metrics_port, "m")
+    want = model.expected(kpt)
+    t.ok(got == want, "distinct: repeated misses exact", H.first_mismatch(got, want))
+    t.eq(total(c1, "capacity_bytes"), 32 * 16 * 4 + 32 * 8 * 4, "distinct: caches of one set each")
+    t.eq(total(c1, "hit_keys") - total(c0, "hit_keys"), 0, "distinct: empty caches, no hits")
+    t.eq(total(c1, "insert_keys") - total(c0, "insert_keys"), 32 + 28,
+         "distinct: 32 of 232 distinct keys inserted into table 0, 28 into table 1")
+    d = H.diff(h1, h0)
+    t.eq((d["persistent_db_hit_keys"], d["default_value_keys"]), (520 + 60, 10 + 5),
+         "distinct: the counters count positions, not distinct keys")
+    c0 = cache_counters(w.metrics_port, "m")
+    _, got = H.decode_output(H.infer(w.http_port, "m", hot, binary=True))
+    c1 = cache_counters(w.metrics_port, "m")
+    want = model.expected(hot)
+    t.ok(got == want, "distinct: the hot keys exact", H.first_mismatch(got, want))
+    t.eq(total(c1, "hit_keys") - total(c0, "hit_keys"), 40,
+         "distinct: the most requested keys were the ones inserted (all hit)")
+
+
 def body(t, cl):
     rng = random.Random(4)
     scenario_partial(t, cl, rng)
     scenario_full(t, cl, rng)
     scenario_timer(t, cl, rng)
     scenario_pinned(t, cl, rng)
+    scenario_distinct(t, cl, rng)
 
 
 if __name__ == "__main__":
