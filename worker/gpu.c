@@ -157,31 +157,31 @@ static void pair_free(pair_t *p)
     *p = (pair_t){0};
 }
 
-/** Make p hold at least dbytes on the device and hbytes on the host
- *  (contents are not kept; each side grows with half again of room). */
+/** Make *buf (device, or pinned host memory when host) hold at least bytes
+ *  (contents are not kept; it grows with half again of room). */
+static int grow(void **buf, size_t *cap, size_t bytes, bool host)
+{
+    if (bytes <= *cap)
+        return 0;
+    if (host)
+        cudaFreeHost(*buf);
+    else
+        cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    size_t want = bytes + bytes / 2 + 256;
+    int rc = host ? ck(cudaMallocHost(buf, want), "cudaMallocHost")
+                  : ck(cudaMalloc(buf, want), "cudaMalloc");
+    if (rc == 0)
+        *cap = want;
+    return rc;
+}
+
+/** Make p hold at least dbytes on the device and hbytes on the host. */
 static int pair_reserve_hd(pair_t *p, size_t dbytes, size_t hbytes)
 {
-    if (dbytes > p->dcap) {
-        cudaFree(p->d);
-        p->d = NULL;
-        p->dcap = 0;
-        size_t cap = dbytes + dbytes / 2 + 256;
-        int rc = ck(cudaMalloc(&p->d, cap), "cudaMalloc");
-        if (rc < 0)
-            return rc;
-        p->dcap = cap;
-    }
-    if (hbytes > p->hcap) {
-        cudaFreeHost(p->h);
-        p->h = NULL;
-        p->hcap = 0;
-        size_t cap = hbytes + hbytes / 2 + 256;
-        int rc = ck(cudaMallocHost(&p->h, cap), "cudaMallocHost");
-        if (rc < 0)
-            return rc;
-        p->hcap = cap;
-    }
-    return 0;
+    int rc = grow(&p->d, &p->dcap, dbytes, false);
+    return rc ? rc : grow(&p->h, &p->hcap, hbytes, true);
 }
 
 static int pair_reserve(pair_t *p, size_t bytes)
@@ -582,8 +582,9 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                         float *out, float *d_out, struct mlayout *ret)
 {
     worker_model_t *m = &g->w->models[mi];
-    struct mlayout L = mlayout(nt, nkeys, d_out ? 0 : nfloats);     /* rows stay on the device */
-    int rc = pair_reserve_hd(&c->keys, L.end, out ? L.out : L.end); /* out: rows go there */
+    /* with d_out the rows stay on the device; with out the host needs no room for them */
+    struct mlayout L = mlayout(nt, nkeys, d_out ? 0 : nfloats);
+    int rc = pair_reserve_hd(&c->keys, L.end, out ? L.out : L.end);
     if (rc < 0)
         return rc;
     char *h = c->keys.h, *d = c->keys.d;
@@ -704,9 +705,9 @@ static int lookup_ctx(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     int rc = pair_reserve(&c->keys, nkeys * sizeof(int64_t));
     /* rows on the device unless d_out holds them; staged on the host only
      * when they cannot go straight to out */
+    size_t rows = nfloats * sizeof(float);
     if (rc == 0 && !d_out)
-        rc =
-            pair_reserve_hd(&c->out, nfloats * sizeof(float), direct ? 0 : nfloats * sizeof(float));
+        rc = pair_reserve_hd(&c->out, rows, direct ? 0 : rows);
     rc = rc ? rc : pair_reserve(&c->midx, nkeys * sizeof(uint32_t));
     rc = rc ? rc : pair_reserve(&c->mcount, nt * sizeof(uint32_t));
     if (rc < 0)
