@@ -36,6 +36,7 @@
 #define REG_PERIOD_NS  1000000000LL /* registry upkeep: deaths, refresher, counters */
 #define REPAIR_WAIT_MS 50           /* a set locked this long belongs to a dead writer */
 #define JOIN_FETCH_MS  2000         /* one descriptor request */
+#define GRAPH_SLOTS    4            /* captured one-launch lookups per context */
 
 /** A pinned host buffer and its device twin (sized apart). */
 typedef struct pair {
@@ -43,6 +44,18 @@ typedef struct pair {
     void *d;
     size_t hcap, dcap; /* bytes */
 } pair_t;
+
+/**
+ * A one-launch lookup (H2D request, lookup kernel, D2H result) captured as a
+ * CUDA graph, for one request shape and one set of buffers: replayed by one
+ * cudaGraphLaunch instead of three API calls.
+ */
+typedef struct graph {
+    cudaGraphExec_t exec; /* NULL: an empty slot, or (in want) a shape not captured yet */
+    const void *set;      /* the model's hps_gcache_set_t */
+    size_t nkeys, nfloats;
+    void *h, *d; /* c->keys at capture */
+} graph_t;
 
 /** One lookup context: owned by one request at a time. */
 typedef struct gctx {
@@ -54,6 +67,10 @@ typedef struct gctx {
     keyset_t ks;        /* distinct missed keys of the table at hand */
     uint32_t *pick;     /* [ks.cap] the distinct keys inserted */
     size_t pick_cap;
+    graph_t graphs[GRAPH_SLOTS];
+    graph_t want;        /* the last shape seen once: captured when it comes again */
+    unsigned graph_next; /* the slot replaced next */
+    bool graph_off;      /* a capture failed: this context launches the plain way */
     struct gctx *next;
 } gctx_t;
 
@@ -311,6 +328,9 @@ static void ctx_free(gctx_t *c, size_t slots)
         pair_free(ps[i]);
     keyset_free(&c->ks);
     free(c->pick);
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (c->graphs[i].exec)
+            cudaGraphExecDestroy(c->graphs[i].exec);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
@@ -574,8 +594,92 @@ static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
 }
 
 /*
+ * Enqueue the one-launch lookup of a request prepared in c->keys (layout L).
  * With out set (pinned host memory) the rows are copied there by a D2H of
  * their own and the result's D2H stops before them.
+ */
+static int enqueue_multi(struct worker_gpu *g, gctx_t *c, size_t mi, const struct mlayout *L,
+                         size_t nkeys, size_t nfloats, float *out, float *d_out)
+{
+    char *h = c->keys.h, *d = c->keys.d;
+    int rc = ck(cudaMemcpyAsync(d, h, L->midx, cudaMemcpyHostToDevice, c->stream), "H2D request");
+    if (rc == 0)
+        rc = hps_gcache_lookup_tables(
+            g->models[mi].set, (int64_t *)(d + L->keys), nkeys, (uint32_t *)(d + L->key_off),
+            (uint64_t *)(d + L->out_off), d_out ? d_out : (float *)(d + L->out),
+            (uint32_t *)(d + L->midx), (uint32_t *)(d + L->mcount), c->stream);
+    size_t to = out ? L->out : L->end; /* end of the result D2H */
+    if (rc == 0 && out)
+        rc = ck(cudaMemcpyAsync(out, d + L->out, nfloats * sizeof(float), cudaMemcpyDeviceToHost,
+                                c->stream),
+                "D2H rows");
+    if (rc == 0)
+        rc = ck(cudaMemcpyAsync(h + L->mcount, d + L->mcount, to - L->mcount,
+                                cudaMemcpyDeviceToHost, c->stream),
+                "D2H result");
+    return rc;
+}
+
+static bool graph_same(const graph_t *a, const graph_t *b)
+{
+    return a->set == b->set && a->nkeys == b->nkeys && a->nfloats == b->nfloats && a->h == b->h &&
+           a->d == b->d;
+}
+
+/** Capture enqueue_multi for shape k into a graph slot; NULL if CUDA refuses
+ *  (nothing is then enqueued, and the caller launches the plain way). */
+static cudaGraphExec_t graph_capture(struct worker_gpu *g, gctx_t *c, size_t mi,
+                                     const struct mlayout *L, const graph_t *k)
+{
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    int rc = enqueue_multi(g, c, mi, L, k->nkeys, k->nfloats, NULL, NULL);
+    if (cudaStreamEndCapture(c->stream, &graph) != cudaSuccess || rc < 0 || !graph ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+        exec = NULL;
+    if (graph)
+        cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    if (!exec) {
+        HPS_WARN("GPU: CUDA graph capture failed; lookup context stays on plain launches");
+        c->graph_off = true;
+        return NULL;
+    }
+    graph_t *slot = &c->graphs[c->graph_next++ % GRAPH_SLOTS];
+    if (slot->exec)
+        cudaGraphExecDestroy(slot->exec);
+    *slot = *k;
+    slot->exec = exec;
+    return exec;
+}
+
+/**
+ * The captured graph for shape k: one kept, or captured now when k came
+ * just before too (a shape that repeats; capturing costs more than the
+ * launches it replaces), else NULL.
+ */
+static cudaGraphExec_t graph_for(struct worker_gpu *g, gctx_t *c, size_t mi,
+                                 const struct mlayout *L, const graph_t *k)
+{
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (c->graphs[i].exec && graph_same(&c->graphs[i], k))
+            return c->graphs[i].exec;
+    if (!graph_same(&c->want, k)) {
+        c->want = *k;
+        return NULL;
+    }
+    return graph_capture(g, c, mi, L, k);
+}
+
+/*
+ * The one-launch lookup of a request, synchronized.  Rows to d_out (left
+ * on the device), to out (pinned host memory), or into c->keys.  The last
+ * case (small responses) replays a CUDA graph of the three steps when the
+ * request's shape repeats.
  */
 static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
                         const int32_t *numkeys, const int64_t *keys, size_t nkeys, size_t nfloats,
@@ -587,7 +691,7 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     int rc = pair_reserve_hd(&c->keys, L.end, out ? L.out : L.end);
     if (rc < 0)
         return rc;
-    char *h = c->keys.h, *d = c->keys.d;
+    char *h = c->keys.h;
     uint32_t *ko = (uint32_t *)(h + L.key_off);
     uint64_t *fo = (uint64_t *)(h + L.out_off);
     ko[0] = 0;
@@ -597,21 +701,12 @@ static int launch_multi(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t nt,
     }
     memcpy(h + L.keys, keys, nkeys * sizeof(int64_t));
     memset(h + L.mcount, 0, nt * sizeof(uint32_t));
-    rc = ck(cudaMemcpyAsync(d, h, L.midx, cudaMemcpyHostToDevice, c->stream), "H2D request");
-    if (rc == 0)
-        rc = hps_gcache_lookup_tables(
-            g->models[mi].set, (int64_t *)(d + L.keys), nkeys, (uint32_t *)(d + L.key_off),
-            (uint64_t *)(d + L.out_off), d_out ? d_out : (float *)(d + L.out),
-            (uint32_t *)(d + L.midx), (uint32_t *)(d + L.mcount), c->stream);
-    size_t to = out ? L.out : L.end; /* end of the result D2H */
-    if (rc == 0 && out)
-        rc = ck(cudaMemcpyAsync(out, d + L.out, nfloats * sizeof(float), cudaMemcpyDeviceToHost,
-                                c->stream),
-                "D2H rows");
-    if (rc == 0)
-        rc = ck(cudaMemcpyAsync(h + L.mcount, d + L.mcount, to - L.mcount, cudaMemcpyDeviceToHost,
-                                c->stream),
-                "D2H result");
+    graph_t k = {NULL, g->models[mi].set, nkeys, nfloats, c->keys.h, c->keys.d};
+    cudaGraphExec_t x = out || d_out || c->graph_off ? NULL : graph_for(g, c, mi, &L, &k);
+    if (x)
+        rc = ck(cudaGraphLaunch(x, c->stream), "graph launch");
+    else
+        rc = enqueue_multi(g, c, mi, &L, nkeys, nfloats, out, d_out);
     if (rc == 0)
         rc = ck(cudaStreamSynchronize(c->stream), "lookup");
     *ret = L;

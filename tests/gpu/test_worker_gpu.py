@@ -171,6 +171,22 @@ def scenario_full(t, cl, rng):
     t.eq(total(c1, "eviction_keys"), 0, "gpucacheper 1.0: the preload evicted nothing")
     t.ok(total(c1, "occupancy_bytes") == (30000 * 32 + 7000 * 4) * 4,
          "gpucacheper 1.0: every row of every table is on the GPU", c1)
+    # A shape that repeats is captured as a CUDA graph on its second request
+    # and replayed after; another shape between them keeps its own graph.
+    other = [rng.sample(model.file_keys[i], 100) for i in range(2)]
+    runs = [("A", kpt)] * 3 + [("B", other)] * 3 + [("A", kpt)] * 2
+    c0 = cache_counters(w.metrics_port, "m")
+    bad = []
+    for name, ks in runs:
+        _, got = H.decode_output(H.infer(w.http_port, "m", ks, binary=True))
+        if got != model.expected(ks):
+            bad.append(name)
+    c1 = cache_counters(w.metrics_port, "m")
+    t.ok(not bad, "repeated shapes (captured and replayed graphs): every answer exact", bad)
+    q = total(c1, "query_keys") - total(c0, "query_keys")
+    h = total(c1, "hit_keys") - total(c0, "hit_keys")
+    t.eq((q, h), (5 * 1000 + 3 * 200, 5 * 1000 + 3 * 200),
+         "replayed lookups count their keys and hits")
 
 
 def scenario_timer(t, cl, rng):
