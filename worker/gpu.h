@@ -21,7 +21,8 @@
  * miss positions D2H (one synchronization per request, all tables
  * together); the rows go straight into the caller's buffer when it is
  * page-locked (worker_gpu_pin), else through a pinned staging buffer and a
- * copy.  The misses go through the CPU path (volatile DB, miss queue,
+ * copy.  Small requests of a repeating shape replay a captured CUDA graph
+ * of those steps.  The misses go through the CPU path (volatile DB, miss queue,
  * default).  Per table and request, while the hit rate of that lookup is
  * below hit_rate_threshold the fetched rows are returned and inserted into
  * the cache before the call returns; at or above it the misses get the
