@@ -128,6 +128,19 @@ def check_async(t, model, w, kpt):
          "async worker: every found key now hits")
 
 
+def start_gpu_model(cl, name, instance, rows, dims, defaults, settings):
+    """Model "m" in a segment and directory of its own (name), a coordinator
+    and one GPU worker: gpucache on, 50 ms heartbeats, 2 HTTP threads, plus
+    settings.  Returns (model, worker)."""
+    seg = cl.new_segment_name(name)
+    model = cl.gen_model("m", rows=rows, dims=dims, defaults=defaults, subdir=name, segment=seg)
+    conf = cl.write_config(name + ".ini", model.ini_text, [
+        ("hps", "heartbeat_interval_ms", 50), ("worker", "http_threads", 2),
+        ("model.m", "gpucache", "true")] + settings)
+    cl.start_coordinator(conf)
+    return model, cl.start_worker(conf, instance=instance)
+
+
 def scenario_partial(t, cl, rng):
     model = cl.gen_model("m", rows=[20000, 5000], dims=[16, 8], defaults=[0.5, -2.0])
     base = [("volatile_db", "initial_cache_rate", RATE),
@@ -150,15 +163,9 @@ def scenario_partial(t, cl, rng):
 
 
 def scenario_full(t, cl, rng):
-    seg = cl.new_segment_name("full")
-    model = cl.gen_model("m", rows=[30000, 7000], dims=[32, 4], defaults=[1.0, 2.0],
-                         subdir="full", segment=seg)
-    conf = cl.write_config("full.ini", model.ini_text, [
-        ("volatile_db", "initial_cache_rate", 1.0), ("hps", "heartbeat_interval_ms", 50),
-        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
-        ("model.m", "gpucacheper", 1.0), ("model.m", "hit_rate_threshold", 0.5)])
-    cl.start_coordinator(conf)
-    w = cl.start_worker(conf, instance=2)
+    model, w = start_gpu_model(cl, "full", 2, [30000, 7000], [32, 4], [1.0, 2.0], [
+        ("volatile_db", "initial_cache_rate", 1.0), ("model.m", "gpucacheper", 1.0),
+        ("model.m", "hit_rate_threshold", 0.5)])
     kpt = [rng.sample(model.file_keys[i], 500) for i in range(2)]
     c0 = cache_counters(w.metrics_port, "m")
     _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
@@ -193,17 +200,11 @@ def scenario_timer(t, cl, rng):
     """refresh_delay / refresh_interval / cache_refresh_percentage_per_iteration:
     every cached row is re-read from the layers below (volatile DB, then the
     coordinator's persistent DB) periodically, in steps; answers stay exact."""
-    seg = cl.new_segment_name("timer")
-    model = cl.gen_model("m", rows=[12000, 3000], dims=[16, 8], defaults=[0.0, 0.0],
-                         subdir="timer", segment=seg)
-    conf = cl.write_config("timer.ini", model.ini_text, [
-        ("volatile_db", "initial_cache_rate", 0.5), ("hps", "heartbeat_interval_ms", 50),
-        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
-        ("model.m", "gpucacheper", 1.0), ("model.m", "hit_rate_threshold", 2.0),
-        ("model.m", "refresh_delay", 0.5), ("model.m", "refresh_interval", 1),
+    model, w = start_gpu_model(cl, "timer", 3, [12000, 3000], [16, 8], [0.0, 0.0], [
+        ("volatile_db", "initial_cache_rate", 0.5), ("model.m", "gpucacheper", 1.0),
+        ("model.m", "hit_rate_threshold", 2.0), ("model.m", "refresh_delay", 0.5),
+        ("model.m", "refresh_interval", 1),
         ("model.m", "cache_refresh_percentage_per_iteration", 0.05)])
-    cl.start_coordinator(conf)
-    w = cl.start_worker(conf, instance=3)
     kpt = [rng.sample(model.file_keys[i], 400) for i in range(2)]
     want = model.expected(kpt)
     _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
@@ -225,15 +226,9 @@ def scenario_pinned(t, cl, rng):
     the GPU straight into it, on both launch paths (one launch for every
     table up to 1,024 keys per table, one per table above); every answer is
     exact, unknown keys included."""
-    seg = cl.new_segment_name("pinned")
-    model = cl.gen_model("m", rows=[4000, 1000], dims=[256, 8], defaults=[3.0, -1.0],
-                         subdir="pinned", segment=seg)
-    conf = cl.write_config("pinned.ini", model.ini_text, [
-        ("volatile_db", "initial_cache_rate", 1.0), ("hps", "heartbeat_interval_ms", 50),
-        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
-        ("model.m", "gpucacheper", 1.0), ("model.m", "hit_rate_threshold", 2.0)])
-    cl.start_coordinator(conf)
-    w = cl.start_worker(conf, instance=4)
+    model, w = start_gpu_model(cl, "pinned", 4, [4000, 1000], [256, 8], [3.0, -1.0], [
+        ("volatile_db", "initial_cache_rate", 1.0), ("model.m", "gpucacheper", 1.0),
+        ("model.m", "hit_rate_threshold", 2.0)])
     pinned = lambda: int(H.metrics(w.metrics_port).get("nv_hps_pinned_output_bytes", -1))
     t.eq(pinned(), 0, "nothing pinned before the first large response")
     for n, path in ((1000, "one launch"), (6000, "a launch per table")):
@@ -257,16 +252,9 @@ def scenario_distinct(t, cl, rng):
     cold keys once (232 distinct > 32): only the 32 hot keys are inserted.
     Table 1: 8 hot keys x 5 and 20 cold keys once (28 distinct): each once.
     The model's counters still count request positions."""
-    seg = cl.new_segment_name("distinct")
-    model = cl.gen_model("m", rows=[2000, 1000], dims=[16, 8], defaults=[0.25, -4.0],
-                         subdir="distinct", segment=seg)
-    conf = cl.write_config("distinct.ini", model.ini_text, [
-        ("volatile_db", "initial_cache_rate", 0.0), ("hps", "heartbeat_interval_ms", 50),
-        ("worker", "http_threads", 2), ("worker", "miss_timeout_ms", 2000),
-        ("model.m", "gpucache", "true"), ("model.m", "gpucacheper", 0.016),
-        ("model.m", "hit_rate_threshold", 2.0)])
-    cl.start_coordinator(conf)
-    w = cl.start_worker(conf, instance=5)
+    model, w = start_gpu_model(cl, "distinct", 5, [2000, 1000], [16, 8], [0.25, -4.0], [
+        ("volatile_db", "initial_cache_rate", 0.0), ("worker", "miss_timeout_ms", 2000),
+        ("model.m", "gpucacheper", 0.016), ("model.m", "hit_rate_threshold", 2.0)])
     hot, kpt = [], []
     for i, (nh, reps, ncold, nunk) in enumerate(((32, 10, 200, 2), (8, 5, 20, 1))):
         ks = rng.sample(model.file_keys[i], nh + ncold)
