@@ -396,8 +396,11 @@ static int ctx_ws(gctx_t *c, size_t s, hps_gcache_t *cache, uint64_t n, hps_gcac
 
 /* ---- lookup ------------------------------------------------------------ */
 
-/** Insert k rows staged in c->ikeys / c->ivals into the cache (on c's stream). */
-static int insert_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t dim)
+/**
+ * Write k rows staged in c->ikeys.h / c->ivals.h into the cache (on c's
+ * stream): inserted, or with update set only replacing keys already cached.
+ */
+static int write_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t dim, bool update)
 {
     if (k == 0)
         return 0;
@@ -409,8 +412,28 @@ static int insert_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t dim)
                                 cudaMemcpyHostToDevice, c->stream),
                 "H2D rows");
     if (rc == 0)
-        rc = hps_gcache_insert(cache, c->ikeys.d, c->ivals.d, k, c->stream);
+        rc = update ? hps_gcache_update(cache, c->ikeys.d, c->ivals.d, k, c->stream)
+                    : hps_gcache_insert(cache, c->ikeys.d, c->ivals.d, k, c->stream);
     return rc;
+}
+
+/**
+ * Keep the found of n keys (src) and their rows (dim floats each, in place):
+ * the kept keys go to dst (which may be src), in order.  Returns how many.
+ */
+static size_t keep_found(int64_t *dst, const int64_t *src, float *rows, const uint8_t *found,
+                         size_t n, uint32_t dim)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!found[i])
+            continue;
+        dst[k] = src[i];
+        if (k != i)
+            memmove(rows + k * dim, rows + i * dim, dim * sizeof(float));
+        k++;
+    }
+    return k;
 }
 
 /** Queue the missing keys for the background thread (dropped when full). */
@@ -500,7 +523,7 @@ static int misses(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t, const 
         ik[j] = s->keys[c->pick[j]];
         memmove(iv + (size_t)j * dim, iv + (size_t)c->pick[j] * dim, dim * sizeof(float));
     }
-    rc = insert_staged(c, cache, (size_t)k, dim);
+    rc = write_staged(c, cache, (size_t)k, dim, false);
     return rc < 0 ? rc : k > 0;
 }
 
@@ -889,16 +912,9 @@ static void run_job(struct worker_gpu *g, gctx_t *c, job_t *j)
     pthread_rwlock_rdlock(&w->seg_lock);
     fetch(w, m, j->t, j->keys, j->n, iv, found, NULL);
     pthread_rwlock_unlock(&w->seg_lock);
-    size_t k = 0;
-    for (size_t i = 0; i < j->n; i++) {
-        if (!found[i])
-            continue;
-        ik[k] = j->keys[i];
-        memmove(iv + k * dim, iv + i * dim, dim * sizeof(float));
-        k++;
-    }
+    size_t k = keep_found(ik, j->keys, iv, found, j->n, dim);
     free(found);
-    if (insert_staged(c, g->models[j->mi].tables[j->t].cache, k, dim) == 0)
+    if (write_staged(c, g->models[j->mi].tables[j->t].cache, k, dim, false) == 0)
         ck(cudaStreamSynchronize(c->stream), "background insert");
 }
 
@@ -971,27 +987,10 @@ static int refresh_staged(struct worker_gpu *g, gctx_t *c, size_t mi, uint32_t t
         fetch(w, m, t, ik, n, iv, found, NULL);
     else if ((rc = hps_shmdb_lookup(w->db, m->vdb_ids[t], n, k, iv, found, &hits)) < 0)
         return rc;
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!found[i])
-            continue;
-        if (j != i) {
-            ik[j] = ik[i];
-            memmove(iv + j * dim, iv + i * dim, dim * sizeof(float));
-        }
-        j++;
-    }
+    size_t j = keep_found(ik, ik, iv, found, n, dim);
     if (j == 0)
         return 0;
-    hps_gcache_t *cache = g->models[mi].tables[t].cache;
-    rc = ck(cudaMemcpyAsync(c->ikeys.d, ik, j * sizeof(int64_t), cudaMemcpyHostToDevice, c->stream),
-            "H2D refresh keys");
-    if (rc == 0)
-        rc = ck(cudaMemcpyAsync(c->ivals.d, iv, j * dim * sizeof(float), cudaMemcpyHostToDevice,
-                                c->stream),
-                "H2D refresh rows");
-    if (rc == 0)
-        rc = hps_gcache_update(cache, c->ikeys.d, c->ivals.d, j, c->stream);
+    rc = write_staged(c, g->models[mi].tables[t].cache, j, dim, true);
     if (rc == 0)
         rc = ck(cudaStreamSynchronize(c->stream), "refresh");
     return rc;
@@ -1290,7 +1289,7 @@ struct preload {
 static int preload_flush(struct preload *p)
 {
     if (p->rc == 0 && p->k)
-        p->rc = insert_staged(p->c, p->cache, p->k, p->dim);
+        p->rc = write_staged(p->c, p->cache, p->k, p->dim, false);
     if (p->rc == 0 && p->k)
         p->rc = ck(cudaStreamSynchronize(p->c->stream), "preload");
     p->k = 0;
