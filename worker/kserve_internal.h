@@ -219,6 +219,7 @@ struct hps__shm_region;
 struct hps__shm {
     pthread_mutex_t mu;           /* guards head and every region's users/registered */
     struct hps__shm_region *head; /* sorted by name */
+    unsigned count;               /* regions in the table (at most HPS__SHM_MAX_REGIONS) */
     bool enabled;                 /* client registration allowed */
     bool cuda;                    /* CUDA regions too (CUDA builds only) */
 };
@@ -243,8 +244,11 @@ void hps__shm_fini(struct hps__shm *s);
 
 /**
  * Register system region `name` from a JSON body {"key","offset","byte_size"}.
- * @return 0, or -1 with err: 400 (bad body, missing field, invalid key,
- *         window outside the object, duplicate name), 500 (shm_open, mmap).
+ * The region keeps the object's descriptor (its size is checked per use).
+ * @return 0, or -1 with err: 400 (bad body, missing field, invalid key:
+ *         empty, with a NUL byte, of Triton's reserved prefix or of an HPS
+ *         segment ("hps."), window outside the object, duplicate name,
+ *         HPS__SHM_MAX_REGIONS registered), 500 (shm_open, mmap).
  */
 int hps__shm_register(struct hps__shm *s, const char *name, const char *body, size_t len,
                       hps__kerr_t *err);
@@ -255,7 +259,8 @@ int hps__shm_register(struct hps__shm *s, const char *name, const char *body, si
  * opened on device_id; byte_size may not exceed the allocation.
  * @return 0, or -1 with err: 400 (bad body, missing field, bad base64 or
  *         handle size, duplicate name, unknown device, handle that cannot be
- *         opened, byte_size 0 or past the allocation), 501 (s->cuda false).
+ *         opened, byte_size 0 or past the allocation, HPS__SHM_MAX_REGIONS
+ *         registered), 501 (s->cuda false).
  */
 int hps__shm_register_cuda(struct hps__shm *s, const char *name, const char *body, size_t len,
                            hps__kerr_t *err);
@@ -278,10 +283,12 @@ void hps__shm_unregister(struct hps__shm *s, bool cuda, const char *name);
 
 /**
  * Lend [offset, offset + size) of region name[0, name_len) to a request,
- * checked against the registered size; write: the region must be writable.
+ * checked against the registered size and, for a system region, against
+ * its object's size now (fstat); write: the region must be writable.
  * @param s  the table, or NULL (no region exists: 404).
- * @return 0 and ret, or -1 with err: 404 unknown region, 400 out of bounds
- *         or read-only.
+ * @return 0 and ret, or -1 with err: 404 unknown region, 400 out of bounds,
+ *         read-only, or an object truncated below the registered window;
+ *         500 fstat failed.
  */
 int hps__shm_acquire(struct hps__shm *s, const char *name, size_t name_len, uint64_t offset,
                      uint64_t size, bool write, struct hps__shm_ref *ret, hps__kerr_t *err);

@@ -8,9 +8,20 @@
  * Registration (Triton's SharedMemoryManager): shm_open(key) read-write,
  * or read-only when the key's permissions allow only that; the registered
  * window [offset, offset + byte_size) must lie inside the object (fstat);
- * the window is mapped (from the page below offset, so any offset works)
- * and the descriptor closed.  Names are unique; the status lists regions
- * sorted by name, like Triton's std::map.
+ * the window is mapped (from the page below offset, so any offset works).
+ * Names are unique; the status lists regions sorted by name, like Triton's
+ * std::map.  Unlike Triton, the server refuses keys of its own segments
+ * (prefix "hps.": a client could otherwise have OUTPUT0 written over the
+ * volatile DB), keys with a NUL byte, and more than HPS__SHM_MAX_REGIONS
+ * regions.
+ *
+ * Truncation.  A request reads and writes a system window in place, and a
+ * mapped page past the end of its object faults (SIGBUS).  So a region
+ * keeps its descriptor, and every hps__shm_acquire() checks the object's
+ * size again (fstat): a client that shrank its object after registering it
+ * gets a 400, not a dead worker.  (A client that shrinks it while a
+ * request of its own is using the window can still fault the worker: that
+ * window is mapped memory for the length of the lookup.)
  *
  * CUDA registration: raw_handle.b64 must decode to the 64 bytes of a
  * cudaIpcMemHandle_t, device_id must be a device this process sees, the
@@ -41,8 +52,13 @@
 
 /** Keys of this prefix belong to Triton's Python backend. */
 #define RESERVED_PREFIX "triton_python_backend_shm_region_"
+/** Keys of this prefix name HPS segments (shmdb/segment.c: "/hps.<name>"). */
+#define SEGMENT_PREFIX "hps."
 /** Longest region name or key accepted. */
 #define SHM_NAME_MAX 255
+/** Most regions registered at once, of both kinds: each system region holds
+ * a descriptor and a mapping (vm.max_map_count), and the table is a list. */
+#define HPS__SHM_MAX_REGIONS 4096
 
 #define NAMEFMT       "%.*s"
 #define NAMEARG(s, n) (int)((n) > 128 ? 128 : (n)), (s)
@@ -53,6 +69,7 @@ struct hps__shm_region {
     char *key;
     uint64_t offset;
     uint64_t byte_size;
+    int fd;    /* the object (system regions; -1 otherwise): its size is checked per use */
     void *map; /* mmap base, page-aligned */
     size_t map_len;
     char *addr; /* the registered window: map + offset % page */
@@ -78,6 +95,8 @@ static void region_free(struct hps__shm_region *r)
         hps__cuda_ipc_close(&r->ipc);
     if (r->map)
         munmap(r->map, r->map_len);
+    if (r->fd >= 0)
+        close(r->fd);
     free(r->name);
     free(r->key);
     free(r);
@@ -98,6 +117,7 @@ void hps__shm_fini(struct hps__shm *s)
 struct reg_args {
     const char *name;
     const char *key;
+    size_t key_len; /* as JSON gave it: a NUL inside makes it longer than strlen */
     int64_t offset;
     int64_t byte_size;
 };
@@ -131,6 +151,7 @@ static int reg_parse(json_object *root, struct reg_args *a, hps__kerr_t *err)
     if (reg_field(root, "key", json_type_string, &v, err))
         return -1;
     a->key = json_object_get_string(v);
+    a->key_len = (size_t)json_object_get_string_len(v);
     a->offset = 0;
     if (json_object_object_get_ex(root, "offset", &v)) {
         if (!json_object_is_type(v, json_type_int) || (a->offset = json_object_get_int64(v)) < 0)
@@ -144,11 +165,12 @@ static int reg_parse(json_object *root, struct reg_args *a, hps__kerr_t *err)
     return 0;
 }
 
-/* Keys the server refuses: empty or all slashes, and the reserved prefix. */
+/* Keys the server refuses: empty, all slashes or with a NUL byte, the
+ * reserved prefix, and the prefix of HPS segments. */
 static int check_key(const struct reg_args *a, hps__kerr_t *err)
 {
     const char *k = a->key + strspn(a->key, "/");
-    if (*k == '\0' || strlen(a->key) > SHM_NAME_MAX || strchr(k, '/'))
+    if (*k == '\0' || a->key_len > SHM_NAME_MAX || strlen(a->key) != a->key_len || strchr(k, '/'))
         return hps__kerr_set(err, 400,
                              "cannot register shared memory region '%.128s' with key "
                              "'%.128s' as the key is not a valid shared memory key",
@@ -158,6 +180,11 @@ static int check_key(const struct reg_args *a, hps__kerr_t *err)
                              "cannot register shared memory region '%.128s' with key "
                              "'%.128s' as the key contains the reserved prefix '" RESERVED_PREFIX
                              "'",
+                             a->name, a->key);
+    if (strncmp(k, SEGMENT_PREFIX, strlen(SEGMENT_PREFIX)) == 0)
+        return hps__kerr_set(err, 400,
+                             "cannot register shared memory region '%.128s' with key '%.128s' as "
+                             "the key names an HPS segment (prefix '" SEGMENT_PREFIX "')",
                              a->name, a->key);
     return 0;
 }
@@ -203,6 +230,8 @@ static int map_window(int fd, const struct reg_args *a, struct hps__shm_region *
 static struct hps__shm_region *region_open(const struct reg_args *a, hps__kerr_t *err)
 {
     struct hps__shm_region *r = calloc(1, sizeof(*r));
+    if (r)
+        r->fd = -1;
     if (!r || !(r->name = strdup(a->name)) || !(r->key = strdup(a->key))) {
         if (r)
             region_free(r);
@@ -211,11 +240,8 @@ static struct hps__shm_region *region_open(const struct reg_args *a, hps__kerr_t
     }
     r->offset = (uint64_t)a->offset;
     r->byte_size = (uint64_t)a->byte_size;
-    int fd = open_key(a, &r->writable, err);
-    int rc = fd < 0 ? -1 : map_window(fd, a, r, err);
-    if (fd >= 0)
-        close(fd);
-    if (rc) {
+    r->fd = open_key(a, &r->writable, err);
+    if (r->fd < 0 || map_window(r->fd, a, r, err)) {
         region_free(r);
         return NULL;
     }
@@ -230,6 +256,12 @@ static int table_insert(struct hps__shm *s, struct hps__shm_region *r, hps__kerr
         pp = &(*pp)->next;
     if (*pp && strcmp((*pp)->name, r->name) == 0)
         return hps__kerr_set(err, 400, "shared memory region '%.128s' already in manager", r->name);
+    if (s->count >= HPS__SHM_MAX_REGIONS)
+        return hps__kerr_set(err, 400,
+                             "cannot register shared memory region '%.128s': %d regions are "
+                             "registered, the most this server holds; unregister some first",
+                             r->name, HPS__SHM_MAX_REGIONS);
+    s->count++;
     r->next = *pp;
     r->registered = true;
     *pp = r;
@@ -379,6 +411,8 @@ static int cuda_apply(struct hps__shm *s, const struct cuda_args *a, hps__kerr_t
                              "args: byte_size 0",
                              a->name);
     struct hps__shm_region *r = calloc(1, sizeof(*r));
+    if (r)
+        r->fd = -1;
     if (!r || !(r->name = strdup(a->name))) {
         free(r);
         return hps__kerr_set(err, 500, "out of memory");
@@ -494,6 +528,7 @@ void hps__shm_unregister(struct hps__shm *s, bool cuda, const char *name)
             continue;
         }
         struct hps__shm_region *r = table_remove(pp);
+        s->count--;
         if (r) {
             r->next = dead;
             dead = r;
@@ -517,6 +552,25 @@ static struct hps__shm_region *table_find(struct hps__shm *s, const char *name, 
         if (strlen(r->name) == n && memcmp(r->name, name, n) == 0)
             return r;
     return NULL;
+}
+
+/* 400 if a system region's object no longer holds its registered window
+ * (the client truncated it): touching the mapping there would fault. */
+static int check_object(const struct hps__shm_region *r, hps__kerr_t *err)
+{
+    struct stat st;
+    if (r->cuda)
+        return 0;
+    if (fstat(r->fd, &st) != 0)
+        return hps__kerr_set(err, 500, "Unable to stat shared memory region: '%.128s'", r->name);
+    if ((uint64_t)st.st_size < r->offset + r->byte_size)
+        return hps__kerr_set(err, 400,
+                             "shared memory region '%.128s' was truncated: its key '%.128s' now "
+                             "holds %llu bytes, the registered window ends at %llu; register it "
+                             "again",
+                             r->name, r->key, (unsigned long long)st.st_size,
+                             (unsigned long long)(r->offset + r->byte_size));
+    return 0;
 }
 
 /* Triton's GetMemoryInfo bounds checks against the registered size. */
@@ -545,7 +599,7 @@ int hps__shm_acquire(struct hps__shm *s, const char *name, size_t name_len, uint
     if (!r)
         rc = hps__kerr_set(err, 404, "Unable to find shared memory region: '" NAMEFMT "'",
                            NAMEARG(name, name_len));
-    else if (check_bounds(r, offset, size, err))
+    else if (check_bounds(r, offset, size, err) || check_object(r, err))
         rc = -1;
     else if (write && !r->writable)
         rc = hps__kerr_set(err, 400,

@@ -1,13 +1,16 @@
 /*
  * hps-worker -- serves embedding lookups over the KServe v2 / Triton HTTP
- * protocol from the host's shared-memory volatile database, with misses
- * answered by the coordinator (CPU mode; the GPU cache comes later).
+ * protocol: from its device's GPU embedding caches (worker/gpu.c) when the
+ * model has them, else from the host's shared-memory volatile database,
+ * with misses answered by the coordinator.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,6 +162,25 @@ static int serve(worker_t *w, const struct args *a)
     return ex;
 }
 
+/* Descriptors: one per HTTP connection (max_connections, 1,024) and one per
+ * registered system shared-memory region (up to 4,096), beside the segment,
+ * RocksDB and CUDA.  The usual soft limit of 1,024 is below that, so take
+ * the hard limit, as Redis and nginx do; logged when it stays lower. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        HPS_WARN("open files limit stays at %llu: %s", (unsigned long long)was, strerror(errno));
+    else if (rl.rlim_cur < 8192)
+        HPS_WARN("open files limit %llu (hard limit): fewer connections and shared-memory "
+                 "regions than configured may fit",
+                 (unsigned long long)rl.rlim_cur);
+}
+
 /* HugeCTR's shared_memory_auto_remove: the last process out removes the
  * segment (only when no coordinator serves it any more). */
 static void release_segment(worker_t *w)
@@ -191,6 +213,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
     worker_t w = {.conf = conf,
                   .device = a.device,
                   .instance = a.instance,

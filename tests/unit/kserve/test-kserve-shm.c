@@ -4,10 +4,12 @@
  * server; KEYS / NUMKEYS are read from them and OUTPUT0 written into them.
  * Register / status / unregister semantics, every error with its status
  * and message, bounds against the registered size, unregistering while a
- * lookup is in flight, and a server with client shared memory disabled.
+ * lookup is in flight, objects truncated after registration, the cap on
+ * regions, and a server with client shared memory disabled.
  */
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <json-c/json.h>
@@ -42,6 +44,16 @@ static void obj_make(struct obj *o, const char *tag, size_t size)
     KS_CHECK(o->p != MAP_FAILED, "mmap");
     close(fd);
     o->size = size;
+}
+
+/* Resize the object under the test's own mapping (shrinking it makes the
+ * mapped pages past the new end fault, in the server as here). */
+static void obj_resize(struct obj *o, size_t size)
+{
+    int fd = shm_open(o->key, O_RDWR, 0);
+    KS_CHECK(fd >= 0, "shm_open %s: %s", o->key, strerror(errno));
+    KS_CHECK(ftruncate(fd, (off_t)size) == 0, "ftruncate");
+    close(fd);
 }
 
 static void obj_free(struct obj *o)
@@ -330,6 +342,13 @@ static void test_register_errors(void **state)
     reg("bad", "///", 0, 8, 400, "not a valid shared memory key");
     reg("bad", "/triton_python_backend_shm_region_1", 0, 8, 400,
         "as the key contains the reserved prefix 'triton_python_backend_shm_region_'");
+    /* a NUL inside the key would register the name before it */
+    reg("bad", "/hps_kst_a\\u0000zz", 0, 8, 400, "not a valid shared memory key");
+    /* the server's own segments: OUTPUT0 would be written over the VDB */
+    reg("bad", "/hps.demo", 0, 8, 400,
+        "cannot register shared memory region 'bad' with key '/hps.demo' as the key names an "
+        "HPS segment (prefix 'hps.')");
+    reg("bad", "//hps.x", 0, 8, 400, "names an HPS segment");
     reg("bad", "/hps_kst_does_not_exist", 0, 8, 500,
         "Unable to open shared memory region: '/hps_kst_does_not_exist'");
     json_object *none = status_json(NULL);
@@ -529,6 +548,81 @@ static void test_infer_shm_errors(void **state)
     obj_free(&a);
 }
 
+/* A client truncates its object after registering it: requests naming the
+ * region get a 400 (the server used to die of SIGBUS reading KEYS or
+ * writing OUTPUT0 in place), other requests are served, and once the
+ * object is large enough again the region serves again. */
+static void test_truncated(void **state)
+{
+    (void)state;
+    struct obj a, o;
+    obj_make(&a, "ti", OBJ_SIZE);
+    obj_make(&o, "to", OBJ_SIZE);
+    int64_t keys[28];
+    put_wdl(a.p, 1, 0, 512, keys);
+    reg("ti", a.key, 0, 600, 200, NULL);
+    reg("to", o.key, 0, OBJ_SIZE, 200, NULL);
+    struct shmref k = {"ti", 224, 0}, nk = {"ti", 8, 512}, out = {"to", 1672, 0};
+    expect_infer(infer_body(28, &k, &nk, &out, NULL), 200, NULL);
+    obj_resize(&a, 0);
+    expect_infer(infer_body(28, &k, &nk, NULL, NULL), 400,
+                 "shared memory region 'ti' was truncated: its key");
+    obj_resize(&a, 599); /* one byte short of the registered window */
+    expect_infer(infer_body(28, &k, &nk, NULL, NULL), 400,
+                 "now holds 599 bytes, the registered "
+                 "window ends at 600; register it again");
+    obj_resize(&a, OBJ_SIZE);
+    put_wdl(a.p, 1, 0, 512, keys); /* the pages came back zeroed */
+    obj_resize(&o, 1000);
+    expect_infer(infer_body(28, &k, &nk, &out, NULL), 400,
+                 "shared memory region 'to' was truncated");
+    struct ks_resp r;
+    infer(infer_body(28, &k, &nk, NULL, NULL), &r); /* KEYS from the region again */
+    KS_EXPECT(&r, 200, NULL);
+    ks_resp_free(&r);
+    json_object *st = status_json(NULL); /* both still registered */
+    KS_CHECK(json_object_array_length(st) == 2, "two regions listed");
+    json_object_put(st);
+    obj_free(&a);
+    obj_free(&o);
+}
+
+/* At most 4,096 regions (each holds a descriptor and a mapping): the next
+ * one gets a 400 that says so, and unregistering makes room again. */
+static void test_region_cap(void **state)
+{
+    (void)state;
+    struct rlimit rl;
+    KS_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0, "getrlimit");
+    if (rl.rlim_cur < 4400 && rl.rlim_max >= 4400) {
+        rl.rlim_cur = 4400;
+        KS_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit");
+    }
+    if (rl.rlim_cur < 4400) {
+        printf("# region cap: skipped, RLIMIT_NOFILE hard limit %llu < 4400\n",
+               (unsigned long long)rl.rlim_max);
+        return;
+    }
+    struct obj a;
+    obj_make(&a, "cap", OBJ_SIZE);
+    char name[32];
+    for (int i = 0; i < 4096; i++) {
+        snprintf(name, sizeof(name), "c%04d", i);
+        reg(name, a.key, i % 512, 8, 200, NULL);
+    }
+    reg("c4096", a.key, 0, 8, 400,
+        "cannot register shared memory region 'c4096': 4096 regions are registered, the most "
+        "this server holds; unregister some first");
+    unreg("c0007");
+    reg("c4096", a.key, 0, 8, 200, NULL);
+    json_object *st = status_json(NULL);
+    KS_CHECK(json_object_array_length(st) == 4096, "4096 regions listed");
+    json_object_put(st);
+    unreg(NULL);
+    reg("again", a.key, 0, 8, 200, NULL);
+    obj_free(&a);
+}
+
 /** A request run on its own thread. */
 struct flight {
     const char *body;
@@ -691,6 +785,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_infer_shm, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_infer_shm_mixed, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_infer_shm_errors, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_truncated, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_region_cap, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_unregister_inflight, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_unregister_race, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_disabled, test_setup, test_teardown),
