@@ -262,6 +262,11 @@ hps_err_t hps_conf_load_string(const char *text, const char *name, hps_conf_t **
 }
 
 /* Read a whole regular file into a malloc'd, NUL-terminated buffer. */
+/** Largest configuration file read (a guard against /dev/zero and the like). */
+#define CONF_FILE_MAX (16u << 20)
+
+/* Read a whole configuration file: a regular file or a pipe (e.g. <(...)),
+ * at most CONF_FILE_MAX bytes.  -EISDIR, -ENODEV (a device), -EFBIG. */
 static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -276,11 +281,15 @@ static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len)
         rc = -errno;
         goto out;
     }
-    if (S_ISDIR(st.st_mode)) {
-        rc = -EISDIR;
+    if (S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+        rc = S_ISDIR(st.st_mode) ? -EISDIR : -ENODEV;
         goto out;
     }
     for (;;) {
+        if (len >= CONF_FILE_MAX) {
+            rc = -EFBIG;
+            goto out;
+        }
         if (len + 1 >= cap) {
             cap = cap ? cap * 2 : 4096;
             char *t = realloc(text, cap);
@@ -318,7 +327,12 @@ hps_err_t hps__read_file(const char *path, char **ret_text, size_t *ret_len, cha
 {
     hps_err_t rc = read_file(path, ret_text, ret_len);
 
-    if (rc)
+    if (rc == -ENODEV)
+        hps__msg(err, err_len, "cannot read %s: a device, not a configuration file", path);
+    else if (rc == -EFBIG)
+        hps__msg(err, err_len, "cannot read %s: larger than %u MiB, not a configuration file", path,
+                 CONF_FILE_MAX >> 20);
+    else if (rc)
         hps__msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
     return rc;
 }

@@ -114,6 +114,30 @@ static void test_value_syntax(void **state)
     hps_conf_free(c);
 }
 
+/* Values stored as fp32 stay finite (1e39 used to be served as Infinity,
+ * which is not JSON), and refresh_delay stays within what the worker's
+ * nanosecond timer holds (1e10 s overflowed it: the refresh ran at once). */
+static void test_fp32_and_timer_ranges(void **state)
+{
+    (void)state;
+    ct_load_fails(CT_MODEL "default_value_for_each_table = 1e39, 0\n",
+                  "t.ini:5: [model.m] default_value_for_each_table = 1e39, 0: entry 1 (1e39) must "
+                  "be a number in [-3.4028234663852886e+38, 3.4028234663852886e+38]");
+    ct_load_fails(CT_MODEL "default_value_for_each_table = 0, -1e300\n",
+                  "t.ini:5: [model.m] default_value_for_each_table = 0, -1e300: entry 2 (-1e300) "
+                  "must be a number in [-3.4028234663852886e+38, 3.4028234663852886e+38]");
+    ct_load_fails(CT_MODEL "refresh_delay = 1e10\n",
+                  "t.ini:5: [model.m] refresh_delay = 1e10: must be a number in [0, 2147483647]");
+    char err[256];
+    hps_conf_t *c = NULL;
+    const char *ok = CT_MODEL "default_value_for_each_table = 3.4e38, -3.4e38\n"
+                              "refresh_delay = 2147483647\n";
+    assert_int_equal(hps_conf_load_string(ok, "t.ini", &c, err, sizeof(err)), 0);
+    assert_true(c->models[0].default_value_for_each_table[1] == -3.4e38);
+    assert_true(c->models[0].refresh_delay == 2147483647.0);
+    hps_conf_free(c);
+}
+
 static void test_vdb_disabled_aliases(void **state)
 {
     static const char *const names[] = {"disabled", "disable", "none"};
@@ -468,6 +492,9 @@ static void test_load_file(void **state)
     char *msg = ct_fmt("cannot read %s: No such file or directory", missing);
     assert_string_equal(err, msg);
     assert_int_equal(hps_conf_load(dir, &c, err, sizeof(err)), -EISDIR);
+    /* a device: /dev/zero used to be read until memory ran out */
+    assert_int_equal(hps_conf_load("/dev/zero", &c, err, sizeof(err)), -ENODEV);
+    assert_string_equal(err, "cannot read /dev/zero: a device, not a configuration file");
 
     FILE *f = fopen(path, "w");
     assert_non_null(f);
@@ -486,6 +513,16 @@ static void test_load_file(void **state)
     char *nul = ct_fmt("%s:2: the line contains a NUL byte", path);
     assert_string_equal(err, nul);
 
+    /* more than 16 MiB (of comment lines): refused, not parsed */
+    f = fopen(path, "w");
+    for (int i = 0; i < (16 << 20) / 64 + 1; i++)
+        fprintf(f, "; %61d\n", i);
+    fclose(f);
+    assert_int_equal(hps_conf_load(path, &c, err, sizeof(err)), -EFBIG);
+    char *big = ct_fmt("cannot read %s: larger than 16 MiB, not a configuration file", path);
+    assert_string_equal(err, big);
+    free(big);
+
     unlink(path);
     rmdir(dir);
     free(nul);
@@ -500,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_empty_file_gives_defaults),
         cmocka_unit_test(test_model_fields),
         cmocka_unit_test(test_value_syntax),
+        cmocka_unit_test(test_fp32_and_timer_ranges),
         cmocka_unit_test(test_vdb_disabled_aliases),
         cmocka_unit_test(test_numbers_ignore_process_locale),
         cmocka_unit_test(test_comments_blank_lines_colon_bom_crlf),

@@ -266,13 +266,43 @@ static char *int_range(const struct row *r)
     return ct_fmt(" in [%.0f, %.0f]", r->lo, r->hi);
 }
 
+/* A real bound as messages write it: integral ones plainly, others in the
+ * fewest digits that read back as the same double. */
+static char *real_text(double v)
+{
+    if (v == floor(v) && fabs(v) <= 1e15)
+        return ct_fmt("%.0f", v);
+    for (int prec = 1;; prec++) {
+        char *t = ct_fmt("%.*g", prec, v);
+        if (strtod(t, NULL) == v || prec == 17)
+            return t;
+        free(t);
+    }
+}
+
+/* Just past bound v, away from the range (dir +1 above hi, -1 below lo). */
+static char *real_past(double v, int dir)
+{
+    if (v + dir * 1e-9 != v)
+        return ct_fmt("%.9f", v + dir * 1e-9);
+    return real_text(nextafter(v, dir * INFINITY));
+}
+
 static char *real_range(const struct row *r)
 {
     if (isinf(r->lo) && isinf(r->hi))
         return strdup("");
-    if (isinf(r->hi))
-        return ct_fmt(" >= %g", r->lo);
-    return ct_fmt(r->type == T_REAL_GT ? " in (%g, %g]" : " in [%g, %g]", r->lo, r->hi);
+    char *lo = real_text(r->lo);
+    if (isinf(r->hi)) {
+        char *s = ct_fmt(" >= %s", lo);
+        free(lo);
+        return s;
+    }
+    char *hi = real_text(r->hi);
+    char *s = ct_fmt(r->type == T_REAL_GT ? " in (%s, %s]" : " in [%s, %s]", lo, hi);
+    free(lo);
+    free(hi);
+    return s;
 }
 
 static char *enum_names(const char *en)
@@ -448,17 +478,17 @@ static void real_cases(const struct row *r, struct cases *cs)
         add_ok(cs, strdup("-1e300"), -1e300, strdup("-1e+300"));
         add_ok(cs, strdup("0.25"), 0.25, strdup("0.25"));
     }
-    if (!isinf(r->lo) && r->type == T_REAL) {
-        add_ok(cs, ct_fmt("%g", r->lo), r->lo, NULL);
-        add_bad(cs, ct_fmt("%.9f", r->lo - 1e-9), must_be(r));
+    if (!isinf(r->lo) && r->type != T_REAL_GT) {
+        add_ok(cs, real_text(r->lo), r->lo, NULL);
+        add_bad(cs, real_past(r->lo, -1), must_be(r));
     }
     if (r->type == T_REAL_GT) {
         add_bad(cs, ct_fmt("%g", r->lo), must_be(r));
         add_ok(cs, ct_fmt("%.9f", r->lo + 1e-9), r->lo + 1e-9, NULL);
     }
     if (!isinf(r->hi)) {
-        add_ok(cs, ct_fmt("%g", r->hi), r->hi, NULL);
-        add_bad(cs, ct_fmt("%.9f", r->hi + 1e-9), must_be(r));
+        add_ok(cs, real_text(r->hi), r->hi, NULL);
+        add_bad(cs, real_past(r->hi, 1), must_be(r));
     }
     add_bad(cs, strdup("nan"), must_be(r));
     add_bad(cs, strdup("inf"), must_be(r));
