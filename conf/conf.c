@@ -125,11 +125,34 @@ static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
     return 0;
 }
 
+/* The tables of models 0..mi fit the volatile DB's table directory. */
+static hps_err_t check_table_count(struct ctx *c, const hps_conf_t *conf, size_t mi)
+{
+    size_t total = 0;
+    for (size_t i = 0; i <= mi; i++)
+        total += conf->models[i].num_tables;
+    if (total <= HPS_CONF_MAX_TABLES)
+        return 0;
+    const hps_conf_model_t *m = &conf->models[mi];
+    uint32_t line = conf->meta->model[mi].line[hps__key_find(HPS__SEC_model, "sparse_files")];
+    char above[64] = "";
+    if (total > m->num_tables)
+        snprintf(above, sizeof(above), ", %zu with the models above it", total);
+    hps__msg(c->err, c->err_len,
+             "%s:%u: [model.%s] sparse_files: %zu tables%s: the models of a file may have at most "
+             "%d tables in all (the volatile DB's table directory)",
+             c->name, line ? line : conf->meta->model[mi].header_line, m->name, m->num_tables,
+             above, HPS_CONF_MAX_TABLES);
+    return HPS_ECONFIG;
+}
+
 /* Table names are tags (hps_et.<model>.<table>): unique within a model. */
 static hps_err_t check_model(struct ctx *c, const hps_conf_t *conf, size_t mi)
 {
     const hps_conf_model_t *m = &conf->models[mi];
     int ki = hps__key_find(HPS__SEC_model, "embedding_table_names");
+    if (check_table_count(c, conf, mi))
+        return HPS_ECONFIG;
 
     for (size_t i = 1; i < m->embedding_table_names_len; i++) {
         for (size_t j = 0; j < i; j++) {

@@ -36,6 +36,9 @@
 #include "hps/log.h"
 #include "hps/modelfile.h"
 
+_Static_assert(HPS_CONF_MAX_TABLES == HPS_SHMDB_MAX_TABLES,
+               "the config's table limit is the volatile DB's table directory");
+
 #define CHUNK_BYTES (64ULL << 20) /* bounds start-up memory per table */
 #define IDENT_MAX   2048          /* a table's file identity, with the NUL */
 #define HASH_SPAN   (1u << 20)    /* bytes hashed at each end of a file */

@@ -64,6 +64,9 @@ extern "C" {
 
 /** Most [model.<name>] sections in one file. */
 #define HPS_CONF_MAX_MODELS 64
+/** Most tables of all models together: the volatile DB's table directory
+ *  (HPS_SHMDB_MAX_TABLES, include/hps/shmdb.h). */
+#define HPS_CONF_MAX_TABLES 256
 /** Longest model or table name ([A-Za-z0-9_-]{1,120}). */
 #define HPS_CONF_NAME_MAX 120
 /** Longest shared_memory_name ([A-Za-z0-9_.-]{1,200}). */

@@ -383,6 +383,49 @@ static void test_model_limit(void **state)
     free(text);
 }
 
+/* A model section of n tables (sparse_files on its second line). */
+static char *model_of(const char *name, int n)
+{
+    char *dirs = strdup(""), *ones = strdup("");
+    for (int i = 0; i < n; i++) {
+        char *d = ct_fmt("%s%s/t%d", dirs, i ? ", " : "", i),
+             *o = ct_fmt("%s%s1", ones, i ? ", " : "");
+        free(dirs);
+        free(ones);
+        dirs = d;
+        ones = o;
+    }
+    char *t = ct_fmt("[model.%s]\nsparse_files = %s\nembedding_vecsize_per_table = %s\n"
+                     "maxnum_catfeature_query_per_table_per_sample = %s\n",
+                     name, dirs, ones, ones);
+    free(dirs);
+    free(ones);
+    return t;
+}
+
+/* The volatile DB holds 256 tables: a file whose models have more is
+ * refused here, not by a coordinator that has loaded the first models. */
+static void test_table_limit(void **state)
+{
+    (void)state;
+    char *a = model_of("a", 200), *b = model_of("b", 56), *c57 = model_of("b", 57);
+    char *ok = ct_fmt("%s%s", a, b), *bad = ct_fmt("%s%s", a, c57), *one = model_of("big", 257);
+    hps_conf_t *c = ct_load(ok);
+    assert_int_equal(c->models[0].num_tables + c->models[1].num_tables, HPS_CONF_MAX_TABLES);
+    hps_conf_free(c);
+    ct_load_fails(bad, "t.ini:6: [model.b] sparse_files: 57 tables, 257 with the models above "
+                       "it: the models of a file may have at most 256 tables in all (the "
+                       "volatile DB's table directory)");
+    ct_load_fails(one, "t.ini:2: [model.big] sparse_files: 257 tables: the models of a file may "
+                       "have at most 256 tables in all (the volatile DB's table directory)");
+    free(a);
+    free(b);
+    free(c57);
+    free(ok);
+    free(bad);
+    free(one);
+}
+
 static void test_model_name_length(void **state)
 {
     char name[122];
@@ -551,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_required_keys),
         cmocka_unit_test(test_list_length_mismatch),
         cmocka_unit_test(test_model_limit),
+        cmocka_unit_test(test_table_limit),
         cmocka_unit_test(test_model_name_length),
         cmocka_unit_test(test_cross_key_rules),
         cmocka_unit_test(test_get_and_is_set),
