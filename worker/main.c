@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hps/hps.h"
 #include "hps/log.h"
 #include "worker.h"
 
@@ -46,12 +47,14 @@ static void usage(FILE *out)
                  "3 the HTTP or metrics port could not be opened.\n");
 }
 
-static int parse_int(const char *s, int lo, int hi, int *ret)
+/* An option's integer in [lo, hi]; else a message naming it and -1. */
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *ret)
 {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end != 0 || v < lo || v > hi)
+    int64_t v;
+    if (!hps_parse_int(s, lo, hi, &v)) {
+        fprintf(stderr, "hps-worker: --%s '%s': must be an integer in [%d, %d]\n", opt, s, lo, hi);
         return -1;
+    }
     *ret = (int)v;
     return 0;
 }
@@ -74,16 +77,16 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->conf = optarg;
             break;
         case 'd':
-            bad |= parse_int(optarg, 0, 1023, &a->device);
+            bad |= parse_int("device", optarg, 0, 1023, &a->device);
             break;
         case 'i':
-            bad |= parse_int(optarg, 0, 1023, &a->instance);
+            bad |= parse_int("instance", optarg, 0, 1023, &a->instance);
             break;
         case 'p':
-            bad |= parse_int(optarg, 0, 65535, &a->http_port);
+            bad |= parse_int("http-port", optarg, 0, 65535, &a->http_port);
             break;
         case 'm':
-            bad |= parse_int(optarg, 0, 65535, &a->metrics_port);
+            bad |= parse_int("metrics-port", optarg, 0, 65535, &a->metrics_port);
             break;
         case 'h':
             usage(stdout);
@@ -95,6 +98,11 @@ static int parse_args(int argc, char **argv, struct args *a)
             bad = 1;
         }
     }
+    if (!bad && (!a->conf || a->device < 0 || optind != argc))
+        fprintf(stderr, "hps-worker: %s\n",
+                !a->conf        ? "-c FILE is required"
+                : a->device < 0 ? "--device N is required"
+                                : "unexpected arguments after the options");
     if (bad || !a->conf || a->device < 0 || optind != argc) {
         usage(stderr);
         return HPS_WEXIT_USAGE;

@@ -10,6 +10,7 @@
 #ifndef HPS_HPS_H
 #define HPS_HPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,21 @@ const char *hps_strerror(hps_err_t err);
  *         Thread-safe.
  */
 const char *hps_err_name(hps_err_t err);
+
+/**
+ * @brief Parse a decimal integer of a command line or a protocol field.
+ *
+ * Accepts an optional '-' and decimal digits only: no sign when lo >= 0, no
+ * leading blanks, no '+', no base prefix (so "010" is ten, not octal), no
+ * trailing characters, nothing out of int64 range.
+ * @param[in]  s    NUL-terminated text; NULL is refused.
+ * @param[in]  lo   Smallest value accepted.
+ * @param[in]  hi   Largest value accepted (>= lo).
+ * @param[out] ret  The value, written only on success.
+ * @return true if s is such an integer in [lo, hi].  Thread-safe (errno is
+ *         used and restored).
+ */
+bool hps_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *ret);
 
 /** @brief The library version, e.g. "0.1.0" (static string). */
 const char *hps_version(void);

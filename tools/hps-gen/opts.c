@@ -15,7 +15,7 @@ bool gen_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *ret)
     if (s == NULL || !isdigit((unsigned char)*s))
         return false;
     errno = 0;
-    v = strtoull(s, &end, 0);
+    v = strtoull(s, &end, 10); /* decimal: "010" is ten, not octal */
     if (errno != 0 || *end != '\0' || v < lo || v > hi)
         return false;
     *ret = v;

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hps/hps.h"
 #include "hps/kafka.h"
 #include "hps/modelfile.h"
 
@@ -71,47 +72,126 @@ static void usage(FILE *out)
             "Exit status: 0 all delivered, 1 a message was not delivered, 2 usage.\n");
 }
 
+/* The integer of option --opt in [lo, hi], else false with a message. */
+static bool num_opt(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *v)
+{
+    if (hps_parse_int(s, lo, hi, v))
+        return true;
+    fprintf(stderr, "hps-push: --%s '%s': must be an integer in [%lld, %lld]\n", opt, s,
+            (long long)lo, (long long)hi);
+    return false;
+}
+
 static int parse_args(int argc, char **argv, push_opts_t *o)
 {
-    static const struct option longs[] = {
-        {"brokers", 1, NULL, 'b'},          {"model", 1, NULL, 'm'},
-        {"table", 1, NULL, 't'},            {"dim", 1, NULL, 'd'},
-        {"dir", 1, NULL, 'D'},              {"stdin", 0, NULL, 'S'},
-        {"raw", 0, NULL, 'R'},              {"topic", 1, NULL, 'T'},
-        {"key-bytes", 1, NULL, 'k'},        {"num-partitions", 1, NULL, 'n'},
-        {"send-buffer-size", 1, NULL, 's'}, {"num-send-buffers", 1, NULL, 'N'},
-        {"timeout-ms", 1, NULL, 'o'},       {"message-key", 1, NULL, 'K'},
-        {"partition", 1, NULL, 'p'},        {"quiet", 0, NULL, 'q'},
-        {"help", 0, NULL, 'h'},             {NULL, 0, NULL, 0}};
-    *o = (push_opts_t){.brokers = "127.0.0.1:9092", .key_bytes = 8, .num_groups = 8,
-                       .num_buffers = 1024, .send_buffer_size = 262144, .timeout_ms = 60000};
+    static const struct option longs[] = {{"brokers", 1, NULL, 'b'},
+                                          {"model", 1, NULL, 'm'},
+                                          {"table", 1, NULL, 't'},
+                                          {"dim", 1, NULL, 'd'},
+                                          {"dir", 1, NULL, 'D'},
+                                          {"stdin", 0, NULL, 'S'},
+                                          {"raw", 0, NULL, 'R'},
+                                          {"topic", 1, NULL, 'T'},
+                                          {"key-bytes", 1, NULL, 'k'},
+                                          {"num-partitions", 1, NULL, 'n'},
+                                          {"send-buffer-size", 1, NULL, 's'},
+                                          {"num-send-buffers", 1, NULL, 'N'},
+                                          {"timeout-ms", 1, NULL, 'o'},
+                                          {"message-key", 1, NULL, 'K'},
+                                          {"partition", 1, NULL, 'p'},
+                                          {"quiet", 0, NULL, 'q'},
+                                          {"help", 0, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    *o = (push_opts_t){.brokers = "127.0.0.1:9092",
+                       .key_bytes = 8,
+                       .num_groups = 8,
+                       .num_buffers = 1024,
+                       .send_buffer_size = 262144,
+                       .timeout_ms = 60000};
     int ch;
+    int64_t v = 0;
+    bool bad = false;
     while ((ch = getopt_long(argc, argv, "b:m:t:d:q", longs, NULL)) != -1) {
         switch (ch) {
-        case 'b': o->brokers = optarg; break;
-        case 'm': o->model = optarg; break;
-        case 't': o->table = optarg; break;
-        case 'd': o->dim = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 'D': o->dir = optarg; break;
-        case 'S': o->from_stdin = true; break;
-        case 'R': o->raw = true; break;
-        case 'T': o->topic = optarg; break;
-        case 'k': o->key_bytes = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 'n': o->num_groups = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 's': o->send_buffer_size = strtoull(optarg, NULL, 10); break;
-        case 'N': o->num_buffers = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 'o': o->timeout_ms = atoi(optarg); break;
-        case 'K': o->msg_key = optarg; break;
-        case 'p': o->partition = atoi(optarg); break;
-        case 'q': o->quiet = true; break;
-        case 'h': usage(stdout); exit(0);
-        default: return 2;
+        case 'b':
+            o->brokers = optarg;
+            break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 't':
+            o->table = optarg;
+            break;
+        case 'd':
+            bad |= !num_opt("dim", optarg, 1, 65536, &v);
+            o->dim = (uint32_t)v;
+            break;
+        case 'D':
+            o->dir = optarg;
+            break;
+        case 'S':
+            o->from_stdin = true;
+            break;
+        case 'R':
+            o->raw = true;
+            break;
+        case 'T':
+            o->topic = optarg;
+            break;
+        case 'k':
+            bad |= !num_opt("key-bytes", optarg, 4, 8, &v);
+            o->key_bytes = (uint32_t)v;
+            break;
+        case 'n':
+            bad |= !num_opt("num-partitions", optarg, 1, 65536, &v);
+            o->num_groups = (uint32_t)v;
+            break;
+        case 's':
+            bad |= !num_opt("send-buffer-size", optarg, 64, 1 << 30, &v);
+            o->send_buffer_size = (size_t)v;
+            break;
+        case 'N':
+            bad |= !num_opt("num-send-buffers", optarg, 1, 1 << 20, &v);
+            o->num_buffers = (uint32_t)v;
+            break;
+        case 'o':
+            bad |= !num_opt("timeout-ms", optarg, 1, INT32_MAX, &v);
+            o->timeout_ms = (int)v;
+            break;
+        case 'K':
+            o->msg_key = optarg;
+            break;
+        case 'p':
+            bad |= !num_opt("partition", optarg, -1, INT32_MAX, &v);
+            o->partition = (int)v;
+            break;
+        case 'q':
+            o->quiet = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            return 2;
         }
     }
-    bool src_ok = o->raw ? o->topic != NULL : (!!o->dir + o->from_stdin == 1 && o->dim > 0);
-    if (optind != argc || !src_ok || (o->key_bytes != 4 && o->key_bytes != 8) ||
-        o->num_groups < 1 || o->num_buffers < 1 ||
-        (!o->raw && 8 + o->key_bytes + 4ull * o->dim > o->send_buffer_size)) {
+    if (bad)
+        return 2;
+    const char *why = NULL;
+    if (optind != argc)
+        why = "unexpected arguments after the options";
+    else if (o->raw && !o->topic)
+        why = "--raw needs --topic";
+    else if (!o->raw && !!o->dir + o->from_stdin != 1)
+        why = "give one of --dir and --stdin";
+    else if (!o->raw && (!o->model || !o->table || o->dim == 0))
+        why = "-m MODEL, -t TABLE and -d DIM are required";
+    else if (o->key_bytes != 4 && o->key_bytes != 8)
+        why = "--key-bytes must be 4 or 8";
+    else if (!o->raw && 8 + o->key_bytes + 4ull * o->dim > o->send_buffer_size)
+        why = "--send-buffer-size is too small for one record (8 + key-bytes + 4 x dim bytes)";
+    if (why) {
+        fprintf(stderr, "hps-push: %s\n", why);
         usage(stderr);
         return 2;
     }
@@ -207,11 +287,11 @@ static void progress(push_t *p, bool last)
         return;
     p->last_progress = t;
     double dt = t - p->t0 > 0 ? t - p->t0 : 1e-9;
-    fprintf(stderr, "hps-push: %llu updates, %llu messages, %llu delivered, %.0f updates/s, "
-                    "%.1f MB/s\n",
+    fprintf(stderr,
+            "hps-push: %llu updates, %llu messages, %llu delivered, %.0f updates/s, "
+            "%.1f MB/s\n",
             (unsigned long long)p->updates, (unsigned long long)p->produced,
-            (unsigned long long)p->delivered, (double)p->updates / dt,
-            (double)p->bytes / dt / 1e6);
+            (unsigned long long)p->delivered, (double)p->updates / dt, (double)p->bytes / dt / 1e6);
 }
 
 /* Produce one buffer (ownership passes to librdkafka); bounded in flight. */

@@ -97,6 +97,10 @@ expect 0 "model with 3 tables" "$GEN" model --out "$M" --model demo --rows 100,7
     --dim 4,1,32 --seed 9
 has "summary line: rows, bytes and MB/s" "$OUT" '3 tables, 3107 rows, [0-9]+ bytes .* MB/s'
 size_is "table 0 key" "$M/sparse_embedding0/key" 800
+# numbers are decimal: --rows 010 is ten rows (it was read as octal: 8)
+expect 0 "leading zero" "$GEN" model --out "$WORK/z" --model z --rows 010 --dim 1
+size_is "--rows 010 writes 10 rows" "$WORK/z/sparse_embedding0/key" 80
+expect 2 "hex is not a number" "$GEN" model --out "$WORK/h" --model h --rows 0x10 --dim 1
 size_is "table 0 emb_vector" "$M/sparse_embedding0/emb_vector" 1600
 size_is "table 1 key" "$M/sparse_embedding1/key" 56
 size_is "table 1 emb_vector" "$M/sparse_embedding1/emb_vector" 28
