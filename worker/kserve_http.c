@@ -39,6 +39,7 @@ struct kreq {
     bool responded; /* answered in the first call */
     bool store;     /* keep the body (inference) */
     bool too_large;
+    bool busy; /* the server's body budget was spent: 503 */
     char *body;
     size_t len;
     size_t cap;
@@ -410,6 +411,14 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
     hps_kserve_t *s = q->srv;
     struct hps__route r;
     hps__route_parse(url, &r);
+    if (q->busy) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "server busy: the request bodies being received exceed %zu bytes in all; "
+                 "retry later",
+                 s->max_buffered);
+        return send_error(s, c, 503, msg);
+    }
     if (q->too_large) {
         char msg[160];
         snprintf(msg, sizeof(msg),
@@ -459,6 +468,30 @@ static uint64_t content_length(struct MHD_Connection *c)
     return (errno || *end || *v == '-') ? UINT64_MAX : (uint64_t)n;
 }
 
+/* Body buffers count against s->max_buffered over all connections. */
+static bool budget_take(hps_kserve_t *s, size_t n)
+{
+    uint64_t held = atomic_fetch_add_explicit(&s->body_held, n, memory_order_relaxed) + n;
+    if (held <= s->max_buffered)
+        return true;
+    atomic_fetch_sub_explicit(&s->body_held, n, memory_order_relaxed);
+    return false;
+}
+
+static void budget_give(hps_kserve_t *s, size_t n)
+{
+    atomic_fetch_sub_explicit(&s->body_held, n, memory_order_relaxed);
+}
+
+/* Free q's body buffer and give its bytes back. */
+static void body_free(struct kreq *q)
+{
+    budget_give(q->srv, q->cap);
+    free(q->body);
+    q->body = NULL;
+    q->len = q->cap = 0;
+}
+
 /* Checks of a request with a body (inference, shm register) that need only
  * the headers. */
 static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
@@ -486,7 +519,8 @@ static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
         /* Reserve up front, but not more than PREALLOC_MAX: a client that
          * declares a large body and sends nothing must not pin memory. */
         size_t n = cl < PREALLOC_MAX ? (size_t)cl : PREALLOC_MAX;
-        q->body = malloc(n);
+        if (budget_take(s, n) && !(q->body = malloc(n)))
+            budget_give(s, n);
         q->cap = q->body ? n : 0;
     }
     return MHD_YES;
@@ -524,22 +558,27 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
     return body ? begin_infer(q, c) : MHD_YES;
 }
 
-/* Grow the body buffer for n more bytes, at most max. */
-static bool body_grow(struct kreq *q, size_t n, size_t max)
+/* Grow the body buffer for n more bytes, at most max: 0, 1 when the
+ * server's body budget is spent, -1 out of memory. */
+static int body_grow(struct kreq *q, size_t n, size_t max)
 {
     if (q->len + n <= q->cap)
-        return true;
+        return 0;
     if (q->len + n > max)
-        return false;
+        return -1;
     size_t cap = q->cap ? q->cap : 64 * 1024;
     while (cap < q->len + n)
         cap = cap > max / 2 ? max : cap * 2;
+    if (!budget_take(q->srv, cap - q->cap))
+        return 1;
     char *p = realloc(q->body, cap);
-    if (!p)
-        return false;
+    if (!p) {
+        budget_give(q->srv, cap - q->cap);
+        return -1;
+    }
     q->body = p;
     q->cap = cap;
-    return true;
+    return 0;
 }
 
 /* A chunk of body.  Returns false to cut the connection. */
@@ -549,16 +588,20 @@ static bool absorb(struct kreq *q, const char *data, size_t n)
     q->received += n;
     if (q->received > 2 * (uint64_t)max)
         return false; /* a flood: stop reading */
-    if (!q->store || q->too_large)
+    if (!q->store || q->too_large || q->busy)
         return true; /* discard */
     if (q->received > max) {
         q->too_large = true;
-        free(q->body);
-        q->body = NULL;
-        q->len = q->cap = 0;
+        body_free(q);
         return true;
     }
-    if (!body_grow(q, n, max))
+    int rc = body_grow(q, n, max);
+    if (rc > 0) {
+        q->busy = true;
+        body_free(q);
+        return true;
+    }
+    if (rc < 0)
         return false;
     memcpy(q->body + q->len, data, n);
     q->len += n;
@@ -594,7 +637,7 @@ void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_c
     struct kreq *q = *req_cls;
     if (!q)
         return;
-    free(q->body);
+    body_free(q);
     free(q);
     *req_cls = NULL;
     atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);

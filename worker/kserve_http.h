@@ -23,6 +23,8 @@ struct hps_kserve {
     unsigned idle_timeout_s;
     unsigned drain_timeout_ms;
     size_t max_body;
+    size_t max_buffered;        /* request bodies buffered at once, all connections */
+    _Atomic uint64_t body_held; /* bytes of body buffers now (relaxed: a budget) */
     struct hps__klimits limits;
 
     hps_kserve_backend_t backend;

@@ -145,6 +145,11 @@ typedef struct hps_kserve_options {
     /** Largest accepted request body in bytes (JSON header plus binary
      *  tensors); 0 = 64 MiB.  Larger bodies get 400 without being buffered. */
     size_t max_body_bytes;
+    /** Most bytes of request bodies buffered at once over all connections;
+     *  0 = 16 x max_body_bytes (1 GiB by default).  A request whose body
+     *  would pass it gets 503 (its body is read and dropped), so clients that
+     *  declare large bodies and stall cannot exhaust the worker's memory. */
+    size_t max_buffered_body_bytes;
     /** Largest KEYS element count per request, at most
      *  HPS_KSERVE_MAX_KEYS_LIMIT; 0 = 1 Mi keys.  Bounds the output buffer
      *  too: at most max_keys * max(dim) floats. */

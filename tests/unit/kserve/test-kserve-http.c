@@ -1387,6 +1387,74 @@ static void test_pinned_output(void **state)
     g_port = port;
 }
 
+/* Open a request that declares a cl-byte body and send its first sent
+ * bytes (spaces), then stall; returns the socket. */
+static int stalled_body(uint16_t port, size_t cl, size_t sent)
+{
+    int fd = ks_connect(port);
+    KS_CHECK(fd >= 0, "connect");
+    char head[160];
+    snprintf(head, sizeof(head), "POST " P " HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+             cl);
+    char *pad = malloc(sent);
+    memset(pad, ' ', sent);
+    KS_CHECK(ks_send_all(fd, head, strlen(head)) && ks_send_all(fd, pad, sent), "send");
+    free(pad);
+    return fd;
+}
+
+/* Bodies buffered over all connections are bounded: with 2.5 MiB allowed,
+ * two stalled 1 MB uploads hold 2 MB, a third upload gets 503 (its body
+ * read and dropped) while small requests still pass, and once the stalled
+ * clients go the budget is whole again.  (Stalled uploads used to grow the
+ * worker to max_connections x max_body_size: 2.47 GB with 40 clients.) */
+static void test_body_budget(void **state)
+{
+    (void)state;
+    uint16_t port0 = g_port;
+    hps_kserve_options_t o;
+    hps_kserve_options_init(&o);
+    o.http_port = 0;
+    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
+    o.max_body_bytes = MAX_BODY;
+    o.max_buffered_body_bytes = 5 * MAX_BODY / 2;
+    struct ks_backend b = {.ready = true};
+    hps_kserve_backend_t vt = ks_vtable(&b);
+    hps_kserve_t *s = NULL;
+    uint16_t port;
+    KS_OK(hps_kserve_create(&o, ks_models, KS_NUM_MODELS, &vt, &s));
+    KS_OK(hps_kserve_start(s));
+    KS_OK(hps_kserve_ports(s, &port, NULL));
+    const size_t cl = 1000000;
+    int f1 = stalled_body(port, cl, 900000), f2 = stalled_body(port, cl, 900000);
+    usleep(300 * 1000); /* both hold their 1 MB buffers */
+    int f3 = stalled_body(port, cl, cl);
+    struct ks_resp r;
+    KS_CHECK(ks_read_resp(f3, &r) == 0, "response");
+    KS_EXPECT(&r, 503,
+              "server busy: the request bodies being received exceed 2621440 bytes in "
+              "all; retry later");
+    ks_resp_free(&r);
+    close(f3);
+    const char *small = REQ(K("[1,2,3]"), NK);
+    KS_CHECK(ks_http(port, "POST", P, NULL, small, strlen(small), &r) == 0, "small request");
+    KS_EXPECT(&r, 200, NULL);
+    ks_resp_free(&r);
+    close(f1);
+    close(f2);
+    usleep(300 * 1000); /* their buffers are given back */
+    size_t n = 900000;
+    char *big = malloc(n + 1);
+    memset(big, ' ', n);
+    memcpy(big + n - strlen(small), small, strlen(small));
+    KS_CHECK(ks_http(port, "POST", P, NULL, big, n, &r) == 0, "large request");
+    KS_EXPECT(&r, 200, NULL);
+    ks_resp_free(&r);
+    free(big);
+    hps_kserve_destroy(s);
+    g_port = port0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1408,6 +1476,7 @@ int main(void)
         cmocka_unit_test_setup(test_graceful_stop, test_setup),
         cmocka_unit_test_setup(test_create_errors, test_setup),
         cmocka_unit_test_setup(test_pinned_output, test_setup),
+        cmocka_unit_test_setup(test_body_budget, test_setup),
     };
     if (getenv("KS_TEST_FILTER")) /* e.g. KS_TEST_FILTER=test_fuzz_tcp */
         cmocka_set_test_filter(getenv("KS_TEST_FILTER"));
