@@ -335,7 +335,9 @@ static json_object *parse_body(const char *body, size_t len, hps__kerr_t *err)
     if (whole)
         return root;
     hps__kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
-                  root ? "trailing bytes" : json_tokener_error_desc(e));
+                  root                         ? "trailing bytes"
+                  : e == json_tokener_continue ? "unexpected end of JSON"
+                                               : json_tokener_error_desc(e));
     json_object_put(root);
     return NULL;
 }

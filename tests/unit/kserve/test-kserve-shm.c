@@ -325,7 +325,8 @@ static void test_register_errors(void **state)
         {"{\"key\":\"/x\",\"byte_size\":-8}", "Unable to parse 'byte_size'"},
         {"{\"key\":\"/x\",\"byte_size\":\"8\"}", "Unable to parse 'byte_size'"},
         {"{not json", "failed to parse the request JSON buffer"},
-        {"", "failed to parse the request JSON buffer"},
+        {"", "failed to parse the request JSON buffer: unexpected end of JSON"},
+        {"{\"key\":", "failed to parse the request JSON buffer: unexpected end of JSON"},
         {"[1]", "failed to parse the request JSON buffer"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
