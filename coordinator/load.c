@@ -40,7 +40,9 @@ _Static_assert(HPS_CONF_MAX_TABLES == HPS_SHMDB_MAX_TABLES,
                "the config's table limit is the volatile DB's table directory");
 
 #define CHUNK_BYTES (64ULL << 20) /* bounds start-up memory per table */
-#define IDENT_MAX   2048          /* a table's file identity, with the NUL */
+#define IDENT_MAX   3072          /* a table's file identity, with the NUL (< HPS_PDB_META_MAX) */
+#define FILE_ID_MAX 1400          /* one file's part of it */
+#define PATH_ID_MAX 1200          /* longer paths are named by their hash in it */
 #define HASH_SPAN   (1u << 20)    /* bytes hashed at each end of a file */
 
 static double now_s(void)
@@ -73,7 +75,9 @@ static bool hash_span(int fd, off_t off, size_t len, uint64_t *h)
     return ok;
 }
 
-/* "<path> size=S mtime=SEC.NSEC head=H tail=T" of one file. */
+/* "<path> size=S mtime=SEC.NSEC head=H tail=T" of one file; a path longer
+ * than PATH_ID_MAX is written "path-fnv1a=<hash of the path>" so that every
+ * valid path fits the persistent DB's record.  false with errno set. */
 static bool file_ident(const char *path, char *buf, size_t len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -87,9 +91,20 @@ static bool file_ident(const char *path, char *buf, size_t len)
     size_t span = (uint64_t)st.st_size < HASH_SPAN ? (size_t)st.st_size : HASH_SPAN;
     bool ok = hash_span(fd, 0, span, &head) && hash_span(fd, st.st_size - (off_t)span, span, &tail);
     close(fd);
+    char named[64];
+    if (strlen(path) > PATH_ID_MAX) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (const char *p = path; *p; p++)
+            h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+        snprintf(named, sizeof(named), "path-fnv1a=%016" PRIx64, h);
+    }
     int n = snprintf(buf, len, "%s size=%lld mtime=%lld.%09ld head=%016" PRIx64 " tail=%016" PRIx64,
-                     path, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                     (long)st.st_mtim.tv_nsec, head, tail);
+                     strlen(path) > PATH_ID_MAX ? named : path, (long long)st.st_size,
+                     (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, head, tail);
+    if (!ok)
+        errno = EIO;
+    else if (n <= 0 || (size_t)n >= len)
+        errno = ENAMETOOLONG;
     return ok && n > 0 && (size_t)n < len;
 }
 
@@ -97,14 +112,34 @@ static bool file_ident(const char *path, char *buf, size_t len)
 static bool table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf,
                         size_t len)
 {
-    char key[PATH_MAX + 16], vec[PATH_MAX + 16], kid[IDENT_MAX / 2], vid[IDENT_MAX / 2];
+    char key[PATH_MAX + 16], vec[PATH_MAX + 16], kid[FILE_ID_MAX], vid[FILE_ID_MAX];
     snprintf(key, sizeof(key), "%s/key", m->sparse_files[t]);
     snprintf(vec, sizeof(vec), "%s/emb_vector", m->sparse_files[t]);
     if (!file_ident(key, kid, sizeof(kid)) || !file_ident(vec, vid, sizeof(vid)))
         return false;
     int n = snprintf(buf, len, "v1 dim=%d key_bytes=%u; %s; %s",
                      (int)m->embedding_vecsize_per_table[t], c->key_bytes, kid, vid);
+    if (n <= 0 || (size_t)n >= len)
+        errno = ENAMETOOLONG;
     return n > 0 && (size_t)n < len;
+}
+
+/* With a persistent DB: every table's file identity can be taken, checked
+ * before anything is written (pdb_check takes them again). */
+static int idents_ok(const coord_t *c, const hps_conf_model_t *m)
+{
+    char *buf = c->pdb ? malloc(IDENT_MAX) : NULL;
+    int ex = c->pdb && !buf ? HPS_EXIT_RUNTIME : 0;
+    for (size_t t = 0; buf && t < m->num_tables && !ex; t++) {
+        if (table_ident(c, m, t, buf, IDENT_MAX))
+            continue;
+        HPS_ERROR("model %s refused, nothing was loaded: table %s: cannot take the identity of "
+                  "%s/key and emb_vector: %s",
+                  m->name, m->embedding_table_names[t], m->sparse_files[t], strerror(errno));
+        ex = HPS_EXIT_MODEL;
+    }
+    free(buf);
+    return ex;
 }
 
 /* Name of table t's metadata entry. */
@@ -152,6 +187,9 @@ static int validate_all(coord_t *c)
             HPS_ERROR("model %s refused, nothing was loaded: %s", m->name, err);
             return HPS_EXIT_MODEL;
         }
+        int ex = idents_ok(c, m);
+        if (ex)
+            return ex;
         HPS_INFO("model %s: %zu tables, %llu rows, files valid", m->name, m->num_tables,
                  (unsigned long long)rows);
     }
@@ -282,8 +320,8 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
     for (size_t t = 0; t < m->num_tables; t++) {
         char name[320], rec[HPS_PDB_META_MAX], err[512];
         if (!table_ident(c, m, t, st->ident[t], IDENT_MAX)) {
-            HPS_ERROR("model %s table %s: cannot read %s/key and emb_vector", m->name,
-                      m->embedding_table_names[t], m->sparse_files[t]);
+            HPS_ERROR("model %s table %s: cannot take the identity of %s/key and emb_vector: %s",
+                      m->name, m->embedding_table_names[t], m->sparse_files[t], strerror(errno));
             return HPS_EXIT_MODEL;
         }
         ident_name(m, t, name, sizeof(name));

@@ -14,7 +14,10 @@ emb_vector, a missing emb_vector, and a dim in the INI that does
 not match the file (one that divides the file size, one that does not).
 With shared_memory_auto_remove = false the segment is inspected with hps-shm
 (0 tables); then a coordinator on the fixed config starts on the same
-RocksDB path and segment and serves exact rows.
+RocksDB path and segment and serves exact rows.  The two models of that
+config live at paths of about 1,300 and 1,150 characters: a path over
+1,024 characters used to fail the persistent DB's record of the files
+("cannot read ... key and emb_vector") after the tables were created.
 """
 import glob
 import os
@@ -69,8 +72,21 @@ def base_ini(cl, good, rocks):
     return text
 
 
+def deep_subdir(cl, tag, length):
+    """A subdirectory of the work dir, created, whose path has about length
+    characters (components of at most 100)."""
+    parts, cur = [tag], len(cl.path(tag))
+    while cur < length:
+        parts.append("d" * min(100, max(1, length - cur - 1)))
+        cur += len(parts[-1]) + 1
+    sub = os.path.join(*parts)
+    os.makedirs(os.path.dirname(cl.path(sub)), exist_ok=True)
+    return sub
+
+
 def body(t, cl):
-    good = cl.gen_model("good", rows=[300, 200], dims=[4, 2])
+    good = cl.gen_model("good", rows=[300, 200], dims=[4, 2],
+                        subdir=deep_subdir(cl, "g", 1300))
     # (description, damage(model) -> file named in the message, dims in INI)
     cases = [
         ("emb_vector truncated inside a float",
@@ -120,7 +136,11 @@ def body(t, cl):
     # The RocksDB path and segment of the last case are usable by a correct
     # configuration: the refused start left nothing stale behind.
     n = len(cases) - 1
-    fixed = cl.gen_model("bad", rows=[500, 400], dims=[16, 8], subdir="fixed")
+    fixed = cl.gen_model("bad", rows=[500, 400], dims=[16, 8],
+                         subdir=deep_subdir(cl, "fixed", 1150))
+    t.ok(1100 < len(fixed.table_dirs[0]) < 1200 < len(good.table_dirs[0]) < 1400,
+         "the table directories have long paths (%d and %d characters)" %
+         (len(fixed.table_dirs[0]), len(good.table_dirs[0])))
     text = base_ini(cl, good, cl.path("rocks%d" % n))
     text = H.ini_set(text, "volatile_db", "shared_memory_name", "%s-b%d" % (cl.segment, n))
     text = H.ini_set(text, "volatile_db", "initial_cache_rate", "0.5")
@@ -137,7 +157,7 @@ def body(t, cl):
     _, g = H.decode_output(H.infer(w.http_port, "bad", kpt, binary=True))
     t.ok(g == fixed.expected(kpt), "and serves exact rows (VDB and RocksDB) for them",
          H.first_mismatch(g, fixed.expected(kpt), fixed, kpt))
-    shutil.rmtree(cl.path("good", "rocksdb"), ignore_errors=True)
+    shutil.rmtree(os.path.join(good.dir, "rocksdb"), ignore_errors=True)
 
 
 if __name__ == "__main__":
