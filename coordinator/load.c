@@ -212,6 +212,17 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                           .expected_rows = (uint64_t)want};
     uint32_t id;
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
+    hps_segment_info_t si;
+    if (rc == HPS_ENOSPC && hps_shmdb_segment_info(c->db, &si) == 0) {
+        HPS_ERROR("model %s table %s (%llu expected rows of %u floats): cannot create it in the "
+                  "volatile DB: the shared-memory segment is full, %llu of its %llu bytes in use; "
+                  "raise [volatile_db] shared_memory_size in %s (the tables created before it "
+                  "stay in the segment, empty, until it is removed)",
+                  m->name, s.table, (unsigned long long)s.expected_rows, s.dim,
+                  (unsigned long long)si.used_bytes, (unsigned long long)si.size_bytes,
+                  c->conf->source);
+        return HPS_EXIT_MODEL;
+    }
     if (rc < 0) {
         HPS_ERROR("model %s table %s: cannot create it in the volatile DB: %s", m->name, s.table,
                   hps_strerror(rc));
