@@ -29,44 +29,10 @@
 #include <vector>
 
 #include "bench_vcs.h"
+#include "gather.cuh"
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define DIM       128
+#define DIM       DIM_GATHER
 #define ROW_BYTES (DIM * 4)
-
-/* out[i] = table[idx[i]]: a warp per row, four rows per step (dynamic
- * shared memory only pads the occupancy). */
-__global__ void __launch_bounds__(256)
-    k_gather(const float *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
-             float *__restrict__ out)
-{
-    int lane = threadIdx.x & 31;
-    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    for (uint64_t base = warp * 4; base < n; base += nwarps * 4) {
-        float4 v[4];
-        uint32_t r[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            r[u] = base + u < n ? idx[base + u] : 0;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (base + u < n)
-                v[u] = __ldcg((const float4 *)(table + (uint64_t)r[u] * DIM) + lane);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (base + u < n)
-                __stcs((float4 *)(out + (base + u) * DIM) + lane, v[u]);
-    }
-}
 
 /* Rows in the group that starts at row first (R at most). */
 __device__ __forceinline__ uint32_t group_rows(uint64_t n, uint64_t first, uint32_t R)
@@ -183,25 +149,6 @@ typedef struct {
     int threads, smem;
 } variant_t;
 
-/* Zipf(1.05) ranks over nrows, mapped to rows by an odd multiplier (nrows a
- * power of two): bench-gpu-cache's indices. */
-static std::vector<uint32_t> zipf_rows(uint64_t nrows, uint64_t n)
-{
-    std::vector<double> cdf(nrows);
-    double sum = 0;
-    for (uint64_t r = 0; r < nrows; r++)
-        cdf[r] = (sum += pow((double)(r + 1), -1.05));
-    std::vector<uint32_t> out(n);
-    uint64_t s = 0x2545F4914F6CDD1Dull;
-    for (uint64_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double u = (double)(s >> 11) / 9007199254740992.0 * sum;
-        uint64_t r = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
-        out[i] = (uint32_t)((std::min(r, nrows - 1) * 0x9E3779B97F4A7C15ull) & (nrows - 1));
-    }
-    return out;
-}
-
 int main(int argc, char **argv)
 {
     uint64_t nrows = 8388608, pool = 16ull << 20, iters = 200;
@@ -283,12 +230,7 @@ int main(int argc, char **argv)
                         vs[v].fn<<<grid, vs[v].threads, vs[v].smem, st>>>(
                             table, d_idx + (it % nb) * B, B, out);
                     }
-                    CK(cudaEventRecord(e1, st));
-                    CK(cudaEventSynchronize(e1));
-                    CK(cudaGetLastError());
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    t[rep] = ms / iters;
+                    t[rep] = ms_since(e0, e1, st) / iters;
                 }
                 std::sort(t, t + 5);
                 double mps = B / (t[2] * 1e3);

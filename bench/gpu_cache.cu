@@ -22,16 +22,9 @@
 #include <vector>
 
 #include "bench_vcs.h"
+#include "gather.cuh"
 #include "hps/gcache.h"
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define OK(call)                                                                                   \
     do {                                                                                           \
         int r_ = (call);                                                                           \
@@ -41,7 +34,7 @@
         }                                                                                          \
     } while (0)
 
-#define DIM 128
+#define DIM DIM_GATHER
 
 __host__ __device__ static uint64_t mix64(uint64_t x)
 {
@@ -67,31 +60,6 @@ __global__ void k_gen(uint64_t first, uint64_t n, int64_t *keys, float *rows)
         rows[t] = (float)(row % 1000003) + 0.5f * (float)j;
         if (j == 0)
             keys[i] = key_of_row(row);
-    }
-}
-
-/* The floor: out[i] = table[idx[i]], a warp per row, four rows per step. */
-__global__ void __launch_bounds__(256)
-    k_gather(const float *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
-             float *__restrict__ out)
-{
-    int lane = threadIdx.x & 31;
-    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    for (uint64_t base = warp * 4; base < n; base += nwarps * 4) {
-        float4 v[4];
-        uint32_t r[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            r[u] = base + u < n ? idx[base + u] : 0;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (base + u < n)
-                v[u] = __ldcg((const float4 *)(table + (uint64_t)r[u] * DIM) + lane);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (base + u < n)
-                __stcs((float4 *)(out + (base + u) * DIM) + lane, v[u]); /* streaming */
     }
 }
 
@@ -176,25 +144,10 @@ int main(int argc, char **argv)
            (unsigned long long)st.evictions, 100.0 * (nkeys - st.occupied) / nkeys, DIM, lru_res);
 
     /* Zipf(1.05) ranks -> rows (a fixed permutation, so hot rows are spread). */
-    std::vector<double> cdf(nkeys);
-    double sum = 0;
-    for (uint64_t r = 0; r < nkeys; r++)
-        cdf[r] = (sum += pow((double)(r + 1), -1.05));
-    std::vector<uint32_t> h_idx(pool);
+    std::vector<uint32_t> h_idx = zipf_rows(nkeys, pool);
     std::vector<int64_t> h_q(pool);
-    uint64_t s = 0x2545F4914F6CDD1Dull;
-    for (uint64_t i = 0; i < pool; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double u = (double)(s >> 11) / 9007199254740992.0 * sum;
-        uint64_t r = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
-        if (r >= nkeys)
-            r = nkeys - 1;
-        uint64_t row = (r * 0x9E3779B97F4A7C15ull) % nkeys;
-        if ((nkeys & (nkeys - 1)) == 0)
-            row = (r * 0x9E3779B97F4A7C15ull) & (nkeys - 1); /* odd multiplier: a bijection */
-        h_idx[i] = (uint32_t)row;
-        h_q[i] = key_of_row(row);
-    }
+    for (uint64_t i = 0; i < pool; i++)
+        h_q[i] = key_of_row(h_idx[i]);
     uint32_t *d_idx;
     int64_t *d_q;
     CK(cudaMalloc((void **)&d_idx, pool * sizeof(uint32_t)));
@@ -276,12 +229,7 @@ int main(int argc, char **argv)
                         OK(hps_gcache_lookup(c, ws, d_q + (it % nb) * B, B, out, NULL, d_mi, d_mc,
                                              st0));
                 }
-                CK(cudaEventRecord(e1, st0));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaGetLastError());
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                t[rep] = ms / iters;
+                t[rep] = ms_since(e0, e1, st0) / iters;
             }
             std::sort(t, t + 5);
             med[mode] = t[2];
