@@ -46,7 +46,7 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -f "/dev/shm/hps.$name"
+    rm -f "/dev/shm/hps.$name" "/dev/shm/.hps.$name.lock"
     rm -rf "$work"
 }
 trap cleanup EXIT

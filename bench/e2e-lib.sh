@@ -51,7 +51,7 @@ e2e_stop_all() {
 # KEEP is 1) the work directory.
 e2e_cleanup() {
     e2e_stop_all
-    rm -f "/dev/shm/hps.$1"
+    rm -f "/dev/shm/hps.$1" "/dev/shm/.hps.$1.lock"
     if [ "$2" = 1 ]; then echo "work directory kept: $workdir"; else rm -rf "$workdir"; fi
 }
 

@@ -52,6 +52,8 @@ typedef struct coord {
     uint32_t num_tables;
     pthread_t beat_thread; /* heartbeat, from segment open to shutdown */
     bool beating;
+    int lock_fd; /* the segment name's coordinator lock (segment.c), while locked */
+    bool locked;
     pthread_t miss_threads[HPS_COORD_MISS_THREADS];
     unsigned num_miss_threads;
     volatile sig_atomic_t *stop;
@@ -59,6 +61,9 @@ typedef struct coord {
 
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);
+/* segment.c: remove and release the segment name's coordinator lock (a clean
+ * exit, after the segment is detached); no-op when not locked. */
+void coord_segment_unlock(coord_t *c);
 
 /* load.c: create the tables and load every model (PDB, then VDB). */
 int coord_load_models(coord_t *c, bool vdb_reused);

@@ -173,6 +173,7 @@ static void shutdown_all(coord_t *c)
         HPS_WARN("closing the persistent DB: %s", err);
     if (c->db)
         release_segment(c);
+    coord_segment_unlock(c);
     free(c->tables);
 }
 

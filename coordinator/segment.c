@@ -2,10 +2,28 @@
  * segment.c -- hps-coordinator's side of the shared-memory segment: create
  * it, or re-attach the one a previous coordinator left, and make sure no
  * other coordinator is alive on it.
+ *
+ * One coordinator per segment name: an exclusive flock(2) on the POSIX
+ * shared-memory object ".hps.<name>.lock" (/dev/shm/.hps.<name>.lock, the
+ * holder's pid), held for the coordinator's whole life.  The kernel drops
+ * it when the process dies and keeps it while the process is stopped.  A
+ * clean exit removes the file (a killed coordinator leaves it, to be reused);
+ * so a lock taken on a file that was removed meanwhile is taken again on
+ * the file under the name (the inode check in lock_name).  The segment's heartbeat
+ * alone could not tell: it is 0 while a coordinator creates the segment,
+ * and stale while one is stopped (SIGSTOP), and a second coordinator then
+ * replaced or shared the segment (two writers).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coord.h"
 #include "hps/log.h"
@@ -56,6 +74,91 @@ static int init_missq(coord_t *c)
     return 0;
 }
 
+/* Open the lock object and take its lock: the descriptor, -1 with errno
+ * (EWOULDBLOCK: another process holds it).  A lock taken on a file that a
+ * clean exit removed meanwhile is dropped and taken again. */
+static int lock_open(const char *obj, mode_t mode)
+{
+    char path[HPS_CONF_SHM_NAME_MAX + 32];
+    snprintf(path, sizeof(path), "/dev/shm%s", obj);
+    for (int tries = 0; tries < 8; tries++) {
+        int fd = shm_open(obj, O_RDWR | O_CREAT | O_CLOEXEC, mode);
+        if (fd < 0)
+            return -1;
+        struct stat held, named;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        if (fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_ino == named.st_ino)
+            return fd;
+        close(fd); /* removed under us: the name now holds another file */
+    }
+    errno = EAGAIN;
+    return -1;
+}
+
+/* Take the segment name's coordinator lock (see the top of this file); the
+ * descriptor stays open until coord_segment_unlock() or the process exits. */
+static int lock_name(coord_t *c, const char *name)
+{
+    char obj[HPS_CONF_SHM_NAME_MAX + 16], pid[32] = "";
+    snprintf(obj, sizeof(obj), "/.hps.%s.lock", name);
+    unsigned m = c->conf->volatile_db.shared_memory_mode;
+    int fd = lock_open(obj, m ? (mode_t)m : 0600);
+    if (fd < 0 && errno == EWOULDBLOCK) {
+        int rfd = shm_open(obj, O_RDONLY | O_CLOEXEC, 0);
+        ssize_t n = rfd >= 0 ? pread(rfd, pid, sizeof(pid) - 1, 0) : -1;
+        if (rfd >= 0)
+            close(rfd);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        HPS_ERROR("another hps-coordinator (pid %s) holds /dev/shm%s and serves /dev/shm/hps.%s; "
+                  "stop it first",
+                  *pid ? pid : "unknown", obj, name);
+        return HPS_EXIT_SEGMENT;
+    }
+    if (fd < 0) {
+        HPS_ERROR("cannot take the coordinator lock /dev/shm%s: %s", obj, strerror(errno));
+        return HPS_EXIT_SEGMENT;
+    }
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        HPS_WARN("cannot write the pid into /dev/shm%s: %s", obj, strerror(errno));
+    c->lock_fd = fd;
+    c->locked = true;
+    return 0;
+}
+
+void coord_segment_unlock(coord_t *c)
+{
+    if (!c->locked)
+        return;
+    char obj[HPS_CONF_SHM_NAME_MAX + 16];
+    snprintf(obj, sizeof(obj), "/.hps.%s.lock", c->conf->volatile_db.shared_memory_name);
+    shm_unlink(obj); /* before the unlock: the next coordinator creates a new file */
+    close(c->lock_fd);
+    c->locked = false;
+}
+
+/* A segment object whose magic word is still 0: a coordinator was killed
+ * between creating and initializing it (the magic is written last).  Only
+ * checked under the name's lock, so no creation is in progress. */
+static bool unfinished(const char *name)
+{
+    char obj[HPS_CONF_SHM_NAME_MAX + 16];
+    uint64_t magic = 1;
+    snprintf(obj, sizeof(obj), "/hps.%s", name);
+    int fd = shm_open(obj, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool zero = pread(fd, &magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) && magic == 0;
+    close(fd);
+    return zero;
+}
+
 int coord_segment_open(coord_t *c, bool *ret_reused)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
@@ -63,6 +166,9 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     hps_shmdb_proc_opts_t po = proc_opts(c);
     char why[256];
     *ret_reused = false;
+    int ex = lock_name(c, name);
+    if (ex)
+        return ex;
     hps_err_t rc = hps_shmdb_attach(name, &po, &c->db);
     if (rc == 0 &&
         hps_shmdb_coordinator_alive(c->db, (uint32_t)c->conf->hps.worker_timeout_ms, false)) {
@@ -85,6 +191,11 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         hps_shmdb_detach(c->db);
         c->db = NULL;
         hps_shmdb_unlink(name);
+    } else if (rc == HPS_EBADMAGIC && unfinished(name)) {
+        HPS_WARN("replacing /dev/shm/hps.%s: never initialized (magic 0), left by a coordinator "
+                 "killed while creating it",
+                 name);
+        hps_shmdb_unlink(name);
     } else if (rc == HPS_EBADMAGIC || rc == -EACCES || rc == HPS_EINVAL) {
         hps_shmdb_probe(name, why, sizeof(why));
         HPS_ERROR("/dev/shm/hps.%s cannot be used: %s (%s); remove it or set "
@@ -96,6 +207,6 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         HPS_WARN("replacing /dev/shm/hps.%s: %s (%s)", name, hps_strerror(rc), why);
         hps_shmdb_unlink(name);
     }
-    int ex = create_fresh(c, name);
+    ex = create_fresh(c, name);
     return ex ? ex : init_missq(c);
 }

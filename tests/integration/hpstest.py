@@ -544,10 +544,11 @@ class Cluster:
         if self.failed:
             self.dump_logs()
         for seg in [self.segment] + self.extra_segments:
-            try:
-                os.unlink("/dev/shm/hps." + seg)
-            except FileNotFoundError:
-                pass
+            for obj in ("hps." + seg, ".hps.%s.lock" % seg):  # a killed coordinator's lock
+                try:
+                    os.unlink("/dev/shm/" + obj)
+                except FileNotFoundError:
+                    pass
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def dump_logs(self):

@@ -114,6 +114,27 @@ def big_model_phases(t, cl):
     shutil.rmtree(model.dir, ignore_errors=True)
 
 
+def unfinished_segment(t, cl, model):
+    """A segment object left never initialized (magic 0) by a coordinator
+    killed between creating and initializing it used to stop every later
+    start ("bad magic ... remove it"); now the next coordinator replaces it.
+    A clean exit removes the name's lock file."""
+    seg = cl.new_segment_name("unf")
+    with open("/dev/shm/hps." + seg, "wb") as f:
+        f.truncate(1 << 20)
+    conf = cl.write_config("unf.ini", model.ini_text, [
+        ("volatile_db", "shared_memory_name", seg)])
+    c = cl.start_coordinator(conf)
+    t.ok("never initialized (magic 0)" in c.log(),
+         "a coordinator replaces a never-initialized segment object", c.log())
+    rc, out, err = cl.shm("check", seg)
+    t.ok(rc == 0, "and the new segment checks", out + err)
+    t.ok(os.path.exists("/dev/shm/.hps.%s.lock" % seg), "it holds the name's lock file")
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(10), 0, "SIGTERM -> exit status 0")
+    t.ok(not os.path.exists("/dev/shm/.hps.%s.lock" % seg), "a clean exit removes the lock file")
+
+
 def body(t, cl):
     big_model_phases(t, cl)
     model = cl.gen_model("m", rows=[2000, 1000], dims=[8, 4], defaults=[0.5, -2.0])
@@ -172,6 +193,20 @@ def body(t, cl):
              out)
     t.ok(c.alive(), "the first coordinator still runs", c.log())
     t.eq(os.stat(seg).st_ino, ino, "its segment was not replaced")
+    # Stopped past worker_timeout_ms (500), its heartbeat is stale, but it
+    # still holds the name's lock: a second coordinator used to take over
+    # the segment (two writers once the first continued).
+    # (Without a persistent DB: RocksDB's own LOCK would stop it first.)
+    conf_nopdb = cl.write_config("nopdb.ini", model.ini_text, common + [
+        ("volatile_db", "initialize_after_startup", "false"),
+        ("persistent_db", "type", "disabled")])
+    c.kill(signal.SIGSTOP)
+    time.sleep(0.8)
+    rc, out = cl.run_coordinator(conf_nopdb, timeout=30)
+    c.kill(signal.SIGCONT)
+    t.ok(rc == H.EXIT_SEGMENT and "another hps-coordinator (pid %d) holds" % c.pid in out,
+         "a second coordinator while the first is stopped (SIGSTOP) exits 3 naming it", out)
+    t.eq(os.stat(seg).st_ino, ino, "the stopped coordinator's segment was not replaced")
     time.sleep(0.3)
     t.eq(H.ready_status(w.http_port), 200, "its worker is still ready")
     _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
@@ -224,6 +259,7 @@ def body(t, cl):
     t.ok(rc == H.EXIT_USAGE and "missing.ini" in out,
          "missing config file -> exit status 2 naming the file", "%d %s" % (rc, out))
     t.ok(os.path.exists(seg), "refused starts did not touch the kept segment")
+    unfinished_segment(t, cl, model)
 
 
 if __name__ == "__main__":
