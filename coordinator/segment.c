@@ -181,9 +181,20 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         return HPS_EXIT_SEGMENT;
     }
     if (rc == 0 && keep) {
-        HPS_INFO("re-attached /dev/shm/hps.%s and kept its rows (initialize_after_startup = false)",
-                 name);
-        *ret_reused = true;
+        /* A coordinator killed while loading leaves LOADING: its tables may
+         * be incomplete, so they are filled again (upserts: idempotent). */
+        hps_segment_info_t si;
+        bool partial =
+            hps_shmdb_segment_info(c->db, &si) == 0 && si.coord_state == HPS_COORD_LOADING;
+        if (partial)
+            HPS_WARN("re-attached /dev/shm/hps.%s, left by a coordinator (pid %d) that stopped "
+                     "while loading: filling its tables again (initialize_after_startup = false)",
+                     name, (int)si.coord_pid);
+        else
+            HPS_INFO("re-attached /dev/shm/hps.%s and kept its rows "
+                     "(initialize_after_startup = false)",
+                     name);
+        *ret_reused = !partial;
         return init_missq(c);
     }
     if (rc == 0) {

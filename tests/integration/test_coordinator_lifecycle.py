@@ -80,6 +80,33 @@ def big_model_phases(t, cl):
     c.kill(signal.SIGTERM)
     t.eq(c.wait(10), 0, "coordinator of the big model: SIGTERM -> exit status 0")
 
+    # ---- (1b) killed while loading, re-attached with initialize_after_startup
+    # = false and no persistent DB: the rows it had not loaded yet used to be
+    # lost (the restart "kept its rows"; lookups answered the default).
+    seg_k = cl.new_segment_name("bigk")
+    conf_k = cl.write_config("bigk.ini", model.ini_text, [
+        ("volatile_db", "shared_memory_name", seg_k),
+        ("volatile_db", "initialize_after_startup", "false"),
+        ("volatile_db", "shared_memory_auto_remove", "false"),
+        ("persistent_db", "type", "disabled")])
+    c = cl.start_coordinator(conf_k, wait_ready=False)
+    if not H.wait_until(lambda: "files valid" in c.log() or not c.alive(), 30, 0.002):
+        raise RuntimeError("coordinator did not validate its files:\n" + c.log())
+    c.kill(signal.SIGKILL)
+    loading = "serving misses" not in c.log()
+    c.wait(10)
+    c = cl.start_coordinator(conf_k)
+    t.ok(not loading or "stopped while loading: filling its tables again" in c.log(),
+         "a restart on a segment left while loading fills it again (killed %s loading)" %
+         ("during" if loading else "after"), c.log())
+    w = cl.start_worker(conf_k)
+    _, g = H.decode_output(H.infer(w.http_port, "big", kpt, binary=True))
+    t.ok(g == want, "and then answers exactly, the file's last keys included")
+    w.kill(signal.SIGTERM)
+    w.wait(10)
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(10), 0, "SIGTERM -> exit status 0")
+
     # ---- (2) a second coordinator during a long load ----------------------------
     # worker_timeout_ms at its minimum (100 ms), so the load of the first
     # coordinator outlasts it; the second starts 150 ms into that load.
