@@ -119,6 +119,13 @@ static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
     if (conf->volatile_db.allocation_rate > conf->volatile_db.shared_memory_size)
         return rule_error(c, conf, HPS__SEC_volatile_db, 0, "allocation_rate", "shared_memory_size",
                           "must be at most");
+    if (conf->update_source.key_bytes != 4 && conf->update_source.key_bytes != 8) {
+        int ki = hps__key_find(HPS__SEC_update_source, "key_bytes");
+        hps__msg(c->err, c->err_len, "%s:%u: [update_source] key_bytes = %lld: must be 4 or 8",
+                 c->name, conf->meta->global[HPS__SEC_update_source].line[ki],
+                 (long long)conf->update_source.key_bytes);
+        return HPS_ECONFIG;
+    }
     if (conf->worker.metrics_port == conf->worker.http_port)
         return rule_error(c, conf, HPS__SEC_worker, 0, "metrics_port", "http_port",
                           "must differ from");

@@ -204,7 +204,7 @@ static topic_buf_t *topic_new(hps_kafka_consumer_t *c, const char *name)
     t->known = c->o.resolve(c->o.ctx, name, &t->sink, &t->value_size);
     if (t->known) {
         size_t rows = (size_t)c->o.max_batch_size;
-        t->keys = malloc(rows * c->o.key_bytes);
+        t->keys = malloc(rows * c->o.model_key_bytes);
         t->values = malloc(rows * t->value_size);
         if (!t->keys || !t->values) {
             free(t->keys);
@@ -227,15 +227,46 @@ static topic_buf_t *topic_of(hps_kafka_consumer_t *c, const char *name)
     return c->last = topic_new(c, name);
 }
 
-/* Copy the records into the batch, applying each time it fills up. */
-static bool append(hps_kafka_consumer_t *c, topic_buf_t *t, const hps_kafka_msg_t *m)
+/* Store wire key w (wire width wb) at dst in the model's width mb: widened
+ * from uint32, or narrowed to uint32 when it fits; false when it does not. */
+static bool key_to_model(uint8_t *dst, const uint8_t *w, uint32_t wb, uint32_t mb)
 {
-    uint32_t kb = c->o.key_bytes;
+    if (wb == mb) {
+        memcpy(dst, w, mb);
+        return true;
+    }
+    if (wb == 4) {
+        uint32_t k32;
+        memcpy(&k32, w, 4);
+        int64_t k = (int64_t)k32;
+        memcpy(dst, &k, 8);
+        return true;
+    }
+    int64_t k;
+    memcpy(&k, w, 8);
+    if (k < 0 || k > (int64_t)UINT32_MAX)
+        return false;
+    uint32_t k32 = (uint32_t)k;
+    memcpy(dst, &k32, 4);
+    return true;
+}
+
+/* Copy the records into the batch (keys in the model's width), applying
+ * each time it fills up.  *ret_dropped: records whose key the model's
+ * width cannot hold. */
+static bool append(hps_kafka_consumer_t *c, topic_buf_t *t, const hps_kafka_msg_t *m,
+                   size_t *ret_dropped)
+{
+    uint32_t wb = c->o.key_bytes, mb = c->o.model_key_bytes;
     size_t floats = t->value_size / sizeof(float);
     const uint8_t *r = m->records;
+    *ret_dropped = 0;
     for (size_t i = 0; i < m->count; i++, r += m->record_size) {
-        memcpy(t->keys + t->n * kb, r, kb);
-        memcpy(t->values + t->n * floats, r + kb, t->value_size);
+        if (!key_to_model(t->keys + t->n * mb, r, wb, mb)) {
+            ++*ret_dropped;
+            continue;
+        }
+        memcpy(t->values + t->n * floats, r + wb, t->value_size);
         if (++t->n >= (size_t)c->o.max_batch_size && !deliver(c, t))
             return false;
     }
@@ -284,8 +315,16 @@ static void on_message(hps_kafka_consumer_t *c, const rd_kafka_message_t *m)
         v = hps_kafka_parse(m->payload, m->len, m->key_len, c->o.key_bytes, t->value_size, &msg);
     if (v == HPS_KAFKA_OK) {
         STAT_ADD(c, received, msg.count);
-        if (!append(c, t, &msg))
+        size_t dropped;
+        if (!append(c, t, &msg, &dropped))
             return;
+        if (dropped) {
+            STAT_ADD(c, errors, dropped);
+            event(c, 1,
+                  "%s [%d] offset %lld: %zu of %zu keys do not fit the model's 32-bit keys: "
+                  "dropped",
+                  name, (int)m->partition, (long long)m->offset, dropped, msg.count);
+        }
         rd_kafka_timestamp_type_t tt;
         int64_t ts = rd_kafka_message_timestamp(m, &tt);
         if (ts > STAT_GET(c, newest_applied_msg_ms))
@@ -405,9 +444,11 @@ hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *o, rd_ka
 static hps_err_t check_opts(const hps_kafka_consumer_opts_t *o, char *err, size_t err_len)
 {
     if (!o || !o->brokers || !o->group || !o->resolve || !o->apply ||
-        (o->key_bytes != 4 && o->key_bytes != 8) || o->max_batch_size < 1 ||
-        o->poll_timeout_ms < 1 || o->failure_backoff_ms < 1 || o->receive_buffer_size < 1024 ||
-        o->max_commit_interval < 1 || o->metadata_refresh_interval_ms < 10) {
+        (o->key_bytes != 4 && o->key_bytes != 8) ||
+        (o->model_key_bytes != 0 && o->model_key_bytes != 4 && o->model_key_bytes != 8) ||
+        o->max_batch_size < 1 || o->poll_timeout_ms < 1 || o->failure_backoff_ms < 1 ||
+        o->receive_buffer_size < 1024 || o->max_commit_interval < 1 ||
+        o->metadata_refresh_interval_ms < 10) {
         snprintf(err, err_len, "invalid Kafka consumer options");
         return HPS_EINVAL;
     }
@@ -454,6 +495,8 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
         return -ENOMEM;
     }
     c->o = *opts;
+    if (!c->o.model_key_bytes)
+        c->o.model_key_bytes = c->o.key_bytes;
     c->st.lag = -1;
     c->pending = rd_kafka_topic_partition_list_new(16);
     rc = hps_kafka_consumer_configure(opts, conf, err, err_len);

@@ -170,7 +170,8 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         .group = group,
         .filters = filters,
         .num_filters = nf,
-        .key_bytes = c->key_bytes,
+        .key_bytes = (uint32_t)u->key_bytes, /* the wire's: HugeCTR's producer sends int64 */
+        .model_key_bytes = c->key_bytes,
         .metadata_refresh_interval_ms = (int)u->metadata_refresh_interval_ms,
         .receive_buffer_size = (int)u->receive_buffer_size,
         .poll_timeout_ms = (int)u->poll_timeout_ms,

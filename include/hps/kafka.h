@@ -32,14 +32,14 @@
 
 /** Verdict of hps_kafka_parse() on one message; the skip reasons are counted. */
 typedef enum hps_kafka_verdict {
-    HPS_KAFKA_OK = 0,            /**< records to apply (count >= 1) */
-    HPS_KAFKA_BEACON,            /**< header only (8 bytes): ignored, not counted as skipped */
-    HPS_KAFKA_SKIP_MAGIC,        /**< magic is not "HCTR", or shorter than the header */
-    HPS_KAFKA_SKIP_VALUE_SIZE,   /**< value_size != the table's dim * 4 */
-    HPS_KAFKA_SKIP_TRUNCATED,    /**< (len - 8) is not a multiple of key_bytes + value_size */
-    HPS_KAFKA_SKIP_KEYED,        /**< the message has a Kafka key (HugeCTR drops those) */
-    HPS_KAFKA_SKIP_EMPTY,        /**< null payload (tombstone) */
-    HPS_KAFKA_SKIP_UNKNOWN,      /**< topic of no deployed table, or one the filters exclude */
+    HPS_KAFKA_OK = 0,          /**< records to apply (count >= 1) */
+    HPS_KAFKA_BEACON,          /**< header only (8 bytes): ignored, not counted as skipped */
+    HPS_KAFKA_SKIP_MAGIC,      /**< magic is not "HCTR", or shorter than the header */
+    HPS_KAFKA_SKIP_VALUE_SIZE, /**< value_size != the table's dim * 4 */
+    HPS_KAFKA_SKIP_TRUNCATED,  /**< (len - 8) is not a multiple of key_bytes + value_size */
+    HPS_KAFKA_SKIP_KEYED,      /**< the message has a Kafka key (HugeCTR drops those) */
+    HPS_KAFKA_SKIP_EMPTY,      /**< null payload (tombstone) */
+    HPS_KAFKA_SKIP_UNKNOWN,    /**< topic of no deployed table, or one the filters exclude */
     HPS_KAFKA_NUM_VERDICTS
 } hps_kafka_verdict_t;
 
@@ -59,7 +59,7 @@ typedef struct hps_kafka_msg {
  * @param[in]  payload     Message value (host memory; may be NULL when len is 0).
  * @param[in]  len         Bytes of payload.
  * @param[in]  key_len     Bytes of the Kafka message key (0 = none).
- * @param[in]  key_bytes   Wire key width: 8 (supportlonglong) or 4.
+ * @param[in]  key_bytes   Wire key width ([update_source] key_bytes): 8 or 4.
  * @param[in]  value_size  The table's dim * 4.
  * @param[out] ret         Filled only for HPS_KAFKA_OK.
  * @return the verdict.  Pure function, thread-safe.
@@ -144,37 +144,40 @@ typedef void (*hps_kafka_event_fn)(void *ctx, int level, const char *msg);
 
 /** Consumer options: [update_source] plus what the caller decides. */
 typedef struct hps_kafka_consumer_opts {
-    const char *brokers;                /**< metadata.broker.list, "host:port,host:port" */
-    const char *group;                  /**< consumer group (hps_kafka_group_name()) */
-    const char *const *filters;         /**< model-name regexes; none = subscribe to nothing */
-    size_t num_filters;                 /**< number of filters */
-    uint32_t key_bytes;                 /**< 8 or 4 */
-    int metadata_refresh_interval_ms;   /**< topic.metadata.refresh.interval.ms */
-    int receive_buffer_size;            /**< message.max.bytes = this + 1024 */
-    int poll_timeout_ms;                /**< idle time before apply + commit */
-    int max_batch_size;                 /**< pairs per apply */
-    int failure_backoff_ms;             /**< retry pause after a failed apply or a fatal error */
-    int max_commit_interval;            /**< messages between forced commits */
-    hps_kafka_resolve_fn resolve;       /**< required */
-    hps_kafka_apply_fn apply;           /**< required */
-    hps_kafka_event_fn event;           /**< optional */
-    void *ctx;                          /**< passed to the callbacks */
-    int fetch_wait_max_ms;              /**< fetch.wait.max.ms; 0 = librdkafka's (500) */
+    const char *brokers;              /**< metadata.broker.list, "host:port,host:port" */
+    const char *group;                /**< consumer group (hps_kafka_group_name()) */
+    const char *const *filters;       /**< model-name regexes; none = subscribe to nothing */
+    size_t num_filters;               /**< number of filters */
+    uint32_t key_bytes;               /**< wire key width: 8 or 4 */
+    uint32_t model_key_bytes;         /**< width apply() gets: 8 or 4; 0 = key_bytes.  8-byte
+                                       *   wire keys of a 4-byte model that do not fit uint32
+                                       *   are dropped and counted in errors */
+    int metadata_refresh_interval_ms; /**< topic.metadata.refresh.interval.ms */
+    int receive_buffer_size;          /**< message.max.bytes = this + 1024 */
+    int poll_timeout_ms;              /**< idle time before apply + commit */
+    int max_batch_size;               /**< pairs per apply */
+    int failure_backoff_ms;           /**< retry pause after a failed apply or a fatal error */
+    int max_commit_interval;          /**< messages between forced commits */
+    hps_kafka_resolve_fn resolve;     /**< required */
+    hps_kafka_apply_fn apply;         /**< required */
+    hps_kafka_event_fn event;         /**< optional */
+    void *ctx;                        /**< passed to the callbacks */
+    int fetch_wait_max_ms;            /**< fetch.wait.max.ms; 0 = librdkafka's (500) */
 } hps_kafka_consumer_opts_t;
 
 /** Counters of one consumer (monotonic since creation). */
 typedef struct hps_kafka_stats {
-    uint64_t messages;                         /**< messages received (not errors) */
-    uint64_t received;                         /**< updates (pairs) in accepted messages */
-    uint64_t applied;                          /**< updates applied to the sink */
-    uint64_t skipped[HPS_KAFKA_NUM_VERDICTS];  /**< messages skipped, by verdict */
-    uint64_t beacons;                          /**< header-only messages */
-    uint64_t apply_failures;                   /**< failed apply calls (retried) */
-    uint64_t commits, commit_failures;         /**< offset commits answered (ok / failed) */
-    uint64_t errors;                           /**< consumer errors (broker down, ...) */
-    int64_t lag;                               /**< sum over assigned partitions, -1 unknown */
-    int64_t newest_applied_ms;                 /**< wall clock (ms since epoch) of the last apply, 0 none */
-    int64_t newest_applied_msg_ms;             /**< producer timestamp of the newest applied message */
+    uint64_t messages;                        /**< messages received (not errors) */
+    uint64_t received;                        /**< updates (pairs) in accepted messages */
+    uint64_t applied;                         /**< updates applied to the sink */
+    uint64_t skipped[HPS_KAFKA_NUM_VERDICTS]; /**< messages skipped, by verdict */
+    uint64_t beacons;                         /**< header-only messages */
+    uint64_t apply_failures;                  /**< failed apply calls (retried) */
+    uint64_t commits, commit_failures;        /**< offset commits answered (ok / failed) */
+    uint64_t errors;                          /**< consumer errors (broker down, ...) */
+    int64_t lag;                              /**< sum over assigned partitions, -1 unknown */
+    int64_t newest_applied_ms;     /**< wall clock (ms since epoch) of the last apply, 0 none */
+    int64_t newest_applied_msg_ms; /**< producer timestamp of the newest applied message */
 } hps_kafka_stats_t;
 
 typedef struct hps_kafka_consumer hps_kafka_consumer_t;

@@ -31,6 +31,7 @@ ROWS = 2000
 RATE = 0.5
 TOPIC_A = "hps_et.mA.sparse_embedding0"
 TOPIC_B = "hps_et.mB.sparse_embedding0"
+TOPIC_C = "hps_et.mC.sparse_embedding0"
 
 
 def new_vector(key, gen):
@@ -96,8 +97,9 @@ def lookup(worker, model, keys):
 
 
 def body(t, cl):
-    mock = Mock([TOPIC_A, TOPIC_B])
+    mock = Mock([TOPIC_A, TOPIC_B, TOPIC_C])
     try:
+        narrow_keys(t, cl, mock)
         scenario(t, cl, mock)
     finally:
         mock.close()
@@ -231,6 +233,39 @@ def scenario(t, cl, mock):
     t.eq(lookup(w, "mA", others), [H.gen_vector(0, k, DIM) for k in others],
          "keys never updated keep their vectors")
     t.ok(coord2.alive(), "restarted coordinator alive")
+
+
+def narrow_keys(t, cl, mock):
+    """A 32-bit-key model (supportlonglong = false) fed by HugeCTR's producer
+    and hps-push, which send 8-byte keys ([update_source] key_bytes = 8, the
+    default): keys are narrowed, and a key over 2^32 - 1 is dropped and
+    counted.  (The wire width used to be the model's, so these messages
+    were skipped as truncated, or, at sizes that are multiples of both
+    record sizes, applied as garbage.)"""
+    seg = cl.new_segment_name("c32")
+    mC = cl.gen_model("mC", [ROWS], [DIM], subdir="mC", key_bytes=4, segment=seg)
+    conf = cl.write_config("c32.ini", mC.ini_text, [
+        ("volatile_db", "update_filters", "mC"),
+        ("persistent_db", "update_filters", "mC"),
+        ("update_source", "type", "kafka_message_queue"),
+        ("update_source", "brokers", mock.bootstrap),
+        ("update_source", "poll_timeout_ms", "100"),
+        ("update_source", "metadata_refresh_interval_ms", "500")])
+    coord = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    keys = mC.file_keys[0][:50]
+    rc, out = push(mock.bootstrap, "mC", records(keys + [(1 << 32) + 5], 7))
+    t.ok(rc == 0, "hps-push of 51 updates with 8-byte keys to a 32-bit model", out)
+    t.ok(wait_applied(coord, "volatile", 50, 60), "50 applied to the volatile DB",
+         stats(coord, "volatile"))
+    t.eq(lookup(w, "mC", keys), [new_vector(k, 7) for k in keys],
+         "a 32-bit model serves the updates sent with 8-byte keys")
+    t.ok(stats(coord, "volatile").get("errors", 0) >= 1 and
+         "do not fit the model's 32-bit keys" in coord.log(),
+         "the key over 2^32 - 1 is dropped and counted", coord.log())
+    for p in (w, coord):  # leave the consumer groups cleanly for the next scenario
+        p.kill(signal.SIGTERM)
+        p.wait(30)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,7 @@ static const struct {
     {"persistent_db.initialize_after_startup", "true"},
     {"persistent_db.update_filters", ".+"},
     {"update_source.type", "none"},
+    {"update_source.key_bytes", "8"},
     {"update_source.brokers", "127.0.0.1:9092"},
     {"update_source.metadata_refresh_interval_ms", "30000"},
     {"update_source.receive_buffer_size", "262144"},
