@@ -223,6 +223,13 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                   c->conf->source);
         return HPS_EXIT_MODEL;
     }
+    if (rc == -ENOSPC) {
+        HPS_ERROR("model %s table %s: cannot create it in the volatile DB: /dev/shm has no space "
+                  "left for the segment to grow (posix_fallocate); free space there or lower "
+                  "[volatile_db] shared_memory_size in %s",
+                  m->name, s.table, c->conf->source);
+        return HPS_EXIT_MODEL;
+    }
     if (rc < 0) {
         HPS_ERROR("model %s table %s: cannot create it in the volatile DB: %s", m->name, s.table,
                   hps_strerror(rc));

@@ -136,10 +136,8 @@ static hps_err_t commit_to(hps_shmdb_t *db, uint64_t end)
     if (to > h->size_bytes)
         to = h->size_bytes;
     int rc = posix_fallocate(db->fd, (off_t)c, (off_t)(to - c));
-    if (rc == ENOSPC)
-        return HPS_ENOSPC;
     if (rc != 0)
-        return -rc;
+        return -rc; /* -ENOSPC: /dev/shm is full, not the segment (HPS_ENOSPC) */
     atomic_store_explicit(&h->committed, to, memory_order_relaxed);
     return 0;
 }
@@ -436,7 +434,7 @@ hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
     }
     rc = posix_fallocate(db->fd, 0, (off_t)HDR_BYTES);
     if (rc != 0) {
-        rc = rc == ENOSPC ? HPS_ENOSPC : -rc;
+        rc = -rc; /* -ENOSPC: /dev/shm has no room for the first allocation */
         goto fail;
     }
     db->base = mmap(NULL, db->size, PROT_READ | PROT_WRITE, MAP_SHARED, db->fd, 0);

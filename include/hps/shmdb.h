@@ -32,7 +32,8 @@
  *
  * Memory.  The segment is sized by shared_memory_size (a hard cap); space is
  * committed with posix_fallocate in allocation_rate steps, so a full
- * /dev/shm is a clear HPS_ENOSPC instead of a SIGBUS.  When a partition
+ * /dev/shm is a clear -ENOSPC instead of a SIGBUS (HPS_ENOSPC: the segment
+ * itself, shared_memory_size, is full).  When a partition
  * cannot grow, it evicts by its overflow policy instead of failing.
  *
  * Byte order is the host's (HugeCTR never byte-swaps).  Do not use a handle
@@ -197,10 +198,9 @@ typedef struct hps_segment_info {
  * @param[out] ret    The handle, owned by the caller; release with
  *                    hps_shmdb_detach().  Written only on success.
  * @return 0; HPS_EEXIST if the segment exists (attach or unlink it first);
- *         HPS_EINVAL for a bad name or option; HPS_ENOSPC if /dev/shm cannot
- *         hold the first allocation_rate bytes; -errno from shm_open, mmap,
- *         posix_fallocate.  On failure nothing is left in /dev/shm.
- * Process-safe: two creators race on O_EXCL, one wins.
+ *         HPS_EINVAL for a bad name or option; -ENOSPC if /dev/shm cannot
+ *         hold the header; -errno from shm_open, mmap, posix_fallocate.  On failure nothing is left
+ * in /dev/shm. Process-safe: two creators race on O_EXCL, one wins.
  */
 hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
                            const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret);
@@ -306,7 +306,8 @@ hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n
  *         width other than 4 or 8, partitions outside 1..256, target outside
  *         (0, 1]; HPS_EMISMATCH if the table exists with another geometry;
  *         HPS_EFULL if the segment already has HPS_SHMDB_MAX_TABLES tables;
- *         HPS_ENOSPC if the first blocks do not fit.
+ *         HPS_ENOSPC if the first blocks do not fit the segment, -ENOSPC if
+ *         /dev/shm has no room to commit them.
  * Process-safe (segment lock).
  */
 hps_err_t hps_shmdb_table_create(hps_shmdb_t *db, const hps_table_spec_t *spec, uint32_t *ret_id);
@@ -626,31 +627,31 @@ typedef enum hps_gcache_state {
 
 /** Counters a process publishes for a cache (hps_shmdb_gcache_publish). */
 typedef struct hps_gcache_counters {
-    uint64_t occupied;        /**< slots holding a key */
-    uint64_t lookups;         /**< keys looked up, all processes */
-    uint64_t hits;            /**< of those, found */
-    uint64_t inserts;         /**< rows written by insert */
-    uint64_t evictions;       /**< rows displaced by insert */
-    uint64_t refreshed;       /**< rows overwritten from the lower layers (updates, refresh) */
-    uint64_t full_refreshes;  /**< whole-cache refreshes (timer, lapped update log) */
-    uint64_t lock_timeouts;   /**< writes skipped on a set left locked */
-    uint64_t repaired_sets;   /**< sets emptied after a process died mid-write */
-    uint64_t published_ns;    /**< CLOCK_REALTIME of the publication, ns */
+    uint64_t occupied;       /**< slots holding a key */
+    uint64_t lookups;        /**< keys looked up, all processes */
+    uint64_t hits;           /**< of those, found */
+    uint64_t inserts;        /**< rows written by insert */
+    uint64_t evictions;      /**< rows displaced by insert */
+    uint64_t refreshed;      /**< rows overwritten from the lower layers (updates, refresh) */
+    uint64_t full_refreshes; /**< whole-cache refreshes (timer, lapped update log) */
+    uint64_t lock_timeouts;  /**< writes skipped on a set left locked */
+    uint64_t repaired_sets;  /**< sets emptied after a process died mid-write */
+    uint64_t published_ns;   /**< CLOCK_REALTIME of the publication, ns */
 } hps_gcache_counters_t;
 
 /** A registry entry (snapshot). */
 typedef struct hps_gcache_reg {
-    uint32_t index;           /**< entry number, 0..HPS_SHMDB_MAX_GCACHES-1 */
+    uint32_t index; /**< entry number, 0..HPS_SHMDB_MAX_GCACHES-1 */
     hps_gcache_state_t state;
-    uint32_t table_id;        /**< segment table the cache holds rows of */
-    int32_t device;           /**< CUDA device ordinal */
-    uint32_t dim;             /**< floats per row */
-    uint32_t policy;          /**< hps_gcache_policy_t (gcache.h) */
-    uint64_t capacity_rows;   /**< as passed to hps_gcache_create_shared */
-    uint64_t bytes;           /**< device bytes of the allocation */
-    uint64_t generation;      /**< bumped each time the entry is (re)created */
-    pid_t creator_pid;        /**< process that created this generation */
-    pid_t refresher_pid;      /**< process that refreshes it (updates, timer); 0 = none */
+    uint32_t table_id;      /**< segment table the cache holds rows of */
+    int32_t device;         /**< CUDA device ordinal */
+    uint32_t dim;           /**< floats per row */
+    uint32_t policy;        /**< hps_gcache_policy_t (gcache.h) */
+    uint64_t capacity_rows; /**< as passed to hps_gcache_create_shared */
+    uint64_t bytes;         /**< device bytes of the allocation */
+    uint64_t generation;    /**< bumped each time the entry is (re)created */
+    pid_t creator_pid;      /**< process that created this generation */
+    pid_t refresher_pid;    /**< process that refreshes it (updates, timer); 0 = none */
     uint32_t num_pids;
     pid_t pids[HPS_SHMDB_GCACHE_PROCS]; /**< processes that map it (alive at the call) */
     hps_gcache_counters_t counters;
