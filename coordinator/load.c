@@ -196,6 +196,53 @@ static int validate_all(coord_t *c)
     return 0;
 }
 
+/* A re-attached segment holds the table with another geometry: name the
+ * setting that differs (it cannot change while the segment holds data). */
+static int table_mismatch(coord_t *c, const hps_table_spec_t *s)
+{
+    uint32_t id;
+    hps_table_info_t ti;
+    char what[160] = "its geometry";
+    if (hps_shmdb_table_find(c->db, s->model, s->table, &id) == 0 &&
+        hps_shmdb_table_info(c->db, id, &ti) == 0) {
+        if (ti.dim != s->dim)
+            snprintf(what, sizeof(what), "embedding_vecsize_per_table: %u there, %u here", ti.dim,
+                     s->dim);
+        else if (ti.key_bytes != s->key_bytes)
+            snprintf(what, sizeof(what), "supportlonglong: %u-byte keys there, %u-byte here",
+                     ti.key_bytes, s->key_bytes);
+        else if (ti.num_partitions != s->num_partitions)
+            snprintf(what, sizeof(what), "[volatile_db] num_partitions: %u there, %u here",
+                     ti.num_partitions, s->num_partitions);
+    }
+    HPS_ERROR("model %s table %s: the existing /dev/shm/hps.%s holds it with another %s; set "
+              "[volatile_db] initialize_after_startup = true to rebuild the segment, or restore "
+              "the setting in %s",
+              s->model, s->table, c->conf->volatile_db.shared_memory_name, what, c->conf->source);
+    return HPS_EXIT_SEGMENT;
+}
+
+/* A re-attached table keeps its default value and overflow settings: say so
+ * when the configuration asks for others. */
+static void warn_changed(coord_t *c, const hps_table_spec_t *s, uint32_t id)
+{
+    hps_table_info_t ti;
+    if (hps_shmdb_table_info(c->db, id, &ti) != 0)
+        return;
+    if (ti.default_value != s->default_value || ti.overflow_margin != s->overflow_margin ||
+        ti.overflow_policy != s->overflow_policy ||
+        ti.overflow_resolution_target != s->overflow_resolution_target)
+        HPS_WARN("model %s table %s: the re-attached volatile DB keeps the table's default value "
+                 "(%g) and overflow settings (margin %llu, policy %d, target %g); the "
+                 "configuration's (%g, %llu, %d, %g) take effect only with "
+                 "initialize_after_startup = true",
+                 s->model, s->table, (double)ti.default_value,
+                 (unsigned long long)ti.overflow_margin, (int)ti.overflow_policy,
+                 ti.overflow_resolution_target, (double)s->default_value,
+                 (unsigned long long)s->overflow_margin, (int)s->overflow_policy,
+                 s->overflow_resolution_target);
+}
+
 static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint64_t rows)
 {
     const hps_conf_volatile_db_t *v = &c->conf->volatile_db;
@@ -230,11 +277,14 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                   m->name, s.table, c->conf->source);
         return HPS_EXIT_MODEL;
     }
+    if (rc == HPS_EMISMATCH)
+        return table_mismatch(c, &s);
     if (rc < 0) {
         HPS_ERROR("model %s table %s: cannot create it in the volatile DB: %s", m->name, s.table,
                   hps_strerror(rc));
-        return rc == HPS_EMISMATCH ? HPS_EXIT_SEGMENT : HPS_EXIT_MODEL;
+        return HPS_EXIT_MODEL;
     }
+    warn_changed(c, &s, id);
     coord_table_t *ct = &c->tables[id];
     *ct = (coord_table_t){.model = m, .index = t, .name = s.table, .dim = s.dim, .vdb_id = id};
     if (id + 1 > c->num_tables)

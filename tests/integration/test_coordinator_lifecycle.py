@@ -162,6 +162,35 @@ def unfinished_segment(t, cl, model):
     t.ok(not os.path.exists("/dev/shm/.hps.%s.lock" % seg), "a clean exit removes the lock file")
 
 
+def reattach_mismatch(t, cl, model):
+    """Re-attaching (initialize_after_startup = false) a segment built with
+    another num_partitions exits 3 naming the setting and both values (it
+    used to say only 'existing object does not match the request'); a
+    changed default value is kept from the segment, with a warning (it was
+    silently ignored)."""
+    seg = cl.new_segment_name("mm")
+    base = [("volatile_db", "shared_memory_name", seg),
+            ("volatile_db", "shared_memory_auto_remove", "false"),
+            ("volatile_db", "num_partitions", "2"),
+            ("persistent_db", "type", "disabled")]
+    c = cl.start_coordinator(cl.write_config("mm1.ini", model.ini_text, base))
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(10), 0, "a coordinator built the segment and stopped")
+    reuse = base + [("volatile_db", "initialize_after_startup", "false")]
+    rc, out = cl.run_coordinator(cl.write_config("mm2.ini", model.ini_text, reuse + [
+        ("volatile_db", "num_partitions", "3")]), timeout=30)
+    t.ok(rc == H.EXIT_SEGMENT and "[volatile_db] num_partitions: 2 there, 3 here" in out and
+         "initialize_after_startup = true" in out,
+         "re-attach with another num_partitions: exit 3 naming it and both values", out)
+    c = cl.start_coordinator(cl.write_config("mm3.ini", model.ini_text, reuse + [
+        ("model.m", "default_value_for_each_table", "1.5, -2.0")]))
+    t.ok("keeps the table's default value (0.5)" in c.log(),
+         "a changed default value on re-attach is kept from the segment, with a warning",
+         c.log())
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(10), 0, "SIGTERM -> exit status 0")
+
+
 def body(t, cl):
     big_model_phases(t, cl)
     model = cl.gen_model("m", rows=[2000, 1000], dims=[8, 4], defaults=[0.5, -2.0])
@@ -287,6 +316,7 @@ def body(t, cl):
          "missing config file -> exit status 2 naming the file", "%d %s" % (rc, out))
     t.ok(os.path.exists(seg), "refused starts did not touch the kept segment")
     unfinished_segment(t, cl, model)
+    reattach_mismatch(t, cl, model)
 
 
 if __name__ == "__main__":
