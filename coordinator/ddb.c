@@ -479,6 +479,8 @@ static void touch_stop(hps_ddb_t *db)
 
 /* ---- lookup ------------------------------------------------------------- */
 
+static hps_err_t reply_errors(const struct cmdlist *cl, char *err, size_t err_len);
+
 /* Copy one HMGET reply's hits into values/found. */
 static size_t take_hmget(const hps_ddb_table_t *t, const redisReply *r, const size_t *idx, size_t m,
                          float *values, bool *found)
@@ -520,6 +522,8 @@ hps_err_t hps_ddb_lookup(hps_ddb_table_t *t, size_t n, const void *keys, float *
                     cl_arg(&cl, c, (const char *)keys + order[j] * kb, kb);
             }
         e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
+        if (e == 0) /* e.g. WRONGTYPE: a partition's hash replaced by another type */
+            e = reply_errors(&cl, err, err_len);
         size_t pos = 0;
         for (size_t i = 0; i < cl.n; i++) {
             size_t m = (size_t)cl.c[i].argc - 2;

@@ -50,15 +50,14 @@ static void elevate(coord_t *c, const coord_table_t *ct, size_t n, const void *k
 }
 
 /* Warn at most once a second per process (Redis outages are loud otherwise). */
-static void ddb_warn(const coord_table_t *ct, size_t n, const char *err)
+static void ddb_warn(const coord_table_t *ct, const char *what, size_t n, const char *err)
 {
     static _Atomic long last; /* a hint shared by the service threads */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long prev = last;
     if (ts.tv_sec != prev && atomic_compare_exchange_strong(&last, &prev, (long)ts.tv_sec))
-        HPS_WARN("table %s: distributed DB lookup of %zu keys (falling back): %s", ct->name, n,
-                 err);
+        HPS_WARN("table %s: distributed DB %s of %zu keys: %s", ct->name, what, n, err);
 }
 
 /* Look up the keys that Redis lacked (found[i] == 0) in the persistent DB;
@@ -96,7 +95,7 @@ static hps_err_t below_ddb(coord_t *c, const coord_table_t *ct, size_t n, const 
         }
     if (!rc && hits && c->conf->distributed_db.cache_missed_embeddings &&
         hps_ddb_insert(ct->ddb, hits, k, v, err, sizeof(err)) < 0)
-        ddb_warn(ct, hits, err);
+        ddb_warn(ct, "insert (cache_missed_embeddings)", hits, err);
     free(k);
     free(v);
     free(f);
@@ -115,7 +114,7 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
     hps_err_t rc = 0;
     if (ct->ddb) {
         if (hps_ddb_lookup(ct->ddb, n, keys, values, (bool *)found, NULL, err, sizeof(err)) < 0)
-            ddb_warn(ct, n, err); /* what Redis did answer stays in found */
+            ddb_warn(ct, "lookup (falling back)", n, err); /* what Redis answered stays found */
         if (ct->pdb)
             rc = below_ddb(c, ct, n, keys, values, found);
     } else if (ct->pdb) {

@@ -158,8 +158,11 @@ hps_err_t hps_ddb_table(hps_ddb_t *db, const char *model, const char *table, uin
  * @param[in]  err_len   Size of err.
  * Thread-safe.  A stored value of the wrong size is a miss.
  * @return 0; or an hps_rcluster_exec() error when some partitions did not
- *         answer (values/found/ret_hits still valid for those that did);
- *         -ENOMEM.
+ *         answer, or HPS_EIO with Redis's text in err when one answered
+ *         with an error reply (e.g. WRONGTYPE: its hash replaced by another
+ *         type); in both cases values/found/ret_hits stay valid for the
+ *         partitions that did answer, and the error is counted in the
+ *         stats' errors.  -ENOMEM.
  */
 hps_err_t hps_ddb_lookup(hps_ddb_table_t *t, size_t n, const void *keys, float *values, bool *found,
                          size_t *ret_hits, char *err, size_t err_len);

@@ -385,6 +385,51 @@ static void test_touch(void **state)
     }
 }
 
+/* A partition's value hash replaced by another type (WRONGTYPE replies):
+ * the lookup answers the other partitions' keys, reports the error and
+ * counts it (it used to return 0 with the partition's keys silently
+ * missing). */
+static void test_wrongtype(void **state)
+{
+    (void)state;
+    hps_ddb_t *db = open_db(HPS_DDB_EVICT_RANDOM, UINT64_MAX);
+    hps_ddb_table_t *t;
+    size_t n = 400;
+    assert_int_equal(hps_ddb_table(db, "live", "wt", 8, 8, &t), 0);
+    void *keys = make_keys(8, 6, n, 0);
+    float *v = make_vals(6, keys, 8, n, 8);
+    assert_int_equal(hps_ddb_insert(t, n, keys, v, g_msg, sizeof(g_msg)), 0);
+    char vk[HPS_DDB_KEY_MAX];
+    hps_ddb_key_name("live", "wt", 0, 'v', vk, sizeof(vk));
+    node_t own, other;
+    owner_and_other(hps_rcluster_key_slot(vk, strlen(vk)), &own, &other);
+    redisContext *c = raw(own.port);
+    cmd_ok(c, "DEL %s", vk);
+    cmd_ok(c, "SET %s not-a-hash", vk);
+    hps_ddb_stats_t st0, st1;
+    hps_ddb_stats(db, &st0);
+    float *out = calloc(n * 8, sizeof(float));
+    bool *found = calloc(n, sizeof(bool));
+    size_t hits = 0;
+    g_msg[0] = 0;
+    assert_int_equal(hps_ddb_lookup(t, n, keys, out, found, &hits, g_msg, sizeof(g_msg)), HPS_EIO);
+    assert_non_null(strstr(g_msg, "WRONGTYPE"));
+    hps_ddb_stats(db, &st1);
+    assert_int_equal(st1.errors, st0.errors + 1);
+    assert_true(hits > 0 && hits < n); /* the three healthy partitions still answer */
+    for (size_t i = 0; i < n; i++)
+        if (found[i])
+            assert_memory_equal(out + i * 8, v + i * 8, 8 * sizeof(float));
+    cmd_ok(c, "DEL %s", vk);
+    redisFree(c);
+    hps_ddb_erase(t, n, keys, NULL, 0);
+    free(out);
+    free(found);
+    free(keys);
+    free(v);
+    hps_ddb_close(db);
+}
+
 static void test_wrong_password(void **state)
 {
     (void)state;
@@ -411,7 +456,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),           cmocka_unit_test(test_migration_ask_moved),
         cmocka_unit_test(test_concurrent_overflow), cmocka_unit_test(test_touch),
-        cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_wrongtype),           cmocka_unit_test(test_wrong_password),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
