@@ -50,6 +50,7 @@ typedef struct topic_buf {
     uint8_t *keys;       /* (max_batch_size, key_bytes) */
     float *values;       /* (max_batch_size, value_size / 4) */
     size_t n;            /* rows in the batch */
+    unsigned failures;   /* consecutive failed applies of this batch */
 } topic_buf_t;
 
 struct hps_kafka_consumer {
@@ -94,24 +95,39 @@ __attribute__((format(printf, 3, 4))) static void event(hps_kafka_consumer_t *c,
 
 /* ---- batches ------------------------------------------------------------ */
 
-/* Apply one topic's batch; retries every failure_backoff_ms.  False when
- * stopped before it succeeded (the batch stays; nothing gets committed). */
+/* Apply one topic's batch.  A failure is retried after failure_backoff_ms,
+ * doubled per consecutive failure up to 64 times it, and logged at the
+ * 1st, 2nd, 4th, 8th ... failure; HPS_ECORRUPT (apply's "never") drops the
+ * batch and counts its updates in errors.  False when stopped before it
+ * succeeded (the batch stays; nothing gets committed). */
 static bool deliver(hps_kafka_consumer_t *c, topic_buf_t *t)
 {
     while (t->n) {
         hps_err_t rc = c->o.apply(c->o.ctx, t->sink, t->n, t->keys, t->values);
-        if (rc == 0) {
-            STAT_ADD(c, applied, t->n);
-            STAT_SET(c, newest_applied_ms, now_ms(CLOCK_REALTIME));
+        if (rc == 0 || rc == HPS_ECORRUPT) {
+            if (rc == 0) {
+                STAT_ADD(c, applied, t->n);
+                STAT_SET(c, newest_applied_ms, now_ms(CLOCK_REALTIME));
+            } else {
+                STAT_ADD(c, errors, t->n);
+                event(c, 1, "%s: %zu updates cannot be applied to this layer: dropped", t->name,
+                      t->n);
+            }
             t->n = 0;
+            t->failures = 0;
             break;
         }
         STAT_ADD(c, apply_failures, 1);
-        event(c, 1, "%s: applying %zu updates failed (%s); retrying in %d ms", t->name, t->n,
-              hps_strerror(rc), c->o.failure_backoff_ms);
-        if (*c->stop)
-            return false;
-        sleep_ms(c->o.failure_backoff_ms);
+        unsigned f = ++t->failures;
+        long wait = (long)c->o.failure_backoff_ms << (f - 1 < 6 ? f - 1 : 6);
+        if ((f & (f - 1)) == 0)
+            event(c, 1, "%s: applying %zu updates failed %u time%s (%s); retrying in %ld ms",
+                  t->name, t->n, f, f == 1 ? "" : "s", hps_strerror(rc), wait);
+        for (long slept = 0; slept < wait; slept += 50) { /* a stop is seen within 50 ms */
+            if (*c->stop)
+                return false;
+            sleep_ms(wait - slept < 50 ? (int)(wait - slept) : 50);
+        }
     }
     return true;
 }

@@ -135,6 +135,11 @@ static hps_err_t apply(void *ctx, void *sink, size_t n, const void *keys, const 
                                         : hps_ddb_insert(t->ddb, n, keys, values, err, sizeof(err));
     if (rc < 0)
         HPS_WARN("kafka %s: %s.%s: %s", l->name, t->model->name, t->name, err);
+    /* A partition's hash of another type answers WRONGTYPE to every write:
+     * retrying would stall every table of the layer.  Such a hash holds no
+     * value of the table, so dropping the updates serves nothing stale. */
+    if (rc < 0 && l->kind == LAYER_DDB && strncmp(err, "WRONGTYPE", 9) == 0)
+        return HPS_ECORRUPT;
     return rc;
 }
 

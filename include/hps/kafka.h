@@ -132,9 +132,13 @@ typedef bool (*hps_kafka_resolve_fn)(void *ctx, const char *topic, void **ret_si
 
 /**
  * Apply n updates: keys (n) of key_bytes each, values (n, value_size / 4)
- * float32, both host memory valid only during the call.  Return 0, or a
- * negative code: the same batch is retried after failure_backoff_ms until it
- * succeeds or the consumer is stopped (then nothing is committed for it).
+ * float32, both host memory valid only during the call.  Return 0;
+ * HPS_ECORRUPT when they can never be applied (the layer's copy of the
+ * table is corrupt, e.g. a Redis hash replaced by another type): the batch
+ * is dropped and its updates counted in errors; or another negative code:
+ * the same batch is retried after failure_backoff_ms, doubled per failure
+ * up to 64 times it, until it succeeds or the consumer is stopped (then
+ * nothing is committed for it).
  */
 typedef hps_err_t (*hps_kafka_apply_fn)(void *ctx, void *sink, size_t n, const void *keys,
                                         const float *values);
@@ -174,8 +178,8 @@ typedef struct hps_kafka_stats {
     uint64_t beacons;                         /**< header-only messages */
     uint64_t apply_failures;                  /**< failed apply calls (retried) */
     uint64_t commits, commit_failures;        /**< offset commits answered (ok / failed) */
-    uint64_t errors;                          /**< consumer errors (broker down, ...) */
-    int64_t lag;                              /**< sum over assigned partitions, -1 unknown */
+    uint64_t errors;               /**< consumer errors (broker down, ...) and updates dropped */
+    int64_t lag;                   /**< sum over assigned partitions, -1 unknown */
     int64_t newest_applied_ms;     /**< wall clock (ms since epoch) of the last apply, 0 none */
     int64_t newest_applied_msg_ms; /**< producer timestamp of the newest applied message */
 } hps_kafka_stats_t;

@@ -519,7 +519,7 @@ typedef struct hps_update_stats {
     uint64_t applied;                           /**< updates applied to the layer */
     uint64_t skipped[HPS_SHMDB_UPDATE_REASONS]; /**< messages skipped, by reason index */
     uint64_t beacons;                           /**< header-only messages */
-    uint64_t errors;                            /**< consumer errors */
+    uint64_t errors;                            /**< consumer errors and updates dropped */
     int64_t lag;                                /**< gauge: consumer lag (messages), -1 unknown */
     int64_t newest_applied_ms;                  /**< wall clock (ms) of the last apply, 0 none */
     int64_t published_ms;                       /**< wall clock (ms) of this snapshot */

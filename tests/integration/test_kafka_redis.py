@@ -50,6 +50,29 @@ def body(t, cl):
         t.eq(bad, 0, "every updated key holds its new vector in Redis (HugeCTR layout)")
         t.eq(R.total_rows(rc, "m", "sparse_embedding0"), N_UPDATES,
              "Redis holds exactly the updated rows (initial_cache_rate 0)")
+
+        # Partition 0's hash replaced by a string: every write to it answers
+        # WRONGTYPE.  The batch is dropped and counted instead of retried
+        # forever, which stalled every later update of the layer.
+        port = rc.alive_ports()[0]
+        p0 = R.hname("m", "sparse_embedding0", 0)
+        R.redis_cmd(port, "DEL", p0)
+        R.redis_cmd(port, "SET", p0, "not-a-hash")
+        errors0 = K.stats(coord, "distributed").get("errors", 0)
+        K.push(mock.bootstrap, "m", K.records(keys, 8))
+        t.ok(H.wait_until(lambda: K.stats(coord, "distributed").get("errors", 0) > errors0, 30,
+                          0.1),
+             "updates that meet a WRONGTYPE partition are dropped and counted",
+             coord.log()[-3000:])
+        rest = [k for k in keys if R.part_of(k) != 0][:50]
+        K.push(mock.bootstrap, "m", K.records(rest, 9))
+
+        def later_applied():
+            return all(R.redis_cmd(port, "HGET", R.hname("m", "sparse_embedding0", R.part_of(k)),
+                                   struct.pack("<q", k)) ==
+                       struct.pack("<%df" % K.DIM, *K.new_vector(k, 9)) for k in rest)
+        t.ok(H.wait_until(later_applied, 30, 0.2),
+             "later updates of the healthy partitions still reach Redis", coord.log()[-3000:])
     finally:
         mock.close()
         rc.stop()
