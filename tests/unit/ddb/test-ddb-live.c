@@ -231,16 +231,27 @@ static void cmd_ok(redisContext *c, const char *fmt, ...)
     freeReplyObject(r);
 }
 
+/* Table "live".name (dim 8, int64 keys) holding n rows of gen table tid;
+ * its keys and values are returned (free them). */
+static hps_ddb_table_t *filled(hps_ddb_t *db, const char *name, uint32_t tid, size_t n,
+                               void **ret_keys, float **ret_vals)
+{
+    hps_ddb_table_t *t;
+    assert_int_equal(hps_ddb_table(db, "live", name, 8, 8, &t), 0);
+    *ret_keys = make_keys(8, tid, n, 0);
+    *ret_vals = make_vals(tid, *ret_keys, 8, n, 8);
+    assert_int_equal(hps_ddb_insert(t, n, *ret_keys, *ret_vals, g_msg, sizeof(g_msg)), 0);
+    return t;
+}
+
 static void test_migration_ask_moved(void **state)
 {
     (void)state;
     hps_ddb_t *db = open_db(HPS_DDB_EVICT_OLDEST, UINT64_MAX);
-    hps_ddb_table_t *t;
     size_t n = 400;
-    assert_int_equal(hps_ddb_table(db, "live", "mig", 8, 8, &t), 0);
-    void *keys = make_keys(8, 5, n, 0);
-    float *v = make_vals(5, keys, 8, n, 8);
-    assert_int_equal(hps_ddb_insert(t, n, keys, v, g_msg, sizeof(g_msg)), 0);
+    void *keys;
+    float *v;
+    hps_ddb_table_t *t = filled(db, "mig", 5, n, &keys, &v);
     expect(t, 5, keys, 8, n, n, 8);
 
     char vk[HPS_DDB_KEY_MAX], tk[HPS_DDB_KEY_MAX];
@@ -393,12 +404,10 @@ static void test_wrongtype(void **state)
 {
     (void)state;
     hps_ddb_t *db = open_db(HPS_DDB_EVICT_RANDOM, UINT64_MAX);
-    hps_ddb_table_t *t;
     size_t n = 400;
-    assert_int_equal(hps_ddb_table(db, "live", "wt", 8, 8, &t), 0);
-    void *keys = make_keys(8, 6, n, 0);
-    float *v = make_vals(6, keys, 8, n, 8);
-    assert_int_equal(hps_ddb_insert(t, n, keys, v, g_msg, sizeof(g_msg)), 0);
+    void *keys;
+    float *v;
+    hps_ddb_table_t *t = filled(db, "wt", 6, n, &keys, &v);
     char vk[HPS_DDB_KEY_MAX];
     hps_ddb_key_name("live", "wt", 0, 'v', vk, sizeof(vk));
     node_t own, other;
