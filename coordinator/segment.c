@@ -7,12 +7,12 @@
  * shared-memory object ".hps.<name>.lock" (/dev/shm/.hps.<name>.lock, the
  * holder's pid), held for the coordinator's whole life.  The kernel drops
  * it when the process dies and keeps it while the process is stopped.  A
- * clean exit removes the file (a killed coordinator leaves it, to be reused);
- * so a lock taken on a file that was removed meanwhile is taken again on
- * the file under the name (the inode check in lock_name).  The segment's heartbeat
- * alone could not tell: it is 0 while a coordinator creates the segment,
- * and stale while one is stopped (SIGSTOP), and a second coordinator then
- * replaced or shared the segment (two writers).
+ * clean exit removes the file (a killed coordinator leaves it, to be
+ * reused), so a lock taken on a file that was removed meanwhile is taken
+ * again on the file under the name (the inode check in lock_open).  The
+ * segment's heartbeat alone could not tell: it is 0 while a coordinator
+ * creates the segment and stale while one is stopped (SIGSTOP), and a
+ * second coordinator then replaced or shared the segment (two writers).
  */
 #include <errno.h>
 #include <fcntl.h>
