@@ -855,8 +855,10 @@ static size_t count_pending(size_t n, hps_rcluster_cmd_t *cmds, route_t *rt, boo
     return p;
 }
 
-hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, char *err,
-                            size_t err_len)
+/* hps_rcluster_exec(); fail_fast: no pause and no further round after one
+ * that met CLUSTERDOWN, TRYAGAIN, LOADING or a failed connection. */
+static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bool fail_fast,
+                      char *err, size_t err_len)
 {
     if (n == 0)
         return 0;
@@ -897,6 +899,8 @@ hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cm
             break;
         if (refresh || unrouted)
             maybe_refresh(rc);
+        if (backoff && fail_fast)
+            break;
         if (backoff && round + 1 < rc->o.max_redirects)
             sleep_ms(10u << (round < 4 ? round : 4));
         if (now_ms() >= deadline)
@@ -912,4 +916,16 @@ hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cm
     free(r);
     free(rt);
     return first;
+}
+
+hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, char *err,
+                            size_t err_len)
+{
+    return exec(rc, n, cmds, false, err, err_len);
+}
+
+hps_err_t hps_rcluster_exec_fast(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, char *err,
+                                 size_t err_len)
+{
+    return exec(rc, n, cmds, true, err, err_len);
 }

@@ -189,6 +189,18 @@ hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cm
                             size_t err_len);
 
 /**
+ * @brief hps_rcluster_exec() for callers with a lower layer to fall back
+ *        on (lookups): after a round that met CLUSTERDOWN, TRYAGAIN, LOADING,
+ *        a timeout or a lost connection it returns at once, with no pause
+ *        and no further round (hps_rcluster_exec() backs off 10, 20, 40, 80
+ *        ms and retries until its deadline).  MOVED / ASK redirections are
+ *        still followed.  Same parameters, replies, thread safety and return
+ *        values as hps_rcluster_exec().
+ */
+hps_err_t hps_rcluster_exec_fast(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, char *err,
+                                 size_t err_len);
+
+/**
  * @brief Reload the slot map now (CLUSTER SLOTS from any reachable node).
  * @param[in]  rc       The client.
  * @param[out] err      Message buffer (may be NULL).

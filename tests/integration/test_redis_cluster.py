@@ -330,6 +330,39 @@ def startup_errors(t, cl, rc, model):
              "%s: coordinator exits %d with a clear message" % (what, st), out[-600:])
 
 
+def dead_master_no_replica(t, cl, model):
+    """Three masters, no replica, one killed: the cluster is down (CLUSTERDOWN
+    for every slot), and with the default miss_timeout_ms (50) lookups are
+    still exact, from RocksDB.  The client used to back off 10 + 20 + 40 +
+    80 ms inside each lookup, so the worker's miss timeout answered the
+    default instead."""
+    rc = RedisCluster(os.path.join(cl.tmp, "nr"), n=3, replicas=0)
+    try:
+        conf = cl.write_config("nr.ini", model.ini_text, COMMON + [
+            ("worker", "miss_timeout_ms", 50)] + ddb_settings(rc, initial_cache_rate=1.0))
+        coord = cl.start_coordinator(conf)
+        w = cl.start_worker(conf)
+        kpt = [model.file_keys[0][:100], model.file_keys[1][:20]]
+        want = model.expected(kpt)
+        got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1]
+        t.ok(got == want, "exact vectors from Redis before the kill")
+        rc.kill(rc.owner(rc.slot(hname("m", "sparse_embedding0", 0))))
+        t.ok(H.wait_until(lambda: not rc.settled(), 20, 0.1), "the cluster reports a failure")
+        time.sleep(0.5)
+        bad = []
+        for _ in range(5):
+            r = H.infer(w.http_port, "m", kpt, binary=True)
+            if H.decode_output(r)[1] != want:
+                bad.append(round(r.elapsed, 3))
+        t.ok(not bad, "with a master dead and no replica, 5 of 5 lookups exact from RocksDB "
+             "(miss timeout 50 ms; wrong ones took %s s)" % bad, coord.log()[-2000:])
+        w.kill(signal.SIGTERM)
+        coord.kill(signal.SIGTERM)
+        coord.wait(30)
+    finally:
+        rc.stop()
+
+
 def body(t, cl):
     rc = RedisCluster(cl.tmp)
     try:
@@ -343,6 +376,7 @@ def body(t, cl):
         overflow(t, cl, rc)
     finally:
         rc.stop()
+    dead_master_no_replica(t, cl, model)
 
 
 if __name__ == "__main__":
