@@ -359,10 +359,25 @@ static void node_backoff(node_t *nd, bool failed)
     pthread_mutex_unlock(&nd->down_mu);
 }
 
+/* True while nd backs off (no side effect: for ordering nodes). */
+static bool node_backing_off(node_t *nd)
+{
+    pthread_mutex_lock(&nd->down_mu);
+    bool off = nd->retry_at_ms > now_ms();
+    pthread_mutex_unlock(&nd->down_mu);
+    return off;
+}
+
+/* True while nd backs off.  Once its pause is over, the first caller
+ * probes it and the others keep skipping it until that probe ends
+ * (node_backoff): a node that hangs costs one call, not every call. */
 static bool node_skipped(node_t *nd)
 {
     pthread_mutex_lock(&nd->down_mu);
-    bool skip = nd->retry_at_ms > now_ms();
+    uint64_t now = now_ms();
+    bool skip = nd->retry_at_ms > now;
+    if (!skip && nd->backoff_ms)
+        nd->retry_at_ms = now + nd->backoff_ms; /* this caller's probe */
     pthread_mutex_unlock(&nd->down_mu);
     return skip;
 }
@@ -371,12 +386,12 @@ static bool node_skipped(node_t *nd)
 static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_t deadline,
                              char *err, size_t err_len)
 {
-    if (cn->ctx)
-        return 0;
-    if (node_skipped(nd)) {
-        set_err(err, err_len, "%s:%d: down (reconnect backing off)", nd->host, nd->port);
+    if (node_skipped(nd)) { /* also with a connection: a hung node keeps its sockets */
+        set_err(err, err_len, "%s:%d: down (backing off)", nd->host, nd->port);
         return -ECONNREFUSED;
     }
+    if (cn->ctx)
+        return 0;
     uint64_t now = now_ms();
     uint64_t left = deadline > now ? deadline - now : 1;
     if (left > rc->o.connect_timeout_ms)
@@ -394,10 +409,15 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
     fcntl(ctx->fd, F_SETFL, fcntl(ctx->fd, F_GETFL) | O_NONBLOCK);
     ctx->flags &= ~REDIS_BLOCK;
     char msg[256] = "";
-    hps_err_t e = ctx_auth(rc, ctx, deadline, msg, sizeof(msg));
+    /* the connect timeout bounds AUTH too: a stopped or hung node accepts
+     * connections (the kernel does) and answers nothing */
+    uint64_t auth_by = now_ms() + rc->o.connect_timeout_ms;
+    hps_err_t e = ctx_auth(rc, ctx, deadline < auth_by ? deadline : auth_by, msg, sizeof(msg));
     if (e) {
         set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
         redisFree(ctx);
+        if (e == HPS_ETIMEDOUT) /* accepts connections but answers nothing (stopped, hung) */
+            node_backoff(nd, true);
         return e;
     }
     node_backoff(nd, false);
@@ -505,7 +525,7 @@ hps_err_t hps_rcluster_refresh(hps_rcluster_t *rc, char *err, size_t err_len)
     /* Nodes that are not backing off first; then the rest. */
     for (int pass = 0; pass < 2 && e; pass++)
         for (unsigned i = 0; i < n && e; i++)
-            if (node_skipped(node_at(rc, i)) == (pass == 1))
+            if (node_backing_off(node_at(rc, i)) == (pass == 1))
                 e = map_load_from(rc, i, err, err_len);
     pthread_mutex_unlock(&rc->refresh_mu);
     return e;
@@ -798,9 +818,16 @@ static void group_collect(hps_rcluster_t *rc, group_t *g, job_t *j, hps_rcluster
             freeReplyObject(r);
         }
     }
+    node_t *nd = node_at(rc, g->node);
+    if (!j->status && __atomic_load_n(&nd->backoff_ms, __ATOMIC_RELAXED))
+        node_backoff(nd, false); /* a probe of a backing-off node answered */
     if (j->status) {
         conn_drop(g->cn); /* unknown state: replies may be in flight */
         *refresh = *backoff = true;
+        /* a node that let the deadline pass is skipped for a while, so that
+         * the next calls do not each wait for it (reconnects back off) */
+        if (j->status == HPS_ETIMEDOUT)
+            node_backoff(nd, true);
     }
 }
 

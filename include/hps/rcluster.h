@@ -25,9 +25,12 @@
  *
  * Connections.  conns_per_node connections per node, made on first use
  * (connect timeout, then AUTH).  A connection that fails is closed and made
- * again on next use; a node whose connect fails is skipped for a back-off
- * period (50 ms doubling to 2 s) so that a dead master costs no time per
- * call: its commands fail at once and the caller falls back.  AUTH: with a
+ * again on next use; a node whose connect fails, or that lets a call's
+ * deadline pass (AUTH included, which the connect timeout also bounds), is
+ * skipped for a back-off period (50 ms doubling to 2 s), with its open
+ * connections too, so that a dead or hung master costs no time per call:
+ * its commands fail at once and the caller falls back.  When the period
+ * ends, one call probes the node while the others keep skipping it.  AUTH: with a
  * password, "AUTH <password>" when user is empty or "default" (works on
  * every Redis version), else "AUTH <user> <password>" (Redis 6 ACLs).
  *

@@ -330,13 +330,14 @@ def startup_errors(t, cl, rc, model):
              "%s: coordinator exits %d with a clear message" % (what, st), out[-600:])
 
 
-def dead_master_no_replica(t, cl, model):
-    """Three masters, no replica, one killed: the cluster is down (CLUSTERDOWN
-    for every slot), and with the default miss_timeout_ms (50) lookups are
-    still exact, from RocksDB.  The client used to back off 10 + 20 + 40 +
-    80 ms inside each lookup, so the worker's miss timeout answered the
-    default instead."""
-    rc = RedisCluster(os.path.join(cl.tmp, "nr"), n=3, replicas=0)
+def dead_master_no_replica(t, cl, model, how):
+    """Three masters, no replica, one killed (how = "kill") or stopped
+    ("stop", SIGSTOP: it accepts connections and answers nothing).  With the
+    default miss_timeout_ms (50) lookups are still exact, from RocksDB.  The
+    client used to back off 10 + 20 + 40 + 80 ms inside each lookup of a
+    cluster that is down, and to wait its whole 1 s deadline on a stopped
+    node in every call, so the worker's miss timeout answered defaults."""
+    rc = RedisCluster(os.path.join(cl.tmp, "nr-" + how), n=3, replicas=0)
     try:
         conf = cl.write_config("nr.ini", model.ini_text, COMMON + [
             ("worker", "miss_timeout_ms", 50)] + ddb_settings(rc, initial_cache_rate=1.0))
@@ -346,16 +347,26 @@ def dead_master_no_replica(t, cl, model):
         want = model.expected(kpt)
         got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1]
         t.ok(got == want, "exact vectors from Redis before the kill")
-        rc.kill(rc.owner(rc.slot(hname("m", "sparse_embedding0", 0))))
-        t.ok(H.wait_until(lambda: not rc.settled(), 20, 0.1), "the cluster reports a failure")
-        time.sleep(0.5)
+        victim = rc.owner(rc.slot(hname("m", "sparse_embedding0", 0)))
+        if how == "kill":
+            rc.kill(victim)
+            t.ok(H.wait_until(lambda: not rc.settled(), 20, 0.1), "the cluster reports a failure")
+            time.sleep(0.5)
+        else:
+            rc.procs[victim].send_signal(signal.SIGSTOP)
+            H.infer(w.http_port, "m", kpt, binary=True)  # the call that finds it stopped
+            time.sleep(1.5)  # and the one after the 1 s deadline of that call
+            H.infer(w.http_port, "m", kpt, binary=True)
         bad = []
         for _ in range(5):
             r = H.infer(w.http_port, "m", kpt, binary=True)
             if H.decode_output(r)[1] != want:
                 bad.append(round(r.elapsed, 3))
-        t.ok(not bad, "with a master dead and no replica, 5 of 5 lookups exact from RocksDB "
-             "(miss timeout 50 ms; wrong ones took %s s)" % bad, coord.log()[-2000:])
+        t.ok(not bad, "with a master %s and no replica, 5 of 5 lookups exact from RocksDB "
+             "(miss timeout 50 ms; wrong ones took %s s)" % (
+                 "dead" if how == "kill" else "stopped", bad), coord.log()[-2000:])
+        if how == "stop":
+            rc.procs[victim].send_signal(signal.SIGCONT)
         w.kill(signal.SIGTERM)
         coord.kill(signal.SIGTERM)
         coord.wait(30)
@@ -376,7 +387,8 @@ def body(t, cl):
         overflow(t, cl, rc)
     finally:
         rc.stop()
-    dead_master_no_replica(t, cl, model)
+    dead_master_no_replica(t, cl, model, "kill")
+    dead_master_no_replica(t, cl, model, "stop")
 
 
 if __name__ == "__main__":
