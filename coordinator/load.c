@@ -124,22 +124,19 @@ static bool table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, c
     return n > 0 && (size_t)n < len;
 }
 
-/* With a persistent DB: every table's file identity can be taken, checked
- * before anything is written (pdb_check takes them again). */
-static int idents_ok(const coord_t *c, const hps_conf_model_t *m)
+/* With a persistent DB: every table's file identity, taken before anything
+ * is written, into ident (m's tables; pdb_check compares them). */
+static int take_idents(const coord_t *c, const hps_conf_model_t *m, char (*ident)[IDENT_MAX])
 {
-    char *buf = c->pdb ? malloc(IDENT_MAX) : NULL;
-    int ex = c->pdb && !buf ? HPS_EXIT_RUNTIME : 0;
-    for (size_t t = 0; buf && t < m->num_tables && !ex; t++) {
-        if (table_ident(c, m, t, buf, IDENT_MAX))
+    for (size_t t = 0; ident && t < m->num_tables; t++) {
+        if (table_ident(c, m, t, ident[t], IDENT_MAX))
             continue;
         HPS_ERROR("model %s refused, nothing was loaded: table %s: cannot take the identity of "
                   "%s/key and emb_vector: %s",
                   m->name, m->embedding_table_names[t], m->sparse_files[t], strerror(errno));
-        ex = HPS_EXIT_MODEL;
+        return HPS_EXIT_MODEL;
     }
-    free(buf);
-    return ex;
+    return 0;
 }
 
 /* Name of table t's metadata entry. */
@@ -169,11 +166,13 @@ static void specs_of(const coord_t *c, const hps_conf_model_t *m, hps_modelfile_
                                           .key_bytes = c->key_bytes};
 }
 
-/* Refuse the whole start-up if any table of any model is malformed. */
-static int validate_all(coord_t *c)
+/* Refuse the whole start-up if any table of any model is malformed.  With
+ * ident (a persistent DB), the identities of every model's tables, in order. */
+static int validate_all(coord_t *c, char (*ident)[IDENT_MAX])
 {
     char err[512];
-    for (size_t i = 0; i < c->conf->num_models; i++) {
+    for (size_t i = 0, first = 0; i < c->conf->num_models;
+         first += c->conf->models[i++].num_tables) {
         const hps_conf_model_t *m = &c->conf->models[i];
         hps_modelfile_spec_t specs[256];
         uint64_t rows = 0;
@@ -187,7 +186,7 @@ static int validate_all(coord_t *c)
             HPS_ERROR("model %s refused, nothing was loaded: %s", m->name, err);
             return HPS_EXIT_MODEL;
         }
-        int ex = idents_ok(c, m);
+        int ex = take_idents(c, m, ident ? ident + first : NULL);
         if (ex)
             return ex;
         HPS_INFO("model %s: %zu tables, %llu rows, files valid", m->name, m->num_tables,
@@ -380,18 +379,14 @@ typedef struct model_state {
     bool *current;
 } model_state_t;
 
-/* Fill st: identities of the files, compared with the PDB's records. */
+/* Fill st->current: the identities of the files (taken by validate_all),
+ * compared with the PDB's records. */
 static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 {
     if (!c->pdb)
         return 0;
     for (size_t t = 0; t < m->num_tables; t++) {
         char name[320], rec[HPS_PDB_META_MAX], err[512];
-        if (!table_ident(c, m, t, st->ident[t], IDENT_MAX)) {
-            HPS_ERROR("model %s table %s: cannot take the identity of %s/key and emb_vector: %s",
-                      m->name, m->embedding_table_names[t], m->sparse_files[t], strerror(errno));
-            return HPS_EXIT_MODEL;
-        }
         ident_name(m, t, name, sizeof(name));
         hps_err_t rc = hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), err, sizeof(err));
         if (rc < 0 && rc != HPS_ENOTFOUND) {
@@ -533,7 +528,10 @@ static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
     return 0;
 }
 
-static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused)
+/* ident: the identities of m's tables (validate_all), NULL without a
+ * persistent DB. */
+static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused,
+                      char (*ident)[IDENT_MAX])
 {
     uint64_t rows[256];
     for (uint32_t t = 0; t < m->num_tables; t++) {
@@ -551,34 +549,34 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused)
             return ex;
     }
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
-    model_state_t st = {.ident = calloc(m->num_tables, IDENT_MAX),
-                        .current = calloc(m->num_tables, sizeof(bool))};
-    int ex = st.ident && st.current ? pdb_check(c, m, &st) : HPS_EXIT_RUNTIME;
+    model_state_t st = {.ident = ident, .current = calloc(m->num_tables, sizeof(bool))};
+    int ex = st.current ? pdb_check(c, m, &st) : HPS_EXIT_RUNTIME;
     if (!ex && c->pdb && !p->read_only && p->initialize_after_startup)
         ex = load_pdb(c, m, &st);
     if (!ex)
         ex = fill_ddb(c, m, rows, st.current);
     if (!ex && !vdb_reused)
         ex = fill_vdb(c, m, rows, st.current);
-    free(st.ident);
     free(st.current);
     return ex;
 }
 
 int coord_load_models(coord_t *c, bool vdb_reused)
 {
-    int ex = validate_all(c);
+    size_t total = 0;
+    for (size_t i = 0; i < c->conf->num_models; i++)
+        total += c->conf->models[i].num_tables;
+    char(*ident)[IDENT_MAX] = c->pdb && total ? calloc(total, IDENT_MAX) : NULL;
+    if (c->pdb && total && !ident)
+        return HPS_EXIT_RUNTIME;
+    int ex = validate_all(c, ident);
     if (!ex)
         ex = coord_ddb_open(c); /* no-op when main.c opened it already */
-    if (ex)
-        return ex;
-    c->tables = calloc(HPS_SHMDB_MAX_TABLES, sizeof(coord_table_t));
-    if (!c->tables)
-        return HPS_EXIT_RUNTIME;
-    for (size_t i = 0; i < c->conf->num_models; i++) {
-        ex = load_model(c, &c->conf->models[i], vdb_reused);
-        if (ex)
-            return ex;
-    }
-    return 0;
+    if (!ex && !(c->tables = calloc(HPS_SHMDB_MAX_TABLES, sizeof(coord_table_t))))
+        ex = HPS_EXIT_RUNTIME;
+    for (size_t i = 0, first = 0; !ex && i < c->conf->num_models;
+         first += c->conf->models[i++].num_tables)
+        ex = load_model(c, &c->conf->models[i], vdb_reused, ident ? ident + first : NULL);
+    free(ident);
+    return ex;
 }
