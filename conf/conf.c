@@ -291,7 +291,6 @@ hps_err_t hps_conf_load_string(const char *text, const char *name, hps_conf_t **
     return load_text(text, strlen(text), name ? name : "<string>", ret_conf, err, err_len);
 }
 
-/* Read a whole regular file into a malloc'd, NUL-terminated buffer. */
 /** Largest configuration file read (a guard against /dev/zero and the like). */
 #define CONF_FILE_MAX (16u << 20)
 

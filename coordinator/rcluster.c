@@ -45,7 +45,7 @@ typedef struct node {
     unsigned next;           /* round-robin pick (a hint; races are harmless) */
     pthread_mutex_t down_mu; /* guards retry_at_ms and backoff_ms */
     uint64_t retry_at_ms;    /* connect attempts skipped until then */
-    unsigned backoff_ms;
+    unsigned backoff_ms;     /* written atomically under down_mu; read unlocked */
 } node_t;
 
 struct hps_rcluster {
@@ -347,13 +347,13 @@ static hps_err_t ctx_auth(hps_rcluster_t *rc, redisContext *ctx, uint64_t deadli
 static void node_backoff(node_t *nd, bool failed)
 {
     pthread_mutex_lock(&nd->down_mu);
+    /* backoff_ms is stored atomically: group_collect reads it unlocked */
     if (failed) {
-        nd->backoff_ms = nd->backoff_ms ? nd->backoff_ms * 2 : BACKOFF_MIN;
-        if (nd->backoff_ms > BACKOFF_MAX)
-            nd->backoff_ms = BACKOFF_MAX;
+        unsigned b = nd->backoff_ms ? nd->backoff_ms * 2 : BACKOFF_MIN;
+        __atomic_store_n(&nd->backoff_ms, b > BACKOFF_MAX ? BACKOFF_MAX : b, __ATOMIC_RELAXED);
         nd->retry_at_ms = now_ms() + nd->backoff_ms;
     } else {
-        nd->backoff_ms = 0;
+        __atomic_store_n(&nd->backoff_ms, 0u, __ATOMIC_RELAXED);
         nd->retry_at_ms = 0;
     }
     pthread_mutex_unlock(&nd->down_mu);
