@@ -10,31 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-need_pkgs() {
-    local missing=()
-    command -v meson >/dev/null || missing+=(meson)
-    command -v ninja >/dev/null || missing+=(ninja-build)
-    command -v pkg-config >/dev/null || missing+=(pkg-config)
-    command -v cc >/dev/null || missing+=(build-essential)
-    command -v curl >/dev/null || missing+=(curl)
-    command -v python3 >/dev/null || missing+=(python3)
-    for p in inih:libinih-dev cmocka:libcmocka-dev rocksdb:librocksdb-dev hiredis:libhiredis-dev \
-             rdkafka:librdkafka-dev libmicrohttpd:libmicrohttpd-dev json-c:libjson-c-dev \
-             libxxhash:libxxhash-dev; do
-        pkg-config --exists "${p%%:*}" 2>/dev/null || missing+=("${p#*:}")
-    done
-    echo "${missing[@]}"
-}
-
-pkgs=$(need_pkgs)
-if [ -n "$pkgs" ]; then
-    echo "== installing: $pkgs"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
-fi
+# Packages: tests/deps.sh installs what is missing (apt-get) and does nothing
+# when all is there.
+tests/deps.sh
 
 echo "== building"
 [ -d build ] || meson setup build >/dev/null

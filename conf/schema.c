@@ -16,7 +16,7 @@
         HPS_CONF_ENUM_##e(HPS__EN_V, HPS__EN_A)};                                                  \
     static const struct hps__enum hps__enum_##e = {hps__names_##e, sizeof(hps__names_##e) /        \
                                                                        sizeof(hps__names_##e[0])}; \
-    _Static_assert(sizeof(hps_conf_##e##_t) == sizeof(int), "enum " #e " is stored as an int");
+    _Static_assert(sizeof(HPS_CONF_CTYPE_##e) == sizeof(int), "enum " #e " is stored as an int");
 HPS_CONF_ENUMS(HPS__EN_TABLE)
 
 /* ---- Keys ---------------------------------------------------------------- */

@@ -180,7 +180,7 @@ void hps_ddb_opts_init(hps_ddb_opts_t *o)
                           .num_node_connections = 5,
                           .max_batch_size = 65536,
                           .overflow_margin = UINT64_MAX,
-                          .overflow_policy = HPS_DDB_EVICT_RANDOM,
+                          .overflow_policy = HPS_EVICT_RANDOM,
                           .overflow_resolution_target = 0.8,
                           .enable_tls = false,
                           .timeout_ms = 1000};
@@ -348,13 +348,13 @@ static void meta_cmds(cmdlist_t *cl, const hps_ddb_table_t *t, unsigned p, const
                       const size_t *order, size_t a, size_t b, const int64_t *now)
 {
     size_t kb = t->key_bytes;
-    if (t->db->o.overflow_policy == HPS_DDB_EVICT_LEAST_USED) {
+    if (t->db->o.overflow_policy == HPS_EVICT_LEAST_USED) {
         for (size_t j = a; j < b; j++) {
             hps_rcluster_cmd_t *c = cl_begin(cl, t, p, "HINCRBY", 't');
             cl_arg(cl, c, (const char *)keys + order[j] * kb, kb);
             cl_arg(cl, c, LFU_ONE, 1);
         }
-    } else if (t->db->o.overflow_policy == HPS_DDB_EVICT_OLDEST) {
+    } else if (t->db->o.overflow_policy == HPS_EVICT_OLDEST) {
         hps_rcluster_cmd_t *c = cl_begin(cl, t, p, "HSET", 't');
         for (size_t j = a; j < b; j++) {
             cl_arg(cl, c, (const char *)keys + order[j] * kb, kb);
@@ -453,7 +453,7 @@ static hps_err_t touch_start(hps_ddb_t *db)
     pthread_mutex_init(&db->tq_mu, NULL);
     pthread_cond_init(&db->tq_cv, NULL);
     db->tq_init = true;
-    if (db->o.overflow_policy == HPS_DDB_EVICT_RANDOM)
+    if (db->o.overflow_policy == HPS_EVICT_RANDOM)
         return 0;
     if (pthread_create(&db->tq_thread, NULL, touch_loop, db) != 0)
         return -EAGAIN;
@@ -582,7 +582,7 @@ static uint64_t meta_score(const hps_ddb_table_t *t, const redisReply *v)
 {
     if (v->type != REDIS_REPLY_STRING)
         return 0;
-    if (t->db->o.overflow_policy == HPS_DDB_EVICT_OLDEST) {
+    if (t->db->o.overflow_policy == HPS_EVICT_OLDEST) {
         int64_t ts = 0;
         if (v->len == 8)
             memcpy(&ts, v->str, 8);
@@ -595,10 +595,9 @@ static uint64_t meta_score(const hps_ddb_table_t *t, const redisReply *v)
 static void score_all(const hps_ddb_table_t *t, victim_t *vs, size_t n, const redisReply *meta)
 {
     uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)vs;
-    if (t->db->o.overflow_policy == HPS_DDB_EVICT_RANDOM || !meta ||
-        meta->type != REDIS_REPLY_ARRAY) {
+    if (t->db->o.overflow_policy == HPS_EVICT_RANDOM || !meta || meta->type != REDIS_REPLY_ARRAY) {
         for (size_t i = 0; i < n; i++)
-            vs[i].score = t->db->o.overflow_policy == HPS_DDB_EVICT_RANDOM ? splitmix(&seed) : 0;
+            vs[i].score = t->db->o.overflow_policy == HPS_EVICT_RANDOM ? splitmix(&seed) : 0;
         return;
     }
     qsort(vs, n, sizeof(*vs), by_field);
@@ -646,7 +645,7 @@ static hps_err_t resolve_overflow(hps_ddb_table_t *t, unsigned p, char *err, siz
     hps_err_t e = cl_init(&cl, 2, 4);
     if (!e) {
         cl_begin(&cl, t, p, "HKEYS", 'v');
-        if (o->overflow_policy != HPS_DDB_EVICT_RANDOM)
+        if (o->overflow_policy != HPS_EVICT_RANDOM)
             cl_begin(&cl, t, p, "HGETALL", 't');
         e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
     }

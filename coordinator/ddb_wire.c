@@ -7,18 +7,6 @@
 #include "coord.h"
 #include "hps/log.h"
 
-static hps_ddb_policy_t ddb_policy_of(hps_conf_overflow_policy_t p)
-{
-    switch (p) {
-    case HPS_CONF_EVICT_LEAST_USED:
-        return HPS_DDB_EVICT_LEAST_USED;
-    case HPS_CONF_EVICT_OLDEST:
-        return HPS_DDB_EVICT_OLDEST;
-    default:
-        return HPS_DDB_EVICT_RANDOM;
-    }
-}
-
 int coord_ddb_open(coord_t *c)
 {
     const hps_conf_distributed_db_t *d = &c->conf->distributed_db;
@@ -33,7 +21,7 @@ int coord_ddb_open(coord_t *c)
     o.num_node_connections = (unsigned)d->num_node_connections;
     o.max_batch_size = (size_t)d->max_batch_size;
     o.overflow_margin = d->overflow_margin;
-    o.overflow_policy = ddb_policy_of(d->overflow_policy);
+    o.overflow_policy = d->overflow_policy;
     o.overflow_resolution_target = d->overflow_resolution_target;
     o.enable_tls = d->enable_tls;
     char err[1024];

@@ -1,27 +1,12 @@
 /*
  * kafka-msg.c -- the broker-independent parts of kafka.h: message parsing,
  * topic names and subscription patterns, consumer-group names, key groups.
+ * (The verdicts' names are in common/update.c, shared with the workers.)
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "hps/kafka.h"
-
-static const char *const verdict_names[HPS_KAFKA_NUM_VERDICTS] = {
-    [HPS_KAFKA_OK] = "ok",
-    [HPS_KAFKA_BEACON] = "beacon",
-    [HPS_KAFKA_SKIP_MAGIC] = "magic",
-    [HPS_KAFKA_SKIP_VALUE_SIZE] = "value_size",
-    [HPS_KAFKA_SKIP_TRUNCATED] = "truncated",
-    [HPS_KAFKA_SKIP_KEYED] = "keyed",
-    [HPS_KAFKA_SKIP_EMPTY] = "empty",
-    [HPS_KAFKA_SKIP_UNKNOWN] = "unknown_table",
-};
-
-const char *hps_kafka_verdict_name(hps_kafka_verdict_t v)
-{
-    return (unsigned)v < HPS_KAFKA_NUM_VERDICTS ? verdict_names[v] : "?";
-}
 
 static uint32_t load_u32(const uint8_t *p)
 {

@@ -36,6 +36,7 @@
 
 #include "hps/kafka.h"
 #include "hps/log.h"
+#include "hps/update.h"
 #include "kafka-coord.h"
 
 #define MAX_FILTERS 64
@@ -246,18 +247,18 @@ static void log_stats(layer_t *l, bool force)
     if (!force && memcmp(&s, &l->logged, sizeof(s)) == 0)
         return;
     l->logged = s;
-    const uint64_t *sk = s.skipped;
-    HPS_INFO("kafka %s: messages=%llu received=%llu applied=%llu skipped: magic=%llu "
-             "value_size=%llu truncated=%llu keyed=%llu empty=%llu unknown_table=%llu "
+    /* "magic=.. value_size=.. ...": the reason names of the workers' metrics. */
+    char sk[256];
+    size_t n = 0;
+    for (uint32_t r = 0; r < HPS_KAFKA_NUM_VERDICTS && n < sizeof(sk); r++)
+        if (hps_update_reason_name(r))
+            n += (size_t)snprintf(sk + n, sizeof(sk) - n, "%s%s=%llu", n ? " " : "",
+                                  hps_update_reason_name(r), (unsigned long long)s.skipped[r]);
+    HPS_INFO("kafka %s: messages=%llu received=%llu applied=%llu skipped: %s "
              "beacons=%llu lag=%lld errors=%llu commits=%llu newest_applied_age_ms=%lld",
              l->name, (unsigned long long)s.messages, (unsigned long long)s.received,
-             (unsigned long long)s.applied, (unsigned long long)sk[HPS_KAFKA_SKIP_MAGIC],
-             (unsigned long long)sk[HPS_KAFKA_SKIP_VALUE_SIZE],
-             (unsigned long long)sk[HPS_KAFKA_SKIP_TRUNCATED],
-             (unsigned long long)sk[HPS_KAFKA_SKIP_KEYED],
-             (unsigned long long)sk[HPS_KAFKA_SKIP_EMPTY],
-             (unsigned long long)sk[HPS_KAFKA_SKIP_UNKNOWN], (unsigned long long)s.beacons,
-             (long long)s.lag, (unsigned long long)s.errors, (unsigned long long)s.commits,
+             (unsigned long long)s.applied, sk, (unsigned long long)s.beacons, (long long)s.lag,
+             (unsigned long long)s.errors, (unsigned long long)s.commits,
              s.newest_applied_ms ? (long long)(now_ms() - s.newest_applied_ms) : -1LL);
 }
 

@@ -145,18 +145,6 @@ static void ident_name(const hps_conf_model_t *m, size_t t, char *buf, size_t le
     snprintf(buf, len, "loaded.hps_et.%s.%s", m->name, m->embedding_table_names[t]);
 }
 
-static hps_overflow_policy_t policy_of(hps_conf_overflow_policy_t p)
-{
-    switch (p) {
-    case HPS_CONF_EVICT_LEAST_USED:
-        return HPS_EVICT_LEAST_USED;
-    case HPS_CONF_EVICT_OLDEST:
-        return HPS_EVICT_OLDEST;
-    default:
-        return HPS_EVICT_RANDOM;
-    }
-}
-
 static void specs_of(const coord_t *c, const hps_conf_model_t *m, hps_modelfile_spec_t *specs)
 {
     for (size_t t = 0; t < m->num_tables; t++)
@@ -232,14 +220,14 @@ static void warn_changed(coord_t *c, const hps_table_spec_t *s, uint32_t id)
         ti.overflow_policy != s->overflow_policy ||
         ti.overflow_resolution_target != s->overflow_resolution_target)
         HPS_WARN("model %s table %s: the re-attached volatile DB keeps the table's default value "
-                 "(%g) and overflow settings (margin %llu, policy %d, target %g); the "
-                 "configuration's (%g, %llu, %d, %g) take effect only with "
+                 "(%g) and overflow settings (margin %llu, policy %s, target %g); the "
+                 "configuration's (%g, %llu, %s, %g) take effect only with "
                  "initialize_after_startup = true",
                  s->model, s->table, (double)ti.default_value,
-                 (unsigned long long)ti.overflow_margin, (int)ti.overflow_policy,
-                 ti.overflow_resolution_target, (double)s->default_value,
-                 (unsigned long long)s->overflow_margin, (int)s->overflow_policy,
-                 s->overflow_resolution_target);
+                 (unsigned long long)ti.overflow_margin,
+                 hps_overflow_policy_name(ti.overflow_policy), ti.overflow_resolution_target,
+                 (double)s->default_value, (unsigned long long)s->overflow_margin,
+                 hps_overflow_policy_name(s->overflow_policy), s->overflow_resolution_target);
 }
 
 static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint64_t rows)
@@ -253,9 +241,10 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                           .default_value = (float)m->default_value_for_each_table[t],
                           .num_partitions = (uint32_t)v->num_partitions,
                           .overflow_margin = v->overflow_margin,
-                          .overflow_policy = policy_of(v->overflow_policy),
+                          .overflow_policy = v->overflow_policy,
                           .overflow_resolution_target = v->overflow_resolution_target,
-                          .expected_rows = (uint64_t)want};
+                          .expected_rows = (uint64_t)want,
+                          .source_rows = rows};
     uint32_t id;
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
     hps_segment_info_t si;

@@ -118,7 +118,7 @@ struct shm_table {
     uint64_t parts; /* offset of struct shm_part[num_partitions] */
     char model[128];
     char table[128];
-    uint8_t pad1[8];
+    uint64_t source_rows; /* rows of the model files; 0 = unknown */
     /* Counters written by readers, one line of their own. */
     _Alignas(HPS_CACHELINE) _Atomic uint64_t lookups;
     _Atomic uint64_t hits;

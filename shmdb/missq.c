@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -203,69 +204,190 @@ static hps_err_t await(struct shm_missq *q, struct shm_mslot *s, uint64_t seq, u
     }
 }
 
-/* One request of n <= max_keys keys. */
-static hps_err_t request(hps_shmdb_t *db, struct shm_missq *q, uint32_t id,
-                         const struct shm_table *t, size_t n, const void *keys, float *values,
-                         uint8_t *found, uint64_t deadline, size_t *ret_hits)
+/* One posted chunk of a batched request: a slot we claimed and made PENDING. */
+struct flight {
+    const struct shm_table *t;
+    uint64_t seq; /* the slot's sequence at our claim: the slot is ours while it holds */
+    size_t req;   /* index of the request */
+    size_t off;   /* first key of the chunk in its request */
+    uint32_t slot;
+    uint32_t m; /* keys in the chunk, <= max_keys */
+};
+
+/* Chunks the common case (a request of a few dozen tables) tracks on the stack. */
+enum { FLIGHT_STACK = 64 };
+
+/* Check one request; 0 and its chunk size in *per when it needs slots. */
+static hps_err_t check(hps_shmdb_t *db, struct shm_missq *q, const hps_miss_req_t *r,
+                       const struct shm_table **ret_t, uint64_t *ret_per)
+{
+    const struct shm_table *t = db ? hps__table(db, r->table) : NULL;
+    if (!db)
+        return HPS_EINVAL;
+    if (!t || !q)
+        return HPS_ENOTFOUND;
+    uint64_t per = max_keys(q, t);
+    if (per == 0 || (r->n > 0 && (!r->keys || !r->values)))
+        return HPS_EINVAL;
+    *ret_t = t;
+    *ret_per = per;
+    return 0;
+}
+
+/* Claim a slot for keys [off, off + m) of request r and make it PENDING. */
+static bool post(hps_shmdb_t *db, struct shm_missq *q, const hps_miss_req_t *r,
+                 const struct shm_table *t, size_t off, uint32_t m, struct flight *ret)
 {
     uint64_t w;
     int i = claim(q, &w);
     if (i < 0) {
         atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
-        return HPS_EBUSY;
+        return false;
     }
     struct shm_mslot *s = &q->slots[i];
-    s->table = id;
-    s->n = (uint32_t)n;
-    struct slab_view v = slab_of(db, t, s, (uint32_t)n);
-    memcpy(v.keys, keys, n * t->key_bytes);
+    s->table = r->table;
+    s->n = m;
+    struct slab_view v = slab_of(db, t, s, m);
+    memcpy(v.keys, (const char *)r->keys + off * t->key_bytes, (size_t)m * t->key_bytes);
     /* Release: the request is complete before the coordinator sees PENDING. */
     atomic_store_explicit(&s->word, WORD(SEQ(w), MS_PENDING), memory_order_release);
-    atomic_fetch_add_explicit(&q->doorbell, 1, memory_order_release);
-    futex(&q->doorbell, FUTEX_WAKE, 1, NULL);
-    hps_err_t rc = await(q, s, SEQ(w), deadline);
-    if (rc == 0) {
-        rc = s->rc;
-        size_t hits = 0;
-        for (size_t k = 0; rc == 0 && k < n; k++) {
-            if (found)
-                found[k] = v.found[k];
-            if (v.found[k]) {
-                memcpy(values + k * t->dim, v.values + k * t->dim, t->dim * sizeof(float));
-                hits++;
-            }
-        }
-        *ret_hits = hits;
-        /* Release: our slab reads are done before the slot is reused. */
-        atomic_store_explicit(&s->word, WORD(SEQ(w), MS_FREE), memory_order_release);
-    }
-    return rc;
+    *ret = (struct flight){.t = t, .seq = SEQ(w), .off = off, .slot = (uint32_t)i, .m = m};
+    return true;
 }
 
+/* Wait for one posted chunk, copy its answer out and free its slot. */
+static hps_err_t collect(hps_shmdb_t *db, struct shm_missq *q, hps_miss_req_t *r,
+                         const struct flight *f, uint64_t deadline)
+{
+    struct shm_mslot *s = &q->slots[f->slot];
+    hps_err_t rc = await(q, s, f->seq, deadline);
+    if (rc != 0)
+        return rc; /* the slot was given back or abandoned: no longer ours, not touched */
+    const struct shm_table *t = f->t;
+    rc = s->rc;
+    if (rc == 0) {
+        struct slab_view v = slab_of(db, t, s, f->m);
+        for (size_t k = 0; k < f->m; k++) {
+            if (!v.found[k])
+                continue;
+            if (r->found)
+                r->found[f->off + k] = 1;
+            memcpy(r->values + (f->off + k) * t->dim, v.values + k * t->dim,
+                   t->dim * sizeof(float));
+            r->hits++;
+        }
+    }
+    /* Release: our slab reads are done before the slot is reused. */
+    atomic_store_explicit(&s->word, WORD(f->seq, MS_FREE), memory_order_release);
+    return rc < 0 ? rc : 0; /* a positive answer is no error, and no rows */
+}
+
+/* The batched request against an absolute deadline (CLOCK_MONOTONIC ns). */
+static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq, uint64_t deadline)
+{
+    if (nreq == 0)
+        return 0;
+    if (!reqs)
+        return HPS_EINVAL;
+    struct shm_missq *q = db ? missq(db) : NULL;
+    const struct shm_table *t;
+    uint64_t per;
+    size_t chunks = 0;
+    for (size_t r = 0; r < nreq; r++) {
+        hps_miss_req_t *rq = &reqs[r];
+        rq->hits = 0;
+        if (rq->found && rq->n > 0)
+            memset(rq->found, 0, rq->n);
+        rq->rc = check(db, q, rq, &t, &per);
+        if (rq->rc == 0)
+            chunks += rq->n / per + (rq->n % per != 0);
+    }
+    /* Every chunk beyond the queue's slots is busy anyway: track at most nslots. */
+    size_t cap = chunks == 0 ? 0 : chunks < q->nslots ? chunks : q->nslots;
+    struct flight stack[FLIGHT_STACK], *fl = stack;
+    if (cap > FLIGHT_STACK && !(fl = malloc(cap * sizeof(*fl)))) {
+        for (size_t r = 0; r < nreq; r++)
+            if (reqs[r].rc == 0 && reqs[r].n > 0)
+                reqs[r].rc = -ENOMEM;
+        cap = 0;
+        fl = stack;
+    }
+    /* Post every chunk of every request first ... */
+    size_t posted = 0;
+    for (size_t r = 0; cap > 0 && r < nreq; r++) {
+        hps_miss_req_t *rq = &reqs[r];
+        if (rq->rc != 0 || rq->n == 0 || check(db, q, rq, &t, &per) != 0)
+            continue;
+        for (size_t off = 0; off < rq->n; off += per) {
+            uint32_t m = (uint32_t)(rq->n - off < per ? rq->n - off : per);
+            if (posted < cap && post(db, q, rq, t, off, m, &fl[posted])) {
+                fl[posted++].req = r;
+                continue;
+            }
+            if (posted >= cap) /* we hold every slot of the queue: no claim can win */
+                atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
+            rq->rc = HPS_EBUSY; /* the other chunks still go */
+        }
+    }
+    /* ... ring the doorbell once ... */
+    if (posted > 0) {
+        atomic_fetch_add_explicit(&q->doorbell, 1, memory_order_release);
+        futex(&q->doorbell, FUTEX_WAKE, posted < INT32_MAX ? (uint32_t)posted : INT32_MAX, NULL);
+    }
+    /* ... then await them all against the one deadline.  Each wait ends at
+     * DONE or at the deadline; once it has passed, every chunk still out is
+     * given back (PENDING) or abandoned (SERVING) without waiting. */
+    for (size_t k = 0; k < posted; k++) {
+        hps_miss_req_t *rq = &reqs[fl[k].req];
+        hps_err_t rc = collect(db, q, rq, &fl[k], deadline);
+        if (rc != 0 && rq->rc == 0)
+            rq->rc = rc;
+    }
+    if (fl != stack)
+        free(fl);
+    for (size_t r = 0; r < nreq; r++)
+        if (reqs[r].rc != 0)
+            return reqs[r].rc;
+    return 0;
+}
+
+hps_err_t hps_shmdb_miss_lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
+                                     uint32_t timeout_ms)
+{
+    /* The one deadline, taken at entry. */
+    return lookup_many(db, reqs, nreq, deadline_ns(timeout_ms));
+}
+
+/*
+ * One table, one chunk at a time through lookup_many(): each chunk's slot is
+ * freed before the next is claimed, so a request larger than the whole queue
+ * still goes through (as it always has), and the first failing chunk ends
+ * the call.  All chunks share the deadline taken at entry.
+ */
 hps_err_t hps_shmdb_miss_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                                 float *values, uint8_t *found, uint32_t timeout_ms,
                                 size_t *ret_hits)
 {
-    struct shm_table *t = hps__table(db, id);
-    if (!t)
-        return HPS_ENOTFOUND;
-    struct shm_missq *q = missq(db);
-    if (!q)
-        return HPS_ENOTFOUND;
-    uint64_t per = max_keys(q, t);
-    if (per == 0)
-        return HPS_EINVAL;
     uint64_t deadline = deadline_ns(timeout_ms);
-    size_t total = 0;
-    if (found)
+    hps_miss_req_t r = {.table = id, .n = n, .keys = keys, .values = values, .found = found};
+    const struct shm_table *t;
+    uint64_t per;
+    hps_err_t rc = check(db, db ? missq(db) : NULL, &r, &t, &per);
+    if (rc != 0)
+        return rc;
+    if (found && n > 0)
         memset(found, 0, n);
+    size_t total = 0;
     for (size_t off = 0; off < n; off += per) {
-        size_t m = n - off < per ? n - off : per, hits = 0;
-        hps_err_t rc = request(db, q, id, t, m, (const char *)keys + off * t->key_bytes,
-                               values + off * t->dim, found ? found + off : NULL, deadline, &hits);
-        if (rc < 0)
+        hps_miss_req_t c = {.table = id,
+                            .n = n - off < per ? n - off : per,
+                            .keys = (const char *)keys + off * t->key_bytes,
+                            .values = values + off * t->dim,
+                            .found = found ? found + off : NULL};
+        rc = lookup_many(db, &c, 1, deadline);
+        if (rc != 0)
             return rc;
-        total += hits;
+        total += c.hits;
     }
     if (ret_hits)
         *ret_hits = total;

@@ -93,6 +93,7 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
     t->margin = s->overflow_margin;
     t->target = s->overflow_resolution_target;
     t->expected_rows = s->expected_rows;
+    t->source_rows = s->source_rows;
     snprintf(t->model, sizeof(t->model), "%s", s->model);
     snprintf(t->table, sizeof(t->table), "%s", s->table);
 }
@@ -211,6 +212,7 @@ hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *r
     ret->overflow_margin = t->margin;
     ret->overflow_policy = (hps_overflow_policy_t)t->policy;
     ret->overflow_resolution_target = t->target;
+    ret->source_rows = t->source_rows;
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         ret->rows += parts[i].rows;
         ret->capacity += parts[i].capacity;
@@ -237,19 +239,6 @@ hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows)
         n += atomic_load_explicit(&p[i].rows, memory_order_relaxed);
     *ret_rows = n;
     return 0;
-}
-
-const char *hps_overflow_policy_name(hps_overflow_policy_t p)
-{
-    switch (p) {
-    case HPS_EVICT_RANDOM:
-        return "evict_random";
-    case HPS_EVICT_LEAST_USED:
-        return "evict_least_used";
-    case HPS_EVICT_OLDEST:
-        return "evict_oldest";
-    }
-    return "unknown";
 }
 
 double hps_shmdb_bytes_per_slot(uint32_t dim, hps_overflow_policy_t policy)

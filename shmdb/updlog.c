@@ -1,6 +1,6 @@
 /*
  * updlog.c -- what the coordinator tells the workers about online updates:
- * the update statistics of each Kafka layer (for /metrics) and the per-table
+ * the update statistics of each layer (for /metrics) and the per-table
  * update logs (DESIGN.md: changed keys with a sequence number; a reader
  * lapped by the log does a full refresh).
  *
@@ -26,18 +26,9 @@
 static const char *const layer_names[HPS_SHMDB_UPDATE_LAYERS] = {"volatile", "persistent",
                                                                  "distributed"};
 
-/* Indexed by hps_kafka_verdict_t; NULL: not a skip reason (ok, beacon). */
-static const char *const reason_names[HPS_SHMDB_UPDATE_REASONS] = {
-    NULL, NULL, "magic", "value_size", "truncated", "keyed", "empty", "unknown_table"};
-
 const char *hps_shmdb_update_layer_name(uint32_t layer)
 {
     return layer < HPS_SHMDB_UPDATE_LAYERS ? layer_names[layer] : NULL;
-}
-
-const char *hps_shmdb_update_reason_name(uint32_t reason)
-{
-    return reason < HPS_SHMDB_UPDATE_REASONS ? reason_names[reason] : NULL;
 }
 
 /* ---- Area creation ------------------------------------------------------ */

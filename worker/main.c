@@ -1,8 +1,9 @@
 /*
  * hps-worker -- serves embedding lookups over the KServe v2 / Triton HTTP
- * protocol: from its device's GPU embedding caches (worker/gpu.c) when the
- * model has them, else from the host's shared-memory volatile database,
- * with misses answered by the coordinator.
+ * protocol through the lookup library (worker/libhps, include/hps/client.h):
+ * from its device's GPU embedding caches when the model has them, else from
+ * the host's shared-memory volatile database, with misses answered by the
+ * coordinator.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -110,20 +111,24 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
-static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **maxq)
+static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **maxq,
+                          uint32_t **dims)
 {
-    for (size_t i = 0; i < w->num_models; i++) {
-        const hps_conf_model_t *c = w->models[i].conf;
+    for (size_t i = 0; i < w->conf->num_models; i++) {
+        const hps_conf_model_t *c = &w->conf->models[i];
         maxq[i] = calloc(c->num_tables, sizeof(uint32_t));
-        for (size_t t = 0; maxq[i] && t < c->num_tables; t++)
+        dims[i] = calloc(c->num_tables, sizeof(uint32_t));
+        for (size_t t = 0; maxq[i] && dims[i] && t < c->num_tables; t++) {
             maxq[i][t] = (uint32_t)c->maxnum_catfeature_query_per_table_per_sample[t];
+            dims[i][t] = (uint32_t)c->embedding_vecsize_per_table[t];
+        }
         km[i] = (hps_kserve_model_t){.name = c->name,
                                      .num_tables = (uint32_t)c->num_tables,
-                                     .dims = w->models[i].dims,
+                                     .dims = dims[i],
                                      .table_names = (const char *const *)c->embedding_table_names,
                                      .max_keys_per_sample = maxq[i],
                                      .max_batch_size = (uint32_t)c->max_batch_size,
-                                     .device_id = w->device};
+                                     .device_id = hps_client_device(w->client)};
     }
 }
 
@@ -140,12 +145,12 @@ static int serve(worker_t *w, const struct args *a)
     o.max_keys_per_request = (size_t)wc->max_keys_per_request;
     o.cuda_shared_memory = true; /* honoured in builds with CUDA only */
     hps_kserve_model_t km[HPS_CONF_MAX_MODELS];
-    uint32_t *maxq[HPS_CONF_MAX_MODELS] = {0};
-    kserve_models(w, km, maxq);
+    uint32_t *maxq[HPS_CONF_MAX_MODELS] = {0}, *dims[HPS_CONF_MAX_MODELS] = {0};
+    kserve_models(w, km, maxq, dims);
     hps_kserve_backend_t be;
     worker_backend(w, &be);
     hps_kserve_t *srv = NULL;
-    hps_err_t rc = hps_kserve_create(&o, km, w->num_models, &be, &srv);
+    hps_err_t rc = hps_kserve_create(&o, km, w->conf->num_models, &be, &srv);
     if (rc == 0)
         rc = hps_kserve_start(srv);
     int ex = HPS_WEXIT_OK;
@@ -157,7 +162,8 @@ static int serve(worker_t *w, const struct args *a)
         uint16_t hp = 0, mp = 0;
         hps_kserve_ports(srv, &hp, &mp);
         HPS_INFO("serving %zu models on http://%s:%u (metrics :%u), device %d, instance %d",
-                 w->num_models, o.http_address, hp, mp, w->device, a->instance);
+                 w->conf->num_models, o.http_address, hp, mp, hps_client_device(w->client),
+                 a->instance);
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
         while (!g_stop)
             nanosleep(&ts, NULL);
@@ -165,8 +171,10 @@ static int serve(worker_t *w, const struct args *a)
         hps_kserve_stop(srv);
     }
     hps_kserve_destroy(srv);
-    for (size_t i = 0; i < w->num_models; i++)
+    for (size_t i = 0; i < w->conf->num_models; i++) {
         free(maxq[i]);
+        free(dims[i]);
+    }
     return ex;
 }
 
@@ -189,20 +197,6 @@ static void raise_nofile(void)
                  (unsigned long long)rl.rlim_cur);
 }
 
-/* HugeCTR's shared_memory_auto_remove: the last process out removes the
- * segment (only when no coordinator serves it any more). */
-static void release_segment(worker_t *w)
-{
-    if (!w->db)
-        return;
-    bool last = w->conf->volatile_db.shared_memory_auto_remove && hps_shmdb_other_procs(w->db) == 0;
-    hps_shmdb_detach(w->db);
-    w->db = NULL;
-    if (last && hps_shmdb_unlink(w->conf->volatile_db.shared_memory_name) == 0)
-        HPS_INFO("removed /dev/shm/hps.%s: last process out (shared_memory_auto_remove)",
-                 w->conf->volatile_db.shared_memory_name);
-}
-
 int main(int argc, char **argv)
 {
     struct args a;
@@ -222,26 +216,16 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
-    worker_t w = {.conf = conf,
-                  .device = a.device,
-                  .instance = a.instance,
-                  .key_bytes = conf->hps.supportlonglong ? 8 : 4,
-                  .stop = &g_stop};
-    pthread_rwlock_init(&w.seg_lock, NULL);
-    ex = worker_init_models(&w);
-    if (!ex)
-        ex = worker_maint_start(&w);
-    if (!ex) {
-        ex = worker_gpu_start(&w);
-        if (!ex)
-            ex = serve(&w, &a);
-        g_stop = 1;
-        worker_gpu_stop(&w);
-        worker_maint_stop(&w);
+    hps_client_options_t co = {.device = a.device, .instance = a.instance};
+    worker_t w = {.conf = conf};
+    hps_err_t rc = hps_client_open_conf(conf, &co, &w.client);
+    if (rc < 0) {
+        HPS_ERROR("%s", hps_client_last_error());
+        ex = HPS_WEXIT_RUNTIME;
+    } else {
+        ex = serve(&w, &a);
     }
-    release_segment(&w);
-    worker_free_models(&w);
-    pthread_rwlock_destroy(&w.seg_lock);
+    hps_client_close(w.client);
     hps_conf_free(conf);
     return ex;
 }

@@ -78,13 +78,14 @@ extern "C" {
 
 /** The enumerations: hps_conf_log_level_t, hps_conf_vdb_type_t,
  *  hps_conf_ddb_type_t, hps_conf_pdb_type_t, hps_conf_update_source_type_t,
- *  hps_conf_overflow_policy_t, hps_conf_cache_type_t (constants and names in
- *  hps_conf.def; the first constant of each is 0). */
+ *  hps_conf_cache_type_t (constants and names in hps_conf.def; the first
+ *  constant of each is 0).  overflow_policy keys are hps_overflow_policy_t
+ *  (include/hps/hps.h), with the same INI names. */
 #define HPS__CONF_EV(e, c, n) c,
 #define HPS__CONF_EA(e, c, n)
 #define HPS__CONF_ENUM_TYPE(e)                                                                     \
     typedef enum hps_conf_##e{HPS_CONF_ENUM_##e(HPS__CONF_EV, HPS__CONF_EA)} hps_conf_##e##_t;
-HPS_CONF_ENUMS(HPS__CONF_ENUM_TYPE)
+HPS_CONF_OWN_ENUMS(HPS__CONF_ENUM_TYPE)
 #undef HPS__CONF_ENUM_TYPE
 #undef HPS__CONF_EA
 #undef HPS__CONF_EV
@@ -98,7 +99,7 @@ HPS_CONF_ENUMS(HPS__CONF_ENUM_TYPE)
 #define HPS__CONF_F_REAL(k, x)    double k;
 #define HPS__CONF_F_REAL_GT(k, x) double k;
 #define HPS__CONF_F_MODE(k, x)    uint32_t k;
-#define HPS__CONF_F_ENUM(k, x)    hps_conf_##x##_t k;
+#define HPS__CONF_F_ENUM(k, x)    HPS_CONF_CTYPE_##x k;
 #define HPS__CONF_F_STR(k, x)     const char *k;
 #define HPS__CONF_F_REGEXES(k, x)                                                                  \
     const char **k;                                                                                \

@@ -61,29 +61,22 @@ typedef struct hps_ddb hps_ddb_t;
 /** One table of an open DDB; owned by the hps_ddb_t. */
 typedef struct hps_ddb_table hps_ddb_table_t;
 
-/** Overflow policies (as [distributed_db] overflow_policy). */
-typedef enum hps_ddb_policy {
-    HPS_DDB_EVICT_RANDOM = 0,
-    HPS_DDB_EVICT_LEAST_USED = 1,
-    HPS_DDB_EVICT_OLDEST = 2,
-} hps_ddb_policy_t;
-
 /** Longest name of a partition hash (with the NUL). */
 #define HPS_DDB_KEY_MAX 280
 
 /** Options of hps_ddb_open(); fill with hps_ddb_opts_init() first. */
 typedef struct hps_ddb_opts {
-    const char *address;           /**< "host:port[,...]" seeds */
-    const char *user_name;         /**< ACL user ("default": password only) */
-    const char *password;          /**< "" = no AUTH */
-    unsigned num_partitions;       /**< hashes per table, 1..65535 */
-    unsigned num_node_connections; /**< connections per node, >= 1 */
-    size_t max_batch_size;         /**< most fields per command, >= 1 */
-    uint64_t overflow_margin;      /**< most rows per partition (UINT64_MAX: none) */
-    hps_ddb_policy_t overflow_policy;
-    double overflow_resolution_target; /**< in (0, 1] */
-    bool enable_tls;                   /**< refused: no TLS in hiredis 0.14 */
-    unsigned timeout_ms;               /**< deadline of one Redis round trip batch */
+    const char *address;                   /**< "host:port[,...]" seeds */
+    const char *user_name;                 /**< ACL user ("default": password only) */
+    const char *password;                  /**< "" = no AUTH */
+    unsigned num_partitions;               /**< hashes per table, 1..65535 */
+    unsigned num_node_connections;         /**< connections per node, >= 1 */
+    size_t max_batch_size;                 /**< most fields per command, >= 1 */
+    uint64_t overflow_margin;              /**< most rows per partition (UINT64_MAX: none) */
+    hps_overflow_policy_t overflow_policy; /**< [distributed_db] overflow_policy */
+    double overflow_resolution_target;     /**< in (0, 1] */
+    bool enable_tls;                       /**< refused: no TLS in hiredis 0.14 */
+    unsigned timeout_ms;                   /**< deadline of one Redis round trip batch */
 } hps_ddb_opts_t;
 
 /** Counters since open (see hps_ddb_stats()). */

@@ -103,6 +103,28 @@ static inline uint64_t hps_rrxmrrxmsx_0(uint64_t x)
     return x ^ (x >> 28);
 }
 
+/**
+ * Overflow policy of a volatile-DB or distributed-DB table ([volatile_db] and
+ * [distributed_db] overflow_policy): which rows go when a partition would
+ * exceed overflow_margin.  The one enum of the concept, for shmdb, ddb and
+ * conf alike.  Values and names are HugeCTR's (DatabaseOverflowPolicy_t and
+ * its INI names); the value is also stored in the shared-memory segment, so
+ * neither may change.
+ */
+typedef enum hps_overflow_policy {
+    HPS_EVICT_RANDOM = 0,     /**< evict_random: uniformly random rows */
+    HPS_EVICT_LEAST_USED = 1, /**< evict_least_used: LFU, fewest lookups first */
+    HPS_EVICT_OLDEST = 2,     /**< evict_oldest: LRU, least recently read or written first */
+} hps_overflow_policy_t;
+
+/**
+ * @brief INI name of an overflow policy: "evict_random", "evict_least_used"
+ *        or "evict_oldest" (the canonical names that conf parses).
+ * @return A static string; "unknown" for a value that is no policy.
+ *         Thread-safe.
+ */
+const char *hps_overflow_policy_name(hps_overflow_policy_t p);
+
 /** Prefix of every table tag, topic and database name (HugeCTR v24.06). */
 #define HPS_TABLE_TAG_PREFIX "hps_et"
 

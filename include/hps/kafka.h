@@ -25,26 +25,14 @@
 #include <stdint.h>
 
 #include "hps/hps.h"
+#include "hps/update.h"
 
 #define HPS_KAFKA_MAGIC       0x52544348u /**< "HCTR" read as a little-endian u32 */
 #define HPS_KAFKA_HEADER_SIZE 8u          /**< magic + value_size */
 #define HPS_KAFKA_TOPIC_MAX   256u        /**< buffer size enough for any topic name */
 
-/** Verdict of hps_kafka_parse() on one message; the skip reasons are counted. */
-typedef enum hps_kafka_verdict {
-    HPS_KAFKA_OK = 0,          /**< records to apply (count >= 1) */
-    HPS_KAFKA_BEACON,          /**< header only (8 bytes): ignored, not counted as skipped */
-    HPS_KAFKA_SKIP_MAGIC,      /**< magic is not "HCTR", or shorter than the header */
-    HPS_KAFKA_SKIP_VALUE_SIZE, /**< value_size != the table's dim * 4 */
-    HPS_KAFKA_SKIP_TRUNCATED,  /**< (len - 8) is not a multiple of key_bytes + value_size */
-    HPS_KAFKA_SKIP_KEYED,      /**< the message has a Kafka key (HugeCTR drops those) */
-    HPS_KAFKA_SKIP_EMPTY,      /**< null payload (tombstone) */
-    HPS_KAFKA_SKIP_UNKNOWN,    /**< topic of no deployed table, or one the filters exclude */
-    HPS_KAFKA_NUM_VERDICTS
-} hps_kafka_verdict_t;
-
-/** @brief Short name of a verdict ("magic", "value_size", ...); static storage. */
-const char *hps_kafka_verdict_name(hps_kafka_verdict_t v);
+/* hps_kafka_verdict_t and hps_kafka_verdict_name() are in hps/update.h,
+ * which the workers share (names of the skip counters in the segment). */
 
 /** A parsed message: records stay in the message payload (not copied). */
 typedef struct hps_kafka_msg {

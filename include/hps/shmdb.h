@@ -68,13 +68,6 @@ typedef struct hps_shmdb hps_shmdb_t;
 /** Largest dimension accepted (values per vector). */
 #define HPS_SHMDB_MAX_DIM 65536
 
-/** overflow_policy (HugeCTR DatabaseOverflowPolicy_t). */
-typedef enum hps_overflow_policy {
-    HPS_EVICT_RANDOM = 0,     /**< evict_random: uniformly random rows */
-    HPS_EVICT_LEAST_USED = 1, /**< evict_least_used: LFU, fewest lookups first */
-    HPS_EVICT_OLDEST = 2,     /**< evict_oldest: LRU, least recently read or written first */
-} hps_overflow_policy_t;
-
 /** Role of an attached process, shown by hps-shm info. */
 typedef enum hps_proc_role {
     HPS_ROLE_TOOL = 0,
@@ -117,6 +110,10 @@ typedef struct hps_table_spec {
     double overflow_resolution_target;
     /** Expected rows of the whole table (sizes the first allocation); 0 = small. */
     uint64_t expected_rows;
+    /** Rows of the table's model files (0 = unknown): kept for the GPU
+     *  caches, sized by gpucacheper of the whole table, not of what the
+     *  volatile DB holds. */
+    uint64_t source_rows;
 } hps_table_spec_t;
 
 /** Counters and geometry of one partition (a snapshot). */
@@ -141,6 +138,7 @@ typedef struct hps_table_info {
     hps_overflow_policy_t overflow_policy;
     double overflow_resolution_target;
     uint64_t rows;      /**< sum over partitions */
+    uint64_t source_rows; /**< rows of the model files (hps_table_spec_t), 0 = unknown */
     uint64_t capacity;  /**< slots, sum over partitions */
     uint64_t bytes;     /**< segment bytes held by the table's blocks */
     uint64_t lookups;   /**< keys looked up */
@@ -469,11 +467,74 @@ hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_by
  * @return 0; HPS_EBUSY when every slot is taken (answered at once);
  *         HPS_ETIMEDOUT at the deadline; HPS_ENOTFOUND if the table or the
  *         queue does not exist; or the coordinator's error for the request.
- * Thread- and process-safe.  Each request holds one slot.
+ * Thread- and process-safe.  Each request holds one slot.  A batch larger
+ * than one slot's slab goes one slot at a time (each freed before the next
+ * is claimed, so any size fits any queue); the first failing one ends the
+ * call.  Errors as hps_shmdb_miss_lookup_many() (keys or values NULL with
+ * n > 0: HPS_EINVAL); *ret_hits is set only when it returns 0; found is
+ * left untouched when the table or the queue is missing.
  */
 hps_err_t hps_shmdb_miss_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                                 float *values, uint8_t *found, uint32_t timeout_ms,
                                 size_t *ret_hits);
+
+/** One table's part of a batched miss-queue request (hps_shmdb_miss_lookup_many). */
+typedef struct hps_miss_req {
+    uint32_t table;   /**< in: table id in the segment */
+    size_t n;         /**< in: number of keys */
+    const void *keys; /**< in: (n) keys of the table's key width, host memory */
+    float *values;    /**< out: (n, dim) float32; rows of found keys written, others untouched */
+    uint8_t *found;   /**< out: (n) 1 = found, 0 = not; may be NULL */
+    size_t hits;      /**< out: keys found */
+    hps_err_t rc;     /**< out: 0, or this table's error (HPS_EBUSY, HPS_ETIMEDOUT, HPS_ENOTFOUND,
+                           HPS_EINVAL, or the coordinator's) */
+} hps_miss_req_t;
+
+/**
+ * @brief Ask the coordinator for the missing keys of several tables in one
+ *        round trip, bounded by one deadline.
+ *
+ * Every chunk of every request is posted first (a request larger than one
+ * slot's slab is split into chunks of as many keys as a slab holds), the
+ * doorbell is rung once, then every posted slot is awaited against the one
+ * deadline computed at entry (now + timeout_ms).  Once the deadline has
+ * passed, each slot still outstanding is taken back (PENDING -> FREE) or
+ * abandoned to the coordinator (SERVING -> ABANDONED, freed when it
+ * finishes): a late answer never touches the caller's memory.  A chunk that
+ * finds no free slot (the queue is full, possibly with this call's own
+ * chunks) is refused at once and counted as busy; the other chunks are still
+ * posted and answered.  (hps_shmdb_miss_lookup, for one table, sends one
+ * slot at a time instead and so never runs out of slots on its own.)
+ *
+ * @param[in,out] reqs  (nreq) host array, owned by the caller.  In: table, n,
+ *                      keys, values, found.  Out, always set for every
+ *                      request: rc, hits (keys found in the chunks that were
+ *                      answered), found[] (zeroed at entry when non-NULL,
+ *                      then 1 for each key found) and the rows (n, dim)
+ *                      float32 of found keys in values (others untouched).
+ *                      A request with n == 0 needs no slot (rc 0, hits 0)
+ *                      but its table and the queue must exist.
+ *                      A request's rc: HPS_EINVAL (db NULL, keys or values
+ *                      NULL with n > 0, or a dim too large for one slab);
+ *                      HPS_ENOTFOUND (no such table, or no queue); HPS_EBUSY
+ *                      when any of its chunks found no free slot;
+ *                      otherwise the first error of its chunks in key order:
+ *                      HPS_ETIMEDOUT at the deadline, or the coordinator's
+ *                      error (rows of that chunk not copied); -ENOMEM if the
+ *                      call could not allocate its chunk list (more than 64
+ *                      chunks in flight).
+ * @param[in]     nreq  Number of requests; 0 returns 0 at once.
+ * @param[in]     timeout_ms  Deadline for the whole call: it never waits
+ *                      longer (plus the copying of answers already there).
+ * @return 0 when every request's rc is 0, else the first non-zero rc in
+ *         request order; HPS_EINVAL when reqs is NULL with nreq > 0 (nothing
+ *         set).
+ * Thread- and process-safe; reqs must not be shared with a concurrent call.
+ * The call holds at most as many slots as the queue has, all given back
+ * before it returns except abandoned ones (freed by the coordinator).
+ */
+hps_err_t hps_shmdb_miss_lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
+                                     uint32_t timeout_ms);
 
 /**
  * Coordinator-side lookup for one request: fill values (n, dim) and found
@@ -504,12 +565,14 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
 hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret);
 
 /* ------------------------------------------------------------------------ */
-/* Update statistics: the coordinator's Kafka counters, for the workers      */
+/* Update statistics: the coordinator's update counters, for the workers    */
 /* ------------------------------------------------------------------------ */
 
 /** Layers that publish update statistics. */
 #define HPS_SHMDB_UPDATE_LAYERS 3 /**< 0 volatile, 1 persistent, 2 distributed */
-/** Skip-reason slots: indexed by hps_kafka_verdict_t (include/hps/kafka.h). */
+/** Skipped-message counters per layer, indexed 0 .. HPS_SHMDB_UPDATE_REASONS - 1.  The
+ *  segment stores them anonymous: what an index means, and its name, belong
+ *  to the update source (hps_update_reason_name(), include/hps/update.h). */
 #define HPS_SHMDB_UPDATE_REASONS 8
 
 /** Counters of one layer's update consumer (monotonic unless noted). */
@@ -529,13 +592,6 @@ typedef struct hps_update_stats {
 const char *hps_shmdb_update_layer_name(uint32_t layer);
 
 /**
- * @brief Name of a skip reason index ("magic", "value_size", "truncated",
- *        "keyed", "empty", "unknown_table": hps_kafka_verdict_name()'s), or
- *        NULL for an index that is not a skip reason.  Static storage.
- */
-const char *hps_shmdb_update_reason_name(uint32_t reason);
-
-/**
  * @brief Publish one layer's counters in the segment (the coordinator, once
  *        per stats tick).  The area is created on first use (dir_lock).
  *        Each field is stored with a relaxed atomic store: readers see every
@@ -551,7 +607,7 @@ hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_
  * @brief Read one layer's published counters (relaxed atomic loads).
  * @param[out] ret  Host struct.
  * @return 0; HPS_EINVAL (bad layer); HPS_ENOTFOUND when that layer never
- *         published (no Kafka ingestion, or not this layer).
+ *         published (no update ingestion, or not this layer).
  * Lock-free; thread- and process-safe.
  */
 hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update_stats_t *ret);
@@ -723,9 +779,6 @@ hps_err_t hps_shmdb_gcache_publish(hps_shmdb_t *db, uint32_t index, uint64_t gen
  *         Lock-free snapshot (fields may be from two moments).
  */
 hps_err_t hps_shmdb_gcache_get(hps_shmdb_t *db, uint32_t index, hps_gcache_reg_t *ret);
-
-/** @brief Name of an overflow policy ("evict_random", ...). */
-const char *hps_overflow_policy_name(hps_overflow_policy_t p);
 
 /**
  * @brief Bytes of segment memory a table with this geometry needs per slot

@@ -9,7 +9,6 @@ raw 8-byte key, value = raw floats) with the new vectors, and be counted by
 the coordinator's "kafka distributed:" stats line.
 """
 import os
-import shutil
 import struct
 import sys
 
@@ -79,7 +78,6 @@ def body(t, cl):
 
 
 if __name__ == "__main__":
-    if not shutil.which("redis-server") or not shutil.which("redis-cli") or not K.MOCK:
-        print("1..0 # SKIP redis-server, redis-cli or kafka-mock missing")
-        sys.exit(77)
+    if not R.have_redis() or not K.MOCK:
+        H.Tap.skip_all("redis-server, redis-cli or kafka-mock missing")
     H.run_main("kafka_redis", body)

@@ -12,7 +12,7 @@ killed while a client streams lookups costs zero failed or wrong answers,
 and its promoted replica serves HMGETs once the cluster settles; each
 overflow policy keeps every partition at or under overflow_margin; a wrong
 password, an unreachable address and enable_tls give a clear start-up error.
-Skips (exit 77) without redis-server or redis-cli.
+Skips (TAP "1..0 # SKIP") without redis-server or redis-cli.
 """
 import os
 import random
@@ -30,6 +30,11 @@ import hpstest as H  # noqa: E402
 
 PASSWORD = "s3cret-pw"
 NP = 8
+
+
+def have_redis():
+    """redis-server and redis-cli on PATH (the scripts that need them skip otherwise)."""
+    return bool(shutil.which("redis-server") and shutil.which("redis-cli"))
 
 
 # ---- a minimal RESP client (binary-safe, follows MOVED) ----------------------
@@ -392,7 +397,6 @@ def body(t, cl):
 
 
 if __name__ == "__main__":
-    if not shutil.which("redis-server") or not shutil.which("redis-cli"):
-        print("1..0 # SKIP redis-server or redis-cli not installed")
-        sys.exit(77)
+    if not have_redis():
+        H.Tap.skip_all("redis-server or redis-cli not installed")
     H.run_main("redis_cluster", body)

@@ -4,8 +4,8 @@ int-redis_live: tests/unit/ddb/test-ddb-live.c (the hps_ddb / hps_rcluster
 library against a real cluster: exact round trips, slot migration with ASK
 then MOVED, concurrent overflow under every policy, wrong password) on a
 three-master Redis Cluster (requirepass) started and removed here.  The C
-program prints TAP (cmocka); this script passes it through.  Skips (exit 77)
-without redis-server, redis-cli or the program.
+program prints TAP (cmocka); this script passes it through.  Skips (TAP
+"1..0 # SKIP") without redis-server, redis-cli or the program.
 """
 import os
 import shutil
@@ -14,15 +14,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
 import test_redis_cluster as R  # noqa: E402
 
 
 def main():
     prog = os.environ.get("HPS_DDB_LIVE", "")
-    if not shutil.which("redis-server") or not shutil.which("redis-cli") or \
-            not os.access(prog, os.X_OK):
-        print("1..0 # SKIP redis-server, redis-cli or test-ddb-live missing")
-        return 77
+    if not R.have_redis() or not os.access(prog, os.X_OK):
+        H.Tap.skip_all("redis-server, redis-cli or test-ddb-live missing")
     tmp = tempfile.mkdtemp(prefix="hps-int-redis-live-")
     rc = None
     try:

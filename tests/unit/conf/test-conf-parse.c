@@ -23,7 +23,7 @@ static void test_empty_file_gives_defaults(void **state)
     assert_true(c->volatile_db.shared_memory_size == UINT64_C(16) << 30);
     assert_true(c->volatile_db.allocation_rate == UINT64_C(256) << 20);
     assert_true(c->volatile_db.overflow_margin == HPS_CONF_UNBOUNDED);
-    assert_int_equal(c->volatile_db.overflow_policy, HPS_CONF_EVICT_RANDOM);
+    assert_int_equal(c->volatile_db.overflow_policy, HPS_EVICT_RANDOM);
     assert_true(c->volatile_db.overflow_resolution_target == 0.8);
     assert_int_equal(c->volatile_db.shared_memory_mode, 0600);
     assert_string_equal(c->volatile_db.shared_memory_name, "hps");
@@ -100,7 +100,7 @@ static void test_value_syntax(void **state)
     assert_int_equal(c->volatile_db.type, HPS_CONF_VDB_MULTI_PROCESS_HASH_MAP);
     assert_true(c->volatile_db.shared_memory_size == UINT64_C(2) << 30);
     assert_true(c->volatile_db.allocation_rate == 1048576);
-    assert_int_equal(c->volatile_db.overflow_policy, HPS_CONF_EVICT_LEAST_USED);
+    assert_int_equal(c->volatile_db.overflow_policy, HPS_EVICT_LEAST_USED);
     assert_true(c->volatile_db.overflow_margin == 1000);
     assert_int_equal(c->volatile_db.shared_memory_mode, 0640);
     assert_int_equal(c->volatile_db.update_filters_len, 2);
@@ -136,6 +136,37 @@ static void test_fp32_and_timer_ranges(void **state)
     assert_true(c->models[0].default_value_for_each_table[1] == -3.4e38);
     assert_true(c->models[0].refresh_delay == 2147483647.0);
     hps_conf_free(c);
+}
+
+/* overflow_policy is hps_overflow_policy_t: the INI names (HugeCTR's) are
+ * hps_overflow_policy_name()'s, and every spelling parses to its constant. */
+static void test_overflow_policy_names(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        hps_overflow_policy_t want;
+    } cases[] = {{"evict_random", HPS_EVICT_RANDOM},
+                 {"least_used", HPS_EVICT_LEAST_USED},
+                 {"evict_least_used", HPS_EVICT_LEAST_USED},
+                 {"oldest", HPS_EVICT_OLDEST},
+                 {"evict_oldest", HPS_EVICT_OLDEST}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[160];
+        snprintf(text, sizeof(text),
+                 "[volatile_db]\noverflow_policy = %s\n[distributed_db]\noverflow_policy = %s\n",
+                 cases[i].text, cases[i].text);
+        hps_conf_t *c = ct_load(text);
+        assert_int_equal(c->volatile_db.overflow_policy, cases[i].want);
+        assert_int_equal(c->distributed_db.overflow_policy, cases[i].want);
+        hps_conf_free(c);
+    }
+    assert_string_equal(hps_overflow_policy_name((hps_overflow_policy_t)3), "unknown");
+#define OP_V(e, c, n) assert_string_equal(hps_overflow_policy_name(c), #n);
+#define OP_A(e, c, n)
+    HPS_CONF_ENUM_overflow_policy(OP_V, OP_A)
+#undef OP_A
+#undef OP_V
 }
 
 static void test_vdb_disabled_aliases(void **state)
@@ -582,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_value_syntax),
         cmocka_unit_test(test_fp32_and_timer_ranges),
         cmocka_unit_test(test_vdb_disabled_aliases),
+        cmocka_unit_test(test_overflow_policy_names),
         cmocka_unit_test(test_numbers_ignore_process_locale),
         cmocka_unit_test(test_comments_blank_lines_colon_bom_crlf),
         cmocka_unit_test(test_continuation_lines),

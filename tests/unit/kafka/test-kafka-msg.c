@@ -61,14 +61,21 @@ static void test_parse_bad(void **state)
     assert_int_equal(hps_kafka_parse(buf, 7, 0, 8, DIM * 4, &m), HPS_KAFKA_SKIP_MAGIC);
     assert_int_equal(hps_kafka_parse(buf, 8, 0, 8, DIM * 4, &m), HPS_KAFKA_BEACON);
     assert_int_equal(hps_kafka_parse(buf, len - 1, 0, 8, DIM * 4, &m), HPS_KAFKA_SKIP_TRUNCATED);
-    assert_int_equal(hps_kafka_parse(buf, len, 0, 8, DIM * 4 + 4, &m),
-                     HPS_KAFKA_SKIP_VALUE_SIZE);
+    assert_int_equal(hps_kafka_parse(buf, len, 0, 8, DIM * 4 + 4, &m), HPS_KAFKA_SKIP_VALUE_SIZE);
     /* 8-byte keys read as 4-byte keys: the record size does not divide. */
     size_t len1 = build(buf, DIM * 4, 8, 1);
     assert_int_equal(hps_kafka_parse(buf, len1, 0, 4, DIM * 4, &m), HPS_KAFKA_SKIP_TRUNCATED);
     buf[0] ^= 1;
     assert_int_equal(hps_kafka_parse(buf, len, 0, 8, DIM * 4, &m), HPS_KAFKA_SKIP_MAGIC);
     assert_string_equal(hps_kafka_verdict_name(HPS_KAFKA_SKIP_VALUE_SIZE), "value_size");
+    /* The skip reasons' names (the workers' metric labels); none for the rest. */
+    assert_string_equal(hps_update_reason_name(HPS_KAFKA_SKIP_UNKNOWN), "unknown_table");
+    assert_string_equal(hps_update_reason_name(HPS_KAFKA_SKIP_MAGIC), "magic");
+    assert_null(hps_update_reason_name(HPS_KAFKA_OK));
+    assert_null(hps_update_reason_name(HPS_KAFKA_BEACON));
+    assert_null(hps_update_reason_name(HPS_KAFKA_NUM_VERDICTS));
+    assert_string_equal(hps_kafka_verdict_name(HPS_KAFKA_BEACON), "beacon");
+    assert_string_equal(hps_kafka_verdict_name(HPS_KAFKA_NUM_VERDICTS), "?");
 }
 
 static bool posix_match(const char *re, const char *s)
@@ -141,7 +148,7 @@ static void test_key_groups(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_good), cmocka_unit_test(test_parse_bad),
+        cmocka_unit_test(test_parse_good),  cmocka_unit_test(test_parse_bad),
         cmocka_unit_test(test_topic_regex), cmocka_unit_test(test_topic_names),
         cmocka_unit_test(test_group_names), cmocka_unit_test(test_key_groups),
     };

@@ -3,7 +3,8 @@
  * answers are exact, a full queue answers busy at once, a request without a
  * server times out within its deadline, a late answer never reaches the
  * caller, and the slots of dead workers and of a dead coordinator are
- * reclaimed.
+ * reclaimed.  The batched call (hps_shmdb_miss_lookup_many) answers many
+ * tables in one round trip bounded by one deadline.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -68,8 +69,45 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A child process that attaches and serves for ms milliseconds. */
-static pid_t start_server(const char *name, uint64_t ms, uint64_t delay_ms)
+/* Tables of the batched tests, by table id: dim and key width (0: the
+ * fixture's table, DIM and int64).  Set before a server is forked. */
+static uint32_t g_dim[HPS_SHMDB_MAX_TABLES];
+static uint32_t g_kb[HPS_SHMDB_MAX_TABLES];
+
+/* The row of a key of a batched-test table: depends on table and key. */
+static float expected2(uint32_t table, uint64_t key, uint32_t d)
+{
+    return (float)table * 1000.0f + (float)(key % 1000) * 0.5f + (float)d * 0.25f;
+}
+
+static uint64_t key_at(const void *keys, uint32_t kb, size_t i)
+{
+    return kb == 4 ? ((const uint32_t *)keys)[i] : (uint64_t)((const int64_t *)keys)[i];
+}
+
+/* Batched-test tables: even keys exist, with rows from (table, key). */
+static hps_err_t serve_tables(void *ctx, uint32_t table, size_t n, const void *keys, float *values,
+                              uint8_t *found)
+{
+    uint64_t delay_ms = ctx ? *(uint64_t *)ctx : 0;
+    if (delay_ms)
+        t_sleep_ns(delay_ms * 1000000ULL);
+    uint32_t dim = g_dim[table], kb = g_kb[table];
+    if (dim == 0)
+        return HPS_ENOTFOUND;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = key_at(keys, kb, i);
+        if (k % 2 != 0)
+            continue;
+        found[i] = 1;
+        for (uint32_t d = 0; d < dim; d++)
+            values[i * dim + d] = expected2(table, k, d);
+    }
+    return 0;
+}
+
+/* A child process that attaches and serves for ms milliseconds through fn. */
+static pid_t start_server_fn(const char *name, uint64_t ms, uint64_t delay_ms, hps_shmdb_miss_fn fn)
 {
     pid_t pid = t_fork();
     if (pid == 0) {
@@ -79,11 +117,16 @@ static pid_t start_server(const char *name, uint64_t ms, uint64_t delay_ms)
             _exit(T_CHILD_FAIL);
         uint64_t end = t_now_ns() + ms * 1000000ULL;
         while (t_now_ns() < end)
-            hps_shmdb_miss_serve(db, 20, serve_even, delay_ms ? &delay_ms : NULL, NULL);
+            hps_shmdb_miss_serve(db, 20, fn, delay_ms ? &delay_ms : NULL, NULL);
         hps_shmdb_detach(db);
         _exit(0);
     }
     return pid;
+}
+
+static pid_t start_server(const char *name, uint64_t ms, uint64_t delay_ms)
+{
+    return start_server_fn(name, ms, delay_ms, serve_even);
 }
 
 static void stop(pid_t pid)
@@ -250,6 +293,314 @@ static void test_coordinator_restart(void **state)
     stop(srv);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Batched requests: hps_shmdb_miss_lookup_many                              */
+/* ------------------------------------------------------------------------ */
+
+#define NT 26
+
+/* A batch of requests with their buffers, one table each. */
+struct batch {
+    size_t nreq;
+    hps_miss_req_t req[NT + 1];
+    uint32_t dim[NT + 1], kb[NT + 1];
+};
+
+/* Create NT tables of different dims (1..64) and key widths (int64 and
+ * uint32), recorded for the server. */
+static void make_tables(struct fixture *f, uint32_t ids[NT])
+{
+    for (uint32_t i = 0; i < NT; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "b%u", i);
+        uint32_t dim = 1 + (i * 23) % 64, kb = i % 3 == 2 ? 4 : 8;
+        hps_table_spec_t s = t_spec("mq", name, dim, kb, 1, UINT64_MAX, HPS_EVICT_RANDOM, 0.8);
+        HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &ids[i]));
+        g_dim[ids[i]] = dim;
+        g_kb[ids[i]] = kb;
+    }
+}
+
+/* Fill request r of b: table id, n keys (j * 7 + id + 3), values -1, found 7. */
+static void batch_add(struct batch *b, uint32_t id, size_t n)
+{
+    size_t r = b->nreq++;
+    uint32_t dim = g_dim[id], kb = g_kb[id];
+    void *keys = n ? malloc(n * kb) : NULL;
+    float *vals = n ? malloc(n * dim * sizeof(float)) : NULL;
+    uint8_t *found = n ? malloc(n) : NULL;
+    for (size_t j = 0; j < n; j++) {
+        uint64_t k = j * 7 + id + 3;
+        if (kb == 4)
+            ((uint32_t *)keys)[j] = (uint32_t)k;
+        else
+            ((int64_t *)keys)[j] = (int64_t)k;
+        found[j] = 7;
+    }
+    for (size_t j = 0; j < n * dim; j++)
+        vals[j] = -1.0f;
+    b->dim[r] = dim;
+    b->kb[r] = kb;
+    b->req[r] = (hps_miss_req_t){.table = id,
+                                 .n = n,
+                                 .keys = keys,
+                                 .values = vals,
+                                 .found = found,
+                                 .hits = 999,
+                                 .rc = 12345};
+}
+
+/* Check request r: keys [0, answered) answered exactly, the rest untouched
+ * (found 0, rows -1); returns the keys found. */
+static size_t batch_check(const struct batch *b, size_t r, size_t answered)
+{
+    const hps_miss_req_t *q = &b->req[r];
+    size_t hits = 0;
+    for (size_t j = 0; j < q->n; j++) {
+        uint64_t k = key_at(q->keys, b->kb[r], j);
+        int have = j < answered && k % 2 == 0;
+        hits += (size_t)have;
+        HPS_ASSERT_EQ(q->found[j], have);
+        for (uint32_t d = 0; d < b->dim[r]; d++)
+            HPS_ASSERT_EQ(q->values[j * b->dim[r] + d], have ? expected2(q->table, k, d) : -1.0f);
+    }
+    return hits;
+}
+
+static void batch_free(struct batch *b)
+{
+    for (size_t r = 0; r < b->nreq; r++) {
+        free((void *)b->req[r].keys);
+        free(b->req[r].values);
+        free(b->req[r].found);
+    }
+}
+
+static void wait_in_use_zero(struct fixture *f)
+{
+    hps_missq_info_t mi;
+    for (int i = 0; i < 400; i++) {
+        HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+        if (mi.in_use == 0)
+            break;
+        t_sleep_ns(5000000);
+    }
+    HPS_ASSERT_EQ(mi.in_use, 0);
+}
+
+/* 26 tables of different dims and key widths in one call: exact rows,
+ * found flags and hits per table; an empty request needs no slot. */
+static void test_many_exact(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    make_tables(f, ids);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 128, 8192));
+    pid_t srv = start_server_fn(f->name, 5000, 0, serve_tables);
+    struct batch b = {0};
+    for (uint32_t i = 0; i < NT; i++)
+        batch_add(&b, ids[i], 20 + i * 8); /* 20..220 keys: 69 slots in all */
+    batch_add(&b, ids[0], 0);
+    HPS_ASSERT_OK(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 2000));
+    for (size_t r = 0; r < b.nreq; r++) {
+        HPS_ASSERT_EQ(b.req[r].rc, 0);
+        size_t want = batch_check(&b, r, b.req[r].n);
+        HPS_ASSERT_EQ(b.req[r].hits, want);
+        if (b.req[r].n >= 4)
+            HPS_ASSERT_GT(want, 0);
+    }
+    hps_missq_info_t mi;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.in_use, 0);
+    HPS_ASSERT_EQ(mi.busy, 0);
+    HPS_ASSERT_EQ(mi.timeouts, 0);
+    HPS_ASSERT_EQ(mi.served, 69); /* tables of up to 7 slots; more than 64 in flight */
+    stop(srv);
+    batch_free(&b);
+}
+
+/* Requests larger than one slab go in several chunks, all posted at once. */
+static void test_many_chunked(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    make_tables(f, ids);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 32, 8192));
+    pid_t srv = start_server_fn(f->name, 5000, 0, serve_tables);
+    struct batch b = {0};
+    batch_add(&b, ids[2], 1500); /* dim 47, uint32 keys: 42 keys a slab, 36 chunks > 32 slots */
+    batch_add(&b, ids[1], 700);  /* dim 24, int64 keys: 77 keys a slab, 10 chunks */
+    /* Too many chunks for the queue: the last 4 of the first request are busy. */
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, 1, 2000), HPS_EBUSY);
+    HPS_ASSERT_EQ(b.req[0].rc, HPS_EBUSY);
+    HPS_ASSERT_EQ(b.req[0].hits, batch_check(&b, 0, 32 * 42));
+    hps_missq_info_t mi;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.busy, 4);
+    HPS_ASSERT_EQ(mi.in_use, 0);
+    /* 1000 keys of the first table (24 chunks) and 350 of the second (5
+     * chunks) fit in 32 slots. */
+    b.req[0].n = 1000;
+    b.req[1].n = 350;
+    for (size_t r = 0; r < 2; r++)
+        for (size_t j = 0; j < b.req[r].n * b.dim[r]; j++)
+            b.req[r].values[j] = -1.0f;
+    HPS_ASSERT_OK(hps_shmdb_miss_lookup_many(f->db, b.req, 2, 2000));
+    for (size_t r = 0; r < 2; r++) {
+        HPS_ASSERT_EQ(b.req[r].rc, 0);
+        HPS_ASSERT_EQ(b.req[r].hits, batch_check(&b, r, b.req[r].n));
+    }
+    uint64_t served = mi.served;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.served - served, 24 + 5);
+    HPS_ASSERT_EQ(mi.busy, 4);
+    HPS_ASSERT_EQ(mi.in_use, 0);
+    stop(srv);
+    b.req[0].n = 1500;
+    b.req[1].n = 700;
+    batch_free(&b);
+}
+
+/* No coordinator: 26 tables time out together at the one deadline (not 26
+ * deadlines one after another), and every slot, still PENDING, is taken
+ * back by the call itself: none is left in use, no reap needed. */
+static void test_many_timeout_one_deadline(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    make_tables(f, ids);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 32, 8192));
+    struct batch b = {0};
+    for (uint32_t i = 0; i < NT; i++)
+        batch_add(&b, ids[i], 4);
+    uint64_t t0 = t_now_ns();
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 50), HPS_ETIMEDOUT);
+    uint64_t ms = (t_now_ns() - t0) / 1000000ULL;
+    HPS_ASSERT_GE(ms, 45);
+    HPS_ASSERT_LT(ms, 500); /* one table after another would take 26 x 50 ms */
+    for (size_t r = 0; r < b.nreq; r++) {
+        HPS_ASSERT_EQ(b.req[r].rc, HPS_ETIMEDOUT);
+        HPS_ASSERT_EQ(b.req[r].hits, 0);
+        HPS_ASSERT_EQ(batch_check(&b, r, 0), 0); /* found zeroed, rows untouched */
+    }
+    hps_missq_info_t mi;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.in_use, 0);
+    HPS_ASSERT_EQ(mi.timeouts, NT);
+    HPS_ASSERT_EQ(mi.busy, 0);
+    batch_free(&b);
+}
+
+/* A slow coordinator: the slot it serves is abandoned, the others taken
+ * back, all at the one deadline; the late answer never reaches the caller. */
+static void test_many_late_answer(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    make_tables(f, ids);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 8, 8192));
+    pid_t srv = start_server_fn(f->name, 3000, 300, serve_tables); /* 300 ms a request */
+    t_sleep_ns(50000000);
+    struct batch b = {0};
+    for (uint32_t i = 0; i < 3; i++)
+        batch_add(&b, ids[i], 6);
+    uint64_t t0 = t_now_ns();
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 100), HPS_ETIMEDOUT);
+    HPS_ASSERT_LT(t_now_ns() - t0, 250000000ULL);
+    t_sleep_ns(400000000); /* the answer arrives after the deadline */
+    for (size_t r = 0; r < b.nreq; r++) {
+        HPS_ASSERT_EQ(b.req[r].rc, HPS_ETIMEDOUT);
+        HPS_ASSERT_EQ(batch_check(&b, r, 0), 0);
+    }
+    wait_in_use_zero(f); /* the abandoned slot, freed by the server when done */
+    hps_missq_info_t mi;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.timeouts, 3);
+    stop(srv);
+    batch_free(&b);
+}
+
+/* More chunks than slots: the first ones (in request order) are posted and
+ * answered, the rest are busy at once; a request split over both keeps the
+ * rows of its answered chunk. */
+static void test_many_more_than_slots(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    for (uint32_t i = 0; i < NT; i++) { /* all like the fixture's table: 112 keys a slab */
+        char name[16];
+        snprintf(name, sizeof(name), "s%u", i);
+        hps_table_spec_t s = t_spec("mq", name, DIM, 8, 1, UINT64_MAX, HPS_EVICT_RANDOM, 0.8);
+        HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &ids[i]));
+        g_dim[ids[i]] = DIM;
+        g_kb[ids[i]] = 8;
+    }
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
+    pid_t srv = start_server_fn(f->name, 5000, 0, serve_tables);
+    struct batch b = {0};
+    for (uint32_t i = 0; i < NT; i++)
+        batch_add(&b, ids[i], i == 3 ? 200 : 10); /* request 3: 2 chunks, the 4th slot and busy */
+    uint64_t t0 = t_now_ns();
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 5000), HPS_EBUSY);
+    HPS_ASSERT_LT(t_now_ns() - t0, 2000000000ULL); /* answered, not at the deadline */
+    for (size_t r = 0; r < 3; r++) {
+        HPS_ASSERT_EQ(b.req[r].rc, 0);
+        HPS_ASSERT_EQ(b.req[r].hits, batch_check(&b, r, b.req[r].n));
+    }
+    HPS_ASSERT_EQ(b.req[3].rc, HPS_EBUSY);
+    HPS_ASSERT_EQ(b.req[3].hits, batch_check(&b, 3, 112));
+    HPS_ASSERT_GT(b.req[3].hits, 0);
+    for (size_t r = 4; r < NT; r++) {
+        HPS_ASSERT_EQ(b.req[r].rc, HPS_EBUSY);
+        HPS_ASSERT_EQ(b.req[r].hits, 0);
+        HPS_ASSERT_EQ(batch_check(&b, r, 0), 0);
+    }
+    hps_missq_info_t mi;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.busy, 1 + (NT - 4));
+    HPS_ASSERT_EQ(mi.served, 4);
+    HPS_ASSERT_EQ(mi.in_use, 0);
+    stop(srv);
+    batch_free(&b);
+}
+
+/* Argument errors are per request; the others are still answered. */
+static void test_many_errors(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    make_tables(f, ids);
+    struct batch b = {0};
+    batch_add(&b, ids[0], 3);
+    /* No queue yet: every request, even an empty one, is HPS_ENOTFOUND. */
+    batch_add(&b, ids[1], 0);
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, 2, 10), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(b.req[0].rc, HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(b.req[1].rc, HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(batch_check(&b, 0, 0), 0); /* found zeroed at entry */
+    HPS_ASSERT_OK(hps_shmdb_miss_lookup_many(f->db, NULL, 0, 10));
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, NULL, 1, 10), HPS_EINVAL);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 8, 8192));
+    pid_t srv = start_server_fn(f->name, 5000, 0, serve_tables);
+    batch_add(&b, ids[2], 5);
+    b.req[1].table = 9999; /* no such table */
+    b.req[1].n = 0;
+    const void *keys = b.req[2].keys;
+    b.req[2].keys = NULL; /* n > 0 without keys */
+    batch_add(&b, ids[3], 5);
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 2000), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(b.req[0].rc, 0);
+    HPS_ASSERT_EQ(b.req[0].hits, batch_check(&b, 0, 3));
+    HPS_ASSERT_EQ(b.req[1].rc, HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(b.req[2].rc, HPS_EINVAL);
+    HPS_ASSERT_EQ(b.req[2].hits, 0);
+    HPS_ASSERT_EQ(b.req[3].rc, 0);
+    HPS_ASSERT_EQ(b.req[3].hits, batch_check(&b, 3, 5));
+    b.req[2].keys = keys;
+    stop(srv);
+    batch_free(&b);
+}
+
 int main(void)
 {
     t_install_cleanup();
@@ -260,6 +611,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_late_answer_discarded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_and_reap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coordinator_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_chunked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_timeout_one_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_late_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_more_than_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_errors, setup, teardown),
     };
     return cmocka_run_group_tests_name("shmdb-missq", tests, NULL, NULL);
 }

@@ -1,0 +1,301 @@
+/*
+ * client.h -- libhps, the lookup library: embedding lookups from inside any
+ * process on the host (a PyTorch or C++ inference process, hps-worker).
+ *
+ * A client attaches the shared-memory segment that hps-coordinator
+ * maintains (/dev/shm/hps.<shared_memory_name> of the configuration), finds
+ * the tables of the configured models there, and, on a CUDA device, maps
+ * the GPU embedding caches that the other processes of that device already
+ * share (or creates them).  It is a worker in every sense the segment
+ * knows: it has an entry in the worker table (hps-shm info counts it), beats
+ * a heartbeat, is reaped when it dies, and may become a cache's refresher
+ * (the process that follows the table's update log for everyone).  Killing
+ * a client disturbs no other process.
+ *
+ * Lookup path (docs/architecture.md traces it): GPU cache (models with
+ * gpucache = true on a device client) -> volatile DB (shared memory) ->
+ * the coordinator (distributed and persistent DB; the misses of all
+ * tables of a call in one miss-queue round trip bounded by one
+ * [worker] miss_timeout_ms) -> the table's default value.
+ *
+ *     hps_client_t *c;
+ *     char err[512];
+ *     if (hps_client_open("/models/hps.ini", 0, &c, err, sizeof(err)) < 0) ...
+ *     size_t m;
+ *     hps_client_model_find(c, "wdl", &m);
+ *     hps_client_wait_ready(c, 10000);
+ *     hps_client_lookup_table(c, m, 0, n, d_keys, HPS_KEY_INT64, 0, d_out, 0, stream);
+ *
+ * Memory spaces: every buffer argument comes with a location, HPS_HOST (-1)
+ * for host memory (pageable or page-locked) or a CUDA device ordinal for
+ * device memory of that device (which must be the client's device).
+ * Device work is ordered after the work already enqueued on the caller's
+ * stream; every lookup call returns when its output is complete (the rows
+ * are readable by the host, or by any later work on any stream).
+ *
+ * Threads: every function may be called concurrently from any number of
+ * threads, except hps_client_close(), which needs every other call on the
+ * client to have returned.  Errors: every function returns an hps_err_t
+ * (hps/hps.h); hps_client_last_error() gives the calling thread's message
+ * of its last failed call.
+ */
+#ifndef HPS_CLIENT_H
+#define HPS_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/conf.h"
+#include "hps/hps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A buffer in host memory (the location argument of lookups). */
+#define HPS_HOST (-1)
+
+/** Key dtype of a lookup's keys. */
+typedef enum hps_key_type {
+    HPS_KEY_INT64 = 0, /**< int64, the width of models with supportlonglong = true */
+    HPS_KEY_INT32 = 1, /**< int32, widened (sign-extended) for 64-bit models */
+} hps_key_type_t;
+
+typedef struct hps_client hps_client_t;
+
+/** Options of hps_client_open_conf(); a zeroed struct is valid (defaults). */
+typedef struct hps_client_options {
+    /** CUDA device ordinal of the GPU caches and device buffers, or -1: a
+     *  host-only client (volatile DB and below; no CUDA used). */
+    int device;
+    /** hps-worker's --instance; 0 for other processes (shown by hps-shm). */
+    int instance;
+    /** Lookups served at once on the device (one stream and buffer set
+     *  each); more concurrent calls wait for one.  0 = [worker] http_threads + 2. */
+    unsigned max_concurrent;
+} hps_client_options_t;
+
+/**
+ * @brief Open a client on a configuration file and a device.
+ *
+ * Loads and validates the INI (the same file the coordinator runs with),
+ * then as hps_client_open_conf().  Returns at once: the segment is attached
+ * now if it exists, else by a background thread as soon as the coordinator
+ * creates it; hps_client_wait_ready() waits for that.
+ * @param[in]  config_file  INI path, host string.
+ * @param[in]  device       CUDA device ordinal, or -1 for a host-only client.
+ *                          A device that does not exist (or a build without
+ *                          CUDA) gives a host-only client with a warning.
+ * @param[out] ret          The client; close it with hps_client_close().
+ * @param[out] err          Message of a failure (file:line: key ... for a bad
+ *                          configuration), NUL-terminated; may be NULL if
+ *                          err_len is 0.
+ * @return 0; HPS_ECONFIG (bad configuration); HPS_EINVAL (NULL argument,
+ *         device < -1); a negative errno (file unreadable); -ENOMEM.
+ */
+hps_err_t hps_client_open(const char *config_file, int device, hps_client_t **ret, char *err,
+                          size_t err_len);
+
+/**
+ * @brief Open a client on a loaded configuration (hps-worker's way).
+ * @param[in] conf  Loaded configuration; borrowed: must outlive the client.
+ * @param[in] o     Options; NULL = defaults (device 0).
+ * @param[out] ret  The client.
+ * @return 0; HPS_EINVAL; -ENOMEM; HPS_EIO (a thread could not start).
+ */
+hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_t *o,
+                               hps_client_t **ret);
+
+/**
+ * @brief Close a client: stop its threads, leave the shared GPU caches (the
+ * other processes keep them), leave the worker table, detach.  With
+ * shared_memory_auto_remove and no other process left, removes the segment.
+ * @param[in] c  A client, or NULL (no-op).  No call on c may be running.
+ */
+void hps_client_close(hps_client_t *c);
+
+/**
+ * @brief Whether the client is ready: segment attached, every table of
+ * every model found, the coordinator serving, the GPU caches built.
+ * Lookups are answered before that too (from what is there, else the
+ * defaults).  Never blocks.
+ */
+bool hps_client_ready(hps_client_t *c);
+
+/**
+ * @brief Wait until hps_client_ready() or timeout_ms passed.
+ * @return 0 ready; HPS_ETIMEDOUT.
+ */
+hps_err_t hps_client_wait_ready(hps_client_t *c, uint32_t timeout_ms);
+
+/** @brief Whether the coordinator's heartbeat is fresh (false: degraded). */
+bool hps_client_coordinator_alive(hps_client_t *c);
+
+/** @brief The client's CUDA device, or -1 for a host-only client. */
+int hps_client_device(const hps_client_t *c);
+
+/* ---- Models and tables ------------------------------------------------- */
+
+/** @brief Number of models of the configuration (indices 0 .. n-1, file order). */
+size_t hps_client_num_models(const hps_client_t *c);
+
+/**
+ * @brief Index of the model named name.
+ * @return 0; HPS_ENOTFOUND (message names the model and the models known).
+ */
+hps_err_t hps_client_model_find(const hps_client_t *c, const char *name, size_t *ret_model);
+
+/**
+ * @brief Index of a table of a model by name (embedding_table_names).
+ * @return 0; HPS_ENOTFOUND; HPS_EINVAL (model index out of range).
+ */
+hps_err_t hps_client_table_find(const hps_client_t *c, size_t model, const char *name,
+                                uint32_t *ret_table);
+
+/** A model as the client serves it (strings owned by the client). */
+typedef struct hps_client_model_info {
+    const char *name;
+    uint32_t num_tables;
+    uint32_t max_batch_size;
+    uint32_t key_bytes; /**< 8 (supportlonglong = true) or 4 */
+    bool gpu_cache;     /**< served from GPU caches on this client's device (once built) */
+} hps_client_model_info_t;
+
+/** @brief Describe model @p model.  @return 0; HPS_EINVAL (index out of range). */
+hps_err_t hps_client_model_info(const hps_client_t *c, size_t model, hps_client_model_info_t *ret);
+
+/** A table of a model. */
+typedef struct hps_client_table_info {
+    const char *name;             /**< embedding_table_names[t], owned by the client */
+    uint32_t dim;                 /**< embedding_vecsize_per_table[t]: floats per row */
+    uint32_t key_bytes;           /**< 8 or 4 */
+    uint32_t max_keys_per_sample; /**< maxnum_catfeature_query_per_table_per_sample[t] */
+    float default_value;          /**< default_value_for_each_table[t] */
+    uint64_t rows;                /**< rows in the volatile DB now; 0 before attach */
+} hps_client_table_info_t;
+
+/** @brief Describe table @p table of model @p model.  @return 0; HPS_EINVAL. */
+hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
+                                hps_client_table_info_t *ret);
+
+/* ---- Lookups ----------------------------------------------------------- */
+
+/**
+ * @brief Embedding vectors of the keys of several tables of one model (the
+ * Triton hps backend's KEYS / NUMKEYS form).
+ *
+ * @param[in] c           The client.
+ * @param[in] model       Model index (hps_client_model_find).
+ * @param[in] num_tables  T, at most the model's num_tables: tables 0 .. T-1.
+ * @param[in] numkeys     (T) int32, host memory: keys of each table, >= 0.
+ * @param[in] keys        (N = sum numkeys) keys of key_type, table-major
+ *                        (table 0's keys first), contiguous, in keys_loc.
+ * @param[in] key_type    HPS_KEY_INT64 or HPS_KEY_INT32.  Keys outside a
+ *                        32-bit model's range get the default value.
+ * @param[in] keys_loc    HPS_HOST or the client's device.
+ * @param[out] out        (sum_t numkeys[t] * dim_t) float32, row-major, in
+ *                        key order, in out_loc; fully written.
+ * @param[in] out_loc     HPS_HOST or the client's device.
+ * @param[in] stream      cudaStream_t of the caller (NULL: the legacy
+ *                        default stream); unused for host-only work.
+ * @return 0 (keys found nowhere have the table's default value: that is
+ *         not an error); HPS_EINVAL (bad index, T, negative numkeys, a
+ *         location that is not HPS_HOST or the client's device, device
+ *         memory on a host-only client); HPS_EIO (a CUDA error; message
+ *         says which); -ENOMEM.  Thread-safe.
+ */
+hps_err_t hps_client_lookup(hps_client_t *c, size_t model, uint32_t num_tables,
+                            const int32_t *numkeys, const void *keys, hps_key_type_t key_type,
+                            int keys_loc, float *out, int out_loc, void *stream);
+
+/**
+ * @brief Embedding vectors of n keys of one table (HugeCTR's
+ * lookup(keys, model_name, table_id)).
+ * @param[in] table  Table index (HugeCTR's table_id).
+ * @param[in] n      Number of keys (at most INT32_MAX).
+ * @param[out] out   (n, dim) float32 row-major, in out_loc.
+ * Other parameters and errors as hps_client_lookup().  Thread-safe.
+ */
+hps_err_t hps_client_lookup_table(hps_client_t *c, size_t model, uint32_t table, size_t n,
+                                  const void *keys, hps_key_type_t key_type, int keys_loc,
+                                  float *out, int out_loc, void *stream);
+
+/**
+ * @brief The calling thread's message for its last failed call on any
+ * client ("" when none): thread-local storage, valid until the thread's
+ * next failing call.
+ */
+const char *hps_client_last_error(void);
+
+/* ---- Counters (the nv_hps_* metrics of hps-worker) ---------------------- */
+
+/** Per-model counters of one client since it opened. */
+typedef struct hps_client_counters {
+    uint64_t lookup_keys;   /**< keys looked up */
+    uint64_t vdb_hits;      /**< found in the volatile DB (shared memory) */
+    uint64_t lower_hits;    /**< found below it, through the coordinator */
+    uint64_t default_keys;  /**< answered with the table's default value */
+    uint64_t miss_busy;     /**< miss-queue requests refused (queue full) */
+    uint64_t miss_timeout;  /**< miss-queue requests past miss_timeout_ms */
+    uint64_t lookup_ns;     /**< time in lookup calls */
+    uint64_t lookup_calls;  /**< lookup calls */
+} hps_client_counters_t;
+
+/** @brief Counters of model @p model.  @return 0; HPS_EINVAL. */
+hps_err_t hps_client_counters(const hps_client_t *c, size_t model, hps_client_counters_t *ret);
+
+/** One GPU embedding cache as this client maps it. */
+typedef struct hps_client_cache_stats {
+    uint64_t lookups, hits, inserts, evictions, updates; /**< the cache's own counters */
+    uint64_t occupied_rows, capacity_rows;
+    uint64_t full_refreshes; /**< done by this process */
+    uint64_t lock_timeouts;
+    uint32_t processes; /**< processes mapping it (1 when private) */
+    bool refresher;     /**< this process follows the table's update log */
+} hps_client_cache_stats_t;
+
+/**
+ * @brief Statistics of the GPU cache of table @p table of model @p model.
+ * @return 0; HPS_ENOTFOUND (no cache: host-only client, gpucache = false,
+ *         not built yet); HPS_EINVAL.
+ */
+hps_err_t hps_client_cache_stats(hps_client_t *c, size_t model, uint32_t table,
+                                 hps_client_cache_stats_t *ret);
+
+/** Client-wide GPU figures. */
+typedef struct hps_client_gpu_stats {
+    uint64_t dropped_inserts; /**< background inserts dropped (queue full) */
+    uint64_t pinned_bytes;    /**< host bytes page-locked by hps_client_host_register */
+} hps_client_gpu_stats_t;
+
+/** @brief Client-wide GPU figures.  @return 0; HPS_ENOTFOUND (no GPU). */
+hps_err_t hps_client_gpu_stats(const hps_client_t *c, hps_client_gpu_stats_t *ret);
+
+/**
+ * @brief The coordinator's online-update counters of one layer (Kafka
+ * ingestion), read from the segment.
+ * @param[in] layer  0 .. HPS_SHMDB_UPDATE_LAYERS-1 (include/hps/shmdb.h).
+ * @param[out] ret   hps_update_stats_t of include/hps/shmdb.h.
+ * @return 0; HPS_ENOTFOUND (not attached, or the layer publishes none).
+ */
+hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, void *ret);
+
+/**
+ * @brief Page-lock a host buffer the caller reuses for outputs
+ * (cudaHostRegister, portable), so lookups copy rows from the device
+ * straight into it.
+ * @param[in] buf  Host memory, bytes long, not in use by a lookup.
+ * @return 0; HPS_EUNSUPPORTED (host-only client, no GPU cache); HPS_EIO
+ *         (CUDA refused; the buffer stays usable, pageable).
+ */
+hps_err_t hps_client_host_register(hps_client_t *c, void *buf, size_t bytes);
+
+/** @brief Undo a successful hps_client_host_register() of buf (bytes long). */
+void hps_client_host_unregister(hps_client_t *c, void *buf, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

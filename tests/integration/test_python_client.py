@@ -1,0 +1,598 @@
+#!/usr/bin/env python3
+"""
+int-python_client: the Python module hps (worker/python/) against a real
+hps-coordinator, beside an hps-worker on the same segment.
+
+Model m: 3 tables of 6000, 3000 and 2000 rows, dims 16, 8 and 4, defaults
+0.5, -2 and 0; initial_cache_rate 0.5 (the rest only in RocksDB),
+cache_missed_embeddings.  Model m32 (supportlonglong = false, a segment of
+its own): 2 tables, dims 4 and 2.  Checks:
+  - a client opened before the coordinator attaches once it is up;
+    models(), tables(), model_info();
+  - exact vectors (the generator port) for numpy int64 keys (VDB,
+    PDB-only, unknown: the table's default), int32 keys, out=, table by
+    index and by name, lookup_multi over several tables, an object with
+    __dlpack__ (DLPack keys without torch), hps.HPS (HugeCTR's lookup and
+    lookup_fromdlpack with numpy's DLPack capsules), counters(), lookups
+    from several threads; the 32-bit-key model with int64 and int32 keys;
+  - torch CPU tensors, hps.torch.LookupLayer (skipped without torch);
+  - the Python client and hps-worker agree, and keys the client elevated
+    are volatile-DB hits for the worker (one segment); hps-shm info lists
+    the Python process;
+  - bad input raises hps.Error (float, int16, non-contiguous and 2-D keys,
+    unknown model or table, out= of the wrong shape, dtype or layout, ...)
+    and the client keeps working;
+  - a child Python process looking up in a loop is SIGKILLed: the worker
+    answers every request exactly before, during and after, and the
+    coordinator reaps the dead client from the segment's process table.
+"""
+import importlib
+import os
+import random
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import hps  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+RATE = 0.5
+WORKER_TIMEOUT_MS = 500
+
+
+def vecs(model, t, keys):
+    """Expected (n, dim) float32 rows of table t."""
+    return np.array(model.expected([[] for _ in range(t)] + [[int(k) for k in keys]]),
+                    dtype=np.float32).reshape(len(keys), model.dims[t])
+
+
+def pdb_half(model, t, half):
+    """Half 0 or 1 of table t's persistent-DB-only keys: basics() uses the
+    first, shared_segment() the second (still only in RocksDB there)."""
+    ks = list(model.pdb_only_keys(t, RATE))
+    return ks[:len(ks) // 2] if half == 0 else ks[len(ks) // 2:]
+
+
+def flat(model, kpt):
+    return np.array(model.expected(kpt), dtype=np.float32)
+
+
+def mismatch(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return "shape %r, want %r" % (got.shape, want.shape)
+    bad = np.argwhere(got != want)
+    if len(bad) == 0:
+        return "equal"
+    i = tuple(bad[0])
+    return "%d elements differ; first at %r: got %r, want %r" % (len(bad), i, got[i], want[i])
+
+
+def raises(t, fn, desc, code=None):
+    """fn() must raise hps.Error (with .code == code when given)."""
+    try:
+        fn()
+    except hps.Error as e:
+        ok = code is None or e.code == code
+        return t.ok(ok, "%s: hps.Error (%s)" % (desc, e),
+                    "code %r (%s), want %r" % (e.code, e.name, code))
+    except Exception as e:  # noqa: BLE001
+        return t.ok(False, "%s: hps.Error" % desc, "raised %s: %s" % (type(e).__name__, e))
+    return t.ok(False, "%s: hps.Error" % desc, "no exception")
+
+
+def skip(t, desc, reason):
+    t.n += 1
+    print("ok %d - %s # SKIP %s" % (t.n, desc.replace("#", "no."), reason), flush=True)
+
+
+class DL:
+    """An object with only __dlpack__ / __dlpack_device__ (no buffer)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        assert stream is None, "stream given for host memory"
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class Streamer(threading.Thread):
+    """Binary requests to a worker until stopped; every answer checked."""
+
+    def __init__(self, port, model, seed):
+        super().__init__(daemon=True)
+        self.port, self.model = port, model
+        self.rng = random.Random(seed)
+        self.stop_ev = threading.Event()
+        self.ok = 0
+        self.failures = []
+
+    def run(self):
+        m = self.model
+        while not self.stop_ev.is_set():
+            kpt = [self.rng.sample(m.file_keys[i], 20) + m.unknown_keys(i, 2, 9)
+                   for i in range(len(m.rows))]
+            try:
+                _, got = H.decode_output(H.infer(self.port, "m", kpt, binary=True, timeout=10))
+                if got == m.expected(kpt):
+                    self.ok += 1
+                else:
+                    self.failures.append(H.first_mismatch(got, m.expected(kpt), m, kpt))
+            except Exception as e:  # noqa: BLE001
+                self.failures.append("%s: %s" % (type(e).__name__, e))
+
+
+CHILD = r"""
+import sys, numpy as np, hps
+conf, data = sys.argv[1], sys.argv[2]
+z = np.load(data)
+batches = [(int(t), z["k%d" % i], z["w%d" % i]) for i, t in enumerate(z["tables"])]
+c = hps.Client(conf, -1)
+if not c.wait_ready(20000):
+    print("NOT READY", flush=True)
+    sys.exit(2)
+print("READY", flush=True)
+n = 0
+while True:
+    for t, k, w in batches:
+        got = c.lookup("m", t, k)
+        if not np.array_equal(got, w):
+            print("MISMATCH table %d batch of %d keys" % (t, len(k)), flush=True)
+            sys.exit(1)
+        n += 1
+        if n % 50 == 0:
+            print("LOOKUPS %d" % n, flush=True)
+"""
+
+
+def basics(t, cl, model, conf, c):
+    rng = random.Random(7)
+    t.eq(c.models(), ["m"], "models() lists the configured model")
+    tabs = c.tables("m")
+    t.eq([(x["name"], x["dim"], x["key_bytes"], x["default_value"], x["max_keys_per_sample"])
+          for x in tabs],
+         [("sparse_embedding%d" % i, model.dims[i], 8, H.f32(model.defaults[i]), 1)
+          for i in range(3)],
+         "tables(): names, dims, key_bytes, default values, max keys per sample")
+    t.eq([x["rows"] for x in tabs], [int(np.ceil(r * RATE)) for r in model.rows],
+         "tables(): rows in the volatile DB (initial_cache_rate 0.5)")
+    mi = c.model_info("m")
+    t.eq((mi["name"], mi["num_tables"], mi["key_bytes"]), ("m", 3, 8), "model_info()")
+    t.eq(c.device, -1, "a host-only client reports device -1")
+
+    # numpy int64: VDB, PDB-only and unknown keys, each table.
+    for i in range(3):
+        ks = (rng.sample(model.vdb_keys(i, RATE), 30) +
+              rng.sample(pdb_half(model, i, 0), 20) + model.unknown_keys(i, 5, 3))
+        rng.shuffle(ks)
+        keys = np.array(ks, dtype=np.int64)
+        c0 = c.counters("m")
+        got = c.lookup("m", i, keys)
+        c1 = c.counters("m")
+        t.ok(isinstance(got, np.ndarray) and got.dtype == np.float32 and
+             got.shape == (55, model.dims[i]) and got.flags.c_contiguous,
+             "table %d: numpy float32 (55, %d) output" % (i, model.dims[i]), repr(got)[:200])
+        want = vecs(model, i, ks)
+        t.ok(np.array_equal(got, want),
+             "table %d: numpy int64 keys exact (VDB, PDB-only, unknown = default %g)" %
+             (i, model.defaults[i]), mismatch(got, want))
+        t.eq((c1["lookup_keys"] - c0["lookup_keys"], c1["default_keys"] - c0["default_keys"],
+              c1["lower_hits"] - c0["lower_hits"], c1["lookup_calls"] - c0["lookup_calls"]),
+             (55, 5, 20, 1), "table %d: counters(): keys, defaults, lower hits, calls" % i)
+    unk = model.unknown_keys(1, 6, 40)
+    got = c.lookup("m", 1, np.array(unk, dtype=np.int64))
+    t.ok(np.all(got == np.float32(-2.0)), "unknown keys only: every element is table 1's "
+         "default -2", mismatch(got, np.full(got.shape, -2.0, np.float32)))
+
+    # Table by name and by index; numpy int64 view with a non-native dtype name.
+    ks = rng.sample(model.vdb_keys(2, RATE), 40)
+    keys = np.array(ks, dtype=np.int64)
+    a, b = c.lookup("m", 2, keys), c.lookup("m", "sparse_embedding2", keys)
+    t.ok(np.array_equal(a, vecs(model, 2, ks)) and np.array_equal(a, b),
+         "table by index (2) and by name (sparse_embedding2) give the same exact rows",
+         mismatch(b, vecs(model, 2, ks)))
+    got = c.lookup(0, 2, keys)
+    t.ok(np.array_equal(got, a), "model by index (0) equals model by name")
+
+    # int32 keys on a 64-bit model: sign-extended (hps-gen's keys do not fit
+    # int32, so these are unknown; compare with the same values as int64).
+    k32 = np.array([-1, 0, 5, 2 ** 31 - 1, -2 ** 31], dtype=np.int32)
+    got = c.lookup("m", 0, k32)
+    t.ok(np.array_equal(got, c.lookup("m", 0, k32.astype(np.int64))),
+         "int32 keys on a 64-bit model equal the same values as int64 keys")
+
+    # out=: written in place and returned.
+    out = np.full((40, 4), 7.0, dtype=np.float32)
+    r = c.lookup("m", 2, keys, out=out)
+    t.ok(r is out and np.array_equal(out, vecs(model, 2, ks)), "out= numpy array filled and "
+         "returned", mismatch(out, vecs(model, 2, ks)))
+
+    # Empty keys.
+    got = c.lookup("m", 0, np.zeros(0, dtype=np.int64))
+    t.eq(got.shape, (0, 16), "no keys: a (0, 16) output")
+
+    # lookup_multi: the three tables, two, one empty.
+    kpt = [rng.sample(model.vdb_keys(0, RATE), 25) + model.unknown_keys(0, 3, 77),
+           rng.sample(pdb_half(model, 1, 0), 10) + rng.sample(model.vdb_keys(1, RATE), 10),
+           rng.sample(model.vdb_keys(2, RATE), 7) + model.unknown_keys(2, 2, 5)]
+    keys, numkeys = H.split_keys(kpt)
+    got = c.lookup_multi("m", np.array(keys, dtype=np.int64), numkeys)
+    want = flat(model, kpt)
+    t.ok(got.shape == want.shape and np.array_equal(got, want),
+         "lookup_multi over 3 tables (dims 16, 8, 4): flat output exact", mismatch(got, want))
+    got = c.lookup_multi("m", np.array(keys[:35], dtype=np.int64), np.array([28, 7]))
+    want = flat(model, [kpt[0], kpt[1][:7]])
+    t.ok(np.array_equal(got, want), "lookup_multi over tables 0..1 (numkeys a numpy array)",
+         mismatch(got, want))
+    kpt2 = [[], kpt[1], kpt[2]]
+    k2, n2 = H.split_keys(kpt2)
+    out = np.empty(sum(len(kpt2[i]) * model.dims[i] for i in range(3)), dtype=np.float32)
+    r = c.lookup_multi("m", np.array(k2, dtype=np.int64), n2, out=out)
+    t.ok(r is out and np.array_equal(out, flat(model, kpt2)),
+         "lookup_multi with numkeys [0, 20, 9] into out=", mismatch(out, flat(model, kpt2)))
+
+    # DLPack keys without torch: an object with only __dlpack__.
+    ks = rng.sample(model.vdb_keys(1, RATE), 33)
+    got = c.lookup("m", 1, DL(np.array(ks, dtype=np.int64)))
+    t.ok(isinstance(got, np.ndarray) and np.array_equal(got, vecs(model, 1, ks)),
+         "keys as an object with __dlpack__ (host): numpy output, exact",
+         mismatch(got, vecs(model, 1, ks)))
+    got = c.lookup("m", 1, np.array(ks, dtype=np.int64).__dlpack__())
+    t.ok(np.array_equal(got, vecs(model, 1, ks)), "keys as a raw DLPack capsule (host)")
+
+    # HugeCTR's API.
+    h = hps.HPS(conf)
+    ks = rng.sample(model.vdb_keys(0, RATE), 50) + model.unknown_keys(0, 2, 11)
+    got = h.lookup(np.array(ks, dtype=np.int64), "m", 0)
+    t.ok(isinstance(got, np.ndarray) and np.array_equal(got, vecs(model, 0, ks)),
+         "hps.HPS(conf).lookup(h_keys, 'm', 0): numpy (n, 16) exact",
+         mismatch(got, vecs(model, 0, ks)))
+    got = h.lookup(ks, "m", 0, device_id=-1)
+    t.ok(np.array_equal(got, vecs(model, 0, ks)), "hps.HPS.lookup of a list, device_id -1")
+    keys = np.array(ks, dtype=np.int64)
+    out = np.zeros((len(ks), 16), dtype=np.float32)
+    r = h.lookup_fromdlpack(keys.__dlpack__(), out.__dlpack__(), "m", 0)
+    t.ok(r is None and np.array_equal(out, vecs(model, 0, ks)),
+         "hps.HPS.lookup_fromdlpack(keys capsule, out capsule): written in place",
+         mismatch(out, vecs(model, 0, ks)))
+    out1 = np.zeros(len(ks) * 16, dtype=np.float32)
+    h.lookup_fromdlpack(keys, out1, "m", "sparse_embedding0", device_id=-1)
+    t.ok(np.array_equal(out1.reshape(-1, 16), vecs(model, 0, ks)),
+         "hps.HPS.lookup_fromdlpack with arrays, a flat out, table by name")
+    cap = keys.__dlpack__()
+    h.lookup_fromdlpack(cap, np.zeros((len(ks), 16), np.float32), "m", 0)
+    raises(t, lambda: h.lookup_fromdlpack(cap, out.__dlpack__(), "m", 0),
+           "a DLPack capsule consumed twice")
+    h.close()
+
+    # Several threads at once (lookups run with the GIL released).
+    errors = []
+
+    def worker(seed):
+        r2 = random.Random(seed)
+        for _ in range(40):
+            i = r2.randrange(3)
+            ks2 = r2.sample(model.vdb_keys(i, RATE), 64)
+            g = c.lookup("m", i, np.array(ks2, dtype=np.int64))
+            if not np.array_equal(g, vecs(model, i, ks2)):
+                errors.append(mismatch(g, vecs(model, i, ks2)))
+    ths = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(60)
+    t.ok(not errors, "4 threads x 40 lookups on one client: all exact", "\n".join(errors[:3]))
+
+
+def bad_input(t, model, c):
+    keys = np.array(model.file_keys[0][:10], dtype=np.int64)
+    E = hps.HPS_EINVAL
+    raises(t, lambda: c.lookup("m", 0, keys.astype(np.float64)), "float64 keys", E)
+    raises(t, lambda: c.lookup("m", 0, keys.astype(np.float32)), "float32 keys", E)
+    raises(t, lambda: c.lookup("m", 0, keys.astype(np.int16)), "int16 keys", E)
+    raises(t, lambda: c.lookup("m", 0, keys.astype(np.uint8)), "uint8 keys", E)
+    raises(t, lambda: c.lookup("m", 0, np.array(model.file_keys[0][:20])[::2]),
+           "non-contiguous keys (a[::2])", E)
+    raises(t, lambda: c.lookup("m", 0, keys.reshape(2, 5)), "2-D keys", E)
+    raises(t, lambda: c.lookup("m", 0, np.int64(5)), "a numpy scalar as keys")
+    raises(t, lambda: c.lookup("m", 0, [1, 2, 3]), "a list as keys (Client.lookup)", E)
+    raises(t, lambda: c.lookup("m", 0, b"\x00" * 16), "bytes as keys", E)
+    raises(t, lambda: c.lookup("nope", 0, keys), "unknown model", hps.HPS_ENOTFOUND)
+    raises(t, lambda: c.lookup("m", "nope", keys), "unknown table name", hps.HPS_ENOTFOUND)
+    raises(t, lambda: c.lookup("m", 3, keys), "table index 3 of 3 tables", E)
+    raises(t, lambda: c.lookup("m", -1, keys), "table index -1", E)
+    raises(t, lambda: c.lookup("m", 1.0, keys), "a float table index", E)
+    raises(t, lambda: c.lookup("m", 0, keys, out=np.empty((10, 8), np.float32)),
+           "out= of the wrong shape (10, 8) for dim 16", E)
+    raises(t, lambda: c.lookup("m", 0, keys, out=np.empty((9, 16), np.float32)),
+           "out= with too few rows", E)
+    raises(t, lambda: c.lookup("m", 0, keys, out=np.empty(160, np.float32)),
+           "out= flat instead of (10, 16)", E)
+    raises(t, lambda: c.lookup("m", 0, keys, out=np.empty((10, 16), np.float64)),
+           "out= float64", E)
+    raises(t, lambda: c.lookup("m", 0, keys, out=np.empty((10, 16), np.float32, order="F")),
+           "out= Fortran-ordered", E)
+    ro = np.empty((10, 16), np.float32)
+    ro.flags.writeable = False
+    raises(t, lambda: c.lookup("m", 0, keys, out=ro), "out= read-only", E)
+    raises(t, lambda: c.lookup("m", 0, keys, stream="x"), "stream of a wrong type", E)
+    raises(t, lambda: c.lookup("m", 0), "missing keys argument", E)
+    raises(t, lambda: c.lookup("m", 0, keys, bogus=1), "unknown keyword argument", E)
+    raises(t, lambda: c.lookup_multi("m", keys, [4, 5]), "numkeys summing to 9 for 10 keys", E)
+    raises(t, lambda: c.lookup_multi("m", keys, [1, 2, 3, 4]), "numkeys of 4 tables for 3", E)
+    raises(t, lambda: c.lookup_multi("m", keys, [11, -1]), "a negative numkeys entry", E)
+    raises(t, lambda: c.lookup_multi("m", keys, []), "empty numkeys", E)
+    raises(t, lambda: c.lookup_multi("m", keys, [10], out=np.empty(10, np.float32)),
+           "lookup_multi out= of the wrong size", E)
+    raises(t, lambda: c.tables("nope"), "tables() of an unknown model", hps.HPS_ENOTFOUND)
+    raises(t, lambda: hps.Client("/nonexistent/hps.ini", -1), "Client() of a missing file")
+    raises(t, lambda: hps.HPS("/nonexistent/hps.ini"), "hps.HPS() of a missing file")
+    try:
+        c.lookup("nope", 0, keys)
+    except hps.Error as e:
+        t.ok("nope" in str(e) and "m" in str(e) and e.name == "HPS_ENOTFOUND",
+             "the error names the unknown model and the known ones: %s" % e)
+    got = c.lookup("m", 0, keys)
+    t.ok(np.array_equal(got, vecs(model, 0, list(keys))), "the client still works after the "
+         "bad calls", mismatch(got, vecs(model, 0, list(keys))))
+
+
+def with_torch(t, model, conf, c):
+    names = ["torch int64 CPU tensor -> torch output exact",
+             "torch int32 tensor, out= torch tensor",
+             "hps.HPS.lookup_fromdlpack with torch.utils.dlpack capsules",
+             "hps.torch.LookupLayer on 2-D keys: keys.shape + (dim,), exact",
+             "hps.torch.LookupLayer by table name, 1-D keys",
+             "hps.torch.LookupLayer: emb_vec_size differing from the dim",
+             "torch bad keys (float tensor, 2-D, non-contiguous)"]
+    if torch is None:
+        for n in names:
+            skip(t, n, "no torch")
+        try:
+            importlib.import_module("hps.torch")
+            t.ok(False, "import hps.torch without torch raises ImportError")
+        except ImportError as e:
+            t.ok("torch" in str(e), "import hps.torch without torch: ImportError (%s)" % e)
+        return
+    ht = importlib.import_module("hps.torch")
+    rng = random.Random(3)
+    ks = rng.sample(model.vdb_keys(0, RATE), 40) + model.unknown_keys(0, 3, 1)
+    got = c.lookup("m", 0, torch.tensor(ks, dtype=torch.int64))
+    t.ok(isinstance(got, torch.Tensor) and got.dtype == torch.float32 and
+         got.device.type == "cpu" and tuple(got.shape) == (43, 16) and
+         np.array_equal(got.numpy(), vecs(model, 0, ks)), names[0],
+         repr(got)[:200])
+    out = torch.zeros((43, 16), dtype=torch.float32)
+    # 64-bit model: int32 values that are not table keys -> compare with int64.
+    k32 = torch.tensor([1, 2, -3], dtype=torch.int32)
+    o32 = torch.zeros((3, 16))
+    r = c.lookup("m", 0, k32, out=o32)
+    r2 = c.lookup("m", 0, torch.tensor(ks, dtype=torch.int64), out=out)
+    t.ok(r is o32 and r2 is out and np.array_equal(out.numpy(), vecs(model, 0, ks)) and
+         np.all(o32.numpy() == np.float32(0.5)), names[1])
+    h = hps.HPS(conf)
+    from torch.utils.dlpack import to_dlpack
+    o = torch.empty((43, 16), dtype=torch.float32)
+    h.lookup_fromdlpack(to_dlpack(torch.tensor(ks)), to_dlpack(o), "m", 0)
+    t.ok(np.array_equal(o.numpy(), vecs(model, 0, ks)), names[2])
+    h.close()
+    layer = ht.LookupLayer(conf, "m", 1, 8)
+    ks1 = rng.sample(model.vdb_keys(1, RATE), 24)
+    keys = torch.tensor(ks1, dtype=torch.int64).reshape(4, 6)
+    got = layer(keys)
+    t.ok(tuple(got.shape) == (4, 6, 8) and not got.requires_grad and
+         np.array_equal(got.reshape(-1, 8).numpy(), vecs(model, 1, ks1)), names[3],
+         repr(got.shape))
+    layer2 = ht.LookupLayer(conf, "m", "sparse_embedding2", 4)
+    ks2 = rng.sample(model.vdb_keys(2, RATE), 9)
+    got = layer2(torch.tensor(ks2))
+    t.ok(tuple(got.shape) == (9, 4) and np.array_equal(got.numpy(), vecs(model, 2, ks2)),
+         names[4])
+    raises(t, lambda: ht.LookupLayer(conf, "m", 1, 16), names[5], hps.HPS_EINVAL)
+    ok = True
+    for bad in (torch.tensor([1.0, 2.0]), torch.tensor([[1, 2], [3, 4]]),
+                torch.arange(10)[::2]):
+        try:
+            c.lookup("m", 0, bad)
+            ok = False
+        except hps.Error:
+            pass
+    t.ok(ok, names[6])
+
+
+def shared_segment(t, cl, model, conf, c, w):
+    rng = random.Random(21)
+    pool = [pdb_half(model, i, 1) for i in range(3)]
+    for p in pool:
+        rng.shuffle(p)
+    # PDB-only keys through the Python client: elevated into the shared VDB.
+    kpt = [[pool[i].pop() for _ in range(15)] + rng.sample(model.vdb_keys(i, RATE), 10) +
+           model.unknown_keys(i, 2, 300) for i in range(3)]
+    keys, numkeys = H.split_keys(kpt)
+    want = flat(model, kpt)
+    got = c.lookup_multi("m", np.array(keys, dtype=np.int64), numkeys)
+    t.ok(np.array_equal(got, want), "Python client: PDB-only keys of 3 tables exact",
+         mismatch(got, want))
+    c0 = H.hps_counters(w.metrics_port, "m")
+    _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    t.ok(g == model.expected(kpt), "hps-worker on the same segment: the same request exact",
+         H.first_mismatch(g, model.expected(kpt), model, kpt))
+    t.ok(np.array_equal(np.array(g, dtype=np.float32), got),
+         "the Python client and hps-worker answer bit for bit alike")
+    d = H.diff(H.hps_counters(w.metrics_port, "m"), c0)
+    t.eq((d["volatile_db_hit_keys"], d["persistent_db_hit_keys"], d["default_value_keys"]),
+         (75, 0, 6), "keys the Python client elevated are volatile-DB hits for the worker")
+    # And the other way round.
+    kpt = [[pool[i].pop() for _ in range(12)] for i in range(3)]
+    H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    c0 = c.counters("m")
+    got = c.lookup_multi("m", np.array(H.split_keys(kpt)[0], dtype=np.int64),
+                         [12, 12, 12])
+    c1 = c.counters("m")
+    t.ok(np.array_equal(got, flat(model, kpt)), "Python client: keys the worker elevated exact")
+    t.eq((c1["vdb_hits"] - c0["vdb_hits"], c1["lower_hits"] - c0["lower_hits"]), (36, 0),
+         "keys the worker elevated are volatile-DB hits for the Python client")
+    info = cl.shm_info()
+    procs = {p["pid"]: p["role"] for p in info["processes"]}
+    t.ok(os.getpid() in procs and w.pid in procs,
+         "hps-shm info lists the Python process (role %s) and the worker" %
+         procs.get(os.getpid()), repr(info["processes"]))
+
+
+def kill_child(t, cl, model, conf, c, w):
+    rng = random.Random(5)
+    tables = [0, 1, 2, 0]
+    data = {"tables": np.array(tables, dtype=np.int64)}
+    for b, i in enumerate(tables):
+        ks = rng.sample(model.file_keys[i], 48) + model.unknown_keys(i, 2, 50 + b)
+        data["k%d" % b] = np.array(ks, dtype=np.int64)
+        data["w%d" % b] = vecs(model, i, ks)
+    npz = cl.path("child.npz")
+    np.savez(npz, **data)
+    script = cl.path("child.py")
+    with open(script, "w") as f:
+        f.write(CHILD)
+    child = cl._spawn("pyclient", [sys.executable, script, conf, npz], "pyclient.log")
+
+    def lookups():
+        n = 0
+        for line in child.log().splitlines():
+            if line.startswith("LOOKUPS "):
+                n = int(line.split()[1])
+        return n
+    started = H.wait_until(lambda: lookups() >= 200 or not child.alive(), 30.0, 0.05)
+    t.ok(started and child.alive() and "MISMATCH" not in child.log(),
+         "child Python client looping, exact (%d lookups)" % lookups(), child.log()[-2000:])
+    t.ok(child.pid in {p["pid"] for p in cl.shm_info()["processes"]},
+         "hps-shm info lists the child Python client")
+
+    s = Streamer(w.http_port, model, 9)
+    s.start()
+    try:
+        time.sleep(0.7)
+        n_kill = s.ok
+        before = lookups()
+        time.sleep(0.2)
+        t.ok(lookups() > before, "the child is mid-stream when it is killed (%d -> %d lookups)" %
+             (before, lookups()))
+        child.kill()
+        t_kill = time.monotonic()
+        st = child.wait(10)
+        t.ok(st is not None and st < 0, "child died of SIGKILL (status %s)" % st)
+
+        def gone():
+            try:
+                return child.pid not in {p["pid"] for p in cl.shm_info()["processes"]}
+            except RuntimeError:
+                return False
+        reaped = H.wait_until(gone, 8.0, 0.1)
+        dt = time.monotonic() - t_kill
+        t.ok(reaped, "the dead Python client left the segment's process table within %.1f s" %
+             dt)
+        n_reap = s.ok
+        time.sleep(0.7)
+    finally:
+        s.stop_ev.set()
+        s.join(15)
+    t.ok(not s.failures and s.ok > n_reap > n_kill,
+         "hps-worker answered all %d requests exactly (%d after the kill, %d after the reap)" %
+         (s.ok, s.ok - n_kill, s.ok - n_reap), "\n".join(s.failures[:5]))
+    ks = rng.sample(model.file_keys[1], 64)
+    got = c.lookup("m", 1, np.array(ks, dtype=np.int64))
+    t.ok(np.array_equal(got, vecs(model, 1, ks)), "the parent's Python client is exact after "
+         "the kill")
+    t.ok(w.alive(), "hps-worker still running")
+
+
+def model32(t, cl):
+    seg = cl.new_segment_name("k32")
+    model = cl.gen_model("m32", rows=[3000, 1000], dims=[4, 2], defaults=[0.5, -2.0],
+                         key_bytes=4, segment=seg)
+    conf = cl.write_config("hps32.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", RATE),
+        ("volatile_db", "cache_missed_embeddings", "true"),
+    ])
+    cl.start_coordinator(conf)
+    with hps.Client(conf, -1) as c:
+        t.ok(c.wait_ready(20000), "32-bit model: client ready")
+        t.eq([x["key_bytes"] for x in c.tables("m32")], [4, 4], "32-bit model: key_bytes 4")
+        ks = (model.vdb_keys(0, RATE)[:20] + model.pdb_only_keys(0, RATE)[:10] +
+              model.unknown_keys(0, 4, 3))
+        got = c.lookup("m32", 0, np.array(ks, dtype=np.int64))
+        t.ok(np.array_equal(got, vecs(model, 0, ks)),
+             "32-bit model, int64 keys: VDB, PDB-only, unknown and out-of-range keys exact",
+             mismatch(got, vecs(model, 0, ks)))
+        small = [k for k in model.file_keys[1] if k < 2 ** 31][:30]
+        got = c.lookup("m32", 1, np.array(small, dtype=np.int32))
+        t.ok(np.array_equal(got, vecs(model, 1, small)),
+             "32-bit model, int32 keys below 2^31 exact", mismatch(got, vecs(model, 1, small)))
+        big = [k for k in model.file_keys[1] if k >= 2 ** 31][:30]
+        got = c.lookup("m32", 1, np.array(big, dtype=np.uint32).view(np.int32))
+        t.ok(np.array_equal(got, vecs(model, 1, big)),
+             "32-bit model, int32 keys carrying uint32 keys >= 2^31 (bit pattern) exact",
+             mismatch(got, vecs(model, 1, big)))
+        kpt = [ks, small + big]
+        keys, numkeys = H.split_keys(kpt)
+        got = c.lookup_multi("m32", np.array(keys, dtype=np.int64), numkeys)
+        t.ok(np.array_equal(got, flat(model, kpt)), "32-bit model: lookup_multi exact",
+             mismatch(got, flat(model, kpt)))
+        if torch is not None:
+            got = c.lookup("m32", 1, torch.tensor(small, dtype=torch.int32))
+            t.ok(np.array_equal(got.numpy(), vecs(model, 1, small)),
+                 "32-bit model: torch int32 tensor exact")
+        else:
+            skip(t, "32-bit model: torch int32 tensor exact", "no torch")
+
+
+def body(t, cl):
+    model = cl.gen_model("m", rows=[6000, 3000, 2000], dims=[16, 8, 4],
+                         defaults=[0.5, -2.0, 0.0])
+    conf = cl.write_config("hps.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", RATE),
+        ("volatile_db", "cache_missed_embeddings", "true"),
+        ("hps", "heartbeat_interval_ms", 50),
+        ("hps", "worker_timeout_ms", WORKER_TIMEOUT_MS),
+        ("worker", "miss_timeout_ms", 3000),
+        ("worker", "http_threads", 2),
+    ])
+    # A client opened before the coordinator: attaches once the segment exists.
+    c = hps.Client(conf, -1)
+    t.ok(not c.ready(), "a client opened before the coordinator is not ready")
+    cl.start_coordinator(conf)
+    t.ok(c.wait_ready(20000), "... and becomes ready once the coordinator is up")
+    try:
+        basics(t, cl, model, conf, c)
+        bad_input(t, model, c)
+        with_torch(t, model, conf, c)
+        w = cl.start_worker(conf, instance=0)
+        shared_segment(t, cl, model, conf, c, w)
+        kill_child(t, cl, model, conf, c, w)
+        rc, out, err = cl.shm("check", cl.segment)
+        t.ok(rc == 0, "hps-shm check passes", out + err)
+    finally:
+        c.close()
+    t.ok(c.closed, "close(): the client is closed")
+    raises(t, lambda: c.lookup("m", 0, np.zeros(1, np.int64)), "a lookup on a closed client")
+    c.close()
+    hps._close_shared()  # hps.torch.LookupLayer's clients (hps.shared_client)
+    gone = H.wait_until(lambda: os.getpid() not in
+                        {p["pid"] for p in cl.shm_info()["processes"]}, 5.0, 0.1)
+    t.ok(gone, "after close() the process left the segment's process table")
+    model32(t, cl)
+
+
+if __name__ == "__main__":
+    H.run_main("python_client", body)

@@ -1,0 +1,285 @@
+/*
+ * backend.c -- hps-worker's KServe backend (hps_kserve_backend_t of
+ * include/hps/kserve.h) over the lookup library (include/hps/client.h):
+ * lookups, readiness, output-buffer pinning, and the nv_hps_* metrics
+ * formatted from the client's counters.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "hps/shmdb.h"
+#include "hps/update.h"
+#include "worker.h"
+
+static hps_err_t lookup_done(uint64_t t0, hps_err_t rc, hps_kserve_lookup_stats_t *stats)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    stats->compute_infer_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec - t0;
+    if (rc < 0)
+        snprintf(stats->message, sizeof(stats->message), "lookup failed: %s",
+                 hps_client_last_error()[0] ? hps_client_last_error() : hps_strerror(rc));
+    return rc;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, const int32_t *numkeys,
+                        const int64_t *keys, size_t num_keys, float *out, size_t out_len,
+                        hps_kserve_lookup_stats_t *stats)
+{
+    worker_t *w = ctx;
+    uint64_t t0 = now_ns();
+    (void)num_keys, (void)out_len;
+    hps_err_t rc = hps_client_lookup(w->client, model_index, num_tables, numkeys, keys,
+                                     HPS_KEY_INT64, HPS_HOST, out, HPS_HOST, NULL);
+    return lookup_done(t0, rc, stats);
+}
+
+/* OUTPUT0 into device memory: straight from the GPU caches when they serve
+ * the model on that device; HPS_EUNSUPPORTED sends the front end to
+ * lookup() and a copy. */
+static hps_err_t lookup_device(void *ctx, size_t model_index, uint32_t num_tables,
+                               const int32_t *numkeys, const int64_t *keys, size_t num_keys,
+                               int device, float *d_out, size_t out_len,
+                               hps_kserve_lookup_stats_t *stats)
+{
+    worker_t *w = ctx;
+    uint64_t t0 = now_ns();
+    hps_client_model_info_t mi;
+    (void)num_keys, (void)out_len;
+    if (device != hps_client_device(w->client) ||
+        hps_client_model_info(w->client, model_index, &mi) < 0 || !mi.gpu_cache)
+        return HPS_EUNSUPPORTED;
+    hps_err_t rc = hps_client_lookup(w->client, model_index, num_tables, numkeys, keys,
+                                     HPS_KEY_INT64, HPS_HOST, d_out, device, NULL);
+    return lookup_done(t0, rc, stats);
+}
+
+static bool ready(void *ctx)
+{
+    worker_t *w = ctx;
+    return hps_client_ready(w->client);
+}
+
+/* One counter family, one sample per model. */
+static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const char *help,
+                    size_t off, uint64_t div)
+{
+    hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t i = 0; i < w->conf->num_models; i++) {
+        hps_client_counters_t k;
+        if (hps_client_counters(w->client, i, &k) < 0)
+            continue;
+        hps_kserve_text_appendf(x, "%s{model=\"", name);
+        hps_kserve_text_append_label(x, w->conf->models[i].name);
+        hps_kserve_text_appendf(x, "\",version=\"1\"} %llu\n",
+                                (unsigned long long)(*(const uint64_t *)((const char *)&k + off) /
+                                                     div));
+    }
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One family of the coordinator's update statistics (a field of
+ * hps_update_stats_t at off), one sample per layer that published. */
+static void update_family(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have,
+                          const char *name, const char *type, const char *help, size_t off)
+{
+    hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        if (have[l])
+            hps_kserve_text_appendf(x, "%s{layer=\"%s\"} %llu\n", name,
+                                    hps_shmdb_update_layer_name(l),
+                                    *(const unsigned long long *)((const char *)&st[l] + off));
+}
+
+static void update_skipped(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have)
+{
+    hps_kserve_text_appendf(x, "# HELP nv_hps_updates_skipped Update messages skipped, by reason\n"
+                               "# TYPE nv_hps_updates_skipped counter\n");
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        for (uint32_t r = 0; have[l] && r < HPS_SHMDB_UPDATE_REASONS; r++)
+            if (hps_update_reason_name(r))
+                hps_kserve_text_appendf(
+                    x, "nv_hps_updates_skipped{layer=\"%s\",reason=\"%s\"} %llu\n",
+                    hps_shmdb_update_layer_name(l), hps_update_reason_name(r),
+                    (unsigned long long)st[l].skipped[r]);
+}
+
+/* Gauges: consumer lag and the age of the newest applied update (layers
+ * where they are known). */
+static void update_gauges(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have)
+{
+    hps_kserve_text_appendf(x, "# HELP nv_hps_update_consumer_lag Kafka messages not yet consumed\n"
+                               "# TYPE nv_hps_update_consumer_lag gauge\n");
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        if (have[l] && st[l].lag >= 0)
+            hps_kserve_text_appendf(x, "nv_hps_update_consumer_lag{layer=\"%s\"} %lld\n",
+                                    hps_shmdb_update_layer_name(l), (long long)st[l].lag);
+    hps_kserve_text_appendf(x, "# HELP nv_hps_update_newest_age_ms Milliseconds since the newest "
+                               "update was applied\n# TYPE nv_hps_update_newest_age_ms gauge\n");
+    int64_t now = wall_ms();
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        if (have[l] && st[l].newest_applied_ms > 0)
+            hps_kserve_text_appendf(x, "nv_hps_update_newest_age_ms{layer=\"%s\"} %lld\n",
+                                    hps_shmdb_update_layer_name(l),
+                                    (long long)(now - st[l].newest_applied_ms));
+}
+
+/* The coordinator's online-update counters, from the segment; nothing when
+ * no layer published (no Kafka ingestion). */
+static void update_metrics(worker_t *w, hps_kserve_text_t *x)
+{
+    hps_update_stats_t st[HPS_SHMDB_UPDATE_LAYERS];
+    bool have[HPS_SHMDB_UPDATE_LAYERS], any = false;
+    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+        any |= have[l] = hps_client_update_stats(w->client, l, &st[l]) == 0;
+    if (!any)
+        return;
+#define F(name, field, help)                                                                       \
+    update_family(x, st, have, name, "counter", help, offsetof(hps_update_stats_t, field))
+    F("nv_hps_updates_received", received, "Updates (key, vector) received from Kafka");
+    F("nv_hps_updates_applied", applied, "Updates applied to the layer");
+    F("nv_hps_update_errors", errors,
+      "Kafka consumer errors, and updates dropped (keys too wide for the model, or a layer's "
+      "copy that cannot take them)");
+#undef F
+    update_skipped(x, st, have);
+    update_gauges(x, st, have);
+}
+
+/* The GPU caches' families: one sample per (model, table) with a cache. */
+static const struct {
+    const char *name, *type, *help;
+} cache_families[] = {
+    {"nv_hps_embedding_cache_query_keys", "counter", "Keys looked up in the GPU embedding cache"},
+    {"nv_hps_embedding_cache_hit_keys", "counter", "Keys found in the GPU embedding cache"},
+    {"nv_hps_embedding_cache_insert_keys", "counter",
+     "Rows inserted into the GPU embedding cache (preload included)"},
+    {"nv_hps_embedding_cache_eviction_keys", "counter", "Rows evicted from the GPU embedding cache"},
+    {"nv_hps_embedding_cache_occupancy_bytes", "gauge",
+     "Bytes of embedding rows held by the GPU embedding cache"},
+    {"nv_hps_embedding_cache_capacity_bytes", "gauge",
+     "Bytes of embedding rows the GPU embedding cache can hold"},
+    {"nv_hps_embedding_cache_refresh_keys", "counter",
+     "Cached rows replaced by newer rows of the update log (or a full refresh)"},
+    {"nv_hps_embedding_cache_full_refreshes", "counter",
+     "Full refreshes of the GPU embedding cache (update log lapped, segment recreated)"},
+    {"nv_hps_embedding_cache_processes", "gauge",
+     "Processes that map this GPU embedding cache (shared through CUDA VMM)"},
+    {"nv_hps_embedding_cache_lock_timeouts", "counter",
+     "Cache writes skipped because a set stayed locked (a process killed mid-write)"},
+};
+
+static uint64_t cache_value(const hps_client_cache_stats_t *s, uint32_t dim, size_t f)
+{
+    uint64_t row = (uint64_t)dim * sizeof(float);
+    uint64_t v[] = {s->lookups,           s->hits,     s->inserts,
+                    s->evictions,         s->occupied_rows * row,
+                    s->capacity_rows * row, s->updates, s->full_refreshes,
+                    s->processes,         s->lock_timeouts};
+    return v[f];
+}
+
+static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
+{
+    hps_client_gpu_stats_t gs;
+    if (hps_client_gpu_stats(w->client, &gs) < 0)
+        return;
+    size_t nf = sizeof(cache_families) / sizeof(cache_families[0]);
+    for (size_t f = 0; f < nf; f++) {
+        hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", cache_families[f].name,
+                                cache_families[f].help, cache_families[f].name,
+                                cache_families[f].type);
+        for (size_t i = 0; i < w->conf->num_models; i++) {
+            const hps_conf_model_t *mc = &w->conf->models[i];
+            for (uint32_t t = 0; t < mc->num_tables; t++) {
+                hps_client_cache_stats_t s;
+                if (hps_client_cache_stats(w->client, i, t, &s) < 0)
+                    continue;
+                hps_kserve_text_appendf(x, "%s{model=\"", cache_families[f].name);
+                hps_kserve_text_append_label(x, mc->name);
+                hps_kserve_text_appendf(x, "\",table=\"");
+                hps_kserve_text_append_label(x, mc->embedding_table_names[t]);
+                hps_kserve_text_appendf(
+                    x, "\",device=\"%d\"} %llu\n", hps_client_device(w->client),
+                    (unsigned long long)cache_value(&s, (uint32_t)mc->embedding_vecsize_per_table[t],
+                                                    f));
+            }
+        }
+    }
+    hps_kserve_text_appendf(x,
+                            "# HELP nv_hps_embedding_cache_dropped_inserts Background inserts "
+                            "dropped (queue full)\n# TYPE nv_hps_embedding_cache_dropped_inserts "
+                            "counter\nnv_hps_embedding_cache_dropped_inserts %llu\n",
+                            (unsigned long long)gs.dropped_inserts);
+    hps_kserve_text_appendf(x,
+                            "# HELP nv_hps_pinned_output_bytes Bytes of OUTPUT0 buffers "
+                            "page-locked for direct copies from the GPU\n# TYPE "
+                            "nv_hps_pinned_output_bytes gauge\nnv_hps_pinned_output_bytes %llu\n",
+                            (unsigned long long)gs.pinned_bytes);
+}
+
+static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
+{
+    worker_t *w = ctx;
+#define C(name, field, help) counter(w, x, name, help, offsetof(hps_client_counters_t, field), 1)
+    C("nv_hps_lookup_keys", lookup_keys, "Number of keys looked up");
+    C("nv_hps_volatile_db_hit_keys", vdb_hits, "Keys found in the volatile DB (shared memory)");
+    C("nv_hps_persistent_db_hit_keys", lower_hits,
+      "Keys found below the volatile DB, through the coordinator (distributed or persistent DB)");
+    C("nv_hps_default_value_keys", default_keys, "Keys answered with the table's default value");
+    C("nv_hps_miss_queue_busy", miss_busy, "Miss-queue requests refused because it was full");
+    C("nv_hps_miss_queue_timeouts", miss_timeout, "Miss-queue requests past miss_timeout_ms");
+#undef C
+    counter(w, x, "nv_hps_lookup_duration_us", "Cumulative time in the embedding lookup path (us)",
+            offsetof(hps_client_counters_t, lookup_ns), 1000);
+    hps_kserve_text_appendf(x,
+                            "# HELP nv_hps_coordinator_alive 1 if the coordinator's heartbeat "
+                            "is fresh\n# TYPE nv_hps_coordinator_alive gauge\n"
+                            "nv_hps_coordinator_alive %d\n"
+                            "# HELP nv_hps_worker_ready 1 if the worker is ready\n"
+                            "# TYPE nv_hps_worker_ready gauge\nnv_hps_worker_ready %d\n",
+                            (int)hps_client_coordinator_alive(w->client),
+                            (int)hps_client_ready(w->client));
+    update_metrics(w, x);
+    gpu_metrics(w, x);
+    return 0;
+}
+
+static hps_err_t pin_output(void *ctx, void *buf, size_t bytes)
+{
+    worker_t *w = ctx;
+    return hps_client_host_register(w->client, buf, bytes);
+}
+
+static void unpin_output(void *ctx, void *buf, size_t bytes)
+{
+    worker_t *w = ctx;
+    hps_client_host_unregister(w->client, buf, bytes);
+}
+
+void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->ctx = w;
+    ret->lookup = lookup;
+    ret->lookup_device = lookup_device;
+    ret->ready = ready;
+    ret->metrics = metrics;
+    ret->pin_output = pin_output;
+    ret->unpin_output = unpin_output;
+}

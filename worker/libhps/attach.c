@@ -1,0 +1,142 @@
+/*
+ * attach.c -- a client's maintenance thread: attach the segment (and
+ * re-attach when a new coordinator recreated it), resolve the tables of the
+ * configured models, beat the client's heartbeat in the worker table and
+ * watch the coordinator's.  A client without a live coordinator is
+ * "degraded": it keeps answering from the volatile DB and defaults, and is
+ * not ready.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hps/log.h"
+#include "internal.h"
+
+#define MAINT_PERIOD_MS 50
+
+/* Identity of /dev/shm/hps.<name> now; false if it does not exist. */
+static bool object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino)
+{
+    char path[300];
+    struct stat st;
+    snprintf(path, sizeof(path), "/dev/shm/hps.%s", cl->conf->volatile_db.shared_memory_name);
+    if (stat(path, &st) < 0)
+        return false;
+    *dev = st.st_dev;
+    *ino = st.st_ino;
+    return true;
+}
+
+/* Alive and serving: loaded its models and answering the miss queue. */
+/* Find every configured table in the segment (the coordinator creates them
+ * while loading, so this may take a few rounds). */
+static bool resolve(hps_client_t *cl)
+{
+    bool all = true;
+    for (size_t i = 0; i < cl->num_models; i++) {
+        client_model_t *m = &cl->models[i];
+        bool ok = true;
+        for (size_t t = 0; t < m->conf->num_tables; t++)
+            ok &= hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
+                                       &m->vdb_ids[t]) == 0;
+        m->resolved = ok;
+        all &= ok;
+    }
+    return all;
+}
+
+/* Attach if not attached, or if the object was replaced; under the write lock. */
+static void reattach(hps_client_t *cl)
+{
+    dev_t dev;
+    ino_t ino;
+    bool exists = object_id(cl, &dev, &ino);
+    if (cl->db && exists && dev == cl->seg_dev && ino == cl->seg_ino)
+        return;
+    if (!exists && !cl->db)
+        return;
+    hps_shmdb_t *fresh = NULL;
+    hps_shmdb_proc_opts_t po = {.num_threads = (unsigned)cl->conf->volatile_db.num_threads,
+                                .role = HPS_ROLE_WORKER,
+                                .device = cl->device};
+    if (exists && hps_shmdb_attach(cl->conf->volatile_db.shared_memory_name, &po, &fresh) < 0)
+        fresh = NULL;
+    if (!fresh && !cl->db)
+        return;
+    pthread_rwlock_wrlock(&cl->seg_lock);
+    hps_shmdb_t *old = cl->db;
+    if (fresh) {
+        cl->db = fresh;
+        cl->seg_dev = dev;
+        cl->seg_ino = ino;
+        for (size_t i = 0; i < cl->num_models; i++)
+            cl->models[i].resolved = false;
+        atomic_store(&cl->resolved, false);
+    }
+    pthread_rwlock_unlock(&cl->seg_lock);
+    if (old && fresh) {
+        HPS_INFO("the segment was recreated by a new coordinator; re-attached");
+        hps_shmdb_detach(old);
+    } else if (fresh) {
+        HPS_INFO("attached /dev/shm/hps.%s", cl->conf->volatile_db.shared_memory_name);
+    }
+}
+
+static void maint_round(hps_client_t *cl, bool *was_alive)
+{
+    reattach(cl);
+    if (!cl->db)
+        return;
+    if (!atomic_load(&cl->resolved)) {
+        pthread_rwlock_wrlock(&cl->seg_lock);
+        bool all = resolve(cl);
+        pthread_rwlock_unlock(&cl->seg_lock);
+        if (all) {
+            atomic_store(&cl->resolved, true);
+            HPS_INFO("all tables of %zu models found in the volatile DB", cl->num_models);
+        }
+    }
+    hps_shmdb_proc_heartbeat(cl->db);
+    bool alive = hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true);
+    atomic_store(&cl->coord_alive, alive);
+    bool ready = alive && atomic_load(&cl->resolved);
+    if (ready != *was_alive)
+        hps_log(ready ? HPS_LOG_INFO : HPS_LOG_WARN, "%s",
+                ready ? "coordinator serving and tables found: ready"
+                      : "coordinator gone or loading: degraded (volatile DB and defaults "
+                        "only), not ready");
+    *was_alive = ready;
+}
+
+static void *maint_loop(void *arg)
+{
+    hps_client_t *cl = arg;
+    bool was_alive = atomic_load(&cl->coord_alive) && atomic_load(&cl->resolved);
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = MAINT_PERIOD_MS * 1000000L};
+    while (!atomic_load(&cl->stop)) {
+        maint_round(cl, &was_alive);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int hps__client_maint_start(hps_client_t *cl)
+{
+    bool was_alive = false;
+    maint_round(cl, &was_alive); /* attach at once when the segment exists */
+    if (pthread_create(&cl->maint, NULL, maint_loop, cl) != 0)
+        return HPS_EIO;
+    cl->maint_started = true;
+    return 0;
+}
+
+void hps__client_maint_stop(hps_client_t *cl)
+{
+    if (cl->maint_started)
+        pthread_join(cl->maint, NULL);
+    cl->maint_started = false;
+}

@@ -1,0 +1,507 @@
+/*
+ * client.c -- libhps's public API (include/hps/client.h): open and close a
+ * client, describe its models and tables, and the lookup entry points,
+ * which check their arguments, bring keys and rows between the caller's
+ * memory spaces and the paths, and try the GPU caches before the fetch
+ * path (fetch.c).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hps/log.h"
+#include "internal.h"
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static __thread char last_error[512];
+
+hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+const char *hps_client_last_error(void)
+{
+    return last_error;
+}
+
+/* ---- open, close ------------------------------------------------------------ */
+
+static int init_models(hps_client_t *cl)
+{
+    cl->num_models = cl->conf->num_models;
+    cl->models = calloc(cl->num_models ? cl->num_models : 1, sizeof(client_model_t));
+    if (!cl->models)
+        return -ENOMEM;
+    for (size_t i = 0; i < cl->num_models; i++) {
+        client_model_t *m = &cl->models[i];
+        const hps_conf_model_t *c = &cl->conf->models[i];
+        m->conf = c;
+        m->dims = calloc(c->num_tables, sizeof(uint32_t));
+        m->defaults = calloc(c->num_tables, sizeof(float));
+        m->vdb_ids = calloc(c->num_tables, sizeof(uint32_t));
+        if (!m->dims || !m->defaults || !m->vdb_ids)
+            return -ENOMEM;
+        for (size_t t = 0; t < c->num_tables; t++) {
+            m->dims[t] = (uint32_t)c->embedding_vecsize_per_table[t];
+            m->defaults[t] = (float)c->default_value_for_each_table[t];
+        }
+    }
+    return 0;
+}
+
+static void free_models(hps_client_t *cl)
+{
+    for (size_t i = 0; cl->models && i < cl->num_models; i++) {
+        free(cl->models[i].dims);
+        free(cl->models[i].defaults);
+        free(cl->models[i].vdb_ids);
+    }
+    free(cl->models);
+}
+
+/* HugeCTR's shared_memory_auto_remove: the last process out removes the
+ * segment (only when no coordinator serves it any more). */
+static void release_segment(hps_client_t *cl)
+{
+    if (!cl->db)
+        return;
+    bool last =
+        cl->conf->volatile_db.shared_memory_auto_remove && hps_shmdb_other_procs(cl->db) == 0;
+    hps_shmdb_detach(cl->db);
+    cl->db = NULL;
+    if (last && hps_shmdb_unlink(cl->conf->volatile_db.shared_memory_name) == 0)
+        HPS_INFO("removed /dev/shm/hps.%s: last process out (shared_memory_auto_remove)",
+                 cl->conf->volatile_db.shared_memory_name);
+}
+
+hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_t *o,
+                               hps_client_t **ret)
+{
+    hps_client_options_t def = {0};
+    if (!o)
+        o = &def;
+    if (!conf || !ret || o->device < -1)
+        return hps__client_fail(HPS_EINVAL, "hps_client_open: %s",
+                                !conf || !ret ? "NULL argument" : "device must be -1 or >= 0");
+    hps_client_t *cl = calloc(1, sizeof(*cl));
+    if (!cl)
+        return hps__client_fail(-ENOMEM, "hps_client_open: out of memory");
+    cl->conf = conf;
+    cl->device = o->device;
+    cl->instance = o->instance;
+    cl->max_concurrent =
+        o->max_concurrent ? o->max_concurrent : (unsigned)conf->worker.http_threads + 2;
+    cl->key_bytes = conf->hps.supportlonglong ? 8 : 4;
+    pthread_rwlock_init(&cl->seg_lock, NULL);
+    int rc = init_models(cl);
+    if (rc == 0)
+        rc = hps__client_maint_start(cl);
+    if (rc == 0 && cl->device >= 0)
+        rc = hps__client_gpu_start(cl);
+    if (rc < 0) {
+        hps__client_fail(rc, "hps_client_open: %s", hps_strerror(rc));
+        hps_client_close(cl);
+        return rc;
+    }
+    *ret = cl;
+    return 0;
+}
+
+hps_err_t hps_client_open(const char *config_file, int device, hps_client_t **ret, char *err,
+                          size_t err_len)
+{
+    char msg[1024] = "";
+    hps_conf_t *conf = NULL;
+    hps_err_t rc = HPS_EINVAL;
+    if (!config_file || !ret)
+        snprintf(msg, sizeof(msg), "hps_client_open: NULL argument");
+    else if ((rc = hps_conf_load(config_file, &conf, msg, sizeof(msg))) == 0) {
+        hps_client_options_t o = {.device = device};
+        rc = hps_client_open_conf(conf, &o, ret);
+        if (rc == 0)
+            (*ret)->own_conf = conf;
+        else {
+            snprintf(msg, sizeof(msg), "%s", hps_client_last_error());
+            hps_conf_free(conf);
+        }
+    } else if (!msg[0]) {
+        snprintf(msg, sizeof(msg), "%s: %s", config_file, hps_strerror(rc));
+    }
+    if (rc < 0) {
+        hps__client_fail(rc, "%s", msg);
+        if (err && err_len)
+            snprintf(err, err_len, "%s", msg);
+    }
+    return rc;
+}
+
+void hps_client_close(hps_client_t *cl)
+{
+    if (!cl)
+        return;
+    atomic_store(&cl->stop, true);
+    hps__client_gpu_stop(cl);
+    hps__client_maint_stop(cl);
+    release_segment(cl);
+    free_models(cl);
+    pthread_rwlock_destroy(&cl->seg_lock);
+    hps_conf_free(cl->own_conf);
+    free(cl);
+}
+
+bool hps_client_coordinator_alive(hps_client_t *cl)
+{
+    return atomic_load(&cl->coord_alive);
+}
+
+bool hps_client_ready(hps_client_t *cl)
+{
+    return cl->db && atomic_load(&cl->resolved) && atomic_load(&cl->coord_alive) &&
+           hps__client_gpu_ready(cl);
+}
+
+hps_err_t hps_client_wait_ready(hps_client_t *cl, uint32_t timeout_ms)
+{
+    uint64_t end = hps__client_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 5000000L};
+    while (!hps_client_ready(cl)) {
+        if (hps__client_now_ns() >= end)
+            return hps__client_fail(HPS_ETIMEDOUT,
+                                    "not ready after %u ms (segment %s, coordinator %s)",
+                                    timeout_ms, cl->db ? "attached" : "not found",
+                                    atomic_load(&cl->coord_alive) ? "serving" : "not serving");
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+int hps_client_device(const hps_client_t *cl)
+{
+    return cl->device;
+}
+
+/* ---- models and tables ------------------------------------------------------ */
+
+size_t hps_client_num_models(const hps_client_t *cl)
+{
+    return cl->num_models;
+}
+
+hps_err_t hps_client_model_find(const hps_client_t *cl, const char *name, size_t *ret)
+{
+    for (size_t i = 0; name && i < cl->num_models; i++)
+        if (strcmp(cl->models[i].conf->name, name) == 0) {
+            *ret = i;
+            return 0;
+        }
+    char known[256] = "";
+    for (size_t i = 0, o = 0; i < cl->num_models && o < sizeof(known); i++)
+        o += (size_t)snprintf(known + o, sizeof(known) - o, "%s%s", i ? ", " : "",
+                              cl->models[i].conf->name);
+    return hps__client_fail(HPS_ENOTFOUND, "unknown model '%s' (models: %s)", name ? name : "",
+                            known);
+}
+
+static hps_err_t check_model(const hps_client_t *cl, size_t model)
+{
+    if (model < cl->num_models)
+        return 0;
+    return hps__client_fail(HPS_EINVAL, "model index %zu out of range (%zu models)", model,
+                            cl->num_models);
+}
+
+hps_err_t hps_client_table_find(const hps_client_t *cl, size_t model, const char *name,
+                                uint32_t *ret)
+{
+    hps_err_t rc = check_model(cl, model);
+    if (rc < 0)
+        return rc;
+    const hps_conf_model_t *mc = cl->models[model].conf;
+    for (size_t t = 0; name && t < mc->num_tables; t++)
+        if (strcmp(mc->embedding_table_names[t], name) == 0) {
+            *ret = (uint32_t)t;
+            return 0;
+        }
+    return hps__client_fail(HPS_ENOTFOUND, "model %s has no table '%s'", mc->name,
+                            name ? name : "");
+}
+
+hps_err_t hps_client_model_info(const hps_client_t *cl, size_t model, hps_client_model_info_t *ret)
+{
+    hps_err_t rc = check_model(cl, model);
+    if (rc < 0)
+        return rc;
+    const hps_conf_model_t *mc = cl->models[model].conf;
+    *ret = (hps_client_model_info_t){.name = mc->name,
+                              .num_tables = (uint32_t)mc->num_tables,
+                              .max_batch_size = (uint32_t)mc->max_batch_size,
+                              .key_bytes = cl->key_bytes,
+                              .gpu_cache = hps__client_gpu_serves(cl, model)};
+    return 0;
+}
+
+static hps_err_t check_table(const hps_client_t *cl, size_t model, uint32_t table)
+{
+    hps_err_t rc = check_model(cl, model);
+    if (rc == 0 && table >= cl->models[model].conf->num_tables)
+        rc = hps__client_fail(HPS_EINVAL, "model %s: table index %u out of range (%zu tables)",
+                              cl->models[model].conf->name, table,
+                              cl->models[model].conf->num_tables);
+    return rc;
+}
+
+hps_err_t hps_client_table_info(hps_client_t *cl, size_t model, uint32_t table,
+                                hps_client_table_info_t *ret)
+{
+    hps_err_t rc = check_table(cl, model, table);
+    if (rc < 0)
+        return rc;
+    client_model_t *m = &cl->models[model];
+    *ret = (hps_client_table_info_t){
+        .name = m->conf->embedding_table_names[table],
+        .dim = m->dims[table],
+        .key_bytes = cl->key_bytes,
+        .max_keys_per_sample =
+            (uint32_t)m->conf->maxnum_catfeature_query_per_table_per_sample[table],
+        .default_value = m->defaults[table]};
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    if (cl->db && m->resolved)
+        hps_shmdb_size(cl->db, m->vdb_ids[table], &ret->rows);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    return 0;
+}
+
+/* ---- lookups ------------------------------------------------------------------ */
+
+/* A buffer location is the host or the client's own, usable device. */
+static hps_err_t check_loc(const hps_client_t *cl, int loc, const char *what)
+{
+    if (loc == HPS_HOST)
+        return 0;
+    if (loc >= 0 && loc == cl->device && HPS_HAVE_CUDA)
+        return 0;
+    if (cl->device < 0 || !HPS_HAVE_CUDA)
+        return hps__client_fail(HPS_EINVAL, "%s in device memory (device %d), but the client is "
+                                            "host-only", what, loc);
+    return hps__client_fail(HPS_EINVAL, "%s on device %d, but the client is on device %d", what,
+                            loc, cl->device);
+}
+
+/* The fetch path for every table of a call: host keys, host rows. */
+static int fetch_all(hps_client_t *cl, client_model_t *m, uint32_t nt, const int32_t *numkeys,
+                     const int64_t *keys, float *out)
+{
+    client_fetch_t stack[16], *f = nt <= 16 ? stack : calloc(nt, sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    size_t nf = 0, ko = 0, fo = 0;
+    for (uint32_t t = 0; t < nt; t++) {
+        size_t n = (size_t)numkeys[t];
+        if (n)
+            f[nf++] = (client_fetch_t){.table = t, .n = n, .keys = keys + ko, .rows = out + fo};
+        ko += n;
+        fo += n * m->dims[t];
+    }
+    int rc = hps__client_fetch(cl, m, f, nf, true);
+    if (f != stack)
+        free(f);
+    return rc;
+}
+
+/* Host-side buffers of a call whose keys or rows are elsewhere. */
+struct staging {
+    int64_t *keys; /* (N) host int64 keys */
+    void *raw;     /* (N) keys copied from the device before widening */
+    float *out;    /* host rows of a device output (fetch path) */
+};
+
+static void staging_free(struct staging *s)
+{
+    free(s->keys);
+    free(s->raw);
+    free(s->out);
+}
+
+/* Host int64 keys of the call: the caller's, widened, or copied back. */
+static int host_keys(hps_client_t *cl, const void *keys, hps_key_type_t kt, int loc, size_t nk,
+                     void *stream, struct staging *s, const int64_t **ret)
+{
+    if (kt == HPS_KEY_INT64 && loc == HPS_HOST) {
+        *ret = keys;
+        return 0;
+    }
+    size_t w = kt == HPS_KEY_INT64 ? 8 : 4;
+    const void *src = keys;
+    if (loc != HPS_HOST) {
+        if (!(s->raw = malloc(nk * w + 1)))
+            return -ENOMEM;
+        int rc = hps__client_gpu_copy(cl, s->raw, keys, nk * w, false, stream);
+        if (rc < 0)
+            return rc;
+        src = s->raw;
+    }
+    if (kt == HPS_KEY_INT64) {
+        *ret = src;
+        return 0;
+    }
+    if (!(s->keys = malloc(nk * sizeof(int64_t) + 1)))
+        return -ENOMEM;
+    for (size_t i = 0; i < nk; i++)
+        s->keys[i] = ((const int32_t *)src)[i];
+    *ret = s->keys;
+    return 0;
+}
+
+static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_t nt,
+                         const int32_t *numkeys, const void *keys, hps_key_type_t kt,
+                         int keys_loc, float *out, int out_loc, void *stream, size_t nk,
+                         size_t nfloats)
+{
+    struct staging s = {0};
+    const int64_t *hk = NULL;
+    int rc = 0;
+    /* int64 keys on the device go to the cache as they are; int32 ones are
+     * widened on the host first. */
+    const int64_t *dk = keys_loc != HPS_HOST && kt == HPS_KEY_INT64 ? keys : NULL;
+    if (!dk)
+        rc = host_keys(cl, keys, kt, keys_loc, nk, stream, &s, &hk);
+    if (rc == 0 && cl->gpu) {
+        rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk,
+                                    out_loc == HPS_HOST ? out : NULL,
+                                    out_loc == HPS_HOST ? NULL : out, stream);
+        if (rc <= 0)
+            goto out;
+        rc = 0;
+    }
+    /* The fetch path: host keys and host rows. */
+    if (rc == 0 && !hk)
+        rc = host_keys(cl, keys, kt, keys_loc, nk, stream, &s, &hk);
+    float *ho = out;
+    if (rc == 0 && out_loc != HPS_HOST)
+        ho = s.out = malloc(nfloats * sizeof(float) + 1);
+    if (rc == 0 && !ho)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = fetch_all(cl, m, nt, numkeys, hk, ho);
+    if (rc == 0 && out_loc != HPS_HOST)
+        rc = hps__client_gpu_copy(cl, out, ho, nfloats * sizeof(float), true, stream);
+out:
+    staging_free(&s);
+    return rc;
+}
+
+hps_err_t hps_client_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                            const void *keys, hps_key_type_t kt, int keys_loc, float *out,
+                            int out_loc, void *stream)
+{
+    uint64_t t0 = hps__client_now_ns();
+    hps_err_t rc = check_model(cl, mi);
+    if (rc < 0)
+        return rc;
+    client_model_t *m = &cl->models[mi];
+    if (nt == 0 || nt > m->conf->num_tables || !numkeys)
+        return hps__client_fail(HPS_EINVAL, "model %s: %u tables given, it has %zu",
+                                m->conf->name, nt, m->conf->num_tables);
+    if (kt != HPS_KEY_INT64 && kt != HPS_KEY_INT32)
+        return hps__client_fail(HPS_EINVAL, "key type %d: must be int64 or int32", (int)kt);
+    size_t nk = 0, nfloats = 0;
+    for (uint32_t t = 0; t < nt; t++) {
+        if (numkeys[t] < 0)
+            return hps__client_fail(HPS_EINVAL, "numkeys[%u] = %d: must be >= 0", t,
+                                    numkeys[t]);
+        nk += (size_t)numkeys[t];
+        nfloats += (size_t)numkeys[t] * m->dims[t];
+    }
+    if (nk > UINT32_MAX - 1)
+        return hps__client_fail(HPS_EINVAL, "%zu keys in one call: at most %u", nk,
+                                UINT32_MAX - 1);
+    if ((rc = check_loc(cl, keys_loc, "keys")) < 0 || (rc = check_loc(cl, out_loc, "output")) < 0)
+        return rc;
+    if (nk == 0)
+        return 0;
+    if (!keys || !out)
+        return hps__client_fail(HPS_EINVAL, "NULL %s", keys ? "output" : "keys");
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
+                       nfloats);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc < 0 && !strstr(last_error, hps_strerror(rc)))
+        hps__client_fail(rc, "lookup in model %s failed: %s", m->conf->name, hps_strerror(rc));
+    atomic_fetch_add_explicit(&m->ctr.lookup_keys, nk, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ctr.lookup_calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ctr.lookup_ns, hps__client_now_ns() - t0,
+                              memory_order_relaxed);
+    return rc;
+}
+
+hps_err_t hps_client_lookup_table(hps_client_t *cl, size_t mi, uint32_t table, size_t n,
+                                  const void *keys, hps_key_type_t kt, int keys_loc, float *out,
+                                  int out_loc, void *stream)
+{
+    hps_err_t rc = check_table(cl, mi, table);
+    if (rc < 0)
+        return rc;
+    if (n > INT32_MAX)
+        return hps__client_fail(HPS_EINVAL, "%zu keys in one call: at most %d", n, INT32_MAX);
+    int32_t numkeys[HPS_CONF_MAX_TABLES] = {0};
+    numkeys[table] = (int32_t)n;
+    return hps_client_lookup(cl, mi, table + 1, numkeys, keys, kt, keys_loc, out, out_loc, stream);
+}
+
+/* ---- counters ------------------------------------------------------------------ */
+
+hps_err_t hps_client_counters(const hps_client_t *cl, size_t mi, hps_client_counters_t *ret)
+{
+    hps_err_t rc = check_model(cl, mi);
+    if (rc < 0)
+        return rc;
+    const client_counters_t *k = &cl->models[mi].ctr;
+    *ret = (hps_client_counters_t){.lookup_keys = atomic_load(&k->lookup_keys),
+                                   .vdb_hits = atomic_load(&k->vdb_hits),
+                                   .lower_hits = atomic_load(&k->lower_hits),
+                                   .default_keys = atomic_load(&k->default_keys),
+                                   .miss_busy = atomic_load(&k->miss_busy),
+                                   .miss_timeout = atomic_load(&k->miss_timeout),
+                                   .lookup_ns = atomic_load(&k->lookup_ns),
+                                   .lookup_calls = atomic_load(&k->lookup_calls)};
+    return 0;
+}
+
+hps_err_t hps_client_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
+                                 hps_client_cache_stats_t *ret)
+{
+    hps_err_t rc = check_table(cl, mi, t);
+    return rc < 0 ? rc : hps__client_gpu_cache_stats(cl, mi, t, ret);
+}
+
+hps_err_t hps_client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *ret)
+{
+    return hps__client_gpu_stats(cl, ret);
+}
+
+hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, void *ret)
+{
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    hps_err_t rc = cl->db ? hps_shmdb_update_stats_get(cl->db, layer, ret) : HPS_ENOTFOUND;
+    pthread_rwlock_unlock(&cl->seg_lock);
+    return rc;
+}
+
+hps_err_t hps_client_host_register(hps_client_t *cl, void *buf, size_t bytes)
+{
+    return hps__client_gpu_pin(cl, buf, bytes);
+}
+
+void hps_client_host_unregister(hps_client_t *cl, void *buf, size_t bytes)
+{
+    hps__client_gpu_unpin(cl, buf, bytes);
+}

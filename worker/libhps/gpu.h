@@ -1,0 +1,149 @@
+/*
+ * gpu.h -- libhps's GPU cache manager (gpu_*.c, built only with CUDA): one
+ * GPU embedding cache (include/hps/gcache.h) per table of every model with
+ * gpucache = true, on the client's device, shared with every other process
+ * of that device through the segment's registry and CUDA VMM descriptors
+ * (gpu_share.c, gshare.c).
+ *
+ * Start: a thread waits until the segment is attached, every table resolved
+ * and the coordinator serving, then maps each table's shared cache, or
+ * creates it, sized to ceil(gpucacheper * rows) rows (rows of the volatile
+ * DB), and preloads it from the volatile DB (gpu_build.c).  The client is
+ * not ready before that, so gpucacheper = 1.0 gives a 100% hit rate from the
+ * first request.  The same thread then performs the background inserts and,
+ * where this process is a cache's refresher, follows the table's update log
+ * in the segment (Kafka updates applied by the coordinator) and the
+ * periodic refresh (refresh_interval) (gpu_refresh.c).
+ *
+ * Lookup (gpu_lookup.c; DESIGN.md "The lookup path"): keys to the device
+ * (none when they are there already), cache lookup, the miss positions
+ * back (one synchronization per call, all tables together); the rows go
+ * straight into the caller's buffer when it is device memory or page-locked
+ * host memory, else through a pinned staging buffer.  Small host requests
+ * of a repeating shape replay a captured CUDA graph of those steps.  The
+ * misses of all tables go through the one fetch path (fetch.c: volatile DB,
+ * one miss-queue round trip, default).  Per table and call, while the hit
+ * rate of that lookup is below hit_rate_threshold the fetched rows are
+ * returned and inserted into the cache before the call returns; at or above
+ * it the misses get the table's default value and are fetched and inserted
+ * by the background thread (HugeCTR's asynchronous insertion semantics).
+ * Rows not found in any layer are never inserted.  Each distinct missed key
+ * is fetched and inserted once, and at most the cache's capacity of them per
+ * table and call, the most requested first (keyset.h says why).
+ *
+ * Without CUDA every function below is an inline stand-in and the client
+ * serves from the fetch path.
+ */
+#ifndef HPS_LIBHPS_GPU_H
+#define HPS_LIBHPS_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/client.h"
+#include "hps_build_config.h"
+
+struct hps_client;
+
+#if HPS_HAVE_CUDA
+/** Start GPU mode (no-op without gpucache models or without the device).
+ *  0, or HPS_EIO / -ENOMEM. */
+int hps__client_gpu_start(struct hps_client *cl);
+
+/** Stop the GPU thread and leave / free every cache (no lookup running). */
+void hps__client_gpu_stop(struct hps_client *cl);
+
+/**
+ * Serve one call of model mi from its GPU caches.
+ * @param keys    (N) int64 host keys, table-major; may be NULL when d_keys is set.
+ * @param d_keys  (N) int64 keys in device memory of the client's device, or NULL.
+ * @param out     host output (sum numkeys[t] * dim_t floats), or NULL when d_out is set.
+ * @param d_out   device output on the client's device, or NULL.
+ * @param stream  the caller's cudaStream_t: the work is ordered after it.
+ * @return 1 if the GPU does not serve this model (yet): use the fetch path;
+ *         0 on success (output complete); a negative hps_err_t.  Called
+ *         with cl->seg_lock held for reading.
+ */
+int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables,
+                           const int32_t *numkeys, const int64_t *keys, const int64_t *d_keys,
+                           float *out, float *d_out, void *stream);
+
+/** hps_client_host_register / unregister. */
+int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes);
+void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_t bytes);
+
+/** False while the caches are being created and preloaded. */
+bool hps__client_gpu_ready(struct hps_client *cl);
+
+/** hps_client_cache_stats / hps_client_gpu_stats. */
+int hps__client_gpu_cache_stats(struct hps_client *cl, size_t mi, uint32_t t,
+                                hps_client_cache_stats_t *ret);
+int hps__client_gpu_stats(const struct hps_client *cl, hps_client_gpu_stats_t *ret);
+
+/** Whether model mi is served by GPU caches (built and active). */
+bool hps__client_gpu_serves(const struct hps_client *cl, size_t mi);
+
+/** Copies between host and device memory of the client's device, ordered
+ *  after the caller's stream, synchronized: the staging of fetch-path
+ *  lookups with device buffers.  dir: true = to the device.  0 or HPS_EIO. */
+int hps__client_gpu_copy(struct hps_client *cl, void *dst, const void *src, size_t bytes,
+                         bool to_device, void *stream);
+#else
+static inline int hps__client_gpu_start(struct hps_client *cl)
+{
+    (void)cl;
+    return 0;
+}
+static inline void hps__client_gpu_stop(struct hps_client *cl)
+{
+    (void)cl;
+}
+static inline int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables,
+                                         const int32_t *numkeys, const int64_t *keys,
+                                         const int64_t *d_keys, float *out, float *d_out,
+                                         void *stream)
+{
+    (void)cl, (void)mi, (void)num_tables, (void)numkeys, (void)keys, (void)d_keys, (void)out,
+        (void)d_out, (void)stream;
+    return 1;
+}
+static inline int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes)
+{
+    (void)cl, (void)buf, (void)bytes;
+    return HPS_EUNSUPPORTED;
+}
+static inline void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_t bytes)
+{
+    (void)cl, (void)buf, (void)bytes;
+}
+static inline bool hps__client_gpu_ready(struct hps_client *cl)
+{
+    (void)cl;
+    return true;
+}
+static inline int hps__client_gpu_cache_stats(struct hps_client *cl, size_t mi, uint32_t t,
+                                              hps_client_cache_stats_t *ret)
+{
+    (void)cl, (void)mi, (void)t, (void)ret;
+    return HPS_ENOTFOUND;
+}
+static inline int hps__client_gpu_stats(const struct hps_client *cl, hps_client_gpu_stats_t *ret)
+{
+    (void)cl, (void)ret;
+    return HPS_ENOTFOUND;
+}
+static inline bool hps__client_gpu_serves(const struct hps_client *cl, size_t mi)
+{
+    (void)cl, (void)mi;
+    return false;
+}
+static inline int hps__client_gpu_copy(struct hps_client *cl, void *dst, const void *src,
+                                       size_t bytes, bool to_device, void *stream)
+{
+    (void)cl, (void)dst, (void)src, (void)bytes, (void)to_device, (void)stream;
+    return HPS_EUNSUPPORTED;
+}
+#endif
+
+#endif

@@ -1,0 +1,407 @@
+/*
+ * gpu_build.c -- the GPU caches' life (gpu.h): start and stop, the GPU
+ * thread, which maps each table's shared cache or creates and preloads it
+ * from the volatile DB, then serves the background inserts and runs the
+ * refresh (gpu_refresh.c) and registry upkeep (gpu_share.c).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_internal.h"
+#include "hps/log.h"
+
+/* ---- create and preload ------------------------------------------------ */
+/** Rows of table t: of its model files, or of the volatile DB if more. */
+static uint64_t table_rows(hps_client_t *cl, size_t mi, uint32_t t)
+{
+    hps_table_info_t ti;
+    if (hps_shmdb_table_info(cl->db, cl->models[mi].vdb_ids[t], &ti) < 0)
+        return 0;
+    return ti.source_rows > ti.rows ? ti.source_rows : ti.rows;
+}
+
+/** Preload state: a pinned batch flushed into the cache. */
+struct preload {
+    gctx_t *c;
+    hps_gcache_t *cache;
+    uint32_t dim;
+    uint64_t want, done;
+    size_t k;
+    int rc;
+};
+
+static int preload_flush(struct preload *p)
+{
+    if (p->rc == 0 && p->k)
+        p->rc = hps__client_write_staged(p->c, p->cache, p->k, p->dim, false);
+    if (p->rc == 0 && p->k)
+        p->rc = hps__client_ck(cudaStreamSynchronize(p->c->stream), "preload");
+    p->k = 0;
+    return p->rc;
+}
+
+static int preload_row(void *ctx, uint64_t key, const float *value)
+{
+    struct preload *p = ctx;
+    ((int64_t *)p->c->ikeys.h)[p->k] = (int64_t)key;
+    memcpy((float *)p->c->ivals.h + p->k * p->dim, value, p->dim * sizeof(float));
+    p->done++;
+    if (++p->k == PRELOAD_BATCH && preload_flush(p) < 0)
+        return p->rc;
+    return p->done >= p->want ? 1 : 0;
+}
+
+/** A cache of slots rows: shareable (descriptor in *ret_fd) or private (-1). */
+static int alloc_cache(struct client_gpu *g, uint64_t slots, uint32_t dim, bool shared,
+                       hps_gcache_t **ret, int *ret_fd)
+{
+    *ret_fd = -1;
+    if (shared) {
+        int rc = hps_gcache_create_shared(slots, dim, HPS_GCACHE_LRU, g->device, ret, ret_fd);
+        if (rc != HPS_EIO)
+            return rc;
+        HPS_WARN("GPU cache: shareable device memory (CUDA VMM) unavailable; this cache is "
+                 "private to the worker");
+    }
+    return hps_gcache_create(slots, dim, HPS_GCACHE_LRU, g->device, ret);
+}
+
+/** Create a cache of slots rows and insert the first want rows of the VDB. */
+static int build_cache(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, uint64_t slots,
+                       uint64_t want, bool shared, hps_gcache_t **ret, int *ret_fd)
+{
+    hps_client_t *cl = g->cl;
+    struct preload p = {.c = c, .dim = cl->models[mi].dims[t], .want = want};
+    int fd = -1;
+    int rc = alloc_cache(g, slots, p.dim, shared, &p.cache, &fd);
+    if (rc < 0)
+        return rc;
+    rc = hps__client_pair_reserve(&c->ikeys, PRELOAD_BATCH * sizeof(int64_t));
+    rc = rc ? rc : hps__client_pair_reserve(&c->ivals, (size_t)PRELOAD_BATCH * p.dim * sizeof(float));
+    if (rc == 0 && want > 0) {
+        rc = hps_shmdb_iterate(cl->db, cl->models[mi].vdb_ids[t], preload_row, &p);
+        rc = rc == 1 ? 0 : rc;
+        rc = rc ? rc : preload_flush(&p);
+    }
+    if (rc < 0) {
+        hps_gcache_destroy(p.cache);
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    *ret = p.cache;
+    *ret_fd = fd;
+    return 0;
+}
+
+/* ---- background inserts ------------------------------------------------ */
+
+/** Fetch and insert one job's keys (the GPU thread, context c). */
+static void run_job(struct client_gpu *g, gctx_t *c, job_t *j)
+{
+    hps_client_t *cl = g->cl;
+    client_model_t *m = &cl->models[j->mi];
+    uint32_t dim = m->dims[j->t];
+    uint8_t *found = malloc(j->n);
+    if (!found || hps__client_pair_reserve(&c->ikeys, j->n * sizeof(int64_t)) < 0 ||
+        hps__client_pair_reserve(&c->ivals, j->n * dim * sizeof(float)) < 0) {
+        free(found);
+        return;
+    }
+    int64_t *ik = c->ikeys.h;
+    float *iv = c->ivals.h;
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    hps__client_fetch_one(cl, j->mi, j->t, j->keys, j->n, iv, found);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    size_t k = hps__client_keep_found(ik, j->keys, iv, found, j->n, dim);
+    free(found);
+    if (hps__client_write_staged(c, g->models[j->mi].tables[j->t].cache, k, dim, false) == 0)
+        hps__client_ck(cudaStreamSynchronize(c->stream), "background insert");
+}
+
+
+static void serve_queue(struct client_gpu *g, gctx_t *c)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!atomic_load(&g->stop)) {
+        if (hps__client_due(&g->upd_last, UPD_POLL_NS)) {
+            pthread_mutex_unlock(&g->mu);
+            hps__client_reg_upkeep(g);
+            hps__client_follow_logs(g, c);
+            hps__client_timer_refresh(g, c);
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        if (g->q_len == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += UPD_POLL_NS;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+            continue;
+        }
+        job_t j = g->queue[g->q_head];
+        g->q_head = (g->q_head + 1) % QUEUE_SLOTS;
+        g->q_len--;
+        pthread_mutex_unlock(&g->mu);
+        run_job(g, c, &j);
+        free(j.keys);
+        pthread_mutex_lock(&g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
+{
+    client_model_t *m = &g->cl->models[mi];
+    gtable_t *gt = &g->models[mi].tables[t];
+    uint64_t rows = table_rows(g->cl, mi, t);
+    uint64_t want = (uint64_t)ceil(m->conf->gpucacheper * (double)rows);
+    bool whole = want >= rows;
+    uint64_t slots = want ? want : 1;
+    slots = whole ? 2 * slots : slots;
+    /* Follow the update log from its head before the preload reads the VDB:
+     * an update racing the preload is applied again later, never lost. */
+    uint64_t head = 0;
+    bool has_log = hps_shmdb_updlog_head(g->cl->db, m->vdb_ids[t], &head, NULL) == 0;
+    gt->fd = -1;
+    gt->reg = UINT32_MAX;
+    gt->dim = m->dims[t];
+    gt->has_log = has_log;
+    gt->seq = head;
+    gt->refresh = false;
+    gt->refresher = true;
+    hps_gcache_reg_t e;
+    bool creator = true;
+    bool shared = hps__client_reg_join(g, mi, t, slots, &e, &creator) == 0;
+    if (atomic_load(&g->stop)) { /* stopped while another worker was preloading */
+        if (shared)
+            hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
+        return HPS_ETIMEDOUT;
+    }
+    if (shared && !creator) {
+        pid_t donor = 0;
+        if (hps__client_reg_import(g, &e, gt, &donor) == 0) {
+            gt->reg = e.index;
+            gt->gen = e.generation;
+            gt->refresher = false;
+            HPS_INFO("GPU cache %s/%s on device %d: mapped the shared cache (created by process "
+                     "%d, handed over by process %d; %llu slots, %u processes)",
+                     m->conf->name, m->conf->embedding_table_names[t], g->device,
+                     (int)e.creator_pid, (int)donor, (unsigned long long)e.capacity_rows,
+                     e.num_pids);
+            return 0;
+        }
+        HPS_WARN("GPU cache %s/%s: no process handed out the shared cache; building a private one",
+                 m->conf->name, m->conf->embedding_table_names[t]);
+        hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
+        shared = false;
+    }
+    for (int attempt = 0;; attempt++) {
+        hps_gcache_t *cache = NULL;
+        int fd = -1;
+        int rc = build_cache(g, c, mi, t, slots, want, shared, &cache, &fd);
+        if (rc < 0) {
+            if (shared)
+                hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
+            return rc;
+        }
+        hps_gcache_stats_t st = {0};
+        rc = hps_gcache_stats(cache, &st);
+        if (rc == 0 && whole && st.evictions > 0 && attempt < 4) {
+            hps_gcache_destroy(cache);
+            if (fd >= 0)
+                close(fd);
+            slots *= 2;
+            continue;
+        }
+        gt->cache = cache;
+        gt->fd = fd;
+        if (shared)
+            hps__client_reg_publish(g, &e, gt);
+        HPS_INFO("GPU cache %s/%s on device %d: %llu of %llu rows preloaded, %llu slots%s",
+                 m->conf->name, m->conf->embedding_table_names[t], g->device,
+                 (unsigned long long)st.occupied, (unsigned long long)rows,
+                 (unsigned long long)st.capacity_rows,
+                 gt->reg != UINT32_MAX ? ", shared with the device's other workers" : "");
+        return rc;
+    }
+}
+
+/** Every table of model mi; the model is served by the GPU once all exist. */
+static void build_model(struct client_gpu *g, gctx_t *c, size_t mi)
+{
+    gmodel_t *gm = &g->models[mi];
+    int rc = 0;
+    for (uint32_t t = 0; t < gm->num_tables && rc == 0 && !atomic_load(&g->stop); t++)
+        rc = build_table(g, c, mi, t);
+    if (rc < 0) {
+        HPS_WARN("model %s: no GPU cache (%s); serving it from the CPU path",
+                 g->cl->models[mi].conf->name, hps_strerror(rc));
+        return;
+    }
+    hps_gcache_t **caches = malloc(gm->num_tables * sizeof(*caches));
+    for (uint32_t t = 0; caches && t < gm->num_tables; t++)
+        caches[t] = gm->tables[t].cache;
+    if (!caches || hps_gcache_set_create(caches, (uint32_t)gm->num_tables, &gm->set) < 0)
+        gm->set = NULL; /* per-table launches only */
+    free(caches);
+    hps__client_timer_arm(g, mi);
+    atomic_store_explicit(&gm->active, !atomic_load(&g->stop), memory_order_release);
+}
+
+static bool can_build(hps_client_t *cl)
+{
+    return cl->db && atomic_load(&cl->resolved) && atomic_load(&cl->coord_alive);
+}
+
+static void *gpu_thread(void *arg)
+{
+    struct client_gpu *g = arg;
+    hps_client_t *cl = g->cl;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 20000000L};
+    while (!atomic_load(&g->stop) && !can_build(cl))
+        nanosleep(&ts, NULL);
+    gctx_t *c = NULL;
+    if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess && (c = hps__client_ctx_new(g))) {
+        pthread_rwlock_rdlock(&cl->seg_lock);
+        for (size_t mi = 0; mi < cl->num_models && !atomic_load(&g->stop); mi++)
+            if (g->models[mi].tables)
+                build_model(g, c, mi);
+        g->upd_db = cl->db;
+        pthread_rwlock_unlock(&cl->seg_lock);
+        g->upd_last = hps__client_mono();
+    }
+    atomic_store(&g->ready, true);
+    if (c)
+        serve_queue(g, c);
+    hps__client_ctx_free(c, g->ws_slots);
+    return NULL;
+}
+
+/* ---- start, stop, metrics ---------------------------------------------- */
+
+/** The device exists: else the worker stays in CPU mode. */
+static bool have_device(int device)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || device >= n) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+static int gpu_alloc(hps_client_t *cl, struct client_gpu *g)
+{
+    g->cl = cl;
+    g->device = cl->device;
+    g->models = calloc(cl->num_models ? cl->num_models : 1, sizeof(gmodel_t));
+    g->max_ctx = cl->max_concurrent;
+    g->ctxs = calloc(g->max_ctx, sizeof(gctx_t *));
+    if (!g->models || !g->ctxs)
+        return -ENOMEM;
+    for (size_t i = 0; i < cl->num_models; i++) {
+        gmodel_t *gm = &g->models[i];
+        if (!cl->models[i].conf->gpucache)
+            continue;
+        gm->num_tables = cl->models[i].conf->num_tables;
+        gm->ws_base = g->ws_slots;
+        g->ws_slots += gm->num_tables;
+        if (!(gm->tables = calloc(gm->num_tables, sizeof(gtable_t))))
+            return -ENOMEM;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    return 0;
+}
+
+/** Free table t's cache; a shared one leaves the registry first. */
+static void table_free(struct client_gpu *g, gtable_t *gt)
+{
+    hps_client_t *cl = g->cl;
+    if (gt->reg != UINT32_MAX && gt->cache) {
+        pthread_rwlock_rdlock(&cl->seg_lock);
+        if (cl->db && cl->db == g->upd_db)
+            hps_shmdb_gcache_leave(cl->db, gt->reg, gt->gen);
+        pthread_rwlock_unlock(&cl->seg_lock);
+    }
+    hps_gcache_destroy(gt->cache);
+    if (gt->cache && gt->fd >= 0)
+        close(gt->fd);
+}
+
+static void gpu_free(struct client_gpu *g)
+{
+    gshare_stop(g->share); /* nobody can ask for a descriptor being closed */
+    for (size_t i = 0; g->ctxs && i < g->num_ctx; i++)
+        hps__client_ctx_free(g->ctxs[i], g->ws_slots);
+    for (size_t i = 0; g->models && i < g->cl->num_models; i++) {
+        hps_gcache_set_destroy(g->models[i].set);
+        for (size_t t = 0; g->models[i].tables && t < g->models[i].num_tables; t++)
+            table_free(g, &g->models[i].tables[t]);
+        free(g->models[i].tables);
+    }
+    for (size_t i = 0; i < g->q_len; i++)
+        free(g->queue[(g->q_head + i) % QUEUE_SLOTS].keys);
+    free(g->models);
+    free(g->ctxs);
+    free(g->upd_raw);
+    free(g->upd_k32);
+    free(g->upd_found);
+    free(g);
+}
+
+int hps__client_gpu_start(hps_client_t *cl)
+{
+    bool any = false;
+    for (size_t i = 0; i < cl->num_models; i++)
+        any |= cl->models[i].conf->gpucache;
+    if (!any)
+        return 0;
+    if (!have_device(cl->device)) {
+        HPS_WARN("gpucache = true but no CUDA device %d: serving from the CPU path", cl->device);
+        return 0;
+    }
+    struct client_gpu *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    int rc = gshare_start(cl->conf->volatile_db.shared_memory_name, &g->share);
+    if (rc < 0)
+        HPS_WARN("GPU caches will not be shared with other workers: descriptor socket: %s",
+                 hps_strerror(rc));
+    if (gpu_alloc(cl, g) != 0 || pthread_create(&g->thread, NULL, gpu_thread, g) != 0) {
+        gpu_free(g);
+        return -ENOMEM;
+    }
+    g->started = true;
+    cl->gpu = g;
+    return 0;
+}
+
+void hps__client_gpu_stop(hps_client_t *cl)
+{
+    struct client_gpu *g = cl->gpu;
+    if (!g)
+        return;
+    atomic_store(&g->stop, true);
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (g->started)
+        pthread_join(g->thread, NULL);
+    cl->gpu = NULL;
+    cudaSetDevice(g->device);
+    gpu_free(g);
+}
+
+bool hps__client_gpu_ready(hps_client_t *cl)
+{
+    return !cl->gpu || atomic_load(&cl->gpu->ready);
+}
+

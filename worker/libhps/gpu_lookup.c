@@ -1,0 +1,586 @@
+/*
+ * gpu_lookup.c -- the GPU lookup path (gpu.h): keys to the device, the
+ * caches' lookup kernels, the miss positions back, then the misses of every
+ * table through the one fetch path (fetch.c) and their synchronous or
+ * background insertion.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+#include "hps/log.h"
+
+/** One call as the GPU path sees it. */
+typedef struct call {
+    size_t mi;
+    uint32_t nt;
+    const int32_t *numkeys; /* (nt) host */
+    const int64_t *keys;    /* (nkeys) host keys; NULL until needed when d_keys is set */
+    const int64_t *d_keys;  /* (nkeys) device keys, or NULL (then keys) */
+    float *out;             /* host rows, or NULL (then d_out) */
+    float *d_out;           /* device rows, or NULL */
+    float *direct;          /* out when page-locked: D2H straight into it */
+    size_t nkeys, nfloats;
+} call_t;
+
+/* ---- the misses -------------------------------------------------------------- */
+
+/** Queue the missing keys for the background thread (dropped when full). */
+static void enqueue(struct client_gpu *g, size_t mi, uint32_t t, const int64_t *mkeys, size_t n)
+{
+    int64_t *copy = malloc(n * sizeof(int64_t) + 1);
+    pthread_mutex_lock(&g->mu);
+    if (copy && g->q_len < QUEUE_SLOTS) {
+        memcpy(copy, mkeys, n * sizeof(int64_t));
+        g->queue[(g->q_head + g->q_len++) % QUEUE_SLOTS] = (job_t){mi, t, n, copy};
+        copy = NULL;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        atomic_fetch_add_explicit(&g->q_dropped, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&g->mu);
+    free(copy);
+}
+
+/**
+ * The distinct keys of s worth inserting into cache: the found ones
+ * (count > 0), at most its capacity, the most requested first (keyset.h
+ * says why).  Their indices go to c->pick; returns how many, or -ENOMEM.
+ */
+static long pick_inserts(gctx_t *c, const keyset_t *s, const hps_gcache_t *cache)
+{
+    if (c->pick_cap < s->n) {
+        uint32_t *p = realloc(c->pick, s->n * sizeof(*p));
+        if (!p)
+            return -ENOMEM;
+        c->pick = p;
+        c->pick_cap = s->n;
+    }
+    return keyset_top(s, (size_t)hps_gcache_capacity(cache), c->pick);
+}
+
+/** Per table of a call with misses: how they are answered. */
+struct tmiss {
+    uint32_t t;
+    size_t ko, fo;        /* the table's first key and float in the call */
+    size_t mc;            /* misses */
+    const uint32_t *midx; /* (mc) table-relative positions */
+    keyset_t *ks;         /* distinct missed keys */
+    bool sync;            /* fetched now (hit rate below hit_rate_threshold) */
+    float *rows;          /* (ks->n, dim) fetched rows (sync) */
+    uint8_t *found;       /* (ks->n) */
+};
+
+/** Insert the found rows of a synchronously fetched table (staging buffers
+ *  reused: synchronized before returning). */
+static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmiss *x)
+{
+    hps_gcache_t *cache = g->models[mi].tables[x->t].cache;
+    uint32_t dim = g->cl->models[mi].dims[x->t];
+    keyset_t *s = x->ks;
+    for (size_t i = 0; i < s->n; i++)
+        s->count[i] = x->found[i] ? s->count[i] : 0;
+    long k = pick_inserts(c, s, cache);
+    int rc = k < 0 ? (int)k : 0;
+    if (rc == 0 && k > 0)
+        rc = hps__client_pair_reserve(&c->ikeys, (size_t)k * sizeof(int64_t));
+    if (rc == 0 && k > 0)
+        rc = hps__client_pair_reserve(&c->ivals, (size_t)k * dim * sizeof(float));
+    if (rc < 0 || k == 0)
+        return rc;
+    int64_t *ik = c->ikeys.h;
+    float *iv = c->ivals.h;
+    for (long j = 0; j < k; j++) {
+        ik[j] = s->keys[c->pick[j]];
+        memcpy(iv + (size_t)j * dim, x->rows + (size_t)c->pick[j] * dim, dim * sizeof(float));
+    }
+    rc = hps__client_write_staged(c, cache, (size_t)k, dim, false);
+    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "insert");
+}
+
+/** Row j of table x's misses: its fetched row, or the default. */
+static const float *miss_row(const struct tmiss *x, size_t j, uint32_t dim, const float *def)
+{
+    return x->sync ? x->rows + (size_t)x->ks->where[j] * dim : def;
+}
+
+/** The misses' rows into d_out: staged on the host, one copy, one scatter
+ *  launch per table. */
+static int scatter_device(struct client_gpu *g, gctx_t *c, const call_t *k, struct tmiss *xs,
+                          size_t nx)
+{
+    client_model_t *m = &g->cl->models[k->mi];
+    size_t floats = 0, rows = 0;
+    for (size_t i = 0; i < nx; i++) {
+        floats += xs[i].mc * m->dims[xs[i].t];
+        rows += xs[i].mc;
+    }
+    int rc = hps__client_pair_reserve(&c->srows, floats * sizeof(float));
+    rc = rc ? rc : hps__client_pair_reserve(&c->soff, rows * sizeof(uint64_t));
+    if (rc < 0)
+        return rc;
+    float *sr = c->srows.h;
+    uint64_t *so = c->soff.h;
+    float *def = NULL;
+    size_t r = 0, f = 0;
+    for (size_t i = 0; i < nx; i++) {
+        uint32_t dim = m->dims[xs[i].t];
+        float *d = realloc(def, dim * sizeof(float));
+        if (!d) {
+            free(def);
+            return -ENOMEM;
+        }
+        def = d;
+        hps__client_fill(def, 1, dim, m->defaults[xs[i].t]);
+        for (size_t j = 0; j < xs[i].mc; j++, r++, f += dim) {
+            memcpy(sr + f, miss_row(&xs[i], j, dim, def), dim * sizeof(float));
+            so[r] = xs[i].fo + (uint64_t)xs[i].midx[j] * dim;
+        }
+    }
+    free(def);
+    rc = hps__client_ck(cudaMemcpyAsync(c->srows.d, c->srows.h, floats * sizeof(float),
+                                        cudaMemcpyHostToDevice, c->stream),
+                        "H2D miss rows");
+    if (rc == 0)
+        rc = hps__client_ck(cudaMemcpyAsync(c->soff.d, c->soff.h, rows * sizeof(uint64_t),
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "H2D miss places");
+    r = f = 0;
+    for (size_t i = 0; i < nx && rc == 0; i++) {
+        uint32_t dim = m->dims[xs[i].t];
+        rc = hps_gcache_scatter_rows((float *)c->srows.d + f, (uint64_t *)c->soff.d + r, xs[i].mc,
+                                     dim, k->d_out, c->stream);
+        r += xs[i].mc;
+        f += xs[i].mc * dim;
+    }
+    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "scatter misses");
+}
+
+/** The keys of the call on the host (device keys copied back once). */
+static int need_host_keys(gctx_t *c, call_t *k)
+{
+    if (k->keys)
+        return 0;
+    int rc = hps__client_pair_reserve_hd(&c->hkeys, 0, k->nkeys * sizeof(int64_t));
+    if (rc == 0)
+        rc = hps__client_ck(cudaMemcpyAsync(c->hkeys.h, k->d_keys, k->nkeys * sizeof(int64_t),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H keys of the misses");
+    if (rc == 0)
+        rc = hps__client_ck(cudaStreamSynchronize(c->stream), "D2H keys");
+    k->keys = c->hkeys.h;
+    return rc;
+}
+
+/**
+ * The misses of every table (mcount, midx from the lookup): each distinct
+ * key once; the tables below hit_rate_threshold fetched together, in one
+ * pass of the fetch path (one miss-queue round trip) and inserted; the
+ * others answered with defaults and inserted in the background.
+ */
+static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint32_t *mcount,
+                         const uint32_t *midx)
+{
+    client_model_t *m = &g->cl->models[k->mi];
+    size_t ws_base = g->models[k->mi].ws_base, nx = 0, any = 0;
+    for (uint32_t t = 0; t < k->nt; t++)
+        any += k->numkeys[t] ? mcount[t] : 0;
+    if (any == 0)
+        return 0;
+    int rc = need_host_keys(c, k);
+    struct tmiss *xs = calloc(k->nt, sizeof(*xs));
+    client_fetch_t *f = calloc(k->nt, sizeof(*f));
+    size_t nf = 0;
+    if (!xs || !f)
+        rc = -ENOMEM;
+    /* 1: distinct keys per table, and how each table is answered */
+    size_t ko = 0, fo = 0;
+    for (uint32_t t = 0; rc == 0 && t < k->nt; t++) {
+        size_t n = (size_t)k->numkeys[t], mc = n ? mcount[t] : 0;
+        uint32_t dim = m->dims[t];
+        struct tmiss *x = &xs[nx];
+        *x = (struct tmiss){.t = t, .ko = ko, .fo = fo, .mc = mc, .midx = midx + ko,
+                            .ks = &c->ks[ws_base + t]};
+        ko += n;
+        fo += n * dim;
+        if (mc == 0)
+            continue;
+        nx++;
+        if ((rc = hps__client_pair_reserve(&c->ikeys, mc * sizeof(int64_t))) < 0)
+            break;
+        int64_t *ik = c->ikeys.h;
+        for (size_t j = 0; j < mc; j++)
+            ik[j] = k->keys[x->ko + x->midx[j]];
+        if ((rc = keyset_build(x->ks, ik, mc)) < 0)
+            break;
+        x->sync = 1.0 - (double)mc / (double)n < m->conf->hit_rate_threshold;
+        if (!x->sync) { /* defaults now, the rows in the background */
+            atomic_fetch_add_explicit(&m->ctr.default_keys, mc, memory_order_relaxed);
+            long p = pick_inserts(c, x->ks, g->models[k->mi].tables[t].cache);
+            if (p < 0) {
+                rc = (int)p;
+                break;
+            }
+            for (long j = 0; j < p; j++)
+                ik[j] = x->ks->keys[c->pick[j]];
+            enqueue(g, k->mi, t, ik, (size_t)p);
+            continue;
+        }
+        x->rows = malloc(x->ks->n * dim * sizeof(float) + 1);
+        x->found = malloc(x->ks->n + 1);
+        if (!x->rows || !x->found) {
+            rc = -ENOMEM;
+            break;
+        }
+        f[nf++] = (client_fetch_t){.table = t, .n = x->ks->n, .keys = x->ks->keys,
+                                   .rows = x->rows, .found = x->found, .weight = x->ks->count};
+    }
+    /* 2: one pass of the fetch path for every synchronous table */
+    if (rc == 0 && nf)
+        rc = hps__client_fetch(g->cl, m, f, nf, true);
+    /* 3: rows to their places, then the inserts */
+    if (rc == 0 && k->d_out)
+        rc = scatter_device(g, c, k, xs, nx);
+    for (size_t i = 0; rc == 0 && !k->d_out && i < nx; i++) {
+        uint32_t dim = m->dims[xs[i].t];
+        for (size_t j = 0; j < xs[i].mc; j++) {
+            float *dst = k->out + xs[i].fo + (size_t)xs[i].midx[j] * dim;
+            if (xs[i].sync)
+                memcpy(dst, miss_row(&xs[i], j, dim, NULL), dim * sizeof(float));
+            else
+                hps__client_fill(dst, 1, dim, m->defaults[xs[i].t]);
+        }
+    }
+    for (size_t i = 0; rc == 0 && i < nx; i++)
+        if (xs[i].sync)
+            rc = insert_fetched(g, c, k->mi, &xs[i]);
+    for (size_t i = 0; xs && i < nx; i++) {
+        free(xs[i].rows);
+        free(xs[i].found);
+    }
+    free(xs);
+    free(f);
+    return rc;
+}
+
+/* ---- the lookup kernels ---------------------------------------------------- */
+
+/**
+ * Whether host buffer out is page-locked (a buffer registered by
+ * hps_client_host_register, or allocated pinned): the rows are then copied
+ * from the device straight into it, not through a staging buffer and a
+ * memcpy.
+ */
+static bool host_pinned(const float *out)
+{
+    struct cudaPointerAttributes a;
+    if (!out || cudaPointerGetAttributes(&a, out) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+/**
+ * Per-table lookups: keys H2D (unless on the device), every table's lookup
+ * and the D2H of the results: the rows into d_out when set (left on the
+ * device), else to k->direct, else to c->out.h.
+ */
+static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
+{
+    float *dst = k->d_out ? k->d_out : (float *)c->out.d;
+    gmodel_t *gm = &g->models[k->mi];
+    const int64_t *dk = k->d_keys ? k->d_keys : c->keys.d;
+    int rc = k->d_keys ? 0
+                       : hps__client_ck(cudaMemcpyAsync(c->keys.d, c->keys.h,
+                                                        k->nkeys * sizeof(int64_t),
+                                                        cudaMemcpyHostToDevice, c->stream),
+                                        "H2D keys");
+    size_t ko = 0, fo = 0;
+    for (uint32_t t = 0; t < k->nt && rc == 0; t++) {
+        size_t n = (size_t)k->numkeys[t];
+        hps_gcache_ws_t *ws = NULL;
+        if (n == 0)
+            continue;
+        rc = hps__client_ctx_ws(c, gm->ws_base + t, gm->tables[t].cache, n, &ws);
+        if (rc == 0)
+            rc = hps_gcache_lookup(gm->tables[t].cache, ws, dk + ko, n, dst + fo, NULL,
+                                   (uint32_t *)c->midx.d + ko, (uint32_t *)c->mcount.d + t,
+                                   c->stream);
+        ko += n;
+        fo += n * gm->tables[t].dim;
+    }
+    if (rc == 0 && !k->d_out)
+        rc = hps__client_ck(cudaMemcpyAsync(k->direct ? k->direct : c->out.h, c->out.d,
+                                            k->nfloats * sizeof(float), cudaMemcpyDeviceToHost,
+                                            c->stream),
+                            "D2H rows");
+    if (rc == 0)
+        rc = hps__client_ck(cudaMemcpyAsync(c->midx.h, c->midx.d, k->nkeys * sizeof(uint32_t),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H miss index");
+    if (rc == 0)
+        rc = hps__client_ck(cudaMemcpyAsync(c->mcount.h, c->mcount.d, k->nt * sizeof(uint32_t),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H miss count");
+    if (rc == 0)
+        rc = hps__client_ck(cudaStreamSynchronize(c->stream), "lookup");
+    return rc;
+}
+
+/*
+ * One-launch lookup of every table (hps_gcache_lookup_tables), for requests
+ * of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One buffer
+ * holds the request and the result (c->keys, host and device alike):
+ *   key_off u32[T+1] | out_off u64[T] | keys i64[n] | mcount u32[T] |
+ *   midx u32[n] | out f32[floats] (16-byte aligned)
+ * One H2D copies key_off .. mcount (mcount zeroed here), one D2H mcount ..
+ * out.  Keys already on the device are read where they are (the H2D stops
+ * before them and mcount is zeroed on the device).
+ */
+struct mlayout {
+    size_t key_off, out_off, keys, mcount, midx, out, end;
+};
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
+{
+    struct mlayout L;
+    L.key_off = 0;
+    L.out_off = align_up((nt + 1) * sizeof(uint32_t), 8);
+    L.keys = L.out_off + nt * sizeof(uint64_t);
+    L.mcount = L.keys + nkeys * sizeof(int64_t);
+    L.midx = L.mcount + nt * sizeof(uint32_t);
+    L.out = align_up(L.midx + nkeys * sizeof(uint32_t), 16);
+    L.end = L.out + nfloats * sizeof(float);
+    return L;
+}
+
+/*
+ * Enqueue the one-launch lookup of a call prepared in c->keys (layout L).
+ * With k->direct (pinned host memory) the rows are copied there by a D2H of
+ * their own and the result's D2H stops before them.
+ */
+static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const struct mlayout *L)
+{
+    char *h = c->keys.h, *d = c->keys.d;
+    int rc;
+    if (k->d_keys) {
+        rc = hps__client_ck(cudaMemcpyAsync(d, h, L->keys, cudaMemcpyHostToDevice, c->stream),
+                            "H2D request");
+        rc = rc ? rc
+                : hps__client_ck(cudaMemsetAsync(d + L->mcount, 0, k->nt * sizeof(uint32_t),
+                                                 c->stream),
+                                 "zero miss counts");
+    } else {
+        rc = hps__client_ck(cudaMemcpyAsync(d, h, L->midx, cudaMemcpyHostToDevice, c->stream),
+                            "H2D request");
+    }
+    if (rc == 0)
+        rc = hps_gcache_lookup_tables(g->models[k->mi].set,
+                                      k->d_keys ? k->d_keys : (const int64_t *)(d + L->keys),
+                                      k->nkeys, (uint32_t *)(d + L->key_off),
+                                      (uint64_t *)(d + L->out_off),
+                                      k->d_out ? k->d_out : (float *)(d + L->out),
+                                      (uint32_t *)(d + L->midx), (uint32_t *)(d + L->mcount),
+                                      c->stream);
+    size_t to = k->direct || k->d_out ? L->out : L->end; /* end of the result D2H */
+    if (rc == 0 && k->direct)
+        rc = hps__client_ck(cudaMemcpyAsync(k->direct, d + L->out, k->nfloats * sizeof(float),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H rows");
+    if (rc == 0)
+        rc = hps__client_ck(cudaMemcpyAsync(h + L->mcount, d + L->mcount, to - L->mcount,
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H result");
+    return rc;
+}
+
+static bool graph_same(const graph_t *a, const graph_t *b)
+{
+    return a->set == b->set && a->nkeys == b->nkeys && a->nfloats == b->nfloats && a->h == b->h &&
+           a->d == b->d;
+}
+
+/** Capture enqueue_multi for shape gk into a graph slot; NULL if CUDA
+ *  refuses (nothing is then enqueued, and the caller launches the plain
+ *  way). */
+static cudaGraphExec_t graph_capture(struct client_gpu *g, gctx_t *c, const call_t *k,
+                                     const struct mlayout *L, const graph_t *gk)
+{
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    int rc = enqueue_multi(g, c, k, L);
+    if (cudaStreamEndCapture(c->stream, &graph) != cudaSuccess || rc < 0 || !graph ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+        exec = NULL;
+    if (graph)
+        cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    if (!exec) {
+        HPS_WARN("GPU: CUDA graph capture failed; lookup context stays on plain launches");
+        c->graph_off = true;
+        return NULL;
+    }
+    graph_t *slot = &c->graphs[c->graph_next++ % GRAPH_SLOTS];
+    if (slot->exec)
+        cudaGraphExecDestroy(slot->exec);
+    *slot = *gk;
+    slot->exec = exec;
+    return exec;
+}
+
+/**
+ * The captured graph for shape gk: one kept, or captured now when gk came
+ * just before too (a shape that repeats; capturing costs more than the
+ * launches it replaces), else NULL.
+ */
+static cudaGraphExec_t graph_for(struct client_gpu *g, gctx_t *c, const call_t *k,
+                                 const struct mlayout *L, const graph_t *gk)
+{
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        if (c->graphs[i].exec && graph_same(&c->graphs[i], gk))
+            return c->graphs[i].exec;
+    if (!graph_same(&c->want, gk)) {
+        c->want = *gk;
+        return NULL;
+    }
+    return graph_capture(g, c, k, L, gk);
+}
+
+/*
+ * The one-launch lookup of a call, synchronized.  Rows to d_out (left on
+ * the device), to k->direct (pinned host memory), or into c->keys.  The
+ * last case with host keys (small host responses) replays a CUDA graph of
+ * the three steps when the call's shape repeats.
+ */
+static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct mlayout *ret)
+{
+    client_model_t *m = &g->cl->models[k->mi];
+    /* with d_out the rows stay on the device; with direct the host needs no room for them */
+    struct mlayout L = mlayout(k->nt, k->nkeys, k->d_out ? 0 : k->nfloats);
+    int rc = hps__client_pair_reserve_hd(&c->keys, L.end, k->direct ? L.out : L.end);
+    if (rc < 0)
+        return rc;
+    char *h = c->keys.h;
+    uint32_t *ko = (uint32_t *)(h + L.key_off);
+    uint64_t *fo = (uint64_t *)(h + L.out_off);
+    ko[0] = 0;
+    for (uint32_t t = 0; t < k->nt; t++) {
+        ko[t + 1] = ko[t] + (uint32_t)k->numkeys[t];
+        fo[t] = t ? fo[t - 1] + (uint64_t)k->numkeys[t - 1] * m->dims[t - 1] : 0;
+    }
+    if (!k->d_keys)
+        memcpy(h + L.keys, k->keys, k->nkeys * sizeof(int64_t));
+    memset(h + L.mcount, 0, k->nt * sizeof(uint32_t));
+    graph_t gk = {NULL, g->models[k->mi].set, k->nkeys, k->nfloats, c->keys.h, c->keys.d};
+    bool plain = k->direct || k->d_out || k->d_keys || c->graph_off;
+    cudaGraphExec_t x = plain ? NULL : graph_for(g, c, k, &L, &gk);
+    if (x)
+        rc = hps__client_ck(cudaGraphLaunch(x, c->stream), "graph launch");
+    else
+        rc = enqueue_multi(g, c, k, &L);
+    if (rc == 0)
+        rc = hps__client_ck(cudaStreamSynchronize(c->stream), "lookup");
+    *ret = L;
+    return rc;
+}
+
+/** One call: hits from the caches, then the misses. */
+static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
+{
+    if (g->models[k->mi].set && k->nkeys <= (size_t)k->nt * HPS_GCACHE_FUSED_MAX) {
+        struct mlayout L;
+        int rc = launch_multi(g, c, k, &L);
+        if (rc < 0)
+            return rc;
+        char *h = c->keys.h;
+        if (k->out && !k->direct)
+            memcpy(k->out, h + L.out, k->nfloats * sizeof(float));
+        return lookup_misses(g, c, k, (uint32_t *)(h + L.mcount), (uint32_t *)(h + L.midx));
+    }
+    int rc = k->d_keys ? 0 : hps__client_pair_reserve(&c->keys, k->nkeys * sizeof(int64_t));
+    /* rows on the device unless d_out holds them; staged on the host only
+     * when they cannot go straight to out */
+    size_t rows = k->nfloats * sizeof(float);
+    if (rc == 0 && !k->d_out)
+        rc = hps__client_pair_reserve_hd(&c->out, rows, k->direct ? 0 : rows);
+    rc = rc ? rc : hps__client_pair_reserve(&c->midx, k->nkeys * sizeof(uint32_t));
+    rc = rc ? rc : hps__client_pair_reserve(&c->mcount, k->nt * sizeof(uint32_t));
+    if (rc < 0)
+        return rc;
+    if (!k->d_keys)
+        memcpy(c->keys.h, k->keys, k->nkeys * sizeof(int64_t));
+    if ((rc = launch(g, c, k)) < 0)
+        return rc;
+    if (k->out && !k->direct)
+        memcpy(k->out, c->out.h, k->nfloats * sizeof(float));
+    return lookup_misses(g, c, k, c->mcount.h, c->midx.h);
+}
+
+int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                           const int64_t *keys, const int64_t *d_keys, float *out, float *d_out,
+                           void *stream)
+{
+    struct client_gpu *g = cl->gpu;
+    if (!g || !g->models[mi].tables ||
+        !atomic_load_explicit(&g->models[mi].active, memory_order_acquire))
+        return 1;
+    if (cudaSetDevice(g->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    call_t k = {.mi = mi, .nt = nt, .numkeys = numkeys, .keys = keys, .d_keys = d_keys,
+                .out = out, .d_out = d_out};
+    for (uint32_t t = 0; t < nt; t++) {
+        k.nkeys += (size_t)numkeys[t];
+        k.nfloats += (size_t)numkeys[t] * cl->models[mi].dims[t];
+    }
+    k.direct = out && host_pinned(out) ? out : NULL;
+    gctx_t *c = hps__client_ctx_get(g);
+    if (!c)
+        return 1;
+    int rc = 0;
+    if (d_keys || d_out) /* device buffers: after the caller's work on its stream */
+        rc = hps__client_ck(cudaEventRecord(c->ev, (cudaStream_t)stream), "record caller stream");
+    if (rc == 0 && (d_keys || d_out))
+        rc = hps__client_ck(cudaStreamWaitEvent(c->stream, c->ev, 0), "wait for caller stream");
+    if (rc == 0)
+        rc = lookup_ctx(g, c, &k);
+    hps__client_ctx_put(g, c);
+    if (rc < 0)
+        hps__client_fail(rc, "GPU lookup on device %d failed: %s", g->device, hps_strerror(rc));
+    return rc;
+}
+
+int hps__client_gpu_pin(hps_client_t *cl, void *buf, size_t bytes)
+{
+    struct client_gpu *g = cl->gpu;
+    if (!g)
+        return HPS_EUNSUPPORTED;
+    if (cudaSetDevice(g->device) != cudaSuccess ||
+        hps__client_ck(cudaHostRegister(buf, bytes, cudaHostRegisterPortable),
+                       "page-lock an output buffer") < 0)
+        return HPS_EIO;
+    atomic_fetch_add_explicit(&g->pinned_bytes, bytes, memory_order_relaxed);
+    return 0;
+}
+
+void hps__client_gpu_unpin(hps_client_t *cl, void *buf, size_t bytes)
+{
+    struct client_gpu *g = cl->gpu;
+    if (!g)
+        return;
+    cudaSetDevice(g->device);
+    hps__client_ck(cudaHostUnregister(buf), "unpin an output buffer");
+    atomic_fetch_sub_explicit(&g->pinned_bytes, bytes, memory_order_relaxed);
+}

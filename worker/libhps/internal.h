@@ -1,0 +1,107 @@
+/*
+ * internal.h -- libhps's private state (include/hps/client.h is the public
+ * face): the attached segment, the models a client serves, the fetch path
+ * below the GPU cache, and their counters.  Internal functions of libhps
+ * carry the prefix hps__client_.
+ */
+#ifndef HPS_LIBHPS_INTERNAL_H
+#define HPS_LIBHPS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "hps/client.h"
+#include "hps/conf.h"
+#include "hps/shmdb.h"
+
+/* Per-model counters (hps_client_counters_t); relaxed atomics, any thread. */
+typedef struct client_counters {
+    _Atomic uint64_t lookup_keys;  /* keys looked up */
+    _Atomic uint64_t vdb_hits;     /* found in the volatile DB (shared memory) */
+    _Atomic uint64_t lower_hits;   /* found below it, through the coordinator */
+    _Atomic uint64_t default_keys; /* answered with the table's default value */
+    _Atomic uint64_t miss_busy;    /* miss-queue requests refused (queue full) */
+    _Atomic uint64_t miss_timeout; /* miss-queue requests past miss_timeout_ms */
+    _Atomic uint64_t lookup_ns;    /* time in the lookup path */
+    _Atomic uint64_t lookup_calls; /* lookup calls */
+} client_counters_t;
+
+typedef struct client_model {
+    const hps_conf_model_t *conf;
+    uint32_t *dims;    /* (T), immutable after open */
+    float *defaults;   /* (T), immutable after open */
+    uint32_t *vdb_ids; /* (T) table ids in the segment; written under seg_lock (write) */
+    bool resolved;     /* every table found in the segment; seg_lock */
+    client_counters_t ctr;
+} client_model_t;
+
+struct hps_client {
+    const hps_conf_t *conf;
+    hps_conf_t *own_conf; /* loaded by hps_client_open(), freed by close; else NULL */
+    int device;           /* CUDA device, or -1: host only */
+    int instance;
+    unsigned max_concurrent;
+    uint32_t key_bytes; /* 8 (supportlonglong) or 4; immutable */
+    /* The segment; swapped by the maintenance thread when a new coordinator
+     * recreates it.  Lookups hold seg_lock for reading, the swap and table
+     * resolution for writing. */
+    pthread_rwlock_t seg_lock;
+    hps_shmdb_t *db;   /* seg_lock */
+    dev_t seg_dev;     /* maintenance thread only */
+    ino_t seg_ino;     /* maintenance thread only */
+    _Atomic bool coord_alive;
+    _Atomic bool resolved; /* every model's tables found */
+    client_model_t *models;
+    size_t num_models;
+    pthread_t maint;
+    bool maint_started;
+    _Atomic bool stop; /* set by hps_client_close() */
+    struct client_gpu *gpu; /* GPU mode (gpu.h); NULL for host-only work */
+};
+
+/* ---- fetch.c: below the GPU cache ----------------------------------------- */
+
+/** One table's part of a fetch (hps__client_fetch). */
+typedef struct client_fetch {
+    uint32_t table;         /* table index in the model */
+    size_t n;               /* keys */
+    const int64_t *keys;    /* (n) host */
+    float *rows;            /* (n, dim) host: every row written (found or default) */
+    uint8_t *found;         /* (n) host: 1 = found in a layer; NULL = not wanted */
+    const uint32_t *weight; /* (n) request positions per key, for the counters; NULL = 1 each */
+} client_fetch_t;
+
+/**
+ * Rows of the keys of several tables of model m: the volatile DB, then ONE
+ * miss-queue round trip to the coordinator for every table's misses,
+ * bounded by one [worker] miss_timeout_ms deadline, then the default value.
+ * count: add the outcome to m's counters (request path); false for
+ * background work.  Needs seg_lock held for reading.  0 or -ENOMEM (rows
+ * then hold defaults).
+ */
+int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf,
+                      bool count);
+
+/** out[0 .. n*dim) = v. */
+void hps__client_fill(float *out, size_t n, uint32_t dim, float v);
+
+/** CLOCK_MONOTONIC in ns. */
+uint64_t hps__client_now_ns(void);
+
+/** Record the calling thread's error message (hps_client_last_error); returns rc. */
+hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- attach.c: the maintenance thread -------------------------------------- */
+
+/** Attach now if the segment exists, then start the thread.  0 or HPS_EIO. */
+int hps__client_maint_start(hps_client_t *cl);
+/** Join the thread (cl->stop set first). */
+void hps__client_maint_stop(hps_client_t *cl);
+
+#include "gpu.h" /* GPU mode: hps__client_gpu_* (inline no-ops without CUDA) */
+
+#endif

@@ -1,0 +1,89 @@
+"""
+hps.torch -- PyTorch layer of the hps module (HugeCTR's hps_torch.LookupLayer).
+
+    import hps.torch
+    emb = hps.torch.LookupLayer("/models/hps.ini", "wdl", 0, 16)
+    vecs = emb(keys)        # keys: int64/int32 tensor, any shape, CPU or CUDA
+                            # -> float32 keys.shape + (16,) on keys.device
+
+Inference only: the output never requires grad.  On CUDA the lookup is
+ordered on torch.cuda.current_stream(keys.device).  Needs torch; `import hps`
+does not.
+"""
+import os
+
+try:
+    import torch as _torch
+except ImportError as _e:  # pragma: no cover (depends on the machine)
+    raise ImportError("hps.torch needs PyTorch, which could not be imported (%s); install "
+                      "torch, or use hps.Client with numpy arrays" % _e) from _e
+
+from . import HPS_ENOTFOUND, _error, shared_client
+
+__all__ = ["LookupLayer"]
+
+
+class LookupLayer(_torch.nn.Module):
+    """LookupLayer(ps_config_file, model_name, table_id, emb_vec_size)
+
+    forward(keys) -> float32 tensor of shape keys.shape + (emb_vec_size,) on
+    keys.device: the embedding vectors of table table_id (index or name) of
+    model_name.  Keys of any shape are flattened (int64 or int32).  CUDA
+    keys are looked up on their device (through the GPU caches of models
+    with gpucache = true), CPU keys on the current CUDA device's client
+    (host-only where CUDA is not available).  Clients are shared per
+    (configuration, device) in the process (hps.shared_client).
+
+    Raises hps.Error: emb_vec_size differs from the table's dim, unknown
+    model or table, bad keys.
+    """
+
+    def __init__(self, ps_config_file, model_name, table_id, emb_vec_size):
+        super().__init__()
+        self.ps_config_file = os.fsdecode(ps_config_file)
+        self.model_name = model_name
+        self.table_id = table_id
+        self.emb_vec_size = int(emb_vec_size)
+        self._host_device = _torch.cuda.current_device() if _torch.cuda.is_available() else -1
+        self._clients = {}
+        c = self._client(self._host_device)
+        tables = c.tables(model_name)
+        if isinstance(table_id, str):
+            idx = [i for i, t in enumerate(tables) if t["name"] == table_id]
+            if not idx:
+                raise _error("model %r has no table %r (tables: %r)" %
+                             (model_name, table_id, [t["name"] for t in tables]),
+                             HPS_ENOTFOUND)
+            info = tables[idx[0]]
+        else:
+            if not 0 <= int(table_id) < len(tables):
+                raise _error("table_id %r out of range: model %r has %d tables" %
+                             (table_id, model_name, len(tables)))
+            info = tables[int(table_id)]
+        if info["dim"] != self.emb_vec_size:
+            raise _error("emb_vec_size %d differs from the dim %d of table %r of model %r" %
+                         (self.emb_vec_size, info["dim"], info["name"], model_name))
+
+    def _client(self, device):
+        c = self._clients.get(device)
+        if c is None or c.closed:
+            c = shared_client(self.ps_config_file, device)
+            self._clients[device] = c
+        return c
+
+    def forward(self, keys):
+        if not isinstance(keys, _torch.Tensor):
+            keys = _torch.as_tensor(keys)
+        flat = keys.reshape(-1)
+        if flat.is_cuda:
+            dev = flat.device
+            out = self._client(dev.index).lookup(
+                self.model_name, self.table_id, flat,
+                stream=_torch.cuda.current_stream(dev).cuda_stream)
+        else:
+            out = self._client(self._host_device).lookup(self.model_name, self.table_id, flat)
+        return out.reshape(tuple(keys.shape) + (self.emb_vec_size,))
+
+    def extra_repr(self):
+        return "ps_config_file=%r, model_name=%r, table_id=%r, emb_vec_size=%d" % (
+            self.ps_config_file, self.model_name, self.table_id, self.emb_vec_size)
