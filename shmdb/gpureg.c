@@ -4,7 +4,7 @@
  *
  * The registry only describes the caches; their memory is device memory
  * shared by file descriptors that the listed processes hand to each other
- * (worker/gshare.c).  A cache lives as long as one process maps it, so an
+ * (worker/libhps/gshare.c).  A cache lives as long as one process maps it, so an
  * entry whose listed processes are all dead describes freed memory and is
  * claimed again by the next process that wants that cache.
  *

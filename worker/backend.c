@@ -80,9 +80,9 @@ static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const c
             continue;
         hps_kserve_text_appendf(x, "%s{model=\"", name);
         hps_kserve_text_append_label(x, w->conf->models[i].name);
-        hps_kserve_text_appendf(x, "\",version=\"1\"} %llu\n",
-                                (unsigned long long)(*(const uint64_t *)((const char *)&k + off) /
-                                                     div));
+        hps_kserve_text_appendf(
+            x, "\",version=\"1\"} %llu\n",
+            (unsigned long long)(*(const uint64_t *)((const char *)&k + off) / div));
     }
 }
 
@@ -113,10 +113,10 @@ static void update_skipped(hps_kserve_text_t *x, const hps_update_stats_t *st, c
     for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
         for (uint32_t r = 0; have[l] && r < HPS_SHMDB_UPDATE_REASONS; r++)
             if (hps_update_reason_name(r))
-                hps_kserve_text_appendf(
-                    x, "nv_hps_updates_skipped{layer=\"%s\",reason=\"%s\"} %llu\n",
-                    hps_shmdb_update_layer_name(l), hps_update_reason_name(r),
-                    (unsigned long long)st[l].skipped[r]);
+                hps_kserve_text_appendf(x,
+                                        "nv_hps_updates_skipped{layer=\"%s\",reason=\"%s\"} %llu\n",
+                                        hps_shmdb_update_layer_name(l), hps_update_reason_name(r),
+                                        (unsigned long long)st[l].skipped[r]);
 }
 
 /* Gauges: consumer lag and the age of the newest applied update (layers
@@ -169,7 +169,8 @@ static const struct {
     {"nv_hps_embedding_cache_hit_keys", "counter", "Keys found in the GPU embedding cache"},
     {"nv_hps_embedding_cache_insert_keys", "counter",
      "Rows inserted into the GPU embedding cache (preload included)"},
-    {"nv_hps_embedding_cache_eviction_keys", "counter", "Rows evicted from the GPU embedding cache"},
+    {"nv_hps_embedding_cache_eviction_keys", "counter",
+     "Rows evicted from the GPU embedding cache"},
     {"nv_hps_embedding_cache_occupancy_bytes", "gauge",
      "Bytes of embedding rows held by the GPU embedding cache"},
     {"nv_hps_embedding_cache_capacity_bytes", "gauge",
@@ -187,10 +188,16 @@ static const struct {
 static uint64_t cache_value(const hps_client_cache_stats_t *s, uint32_t dim, size_t f)
 {
     uint64_t row = (uint64_t)dim * sizeof(float);
-    uint64_t v[] = {s->lookups,           s->hits,     s->inserts,
-                    s->evictions,         s->occupied_rows * row,
-                    s->capacity_rows * row, s->updates, s->full_refreshes,
-                    s->processes,         s->lock_timeouts};
+    uint64_t v[] = {s->lookups,
+                    s->hits,
+                    s->inserts,
+                    s->evictions,
+                    s->occupied_rows * row,
+                    s->capacity_rows * row,
+                    s->updates,
+                    s->full_refreshes,
+                    s->processes,
+                    s->lock_timeouts};
     return v[f];
 }
 
@@ -214,10 +221,9 @@ static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
                 hps_kserve_text_append_label(x, mc->name);
                 hps_kserve_text_appendf(x, "\",table=\"");
                 hps_kserve_text_append_label(x, mc->embedding_table_names[t]);
-                hps_kserve_text_appendf(
-                    x, "\",device=\"%d\"} %llu\n", hps_client_device(w->client),
-                    (unsigned long long)cache_value(&s, (uint32_t)mc->embedding_vecsize_per_table[t],
-                                                    f));
+                hps_kserve_text_appendf(x, "\",device=\"%d\"} %llu\n", hps_client_device(w->client),
+                                        (unsigned long long)cache_value(
+                                            &s, (uint32_t)mc->embedding_vecsize_per_table[t], f));
             }
         }
     }

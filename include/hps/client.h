@@ -232,14 +232,14 @@ const char *hps_client_last_error(void);
 
 /** Per-model counters of one client since it opened. */
 typedef struct hps_client_counters {
-    uint64_t lookup_keys;   /**< keys looked up */
-    uint64_t vdb_hits;      /**< found in the volatile DB (shared memory) */
-    uint64_t lower_hits;    /**< found below it, through the coordinator */
-    uint64_t default_keys;  /**< answered with the table's default value */
-    uint64_t miss_busy;     /**< miss-queue requests refused (queue full) */
-    uint64_t miss_timeout;  /**< miss-queue requests past miss_timeout_ms */
-    uint64_t lookup_ns;     /**< time in lookup calls */
-    uint64_t lookup_calls;  /**< lookup calls */
+    uint64_t lookup_keys;  /**< keys looked up */
+    uint64_t vdb_hits;     /**< found in the volatile DB (shared memory) */
+    uint64_t lower_hits;   /**< found below it, through the coordinator */
+    uint64_t default_keys; /**< answered with the table's default value */
+    uint64_t miss_busy;    /**< miss-queue requests refused (queue full) */
+    uint64_t miss_timeout; /**< miss-queue requests past miss_timeout_ms */
+    uint64_t lookup_ns;    /**< time in lookup calls */
+    uint64_t lookup_calls; /**< lookup calls */
 } hps_client_counters_t;
 
 /** @brief Counters of model @p model.  @return 0; HPS_EINVAL. */

@@ -101,7 +101,8 @@ static void maint_round(hps_client_t *cl, bool *was_alive)
         }
     }
     hps_shmdb_proc_heartbeat(cl->db);
-    bool alive = hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true);
+    bool alive =
+        hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true);
     atomic_store(&cl->coord_alive, alive);
     bool ready = alive && atomic_load(&cl->resolved);
     if (ready != *was_alive)

@@ -242,10 +242,10 @@ hps_err_t hps_client_model_info(const hps_client_t *cl, size_t model, hps_client
         return rc;
     const hps_conf_model_t *mc = cl->models[model].conf;
     *ret = (hps_client_model_info_t){.name = mc->name,
-                              .num_tables = (uint32_t)mc->num_tables,
-                              .max_batch_size = (uint32_t)mc->max_batch_size,
-                              .key_bytes = cl->key_bytes,
-                              .gpu_cache = hps__client_gpu_serves(cl, model)};
+                                     .num_tables = (uint32_t)mc->num_tables,
+                                     .max_batch_size = (uint32_t)mc->max_batch_size,
+                                     .key_bytes = cl->key_bytes,
+                                     .gpu_cache = hps__client_gpu_serves(cl, model)};
     return 0;
 }
 
@@ -290,8 +290,10 @@ static hps_err_t check_loc(const hps_client_t *cl, int loc, const char *what)
     if (loc >= 0 && loc == cl->device && HPS_HAVE_CUDA)
         return 0;
     if (cl->device < 0 || !HPS_HAVE_CUDA)
-        return hps__client_fail(HPS_EINVAL, "%s in device memory (device %d), but the client is "
-                                            "host-only", what, loc);
+        return hps__client_fail(HPS_EINVAL,
+                                "%s in device memory (device %d), but the client is "
+                                "host-only",
+                                what, loc);
     return hps__client_fail(HPS_EINVAL, "%s on device %d, but the client is on device %d", what,
                             loc, cl->device);
 }
@@ -362,9 +364,8 @@ static int host_keys(hps_client_t *cl, const void *keys, hps_key_type_t kt, int 
 }
 
 static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_t nt,
-                         const int32_t *numkeys, const void *keys, hps_key_type_t kt,
-                         int keys_loc, float *out, int out_loc, void *stream, size_t nk,
-                         size_t nfloats)
+                         const int32_t *numkeys, const void *keys, hps_key_type_t kt, int keys_loc,
+                         float *out, int out_loc, void *stream, size_t nk, size_t nfloats)
 {
     struct staging s = {0};
     const int64_t *hk = NULL;
@@ -375,8 +376,7 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
     if (!dk)
         rc = host_keys(cl, keys, kt, keys_loc, nk, stream, &s, &hk);
     if (rc == 0 && cl->gpu) {
-        rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk,
-                                    out_loc == HPS_HOST ? out : NULL,
+        rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk, out_loc == HPS_HOST ? out : NULL,
                                     out_loc == HPS_HOST ? NULL : out, stream);
         if (rc <= 0)
             goto out;
@@ -409,21 +409,19 @@ hps_err_t hps_client_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int3
         return rc;
     client_model_t *m = &cl->models[mi];
     if (nt == 0 || nt > m->conf->num_tables || !numkeys)
-        return hps__client_fail(HPS_EINVAL, "model %s: %u tables given, it has %zu",
-                                m->conf->name, nt, m->conf->num_tables);
+        return hps__client_fail(HPS_EINVAL, "model %s: %u tables given, it has %zu", m->conf->name,
+                                nt, m->conf->num_tables);
     if (kt != HPS_KEY_INT64 && kt != HPS_KEY_INT32)
         return hps__client_fail(HPS_EINVAL, "key type %d: must be int64 or int32", (int)kt);
     size_t nk = 0, nfloats = 0;
     for (uint32_t t = 0; t < nt; t++) {
         if (numkeys[t] < 0)
-            return hps__client_fail(HPS_EINVAL, "numkeys[%u] = %d: must be >= 0", t,
-                                    numkeys[t]);
+            return hps__client_fail(HPS_EINVAL, "numkeys[%u] = %d: must be >= 0", t, numkeys[t]);
         nk += (size_t)numkeys[t];
         nfloats += (size_t)numkeys[t] * m->dims[t];
     }
     if (nk > UINT32_MAX - 1)
-        return hps__client_fail(HPS_EINVAL, "%zu keys in one call: at most %u", nk,
-                                UINT32_MAX - 1);
+        return hps__client_fail(HPS_EINVAL, "%zu keys in one call: at most %u", nk, UINT32_MAX - 1);
     if ((rc = check_loc(cl, keys_loc, "keys")) < 0 || (rc = check_loc(cl, out_loc, "output")) < 0)
         return rc;
     if (nk == 0)
@@ -438,8 +436,7 @@ hps_err_t hps_client_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int3
         hps__client_fail(rc, "lookup in model %s failed: %s", m->conf->name, hps_strerror(rc));
     atomic_fetch_add_explicit(&m->ctr.lookup_keys, nk, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->ctr.lookup_calls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->ctr.lookup_ns, hps__client_now_ns() - t0,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ctr.lookup_ns, hps__client_now_ns() - t0, memory_order_relaxed);
     return rc;
 }
 

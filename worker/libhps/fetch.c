@@ -31,18 +31,18 @@ void hps__client_fill(float *out, size_t n, uint32_t dim, float v)
 /* Per table of a fetch: its keys at the table's width, what the volatile
  * DB lacked, and the miss-queue request for those. */
 struct part {
-    const void *k;    /* keys at the table's width: f->keys or k32 */
-    uint32_t *k32;    /* (n) narrowed keys of a 32-bit model */
-    uint8_t *valid;   /* (n) key fits the model's width; NULL = all */
-    uint8_t *found;   /* (n) f->found or own */
-    uint8_t *own;     /* found buffer when the caller wants none */
-    size_t miss;      /* keys asked of the coordinator */
-    char *mkeys;      /* (miss) their keys */
-    size_t *midx;     /* (miss) their positions */
-    float *mrows;     /* (miss, dim) their rows */
-    uint8_t *mfound;  /* (miss) */
-    uint64_t vdb;     /* weighed hits in the volatile DB */
-    bool asked;       /* a miss-queue request carries this part */
+    const void *k;   /* keys at the table's width: f->keys or k32 */
+    uint32_t *k32;   /* (n) narrowed keys of a 32-bit model */
+    uint8_t *valid;  /* (n) key fits the model's width; NULL = all */
+    uint8_t *found;  /* (n) f->found or own */
+    uint8_t *own;    /* found buffer when the caller wants none */
+    size_t miss;     /* keys asked of the coordinator */
+    char *mkeys;     /* (miss) their keys */
+    size_t *midx;    /* (miss) their positions */
+    float *mrows;    /* (miss, dim) their rows */
+    uint8_t *mfound; /* (miss) */
+    uint64_t vdb;    /* weighed hits in the volatile DB */
+    bool asked;      /* a miss-queue request carries this part */
 };
 
 static void part_free(struct part *p)
@@ -88,8 +88,8 @@ static int vdb_part(hps_client_t *cl, client_model_t *m, const client_fetch_t *f
         p->k = p->k32;
     }
     size_t hits = 0;
-    if (!attached || hps_shmdb_lookup(cl->db, m->vdb_ids[f->table], n, p->k, f->rows, p->found,
-                                      &hits) < 0)
+    if (!attached ||
+        hps_shmdb_lookup(cl->db, m->vdb_ids[f->table], n, p->k, f->rows, p->found, &hits) < 0)
         memset(p->found, 0, n);
     for (size_t i = 0; p->valid && i < n; i++)
         p->found[i] &= p->valid[i];
@@ -159,8 +159,7 @@ static void lower_layers(hps_client_t *cl, client_model_t *m, const client_fetch
         free(req);
 }
 
-int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf,
-                      bool count)
+int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf, bool count)
 {
     struct part stack[8], *p = nf <= 8 ? stack : calloc(nf, sizeof(*p));
     if (!p)

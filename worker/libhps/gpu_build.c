@@ -81,7 +81,8 @@ static int build_cache(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, u
     if (rc < 0)
         return rc;
     rc = hps__client_pair_reserve(&c->ikeys, PRELOAD_BATCH * sizeof(int64_t));
-    rc = rc ? rc : hps__client_pair_reserve(&c->ivals, (size_t)PRELOAD_BATCH * p.dim * sizeof(float));
+    rc = rc ? rc
+            : hps__client_pair_reserve(&c->ivals, (size_t)PRELOAD_BATCH * p.dim * sizeof(float));
     if (rc == 0 && want > 0) {
         rc = hps_shmdb_iterate(cl->db, cl->models[mi].vdb_ids[t], preload_row, &p);
         rc = rc == 1 ? 0 : rc;
@@ -122,7 +123,6 @@ static void run_job(struct client_gpu *g, gctx_t *c, job_t *j)
     if (hps__client_write_staged(c, g->models[j->mi].tables[j->t].cache, k, dim, false) == 0)
         hps__client_ck(cudaStreamSynchronize(c->stream), "background insert");
 }
-
 
 static void serve_queue(struct client_gpu *g, gctx_t *c)
 {
@@ -268,7 +268,8 @@ static void *gpu_thread(void *arg)
     while (!atomic_load(&g->stop) && !can_build(cl))
         nanosleep(&ts, NULL);
     gctx_t *c = NULL;
-    if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess && (c = hps__client_ctx_new(g))) {
+    if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess &&
+        (c = hps__client_ctx_new(g))) {
         pthread_rwlock_rdlock(&cl->seg_lock);
         for (size_t mi = 0; mi < cl->num_models && !atomic_load(&g->stop); mi++)
             if (g->models[mi].tables)
@@ -404,4 +405,3 @@ bool hps__client_gpu_ready(hps_client_t *cl)
 {
     return !cl->gpu || atomic_load(&cl->gpu->ready);
 }
-

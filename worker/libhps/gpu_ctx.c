@@ -81,8 +81,8 @@ void hps__client_ctx_free(gctx_t *c, size_t slots)
         hps_gcache_ws_destroy(c->ws[i]);
     free(c->ws);
     free(c->ws_cap);
-    pair_t *ps[] = {&c->keys,  &c->out,   &c->midx,  &c->mcount,
-                    &c->ikeys, &c->ivals, &c->srows, &c->soff, &c->hkeys};
+    pair_t *ps[] = {&c->keys,  &c->out,   &c->midx, &c->mcount, &c->ikeys,
+                    &c->ivals, &c->srows, &c->soff, &c->hkeys};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         pair_free(ps[i]);
     for (size_t i = 0; c->ks && i < slots; i++)
@@ -108,7 +108,8 @@ gctx_t *hps__client_ctx_new(struct client_gpu *g)
     c->ws_cap = calloc(g->ws_slots, sizeof(*c->ws_cap));
     c->ks = calloc(g->ws_slots, sizeof(*c->ks));
     if (!c->ws || !c->ws_cap || !c->ks ||
-        hps__client_ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream") < 0 ||
+        hps__client_ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream") <
+            0 ||
         hps__client_ck(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming), "event") < 0) {
         hps__client_ctx_free(c, g->ws_slots);
         return NULL;
@@ -169,13 +170,13 @@ int hps__client_write_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t 
 {
     if (k == 0)
         return 0;
-    int rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, k * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                c->stream),
-                "H2D keys");
+    int rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, k * sizeof(int64_t),
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "H2D keys");
     if (rc == 0)
         rc = hps__client_ck(cudaMemcpyAsync(c->ivals.d, c->ivals.h, k * dim * sizeof(float),
-                                cudaMemcpyHostToDevice, c->stream),
-                "H2D rows");
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "H2D rows");
     if (rc == 0)
         rc = update ? hps_gcache_update(cache, c->ikeys.d, c->ivals.d, k, c->stream)
                     : hps_gcache_insert(cache, c->ikeys.d, c->ivals.d, k, c->stream);
@@ -187,7 +188,7 @@ int hps__client_write_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t 
  * the kept keys go to dst (which may be src), in order.  Returns how many.
  */
 size_t hps__client_keep_found(int64_t *dst, const int64_t *src, float *rows, const uint8_t *found,
-                         size_t n, uint32_t dim)
+                              size_t n, uint32_t dim)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -210,23 +211,24 @@ int hps__client_fetch_one(hps_client_t *cl, size_t mi, uint32_t t, const int64_t
     return hps__client_fetch(cl, &cl->models[mi], &f, 1, false);
 }
 
-int hps__client_gpu_copy(hps_client_t *cl, void *dst, const void *src, size_t bytes,
-                         bool to_device, void *stream)
+int hps__client_gpu_copy(hps_client_t *cl, void *dst, const void *src, size_t bytes, bool to_device,
+                         void *stream)
 {
     if (bytes == 0)
         return 0;
     int rc = hps__client_ck(cudaSetDevice(cl->device), "cudaSetDevice");
     if (rc == 0)
-        rc = hps__client_ck(cudaMemcpyAsync(dst, src, bytes,
-                                            to_device ? cudaMemcpyHostToDevice
-                                                      : cudaMemcpyDeviceToHost,
-                                            (cudaStream_t)stream),
-                            to_device ? "copy rows to the device" : "copy keys from the device");
+        rc = hps__client_ck(
+            cudaMemcpyAsync(dst, src, bytes,
+                            to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                            (cudaStream_t)stream),
+            to_device ? "copy rows to the device" : "copy keys from the device");
     if (rc == 0)
         rc = hps__client_ck(cudaStreamSynchronize((cudaStream_t)stream), "synchronize a copy");
     if (rc < 0)
-        hps__client_fail(rc, "CUDA copy between host and device %d failed (is the buffer "
-                             "device memory of that device?)",
+        hps__client_fail(rc,
+                         "CUDA copy between host and device %d failed (is the buffer "
+                         "device memory of that device?)",
                          cl->device);
     return rc;
 }

@@ -139,7 +139,6 @@ struct client_gpu {
     long long reg_last; /* mono_ns of the last registry upkeep */
 };
 
-
 /* ---- gpu_ctx.c ------------------------------------------------------------ */
 
 /** CLOCK_MONOTONIC in ns, signed (timer arithmetic). */
@@ -165,8 +164,7 @@ void hps__client_ctx_free(gctx_t *c, size_t slots);
 gctx_t *hps__client_ctx_get(struct client_gpu *g);
 void hps__client_ctx_put(struct client_gpu *g, gctx_t *c);
 /** The workspace of slot s for n keys (grown when too small). */
-int hps__client_ctx_ws(gctx_t *c, size_t s, hps_gcache_t *cache, uint64_t n,
-                       hps_gcache_ws_t **ret);
+int hps__client_ctx_ws(gctx_t *c, size_t s, hps_gcache_t *cache, uint64_t n, hps_gcache_ws_t **ret);
 
 /** Write k rows staged in c->ikeys.h / c->ivals.h into the cache (on c's
  *  stream): inserted, or with update only replacing keys already cached. */

@@ -200,8 +200,8 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
         size_t n = (size_t)k->numkeys[t], mc = n ? mcount[t] : 0;
         uint32_t dim = m->dims[t];
         struct tmiss *x = &xs[nx];
-        *x = (struct tmiss){.t = t, .ko = ko, .fo = fo, .mc = mc, .midx = midx + ko,
-                            .ks = &c->ks[ws_base + t]};
+        *x = (struct tmiss){
+            .t = t, .ko = ko, .fo = fo, .mc = mc, .midx = midx + ko, .ks = &c->ks[ws_base + t]};
         ko += n;
         fo += n * dim;
         if (mc == 0)
@@ -233,8 +233,12 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
             rc = -ENOMEM;
             break;
         }
-        f[nf++] = (client_fetch_t){.table = t, .n = x->ks->n, .keys = x->ks->keys,
-                                   .rows = x->rows, .found = x->found, .weight = x->ks->count};
+        f[nf++] = (client_fetch_t){.table = t,
+                                   .n = x->ks->n,
+                                   .keys = x->ks->keys,
+                                   .rows = x->rows,
+                                   .found = x->found,
+                                   .weight = x->ks->count};
     }
     /* 2: one pass of the fetch path for every synchronous table */
     if (rc == 0 && nf)
@@ -292,11 +296,11 @@ static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
     float *dst = k->d_out ? k->d_out : (float *)c->out.d;
     gmodel_t *gm = &g->models[k->mi];
     const int64_t *dk = k->d_keys ? k->d_keys : c->keys.d;
-    int rc = k->d_keys ? 0
-                       : hps__client_ck(cudaMemcpyAsync(c->keys.d, c->keys.h,
-                                                        k->nkeys * sizeof(int64_t),
-                                                        cudaMemcpyHostToDevice, c->stream),
-                                        "H2D keys");
+    int rc = k->d_keys
+                 ? 0
+                 : hps__client_ck(cudaMemcpyAsync(c->keys.d, c->keys.h, k->nkeys * sizeof(int64_t),
+                                                  cudaMemcpyHostToDevice, c->stream),
+                                  "H2D keys");
     size_t ko = 0, fo = 0;
     for (uint32_t t = 0; t < k->nt && rc == 0; t++) {
         size_t n = (size_t)k->numkeys[t];
@@ -374,21 +378,19 @@ static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const
         rc = hps__client_ck(cudaMemcpyAsync(d, h, L->keys, cudaMemcpyHostToDevice, c->stream),
                             "H2D request");
         rc = rc ? rc
-                : hps__client_ck(cudaMemsetAsync(d + L->mcount, 0, k->nt * sizeof(uint32_t),
-                                                 c->stream),
-                                 "zero miss counts");
+                : hps__client_ck(
+                      cudaMemsetAsync(d + L->mcount, 0, k->nt * sizeof(uint32_t), c->stream),
+                      "zero miss counts");
     } else {
         rc = hps__client_ck(cudaMemcpyAsync(d, h, L->midx, cudaMemcpyHostToDevice, c->stream),
                             "H2D request");
     }
     if (rc == 0)
-        rc = hps_gcache_lookup_tables(g->models[k->mi].set,
-                                      k->d_keys ? k->d_keys : (const int64_t *)(d + L->keys),
-                                      k->nkeys, (uint32_t *)(d + L->key_off),
-                                      (uint64_t *)(d + L->out_off),
-                                      k->d_out ? k->d_out : (float *)(d + L->out),
-                                      (uint32_t *)(d + L->midx), (uint32_t *)(d + L->mcount),
-                                      c->stream);
+        rc = hps_gcache_lookup_tables(
+            g->models[k->mi].set, k->d_keys ? k->d_keys : (const int64_t *)(d + L->keys), k->nkeys,
+            (uint32_t *)(d + L->key_off), (uint64_t *)(d + L->out_off),
+            k->d_out ? k->d_out : (float *)(d + L->out), (uint32_t *)(d + L->midx),
+            (uint32_t *)(d + L->mcount), c->stream);
     size_t to = k->direct || k->d_out ? L->out : L->end; /* end of the result D2H */
     if (rc == 0 && k->direct)
         rc = hps__client_ck(cudaMemcpyAsync(k->direct, d + L->out, k->nfloats * sizeof(float),
@@ -539,8 +541,13 @@ int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32
         (void)cudaGetLastError();
         return 1;
     }
-    call_t k = {.mi = mi, .nt = nt, .numkeys = numkeys, .keys = keys, .d_keys = d_keys,
-                .out = out, .d_out = d_out};
+    call_t k = {.mi = mi,
+                .nt = nt,
+                .numkeys = numkeys,
+                .keys = keys,
+                .d_keys = d_keys,
+                .out = out,
+                .d_out = d_out};
     for (uint32_t t = 0; t < nt; t++) {
         k.nkeys += (size_t)numkeys[t];
         k.nfloats += (size_t)numkeys[t] * cl->models[mi].dims[t];

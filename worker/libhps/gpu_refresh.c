@@ -66,14 +66,15 @@ static int refresh_sets(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, 
         rc = hps_gcache_dump(cache, s, e, c->ikeys.d, c->mcount.d, c->stream);
         if (rc == 0)
             rc = hps__client_ck(cudaMemcpyAsync(c->mcount.h, c->mcount.d, sizeof(uint32_t),
-                                    cudaMemcpyDeviceToHost, c->stream),
-                    "D2H dump count");
+                                                cudaMemcpyDeviceToHost, c->stream),
+                                "D2H dump count");
         if (rc == 0)
             rc = hps__client_ck(cudaStreamSynchronize(c->stream), "dump");
         uint32_t n = rc == 0 ? *(uint32_t *)c->mcount.h : 0;
         if (rc == 0 && n)
-            rc = hps__client_ck(cudaMemcpy(c->ikeys.h, c->ikeys.d, n * sizeof(int64_t), cudaMemcpyDeviceToHost),
-                    "D2H dump keys");
+            rc = hps__client_ck(
+                cudaMemcpy(c->ikeys.h, c->ikeys.d, n * sizeof(int64_t), cudaMemcpyDeviceToHost),
+                "D2H dump keys");
         if (rc == 0)
             rc = refresh_staged(g, c, mi, t, n, lower);
     }
@@ -99,8 +100,9 @@ static int refresh_full(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
 void hps__client_timer_arm(struct client_gpu *g, size_t mi)
 {
     const hps_conf_model_t *mc = g->cl->models[mi].conf;
-    g->models[mi].timer_next =
-        mc->refresh_interval > 0 ? hps__client_mono() + (long long)(mc->refresh_delay * 1e9) : LLONG_MAX;
+    g->models[mi].timer_next = mc->refresh_interval > 0
+                                   ? hps__client_mono() + (long long)(mc->refresh_delay * 1e9)
+                                   : LLONG_MAX;
 }
 
 /**
@@ -199,7 +201,7 @@ static void follow_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
         int64_t *ik = c->ikeys.h;
         for (size_t i = 0; i < n; i++)
             ik[i] = cl->key_bytes == 4 ? (int64_t)((uint32_t *)g->upd_raw)[i]
-                                      : ((int64_t *)g->upd_raw)[i];
+                                       : ((int64_t *)g->upd_raw)[i];
         if (refresh_staged(g, c, mi, t, n, false) < 0)
             return; /* the same keys again at the next poll */
         gt->seq = next;

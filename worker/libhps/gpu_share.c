@@ -92,7 +92,7 @@ void hps__client_reg_upkeep(struct client_gpu *g)
  * not shared (no registry, other shape) and the caller builds a private one.
  */
 int hps__client_reg_join(struct client_gpu *g, size_t mi, uint32_t t, uint64_t slots,
-                    hps_gcache_reg_t *e, bool *creator)
+                         hps_gcache_reg_t *e, bool *creator)
 {
     hps_client_t *cl = g->cl;
     hps_gcache_reg_t want = {.table_id = cl->models[mi].vdb_ids[t],
@@ -117,7 +117,7 @@ int hps__client_reg_join(struct client_gpu *g, size_t mi, uint32_t t, uint64_t s
 
 /** Map the cache of entry e, asking its processes for the descriptor. */
 int hps__client_reg_import(struct client_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt,
-                      pid_t *ret_donor)
+                           pid_t *ret_donor)
 {
     const char *seg = g->cl->conf->volatile_db.shared_memory_name;
     for (uint32_t i = 0; i < e->num_pids; i++) {

@@ -1,6 +1,6 @@
 /*
  * gshare.h -- handing the descriptors of shared GPU caches between worker
- * processes (worker/gshare.c).
+ * processes (worker/libhps/gshare.c).
  *
  * A cache created by hps_gcache_create_shared is reachable through a file
  * descriptor (CUDA VMM, POSIX handle).  Each worker that maps a shared cache

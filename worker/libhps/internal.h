@@ -49,16 +49,16 @@ struct hps_client {
      * recreates it.  Lookups hold seg_lock for reading, the swap and table
      * resolution for writing. */
     pthread_rwlock_t seg_lock;
-    hps_shmdb_t *db;   /* seg_lock */
-    dev_t seg_dev;     /* maintenance thread only */
-    ino_t seg_ino;     /* maintenance thread only */
+    hps_shmdb_t *db; /* seg_lock */
+    dev_t seg_dev;   /* maintenance thread only */
+    ino_t seg_ino;   /* maintenance thread only */
     _Atomic bool coord_alive;
     _Atomic bool resolved; /* every model's tables found */
     client_model_t *models;
     size_t num_models;
     pthread_t maint;
     bool maint_started;
-    _Atomic bool stop; /* set by hps_client_close() */
+    _Atomic bool stop;      /* set by hps_client_close() */
     struct client_gpu *gpu; /* GPU mode (gpu.h); NULL for host-only work */
 };
 

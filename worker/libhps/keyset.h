@@ -1,6 +1,6 @@
 /*
  * keyset.h -- the distinct keys of a batch and how often each occurs
- * (worker/keyset.c).  Host memory; one caller at a time per keyset_t.
+ * (worker/libhps/keyset.c).  Host memory; one caller at a time per keyset_t.
  *
  * The GPU worker inserts a table's missed rows into its GPU embedding cache.
  * A batch's misses repeat keys, and a small cache may be asked to take more

@@ -1,6 +1,6 @@
 /*
  * test-gshare.c -- descriptors handed between processes over abstract Unix
- * sockets (worker/gshare.c, compiled into this test): a fetched descriptor
+ * sockets (worker/libhps/gshare.c, compiled into this test): a fetched descriptor
  * reads what the offering process wrote, and keeps reading it after that
  * process is SIGKILLed; wrong index or generation, and a process without a
  * socket, answer HPS_ENOTFOUND at once; a server that never answers gives

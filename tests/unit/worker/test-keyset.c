@@ -1,5 +1,5 @@
 /*
- * test-keyset.c -- distinct keys with counts (worker/keyset.c, compiled into
+ * test-keyset.c -- distinct keys with counts (worker/libhps/keyset.c, compiled into
  * this test), checked against a quadratic reference: first-occurrence
  * order, counts, each position's distinct index, reuse across calls of
  * other sizes, and keyset_top's choice (largest counts, ties by first
