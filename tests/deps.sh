@@ -8,6 +8,7 @@ set -euo pipefail
 
 pkgs=(
     build-essential meson ninja-build pkg-config python3 python3-dev python3-numpy
+    libdlpack-dev python3-torch
     libinih-dev libcmocka-dev librocksdb-dev libhiredis-dev librdkafka-dev
     libmicrohttpd-dev libjson-c-dev libxxhash-dev
     redis-server redis-tools curl

@@ -59,7 +59,10 @@ extern "C" {
 /** Key dtype of a lookup's keys. */
 typedef enum hps_key_type {
     HPS_KEY_INT64 = 0, /**< int64, the width of models with supportlonglong = true */
-    HPS_KEY_INT32 = 1, /**< int32, widened (sign-extended) for 64-bit models */
+    /** int32: for a 32-bit model (supportlonglong = false) the bits of its
+     *  uint32 keys (zero-extended, as HugeCTR's TensorRT plugin passes them);
+     *  for a 64-bit model an int32 value (sign-extended). */
+    HPS_KEY_INT32 = 1,
 } hps_key_type_t;
 
 typedef struct hps_client hps_client_t;
@@ -247,7 +250,8 @@ hps_err_t hps_client_counters(const hps_client_t *c, size_t model, hps_client_co
 
 /** One GPU embedding cache as this client maps it. */
 typedef struct hps_client_cache_stats {
-    uint64_t lookups, hits, inserts, evictions, updates; /**< the cache's own counters */
+    /** The cache's own counters: every process that maps it together. */
+    uint64_t lookups, hits, inserts, evictions, updates;
     uint64_t occupied_rows, capacity_rows;
     uint64_t full_refreshes; /**< done by this process */
     uint64_t lock_timeouts;

@@ -3,8 +3,9 @@
 gpu-python: the Python module hps on a CUDA device, beside an hps-worker
 (gpucache = true) on the same device.  Real processes; exit 77 (skip) where
 no CUDA device is visible.  CUDA arrays come from torch where it imports with
-CUDA, else from a minimal ctypes DLPack producer over libcudart (so the CUDA
-paths run without torch; the hps.torch checks are then TAP SKIP lines).
+CUDA, else (or with HPS_TEST_NO_TORCH=1) from a minimal ctypes DLPack
+producer over libcudart, so the CUDA paths run without torch; the hps.torch
+checks are then TAP SKIP lines.
 
   1. worker A creates the GPU caches; a Python client on device 0 maps
      them: cache_stats processes == 2, A's nv_hps_embedding_cache_processes
@@ -42,8 +43,8 @@ import hps  # noqa: E402
 
 try:
     import torch
-    if not torch.cuda.is_available():
-        torch = None
+    if not torch.cuda.is_available() or os.environ.get("HPS_TEST_NO_TORCH"):
+        torch = None  # HPS_TEST_NO_TORCH=1: the ctypes CUDA arrays even with torch
 except ImportError:
     torch = None
 
@@ -300,8 +301,8 @@ def cuda_lookups(t, model, conf, c):
     maker = "torch" if torch else "ctypes CudaArray"
     ks = rng.sample(model.file_keys[0], 300) + model.unknown_keys(0, 4, 1)
     keys = to_dev(np.array(ks, dtype=np.int64))
-    out = c.lookup("m", 0, keys)
     if torch:
+        out = c.lookup("m", 0, keys)
         t.ok(isinstance(out, torch.Tensor) and out.is_cuda and out.device == keys.device and
              out.dtype == torch.float32 and tuple(out.shape) == (304, 32),
              "torch CUDA int64 keys -> torch CUDA float32 (304, 32) on the keys' device",

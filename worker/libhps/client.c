@@ -357,8 +357,11 @@ static int host_keys(hps_client_t *cl, const void *keys, hps_key_type_t kt, int 
     }
     if (!(s->keys = malloc(nk * sizeof(int64_t) + 1)))
         return -ENOMEM;
+    /* A 32-bit model's keys are uint32 (HugeCTR's TensorRT plugin passes
+     * them as INT32): zero-extended; a 64-bit model's are sign-extended. */
     for (size_t i = 0; i < nk; i++)
-        s->keys[i] = ((const int32_t *)src)[i];
+        s->keys[i] = cl->key_bytes == 4 ? (int64_t)(uint32_t)((const int32_t *)src)[i]
+                                        : (int64_t)((const int32_t *)src)[i];
     *ret = s->keys;
     return 0;
 }

@@ -326,10 +326,10 @@ static PyObject *dlpack_capsule(PyObject *o, void *stream, const char *what)
     }
     if (devtype == kDLCUDA) {
         PyObject *s = PyLong_FromUnsignedLongLong(stream ? (uintptr_t)stream : 1);
-        PyObject *args[2] = {o, s};
+        PyObject *args[3] = {NULL, o, s}; /* args[0]: room for the OFFSET flag */
         if (!s)
             return NULL;
-        cap = PyObject_VectorcallMethod(str_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+        cap = PyObject_VectorcallMethod(str_dlpack, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                         kw_stream);
         Py_DECREF(s);
     } else {
