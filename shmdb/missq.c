@@ -240,10 +240,8 @@ static bool post(hps_shmdb_t *db, struct shm_missq *q, const hps_miss_req_t *r,
 {
     uint64_t w;
     int i = claim(q, &w);
-    if (i < 0) {
-        atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
+    if (i < 0)
         return false;
-    }
     struct shm_mslot *s = &q->slots[i];
     s->table = r->table;
     s->n = m;
@@ -282,6 +280,16 @@ static hps_err_t collect(hps_shmdb_t *db, struct shm_missq *q, hps_miss_req_t *r
     return rc < 0 ? rc : 0; /* a positive answer is no error, and no rows */
 }
 
+/* Wake the coordinator for the chunks posted since the last ring. */
+static void ring(struct shm_missq *q, size_t *unrung)
+{
+    if (*unrung == 0)
+        return;
+    atomic_fetch_add_explicit(&q->doorbell, 1, memory_order_release);
+    futex(&q->doorbell, FUTEX_WAKE, *unrung < INT32_MAX ? (uint32_t)*unrung : INT32_MAX, NULL);
+    *unrung = 0;
+}
+
 /* The batched request against an absolute deadline (CLOCK_MONOTONIC ns). */
 static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq, uint64_t deadline)
 {
@@ -302,7 +310,7 @@ static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
         if (rq->rc == 0)
             chunks += rq->n / per + (rq->n % per != 0);
     }
-    /* Every chunk beyond the queue's slots is busy anyway: track at most nslots. */
+    /* At most the queue's slots are ours at once: a ring of chunks in flight. */
     size_t cap = chunks == 0 ? 0 : chunks < q->nslots ? chunks : q->nslots;
     struct flight stack[FLIGHT_STACK], *fl = stack;
     if (cap > FLIGHT_STACK && !(fl = malloc(cap * sizeof(*fl)))) {
@@ -312,34 +320,49 @@ static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
         cap = 0;
         fl = stack;
     }
-    /* Post every chunk of every request first ... */
-    size_t posted = 0;
+    /* Post every chunk of every request; when the queue (or our share of
+     * it) is full, ring the doorbell for what is posted and collect our
+     * oldest chunk to reuse its slot, all against the one deadline.  Only a
+     * queue full of other processes' requests makes a chunk HPS_EBUSY. */
+    size_t head = 0, tail = 0, unrung = 0;
     for (size_t r = 0; cap > 0 && r < nreq; r++) {
         hps_miss_req_t *rq = &reqs[r];
         if (rq->rc != 0 || rq->n == 0 || check(db, q, rq, &t, &per) != 0)
             continue;
         for (size_t off = 0; off < rq->n; off += per) {
             uint32_t m = (uint32_t)(rq->n - off < per ? rq->n - off : per);
-            if (posted < cap && post(db, q, rq, t, off, m, &fl[posted])) {
-                fl[posted++].req = r;
-                continue;
+            for (;;) {
+                if (hps__clock_ns(CLOCK_MONOTONIC) >= deadline) {
+                    rq->rc = rq->rc ? rq->rc : HPS_ETIMEDOUT; /* no time left to ask */
+                    break;
+                }
+                if (tail - head < cap && post(db, q, rq, t, off, m, &fl[tail % cap])) {
+                    fl[tail++ % cap].req = r;
+                    unrung++;
+                    break;
+                }
+                if (tail == head) { /* none of ours to wait for: the queue is busy */
+                    atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
+                    rq->rc = HPS_EBUSY; /* the other chunks still go */
+                    break;
+                }
+                ring(q, &unrung);
+                struct flight *f = &fl[head++ % cap];
+                hps_err_t rc = collect(db, q, &reqs[f->req], f, deadline);
+                if (rc != 0 && reqs[f->req].rc == 0)
+                    reqs[f->req].rc = rc;
             }
-            if (posted >= cap) /* we hold every slot of the queue: no claim can win */
-                atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
-            rq->rc = HPS_EBUSY; /* the other chunks still go */
         }
     }
-    /* ... ring the doorbell once ... */
-    if (posted > 0) {
-        atomic_fetch_add_explicit(&q->doorbell, 1, memory_order_release);
-        futex(&q->doorbell, FUTEX_WAKE, posted < INT32_MAX ? (uint32_t)posted : INT32_MAX, NULL);
-    }
-    /* ... then await them all against the one deadline.  Each wait ends at
-     * DONE or at the deadline; once it has passed, every chunk still out is
-     * given back (PENDING) or abandoned (SERVING) without waiting. */
-    for (size_t k = 0; k < posted; k++) {
-        hps_miss_req_t *rq = &reqs[fl[k].req];
-        hps_err_t rc = collect(db, q, rq, &fl[k], deadline);
+    /* Ring the doorbell once for the rest, then await them all against the
+     * one deadline.  Each wait ends at DONE or at the deadline; once it has
+     * passed, every chunk still out is given back (PENDING) or abandoned
+     * (SERVING) without waiting. */
+    ring(q, &unrung);
+    for (; head < tail; head++) {
+        struct flight *f = &fl[head % cap];
+        hps_miss_req_t *rq = &reqs[f->req];
+        hps_err_t rc = collect(db, q, rq, f, deadline);
         if (rc != 0 && rq->rc == 0)
             rq->rc = rc;
     }

@@ -497,14 +497,17 @@ typedef struct hps_miss_req {
  * Every chunk of every request is posted first (a request larger than one
  * slot's slab is split into chunks of as many keys as a slab holds), the
  * doorbell is rung once, then every posted slot is awaited against the one
- * deadline computed at entry (now + timeout_ms).  Once the deadline has
+ * deadline computed at entry (now + timeout_ms).  When the queue is full
+ * while chunks remain, the call rings for what it posted and waits for its
+ * own oldest chunk, reusing that slot (so a call larger than the queue goes
+ * through in waves, all under the one deadline).  Once the deadline has
  * passed, each slot still outstanding is taken back (PENDING -> FREE) or
  * abandoned to the coordinator (SERVING -> ABANDONED, freed when it
- * finishes): a late answer never touches the caller's memory.  A chunk that
- * finds no free slot (the queue is full, possibly with this call's own
- * chunks) is refused at once and counted as busy; the other chunks are still
- * posted and answered.  (hps_shmdb_miss_lookup, for one table, sends one
- * slot at a time instead and so never runs out of slots on its own.)
+ * finishes): a late answer never touches the caller's memory, and chunks
+ * not yet posted get HPS_ETIMEDOUT.  A chunk that finds no free slot while
+ * none of this call's chunks is out (the queue is full of other processes'
+ * requests) is refused at once and counted as busy; the other chunks are
+ * still posted and answered.
  *
  * @param[in,out] reqs  (nreq) host array, owned by the caller.  In: table, n,
  *                      keys, values, found.  Out, always set for every
@@ -517,7 +520,8 @@ typedef struct hps_miss_req {
  *                      A request's rc: HPS_EINVAL (db NULL, keys or values
  *                      NULL with n > 0, or a dim too large for one slab);
  *                      HPS_ENOTFOUND (no such table, or no queue); HPS_EBUSY
- *                      when any of its chunks found no free slot;
+ *                      when any of its chunks found the queue full of other
+ *                      processes' requests;
  *                      otherwise the first error of its chunks in key order:
  *                      HPS_ETIMEDOUT at the deadline, or the coordinator's
  *                      error (rows of that chunk not copied); -ENOMEM if the

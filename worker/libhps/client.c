@@ -480,12 +480,18 @@ hps_err_t hps_client_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
                                  hps_client_cache_stats_t *ret)
 {
     hps_err_t rc = check_table(cl, mi, t);
-    return rc < 0 ? rc : hps__client_gpu_cache_stats(cl, mi, t, ret);
+    if (rc == 0 && (rc = hps__client_gpu_cache_stats(cl, mi, t, ret)) < 0)
+        hps__client_fail(rc, "model %s table %u: no GPU cache in this process (%s)",
+                         cl->models[mi].conf->name, t, hps_strerror(rc));
+    return rc;
 }
 
 hps_err_t hps_client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *ret)
 {
-    return hps__client_gpu_stats(cl, ret);
+    hps_err_t rc = hps__client_gpu_stats(cl, ret);
+    if (rc < 0)
+        hps__client_fail(rc, "no GPU caches in this process");
+    return rc;
 }
 
 hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, void *ret)
@@ -498,7 +504,12 @@ hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, void *ret)
 
 hps_err_t hps_client_host_register(hps_client_t *cl, void *buf, size_t bytes)
 {
-    return hps__client_gpu_pin(cl, buf, bytes);
+    hps_err_t rc = hps__client_gpu_pin(cl, buf, bytes);
+    if (rc < 0)
+        hps__client_fail(rc, "cannot page-lock %zu bytes: %s", bytes,
+                         rc == HPS_EUNSUPPORTED ? "no GPU caches in this process"
+                                                : "CUDA refused (cudaHostRegister)");
+    return rc;
 }
 
 void hps_client_host_unregister(hps_client_t *cl, void *buf, size_t bytes)
