@@ -30,8 +30,6 @@
  *     client; hps_client_last_error() is per thread;
  *   - 8 threads looking up for 1 s, all exact; counters add up (a call
  *     of 0 keys is not counted in lookup_calls).
- *   A check of a known libhps bug prints "not ok ... # TODO <bug>" (an
- *   expected failure) while it fails and a plain "ok" once fixed.
  * early: opened before the coordinator runs: not ready; prints "# waiting",
  *   then waits for readiness and checks one lookup.
  * loop: looks up (checked) until killed; "LOOKUPS <n>" every 1000 calls,
@@ -76,29 +74,6 @@ static bool ok(bool cond, const char *fmt, ...)
     if (!cond)
         tap_failed++;
     printf("%s %d - %s\n", cond ? "ok" : "not ok", tap_n, desc);
-    fflush(stdout);
-    return cond;
-}
-
-/* A check of a known libhps bug: "not ok ... # TODO <bug>" while it fails
- * (TAP: an expected failure), a plain "ok" once libhps is fixed. */
-static bool ok_todo(bool cond, const char *bug, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool ok_todo(bool cond, const char *bug, const char *fmt, ...)
-{
-    char desc[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(desc, sizeof(desc), fmt, ap);
-    va_end(ap);
-    for (char *p = desc; *p; p++)
-        if (*p == '#' || *p == '\n')
-            *p = *p == '#' ? 'N' : ' ';
-    tap_n++;
-    if (cond)
-        printf("ok %d - %s\n", tap_n, desc);
-    else
-        printf("not ok %d - %s # TODO %s\n", tap_n, desc, bug);
     fflush(stdout);
     return cond;
 }
@@ -803,22 +778,10 @@ static void set_sentinel(void)
     (void)hps_client_model_find(sentinel_client, SENTINEL, &x);
 }
 
-/* libhps bug: the GPU-only calls of a build without CUDA (or a host-only
- * client) fail without setting hps_client_last_error(). */
-#define BUG_GPU_MSG                                                                                \
-    "hps_client_cache_stats/gpu_stats/host_register fail without setting "                         \
-    "hps_client_last_error()"
-
-static void expect_err_fn(const char *what, hps_err_t rc, hps_err_t want, const char *todo)
+static void expect_err_fn(const char *what, hps_err_t rc, hps_err_t want)
 {
     const char *msg = hps_client_last_error();
     bool fresh = msg && msg[0] && !strstr(msg, SENTINEL);
-    if (todo) {
-        ok(rc == want, "%s -> %s (got %d %s)", what, hps_err_name(want), rc, hps_err_name(rc));
-        ok_todo(fresh, todo, "%s: hps_client_last_error() tells why (got \"%s\")", what,
-                msg ? msg : "(null)");
-        return;
-    }
     ok(rc == want && fresh, "%s -> %s with its own message (got %d %s: \"%s\")", what,
        hps_err_name(want), rc, hps_err_name(rc), msg ? msg : "(null)");
 }
@@ -827,13 +790,7 @@ static void expect_err_fn(const char *what, hps_err_t rc, hps_err_t want, const 
     do {                                                                                           \
         set_sentinel();                                                                            \
         hps_err_t rc_ = (call);                                                                    \
-        expect_err_fn(what, rc_, want, NULL);                                                      \
-    } while (0)
-#define expect_err_todo(what, call, want, bug)                                                     \
-    do {                                                                                           \
-        set_sentinel();                                                                            \
-        hps_err_t rc_ = (call);                                                                    \
-        expect_err_fn(what, rc_, want, bug);                                                       \
+        expect_err_fn(what, rc_, want);                                                            \
     } while (0)
 
 static void check_errors(hps_client_t *c, const char *config)
@@ -958,12 +915,12 @@ static void check_errors(hps_client_t *c, const char *config)
     /* GPU-only calls on a host-only client. */
     hps_client_cache_stats_t cs;
     hps_client_gpu_stats_t gs;
-    expect_err_todo("hps_client_cache_stats on a host-only client",
-                    hps_client_cache_stats(c, 0, 0, &cs), HPS_ENOTFOUND, BUG_GPU_MSG);
-    expect_err_todo("hps_client_gpu_stats on a host-only client", hps_client_gpu_stats(c, &gs),
-                    HPS_ENOTFOUND, BUG_GPU_MSG);
-    expect_err_todo("hps_client_host_register on a host-only client",
-                    hps_client_host_register(c, out, 4096), HPS_EUNSUPPORTED, BUG_GPU_MSG);
+    expect_err("hps_client_cache_stats on a host-only client", hps_client_cache_stats(c, 0, 0, &cs),
+               HPS_ENOTFOUND);
+    expect_err("hps_client_gpu_stats on a host-only client", hps_client_gpu_stats(c, &gs),
+               HPS_ENOTFOUND);
+    expect_err("hps_client_host_register on a host-only client",
+               hps_client_host_register(c, out, 4096), HPS_EUNSUPPORTED);
 
     /* hps_client_last_error is per thread: "" in a fresh thread, and the
      * main thread's message survives another thread's failure. */
