@@ -43,6 +43,21 @@ static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, cons
     return lookup_done(t0, rc, stats);
 }
 
+/* On an event-loop thread: answers what shared memory holds, else
+ * HPS_EAGAIN (the front end runs lookup() on its pool). */
+static hps_err_t lookup_nowait(void *ctx, size_t model_index, uint32_t num_tables,
+                               const int32_t *numkeys, const int64_t *keys, size_t num_keys,
+                               float *out, size_t out_len, hps_kserve_lookup_stats_t *stats)
+{
+    worker_t *w = ctx;
+    uint64_t t0 = now_ns();
+    (void)num_keys, (void)out_len;
+    hps_err_t rc =
+        hps_client_lookup_ex(w->client, model_index, num_tables, numkeys, keys, HPS_KEY_INT64,
+                             HPS_HOST, out, HPS_HOST, NULL, HPS_LOOKUP_NOWAIT);
+    return rc == HPS_EAGAIN ? rc : lookup_done(t0, rc, stats);
+}
+
 /* OUTPUT0 into device memory: straight from the GPU caches when they serve
  * the model on that device; HPS_EUNSUPPORTED sends the front end to
  * lookup() and a copy. */
@@ -283,6 +298,7 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
     memset(ret, 0, sizeof(*ret));
     ret->ctx = w;
     ret->lookup = lookup;
+    ret->lookup_nowait = lookup_nowait;
     ret->lookup_device = lookup_device;
     ret->ready = ready;
     ret->metrics = metrics;

@@ -13,7 +13,12 @@
  * with 400 at its end; past twice the limit the connection is cut.
  *
  * Only inference and shared-memory register bodies are kept.  Everything runs on the listener's
- * threads, including backend->lookup().
+ * threads except inference lookups that may wait: backend->lookup_nowait()
+ * answers inline what it can; otherwise the connection is suspended, the
+ * lookup and the response run on the lookup pool (kserve_pool.c), which
+ * parks the response in the request state (queue() sees the thread's
+ * `parked` request) and resumes the connection; libmicrohttpd then calls
+ * the access handler again, which queues the parked response.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -44,7 +49,16 @@ struct kreq {
     size_t len;
     size_t cap;
     uint64_t received;
+    /* A lookup on the pool: set before the connection is suspended; the
+     * response is parked by the pool thread before it resumes the
+     * connection, and queued by the next access-handler call. */
+    bool deferred;
+    unsigned parked_status;
+    struct MHD_Response *parked; /* NULL: the response could not be made */
 };
+
+/* The request whose response the calling pool thread is making. */
+static __thread struct kreq *parked_for;
 
 /* ------------------------------------------------------------------------ */
 /* Responses                                                                 */
@@ -63,6 +77,11 @@ static enum MHD_Result queue(const hps_kserve_t *s, struct MHD_Connection *c, un
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (atomic_load_explicit(&s->draining, memory_order_relaxed))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (parked_for) { /* a pool thread: queued when the connection resumes */
+        parked_for->parked_status = status;
+        parked_for->parked = r;
+        return MHD_YES;
+    }
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -241,33 +260,32 @@ static hps_err_t lookup_device(hps_kserve_t *s, size_t mi, const struct hps__inf
     return rc;
 }
 
-/* Run the lookup; *on_device when OUTPUT0 was written into its CUDA region
- * by the backend (nothing left to copy). */
-static bool infer_lookup(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
-                         const struct hps__infer_req *req, float *out,
-                         hps_kserve_lookup_stats_t *ls, uint64_t t0, enum MHD_Result *ret,
-                         bool *on_device)
+/* The blocking lookup (on the pool): straight into a CUDA output region
+ * when the backend can, else into out; *on_device says which. */
+static hps_err_t run_lookup(hps_kserve_t *s, size_t mi, const struct hps__infer_req *req,
+                            float *out, hps_kserve_lookup_stats_t *ls, bool *on_device)
 {
-    struct hps__kmodel *m = &s->models[mi];
     memset(ls, 0, sizeof(*ls));
-    *on_device = false;
-    if (req->num_keys == 0)
-        return true;
     hps_err_t rc = lookup_device(s, mi, req, ls);
     *on_device = rc == 0;
     if (rc == HPS_EUNSUPPORTED)
-        rc = s->backend.lookup(s->backend.ctx, mi, m->num_tables, req->numkeys, req->keys,
-                               req->num_keys, out, (size_t)req->out_len, ls);
-    if (rc == 0)
-        return true;
+        rc = s->backend.lookup(s->backend.ctx, mi, s->models[mi].num_tables, req->numkeys,
+                               req->keys, req->num_keys, out, (size_t)req->out_len, ls);
+    return rc;
+}
+
+/* A failed lookup: answer 503 (busy) or 500 with the backend's message. */
+static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
+                                     hps_err_t rc, hps_kserve_lookup_stats_t *ls, uint64_t t0)
+{
+    struct hps__kmodel *m = &s->models[mi];
     ls->message[sizeof(ls->message) - 1] = '\0';
     char msg[HPS__KERR_MSG_MAX];
     snprintf(msg, sizeof(msg), "lookup failed for model '%s': %s", m->name,
              ls->message[0] ? ls->message : hps_strerror(rc));
     bool busy = rc == HPS_EBUSY;
-    *ret = infer_failed(s, m, c, t0, busy ? HPS__FAIL_REJECTED : HPS__FAIL_BACKEND,
+    return infer_failed(s, m, c, t0, busy ? HPS__FAIL_REJECTED : HPS__FAIL_BACKEND,
                         busy ? 503 : 500, msg);
-    return false;
 }
 
 /*
@@ -319,9 +337,76 @@ static float *out_done(const hps_kserve_t *s, const struct hps__infer_req *req, 
     return NULL;
 }
 
-/* Parse, look up, answer: one inference request for model mi. */
+/* After the lookup (result rc): the output region, then the answer. */
+static enum MHD_Result infer_finish(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
+                                    const struct hps__infer_req *req, float *out,
+                                    hps_kserve_lookup_stats_t *ls, hps_err_t rc, bool on_device,
+                                    uint64_t stamp[4])
+{
+    struct hps__kmodel *m = &s->models[mi];
+    hps__kerr_t err;
+    if (rc < 0) {
+        out_done(s, req, out, false);
+        return lookup_failed(s, c, mi, rc, ls, stamp[0]);
+    }
+    if (!on_device && hps__infer_store_output(req, out, &err)) {
+        out_done(s, req, out, false);
+        return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
+    }
+    stamp[2] = hps__now_ns();
+    out = out_done(s, req, out, true);
+    return infer_respond(s, c, m, req, out, ls, stamp);
+}
+
+/* An inference request whose lookup runs on the pool. */
+struct infer_job {
+    struct hps__job job; /* first: the pool's handle */
+    hps_kserve_t *s;
+    struct MHD_Connection *c;
+    struct kreq *q;
+    size_t mi;
+    struct hps__infer_req req;
+    float *out;
+    uint64_t stamp[4];
+};
+
+static void infer_job_run(struct hps__job *job)
+{
+    struct infer_job *j = (struct infer_job *)job;
+    hps_kserve_lookup_stats_t ls;
+    bool on_device = false;
+    hps_err_t rc = run_lookup(j->s, j->mi, &j->req, j->out, &ls, &on_device);
+    parked_for = j->q;
+    infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp);
+    parked_for = NULL;
+    hps__infer_req_fini(&j->req);
+    atomic_fetch_sub_explicit(&j->s->models[j->mi].stats.pending, 1, memory_order_relaxed);
+    struct MHD_Connection *c = j->c;
+    free(j);
+    MHD_resume_connection(c); /* j->q may be gone once the event loop answers */
+}
+
+/* Hand the lookup to the pool: false (nothing changed) when out of memory. */
+static bool defer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, size_t mi,
+                  struct hps__infer_req *req, float *out, const uint64_t stamp[4])
+{
+    struct infer_job *j = malloc(sizeof(*j));
+    if (!j)
+        return false;
+    *j = (struct infer_job){
+        .job = {.run = infer_job_run}, .s = s, .c = c, .q = q, .mi = mi, .req = *req, .out = out};
+    memcpy(j->stamp, stamp, sizeof(j->stamp));
+    q->deferred = true;
+    q->parked = NULL;
+    MHD_suspend_connection(c);
+    hps__pool_submit(s->pool, &j->job);
+    return true;
+}
+
+/* Parse, look up, answer: one inference request for model mi.  *deferred:
+ * the lookup went to the pool, which answers (and ends the pending gauge). */
 static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
-                                   size_t mi)
+                                   size_t mi, bool *deferred)
 {
     struct hps__kmodel *m = &s->models[mi];
     uint64_t stamp[4] = {hps__now_ns(), 0, 0, 0};
@@ -333,21 +418,27 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
     enum MHD_Result ret;
     hps_kserve_lookup_stats_t ls;
-    bool on_device = false;
+    memset(&ls, 0, sizeof(ls));
     float *out = out_buffer(s, &req);
     stamp[1] = hps__now_ns();
     if (!out) {
         ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
-    } else if (!infer_lookup(s, c, mi, &req, out, &ls, stamp[0], &ret, &on_device)) {
-        out_done(s, &req, out, false);
-    } else if (!on_device && hps__infer_store_output(&req, out, &err)) {
-        out_done(s, &req, out, false);
-        ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
-    } else {
-        stamp[2] = hps__now_ns();
-        out = out_done(s, &req, out, true);
-        ret = infer_respond(s, c, m, &req, out, &ls, stamp);
+        hps__infer_req_fini(&req);
+        return ret;
     }
+    /* Inline what answers at once; the rest on the pool. */
+    hps_err_t rc = req.num_keys == 0 ? 0 : HPS_EAGAIN;
+    if (rc == HPS_EAGAIN && !req.out_cuda && s->backend.lookup_nowait)
+        rc = s->backend.lookup_nowait(s->backend.ctx, mi, m->num_tables, req.numkeys, req.keys,
+                                      req.num_keys, out, (size_t)req.out_len, &ls);
+    if (rc == HPS_EAGAIN && s->pool && defer(s, c, q, mi, &req, out, stamp)) {
+        *deferred = true;
+        return MHD_YES;
+    }
+    bool on_device = false;
+    if (rc == HPS_EAGAIN)
+        rc = run_lookup(s, mi, &req, out, &ls, &on_device);
+    ret = infer_finish(s, c, mi, &req, out, &ls, rc, on_device, stamp);
     hps__infer_req_fini(&req);
     return ret;
 }
@@ -361,8 +452,10 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
         return send_error(s, c, err.status, err.msg);
     _Atomic int64_t *pending = &s->models[mi].stats.pending;
     atomic_fetch_add_explicit(pending, 1, memory_order_relaxed); /* a gauge only */
-    enum MHD_Result ret = infer_model(s, c, q, (size_t)mi);
-    atomic_fetch_sub_explicit(pending, 1, memory_order_relaxed);
+    bool deferred = false;
+    enum MHD_Result ret = infer_model(s, c, q, (size_t)mi, &deferred);
+    if (!deferred)
+        atomic_fetch_sub_explicit(pending, 1, memory_order_relaxed);
     return ret;
 }
 
@@ -617,6 +710,16 @@ enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, con
     struct kreq *q = *req_cls;
     if (!q)
         return begin(cls, conn, url, method, req_cls);
+    if (q->deferred) { /* resumed by the pool: its answer is parked */
+        q->deferred = false;
+        struct MHD_Response *r = q->parked;
+        q->parked = NULL;
+        if (!r)
+            return MHD_NO;
+        enum MHD_Result ret = MHD_queue_response(conn, q->parked_status, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     if (*upload_data_size) {
         bool ok = absorb(q, upload_data, *upload_data_size);
         *upload_data_size = 0;
@@ -637,6 +740,8 @@ void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_c
     struct kreq *q = *req_cls;
     if (!q)
         return;
+    if (q->parked)
+        MHD_destroy_response(q->parked);
     body_free(q);
     free(q);
     *req_cls = NULL;

@@ -47,11 +47,33 @@ struct hps_kserve {
      * A hint only, relaxed. */
     _Atomic bool draining;
 
+    /* The lookup pool (kserve_pool.c): inference lookups run there;
+     * created by hps_kserve_start, stopped after the drain. */
+    struct hps__pool *pool;
+    unsigned lookup_threads;
+
     /* Requests between their first callback and their completion
      * notification; hps_kserve_stop() drains it to zero.  Only a counter,
      * no data is published through it: relaxed. */
     _Atomic int64_t inflight;
 };
+
+/* ------------------------------------------------------------------------ */
+/* Lookup pool (kserve_pool.c)                                               */
+/* ------------------------------------------------------------------------ */
+
+/** A job of the lookup pool, embedded in the caller's state. */
+struct hps__job {
+    struct hps__job *next; /* the pool's queue (its mutex) */
+    void (*run)(struct hps__job *j);
+};
+
+/** Start `threads` pool threads.  0, -ENOMEM or HPS_EIO (nothing left running). */
+hps_err_t hps__pool_start(unsigned threads, struct hps__pool **ret);
+/** Queue j; a pool thread calls j->run(j).  Never fails; thread-safe. */
+void hps__pool_submit(struct hps__pool *p, struct hps__job *j);
+/** Run every queued job, then join the threads and free p (NULL: no-op). */
+void hps__pool_stop(struct hps__pool *p);
 
 /** MHD_AccessHandlerCallback of the HTTP (KServe v2) listener; cls = server. */
 enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,

@@ -9,9 +9,13 @@
  * MHD_OPTION_THREAD_POOL_SIZE) sharing the non-blocking listening socket;
  * the metrics daemon runs one.
  *
+ * Lookup pool.  Inference lookups that may wait run on the pool's threads
+ * (kserve_pool.c) with their connection suspended (MHD_ALLOW_SUSPEND_RESUME).
+ *
  * Graceful stop.  MHD_quiesce_daemon() stops accepting; requests already
  * started (counted in srv->inflight from their first callback to their
- * completion notification) get up to drain_timeout_ms to be answered; then
+ * completion notification) get up to drain_timeout_ms to be answered; the
+ * pool finishes its lookups (each resumes its connection); then
  * MHD_stop_daemon() closes every connection and joins every thread.
  */
 #include <errno.h>
@@ -177,7 +181,8 @@ static hps_err_t check_options(const hps_kserve_options_t *o)
     if (o->metrics_port != HPS_KSERVE_PORT_DISABLED &&
         (o->metrics_port < 0 || o->metrics_port > 65535))
         return HPS_EINVAL;
-    if (o->threads > MAX_THREADS || o->max_keys_per_request > HPS_KSERVE_MAX_KEYS_LIMIT)
+    if (o->threads > MAX_THREADS || o->lookup_threads > MAX_THREADS ||
+        o->max_keys_per_request > HPS_KSERVE_MAX_KEYS_LIMIT)
         return HPS_EINVAL;
     return 0;
 }
@@ -194,6 +199,7 @@ static hps_err_t apply_options(hps_kserve_t *s, const hps_kserve_options_t *o)
     s->http_port = o->http_port;
     s->metrics_port = o->metrics_port;
     s->threads = o->threads ? o->threads : 4;
+    s->lookup_threads = o->lookup_threads ? o->lookup_threads : 32;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : HPS_KSERVE_DEFAULT_MAX_BODY_BYTES;
     s->max_buffered = o->max_buffered_body_bytes ? o->max_buffered_body_bytes : 16 * s->max_body;
     s->limits.max_keys =
@@ -284,10 +290,10 @@ static hps_err_t open_listener(const char *addr, int port, int *ret_fd, uint16_t
 static struct MHD_Daemon *start_http(hps_kserve_t *s)
 {
     return MHD_start_daemon(
-        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL, hps__http_on_request, s,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd, MHD_OPTION_NOTIFY_COMPLETED,
-        hps__http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE, s->threads,
-        MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+        hps__http_on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd,
+        MHD_OPTION_NOTIFY_COMPLETED, hps__http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        s->threads, MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
 }
 
@@ -311,6 +317,8 @@ static void teardown(hps_kserve_t *s)
         MHD_stop_daemon(s->http);
     else if (s->http_fd >= 0)
         close(s->http_fd);
+    hps__pool_stop(s->pool);
+    s->pool = NULL;
     s->http = s->metrics = NULL;
     s->http_fd = s->metrics_fd = -1;
     s->bound_http_port = s->bound_metrics_port = 0;
@@ -326,6 +334,8 @@ hps_err_t hps_kserve_start(hps_kserve_t *s)
     if (rc == 0 && s->metrics_port != HPS_KSERVE_PORT_DISABLED)
         rc = open_listener(s->metrics_address, s->metrics_port, &s->metrics_fd,
                            &s->bound_metrics_port);
+    if (rc == 0)
+        rc = hps__pool_start(s->lookup_threads, &s->pool);
     if (rc == 0 && !(s->http = start_http(s)))
         rc = HPS_EIO;
     if (rc == 0 && s->metrics_fd >= 0 && !(s->metrics = start_metrics(s)))
@@ -368,6 +378,10 @@ void hps_kserve_stop(hps_kserve_t *s)
     atomic_store_explicit(&s->draining, true, memory_order_relaxed);
     MHD_socket fd = MHD_quiesce_daemon(s->http);
     drain(s);
+    /* Every pooled lookup finishes and resumes its connection before the
+     * daemon stops (it must not stop with connections suspended). */
+    hps__pool_stop(s->pool);
+    s->pool = NULL;
     MHD_stop_daemon(s->http);
     s->http = NULL;
     if (fd != MHD_INVALID_SOCKET)

@@ -212,6 +212,24 @@ hps_err_t hps_client_lookup(hps_client_t *c, size_t model, uint32_t num_tables,
                             const int32_t *numkeys, const void *keys, hps_key_type_t key_type,
                             int keys_loc, float *out, int out_loc, void *stream);
 
+/** hps_client_lookup_ex() flags. */
+enum hps_lookup_flags {
+    /** Return HPS_EAGAIN at once, with nothing counted and out undefined,
+     *  where the call would wait: for the coordinator (keys missing in the
+     *  volatile DB while it serves), or for a GPU (models served by GPU
+     *  caches, buffers in device memory).  An event loop answers what shared
+     *  memory holds inline and hands the rest to threads that may wait. */
+    HPS_LOOKUP_NOWAIT = 1u << 0,
+};
+
+/**
+ * @brief hps_client_lookup() with flags (enum hps_lookup_flags).
+ * @return as hps_client_lookup(), and HPS_EAGAIN under HPS_LOOKUP_NOWAIT.
+ */
+hps_err_t hps_client_lookup_ex(hps_client_t *c, size_t model, uint32_t num_tables,
+                               const int32_t *numkeys, const void *keys, hps_key_type_t key_type,
+                               int keys_loc, float *out, int out_loc, void *stream, unsigned flags);
+
 /**
  * @brief Embedding vectors of n keys of one table (HugeCTR's
  * lookup(keys, model_name, table_id)).

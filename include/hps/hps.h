@@ -40,7 +40,8 @@ typedef int hps_err_t;
     XX(HPS_EIO, -20012, "I/O error")                                                               \
     XX(HPS_ETRUNCATED, -20013, "truncated input")                                                  \
     XX(HPS_EMISMATCH, -20014, "existing object does not match the request")                        \
-    XX(HPS_EUNSUPPORTED, -20015, "not supported in this build")
+    XX(HPS_EUNSUPPORTED, -20015, "not supported in this build")                                    \
+    XX(HPS_EAGAIN, -20016, "would wait (a non-blocking call)")
 
 enum hps_errno {
 #define HPS__ERR_ENUM(name, value, msg) name = value,

@@ -73,9 +73,13 @@
  * model with max_batch_size 0 takes KEYS [N] and NUMKEYS [T] instead.
  *
  * Threads.  The HTTP listener runs `threads` event-loop threads (libmicro-
- * httpd, epoll); each request is parsed and answered on one of them, and
- * backend->lookup() is called there, synchronously, so up to `threads`
- * lookups run concurrently.  The metrics listener has one thread of its own.
+ * httpd, epoll); each request is parsed and answered on one of them.  An
+ * inference lookup runs there only through backend->lookup_nowait(), which
+ * answers at once or declines (HPS_EAGAIN); otherwise the connection is
+ * suspended and backend->lookup() runs on one of `lookup_threads` pool
+ * threads, which resumes the connection with the answer: a lookup that
+ * waits (for the coordinator, a GPU) never holds up the other requests of
+ * its event loop.  The metrics listener has one thread of its own.
  *
  * The library never prints and keeps no global state: several servers may
  * live in one process.  Hosts must be little-endian (binary tensors are
@@ -139,9 +143,12 @@ typedef struct hps_kserve_options {
     /** Metrics port; 0 = a free port; HPS_KSERVE_PORT_DISABLED = no metrics
      *  listener.  options_init: 8002. */
     int metrics_port;
-    /** HTTP event-loop threads, which also run backend->lookup();
+    /** HTTP event-loop threads, which also run backend->lookup_nowait();
      *  0 = 4; at most 1024. */
     unsigned threads;
+    /** Lookup pool threads, which run backend->lookup() (see Threads);
+     *  0 = 32; at most 1024. */
+    unsigned lookup_threads;
     /** Largest accepted request body in bytes (JSON header plus binary
      *  tensors); 0 = 64 MiB.  Larger bodies get 400 without being buffered. */
     size_t max_body_bytes;
@@ -263,6 +270,16 @@ typedef struct hps_kserve_backend {
     hps_err_t (*lookup)(void *ctx, size_t model_index, uint32_t num_tables, const int32_t *numkeys,
                         const int64_t *keys, size_t num_keys, float *out, size_t out_len,
                         hps_kserve_lookup_stats_t *stats);
+
+    /**
+     * @brief Optional (NULL = every lookup runs on the pool): as lookup, on
+     *        an event-loop thread, but it must not wait: HPS_EAGAIN (out
+     *        then undefined, nothing counted) sends the request to the lookup
+     *        pool, where lookup() answers it.  Same arguments and results.
+     */
+    hps_err_t (*lookup_nowait)(void *ctx, size_t model_index, uint32_t num_tables,
+                               const int32_t *numkeys, const int64_t *keys, size_t num_keys,
+                               float *out, size_t out_len, hps_kserve_lookup_stats_t *stats);
 
     /**
      * @brief Optional (NULL = none): fill device memory with the vectors,

@@ -300,7 +300,7 @@ static hps_err_t check_loc(const hps_client_t *cl, int loc, const char *what)
 
 /* The fetch path for every table of a call: host keys, host rows. */
 static int fetch_all(hps_client_t *cl, client_model_t *m, uint32_t nt, const int32_t *numkeys,
-                     const int64_t *keys, float *out)
+                     const int64_t *keys, float *out, bool nowait)
 {
     client_fetch_t stack[16], *f = nt <= 16 ? stack : calloc(nt, sizeof(*f));
     if (!f)
@@ -313,7 +313,7 @@ static int fetch_all(hps_client_t *cl, client_model_t *m, uint32_t nt, const int
         ko += n;
         fo += n * m->dims[t];
     }
-    int rc = hps__client_fetch(cl, m, f, nf, true);
+    int rc = hps__client_fetch(cl, m, f, nf, true, nowait);
     if (f != stack)
         free(f);
     return rc;
@@ -368,8 +368,12 @@ static int host_keys(hps_client_t *cl, const void *keys, hps_key_type_t kt, int 
 
 static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_t nt,
                          const int32_t *numkeys, const void *keys, hps_key_type_t kt, int keys_loc,
-                         float *out, int out_loc, void *stream, size_t nk, size_t nfloats)
+                         float *out, int out_loc, void *stream, size_t nk, size_t nfloats,
+                         bool nowait)
 {
+    /* Device buffers and GPU caches mean waiting for a GPU. */
+    if (nowait && (keys_loc != HPS_HOST || out_loc != HPS_HOST || hps__client_gpu_serves(cl, mi)))
+        return HPS_EAGAIN;
     struct staging s = {0};
     const int64_t *hk = NULL;
     int rc = 0;
@@ -394,7 +398,7 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
     if (rc == 0 && !ho)
         rc = -ENOMEM;
     if (rc == 0)
-        rc = fetch_all(cl, m, nt, numkeys, hk, ho);
+        rc = fetch_all(cl, m, nt, numkeys, hk, ho, nowait);
     if (rc == 0 && out_loc != HPS_HOST)
         rc = hps__client_gpu_copy(cl, out, ho, nfloats * sizeof(float), true, stream);
 out:
@@ -405,6 +409,13 @@ out:
 hps_err_t hps_client_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
                             const void *keys, hps_key_type_t kt, int keys_loc, float *out,
                             int out_loc, void *stream)
+{
+    return hps_client_lookup_ex(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, 0);
+}
+
+hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                               const void *keys, hps_key_type_t kt, int keys_loc, float *out,
+                               int out_loc, void *stream, unsigned flags)
 {
     uint64_t t0 = hps__client_now_ns();
     hps_err_t rc = check_model(cl, mi);
@@ -433,8 +444,10 @@ hps_err_t hps_client_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int3
         return hps__client_fail(HPS_EINVAL, "NULL %s", keys ? "output" : "keys");
     pthread_rwlock_rdlock(&cl->seg_lock);
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
-                       nfloats);
+                       nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0);
     pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc == HPS_EAGAIN)
+        return hps__client_fail(rc, "model %s: the lookup would wait", m->conf->name);
     if (rc < 0 && !strstr(last_error, hps_strerror(rc)))
         hps__client_fail(rc, "lookup in model %s failed: %s", m->conf->name, hps_strerror(rc));
     atomic_fetch_add_explicit(&m->ctr.lookup_keys, nk, memory_order_relaxed);

@@ -159,7 +159,8 @@ static void lower_layers(hps_client_t *cl, client_model_t *m, const client_fetch
         free(req);
 }
 
-int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf, bool count)
+int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf, bool count,
+                      bool nowait)
 {
     struct part stack[8], *p = nf <= 8 ? stack : calloc(nf, sizeof(*p));
     if (!p)
@@ -169,7 +170,18 @@ int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, si
     int rc = 0;
     for (size_t i = 0; i < nf && rc == 0; i++)
         rc = vdb_part(cl, m, &f[i], &p[i], attached);
-    if (rc == 0 && attached && atomic_load_explicit(&cl->coord_alive, memory_order_relaxed))
+    bool ask = rc == 0 && attached && atomic_load_explicit(&cl->coord_alive, memory_order_relaxed);
+    size_t missing = 0;
+    for (size_t i = 0; ask && i < nf; i++)
+        missing += p[i].miss;
+    if (nowait && missing) { /* the caller asks again where it may wait */
+        for (size_t i = 0; i < nf; i++)
+            part_free(&p[i]);
+        if (p != stack)
+            free(p);
+        return HPS_EAGAIN;
+    }
+    if (ask)
         lower_layers(cl, m, f, p, nf);
     for (size_t i = 0; i < nf; i++) {
         uint32_t dim = m->dims[f[i].table];

@@ -208,7 +208,7 @@ int hps__client_fetch_one(hps_client_t *cl, size_t mi, uint32_t t, const int64_t
                           float *rows, uint8_t *found)
 {
     client_fetch_t f = {.table = t, .n = n, .keys = keys, .rows = rows, .found = found};
-    return hps__client_fetch(cl, &cl->models[mi], &f, 1, false);
+    return hps__client_fetch(cl, &cl->models[mi], &f, 1, false, false);
 }
 
 int hps__client_gpu_copy(hps_client_t *cl, void *dst, const void *src, size_t bytes, bool to_device,

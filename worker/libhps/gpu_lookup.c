@@ -242,7 +242,7 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     }
     /* 2: one pass of the fetch path for every synchronous table */
     if (rc == 0 && nf)
-        rc = hps__client_fetch(g->cl, m, f, nf, true);
+        rc = hps__client_fetch(g->cl, m, f, nf, true, false);
     /* 3: rows to their places, then the inserts */
     if (rc == 0 && k->d_out)
         rc = scatter_device(g, c, k, xs, nx);
