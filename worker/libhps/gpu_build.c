@@ -101,27 +101,50 @@ static int build_cache(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, u
 
 /* ---- background inserts ------------------------------------------------ */
 
-/** Fetch and insert one job's keys (the GPU thread, context c). */
+/** Fetch one job's keys, every table in one pass of the fetch path, and
+ *  insert the rows found (the GPU thread, context c). */
 static void run_job(struct client_gpu *g, gctx_t *c, job_t *j)
 {
     hps_client_t *cl = g->cl;
     client_model_t *m = &cl->models[j->mi];
-    uint32_t dim = m->dims[j->t];
-    uint8_t *found = malloc(j->n);
-    if (!found || hps__client_pair_reserve(&c->ikeys, j->n * sizeof(int64_t)) < 0 ||
-        hps__client_pair_reserve(&c->ivals, j->n * dim * sizeof(float)) < 0) {
-        free(found);
-        return;
+    size_t nk = 0, nf = 0;
+    for (uint32_t i = 0; i < j->ntab; i++) {
+        nk += j->n[i];
+        nf += j->n[i] * m->dims[j->t[i]];
     }
-    int64_t *ik = c->ikeys.h;
-    float *iv = c->ivals.h;
+    client_fetch_t *f = calloc(j->ntab ? j->ntab : 1, sizeof(*f));
+    float *rows = malloc(nf * sizeof(float) + 1);
+    uint8_t *found = malloc(nk + 1);
+    if (!f || !rows || !found)
+        goto out;
+    for (uint32_t i = 0, ko = 0, fo = 0; i < j->ntab; i++) {
+        f[i] = (client_fetch_t){.table = j->t[i],
+                                .n = j->n[i],
+                                .keys = j->keys + ko,
+                                .rows = rows + fo,
+                                .found = found + ko};
+        ko += (uint32_t)j->n[i];
+        fo += (uint32_t)(j->n[i] * m->dims[j->t[i]]);
+    }
     pthread_rwlock_rdlock(&cl->seg_lock);
-    hps__client_fetch_one(cl, j->mi, j->t, j->keys, j->n, iv, found);
+    hps__client_fetch(cl, m, f, j->ntab, false, false);
     pthread_rwlock_unlock(&cl->seg_lock);
-    size_t k = hps__client_keep_found(ik, j->keys, iv, found, j->n, dim);
+    for (uint32_t i = 0; i < j->ntab; i++) {
+        uint32_t dim = m->dims[f[i].table];
+        if (hps__client_pair_reserve(&c->ikeys, f[i].n * sizeof(int64_t)) < 0 ||
+            hps__client_pair_reserve(&c->ivals, f[i].n * dim * sizeof(float)) < 0)
+            break;
+        size_t k =
+            hps__client_keep_found(c->ikeys.h, f[i].keys, f[i].rows, f[i].found, f[i].n, dim);
+        memcpy(c->ivals.h, f[i].rows, k * dim * sizeof(float));
+        if (hps__client_write_staged(c, g->models[j->mi].tables[f[i].table].cache, k, dim, false) ==
+            0)
+            hps__client_ck(cudaStreamSynchronize(c->stream), "background insert");
+    }
+out:
+    free(f);
+    free(rows);
     free(found);
-    if (hps__client_write_staged(c, g->models[j->mi].tables[j->t].cache, k, dim, false) == 0)
-        hps__client_ck(cudaStreamSynchronize(c->stream), "background insert");
 }
 
 static void serve_queue(struct client_gpu *g, gctx_t *c)
@@ -150,7 +173,7 @@ static void serve_queue(struct client_gpu *g, gctx_t *c)
         g->q_len--;
         pthread_mutex_unlock(&g->mu);
         run_job(g, c, &j);
-        free(j.keys);
+        free(j.mem);
         pthread_mutex_lock(&g->mu);
     }
     pthread_mutex_unlock(&g->mu);
@@ -349,7 +372,7 @@ static void gpu_free(struct client_gpu *g)
         free(g->models[i].tables);
     }
     for (size_t i = 0; i < g->q_len; i++)
-        free(g->queue[(g->q_head + i) % QUEUE_SLOTS].keys);
+        free(g->queue[(g->q_head + i) % QUEUE_SLOTS].mem);
     free(g->models);
     free(g->ctxs);
     free(g->upd_raw);

@@ -99,12 +99,16 @@ typedef struct gmodel {
     _Atomic bool active;
 } gmodel_t;
 
-/** A background insert: keys of one table to fetch and insert. */
+/** A background insert: the missed keys of one call, every table of it
+ *  that answered with defaults, fetched together (one miss-queue round
+ *  trip) and inserted.  One allocation: mem holds t, n and keys. */
 typedef struct job {
     size_t mi;
-    uint32_t t;
-    size_t n;
-    int64_t *keys;
+    uint32_t ntab; /* tables */
+    uint32_t *t;   /* (ntab) table indices */
+    size_t *n;     /* (ntab) keys of each */
+    int64_t *keys; /* (sum n) the keys, table after table */
+    void *mem;     /* the allocation; NULL: an empty slot */
 } job_t;
 
 struct client_gpu {

@@ -26,21 +26,62 @@ typedef struct call {
 
 /* ---- the misses -------------------------------------------------------------- */
 
-/** Queue the missing keys for the background thread (dropped when full). */
-static void enqueue(struct client_gpu *g, size_t mi, uint32_t t, const int64_t *mkeys, size_t n)
+/** The background part of a call: keys of the tables answered with
+ *  defaults, gathered for one job. */
+struct bgjob {
+    uint32_t ntab;
+    uint32_t *t;   /* (nt) */
+    size_t *n;     /* (nt) */
+    int64_t *keys; /* grown */
+    size_t nkeys, cap;
+};
+
+static int bg_add(struct bgjob *b, uint32_t t, const keyset_t *s, const uint32_t *pick, size_t k)
 {
-    int64_t *copy = malloc(n * sizeof(int64_t) + 1);
+    if (b->nkeys + k > b->cap) {
+        size_t cap = (b->nkeys + k) * 2;
+        int64_t *p = realloc(b->keys, cap * sizeof(int64_t));
+        if (!p)
+            return -ENOMEM;
+        b->keys = p;
+        b->cap = cap;
+    }
+    for (size_t j = 0; j < k; j++)
+        b->keys[b->nkeys + j] = s->keys[pick[j]];
+    b->nkeys += k;
+    b->t[b->ntab] = t;
+    b->n[b->ntab++] = k;
+    return 0;
+}
+
+/** Queue the call's background part as one job (dropped, and counted, when
+ *  the queue is full). */
+static void enqueue(struct client_gpu *g, size_t mi, const struct bgjob *b)
+{
+    if (b->ntab == 0)
+        return;
+    size_t head = b->ntab * (sizeof(uint32_t) + sizeof(size_t));
+    head = (head + 7) / 8 * 8;
+    char *mem = malloc(head + b->nkeys * sizeof(int64_t) + 1);
+    job_t j = {.mi = mi, .ntab = b->ntab, .mem = mem};
+    if (mem) {
+        j.n = (size_t *)mem;
+        j.t = (uint32_t *)(mem + b->ntab * sizeof(size_t));
+        j.keys = (int64_t *)(mem + head);
+        memcpy(j.n, b->n, b->ntab * sizeof(size_t));
+        memcpy(j.t, b->t, b->ntab * sizeof(uint32_t));
+        memcpy(j.keys, b->keys, b->nkeys * sizeof(int64_t));
+    }
     pthread_mutex_lock(&g->mu);
-    if (copy && g->q_len < QUEUE_SLOTS) {
-        memcpy(copy, mkeys, n * sizeof(int64_t));
-        g->queue[(g->q_head + g->q_len++) % QUEUE_SLOTS] = (job_t){mi, t, n, copy};
-        copy = NULL;
+    if (mem && g->q_len < QUEUE_SLOTS) {
+        g->queue[(g->q_head + g->q_len++) % QUEUE_SLOTS] = j;
+        mem = NULL;
         pthread_cond_broadcast(&g->cv);
     } else {
         atomic_fetch_add_explicit(&g->q_dropped, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&g->mu);
-    free(copy);
+    free(mem);
 }
 
 /**
@@ -146,13 +187,18 @@ static int scatter_device(struct client_gpu *g, gctx_t *c, const call_t *k, stru
         rc = hps__client_ck(cudaMemcpyAsync(c->soff.d, c->soff.h, rows * sizeof(uint64_t),
                                             cudaMemcpyHostToDevice, c->stream),
                             "H2D miss places");
+    /* One launch per run of tables of one dim (the staging is contiguous
+     * and the places absolute): one launch for a model of one dim. */
     r = f = 0;
-    for (size_t i = 0; i < nx && rc == 0; i++) {
+    for (size_t i = 0; i < nx && rc == 0;) {
         uint32_t dim = m->dims[xs[i].t];
-        rc = hps_gcache_scatter_rows((float *)c->srows.d + f, (uint64_t *)c->soff.d + r, xs[i].mc,
+        size_t rows_run = 0;
+        for (; i < nx && m->dims[xs[i].t] == dim; i++)
+            rows_run += xs[i].mc;
+        rc = hps_gcache_scatter_rows((float *)c->srows.d + f, (uint64_t *)c->soff.d + r, rows_run,
                                      dim, k->d_out, c->stream);
-        r += xs[i].mc;
-        f += xs[i].mc * dim;
+        r += rows_run;
+        f += rows_run * dim;
     }
     return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "scatter misses");
 }
@@ -191,8 +237,9 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     int rc = need_host_keys(c, k);
     struct tmiss *xs = calloc(k->nt, sizeof(*xs));
     client_fetch_t *f = calloc(k->nt, sizeof(*f));
+    struct bgjob bg = {.t = calloc(k->nt, sizeof(uint32_t)), .n = calloc(k->nt, sizeof(size_t))};
     size_t nf = 0;
-    if (!xs || !f)
+    if (!xs || !f || !bg.t || !bg.n)
         rc = -ENOMEM;
     /* 1: distinct keys per table, and how each table is answered */
     size_t ko = 0, fo = 0;
@@ -218,13 +265,9 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
         if (!x->sync) { /* defaults now, the rows in the background */
             atomic_fetch_add_explicit(&m->ctr.default_keys, mc, memory_order_relaxed);
             long p = pick_inserts(c, x->ks, g->models[k->mi].tables[t].cache);
-            if (p < 0) {
-                rc = (int)p;
+            rc = p < 0 ? (int)p : p > 0 ? bg_add(&bg, t, x->ks, c->pick, (size_t)p) : 0;
+            if (rc < 0)
                 break;
-            }
-            for (long j = 0; j < p; j++)
-                ik[j] = x->ks->keys[c->pick[j]];
-            enqueue(g, k->mi, t, ik, (size_t)p);
             continue;
         }
         x->rows = malloc(x->ks->n * dim * sizeof(float) + 1);
@@ -240,6 +283,8 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
                                    .found = x->found,
                                    .weight = x->ks->count};
     }
+    if (rc == 0)
+        enqueue(g, k->mi, &bg);
     /* 2: one pass of the fetch path for every synchronous table */
     if (rc == 0 && nf)
         rc = hps__client_fetch(g->cl, m, f, nf, true, false);
@@ -265,6 +310,9 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     }
     free(xs);
     free(f);
+    free(bg.t);
+    free(bg.n);
+    free(bg.keys);
     return rc;
 }
 
