@@ -47,14 +47,19 @@ static hps_err_t lookup(void *ctx, size_t model_index, uint32_t num_tables, cons
  * HPS_EAGAIN (the front end runs lookup() on its pool). */
 static hps_err_t lookup_nowait(void *ctx, size_t model_index, uint32_t num_tables,
                                const int32_t *numkeys, const int64_t *keys, size_t num_keys,
-                               float *out, size_t out_len, hps_kserve_lookup_stats_t *stats)
+                               int device, float *out, size_t out_len,
+                               hps_kserve_lookup_stats_t *stats)
 {
     worker_t *w = ctx;
     uint64_t t0 = now_ns();
+    hps_client_model_info_t mi;
     (void)num_keys, (void)out_len;
-    hps_err_t rc =
-        hps_client_lookup_ex(w->client, model_index, num_tables, numkeys, keys, HPS_KEY_INT64,
-                             HPS_HOST, out, HPS_HOST, NULL, HPS_LOOKUP_NOWAIT);
+    if (device >= 0 && (device != hps_client_device(w->client) ||
+                        hps_client_model_info(w->client, model_index, &mi) < 0 || !mi.gpu_cache))
+        return HPS_EUNSUPPORTED; /* the pool's lookup() and a copy into the region */
+    hps_err_t rc = hps_client_lookup_ex(w->client, model_index, num_tables, numkeys, keys,
+                                        HPS_KEY_INT64, HPS_HOST, out,
+                                        device < 0 ? HPS_HOST : device, NULL, HPS_LOOKUP_NOWAIT);
     return rc == HPS_EAGAIN ? rc : lookup_done(t0, rc, stats);
 }
 

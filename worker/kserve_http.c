@@ -426,16 +426,23 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         hps__infer_req_fini(&req);
         return ret;
     }
-    /* Inline what answers at once; the rest on the pool. */
+    /* Inline what answers at once; the rest on the pool.  A CUDA output
+     * region (4-byte aligned) is written where it is. */
     hps_err_t rc = req.num_keys == 0 ? 0 : HPS_EAGAIN;
-    if (rc == HPS_EAGAIN && !req.out_cuda && s->backend.lookup_nowait)
+    int dev = req.out_cuda ? hps__shm_device(req.held[HPS__HELD_OUTPUT]) : -1;
+    bool in_region = req.out_cuda && dev >= 0 && ((uintptr_t)req.out_shm & 3) == 0;
+    if (rc == HPS_EAGAIN && s->backend.lookup_nowait && (!req.out_cuda || in_region)) {
         rc = s->backend.lookup_nowait(s->backend.ctx, mi, m->num_tables, req.numkeys, req.keys,
-                                      req.num_keys, out, (size_t)req.out_len, &ls);
+                                      req.num_keys, in_region ? dev : -1,
+                                      in_region ? (float *)(void *)req.out_shm : out,
+                                      (size_t)req.out_len, &ls);
+        rc = rc == HPS_EUNSUPPORTED ? HPS_EAGAIN : rc;
+    }
+    bool on_device = in_region && rc == 0;
     if (rc == HPS_EAGAIN && s->pool && defer(s, c, q, mi, &req, out, stamp)) {
         *deferred = true;
         return MHD_YES;
     }
-    bool on_device = false;
     if (rc == HPS_EAGAIN)
         rc = run_lookup(s, mi, &req, out, &ls, &on_device);
     ret = infer_finish(s, c, mi, &req, out, &ls, rc, on_device, stamp);

@@ -273,13 +273,19 @@ typedef struct hps_kserve_backend {
 
     /**
      * @brief Optional (NULL = every lookup runs on the pool): as lookup, on
-     *        an event-loop thread, but it must not wait: HPS_EAGAIN (out
-     *        then undefined, nothing counted) sends the request to the lookup
-     *        pool, where lookup() answers it.  Same arguments and results.
+     *        an event-loop thread, but it must not wait for long: HPS_EAGAIN
+     *        (out then undefined, nothing counted) sends the request to the
+     *        lookup pool, where lookup() (or lookup_device()) answers it.
+     * @param[in]  device  -1: out is host memory, as for lookup; else out is
+     *                     device memory of that CUDA device (as d_out of
+     *                     lookup_device), and HPS_EUNSUPPORTED also sends the
+     *                     request to the pool.
+     * Other arguments and results as lookup.
      */
     hps_err_t (*lookup_nowait)(void *ctx, size_t model_index, uint32_t num_tables,
                                const int32_t *numkeys, const int64_t *keys, size_t num_keys,
-                               float *out, size_t out_len, hps_kserve_lookup_stats_t *stats);
+                               int device, float *out, size_t out_len,
+                               hps_kserve_lookup_stats_t *stats);
 
     /**
      * @brief Optional (NULL = none): fill device memory with the vectors,

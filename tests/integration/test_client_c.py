@@ -213,6 +213,7 @@ def model32(t, cl):
     conf = cl.write_config("hps32.ini", k.ini_text, [
         ("volatile_db", "initial_cache_rate", RATE),
         ("volatile_db", "cache_missed_embeddings", "false"),
+        ("worker", "miss_timeout_ms", 3000),  # exact answers even on a loaded machine
     ])
     cl.start_coordinator(conf)
     run_check(t, "exact m32", conf, "exact", rows_args(k))

@@ -371,9 +371,6 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
                          float *out, int out_loc, void *stream, size_t nk, size_t nfloats,
                          bool nowait)
 {
-    /* Device buffers and GPU caches mean waiting for a GPU. */
-    if (nowait && (keys_loc != HPS_HOST || out_loc != HPS_HOST || hps__client_gpu_serves(cl, mi)))
-        return HPS_EAGAIN;
     struct staging s = {0};
     const int64_t *hk = NULL;
     int rc = 0;
@@ -384,7 +381,7 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
         rc = host_keys(cl, keys, kt, keys_loc, nk, stream, &s, &hk);
     if (rc == 0 && cl->gpu) {
         rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk, out_loc == HPS_HOST ? out : NULL,
-                                    out_loc == HPS_HOST ? NULL : out, stream);
+                                    out_loc == HPS_HOST ? NULL : out, stream, nowait);
         if (rc <= 0)
             goto out;
         rc = 0;

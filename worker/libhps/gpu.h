@@ -61,13 +61,16 @@ void hps__client_gpu_stop(struct hps_client *cl);
  * @param out     host output (sum numkeys[t] * dim_t floats), or NULL when d_out is set.
  * @param d_out   device output on the client's device, or NULL.
  * @param stream  the caller's cudaStream_t: the work is ordered after it.
+ * @param nowait  HPS_EAGAIN where misses would wait for the coordinator
+ *                (decided before anything is counted or queued, except the
+ *                cache's own lookup counters).
  * @return 1 if the GPU does not serve this model (yet): use the fetch path;
  *         0 on success (output complete); a negative hps_err_t.  Called
  *         with cl->seg_lock held for reading.
  */
 int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables,
                            const int32_t *numkeys, const int64_t *keys, const int64_t *d_keys,
-                           float *out, float *d_out, void *stream);
+                           float *out, float *d_out, void *stream, bool nowait);
 
 /** hps_client_host_register / unregister. */
 int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes);
@@ -102,10 +105,10 @@ static inline void hps__client_gpu_stop(struct hps_client *cl)
 static inline int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables,
                                          const int32_t *numkeys, const int64_t *keys,
                                          const int64_t *d_keys, float *out, float *d_out,
-                                         void *stream)
+                                         void *stream, bool nowait)
 {
     (void)cl, (void)mi, (void)num_tables, (void)numkeys, (void)keys, (void)d_keys, (void)out,
-        (void)d_out, (void)stream;
+        (void)d_out, (void)stream, (void)nowait;
     return 1;
 }
 static inline int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes)

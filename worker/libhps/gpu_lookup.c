@@ -22,6 +22,7 @@ typedef struct call {
     float *d_out;           /* device rows, or NULL */
     float *direct;          /* out when page-locked: D2H straight into it */
     size_t nkeys, nfloats;
+    bool nowait; /* HPS_EAGAIN rather than wait for the coordinator */
 } call_t;
 
 /* ---- the misses -------------------------------------------------------------- */
@@ -238,7 +239,7 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     struct tmiss *xs = calloc(k->nt, sizeof(*xs));
     client_fetch_t *f = calloc(k->nt, sizeof(*f));
     struct bgjob bg = {.t = calloc(k->nt, sizeof(uint32_t)), .n = calloc(k->nt, sizeof(size_t))};
-    size_t nf = 0;
+    size_t nf = 0, defaults = 0;
     if (!xs || !f || !bg.t || !bg.n)
         rc = -ENOMEM;
     /* 1: distinct keys per table, and how each table is answered */
@@ -263,7 +264,7 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
             break;
         x->sync = 1.0 - (double)mc / (double)n < m->conf->hit_rate_threshold;
         if (!x->sync) { /* defaults now, the rows in the background */
-            atomic_fetch_add_explicit(&m->ctr.default_keys, mc, memory_order_relaxed);
+            defaults += mc;
             long p = pick_inserts(c, x->ks, g->models[k->mi].tables[t].cache);
             rc = p < 0 ? (int)p : p > 0 ? bg_add(&bg, t, x->ks, c->pick, (size_t)p) : 0;
             if (rc < 0)
@@ -283,11 +284,15 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
                                    .found = x->found,
                                    .weight = x->ks->count};
     }
-    if (rc == 0)
-        enqueue(g, k->mi, &bg);
-    /* 2: one pass of the fetch path for every synchronous table */
+    /* 2: one pass of the fetch path for every synchronous table; under
+     * nowait, HPS_EAGAIN before anything is counted or queued (the cache's
+     * own lookup counters have counted this call: a retry counts twice) */
     if (rc == 0 && nf)
-        rc = hps__client_fetch(g->cl, m, f, nf, true, false);
+        rc = hps__client_fetch(g->cl, m, f, nf, true, k->nowait);
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&m->ctr.default_keys, defaults, memory_order_relaxed);
+        enqueue(g, k->mi, &bg);
+    }
     /* 3: rows to their places, then the inserts */
     if (rc == 0 && k->d_out)
         rc = scatter_device(g, c, k, xs, nx);
@@ -579,7 +584,7 @@ static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
 
 int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
                            const int64_t *keys, const int64_t *d_keys, float *out, float *d_out,
-                           void *stream)
+                           void *stream, bool nowait)
 {
     struct client_gpu *g = cl->gpu;
     if (!g || !g->models[mi].tables ||
@@ -589,7 +594,8 @@ int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32
         (void)cudaGetLastError();
         return 1;
     }
-    call_t k = {.mi = mi,
+    call_t k = {.nowait = nowait,
+                .mi = mi,
                 .nt = nt,
                 .numkeys = numkeys,
                 .keys = keys,
@@ -612,7 +618,7 @@ int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32
     if (rc == 0)
         rc = lookup_ctx(g, c, &k);
     hps__client_ctx_put(g, c);
-    if (rc < 0)
+    if (rc < 0 && rc != HPS_EAGAIN)
         hps__client_fail(rc, "GPU lookup on device %d failed: %s", g->device, hps_strerror(rc));
     return rc;
 }

@@ -82,8 +82,8 @@ typedef struct client_fetch {
  * background work.  Needs seg_lock held for reading.  0 or -ENOMEM (rows
  * then hold defaults).
  */
-int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf,
-                      bool count, bool nowait);
+int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf, bool count,
+                      bool nowait);
 
 /** out[0 .. n*dim) = v. */
 void hps__client_fill(float *out, size_t n, uint32_t dim, float v);
