@@ -373,7 +373,7 @@ static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
                                             k->nfloats * sizeof(float), cudaMemcpyDeviceToHost,
                                             c->stream),
                             "D2H rows");
-    if (rc == 0)
+    if (rc == 0 && !k->d_out)
         rc = hps__client_ck(cudaMemcpyAsync(c->midx.h, c->midx.d, k->nkeys * sizeof(uint32_t),
                                             cudaMemcpyDeviceToHost, c->stream),
                             "D2H miss index");
@@ -444,7 +444,9 @@ static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const
             (uint32_t *)(d + L->key_off), (uint64_t *)(d + L->out_off),
             k->d_out ? k->d_out : (float *)(d + L->out), (uint32_t *)(d + L->midx),
             (uint32_t *)(d + L->mcount), c->stream);
-    size_t to = k->direct || k->d_out ? L->out : L->end; /* end of the result D2H */
+    /* end of the result D2H: with d_out only the miss counts (the miss
+     * positions follow when there are misses: miss_index) */
+    size_t to = k->d_out ? L->midx : k->direct ? L->out : L->end;
     if (rc == 0 && k->direct)
         rc = hps__client_ck(cudaMemcpyAsync(k->direct, d + L->out, k->nfloats * sizeof(float),
                                             cudaMemcpyDeviceToHost, c->stream),
@@ -550,6 +552,34 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
     return rc;
 }
 
+/**
+ * A device-output call brought back only its miss counts: when there are
+ * misses, their positions (d_midx -> h_midx, the call's keys long) and the
+ * keys when they are on the device, in one copy-and-synchronize.  A call
+ * that hits everywhere copies nothing more.
+ */
+static int miss_index(gctx_t *c, call_t *k, const uint32_t *mcount, const void *d_midx,
+                      void *h_midx)
+{
+    size_t any = 0;
+    for (uint32_t t = 0; t < k->nt; t++)
+        any += k->numkeys[t] ? mcount[t] : 0;
+    if (!k->d_out || any == 0)
+        return 0;
+    int rc = hps__client_ck(cudaMemcpyAsync(h_midx, d_midx, k->nkeys * sizeof(uint32_t),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H miss index");
+    if (rc == 0 && !k->keys) {
+        rc = hps__client_pair_reserve_hd(&c->hkeys, 0, k->nkeys * sizeof(int64_t));
+        rc = rc ? rc
+                : hps__client_ck(cudaMemcpyAsync(c->hkeys.h, k->d_keys, k->nkeys * sizeof(int64_t),
+                                                 cudaMemcpyDeviceToHost, c->stream),
+                                 "D2H keys of the misses");
+        k->keys = rc == 0 ? c->hkeys.h : NULL;
+    }
+    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "D2H misses");
+}
+
 /** One call: hits from the caches, then the misses. */
 static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
 {
@@ -558,9 +588,11 @@ static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
         int rc = launch_multi(g, c, k, &L);
         if (rc < 0)
             return rc;
-        char *h = c->keys.h;
+        char *h = c->keys.h, *d = c->keys.d;
         if (k->out && !k->direct)
             memcpy(k->out, h + L.out, k->nfloats * sizeof(float));
+        if ((rc = miss_index(c, k, (uint32_t *)(h + L.mcount), d + L.midx, h + L.midx)) < 0)
+            return rc;
         return lookup_misses(g, c, k, (uint32_t *)(h + L.mcount), (uint32_t *)(h + L.midx));
     }
     int rc = k->d_keys ? 0 : hps__client_pair_reserve(&c->keys, k->nkeys * sizeof(int64_t));
@@ -579,6 +611,8 @@ static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
         return rc;
     if (k->out && !k->direct)
         memcpy(k->out, c->out.h, k->nfloats * sizeof(float));
+    if ((rc = miss_index(c, k, c->mcount.h, c->midx.d, c->midx.h)) < 0)
+        return rc;
     return lookup_misses(g, c, k, c->mcount.h, c->midx.h);
 }
 
