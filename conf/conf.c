@@ -294,11 +294,15 @@ hps_err_t hps_conf_load_string(const char *text, const char *name, hps_conf_t **
 /** Largest configuration file read (a guard against /dev/zero and the like). */
 #define CONF_FILE_MAX (16u << 20)
 
-/* Read a whole configuration file: a regular file or a pipe (e.g. <(...)),
- * at most CONF_FILE_MAX bytes.  -EISDIR, -ENODEV (a device), -EFBIG. */
-static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len)
+/* Read a whole configuration file, a regular file of at most CONF_FILE_MAX
+ * bytes.  O_NONBLOCK: opening a FIFO that nobody writes would otherwise
+ * wait forever; for a regular file it changes nothing.  -EISDIR,
+ * -ENODEV (a device), -EINVAL (a FIFO or socket: *ret_kind says which),
+ * -EFBIG. */
+static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len,
+                           const char **ret_kind)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     char *text = NULL;
     size_t len = 0, cap = 0;
@@ -310,8 +314,16 @@ static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len)
         rc = -errno;
         goto out;
     }
-    if (S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
-        rc = S_ISDIR(st.st_mode) ? -EISDIR : -ENODEV;
+    if (!S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode))
+            rc = -EISDIR;
+        else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+            rc = -ENODEV;
+        else
+            rc = -EINVAL;
+        *ret_kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                    : S_ISSOCK(st.st_mode) ? "a socket"
+                                           : "not a file";
         goto out;
     }
     for (;;) {
@@ -354,10 +366,13 @@ out:
 hps_err_t hps__read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
                          size_t err_len)
 {
-    hps_err_t rc = read_file(path, ret_text, ret_len);
+    const char *kind = "";
+    hps_err_t rc = read_file(path, ret_text, ret_len, &kind);
 
     if (rc == -ENODEV)
         hps__msg(err, err_len, "cannot read %s: a device, not a configuration file", path);
+    else if (rc == -EINVAL)
+        hps__msg(err, err_len, "cannot read %s: not a regular file (%s)", path, kind);
     else if (rc == -EFBIG)
         hps__msg(err, err_len, "cannot read %s: larger than %u MiB, not a configuration file", path,
                  CONF_FILE_MAX >> 20);

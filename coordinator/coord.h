@@ -56,7 +56,11 @@ typedef struct coord {
     bool locked;
     pthread_t miss_threads[HPS_COORD_MISS_THREADS];
     unsigned num_miss_threads;
+    struct coord_inserter *inserter; /* serve.c: [distributed_db] cache_missed_embeddings
+                                        writes to Redis, off the answer path; NULL if off */
     volatile sig_atomic_t *stop;
+    char *idents; /* load.c: every table's file identity, from coord_validate_models() to
+                     coord_load_models(); NULL without a persistent DB */
 } coord_t;
 
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
@@ -65,7 +69,13 @@ int coord_segment_open(coord_t *c, bool *ret_reused);
  * exit, after the segment is detached); no-op when not locked. */
 void coord_segment_unlock(coord_t *c);
 
-/* load.c: create the tables and load every model (PDB, then VDB). */
+/* load.c: validate every model's files (a FIFO, a directory, a short file...
+ * refuses the start-up with HPS_EXIT_MODEL and a message naming the file)
+ * and, with a persistent DB, take their identities into c->idents.  Called
+ * before the segment is created, so a bad model writes nothing. */
+int coord_validate_models(coord_t *c);
+/* load.c: create the tables and load every model (PDB, then VDB); after
+ * coord_validate_models().  Frees c->idents. */
 int coord_load_models(coord_t *c, bool vdb_reused);
 
 /* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
@@ -76,7 +86,9 @@ int coord_ddb_open(coord_t *c);
 int coord_ddb_table(coord_t *c, coord_table_t *ct);
 void coord_ddb_close(coord_t *c);
 
-/* serve.c: miss-queue service threads. */
+/* serve.c: miss-queue service threads; cache_missed_embeddings inserts run
+ * after each answer is published (see serve.c).  coord_serve_stop() drains
+ * the Redis inserts. */
 int coord_serve_start(coord_t *c);
 void coord_serve_stop(coord_t *c);
 

@@ -183,7 +183,8 @@ void hps_ddb_opts_init(hps_ddb_opts_t *o)
                           .overflow_policy = HPS_EVICT_RANDOM,
                           .overflow_resolution_target = 0.8,
                           .enable_tls = false,
-                          .timeout_ms = 1000};
+                          .timeout_ms = 1000,
+                          .lookup_timeout_ms = 0};
 }
 
 hps_err_t hps_ddb_key_name(const char *model, const char *table, unsigned part, char kind,
@@ -230,6 +231,7 @@ hps_err_t hps_ddb_open(const hps_ddb_opts_t *opts, hps_ddb_t **ret, char *err, s
     ro.password = opts->password;
     ro.conns_per_node = opts->num_node_connections;
     ro.timeout_ms = opts->timeout_ms ? opts->timeout_ms : 1000;
+    ro.fast_timeout_ms = opts->lookup_timeout_ms ? opts->lookup_timeout_ms : ro.timeout_ms;
     hps_err_t e = hps_rcluster_create(&ro, &db->rc, err, err_len);
     if (!e && (e = touch_start(db)) < 0)
         set_err(err, err_len, "cannot start the access-tracking thread");
@@ -521,8 +523,9 @@ hps_err_t hps_ddb_lookup(hps_ddb_table_t *t, size_t n, const void *keys, float *
                 for (size_t j = a; j < start[p + 1] && j < a + B; j++)
                     cl_arg(&cl, c, (const char *)keys + order[j] * kb, kb);
             }
-        /* fast: a cluster that is down answers "miss" at once, so the
-         * caller's lower layer answers within the worker's miss timeout */
+        /* fast: a cluster that is down answers "miss" at once, and a hung
+         * node by lookup_timeout_ms, so the caller's lower layer answers
+         * within the worker's miss timeout */
         e = hps_rcluster_exec_fast(t->db->rc, cl.n, cl.c, err, err_len);
         if (e == 0) /* e.g. WRONGTYPE: a partition's hash replaced by another type */
             e = reply_errors(&cl, err, err_len);

@@ -24,6 +24,12 @@ int coord_ddb_open(coord_t *c)
     o.overflow_policy = d->overflow_policy;
     o.overflow_resolution_target = d->overflow_resolution_target;
     o.enable_tls = d->enable_tls;
+    o.lookup_timeout_ms = (unsigned)d->lookup_timeout_ms;
+    if (d->lookup_timeout_ms >= c->conf->worker.miss_timeout_ms)
+        HPS_WARN("[distributed_db] lookup_timeout_ms = %lld is not under [worker] "
+                 "miss_timeout_ms = %lld: a hung Redis node makes workers answer default values "
+                 "instead of the persistent DB's rows",
+                 (long long)d->lookup_timeout_ms, (long long)c->conf->worker.miss_timeout_ms);
     char err[1024];
     hps_err_t rc = hps_ddb_open(&o, &c->ddb, err, sizeof(err));
     if (rc < 0) {
@@ -31,8 +37,9 @@ int coord_ddb_open(coord_t *c)
                   hps_err_name(rc));
         return HPS_EXIT_DDB;
     }
-    HPS_INFO("distributed DB: Redis Cluster at %s, %lld partitions per table", d->address,
-             (long long)d->num_partitions);
+    HPS_INFO("distributed DB: Redis Cluster at %s, %lld partitions per table, lookup deadline "
+             "%lld ms",
+             d->address, (long long)d->num_partitions, (long long)d->lookup_timeout_ms);
     return 0;
 }
 

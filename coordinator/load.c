@@ -19,6 +19,18 @@
  * and Redis, when they are filled, take the same rows (the files' first
  * initial_cache_rate keys) with the values from the persistent DB, which
  * include the applied updates.
+ *
+ * MODEL CONTENTS.  Before anything is written, one pass over every table's
+ * files (hps_modelfile_check_table()) counts the rows with a NaN or +-Inf
+ * value and the keys given on more than one row.  [model.<name>]
+ * nonfinite_values / duplicate_keys = refuse refuses the start-up for them
+ * (HPS_EXIT_MODEL); warn (the default) logs one WARN line per table and
+ * loads NaN/Inf rows as they are and, for a duplicated key, its LAST row in
+ * every layer: the persistent DB keeps the last row by itself
+ * (pdb-bulk.c), a full fill of the volatile or distributed DB upserts rows
+ * in file order, and a partial one (initial_cache_rate < 1, values from the
+ * files) writes the last row's vector for a key whose last row lies beyond
+ * the rows it loads (last_rows()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -80,11 +92,15 @@ static bool hash_span(int fd, off_t off, size_t len, uint64_t *h)
  * valid path fits the persistent DB's record.  false with errno set. */
 static bool file_ident(const char *path, char *buf, size_t len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put in place since validation must not hang here */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        if (fd >= 0)
-            close(fd);
+    if (fd < 0)
+        return false;
+    int e = fstat(fd, &st) < 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+    if (e) {
+        close(fd);
+        errno = e;
         return false;
     }
     uint64_t head = 0xcbf29ce484222325ULL, tail = head;
@@ -154,6 +170,75 @@ static void specs_of(const coord_t *c, const hps_conf_model_t *m, hps_modelfile_
                                           .key_bytes = c->key_bytes};
 }
 
+/* The keys a table's files give on more than one row, each with the row
+ * that wins (its last), sorted by key. */
+typedef struct table_dups {
+    hps_modelfile_dup_t *d;
+    size_t n;
+} table_dups_t;
+
+/* Per table of every model, in the order of c->idents: filled by
+ * coord_validate_models() (the content check), used by fill_layer(), freed
+ * by coord_load_models(). */
+static table_dups_t *g_dups;
+static size_t g_dups_len;
+
+static void free_dups(void)
+{
+    for (size_t i = 0; i < g_dups_len; i++)
+        free(g_dups[i].d);
+    free(g_dups);
+    g_dups = NULL;
+    g_dups_len = 0;
+}
+
+/* The [model] keys that govern the kinds of bad rows found. */
+static const char *bad_row_keys(bool nonfinite, bool dup)
+{
+    return nonfinite && dup ? "nonfinite_values, duplicate_keys"
+           : nonfinite      ? "nonfinite_values"
+                            : "duplicate_keys";
+}
+
+/* Check the contents of m's tables (NaN/Inf values, duplicate keys): refuse
+ * the model as its nonfinite_values / duplicate_keys say, else log one
+ * warning per table with bad rows.  dups: m's entries of g_dups. */
+static int check_contents(const hps_conf_model_t *m, const hps_modelfile_spec_t *specs,
+                          table_dups_t *dups, uint64_t *ret_nonfinite, uint64_t *ret_dup_keys)
+{
+    bool refuse_nf = m->nonfinite_values == HPS_CONF_BAD_ROWS_REFUSE;
+    bool refuse_dup = m->duplicate_keys == HPS_CONF_BAD_ROWS_REFUSE;
+    unsigned refuse =
+        (refuse_nf ? HPS_MODELFILE_NONFINITE : 0) | (refuse_dup ? HPS_MODELFILE_DUPLICATES : 0);
+    char err[1024], what[768], hint[320];
+    for (size_t t = 0; t < m->num_tables; t++) {
+        hps_modelfile_stats_t st = {0};
+        hps_err_t rc = hps_modelfile_check_table(&specs[t], refuse, &st, &dups[t].d, &dups[t].n,
+                                                 err, sizeof(err));
+        bool nf = st.nonfinite_rows > 0, dup = st.dup_keys > 0;
+        if (rc < 0) {
+            hint[0] = '\0';
+            if ((refuse_nf && nf) || (refuse_dup && dup))
+                snprintf(hint, sizeof(hint), " ([model.%s] %s = refuse)", m->name,
+                         bad_row_keys(refuse_nf && nf, refuse_dup && dup));
+            HPS_ERROR("model %s refused, nothing was loaded: %s%s", m->name, err, hint);
+            return HPS_EXIT_MODEL;
+        }
+        *ret_nonfinite += st.nonfinite_rows;
+        *ret_dup_keys += st.dup_keys;
+        if (hps_modelfile_stats_format(&st, specs[t].dir,
+                                       HPS_MODELFILE_NONFINITE | HPS_MODELFILE_DUPLICATES, what,
+                                       sizeof(what)))
+            HPS_WARN("model %s table %s: %s; loaded%s%s%s ([model.%s] %s = warn; `refuse` "
+                     "refuses such a model)",
+                     m->name, specs[t].table, what,
+                     nf ? " the rows with NaN or Inf as they are" : "", nf && dup ? " and" : "",
+                     dup ? " the last row of each repeated key" : "", m->name,
+                     bad_row_keys(nf, dup));
+    }
+    return 0;
+}
+
 /* Refuse the whole start-up if any table of any model is malformed.  With
  * ident (a persistent DB), the identities of every model's tables, in order. */
 static int validate_all(coord_t *c, char (*ident)[IDENT_MAX])
@@ -174,11 +259,19 @@ static int validate_all(coord_t *c, char (*ident)[IDENT_MAX])
             HPS_ERROR("model %s refused, nothing was loaded: %s", m->name, err);
             return HPS_EXIT_MODEL;
         }
-        int ex = take_idents(c, m, ident ? ident + first : NULL);
+        uint64_t nonfinite = 0, dup_keys = 0;
+        double t0 = now_s();
+        int ex = check_contents(m, specs, g_dups + first, &nonfinite, &dup_keys);
         if (ex)
             return ex;
-        HPS_INFO("model %s: %zu tables, %llu rows, files valid", m->name, m->num_tables,
-                 (unsigned long long)rows);
+        double dt = now_s() - t0;
+        ex = take_idents(c, m, ident ? ident + first : NULL);
+        if (ex)
+            return ex;
+        HPS_INFO("model %s: %zu tables, %llu rows, files valid; contents checked in %.2f s (rows "
+                 "with NaN or Inf: %llu, keys on more than one row: %llu)",
+                 m->name, m->num_tables, (unsigned long long)rows, dt,
+                 (unsigned long long)nonfinite, (unsigned long long)dup_keys);
     }
     return 0;
 }
@@ -319,11 +412,39 @@ static hps_err_t values_from_pdb(const coord_t *c, const coord_table_t *ct, size
     return hps_pdb_lookup(ct->pdb, n, keys, c->key_bytes, ct->dim, vecs, NULL, NULL, err, err_len);
 }
 
+static int dup_key_cmp(const void *a, const void *b)
+{
+    int64_t x = ((const hps_modelfile_dup_t *)a)->key, y = ((const hps_modelfile_dup_t *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* A fill of the first `want` rows only: give each of the n rows whose key
+ * the files repeat after row `want` the vector of the key's last row, so
+ * that the last row wins here too. */
+static hps_err_t last_rows(hps_modelfile_t *mf, const table_dups_t *dups, uint64_t want,
+                           uint32_t key_bytes, size_t n, const void *keys, float *vecs, char *err,
+                           size_t err_len)
+{
+    uint32_t dim = hps_modelfile_dim(mf);
+    for (size_t i = 0; dups && dups->n && i < n; i++) {
+        hps_modelfile_dup_t k = {.key = key_bytes == 8 ? ((const int64_t *)keys)[i]
+                                                       : (int64_t)((const uint32_t *)keys)[i]};
+        const hps_modelfile_dup_t *d = bsearch(&k, dups->d, dups->n, sizeof(k), dup_key_cmp);
+        hps_err_t rc = d && d->last_row >= want ? hps_modelfile_read(mf, d->last_row, 1, NULL,
+                                                                     vecs + i * dim, err, err_len)
+                                                : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Upsert the first `want` rows of the table's files into the volatile DB,
  * or, when ddb, into the distributed DB; with from_pdb, the values come from
- * the persistent DB (the files' where it lacks a key). */
+ * the persistent DB (the files' where it lacks a key); else, for a key that
+ * the files give again after row `want`, the vector of its last row. */
 static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_pdb, const char *dir,
-                      uint64_t want, uint64_t *ret_bytes)
+                      const table_dups_t *dups, uint64_t want, uint64_t *ret_bytes)
 {
     const char *layer = ddb ? "distributed" : "volatile";
     char err[512];
@@ -345,6 +466,8 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
                  : hps_modelfile_read_u32(mf, row, n, (uint32_t *)keys, vecs, err, sizeof(err));
         if (rc == 0 && from_pdb)
             rc = values_from_pdb(c, ct, n, keys, vecs, err, sizeof(err));
+        else if (rc == 0 && want < hps_modelfile_rows(mf))
+            rc = last_rows(mf, dups, want, c->key_bytes, n, keys, vecs, err, sizeof(err));
         if (rc == 0)
             rc = put_rows(c, ct, ddb, n, keys, vecs, err, sizeof(err));
         if (rc < 0) {
@@ -470,7 +593,7 @@ static int load_pdb(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 
 /* Write initial_cache_rate of every table of m to the distributed DB. */
 static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
-                    const bool *from_pdb)
+                    const bool *from_pdb, const table_dups_t *dups)
 {
     if (!c->ddb)
         return 0;
@@ -481,7 +604,8 @@ static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
         hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
         uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
         total += want;
-        int ex = fill_layer(c, &c->tables[id], true, from_pdb[t], m->sparse_files[t], want, &bytes);
+        int ex = fill_layer(c, &c->tables[id], true, from_pdb[t], m->sparse_files[t],
+                            dups ? &dups[t] : NULL, want, &bytes);
         if (ex)
             return ex;
     }
@@ -492,7 +616,7 @@ static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
 
 /* Fill the volatile DB: initial_cache_rate of every table's rows. */
 static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
-                    const bool *from_pdb)
+                    const bool *from_pdb, const table_dups_t *dups)
 {
     uint64_t bytes = 0, total = 0;
     size_t pdb_tables = 0;
@@ -503,8 +627,8 @@ static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
         uint64_t want = (uint64_t)ceil((double)rows[t] * c->conf->volatile_db.initial_cache_rate);
         total += want;
         pdb_tables += from_pdb[t];
-        int ex =
-            fill_layer(c, &c->tables[id], false, from_pdb[t], m->sparse_files[t], want, &bytes);
+        int ex = fill_layer(c, &c->tables[id], false, from_pdb[t], m->sparse_files[t],
+                            dups ? &dups[t] : NULL, want, &bytes);
         if (ex)
             return ex;
     }
@@ -518,9 +642,9 @@ static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
 }
 
 /* ident: the identities of m's tables (validate_all), NULL without a
- * persistent DB. */
+ * persistent DB; dups: m's entries of g_dups (NULL: none known). */
 static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused,
-                      char (*ident)[IDENT_MAX])
+                      char (*ident)[IDENT_MAX], const table_dups_t *dups)
 {
     uint64_t rows[256];
     for (uint32_t t = 0; t < m->num_tables; t++) {
@@ -543,29 +667,42 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused,
     if (!ex && c->pdb && !p->read_only && p->initialize_after_startup)
         ex = load_pdb(c, m, &st);
     if (!ex)
-        ex = fill_ddb(c, m, rows, st.current);
+        ex = fill_ddb(c, m, rows, st.current, dups);
     if (!ex && !vdb_reused)
-        ex = fill_vdb(c, m, rows, st.current);
+        ex = fill_vdb(c, m, rows, st.current, dups);
     free(st.current);
     return ex;
 }
 
-int coord_load_models(coord_t *c, bool vdb_reused)
+int coord_validate_models(coord_t *c)
 {
     size_t total = 0;
     for (size_t i = 0; i < c->conf->num_models; i++)
         total += c->conf->models[i].num_tables;
-    char(*ident)[IDENT_MAX] = c->pdb && total ? calloc(total, IDENT_MAX) : NULL;
-    if (c->pdb && total && !ident)
+    free(c->idents);
+    c->idents = c->pdb && total ? calloc(total, IDENT_MAX) : NULL;
+    if (c->pdb && total && !c->idents)
         return HPS_EXIT_RUNTIME;
-    int ex = validate_all(c, ident);
-    if (!ex)
-        ex = coord_ddb_open(c); /* no-op when main.c opened it already */
+    free_dups();
+    g_dups = calloc(total ? total : 1, sizeof(*g_dups));
+    if (!g_dups)
+        return HPS_EXIT_RUNTIME;
+    g_dups_len = total;
+    return validate_all(c, (char(*)[IDENT_MAX])c->idents);
+}
+
+int coord_load_models(coord_t *c, bool vdb_reused)
+{
+    char(*ident)[IDENT_MAX] = (char(*)[IDENT_MAX])c->idents;
+    int ex = coord_ddb_open(c); /* no-op when main.c opened it already */
     if (!ex && !(c->tables = calloc(HPS_SHMDB_MAX_TABLES, sizeof(coord_table_t))))
         ex = HPS_EXIT_RUNTIME;
     for (size_t i = 0, first = 0; !ex && i < c->conf->num_models;
          first += c->conf->models[i++].num_tables)
-        ex = load_model(c, &c->conf->models[i], vdb_reused, ident ? ident + first : NULL);
-    free(ident);
+        ex = load_model(c, &c->conf->models[i], vdb_reused, ident ? ident + first : NULL,
+                        g_dups ? g_dups + first : NULL);
+    free(c->idents);
+    c->idents = NULL;
+    free_dups();
     return ex;
 }

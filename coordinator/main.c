@@ -121,16 +121,24 @@ static int start_heartbeat(coord_t *c)
         return HPS_EXIT_RUNTIME;
     }
     c->beating = true;
+    size_t n = c->conf->num_models;
+    HPS_INFO("loading %zu model%s", n, n == 1 ? "" : "s"); /* the segment says LOADING */
     return 0;
 }
 
-/* Reap dead workers and their miss-queue slots once a second. */
+/* Reap dead workers and their miss-queue slots every half
+ * worker_timeout_ms (at most once a second, at least every 50 ms), so a
+ * dead worker is gone from the segment within worker_timeout_ms.  Death is
+ * told by each row's liveness lock (shmdb), not by the worker's pid, which
+ * names nobody here when the worker runs in another PID namespace. */
 static void run(coord_t *c)
 {
-    long since_reap = 0;
+    long period = (long)c->conf->hps.worker_timeout_ms / 2, since_reap = 0;
+    period = period > 1000 ? 1000 : period < 50 ? 50 : period;
+    long step = period < 100 ? period : 100;
     while (!g_stop) {
-        sleep_ms(100);
-        if ((since_reap += 100) < 1000)
+        sleep_ms(step);
+        if ((since_reap += step) < period)
             continue;
         since_reap = 0;
         hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
@@ -175,6 +183,7 @@ static void shutdown_all(coord_t *c)
         release_segment(c);
     coord_segment_unlock(c);
     free(c->tables);
+    free(c->idents); /* when start-up stopped before coord_load_models() */
 }
 
 static int parse_args(int argc, char **argv, const char **ret_conf, const char **ret_level)
@@ -255,6 +264,8 @@ int main(int argc, char **argv)
     ex = open_pdb(&c); /* first: a second coordinator stops at RocksDB's lock */
     if (!ex)
         ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
+    if (!ex)
+        ex = coord_validate_models(&c); /* a bad model file stops start-up before the segment */
     if (!ex)
         ex = coord_segment_open(&c, &reused);
     if (!ex)

@@ -71,15 +71,31 @@ bool hps_modelfile_name_ok(const char *name)
     return true;
 }
 
+/* "a FIFO", "a directory", ...: what a non-regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a file";
+}
+
 /*
  * Open one file of the table and return its size.  Missing file (or
  * directory) is HPS_ENOTFOUND; anything but a regular file is HPS_EINVAL.
+ * O_NONBLOCK: opening a FIFO that nobody writes would otherwise wait
+ * forever; for a regular file it changes nothing (pread ignores it).
  */
 static hps_err_t open_sized(const char *path, int *ret_fd, uint64_t *ret_size, char *err,
                             size_t err_len)
 {
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 
     if (fd < 0) {
         int e = errno;
@@ -93,7 +109,7 @@ static hps_err_t open_sized(const char *path, int *ret_fd, uint64_t *ret_size, c
         return -e;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, err_len, "%s: not a regular file", path);
+        set_err(err, err_len, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
         close(fd);
         return HPS_EINVAL;
     }
@@ -495,5 +511,302 @@ hps_err_t hps_modelfile_validate_model(const hps_modelfile_spec_t *specs, size_t
     }
     if (ret_rows != NULL)
         *ret_rows = rows;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Contents: NaN / Inf values and duplicate keys                             */
+/* ------------------------------------------------------------------------ */
+
+/** Bytes of vectors read per piece by hps_modelfile_scan(). */
+#define CONTENT_PIECE_BYTES (4u << 20)
+/** Keys whose slots are prefetched ahead of their insertion. */
+#define KS_BATCH 16u
+
+/*
+ * A set of int64 keys: open addressing with linear probing, a power-of-two
+ * capacity >= 1.5 x the rows (at most 2/3 full), slots zeroed by calloc
+ * (untouched pages cost nothing); 0 marks a free slot, so the key 0 is
+ * tracked apart in has_zero.
+ */
+typedef struct keyset {
+    uint64_t *slots;
+    uint64_t mask;
+    unsigned shift;
+    bool has_zero;
+} keyset_t;
+
+/* Everything one scan accumulates. */
+typedef struct scan {
+    keyset_t set;
+    hps_modelfile_stats_t st;
+    hps_modelfile_dup_t *occ; /* (key, row) of every row that repeats a key */
+    size_t nocc, capocc;
+} scan_t;
+
+static hps_err_t ks_init(keyset_t *s, uint64_t rows)
+{
+    unsigned bits = 4;
+
+    while (bits < 63 && (UINT64_C(1) << bits) < rows + rows / 2)
+        bits++;
+    if (bits >= 61 || (UINT64_C(1) << bits) > SIZE_MAX / sizeof(uint64_t))
+        return -ENOMEM;
+    s->slots = calloc((size_t)1 << bits, sizeof(uint64_t));
+    s->mask = (UINT64_C(1) << bits) - 1;
+    s->shift = 64 - bits;
+    s->has_zero = false;
+    return s->slots != NULL ? 0 : -ENOMEM;
+}
+
+static inline uint64_t ks_slot(const keyset_t *s, uint64_t k)
+{
+    return ((k ^ (k >> 32)) * UINT64_C(0x9E3779B97F4A7C15)) >> s->shift;
+}
+
+/* Insert k, probing from slot i; true when k was in the set already. */
+static inline bool ks_insert_at(keyset_t *s, uint64_t k, uint64_t i)
+{
+    if (k == 0) {
+        bool had = s->has_zero;
+        s->has_zero = true;
+        return had;
+    }
+    for (;;) {
+        uint64_t v = s->slots[i];
+        if (v == k)
+            return true;
+        if (v == 0) {
+            s->slots[i] = k;
+            return false;
+        }
+        i = (i + 1) & s->mask;
+    }
+}
+
+static hps_err_t note_dup(scan_t *sc, int64_t key, uint64_t row)
+{
+    if (sc->nocc == sc->capocc) {
+        size_t cap = sc->capocc ? 2 * sc->capocc : 1024;
+        hps_modelfile_dup_t *p = realloc(sc->occ, cap * sizeof(*p));
+        if (p == NULL)
+            return -ENOMEM;
+        sc->occ = p;
+        sc->capocc = cap;
+    }
+    if (sc->st.dup_rows++ == 0) {
+        sc->st.first_dup_row = row;
+        sc->st.first_dup_key = key;
+    }
+    sc->occ[sc->nocc++] = (hps_modelfile_dup_t){.key = key, .last_row = row};
+    return 0;
+}
+
+/* Put keys of rows [first_row, first_row + n) in the set, in file order. */
+static hps_err_t scan_keys(scan_t *sc, const int64_t *keys, size_t n, uint64_t first_row)
+{
+    keyset_t *s = &sc->set;
+    uint64_t slot[KS_BATCH];
+
+    for (size_t a = 0; a < n; a += KS_BATCH) {
+        size_t b = n - a < KS_BATCH ? n : a + KS_BATCH;
+        for (size_t i = a; i < b; i++) {
+            slot[i - a] = ks_slot(s, (uint64_t)keys[i]);
+            __builtin_prefetch(&s->slots[slot[i - a]], 1);
+        }
+        for (size_t i = a; i < b; i++)
+            if (ks_insert_at(s, (uint64_t)keys[i], slot[i - a]) &&
+                note_dup(sc, keys[i], first_row + i) != 0)
+                return -ENOMEM;
+    }
+    return 0;
+}
+
+/*
+ * Whether any of n floats is NaN or +-Inf (exponent bits all ones), two at a
+ * time in 64-bit words: per 32-bit lane, (bits & 0x7fffffff) + 0x00800000
+ * reaches bit 31 exactly when the magnitude bits are >= 0x7f800000, and a
+ * lane's sum stays below 2^32, so no carry crosses into the next lane.
+ */
+static bool any_nonfinite(const float *v, size_t n)
+{
+    const uint64_t mag = UINT64_C(0x7fffffff7fffffff), one_exp = UINT64_C(0x0080000000800000);
+    uint64_t acc = 0;
+    size_t i = 0;
+
+    for (; i + 2 <= n; i += 2) {
+        uint64_t x;
+        memcpy(&x, v + i, 8);
+        acc |= (x & mag) + one_exp;
+    }
+    if (i < n) {
+        uint32_t x;
+        memcpy(&x, v + i, 4);
+        acc |= (uint64_t)((x & 0x7fffffffu) + 0x00800000u);
+    }
+    return (acc & UINT64_C(0x8000000080000000)) != 0;
+}
+
+/* Count the rows of a piece with a NaN or Inf; cheap when there is none. */
+static void scan_vectors(scan_t *sc, const int64_t *keys, const float *vecs, size_t n, uint32_t dim,
+                         uint64_t first_row)
+{
+    if (!any_nonfinite(vecs, n * dim))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (!any_nonfinite(vecs + i * dim, dim))
+            continue;
+        if (sc->st.nonfinite_rows++ == 0) {
+            sc->st.first_nonfinite_row = first_row + i;
+            sc->st.first_nonfinite_key = keys[i];
+        }
+    }
+}
+
+static int dup_cmp(const void *a, const void *b)
+{
+    const hps_modelfile_dup_t *x = a, *y = b;
+
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->last_row < y->last_row ? -1 : x->last_row > y->last_row;
+}
+
+/* Sort the repeats by key and keep one entry per key with its last row. */
+static void finish_dups(scan_t *sc)
+{
+    size_t m = 0;
+
+    if (sc->nocc > 1)
+        qsort(sc->occ, sc->nocc, sizeof(*sc->occ), dup_cmp);
+    for (size_t i = 0; i < sc->nocc; i++)
+        if (i + 1 == sc->nocc || sc->occ[i + 1].key != sc->occ[i].key)
+            sc->occ[m++] = sc->occ[i];
+    sc->st.dup_keys = m;
+}
+
+static hps_err_t scan_all(hps_modelfile_t *mf, scan_t *sc, char *err, size_t err_len)
+{
+    uint64_t rows = mf->mf_rows, row_bytes = (uint64_t)mf->mf_dim * 4;
+    uint64_t piece = CONTENT_PIECE_BYTES / row_bytes ? CONTENT_PIECE_BYTES / row_bytes : 1;
+    int64_t *keys = NULL;
+    float *vecs = NULL;
+    hps_err_t rc;
+
+    if (piece > rows)
+        piece = rows;
+    rc = ks_init(&sc->set, rows);
+    if (rc == 0) {
+        keys = malloc(piece * sizeof(*keys));
+        vecs = malloc(piece * row_bytes);
+        rc = keys != NULL && vecs != NULL ? 0 : -ENOMEM;
+    }
+    if (rc != 0)
+        set_err(err, err_len, "%s: out of memory scanning %" PRIu64 " rows", mf->mf_dir, rows);
+    for (uint64_t row = 0; row < rows && rc == 0; row += piece) {
+        size_t m = (size_t)(rows - row < piece ? rows - row : piece);
+        rc = hps_modelfile_read(mf, row, m, keys, vecs, err, err_len);
+        if (rc == 0) {
+            scan_vectors(sc, keys, vecs, m, mf->mf_dim, row);
+            rc = scan_keys(sc, keys, m, row);
+            if (rc != 0)
+                set_err(err, err_len, "%s: out of memory recording duplicate keys", mf->mf_dir);
+        }
+    }
+    free(keys);
+    free(vecs);
+    free(sc->set.slots);
+    sc->set.slots = NULL;
+    return rc;
+}
+
+hps_err_t hps_modelfile_scan(hps_modelfile_t *mf, hps_modelfile_stats_t *ret_stats,
+                             hps_modelfile_dup_t **ret_dups, size_t *ret_ndups, char *err,
+                             size_t err_len)
+{
+    scan_t sc = {.st = {.first_nonfinite_row = UINT64_MAX, .first_dup_row = UINT64_MAX}};
+    hps_err_t rc;
+
+    if (mf == NULL || ret_stats == NULL || (ret_dups == NULL) != (ret_ndups == NULL)) {
+        set_err(err, err_len, "hps_modelfile_scan: NULL argument");
+        return HPS_EINVAL;
+    }
+    sc.st.rows = mf->mf_rows;
+    rc = scan_all(mf, &sc, err, err_len);
+    if (rc == 0) {
+        finish_dups(&sc);
+        *ret_stats = sc.st;
+        if (ret_dups != NULL) {
+            *ret_dups = sc.nocc ? sc.occ : NULL;
+            *ret_ndups = sc.st.dup_keys;
+            sc.occ = NULL;
+        }
+    }
+    free(sc.occ);
+    return rc;
+}
+
+bool hps_modelfile_stats_format(const hps_modelfile_stats_t *st, const char *dir, unsigned what,
+                                char *buf, size_t len)
+{
+    size_t off = 0;
+    int k;
+
+    buf[0] = '\0';
+    if ((what & HPS_MODELFILE_NONFINITE) && st->nonfinite_rows > 0) {
+        k = snprintf(buf, len,
+                     "%s/emb_vector: %" PRIu64 " row%s with a NaN or Inf value (first: row %" PRIu64
+                     ", key %" PRId64 ")",
+                     dir, st->nonfinite_rows, st->nonfinite_rows == 1 ? "" : "s",
+                     st->first_nonfinite_row, st->first_nonfinite_key);
+        off = k < 0 ? 0 : (size_t)k < len ? (size_t)k : len - 1;
+    }
+    if ((what & HPS_MODELFILE_DUPLICATES) && st->dup_keys > 0)
+        snprintf(buf + off, len - off,
+                 "%s%s/key: %" PRIu64 " key%s on more than one row, %" PRIu64
+                 " row%s overridden by a later row of the same key (first: row %" PRIu64
+                 " repeats key %" PRId64 ")",
+                 off ? "; " : "", dir, st->dup_keys, st->dup_keys == 1 ? "" : "s", st->dup_rows,
+                 st->dup_rows == 1 ? "" : "s", st->first_dup_row, st->first_dup_key);
+    return buf[0] != '\0';
+}
+
+hps_err_t hps_modelfile_check_table(const hps_modelfile_spec_t *s, unsigned refuse,
+                                    hps_modelfile_stats_t *ret_stats,
+                                    hps_modelfile_dup_t **ret_dups, size_t *ret_ndups, char *err,
+                                    size_t err_len)
+{
+    hps_modelfile_t *mf = NULL;
+    hps_modelfile_stats_t st;
+    hps_modelfile_dup_t *dups = NULL;
+    size_t ndups = 0;
+    hps_err_t rc;
+    char what[768];
+
+    if (s == NULL || s->dir == NULL || s->table == NULL) {
+        set_err(err, err_len, "hps_modelfile_check_table: NULL argument");
+        return HPS_EINVAL;
+    }
+    rc = hps_modelfile_open(s->dir, s->dim, &mf, err, err_len);
+    if (rc == 0)
+        rc = hps_modelfile_scan(mf, &st, &dups, &ndups, err, err_len);
+    hps_modelfile_close(mf);
+    if (rc != 0) {
+        prefix_err(err, err_len, s->table);
+        return rc;
+    }
+    if (ret_stats != NULL)
+        *ret_stats = st;
+    if (hps_modelfile_stats_format(&st, s->dir, refuse, what, sizeof(what))) {
+        set_err(err, err_len, "table '%s': %s", s->table, what);
+        free(dups);
+        return HPS_EINVAL;
+    }
+    if (ret_dups != NULL && ret_ndups != NULL) {
+        *ret_dups = dups;
+        *ret_ndups = ndups;
+    } else {
+        free(dups);
+    }
     return 0;
 }

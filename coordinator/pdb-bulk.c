@@ -17,7 +17,11 @@
  * passes in which every key has the same byte), stable, so rows with equal
  * keys stay in input order and keeping the last row of each run gives "last
  * wins" for duplicates.  It runs in O(n * key_bytes) and needs a second
- * array of n entries.
+ * array of n entries.  Across the chunks of a model file the last row wins
+ * too: chunks are ingested in file order, and RocksDB gives an ingested SST
+ * file whose keys overlap the column family's a newer sequence number, so
+ * its rows shadow the earlier chunks' (test-pdb-bulk.c checks it; the model
+ * loader's rule, include/hps/modelfile.h).
  */
 #include <dirent.h>
 #include <errno.h>

@@ -229,6 +229,7 @@ typedef struct job {
     size_t want, got;
     redisReply **replies; /* (want) */
     hps_err_t status;     /* 0, or why the connection failed */
+    uint64_t window;      /* ms it had: from the start of jobs_run() to the deadline */
     char msg[160];
 } job_t;
 
@@ -271,6 +272,9 @@ static void jobs_run(job_t *jobs, size_t nj, uint64_t deadline)
 {
     struct pollfd pf[MAX_NODES];
     size_t idx[MAX_NODES];
+    uint64_t start = now_ms();
+    for (size_t i = 0; i < nj; i++)
+        jobs[i].window = deadline > start ? deadline - start : 0;
     for (;;) {
         size_t np = 0;
         for (size_t i = 0; i < nj; i++) {
@@ -286,7 +290,8 @@ static void jobs_run(job_t *jobs, size_t nj, uint64_t deadline)
         uint64_t now = now_ms();
         if (now >= deadline) {
             for (size_t k = 0; k < np; k++)
-                job_fail(&jobs[idx[k]], HPS_ETIMEDOUT, "timed out");
+                job_fail(&jobs[idx[k]], HPS_ETIMEDOUT,
+                         jobs[idx[k]].window ? "timed out" : "not sent: deadline passed");
             return;
         }
         int rv = poll(pf, np, (int)(deadline - now));
@@ -382,9 +387,16 @@ static bool node_skipped(node_t *nd)
     return skip;
 }
 
-/* Make cn connected (connect, non-blocking, AUTH); cn->mu held. */
+/*
+ * Make cn connected (connect, non-blocking, AUTH); cn->mu held.  call_ms is
+ * the timeout of the call that connects: a connect or AUTH that times out
+ * backs the node off only when it had at least min(connect_timeout_ms,
+ * call_ms / 2) -- a window cut shorter by the call's deadline (a lookup's
+ * is tight, and other nodes may have used most of it) says nothing about
+ * the node.  A refused connect always does.
+ */
 static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_t deadline,
-                             char *err, size_t err_len)
+                             unsigned call_ms, char *err, size_t err_len)
 {
     if (node_skipped(nd)) { /* also with a connection: a hung node keeps its sockets */
         set_err(err, err_len, "%s:%d: down (backing off)", nd->host, nd->port);
@@ -393,16 +405,23 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
     if (cn->ctx)
         return 0;
     uint64_t now = now_ms();
-    uint64_t left = deadline > now ? deadline - now : 1;
+    if (now >= deadline) { /* spent on other nodes: no reason to blame this one */
+        set_err(err, err_len, "%s:%d: deadline passed before connecting", nd->host, nd->port);
+        return HPS_ETIMEDOUT;
+    }
+    uint64_t left = deadline - now;
     if (left > rc->o.connect_timeout_ms)
         left = rc->o.connect_timeout_ms;
+    uint64_t fair = call_ms / 2 < rc->o.connect_timeout_ms ? call_ms / 2 : rc->o.connect_timeout_ms;
     struct timeval tv = {.tv_sec = (time_t)(left / 1000), .tv_usec = (long)(left % 1000) * 1000};
     redisContext *ctx = redisConnectWithTimeout(nd->host, nd->port, tv);
     if (!ctx || ctx->err) {
         set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, ctx ? ctx->errstr : "out of memory");
+        bool timed_out = ctx && strstr(ctx->errstr, "timed out");
         if (ctx)
             redisFree(ctx);
-        node_backoff(nd, true);
+        if (ctx && (!timed_out || left >= fair))
+            node_backoff(nd, true);
         return ctx ? -ECONNREFUSED : -ENOMEM;
     }
     /* From here on every read and write goes through jobs_run()'s poll(). */
@@ -411,12 +430,16 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
     char msg[256] = "";
     /* the connect timeout bounds AUTH too: a stopped or hung node accepts
      * connections (the kernel does) and answers nothing */
-    uint64_t auth_by = now_ms() + rc->o.connect_timeout_ms;
-    hps_err_t e = ctx_auth(rc, ctx, deadline < auth_by ? deadline : auth_by, msg, sizeof(msg));
+    now = now_ms();
+    uint64_t auth_by = now + rc->o.connect_timeout_ms;
+    if (deadline < auth_by)
+        auth_by = deadline;
+    hps_err_t e = ctx_auth(rc, ctx, auth_by, msg, sizeof(msg));
     if (e) {
         set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
         redisFree(ctx);
-        if (e == HPS_ETIMEDOUT) /* accepts connections but answers nothing (stopped, hung) */
+        /* accepts connections but answers nothing (stopped, hung) */
+        if (e == HPS_ETIMEDOUT && auth_by > now && auth_by - now >= fair)
             node_backoff(nd, true);
         return e;
     }
@@ -425,19 +448,40 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
     return 0;
 }
 
-/* Lock one connection of nd (a free one if any). */
-static conn_t *conn_take(hps_rcluster_t *rc, node_t *nd)
+/* Lock one connection of nd (a free connected one if any, else a free one),
+ * waiting for a busy one at most until deadline (a call with a longer deadline may hold it, e.g. a
+ * write to a hung node); NULL when none came in time. */
+static conn_t *conn_take(hps_rcluster_t *rc, node_t *nd, uint64_t deadline)
 {
     unsigned k = rc->o.conns_per_node;
     unsigned start = __atomic_fetch_add(&nd->next, 1, __ATOMIC_RELAXED); /* spreads load */
+    conn_t *spare = NULL; /* a free one that is not connected: if no connected one is free */
     for (unsigned i = 0; i < k; i++) {
         conn_t *cn = &nd->conns[(start + i) % k];
-        if (pthread_mutex_trylock(&cn->mu) == 0)
+        if (pthread_mutex_trylock(&cn->mu) != 0)
+            continue;
+        if (cn->ctx) {
+            if (spare)
+                pthread_mutex_unlock(&spare->mu);
             return cn;
+        }
+        if (spare)
+            pthread_mutex_unlock(&cn->mu);
+        else
+            spare = cn;
     }
+    if (spare)
+        return spare;
     conn_t *cn = &nd->conns[start % k];
-    pthread_mutex_lock(&cn->mu);
-    return cn;
+    uint64_t now = now_ms();
+    if (now >= deadline)
+        return NULL;
+    struct timespec ts; /* pthread_mutex_timedlock() takes CLOCK_REALTIME */
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (deadline - now) * 1000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    return pthread_mutex_timedlock(&cn->mu, &ts) == 0 ? cn : NULL;
 }
 
 /* ---- slot map ----------------------------------------------------------- */
@@ -486,13 +530,17 @@ static hps_err_t map_apply(hps_rcluster_t *rc, const redisReply *r, const node_t
     return covered ? 0 : HPS_ECONFIG;
 }
 
-/* CLUSTER SLOTS from node i. */
-static hps_err_t map_load_from(hps_rcluster_t *rc, unsigned i, char *err, size_t err_len)
+/* CLUSTER SLOTS from node i, by the deadline (ms, CLOCK_MONOTONIC). */
+static hps_err_t map_load_from(hps_rcluster_t *rc, unsigned i, uint64_t deadline, unsigned call_ms,
+                               char *err, size_t err_len)
 {
     node_t *nd = node_at(rc, i);
-    conn_t *cn = conn_take(rc, nd);
-    uint64_t deadline = now_ms() + rc->o.timeout_ms;
-    hps_err_t e = conn_ensure(rc, nd, cn, deadline, err, err_len);
+    conn_t *cn = conn_take(rc, nd, deadline);
+    if (!cn) {
+        set_err(err, err_len, "%s:%d: no free connection before the deadline", nd->host, nd->port);
+        return HPS_ETIMEDOUT;
+    }
+    hps_err_t e = conn_ensure(rc, nd, cn, deadline, call_ms, err, err_len);
     redisReply *r = NULL;
     static const char *argv[] = {"CLUSTER", "SLOTS"};
     char msg[256] = "";
@@ -514,31 +562,53 @@ static hps_err_t map_load_from(hps_rcluster_t *rc, unsigned i, char *err, size_t
     return e;
 }
 
-hps_err_t hps_rcluster_refresh(hps_rcluster_t *rc, char *err, size_t err_len)
+/* Reload the map, asking each node at most timeout_ms and nothing past cap
+ * (ms, CLOCK_MONOTONIC; UINT64_MAX: none) for a call of timeout call_ms.  wait = false: return
+ * HPS_EBUSY at once when another thread is refreshing (its map will do). */
+static hps_err_t refresh(hps_rcluster_t *rc, uint64_t cap, unsigned call_ms, bool wait, char *err,
+                         size_t err_len)
 {
-    pthread_mutex_lock(&rc->refresh_mu);
+    if (!wait && pthread_mutex_trylock(&rc->refresh_mu) != 0)
+        return HPS_EBUSY;
+    if (wait)
+        pthread_mutex_lock(&rc->refresh_mu);
     pthread_mutex_lock(&rc->map_mu);
     unsigned n = rc->num_nodes;
     pthread_mutex_unlock(&rc->map_mu);
     hps_err_t e = HPS_EIO;
     set_err(err, err_len, "no cluster node known");
     /* Nodes that are not backing off first; then the rest. */
-    for (int pass = 0; pass < 2 && e; pass++)
-        for (unsigned i = 0; i < n && e; i++)
-            if (node_backing_off(node_at(rc, i)) == (pass == 1))
-                e = map_load_from(rc, i, err, err_len);
+    bool late = false;
+    for (int pass = 0; pass < 2 && e && !late; pass++)
+        for (unsigned i = 0; i < n && e && !late; i++) {
+            if (node_backing_off(node_at(rc, i)) != (pass == 1))
+                continue;
+            uint64_t now = now_ms(), by = now + rc->o.timeout_ms;
+            if ((late = now >= cap)) {
+                set_err(err, err_len, "slot map refresh: deadline passed");
+                e = HPS_ETIMEDOUT;
+            } else
+                e = map_load_from(rc, i, by < cap ? by : cap, call_ms, err, err_len);
+        }
     pthread_mutex_unlock(&rc->refresh_mu);
     return e;
 }
 
-/* Refresh unless another thread did so within REFRESH_MIN ms. */
-static void maybe_refresh(hps_rcluster_t *rc)
+hps_err_t hps_rcluster_refresh(hps_rcluster_t *rc, char *err, size_t err_len)
+{
+    return refresh(rc, UINT64_MAX, rc->o.timeout_ms, true, err, err_len);
+}
+
+/* Refresh unless another thread did so within REFRESH_MIN ms; a fast call
+ * (lookups) neither waits for a refresh in progress nor passes its deadline. */
+static void maybe_refresh(hps_rcluster_t *rc, uint64_t deadline, bool fast)
 {
     pthread_mutex_lock(&rc->map_mu);
     bool recent = now_ms() - rc->last_refresh_ms < REFRESH_MIN;
     pthread_mutex_unlock(&rc->map_mu);
     if (!recent)
-        hps_rcluster_refresh(rc, NULL, 0);
+        refresh(rc, fast ? deadline : UINT64_MAX, fast ? rc->o.fast_timeout_ms : rc->o.timeout_ms,
+                !fast, NULL, 0);
 }
 
 unsigned hps_rcluster_num_masters(hps_rcluster_t *rc)
@@ -567,6 +637,7 @@ void hps_rcluster_opts_init(hps_rcluster_opts_t *o)
                                .conns_per_node = 5,
                                .connect_timeout_ms = 500,
                                .timeout_ms = 1000,
+                               .fast_timeout_ms = 1000,
                                .max_redirects = 5};
 }
 
@@ -609,7 +680,7 @@ static hps_err_t first_map(hps_rcluster_t *rc, char *err, size_t err_len)
     unsigned n = rc->num_nodes;
     for (unsigned i = 0; i < n && e; i++) {
         one[0] = '\0';
-        e = map_load_from(rc, i, one, sizeof(one));
+        e = map_load_from(rc, i, now_ms() + rc->o.timeout_ms, rc->o.timeout_ms, one, sizeof(one));
         if (e)
             snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s%s", i ? "; " : "", one);
     }
@@ -622,7 +693,7 @@ hps_err_t hps_rcluster_create(const hps_rcluster_opts_t *opts, hps_rcluster_t **
                               size_t err_len)
 {
     if (!opts || !ret || !opts->address || !opts->conns_per_node || !opts->timeout_ms ||
-        !opts->connect_timeout_ms || !opts->max_redirects) {
+        !opts->fast_timeout_ms || !opts->connect_timeout_ms || !opts->max_redirects) {
         set_err(err, err_len, "invalid Redis Cluster client options");
         return HPS_EINVAL;
     }
@@ -688,6 +759,8 @@ typedef struct group {
     size_t n;     /* commands (ASKING not counted) */
     size_t *cmd;  /* (n) command indices */
     size_t nasks; /* ASKING commands interleaved */
+    bool wait;    /* every connection of the node was busy: waited for in the 2nd pass */
+    size_t job;   /* its job in round_t.jobs while cn is set */
 } group_t;
 
 /* Everything one round needs, allocated once per call. */
@@ -697,6 +770,7 @@ typedef struct round {
     size_t *cmdidx;       /* (n) command indices grouped by node */
     redisReply **replies; /* (n + n) replies incl. ASKING */
     job_t jobs[MAX_NODES];
+    unsigned call_ms; /* the call's timeout (conn_ensure) */
 } round_t;
 
 static void route_all(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, route_t *rt)
@@ -738,10 +812,10 @@ static void group_all(round_t *r, size_t n, const route_t *rt, unsigned num_node
 
 /* Connect and append one group's commands; returns false if the node failed. */
 static bool group_send(hps_rcluster_t *rc, group_t *g, hps_rcluster_cmd_t *cmds, const route_t *rt,
-                       uint64_t deadline, char *msg, size_t msg_len)
+                       uint64_t deadline, unsigned call_ms, char *msg, size_t msg_len)
 {
     node_t *nd = node_at(rc, g->node);
-    hps_err_t e = conn_ensure(rc, nd, g->cn, deadline, msg, msg_len);
+    hps_err_t e = conn_ensure(rc, nd, g->cn, deadline, call_ms, msg, msg_len);
     if (e)
         return false;
     static const char *asking[] = {"ASKING"};
@@ -788,8 +862,8 @@ static int classify(hps_rcluster_t *rc, redisReply *r, route_t *rt, bool *refres
 }
 
 /* Hand one group's replies to its commands. */
-static void group_collect(hps_rcluster_t *rc, group_t *g, job_t *j, hps_rcluster_cmd_t *cmds,
-                          route_t *rt, bool *refresh, bool *backoff)
+static void group_collect(hps_rcluster_t *rc, group_t *g, job_t *j, unsigned call_ms,
+                          hps_rcluster_cmd_t *cmds, route_t *rt, bool *refresh, bool *backoff)
 {
     size_t ri = 0;
     for (size_t k = 0; k < g->n; k++) {
@@ -825,44 +899,91 @@ static void group_collect(hps_rcluster_t *rc, group_t *g, job_t *j, hps_rcluster
         conn_drop(g->cn); /* unknown state: replies may be in flight */
         *refresh = *backoff = true;
         /* a node that let the deadline pass is skipped for a while, so that
-         * the next calls do not each wait for it (reconnects back off) */
-        if (j->status == HPS_ETIMEDOUT)
+         * the next calls do not each wait for it (reconnects back off); not
+         * one that had less than half the call's time (other nodes' connects
+         * took the rest) */
+        if (j->status == HPS_ETIMEDOUT && j->window >= call_ms / 2)
             node_backoff(nd, true);
     }
 }
 
-/* One round: send every group, run all sockets, collect.  False: nothing sent. */
+/* Lock a connection of g's node (wait: until the deadline; else only a free,
+ * connected one), send g's commands on it and set up its job.  False when
+ * the group did not start (its commands' status says why, unless !wait
+ * deferred it: then g->wait). */
+static bool group_start(hps_rcluster_t *rc, round_t *r, group_t *g, bool wait,
+                        hps_rcluster_cmd_t *cmds, const route_t *rt, uint64_t deadline,
+                        size_t *rpos, size_t *nj, bool *refresh, char *msg, size_t msg_len)
+{
+    node_t *nd = node_at(rc, g->node);
+    g->cn = conn_take(rc, nd, wait ? deadline : 0);
+    if (!g->cn && !wait) {
+        g->wait = true;
+        return false;
+    }
+    if (g->cn && !wait && !g->cn->ctx) { /* connecting waits: after the connected nodes */
+        pthread_mutex_unlock(&g->cn->mu);
+        g->cn = NULL;
+        g->wait = true;
+        return false;
+    }
+    if (!g->cn) { /* every connection busy in calls that outlast this one's deadline */
+        for (size_t q = 0; q < g->n; q++)
+            cmds[g->cmd[q]].status = HPS_ETIMEDOUT;
+        set_err(msg, msg_len, "%s:%d: no free connection before the deadline", nd->host, nd->port);
+        return false;
+    }
+    if (!group_send(rc, g, cmds, rt, deadline, r->call_ms, msg, msg_len)) {
+        for (size_t q = 0; q < g->n; q++)
+            cmds[g->cmd[q]].status = -ECONNREFUSED;
+        pthread_mutex_unlock(&g->cn->mu);
+        g->cn = NULL;
+        *refresh = true;
+        return false;
+    }
+    g->job = *nj;
+    r->jobs[(*nj)++] =
+        (job_t){.ctx = g->cn->ctx, .want = g->n + g->nasks, .replies = r->replies + *rpos};
+    *rpos += g->n + g->nasks;
+    return true;
+}
+
+/*
+ * One round: send every group, run all sockets, collect.  Two passes: first
+ * the nodes with a free, connected connection; then the others: those to
+ * connect (connect and AUTH wait, and a hung node's AUTH waits until the
+ * deadline) and those whose connections were all busy (held by other calls,
+ * e.g. a write to a hung node), waiting for one at most until the deadline.
+ * So a node that hangs never costs the other nodes their answers.  False:
+ * nothing sent.
+ */
 static bool round_run(hps_rcluster_t *rc, round_t *r, hps_rcluster_cmd_t *cmds, route_t *rt,
                       uint64_t deadline, bool *refresh, bool *backoff, char *msg, size_t msg_len)
 {
     size_t rpos = 0, nj = 0;
-    for (size_t k = 0; k < r->ng; k++) {
-        group_t *g = &r->g[k];
-        g->cn = conn_take(rc, node_at(rc, g->node));
-        if (!group_send(rc, g, cmds, rt, deadline, msg, msg_len)) {
-            for (size_t q = 0; q < g->n; q++)
-                cmds[g->cmd[q]].status = -ECONNREFUSED;
+    for (size_t k = 0; k < r->ng; k++)
+        r->g[k].wait = false;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t first = nj;
+        for (size_t k = 0; k < r->ng; k++)
+            if (pass == 0 || r->g[k].wait)
+                group_start(rc, r, &r->g[k], pass == 1, cmds, rt, deadline, &rpos, &nj, refresh,
+                            msg, msg_len);
+        if (nj == first)
+            continue;
+        jobs_run(r->jobs + first, nj - first, deadline);
+        for (size_t k = 0; k < r->ng; k++) {
+            group_t *g = &r->g[k];
+            if (!g->cn)
+                continue;
+            job_t *j = &r->jobs[g->job];
+            if (j->status)
+                set_err(msg, msg_len, "%s:%d: %s", node_at(rc, g->node)->host,
+                        node_at(rc, g->node)->port, j->msg);
+            group_collect(rc, g, j, r->call_ms, cmds, rt, refresh, backoff);
             pthread_mutex_unlock(&g->cn->mu);
             g->cn = NULL;
-            *refresh = true;
-            continue;
         }
-        r->jobs[nj] =
-            (job_t){.ctx = g->cn->ctx, .want = g->n + g->nasks, .replies = r->replies + rpos};
-        rpos += g->n + g->nasks;
-        nj++;
-    }
-    jobs_run(r->jobs, nj, deadline);
-    size_t j = 0;
-    for (size_t k = 0; k < r->ng; k++) {
-        group_t *g = &r->g[k];
-        if (!g->cn)
-            continue;
-        if (r->jobs[j].status)
-            set_err(msg, msg_len, "%s:%d: %s", node_at(rc, g->node)->host,
-                    node_at(rc, g->node)->port, r->jobs[j].msg);
-        group_collect(rc, g, &r->jobs[j++], cmds, rt, refresh, backoff);
-        pthread_mutex_unlock(&g->cn->mu);
     }
     return nj > 0;
 }
@@ -910,7 +1031,8 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
         cmds[i].status = HPS_EIO;
     }
     char msg[512] = "no node serves the slot";
-    uint64_t deadline = now_ms() + rc->o.timeout_ms;
+    r->call_ms = fail_fast ? rc->o.fast_timeout_ms : rc->o.timeout_ms;
+    uint64_t deadline = now_ms() + r->call_ms;
     for (unsigned round = 0; round < rc->o.max_redirects; round++) {
         bool refresh = false, backoff = false, unrouted = false;
         route_all(rc, n, cmds, rt);
@@ -925,7 +1047,7 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
         if (count_pending(n, cmds, rt, &unused) == 0 || now_ms() >= deadline)
             break;
         if (refresh || unrouted)
-            maybe_refresh(rc);
+            maybe_refresh(rc, deadline, fail_fast);
         if (backoff && fail_fast)
             break;
         if (backoff && round + 1 < rc->o.max_redirects)

@@ -1,11 +1,23 @@
 /*
  * serve.c -- the miss service: threads that answer the workers' miss-queue
  * requests from the distributed DB (Redis) first, then from the persistent
- * DB for what Redis lacked; with [distributed_db] cache_missed_embeddings
- * the persistent-DB hits are inserted into Redis, and with [volatile_db]
- * cache_missed_embeddings everything found goes into the volatile DB, so the
- * next lookup hits higher up.  A Redis failure (a node down, a timeout) only
- * costs that layer: its keys are asked of the persistent DB.
+ * DB for what Redis lacked.  A Redis failure (a node down, or silent past
+ * [distributed_db] lookup_timeout_ms) only costs that layer: its keys are
+ * asked of the persistent DB.
+ *
+ * cache_missed_embeddings inserts run after the answer, not on its path.
+ * The lookup callback (answer()) only sets the rows to insert aside; the
+ * answer is published (slot DONE) as soon as the callback returns; then
+ *  - [volatile_db] cache_missed_embeddings: the serving thread upserts
+ *    everything found into the volatile DB once hps_shmdb_miss_serve()
+ *    returns, before it waits for the next requests (shared memory: no
+ *    more than the copy, and the next lookup of those keys finds them);
+ *  - [distributed_db] cache_missed_embeddings: the persistent-DB hits go to
+ *    one inserter thread that writes them to Redis, so that a slow or hung
+ *    node (writes have a 1 s deadline) never holds a serving thread.  Its
+ *    queue is bounded (INS_QUEUE_BYTES); when full, rows are dropped and
+ *    counted (they stay in the persistent DB and come back on the next
+ *    miss).  Stopping the service drains it.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -19,52 +31,125 @@
 
 _Static_assert(sizeof(bool) == 1, "found masks are shared as bytes");
 
-/* Insert the found rows of a request into the volatile DB. */
-static void elevate(coord_t *c, const coord_table_t *ct, size_t n, const void *keys,
-                    const float *values, const uint8_t *found)
+#define INS_QUEUE_BYTES (64u << 20) /* most bytes of rows waiting for Redis */
+
+/* Rows of one table waiting for an insert (keys, then values, both owned). */
+typedef struct ins_batch {
+    struct ins_batch *next;
+    const coord_table_t *ct;
+    size_t n;
+    void *keys;    /* (n) keys */
+    float *values; /* (n, dim) */
+} ins_batch_t;
+
+typedef struct ins_list {
+    ins_batch_t *head, *tail;
+} ins_list_t;
+
+/* The Redis inserter (distributed_db cache_missed_embeddings). */
+struct coord_inserter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ins_list_t q;
+    size_t bytes; /* queued */
+    bool stop;
+    pthread_t thread;
+    uint64_t inserted, dropped, failed; /* rows; under mu */
+};
+
+/* One serving thread: the rows its last hps_shmdb_miss_serve() set aside. */
+typedef struct server {
+    coord_t *c;
+    ins_list_t vdb, ddb;
+} server_t;
+
+static size_t batch_bytes(const coord_t *c, const ins_batch_t *b)
 {
-    size_t m = 0;
+    return b->n * (c->key_bytes + b->ct->dim * sizeof(float)) + sizeof(*b);
+}
+
+static void batch_free(ins_batch_t *b)
+{
+    if (!b)
+        return;
+    free(b->keys);
+    free(b->values);
+    free(b);
+}
+
+static void list_push(ins_list_t *l, ins_batch_t *b)
+{
+    b->next = NULL;
+    if (l->tail)
+        l->tail->next = b;
+    else
+        l->head = b;
+    l->tail = b;
+}
+
+/* Set aside m rows (keys k, values v: malloc'd, taken over) for l. */
+static void set_aside(ins_list_t *l, const coord_table_t *ct, size_t m, void *k, float *v)
+{
+    ins_batch_t *b = malloc(sizeof(*b));
+    if (!b) {
+        free(k);
+        free(v);
+        return;
+    }
+    *b = (ins_batch_t){.ct = ct, .n = m, .keys = k, .values = v};
+    list_push(l, b);
+}
+
+/* Warn at most once a second per call site (Redis outages are loud otherwise). */
+static bool warn_now(_Atomic long *last)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long prev = *last;
+    return ts.tv_sec != prev && atomic_compare_exchange_strong(last, &prev, (long)ts.tv_sec);
+}
+
+static void ddb_warn(const coord_table_t *ct, const char *what, size_t n, const char *err)
+{
+    static _Atomic long last; /* a hint shared by the service threads */
+    if (warn_now(&last))
+        HPS_WARN("table %s: distributed DB %s of %zu keys: %s", ct->name, what, n, err);
+}
+
+/* Copy the found rows of a request, to be inserted into the volatile DB
+ * after the answer. */
+static void elevate_later(server_t *s, const coord_table_t *ct, size_t n, const void *keys,
+                          const float *values, const uint8_t *found)
+{
+    size_t m = 0, kb = s->c->key_bytes;
     for (size_t i = 0; i < n; i++)
         m += found[i];
     if (m == 0)
         return;
-    void *k = malloc(m * c->key_bytes);
+    char *k = malloc(m * kb);
     float *v = malloc(m * ct->dim * sizeof(float));
-    if (k && v) {
-        size_t j = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!found[i])
-                continue;
-            memcpy((char *)k + j * c->key_bytes, (const char *)keys + i * c->key_bytes,
-                   c->key_bytes);
-            memcpy(v + j * ct->dim, values + i * ct->dim, ct->dim * sizeof(float));
-            j++;
-        }
-        hps_err_t rc = hps_shmdb_upsert(c->db, ct->vdb_id, m, k, v, NULL);
-        if (rc < 0)
-            HPS_WARN("table %s: inserting %zu missed rows into the volatile DB: %s", ct->name, m,
-                     hps_strerror(rc));
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return;
     }
-    free(k);
-    free(v);
-}
-
-/* Warn at most once a second per process (Redis outages are loud otherwise). */
-static void ddb_warn(const coord_table_t *ct, const char *what, size_t n, const char *err)
-{
-    static _Atomic long last; /* a hint shared by the service threads */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long prev = last;
-    if (ts.tv_sec != prev && atomic_compare_exchange_strong(&last, &prev, (long)ts.tv_sec))
-        HPS_WARN("table %s: distributed DB %s of %zu keys: %s", ct->name, what, n, err);
+    for (size_t i = 0, j = 0; i < n; i++) {
+        if (!found[i])
+            continue;
+        memcpy(k + j * kb, (const char *)keys + i * kb, kb);
+        memcpy(v + j * ct->dim, values + i * ct->dim, ct->dim * sizeof(float));
+        j++;
+    }
+    set_aside(&s->vdb, ct, m, k, v);
 }
 
 /* Look up the keys that Redis lacked (found[i] == 0) in the persistent DB;
- * with [distributed_db] cache_missed_embeddings, insert its hits into Redis. */
-static hps_err_t below_ddb(coord_t *c, const coord_table_t *ct, size_t n, const void *keys,
+ * with [distributed_db] cache_missed_embeddings, set its hits aside for
+ * the Redis inserter. */
+static hps_err_t below_ddb(server_t *s, const coord_table_t *ct, size_t n, const void *keys,
                            float *values, uint8_t *found)
 {
+    coord_t *c = s->c;
     size_t m = 0, kb = c->key_bytes, vb = ct->dim * sizeof(float);
     for (size_t i = 0; i < n; i++)
         m += !found[i];
@@ -93,9 +178,11 @@ static hps_err_t below_ddb(coord_t *c, const coord_table_t *ct, size_t n, const 
             memmove(v + hits * ct->dim, v + j * ct->dim, vb);
             hits++;
         }
-    if (!rc && hits && c->conf->distributed_db.cache_missed_embeddings &&
-        hps_ddb_insert(ct->ddb, hits, k, v, err, sizeof(err)) < 0)
-        ddb_warn(ct, "insert (cache_missed_embeddings)", hits, err);
+    if (!rc && hits && c->inserter) {
+        set_aside(&s->ddb, ct, hits, k, v); /* takes k and v */
+        k = NULL;
+        v = NULL;
+    }
     free(k);
     free(v);
     free(f);
@@ -106,7 +193,8 @@ static hps_err_t below_ddb(coord_t *c, const coord_table_t *ct, size_t n, const 
 static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, float *values,
                         uint8_t *found)
 {
-    coord_t *c = ctx;
+    server_t *s = ctx;
+    coord_t *c = s->c;
     if (table >= c->num_tables || !c->tables[table].model)
         return HPS_ENOTFOUND;
     const coord_table_t *ct = &c->tables[table];
@@ -116,7 +204,7 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
         if (hps_ddb_lookup(ct->ddb, n, keys, values, (bool *)found, NULL, err, sizeof(err)) < 0)
             ddb_warn(ct, "lookup (falling back)", n, err); /* what Redis answered stays found */
         if (ct->pdb)
-            rc = below_ddb(c, ct, n, keys, values, found);
+            rc = below_ddb(s, ct, n, keys, values, found);
     } else if (ct->pdb) {
         rc = hps_pdb_lookup(ct->pdb, n, keys, c->key_bytes, ct->dim, values, (bool *)found, NULL,
                             err, sizeof(err));
@@ -127,15 +215,100 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
     if (rc < 0)
         return rc;
     if (c->conf->volatile_db.cache_missed_embeddings)
-        elevate(c, ct, n, keys, values, found);
+        elevate_later(s, ct, n, keys, values, found);
     return 0;
+}
+
+/* ---- after the answers ---------------------------------------------------- */
+
+/* Upsert the rows set aside for the volatile DB. */
+static void flush_vdb(server_t *s)
+{
+    ins_batch_t *b = s->vdb.head;
+    s->vdb = (ins_list_t){0};
+    while (b) {
+        ins_batch_t *next = b->next;
+        hps_err_t rc = hps_shmdb_upsert(s->c->db, b->ct->vdb_id, b->n, b->keys, b->values, NULL);
+        if (rc < 0)
+            HPS_WARN("table %s: inserting %zu missed rows into the volatile DB: %s", b->ct->name,
+                     b->n, hps_strerror(rc));
+        batch_free(b);
+        b = next;
+    }
+}
+
+/* Hand the rows set aside for Redis to the inserter (dropped when its queue
+ * is full). */
+static void flush_ddb(server_t *s)
+{
+    static _Atomic long last;
+    struct coord_inserter *in = s->c->inserter;
+    ins_batch_t *b = s->ddb.head;
+    size_t dropped = 0;
+    s->ddb = (ins_list_t){0};
+    if (!b)
+        return;
+    pthread_mutex_lock(&in->mu);
+    while (b) {
+        ins_batch_t *next = b->next;
+        size_t bytes = batch_bytes(s->c, b);
+        if (in->bytes + bytes <= INS_QUEUE_BYTES) {
+            list_push(&in->q, b);
+            in->bytes += bytes;
+        } else {
+            in->dropped += b->n;
+            dropped += b->n;
+            batch_free(b);
+        }
+        b = next;
+    }
+    pthread_cond_signal(&in->cv);
+    pthread_mutex_unlock(&in->mu);
+    if (dropped && warn_now(&last))
+        HPS_WARN("distributed DB cache_missed_embeddings: the insert queue is full (%u MiB), "
+                 "%zu rows not inserted into Redis",
+                 INS_QUEUE_BYTES >> 20, dropped);
+}
+
+static void *insert_loop(void *arg)
+{
+    coord_t *c = arg;
+    struct coord_inserter *in = c->inserter;
+    pthread_mutex_lock(&in->mu);
+    for (;;) {
+        while (!in->q.head && !in->stop)
+            pthread_cond_wait(&in->cv, &in->mu);
+        ins_batch_t *b = in->q.head;
+        if (!b)
+            break; /* stopping and drained */
+        in->q.head = b->next;
+        if (!in->q.head)
+            in->q.tail = NULL;
+        in->bytes -= batch_bytes(c, b);
+        pthread_mutex_unlock(&in->mu);
+        char err[256];
+        hps_err_t rc = hps_ddb_insert(b->ct->ddb, b->n, b->keys, b->values, err, sizeof(err));
+        if (rc < 0)
+            ddb_warn(b->ct, "insert (cache_missed_embeddings)", b->n, err);
+        pthread_mutex_lock(&in->mu);
+        if (rc < 0)
+            in->failed += b->n;
+        else
+            in->inserted += b->n;
+        batch_free(b);
+    }
+    pthread_mutex_unlock(&in->mu);
+    return NULL;
 }
 
 static void *serve_loop(void *arg)
 {
-    coord_t *c = arg;
-    while (!*c->stop) {
-        hps_err_t rc = hps_shmdb_miss_serve(c->db, 100, answer, c, NULL);
+    server_t s = {.c = arg};
+    while (!*s.c->stop) {
+        hps_err_t rc = hps_shmdb_miss_serve(s.c->db, 100, answer, &s, NULL);
+        /* every request it took is answered (DONE): now the inserts */
+        flush_vdb(&s);
+        flush_ddb(&s);
         if (rc < 0) {
             HPS_ERROR("miss service stopped: %s", hps_strerror(rc));
             break;
@@ -144,8 +317,53 @@ static void *serve_loop(void *arg)
     return NULL;
 }
 
+static int inserter_start(coord_t *c)
+{
+    if (!c->ddb || !c->conf->distributed_db.cache_missed_embeddings)
+        return 0;
+    struct coord_inserter *in = calloc(1, sizeof(*in));
+    if (!in)
+        return HPS_EXIT_RUNTIME;
+    pthread_mutex_init(&in->mu, NULL);
+    pthread_cond_init(&in->cv, NULL);
+    c->inserter = in;
+    if (pthread_create(&in->thread, NULL, insert_loop, c) != 0) {
+        HPS_ERROR("cannot start the distributed DB inserter thread");
+        pthread_mutex_destroy(&in->mu);
+        pthread_cond_destroy(&in->cv);
+        free(in);
+        c->inserter = NULL;
+        return HPS_EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+/* Drain the queue into Redis, stop the thread. */
+static void inserter_stop(coord_t *c)
+{
+    struct coord_inserter *in = c->inserter;
+    if (!in)
+        return;
+    pthread_mutex_lock(&in->mu);
+    in->stop = true;
+    pthread_cond_signal(&in->cv);
+    pthread_mutex_unlock(&in->mu);
+    pthread_join(in->thread, NULL);
+    if (in->dropped || in->failed)
+        HPS_INFO("distributed DB cache_missed_embeddings: %llu rows inserted into Redis, %llu "
+                 "dropped (queue full), %llu failed",
+                 (unsigned long long)in->inserted, (unsigned long long)in->dropped,
+                 (unsigned long long)in->failed);
+    pthread_mutex_destroy(&in->mu);
+    pthread_cond_destroy(&in->cv);
+    free(in);
+    c->inserter = NULL;
+}
+
 int coord_serve_start(coord_t *c)
 {
+    if (inserter_start(c))
+        return HPS_EXIT_RUNTIME;
     for (unsigned i = 0; i < HPS_COORD_MISS_THREADS; i++) {
         if (pthread_create(&c->miss_threads[i], NULL, serve_loop, c) != 0) {
             HPS_ERROR("cannot start the miss service threads");
@@ -161,4 +379,5 @@ void coord_serve_stop(coord_t *c)
     for (unsigned i = 0; i < c->num_miss_threads; i++)
         pthread_join(c->miss_threads[i], NULL);
     c->num_miss_threads = 0;
+    inserter_stop(c); /* after the serving threads: nothing is queued any more */
 }

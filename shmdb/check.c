@@ -36,8 +36,12 @@ static void check_header(hps_shmdb_t *db, struct checker *c)
                 (unsigned long long)h->size_bytes);
     uint64_t free_sum = 0, n = 0;
     for (uint64_t off = h->free_head; off; n++) {
-        if (!hps__in_bounds(db, off, sizeof(struct shm_free)) || off >= bump || n > (1u << 24)) {
-            problem(c, "allocator: free-list entry %llu out of bounds", (unsigned long long)off);
+        /* Blocks are 64-byte aligned: a misaligned entry is corrupt (and
+         * must not be read as a struct shm_free). */
+        if (!hps__in_bounds(db, off, sizeof(struct shm_free)) || (off & (HPS_CACHELINE - 1)) ||
+            off >= bump || n > (1u << 24)) {
+            problem(c, "allocator: free-list entry %llu out of bounds or misaligned",
+                    (unsigned long long)off);
             break;
         }
         struct shm_free *f = hps__ptr(db, off);
@@ -58,7 +62,7 @@ static void check_ovf(const struct wview *w, struct checker *c, const char *wher
     if (!want)
         return;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        for (unsigned m = atomic_load(&BKT(w, bi)->occ); m; m &= m - 1) {
+        for (unsigned m = hps__occ(BKT(w, bi)); m; m &= m - 1) {
             uint64_t key = atomic_load(&BKT(w, bi)->key[__builtin_ctz(m)]);
             uint64_t h = hps_rrxmrrxmsx_0(key);
             for (uint32_t x = (uint32_t)(((h >> 32) * (uint64_t)w->nb) >> 32); x != bi;
@@ -82,7 +86,7 @@ static void check_rows(const struct wview *w, struct checker *c, const char *whe
         return;
     uint64_t used = 0, freed = 0;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        for (unsigned m = atomic_load(&BKT(w, bi)->occ); m; m &= m - 1) {
+        for (unsigned m = hps__occ(BKT(w, bi)); m; m &= m - 1) {
             uint32_t r = atomic_load(ROWID(w, (uint64_t)bi * HPS_BUCKET_SLOTS + __builtin_ctz(m)));
             if (!hps__row_valid(w, r))
                 problem(c, "%s bucket %u: row id 0x%x out of range", where, bi, r);
@@ -124,7 +128,7 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
         struct shm_bucket *b = BKT(&w, bi);
         if (atomic_load(&b->ver) & 1)
             problem(c, "%s bucket %u: version odd (writer inside)", where, bi);
-        for (unsigned m = atomic_load(&b->occ); m; m &= m - 1) {
+        for (unsigned m = hps__occ(b); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint64_t key = atomic_load(&b->key[s]);
             uint32_t fb;
@@ -144,7 +148,9 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
         problem(c, "%s: %llu rows above overflow_margin %llu", where, (unsigned long long)rows,
                 (unsigned long long)t->margin);
     check_ovf(&w, c, where);
-    if (w.rowid)
+    if (w.rowid && !hps__pages_ok(&w))
+        problem(c, "%s: row pages out of bounds", where);
+    else if (w.rowid)
         check_rows(&w, c, where);
 }
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "hps/shmdb.h"
 #include "layout.h"
@@ -20,8 +21,12 @@ struct hps_shmdb {
     uint64_t size;       /* bytes mapped */
     struct shm_hdr *hdr; /* == base */
     int fd;
-    int proc_slot;    /* row in hdr->procs, -1 if none */
-    hps_pool_t *pool; /* NULL: batches run in the caller */
+    int live_fd;   /* own descriptor of the object holding the row's liveness lock, -1 if none */
+    int proc_slot; /* row in hdr->procs, -1 if none */
+    dev_t dev;     /* the object's identity: handles of one segment in this process */
+    ino_t ino;
+    struct hps_shmdb *next_handle; /* this process's handles (segment.c) */
+    hps_pool_t *pool;              /* NULL: batches run in the caller */
     unsigned nthreads;
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
 };
@@ -50,7 +55,10 @@ uint64_t hps__clock_ns(int clock);
 #define LD(f)    atomic_load_explicit(&(f), memory_order_relaxed)
 #define ST(f, v) atomic_store_explicit(&(f), (v), memory_order_relaxed)
 
-/* kill(pid, 0) says the process exists (EPERM counts as alive). */
+/* kill(pid, 0) says the process exists (EPERM counts as alive).  Only
+ * right inside one PID namespace: the process table's liveness is
+ * hps_shmdb_pid_alive() (a row's liveness lock, segment.c); this one is
+ * left for the GPU-cache registry's pid lists (gpureg.c). */
 bool hps__pid_alive(pid_t pid);
 
 /* Areas published at a header offset word (updlog.c): the block at *slot if

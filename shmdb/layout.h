@@ -36,9 +36,13 @@
 /* Layout version 2: GPU caches shared through the registry count their
  * writers (the writer epoch of kernels/gcache_internal.cuh); a build
  * without it would write a shared cache unseen by lookups that skip
- * validation. */
+ * validation.
+ * Layout version 3: a process-table row is alive while its liveness lock
+ * (an OFD lock on the row's first byte of the object, segment.c) is held,
+ * not while kill(pid, 0) succeeds; a build of version 2 takes no such lock
+ * and would be reaped as dead by this one. */
 #define HPS_SHM_MAGIC          0x4244534d48535048ULL /* "HPSHMSDB" little-endian */
-#define HPS_SHM_LAYOUT_VERSION 2u
+#define HPS_SHM_LAYOUT_VERSION 3u
 #define HPS_CACHELINE          64
 #define HPS_BUCKET_SLOTS       7
 /* Layouts of a partition's hash block, chosen by dim so that a lookup
@@ -132,12 +136,16 @@ struct shm_table {
 };
 _Static_assert(sizeof(struct shm_table) % HPS_CACHELINE == 0, "table must fill cache lines");
 
-/* A row of the process table; one cache line (LMDB's reader slots). */
+/* A row of the process table; one cache line (LMDB's reader slots).  Its
+ * owner holds the row's liveness lock (segment.c) for as long as it is
+ * attached; only the holder of that lock writes the row.  pid is the
+ * owner's pid in its own PID namespace: informative, never a liveness
+ * test, and not unique across containers. */
 struct shm_proc {
-    _Atomic int32_t pid; /* 0 = free */
+    _Atomic int32_t pid; /* 0 = free; stored last (release) when a row is taken */
     int32_t role;
     int32_t device;
-    uint32_t pad0;
+    _Atomic uint32_t gen; /* bumped each time the row is taken: (slot, gen) names a process */
     uint64_t attached_ns;
     _Atomic uint64_t heartbeat_ns;
     uint8_t pad[32];
@@ -235,7 +243,11 @@ struct shm_hdr {
     _Atomic uint32_t coord_state; /* hps_coord_state_t */
     uint32_t pad_state;
     uint64_t ustats_off; /* struct shm_ustats (update statistics), 0 = absent */
-    uint64_t reserved[11];
+    /* Process-table rows of the coordinator that beat last and of the
+     * creator, as gen << 32 | (slot + 1); 0 = none (segment.c, own_ident). */
+    _Atomic uint64_t coord_proc;
+    uint64_t creator_proc;
+    uint64_t reserved[9];
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];

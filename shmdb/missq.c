@@ -74,8 +74,8 @@ static struct shm_missq *missq(hps_shmdb_t *db)
 {
     uint64_t off =
         atomic_load_explicit((_Atomic uint64_t *)&db->hdr->missq_off, memory_order_acquire);
-    if (!off || !hps__in_bounds(db, off, sizeof(struct shm_missq)))
-        return NULL;
+    if (!off || !hps__in_bounds(db, off, sizeof(struct shm_missq)) || (off & (HPS_CACHELINE - 1)))
+        return NULL; /* blocks are 64-byte aligned: anything else is corrupt */
     struct shm_missq *q = hps__ptr(db, off);
     if (!hps__in_bounds(db, off, sizeof(*q) + (uint64_t)q->nslots * sizeof(struct shm_mslot)))
         return NULL;
@@ -475,9 +475,14 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
     return 0;
 }
 
-static bool owner_gone(pid_t pid)
+/* A slot's owner is the pid its worker had in its own PID namespace, so
+ * it is looked up in the process table, whose rows' liveness locks hold
+ * in every namespace: the owner is gone when no live row carries its pid.
+ * (A live process of the same pid in another namespace keeps the slots
+ * until it is gone too: a late reclaim, never a wrong one.) */
+static bool owner_gone(hps_shmdb_t *db, pid_t pid)
 {
-    return pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH);
+    return pid <= 0 || !hps_shmdb_pid_alive(db, pid);
 }
 
 hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t *ret_reaped)
@@ -489,7 +494,7 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
         uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
         uint32_t st = STATE(w);
         bool stale = coordinator_restart && (st == MS_SERVING || st == MS_ABANDONED);
-        if (st == MS_FREE || (!stale && !owner_gone(atomic_load(&s->owner))))
+        if (st == MS_FREE || (!stale && !owner_gone(db, atomic_load(&s->owner))))
             continue;
         /* A dead worker's slot in SERVING is left to the coordinator serving it. */
         uint64_t to =

@@ -42,6 +42,21 @@ bool hps__row_valid(const struct wview *w, uint32_t r)
            (r & (HPS_PAGE_MAX_ROWS - 1)) < hps__page_used(w, pg);
 }
 
+bool hps__pages_ok(const struct wview *w)
+{
+    uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
+    uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
+    if (!w->pages || np > HPS_MAX_ROW_PAGES)
+        return false;
+    for (uint32_t pg = 0; pg < np; pg++) {
+        const struct shm_page *pe = &w->pages[pg];
+        if (pe->rows > HPS_PAGE_MAX_ROWS || (pe->off & (sizeof(float) - 1)) ||
+            !hps__in_bounds(w->db, pe->off, (uint64_t)pe->rows * row_bytes))
+            return false;
+    }
+    return np == 0 || w->p->last_fill <= w->pages[np - 1].rows;
+}
+
 bool hps__rowmap_init(struct rowmap *rm, const struct wview *w)
 {
     uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
@@ -66,11 +81,11 @@ bool hps__rowmap_set(struct rowmap *rm, uint32_t r)
 static void repair_rows(struct wview *w)
 {
     struct rowmap rm;
-    if (!hps__rowmap_init(&rm, w))
-        return;
+    if (!hps__pages_ok(w) || !hps__rowmap_init(&rm, w))
+        return; /* row pages themselves corrupt: nothing sound to rebuild from */
     for (uint32_t bi = 0; bi < w->nb; bi++) {
         struct shm_bucket *b = BKT(w, bi);
-        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        unsigned occ = hps__occ(b);
         for (unsigned m = occ; m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint32_t r = atomic_load_explicit(
@@ -103,7 +118,7 @@ static void rebuild_counts(struct wview *w)
         atomic_store_explicit(&BKT(w, bi)->ovf, 0, memory_order_relaxed);
     for (uint32_t bi = 0; bi < w->nb; bi++) {
         struct shm_bucket *b = BKT(w, bi);
-        for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m; m &= m - 1) {
+        for (unsigned m = hps__occ(b); m; m &= m - 1) {
             uint64_t key = atomic_load_explicit(&b->key[__builtin_ctz(m)], memory_order_relaxed);
             hps__ovf_walk(w, key, bi, +1);
             rows++;
@@ -446,11 +461,12 @@ hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, v
         if (hps__wview_current(db, t, p, &w)) {
             for (uint32_t bi = 0; bi < w.nb && rc == 0; bi++) {
                 struct shm_bucket *b = BKT(&w, bi);
-                for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m && rc == 0;
-                     m &= m - 1) {
+                for (unsigned m = hps__occ(b); m && rc == 0; m &= m - 1) {
                     int s = __builtin_ctz(m);
                     uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
-                    rc = fn(ctx, key, hps__row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s));
+                    const float *v = hps__row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s);
+                    if (v) /* NULL: a row id out of range, only in a corrupt segment */
+                        rc = fn(ctx, key, v);
                 }
             }
         }

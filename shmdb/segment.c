@@ -6,7 +6,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,29 +266,215 @@ bool hps__pid_alive(pid_t pid)
     return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
+/*
+ * Liveness locks.  Row i of the process table is alive while an open file
+ * description of the segment object holds an OFD write lock on byte
+ * LIVE_OFF(i), the row's first byte (the lock guards no data: rows are
+ * read and written through the mapping).  The owner takes it through a
+ * descriptor of its own (live_fd) before it writes the row, and the kernel
+ * drops it when the last copy of that descriptor is closed: at exit or at
+ * death by any signal, with nobody left to clean up.  Locks belong to the
+ * object's inode, so every process that maps /dev/shm/hps.<name> sees them
+ * in whatever PID namespace it runs (containers sharing /dev/shm), where a
+ * pid means nothing; the row's pid is the owner's own view, informative.
+ *
+ *  - Only the holder of a row's lock writes the row: its owner (take:
+ *    lock, fill, pid last; detach: pid = 0, unlock) or a reaper, which
+ *    takes a dead row's lock through the handle's other descriptor (fd),
+ *    clears the pid and unlocks.  So a reaper never frees a live row and
+ *    never races a process taking the row.
+ *  - Probes (F_OFD_GETLK) go through fd, another open file description
+ *    than live_fd, so a handle sees its own row's lock held like any other.
+ *  - fork(): a child shares its parent's open file descriptions, and a
+ *    lock lasts while any copy is open, so the child closes its copy of
+ *    live_fd at once (pthread_atfork): a dead parent's row never stays
+ *    alive through a child.  exec closes it as well (O_CLOEXEC).
+ *  - (slot, gen) names a process across reuse of its row: gen is bumped
+ *    each time the row is taken, so the header's coord_proc and
+ *    creator_proc stop matching once their process is gone.
+ * Heartbeats are kept beside the locks: a stopped or hung process holds
+ * its lock, and only its heartbeat's age tells (hps_shmdb_coordinator_alive).
+ */
+#define LIVE_OFF(i)                                                                                \
+    ((off_t)(offsetof(struct shm_hdr, procs) + (size_t)(i) * sizeof(struct shm_proc)))
+
+static int live_lock(int fd, int slot, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = LIVE_OFF(slot), .l_len = 1};
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+}
+
+/* Row i's lock is held, by anyone (this handle included: the probe goes
+ * through fd).  A failed probe counts as held: never reap on a doubt. */
+static bool row_locked(hps_shmdb_t *db, int i)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LIVE_OFF(i), .l_len = 1};
+    if (fcntl(db->fd, F_OFD_GETLK, &fl) != 0)
+        return true;
+    return fl.l_type != F_UNLCK;
+}
+
+/* This process's handles, for the fork handler and for telling our own
+ * rows from others' (pids cannot: they repeat across PID namespaces). */
+static pthread_mutex_t g_handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static hps_shmdb_t *g_handles;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&g_handles_lock);
+}
+
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_handles_lock);
+}
+
+/* The child's copies of the liveness descriptors go: the parent's locks
+ * stay with the parent's copies and end with the parent. */
+static void atfork_child(void)
+{
+    for (hps_shmdb_t *h = g_handles; h; h = h->next_handle) {
+        if (h->live_fd >= 0)
+            close(h->live_fd);
+        h->live_fd = -1;
+    }
+    pthread_mutex_unlock(&g_handles_lock);
+}
+
+static void atfork_register(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* Open the handle's liveness descriptor on the object db->fd maps and list
+ * the handle, in one step under g_handles_lock, so that no fork in between
+ * can leave a child with a copy that would keep our lock. */
+static hps_err_t live_open(hps_shmdb_t *db)
+{
+    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
+    struct stat a, b;
+    pthread_once(&g_atfork_once, atfork_register);
+    if (fstat(db->fd, &a) < 0)
+        return -errno;
+    db->dev = a.st_dev;
+    db->ino = a.st_ino;
+    object_name(obj, sizeof(obj), db->name);
+    hps_err_t rc = 0;
+    pthread_mutex_lock(&g_handles_lock);
+    int fd = shm_open(obj, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        rc = errno == ENOENT ? HPS_ENOTFOUND : -errno;
+    } else if (fstat(fd, &b) < 0 || b.st_dev != a.st_dev || b.st_ino != a.st_ino) {
+        close(fd); /* the name was removed and reused under us */
+        rc = HPS_ENOTFOUND;
+    } else {
+        db->live_fd = fd;
+        db->next_handle = g_handles;
+        g_handles = db;
+    }
+    pthread_mutex_unlock(&g_handles_lock);
+    return rc;
+}
+
+/* Unlist the handle and close its liveness descriptor (its lock goes). */
+static void live_close(hps_shmdb_t *db)
+{
+    pthread_mutex_lock(&g_handles_lock);
+    for (hps_shmdb_t **p = &g_handles; *p; p = &(*p)->next_handle) {
+        if (*p == db) {
+            *p = db->next_handle;
+            break;
+        }
+    }
+    if (db->live_fd >= 0)
+        close(db->live_fd);
+    db->live_fd = -1;
+    pthread_mutex_unlock(&g_handles_lock);
+}
+
+/* Record the handle's row (read by own_rows() of other threads' handles). */
+static void set_slot(hps_shmdb_t *db, int slot)
+{
+    pthread_mutex_lock(&g_handles_lock);
+    db->proc_slot = slot;
+    pthread_mutex_unlock(&g_handles_lock);
+}
+
+/* Mark the rows held by this process's handles of db's object. */
+static void own_rows(const hps_shmdb_t *db, bool own[HPS_SHMDB_MAX_PROCS])
+{
+    memset(own, 0, HPS_SHMDB_MAX_PROCS * sizeof(bool));
+    pthread_mutex_lock(&g_handles_lock);
+    for (const hps_shmdb_t *h = g_handles; h; h = h->next_handle)
+        if (h->live_fd >= 0 && h->proc_slot >= 0 && h->dev == db->dev && h->ino == db->ino)
+            own[h->proc_slot] = true;
+    pthread_mutex_unlock(&g_handles_lock);
+}
+
+/* Take a row: free ones first, then rows of dead processes not reaped
+ * yet.  Returns the slot, HPS_EFULL, or -errno of the lock itself. */
 static int proc_register(hps_shmdb_t *db, const hps_shmdb_proc_opts_t *po)
 {
     struct shm_hdr *h = db->hdr;
-    pid_t me = getpid();
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
             struct shm_proc *s = &h->procs[i];
-            int32_t cur = atomic_load_explicit(&s->pid, memory_order_relaxed);
-            /* Second pass: take over rows of dead processes. */
-            if (cur != 0 && (pass == 0 || hps__pid_alive(cur)))
+            if (pass == 0 && LD(s->pid) != 0)
                 continue;
-            /* CAS claims the row for exactly one process. */
-            if (!atomic_compare_exchange_strong(&s->pid, &cur, me))
-                continue;
+            int rc = live_lock(db->live_fd, i, F_WRLCK);
+            if (rc == -EAGAIN || rc == -EACCES)
+                continue; /* a live owner (or a reaper, for a moment) */
+            if (rc < 0)
+                return rc; /* no OFD locks here (Linux < 3.15): no liveness */
+            /* The row is ours: nobody else writes it while we hold its lock. */
             s->role = po->role;
             s->device = po->device;
             s->attached_ns = hps__clock_ns(CLOCK_REALTIME);
             atomic_store_explicit(&s->heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
                                   memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+            /* Release: a reader that sees our pid sees the row filled. */
+            atomic_store_explicit(&s->pid, getpid(), memory_order_release);
             return i;
         }
     }
-    return -1;
+    return HPS_EFULL;
+}
+
+/* Free row i of a process that died attached: take its lock (fails if
+ * the row is alive or just taken), clear it, let go.  true if freed. */
+static bool reap_row(hps_shmdb_t *db, int i)
+{
+    if (live_lock(db->fd, i, F_WRLCK) != 0)
+        return false;
+    atomic_store_explicit(&db->hdr->procs[i].pid, 0, memory_order_release);
+    live_lock(db->fd, i, F_UNLCK);
+    return true;
+}
+
+/* (slot, gen) of this handle's row, as stored in coord_proc and creator_proc. */
+static uint64_t own_ident(hps_shmdb_t *db)
+{
+    if (db->proc_slot < 0)
+        return 0;
+    uint64_t gen = LD(db->hdr->procs[db->proc_slot].gen);
+    return gen << 32 | (uint64_t)(db->proc_slot + 1);
+}
+
+/* The process named by ident is still attached: its row was not taken
+ * again since, and the row's lock is held. */
+static bool ident_alive(hps_shmdb_t *db, uint64_t ident)
+{
+    uint32_t slot = (uint32_t)ident, gen = (uint32_t)(ident >> 32);
+    if (slot == 0 || slot > HPS_SHMDB_MAX_PROCS)
+        return false;
+    struct shm_proc *s = &db->hdr->procs[slot - 1];
+    if (LD(s->gen) != gen || LD(s->pid) == 0)
+        return false;
+    bool held = row_locked(db, (int)slot - 1);
+    /* Re-read: the row may have been freed and taken again meanwhile. */
+    return held && LD(s->gen) == gen && LD(s->pid) != 0;
 }
 
 hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db)
@@ -299,7 +487,10 @@ hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db)
 
 hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db)
 {
-    /* Relaxed: readers only compare ages; no data depends on it. */
+    /* Relaxed: readers only compare ages and test the row's lock; no data
+     * depends on them.  The row first: a reader that pairs a new
+     * heartbeat with the previous coordinator's row sees it dead once. */
+    atomic_store_explicit(&db->hdr->coord_proc, own_ident(db), memory_order_relaxed);
     atomic_store_explicit(&db->hdr->coord_pid, getpid(), memory_order_relaxed);
     atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
                           memory_order_relaxed);
@@ -316,28 +507,48 @@ hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state)
 
 size_t hps_shmdb_other_procs(hps_shmdb_t *db)
 {
+    bool own[HPS_SHMDB_MAX_PROCS];
     size_t n = 0;
-    pid_t me = getpid();
-    for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
-        int32_t pid = atomic_load_explicit(&db->hdr->procs[i].pid, memory_order_relaxed);
-        n += pid != 0 && pid != me && hps__pid_alive(pid);
-    }
+    own_rows(db, own);
+    for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++)
+        n += !own[i] && LD(db->hdr->procs[i].pid) != 0 && row_locked(db, i);
     return n;
+}
+
+bool hps_shmdb_pid_alive(hps_shmdb_t *db, pid_t pid)
+{
+    if (!db || pid <= 0)
+        return false;
+    for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++)
+        if (LD(db->hdr->procs[i].pid) == pid && row_locked(db, i))
+            return true;
+    return false;
+}
+
+bool hps_shmdb_coordinator_attached(hps_shmdb_t *db)
+{
+    return ident_alive(db, LD(db->hdr->coord_proc));
+}
+
+bool hps_shmdb_creator_attached(hps_shmdb_t *db)
+{
+    return ident_alive(db, db->hdr->creator_proc);
 }
 
 hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n, bool reap)
 {
+    bool own[HPS_SHMDB_MAX_PROCS];
     size_t n = 0;
+    own_rows(db, own);
     for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++) {
         struct shm_proc *s = &db->hdr->procs[i];
-        int32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
+        /* Acquire: pairs with the taker's release; the row is filled. */
+        int32_t pid = atomic_load_explicit(&s->pid, memory_order_acquire);
         if (pid == 0)
             continue;
-        bool alive = hps__pid_alive(pid);
-        if (!alive && reap) {
-            atomic_compare_exchange_strong(&s->pid, &pid, 0);
+        bool alive = row_locked(db, i);
+        if (!alive && reap && reap_row(db, i))
             continue;
-        }
         procs[n++] = (hps_proc_info_t){
             .pid = pid,
             .role = (hps_proc_role_t)s->role,
@@ -345,6 +556,8 @@ hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n
             .attached_ns = s->attached_ns,
             .heartbeat_ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed),
             .alive = alive,
+            .self = own[i],
+            .slot = i,
         };
     }
     *ret_n = n;
@@ -359,6 +572,7 @@ static hps_err_t handle_new(const char *name, const hps_shmdb_proc_opts_t *popts
     if (!db)
         return -ENOMEM;
     db->fd = -1;
+    db->live_fd = -1;
     db->proc_slot = -1;
     db->base = MAP_FAILED;
     snprintf(db->name, sizeof(db->name), "%s", name);
@@ -443,9 +657,13 @@ hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
         goto fail;
     }
     db->hdr = (struct shm_hdr *)db->base;
-    if ((rc = init_header(db, opts, mode)) < 0)
+    if ((rc = init_header(db, opts, mode)) < 0 || (rc = live_open(db)) < 0)
         goto fail;
-    db->proc_slot = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
+    rc = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
+    if (rc < 0)
+        goto fail;
+    set_slot(db, rc);
+    db->hdr->creator_proc = own_ident(db);
     *ret = db;
     return 0;
 fail:
@@ -557,11 +775,14 @@ hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts,
         return rc;
     }
     db->hdr = (struct shm_hdr *)db->base;
-    db->proc_slot = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
-    if (db->proc_slot < 0) {
+    rc = live_open(db);
+    if (rc == 0)
+        rc = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
+    if (rc < 0) {
         hps_shmdb_detach(db);
-        return HPS_EFULL;
+        return rc;
     }
+    set_slot(db, rc);
     *ret = db;
     return 0;
 }
@@ -571,11 +792,14 @@ void hps_shmdb_detach(hps_shmdb_t *db)
     if (!db)
         return;
     if (db->base != MAP_FAILED && db->base) {
-        if (db->proc_slot >= 0) {
-            int32_t me = getpid();
-            atomic_compare_exchange_strong(&db->hdr->procs[db->proc_slot].pid, &me, 0);
-        }
+        /* Free our row while we hold its lock, then let the lock go (a
+         * forked child has no lock: its parent's row is not its own). */
+        if (db->proc_slot >= 0 && db->live_fd >= 0)
+            atomic_store_explicit(&db->hdr->procs[db->proc_slot].pid, 0, memory_order_release);
+        live_close(db);
         munmap(db->base, db->size);
+    } else {
+        live_close(db);
     }
     if (db->fd >= 0)
         close(db->fd);
@@ -637,8 +861,11 @@ bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serv
 {
     hps_segment_info_t si;
     hps_shmdb_segment_info(db, &si);
+    /* The row's lock, not the pid: the coordinator may run in another PID
+     * namespace, where its pid names nobody or somebody else. */
     if (si.coord_pid <= 0 || si.coord_heartbeat_ns == 0 ||
-        (serving && si.coord_state != HPS_COORD_SERVING) || !hps__pid_alive(si.coord_pid))
+        (serving && si.coord_state != HPS_COORD_SERVING) ||
+        !ident_alive(db, LD(db->hdr->coord_proc)))
         return false;
     return (hps__clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;
 }

@@ -52,7 +52,8 @@ struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id)
     struct shm_table *t = &db->hdr->tables[id];
     uint64_t bytes = (uint64_t)t->num_partitions * sizeof(struct shm_part);
     if (t->num_partitions == 0 || t->num_partitions > HPS_SHMDB_MAX_PARTITIONS ||
-        !hps__in_bounds(db, t->parts, bytes) || t->dim == 0 || t->dim > HPS_SHMDB_MAX_DIM)
+        !hps__in_bounds(db, t->parts, bytes) || (t->parts & (HPS_CACHELINE - 1)) || t->dim == 0 ||
+        t->dim > HPS_SHMDB_MAX_DIM)
         return NULL;
     return t;
 }

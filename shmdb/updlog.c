@@ -37,8 +37,8 @@ const char *hps_shmdb_update_layer_name(uint32_t layer)
 void *hps__area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 {
     uint64_t off = atomic_load_explicit((_Atomic uint64_t *)slot, memory_order_acquire);
-    if (!off || !hps__in_bounds(db, off, bytes))
-        return NULL;
+    if (!off || !hps__in_bounds(db, off, bytes) || (off & (HPS_CACHELINE - 1)))
+        return NULL; /* blocks are 64-byte aligned: anything else is corrupt */
     return hps__ptr(db, off);
 }
 
@@ -133,7 +133,7 @@ static struct shm_updlog *ring(hps_shmdb_t *db, uint32_t id)
     if (!d || id >= HPS_SHMDB_MAX_TABLES)
         return NULL;
     uint64_t off = atomic_load_explicit(&d->ring[id], memory_order_acquire);
-    if (!off || !hps__in_bounds(db, off, sizeof(struct shm_updlog)))
+    if (!off || !hps__in_bounds(db, off, sizeof(struct shm_updlog)) || (off & (HPS_CACHELINE - 1)))
         return NULL;
     struct shm_updlog *r = hps__ptr(db, off);
     uint32_t cap = r->cap;

@@ -56,7 +56,10 @@ void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, 
     w->vals = t->layout != HPS_LAYOUT_ROWS ? (float *)(base + g.voff) : NULL;
     w->rowid = t->layout == HPS_LAYOUT_ROWS ? (_Atomic uint32_t *)(base + g.voff) : NULL;
     w->stamp = t->policy != HPS_EVICT_RANDOM ? (_Atomic uint32_t *)(base + g.stamp_off) : NULL;
-    w->pages = p->pagetab ? hps__ptr(db, p->pagetab) : NULL;
+    w->pages = p->pagetab && !(p->pagetab & 7) &&
+                       hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page))
+                   ? hps__ptr(db, p->pagetab)
+                   : NULL;
 }
 
 bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
@@ -195,8 +198,7 @@ int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
         struct shm_bucket *b = BKT(w, bi);
-        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
-        for (unsigned m = occ; m; m &= m - 1) {
+        for (unsigned m = hps__occ(b); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             if (atomic_load_explicit(&b->key[s], memory_order_relaxed) == key) {
                 *ret_bucket = bi;
@@ -298,7 +300,7 @@ hps_err_t hps__wgrow(struct wview *w, uint32_t nb)
     uint64_t rows = atomic_load_explicit(&p->rows, memory_order_relaxed);
     for (uint32_t bi = 0; bi < w->nb; bi++) {
         struct shm_bucket *b = BKT(w, bi);
-        for (unsigned m = atomic_load_explicit(&b->occ, memory_order_relaxed); m; m &= m - 1) {
+        for (unsigned m = hps__occ(b); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
             uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);

@@ -22,6 +22,14 @@ struct wview {
     struct shm_page *pages;  /* row pages (indirect), or NULL */
 };
 
+/* A bucket's occupied slots.  Only the low HPS_BUCKET_SLOTS bits of occ
+ * name slots; a corrupt segment may set the others, which must never
+ * index key[]. */
+static inline unsigned hps__occ(const struct shm_bucket *b)
+{
+    return atomic_load_explicit(&b->occ, memory_order_relaxed) & ((1u << HPS_BUCKET_SLOTS) - 1);
+}
+
 void hps__bucket_begin(struct shm_bucket *b);
 void hps__bucket_end(struct shm_bucket *b);
 uint64_t hps__block_bytes(const struct shm_table *t, uint32_t nb);
@@ -49,7 +57,8 @@ static inline float *hps__row(const struct wview *w, uint64_t slot)
         return NULL;
     struct shm_page pe = w->pages[pg];
     uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
-    if (idx >= pe.rows || !hps__in_bounds(w->db, pe.off, (uint64_t)pe.rows * row_bytes))
+    if (idx >= pe.rows || !hps__in_bounds(w->db, pe.off, (uint64_t)pe.rows * row_bytes) ||
+        (pe.off & (sizeof(float) - 1)))
         return NULL;
     return (float *)hps__ptr(w->db, pe.off + idx * row_bytes);
 }
@@ -63,5 +72,10 @@ bool hps__rowmap_init(struct rowmap *rm, const struct wview *w);
 bool hps__rowmap_set(struct rowmap *rm, uint32_t r);
 uint32_t hps__page_used(const struct wview *w, uint32_t pg);
 bool hps__row_valid(const struct wview *w, uint32_t r);
+/* The row pages of a ROWS-layout view are sound: page table present, at
+ * most HPS_MAX_ROW_PAGES pages, each inside the segment and float-aligned,
+ * the last page's fill within it.  Only a corrupt segment fails this; the
+ * rowmap and free-row walks above rely on it. */
+bool hps__pages_ok(const struct wview *w);
 
 #endif

@@ -635,6 +635,7 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
         return MHD_NO;
     q->srv = s;
     *req_cls = q;
+    hps__conn_busy(s, c);
     atomic_fetch_add_explicit(&s->inflight, 1, memory_order_relaxed);
     struct hps__route r;
     hps__route_parse(url, &r);
@@ -741,10 +742,10 @@ enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, con
 void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                             enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     (void)toe;
     hps_kserve_t *s = cls;
     struct kreq *q = *req_cls;
+    hps__conn_idle(s, conn);
     if (!q)
         return;
     if (q->parked)
@@ -764,6 +765,22 @@ static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
     hps__text_t t;
     hps__text_init(&t);
     hps__metrics_render(&t, s->models, s->num_models);
+    pthread_mutex_lock(&s->conns.mu);
+    unsigned open_conns = s->conns.count;
+    pthread_mutex_unlock(&s->conns.mu);
+    hps__text_printf(
+        &t,
+        "# HELP nv_hps_http_connections HTTP connections open\n"
+        "# TYPE nv_hps_http_connections gauge\nnv_hps_http_connections %u\n"
+        "# HELP nv_hps_http_connections_evicted Idle or header-sending connections closed to make "
+        "room for new ones\n# TYPE nv_hps_http_connections_evicted counter\n"
+        "nv_hps_http_connections_evicted %llu\n"
+        "# HELP nv_hps_http_header_timeouts Connections closed for not sending a whole request "
+        "header within header_timeout_ms\n# TYPE nv_hps_http_header_timeouts counter\n"
+        "nv_hps_http_header_timeouts %llu\n",
+        open_conns,
+        (unsigned long long)atomic_load_explicit(&s->conns.evicted, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&s->conns.header_timeouts, memory_order_relaxed));
     if (s->backend.metrics && !t.oom) {
         hps_err_t rc = s->backend.metrics(s->backend.ctx, &t);
         if (rc) {

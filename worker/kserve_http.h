@@ -10,6 +10,26 @@
 
 #include "worker/kserve_internal.h"
 
+/** Connection admission (kserve_conn.c). */
+struct hps__conns {
+    pthread_mutex_t mu; /* guards the list, count, stop and every connection's state */
+    pthread_cond_t cv;  /* wakes the reaper to stop */
+    struct hps__kconn {
+        struct hps__kconn *prev, *next;
+        int fd, state;
+        uint64_t since_ns;
+        bool closing;
+    } head;         /* list of live connections (sentinel) */
+    unsigned count; /* mu */
+    unsigned high;  /* a new connection past this evicts one; immutable while running */
+    uint64_t header_ns;
+    bool stop; /* mu */
+    bool started;
+    pthread_t reaper;
+    _Atomic uint64_t evicted;         /* closed for room (relaxed: a counter) */
+    _Atomic uint64_t header_timeouts; /* closed past header_timeout_ms */
+};
+
 struct hps_kserve {
     /* Options, defaults resolved; strings owned. */
     char *http_address;
@@ -21,6 +41,7 @@ struct hps_kserve {
     unsigned threads;
     unsigned max_connections;
     unsigned idle_timeout_s;
+    unsigned header_timeout_ms;
     unsigned drain_timeout_ms;
     size_t max_body;
     size_t max_buffered;        /* request bodies buffered at once, all connections */
@@ -51,6 +72,7 @@ struct hps_kserve {
      * created by hps_kserve_start, stopped after the drain. */
     struct hps__pool *pool;
     unsigned lookup_threads;
+    struct hps__conns conns;
 
     /* Requests between their first callback and their completion
      * notification; hps_kserve_stop() drains it to zero.  Only a counter,
@@ -74,6 +96,24 @@ hps_err_t hps__pool_start(unsigned threads, struct hps__pool **ret);
 void hps__pool_submit(struct hps__pool *p, struct hps__job *j);
 /** Run every queued job, then join the threads and free p (NULL: no-op). */
 void hps__pool_stop(struct hps__pool *p);
+
+/* ------------------------------------------------------------------------ */
+/* Connection admission (kserve_conn.c)                                      */
+/* ------------------------------------------------------------------------ */
+
+/** Start the reaper (header deadline).  0 or HPS_EIO. */
+hps_err_t hps__conns_start(hps_kserve_t *s);
+/** Stop the reaper (after the daemon stopped). */
+void hps__conns_stop(hps_kserve_t *s);
+/** MHD_NotifyConnectionCallback: track, and evict for room; cls = server. */
+void hps__conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe);
+/** MHD_OPTION_URI_LOG_CALLBACK: a request line arrived (header coming). */
+void *hps__conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
+/** The header is complete (first access-handler call). */
+void hps__conn_busy(hps_kserve_t *s, struct MHD_Connection *c);
+/** The request completed: keep-alive idle. */
+void hps__conn_idle(hps_kserve_t *s, struct MHD_Connection *c);
 
 /** MHD_AccessHandlerCallback of the HTTP (KServe v2) listener; cls = server. */
 enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,

@@ -47,7 +47,7 @@
 
 /* Shorthand for a name taken from the request, bounded in messages. */
 #define NAMEFMT       "%.*s"
-#define NAMEARG(s, n) (int)((n) > 128 ? 128 : (n)), (s)
+#define NAMEARG(s, n) (int)((n) > 128 ? hps__utf8_cut((s), 128) : (n)), (s)
 
 /** State of one parse. */
 struct pctx {

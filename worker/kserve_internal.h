@@ -58,8 +58,18 @@ void hps__text_puts(hps__text_t *t, const char *s);
 void hps__text_putc(hps__text_t *t, char c);
 __attribute__((format(printf, 2, 3))) void hps__text_printf(hps__text_t *t, const char *fmt, ...);
 void hps__text_vprintf(hps__text_t *t, const char *fmt, va_list ap);
-/** A JSON string literal: quotes plus escapes; bytes >= 0x80 are copied. */
+/**
+ * A JSON string literal of any bytes, valid JSON and valid UTF-8: quotes,
+ * \\ and control characters (< 0x20, 0x7f) escaped, well-formed UTF-8
+ * copied, each maximal ill-formed subpart (stray continuation, overlong,
+ * surrogate, past U+10FFFF, truncated sequence) replaced by U+FFFD.
+ */
 void hps__text_json_str(hps__text_t *t, const char *s, size_t n);
+/** Length of the well-formed UTF-8 sequence at s[0, n) (n >= 1): 1-4, or 0. */
+size_t hps__utf8_seq(const unsigned char *s, size_t n);
+/** n, or less so that s[0, n), a prefix of a longer string, does not end
+ *  in a well-formed UTF-8 sequence cut short. */
+size_t hps__utf8_cut(const char *s, size_t n);
 void hps__text_u64(hps__text_t *t, uint64_t v);
 void hps__text_i64(hps__text_t *t, int64_t v);
 /** An fp32 value as JSON: "%.9g" (round-trips), NaN / Infinity / -Infinity. */

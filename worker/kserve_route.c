@@ -158,7 +158,7 @@ static bool parse_version(const char *s, size_t n, uint64_t *ret)
 long hps__route_model(const struct hps__route *r, const struct hps__kmodel *models,
                       size_t num_models, hps__kerr_t *err)
 {
-    int mlen = (int)(r->model_len > 200 ? 200 : r->model_len);
+    int mlen = (int)(r->model_len > 200 ? hps__utf8_cut(r->model, 200) : r->model_len);
     long found = -1;
     for (size_t i = 0; i < num_models; i++) {
         if (models[i].name_len == r->model_len &&

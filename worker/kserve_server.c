@@ -208,6 +208,9 @@ static hps_err_t apply_options(hps_kserve_t *s, const hps_kserve_options_t *o)
     s->limits.shm = o->disable_client_shm ? NULL : &s->shm;
     s->max_connections = o->max_connections ? o->max_connections : 1024;
     s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : 60;
+    s->header_timeout_ms = o->header_timeout_ms ? o->header_timeout_ms : 10000;
+    pthread_mutex_init(&s->conns.mu, NULL);
+    pthread_cond_init(&s->conns.cv, NULL);
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : 5000;
     return 0;
 }
@@ -294,7 +297,9 @@ static struct MHD_Daemon *start_http(hps_kserve_t *s)
         hps__http_on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd,
         MHD_OPTION_NOTIFY_COMPLETED, hps__http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
         s->threads, MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+        s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_NOTIFY_CONNECTION, hps__conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
+        hps__conn_uri_log, s, MHD_OPTION_END);
 }
 
 static struct MHD_Daemon *start_metrics(hps_kserve_t *s)
@@ -319,6 +324,7 @@ static void teardown(hps_kserve_t *s)
         close(s->http_fd);
     hps__pool_stop(s->pool);
     s->pool = NULL;
+    hps__conns_stop(s);
     s->http = s->metrics = NULL;
     s->http_fd = s->metrics_fd = -1;
     s->bound_http_port = s->bound_metrics_port = 0;
@@ -336,6 +342,8 @@ hps_err_t hps_kserve_start(hps_kserve_t *s)
                            &s->bound_metrics_port);
     if (rc == 0)
         rc = hps__pool_start(s->lookup_threads, &s->pool);
+    if (rc == 0)
+        rc = hps__conns_start(s);
     if (rc == 0 && !(s->http = start_http(s)))
         rc = HPS_EIO;
     if (rc == 0 && s->metrics_fd >= 0 && !(s->metrics = start_metrics(s)))
@@ -409,5 +417,7 @@ void hps_kserve_destroy(hps_kserve_t *s)
     free(s->metrics_address);
     free(s->server_name);
     free(s->server_version);
+    pthread_mutex_destroy(&s->conns.mu);
+    pthread_cond_destroy(&s->conns.cv);
     free(s);
 }

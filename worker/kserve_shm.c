@@ -61,7 +61,7 @@
 #define HPS__SHM_MAX_REGIONS 4096
 
 #define NAMEFMT       "%.*s"
-#define NAMEARG(s, n) (int)((n) > 128 ? 128 : (n)), (s)
+#define NAMEARG(s, n) (int)((n) > 128 ? hps__utf8_cut((s), 128) : (n)), (s)
 
 struct hps__shm_region {
     struct hps__shm_region *next;
@@ -189,26 +189,48 @@ static int check_key(const struct reg_args *a, hps__kerr_t *err)
     return 0;
 }
 
-/* Open the key read-write, else read-only. */
+/* Open the key read-write, else read-only.  O_NONBLOCK: a FIFO put in
+ * /dev/shm under the key would block the read-only open until a writer came
+ * (glibc passes the flag to open(2); it changes nothing for a shm object). */
 static int open_key(const struct reg_args *a, bool *writable, hps__kerr_t *err)
 {
     *writable = true;
-    int fd = shm_open(a->key, O_RDWR | O_CLOEXEC, 0);
+    int fd = shm_open(a->key, O_RDWR | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0 && errno == EACCES) {
         *writable = false;
-        fd = shm_open(a->key, O_RDONLY | O_CLOEXEC, 0);
+        fd = shm_open(a->key, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     }
     if (fd < 0)
         hps__kerr_set(err, 500, "Unable to open shared memory region: '%.128s'", a->key);
     return fd;
 }
 
-/* Check the window against the object's size and map it. */
+/* What a key that is no shared-memory object is, for the message. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+/* Check that the key is a shared-memory object (a regular file of
+ * /dev/shm), check the window against its size and map it. */
 static int map_window(int fd, const struct reg_args *a, struct hps__shm_region *r, hps__kerr_t *err)
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return hps__kerr_set(err, 500, "Unable to stat shared memory region: '%.128s'", a->key);
+    if (!S_ISREG(st.st_mode))
+        return hps__kerr_set(err, 400,
+                             "cannot register shared memory region '%.128s' with key '%.128s' as "
+                             "the key is not a shared memory object (%s)",
+                             a->name, a->key, file_kind(st.st_mode));
     uint64_t size = (uint64_t)st.st_size;
     uint64_t off = (uint64_t)a->offset, len = (uint64_t)a->byte_size;
     if (len == 0 || off > size || len > size - off)

@@ -99,20 +99,105 @@ void hps__text_printf(hps__text_t *t, const char *fmt, ...)
     va_end(ap);
 }
 
-void hps__text_json_str(hps__text_t *t, const char *s, size_t n)
+size_t hps__utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* range of the second byte */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong below U+0800 */
+        else if (c == 0xed)
+            hi = 0x9f; /* surrogates U+D800..U+DFFF */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90; /* overlong below U+10000 */
+        else if (c == 0xf4)
+            hi = 0x8f; /* past U+10FFFF */
+    } else {
+        return 0; /* 80..C1 (continuation, overlong 2-byte lead), F5..FF */
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* Bytes of the maximal subpart of an ill-formed sequence at s[0, n) (at
+ * least 1): the lead byte and the continuation bytes that could still
+ * have completed it.  Each such subpart becomes one U+FFFD, as Unicode's
+ * "best practice" says (and Python's decode(errors='replace') does). */
+static size_t utf8_bad_len(const unsigned char *s, size_t n)
+{
+    unsigned char pad[4] = {s[0], 0x80, 0x80, 0x80};
+    size_t i = 1;
+    while (i < n && i < 4) {
+        pad[i] = s[i];
+        if (!hps__utf8_seq(pad, 4))
+            break;
+        i++;
+    }
+    return i;
+}
+
+size_t hps__utf8_cut(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = s[n - back];
+        if (c < 0x80)
+            return n;
+        if (c < 0xc0)
+            continue;  /* a continuation byte: look further back for the lead */
+        if (back == 1) /* a lone lead byte: any valid one starts a sequence */
+            return c >= 0xc2 && c <= 0xf4 ? n - 1 : n;
+        /* s[n - back, n) padded with continuation bytes: the second byte,
+         * the only one whose range depends on the lead, is a real one. */
+        unsigned char pad[4] = {0x80, 0x80, 0x80, 0x80};
+        memcpy(pad, s + n - back, back);
+        return hps__utf8_seq(pad, 4) > back ? n - back : n;
+    }
+    return n;
+}
+
+void hps__text_json_str(hps__text_t *t, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    /* Worst case every byte becomes \u00XX (6 bytes), plus the quotes. */
+    const unsigned char *s = (const unsigned char *)str;
+    /* Worst case every byte becomes \u00XX (6 bytes), plus the quotes;
+     * an invalid byte becomes at most 3 (U+FFFD). */
     if (n > SIZE_MAX / 8 || !hps__text_reserve(t, n * 6 + 2))
         return;
     char *w = t->data + t->len;
     *w++ = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        if (c >= 0x80) {
+            size_t k = hps__utf8_seq(s + i, n - i);
+            if (k) {
+                memcpy(w, s + i, k);
+                w += k;
+                i += k;
+            } else {
+                memcpy(w, "\xef\xbf\xbd", 3); /* U+FFFD */
+                w += 3;
+                i += utf8_bad_len(s + i, n - i);
+            }
+            continue;
+        }
+        i++;
         if (c == '"' || c == '\\') {
             *w++ = '\\';
             *w++ = (char)c;
-        } else if (c >= 0x20) {
+        } else if (c >= 0x20 && c != 0x7f) {
             *w++ = (char)c;
         } else if (c == '\n') {
             *w++ = '\\';
@@ -120,6 +205,9 @@ void hps__text_json_str(hps__text_t *t, const char *s, size_t n)
         } else if (c == '\t') {
             *w++ = '\\';
             *w++ = 't';
+        } else if (c == '\r') {
+            *w++ = '\\';
+            *w++ = 'r';
         } else {
             memcpy(w, "\\u00", 4);
             w[4] = hex[c >> 4];
@@ -198,8 +286,10 @@ int hps__kerr_set(hps__kerr_t *e, unsigned status, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     e->status = status;
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    int n = vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof(e->msg)) /* truncated: never end in half a character */
+        e->msg[hps__utf8_cut(e->msg, sizeof(e->msg) - 1)] = '\0';
     return -1;
 }
 

@@ -141,6 +141,9 @@ static int serve(worker_t *w, const struct args *a)
     o.http_port = a->http_port >= 0 ? a->http_port : (int)wc->http_port + a->instance;
     o.metrics_port = a->metrics_port >= 0 ? a->metrics_port : (int)wc->metrics_port + a->instance;
     o.threads = (unsigned)wc->http_threads;
+    o.lookup_threads = (unsigned)wc->lookup_threads;
+    o.max_connections = (unsigned)wc->max_connections;
+    o.header_timeout_ms = (unsigned)wc->header_timeout_ms;
     o.max_body_bytes = (size_t)wc->max_body_size;
     o.max_keys_per_request = (size_t)wc->max_keys_per_request;
     o.cuda_shared_memory = true; /* honoured in builds with CUDA only */

@@ -75,7 +75,8 @@ typedef struct hps_client_options {
     /** hps-worker's --instance; 0 for other processes (shown by hps-shm). */
     int instance;
     /** Lookups served at once on the device (one stream and buffer set
-     *  each); more concurrent calls wait for one.  0 = [worker] http_threads + 2. */
+     *  each, made when first needed); more concurrent calls wait for one.
+     *  0 = [worker] http_threads + lookup_threads (hps-worker's threads). */
     unsigned max_concurrent;
 } hps_client_options_t;
 

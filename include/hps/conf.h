@@ -167,7 +167,9 @@ typedef struct hps_conf {
  * @return 0; HPS_ECONFIG if the file is not a valid configuration;
  *         HPS_EINVAL if @p path or @p ret_conf is NULL; a negative errno
  *         value (-ENOENT, -EACCES, -EISDIR, -EIO, ...) if the file cannot be
- *         read; -ENOMEM.  Thread-safe.
+ *         read; -ENODEV (a device), -EINVAL (a FIFO or a socket: only a
+ *         regular file is read, and it is opened without blocking), -EFBIG
+ *         (over 16 MiB); -ENOMEM.  Thread-safe.
  */
 hps_err_t hps_conf_load(const char *path, hps_conf_t **ret_conf, char *err, size_t err_len);
 

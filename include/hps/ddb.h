@@ -32,7 +32,9 @@
  *
  * Failures.  A lookup whose partitions could not all be read returns an
  * error but still fills values and found for the partitions that answered:
- * the caller treats the rest as misses and asks the layer below.
+ * the caller treats the rest as misses and asks the layer below.  A lookup
+ * never takes longer than lookup_timeout_ms (a hung node included); other
+ * calls have timeout_ms.
  *
  * TLS: hiredis 0.14 has no TLS; enable_tls = true is refused by
  * hps_ddb_open() with HPS_EUNSUPPORTED and a message saying so.
@@ -76,7 +78,11 @@ typedef struct hps_ddb_opts {
     hps_overflow_policy_t overflow_policy; /**< [distributed_db] overflow_policy */
     double overflow_resolution_target;     /**< in (0, 1] */
     bool enable_tls;                       /**< refused: no TLS in hiredis 0.14 */
-    unsigned timeout_ms;                   /**< deadline of one Redis round trip batch */
+    unsigned timeout_ms;                   /**< deadline of one call, lookups excepted */
+    /** Deadline of one hps_ddb_lookup() (all its HMGETs, every node at once,
+     *  connects and slot-map refreshes included); 0: timeout_ms.  A node that
+     *  lets it pass is skipped for a back-off period (see rcluster.h). */
+    unsigned lookup_timeout_ms;
 } hps_ddb_opts_t;
 
 /** Counters since open (see hps_ddb_stats()). */
@@ -88,7 +94,8 @@ typedef struct hps_ddb_stats {
 /**
  * @brief HugeCTR's defaults: address 127.0.0.1:7000, user "default", no
  *        password, 8 partitions, 5 connections per node, batches of 65536,
- *        no margin, evict_random, target 0.8, no TLS, timeout 1000 ms.
+ *        no margin, evict_random, target 0.8, no TLS, timeout 1000 ms,
+ *        lookup_timeout_ms 0 (= timeout_ms).
  * @param[out] opts  Options to fill.  Thread-safe.
  */
 void hps_ddb_opts_init(hps_ddb_opts_t *opts);

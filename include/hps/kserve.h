@@ -165,6 +165,12 @@ typedef struct hps_kserve_options {
     unsigned max_connections;
     /** A connection idle this long is closed, in seconds; 0 = 60. */
     unsigned idle_timeout_s;
+    /** Milliseconds a client has to send a request's whole header (from
+     *  the request line, or from the accept for a connection's first
+     *  request), however slowly it trickles; then the connection is
+     *  closed.  0 = 10000.  Past seven eighths of max_connections, each new
+     *  connection closes the oldest one that is sending a header or idle. */
+    unsigned header_timeout_ms;
     /** hps_kserve_stop() waits at most this long for requests in progress,
      *  in milliseconds; 0 = 5000. */
     unsigned drain_timeout_ms;

@@ -236,6 +236,109 @@ hps_err_t hps_modelfile_validate_model(const hps_modelfile_spec_t *specs, size_t
  */
 bool hps_modelfile_name_ok(const char *name);
 
+/* ------------------------------------------------------------------------ */
+/* Contents: NaN / Inf values and duplicate keys                             */
+/* ------------------------------------------------------------------------ */
+
+/** Kinds of bad rows, for the `what` / `refuse` masks below. */
+#define HPS_MODELFILE_NONFINITE  0x1u /**< a vector with a NaN or +-Inf element */
+#define HPS_MODELFILE_DUPLICATES 0x2u /**< a key given on more than one row */
+
+/**
+ * Content counts of one table (hps_modelfile_scan()).  Rows are 0-based
+ * indices in file order; keys are as in the key file (int64).
+ *
+ * Which row of a duplicated key wins: the LAST one in the file.  Every layer
+ * loads it that way: the persistent DB (a stable sort keeps the last row of
+ * each key of a chunk, and a later chunk's SST file is ingested over an
+ * earlier one), the volatile and the distributed DB (rows are upserted in
+ * file order; a partial initial_cache_rate fill writes the key's last row).
+ */
+typedef struct hps_modelfile_stats {
+    uint64_t rows;                /**< N */
+    uint64_t nonfinite_rows;      /**< rows with at least one NaN or +-Inf element */
+    uint64_t first_nonfinite_row; /**< the first of them; UINT64_MAX when none */
+    int64_t first_nonfinite_key;  /**< its key; 0 when none */
+    uint64_t dup_keys;            /**< distinct keys given on more than one row */
+    uint64_t dup_rows;            /**< rows overridden by a later row of the same key
+                                       (N - number of distinct keys) */
+    uint64_t first_dup_row;       /**< the first row whose key an earlier row already
+                                       gave; UINT64_MAX when none */
+    int64_t first_dup_key;        /**< its key; 0 when none */
+} hps_modelfile_stats_t;
+
+/** A key given on more than one row, and the row that wins (its last). */
+typedef struct hps_modelfile_dup {
+    int64_t key;
+    uint64_t last_row;
+} hps_modelfile_dup_t;
+
+/**
+ * @brief Read a whole table once and count its bad rows.
+ *
+ * Reads every key and vector (4 MiB of vectors at a time, pread), checks
+ * each vector for NaN / +-Inf elements (exponent bits all ones) and puts
+ * every key in a hash set to find keys given twice.  The set is transient:
+ * 12 to 24 bytes per row of the table, freed before returning, plus 16
+ * bytes per duplicate row.
+ *
+ * @param[in]  mf         An open table.
+ * @param[out] ret_stats  The counts; written on success.
+ * @param[out] ret_dups   With ret_ndups: every duplicated key with its last
+ *                        row, sorted by key (malloc'd, free() it; NULL when
+ *                        none).  May be NULL (not wanted).
+ * @param[out] ret_ndups  Number of entries, == ret_stats->dup_keys.
+ * @param[out] err, err_len  Message buffer.
+ *
+ * Thread safety: reentrant; mf may be read by other threads meanwhile.
+ * @return 0; -ENOMEM; the read errors of hps_modelfile_read().
+ */
+hps_err_t hps_modelfile_scan(hps_modelfile_t *mf, hps_modelfile_stats_t *ret_stats,
+                             hps_modelfile_dup_t **ret_dups, size_t *ret_ndups, char *err,
+                             size_t err_len);
+
+/**
+ * @brief Describe the bad rows of a table in words, e.g.
+ *        "DIR/emb_vector: 2 rows with a NaN or Inf value (first: row 17,
+ *        key 12345); DIR/key: 1 key on more than one row, 1 row overridden
+ *        by a later row of the same key (first: row 9 repeats key 42)".
+ *
+ * @param[in]  st    Counts from hps_modelfile_scan().
+ * @param[in]  dir   The table directory (named in the text).
+ * @param[in]  what  HPS_MODELFILE_NONFINITE and/or HPS_MODELFILE_DUPLICATES:
+ *                   the kinds to describe (a kind with a count of 0 is left out).
+ * @param[out] buf   Output, NUL-terminated, truncated to len.
+ * @param[in]  len   Size of buf (> 0).
+ * Pure function; thread-safe.
+ * @return true when something was written (some described kind has a count).
+ */
+bool hps_modelfile_stats_format(const hps_modelfile_stats_t *st, const char *dir, unsigned what,
+                                char *buf, size_t len);
+
+/**
+ * @brief Open one table, scan its contents (hps_modelfile_scan()) and
+ *        refuse it for the kinds of bad rows in `refuse`.
+ *
+ * @param[in]  s          The table (name, dir, dim; key_bytes unused).
+ * @param[in]  refuse     Mask of HPS_MODELFILE_NONFINITE / _DUPLICATES: a
+ *                        table with rows of such a kind is refused.
+ * @param[out] ret_stats  The counts; written whenever the scan completed
+ *                        (on refusal too).  May be NULL.
+ * @param[out] ret_dups, ret_ndups  As hps_modelfile_scan(); written only
+ *                        on success.  May be NULL.
+ * @param[out] err, err_len  On refusal: "table '<name>': " followed by
+ *                        hps_modelfile_stats_format() of the refused kinds
+ *                        (file, count, first row and key).
+ *
+ * Thread safety: reentrant.
+ * @return 0; HPS_EINVAL when refused; the errors of hps_modelfile_open()
+ *         and hps_modelfile_scan() (messages prefixed "table '<name>': ").
+ */
+hps_err_t hps_modelfile_check_table(const hps_modelfile_spec_t *s, unsigned refuse,
+                                    hps_modelfile_stats_t *ret_stats,
+                                    hps_modelfile_dup_t **ret_dups, size_t *ret_ndups, char *err,
+                                    size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

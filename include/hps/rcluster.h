@@ -24,13 +24,19 @@
  * status < 0 and reply NULL; the other commands of the batch are unaffected.
  *
  * Connections.  conns_per_node connections per node, made on first use
- * (connect timeout, then AUTH).  A connection that fails is closed and made
- * again on next use; a node whose connect fails, or that lets a call's
- * deadline pass (AUTH included, which the connect timeout also bounds), is
- * skipped for a back-off period (50 ms doubling to 2 s), with its open
- * connections too, so that a dead or hung master costs no time per call:
- * its commands fail at once and the caller falls back.  When the period
- * ends, one call probes the node while the others keep skipping it.  AUTH: with a
+ * (connect timeout, then AUTH; a call takes a free connected one first).  A
+ * connection that fails is closed and made again on next use; a node whose
+ * connect fails, or that lets a call's deadline pass (AUTH included, which
+ * the connect timeout also bounds), is skipped for a back-off period (50 ms
+ * doubling to 2 s), with its open connections too, so that a dead or hung
+ * master costs no time per call (the probe that ends a period costs at most
+ * the probing call's deadline): its commands fail at once and the caller
+ * falls back.  A timeout counts against a node only when the node had at
+ * least half of the call's time (or the whole connect timeout): not when
+ * other nodes' connects used it up.  Within a round, nodes with a free
+ * connected connection are served first; connects, and nodes whose
+ * connections are all busy, come after.  When the period ends, one call
+ * probes the node while the others keep skipping it.  AUTH: with a
  * password, "AUTH <password>" when user is empty or "default" (works on
  * every Redis version), else "AUTH <user> <password>" (Redis 6 ACLs).
  *
@@ -82,6 +88,11 @@ typedef struct hps_rcluster_opts {
     unsigned connect_timeout_ms;
     /** Deadline of one hps_rcluster_exec() call, in ms (default 1000). */
     unsigned timeout_ms;
+    /** Deadline of one hps_rcluster_exec_fast() call (lookups), in ms
+     *  (default 1000).  Everything such a call does waits no longer: the
+     *  connects and AUTHs it makes, a free connection of a node, the slot-map
+     *  refresh it may start (skipped when another call is refreshing). */
+    unsigned fast_timeout_ms;
     /** Most routing rounds of one call (MOVED/ASK/retries; default 5). */
     unsigned max_redirects;
 } hps_rcluster_opts_t;
@@ -139,7 +150,7 @@ hps_err_t hps_rcluster_parse_redirect(const char *msg, hps_rcluster_redirect_t *
 /**
  * @brief Fill opts with the defaults: address "127.0.0.1:7000", user
  *        "default", no password, 5 connections per node, connect timeout
- *        500 ms, call deadline 1000 ms, 5 rounds.
+ *        500 ms, call deadline 1000 ms (fast calls too), 5 rounds.
  * @param[out] opts  Options to fill.  Thread-safe.
  */
 void hps_rcluster_opts_init(hps_rcluster_opts_t *opts);
@@ -193,12 +204,16 @@ hps_err_t hps_rcluster_exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cm
 
 /**
  * @brief hps_rcluster_exec() for callers with a lower layer to fall back
- *        on (lookups): after a round that met CLUSTERDOWN, TRYAGAIN, LOADING,
- *        a timeout or a lost connection it returns at once, with no pause
- *        and no further round (hps_rcluster_exec() backs off 10, 20, 40, 80
- *        ms and retries until its deadline).  MOVED / ASK redirections are
- *        still followed.  Same parameters, replies, thread safety and return
- *        values as hps_rcluster_exec().
+ *        on (lookups), under the deadline fast_timeout_ms: after a round that
+ *        met CLUSTERDOWN, TRYAGAIN, LOADING, a timeout or a lost connection
+ *        it returns at once, with no pause and no further round
+ *        (hps_rcluster_exec() backs off 10, 20, 40, 80 ms and retries until
+ *        its deadline).  MOVED / ASK redirections are still followed.  It
+ *        never waits past its deadline for anything: a connection held by a
+ *        slower call is HPS_ETIMEDOUT for that node's commands, and a slot-map
+ *        refresh already running in another call is not waited for.  Same
+ *        parameters, replies, thread safety and return values as
+ *        hps_rcluster_exec().
  */
 hps_err_t hps_rcluster_exec_fast(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, char *err,
                                  size_t err_len);

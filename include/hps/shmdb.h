@@ -149,14 +149,28 @@ typedef struct hps_table_info {
     uint64_t erased;    /**< rows erased on request */
 } hps_table_info_t;
 
-/** One row of the process table. */
+/**
+ * One row of the process table.
+ *
+ * Liveness.  Each attached process holds its row's liveness lock (an
+ * open-file-description lock on one byte of /dev/shm/hps.<name>) for as
+ * long as it is attached; the kernel drops it when the process dies, by
+ * any signal.  Locks belong to the shm object, so processes in different
+ * PID namespaces that share /dev/shm (containers of one pod, hostIPC) see
+ * each other's: a row is alive exactly while its lock is held.  A pid is
+ * the process's pid in its own namespace: informative only (two containers
+ * may both show pid 1).  A child forked from an attached process does not
+ * inherit the lock (it must attach again, see the top of this file).
+ */
 typedef struct hps_proc_info {
-    pid_t pid;
+    pid_t pid; /**< in the process's own PID namespace */
     hps_proc_role_t role;
     int device;
     uint64_t attached_ns;  /**< CLOCK_REALTIME at attach, ns */
     uint64_t heartbeat_ns; /**< CLOCK_MONOTONIC of the last heartbeat, ns */
-    bool alive;            /**< kill(pid, 0) succeeded at the time of the call */
+    bool alive;            /**< its liveness lock was held at the time of the call */
+    bool self;             /**< the row of a handle of the calling process */
+    int slot;              /**< row index, 0 .. HPS_SHMDB_MAX_PROCS - 1 */
 } hps_proc_info_t;
 
 /** What the coordinator is doing, as it last said in the segment header. */
@@ -257,23 +271,50 @@ hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret);
 hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state);
 
 /**
- * @brief Number of live processes in the process table other than the
- *        caller (for HugeCTR's shared_memory_auto_remove: the last process
- *        out removes the segment).  Thread-safe.
+ * @brief Number of live rows in the process table (liveness locks held)
+ *        other than the calling process's (for HugeCTR's
+ *        shared_memory_auto_remove: the last process out removes the
+ *        segment).  Thread-safe.
  */
 size_t hps_shmdb_other_procs(hps_shmdb_t *db);
 
 /**
- * @brief Whether a coordinator is alive on the segment: its pid exists and
- * its heartbeat (hps_shmdb_heartbeat) is younger than timeout_ms
- * (worker_timeout_ms); with serving, it must also have said SERVING.
- * Lock-free, any process.
+ * @brief Whether a coordinator is alive on the segment: the process-table
+ * row of the coordinator that beat last still holds its liveness lock (the
+ * same process: the row was not taken again since), and its heartbeat
+ * (hps_shmdb_heartbeat) is younger than timeout_ms (worker_timeout_ms);
+ * with serving, it must also have said SERVING.  A killed coordinator is
+ * seen at once, in any PID namespace; a stopped or hung one when its
+ * heartbeat ages out.  Lock-free (a few fcntl calls), any process.
  */
 bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serving);
 
 /**
- * @brief Record the coordinator heartbeat (CLOCK_MONOTONIC now, caller's pid).
- * Thread- and process-safe (atomic stores).  Returns 0.
+ * @brief Whether the process that beat last as coordinator
+ *        (hps_segment_info_t.coord_pid) is still attached: its row's
+ *        liveness lock is held, whatever its heartbeat's age.
+ */
+bool hps_shmdb_coordinator_attached(hps_shmdb_t *db);
+
+/**
+ * @brief Whether the process that created the segment
+ *        (hps_segment_info_t.creator_pid) is still attached.
+ */
+bool hps_shmdb_creator_attached(hps_shmdb_t *db);
+
+/**
+ * @brief Whether a live row of the process table (liveness lock held) has
+ *        this pid.  For pids recorded elsewhere in the segment (miss-queue
+ *        owners, GPU-cache users): a pid is namespace-local, so with
+ *        processes of several PID namespaces attached, any live process
+ *        of that pid answers true.  false for pid <= 0.
+ */
+bool hps_shmdb_pid_alive(hps_shmdb_t *db, pid_t pid);
+
+/**
+ * @brief Record the coordinator heartbeat (CLOCK_MONOTONIC now, caller's
+ * pid and process-table row, whose liveness lock hps_shmdb_coordinator_alive
+ * tests).  Thread- and process-safe (atomic stores).  Returns 0.
  */
 hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db);
 
@@ -286,7 +327,9 @@ hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db);
  * @brief Snapshot of the process table.
  * @param[out] procs  Array of at least HPS_SHMDB_MAX_PROCS entries (host).
  * @param[out] ret_n  Entries written.
- * @param[in]  reap   true: free the rows of processes that are gone.
+ * @param[in]  reap   true: free the rows whose liveness lock is not held
+ *                    (the process died without detaching); they are left
+ *                    out of procs.
  * @return 0.
  */
 hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n, bool reap);

@@ -679,6 +679,16 @@ class Cluster:
             raise RuntimeError("hps-shm info: %d %s" % (rc, err))
         return json.loads(out)
 
+    def vdb_rows(self, segment=None):
+        """Rows in the volatile DB, all tables."""
+        return sum(tb["rows"] for tb in self.shm_info(segment)["tables"])
+
+    def wait_vdb_rows(self, at_least, timeout=5.0, segment=None):
+        """Wait until the volatile DB holds at least that many rows: the
+        coordinator inserts the rows it fetched for misses
+        (cache_missed_embeddings) just after it answered them."""
+        return wait_until(lambda: self.vdb_rows(segment) >= at_least, timeout)
+
     def segment_exists(self, segment=None):
         return os.path.exists("/dev/shm/hps." + (segment or self.segment))
 

@@ -6,9 +6,17 @@ arguments, including an unknown model on infer; 404 unknown path; 405 wrong
 method; 501 more samples than max_batch_size) and a JSON {"error": "..."}
 body with Content-Type application/json; the worker keeps serving exact
 answers afterwards.  [worker] max_body_size = 64KiB.
+
+Invalid UTF-8 anywhere in a request (model name in the path, input, output
+and region names, keys, headers, random bodies) and 600 mutated requests:
+every application/json answer is strict JSON (bytes.decode("utf-8") then
+json.loads without NaN); the only answers that are not JSON are
+libmicrohttpd's own HTML pages for broken framing (README.md lists them).
 """
+import concurrent.futures
 import json
 import os
+import random
 import struct
 import sys
 
@@ -35,6 +43,73 @@ def bin_req(keys, numkeys, declared=None, extra=b"", header=True, hlen_delta=0):
          "data": numkeys}]}).encode()
     hdrs = {"Inference-Header-Content-Length": str(len(j) + hlen_delta)} if header else {}
     return j + kb + extra, hdrs
+
+
+FFFD = "\ufffd"
+
+# libmicrohttpd 0.9.75's own answers to broken framing: (status, title).
+MHD_PAGES = {(400, "Request malformed"), (413, "Request content too large"),
+             (414, "Request too big"), (431, "Request too big"),
+             (505, "Requested HTTP version is not supported")}
+
+
+def _no_constants(name):
+    raise ValueError("not JSON: %s" % name)
+
+
+def strict_json(body):
+    """Strict JSON: UTF-8 (strict decoding), no NaN/Infinity, no raw controls."""
+    return json.loads(body.decode("utf-8"), parse_constant=_no_constants)
+
+
+def mhd_page(r):
+    """True when r is one of libmicrohttpd's own pages: no Content-Type, an
+    HTML title of MHD_PAGES; or its duplicated head for a bad Content-Length
+    (0.9.75 sends the status line and headers twice)."""
+    if "content-type" in r.headers:
+        return False
+    if r.body.startswith(b"HTTP/1.1 %d " % r.status):
+        return r.status in (400, 413)
+    for st, title in MHD_PAGES:
+        if r.status == st and r.body.startswith(b"<html><head><title>" + title.encode()):
+            return True
+    return False
+
+
+def classify(r):
+    """'json', 'empty', 'binary' or 'mhd'; raises AssertionError otherwise."""
+    ct = r.headers.get("content-type")
+    if ct == "application/json":
+        j = strict_json(r.body)
+        if r.status != 200:
+            assert isinstance(j, dict) and isinstance(j.get("error"), str), r.body[:300]
+        return "json"
+    if ct == "application/octet-stream" and r.status == 200:
+        strict_json(r.body[:int(r.headers["inference-header-content-length"])])
+        return "binary"
+    if ct == "text/plain" and r.body == b"" and r.status in (200, 400):
+        return "empty"
+    assert mhd_page(r), "not JSON and not libmicrohttpd's: %r %r" % (r.headers, r.body[:300])
+    return "mhd"
+
+
+def mutate(rng, data, lo, hi):
+    if hi <= lo:
+        return data
+    at = rng.randrange(lo, hi)
+    op = rng.randrange(6)
+    if op == 0:
+        return data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1:]
+    if op == 1:
+        return data[:at] + bytes([rng.randrange(128, 256)]) + data[at + 1:]
+    if op == 2:
+        return data[:at] + bytes(rng.randrange(256) for _ in range(rng.randint(1, 8))) + data[at:]
+    if op == 3:
+        bad = rng.choice([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"])
+        return data[:at] + bad + data[at:]
+    if op == 4:
+        return data[:at] + data[at + rng.randint(1, 8):]
+    return data[:at]
 
 
 def body(t, cl):
@@ -177,6 +252,7 @@ def body(t, cl):
     r = H.http(w.metrics_port, "POST", "/metrics", b"")
     t.ok(r.status == 405, "POST /metrics on the metrics port -> 405", repr(r))
 
+
     # ---- still serving, and the failures were counted -------------------------------
     r = H.http(port, "POST", infer, req(keys, nk))
     _, g = H.decode_output(r)
@@ -187,6 +263,119 @@ def body(t, cl):
     succ = m.get('nv_inference_request_success{model="m",version="1"}')
     t.ok(fails >= 15, "nv_inference_request_failure counted the rejected requests (%d)" % fails)
     t.eq(succ, 4.0, "nv_inference_request_success counts only the 4 good requests")
+
+    # ---- invalid UTF-8: every error body is strict JSON (after the counts above, as
+    # mutated requests may succeed) ---------------------------------------------------
+    def utf8_check(desc, status, want, method=None, path=None, body=None, headers=None,
+                   raw=None):
+        try:
+            if raw is not None:
+                r = H.raw_http(port, raw)
+            else:
+                r = H.http(port, method, path, body, headers)
+            msg = strict_json(r.body)["error"]
+            good = (r.status == status and r.headers.get("content-type") == "application/json"
+                    and want in msg)
+        except Exception as e:  # noqa: BLE001
+            good, r, msg = False, None, "%s: %s" % (type(e).__name__, e)
+        t.ok(good, "%s -> %d, strict JSON naming %r" % (desc, status, want),
+             "got %r: %r" % (r, msg))
+
+    def raw_req(method, path, body=b"", extra=b""):
+        return (method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                extra + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def named(kname=b"KEYS", dt=b"INT64", more=b""):
+        return (b'{' + more + b'"inputs": [{"name": "' + kname + b'", "shape": [1, 5], '
+                b'"datatype": "' + dt + b'", "data": ' + json.dumps(keys).encode() + b'}, '
+                b'{"name": "NUMKEYS", "shape": [1, 2], "datatype": "INT32", "data": [3, 2]}]}')
+
+    utf8_check("model name \\xfe in the path", 400, "unknown model: '%s'" % FFFD,
+               raw=raw_req(b"POST", b"/v2/models/\xfe/infer", req(keys, nk)))
+    utf8_check("model name %FF%C0%AF", 400, "'m%s'" % (FFFD * 3),
+               raw=raw_req(b"GET", b"/v2/models/m%FF%C0%AF"))
+    utf8_check("input name KEYS\\xff", 400, "input 'KEYS%s'" % FFFD, "POST", infer,
+               named(kname=b"KEYS\xff"))
+    utf8_check("datatype with a surrogate", 400, "'INT%s'" % (FFFD * 3), "POST", infer,
+               named(dt=b"INT\xed\xa0\x80"))
+    utf8_check("output name \\xc0\\xaf", 400, "output 'O%s'" % (FFFD * 2), "POST", infer,
+               named(more=b'"outputs": [{"name": "O\xc0\xaf"}], '))
+    utf8_check("input region name cut short", 404, "region: 'r%s'" % FFFD, "POST", infer,
+               b'{"inputs": [{"name": "KEYS", "shape": [1, 5], "datatype": "INT64", '
+               b'"parameters": {"shared_memory_region": "r\xe2\x82", '
+               b'"shared_memory_byte_size": 40}}, {"name": "NUMKEYS", "shape": [1, 2], '
+               b'"datatype": "INT32", "data": [3, 2]}]}')
+    utf8_check("region name in the path", 404, "'%s%s'" % (FFFD, FFFD),
+               raw=raw_req(b"GET", b"/v2/systemsharedmemory/region/\xff\xfe/status"))
+    utf8_check("region name and key of a register", 400,
+               "region '%s' with key '/a/%s'" % (FFFD, FFFD),
+               raw=raw_req(b"POST", b"/v2/systemsharedmemory/region/\xc3/register",
+                           b'{"key": "/a/\xf5", "offset": 0, "byte_size": 8}'))
+    utf8_check("Content-Encoding \\xff\\x01", 400, "Content-Encoding '%s\x01'" % FFFD,
+               raw=raw_req(b"POST", infer.encode(), req(keys, nk),
+                           b"Content-Encoding: \xff\x01\r\n"))
+
+    seed = random.randrange(1 << 30)
+    t.diag("mutation seed %d" % seed)
+    rng = random.Random(seed)
+    bad = []
+    for i in range(200):  # random bytes as a body, and in an input name
+        if i % 2:
+            b = bytes(rng.randrange(256) for _ in range(rng.randint(1, 400)))
+        else:
+            b = named(kname=bytes(rng.choice([c for c in range(1, 256) if c not in b'"\\'])
+                                  for _ in range(rng.randint(1, 60))))
+        try:
+            classify(H.http(port, "POST", infer, b))
+        except Exception as e:  # noqa: BLE001
+            bad.append("%r: %s" % (b[:80], e))
+    t.ok(not bad, "200 random bodies: every answer is strict JSON", "\n".join(bad[:5]))
+
+    bin_body, bin_hdrs = bin_req(keys, nk)
+    seeds = [
+        raw_req(b"POST", infer.encode(), req(keys, nk)),
+        raw_req(b"POST", infer.encode(), bin_body,
+                b"Inference-Header-Content-Length: %s\r\n" %
+                bin_hdrs["Inference-Header-Content-Length"].encode()),
+        raw_req(b"POST", b"/v2/systemsharedmemory/region/r1/register",
+                b'{"key": "/hps-int-nokey", "offset": 0, "byte_size": 8}'),
+        raw_req(b"GET", b"/v2/models/m/versions/1/config"),
+    ]
+    mutants = []
+    for i in range(600):
+        data = rng.choice(seeds)
+        hl = data.index(b"\r\n\r\n") + 4
+        for _ in range(rng.randint(1, 4)):
+            if rng.randrange(2) or hl >= len(data):
+                data = mutate(rng, data, 0, min(hl, len(data)))
+            else:
+                data = mutate(rng, data, hl, len(data))
+        mutants.append(data)
+
+    def answer(data):  # a stalled request (e.g. a Content-Length made larger) times out
+        try:
+            r = H.raw_http(port, data, timeout=0.4)
+        except (OSError, IndexError, ValueError):
+            return "no answer", None
+        try:
+            return classify(r), None
+        except Exception as e:  # noqa: BLE001
+            return "bad", "%r -> %s" % (data[:200], e)
+
+    counts = {}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(answer, mutants))
+    for c, _ in results:
+        counts[c] = counts.get(c, 0) + 1
+    bad = [why for _, why in results if why]
+    t.diag("mutated requests: %r" % sorted(counts.items()))
+    t.ok(not bad and counts.get("json", 0) > 100,
+         "600 mutated requests: strict JSON, or libmicrohttpd's own framing page",
+         "\n".join(bad[:5]))
+
+    r = H.http(port, "POST", infer, req(keys, nk))
+    _, g = H.decode_output(r)
+    t.ok(g == model.expected([k0, k1]), "after the mutated requests the worker answers exactly")
     t.ok(w.alive(), "worker still running", w.log())
 
 

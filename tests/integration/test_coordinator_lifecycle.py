@@ -18,6 +18,7 @@ int-coordinator_lifecycle: hps-coordinator's exits and the segment's fate.
   than worker_timeout_ms) exits 3 and leaves the first one's segment alone.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
+
+
+def started_loading(c):
+    """The coordinator has validated every model file, created or re-attached
+    its segment and marked it LOADING ("loading N models"), in that order."""
+    return re.search(r"INFO +loading \d+ models?$", c.log(), re.M) is not None
 
 
 def big_model_phases(t, cl):
@@ -90,8 +97,8 @@ def big_model_phases(t, cl):
         ("volatile_db", "shared_memory_auto_remove", "false"),
         ("persistent_db", "type", "disabled")])
     c = cl.start_coordinator(conf_k, wait_ready=False)
-    if not H.wait_until(lambda: "files valid" in c.log() or not c.alive(), 30, 0.002):
-        raise RuntimeError("coordinator did not validate its files:\n" + c.log())
+    if not H.wait_until(lambda: started_loading(c) or not c.alive(), 30, 0.002):
+        raise RuntimeError("coordinator did not start loading:\n" + c.log())
     c.kill(signal.SIGKILL)
     loading = "serving misses" not in c.log()
     c.wait(10)
@@ -114,8 +121,8 @@ def big_model_phases(t, cl):
         ("hps", "heartbeat_interval_ms", 10),
         ("hps", "worker_timeout_ms", 100)])
     a = cl.start_coordinator(conf2, wait_ready=False)
-    if not H.wait_until(lambda: "files valid" in a.log() or not a.alive(), 30, 0.002):
-        raise RuntimeError("coordinator did not validate its files:\n" + a.log())
+    if not H.wait_until(lambda: started_loading(a) or not a.alive(), 30, 0.002):
+        raise RuntimeError("coordinator did not start loading:\n" + a.log())
     ino = os.stat(segpath).st_ino
     time.sleep(0.15)
     during = "serving misses" not in a.log()

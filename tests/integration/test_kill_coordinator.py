@@ -122,6 +122,7 @@ def body(t, cl):
     _, got = H.decode_output(H.infer(port, "m", [pdb0, []], binary=True))
     t.ok(got == model.expected([pdb0, []]), "table 0's PDB-only rows resolve through the "
          "coordinator (%d keys)" % len(pdb0))
+    cl.wait_vdb_rows(5000)  # inserted just after the answer
     t.eq(table_rows(cl), {"sparse_embedding0": 4000, "sparse_embedding1": 1000},
          "volatile DB: all of table 0, half of table 1")
 
@@ -166,6 +167,7 @@ def body(t, cl):
     c2 = cl.start_coordinator(conf_keep)
     t.ok("re-attached" in c2.log(), "coordinator 2 re-attached the segment", c2.log())
     t.eq(seg_inode(cl), ino0, "same segment object (inode unchanged)")
+    cl.wait_vdb_rows(5000)  # inserted just after the answer
     t.eq(table_rows(cl), {"sparse_embedding0": 4000, "sparse_embedding1": 1000},
          "the volatile DB kept its rows")
     t.ok(H.wait_for_ready(port, True, 5.0), "worker ready again with coordinator 2", w.log())

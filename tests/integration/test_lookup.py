@@ -80,6 +80,7 @@ def body(t, cl):
     want = model.expected(kpt)
     nk = sum(len(k) for k in kpt)
     c0 = H.hps_counters(w0.metrics_port, "m")
+    rows0 = cl.vdb_rows()
     r = H.infer(w0.http_port, "m", kpt, binary=False, req_id="r1-json")
     j, got = H.decode_output(r)
     t.ok(got == want, "JSON lookup on worker 0: VDB, PDB-only and unknown keys exact",
@@ -99,6 +100,7 @@ def body(t, cl):
          "worker 0 counters: lookup, volatile-DB hits, persistent-DB hits, defaults")
 
     # ---- R1 again, binary, worker 0: PDB keys are now VDB hits --------------
+    cl.wait_vdb_rows(rows0 + sum(n_pdb))  # inserted just after the answer
     c0 = H.hps_counters(w0.metrics_port, "m")
     r = H.infer(w0.http_port, "m", kpt, binary=True, req_id="r1-bin")
     t.eq(r.headers.get("content-type", "").split(";")[0], "application/octet-stream",
@@ -139,12 +141,14 @@ def body(t, cl):
     kpt2 = mixed_request(rng, model, [10, 10], [50, 30], [3, 3], pool, 100)
     want2 = model.expected(kpt2)
     c1 = H.hps_counters(w1.metrics_port, "m")
+    rows0 = cl.vdb_rows()
     _, g = H.decode_output(H.infer(w1.http_port, "m", kpt2, binary=True))
     t.ok(g == want2, "worker 1, binary: fresh PDB-only keys exact",
          H.first_mismatch(g, want2, model, kpt2))
     d = H.diff(H.hps_counters(w1.metrics_port, "m"), c1)
     t.eq((d["volatile_db_hit_keys"], d["persistent_db_hit_keys"], d["default_value_keys"]),
          (20, 80, 6), "worker 1 counters for R2")
+    cl.wait_vdb_rows(rows0 + 80)
     c0 = H.hps_counters(w0.metrics_port, "m")
     _, g = H.decode_output(H.infer(w0.http_port, "m", kpt2, binary=False))
     t.ok(g == want2, "worker 0, JSON: R2 exact", H.first_mismatch(g, want2, model, kpt2))
@@ -255,7 +259,10 @@ def lookup32(t, cl):
            model.pdb_only_keys(1, RATE)[-5:] + model.unknown_keys(1, 3, 1)]
     want = model.expected(kpt)
     c0 = H.hps_counters(w.metrics_port, "m32")
+    rows0 = cl.vdb_rows(seg)
     for binary in (False, True):
+        if binary:
+            cl.wait_vdb_rows(rows0 + 15, segment=seg)
         _, g = H.decode_output(H.infer(w.http_port, "m32", kpt, binary=binary))
         t.ok(g == want, "32-bit keys, %s: VDB, PDB-only, unknown and out-of-range keys exact" %
              ("binary" if binary else "JSON"), H.first_mismatch(g, want, model, kpt))

@@ -423,9 +423,11 @@ def shared_segment(t, cl, model, conf, c, w):
            model.unknown_keys(i, 2, 300) for i in range(3)]
     keys, numkeys = H.split_keys(kpt)
     want = flat(model, kpt)
+    rows0 = cl.vdb_rows()
     got = c.lookup_multi("m", np.array(keys, dtype=np.int64), numkeys)
     t.ok(np.array_equal(got, want), "Python client: PDB-only keys of 3 tables exact",
          mismatch(got, want))
+    cl.wait_vdb_rows(rows0 + 45)  # inserted just after the answer
     c0 = H.hps_counters(w.metrics_port, "m")
     _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
     t.ok(g == model.expected(kpt), "hps-worker on the same segment: the same request exact",
@@ -437,7 +439,9 @@ def shared_segment(t, cl, model, conf, c, w):
          (75, 0, 6), "keys the Python client elevated are volatile-DB hits for the worker")
     # And the other way round.
     kpt = [[pool[i].pop() for _ in range(12)] for i in range(3)]
+    rows0 = cl.vdb_rows()
     H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    cl.wait_vdb_rows(rows0 + 36)
     c0 = c.counters("m")
     got = c.lookup_multi("m", np.array(H.split_keys(kpt)[0], dtype=np.int64),
                          [12, 12, 12])

@@ -11,7 +11,10 @@ RocksDB hits are inserted into Redis (cache_missed_embeddings); a master
 killed while a client streams lookups costs zero failed or wrong answers,
 and its promoted replica serves HMGETs once the cluster settles; each
 overflow policy keeps every partition at or under overflow_margin; a wrong
-password, an unreachable address and enable_tls give a clear start-up error.
+password, an unreachable address and enable_tls give a clear start-up error;
+a stopped (hung) master costs each lookup at most [distributed_db]
+lookup_timeout_ms, and rows fetched meanwhile from RocksDB still reach the
+volatile DB (cache_missed_embeddings, now after the answer).
 Skips (TAP "1..0 # SKIP") without redis-server or redis-cli.
 """
 import os
@@ -238,8 +241,9 @@ def lookups(t, cl, rc, model):
         want = model.expected(kpt)
         t.ok(got == want, "exact vectors through Redis, RocksDB and defaults",
              H.first_mismatch(got, want, model, kpt))
-    t.eq([total_rows(rc, "m", "sparse_embedding%d" % i) for i in range(2)], [10060, 2530],
-         "RocksDB hits were inserted into Redis (cache_missed_embeddings)")
+    rows = lambda: [total_rows(rc, "m", "sparse_embedding%d" % i) for i in range(2)]  # noqa: E731
+    H.wait_until(lambda: rows() == [10060, 2530], 10)  # inserted after the answers
+    t.eq(rows(), [10060, 2530], "RocksDB hits were inserted into Redis (cache_missed_embeddings)")
     k = pdb[1][0]
     raw = redis_cmd(rc.ports[0], "HGET", hname("m", "sparse_embedding1", part_of(k)),
                     struct.pack("<q", k))
@@ -359,8 +363,10 @@ def dead_master_no_replica(t, cl, model, how):
             time.sleep(0.5)
         else:
             rc.procs[victim].send_signal(signal.SIGSTOP)
-            H.infer(w.http_port, "m", kpt, binary=True)  # the call that finds it stopped
-            time.sleep(1.5)  # and the one after the 1 s deadline of that call
+            # the call that finds it stopped waits lookup_timeout_ms (20 ms);
+            # hung_master_deadline() times it
+            H.infer(w.http_port, "m", kpt, binary=True)
+            time.sleep(0.2)
             H.infer(w.http_port, "m", kpt, binary=True)
         bad = []
         for _ in range(5):
@@ -372,6 +378,75 @@ def dead_master_no_replica(t, cl, model, how):
                  "dead" if how == "kill" else "stopped", bad), coord.log()[-2000:])
         if how == "stop":
             rc.procs[victim].send_signal(signal.SIGCONT)
+        w.kill(signal.SIGTERM)
+        coord.kill(signal.SIGTERM)
+        coord.wait(30)
+    finally:
+        rc.stop()
+
+
+def hung_master_deadline(t, cl, model):
+    """A master stopped (SIGSTOP: it accepts connections and answers
+    nothing), three masters, no replica, [distributed_db] lookup_timeout_ms
+    = 50 and a worker that waits up to 3 s for its misses.  The first lookup
+    after the stop, and every one in the next 2.5 s (the node skipped, then
+    probed at the end of each back-off period, then the cluster down), gives
+    exact vectors (RocksDB for the node's keys) within the deadline plus a
+    margin: with the fixed 1 s deadline each of them took a second.  Both
+    cache_missed_embeddings are on and run after the answers: the Redis
+    inserts to the stopped node wait (1 s) on their own thread, and the rows
+    fetched from RocksDB meanwhile are volatile-DB hits on the next lookup."""
+    rc = RedisCluster(os.path.join(cl.tmp, "hang"), n=3, replicas=0)
+    bound = 0.5  # s: 50 ms deadline + RocksDB + HTTP on a busy test machine
+    try:
+        conf = cl.write_config("hang.ini", model.ini_text, COMMON + [
+            ("volatile_db", "cache_missed_embeddings", "true")] + ddb_settings(
+            rc, initial_cache_rate=1.0, lookup_timeout_ms=50, cache_missed_embeddings="true"))
+        coord = cl.start_coordinator(conf)
+        w = cl.start_worker(conf)
+        victim = rc.owner(rc.slot(hname("m", "sparse_embedding0", 0)))
+        on_victim = [{p for p in range(NP)
+                      if rc.owner(rc.slot(hname("m", "sparse_embedding%d" % i, p))) == victim}
+                     for i in range(2)]
+        rng = random.Random(5)
+        pools = [rng.sample(model.file_keys[i], len(model.file_keys[i])) for i in range(2)]
+        batches = ([pools[0][n * 8:n * 8 + 8], pools[1][n * 2:n * 2 + 2]]
+                   for n in range(len(pools[1]) // 2))  # keys asked once: VDB misses
+        kpt = next(batches)
+        t.ok(H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1] ==
+             model.expected(kpt), "exact vectors from Redis before the stop")
+        first_kpt = next(k for k in batches if any(part_of(x) in on_victim[0] for x in k[0]))
+        from_pdb = [[k for k in first_kpt[i] if part_of(k) in on_victim[i]] for i in range(2)]
+        rc.procs[victim].send_signal(signal.SIGSTOP)
+        try:
+            first = H.infer(w.http_port, "m", first_kpt, binary=True)
+            first_ok = H.decode_output(first)[1] == model.expected(first_kpt)
+            worst, bad, n, t0 = 0.0, 0, 0, time.monotonic()
+            for kpt in batches:
+                if time.monotonic() - t0 >= 2.5:
+                    break
+                r = H.infer(w.http_port, "m", kpt, binary=True)
+                worst = max(worst, r.elapsed)
+                bad += H.decode_output(r)[1] != model.expected(kpt)
+                n += 1
+                for i in range(2 if n <= 20 else 0):
+                    from_pdb[i] += [k for k in kpt[i] if part_of(k) in on_victim[i]]
+        finally:
+            rc.procs[victim].send_signal(signal.SIGCONT)
+        t.ok(first_ok and first.elapsed < bound,
+             "the first lookup after a master stopped: exact, in %.3f s (lookup_timeout_ms 50; "
+             "the fixed 1 s deadline took >= 1 s)" % first.elapsed, coord.log()[-2000:])
+        t.ok(bad == 0 and worst < bound,
+             "%d lookups in the 2.5 s after: %d wrong, the slowest %.3f s (back-off probes "
+             "included)" % (n, bad, worst))
+        time.sleep(0.2)
+        c0 = H.hps_counters(w.metrics_port, "m")
+        got = H.decode_output(H.infer(w.http_port, "m", from_pdb, binary=True))[1]
+        d = H.diff(H.hps_counters(w.metrics_port, "m"), c0)
+        t.ok(got == model.expected(from_pdb) and
+             d["volatile_db_hit_keys"] == sum(map(len, from_pdb)) > 0,
+             "cache_missed_embeddings: %d keys fetched from RocksDB during the stop are now "
+             "volatile-DB hits (%s)" % (sum(map(len, from_pdb)), d))
         w.kill(signal.SIGTERM)
         coord.kill(signal.SIGTERM)
         coord.wait(30)
@@ -394,6 +469,7 @@ def body(t, cl):
         rc.stop()
     dead_master_no_replica(t, cl, model, "kill")
     dead_master_no_replica(t, cl, model, "stop")
+    hung_master_deadline(t, cl, model)
 
 
 if __name__ == "__main__":

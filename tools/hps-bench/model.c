@@ -164,11 +164,21 @@ int hb_reqfile_open(const char *path, hb_reqfile_t *rf, char *err, size_t n)
     hps_gen_req_header_t h;
     memset(rf, 0, sizeof(*rf));
     rf->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO would otherwise block open() until a writer came */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         snprintf(err, n, "%s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, n, "%s: not a regular file (%s)", path,
+                 S_ISFIFO(st.st_mode)   ? "a FIFO"
+                 : S_ISDIR(st.st_mode)  ? "a directory"
+                 : S_ISSOCK(st.st_mode) ? "a socket"
+                                        : "a device");
+        close(fd);
         return -1;
     }
     if ((size_t)st.st_size < sizeof(h)) {

@@ -87,7 +87,7 @@ static size_t rm_live_users(const char *name)
         if (hps_shmdb_procs(db, procs, &n, false) != 0)
             n = 0;
         for (size_t i = 0; i < n && i < HPS_SHMDB_MAX_PROCS; i++)
-            live += procs[i].alive && procs[i].pid != getpid();
+            live += procs[i].alive && !procs[i].self;
         hps_shmdb_detach(db);
     }
     free(procs);

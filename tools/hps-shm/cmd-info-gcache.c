@@ -102,29 +102,29 @@ static void gcache_json_counters(json_object *o, const hps_gcache_counters_t *c,
                                    : NULL);
 }
 
-static void gcache_json_procs(json_object *o, const hps_gcache_reg_t *r)
+static void gcache_json_procs(hps_shmdb_t *db, json_object *o, const hps_gcache_reg_t *r)
 {
     json_object *pids = json_object_new_array();
 
     hps__tool_jset(o, "creator_pid", json_object_new_int64(r->creator_pid));
     hps__tool_jset(o, "creator_alive",
-                   json_object_new_boolean(hps__tool_pid_alive(r->creator_pid)));
+                   json_object_new_boolean(hps__tool_pid_alive(db, r->creator_pid)));
     hps__tool_jset(o, "refresher_pid",
                    r->refresher_pid > 0 ? json_object_new_int64(r->refresher_pid) : NULL);
     hps__tool_jset(o, "refresher_alive",
-                   json_object_new_boolean(hps__tool_pid_alive(r->refresher_pid)));
+                   json_object_new_boolean(hps__tool_pid_alive(db, r->refresher_pid)));
     for (uint32_t i = 0; i < r->num_pids && i < HPS_SHMDB_GCACHE_PROCS; i++)
         json_object_array_add(pids, json_object_new_int64(r->pids[i]));
     hps__tool_jset(o, "attached_pids", pids);
 }
 
-static json_object *gcache_json(const gcache_snap_t *s)
+static json_object *gcache_json(hps_shmdb_t *db, const gcache_snap_t *s)
 {
     json_object *o = json_object_new_object();
 
     gcache_json_shape(o, s);
     gcache_json_counters(o, &s->reg.counters, s->reg.capacity_rows);
-    gcache_json_procs(o, &s->reg);
+    gcache_json_procs(db, o, &s->reg);
     return o;
 }
 
@@ -171,13 +171,13 @@ static void gcache_text_counters(const hps_gcache_counters_t *c)
         printf("    counters never published\n");
 }
 
-static void gcache_text_procs(const hps_gcache_reg_t *r)
+static void gcache_text_procs(hps_shmdb_t *db, const hps_gcache_reg_t *r)
 {
     printf("    creator pid %d (%s), refresher ", (int)r->creator_pid,
-           hps__tool_pid_alive(r->creator_pid) ? "alive" : "gone");
+           hps__tool_pid_alive(db, r->creator_pid) ? "alive" : "gone");
     if (r->refresher_pid > 0)
         printf("pid %d (%s)", (int)r->refresher_pid,
-               hps__tool_pid_alive(r->refresher_pid) ? "alive" : "gone");
+               hps__tool_pid_alive(db, r->refresher_pid) ? "alive" : "gone");
     else
         printf("none");
     printf(", attached pids");
@@ -223,12 +223,12 @@ int hps__tool_info_gcaches(const hps__tool_t *t, hps_shmdb_t *db, json_object *a
         printf("\ngpu caches (%u)\n", n);
     for (uint32_t i = 0; rc == HPS__TOOL_OK && i < n; i++) {
         if (arr) {
-            json_object_array_add(arr, gcache_json(&snaps[i]));
+            json_object_array_add(arr, gcache_json(db, &snaps[i]));
             continue;
         }
         gcache_text_shape(&snaps[i]);
         gcache_text_counters(&snaps[i].reg.counters);
-        gcache_text_procs(&snaps[i].reg);
+        gcache_text_procs(db, &snaps[i].reg);
     }
     free(snaps);
     return rc;

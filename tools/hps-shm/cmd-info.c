@@ -87,7 +87,7 @@ static uint64_t target_rows(const hps_table_info_t *ti)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-static json_object *segment_json(const hps_segment_info_t *s)
+static json_object *segment_json(hps_shmdb_t *db, const hps_segment_info_t *s)
 {
     json_object *o = json_object_new_object();
     char buf[64];
@@ -101,12 +101,13 @@ static json_object *segment_json(const hps_segment_info_t *s)
     hps__tool_jset(o, "free_bytes", hps__tool_json_u64(s->free_bytes));
     hps__tool_jset(o, "allocation_rate", hps__tool_json_u64(s->allocation_rate));
     hps__tool_jset(o, "creator_pid", json_object_new_int64(s->creator_pid));
-    hps__tool_jset(o, "creator_alive",
-                   json_object_new_boolean(hps__tool_pid_alive(s->creator_pid)));
+    hps__tool_jset(o, "creator_alive", json_object_new_boolean(hps_shmdb_creator_attached(db)));
     hps__tool_jset(o, "created_ns", hps__tool_json_u64(s->created_ns));
     hps__tool_jset(o, "created",
                    json_object_new_string(hps__tool_fmt_time(s->created_ns, buf, sizeof buf)));
     hps__tool_jset(o, "coordinator_pid", json_object_new_int64(s->coord_pid));
+    hps__tool_jset(o, "coordinator_alive",
+                   json_object_new_boolean(s->coord_pid && hps_shmdb_coordinator_attached(db)));
     hps__tool_jset(o, "coordinator_state",
                    json_object_new_string(coord_state_name(s->coord_state)));
     hps__tool_jset(o, "coordinator_heartbeat_age_s",
@@ -199,7 +200,8 @@ static json_object *proc_json(const hps_proc_info_t *p)
                    json_object_new_string(hps__tool_role_name(p->role, buf, sizeof buf)));
     hps__tool_jset(o, "device", p->device >= 0 ? json_object_new_int64(p->device) : NULL);
     hps__tool_jset(o, "alive", json_object_new_boolean(p->alive));
-    hps__tool_jset(o, "self", json_object_new_boolean(p->pid == getpid()));
+    hps__tool_jset(o, "self", json_object_new_boolean(p->self));
+    hps__tool_jset(o, "slot", json_object_new_int64(p->slot));
     hps__tool_jset(o, "attached_ns", hps__tool_json_u64(p->attached_ns));
     hps__tool_jset(o, "attached",
                    json_object_new_string(hps__tool_fmt_time(p->attached_ns, buf, sizeof buf)));
@@ -211,7 +213,7 @@ static json_object *proc_json(const hps_proc_info_t *p)
 
 /* ---- text ---------------------------------------------------------------- */
 
-static void segment_text(const hps_segment_info_t *s)
+static void segment_text(hps_shmdb_t *db, const hps_segment_info_t *s)
 {
     char b1[64], b2[64];
 
@@ -227,11 +229,11 @@ static void segment_text(const hps_segment_info_t *s)
     BYTES_LINE("allocation_rate", s->allocation_rate);
 #undef BYTES_LINE
     printf("  creator pid      %d (%s)\n", (int)s->creator_pid,
-           hps__tool_pid_alive(s->creator_pid) ? "alive" : "gone");
+           hps_shmdb_creator_attached(db) ? "alive" : "gone");
     printf("  created          %s\n", hps__tool_fmt_time(s->created_ns, b1, sizeof b1));
     if (s->coord_pid)
         printf("  coordinator      pid %d (%s), %s, heartbeat %s\n", (int)s->coord_pid,
-               hps__tool_pid_alive(s->coord_pid) ? "alive" : "gone",
+               hps_shmdb_coordinator_attached(db) ? "alive" : "gone",
                coord_state_name(s->coord_state),
                hps__tool_fmt_age(hps__tool_age_s(s->coord_heartbeat_ns), b2, sizeof b2));
     else
@@ -317,7 +319,7 @@ static void procs_text(const hps_proc_info_t *procs, size_t n)
         printf("  %-8d  %-12s  %6s  %5s  %s%s\n", (int)p->pid,
                hps__tool_role_name(p->role, role, sizeof role), dev, p->alive ? "yes" : "no",
                hps__tool_fmt_age(hps__tool_age_s(p->heartbeat_ns), age, sizeof age),
-               p->pid == getpid() ? " (this hps-shm)" : "");
+               p->self ? " (this hps-shm)" : "");
     }
 }
 
@@ -380,7 +382,7 @@ static int info_json(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_in
     json_object *gcaches = json_object_new_array();
     int rc;
 
-    hps__tool_jset(root, "segment", segment_json(seg));
+    hps__tool_jset(root, "segment", segment_json(db, seg));
     hps__tool_jset(root, "tables", tables);
     hps__tool_jset(root, "processes", procs);
     hps__tool_jset(root, "gpu_caches", gcaches);
@@ -400,7 +402,7 @@ static int info_text(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_in
 {
     int rc;
 
-    segment_text(seg);
+    segment_text(db, seg);
     rc = info_tables(t, db, NULL);
     if (rc == HPS__TOOL_OK)
         rc = info_procs(t, db, NULL);

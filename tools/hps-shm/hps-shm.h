@@ -133,8 +133,12 @@ double hps__tool_age_clock_s(int clock, uint64_t stamp_ns);
 /** @brief hps__tool_age_clock_s(CLOCK_MONOTONIC, monotonic_ns). */
 double hps__tool_age_s(uint64_t monotonic_ns);
 
-/** @brief kill(pid, 0) says the process exists (EPERM counts as alive). */
-bool hps__tool_pid_alive(pid_t pid);
+/**
+ * @brief A live process of the segment's process table has this pid (its
+ *        row's liveness lock is held: true across PID namespaces, where
+ *        kill(pid, 0) is not; hps_shmdb_pid_alive()).
+ */
+bool hps__tool_pid_alive(hps_shmdb_t *db, pid_t pid);
 
 /** @brief "12.3 s ago" or "never" for an age from hps__tool_age_s(). */
 const char *hps__tool_fmt_age(double age_s, char *buf, size_t len);

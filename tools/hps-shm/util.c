@@ -3,7 +3,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -216,9 +215,9 @@ double hps__tool_age_s(uint64_t monotonic_ns)
     return hps__tool_age_clock_s(CLOCK_MONOTONIC, monotonic_ns);
 }
 
-bool hps__tool_pid_alive(pid_t pid)
+bool hps__tool_pid_alive(hps_shmdb_t *db, pid_t pid)
 {
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    return hps_shmdb_pid_alive(db, pid);
 }
 
 const char *hps__tool_fmt_age(double age_s, char *buf, size_t len)

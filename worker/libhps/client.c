@@ -98,8 +98,9 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
     cl->conf = conf;
     cl->device = o->device;
     cl->instance = o->instance;
-    cl->max_concurrent =
-        o->max_concurrent ? o->max_concurrent : (unsigned)conf->worker.http_threads + 2;
+    cl->max_concurrent = o->max_concurrent
+                             ? o->max_concurrent
+                             : (unsigned)(conf->worker.http_threads + conf->worker.lookup_threads);
     cl->key_bytes = conf->hps.supportlonglong ? 8 : 4;
     pthread_rwlock_init(&cl->seg_lock, NULL);
     int rc = init_models(cl);

@@ -605,6 +605,42 @@ static void test_load_file(void **state)
     free(path);
 }
 
+/* A FIFO as the configuration file: refused at once with the file named,
+ * whether or not something holds it open for writing (open() used to wait
+ * for a writer forever).  hps_conf_set_file() reads through the same path.
+ * alarm() turns a regression into a failure instead of a hang. */
+static void test_load_fifo(void **state)
+{
+    char dir[] = "/tmp/hps-conf-fifo-XXXXXX", err[512];
+    hps_conf_t *c = NULL;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    char *path = ct_fmt("%s/hps.ini", dir);
+    char *want = ct_fmt("cannot read %s: not a regular file (a FIFO)", path);
+    assert_int_equal(mkfifo(path, 0644), 0);
+
+    alarm(10);
+    assert_int_equal(hps_conf_load(path, &c, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, want);
+    assert_null(c);
+    /* with a writer (O_RDWR does not wait on Linux) */
+    int w = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(w >= 0);
+    assert_int_equal(write(w, "[worker]\n", 9), 9);
+    assert_int_equal(hps_conf_load(path, &c, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, want);
+    close(w);
+    assert_int_equal(hps_conf_set_file(path, "worker.http_port", "9000", err, sizeof(err)),
+                     -EINVAL);
+    assert_string_equal(err, want);
+    alarm(0);
+
+    unlink(path);
+    rmdir(dir);
+    free(want);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -632,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_get_and_is_set),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_load_fifo),
     };
     return cmocka_run_group_tests_name("conf-parse", tests, NULL, NULL);
 }

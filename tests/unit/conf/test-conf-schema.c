@@ -120,6 +120,7 @@ static const struct {
     {"distributed_db.num_partitions", "8"},
     {"distributed_db.num_node_connections", "5"},
     {"distributed_db.max_batch_size", "65536"},
+    {"distributed_db.lookup_timeout_ms", "20"}, /* not HugeCTR's: under [worker] miss_timeout_ms */
     {"distributed_db.overflow_margin", "max"},
     {"distributed_db.overflow_policy", "evict_random"},
     {"distributed_db.overflow_resolution_target", "0.8"},
@@ -155,6 +156,9 @@ static const struct {
     {"worker.max_keys_per_request", "1048576"},
     {"worker.miss_timeout_ms", "50"},
     {"worker.http_threads", "2"},
+    {"worker.lookup_threads", "32"},
+    {"worker.max_connections", "1024"},
+    {"worker.header_timeout_ms", "10000"},
     /* model.m has two tables (CT_MODEL) */
     {"model.m.sparse_files", REQUIRED},
     {"model.m.embedding_table_names", "sparse_embedding0, sparse_embedding1"},
@@ -177,6 +181,8 @@ static const struct {
     {"model.m.thread_pool_size", "16"},
     {"model.m.init_ec", "true"},
     {"model.m.dense_file", ""},
+    {"model.m.nonfinite_values", "warn"}, /* not a HugeCTR key */
+    {"model.m.duplicate_keys", "warn"},   /* not a HugeCTR key */
 };
 #define NDEFAULTS (sizeof(expected_defaults) / sizeof(expected_defaults[0]))
 

@@ -42,7 +42,7 @@ http_port = 8000
 EOF
 printf '[volatile_db]\noverflow_resolution_target = 1.5\n' >"$TMP/bad.ini"
 
-echo "1..22"
+echo "1..24"
 ok "--help exits 0 and documents the exit codes" \
     bash -c '"$0" --help | grep -q "^  2  usage error"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
@@ -79,5 +79,13 @@ ok "set without '=' exits 2" status 2 "$HPS_CONF" set "$TMP/ok.ini" worker.http_
 ok "failed sets left the file byte for byte unchanged" cmp "$TMP/before.ini" "$TMP/ok.ini"
 ok "no temporary file is left behind" \
     bash -c '[ "$(ls -A "$0" | sort | tr "\n" " ")" = "bad.ini before.ini err ok.ini out " ]' "$TMP"
+
+# A FIFO nobody writes used to block open() forever: now refused at once
+# (timeout turns a regression into a failure), exit 1, the file named.
+mkdir "$TMP/fifo" && mkfifo "$TMP/fifo/hps.ini"
+ok "check of a FIFO exits 1 at once" status 1 timeout 10 "$HPS_CONF" check "$TMP/fifo/hps.ini"
+ok "check of a FIFO names the file and says it is not a regular file" \
+    bash -c 'timeout 10 "$0" check "$1" 2>&1 >/dev/null | grep -qxF "hps-conf: cannot read $1: not a regular file (a FIFO)"' \
+    "$HPS_CONF" "$TMP/fifo/hps.ini"
 
 [ "$failed" -eq 0 ]

@@ -12,17 +12,25 @@
  *    every lookup stays exact, and the target node counts ASKING calls;
  *  - overflow: concurrent inserters into one table never leave a partition
  *    over its margin (all three policies);
- *  - a wrong password is refused with -EACCES and a message.
+ *  - a wrong password is refused with -EACCES and a message;
+ *  - a hung master (SIGSTOP: it accepts connections and answers nothing)
+ *    costs a lookup lookup_timeout_ms (50 ms here), not the 1 s deadline
+ *    of other calls: the other masters' keys are still found, later
+ *    lookups skip the node or probe it within the same deadline, and a
+ *    write holding the node's only connection does not make a lookup wait.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -47,6 +55,7 @@ static hps_ddb_t *open_db(hps_overflow_policy_t pol, uint64_t margin)
     o.overflow_margin = margin;
     o.overflow_resolution_target = 0.5;
     o.timeout_ms = 5000;
+    o.lookup_timeout_ms = 5000; /* a busy test machine must not turn hits into misses */
     if (hps_ddb_open(&o, &db, g_msg, sizeof(g_msg)) < 0)
         fail_msg("open: %s", g_msg);
     return db;
@@ -439,6 +448,185 @@ static void test_wrongtype(void **state)
     hps_ddb_close(db);
 }
 
+/* ---- a hung master: the lookup deadline --------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static pid_t server_pid(int port)
+{
+    redisContext *c = raw(port);
+    redisReply *r = redisCommand(c, "INFO server");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char *s = strstr(r->str, "process_id:");
+    pid_t pid = s ? (pid_t)atol(s + strlen("process_id:")) : 0;
+    freeReplyObject(r);
+    redisFree(c);
+    assert_true(pid > 0);
+    return pid;
+}
+
+static hps_ddb_t *open_hang_db(unsigned timeout_ms, unsigned lookup_timeout_ms)
+{
+    hps_ddb_opts_t o;
+    hps_ddb_t *db = NULL;
+    hps_ddb_opts_init(&o);
+    o.address = g_addr;
+    o.password = g_pw;
+    o.num_partitions = 4;
+    o.num_node_connections = 1; /* a write holding it makes a lookup wait for one */
+    o.timeout_ms = timeout_ms;
+    o.lookup_timeout_ms = lookup_timeout_ms;
+    if (hps_ddb_open(&o, &db, g_msg, sizeof(g_msg)) < 0)
+        fail_msg("open: %s", g_msg);
+    return db;
+}
+
+/* One timed lookup of n keys: its rc and hits, the exactness of what it
+ * found, and its duration (ms). */
+typedef struct timed {
+    hps_err_t rc;
+    size_t hits, wrong, victim_hits, other_misses;
+    double ms;
+} timed_t;
+
+static timed_t timed_lookup(hps_ddb_table_t *t, const void *keys, const float *want, size_t n,
+                            const bool *on_victim)
+{
+    float *out = calloc(n * 8, sizeof(float));
+    bool *found = calloc(n, sizeof(bool));
+    timed_t r = {0};
+    double t0 = now_ms();
+    r.rc = hps_ddb_lookup(t, n, keys, out, found, &r.hits, NULL, 0);
+    r.ms = now_ms() - t0;
+    for (size_t i = 0; i < n; i++) {
+        if (found[i] && memcmp(out + i * 8, want + i * 8, 8 * sizeof(float)))
+            r.wrong++;
+        r.victim_hits += found[i] && on_victim[i];
+        r.other_misses += !found[i] && !on_victim[i];
+    }
+    free(out);
+    free(found);
+    return r;
+}
+
+typedef struct hold {
+    hps_ddb_table_t *t;
+    const void *keys;
+    const float *vals;
+    size_t n;
+    hps_err_t rc;
+    double ms;
+} hold_t;
+
+static void *hold_insert(void *arg)
+{
+    hold_t *h = arg;
+    double t0 = now_ms();
+    h->rc = hps_ddb_insert(h->t, h->n, h->keys, h->vals, NULL, 0);
+    h->ms = now_ms() - t0;
+    return NULL;
+}
+
+static void test_hung_master_lookup_deadline(void **state)
+{
+    (void)state;
+    enum { N = 400, DEADLINE = 50, BOUND = 250 }; /* ms; BOUND: deadline + a busy machine */
+    hps_ddb_t *db = open_hang_db(1000, DEADLINE); /* 1000: the old fixed deadline */
+    hps_ddb_t *db2 = open_hang_db(500, DEADLINE); /* its write holds the connection 500 ms */
+    void *keys;
+    float *v;
+    hps_ddb_table_t *t = filled(db, "hang", 8, N, &keys, &v), *t2;
+    assert_int_equal(hps_ddb_table(db2, "live", "hang", 8, 8, &t2), 0);
+
+    /* the master of partition 0, and which keys live on it */
+    char vk[HPS_DDB_KEY_MAX];
+    node_t victim, other, own;
+    hps_ddb_key_name("live", "hang", 0, 'v', vk, sizeof(vk));
+    owner_and_other(hps_rcluster_key_slot(vk, strlen(vk)), &victim, &other);
+    bool part_on_victim[4], on_victim[N];
+    for (unsigned p = 0; p < 4; p++) {
+        hps_ddb_key_name("live", "hang", p, 'v', vk, sizeof(vk));
+        owner_and_other(hps_rcluster_key_slot(vk, strlen(vk)), &own, &other);
+        part_on_victim[p] = own.port == victim.port;
+    }
+    size_t nv = 0;
+    for (size_t i = 0; i < N; i++)
+        nv += on_victim[i] = part_on_victim[hps_rrxmrrxmsx_0((uint64_t)key_of(keys, 8, i)) % 4];
+    timed_t warm = timed_lookup(t, keys, v, N, on_victim),
+            warm2 = timed_lookup(t2, keys, v, N, on_victim);
+    assert_int_equal(warm.hits, N);
+    assert_int_equal(warm2.hits, N);
+    assert_true(nv > 0 && nv < N); /* keys on the stopped master and on the others */
+
+    /* Stopped for well under cluster-node-timeout (1 s), so the other
+     * masters keep serving their slots. */
+    pid_t pid = server_pid(victim.port);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    double t0 = now_ms();
+    /* db2 writes the node's rows: they go to it alone, on db2's one
+     * connection to it, which the write holds until its deadline */
+    int64_t *hk = malloc(nv * 8);
+    float *hv = malloc(nv * 8 * sizeof(float));
+    for (size_t i = 0, j = 0; i < N; i++)
+        if (on_victim[i]) {
+            hk[j] = key_of(keys, 8, i);
+            memcpy(hv + j++ * 8, v + i * 8, 8 * sizeof(float));
+        }
+    pthread_t th;
+    hold_t h = {.t = t2, .keys = hk, .vals = hv, .n = nv};
+    pthread_create(&th, NULL, hold_insert, &h); /* takes db2's one connection to the node */
+    timed_t first = timed_lookup(t, keys, v, N, on_victim); /* waits on the silent node */
+    timed_t held = timed_lookup(t2, keys, v, N, on_victim); /* waits for a connection */
+    timed_t worst = {0};
+    size_t later = 0;
+    while (now_ms() - t0 < 450) { /* skipped while backing off; probes at its ends */
+        timed_t r = timed_lookup(t, keys, v, N, on_victim);
+        later++;
+        worst.wrong += r.wrong + r.victim_hits + r.other_misses;
+        if (r.ms > worst.ms)
+            worst.ms = r.ms;
+    }
+    pthread_join(th, NULL);
+    kill(pid, SIGCONT);
+    double stopped = now_ms() - t0;
+
+    printf("# hung master (%zu of %d keys on it), lookup deadline %d ms: first lookup %.1f ms, "
+           "lookup waiting for a connection held by a write %.1f ms (the write %.1f ms), "
+           "%zu later lookups at most %.1f ms; node stopped %.0f ms\n",
+           nv, N, DEADLINE, first.ms, held.ms, h.ms, later, worst.ms, stopped);
+    assert_true(first.rc < 0);
+    assert_true(first.ms >= DEADLINE - 2 && first.ms < BOUND);
+    assert_int_equal(first.hits, N - nv); /* the other masters answered */
+    assert_int_equal(first.wrong + first.victim_hits + first.other_misses, 0);
+    assert_true(held.rc < 0);
+    assert_true(held.ms < BOUND);
+    assert_int_equal(held.hits, N - nv);
+    assert_int_equal(held.wrong + held.victim_hits + held.other_misses, 0);
+    assert_true(h.rc < 0 && h.ms >= 450); /* the write had its own, longer deadline */
+    assert_true(later > 0);
+    assert_true(worst.ms < BOUND);
+    assert_int_equal(worst.wrong, 0);
+
+    /* the node answers again once its back-off ends */
+    timed_t r = {0};
+    for (double t1 = now_ms(); now_ms() - t1 < 10000 && r.hits < N; usleep(20000))
+        r = timed_lookup(t, keys, v, N, on_victim);
+    assert_int_equal(r.hits, N);
+    assert_int_equal(r.wrong, 0);
+    hps_ddb_erase(t, N, keys, NULL, 0);
+    free(hk);
+    free(hv);
+    free(keys);
+    free(v);
+    hps_ddb_close(db2);
+    hps_ddb_close(db);
+}
+
 static void test_wrong_password(void **state)
 {
     (void)state;
@@ -463,9 +651,13 @@ int main(void)
         return 0; /* a TAP skip; exit 77 would be an error under TAP */
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),           cmocka_unit_test(test_migration_ask_moved),
-        cmocka_unit_test(test_concurrent_overflow), cmocka_unit_test(test_touch),
-        cmocka_unit_test(test_wrongtype),           cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_migration_ask_moved),
+        cmocka_unit_test(test_concurrent_overflow),
+        cmocka_unit_test(test_touch),
+        cmocka_unit_test(test_wrongtype),
+        cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_hung_master_lookup_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -777,12 +777,39 @@ static void test_destroy_with_regions(void **state)
     obj_free(&a);
 }
 
+/* A FIFO under /dev/shm as the key: a 400 naming the key, at once (a
+ * read-only open of it used to wait for a writer; read-write, mmap failed
+ * with a 500).  alarm() turns a hang into a failure. */
+static void test_register_fifo(void **state)
+{
+    (void)state;
+    char key[64], path[96], want[256];
+    snprintf(key, sizeof(key), "/hps_kst_%d_fifo", (int)getpid());
+    snprintf(path, sizeof(path), "/dev/shm%s", key);
+    unlink(path);
+    KS_CHECK(mkfifo(path, 0600) == 0, "mkfifo %s: %s", path, strerror(errno));
+    snprintf(want, sizeof(want),
+             "cannot register shared memory region 'ff' with key '%s' as the key is not a shared "
+             "memory object (a FIFO)",
+             key);
+    alarm(10);
+    reg("ff", key, 0, 8, 400, want);
+    KS_CHECK(chmod(path, 0444) == 0, "chmod"); /* read-only: the O_RDONLY retry when not root */
+    reg("ff", key, 0, 8, 400, want);
+    alarm(0);
+    json_object *none = status_json(NULL);
+    KS_CHECK(json_object_array_length(none) == 0, "the FIFO was not registered");
+    json_object_put(none);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_metadata, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_register_status_unregister, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_register_errors, test_setup, test_teardown),
+        cmocka_unit_test_setup_teardown(test_register_fifo, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_infer_shm, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_infer_shm_mixed, test_setup, test_teardown),
         cmocka_unit_test_setup_teardown(test_infer_shm_errors, test_setup, test_teardown),

@@ -184,10 +184,43 @@ static void test_missing_files(void **state)
     p = t_join(dir, "key");
     assert_int_equal(mkdir(p, 0755), 0);
     T_ERR(hps_modelfile_open(dir, 4, &mf, t_msg, sizeof(t_msg)), HPS_EINVAL);
-    T_MSG_HAS("not a regular file");
+    T_MSG_HAS("key: not a regular file (a directory)");
     free(p);
     assert_null(mf);
     free(dir);
+}
+
+/* A FIFO as key or emb_vector: refused at once (open used to wait for a
+ * writer forever), naming the file; the same through validate_model.
+ * alarm() turns a regression into a failure instead of a hang. */
+static void test_fifo_files(void **state)
+{
+    fx_t *f = *state;
+    int64_t keys[2] = {1, 2};
+    hps_modelfile_t *mf = NULL;
+    const char *names[2] = {"key", "emb_vector"};
+
+    alarm(10);
+    for (int i = 0; i < 2; i++) {
+        char tname[8];
+        snprintf(tname, sizeof(tname), "t%d", i);
+        char *dir = t_write_table(f->root, tname, 1, keys, 2, 4);
+        char *p = t_join(dir, names[i]);
+        assert_int_equal(unlink(p), 0);
+        assert_int_equal(mkfifo(p, 0644), 0);
+        char *want = NULL;
+        assert_true(asprintf(&want, "%s: not a regular file (a FIFO)", p) > 0);
+        T_ERR(hps_modelfile_open(dir, 4, &mf, t_msg, sizeof(t_msg)), HPS_EINVAL);
+        T_MSG_HAS(want);
+        assert_null(mf);
+        hps_modelfile_spec_t spec[1] = {{"emb0", dir, 4, 8}};
+        T_ERR(hps_modelfile_validate_model(spec, 1, NULL, t_msg, sizeof(t_msg)), HPS_EINVAL);
+        T_MSG_HAS(want);
+        free(want);
+        free(p);
+        free(dir);
+    }
+    alarm(0);
 }
 
 static void test_empty_files(void **state)
@@ -362,6 +395,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_key_not_multiple_of_8, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_vector_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifo_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_u32, setup, teardown),

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""
+int-connections: trickling and idle connections cannot lock clients out.
+
+hps-worker with [worker] max_connections = 64 and header_timeout_ms = 1000.
+  1. 20 connections that trickle a request header one byte every 100 ms
+     (each byte restarts libmicrohttpd's idle timeout) are closed by the
+     server once the header deadline has passed.
+  2. HPS_TRICKLE (default 300) such connections opened as fast as the
+     server accepts them, far past max_connections, while a client sends
+     valid requests, each on a new connection: every valid request is
+     answered exactly; the connections closed to make room are counted in
+     nv_hps_http_connections_evicted, and the open connections stay at or
+     below max_connections.  p50 / p99 of the valid requests are printed.
+"""
+import os
+import random
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+MAX_CONN = 64
+HEADER_MS = 1000
+PARTIAL = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+class Trickler(threading.Thread):
+    """Opens n connections and sends one more header byte on each every
+    period; records which the server closed."""
+
+    def __init__(self, port, n, period=0.1):
+        super().__init__(daemon=True)
+        self.port, self.n, self.period = port, n, period
+        self.socks, self.closed, self.opened = [], 0, 0
+        self.stop_ev = threading.Event()
+
+    def run(self):
+        pos = {}
+        for _ in range(self.n):
+            if self.stop_ev.is_set():
+                break
+            try:
+                s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+                s.setblocking(False)
+                self.socks.append(s)
+                pos[s] = 0
+                self.opened += 1
+            except OSError:
+                pass
+        while not self.stop_ev.is_set() and pos:
+            for s in list(pos):
+                try:
+                    s.send(PARTIAL[pos[s] % len(PARTIAL):pos[s] % len(PARTIAL) + 1])
+                    pos[s] += 1
+                    if s.recv(1) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self.closed += 1
+                    del pos[s]
+                    s.close()
+            time.sleep(self.period)
+
+    def finish(self):
+        self.stop_ev.set()
+        self.join(10)
+        for s in self.socks:
+            s.close()
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+
+
+def body(t, cl):
+    model = cl.gen_model("m", rows=[2000], dims=[8])
+    conf = cl.write_config("hps.ini", model.ini_text, [
+        ("worker", "max_connections", MAX_CONN),
+        ("worker", "header_timeout_ms", HEADER_MS),
+    ])
+    cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    port = w.http_port
+    rng = random.Random(5)
+
+    # 1. The header deadline, not reset by each byte.
+    tr = Trickler(port, 20)
+    tr.start()
+    H.wait_until(lambda: tr.closed >= 20, HEADER_MS / 1000 + 3.0)
+    t.ok(tr.opened == 20 and tr.closed == 20,
+         "20 trickling connections closed after header_timeout_ms (%d of %d closed)"
+         % (tr.closed, tr.opened))
+    tr.finish()
+    m = H.metrics(w.metrics_port)
+    t.ok(m.get("nv_hps_http_header_timeouts", 0) >= 20, "nv_hps_http_header_timeouts counts them "
+         "(%s)" % m.get("nv_hps_http_header_timeouts"))
+
+    # 2. A flood far past max_connections while valid requests keep coming.
+    n = int(os.environ.get("HPS_TRICKLE", "300"))
+    flood = Trickler(port, n)
+    flood.start()
+    lat, ok, detail, peak = [], True, "", 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 3.0:
+        keys = [rng.sample(model.file_keys[0], 4)]
+        try:
+            r = H.infer(port, "m", keys, binary=True, timeout=10)  # a new connection each
+            _, g = H.decode_output(r)
+            lat.append(r.elapsed)
+            if g != model.expected(keys):
+                ok, detail = False, H.first_mismatch(g, model.expected(keys), model, keys)
+        except Exception as e:  # noqa: BLE001
+            ok, detail = False, "%s: %s" % (type(e).__name__, e)
+        mm = H.metrics(w.metrics_port)
+        peak = max(peak, int(mm.get("nv_hps_http_connections", 0)))
+    opened = flood.opened
+    flood.finish()
+    m = H.metrics(w.metrics_port)
+    t.diag("flood of %d trickling connections: %d valid requests, p50 %.1f ms, p99 %.1f ms; "
+           "evicted %s, open at most %d" % (opened, len(lat), pct(lat, 0.5) * 1000,
+                                            pct(lat, 0.99) * 1000,
+                                            m.get("nv_hps_http_connections_evicted"), peak))
+    t.ok(ok and len(lat) > 10, "every valid request answered exactly during the flood "
+         "(%d requests)" % len(lat), detail)
+    t.ok(m.get("nv_hps_http_connections_evicted", 0) > 0,
+         "connections closed to make room are counted (%s)"
+         % m.get("nv_hps_http_connections_evicted"))
+    t.ok(peak <= MAX_CONN, "open connections stay within max_connections (peak %d)" % peak)
+
+
+if __name__ == "__main__":
+    H.run_main("connections", body)

@@ -1,0 +1,187 @@
+/*
+ * kserve_conn.c -- connection admission of the HTTP listener: a deadline
+ * for a request's whole header, and room kept for new connections.
+ *
+ * libmicrohttpd's idle timeout restarts at every byte, so a client that
+ * trickles a header one byte at a time holds its connection for ever, and
+ * about max_connections of them lock every other client out.  Here each
+ * connection has a state, moved by libmicrohttpd's callbacks:
+ *
+ *   FRESH   accepted, no request line yet         (NOTIFY_CONNECTION STARTED)
+ *   HEADER  request line received, header coming  (URI log callback)
+ *   BUSY    header complete: body, lookup, answer (first access-handler call)
+ *   IDLE    keep-alive between requests           (request completed)
+ *
+ * and the time it entered it.  A reaper thread closes FRESH and HEADER
+ * connections older than header_timeout_ms: a request's header must arrive
+ * whole within it, however it is sliced (the first request of a connection
+ * counts from the accept).  And when a new connection brings the count past
+ * seven eighths of max_connections, the oldest FRESH or HEADER connection,
+ * else the oldest IDLE one, is closed to make room: idle and trickling
+ * connections go first, a request being served never.
+ *
+ * Closing is shutdown(2) on the connection's socket: libmicrohttpd then
+ * sees the end of the stream and closes the connection itself.  The socket
+ * cannot be closed under us: libmicrohttpd notifies CLOSED (which takes
+ * conns->mu to unlink the connection) before it closes the descriptor, and
+ * every shutdown happens under conns->mu on a linked connection.
+ */
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "worker/kserve_http.h"
+
+#define REAP_PERIOD_MS 100
+
+enum { CONN_FRESH, CONN_HEADER, CONN_BUSY, CONN_IDLE };
+
+static void unlink_conn(struct hps__conns *cs, struct hps__kconn *k)
+{
+    k->prev->next = k->next;
+    k->next->prev = k->prev;
+    cs->count--;
+}
+
+/* Shut k's socket down (conns->mu held). */
+static void evict(struct hps__kconn *k, _Atomic uint64_t *counter)
+{
+    if (k->closing)
+        return;
+    k->closing = true;
+    shutdown(k->fd, SHUT_RDWR);
+    atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
+/* The connection to close for room: the oldest FRESH / HEADER one, else
+ * the oldest IDLE one; NULL when every connection is serving a request. */
+static struct hps__kconn *victim(struct hps__conns *cs)
+{
+    struct hps__kconn *best = NULL;
+    int rank = 3; /* 0: FRESH or HEADER, 1: IDLE */
+    for (struct hps__kconn *k = cs->head.next; k != &cs->head; k = k->next) {
+        int r = k->closing || k->state == CONN_BUSY ? 3 : k->state == CONN_IDLE ? 1 : 0;
+        if (r < rank || (r == rank && r < 3 && k->since_ns < best->since_ns)) {
+            best = k;
+            rank = r;
+        }
+    }
+    return rank < 3 ? best : NULL;
+}
+
+void hps__conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe)
+{
+    hps_kserve_t *s = cls;
+    struct hps__conns *cs = &s->conns;
+    struct hps__kconn *k = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (!k)
+            return;
+        pthread_mutex_lock(&cs->mu);
+        unlink_conn(cs, k);
+        pthread_mutex_unlock(&cs->mu);
+        free(k);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci || !(k = calloc(1, sizeof(*k))))
+        return; /* untracked: only libmicrohttpd's own timeouts apply */
+    k->fd = ci->connect_fd;
+    k->state = CONN_FRESH;
+    k->since_ns = hps__now_ns();
+    pthread_mutex_lock(&cs->mu);
+    k->next = &cs->head;
+    k->prev = cs->head.prev;
+    k->prev->next = k;
+    cs->head.prev = k;
+    if (++cs->count > cs->high) {
+        struct hps__kconn *v = victim(cs);
+        if (v && v != k)
+            evict(v, &cs->evicted);
+    }
+    pthread_mutex_unlock(&cs->mu);
+    *socket_context = k;
+}
+
+/* Move c to state st (from its socket context; untracked: nothing). */
+static void set_state(hps_kserve_t *s, struct MHD_Connection *c, int st)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct hps__kconn *k = ci ? ci->socket_context : NULL;
+    if (!k)
+        return;
+    pthread_mutex_lock(&s->conns.mu);
+    k->state = st;
+    k->since_ns = hps__now_ns();
+    pthread_mutex_unlock(&s->conns.mu);
+}
+
+void *hps__conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)uri;
+    set_state(cls, c, CONN_HEADER);
+    return NULL; /* the access handler still sees *req_cls == NULL first */
+}
+
+void hps__conn_busy(hps_kserve_t *s, struct MHD_Connection *c)
+{
+    set_state(s, c, CONN_BUSY);
+}
+
+void hps__conn_idle(hps_kserve_t *s, struct MHD_Connection *c)
+{
+    set_state(s, c, CONN_IDLE);
+}
+
+static void *reaper(void *arg)
+{
+    hps_kserve_t *s = arg;
+    struct hps__conns *cs = &s->conns;
+    pthread_mutex_lock(&cs->mu);
+    while (!cs->stop) {
+        uint64_t now = hps__now_ns();
+        for (struct hps__kconn *k = cs->head.next; k != &cs->head; k = k->next)
+            if ((k->state == CONN_FRESH || k->state == CONN_HEADER) &&
+                now - k->since_ns > cs->header_ns)
+                evict(k, &cs->header_timeouts);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += REAP_PERIOD_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&cs->cv, &cs->mu, &ts);
+    }
+    pthread_mutex_unlock(&cs->mu);
+    return NULL;
+}
+
+hps_err_t hps__conns_start(hps_kserve_t *s)
+{
+    struct hps__conns *cs = &s->conns;
+    cs->head.next = cs->head.prev = &cs->head;
+    cs->count = 0;
+    cs->stop = false;
+    cs->high = s->max_connections - s->max_connections / 8;
+    cs->header_ns = (uint64_t)s->header_timeout_ms * 1000000ULL;
+    if (pthread_create(&cs->reaper, NULL, reaper, s) != 0)
+        return HPS_EIO;
+    cs->started = true;
+    return 0;
+}
+
+void hps__conns_stop(hps_kserve_t *s)
+{
+    struct hps__conns *cs = &s->conns;
+    if (!cs->started)
+        return;
+    pthread_mutex_lock(&cs->mu);
+    cs->stop = true;
+    pthread_cond_broadcast(&cs->cv);
+    pthread_mutex_unlock(&cs->mu);
+    pthread_join(cs->reaper, NULL);
+    cs->started = false;
+}
