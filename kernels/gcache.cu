@@ -379,6 +379,26 @@ extern "C" hps_err_t hps_gcache_dump(hps_gcache_t *c, uint64_t start_set, uint64
     return hps_k_dump(&c->ref, start_set, end_set, d_keys_out, d_count, stream);
 }
 
+/* Subtract from the counters: adding the two's complement (the counters
+ * are unsigned and only ever read whole). */
+__global__ static void k_uncount(uint64_t *ctr, uint64_t lookups, uint64_t hits)
+{
+    atomicAdd((unsigned long long *)&ctr[HPS_GC_LOOKUPS], (unsigned long long)(0ull - lookups));
+    atomicAdd((unsigned long long *)&ctr[HPS_GC_HITS], (unsigned long long)(0ull - hits));
+}
+
+extern "C" hps_err_t hps_gcache_uncount(hps_gcache_t *c, uint64_t lookups, uint64_t hits,
+                                        cudaStream_t stream)
+{
+    if (!c || hits > lookups)
+        return HPS_EINVAL;
+    if (lookups == 0)
+        return 0;
+    k_uncount<<<1, 1, 0, stream>>>(c->ref.ctr, lookups, hits);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
 extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
 {
     if (!c || !ret)

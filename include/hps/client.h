@@ -215,8 +215,9 @@ hps_err_t hps_client_lookup(hps_client_t *c, size_t model, uint32_t num_tables,
 
 /** hps_client_lookup_ex() flags. */
 enum hps_lookup_flags {
-    /** Return HPS_EAGAIN, with out undefined and nothing counted (but the
-     *  GPU caches' own lookup counters), where the call would wait for the
+    /** Return HPS_EAGAIN, with out undefined and nothing counted (the GPU
+     *  caches' own counters take back what they counted), where the call
+     *  would wait for the
      *  coordinator: keys missing in the volatile DB (and, for a model served
      *  by GPU caches, in the cache, below hit_rate_threshold) while it
      *  serves.  An event loop answers what shared memory and the GPU caches

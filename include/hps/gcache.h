@@ -412,6 +412,18 @@ hps_err_t hps_gcache_dump(hps_gcache_t *cache, uint64_t start_set, uint64_t end_
                           int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
 
 /**
+ * @brief Take back from the lookup counters what a lookup counted whose
+ * answer its caller discarded and will ask again (libhps: an event-loop
+ * attempt that would have waited for the coordinator), so each request is
+ * counted once.
+ * @param[in] lookups, hits  as that lookup counted them: its keys, and its
+ *                           keys minus its misses.
+ * @return 0, HPS_EINVAL or HPS_EIO.  Asynchronous on stream.
+ */
+hps_err_t hps_gcache_uncount(hps_gcache_t *cache, uint64_t lookups, uint64_t hits,
+                             cudaStream_t stream);
+
+/**
  * @brief Read the counters (synchronous: an occupancy count and two copies
  * on the handle's own non-blocking stream, no allocation, so it never waits
  * for other streams' work).  Calls on one handle are serialized.

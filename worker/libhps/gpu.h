@@ -62,8 +62,8 @@ void hps__client_gpu_stop(struct hps_client *cl);
  * @param d_out   device output on the client's device, or NULL.
  * @param stream  the caller's cudaStream_t: the work is ordered after it.
  * @param nowait  HPS_EAGAIN where misses would wait for the coordinator
- *                (decided before anything is counted or queued, except the
- *                cache's own lookup counters).
+ *                (decided before anything is counted or queued; the
+ *                caches' own lookup counters are taken back).
  * @return 1 if the GPU does not serve this model (yet): use the fetch path;
  *         0 on success (output complete); a negative hps_err_t.  Called
  *         with cl->seg_lock held for reading.

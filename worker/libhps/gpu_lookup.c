@@ -285,10 +285,14 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
                                    .weight = x->ks->count};
     }
     /* 2: one pass of the fetch path for every synchronous table; under
-     * nowait, HPS_EAGAIN before anything is counted or queued (the cache's
-     * own lookup counters have counted this call: a retry counts twice) */
+     * nowait, HPS_EAGAIN before anything is counted or queued (and what the
+     * caches' own counters counted of this call is taken back) */
     if (rc == 0 && nf)
         rc = hps__client_fetch(g->cl, m, f, nf, true, k->nowait);
+    for (uint32_t t = 0; rc == HPS_EAGAIN && t < k->nt; t++) /* asked again: counted then */
+        if (k->numkeys[t])
+            hps_gcache_uncount(g->models[k->mi].tables[t].cache, (uint64_t)k->numkeys[t],
+                               (uint64_t)k->numkeys[t] - mcount[t], c->stream);
     if (rc == 0) {
         atomic_fetch_add_explicit(&m->ctr.default_keys, defaults, memory_order_relaxed);
         enqueue(g, k->mi, &bg);
