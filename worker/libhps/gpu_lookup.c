@@ -114,31 +114,75 @@ struct tmiss {
     uint8_t *found;       /* (ks->n) */
 };
 
-/** Insert the found rows of a synchronously fetched table (staging buffers
- *  reused: synchronized before returning). */
-static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmiss *x)
+/**
+ * Insert the found rows of every synchronously fetched table: staged
+ * together, two copies to the device, one insert launch per table and one
+ * synchronization for them all (the staging buffers are free again when it
+ * returns).
+ */
+static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmiss *xs, size_t nx)
 {
-    hps_gcache_t *cache = g->models[mi].tables[x->t].cache;
-    uint32_t dim = g->cl->models[mi].dims[x->t];
-    keyset_t *s = x->ks;
-    for (size_t i = 0; i < s->n; i++)
-        s->count[i] = x->found[i] ? s->count[i] : 0;
-    long k = pick_inserts(c, s, cache);
-    int rc = k < 0 ? (int)k : 0;
-    if (rc == 0 && k > 0)
-        rc = hps__client_pair_reserve(&c->ikeys, (size_t)k * sizeof(int64_t));
-    if (rc == 0 && k > 0)
-        rc = hps__client_pair_reserve(&c->ivals, (size_t)k * dim * sizeof(float));
-    if (rc < 0 || k == 0)
+    size_t keys = 0, floats = 0;
+    for (size_t i = 0; i < nx; i++)
+        if (xs[i].sync) {
+            keys += xs[i].ks->n;
+            floats += xs[i].ks->n * g->cl->models[mi].dims[xs[i].t];
+        }
+    if (keys == 0)
+        return 0;
+    int rc = hps__client_pair_reserve(&c->ikeys, keys * sizeof(int64_t));
+    rc = rc ? rc : hps__client_pair_reserve(&c->ivals, floats * sizeof(float));
+    if (rc < 0)
         return rc;
     int64_t *ik = c->ikeys.h;
     float *iv = c->ivals.h;
-    for (long j = 0; j < k; j++) {
-        ik[j] = s->keys[c->pick[j]];
-        memcpy(iv + (size_t)j * dim, x->rows + (size_t)c->pick[j] * dim, dim * sizeof(float));
+    size_t *at = calloc(nx, sizeof(size_t)), ko = 0, fo = 0; /* each table's picks */
+    if (!at)
+        return -ENOMEM;
+    for (size_t i = 0; i < nx && rc == 0; i++) {
+        struct tmiss *x = &xs[i];
+        uint32_t dim = g->cl->models[mi].dims[x->t];
+        if (!x->sync)
+            continue;
+        keyset_t *s = x->ks;
+        for (size_t j = 0; j < s->n; j++)
+            s->count[j] = x->found[j] ? s->count[j] : 0;
+        long k = pick_inserts(c, s, g->models[mi].tables[x->t].cache);
+        if (k < 0) {
+            rc = (int)k;
+            break;
+        }
+        for (long j = 0; j < k; j++) {
+            ik[ko + (size_t)j] = s->keys[c->pick[j]];
+            memcpy(iv + fo + (size_t)j * dim, x->rows + (size_t)c->pick[j] * dim,
+                   dim * sizeof(float));
+        }
+        at[i] = (size_t)k;
+        ko += (size_t)k;
+        fo += (size_t)k * dim;
     }
-    rc = hps__client_write_staged(c, cache, (size_t)k, dim, false);
-    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "insert");
+    if (rc == 0 && ko)
+        rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, ko * sizeof(int64_t),
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "H2D keys");
+    if (rc == 0 && ko)
+        rc = hps__client_ck(cudaMemcpyAsync(c->ivals.d, c->ivals.h, fo * sizeof(float),
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "H2D rows");
+    ko = fo = 0;
+    for (size_t i = 0; i < nx && rc == 0; i++) {
+        uint32_t dim = g->cl->models[mi].dims[xs[i].t];
+        if (!at[i])
+            continue;
+        rc = hps_gcache_insert(g->models[mi].tables[xs[i].t].cache, (int64_t *)c->ikeys.d + ko,
+                               (float *)c->ivals.d + fo, at[i], c->stream);
+        ko += at[i];
+        fo += at[i] * dim;
+    }
+    free(at);
+    if (rc == 0 && ko)
+        rc = hps__client_ck(cudaStreamSynchronize(c->stream), "insert");
+    return rc;
 }
 
 /** Row j of table x's misses: its fetched row, or the default. */
@@ -310,9 +354,8 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
                 hps__client_fill(dst, 1, dim, m->defaults[xs[i].t]);
         }
     }
-    for (size_t i = 0; rc == 0 && i < nx; i++)
-        if (xs[i].sync)
-            rc = insert_fetched(g, c, k->mi, &xs[i]);
+    if (rc == 0)
+        rc = insert_fetched(g, c, k->mi, xs, nx);
     for (size_t i = 0; xs && i < nx; i++) {
         free(xs[i].rows);
         free(xs[i].found);
