@@ -137,8 +137,13 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
 {
     struct wview w;
     uint64_t blk = HPS_GEOM_BLK(atomic_load_explicit(&p->geom, memory_order_relaxed));
-    if (p->pending && p->pending != blk)
-        hps__free(db, p->pending, p->blk_bytes); /* size unknown: at most a leak */
+    uint64_t pend = p->pending, bytes = hps__round_up(p->blk_bytes, HPS_CACHELINE);
+    /* Freed only if it can be a block: in a corrupt segment, pending may
+     * point anywhere, and hps__free writes there. */
+    if (pend && pend != blk && !(pend & (HPS_CACHELINE - 1)) && pend >= db->hdr->hdr_bytes &&
+        hps__in_bounds(db, pend, bytes) &&
+        pend + bytes <= atomic_load_explicit(&db->hdr->bump, memory_order_relaxed))
+        hps__free(db, pend, p->blk_bytes); /* size unknown: at most a leak */
     p->pending = 0;
     if (!hps__wview_current(db, t, p, &w))
         return;

@@ -234,7 +234,7 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
         struct shm_bucket *b = BKT(w, bi);
-        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        unsigned occ = hps__occ(b);
         if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
             continue;
         int s = __builtin_ctz(~occ);
@@ -328,7 +328,7 @@ void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64
     uint32_t bi = home_of(key, n->nb);
     for (;; bi = next_bucket(bi, n->nb)) {
         struct shm_bucket *b = BKT(n, bi);
-        unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
+        unsigned occ = hps__occ(b);
         if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
             continue;
         int s = __builtin_ctz(~occ);

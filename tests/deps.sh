@@ -12,6 +12,7 @@ pkgs=(
     libinih-dev libcmocka-dev librocksdb-dev libhiredis-dev librdkafka-dev
     libmicrohttpd-dev libjson-c-dev libxxhash-dev
     redis-server redis-tools curl
+    clang libclang-rt-14-dev # tests/fuzz/run.sh: clang-14 and its libFuzzer runtime
 )
 
 if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
