@@ -782,11 +782,11 @@ static const struct seed seeds[] = {
     {SEEDH(P, ""), REQ_WITH("\"id\":\"r1\",\"parameters\":{\"binary_data_output\":false},"), 0},
     {SEEDH(P, ""),
      REQ_WITH("\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}],"), 0},
-    {SEEDH(P, "Inference-Header-Content-Length: 191\r\n"),
+    {SEEDH(P, "Inference-Header-Content-Length: 163\r\n"),
      "{\"inputs\":[{\"name\":\"KEYS\",\"datatype\":\"INT64\",\"shape\":[1,3],\"parameters\":{"
      "\"binary_data_size\":24}}," NK "]}"
      "\x01\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\x03\0\0\0\0\0\0\0",
-     191 + 24},
+     163 + 24}, /* the JSON header is 163 bytes, then 3 int64 keys */
     {SEEDH("/v2/models/plain/versions/7/infer", ""),
      "{\"inputs\":[{\"name\":\"KEYS\",\"datatype\":\"INT64\",\"shape\":[3],\"data\":[1,2,3]},"
      "{\"name\":\"NUMKEYS\",\"datatype\":\"INT32\",\"shape\":[3],\"data\":[1,1,1]}]}",
