@@ -321,9 +321,7 @@ static hps_err_t read_file(const char *path, char **ret_text, size_t *ret_len,
             rc = -ENODEV;
         else
             rc = -EINVAL;
-        *ret_kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
-                    : S_ISSOCK(st.st_mode) ? "a socket"
-                                           : "not a file";
+        *ret_kind = hps_file_kind(st.st_mode);
         goto out;
     }
     for (;;) {

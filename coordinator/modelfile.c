@@ -71,20 +71,6 @@ bool hps_modelfile_name_ok(const char *name)
     return true;
 }
 
-/* "a FIFO", "a directory", ...: what a non-regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISCHR(mode) || S_ISBLK(mode))
-        return "a device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    return "not a file";
-}
-
 /*
  * Open one file of the table and return its size.  Missing file (or
  * directory) is HPS_ENOTFOUND; anything but a regular file is HPS_EINVAL.
@@ -109,7 +95,7 @@ static hps_err_t open_sized(const char *path, int *ret_fd, uint64_t *ret_size, c
         return -e;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, err_len, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+        set_err(err, err_len, "%s: not a regular file (%s)", path, hps_file_kind(st.st_mode));
         close(fd);
         return HPS_EINVAL;
     }

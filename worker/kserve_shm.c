@@ -205,20 +205,6 @@ static int open_key(const struct reg_args *a, bool *writable, hps__kerr_t *err)
     return fd;
 }
 
-/* What a key that is no shared-memory object is, for the message. */
-static const char *file_kind(mode_t mode)
-{
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISCHR(mode) || S_ISBLK(mode))
-        return "a device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    return "not a regular file";
-}
-
 /* Check that the key is a shared-memory object (a regular file of
  * /dev/shm), check the window against its size and map it. */
 static int map_window(int fd, const struct reg_args *a, struct hps__shm_region *r, hps__kerr_t *err)
@@ -230,7 +216,7 @@ static int map_window(int fd, const struct reg_args *a, struct hps__shm_region *
         return hps__kerr_set(err, 400,
                              "cannot register shared memory region '%.128s' with key '%.128s' as "
                              "the key is not a shared memory object (%s)",
-                             a->name, a->key, file_kind(st.st_mode));
+                             a->name, a->key, hps_file_kind(st.st_mode));
     uint64_t size = (uint64_t)st.st_size;
     uint64_t off = (uint64_t)a->offset, len = (uint64_t)a->byte_size;
     if (len == 0 || off > size || len > size - off)

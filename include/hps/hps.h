@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,6 +81,14 @@ const char *hps_err_name(hps_err_t err);
  *         used and restored).
  */
 bool hps_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *ret);
+
+/**
+ * @brief What kind of file st_mode describes, for messages that refuse a
+ * file that is not regular: "a FIFO", "a directory", "a device", "a
+ * socket", "a regular file", else "not a regular file".  Static string;
+ * thread-safe.
+ */
+const char *hps_file_kind(mode_t mode);
 
 /** @brief The library version, e.g. "0.1.0" (static string). */
 const char *hps_version(void);
