@@ -4,7 +4,7 @@ int-head_of_line: a request that waits for the coordinator never delays
 another request.
 
 One HTTP event-loop thread ([worker] http_threads = 1), a long
-miss_timeout_ms (800 ms) and a coordinator SIGSTOPped for 3 s (its
+miss_timeout_ms (800 ms) and a coordinator SIGSTOPped for 5 s (its
 heartbeat stays fresh enough: worker_timeout_ms 10 s, so the worker keeps
 asking it).  Meanwhile 4 clients send requests whose keys are only in the
 persistent DB (each waits miss_timeout_ms, then gets the default value)
@@ -24,7 +24,7 @@ import hpstest as H  # noqa: E402
 
 RATE = 0.5
 MISS_TIMEOUT_MS = 800
-STOP_S = 3.0
+STOP_S = 5.0
 
 
 def pct(xs, p):
