@@ -47,7 +47,7 @@
 #include "hps/gen.h"
 
 #define MAX_FILES 16
-#define REGION "bench-out"
+#define REGION    "bench-out"
 
 static int port, fd = -1;
 static char *rbuf;
@@ -57,7 +57,7 @@ static size_t rcap = 1 << 20;
     do {                                                                                           \
         cudaError_t ce_ = (x);                                                                     \
         if (ce_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "bench-cudashm: %s: %s (%s:%d)\n", #x, cudaGetErrorString(ce_),      \
+            fprintf(stderr, "bench-cudashm: %s: %s (%s:%d)\n", #x, cudaGetErrorString(ce_),        \
                     __FILE__, __LINE__);                                                           \
             exit(1);                                                                               \
         }                                                                                          \
@@ -196,8 +196,8 @@ static void reqs_open(const char *path, reqs_t *r)
     if (map == MAP_FAILED || hps_gen_req_check(map, (uint64_t)st.st_size) != 0)
         die("not a request file");
     const hps_gen_req_header_t *h = map;
-    *r = (reqs_t){h->num_tables, h->batch, h->count, (const int64_t *)((char *)map + 24), map,
-                  (size_t)st.st_size};
+    *r = (reqs_t){h->num_tables, h->batch,          h->count, (const int64_t *)((char *)map + 24),
+                  map,           (size_t)st.st_size};
 }
 
 int main(int argc, char **argv)
@@ -267,7 +267,8 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench-cudashm: region '%s' of %zu bytes on device %d registered with hps-worker on"
-           " port %d; one connection, one request at a time\n", REGION, region, device, port);
+           " port %d; one connection, one request at a time\n",
+           REGION, region, device, port);
     printf("  %-6s %6s %8s | %8s %9s %9s %9s %12s | %6s %6s %5s\n", "mode", "B", "keys", "calls",
            "p50 us", "p99 us", "mean us", "keys/s", "exact", "dflt", "wrong");
     int bad = 0;
@@ -293,16 +294,18 @@ int main(int argc, char **argv)
                                   per, per * 8, T);
                 for (uint32_t t = 0; t < T; t++)
                     jl += snprintf(hdr + jl, 16, "%s%u", t ? "," : "", B);
-                jl += snprintf(hdr + jl, 512,
-                               "]}],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{"
-                               "\"shared_memory_region\":\"" REGION "\",\"shared_memory_byte_size\":"
-                               "%zu,\"shared_memory_offset\":0}}]}",
-                               out_bytes);
-                hl = snprintf(head, 2048 + (size_t)T * 12,
-                              "POST /v2/models/%s/infer HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                              "Content-Type: application/octet-stream\r\n"
-                              "Inference-Header-Content-Length: %d\r\nContent-Length: %zu\r\n\r\n%s",
-                              model, port, jl, (size_t)jl + per * 8, hdr);
+                jl +=
+                    snprintf(hdr + jl, 512,
+                             "]}],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{"
+                             "\"shared_memory_region\":\"" REGION "\",\"shared_memory_byte_size\":"
+                             "%zu,\"shared_memory_offset\":0}}]}",
+                             out_bytes);
+                hl =
+                    snprintf(head, 2048 + (size_t)T * 12,
+                             "POST /v2/models/%s/infer HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                             "Content-Type: application/octet-stream\r\n"
+                             "Inference-Header-Content-Length: %d\r\nContent-Length: %zu\r\n\r\n%s",
+                             model, port, jl, (size_t)jl + per * 8, hdr);
             }
             const int64_t *keys = rq[f].keys + (i++ % rq[f].C) * per;
             struct timespec a, b;

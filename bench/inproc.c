@@ -103,7 +103,7 @@ static double now_s(void)
     do {                                                                                           \
         cudaError_t ce_ = (x);                                                                     \
         if (ce_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "bench-inproc: %s: %s (%s:%d)\n", #x, cudaGetErrorString(ce_),       \
+            fprintf(stderr, "bench-inproc: %s: %s (%s:%d)\n", #x, cudaGetErrorString(ce_),         \
                     __FILE__, __LINE__);                                                           \
             exit(1);                                                                               \
         }                                                                                          \
@@ -172,7 +172,10 @@ static int reqs_open(const char *path, reqs_t *r)
         fprintf(stderr, "bench-inproc: %s: not a request file (%s)\n", path, hps_strerror(rc));
         return -1;
     }
-    *r = (reqs_t){.T = h->num_tables, .B = h->batch, .C = h->count, .map = map,
+    *r = (reqs_t){.T = h->num_tables,
+                  .B = h->batch,
+                  .C = h->count,
+                  .map = map,
                   .map_len = (size_t)st.st_size};
     r->h_keys = (int64_t *)((char *)map + sizeof(*h));
     return 0;
@@ -199,8 +202,8 @@ static void cache_sum(uint64_t *hits, uint64_t *lookups)
 
 static void lookup_or_die(const int32_t *nk, const int64_t *d_keys, float *d_out)
 {
-    hps_err_t rc = hps_client_lookup(cl, mi, T, nk, d_keys, HPS_KEY_INT64, device, d_out, device,
-                                     stream);
+    hps_err_t rc =
+        hps_client_lookup(cl, mi, T, nk, d_keys, HPS_KEY_INT64, device, d_out, device, stream);
     if (rc < 0) {
         fprintf(stderr, "bench-inproc: hps_client_lookup: %s\n", hps_client_last_error());
         exit(1);
@@ -228,7 +231,8 @@ static void check(const int64_t *keys, uint32_t B, const float *h_out, stats_t *
                 s->dflt++;
             } else {
                 if (s->wrong == 0)
-                    fprintf(stderr, "bench-inproc: wrong row: table %u key %" PRId64 " [0] = %g, want %g\n",
+                    fprintf(stderr,
+                            "bench-inproc: wrong row: table %u key %" PRId64 " [0] = %g, want %g\n",
                             t, key, got[0], want[0]);
                 s->wrong++;
             }
@@ -304,8 +308,8 @@ static void measure(const opts_t *o, const int64_t *keys, uint32_t B, uint64_t C
 
 static void report(const char *mode, uint32_t B, const stats_t *s)
 {
-    printf("  %-6s %6u %8u | %8" PRIu64 " %9.1f %9.1f %9.1f %12.4g | %6.4f | %6" PRIu64
-           " %6" PRIu64 " %5" PRIu64 "\n",
+    printf("  %-6s %6u %8u | %8" PRIu64 " %9.1f %9.1f %9.1f %12.4g | %6.4f | %6" PRIu64 " %6" PRIu64
+           " %5" PRIu64 "\n",
            mode, B, T * B, s->calls, s->p50, s->p99, s->mean, s->keys_s, s->hit, s->exact, s->dflt,
            s->wrong);
     printf("RESULT mode=%s B=%u keys=%u calls=%" PRIu64 " p50_us=%.2f p99_us=%.2f mean_us=%.2f"
@@ -435,8 +439,8 @@ int main(int argc, char **argv)
     }
     printf("bench-inproc: libhps %s in-process, model %s (%u tables, dim sum %" PRIu64
            ", %u-byte keys, gpu_cache %s), device %d = %s; client ready in %.2f s; %u GPU caches\n",
-           hps_version(), info.name, T, dim_sum, key_bytes, info.gpu_cache ? "on" : "off",
-           o.device, prop.name, t_ready, ncaches);
+           hps_version(), info.name, T, dim_sum, key_bytes, info.gpu_cache ? "on" : "off", o.device,
+           prop.name, t_ready, ncaches);
     printf("timing: keys and output in device memory, own stream; %.2f s warm-up, then >= %u calls"
            " and >= %.2f s; per call host clock around hps_client_lookup()\n",
            o.warmup, o.min_calls, o.duration);
@@ -450,7 +454,8 @@ int main(int argc, char **argv)
         if (reqs_open(o.files[f], &rq[f]) < 0)
             return 1;
         if (rq[f].T != T) {
-            fprintf(stderr, "bench-inproc: %s has %u tables, the model %u\n", o.files[f], rq[f].T, T);
+            fprintf(stderr, "bench-inproc: %s has %u tables, the model %u\n", o.files[f], rq[f].T,
+                    T);
             return 1;
         }
         stats_t s;
@@ -464,7 +469,8 @@ int main(int argc, char **argv)
         if (warm_hot(K) < 0)
             bad = 1;
         printf("all hits: keys drawn by power law (alpha %.4f) from the K_t = min(rows, capacity/4)"
-               " most popular keys of each table, warmed into the caches above\n", alpha);
+               " most popular keys of each table, warmed into the caches above\n",
+               alpha);
         header();
         hps_gen_powerlaw_t *pl = calloc(T, sizeof(*pl));
         for (uint32_t t = 0; t < T; t++)
