@@ -54,6 +54,7 @@ typedef struct coord {
     bool beating;
     int lock_fd; /* the segment name's coordinator lock (segment.c), while locked */
     bool locked;
+    bool staged; /* db is a new segment not yet published under its name (segment.c) */
     pthread_t miss_threads[HPS_COORD_MISS_THREADS];
     unsigned num_miss_threads;
     struct coord_inserter *inserter; /* serve.c: [distributed_db] cache_missed_embeddings
@@ -65,6 +66,15 @@ typedef struct coord {
 
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);
+/* segment.c: a new segment built beside the serving one (coord_segment_open
+ * creates new segments staged) becomes the one under its name, in one
+ * atomic rename; workers re-attach to it.  0 or HPS_EXIT_SEGMENT (logged);
+ * a no-op for a re-attached or already published segment. */
+int coord_segment_publish(coord_t *c);
+/* segment.c: the pid a coordinator wrote into the segment name's lock file
+ * (/dev/shm/.hps.<name>.lock) when it took the lock; 0 if none or unreadable.
+ * Informative only (a pid of another PID namespace names nobody here). */
+pid_t coord_segment_holder(const coord_t *c);
 /* segment.c: remove and release the segment name's coordinator lock (a clean
  * exit, after the segment is detached); no-op when not locked. */
 void coord_segment_unlock(coord_t *c);

@@ -54,19 +54,6 @@ static hps_log_level_t level_of(hps_conf_log_level_t l)
     }
 }
 
-/* The pid of the coordinator that last beat on our segment, 0 if none. */
-static pid_t segment_coordinator(const coord_t *c)
-{
-    hps_shmdb_t *db;
-    hps_shmdb_proc_opts_t po = {.role = HPS_ROLE_TOOL, .device = -1};
-    if (hps_shmdb_attach(c->conf->volatile_db.shared_memory_name, &po, &db) < 0)
-        return 0;
-    hps_segment_info_t si;
-    hps_shmdb_segment_info(db, &si);
-    hps_shmdb_detach(db);
-    return si.coord_pid;
-}
-
 static int open_pdb(coord_t *c)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
@@ -82,7 +69,7 @@ static int open_pdb(coord_t *c)
     if (rc == HPS_EBUSY) {
         HPS_ERROR("persistent DB %s is held by another process (hps-coordinator pid %d on "
                   "/dev/shm/hps.%s?): %s",
-                  p->path, (int)segment_coordinator(c), c->conf->volatile_db.shared_memory_name,
+                  p->path, (int)coord_segment_holder(c), c->conf->volatile_db.shared_memory_name,
                   err);
         return HPS_EXIT_SEGMENT;
     }
@@ -159,9 +146,9 @@ static void release_segment(coord_t *c)
     const char *name = c->conf->volatile_db.shared_memory_name;
     size_t others = hps_shmdb_other_procs(c->db);
     hps_shmdb_set_coord_state(c->db, HPS_COORD_NONE);
-    hps_shmdb_detach(c->db);
-    if (!c->conf->volatile_db.shared_memory_auto_remove)
-        return;
+    hps_shmdb_detach(c->db); /* removes a segment never published */
+    if (!c->conf->volatile_db.shared_memory_auto_remove || c->staged)
+        return; /* staged: the name still holds the segment that serves */
     if (others) {
         HPS_INFO("kept /dev/shm/hps.%s: %zu processes still attached", name, others);
         return;
@@ -278,6 +265,9 @@ int main(int argc, char **argv)
         ex = coord_kafka_start(&c, &kafka);
     if (!ex) {
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
+        ex = coord_segment_publish(&c);
+    }
+    if (!ex) {
         HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
         run(&c);
         HPS_INFO("shutting down");

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -41,7 +42,8 @@ static int create_fresh(coord_t *c, const char *name)
     const hps_conf_volatile_db_t *v = &c->conf->volatile_db;
     hps_shmdb_opts_t o = {.size_bytes = v->shared_memory_size,
                           .allocation_rate = v->allocation_rate,
-                          .mode = (mode_t)v->shared_memory_mode};
+                          .mode = (mode_t)v->shared_memory_mode,
+                          .staged = true};
     hps_shmdb_proc_opts_t po = proc_opts(c);
     hps_err_t rc = hps_shmdb_create(name, &o, &po, &c->db);
     if (rc < 0) {
@@ -49,8 +51,26 @@ static int create_fresh(coord_t *c, const char *name)
                   (unsigned long long)o.size_bytes, hps_strerror(rc));
         return HPS_EXIT_SEGMENT;
     }
-    HPS_INFO("created shared memory /dev/shm/hps.%s: %llu bytes, mode %04o", name,
-             (unsigned long long)o.size_bytes, (unsigned)(o.mode ? o.mode : 0600));
+    HPS_INFO("building shared memory /dev/shm/.hps.%s.new: %llu bytes, mode %04o (published "
+             "as /dev/shm/hps.%s when loaded)",
+             name, (unsigned long long)o.size_bytes, (unsigned)(o.mode ? o.mode : 0600), name);
+    c->staged = true;
+    return 0;
+}
+
+int coord_segment_publish(coord_t *c)
+{
+    const char *name = c->conf->volatile_db.shared_memory_name;
+    if (!c->staged)
+        return 0;
+    hps_err_t rc = hps_shmdb_publish(c->db);
+    if (rc < 0) {
+        HPS_ERROR("cannot publish /dev/shm/.hps.%s.new as /dev/shm/hps.%s: %s", name, name,
+                  hps_strerror(rc));
+        return HPS_EXIT_SEGMENT;
+    }
+    c->staged = false;
+    HPS_INFO("published /dev/shm/hps.%s: workers switch to it now", name);
     return 0;
 }
 
@@ -100,6 +120,19 @@ static int lock_open(const char *obj, mode_t mode)
     return -1;
 }
 
+pid_t coord_segment_holder(const coord_t *c)
+{
+    char obj[HPS_CONF_SHM_NAME_MAX + 16], pid[32];
+    snprintf(obj, sizeof(obj), "/.hps.%s.lock", c->conf->volatile_db.shared_memory_name);
+    int fd = shm_open(obj, O_RDONLY | O_CLOEXEC, 0);
+    ssize_t n = fd >= 0 ? pread(fd, pid, sizeof(pid) - 1, 0) : -1;
+    if (fd >= 0)
+        close(fd);
+    pid[n > 0 ? n : 0] = 0;
+    long v = strtol(pid, NULL, 10);
+    return v > 0 && v < INT32_MAX ? (pid_t)v : 0;
+}
+
 /* Take the segment name's coordinator lock (see the top of this file); the
  * descriptor stays open until coord_segment_unlock() or the process exits. */
 static int lock_name(coord_t *c, const char *name)
@@ -109,12 +142,9 @@ static int lock_name(coord_t *c, const char *name)
     unsigned m = c->conf->volatile_db.shared_memory_mode;
     int fd = lock_open(obj, m ? (mode_t)m : 0600);
     if (fd < 0 && errno == EWOULDBLOCK) {
-        int rfd = shm_open(obj, O_RDONLY | O_CLOEXEC, 0);
-        ssize_t n = rfd >= 0 ? pread(rfd, pid, sizeof(pid) - 1, 0) : -1;
-        if (rfd >= 0)
-            close(rfd);
-        pid[n > 0 ? n : 0] = 0;
-        pid[strcspn(pid, "\n")] = 0;
+        pid_t holder = coord_segment_holder(c);
+        if (holder)
+            snprintf(pid, sizeof(pid), "%d", (int)holder);
         HPS_ERROR("another hps-coordinator (pid %s) holds /dev/shm%s and serves /dev/shm/hps.%s; "
                   "stop it first",
                   *pid ? pid : "unknown", obj, name);
@@ -198,10 +228,13 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         return init_missq(c);
     }
     if (rc == 0) {
-        HPS_INFO("replacing the existing /dev/shm/hps.%s (initialize_after_startup = true)", name);
+        /* Built beside it: its workers serve from it until the new one is
+         * published (issue 20: a restart never disturbs what is serving). */
+        HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded "
+                 "(initialize_after_startup = true); its workers serve from it meanwhile",
+                 name);
         hps_shmdb_detach(c->db);
         c->db = NULL;
-        hps_shmdb_unlink(name);
     } else if (rc == HPS_EBADMAGIC && unfinished(name)) {
         HPS_WARN("replacing /dev/shm/hps.%s: never initialized (magic 0), left by a coordinator "
                  "killed while creating it",

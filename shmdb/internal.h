@@ -28,6 +28,7 @@ struct hps_shmdb {
     struct hps_shmdb *next_handle; /* this process's handles (segment.c) */
     hps_pool_t *pool;              /* NULL: batches run in the caller */
     unsigned nthreads;
+    bool staged; /* the object is still /dev/shm/.hps.<name>.new (hps_shmdb_publish) */
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
 };
 

@@ -53,6 +53,22 @@ static void object_name(char *buf, size_t len, const char *name)
     snprintf(buf, len, "/hps.%s", name);
 }
 
+/* The hidden name of a segment built beside the serving one (opts.staged):
+ * not listed by hps_shmdb_list(), never attached by name. */
+static void staged_name(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "/.hps.%s.new", name);
+}
+
+/* The shm object name a handle's object has now. */
+static void handle_object(const hps_shmdb_t *db, char *buf, size_t len)
+{
+    if (db->staged)
+        staged_name(buf, len, db->name);
+    else
+        object_name(buf, len, db->name);
+}
+
 /* ---- robust mutexes ---------------------------------------------------- */
 
 hps_err_t hps__mutex_init(pthread_mutex_t *m)
@@ -359,7 +375,7 @@ static hps_err_t live_open(hps_shmdb_t *db)
         return -errno;
     db->dev = a.st_dev;
     db->ino = a.st_ino;
-    object_name(obj, sizeof(obj), db->name);
+    handle_object(db, obj, sizeof(obj));
     hps_err_t rc = 0;
     pthread_mutex_lock(&g_handles_lock);
     int fd = shm_open(obj, O_RDWR | O_CLOEXEC, 0);
@@ -633,7 +649,10 @@ hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
     if (rc < 0)
         return rc;
     mode_t mode = opts->mode ? opts->mode : 0600;
-    object_name(obj, sizeof(obj), name);
+    db->staged = opts->staged;
+    handle_object(db, obj, sizeof(obj));
+    if (db->staged)
+        shm_unlink(obj); /* left by a creator killed before it published */
     db->fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (db->fd < 0) {
         rc = errno == EEXIST ? HPS_EEXIST : -errno;
@@ -803,8 +822,27 @@ void hps_shmdb_detach(hps_shmdb_t *db)
     }
     if (db->fd >= 0)
         close(db->fd);
+    if (db->staged && db->fd >= 0) { /* never published: nobody else can use it */
+        char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
+        handle_object(db, obj, sizeof(obj));
+        shm_unlink(obj);
+    }
     hps__pool_destroy(db->pool);
     free(db);
+}
+
+hps_err_t hps_shmdb_publish(hps_shmdb_t *db)
+{
+    char from[HPS_SHMDB_SEGMENT_NAME_MAX + 32], to[HPS_SHMDB_SEGMENT_NAME_MAX + 32];
+    if (!db->staged)
+        return 0;
+    snprintf(from, sizeof(from), "/dev/shm/.hps.%s.new", db->name);
+    snprintf(to, sizeof(to), "/dev/shm/hps.%s", db->name);
+    /* The liveness descriptors and locks are on the inode: they survive. */
+    if (rename(from, to) < 0)
+        return -errno;
+    db->staged = false;
+    return 0;
 }
 
 hps_err_t hps_shmdb_unlink(const char *name)

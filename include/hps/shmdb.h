@@ -83,6 +83,14 @@ typedef struct hps_shmdb_opts {
     uint64_t allocation_rate;
     /** File mode of the shm object; 0 means 0600. */
     mode_t mode;
+    /** Build the segment beside the one that serves: create it as the hidden
+     *  object /dev/shm/.hps.<name>.new (replacing one a killed creator left),
+     *  invisible to attach, until hps_shmdb_publish() renames it over
+     *  /dev/shm/hps.<name> in one step.  Processes attached to the old
+     *  segment keep their mapping and re-attach when they see the new
+     *  object.  Callers serialize creators of one name (hps-coordinator's
+     *  name lock).  /dev/shm must hold both segments meanwhile. */
+    bool staged;
 } hps_shmdb_opts_t;
 
 /** Per-process options of a handle (not stored in the segment). */
@@ -216,6 +224,18 @@ typedef struct hps_segment_info {
  */
 hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
                            const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret);
+
+/**
+ * @brief Make a segment created with opts.staged the one under its name:
+ *        rename(2) /dev/shm/.hps.<name>.new over /dev/shm/hps.<name>, which
+ *        is atomic, so an attach finds either the old segment or the whole
+ *        new one, never none and never a half-built one.
+ * @param[in] db  A handle from hps_shmdb_create() with opts.staged.
+ * @return 0 (also when db was published already or was not staged);
+ *         -errno from rename(2).  Not thread-safe with other calls on db.
+ * A staged segment never published is removed by hps_shmdb_detach().
+ */
+hps_err_t hps_shmdb_publish(hps_shmdb_t *db);
 
 /**
  * @brief Attach to an existing segment and register in its process table.

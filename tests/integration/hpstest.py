@@ -555,7 +555,8 @@ class Cluster:
         if self.failed:
             self.dump_logs()
         for seg in [self.segment] + self.extra_segments:
-            for obj in ("hps." + seg, ".hps.%s.lock" % seg):  # a killed coordinator's lock
+            # a killed coordinator's lock and half-built segment
+            for obj in ("hps." + seg, ".hps.%s.lock" % seg, ".hps.%s.new" % seg):
                 try:
                     os.unlink("/dev/shm/" + obj)
                 except FileNotFoundError:

@@ -73,9 +73,10 @@ static void reattach(hps_client_t *cl)
         cl->db = fresh;
         cl->seg_dev = dev;
         cl->seg_ino = ino;
-        for (size_t i = 0; i < cl->num_models; i++)
-            cl->models[i].resolved = false;
-        atomic_store(&cl->resolved, false);
+        /* Resolved in the same step: a published segment holds every
+         * table, and a request between the switch and a later round would
+         * find none (the table defaults for keys in shared memory). */
+        atomic_store(&cl->resolved, resolve(cl));
     }
     pthread_rwlock_unlock(&cl->seg_lock);
     if (old && fresh) {
