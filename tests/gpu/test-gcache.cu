@@ -16,6 +16,11 @@
  *    parent's rows exactly and inserts rows the parent then reads;
  *  - one-launch lookups over several tables (hps_gcache_lookup_tables):
  *    rows, miss positions and counts per table as the per-table lookups;
+ *    then their misses split on the device (hps__gmiss_gather, libhps's
+ *    device-output path) at thresholds that make every table, some, or
+ *    none synchronous: counts, flags as the host formula, each miss's key
+ *    and position compacted table after table, the default-answered rows
+ *    filled with the table's default and nothing else touched;
  *  - a set left locked (as by a writer killed mid-write): lookups answer
  *    miss on every path instead of waiting forever, inserts are skipped and
  *    counted, hps_gcache_repair empties and unlocks exactly that set.
@@ -33,6 +38,7 @@
 
 #include "hps/gcache.h"
 #include "../../kernels/gcache_internal.cuh" /* the stuck-lock test pokes a set version */
+#include "../../kernels/miss.h"
 
 static int failures;
 
@@ -672,6 +678,73 @@ static void test_overlap(void)
     hps_gcache_destroy(c);
 }
 
+/**
+ * hps__gmiss_gather over test_tables' 4-table lookup: out (host, floats),
+ * mi / mc (host) its result; dk, dko, dfo, dmi its device inputs.  Checks
+ * counts, flags, records and the filled rows at three thresholds.
+ */
+static void check_gmiss(const uint32_t *dims, const size_t *nq, const std::vector<uint32_t> &ko,
+                        const std::vector<uint64_t> &fo, const std::vector<int64_t> &keys,
+                        const std::vector<float> &out, const std::vector<uint32_t> &mi,
+                        const std::vector<uint32_t> &mc, const int64_t *dk, const uint32_t *dko,
+                        const uint64_t *dfo, const uint32_t *dmi)
+{
+    const int nt = 4;
+    std::vector<uint32_t> dim(dims, dims + nt), cnt(mc);
+    std::vector<float> def = {0.25f, -1.0f, 3.5f, -7.0f};
+    cnt[1] = 7; /* table 1 has no keys: its count is not read */
+    uint32_t *ddim = dev_copy(dim), *dmc = dev_copy(cnt), *dhead;
+    float *ddef = dev_copy(def), *dout = dev_copy(out);
+    hps_gmiss_t *drec;
+    CK(cudaMalloc((void **)&dhead, 2 * nt * sizeof(uint32_t)));
+    CK(cudaMalloc((void **)&drec, keys.size() * sizeof(hps_gmiss_t)));
+    const double thrs[3] = {0.0, 0.5, 2.0};
+    for (double thr : thrs) {
+        CK(cudaMemcpy(dout, out.data(), out.size() * sizeof(float), cudaMemcpyHostToDevice));
+        OK(hps__gmiss_gather(nt, dko, dfo, ddim, ddef, thr, dk, dmi, dmc, dout, dhead, drec, 0));
+        CK(cudaDeviceSynchronize());
+        std::vector<uint32_t> head = host_copy(dhead, 2 * nt);
+        std::vector<float> got = host_copy(dout, out.size());
+        uint32_t total = 0;
+        for (int t = 0; t < nt; t++)
+            total += nq[t] ? mc[t] : 0;
+        std::vector<hps_gmiss_t> rec = host_copy(drec, total);
+        uint32_t base = 0;
+        for (int t = 0; t < nt; t++) {
+            uint32_t m = nq[t] ? mc[t] : 0;
+            bool sync = m && 1.0 - (double)m / (double)nq[t] < thr;
+            HPS_ASSERT_EQ(head[t], m);
+            HPS_ASSERT_EQ(head[nt + t], sync ? HPS_GMISS_SYNC : 0u);
+            std::set<uint32_t> missing(mi.begin() + ko[t], mi.begin() + ko[t] + m);
+            for (uint32_t j = 0; j < m; j++) {
+                const hps_gmiss_t &r = rec[base + j];
+                HPS_ASSERT_EQ(r.pos, mi[ko[t] + j]);
+                HPS_ASSERT_EQ(r.key, keys[ko[t] + r.pos]);
+                HPS_ASSERT_EQ(r.pad, 0);
+            }
+            for (size_t i = 0; i < nq[t]; i++)
+                for (uint32_t j = 0; j < dims[t]; j++) {
+                    size_t at = fo[t] + i * dims[t] + j;
+                    bool filled = !sync && missing.count((uint32_t)i);
+                    if (filled)
+                        HPS_ASSERT_EQ(memcmp(&got[at], &def[t], 4), 0);
+                    else
+                        HPS_ASSERT_EQ(memcmp(&got[at], &out[at], 4), 0);
+                }
+            base += m;
+        }
+    }
+    HPS_ASSERT_EQ(
+        hps__gmiss_gather(0, dko, dfo, ddim, ddef, 0.5, dk, dmi, dmc, dout, dhead, drec, 0),
+        HPS_EINVAL);
+    CK(cudaFree(ddim));
+    CK(cudaFree(dmc));
+    CK(cudaFree(dhead));
+    CK(cudaFree(ddef));
+    CK(cudaFree(dout));
+    CK(cudaFree(drec));
+}
+
 static void test_tables(void)
 {
     const uint32_t dims[4] = {16, 7, 128, 8};
@@ -737,6 +810,7 @@ static void test_tables(void)
         HPS_ASSERT_EQ(st.lookups, nq[t]);
         HPS_ASSERT_EQ(st.hits, nq[t] - expect_miss);
     }
+    check_gmiss(dims, nq, ko, fo, keys, out, mi, mc, dk, dko, dfo, dmi);
     HPS_ASSERT_EQ(hps_gcache_set_create(c, 0, &set), HPS_EINVAL);
     hps_gcache_set_destroy(set);
     for (int t = 0; t < 4; t++)

@@ -16,17 +16,22 @@
  * periodic refresh (refresh_interval) (gpu_refresh.c).
  *
  * Lookup (gpu_lookup.c; DESIGN.md "The lookup path"): keys to the device
- * (none when they are there already), cache lookup, the miss positions
- * back (one synchronization per call, all tables together); the rows go
- * straight into the caller's buffer when it is device memory or page-locked
- * host memory, else through a pinned staging buffer.  Small host requests
- * of a repeating shape replay a captured CUDA graph of those steps.  The
- * misses of all tables go through the one fetch path (fetch.c: volatile DB,
- * one miss-queue round trip, default).  Per table and call, while the hit
- * rate of that lookup is below hit_rate_threshold the fetched rows are
- * returned and inserted into the cache before the call returns; at or above
- * it the misses get the table's default value and are fetched and inserted
- * by the background thread (HugeCTR's asynchronous insertion semantics).
+ * (none when they are there already), cache lookup, the misses back (one
+ * synchronization per call, all tables together); the rows go straight
+ * into the caller's buffer when it is device memory or page-locked host
+ * memory, else through a pinned staging buffer.  With device output the
+ * misses are split on the device (kernels/miss.h): the default-answered
+ * tables' missed rows are filled there, and only the missed keys and their
+ * positions come back.  Small host requests of a repeating shape replay a
+ * captured CUDA graph of those steps.  The misses of all tables go through
+ * the one fetch path (fetch.c: volatile DB, one miss-queue round trip,
+ * default).  Per table and call, while the hit rate of that lookup is below
+ * hit_rate_threshold the fetched rows are returned and inserted into the
+ * cache, on a second stream of the lookup context that the call does not
+ * wait for (the context's next insert, and its destruction, wait for it);
+ * at or above it the misses get the table's default value and are fetched
+ * and inserted by the background thread (HugeCTR's asynchronous insertion
+ * semantics).
  * Rows not found in any layer are never inserted.  Each distinct missed key
  * is fetched and inserted once, and at most the cache's capacity of them per
  * table and call, the most requested first (keyset.h says why).

@@ -77,18 +77,20 @@ void hps__client_ctx_free(gctx_t *c, size_t slots)
 {
     if (!c)
         return;
+    hps__client_ctx_settle(c);
     for (size_t i = 0; c->ws && i < slots; i++)
         hps_gcache_ws_destroy(c->ws[i]);
     free(c->ws);
     free(c->ws_cap);
-    pair_t *ps[] = {&c->keys,  &c->out,   &c->midx, &c->mcount, &c->ikeys,
-                    &c->ivals, &c->srows, &c->soff, &c->hkeys};
+    pair_t *ps[] = {&c->keys,  &c->out,  &c->midx,  &c->mcount, &c->ikeys, &c->ivals,
+                    &c->srows, &c->soff, &c->hkeys, &c->miss,   &c->meta};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         pair_free(ps[i]);
     for (size_t i = 0; c->ks && i < slots; i++)
         keyset_free(&c->ks[i]);
     free(c->ks);
     free(c->pick);
+    free(c->mkeys);
     for (int i = 0; i < GRAPH_SLOTS; i++)
         if (c->graphs[i].exec)
             cudaGraphExecDestroy(c->graphs[i].exec);
@@ -96,6 +98,8 @@ void hps__client_ctx_free(gctx_t *c, size_t slots)
         cudaEventDestroy(c->ev);
     if (c->stream)
         cudaStreamDestroy(c->stream);
+    if (c->istream)
+        cudaStreamDestroy(c->istream);
     free(c);
 }
 
@@ -110,11 +114,29 @@ gctx_t *hps__client_ctx_new(struct client_gpu *g)
     if (!c->ws || !c->ws_cap || !c->ks ||
         hps__client_ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream") <
             0 ||
+        hps__client_ck(cudaStreamCreateWithFlags(&c->istream, cudaStreamNonBlocking),
+                       "insert stream") < 0 ||
         hps__client_ck(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming), "event") < 0) {
         hps__client_ctx_free(c, g->ws_slots);
         return NULL;
     }
     return c;
+}
+
+/**
+ * Wait for the inserts a lookup left running on c->istream (gpu_lookup.c's
+ * insert_fetched returns before they complete).  Host memory only changes
+ * hands here: c->ikeys.h / c->ivals.h (pinned, read by the inserts' H2D
+ * copies) and the device twins may be rewritten or freed once it returns.
+ * @param c  a context owned by the caller (or being freed).
+ * @return 0, or HPS_EIO / -ENOMEM (logged) when the inserts failed.
+ */
+int hps__client_ctx_settle(gctx_t *c)
+{
+    if (!c->ipending)
+        return 0;
+    c->ipending = false;
+    return hps__client_ck(cudaStreamSynchronize(c->istream), "synchronous inserts");
 }
 
 /** Take a context: a free one, a new one below the pool size, or wait. */

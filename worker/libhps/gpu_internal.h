@@ -61,9 +61,16 @@ typedef struct gctx {
     pair_t keys, out, midx, mcount, ikeys, ivals;
     pair_t srows, soff; /* misses of a device-output lookup: rows and destinations */
     pair_t hkeys;       /* host copy of device-memory keys, when misses need them */
-    cudaEvent_t ev;     /* marks the caller's stream: the context's work follows it */
-    keyset_t *ks;       /* [ws_slots] distinct missed keys of each table of a call */
-    uint32_t *pick;     /* [pick_cap] the distinct keys inserted */
+    pair_t miss;        /* misses split on the device (kernels/miss.h): head, records */
+    pair_t meta;        /* per-table lookups with device output: the tables' request head */
+    size_t miss_spec;   /* records copied back with the head (0: MISS_SPEC_MIN) */
+    int64_t *mkeys;     /* [mkeys_cap] host scratch: one table's missed keys */
+    size_t mkeys_cap;
+    cudaStream_t istream; /* synchronous inserts, off the answer path */
+    bool ipending;        /* istream holds inserts not synchronized yet (ikeys, ivals busy) */
+    cudaEvent_t ev;       /* marks the caller's stream: the context's work follows it */
+    keyset_t *ks;         /* [ws_slots] distinct missed keys of each table of a call */
+    uint32_t *pick;       /* [pick_cap] the distinct keys inserted */
     size_t pick_cap;
     graph_t graphs[GRAPH_SLOTS];
     graph_t want;        /* the last shape seen once: captured when it comes again */
@@ -163,6 +170,9 @@ int hps__client_pair_reserve_hd(pair_t *p, size_t dbytes, size_t hbytes);
 int hps__client_pair_reserve(pair_t *p, size_t bytes);
 
 gctx_t *hps__client_ctx_new(struct client_gpu *g);
+/** Wait for c's inserts on c->istream (the staging buffers c->ikeys and
+ *  c->ivals are free again when it returns).  0, or HPS_EIO (logged). */
+int hps__client_ctx_settle(gctx_t *c);
 void hps__client_ctx_free(gctx_t *c, size_t slots);
 /** Take a context: a free one, a new one below the pool size, or wait. */
 gctx_t *hps__client_ctx_get(struct client_gpu *g);

@@ -10,6 +10,9 @@
 
 #include "gpu_internal.h"
 #include "hps/log.h"
+#include "kernels/miss.h"
+
+#define MISS_SPEC_MIN 512 /* miss records copied back with the head at least */
 
 /** One call as the GPU path sees it. */
 typedef struct call {
@@ -24,6 +27,61 @@ typedef struct call {
     size_t nkeys, nfloats;
     bool nowait; /* HPS_EAGAIN rather than wait for the coordinator */
 } call_t;
+
+/*
+ * One-launch lookup of every table (hps_gcache_lookup_tables), for requests
+ * of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One buffer
+ * holds the request and the result (c->keys, host and device alike):
+ *   key_off u32[T+1] | out_off u64[T] | dim u32[T] | def f32[T] |
+ *   keys i64[n] | mcount u32[T] | midx u32[n] | out f32[floats] (16-byte
+ *   aligned)
+ * One H2D copies key_off .. mcount (mcount zeroed here), one D2H mcount ..
+ * out.  Keys already on the device are read where they are (the H2D stops
+ * before them and mcount is zeroed on the device).  dim and def are read by
+ * the device-side split of the misses (kernels/miss.h); the per-table path
+ * uploads the same head (key_off .. def) when its output is on the device.
+ */
+struct mlayout {
+    size_t key_off, out_off, dim, def, keys, mcount, midx, out, end;
+};
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
+{
+    struct mlayout L;
+    L.key_off = 0;
+    L.out_off = align_up((nt + 1) * sizeof(uint32_t), 8);
+    L.dim = L.out_off + nt * sizeof(uint64_t);
+    L.def = L.dim + nt * sizeof(uint32_t);
+    L.keys = align_up(L.def + nt * sizeof(float), 8);
+    L.mcount = L.keys + nkeys * sizeof(int64_t);
+    L.midx = L.mcount + nt * sizeof(uint32_t);
+    L.out = align_up(L.midx + nkeys * sizeof(uint32_t), 16);
+    L.end = L.out + nfloats * sizeof(float);
+    return L;
+}
+
+/**
+ * Write the request head of call k (key_off, out_off, dim, def at L's
+ * offsets) into host buffer h.
+ */
+static void fill_head(const client_model_t *m, const call_t *k, char *h, const struct mlayout *L)
+{
+    uint32_t *ko = (uint32_t *)(h + L->key_off), *dim = (uint32_t *)(h + L->dim);
+    uint64_t *fo = (uint64_t *)(h + L->out_off);
+    float *def = (float *)(h + L->def);
+    ko[0] = 0;
+    for (uint32_t t = 0; t < k->nt; t++) {
+        ko[t + 1] = ko[t] + (uint32_t)k->numkeys[t];
+        fo[t] = t ? fo[t - 1] + (uint64_t)k->numkeys[t - 1] * m->dims[t - 1] : 0;
+        dim[t] = m->dims[t];
+        def[t] = m->defaults[t];
+    }
+}
 
 /* ---- the misses -------------------------------------------------------------- */
 
@@ -105,20 +163,28 @@ static long pick_inserts(gctx_t *c, const keyset_t *s, const hps_gcache_t *cache
 /** Per table of a call with misses: how they are answered. */
 struct tmiss {
     uint32_t t;
-    size_t ko, fo;        /* the table's first key and float in the call */
-    size_t mc;            /* misses */
-    const uint32_t *midx; /* (mc) table-relative positions */
-    keyset_t *ks;         /* distinct missed keys */
-    bool sync;            /* fetched now (hit rate below hit_rate_threshold) */
-    float *rows;          /* (ks->n, dim) fetched rows (sync) */
-    uint8_t *found;       /* (ks->n) */
+    size_t ko, fo;          /* the table's first key and float in the call */
+    size_t mc;              /* misses */
+    const hps_gmiss_t *rec; /* (mc) each miss's key and table-relative position */
+    keyset_t *ks;           /* distinct missed keys, in rec's order */
+    bool sync;              /* fetched now (hit rate below hit_rate_threshold) */
+    float *rows;            /* (ks->n, dim) fetched rows (sync) */
+    uint8_t *found;         /* (ks->n) */
 };
 
 /**
  * Insert the found rows of every synchronously fetched table: staged
- * together, two copies to the device, one insert launch per table and one
- * synchronization for them all (the staging buffers are free again when it
- * returns).
+ * together, two copies to the device and one insert launch per table, all
+ * on c->istream, off the answer path: the rows are already in the output,
+ * so nothing waits for them here.  The inserts of the context's previous
+ * call are waited for first (hps__client_ctx_settle: the staging buffers
+ * c->ikeys / c->ivals are reused), so a failure of those is reported by
+ * this call; nothing else of a lookup context touches those buffers, and
+ * freeing the context waits too.
+ * @param xs  (nx) the call's tables with misses; the sync ones have rows,
+ *            found and their keyset's counts (zeroed here for keys no
+ *            layer had).
+ * @return 0, -ENOMEM or HPS_EIO.
  */
 static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmiss *xs, size_t nx)
 {
@@ -130,7 +196,8 @@ static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmi
         }
     if (keys == 0)
         return 0;
-    int rc = hps__client_pair_reserve(&c->ikeys, keys * sizeof(int64_t));
+    int rc = hps__client_ctx_settle(c);
+    rc = rc ? rc : hps__client_pair_reserve(&c->ikeys, keys * sizeof(int64_t));
     rc = rc ? rc : hps__client_pair_reserve(&c->ivals, floats * sizeof(float));
     if (rc < 0)
         return rc;
@@ -163,25 +230,24 @@ static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmi
     }
     if (rc == 0 && ko)
         rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, ko * sizeof(int64_t),
-                                            cudaMemcpyHostToDevice, c->stream),
+                                            cudaMemcpyHostToDevice, c->istream),
                             "H2D keys");
     if (rc == 0 && ko)
         rc = hps__client_ck(cudaMemcpyAsync(c->ivals.d, c->ivals.h, fo * sizeof(float),
-                                            cudaMemcpyHostToDevice, c->stream),
+                                            cudaMemcpyHostToDevice, c->istream),
                             "H2D rows");
+    c->ipending = ko > 0; /* why: the copies above may be in flight even if a launch failed */
     ko = fo = 0;
     for (size_t i = 0; i < nx && rc == 0; i++) {
         uint32_t dim = g->cl->models[mi].dims[xs[i].t];
         if (!at[i])
             continue;
         rc = hps_gcache_insert(g->models[mi].tables[xs[i].t].cache, (int64_t *)c->ikeys.d + ko,
-                               (float *)c->ivals.d + fo, at[i], c->stream);
+                               (float *)c->ivals.d + fo, at[i], c->istream);
         ko += at[i];
         fo += at[i] * dim;
     }
     free(at);
-    if (rc == 0 && ko)
-        rc = hps__client_ck(cudaStreamSynchronize(c->stream), "insert");
     return rc;
 }
 
@@ -191,40 +257,44 @@ static const float *miss_row(const struct tmiss *x, size_t j, uint32_t dim, cons
     return x->sync ? x->rows + (size_t)x->ks->where[j] * dim : def;
 }
 
-/** The misses' rows into d_out: staged on the host, one copy, one scatter
- *  launch per table. */
+/**
+ * The fetched rows of the synchronous tables' misses into d_out (the
+ * default-answered tables were filled on the device, kernels/miss.h):
+ * staged on the host, two copies, one scatter launch per run of tables of
+ * one dim, enqueued on c->stream and not waited for (the caller
+ * synchronizes before the call returns; the staging buffers stay busy
+ * until then).
+ * @param xs         (nx) the call's tables with misses.
+ * @param ret_queued set to whether anything was enqueued.
+ * @return 0, -ENOMEM or HPS_EIO.
+ */
 static int scatter_device(struct client_gpu *g, gctx_t *c, const call_t *k, struct tmiss *xs,
-                          size_t nx)
+                          size_t nx, bool *ret_queued)
 {
     client_model_t *m = &g->cl->models[k->mi];
     size_t floats = 0, rows = 0;
-    for (size_t i = 0; i < nx; i++) {
-        floats += xs[i].mc * m->dims[xs[i].t];
-        rows += xs[i].mc;
-    }
+    for (size_t i = 0; i < nx; i++)
+        if (xs[i].sync) {
+            floats += xs[i].mc * m->dims[xs[i].t];
+            rows += xs[i].mc;
+        }
+    *ret_queued = false;
+    if (rows == 0)
+        return 0;
     int rc = hps__client_pair_reserve(&c->srows, floats * sizeof(float));
     rc = rc ? rc : hps__client_pair_reserve(&c->soff, rows * sizeof(uint64_t));
     if (rc < 0)
         return rc;
     float *sr = c->srows.h;
     uint64_t *so = c->soff.h;
-    float *def = NULL;
     size_t r = 0, f = 0;
     for (size_t i = 0; i < nx; i++) {
         uint32_t dim = m->dims[xs[i].t];
-        float *d = realloc(def, dim * sizeof(float));
-        if (!d) {
-            free(def);
-            return -ENOMEM;
-        }
-        def = d;
-        hps__client_fill(def, 1, dim, m->defaults[xs[i].t]);
-        for (size_t j = 0; j < xs[i].mc; j++, r++, f += dim) {
-            memcpy(sr + f, miss_row(&xs[i], j, dim, def), dim * sizeof(float));
-            so[r] = xs[i].fo + (uint64_t)xs[i].midx[j] * dim;
+        for (size_t j = 0; xs[i].sync && j < xs[i].mc; j++, r++, f += dim) {
+            memcpy(sr + f, miss_row(&xs[i], j, dim, NULL), dim * sizeof(float));
+            so[r] = xs[i].fo + (uint64_t)xs[i].rec[j].pos * dim;
         }
     }
-    free(def);
     rc = hps__client_ck(cudaMemcpyAsync(c->srows.d, c->srows.h, floats * sizeof(float),
                                         cudaMemcpyHostToDevice, c->stream),
                         "H2D miss rows");
@@ -232,20 +302,25 @@ static int scatter_device(struct client_gpu *g, gctx_t *c, const call_t *k, stru
         rc = hps__client_ck(cudaMemcpyAsync(c->soff.d, c->soff.h, rows * sizeof(uint64_t),
                                             cudaMemcpyHostToDevice, c->stream),
                             "H2D miss places");
-    /* One launch per run of tables of one dim (the staging is contiguous
-     * and the places absolute): one launch for a model of one dim. */
+    *ret_queued = true; /* why: the copies may be in flight even if a launch fails */
+    /* One launch per run of synchronous tables of one dim (the staging is
+     * contiguous and the places absolute): one launch for a model of one dim. */
     r = f = 0;
     for (size_t i = 0; i < nx && rc == 0;) {
+        if (!xs[i].sync) {
+            i++;
+            continue;
+        }
         uint32_t dim = m->dims[xs[i].t];
         size_t rows_run = 0;
-        for (; i < nx && m->dims[xs[i].t] == dim; i++)
-            rows_run += xs[i].mc;
+        for (; i < nx && (!xs[i].sync || m->dims[xs[i].t] == dim); i++)
+            rows_run += xs[i].sync ? xs[i].mc : 0;
         rc = hps_gcache_scatter_rows((float *)c->srows.d + f, (uint64_t *)c->soff.d + r, rows_run,
                                      dim, k->d_out, c->stream);
         r += rows_run;
         f += rows_run * dim;
     }
-    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "scatter misses");
+    return rc;
 }
 
 /** The keys of the call on the host (device keys copied back once). */
@@ -265,13 +340,52 @@ static int need_host_keys(gctx_t *c, call_t *k)
 }
 
 /**
- * The misses of every table (mcount, midx from the lookup): each distinct
- * key once; the tables below hit_rate_threshold fetched together, in one
- * pass of the fetch path (one miss-queue round trip) and inserted; the
- * others answered with defaults and inserted in the background.
+ * The call's missed keys as records (table after table, each table's
+ * misses in midx's order) built on the host, for a lookup whose rows came
+ * back to the host with its miss positions.
+ * @param mcount  (nt) host: misses per table (ignored for empty tables).
+ * @param midx    (nkeys) host: table t's positions at its first key.
+ * @param ret     set to the records (in c->miss.h, valid until the
+ *                context's next call).
+ * @return 0, -ENOMEM or HPS_EIO (device keys copied back).
+ */
+static int host_records(gctx_t *c, call_t *k, const uint32_t *mcount, const uint32_t *midx,
+                        hps_gmiss_t **ret)
+{
+    size_t total = 0;
+    for (uint32_t t = 0; t < k->nt; t++)
+        total += k->numkeys[t] ? mcount[t] : 0;
+    int rc = total ? need_host_keys(c, k) : 0;
+    rc = rc ? rc : hps__client_pair_reserve_hd(&c->miss, 0, total * sizeof(hps_gmiss_t) + 1);
+    if (rc < 0)
+        return rc;
+    hps_gmiss_t *r = c->miss.h;
+    size_t ko = 0;
+    for (uint32_t t = 0; t < k->nt; t++) {
+        size_t n = (size_t)k->numkeys[t], mc = n ? mcount[t] : 0;
+        for (size_t j = 0; j < mc; j++, r++)
+            *r = (hps_gmiss_t){.key = k->keys[ko + midx[ko + j]], .pos = midx[ko + j]};
+        ko += n;
+    }
+    *ret = c->miss.h;
+    return 0;
+}
+
+/**
+ * The misses of every table: each distinct key once; the tables below
+ * hit_rate_threshold fetched together, in one pass of the fetch path (one
+ * miss-queue round trip), their rows placed and inserted (on c->istream,
+ * not waited for); the others answered with defaults (already written on
+ * the device when flags is set) and inserted in the background.
+ * @param mcount  (nt) host: misses per table (ignored for empty tables).
+ * @param flags   (nt) host: HPS_GMISS_SYNC per table as the device decided
+ *                (device output, kernels/miss.h), or NULL: decided here.
+ * @param recs    (sum mcount) host: the misses, table after table.
+ * @return 0, HPS_EAGAIN (nowait, nothing counted or queued), -ENOMEM or
+ *         HPS_EIO.  With device output the rows are complete on return.
  */
 static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint32_t *mcount,
-                         const uint32_t *midx)
+                         const uint32_t *flags, const hps_gmiss_t *recs)
 {
     client_model_t *m = &g->cl->models[k->mi];
     size_t ws_base = g->models[k->mi].ws_base, nx = 0, any = 0;
@@ -279,7 +393,7 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
         any += k->numkeys[t] ? mcount[t] : 0;
     if (any == 0)
         return 0;
-    int rc = need_host_keys(c, k);
+    int rc = 0;
     struct tmiss *xs = calloc(k->nt, sizeof(*xs));
     client_fetch_t *f = calloc(k->nt, sizeof(*f));
     struct bgjob bg = {.t = calloc(k->nt, sizeof(uint32_t)), .n = calloc(k->nt, sizeof(size_t))};
@@ -287,26 +401,34 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     if (!xs || !f || !bg.t || !bg.n)
         rc = -ENOMEM;
     /* 1: distinct keys per table, and how each table is answered */
-    size_t ko = 0, fo = 0;
+    size_t ko = 0, fo = 0, ro = 0;
     for (uint32_t t = 0; rc == 0 && t < k->nt; t++) {
         size_t n = (size_t)k->numkeys[t], mc = n ? mcount[t] : 0;
         uint32_t dim = m->dims[t];
         struct tmiss *x = &xs[nx];
         *x = (struct tmiss){
-            .t = t, .ko = ko, .fo = fo, .mc = mc, .midx = midx + ko, .ks = &c->ks[ws_base + t]};
+            .t = t, .ko = ko, .fo = fo, .mc = mc, .rec = recs + ro, .ks = &c->ks[ws_base + t]};
         ko += n;
         fo += n * dim;
+        ro += mc;
         if (mc == 0)
             continue;
         nx++;
-        if ((rc = hps__client_pair_reserve(&c->ikeys, mc * sizeof(int64_t))) < 0)
-            break;
-        int64_t *ik = c->ikeys.h;
+        if (c->mkeys_cap < mc) {
+            int64_t *p = realloc(c->mkeys, mc * sizeof(int64_t));
+            if (!p) {
+                rc = -ENOMEM;
+                break;
+            }
+            c->mkeys = p;
+            c->mkeys_cap = mc;
+        }
         for (size_t j = 0; j < mc; j++)
-            ik[j] = k->keys[x->ko + x->midx[j]];
-        if ((rc = keyset_build(x->ks, ik, mc)) < 0)
+            c->mkeys[j] = x->rec[j].key;
+        if ((rc = keyset_build(x->ks, c->mkeys, mc)) < 0)
             break;
-        x->sync = 1.0 - (double)mc / (double)n < m->conf->hit_rate_threshold;
+        x->sync = flags ? (flags[t] & HPS_GMISS_SYNC) != 0
+                        : 1.0 - (double)mc / (double)n < m->conf->hit_rate_threshold;
         if (!x->sync) { /* defaults now, the rows in the background */
             defaults += mc;
             long p = pick_inserts(c, x->ks, g->models[k->mi].tables[t].cache);
@@ -341,13 +463,15 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
         atomic_fetch_add_explicit(&m->ctr.default_keys, defaults, memory_order_relaxed);
         enqueue(g, k->mi, &bg);
     }
-    /* 3: rows to their places, then the inserts */
+    /* 3: rows to their places (device output: the fetched ones only, while
+     * the host stages the inserts), then the inserts, off the answer path */
+    bool queued = false;
     if (rc == 0 && k->d_out)
-        rc = scatter_device(g, c, k, xs, nx);
+        rc = scatter_device(g, c, k, xs, nx, &queued);
     for (size_t i = 0; rc == 0 && !k->d_out && i < nx; i++) {
         uint32_t dim = m->dims[xs[i].t];
         for (size_t j = 0; j < xs[i].mc; j++) {
-            float *dst = k->out + xs[i].fo + (size_t)xs[i].midx[j] * dim;
+            float *dst = k->out + xs[i].fo + (size_t)xs[i].rec[j].pos * dim;
             if (xs[i].sync)
                 memcpy(dst, miss_row(&xs[i], j, dim, NULL), dim * sizeof(float));
             else
@@ -356,6 +480,10 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     }
     if (rc == 0)
         rc = insert_fetched(g, c, k->mi, xs, nx);
+    if (queued) { /* the output is complete when the call returns */
+        int rs = hps__client_ck(cudaStreamSynchronize(c->stream), "scatter misses");
+        rc = rc ? rc : rs;
+    }
     for (size_t i = 0; xs && i < nx; i++) {
         free(xs[i].rows);
         free(xs[i].found);
@@ -366,6 +494,92 @@ static int lookup_misses(struct client_gpu *g, gctx_t *c, call_t *k, const uint3
     free(bg.n);
     free(bg.keys);
     return rc;
+}
+
+/**
+ * Bytes of the head of c->miss (kernels/miss.h's d_head: 2 * nt uint32),
+ * rounded so that the records after it are 16-byte aligned.
+ */
+static size_t miss_head(uint32_t nt)
+{
+    return (2 * (size_t)nt * sizeof(uint32_t) + 15) / 16 * 16;
+}
+
+/**
+ * Enqueue the device-side split of a device-output call's misses
+ * (hps__gmiss_gather: defaults written into d_out, misses compacted into
+ * c->miss.d) and the copy back of its head and of the first
+ * max(c->miss_spec, MISS_SPEC_MIN) records (miss_rest copies any more).
+ * @param meta     device: the request head (mlayout's key_off, out_off,
+ *                 dim, def at L's offsets).
+ * @param dk       device, int64 (nkeys): the call's keys.
+ * @param d_midx   device, uint32 (nkeys): miss positions of the lookup.
+ * @param d_mcount device, uint32 (nt): miss counts of the lookup.
+ * Stream: c->stream, after the lookup; the caller synchronizes.
+ * @return 0, -ENOMEM or HPS_EIO.
+ */
+static int miss_enqueue(struct client_gpu *g, gctx_t *c, const call_t *k, const char *meta,
+                        const struct mlayout *L, const int64_t *dk, const uint32_t *d_midx,
+                        const uint32_t *d_mcount)
+{
+    size_t hb = miss_head(k->nt),
+           spec = c->miss_spec < MISS_SPEC_MIN ? MISS_SPEC_MIN : c->miss_spec;
+    spec = spec < k->nkeys ? spec : k->nkeys;
+    int rc = hps__client_pair_reserve(&c->miss, hb + k->nkeys * sizeof(hps_gmiss_t));
+    if (rc < 0)
+        return rc;
+    if (k->nkeys == 0) { /* no keys, no misses (and maybe no key pointer) */
+        memset(c->miss.h, 0, hb);
+        return 0;
+    }
+    rc = hps__gmiss_gather(
+        k->nt, (const uint32_t *)(meta + L->key_off), (const uint64_t *)(meta + L->out_off),
+        (const uint32_t *)(meta + L->dim), (const float *)(meta + L->def),
+        g->cl->models[k->mi].conf->hit_rate_threshold, dk, d_midx, d_mcount, k->d_out,
+        (uint32_t *)c->miss.d, (hps_gmiss_t *)((char *)c->miss.d + hb), c->stream);
+    return rc ? rc
+              : hps__client_ck(cudaMemcpyAsync(c->miss.h, c->miss.d,
+                                               hb + spec * sizeof(hps_gmiss_t),
+                                               cudaMemcpyDeviceToHost, c->stream),
+                               "D2H misses");
+}
+
+/**
+ * After miss_enqueue's copy has completed: the records beyond the ones it
+ * copied, when there are more (one more copy and synchronization), and the
+ * next call's guess (twice this call's misses).
+ * @return 0 or HPS_EIO.
+ */
+static int miss_rest(gctx_t *c, const call_t *k)
+{
+    const uint32_t *head = c->miss.h;
+    size_t hb = miss_head(k->nt), total = 0;
+    size_t spec = c->miss_spec < MISS_SPEC_MIN ? MISS_SPEC_MIN : c->miss_spec;
+    spec = spec < k->nkeys ? spec : k->nkeys;
+    for (uint32_t t = 0; t < k->nt; t++)
+        total += head[t];
+    c->miss_spec = 2 * total;
+    if (total <= spec)
+        return 0;
+    int rc = hps__client_ck(cudaMemcpyAsync((char *)c->miss.h + hb + spec * sizeof(hps_gmiss_t),
+                                            (char *)c->miss.d + hb + spec * sizeof(hps_gmiss_t),
+                                            (total - spec) * sizeof(hps_gmiss_t),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "D2H more misses");
+    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "D2H more misses");
+}
+
+/**
+ * The misses of a device-output call after miss_enqueue's copy completed:
+ * the rest of the records, then lookup_misses with the device's decisions.
+ */
+static int device_misses(struct client_gpu *g, gctx_t *c, call_t *k)
+{
+    int rc = miss_rest(c, k);
+    const uint32_t *head = c->miss.h;
+    return rc ? rc
+              : lookup_misses(g, c, k, head, head + k->nt,
+                              (const hps_gmiss_t *)((char *)c->miss.h + miss_head(k->nt)));
 }
 
 /* ---- the lookup kernels ---------------------------------------------------- */
@@ -387,20 +601,28 @@ static bool host_pinned(const float *out)
 }
 
 /**
- * Per-table lookups: keys H2D (unless on the device), every table's lookup
- * and the D2H of the results: the rows into d_out when set (left on the
- * device), else to k->direct, else to c->out.h.
+ * Per-table lookups, synchronized: keys H2D (unless on the device), every
+ * table's lookup and the D2H of the results: the rows into d_out when set
+ * (left on the device; the misses split there, miss_enqueue, with the
+ * request head uploaded from c->meta), else to k->direct, else to c->out.h.
  */
 static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
 {
     float *dst = k->d_out ? k->d_out : (float *)c->out.d;
     gmodel_t *gm = &g->models[k->mi];
     const int64_t *dk = k->d_keys ? k->d_keys : c->keys.d;
+    struct mlayout L = mlayout(k->nt, 0, 0); /* the head only: key_off .. def */
     int rc = k->d_keys
                  ? 0
                  : hps__client_ck(cudaMemcpyAsync(c->keys.d, c->keys.h, k->nkeys * sizeof(int64_t),
                                                   cudaMemcpyHostToDevice, c->stream),
                                   "H2D keys");
+    if (rc == 0 && k->d_out && (rc = hps__client_pair_reserve(&c->meta, L.keys)) == 0) {
+        fill_head(&g->cl->models[k->mi], k, c->meta.h, &L);
+        rc = hps__client_ck(
+            cudaMemcpyAsync(c->meta.d, c->meta.h, L.keys, cudaMemcpyHostToDevice, c->stream),
+            "H2D request head");
+    }
     size_t ko = 0, fo = 0;
     for (uint32_t t = 0; t < k->nt && rc == 0; t++) {
         size_t n = (size_t)k->numkeys[t];
@@ -424,45 +646,15 @@ static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
         rc = hps__client_ck(cudaMemcpyAsync(c->midx.h, c->midx.d, k->nkeys * sizeof(uint32_t),
                                             cudaMemcpyDeviceToHost, c->stream),
                             "D2H miss index");
-    if (rc == 0)
+    if (rc == 0 && !k->d_out)
         rc = hps__client_ck(cudaMemcpyAsync(c->mcount.h, c->mcount.d, k->nt * sizeof(uint32_t),
                                             cudaMemcpyDeviceToHost, c->stream),
                             "D2H miss count");
+    if (rc == 0 && k->d_out)
+        rc = miss_enqueue(g, c, k, c->meta.d, &L, dk, c->midx.d, c->mcount.d);
     if (rc == 0)
         rc = hps__client_ck(cudaStreamSynchronize(c->stream), "lookup");
     return rc;
-}
-
-/*
- * One-launch lookup of every table (hps_gcache_lookup_tables), for requests
- * of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One buffer
- * holds the request and the result (c->keys, host and device alike):
- *   key_off u32[T+1] | out_off u64[T] | keys i64[n] | mcount u32[T] |
- *   midx u32[n] | out f32[floats] (16-byte aligned)
- * One H2D copies key_off .. mcount (mcount zeroed here), one D2H mcount ..
- * out.  Keys already on the device are read where they are (the H2D stops
- * before them and mcount is zeroed on the device).
- */
-struct mlayout {
-    size_t key_off, out_off, keys, mcount, midx, out, end;
-};
-
-static size_t align_up(size_t v, size_t a)
-{
-    return (v + a - 1) / a * a;
-}
-
-static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
-{
-    struct mlayout L;
-    L.key_off = 0;
-    L.out_off = align_up((nt + 1) * sizeof(uint32_t), 8);
-    L.keys = L.out_off + nt * sizeof(uint64_t);
-    L.mcount = L.keys + nkeys * sizeof(int64_t);
-    L.midx = L.mcount + nt * sizeof(uint32_t);
-    L.out = align_up(L.midx + nkeys * sizeof(uint32_t), 16);
-    L.end = L.out + nfloats * sizeof(float);
-    return L;
 }
 
 /*
@@ -491,14 +683,14 @@ static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const
             (uint32_t *)(d + L->key_off), (uint64_t *)(d + L->out_off),
             k->d_out ? k->d_out : (float *)(d + L->out), (uint32_t *)(d + L->midx),
             (uint32_t *)(d + L->mcount), c->stream);
-    /* end of the result D2H: with d_out only the miss counts (the miss
-     * positions follow when there are misses: miss_index) */
-    size_t to = k->d_out ? L->midx : k->direct ? L->out : L->end;
+    /* end of the result D2H: with d_out none (the misses come back split
+     * on the device: miss_enqueue) */
+    size_t to = k->d_out ? L->mcount : k->direct ? L->out : L->end;
     if (rc == 0 && k->direct)
         rc = hps__client_ck(cudaMemcpyAsync(k->direct, d + L->out, k->nfloats * sizeof(float),
                                             cudaMemcpyDeviceToHost, c->stream),
                             "D2H rows");
-    if (rc == 0)
+    if (rc == 0 && to > L->mcount)
         rc = hps__client_ck(cudaMemcpyAsync(h + L->mcount, d + L->mcount, to - L->mcount,
                                             cudaMemcpyDeviceToHost, c->stream),
                             "D2H result");
@@ -563,9 +755,10 @@ static cudaGraphExec_t graph_for(struct client_gpu *g, gctx_t *c, const call_t *
 
 /*
  * The one-launch lookup of a call, synchronized.  Rows to d_out (left on
- * the device), to k->direct (pinned host memory), or into c->keys.  The
- * last case with host keys (small host responses) replays a CUDA graph of
- * the three steps when the call's shape repeats.
+ * the device, the misses split there: miss_enqueue), to k->direct (pinned
+ * host memory), or into c->keys.  The last case with host keys (small host
+ * responses) replays a CUDA graph of the three steps when the call's shape
+ * repeats.
  */
 static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct mlayout *ret)
 {
@@ -575,14 +768,8 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
     int rc = hps__client_pair_reserve_hd(&c->keys, L.end, k->direct ? L.out : L.end);
     if (rc < 0)
         return rc;
-    char *h = c->keys.h;
-    uint32_t *ko = (uint32_t *)(h + L.key_off);
-    uint64_t *fo = (uint64_t *)(h + L.out_off);
-    ko[0] = 0;
-    for (uint32_t t = 0; t < k->nt; t++) {
-        ko[t + 1] = ko[t] + (uint32_t)k->numkeys[t];
-        fo[t] = t ? fo[t - 1] + (uint64_t)k->numkeys[t - 1] * m->dims[t - 1] : 0;
-    }
+    char *h = c->keys.h, *d = c->keys.d;
+    fill_head(m, k, h, &L);
     if (!k->d_keys)
         memcpy(h + L.keys, k->keys, k->nkeys * sizeof(int64_t));
     memset(h + L.mcount, 0, k->nt * sizeof(uint32_t));
@@ -593,38 +780,13 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
         rc = hps__client_ck(cudaGraphLaunch(x, c->stream), "graph launch");
     else
         rc = enqueue_multi(g, c, k, &L);
+    if (rc == 0 && k->d_out)
+        rc = miss_enqueue(g, c, k, d, &L, k->d_keys ? k->d_keys : (const int64_t *)(d + L.keys),
+                          (const uint32_t *)(d + L.midx), (const uint32_t *)(d + L.mcount));
     if (rc == 0)
         rc = hps__client_ck(cudaStreamSynchronize(c->stream), "lookup");
     *ret = L;
     return rc;
-}
-
-/**
- * A device-output call brought back only its miss counts: when there are
- * misses, their positions (d_midx -> h_midx, the call's keys long) and the
- * keys when they are on the device, in one copy-and-synchronize.  A call
- * that hits everywhere copies nothing more.
- */
-static int miss_index(gctx_t *c, call_t *k, const uint32_t *mcount, const void *d_midx,
-                      void *h_midx)
-{
-    size_t any = 0;
-    for (uint32_t t = 0; t < k->nt; t++)
-        any += k->numkeys[t] ? mcount[t] : 0;
-    if (!k->d_out || any == 0)
-        return 0;
-    int rc = hps__client_ck(cudaMemcpyAsync(h_midx, d_midx, k->nkeys * sizeof(uint32_t),
-                                            cudaMemcpyDeviceToHost, c->stream),
-                            "D2H miss index");
-    if (rc == 0 && !k->keys) {
-        rc = hps__client_pair_reserve_hd(&c->hkeys, 0, k->nkeys * sizeof(int64_t));
-        rc = rc ? rc
-                : hps__client_ck(cudaMemcpyAsync(c->hkeys.h, k->d_keys, k->nkeys * sizeof(int64_t),
-                                                 cudaMemcpyDeviceToHost, c->stream),
-                                 "D2H keys of the misses");
-        k->keys = rc == 0 ? c->hkeys.h : NULL;
-    }
-    return rc ? rc : hps__client_ck(cudaStreamSynchronize(c->stream), "D2H misses");
 }
 
 /** One call: hits from the caches, then the misses. */
@@ -635,12 +797,15 @@ static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
         int rc = launch_multi(g, c, k, &L);
         if (rc < 0)
             return rc;
-        char *h = c->keys.h, *d = c->keys.d;
+        if (k->d_out)
+            return device_misses(g, c, k);
+        char *h = c->keys.h;
+        hps_gmiss_t *r = NULL;
         if (k->out && !k->direct)
             memcpy(k->out, h + L.out, k->nfloats * sizeof(float));
-        if ((rc = miss_index(c, k, (uint32_t *)(h + L.mcount), d + L.midx, h + L.midx)) < 0)
+        if ((rc = host_records(c, k, (uint32_t *)(h + L.mcount), (uint32_t *)(h + L.midx), &r)) < 0)
             return rc;
-        return lookup_misses(g, c, k, (uint32_t *)(h + L.mcount), (uint32_t *)(h + L.midx));
+        return lookup_misses(g, c, k, (uint32_t *)(h + L.mcount), NULL, r);
     }
     int rc = k->d_keys ? 0 : hps__client_pair_reserve(&c->keys, k->nkeys * sizeof(int64_t));
     /* rows on the device unless d_out holds them; staged on the host only
@@ -656,11 +821,14 @@ static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
         memcpy(c->keys.h, k->keys, k->nkeys * sizeof(int64_t));
     if ((rc = launch(g, c, k)) < 0)
         return rc;
+    if (k->d_out)
+        return device_misses(g, c, k);
+    hps_gmiss_t *r = NULL;
     if (k->out && !k->direct)
         memcpy(k->out, c->out.h, k->nfloats * sizeof(float));
-    if ((rc = miss_index(c, k, c->mcount.h, c->midx.d, c->midx.h)) < 0)
+    if ((rc = host_records(c, k, c->mcount.h, c->midx.h, &r)) < 0)
         return rc;
-    return lookup_misses(g, c, k, c->mcount.h, c->midx.h);
+    return lookup_misses(g, c, k, c->mcount.h, NULL, r);
 }
 
 int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,

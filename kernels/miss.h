@@ -1,0 +1,84 @@
+/*
+ * miss.h -- the misses of a device-output lookup, handled on the device
+ * (kernels/miss.cu): libhps's GPU path (worker/libhps/gpu_lookup.c) calls
+ * it after the caches' lookup kernels, so that a call whose tables are
+ * answered with their default value needs no host staging, and only the
+ * missed keys (not every key and every miss position) travel back to the
+ * host for the background insert job and the synchronous fetches.
+ *
+ * Not part of the public gcache API (include/hps/gcache.h); built into the
+ * same library (hps_gcache), C linkage.  Only with CUDA.
+ */
+#ifndef HPS_KERNELS_MISS_H
+#define HPS_KERNELS_MISS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "hps/hps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** One missed key of a call: its key and its position in its table's keys. */
+typedef struct hps_gmiss {
+    int64_t key;  /**< the key as looked up */
+    uint32_t pos; /**< table-relative position (row pos of the table's output) */
+    uint32_t pad; /**< zero */
+} hps_gmiss_t;
+
+/** hps__gmiss_gather's flag bit of a table: fetch its misses now. */
+#define HPS_GMISS_SYNC 1u
+
+/**
+ * @brief Split the misses of one call by table (one launch for every
+ * table): per table, decide as HugeCTR's hit_rate_threshold does, fill the
+ * misses of the tables answered with their default value in d_out, and
+ * compact every missed key with its position into d_rec.
+ *
+ * Table t has n_t = d_key_off[t + 1] - d_key_off[t] keys and
+ * m_t = d_mcount[t] misses (taken as 0 when n_t = 0, whatever d_mcount[t]
+ * holds).  Its misses are synchronous (flag HPS_GMISS_SYNC) when
+ * 1.0 - (double)m_t / (double)n_t < threshold, evaluated in IEEE double as
+ * the host would; otherwise each missed row of d_out is set to d_def[t].
+ * Rows of hits and of synchronous tables' misses are not touched.
+ *
+ * @param[in] nt          tables (>= 1).
+ * @param[in] d_key_off   device, uint32 (nt + 1): ascending, [0] = 0.
+ * @param[in] d_out_off   device, uint64 (nt): each table's first float in d_out.
+ * @param[in] d_dim       device, uint32 (nt): floats per row of each table.
+ * @param[in] d_def       device, float32 (nt): each table's default value.
+ * @param[in] threshold   hit_rate_threshold (any value; > 1 makes every
+ *                        table with misses synchronous).
+ * @param[in] d_keys      device, int64 (d_key_off[nt]): the call's keys,
+ *                        table-major.
+ * @param[in] d_midx      device, uint32 (d_key_off[nt]): table t's miss
+ *                        positions at d_midx[d_key_off[t] .. + m_t), as
+ *                        hps_gcache_lookup / hps_gcache_lookup_tables
+ *                        leave them.
+ * @param[in] d_mcount    device, uint32 (nt): misses per table.
+ * @param[out] d_out      device, float32: the call's output (every table's
+ *                        rows at d_out_off[t], row length d_dim[t]).
+ * @param[out] d_head     device, uint32 (2 * nt): [t] = m_t, [nt + t] = the
+ *                        table's flags (HPS_GMISS_SYNC or 0).
+ * @param[out] d_rec      device, (sum m_t) records: table t's misses at
+ *                        d_rec[sum_{u<t} m_u ..], in d_midx's order.
+ * @param stream          everything is enqueued on it; nothing waits on
+ *                        the host.  Reads what earlier work on the stream
+ *                        wrote (the lookup's d_midx / d_mcount).
+ * @return 0, HPS_EINVAL (nt 0 or a NULL pointer) or HPS_EIO (launch
+ *         failed; the CUDA error is cleared).
+ */
+hps_err_t hps__gmiss_gather(uint32_t nt, const uint32_t *d_key_off, const uint64_t *d_out_off,
+                            const uint32_t *d_dim, const float *d_def, double threshold,
+                            const int64_t *d_keys, const uint32_t *d_midx, const uint32_t *d_mcount,
+                            float *d_out, uint32_t *d_head, hps_gmiss_t *d_rec,
+                            cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
