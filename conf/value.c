@@ -674,6 +674,35 @@ void hps__list_free(char **v, size_t n)
     free(v);
 }
 
+/* Largest number of copies of a subexpression that a regex may ask
+ * regcomp for (see dup_cost). */
+#define REGEX_MAX_COPIES 65536.0
+
+/* An upper bound of the copies glibc's regcomp makes of a subexpression:
+ * it expands each duplication ('+' into one more copy, '{m,n}' into n
+ * copies), so nested or repeated ones multiply ("a+++...+" with 30 '+',
+ * "((a{1,999}){1,999})") and compiling takes minutes and gigabytes (the
+ * fuzz-conf target's finding).  Counted over the whole text as if every
+ * duplication were nested: a few '+' or one bounded repetition pass. */
+static double dup_cost(const char *s)
+{
+    double cost = 1;
+    for (const char *p = s; *p && cost <= REGEX_MAX_COPIES; p++) {
+        if (*p == '\\' && p[1]) {
+            p++; /* an escaped character duplicates nothing */
+        } else if (*p == '+') {
+            cost *= 2;
+        } else if (*p == '{') {
+            char *end;
+            unsigned long lo = strtoul(p + 1, &end, 10), hi = lo;
+            if (*end == ',')
+                hi = end[1] == '}' ? lo + 1 : strtoul(end + 1, NULL, 10);
+            cost *= (double)(hi > lo ? hi : lo) + 1;
+        }
+    }
+    return cost;
+}
+
 /* Check one entry; on failure append the reason to msg. */
 static bool check_entry(const struct hps__key *k, const char *s, void *out, size_t i,
                         struct hps__buf *msg)
@@ -681,6 +710,13 @@ static bool check_entry(const struct hps__key *k, const char *s, void *out, size
     bool ok;
 
     if (k->type == HPS__T_REGEXES) {
+        if (dup_cost(s) > REGEX_MAX_COPIES) {
+            hps__buf_printf(msg,
+                            "entry %zu (%s) repeats too much: its '+' and '{m,n}' could make "
+                            "more than %.0f copies of a subexpression when compiled; simplify it",
+                            i + 1, s, REGEX_MAX_COPIES);
+            return false;
+        }
         regex_t re;
         int rc = regcomp(&re, s, REG_EXTENDED | REG_NOSUB);
         if (rc == 0) {

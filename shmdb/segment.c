@@ -110,19 +110,46 @@ void hps__unlock(pthread_mutex_t *m)
 /* The segment lock guards the allocator and the table directory.  A dead
  * holder can at worst leak the block it was carving, because the free list
  * and the bump pointer are each updated by one final store. */
+/* The list is kept in address order (hps__free inserts in order, a split
+ * leaves its tail in place): a link that does not go up is corrupt (it
+ * could close a cycle) and is cut.  Called under the segment lock. */
+static struct shm_free *free_next_checked(hps_shmdb_t *db, uint64_t off)
+{
+    struct shm_free *f = hps__ptr(db, off);
+    if (f->next && f->next <= off)
+        f->next = 0;
+    return f;
+}
+
+/* A free-list entry that can be followed: past the header, below the bump
+ * pointer, cache-line aligned (every block is: hps__alloc rounds), and its
+ * size a whole number of lines inside the segment.  A corrupt segment may
+ * hold anything there; following such an entry would read a misaligned or
+ * out-of-bounds struct shm_free (the fuzz-shmdb target's finding).
+ * Called under the segment lock. */
+static bool free_entry_ok(const hps_shmdb_t *db, uint64_t off)
+{
+    uint64_t bump = atomic_load_explicit(&db->hdr->bump, memory_order_relaxed);
+    if (off < HDR_BYTES || off >= bump || (off & (HPS_CACHELINE - 1)) ||
+        !hps__in_bounds(db, off, sizeof(struct shm_free)))
+        return false;
+    const struct shm_free *f = hps__ptr(db, off);
+    return f->bytes >= HPS_CACHELINE && !(f->bytes & (HPS_CACHELINE - 1)) && f->bytes <= bump - off;
+}
+
 /* After a holder died: cut the free list at its first bad entry and
  * recount free_bytes, so the allocator and hps_shmdb_check agree again. */
 static void seg_repair(hps_shmdb_t *db)
 {
     struct shm_hdr *h = db->hdr;
-    uint64_t bump = atomic_load_explicit(&h->bump, memory_order_relaxed), sum = 0, n = 0;
+    uint64_t sum = 0, n = 0;
     uint64_t *link = &h->free_head;
     while (*link) {
-        struct shm_free *f = hps__ptr(db, *link);
-        if (!hps__in_bounds(db, *link, sizeof(*f)) || *link + f->bytes > bump || ++n > (1u << 24)) {
+        if (!free_entry_ok(db, *link) || ++n > (1u << 24)) {
             *link = 0;
             break;
         }
+        struct shm_free *f = free_next_checked(db, *link);
         sum += f->bytes;
         link = &f->next;
     }
@@ -165,9 +192,11 @@ static bool alloc_from_free_list(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_
     struct shm_hdr *h = db->hdr;
     uint64_t *link = &h->free_head;
     while (*link) {
-        if (!hps__in_bounds(db, *link, sizeof(struct shm_free)))
-            break; /* corrupt list: stop using it (check reports it) */
-        struct shm_free *f = hps__ptr(db, *link);
+        if (!free_entry_ok(db, *link)) {
+            *link = 0; /* corrupt: cut the list here (leak the rest, never follow it) */
+            break;
+        }
+        struct shm_free *f = free_next_checked(db, *link);
         if (f->bytes >= bytes) {
             uint64_t off = *link;
             if (f->bytes - bytes >= 4096) { /* split: keep the tail free */
@@ -235,11 +264,13 @@ void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
     if (seg_lock(db) < 0)
         return; /* leak rather than corrupt */
     uint64_t pp = 0, prev = 0, cur = h->free_head;
-    while (cur && cur < off && hps__in_bounds(db, cur, sizeof(struct shm_free))) {
+    while (cur && free_entry_ok(db, cur) && cur < off) {
         pp = prev;
         prev = cur;
-        cur = free_block(db, cur)->next;
+        cur = free_next_checked(db, cur)->next;
     }
+    if (cur && !free_entry_ok(db, cur)) /* corrupt: cut the list here, as seg_repair does */
+        cur = 0;
     struct shm_free *f = free_block(db, off);
     f->bytes = bytes;
     f->next = cur;

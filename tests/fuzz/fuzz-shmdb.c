@@ -59,40 +59,13 @@ static int seg_kind; /* __kind of a robust, process-shared mutex (glibc) */
 
 static uint8_t *img; /* our mapping of the object */
 
-/*
- * KNOWN, reported, not fixed here (shmdb/segment.c is another change's):
- * hps__free, alloc_from_free_list and seg_repair follow free-list entries
- * without checking their alignment (UBSan: misaligned struct shm_free), and
- * the repair after a dead lock holder (EOWNERDEAD) runs them.  Until they
- * check, a lock that would need a repair while the free list holds a
- * misaligned entry is refused (ENOTRECOVERABLE) instead.  hps_shmdb_check
- * itself reports such a list.
- */
-static bool free_list_misaligned(void)
-{
-    uint64_t off = ((const struct shm_hdr *)(const void *)img)->free_head;
-    for (int n = 0; off && n < 100000; n++) {
-        if (off & (HPS_CACHELINE - 1))
-            return true;
-        if (off > SEG_BYTES - sizeof(struct shm_free))
-            return false;
-        off = ((const struct shm_free *)(const void *)(img + off))->next;
-    }
-    return false;
-}
-
 int pthread_mutex_lock(pthread_mutex_t *m)
 {
     const uint8_t *p = (const uint8_t *)m;
     if (p >= seg_lo && p < seg_hi) {
         if (m->__data.__kind != seg_kind)
             return EINVAL;
-        int rc = pthread_mutex_trylock(m);
-        if (rc == EOWNERDEAD && free_list_misaligned()) {
-            pthread_mutex_unlock(m); /* not made consistent: unusable from now on */
-            return ENOTRECOVERABLE;
-        }
-        return rc;
+        return pthread_mutex_trylock(m);
     }
     for (;;) {
         int rc = pthread_mutex_trylock(m);

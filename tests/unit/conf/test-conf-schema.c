@@ -638,6 +638,19 @@ static void list_cases(const struct row *r, struct cases *cs)
                        "expression: "));
         cs->c[cs->n - 1].prefix = true;
         add_bad(cs, strdup(".+, "), strdup("entry 2 is empty"));
+        /* Nested duplications glibc's regcomp would expand to minutes of
+         * work (the fuzz-conf finding) are refused before compiling; an
+         * escaped '+' duplicates nothing. */
+        add_bad(cs, strdup("((a{1,999}){1,999})"),
+                strdup("entry 1 (((a{1,999}){1,999})) repeats too much: its '+' and '{m,n}' "
+                       "could make more than 65536 copies of a subexpression when compiled; "
+                       "simplify it"));
+        add_bad(cs, strdup("x, a+++++++++++++++++"),
+                strdup("entry 2 (a+++++++++++++++++) repeats too much: its '+' and '{m,n}' "
+                       "could make more than 65536 copies of a subexpression when compiled; "
+                       "simplify it"));
+        add_ok(cs, strdup("a\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+"), 1,
+               strdup("a\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+"));
         break;
     case T_INTS:
         add_ok(cs, ct_fmt("%.0f", r->lo), 1, ct_fmt("%.0f", r->lo));
