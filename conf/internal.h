@@ -12,6 +12,11 @@
  *   show.c    hps_conf_show(), hps_conf_doc()
  *   edit.c    hps_conf_edit_string(), hps_conf_set_file()
  *   buf.c     a growable string buffer and message helpers
+ *   import.c  hps_conf_import(): values checked and stored, config.pbtxt
+ *             applied, the INI written and validated
+ *   import_json.c  the ps.json's keys (json-c) for import.c
+ *   pbtxt.c   a reader of protobuf text format (Triton's config.pbtxt)
+ *   triton.c  what a Triton config.pbtxt of the hps backend says (for import.c)
  */
 #ifndef HPS_CONF_INTERNAL_H
 #define HPS_CONF_INTERNAL_H
@@ -252,5 +257,137 @@ void *hps__conf_base(const hps_conf_t *conf, hps__sec_t sec, size_t model);
  *  HPS_ENOTFOUND. sec_name receives the section name (caller frees). */
 hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_sec_name,
                             int *ret_key);
+
+/* ---- Protobuf text format (pbtxt.c) ------------------------------------ */
+
+/** What a field holds. */
+typedef enum hps__pb_kind {
+    HPS__PB_SCALAR,  /* a number or identifier, as written (text) */
+    HPS__PB_STRING,  /* a string, decoded (text; adjacent literals joined) */
+    HPS__PB_MESSAGE, /* a nested message (msg) */
+} hps__pb_kind_t;
+
+/** One field of a message; a list `f: [a, b]` is read as two fields f. */
+struct hps__pb_field {
+    char *name;
+    uint32_t line;       /* of the field name */
+    uint32_t value_line; /* of the value (scalars and strings) */
+    hps__pb_kind_t kind;
+    char *text;              /* SCALAR, STRING: NUL-terminated, never holds a NUL */
+    struct hps__pb_msg *msg; /* MESSAGE */
+};
+
+/** A message: its fields in file order. */
+struct hps__pb_msg {
+    struct hps__pb_field *fields;
+    size_t n, cap;
+};
+
+/**
+ * Parse protobuf text format (the subset of Triton's config.pbtxt; see the
+ * grammar in pbtxt.c).  name is used in messages ("name:line: ...").
+ * Returns 0 with *ret (free with hps__pb_free()), HPS_ECONFIG with the
+ * message in err, or -ENOMEM.
+ */
+hps_err_t hps__pb_parse(const char *text, size_t len, const char *name, struct hps__pb_msg **ret,
+                        char *err, size_t err_len);
+/** Free a parsed message (NULL-safe). */
+void hps__pb_free(struct hps__pb_msg *m);
+/** The first field called name in m, or NULL. */
+const struct hps__pb_field *hps__pb_find(const struct hps__pb_msg *m, const char *name);
+
+/* ---- Triton config.pbtxt (triton.c) ------------------------------------- */
+
+/** A `parameters` entry that sets an INI key. */
+struct hps__triton_param {
+    char *key, *value; /* as in the file (value: the string_value) */
+    const char *ini;   /* the [model.<name>] key it sets, or "hps.supportlonglong" */
+    uint32_t line;     /* of the value */
+};
+
+/** What a config.pbtxt says about HPS. */
+struct hps__triton {
+    char *name; /* model name: the `name` field, else the directory's name */
+    uint32_t name_line;
+    char *backend; /* NULL if absent */
+    uint32_t backend_line;
+    char *max_batch_size; /* as written; NULL if absent */
+    uint32_t max_batch_size_line;
+    int64_t *gpus; /* instance_group gpus, each once, in file order */
+    size_t ngpus;
+    uint32_t gpus_line;
+    struct hps__triton_param *params;
+    size_t nparams;
+};
+
+/**
+ * Read a config.pbtxt: its name, backend (must be hps or hugectr),
+ * max_batch_size, instance_group gpus and the parameters that set INI keys.
+ * Every other setting, and parameters with no meaning here, are appended
+ * to warn ("file:line: what: not imported: why" lines).  Returns 0 (free t
+ * with hps__triton_fini()), HPS_ECONFIG (message in err), a negative errno
+ * value if the file cannot be read, or -ENOMEM; on failure t is empty.
+ */
+hps_err_t hps__triton_read(const char *path, struct hps__triton *t, struct hps__buf *warn,
+                           char *err, size_t err_len);
+void hps__triton_fini(struct hps__triton *t);
+
+/* ---- Import (import.c, import_json.c) ------------------------------------ */
+
+/** One imported value: canonical INI text, and the input it came from. */
+struct hps__ival {
+    char *text; /* NULL: not set (the INI default applies) */
+    char *src;  /* "ps.json: models[0].gpucacheper", "config.pbtxt:12: parameters gpucacheper" */
+};
+
+/** The values of one section instance, by key index. */
+struct hps__isec {
+    struct hps__ival v[HPS__NKEYS];
+};
+
+/** One model of the ps.json. */
+struct hps__imodel {
+    char *name;
+    size_t ntables; /* entries of sparse_files */
+    bool has_pbtxt; /* a config.pbtxt was applied */
+    struct hps__isec s;
+};
+
+/** An import in progress. */
+struct hps__imp {
+    const char *jname; /* the ps.json's name */
+    struct hps__isec g[HPS__NGLOBAL];
+    struct hps__imodel *models;
+    size_t nmodels;
+    struct hps__buf warn; /* warning lines */
+    hps_err_t rc;         /* the first error; later steps are skipped */
+    char *err;
+    size_t err_len;
+};
+
+/** Record an input error (HPS_ECONFIG; the first only); returns im->rc. */
+hps_err_t hps__imp_fail(struct hps__imp *im, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** Record -ENOMEM; returns im->rc. */
+hps_err_t hps__imp_oom(struct hps__imp *im);
+/** Append one warning line (the '\n' is added). */
+void hps__imp_warn(struct hps__imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** The value slot of key of section sec (of model m when sec is model). */
+struct hps__ival *hps__imp_val(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *m,
+                               const char *key);
+/** Why s cannot be written as an INI value (list_entry: a list entry), or NULL. */
+const char *hps__ini_unsafe(const char *s, bool list_entry);
+/**
+ * Check raw (INI value text) for key of section sec (of model m) with the
+ * INI's value parser and store its canonical form, replacing an earlier
+ * value.  src names the input, shown is the value as the input wrote it
+ * (for the message "src = shown: must be ...").  Returns im->rc.
+ */
+hps_err_t hps__imp_put(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *m, const char *key,
+                       const char *raw, const char *src, const char *shown);
+/** Read and map the ps.json at path (import_json.c); returns im->rc. */
+hps_err_t hps__import_json(struct hps__imp *im, const char *path);
+/** Warnings on HugeCTR defaults the INI does not repeat (after all inputs). */
+void hps__import_notes(struct hps__imp *im);
 
 #endif /* HPS_CONF_INTERNAL_H */

@@ -1,7 +1,9 @@
 /*
- * show.c -- hps_conf_show() (the effective configuration as INI) and
- * hps_conf_doc() (the markdown reference), both generated from the schema.
+ * show.c -- hps_conf_show() (the effective configuration as INI),
+ * hps_conf_doc() (the markdown reference) and hps_conf_doc_man() (the same
+ * reference as the manual page hps.ini(5)), all generated from the schema.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 
@@ -132,6 +134,8 @@ static const char doc_intro[] =
     "`hps-conf check FILE` validates a file, `hps-conf show FILE` prints the effective\n"
     "configuration (defaults marked), `hps-conf get FILE section.key` prints one value and\n"
     "`hps-conf set FILE section.key=value` edits a file in place, keeping its comments.\n"
+    "`hps-conf import ps.json [--pbtxt config.pbtxt ...]` converts a HugeCTR HPS\n"
+    "configuration (and the HPS parameters of Triton model configurations) to this INI.\n"
     "Model keys are addressed as `model.<name>.key`.\n";
 
 /* Markdown table cell: '|' escaped, line breaks flattened. */
@@ -198,6 +202,229 @@ hps_err_t hps_conf_doc(FILE *out)
     hps__buf_puts(&b, doc_intro);
     for (int s = 0; s < HPS__SEC_COUNT; s++)
         doc_section((hps__sec_t)s, &b);
+    hps__cloc_leave(&loc);
+    return write_out(&b, out);
+}
+
+/* ---- man page: hps.ini(5) ------------------------------------------------------ */
+
+/*
+ * The same reference as roff for man(7): the markdown of doc_intro and of the
+ * schema's doc strings goes through a small converter that knows what they
+ * use (paragraphs, "## " headings, "- " lists with indented continuation
+ * lines, one fenced code block, `code`, **bold**, [text](url)), so the manual
+ * page and docs/configuration.md come from the same text.
+ */
+
+/* Roff output: escapes and the start-of-line state. */
+struct roff {
+    struct hps__buf *out;
+    bool bol; /* at the start of an output line */
+};
+
+static void roff_raw(struct roff *r, const char *s)
+{
+    hps__buf_puts(r->out, s);
+    if (*s)
+        r->bol = s[strlen(s) - 1] == '\n';
+}
+
+/* One character of text: a leading '.' or '\'' would be a request, '\' is the
+ * escape character, and '-' is written as \- so that options and negative
+ * numbers render as ASCII minus signs. */
+static void roff_char(struct roff *r, char c)
+{
+    if (r->bol && (c == '.' || c == '\''))
+        hps__buf_puts(r->out, "\\&");
+    if (c == '\\')
+        hps__buf_puts(r->out, "\\e");
+    else if (c == '-')
+        hps__buf_puts(r->out, "\\-");
+    else
+        hps__buf_add(r->out, &c, 1);
+    r->bol = c == '\n';
+}
+
+/* n bytes of plain text (no markup). */
+static void roff_plain(struct roff *r, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n && s[i]; i++)
+        roff_char(r, s[i]);
+}
+
+/* Inline markdown of n bytes: `code` and **bold** in bold, [text](url) as
+ * "text <url>"; anything else as text. */
+static void roff_inline(struct roff *r, const char *s, size_t n)
+{
+    const char *end = s + n;
+
+    while (s < end && *s) {
+        const char *close;
+        if (*s == '`' && (close = memchr(s + 1, '`', (size_t)(end - s - 1)))) {
+            roff_raw(r, "\\fB");
+            roff_plain(r, s + 1, (size_t)(close - s - 1));
+            roff_raw(r, "\\fR");
+            s = close + 1;
+        } else if (s + 1 < end && s[0] == '*' && s[1] == '*' && (close = strstr(s + 2, "**")) &&
+                   close < end) {
+            roff_raw(r, "\\fB");
+            roff_inline(r, s + 2, (size_t)(close - s - 2));
+            roff_raw(r, "\\fR");
+            s = close + 2;
+        } else if (*s == '[' && (close = memchr(s, ']', (size_t)(end - s))) && close + 1 < end &&
+                   close[1] == '(' && memchr(close, ')', (size_t)(end - close))) {
+            const char *url_end = memchr(close, ')', (size_t)(end - close));
+            roff_inline(r, s + 1, (size_t)(close - s - 1));
+            roff_plain(r, " <", 2);
+            roff_plain(r, close + 2, (size_t)(url_end - close - 2));
+            roff_plain(r, ">", 1);
+            s = url_end + 1;
+        } else {
+            roff_char(r, *s++);
+        }
+    }
+}
+
+static void roff_inline_str(struct roff *r, const char *s)
+{
+    roff_inline(r, s, strlen(s));
+}
+
+/* Block markdown (doc_intro's subset): the "# " title and HTML comments are
+ * left out, "## X" becomes .SH X (upper case), a fenced block .nf/.fi, "- "
+ * items .IP bullets, blank lines separate paragraphs. */
+static void roff_blocks(struct roff *r, const char *md)
+{
+    bool in_code = false, in_comment = false, para = false;
+
+    while (*md) {
+        const char *nl = strchr(md, '\n');
+        size_t len = nl ? (size_t)(nl - md) : strlen(md);
+        const char *next = nl ? nl + 1 : md + len;
+
+        if (in_comment) {
+            in_comment = !memmem(md, len, "-->", 3);
+        } else if (len >= 3 && strncmp(md, "```", 3) == 0) {
+            roff_raw(r, in_code ? ".fi\n.RE\n" : ".PP\n.RS 4\n.nf\n");
+            in_code = !in_code;
+            para = false;
+        } else if (in_code) {
+            roff_plain(r, md, len);
+            roff_raw(r, "\n");
+        } else if (len >= 4 && strncmp(md, "<!--", 4) == 0) {
+            in_comment = !memmem(md, len, "-->", 3);
+        } else if (len >= 2 && strncmp(md, "# ", 2) == 0) {
+            /* the title: the NAME section says it */
+        } else if (len >= 3 && strncmp(md, "## ", 3) == 0) {
+            roff_raw(r, ".SH ");
+            for (size_t i = 3; i < len; i++)
+                roff_char(r, (char)toupper((unsigned char)md[i]));
+            roff_raw(r, "\n");
+            para = false;
+        } else if (len == 0) {
+            para = false;
+        } else if (len >= 2 && strncmp(md, "- ", 2) == 0) {
+            roff_raw(r, ".IP \\(bu 2\n");
+            roff_inline(r, md + 2, len - 2);
+            roff_raw(r, "\n");
+            para = true;
+        } else {
+            size_t skip = 0;
+            while (skip < len && md[skip] == ' ')
+                skip++;
+            if (!para)
+                roff_raw(r, ".PP\n");
+            roff_inline(r, md + skip, len - skip);
+            roff_raw(r, "\n");
+            para = true;
+        }
+        md = next;
+    }
+}
+
+static void man_key(struct roff *r, const struct hps__key *k)
+{
+    struct hps__buf allowed = {0};
+
+    hps__value_allowed(k, &allowed);
+    roff_raw(r, ".TP\n.B ");
+    roff_plain(r, k->name, strlen(k->name));
+    roff_raw(r, "\n");
+    roff_inline_str(r, k->doc);
+    roff_raw(r, "\n.br\nType and range: ");
+    roff_plain(r, hps__buf_str(&allowed), allowed.len);
+    roff_raw(r, "\n.br\nDefault: ");
+    if (!k->dflt) {
+        roff_raw(r, "none (\\fIrequired\\fR)");
+    } else if (!*k->dflt) {
+        roff_raw(r, "empty (no value)");
+    } else {
+        roff_raw(r, "\\fB");
+        roff_plain(r, k->dflt, strlen(k->dflt));
+        roff_raw(r, "\\fR");
+        if (hps__is_tlist(k->type))
+            roff_raw(r, strstr(k->dflt, "{t}") ? " for each table (\\fB{t}\\fR is the table index)"
+                                               : " for each table");
+    }
+    roff_raw(r, "\n");
+    if (*k->unit) {
+        roff_raw(r, ".br\nUnit: ");
+        roff_plain(r, k->unit, strlen(k->unit));
+        roff_raw(r, "\n");
+    }
+    r->out->oom |= allowed.oom;
+    hps__buf_fini(&allowed);
+}
+
+/**
+ * @brief Write the reference of every section and key as the manual page
+ *        hps.ini(5) (roff, man(7) macros): the intro and syntax rules of
+ *        hps_conf_doc(), then each key's description, type and range,
+ *        default and unit.  The build generates the installed page with it.
+ * @param[in] out  Stream to write to; not closed.
+ * @return 0; -EIO if writing failed; -ENOMEM; HPS_EINVAL if @p out is NULL.
+ *         Thread-safe.
+ */
+hps_err_t hps_conf_doc_man(FILE *out)
+{
+    struct hps__buf b = {0};
+    struct roff r = {.out = &b, .bol = true};
+    struct hps__cloc loc;
+
+    if (!out)
+        return HPS_EINVAL;
+    hps__cloc_enter(&loc);
+    roff_raw(&r, ".\\\" Generated by `hps-conf doc --format man` from conf/hps_conf.def; "
+                 "do not edit.\n");
+    hps__buf_printf(&b, ".TH HPS.INI 5 \"\" \"HPS %s\" \"HPS Manual\"\n", hps_version());
+    roff_raw(&r, ".SH NAME\nhps.ini \\- configuration file of the HPS processes\n"
+                 ".SH SYNOPSIS\n"
+                 ".I /etc/hps/hps.ini\n.br\n"
+                 ".B hps\\-coordinator \\-c\n.I FILE\n.br\n"
+                 ".B hps\\-worker \\-c\n.I FILE\n.B \\-\\-device\n.I N\n"
+                 ".SH DESCRIPTION\n");
+    roff_blocks(&r, doc_intro);
+    roff_raw(&r, ".SH SECTIONS AND KEYS\n"
+                 "Each key is listed with what it accepts, its default and its unit.\n");
+    for (int s = 0; s < HPS__SEC_COUNT; s++) {
+        const char *name = s == HPS__SEC_model ? "model.<name>" : hps__sections[s].name;
+        roff_raw(&r, ".SS [");
+        roff_plain(&r, name, strlen(name));
+        roff_raw(&r, "]\n");
+        roff_inline_str(&r, hps__sections[s].doc);
+        roff_raw(&r, "\n");
+        for (int ki = 0; ki < HPS__NKEYS; ki++)
+            if (hps__keys[ki].sec == (hps__sec_t)s)
+                man_key(&r, &hps__keys[ki]);
+    }
+    roff_raw(&r, ".SH EXAMPLES\n"
+                 "An annotated example, valid under \\fBhps\\-conf check\\fR, is installed as\n"
+                 ".I hps.ini.example\n"
+                 "in the package's documentation directory and in the configuration directory\n"
+                 "(\\fIhps/\\fR under sysconfdir, \\fI/etc/hps/\\fR for a /usr install).\n"
+                 ".SH SEE ALSO\n"
+                 ".BR hps\\-conf (1),\n.BR hps\\-coordinator (1),\n.BR hps\\-worker (1),\n"
+                 ".BR hps\\-shm (1),\n.BR hps\\-gen (1)\n");
     hps__cloc_leave(&loc);
     return write_out(&b, out);
 }

@@ -10,8 +10,9 @@ pkgs=(
     build-essential meson ninja-build pkg-config python3 python3-dev python3-numpy
     libdlpack-dev python3-torch
     libinih-dev libcmocka-dev librocksdb-dev libhiredis-dev librdkafka-dev
-    libmicrohttpd-dev libjson-c-dev libxxhash-dev
+    libmicrohttpd-dev libjson-c-dev libxxhash-dev zlib1g-dev
     redis-server redis-tools curl
+    help2man # the man pages of the programs (dist/meson.build)
     clang libclang-rt-14-dev # tests/fuzz/run.sh: clang-14 and its libFuzzer runtime
 )
 

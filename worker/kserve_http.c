@@ -12,6 +12,14 @@
  * outgrows the limit is dropped as it arrives (never buffered) and answered
  * with 400 at its end; past twice the limit the connection is cut.
  *
+ * A body of Content-Encoding gzip or deflate is inflated as it arrives
+ * (kserve_zlib.c): only its inflated bytes are kept, and the limit applies
+ * to them; a body that would inflate past it, or that does not inflate,
+ * is dropped and answered with 400 at its end.  A successful inference
+ * answer is compressed when Accept-Encoding asks for gzip or deflate, as
+ * Triton does (Inference-Header-Content-Length stays the length of the
+ * uncompressed JSON); every other answer is sent as it is.
+ *
  * Only inference and shared-memory register bodies are kept.  Everything runs on the listener's
  * threads except inference lookups that may wait: backend->lookup_nowait()
  * answers inline what it can; otherwise the connection is suspended, the
@@ -24,7 +32,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "worker/kserve_http.h"
 
@@ -44,7 +51,9 @@ struct kreq {
     bool responded; /* answered in the first call */
     bool store;     /* keep the body (inference) */
     bool too_large;
-    bool busy; /* the server's body budget was spent: 503 */
+    bool busy;               /* the server's body budget was spent: 503 */
+    struct hps__inflate *z;  /* a gzip or deflate body: its decoder, else NULL */
+    enum hps__zenc resp_enc; /* the coding of a successful inference answer */
     char *body;
     size_t len;
     size_t cap;
@@ -131,6 +140,37 @@ static enum MHD_Result send_error(const hps_kserve_t *s, struct MHD_Connection *
     return send_json(s, c, status, &t);
 }
 
+/* The body parts compressed with enc as a response with its
+ * Content-Encoding; NULL (send them as they are, as Triton does) when enc
+ * is identity or compressing failed. */
+static struct MHD_Response *compressed(enum hps__zenc enc, const struct hps__zpart *parts,
+                                       size_t nparts)
+{
+    char *data;
+    size_t len;
+    if (enc == HPS__ZENC_IDENTITY || hps__zcompress(enc, parts, nparts, &data, &len) != 0)
+        return NULL;
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, data, free);
+    if (!r) {
+        free(data);
+        return NULL;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, hps__zenc_name(enc));
+    return r;
+}
+
+/* A JSON inference answer (t consumed), compressed with enc if it can be. */
+static enum MHD_Result send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                       hps__text_t *t, enum hps__zenc enc)
+{
+    struct hps__zpart part = {t->data, t->len};
+    struct MHD_Response *r = t->oom || !t->data ? NULL : compressed(enc, &part, 1);
+    if (!r)
+        return send_json(s, c, 200, t);
+    hps__text_fini(t);
+    return queue(s, c, 200, r, "application/json");
+}
+
 /** Buffers of a binary inference response, freed by libmicrohttpd. */
 struct binout {
     char *header;
@@ -146,10 +186,23 @@ static void binout_free(void *cls)
     free(b);
 }
 
-/* JSON header then the raw floats, without copying them (iovec response). */
+/* JSON header then the raw floats, without copying them (iovec response),
+ * or both compressed with enc when it is not identity. */
 static enum MHD_Result send_binary(const hps_kserve_t *s, struct MHD_Connection *c, hps__text_t *t,
-                                   float *out, uint64_t out_len)
+                                   float *out, uint64_t out_len, enum hps__zenc enc)
 {
+    if (enc != HPS__ZENC_IDENTITY && !t->oom) {
+        struct hps__zpart parts[2] = {{t->data, t->len}, {out, (size_t)out_len * sizeof(float)}};
+        struct MHD_Response *r = compressed(enc, parts, 2);
+        if (r) {
+            char num[24];
+            snprintf(num, sizeof(num), "%zu", t->len);
+            MHD_add_response_header(r, "Inference-Header-Content-Length", num);
+            hps__text_fini(t);
+            hps__outpool_put(s->outpool, out);
+            return queue(s, c, 200, r, "application/octet-stream");
+        }
+    }
     struct binout *b = malloc(sizeof(*b));
     if (!b || t->oom) {
         free(b);
@@ -211,6 +264,27 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
         hps__resp_model_config(&t, m);
     else
         hps__resp_stats(&t, m, 1);
+    return send_json(s, c, 200, &t);
+}
+
+/* The model repository extension (kserve_repo.c). */
+static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
+                              const struct hps__route *r)
+{
+    hps__kerr_t err;
+    if (r->kind == HPS__R_REPO_NAMED)
+        return send_error(s, c, 501, "'repository_name' specification is not supported");
+    if (r->kind != HPS__R_REPO_INDEX) {
+        hps__repo_control(r, &err);
+        return send_error(s, c, err.status, err.msg);
+    }
+    hps__text_t t;
+    hps__text_init(&t);
+    if (hps__repo_index(s->models, s->num_models, backend_ready(s), q->body ? q->body : "", q->len,
+                        &t, &err) < 0) {
+        hps__text_fini(&t);
+        return send_error(s, c, err.status, err.msg);
+    }
     return send_json(s, c, 200, &t);
 }
 
@@ -295,7 +369,7 @@ static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, 
 static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connection *c,
                                      struct hps__kmodel *m, const struct hps__infer_req *req,
                                      float *out, const hps_kserve_lookup_stats_t *ls,
-                                     uint64_t stamp[4])
+                                     uint64_t stamp[4], enum hps__zenc enc)
 {
     hps__text_t t;
     hps__text_init(&t);
@@ -310,9 +384,9 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
     request_times(&times, ls, stamp);
     hps__stats_success(&m->stats, &times, req->num_samples);
     if (req->binary_output)
-        return send_binary(s, c, &t, out, req->out_len);
+        return send_binary(s, c, &t, out, req->out_len, enc);
     hps__outpool_put(s->outpool, out);
-    return send_json(s, c, 200, &t);
+    return send_infer_json(s, c, &t, enc);
 }
 
 /* Where the backend writes OUTPUT0: a system output region in place when
@@ -337,11 +411,12 @@ static float *out_done(const hps_kserve_t *s, const struct hps__infer_req *req, 
     return NULL;
 }
 
-/* After the lookup (result rc): the output region, then the answer. */
+/* After the lookup (result rc): the output region, then the answer
+ * (compressed with enc). */
 static enum MHD_Result infer_finish(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
                                     const struct hps__infer_req *req, float *out,
                                     hps_kserve_lookup_stats_t *ls, hps_err_t rc, bool on_device,
-                                    uint64_t stamp[4])
+                                    uint64_t stamp[4], enum hps__zenc enc)
 {
     struct hps__kmodel *m = &s->models[mi];
     hps__kerr_t err;
@@ -355,7 +430,7 @@ static enum MHD_Result infer_finish(hps_kserve_t *s, struct MHD_Connection *c, s
     }
     stamp[2] = hps__now_ns();
     out = out_done(s, req, out, true);
-    return infer_respond(s, c, m, req, out, ls, stamp);
+    return infer_respond(s, c, m, req, out, ls, stamp, enc);
 }
 
 /* An inference request whose lookup runs on the pool. */
@@ -377,7 +452,7 @@ static void infer_job_run(struct hps__job *job)
     bool on_device = false;
     hps_err_t rc = run_lookup(j->s, j->mi, &j->req, j->out, &ls, &on_device);
     parked_for = j->q;
-    infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp);
+    infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp, j->q->resp_enc);
     parked_for = NULL;
     hps__infer_req_fini(&j->req);
     atomic_fetch_sub_explicit(&j->s->models[j->mi].stats.pending, 1, memory_order_relaxed);
@@ -445,7 +520,7 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
     }
     if (rc == HPS_EAGAIN)
         rc = run_lookup(s, mi, &req, out, &ls, &on_device);
-    ret = infer_finish(s, c, mi, &req, out, &ls, rc, on_device, stamp);
+    ret = infer_finish(s, c, mi, &req, out, &ls, rc, on_device, stamp, q->resp_enc);
     hps__infer_req_fini(&req);
     return ret;
 }
@@ -527,6 +602,10 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
                  s->max_body, s->max_body);
         return send_error(s, c, 400, msg);
     }
+    if (q->z) { /* left only when it failed: corrupt, truncated, too large */
+        const hps__kerr_t *e = hps__inflate_error(q->z);
+        return send_error(s, c, e->status, e->msg);
+    }
     switch (r.kind) {
     case HPS__R_LIVE:
         return send_empty(s, c, 200);
@@ -547,6 +626,11 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
     case HPS__R_SHM_REGISTER:
     case HPS__R_SHM_UNREGISTER:
         return h_shm(s, c, q, &r);
+    case HPS__R_REPO_INDEX:
+    case HPS__R_REPO_LOAD:
+    case HPS__R_REPO_UNLOAD:
+    case HPS__R_REPO_NAMED:
+        return h_repo(s, c, q, &r);
     default:
         return send_error(s, c, 404, "Not Found"); /* unreachable: begin() answered */
     }
@@ -592,29 +676,100 @@ static void body_free(struct kreq *q)
     q->len = q->cap = 0;
 }
 
+/* Grow the body buffer for n more bytes, at most max: 0, 1 when the
+ * server's body budget is spent, -1 out of memory. */
+static int body_grow(struct kreq *q, size_t n, size_t max)
+{
+    if (q->len + n <= q->cap)
+        return 0;
+    if (q->len + n > max)
+        return -1;
+    size_t cap = q->cap ? q->cap : 64 * 1024;
+    while (cap < q->len + n)
+        cap = cap > max / 2 ? max : cap * 2;
+    if (!budget_take(q->srv, cap - q->cap))
+        return 1;
+    char *p = realloc(q->body, cap);
+    if (!p) {
+        budget_give(q->srv, cap - q->cap);
+        return -1;
+    }
+    q->body = p;
+    q->cap = cap;
+    return 0;
+}
+
+/* Free q's decoder and give its bytes back. */
+static void inflate_free(struct kreq *q)
+{
+    if (!q->z)
+        return;
+    hps__inflate_destroy(q->z);
+    q->z = NULL;
+    budget_give(q->srv, HPS__INFLATE_STATE_BYTES);
+}
+
+/* Bytes inflated from a compressed body (hps__zsink_t; the decoder keeps
+ * the total within max_body). */
+static int inflated(void *ctx, const char *data, size_t n, hps__kerr_t *err)
+{
+    struct kreq *q = ctx;
+    int rc = body_grow(q, n, q->srv->max_body);
+    if (rc > 0) {
+        q->busy = true; /* answered with 503 */
+        body_free(q);
+        return hps__kerr_set(err, 503, "server busy");
+    }
+    if (rc < 0)
+        return hps__kerr_set(err, 500, "out of memory");
+    memcpy(q->body + q->len, data, n);
+    q->len += n;
+    return 0;
+}
+
 /* Checks of a request with a body (inference, shm register) that need only
- * the headers. */
+ * the headers; the decoder of a compressed body. */
 static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
 {
     hps_kserve_t *s = q->srv;
-    const char *enc =
+    const char *encv =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    enum hps__zenc enc = hps__zenc_parse(encv);
     char msg[200];
     q->responded = true;
-    if (enc && strcasecmp(enc, "identity") != 0) {
-        snprintf(msg, sizeof(msg), "unsupported Content-Encoding '%.64s'", enc);
+    if (enc == HPS__ZENC_UNKNOWN) {
+        snprintf(msg, sizeof(msg), "unsupported Content-Encoding '%.64s'", encv);
         return send_error(s, c, 400, msg);
     }
     uint64_t cl = content_length(c);
-    if (cl != UINT64_MAX && cl > s->max_body) {
+    if (cl != UINT64_MAX && enc == HPS__ZENC_IDENTITY && cl > s->max_body) {
         snprintf(msg, sizeof(msg),
                  "request body of %llu bytes exceeds the maximum allowed value of "
                  "%zu bytes",
                  (unsigned long long)cl, s->max_body);
         return send_error(s, c, 400, msg);
     }
+    if (cl != UINT64_MAX && enc != HPS__ZENC_IDENTITY && cl > hps__zbound(s->max_body)) {
+        snprintf(msg, sizeof(msg),
+                 "compressed request body of %llu bytes exceeds the maximum allowed value of "
+                 "%llu bytes (%zu bytes once decompressed)",
+                 (unsigned long long)cl, (unsigned long long)hps__zbound(s->max_body), s->max_body);
+        return send_error(s, c, 400, msg);
+    }
     q->responded = false;
     q->store = true;
+    q->resp_enc =
+        hps__zenc_accept(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding"));
+    if (enc != HPS__ZENC_IDENTITY) {
+        if (!budget_take(s, HPS__INFLATE_STATE_BYTES)) {
+            q->busy = true;
+            return MHD_YES;
+        }
+        if (hps__inflate_create(enc, s->max_body, inflated, q, &q->z) != 0) {
+            budget_give(s, HPS__INFLATE_STATE_BYTES);
+            return MHD_NO;
+        }
+    }
     if (cl != UINT64_MAX && cl > 0) {
         /* Reserve up front, but not more than PREALLOC_MAX: a client that
          * declares a large body and sends nothing must not pin memory. */
@@ -655,31 +810,10 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
             return send_error(s, c, 501, SHM_DISABLED_MSG);
     }
     q->responded = false;
-    bool body = r.kind == HPS__R_INFER || r.kind == HPS__R_SHM_REGISTER;
+    bool body = r.kind == HPS__R_INFER || r.kind == HPS__R_SHM_REGISTER ||
+                r.kind == HPS__R_REPO_INDEX || r.kind == HPS__R_REPO_LOAD ||
+                r.kind == HPS__R_REPO_UNLOAD;
     return body ? begin_infer(q, c) : MHD_YES;
-}
-
-/* Grow the body buffer for n more bytes, at most max: 0, 1 when the
- * server's body budget is spent, -1 out of memory. */
-static int body_grow(struct kreq *q, size_t n, size_t max)
-{
-    if (q->len + n <= q->cap)
-        return 0;
-    if (q->len + n > max)
-        return -1;
-    size_t cap = q->cap ? q->cap : 64 * 1024;
-    while (cap < q->len + n)
-        cap = cap > max / 2 ? max : cap * 2;
-    if (!budget_take(q->srv, cap - q->cap))
-        return 1;
-    char *p = realloc(q->body, cap);
-    if (!p) {
-        budget_give(q->srv, cap - q->cap);
-        return -1;
-    }
-    q->body = p;
-    q->cap = cap;
-    return 0;
 }
 
 /* A chunk of body.  Returns false to cut the connection. */
@@ -687,10 +821,14 @@ static bool absorb(struct kreq *q, const char *data, size_t n)
 {
     size_t max = q->srv->max_body;
     q->received += n;
-    if (q->received > 2 * (uint64_t)max)
+    if (q->received > 2 * (q->z ? hps__zbound(max) : (uint64_t)max))
         return false; /* a flood: stop reading */
     if (!q->store || q->too_large || q->busy)
         return true; /* discard */
+    if (q->z) {
+        hps__inflate_feed(q->z, data, n); /* an error is kept: answered at the end */
+        return true;
+    }
     if (q->received > max) {
         q->too_large = true;
         body_free(q);
@@ -736,6 +874,8 @@ enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, con
     if (q->responded)
         return MHD_YES;
     q->responded = true;
+    if (q->z && hps__inflate_end(q->z) == 0)
+        inflate_free(q); /* inflated: q->body holds the body */
     return dispatch(q, conn, url);
 }
 
@@ -750,6 +890,7 @@ void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_c
         return;
     if (q->parked)
         MHD_destroy_response(q->parked);
+    inflate_free(q);
     body_free(q);
     free(q);
     *req_cls = NULL;

@@ -10,6 +10,7 @@
  *   kserve_metrics.c  per-model statistics and the Prometheus text
  *   kserve_shm.c      shared-memory regions, system and CUDA (register, status, use)
  *   kserve_cudashm.c  CUDA IPC memory of CUDA regions, base64 (CUDA builds)
+ *   kserve_zlib.c     gzip / deflate: request bodies inflated, responses compressed
  *   kserve_server.c   lifecycle, listeners, upload accumulation, dispatch
  *
  * Nothing here touches the network except kserve_server.c, so the parser,
@@ -185,7 +186,11 @@ enum hps__route_kind {
     HPS__R_INFER,
     HPS__R_SHM_STATUS,    /* GET  .../status */
     HPS__R_SHM_REGISTER,  /* POST .../register */
-    HPS__R_SHM_UNREGISTER /* POST .../unregister */
+    HPS__R_SHM_UNREGISTER, /* POST .../unregister */
+    HPS__R_REPO_INDEX,     /* POST /v2/repository/index */
+    HPS__R_REPO_LOAD,      /* POST /v2/repository/models/{m}/load */
+    HPS__R_REPO_UNLOAD,    /* POST /v2/repository/models/{m}/unload */
+    HPS__R_REPO_NAMED      /* POST /v2/repository/{repo}/...: 501 */
 };
 
 /**
@@ -202,6 +207,28 @@ struct hps__route {
     const char *region; /* shm routes: /region/{name}, or NULL */
     size_t region_len;
 };
+
+/* ------------------------------------------------------------------------ */
+/* Model repository extension (kserve_repo.c)                                */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Answer POST /v2/repository/index: append to out the JSON array of the
+ * models, each {"name","version","state"[,"reason"]}; state READY when
+ * worker_ready, else UNAVAILABLE with the reason.  body (len bytes, not
+ * terminated, may be empty) is empty or {"ready": bool}; ready true lists
+ * only READY models.  Returns 0, or -1 with err set (400: not a JSON
+ * object, "ready" not a boolean; 500: out of memory), out unchanged.
+ */
+int hps__repo_index(const struct hps__kmodel *models, size_t num_models, bool worker_ready,
+                    const char *body, size_t len, hps__text_t *out, hps__kerr_t *err);
+/**
+ * Answer a load or unload request (r->kind HPS__R_REPO_LOAD/UNLOAD):
+ * always -1 with err set to Triton's answer in model control mode `none`
+ * (503, "explicit model load / unload is not allowed if polling is
+ * enabled").
+ */
+int hps__repo_control(const struct hps__route *r, hps__kerr_t *err);
 
 /** Match a URL path against the endpoints (Triton's regexes, full match). */
 void hps__route_parse(const char *url, struct hps__route *ret);
@@ -486,6 +513,139 @@ void hps__resp_stats(hps__text_t *t, const struct hps__kmodel *models, size_t co
  */
 void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct hps__infer_req *r,
                      const float *out);
+
+/* ------------------------------------------------------------------------ */
+/* Content codings: gzip and deflate bodies (kserve_zlib.c, zlib)            */
+/* ------------------------------------------------------------------------ */
+
+/** A request's Content-Encoding, or the coding chosen for a response. */
+enum hps__zenc {
+    HPS__ZENC_IDENTITY, /* no coding */
+    HPS__ZENC_GZIP,     /* RFC 1952 */
+    HPS__ZENC_DEFLATE,  /* HTTP's "deflate": the zlib format, RFC 1950 */
+    HPS__ZENC_UNKNOWN   /* anything else (a request only) */
+};
+
+/**
+ * The coding a Content-Encoding header value names.
+ * @param value  the header value (NUL-terminated), or NULL when absent.
+ * @return HPS__ZENC_IDENTITY for NULL, "" and "identity"; HPS__ZENC_GZIP
+ *         for "gzip" and "x-gzip"; HPS__ZENC_DEFLATE for "deflate";
+ *         HPS__ZENC_UNKNOWN for anything else, a list of several codings
+ *         included.  Case-insensitive, surrounding blanks ignored.  Pure.
+ */
+enum hps__zenc hps__zenc_parse(const char *value);
+
+/**
+ * The coding of a response as Triton chooses it from an Accept-Encoding
+ * header value: among "identity", "gzip" and "deflate" (case-insensitive;
+ * other codings and "*" are ignored), the first listed of the highest
+ * q-value above 0; an element whose q-value does not parse is skipped.
+ * @param value  the header value, or NULL when absent.
+ * @return HPS__ZENC_GZIP, HPS__ZENC_DEFLATE, or HPS__ZENC_IDENTITY (NULL,
+ *         nothing acceptable listed, or identity preferred).  Pure.
+ */
+enum hps__zenc hps__zenc_accept(const char *value);
+
+/** The token of a coding ("identity", "gzip", "deflate", "unknown"): static. */
+const char *hps__zenc_name(enum hps__zenc enc);
+
+/**
+ * The most compressed bytes accepted for a body of at most n bytes once
+ * inflated: n + n/8 + n/64 + 4 KiB, zlib's conservative deflateBound() for
+ * any settings (incompressible data in stored blocks as small as memLevel 1
+ * makes them) plus room for a gzip header that names a file.  No ordinary
+ * compressor makes a longer body of n bytes; it bounds the CPU a client can
+ * spend on empty blocks.  Pure.
+ */
+uint64_t hps__zbound(size_t n);
+
+/**
+ * Heap bytes one inflater holds (its struct, zlib's state and 32 KiB
+ * window), rounded up: what a caller counts against a memory budget.
+ */
+#define HPS__INFLATE_STATE_BYTES ((size_t)64 << 10)
+
+/**
+ * Where an inflater puts its output: append data[0, n) (n > 0).
+ * @return 0, or -1 to stop with err set (status and message of the answer:
+ *         e.g. 503 for a spent budget, 500 out of memory).
+ */
+typedef int (*hps__zsink_t)(void *ctx, const char *data, size_t n, hps__kerr_t *err);
+
+/** An incremental decoder of one gzip or deflate body (opaque). */
+struct hps__inflate;
+
+/**
+ * Start decoding a body of coding enc, whose inflated size may not exceed
+ * max_out bytes.  Either coding accepts either wrapper, as Triton does
+ * (zlib's automatic header detection): a body starting with the gzip magic
+ * is gzip, one with a valid zlib header is zlib; for "deflate" anything
+ * else is taken as raw deflate (RFC 1951: what some clients send).  A gzip
+ * body may hold several members (RFC 1952 2.2), inflated one after the
+ * other.  Nothing is allocated beyond HPS__INFLATE_STATE_BYTES.
+ * @param enc      HPS__ZENC_GZIP or HPS__ZENC_DEFLATE.
+ * @param max_out  the inflated bytes allowed (the server's max body size);
+ *                 compressed input is allowed up to hps__zbound(max_out).
+ * @param sink     receives the inflated bytes in order, never more than
+ *                 max_out in all; called from hps__inflate_feed() only.
+ * @param ctx      passed to sink.
+ * @param ret      the decoder, to free with hps__inflate_destroy().
+ * @return 0, or -ENOMEM (*ret untouched).  Thread-compatible: one decoder
+ *         is used by one thread at a time.
+ */
+int hps__inflate_create(enum hps__zenc enc, size_t max_out, hps__zsink_t sink, void *ctx,
+                        struct hps__inflate **ret);
+
+/**
+ * Decode the next n compressed bytes (any split of the body is fine, n may
+ * be 0), handing what inflates to the sink.  After the first error every
+ * call does nothing and returns -1.
+ * @return 0, or -1 with hps__inflate_error() set: 400 when the inflated
+ *         body would pass max_out (the output stops at max_out: a zip bomb
+ *         is never inflated further) or the compressed one hps__zbound();
+ *         400 for data zlib rejects (bad header, block, checksum, trailing
+ *         bytes after a zlib or raw stream); the sink's error; 500 when
+ *         zlib runs out of memory.
+ */
+int hps__inflate_feed(struct hps__inflate *z, const void *in, size_t n);
+
+/**
+ * The body is complete: check that the compressed stream ended.
+ * @return 0, or -1 with hps__inflate_error() set: an earlier error, or 400
+ *         for an empty or truncated stream.
+ */
+int hps__inflate_end(struct hps__inflate *z);
+
+/** The decoder's error (status and message), or NULL while there is none.
+ *  Valid until hps__inflate_destroy(). */
+const hps__kerr_t *hps__inflate_error(const struct hps__inflate *z);
+
+/** Inflated bytes the sink has taken so far (a refused call not counted). */
+uint64_t hps__inflate_total(const struct hps__inflate *z);
+
+/** Free a decoder; NULL is a no-op. */
+void hps__inflate_destroy(struct hps__inflate *z);
+
+/** A byte range, one part of a body to compress. */
+struct hps__zpart {
+    const void *data;
+    size_t len;
+};
+
+/**
+ * Compress the concatenation of parts[0, nparts) as one gzip or zlib
+ * ("deflate") stream, at zlib's level 1: fp32 rows barely compress, and
+ * JSON at level 1 comes within a few percent of the default level's size
+ * in a fraction of its time (a worker compresses on its event loop).
+ * @param enc   HPS__ZENC_GZIP or HPS__ZENC_DEFLATE.
+ * @param ret   the compressed bytes, malloc()ed: the caller frees them.
+ * @param ret_len  their length.
+ * @return 0, -ENOMEM, or -EINVAL (another enc, or zlib refused):
+ *         *ret and *ret_len are written on success only.  Thread-safe.
+ */
+int hps__zcompress(enum hps__zenc enc, const struct hps__zpart *parts, size_t nparts, char **ret,
+                   size_t *ret_len);
 
 /* ------------------------------------------------------------------------ */
 /* Clock                                                                     */

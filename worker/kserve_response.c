@@ -14,6 +14,7 @@
 /* Extensions this front end implements (and nothing else). */
 static const char *const extensions[] = {
     "binary_tensor_data",
+    "model_repository",
     "statistics",
     "model_configuration",
     "parameters",

@@ -8,9 +8,12 @@
  *   /v2/models/stats
  *   /v2/models/([^/]+)(/versions/([0-9]+))?(/(infer|ready|config|stats))?
  *   /v2/(system|cuda)sharedmemory(/region/([^/]+))?/(status|register|unregister)
+ *   /v2/repository(/[^/]+)?/index
+ *   /v2/repository(/[^/]+)?/models/([^/]+)/(load|unload)
  *
- * Anything else (including Triton's generate, trace and repository paths,
- * which this front end does not implement) is NOT_FOUND -> 404.
+ * A repository path that names a repository is REPO_NAMED (Triton: 501).
+ * Anything else (including Triton's generate and trace paths, which this
+ * front end does not implement) is NOT_FOUND -> 404.
  */
 #include <string.h>
 
@@ -100,6 +103,35 @@ static void parse_model(const char *p, struct hps__route *r)
     r->kind = model_suffix(p);
 }
 
+/* p points after "/v2/repository": [/<repo>]/index or
+ * [/<repo>]/models/<m>/(load|unload). */
+static void parse_repo(const char *p, struct hps__route *r)
+{
+    bool named = false;
+    if (strcmp(p, "/index") != 0 && strncmp(p, "/models/", 8) != 0) {
+        size_t n = *p == '/' ? segment(p + 1) : 0;
+        if (n == 0)
+            return;
+        p += 1 + n; /* a named repository: /v2/repository/<repo>/... */
+        named = true;
+    }
+    enum hps__route_kind kind = HPS__R_NOT_FOUND;
+    if (strcmp(p, "/index") == 0) {
+        kind = HPS__R_REPO_INDEX;
+    } else if (eat(&p, "/models/")) {
+        size_t n = segment(p);
+        if (n == 0)
+            return;
+        r->model = p;
+        r->model_len = n;
+        p += n;
+        kind = strcmp(p, "/load") == 0     ? HPS__R_REPO_LOAD
+               : strcmp(p, "/unload") == 0 ? HPS__R_REPO_UNLOAD
+                                           : HPS__R_NOT_FOUND;
+    }
+    r->kind = kind != HPS__R_NOT_FOUND && named ? HPS__R_REPO_NAMED : kind;
+}
+
 void hps__route_parse(const char *url, struct hps__route *r)
 {
     memset(r, 0, sizeof(*r));
@@ -117,6 +149,8 @@ void hps__route_parse(const char *url, struct hps__route *r)
         r->kind = HPS__R_ALL_STATS;
     else if (eat(&p, "/models/"))
         parse_model(p, r);
+    else if (eat(&p, "/repository"))
+        parse_repo(p, r);
     else if (eat(&p, "/systemsharedmemory"))
         parse_shm(p, r);
     else if (eat(&p, "/cudasharedmemory")) {
@@ -135,6 +169,10 @@ const char *hps__route_method(enum hps__route_kind kind)
     case HPS__R_INFER:
     case HPS__R_SHM_REGISTER:
     case HPS__R_SHM_UNREGISTER:
+    case HPS__R_REPO_INDEX:
+    case HPS__R_REPO_LOAD:
+    case HPS__R_REPO_UNLOAD:
+    case HPS__R_REPO_NAMED:
         return "POST";
     default:
         return "GET";

@@ -256,6 +256,18 @@ hps_err_t hps_conf_show(const hps_conf_t *conf, FILE *out);
  */
 hps_err_t hps_conf_doc(FILE *out);
 
+/**
+ * @brief Write the same reference as the manual page hps.ini(5) (roff,
+ *        man(7) macros): the intro and syntax rules of hps_conf_doc(), then
+ *        each key's description, type and range, default and unit.  The
+ *        build generates the installed page with it (`hps-conf doc --format
+ *        man`), so the page cannot drift from conf/hps_conf.def.
+ * @param[in] out  Stream to write to; not closed.
+ * @return 0; -EIO if writing failed; -ENOMEM; HPS_EINVAL if @p out is NULL.
+ *         Thread-safe.
+ */
+hps_err_t hps_conf_doc_man(FILE *out);
+
 /* ---- Editing ------------------------------------------------------------ */
 
 /**
@@ -309,6 +321,71 @@ hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *k
  */
 hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value, char *err,
                             size_t err_len);
+
+/* ---- Import from HugeCTR ------------------------------------------------ */
+
+/**
+ * @brief Convert a HugeCTR HPS configuration to HPS INI text: a ps.json
+ *        (HugeCTR v24.06 keys and the older ones HugeCTR accepted) and any
+ *        number of Triton config.pbtxt files of models served by the `hps`
+ *        (or older `hugectr`) backend.
+ *
+ * ps.json keys map to the INI key of the same name: the top level to [hps],
+ * `volatile_db` to [volatile_db] (hash-map types) or [distributed_db]
+ * (`redis_cluster`, with [volatile_db] disabled, as HugeCTR had one volatile
+ * DB), `persistent_db` and `update_source` to their sections, each entry of
+ * `models` to [model.<model>].  Where HugeCTR's default differs from the
+ * INI's, the INI gets HugeCTR's value (e.g. a `volatile_db` without `type`
+ * is disabled).  The obsolete v3.3 sections `cpu_memory_db` and
+ * `distributed_db` are mapped when `volatile_db` is absent.  A config.pbtxt
+ * applies to the model of its `name` (else of its directory's name): its
+ * `parameters` gpucache, gpucacheper, hit_rate_threshold, refresh_interval,
+ * refresh_delay and des_feature_num override the ps.json's values,
+ * embeddingkey_long_type must agree with supportlonglong, and the `gpus` of
+ * its instance_groups become deployed_device_list (or must lie in it).
+ *
+ * Each value is checked with the INI parser's own rules as it is mapped,
+ * and the whole INI text is then loaded as hps_conf_load_string() does, so
+ * the result always passes `hps-conf check`.  Errors name the input file,
+ * the JSON path or pbtxt line and key, the value and what is allowed, e.g.
+ * "ps.json: models[0].gpucacheper = 1.5: must be a number in [0, 1]".
+ *
+ * Warnings (one line each, "file: key: reason") list every input key that
+ * is not imported: keys with no meaning in HPS and why, obsolete keys,
+ * unknown keys (with a suggestion where one is near), and keys of a type
+ * that does not use them; also values changed on the way (a ';' separated
+ * address list, a pbtxt parameter overriding the ps.json) and HugeCTR
+ * behaviour that the INI does not repeat (update_filters defaults).
+ *
+ * JSON is read with json-c (strict mode); line comments (`//`) and block
+ * comments are accepted, as the HugeCTR documentation's examples have them.
+ * config.pbtxt is read by a strict reader of the protobuf text format
+ * subset Triton uses (conf/pbtxt.c); its errors are "file:line: ...".
+ *
+ * @param[in]  json_path     The ps.json file (host path).
+ * @param[in]  pbtxt_paths   num_pbtxt config.pbtxt paths; may be NULL when
+ *                           num_pbtxt is 0.  At most one per model.
+ * @param[in]  num_pbtxt     Number of entries of @p pbtxt_paths.
+ * @param[out] ret_ini       On success, the INI text (malloc'd,
+ *                           NUL-terminated; the caller frees it).  Untouched
+ *                           on failure.
+ * @param[out] ret_warnings  On success, the warnings, each line ending in
+ *                           '\n', or NULL when there are none (malloc'd; the
+ *                           caller frees it).  Untouched on failure.
+ * @param[out] err           Buffer for the message of a failure; always
+ *                           NUL-terminated when err_len > 0.
+ * @param[in]  err_len       Size of @p err in bytes.
+ * @return 0; HPS_ECONFIG if an input is not valid JSON or protobuf text, a
+ *         required key is missing, a value has the wrong type or is out of
+ *         range, or the result is not a valid configuration; HPS_EINVAL if
+ *         @p json_path, @p ret_ini or @p ret_warnings is NULL, or
+ *         @p pbtxt_paths is NULL while num_pbtxt > 0; a negative errno value if a file
+ *         cannot be read (as hps_conf_load()); -ENOMEM.  Thread-safe: no
+ *         global state (numbers are read in the C locale of the calling
+ *         thread only).
+ */
+hps_err_t hps_conf_import(const char *json_path, const char *const *pbtxt_paths, size_t num_pbtxt,
+                          char **ret_ini, char **ret_warnings, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

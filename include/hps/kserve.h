@@ -29,6 +29,9 @@
  *     POST /v2/cudasharedmemory[/region/{r}]/unregister    200, unknown r too
  *     (the /v2/cudasharedmemory endpoints answer 501 unless
  *      opts.cuda_shared_memory in a build with CUDA)
+ *     POST /v2/repository/index                  the models, version, state
+ *     POST /v2/repository/models/{m}/(load|unload)  503: model control mode none
+ *     POST /v2/repository/{repo}/...             501
  *
  * System shared memory (Triton's extension, advertised as
  * "system_shared_memory" unless opts.disable_client_shm): a client maps a

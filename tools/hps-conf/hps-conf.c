@@ -5,18 +5,21 @@
  *   hps-conf show FILE
  *   hps-conf get FILE SECTION.KEY
  *   hps-conf set FILE SECTION.KEY=VALUE
- *   hps-conf doc
+ *   hps-conf doc [--format markdown|man]
+ *   hps-conf import FILE.json [--pbtxt CONFIG.pbtxt]... [--strict]
  *
- * Exit status: 0 success, 1 invalid configuration or I/O failure, 2 usage.
+ * Exit status: 0 success, 1 invalid configuration or I/O failure, 2 usage;
+ * import: 2 also for an input it cannot import, 3 for warnings with --strict.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hps/conf.h"
 
-enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2 };
+enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_WARNINGS = 3 };
 
 static const char usage_text[] =
     "Usage: hps-conf COMMAND [ARGS]\n"
@@ -33,16 +36,31 @@ static const char usage_text[] =
     "                               its section, a missing section at the end of FILE;\n"
     "                               the result is validated first, then written\n"
     "                               atomically (same permissions)\n"
-    "  doc                          print the reference of every key (markdown)\n"
+    "  doc [--format markdown|man]  print the reference of every key: markdown\n"
+    "                               (docs/configuration.md), or the manual page\n"
+    "                               hps.ini(5) in roff\n"
+    "  import FILE.json [--pbtxt CONFIG.pbtxt]... [--strict]\n"
+    "                               convert a HugeCTR HPS configuration (ps.json) and\n"
+    "                               the Triton config.pbtxt files of its models (hps\n"
+    "                               backend: parameters, name, instance_group gpus) to\n"
+    "                               INI on standard output; the result is validated as\n"
+    "                               `check` does.  Every input key that is not imported\n"
+    "                               (no meaning here, obsolete, unknown) is listed on\n"
+    "                               stderr as \"hps-conf: warning: FILE: KEY: reason\";\n"
+    "                               --strict makes warnings fail (exit 3, no output)\n"
     "\n"
     "Options:\n"
     "  -h, --help                   show this help and exit\n"
     "  --version                    show the version and exit\n"
     "\n"
     "Exit status:\n"
-    "  0  success (check: the file is valid)\n"
+    "  0  success (check: the file is valid; import: the INI was written, warnings\n"
+    "     may have been printed on stderr)\n"
     "  1  the configuration is invalid, or a file cannot be read or written\n"
-    "  2  usage error: bad command line, or an unknown section or key\n";
+    "  2  usage error: bad command line, or an unknown section or key; import: an\n"
+    "     input that cannot be imported (not JSON or protobuf text, a missing required\n"
+    "     key, a value of the wrong type or out of range, named with its file and key)\n"
+    "  3  import --strict: warnings were printed, nothing was written\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -135,20 +153,93 @@ static int cmd_set(const char *path, const char *assignment)
     return rc ? failed(rc, err) : EXIT_OK;
 }
 
-static int cmd_doc(void)
+/* doc [--format F | --format=F]: the arguments after "doc". */
+static int cmd_doc(int argc, char **argv)
 {
-    hps_err_t rc = hps_conf_doc(stdout);
+    const char *format = "markdown";
+
+    if (argc == 1 && strncmp(argv[0], "--format=", 9) == 0)
+        format = argv[0] + 9;
+    else if (argc == 2 && strcmp(argv[0], "--format") == 0)
+        format = argv[1];
+    else if (argc != 0)
+        return usage_error("doc takes only --format markdown|man, got \"%s\"", argv[0]);
+    bool man = strcmp(format, "man") == 0;
+    if (!man && strcmp(format, "markdown") != 0 && strcmp(format, "md") != 0)
+        return usage_error("unknown doc format \"%s\" (expected markdown or man)", format);
+    hps_err_t rc = man ? hps_conf_doc_man(stdout) : hps_conf_doc(stdout);
 
     return rc ? failed(rc, "cannot write to standard output") : EXIT_OK;
 }
 
-/* Number of operands each command takes. */
+/* Print each warning line with the tool's prefix. */
+static void print_warnings(const char *w)
+{
+    while (w && *w) {
+        size_t n = strcspn(w, "\n");
+        fprintf(stderr, "hps-conf: warning: %.*s\n", (int)n, w);
+        w += n + (w[n] == '\n');
+    }
+}
+
+/* import FILE.json [--pbtxt F]... [--strict]: argv holds what follows "import". */
+static int cmd_import(int argc, char **argv)
+{
+    const char **pbtxt = calloc((size_t)argc + 1, sizeof(*pbtxt));
+    const char *json = NULL;
+    size_t n = 0;
+    bool strict = false;
+    char err[2048], *ini = NULL, *warnings = NULL;
+
+    if (!pbtxt)
+        return failed(-ENOMEM, "");
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--strict") == 0) {
+            strict = true;
+        } else if (strcmp(argv[i], "--pbtxt") == 0 && i + 1 < argc) {
+            pbtxt[n++] = argv[++i];
+        } else if (strncmp(argv[i], "--pbtxt=", 8) == 0 && argv[i][8]) {
+            pbtxt[n++] = argv[i] + 8;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            free(pbtxt);
+            return usage_error("import: unknown option or missing argument \"%s\"", argv[i]);
+        } else if (json) {
+            free(pbtxt);
+            return usage_error("import takes one ps.json file; \"%s\" is a second one", argv[i]);
+        } else {
+            json = argv[i];
+        }
+    }
+    if (!json) {
+        free(pbtxt);
+        return usage_error("%s", "import needs a ps.json file");
+    }
+    hps_err_t rc = hps_conf_import(json, pbtxt, n, &ini, &warnings, err, sizeof(err));
+    free(pbtxt);
+    if (rc) {
+        fprintf(stderr, "hps-conf: %s\n", *err ? err : hps_strerror(rc));
+        return rc == HPS_ECONFIG ? EXIT_USAGE : EXIT_INVALID;
+    }
+    print_warnings(warnings);
+    int st = EXIT_OK;
+    if (strict && warnings) {
+        fputs("hps-conf: import --strict: warnings above; nothing written\n", stderr);
+        st = EXIT_WARNINGS;
+    } else if (fputs(ini, stdout) == EOF || fflush(stdout) != 0) {
+        st = failed(-EIO, "cannot write to standard output");
+    }
+    free(ini);
+    free(warnings);
+    return st;
+}
+
+/* Number of operands each command takes (-2: doc, which parses its own). */
 static int operands(const char *cmd)
 {
     static const struct {
         const char *name;
         int n;
-    } cmds[] = {{"check", 1}, {"show", 1}, {"get", 2}, {"set", 2}, {"doc", 0}};
+    } cmds[] = {{"check", 1}, {"show", 1}, {"get", 2}, {"set", 2}, {"doc", -2}};
 
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (strcmp(cmd, cmds[i].name) == 0)
@@ -169,9 +260,13 @@ int main(int argc, char **argv)
         printf("hps-conf %s\n", hps_version());
         return EXIT_OK;
     }
+    if (strcmp(cmd, "import") == 0)
+        return cmd_import(argc - 2, argv + 2);
     int n = operands(cmd);
-    if (n < 0)
+    if (n == -1)
         return usage_error("unknown command \"%s\"", cmd);
+    if (n == -2)
+        return cmd_doc(argc - 2, argv + 2);
     if (argc - 2 != n)
         return usage_error("wrong number of arguments for \"%s\"", cmd);
     if (strcmp(cmd, "check") == 0)
@@ -182,5 +277,5 @@ int main(int argc, char **argv)
         return cmd_get(argv[2], argv[3]);
     if (strcmp(cmd, "set") == 0)
         return cmd_set(argv[2], argv[3]);
-    return cmd_doc();
+    return usage_error("unknown command \"%s\"", cmd);
 }

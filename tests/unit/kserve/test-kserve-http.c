@@ -375,10 +375,10 @@ static void test_server_metadata(void **state)
     KS_CHECK(strcmp(str_member(j, "version"), "9.8.7") == 0, "version");
     json_object *ext = NULL;
     json_object_object_get_ex(j, "extensions", &ext);
-    const char *want[] = {"binary_tensor_data", "statistics", "model_configuration", "parameters",
-                          "system_shared_memory"};
-    KS_CHECK(json_object_array_length(ext) == 5, "%s", r.body);
-    for (size_t i = 0; i < 5; i++)
+    const char *want[] = {"binary_tensor_data",  "model_repository", "statistics",
+                          "model_configuration", "parameters",       "system_shared_memory"};
+    KS_CHECK(json_object_array_length(ext) == 6, "%s", r.body);
+    for (size_t i = 0; i < 6; i++)
         KS_CHECK(strcmp(json_object_get_string(json_object_array_get_idx(ext, i)), want[i]) == 0,
                  "extension %zu", i);
     KS_CHECK(!strstr(r.body, "cuda_shared_memory"), "no CUDA shm advertised");
@@ -696,8 +696,10 @@ static const struct bad bad_requests[] = {
      "Request for unknown model: 'x' is not found"},
     {"unknown version", "/v2/models/hps_wdl/versions/2/infer", NULL, REQ(K("[1,2,3]"), NK), 0, -2,
      400, "Request for unknown model: 'hps_wdl' version 2 is not found"},
-    {"gzip", P, "Content-Encoding: gzip\r\n", REQ(K("[1,2,3]"), NK), 0, -2, 400,
-     "unsupported Content-Encoding 'gzip'"},
+    {"gzip, not compressed", P, "Content-Encoding: gzip\r\n", REQ(K("[1,2,3]"), NK), 0, -2, 400,
+     "failed to decompress the request body (Content-Encoding: gzip)"},
+    {"unsupported coding", P, "Content-Encoding: br\r\n", REQ(K("[1,2,3]"), NK), 0, -2, 400,
+     "unsupported Content-Encoding 'br'"},
     {"empty body", P, NULL, "", 0, -2, 400, "failed to parse the request JSON buffer"},
     {"body over the limit", P, NULL, REQ(K("[1,2,3]"), NK), MAX_BODY, -1, 400,
      "exceeds the maximum allowed value"},
@@ -795,7 +797,10 @@ static void test_routes(void **state)
         {"GET", "/v2/health", 404, "Not Found"},
         {"GET", "/v2/models/hps_wdl/versions/x", 404, "Not Found"},
         {"GET", "/v2/models/hps_wdl/generate", 404, "Not Found"},
-        {"POST", "/v2/repository/index", 404, "Not Found"},
+        {"POST", "/v2/repository/models/hps_wdl/load", 503, "explicit model load / unload"},
+        {"POST", "/v2/repository/r/index", 501, "'repository_name' specification"},
+        {"GET", "/v2/repository/index", 405, "Method Not Allowed"},
+        {"POST", "/v2/repository/models/hps_wdl", 404, "Not Found"},
         {"GET", "/metrics", 404, "Not Found"},
         {"GET", "/v2/models/hps_wdl/infer", 405, "Method Not Allowed"},
         {"POST", "/v2/models/hps_wdl", 405, "Method Not Allowed"},

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# test-hps-conf-import.sh -- `hps-conf import`: HugeCTR's documented ps.json and
+# config.pbtxt examples (import/cases) give their golden INI and warnings byte
+# for byte, and `hps-conf check` accepts each INI; unknown and obsolete keys
+# are named with file and key; bad values name the file, key and range; bad
+# input and usage exit 2, --strict with warnings 3.  TAP output.
+#
+# Usage: test-hps-conf-import.sh HPS_CONF DATA_DIR (tests/unit/conf/import)
+set -u
+HPS_CONF=$(realpath "$1")
+DATA=$(realpath "$2")
+TMP=$(mktemp -d /tmp/hps-conf-import-XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+n=0
+failed=0
+ok() { # ok DESCRIPTION COMMAND...: the command must succeed
+    local desc=$1
+    shift
+    n=$((n + 1))
+    if "$@" >"$TMP/out" 2>"$TMP/err"; then
+        echo "ok $n - $desc"
+    else
+        echo "not ok $n - $desc"
+        sed 's/^/# /' "$TMP/out" "$TMP/err"
+        failed=$((failed + 1))
+    fi
+}
+# fails WANT_STATUS WANT_STDERR JSON [ARGS...]: import exits WANT_STATUS, prints
+# nothing on stdout and exactly WANT_STDERR (one line) on stderr.
+fails() {
+    local want=$1 msg=$2
+    shift 2
+    (cd "$TMP" && "$HPS_CONF" import "$@" >out.ini 2>err.txt)
+    local got=$?
+    [ "$got" -eq "$want" ] || { echo "# exit $got, expected $want"; cat "$TMP/err.txt"; return 1; }
+    [ ! -s "$TMP/out.ini" ] || { echo "# output on failure:"; cat "$TMP/out.ini"; return 1; }
+    printf '%s\n' "$msg" | diff -u - "$TMP/err.txt"
+}
+# import_case NAME JSON [PBTXT...]: stdout and stderr equal NAME.ini and NAME.warnings.
+import_case() {
+    local name=$1 json=$2
+    shift 2
+    local args=()
+    for p in "$@"; do args+=(--pbtxt "$p"); done
+    (cd "$DATA" && "$HPS_CONF" import "$json" "${args[@]}" >"$TMP/$name.ini" 2>"$TMP/$name.err") ||
+        { echo "# import failed"; cat "$TMP/$name.err"; return 1; }
+    diff -u "$DATA/$name.ini" "$TMP/$name.ini" &&
+        sed 's/^hps-conf: warning: //' "$TMP/$name.err" | diff -u "$DATA/$name.warnings" -
+}
+
+mapfile -t cases < <(grep -v '^#' "$DATA/cases")
+echo "1..$((2 * ${#cases[@]} + 23))"
+
+for c in "${cases[@]}"; do
+    read -r -a w <<<"$c"
+    ok "import ${w[1]} ${w[*]:2}: INI and warnings equal the golden $(basename "${w[0]}").ini/.warnings" \
+        import_case "${w[@]}"
+    ok "hps-conf check accepts ${w[0]}.ini" "$HPS_CONF" check "$DATA/${w[0]}.ini"
+done
+
+# Every warning is "file: key: reason" or "file:line: key: reason".
+ok "unknown keys are named with file and JSON path (and a near name)" \
+    grep -qxF "unknown_obsolete.json: models[0].gpucachepr: unknown key, not imported (did you mean gpucacheper?)" \
+    "$DATA/unknown_obsolete.warnings"
+ok "obsolete keys are named with file, JSON path and why" \
+    grep -qF "unknown_obsolete.json: volatile_db.max_get_batch_size: obsolete: " \
+    "$DATA/unknown_obsolete.warnings"
+ok "keys with no meaning here are listed with the reason" \
+    grep -qF "every_key.json: models[0].fp8_quant: no meaning here, not imported: " \
+    "$DATA/every_key.warnings"
+ok "config.pbtxt parameters are named with file:line" \
+    grep -qF "every_key.config.pbtxt:23: parameters freeze_sparse: no meaning here" \
+    "$DATA/every_key.warnings"
+
+cat >"$TMP/ok.json" <<'JSON'
+{"supportlonglong": true,
+ "models": [{"model": "m", "sparse_files": ["/a", "/b"], "deployed_device_list": [0],
+             "embedding_vecsize_per_table": [8, 16],
+             "maxnum_catfeature_query_per_table_per_sample": [1, 2]}]}
+JSON
+sub() { sed "s|\"model\": \"m\",|\"model\": \"m\", $1,|" "$TMP/ok.json" >"$TMP/$2"; }
+sub '"gpucacheper": 1.5' range.json
+sub '"hit_rate_threshold": -1' range2.json
+sub '"embedding_vecsize_per_table_": 1, "thread_pool_size": 4096' range3.json
+sub '"gpucache": "yes"' type.json
+sed 's/\[8, 16\]/[8]/' "$TMP/ok.json" >"$TMP/len.json"
+sed 's/"supportlonglong": true,/"supportlonglong": true,\n "volatile_db": {"type": "redis", "num_partitions": 2, "num_node_connections": 4},/' \
+    "$TMP/ok.json" >"$TMP/cross.json"
+printf '{"supportlonglong": true,\n "models": [\n  {"model": "m",]\n}\n' >"$TMP/syntax.json"
+sed 's/"model": "m"/"model": "a.b"/' "$TMP/ok.json" >"$TMP/name.json"
+
+ok "a value out of range names the JSON file, key and range (exit 2)" \
+    fails 2 "hps-conf: range.json: models[0].gpucacheper = 1.5: must be a number in [0, 1]" range.json
+ok "a negative hit_rate_threshold names its range" \
+    fails 2 "hps-conf: range2.json: models[0].hit_rate_threshold = -1: must be a number in [0, 2]" range2.json
+ok "an integer out of range names its range" \
+    fails 2 "hps-conf: range3.json: models[0].thread_pool_size = 4096: must be an integer in [1, 1024]" range3.json
+ok "a value of the wrong JSON type is named" \
+    fails 2 "hps-conf: type.json: models[0].gpucache = \"yes\": must be true or false (a JSON boolean)" type.json
+ok "a per-table list of the wrong length is named" \
+    fails 2 "hps-conf: len.json: models[0].embedding_vecsize_per_table = [8]: has 1 entry, but sparse_files has 2 (one per table)" len.json
+ok "a cross-key rule of the INI leads back to the JSON key" \
+    fails 2 "hps-conf: cross.json: volatile_db.num_node_connections: [distributed_db] num_node_connections = 4: must be at most num_partitions (2)" cross.json
+ok "JSON syntax errors give file:line:column" \
+    fails 2 "hps-conf: syntax.json:3:17: not valid JSON: quoted object property name expected" syntax.json
+ok "a model name that is not an INI section name is refused" \
+    fails 2 "hps-conf: name.json: models[0].model = \"a.b\": must be a name matching [A-Za-z0-9_-]{1,120}" name.json
+
+printf 'name: "m"\nparameters { key: "gpucacheper" value { string_value: "2" } }\n' >"$TMP/range.pbtxt"
+printf 'name: "m"\nparameters {\n  key "gpucache"\n}\n' >"$TMP/syntax.pbtxt"
+printf 'name: "m"\ninstance_group [ { kind: KIND_GPU gpus: [ 0, 3 ] } ]\n' >"$TMP/gpus.pbtxt"
+printf 'name: "other"\n' >"$TMP/other.pbtxt"
+printf 'name: "m"\nparameters { key: "refresh_interval" value { string_value: "10" } }\nmax_batch_size: 8\n' \
+    >"$TMP/warn.pbtxt"
+ok "a config.pbtxt parameter out of range names file:line, key and range" \
+    fails 2 "hps-conf: range.pbtxt:2: parameters gpucacheper = \"2\": must be a number in [0, 1]" \
+    ok.json --pbtxt range.pbtxt
+ok "protobuf text syntax errors give file:line" \
+    fails 2 "hps-conf: syntax.pbtxt:3: expected ':' or '{' after the field name \"key\", found string \"gpucache\"" \
+    ok.json --pbtxt syntax.pbtxt
+ok "instance_group gpus must lie in deployed_device_list" \
+    fails 2 "hps-conf: gpus.pbtxt:2: instance_group gpus: device 3 is not in ok.json: models[0].deployed_device_list (0)" \
+    ok.json --pbtxt gpus.pbtxt
+ok "a config.pbtxt of a model the ps.json does not have is refused" \
+    fails 2 "hps-conf: other.pbtxt:1: model \"other\": the ps.json ok.json has no model of that name" \
+    ok.json --pbtxt other.pbtxt
+ok "a file that cannot be read exits 1" \
+    fails 1 "hps-conf: cannot read missing.json: No such file or directory" missing.json
+ok "import without a file is a usage error (2)" \
+    bash -c '"$0" import 2>/dev/null; [ $? -eq 2 ]' "$HPS_CONF"
+ok "an unknown import option is a usage error (2)" \
+    bash -c '"$0" import x.json --frob 2>/dev/null; [ $? -eq 2 ]' "$HPS_CONF"
+ok "a pbtxt parameter overrides the ps.json value, with a warning (exit 0)" \
+    bash -c 'cd "$1" && "$0" import ok.json --pbtxt warn.pbtxt >w.ini 2>w.err &&
+             grep -qx "refresh_interval = 10" w.ini &&
+             grep -qxF "hps-conf: warning: warn.pbtxt:3: max_batch_size = 8: not imported: HugeCTR'"'"'s hps backend used the ps.json'"'"'s (64)" w.err' \
+    "$HPS_CONF" "$TMP"
+ok "--strict with warnings exits 3 and writes nothing" \
+    bash -c 'cd "$1" && "$0" import ok.json --pbtxt warn.pbtxt --strict >s.ini 2>/dev/null; [ $? -eq 3 ] && [ ! -s s.ini ]' \
+    "$HPS_CONF" "$TMP"
+ok "without warnings, import exits 0 and prints nothing on stderr" \
+    bash -c 'cd "$1" && "$0" import ok.json --strict >q.ini 2>q.err && [ ! -s q.err ] && "$0" check q.ini' \
+    "$HPS_CONF" "$TMP"
+ok "--help documents import and its exit codes" \
+    bash -c '"$0" --help | grep -q "^  import FILE.json" && "$0" --help | grep -q "^  3  import --strict"' "$HPS_CONF"
+
+[ "$failed" -eq 0 ]
