@@ -12,20 +12,8 @@ DATA=$(realpath "$2")
 TMP=$(mktemp -d /tmp/hps-conf-import-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-n=0
-failed=0
-ok() { # ok DESCRIPTION COMMAND...: the command must succeed
-    local desc=$1
-    shift
-    n=$((n + 1))
-    if "$@" >"$TMP/out" 2>"$TMP/err"; then
-        echo "ok $n - $desc"
-    else
-        echo "not ok $n - $desc"
-        sed 's/^/# /' "$TMP/out" "$TMP/err"
-        failed=$((failed + 1))
-    fi
-}
+# shellcheck source=tap.sh
+. "$(dirname "$0")/tap.sh"
 # fails WANT_STATUS WANT_STDERR JSON [ARGS...]: import exits WANT_STATUS, prints
 # nothing on stdout and exactly WANT_STDERR (one line) on stderr.
 fails() {

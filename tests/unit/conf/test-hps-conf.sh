@@ -10,20 +10,8 @@ DOC=$3
 TMP=$(mktemp -d /tmp/hps-conf-cli-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-n=0
-failed=0
-ok() { # ok DESCRIPTION COMMAND...: the command must succeed
-    local desc=$1
-    shift
-    n=$((n + 1))
-    if "$@" >"$TMP/out" 2>"$TMP/err"; then
-        echo "ok $n - $desc"
-    else
-        echo "not ok $n - $desc"
-        sed 's/^/# /' "$TMP/out" "$TMP/err"
-        failed=$((failed + 1))
-    fi
-}
+# shellcheck source=tap.sh
+. "$(dirname "$0")/tap.sh"
 status() { # status WANT COMMAND...: the command must exit with WANT
     local want=$1
     shift

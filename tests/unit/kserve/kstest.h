@@ -246,6 +246,29 @@ static inline hps_kserve_backend_t ks_vtable(struct ks_backend *b)
     return v;
 }
 
+/**
+ * Start an in-process server on kernel-chosen ports over the test models
+ * (ks_models) and backend b (marked ready), after seeding the test's
+ * random numbers.  o: options from hps_kserve_options_init() with the
+ * test's changes; its http_port is set to 0 here, and metrics_port to 0
+ * unless the test disabled metrics (HPS_KSERVE_PORT_DISABLED).  vt: the
+ * backend's table (ks_vtable or ks_vtable_pinned of b).  Writes the
+ * server and its ports (mport may be NULL); returns 0 or -1.
+ */
+static inline int ks_server_start(hps_kserve_options_t *o, struct ks_backend *b,
+                                  hps_kserve_backend_t vt, hps_kserve_t **srv, uint16_t *port,
+                                  uint16_t *mport)
+{
+    ks_seed();
+    atomic_store(&b->ready, true);
+    o->http_port = 0;
+    if (o->metrics_port != HPS_KSERVE_PORT_DISABLED)
+        o->metrics_port = 0;
+    if (hps_kserve_create(o, ks_models, KS_NUM_MODELS, &vt, srv) != 0)
+        return -1;
+    return hps_kserve_start(*srv) || hps_kserve_ports(*srv, port, mport) ? -1 : 0;
+}
+
 static inline hps_err_t ks_pin(void *ctx, void *buf, size_t bytes)
 {
     struct ks_backend *b = ctx;

@@ -25,21 +25,12 @@ static uint16_t g_port, g_mport;
 static int group_setup(void **state)
 {
     (void)state;
-    ks_seed();
-    atomic_store(&g_be.ready, true);
     hps_kserve_options_t o;
     hps_kserve_options_init(&o);
-    o.http_port = 0;
-    o.metrics_port = 0;
     o.threads = 4;
     o.max_body_bytes = 1u << 20;
     o.idle_timeout_s = 2; /* stalled fuzz connections go away soon */
-    hps_kserve_backend_t vt = ks_vtable(&g_be);
-    if (hps_kserve_create(&o, ks_models, KS_NUM_MODELS, &vt, &g_srv) != 0)
-        return -1;
-    if (hps_kserve_start(g_srv) != 0 || hps_kserve_ports(g_srv, &g_port, &g_mport) != 0)
-        return -1;
-    return 0;
+    return ks_server_start(&o, &g_be, ks_vtable(&g_be), &g_srv, &g_port, &g_mport);
 }
 
 static int group_teardown(void **state)

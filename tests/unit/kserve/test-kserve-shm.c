@@ -215,17 +215,11 @@ static void wdl_expected(const int64_t *keys, size_t batch, float *out)
 static int group_setup(void **state)
 {
     (void)state;
-    ks_seed();
-    atomic_store(&g_be.ready, true);
     hps_kserve_options_t o;
     hps_kserve_options_init(&o);
-    o.http_port = 0;
     o.metrics_port = HPS_KSERVE_PORT_DISABLED;
     o.threads = 4;
-    hps_kserve_backend_t vt = ks_vtable(&g_be);
-    if (hps_kserve_create(&o, ks_models, KS_NUM_MODELS, &vt, &g_srv) != 0)
-        return -1;
-    return hps_kserve_start(g_srv) || hps_kserve_ports(g_srv, &g_port, NULL) ? -1 : 0;
+    return ks_server_start(&o, &g_be, ks_vtable(&g_be), &g_srv, &g_port, NULL);
 }
 
 static int group_teardown(void **state)
