@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""
+load_serving.py -- lookups of a serving model while another model of about
+1 GB loads (issue 20's benchmark), beside the same stream with nothing
+loading, in one run.
+
+A worker serves model "a" (small, all of it in shared memory) from the
+coordinator's segment.  The coordinator is then restarted with "a" and "b"
+(--rows-b rows of --dim floats: 2,000,000 x 128 = 1.02 GB of emb_vector):
+it builds its new segment beside the serving one and publishes it when both
+models are loaded, so the worker answers from the old segment for the whole
+load.  One closed-loop client sends requests of --keys keys of "a" back to
+back; each answer is checked exactly.  Printed: p50 / p99 / max latency and
+req/s with nothing loading and during the load, the load's wall time, and
+the counts of wrong answers and errors (both must be 0).
+
+usage: bench/load_serving.py [--build DIR] [--rows-b N] [--dim D] [--keys K]
+                             [--idle S]
+Environment as for the integration tests (HPS_COORDINATOR, HPS_WORKER,
+HPS_GEN, HPS_SHM) overrides --build.
+"""
+import argparse
+import os
+import random
+import sys
+import threading
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+repo = os.path.dirname(here)
+
+
+def parse():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(repo, "build"))
+    ap.add_argument("--rows-b", type=int, default=2000000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--keys", type=int, default=26)
+    ap.add_argument("--idle", type=float, default=5.0)
+    return ap.parse_args()
+
+
+args = parse()
+for var, rel in (("HPS_COORDINATOR", "coordinator/hps-coordinator"),
+                 ("HPS_WORKER", "worker/hps-worker"), ("HPS_GEN", "tools/hps-gen/hps-gen"),
+                 ("HPS_SHM", "tools/hps-shm/hps-shm")):
+    os.environ.setdefault(var, os.path.abspath(os.path.join(args.build, rel)))
+sys.path.insert(0, os.path.join(repo, "tests", "integration"))
+import hpstest as H  # noqa: E402
+
+
+class Stream(threading.Thread):
+    def __init__(self, port, model):
+        super().__init__(daemon=True)
+        self.port, self.model = port, model
+        self.rng = random.Random(5)
+        self.mark = "idle"
+        self.lat = {"idle": [], "loading": [], "after": []}
+        self.wrong = self.errors = 0
+        self.stop_ev = threading.Event()
+
+    def run(self):
+        m = self.model
+        while not self.stop_ev.is_set():
+            kpt = [self.rng.sample(m.file_keys[0], args.keys)]
+            mark = self.mark
+            try:
+                r = H.infer(self.port, "a", kpt, binary=True, timeout=10)
+                _, got = H.decode_output(r)
+            except Exception:  # noqa: BLE001
+                self.errors += 1
+                continue
+            if got != m.expected(kpt):
+                self.wrong += 1
+            if mark == self.mark:
+                self.lat[mark].append(r.elapsed)
+
+
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] * 1e6 if v else float("nan")
+
+
+def main():
+    with H.Cluster("loadserve") as cl:
+        a = cl.gen_model("a", rows=[100000], dims=[args.dim], defaults=[0.25], subdir="a")
+        print("generating model b: %d rows x %d floats (%.2f GB of emb_vector)..." %
+              (args.rows_b, args.dim, args.rows_b * args.dim * 4 / 1e9), flush=True)
+        b = cl.gen_model("b", rows=[args.rows_b], dims=[args.dim], defaults=[0.0], subdir="b")
+        size = H.ini_set(a.ini_text, "volatile_db", "shared_memory_size", "%dMiB" % (
+            (args.rows_b * (args.dim * 4 + 64) * 1.3 + 400e6) // (1 << 20)))
+        base = H.ini_set(size, "volatile_db", "initial_cache_rate", 1.0)
+        conf_a = cl.write_config("a.ini", base, [])
+        sect_b = b.ini_text[b.ini_text.index("[model.b]"):]
+        conf_ab = cl.path("ab.ini")
+        with open(conf_ab, "w") as f:
+            f.write(open(conf_a).read() + "\n" + sect_b)
+        c1 = cl.start_coordinator(conf_a)
+        w = cl.start_worker(conf_a)
+        s = Stream(w.http_port, a)
+        s.start()
+        time.sleep(args.idle)
+        c1.kill()
+        c1.wait(10)
+        s.mark = "loading"
+        t0 = time.monotonic()
+        c2 = cl.start_coordinator(conf_ab, wait_ready=False)
+        while "published /dev/shm" not in c2.log() and c2.alive():
+            time.sleep(0.01)
+        load_s = time.monotonic() - t0
+        s.mark = "after"
+        time.sleep(1.0)
+        s.stop_ev.set()
+        s.join(20)
+        print("model b loaded beside the serving segment in %.1f s (coordinator start to "
+              "publish)" % load_s)
+        print("%-34s %8s %8s %8s %8s %8s" % ("lookups of model a (%d keys)" % args.keys,
+                                              "requests", "req/s", "p50 us", "p99 us",
+                                              "max us"))
+        spans = {"idle": args.idle, "loading": load_s, "after": 1.0}
+        for k in ("idle", "loading", "after"):
+            v = s.lat[k]
+            print("%-34s %8d %8.0f %8.0f %8.0f %8.0f" % (k, len(v), len(v) / spans[k],
+                                                         pct(v, 0.5), pct(v, 0.99),
+                                                         pct(v, 1.0)))
+        if s.lat["idle"] and s.lat["loading"]:
+            print("during the load / idle: p50 %.2fx, p99 %.2fx" %
+                  (pct(s.lat["loading"], 0.5) / pct(s.lat["idle"], 0.5),
+                   pct(s.lat["loading"], 0.99) / pct(s.lat["idle"], 0.99)))
+        print("wrong answers %d, errors %d" % (s.wrong, s.errors))
+        for line in c2.log().splitlines():
+            if "model b:" in line or "published" in line:
+                print("  coordinator: " + line.split("  ", 1)[-1])
+        return 0 if s.wrong == 0 and s.errors == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
