@@ -15,10 +15,19 @@
  * new model: the table's rows are dropped and the new files ingested.  The
  * record is deleted before and written after (synced) a re-ingestion, so a
  * crash in between re-ingests at the next start.  Whenever the persistent DB
- * holds the current files (recorded identity = the files'), the volatile DB
- * and Redis, when they are filled, take the same rows (the files' first
- * initial_cache_rate keys) with the values from the persistent DB, which
- * include the applied updates.
+ * held the current files before this start (recorded identity = the
+ * files'), the volatile DB and Redis, when they are filled, take the same
+ * rows (the files' first initial_cache_rate keys) with the values from the
+ * persistent DB, which include the applied updates; tables ingested by this
+ * start fill them from the files, in the same pass (THE LOAD PASS).
+ *
+ * The identity samples the files (2 MiB each) rather than hashing them
+ * whole: a whole-file hash would be a second full read of the model at
+ * every start, and path, size, mtime and both ends already tell a replaced
+ * or rewritten file (a model writer rewrites the whole file, moving mtime).
+ * The hashes are computed as they always were, so the records of an
+ * existing persistent DB still match and no start re-ingests (and drops
+ * the applied updates) for a change of this code.
  *
  * MODEL CONTENTS.  Before anything is written, one pass over every table's
  * files (hps_modelfile_check_table()) counts the rows with a NaN or +-Inf
@@ -37,9 +46,12 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,26 +76,129 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* ---- loader threads ---------------------------------------------------- */
+
+/*
+ * Loading runs on LOAD_THREADS threads, the caller and LOAD_THREADS - 1
+ * more, whatever the machine: the content check and identities of the
+ * tables (validate_all) and the pass that fills both DBs (load_files).
+ * Each thread takes the next table; one thread's reads and fsyncs overlap
+ * the other's sorting and copying.  They work in bounded steps and yield
+ * the CPU between them (see THE LOAD PASS), so lookups served while a
+ * model loads are not starved.
+ */
+#define LOAD_THREADS 2
+
+#define HUGE_PAGE (2ULL << 20)
+
+/* A thread's chunk buffer, keys then vectors, grown on demand and reused
+ * across its tables (fresh memory costs a page fault per page at first
+ * touch).  In transparent huge pages where the kernel allows: the SST
+ * writer gathers rows in key order from the whole chunk. */
+typedef struct load_buf {
+    void *mem;
+    size_t cap;
+    int64_t *keys; /* uint32 keys when key_bytes is 4 */
+    float *vecs;
+} load_buf_t;
+
+static bool buf_fit(load_buf_t *b, size_t rows, uint32_t dim)
+{
+    size_t key_bytes = (rows * sizeof(int64_t) + 63) & ~(size_t)63;
+    size_t need = key_bytes + rows * dim * sizeof(float);
+    if (need > b->cap) {
+        free(b->mem);
+        b->cap = (need + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        b->mem = aligned_alloc(HUGE_PAGE, b->cap);
+        b->cap = b->mem ? b->cap : 0;
+        if (b->mem)
+            madvise(b->mem, b->cap, MADV_HUGEPAGE); /* a hint: else plain pages */
+    }
+    b->keys = b->mem;
+    b->vecs = b->mem ? (float *)((char *)b->mem + key_bytes) : NULL;
+    return b->mem != NULL;
+}
+
+typedef void (*par_fn)(void *ctx, size_t i, load_buf_t *b);
+
+/* A parallel loop: fn(ctx, i, the thread's buffers) for i in [0, n). */
+typedef struct par {
+    par_fn fn;
+    void *ctx;
+    size_t n;
+    /* Relaxed: a ticket counter, each i to one thread; what fn writes is
+     * read after pthread_join, which orders it. */
+    _Atomic size_t next;
+} par_t;
+
+static void *par_thread(void *arg)
+{
+    par_t *p = arg;
+    load_buf_t b = {0};
+    for (size_t i; (i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n;)
+        p->fn(p->ctx, i, &b);
+    free(b.mem);
+    return NULL;
+}
+
+/* Run the loop on min(n, LOAD_THREADS) threads (fewer if a thread cannot
+ * start: the caller is always one); returns how many ran it. */
+static size_t par_run(par_fn fn, void *ctx, size_t n)
+{
+    par_t p = {.fn = fn, .ctx = ctx, .n = n};
+    pthread_t th[LOAD_THREADS - 1];
+    size_t started = 0;
+    for (size_t i = 1; i < LOAD_THREADS && i < n; i++)
+        if (pthread_create(&th[started], NULL, par_thread, &p) == 0)
+            started++;
+    par_thread(&p);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    return started + 1;
+}
+
 /* ---- identity of a table's files ---------------------------------------- */
 
-/* FNV-1a (64 bit) of up to HASH_SPAN bytes of fd at off, folded into h. */
-static bool hash_span(int fd, off_t off, size_t len, uint64_t *h)
+#define FNV_PRIME 0x100000001b3ULL
+
+/* pread exactly len bytes at off. */
+static bool pread_all(int fd, unsigned char *buf, size_t len, off_t off)
 {
-    static const size_t bufsz = 65536;
-    unsigned char *buf = malloc(bufsz);
-    bool ok = buf != NULL;
-    while (ok && len > 0) {
-        ssize_t got = pread(fd, buf, len < bufsz ? len : bufsz, off);
-        if (got <= 0) {
-            ok = false;
-            break;
-        }
-        for (ssize_t i = 0; i < got; i++)
-            *h = (*h ^ buf[i]) * 0x100000001b3ULL;
+    while (len > 0) {
+        ssize_t got = pread(fd, buf, len, off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return false;
+        buf += got;
         off += got;
         len -= (size_t)got;
     }
-    free(buf);
+    return true;
+}
+
+/* FNV-1a (64 bit) of the first span bytes of fd, folded into *head, and of
+ * its last span bytes, into *tail.  The two hashes run interleaved: each
+ * is one serial chain of multiplies, and two chains keep the CPU busy. */
+static bool hash_ends(int fd, off_t size, size_t span, uint64_t *head, uint64_t *tail)
+{
+    enum { PIECE = 65536 };
+    unsigned char *a = malloc(2 * PIECE);
+    uint64_t h = *head, t = *tail;
+    bool ok = a != NULL;
+    for (size_t off = 0; ok && off < span; off += PIECE) {
+        size_t n = span - off < PIECE ? span - off : PIECE;
+        const unsigned char *b = a + PIECE;
+        ok = pread_all(fd, a, n, (off_t)off) &&
+             pread_all(fd, a + PIECE, n, size - (off_t)span + (off_t)off);
+        for (size_t i = 0; ok && i < n; i++) {
+            h = (h ^ a[i]) * FNV_PRIME;
+            t = (t ^ b[i]) * FNV_PRIME;
+        }
+    }
+    free(a);
+    *head = h;
+    *tail = t;
     return ok;
 }
 
@@ -105,13 +220,13 @@ static bool file_ident(const char *path, char *buf, size_t len)
     }
     uint64_t head = 0xcbf29ce484222325ULL, tail = head;
     size_t span = (uint64_t)st.st_size < HASH_SPAN ? (size_t)st.st_size : HASH_SPAN;
-    bool ok = hash_span(fd, 0, span, &head) && hash_span(fd, st.st_size - (off_t)span, span, &tail);
+    bool ok = hash_ends(fd, st.st_size, span, &head, &tail);
     close(fd);
     char named[64];
     if (strlen(path) > PATH_ID_MAX) {
         uint64_t h = 0xcbf29ce484222325ULL;
         for (const char *p = path; *p; p++)
-            h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+            h = (h ^ (unsigned char)*p) * FNV_PRIME;
         snprintf(named, sizeof(named), "path-fnv1a=%016" PRIx64, h);
     }
     int n = snprintf(buf, len, "%s size=%lld mtime=%lld.%09ld head=%016" PRIx64 " tail=%016" PRIx64,
@@ -138,21 +253,6 @@ static bool table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, c
     if (n <= 0 || (size_t)n >= len)
         errno = ENAMETOOLONG;
     return n > 0 && (size_t)n < len;
-}
-
-/* With a persistent DB: every table's file identity, taken before anything
- * is written, into ident (m's tables; pdb_check compares them). */
-static int take_idents(const coord_t *c, const hps_conf_model_t *m, char (*ident)[IDENT_MAX])
-{
-    for (size_t t = 0; ident && t < m->num_tables; t++) {
-        if (table_ident(c, m, t, ident[t], IDENT_MAX))
-            continue;
-        HPS_ERROR("model %s refused, nothing was loaded: table %s: cannot take the identity of "
-                  "%s/key and emb_vector: %s",
-                  m->name, m->embedding_table_names[t], m->sparse_files[t], strerror(errno));
-        return HPS_EXIT_MODEL;
-    }
-    return 0;
 }
 
 /* Name of table t's metadata entry. */
@@ -200,33 +300,72 @@ static const char *bad_row_keys(bool nonfinite, bool dup)
                             : "duplicate_keys";
 }
 
-/* Check the contents of m's tables (NaN/Inf values, duplicate keys): refuse
- * the model as its nonfinite_values / duplicate_keys say, else log one
- * warning per table with bad rows.  dups: m's entries of g_dups. */
-static int check_contents(const hps_conf_model_t *m, const hps_modelfile_spec_t *specs,
-                          table_dups_t *dups, uint64_t *ret_nonfinite, uint64_t *ret_dup_keys)
+/* One table's content check and identity, taken on a loader thread. */
+typedef struct check_res {
+    hps_modelfile_stats_t st;
+    hps_err_t rc;
+    int ident_errno; /* 0: identity taken (or none wanted) */
+    char err[1024];
+} check_res_t;
+
+typedef struct check_ctx {
+    const coord_t *c;
+    const hps_conf_model_t *m;
+    const hps_modelfile_spec_t *specs;
+    unsigned refuse;
+    table_dups_t *dups;       /* m's entries of g_dups */
+    char (*ident)[IDENT_MAX]; /* m's identities; NULL without a persistent DB */
+    check_res_t *res;
+} check_ctx_t;
+
+static void check_job(void *ctx, size_t t, load_buf_t *b)
+{
+    check_ctx_t *k = ctx;
+    check_res_t *r = &k->res[t];
+    (void)b;
+    r->rc = hps_modelfile_check_table(&k->specs[t], k->refuse, &r->st, &k->dups[t].d, &k->dups[t].n,
+                                      r->err, sizeof(r->err));
+    if (r->rc == 0 && k->ident && !table_ident(k->c, k->m, t, k->ident[t], IDENT_MAX))
+        r->ident_errno = errno ? errno : EIO;
+}
+
+/* Check the contents of m's tables (NaN/Inf values, duplicate keys) and,
+ * with ident, take their identities, on the loader threads: refuse the
+ * model as its nonfinite_values / duplicate_keys say (the first bad table
+ * in order), else log one warning per table with bad rows. */
+static int check_contents(const coord_t *c, const hps_conf_model_t *m,
+                          const hps_modelfile_spec_t *specs, table_dups_t *dups,
+                          char (*ident)[IDENT_MAX], uint64_t *ret_nonfinite, uint64_t *ret_dup_keys)
 {
     bool refuse_nf = m->nonfinite_values == HPS_CONF_BAD_ROWS_REFUSE;
     bool refuse_dup = m->duplicate_keys == HPS_CONF_BAD_ROWS_REFUSE;
-    unsigned refuse =
-        (refuse_nf ? HPS_MODELFILE_NONFINITE : 0) | (refuse_dup ? HPS_MODELFILE_DUPLICATES : 0);
-    char err[1024], what[768], hint[320];
-    for (size_t t = 0; t < m->num_tables; t++) {
-        hps_modelfile_stats_t st = {0};
-        hps_err_t rc = hps_modelfile_check_table(&specs[t], refuse, &st, &dups[t].d, &dups[t].n,
-                                                 err, sizeof(err));
-        bool nf = st.nonfinite_rows > 0, dup = st.dup_keys > 0;
-        if (rc < 0) {
+    check_ctx_t k = {.c = c,
+                     .m = m,
+                     .specs = specs,
+                     .dups = dups,
+                     .ident = ident,
+                     .refuse = (refuse_nf ? HPS_MODELFILE_NONFINITE : 0) |
+                               (refuse_dup ? HPS_MODELFILE_DUPLICATES : 0),
+                     .res = calloc(m->num_tables, sizeof(check_res_t))};
+    char what[768], hint[320];
+    int ex = k.res ? 0 : HPS_EXIT_RUNTIME;
+    if (!ex)
+        par_run(check_job, &k, m->num_tables);
+    for (size_t t = 0; !ex && t < m->num_tables; t++) {
+        const check_res_t *r = &k.res[t];
+        bool nf = r->st.nonfinite_rows > 0, dup = r->st.dup_keys > 0;
+        if (r->rc < 0) {
             hint[0] = '\0';
             if ((refuse_nf && nf) || (refuse_dup && dup))
                 snprintf(hint, sizeof(hint), " ([model.%s] %s = refuse)", m->name,
                          bad_row_keys(refuse_nf && nf, refuse_dup && dup));
-            HPS_ERROR("model %s refused, nothing was loaded: %s%s", m->name, err, hint);
-            return HPS_EXIT_MODEL;
+            HPS_ERROR("model %s refused, nothing was loaded: %s%s", m->name, r->err, hint);
+            ex = HPS_EXIT_MODEL;
+            break;
         }
-        *ret_nonfinite += st.nonfinite_rows;
-        *ret_dup_keys += st.dup_keys;
-        if (hps_modelfile_stats_format(&st, specs[t].dir,
+        *ret_nonfinite += r->st.nonfinite_rows;
+        *ret_dup_keys += r->st.dup_keys;
+        if (hps_modelfile_stats_format(&r->st, specs[t].dir,
                                        HPS_MODELFILE_NONFINITE | HPS_MODELFILE_DUPLICATES, what,
                                        sizeof(what)))
             HPS_WARN("model %s table %s: %s; loaded%s%s%s ([model.%s] %s = warn; `refuse` "
@@ -236,7 +375,17 @@ static int check_contents(const hps_conf_model_t *m, const hps_modelfile_spec_t 
                      dup ? " the last row of each repeated key" : "", m->name,
                      bad_row_keys(nf, dup));
     }
-    return 0;
+    for (size_t t = 0; !ex && t < m->num_tables; t++) {
+        if (!k.res[t].ident_errno)
+            continue;
+        HPS_ERROR("model %s refused, nothing was loaded: table %s: cannot take the identity of "
+                  "%s/key and emb_vector: %s",
+                  m->name, m->embedding_table_names[t], m->sparse_files[t],
+                  strerror(k.res[t].ident_errno));
+        ex = HPS_EXIT_MODEL;
+    }
+    free(k.res);
+    return ex;
 }
 
 /* Refuse the whole start-up if any table of any model is malformed.  With
@@ -261,17 +410,15 @@ static int validate_all(coord_t *c, char (*ident)[IDENT_MAX])
         }
         uint64_t nonfinite = 0, dup_keys = 0;
         double t0 = now_s();
-        int ex = check_contents(m, specs, g_dups + first, &nonfinite, &dup_keys);
-        if (ex)
-            return ex;
-        double dt = now_s() - t0;
-        ex = take_idents(c, m, ident ? ident + first : NULL);
+        int ex = check_contents(c, m, specs, g_dups + first, ident ? ident + first : NULL,
+                                &nonfinite, &dup_keys);
         if (ex)
             return ex;
         HPS_INFO("model %s: %zu tables, %llu rows, files valid; contents checked in %.2f s (rows "
-                 "with NaN or Inf: %llu, keys on more than one row: %llu)",
-                 m->name, m->num_tables, (unsigned long long)rows, dt,
-                 (unsigned long long)nonfinite, (unsigned long long)dup_keys);
+                 "with NaN or Inf: %llu, keys on more than one row: %llu) by %u threads",
+                 m->name, m->num_tables, (unsigned long long)rows, now_s() - t0,
+                 (unsigned long long)nonfinite, (unsigned long long)dup_keys,
+                 (unsigned)(m->num_tables < LOAD_THREADS ? m->num_tables : LOAD_THREADS));
     }
     return 0;
 }
@@ -484,15 +631,41 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
     return ex;
 }
 
-/* Per table of a model: the identity of its files and whether the
- * persistent DB holds exactly them (plus the updates applied since). */
+/* Per table of a model: the identity of its files, whether the persistent
+ * DB holds exactly them (plus the updates applied since), and what loading
+ * must do to its column family. */
 typedef struct model_state {
     char (*ident)[IDENT_MAX];
-    bool *current;
+    bool *current; /* the PDB holds these files (after the pass: all ingested) */
+    bool *held;    /* ... and did before this start: values come from the PDB */
+    bool *has_rec; /* the PDB has a record of this table (maybe another's files) */
+    bool *had_cf;  /* the column family existed before this start */
 } model_state_t;
 
-/* Fill st->current: the identities of the files (taken by validate_all),
- * compared with the PDB's records. */
+static int model_state_init(model_state_t *st, size_t n, char (*ident)[IDENT_MAX])
+{
+    bool *b = calloc(n ? 4 * n : 1, sizeof(bool));
+    *st = (model_state_t){
+        .ident = ident, .current = b, .held = b + n, .has_rec = b + 2 * n, .had_cf = b + 3 * n};
+    return b ? 0 : HPS_EXIT_RUNTIME;
+}
+
+typedef struct cf_seen {
+    const hps_conf_model_t *m;
+    bool *had_cf;
+} cf_seen_t;
+
+static int note_cf(const char *model, const char *table, void *ctx)
+{
+    cf_seen_t *s = ctx;
+    for (size_t t = 0; strcmp(model, s->m->name) == 0 && t < s->m->num_tables; t++)
+        if (strcmp(table, s->m->embedding_table_names[t]) == 0)
+            s->had_cf[t] = true;
+    return 0;
+}
+
+/* Fill st->current, held and has_rec: the identities of the files (taken by
+ * validate_all) compared with the PDB's records. */
 static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 {
     if (!c->pdb)
@@ -505,7 +678,8 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
             HPS_ERROR("model %s: persistent DB: %s", m->name, err);
             return HPS_EXIT_PDB;
         }
-        st->current[t] = rc == 0 && strcmp(rec, st->ident[t]) == 0;
+        st->has_rec[t] = rc == 0;
+        st->current[t] = st->held[t] = rc == 0 && strcmp(rec, st->ident[t]) == 0;
         if (rc == 0 && !st->current[t])
             HPS_INFO("model %s table %s: the model files changed since the persistent DB "
                      "ingested them (was: %s; now: %s)",
@@ -515,130 +689,310 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 }
 
 /* Before re-ingesting table t: forget its record (a crash from here on
- * re-ingests), then drop its rows (a new model replaces the old one). */
-static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, size_t t)
+ * re-ingests), then drop its rows (a new model replaces the old one).  A
+ * table without a record has none to forget, and a column family created
+ * by this start is empty: neither costs a synced RocksDB write then. */
+static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, size_t t)
 {
     char name[320], err[512];
     uint32_t id;
     ident_name(m, t, name, sizeof(name));
     hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
     coord_table_t *ct = &c->tables[id];
-    if (hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0 ||
-        hps_pdb_drop(ct->pdb, err, sizeof(err)) < 0 ||
-        hps_pdb_table(c->pdb, m->name, ct->name, true, &ct->pdb, err, sizeof(err)) < 0) {
+    if ((st->has_rec[t] && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
+        (st->had_cf[t] &&
+         (hps_pdb_drop(ct->pdb, err, sizeof(err)) < 0 ||
+          hps_pdb_table(c->pdb, m->name, ct->name, true, &ct->pdb, err, sizeof(err)) < 0))) {
         HPS_ERROR("model %s table %s: persistent DB: %s", m->name, ct->name, err);
         return HPS_EXIT_PDB;
     }
     return 0;
 }
 
-static int pdb_ingest(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
+/* ---- one pass over the files: persistent and volatile DB together ------ */
+
+/*
+ * THE LOAD PASS.  A table whose rows go to the persistent DB (the PDB does
+ * not hold its files) or to the volatile DB from the files is read once:
+ * each chunk of up to SST_BYTES of rows is read with large sequential
+ * preads, sorted, written as one SST file and ingested (hps_pdb_bulk_load();
+ * one SST per table up to that size: HugeCTR's ten chunks per table made
+ * overlapping SSTs that RocksDB then compacted), and its first rows (up to
+ * initial_cache_rate of the table) are upserted into the volatile DB from
+ * the same buffers.  Filling the volatile DB from the files rather than
+ * reading the freshly ingested rows back from RocksDB gives the same values:
+ * the ingestion keeps each key's last row, and so do file-order upserts (a
+ * partial fill: last_rows()); no update can arrive in between (the update
+ * source starts after loading).  A table that the PDB held already takes
+ * its values from the PDB afterwards (fill_layer()): they include the
+ * updates applied since the files were ingested.
+ *
+ * STEPS.  Each loader thread (LOAD_THREADS) takes the tables largest
+ * first and works in bounded steps -- a READ_PIECE read, a VDB_BATCH-row
+ * upsert -- yielding the CPU between them (sched_yield), so that lookups
+ * served meanwhile get the CPU, and the volatile DB's partition locks,
+ * between steps.  RocksDB's background threads ([persistent_db]
+ * num_threads) have nothing to compact: each SST lands in an empty key
+ * range of its column family's bottom level.  Memory: per thread one chunk
+ * (at most SST_BYTES of keys and vectors) and the sort's 32 bytes per row.
+ */
+#define SST_BYTES  (256ULL << 20) /* rows per SST file, and per read chunk */
+#define READ_PIECE (16ULL << 20)  /* bytes of rows per pread pair, between yields */
+#define VDB_BATCH  16384          /* rows per volatile-DB upsert, between yields */
+
+/* One table's work in the pass, and its outcome. */
+typedef struct load_job {
+    coord_t *c;
+    coord_table_t *ct;
+    const char *dir;
+    const table_dups_t *dups; /* NULL: none known */
+    uint64_t rows;            /* of the files */
+    bool pdb;                 /* ingest into the persistent DB */
+    uint64_t vdb_want;        /* upsert the first vdb_want rows into the volatile DB */
+    int ex;                   /* 0, or the exit status of a failure (err says why) */
+    char err[640];
+    double read_s, pdb_s, vdb_s; /* seconds this job's thread spent in each step */
+} load_job_t;
+
+/* The jobs of a pass and the threads' shared cursor. */
+typedef struct load_pass {
+    load_job_t *jobs;
+    size_t njobs;
+    /* Relaxed atomics: failed is only a hint to stop early, done feeds the
+     * progress line; the jobs' results are read after pthread_join. */
+    _Atomic bool failed;
+    _Atomic uint64_t done;
+    uint64_t total;
+} load_pass_t;
+
+/* Read rows [row, row + n) into keys and vecs, READ_PIECE at a time. */
+static hps_err_t read_rows(hps_modelfile_t *mf, uint32_t key_bytes, uint64_t row, size_t n,
+                           int64_t *keys, float *vecs, char *err, size_t err_len)
 {
-    char err[512];
-    hps_modelfile_spec_t all[256], specs[256];
-    size_t n = 0;
-    specs_of(c, m, all);
-    /* One SST per table up to 256 MiB of rows (HugeCTR's ten chunks per
-     * table make overlapping SSTs that RocksDB then compacts). */
-    uint32_t maxdim = 1;
-    for (size_t t = 0; t < m->num_tables; t++) {
+    uint32_t dim = hps_modelfile_dim(mf);
+    size_t piece = READ_PIECE / (8 + (size_t)dim * sizeof(float));
+    for (size_t d = 0; d < n; d += piece) {
+        size_t k = n - d < piece ? n - d : piece;
+        hps_err_t rc = key_bytes == 8 ? hps_modelfile_read(mf, row + d, k, keys + d, vecs + d * dim,
+                                                           err, err_len)
+                                      : hps_modelfile_read_u32(mf, row + d, k, (uint32_t *)keys + d,
+                                                               vecs + d * dim, err, err_len);
+        if (rc < 0)
+            return rc;
+        sched_yield();
+    }
+    return 0;
+}
+
+/* Upsert the chunk's rows below j->vdb_want into the volatile DB.  A
+ * partial fill first gives each repeated key its last row (last_rows():
+ * vecs is changed, so this runs after the SST was written from it). */
+static hps_err_t vdb_put(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_t n,
+                         const int64_t *keys, float *vecs, char *err, size_t err_len)
+{
+    uint32_t kb = j->c->key_bytes, dim = j->ct->dim;
+    size_t m = row >= j->vdb_want ? 0 : j->vdb_want - row < n ? (size_t)(j->vdb_want - row) : n;
+    hps_err_t rc = 0;
+    if (m > 0 && j->vdb_want < j->rows)
+        rc = last_rows(mf, j->dups, j->vdb_want, kb, m, keys, vecs, err, err_len);
+    for (size_t d = 0; d < m && rc == 0; d += VDB_BATCH) {
+        size_t k = m - d < VDB_BATCH ? m - d : VDB_BATCH;
+        rc = hps_shmdb_upsert(j->c->db, j->ct->vdb_id, k, (const char *)keys + d * kb,
+                              vecs + d * dim, NULL);
+        sched_yield();
+    }
+    return rc;
+}
+
+/* One chunk: read it, ingest it, upsert it; the step times go to j. */
+static hps_err_t load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_t n,
+                            load_buf_t *b, char *err, size_t err_len)
+{
+    double t0 = now_s(), t1, t2;
+    const char *step = "reading the model files";
+    hps_err_t rc = read_rows(mf, j->c->key_bytes, row, n, b->keys, b->vecs, err, err_len);
+    t1 = now_s();
+    if (rc == 0 && j->pdb) {
+        step = "loading into the persistent DB";
+        rc = hps_pdb_bulk_load(j->ct->pdb, n, b->keys, j->c->key_bytes, b->vecs, j->ct->dim, err,
+                               err_len);
+    }
+    t2 = now_s();
+    if (rc == 0) {
+        step = "loading into the volatile DB";
+        rc = vdb_put(j, mf, row, n, b->keys, b->vecs, err, err_len);
+    }
+    j->read_s += t1 - t0;
+    j->pdb_s += t2 - t1;
+    j->vdb_s += now_s() - t2;
+    if (rc < 0)
+        snprintf(j->err, sizeof(j->err), "model %s table %s: %s: %s", j->ct->model->name,
+                 j->ct->name, step, err[0] ? err : hps_strerror(rc));
+    return rc;
+}
+
+/* par_fn of the pass: job i of the load_pass_t ctx. */
+static void run_job(void *ctx, size_t i, load_buf_t *b)
+{
+    load_pass_t *lp = ctx;
+    load_job_t *j = &lp->jobs[i];
+    char err[512] = "";
+    uint32_t dim = j->ct->dim;
+    hps_modelfile_t *mf = NULL;
+    hps_err_t rc = hps_modelfile_open(j->dir, dim, &mf, err, sizeof(err));
+    uint64_t chunk = SST_BYTES / (8 + (uint64_t)dim * sizeof(float));
+    uint64_t end = j->pdb ? j->rows : j->vdb_want; /* rows to read */
+    chunk = chunk < 1 ? 1 : chunk < end ? chunk : end;
+    if (rc < 0)
+        snprintf(j->err, sizeof(j->err), "%s", err);
+    else if (end > 0 && !buf_fit(b, (size_t)chunk, dim))
+        snprintf(j->err, sizeof(j->err), "model %s table %s: out of memory for %llu rows",
+                 j->ct->model->name, j->ct->name, (unsigned long long)chunk);
+    j->ex = rc < 0 ? HPS_EXIT_MODEL : end > 0 && !b->keys ? HPS_EXIT_RUNTIME : 0;
+    for (uint64_t row = 0, n; j->ex == 0 && row < end; row += n) {
+        n = end - row < chunk ? end - row : chunk;
+        if (atomic_load_explicit(&lp->failed, memory_order_relaxed))
+            break;
+        if (load_chunk(j, mf, row, (size_t)n, b, err, sizeof(err)) < 0)
+            j->ex = HPS_EXIT_MODEL;
+        uint64_t done = atomic_fetch_add_explicit(&lp->done, n, memory_order_relaxed) + n;
+        progress(j->ct->model->name, done, lp->total);
+    }
+    if (j->ex)
+        atomic_store_explicit(&lp->failed, true, memory_order_relaxed);
+    hps_modelfile_close(mf);
+}
+
+static int job_cmp(const void *a, const void *b)
+{
+    const load_job_t *x = a, *y = b;
+    uint64_t wx = (x->pdb ? x->rows : x->vdb_want) * x->ct->dim;
+    uint64_t wy = (y->pdb ? y->rows : y->vdb_want) * y->ct->dim;
+    return (wx < wy) - (wx > wy); /* largest first */
+}
+
+/* Outcome of a model's load, for its log lines. */
+typedef struct load_times {
+    double create_s, pass_s, read_s, pdb_s, vdb_s; /* wall times; step times summed over threads */
+    size_t ingested, vdb_tables, threads;
+    uint64_t vdb_rows, vdb_bytes, bytes; /* bytes: read by the pass */
+} load_times_t;
+
+/* The pass over m's tables: reset the column families to re-ingest, read
+ * the files once into both DBs, record the ingested files' identities. */
+static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
+                      const uint64_t *rows, bool ingest, bool vdb, const table_dups_t *dups,
+                      load_times_t *lt)
+{
+    load_pass_t lp = {.jobs = calloc(m->num_tables ? m->num_tables : 1, sizeof(load_job_t))};
+    double rate = c->conf->volatile_db.initial_cache_rate, t0 = now_s();
+    int ex = lp.jobs ? 0 : HPS_EXIT_RUNTIME;
+    for (uint32_t t = 0; ex == 0 && t < m->num_tables; t++) {
+        uint32_t id;
+        bool pdb = ingest && !st->current[t], from_files = vdb && !st->held[t];
+        uint64_t want = from_files ? (uint64_t)ceil((double)rows[t] * rate) : 0;
+        if (pdb)
+            ex = pdb_reset_table(c, m, st, t);
+        if (ex || (!pdb && want == 0))
+            continue;
+        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+        lp.jobs[lp.njobs++] = (load_job_t){.c = c,
+                                           .ct = &c->tables[id],
+                                           .dir = m->sparse_files[t],
+                                           .dups = dups ? &dups[t] : NULL,
+                                           .rows = rows[t],
+                                           .pdb = pdb,
+                                           .vdb_want = want};
+        lp.total += pdb ? rows[t] : want;
+        lt->ingested += pdb;
+        lt->vdb_tables += want > 0;
+        lt->vdb_rows += want;
+        lt->vdb_bytes += want * (8 + (uint64_t)c->tables[id].dim * sizeof(float));
+        lt->bytes += (pdb ? rows[t] : want) * (8 + (uint64_t)c->tables[id].dim * sizeof(float));
+    }
+    if (ex == 0 && lp.njobs > 0) {
+        qsort(lp.jobs, lp.njobs, sizeof(*lp.jobs), job_cmp);
+        lt->threads = par_run(run_job, &lp, lp.njobs);
+    }
+    for (size_t i = 0; ex == 0 && i < lp.njobs; i++) {
+        lt->read_s += lp.jobs[i].read_s;
+        lt->pdb_s += lp.jobs[i].pdb_s;
+        lt->vdb_s += lp.jobs[i].vdb_s;
+        if (lp.jobs[i].ex) {
+            HPS_ERROR("%s", lp.jobs[i].err);
+            ex = lp.jobs[i].ex;
+        }
+    }
+    free(lp.jobs);
+    lt->pass_s = now_s() - t0;
+    for (size_t t = 0; ex == 0 && ingest && t < m->num_tables; t++) {
+        char name[320], err[512];
         if (st->current[t])
             continue;
-        int ex = pdb_reset_table(c, m, t);
-        if (ex)
-            return ex;
-        specs[n++] = all[t];
-        if (all[t].dim > maxdim)
-            maxdim = all[t].dim;
-    }
-    uint64_t chunk = (256ULL << 20) / (8 + (uint64_t)maxdim * sizeof(float));
-    hps_err_t rc = hps_pdb_load_model(c->pdb, m->name, specs, n, chunk, err, sizeof(err));
-    if (rc < 0) {
-        HPS_ERROR("model %s: loading into the persistent DB: %s", m->name, err);
-        return HPS_EXIT_MODEL;
-    }
-    for (size_t t = 0; t < m->num_tables; t++) {
-        char name[320];
         ident_name(m, t, name, sizeof(name));
-        if (!st->current[t] && hps_pdb_meta_put(c->pdb, name, st->ident[t], err, sizeof(err)) < 0) {
+        if (hps_pdb_meta_put(c->pdb, name, st->ident[t], err, sizeof(err)) < 0) {
             HPS_ERROR("model %s: persistent DB: recording the ingested files: %s", m->name, err);
             return HPS_EXIT_PDB;
         }
         st->current[t] = true;
     }
+    return ex;
+}
+
+/* Fill a layer with initial_cache_rate of every table's rows, values from
+ * the persistent DB where it held the files before this start (held[t]):
+ * the distributed DB (ddb), or the volatile DB's tables the pass did not
+ * fill (the held ones).  Adds the rows and bytes written to *ret. */
+static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
+                       const bool *held, const table_dups_t *dups, bool ddb, uint64_t ret[2])
+{
+    double rate =
+        ddb ? c->conf->distributed_db.initial_cache_rate : c->conf->volatile_db.initial_cache_rate;
+    for (uint32_t t = 0; t < m->num_tables; t++) {
+        uint32_t id;
+        uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
+        if (!ddb && !held[t])
+            continue;
+        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+        int ex = fill_layer(c, &c->tables[id], ddb, held[t], m->sparse_files[t],
+                            dups ? &dups[t] : NULL, want, &ret[1]);
+        if (ex)
+            return ex;
+        ret[0] += want;
+    }
     return 0;
 }
 
-/* Ingest the tables whose files the persistent DB does not hold yet. */
-static int load_pdb(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
+/* The log lines of a loaded model (bench/load.c reads them). */
+static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_state_t *st,
+                     bool ingest, bool vdb, const load_times_t *lt, double total_s)
 {
-    size_t stale = 0;
+    size_t held = 0;
     for (size_t t = 0; t < m->num_tables; t++)
-        stale += !st->current[t];
-    if (stale == 0) {
+        held += st->held[t];
+    if (ingest && lt->ingested == 0)
         HPS_INFO("model %s: the persistent DB already holds these model files (same path, size, "
                  "mtime and first/last MiB): not ingested again, the updates applied since are "
                  "kept",
                  m->name);
-        return 0;
-    }
-    double t0 = now_s();
-    int ex = pdb_ingest(c, m, st);
-    if (ex)
-        return ex;
-    HPS_INFO("model %s: %zu of %zu tables ingested into the persistent DB in %.2f s", m->name,
-             stale, m->num_tables, now_s() - t0);
-    return 0;
-}
-
-/* Write initial_cache_rate of every table of m to the distributed DB. */
-static int fill_ddb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
-                    const bool *from_pdb, const table_dups_t *dups)
-{
-    if (!c->ddb)
-        return 0;
-    double rate = c->conf->distributed_db.initial_cache_rate, t0 = now_s();
-    uint64_t bytes = 0, total = 0;
-    for (uint32_t t = 0; t < m->num_tables; t++) {
-        uint32_t id;
-        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-        uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
-        total += want;
-        int ex = fill_layer(c, &c->tables[id], true, from_pdb[t], m->sparse_files[t],
-                            dups ? &dups[t] : NULL, want, &bytes);
-        if (ex)
-            return ex;
-    }
-    HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s",
-             m->name, (unsigned long long)total, rate, now_s() - t0);
-    return 0;
-}
-
-/* Fill the volatile DB: initial_cache_rate of every table's rows. */
-static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
-                    const bool *from_pdb, const table_dups_t *dups)
-{
-    uint64_t bytes = 0, total = 0;
-    size_t pdb_tables = 0;
-    double t0 = now_s();
-    for (uint32_t t = 0; t < m->num_tables; t++) {
-        uint32_t id;
-        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-        uint64_t want = (uint64_t)ceil((double)rows[t] * c->conf->volatile_db.initial_cache_rate);
-        total += want;
-        pdb_tables += from_pdb[t];
-        int ex = fill_layer(c, &c->tables[id], false, from_pdb[t], m->sparse_files[t],
-                            dups ? &dups[t] : NULL, want, &bytes);
-        if (ex)
-            return ex;
-    }
-    double dt = now_s() - t0;
-    HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the volatile DB in %.2f s, "
-             "%.1f MB/s; values of %zu of %zu tables from the persistent DB (with the updates "
-             "applied to it)",
-             m->name, (unsigned long long)total, c->conf->volatile_db.initial_cache_rate, dt,
-             dt > 0 ? (double)bytes / dt / 1e6 : 0.0, pdb_tables, m->num_tables);
-    return 0;
+    else if (ingest)
+        HPS_INFO("model %s: %zu of %zu tables ingested into the persistent DB in %.2f s (sorting, "
+                 "SST files and ingestion, summed over the loader threads)",
+                 m->name, lt->ingested, m->num_tables, lt->pdb_s);
+    if (vdb)
+        HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the volatile DB in %.2f s, "
+                 "%.1f MB/s; values of %zu of %zu tables from the persistent DB (with the updates "
+                 "applied to it), of %zu from the model files",
+                 m->name, (unsigned long long)lt->vdb_rows, c->conf->volatile_db.initial_cache_rate,
+                 lt->vdb_s, lt->vdb_s > 0 ? (double)lt->vdb_bytes / lt->vdb_s / 1e6 : 0.0, held,
+                 m->num_tables, lt->vdb_tables);
+    HPS_INFO("model %s: loaded in %.2f s; tables created in %.2f s, one pass over %.1f MB of its "
+             "files by %zu threads in "
+             "%.2f s (%.0f MB/s; reading %.2f s, persistent DB %.2f s, volatile DB %.2f s, summed "
+             "over the threads)",
+             m->name, total_s, lt->create_s, (double)lt->bytes / 1e6, lt->threads, lt->pass_s,
+             lt->pass_s > 0 ? (double)lt->bytes / lt->pass_s / 1e6 : 0.0, lt->read_s, lt->pdb_s,
+             lt->vdb_s);
 }
 
 /* ident: the identities of m's tables (validate_all), NULL without a
@@ -646,30 +1000,47 @@ static int fill_vdb(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
 static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused,
                       char (*ident)[IDENT_MAX], const table_dups_t *dups)
 {
+    const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
+    bool ingest = c->pdb && !p->read_only && p->initialize_after_startup;
     uint64_t rows[256];
-    for (uint32_t t = 0; t < m->num_tables; t++) {
+    model_state_t st;
+    load_times_t lt = {0};
+    double t0 = now_s();
+    int ex = model_state_init(&st, m->num_tables, ident);
+    if (!ex && c->pdb)
+        hps_pdb_foreach_table(c->pdb, note_cf, &(cf_seen_t){.m = m, .had_cf = st.had_cf});
+    for (uint32_t t = 0; !ex && t < m->num_tables; t++) {
         hps_modelfile_t *mf;
         char err[512];
         uint32_t dim = (uint32_t)m->embedding_vecsize_per_table[t];
         if (hps_modelfile_open(m->sparse_files[t], dim, &mf, err, sizeof(err)) < 0) {
             HPS_ERROR("model %s: %s", m->name, err);
-            return HPS_EXIT_MODEL;
+            ex = HPS_EXIT_MODEL;
+            break;
         }
         rows[t] = hps_modelfile_rows(mf);
         hps_modelfile_close(mf);
-        int ex = create_table(c, m, t, rows[t]);
-        if (ex)
-            return ex;
+        ex = create_table(c, m, t, rows[t]);
     }
-    const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
-    model_state_t st = {.ident = ident, .current = calloc(m->num_tables, sizeof(bool))};
-    int ex = st.current ? pdb_check(c, m, &st) : HPS_EXIT_RUNTIME;
-    if (!ex && c->pdb && !p->read_only && p->initialize_after_startup)
-        ex = load_pdb(c, m, &st);
+    lt.create_s = now_s() - t0;
     if (!ex)
-        ex = fill_ddb(c, m, rows, st.current, dups);
+        ex = pdb_check(c, m, &st);
+    if (!ex)
+        ex = load_files(c, m, &st, rows, ingest, !vdb_reused, dups, &lt);
+    uint64_t ddb[2] = {0}, vdb[2] = {0};
+    double t1 = now_s();
+    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, dups, true, ddb)))
+        HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s",
+                 m->name, (unsigned long long)ddb[0], c->conf->distributed_db.initial_cache_rate,
+                 now_s() - t1);
+    t1 = now_s();
     if (!ex && !vdb_reused)
-        ex = fill_vdb(c, m, rows, st.current, dups);
+        ex = fill_layers(c, m, rows, st.held, dups, false, vdb);
+    lt.vdb_rows += vdb[0];
+    lt.vdb_bytes += vdb[1];
+    lt.vdb_s += now_s() - t1;
+    if (!ex)
+        log_load(c, m, &st, ingest, !vdb_reused, &lt, now_s() - t0);
     free(st.current);
     return ex;
 }

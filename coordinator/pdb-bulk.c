@@ -26,6 +26,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,22 @@ typedef struct bulk_src {
     size_t m;
 } bulk_src_t;
 
+/* Rows ahead of the one being written whose first bytes are prefetched. */
+#define PREFETCH_AHEAD 4
+/* Rows written between two sched_yield()s: a model loads while lookups are
+ * served, and one SST file holds up to 256 MiB of rows. */
+#define YIELD_ROWS 16384
+
+static void prefetch_row(const bulk_src_t *s, uint64_t idx, size_t row_bytes)
+{
+    const char *v = (const char *)(s->values + idx * s->dim);
+    size_t lines = row_bytes < 512 ? (row_bytes + 63) / 64 : 8;
+
+    __builtin_prefetch(s->keys + idx * s->kb);
+    for (size_t l = 0; l < lines; l++)
+        __builtin_prefetch(v + l * 64);
+}
+
 static hps_err_t sst_put_all(rocksdb_sstfilewriter_t *w, const bulk_src_t *s, const char *file,
                              char *err, size_t err_len)
 {
@@ -161,6 +178,10 @@ static hps_err_t sst_put_all(rocksdb_sstfilewriter_t *w, const bulk_src_t *s, co
 
     for (i = 0; i < s->m && rerr == NULL; i++) {
         uint64_t idx = s->rows[i].se_idx;
+        if (i + PREFETCH_AHEAD < s->m) /* rows come in key order: each is a cache miss */
+            prefetch_row(s, s->rows[i + PREFETCH_AHEAD].se_idx, row_bytes);
+        if (i % YIELD_ROWS == YIELD_ROWS - 1)
+            sched_yield();
         rocksdb_sstfilewriter_put(w, s->keys + idx * s->kb, s->kb,
                                   (const char *)(s->values + idx * s->dim), row_bytes, &rerr);
     }
@@ -173,7 +194,7 @@ static hps_err_t sst_write(hps_pdb_t *db, const bulk_src_t *s, const char *file,
                            size_t err_len)
 {
     rocksdb_envoptions_t *env = rocksdb_envoptions_create();
-    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(env, db->db_opts);
+    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(env, db->db_sst_opts);
     char *rerr = NULL;
     hps_err_t rc;
 

@@ -39,7 +39,9 @@ struct hps_pdb_table {
 
 struct hps_pdb {
     rocksdb_t *db_rdb;
-    rocksdb_options_t *db_opts; /* DB and column family options (shared) */
+    rocksdb_options_t *db_opts;     /* DB and column family options (shared) */
+    rocksdb_options_t *db_sst_opts; /* db_opts for bulk-load SST files: uncompressed
+                                       (embedding floats do not compress; see pdb-bulk.c) */
     rocksdb_readoptions_t *db_ropts;
     rocksdb_writeoptions_t *db_wopts;
     rocksdb_column_family_handle_t *db_default_cf;

@@ -154,6 +154,23 @@ static rocksdb_options_t *make_options(const hps_pdb_opts_t *o)
     return opts;
 }
 
+/*
+ * The options of bulk-load SST files: db_opts without compression.  An
+ * SstFileWriter compresses with the last level's algorithm (LZ4 after
+ * optimize_level_style_compaction); float vectors do not compress, so that
+ * only burnt CPU (RocksDB then stores each block as it was anyway).  Reads
+ * take a file's compression from the file itself, so nothing else changes.
+ */
+static rocksdb_options_t *make_sst_options(rocksdb_options_t *db_opts)
+{
+    rocksdb_options_t *opts = rocksdb_options_create_copy(db_opts);
+    int none = rocksdb_no_compression;
+
+    rocksdb_options_set_compression(opts, rocksdb_no_compression);
+    rocksdb_options_set_compression_per_level(opts, &none, 1);
+    return opts;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Handle and registry                                                       */
 /* ------------------------------------------------------------------------ */
@@ -206,6 +223,7 @@ static hps_err_t db_alloc(const char *path, const hps_pdb_opts_t *o, hps_pdb_t *
     if (db->db_path == NULL)
         return -ENOMEM;
     db->db_opts = make_options(o);
+    db->db_sst_opts = make_sst_options(db->db_opts);
     db->db_ropts = rocksdb_readoptions_create();
     db->db_wopts = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(db->db_wopts, 0);
@@ -217,6 +235,8 @@ static void db_free(hps_pdb_t *db)
 {
     if (db->db_opts != NULL)
         rocksdb_options_destroy(db->db_opts);
+    if (db->db_sst_opts != NULL)
+        rocksdb_options_destroy(db->db_sst_opts);
     if (db->db_ropts != NULL)
         rocksdb_readoptions_destroy(db->db_ropts);
     if (db->db_wopts != NULL)
