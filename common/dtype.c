@@ -1,0 +1,342 @@
+/*
+ * dtype.c -- storage types of embedding rows and their conversions
+ * (include/hps/dtype.h, which states every rounding rule and error bound).
+ *
+ * How the conversions stay exact and fast.  fp16 and bf16 are computed on
+ * the bit patterns with integer operations only, written as branch-free
+ * selects so that gcc can vectorize the loops over a whole buffer (rows are
+ * packed, so n rows of dim elements are one flat array of n * dim).  The one
+ * floating-point operation on that side is the int -> float conversion of a
+ * binary16 subnormal's 10-bit significand, which is exact in every rounding
+ * mode.  int8 follows its definition in fp32 arithmetic, but rounds the
+ * quotient to an integer by truncating and comparing the remaining fraction
+ * with 0.5, which is exact and does not depend on the rounding mode; every
+ * float -> int conversion sees a value already clamped to [-127, 127] (or
+ * replaced by 0 for NaN), so none is undefined.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hps/dtype.h"
+
+/* ------------------------------------------------------------------------ */
+/* Bit casts                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static inline uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+/* ------------------------------------------------------------------------ */
+/* fp16                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * binary32 -> binary16, round to nearest even.  a = |x| as bits; the ranges
+ * of a, largest first:
+ *   > 0x7f800000   NaN: quiet NaN (0x7e00), the top 9 payload bits kept;
+ *   >= 0x477ff000  |x| >= 65520 or inf: inf (65520 is the tie between 65504
+ *                  and 2^16, and 65504's significand is odd, so it rounds up);
+ *   >= 0x38800000  |x| >= 2^-14, normal: rebias the exponent (127 - 15 =
+ *                  112) and round the 13 dropped bits: adding 0xfff plus the
+ *                  lowest kept bit carries exactly when the dropped part is
+ *                  above half, or is half and the kept part is odd; a carry
+ *                  out of the significand correctly bumps the exponent;
+ *   > 0x33000000   2^-25 < |x| < 2^-14, subnormal result m * 2^-24: the
+ *                  24-bit significand (implicit 1 included) shifted right
+ *                  by 126 - e (14 ... 24 bits), rounded the same way; m may
+ *                  round up to 0x400, the smallest normal, which is right;
+ *   else           |x| <= 2^-25 (the tie with 2^-24 goes to the even 0): 0.
+ * Each branch is computed with a clamped shift so that no operation is
+ * undefined for the inputs it does not serve.
+ */
+static inline uint16_t fp16_from_float(float x)
+{
+    uint32_t u = f32_bits(x);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+
+    uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+    uint32_t nrm = (a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13;
+
+    uint32_t e = a >> 23;
+    uint32_t ec = e < 102u ? 102u : (e > 112u ? 112u : e);
+    uint32_t sh = 126u - ec; /* 14 ... 24 */
+    uint32_t full = (a & 0x7fffffu) | 0x800000u;
+    uint32_t q = full >> sh;
+    uint32_t rem = full & ((1u << sh) - 1u);
+    /* Round up iff rem + (q & 1) > half of 1 << sh; the sum below is under
+     * 2 << sh, so the shift yields exactly that 0 or 1, without a branch. */
+    uint32_t sub = q + ((rem + (q & 1u) + (1u << (sh - 1u)) - 1u) >> sh);
+
+    uint32_t r = a > 0x7f800000u    ? nan
+                 : a >= 0x477ff000u ? 0x7c00u
+                 : a >= 0x38800000u ? nrm
+                 : a > 0x33000000u  ? sub
+                                    : 0u;
+    return (uint16_t)(sign | r);
+}
+
+/*
+ * binary16 -> binary32, exact.  em = the bits without the sign:
+ *   >= 0x7c00  inf or NaN: exponent all ones, the significand moved up 13
+ *              bits (so payload and quiet bit are kept);
+ *   >= 0x0400  normal: the exponent rebiased by +112;
+ *   >= 1       subnormal m * 2^-24: (float)m is exact (m < 2^10), and
+ *              subtracting 24 from its exponent field divides by 2^24 exactly
+ *              (the result, >= 2^-24, is a normal binary32);
+ *   0          zero.
+ */
+static inline float fp16_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    uint32_t special = (em << 13) | 0x7f800000u;
+    uint32_t nrm = (em << 13) + (112u << 23);
+    uint32_t sub = f32_bits((float)(int32_t)em) - (24u << 23);
+    uint32_t r = em >= 0x7c00u ? special : em >= 0x400u ? nrm : em != 0 ? sub : 0u;
+    return f32_from_bits(sign | r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bf16                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * binary32 -> bfloat16: NaN keeps its upper half with the quiet bit (0x40 of
+ * the upper half) set; everything else rounds the lower 16 bits to nearest
+ * even the same way as fp16's normal case.  The largest finite inputs carry
+ * into the exponent and become inf, as round-to-nearest wants; no input that
+ * is not NaN can wrap (at most 0xff800000 + 0x8000).
+ */
+static inline uint16_t bf16_from_float(float x)
+{
+    uint32_t u = f32_bits(x);
+    uint32_t nan = (u >> 16) | 0x40u;
+    uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
+}
+
+static inline float bf16_to_float(uint16_t h)
+{
+    return f32_from_bits((uint32_t)h << 16);
+}
+
+uint16_t hps_fp16_from_float(float x)
+{
+    return fp16_from_float(x);
+}
+
+float hps_fp16_to_float(uint16_t h)
+{
+    return fp16_to_float(h);
+}
+
+uint16_t hps_bf16_from_float(float x)
+{
+    return bf16_from_float(x);
+}
+
+float hps_bf16_to_float(uint16_t h)
+{
+    return bf16_to_float(h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* int8                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One row: [scale][dim int8].  The largest finite |x| is found on the bit
+ * patterns: for non-negative binary32 values the unsigned integer order is
+ * the numeric order, and a < 0x7f800000 is exactly "finite", so NaN and inf
+ * drop out without any floating-point comparison.
+ *
+ * Where scale == 0 (the row has no finite nonzero element, or m / 127
+ * underflows), the divisor is 1 instead: every finite element is then below
+ * 1 in magnitude (m <= 127 * 2^-150) and rounds to 0, and +-inf still
+ * clamps to +-127, which is the documented rule without a special case.
+ */
+static void int8_encode_row(const float *restrict x, uint32_t dim, uint8_t *restrict dst)
+{
+    uint32_t mbits = 0;
+    for (uint32_t j = 0; j < dim; j++) {
+        uint32_t a = f32_bits(x[j]) & 0x7fffffffu;
+        a = a < 0x7f800000u ? a : 0u;
+        mbits = a > mbits ? a : mbits;
+    }
+    float scale = f32_from_bits(mbits) / 127.0f;
+    float div = scale > 0.0f ? scale : 1.0f;
+    int8_t *restrict q = (int8_t *)(dst + sizeof(float));
+
+    for (uint32_t j = 0; j < dim; j++) {
+        float t = x[j] / div;
+        t = t > 127.0f ? 127.0f : t;
+        t = t < -127.0f ? -127.0f : t;
+        t = t == t ? t : 0.0f; /* NaN -> 0 */
+        int32_t i = (int32_t)t;
+        float f = t - (float)i; /* exact: |t| <= 127 */
+        float af = fabsf(f);
+        int32_t up = (af > 0.5f) | ((af == 0.5f) & (i & 1)); /* no branch */
+        i += up * ((f > 0.0f) - (f < 0.0f));
+        q[j] = (int8_t)i;
+    }
+    memcpy(dst, &scale, sizeof(scale));
+}
+
+static void int8_decode_row(const uint8_t *restrict src, uint32_t dim, float *restrict y)
+{
+    float scale;
+    memcpy(&scale, src, sizeof(scale));
+    const int8_t *restrict q = (const int8_t *)(src + sizeof(float));
+    for (uint32_t j = 0; j < dim; j++)
+        y[j] = (float)q[j] * scale;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API                                                                */
+/* ------------------------------------------------------------------------ */
+
+const char *hps_dtype_name(hps_dtype_t dtype)
+{
+    switch (dtype) {
+    case HPS_DTYPE_FP32:
+        return "fp32";
+    case HPS_DTYPE_FP16:
+        return "fp16";
+    case HPS_DTYPE_BF16:
+        return "bf16";
+    case HPS_DTYPE_INT8:
+        return "int8";
+    }
+    return "unknown";
+}
+
+hps_err_t hps_dtype_parse(const char *name, hps_dtype_t *ret_dtype)
+{
+    if (!name || !ret_dtype)
+        return HPS_EINVAL;
+    for (int d = 0; d < HPS_DTYPE_COUNT; d++) {
+        if (strcmp(name, hps_dtype_name((hps_dtype_t)d)) == 0) {
+            *ret_dtype = (hps_dtype_t)d;
+            return 0;
+        }
+    }
+    return HPS_EINVAL;
+}
+
+size_t hps_dtype_row_bytes(hps_dtype_t dtype, uint32_t dim)
+{
+    if (dim == 0)
+        return 0;
+    switch (dtype) {
+    case HPS_DTYPE_FP32:
+        return (size_t)dim * 4;
+    case HPS_DTYPE_FP16:
+    case HPS_DTYPE_BF16:
+        return (size_t)dim * 2;
+    case HPS_DTYPE_INT8:
+        return (size_t)dim + sizeof(float);
+    }
+    return 0;
+}
+
+/* Alignment the stored side of dtype needs (see the header). */
+static size_t stored_align(hps_dtype_t dtype)
+{
+    return dtype == HPS_DTYPE_FP32 ? 4 : dtype == HPS_DTYPE_INT8 ? 1 : 2;
+}
+
+/* The checks common to encode and decode; 0 if the call may proceed. */
+static hps_err_t check_args(hps_dtype_t dtype, uint32_t dim, size_t n, const void *fp32,
+                            const void *stored)
+{
+    size_t rb = hps_dtype_row_bytes(dtype, dim), total;
+    if (rb == 0)
+        return HPS_EINVAL;
+    if (n == 0)
+        return 0;
+    if (!fp32 || !stored)
+        return HPS_EINVAL;
+    if (((uintptr_t)fp32 & 3u) != 0 || ((uintptr_t)stored & (stored_align(dtype) - 1)) != 0)
+        return HPS_EINVAL;
+    /* Both sides must be addressable: n rows of rb bytes and of 4 * dim. */
+    if (__builtin_mul_overflow(n, rb, &total) || __builtin_mul_overflow(n, (size_t)dim * 4, &total))
+        return HPS_EINVAL;
+    return 0;
+}
+
+hps_err_t hps_dtype_encode(hps_dtype_t dtype, uint32_t dim, size_t n, const float *src, void *dst)
+{
+    hps_err_t rc = check_args(dtype, dim, n, src, dst);
+    if (rc != 0 || n == 0)
+        return rc;
+    size_t count = n * dim;
+    switch (dtype) {
+    case HPS_DTYPE_FP32:
+        memcpy(dst, src, count * sizeof(float));
+        break;
+    case HPS_DTYPE_FP16: {
+        uint16_t *restrict h = dst;
+        for (size_t i = 0; i < count; i++)
+            h[i] = fp16_from_float(src[i]);
+        break;
+    }
+    case HPS_DTYPE_BF16: {
+        uint16_t *restrict h = dst;
+        for (size_t i = 0; i < count; i++)
+            h[i] = bf16_from_float(src[i]);
+        break;
+    }
+    case HPS_DTYPE_INT8: {
+        size_t rb = hps_dtype_row_bytes(dtype, dim);
+        for (size_t r = 0; r < n; r++)
+            int8_encode_row(src + r * dim, dim, (uint8_t *)dst + r * rb);
+        break;
+    }
+    }
+    return 0;
+}
+
+hps_err_t hps_dtype_decode(hps_dtype_t dtype, uint32_t dim, size_t n, const void *src, float *dst)
+{
+    hps_err_t rc = check_args(dtype, dim, n, dst, src);
+    if (rc != 0 || n == 0)
+        return rc;
+    size_t count = n * dim;
+    switch (dtype) {
+    case HPS_DTYPE_FP32:
+        memcpy(dst, src, count * sizeof(float));
+        break;
+    case HPS_DTYPE_FP16: {
+        const uint16_t *restrict h = src;
+        for (size_t i = 0; i < count; i++)
+            dst[i] = fp16_to_float(h[i]);
+        break;
+    }
+    case HPS_DTYPE_BF16: {
+        const uint16_t *restrict h = src;
+        for (size_t i = 0; i < count; i++)
+            dst[i] = bf16_to_float(h[i]);
+        break;
+    }
+    case HPS_DTYPE_INT8: {
+        size_t rb = hps_dtype_row_bytes(dtype, dim);
+        for (size_t r = 0; r < n; r++)
+            int8_decode_row((const uint8_t *)src + r * rb, dim, dst + r * dim);
+        break;
+    }
+    }
+    return 0;
+}

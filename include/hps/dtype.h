@@ -1,0 +1,194 @@
+/*
+ * dtype.h -- storage types of embedding rows (issue 22, compact embedding
+ * storage) and the conversions between them and fp32.
+ *
+ * A model's rows may be stored in the volatile DB and the GPU caches as one
+ * of four types.  The persistent DB and Kafka messages stay fp32; rows are
+ * encoded once when they are loaded or applied, and every lookup decodes
+ * them back to fp32.  This header defines the type names, the size of a
+ * stored row and the host conversions; all of them are pure functions of
+ * their inputs, bit-exact and deterministic (the same bytes on every run,
+ * thread and machine), so a row encoded by the coordinator and decoded by a
+ * worker, or by a later GPU kernel that follows the rules below, agree.
+ *
+ * Stored row layouts (row i of a buffer starts at byte i * row_bytes, rows
+ * are packed with no padding between them):
+ *
+ *   fp32  dim IEEE 754 binary32 values, 4 * dim bytes; the identity.
+ *   fp16  dim IEEE 754 binary16 values (uint16_t bit patterns, host byte
+ *         order), 2 * dim bytes.
+ *   bf16  dim bfloat16 values (the upper 16 bits of a binary32; uint16_t bit
+ *         patterns, host byte order), 2 * dim bytes.
+ *   int8  [scale: binary32, 4 bytes][q: dim int8_t], dim + 4 bytes; element
+ *         j decodes to q[j] * scale.  The scale comes first so that a reader
+ *         touches one contiguous span per row.
+ *
+ * Alignment.  The conversion functions need each buffer aligned to its
+ * element: fp32 rows (and the fp32 side of every call) to 4 bytes, fp16 and
+ * bf16 rows to 2 bytes; int8 rows need none, the scale is read and written
+ * with memcpy, because an int8 row of dim % 4 != 0 puts the next row's scale
+ * at an address that is not a multiple of 4.  A later store that wants
+ * aligned scales rounds its own slot size up; the conversions do not pad.
+ *
+ * Rounding rules and error bounds (x: the fp32 input, x': the decoded value):
+ *
+ *   fp32  x' == x bit for bit.
+ *   fp16  Round to nearest, ties to even, in integer arithmetic only (no FP
+ *         instruction, so the FP environment does not matter).  |x| >= 65520
+ *         (the midpoint of 65504, the largest binary16, and 2^16) becomes
+ *         +-inf; +-inf stays +-inf; NaN stays a quiet NaN with its sign and
+ *         the top 9 bits of its payload kept (the quiet bit is set).
+ *         Subnormal results (|x| < 2^-14) are rounded exactly, never flushed
+ *         to zero: |x| <= 2^-25 becomes +-0 (2^-25 is a tie, rounded to the
+ *         even 0).  Bound, for finite |x| < 65520:
+ *           |x| >= 2^-14:  |x - x'| <= 2^-11 * |x|     (half an ulp, 11 bits)
+ *           |x| <  2^-14:  |x - x'| <= 2^-25           (half the ulp 2^-24)
+ *         Decoding is exact: every binary16 value (NaN payloads and the
+ *         signalling bit included) widens to the binary32 of the same value.
+ *   bf16  Round to nearest, ties to even on the upper 16 bits (integer
+ *         arithmetic only).  Finite values may round up to +-inf (|x| >=
+ *         0x1.ffp127, the midpoint above the largest bfloat16); NaN stays a
+ *         quiet NaN with its sign and the top 6 payload bits kept.  Bound, for
+ *         finite results: |x - x'| <= 2^-8 * |x| for |x| >= 2^-126 and
+ *         <= 2^-134 below (subnormals keep 7 fraction bits of an ulp of 2^-133).
+ *         Decoding is exact (x' has the 16 bits followed by 16 zero bits).
+ *   int8  Row-wise symmetric quantization, computed in fp32 in the default
+ *         rounding mode (round to nearest; this code never changes it) and
+ *         without flush-to-zero:
+ *           m     = the largest |x[j]| over the FINITE elements of the row,
+ *                   0 if there are none;
+ *           scale = m / 127.0f;
+ *           q[j]  = 0                       if x[j] is NaN,
+ *                   +127 / -127             if x[j] is +inf / -inf,
+ *                   0                       if scale == 0 (finite x[j]),
+ *                   rne(clamp(x[j] / scale, -127, 127)) otherwise, where
+ *                   rne rounds to the nearest integer, ties to even,
+ *                   computed exactly (truncate, compare the fraction with
+ *                   0.5), independent of the rounding mode;
+ *           x'[j] = (float)q[j] * scale  (one fp32 multiply).
+ *         So a row of zeros stores scale 0 and q 0, -0.0 decodes to +0.0,
+ *         NaN to 0, and +-inf to +-127 * scale (+-m, or 0 where the row has
+ *         no finite nonzero element).  Bound, for finite x[j] in a row whose
+ *         scale is a normal float (m >= 127 * 2^-126, about 1.5e-36):
+ *           |x[j] - x'[j]| <= (m / 254) * (1 + 2^-14)
+ *         i.e. half a quantization step, widened by at most 2^-14 relative
+ *         for the three fp32 roundings (the scale, the division and the
+ *         decoding multiply).  Below that, where the scale is subnormal or
+ *         0, the error is at most m (elements may decode to 0).
+ *
+ * Thread safety: every function here is a pure function of its arguments;
+ * any number of threads may call them at once on disjoint output buffers.
+ */
+#ifndef HPS_DTYPE_H
+#define HPS_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hps/hps.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Storage type of a model's embedding rows (issue 22; the per-model
+ * configuration key that selects it comes with a later change).  The values
+ * are stable: later changes store them in the shared-memory segment.
+ */
+typedef enum hps_dtype {
+    HPS_DTYPE_FP32 = 0, /**< "fp32": binary32, the default */
+    HPS_DTYPE_FP16 = 1, /**< "fp16": IEEE 754 binary16 */
+    HPS_DTYPE_BF16 = 2, /**< "bf16": bfloat16, the upper half of binary32 */
+    HPS_DTYPE_INT8 = 3, /**< "int8": row-wise int8 with one fp32 scale per row */
+} hps_dtype_t;
+
+/** Number of storage types (one past the largest hps_dtype_t value). */
+#define HPS_DTYPE_COUNT 4
+
+/**
+ * @brief Name of a storage type: "fp32", "fp16", "bf16" or "int8".
+ * @param[in] dtype  A storage type.
+ * @return A static string; "unknown" for a value that is no storage type.
+ *         Thread-safe.
+ */
+const char *hps_dtype_name(hps_dtype_t dtype);
+
+/**
+ * @brief Storage type of a name, as written in the configuration.
+ * @param[in]  name       NUL-terminated, exactly one of "fp32", "fp16",
+ *                        "bf16", "int8" (lower case, no blanks); NULL is
+ *                        refused.
+ * @param[out] ret_dtype  The type, written only on success.
+ * @return 0; HPS_EINVAL for NULL or any other name.  Thread-safe.
+ */
+hps_err_t hps_dtype_parse(const char *name, hps_dtype_t *ret_dtype);
+
+/**
+ * @brief Bytes of one stored row of dim elements (see the layouts above):
+ *        fp32 4 * dim, fp16 and bf16 2 * dim, int8 dim + 4.
+ * @param[in] dtype  A storage type.
+ * @param[in] dim    Elements per row, >= 1.
+ * @return The size in bytes (never overflows: dim is 32-bit); 0 for dim 0
+ *         or a value that is no storage type.  Thread-safe.
+ */
+size_t hps_dtype_row_bytes(hps_dtype_t dtype, uint32_t dim);
+
+/**
+ * @brief Encode n rows of fp32 values into the stored format.
+ * @param[in]  dtype  Target storage type.
+ * @param[in]  dim    Elements per row, >= 1.
+ * @param[in]  n      Number of rows; 0 does nothing and succeeds.
+ * @param[in]  src    (n, dim) float32, host memory, row-major, 4-byte
+ *                    aligned; read only.
+ * @param[out] dst    (n, row_bytes) bytes, host memory, aligned as the
+ *                    header says (2 for fp16/bf16, 4 for fp32, none for
+ *                    int8); owned by the caller, must not overlap src.
+ *                    Fully written on success, untouched on failure.
+ * @return 0; HPS_EINVAL for an unknown dtype, dim 0, NULL src or dst with
+ *         n > 0, a misaligned buffer, or n * row_bytes beyond SIZE_MAX.
+ *         Thread-safe; never allocates.
+ */
+hps_err_t hps_dtype_encode(hps_dtype_t dtype, uint32_t dim, size_t n, const float *src, void *dst);
+
+/**
+ * @brief Decode n stored rows back to fp32.
+ * @param[in]  dtype  Storage type of src.
+ * @param[in]  dim    Elements per row, >= 1.
+ * @param[in]  n      Number of rows; 0 does nothing and succeeds.
+ * @param[in]  src    (n, row_bytes) bytes in the layout of dtype, host
+ *                    memory, aligned as for hps_dtype_encode(); any bit
+ *                    pattern is accepted (an int8 row with a NaN or inf
+ *                    scale decodes to NaN/inf products, nothing fails).
+ * @param[out] dst    (n, dim) float32, host memory, 4-byte aligned; owned by
+ *                    the caller, must not overlap src.  Fully written on
+ *                    success, untouched on failure.
+ * @return 0; HPS_EINVAL as for hps_dtype_encode().  Thread-safe; never
+ *         allocates.
+ */
+hps_err_t hps_dtype_decode(hps_dtype_t dtype, uint32_t dim, size_t n, const void *src, float *dst);
+
+/**
+ * @brief One binary32 to binary16 bits (the fp16 rule above).  Pure.
+ * @param[in] x  Any value.
+ * @return The binary16 bit pattern.
+ */
+uint16_t hps_fp16_from_float(float x);
+
+/** @brief binary16 bits to the binary32 of the same value (exact).  Pure. */
+float hps_fp16_to_float(uint16_t h);
+
+/**
+ * @brief One binary32 to bfloat16 bits (the bf16 rule above).  Pure.
+ * @param[in] x  Any value.
+ * @return The bfloat16 bit pattern.
+ */
+uint16_t hps_bf16_from_float(float x);
+
+/** @brief bfloat16 bits to binary32 (the bits shifted up 16; exact).  Pure. */
+float hps_bf16_to_float(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPS_DTYPE_H */
