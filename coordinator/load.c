@@ -59,206 +59,18 @@
 #include "coord.h"
 #include "hps/log.h"
 #include "hps/modelfile.h"
+#include "load-internal.h"
 
 _Static_assert(HPS_CONF_MAX_TABLES == HPS_SHMDB_MAX_TABLES,
                "the config's table limit is the volatile DB's table directory");
 
 #define CHUNK_BYTES (64ULL << 20) /* bounds start-up memory per table */
-#define IDENT_MAX   3072          /* a table's file identity, with the NUL (< HPS_PDB_META_MAX) */
-#define FILE_ID_MAX 1400          /* one file's part of it */
-#define PATH_ID_MAX 1200          /* longer paths are named by their hash in it */
-#define HASH_SPAN   (1u << 20)    /* bytes hashed at each end of a file */
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- loader threads ---------------------------------------------------- */
-
-/*
- * Loading runs on LOAD_THREADS threads, the caller and LOAD_THREADS - 1
- * more, whatever the machine: the content check and identities of the
- * tables (validate_all) and the pass that fills both DBs (load_files).
- * Each thread takes the next table; one thread's reads and fsyncs overlap
- * the other's sorting and copying.  They work in bounded steps and yield
- * the CPU between them (see THE LOAD PASS), so lookups served while a
- * model loads are not starved.
- */
-#define LOAD_THREADS 2
-
-#define HUGE_PAGE (2ULL << 20)
-
-/* A thread's chunk buffer, keys then vectors, grown on demand and reused
- * across its tables (fresh memory costs a page fault per page at first
- * touch).  In transparent huge pages where the kernel allows: the SST
- * writer gathers rows in key order from the whole chunk. */
-typedef struct load_buf {
-    void *mem;
-    size_t cap;
-    int64_t *keys; /* uint32 keys when key_bytes is 4 */
-    float *vecs;
-} load_buf_t;
-
-static bool buf_fit(load_buf_t *b, size_t rows, uint32_t dim)
-{
-    size_t key_bytes = (rows * sizeof(int64_t) + 63) & ~(size_t)63;
-    size_t need = key_bytes + rows * dim * sizeof(float);
-    if (need > b->cap) {
-        free(b->mem);
-        b->cap = (need + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-        b->mem = aligned_alloc(HUGE_PAGE, b->cap);
-        b->cap = b->mem ? b->cap : 0;
-        if (b->mem)
-            madvise(b->mem, b->cap, MADV_HUGEPAGE); /* a hint: else plain pages */
-    }
-    b->keys = b->mem;
-    b->vecs = b->mem ? (float *)((char *)b->mem + key_bytes) : NULL;
-    return b->mem != NULL;
-}
-
-typedef void (*par_fn)(void *ctx, size_t i, load_buf_t *b);
-
-/* A parallel loop: fn(ctx, i, the thread's buffers) for i in [0, n). */
-typedef struct par {
-    par_fn fn;
-    void *ctx;
-    size_t n;
-    /* Relaxed: a ticket counter, each i to one thread; what fn writes is
-     * read after pthread_join, which orders it. */
-    _Atomic size_t next;
-} par_t;
-
-static void *par_thread(void *arg)
-{
-    par_t *p = arg;
-    load_buf_t b = {0};
-    for (size_t i; (i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n;)
-        p->fn(p->ctx, i, &b);
-    free(b.mem);
-    return NULL;
-}
-
-/* Run the loop on min(n, LOAD_THREADS) threads (fewer if a thread cannot
- * start: the caller is always one); returns how many ran it. */
-static size_t par_run(par_fn fn, void *ctx, size_t n)
-{
-    par_t p = {.fn = fn, .ctx = ctx, .n = n};
-    pthread_t th[LOAD_THREADS - 1];
-    size_t started = 0;
-    for (size_t i = 1; i < LOAD_THREADS && i < n; i++)
-        if (pthread_create(&th[started], NULL, par_thread, &p) == 0)
-            started++;
-    par_thread(&p);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    return started + 1;
-}
-
-/* ---- identity of a table's files ---------------------------------------- */
-
-#define FNV_PRIME 0x100000001b3ULL
-
-/* pread exactly len bytes at off. */
-static bool pread_all(int fd, unsigned char *buf, size_t len, off_t off)
-{
-    while (len > 0) {
-        ssize_t got = pread(fd, buf, len, off);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return false;
-        buf += got;
-        off += got;
-        len -= (size_t)got;
-    }
-    return true;
-}
-
-/* FNV-1a (64 bit) of the first span bytes of fd, folded into *head, and of
- * its last span bytes, into *tail.  The two hashes run interleaved: each
- * is one serial chain of multiplies, and two chains keep the CPU busy. */
-static bool hash_ends(int fd, off_t size, size_t span, uint64_t *head, uint64_t *tail)
-{
-    enum { PIECE = 65536 };
-    unsigned char *a = malloc(2 * PIECE);
-    uint64_t h = *head, t = *tail;
-    bool ok = a != NULL;
-    for (size_t off = 0; ok && off < span; off += PIECE) {
-        size_t n = span - off < PIECE ? span - off : PIECE;
-        const unsigned char *b = a + PIECE;
-        ok = pread_all(fd, a, n, (off_t)off) &&
-             pread_all(fd, a + PIECE, n, size - (off_t)span + (off_t)off);
-        for (size_t i = 0; ok && i < n; i++) {
-            h = (h ^ a[i]) * FNV_PRIME;
-            t = (t ^ b[i]) * FNV_PRIME;
-        }
-    }
-    free(a);
-    *head = h;
-    *tail = t;
-    return ok;
-}
-
-/* "<path> size=S mtime=SEC.NSEC head=H tail=T" of one file; a path longer
- * than PATH_ID_MAX is written "path-fnv1a=<hash of the path>" so that every
- * valid path fits the persistent DB's record.  false with errno set. */
-static bool file_ident(const char *path, char *buf, size_t len)
-{
-    /* O_NONBLOCK: a FIFO put in place since validation must not hang here */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return false;
-    int e = fstat(fd, &st) < 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
-    if (e) {
-        close(fd);
-        errno = e;
-        return false;
-    }
-    uint64_t head = 0xcbf29ce484222325ULL, tail = head;
-    size_t span = (uint64_t)st.st_size < HASH_SPAN ? (size_t)st.st_size : HASH_SPAN;
-    bool ok = hash_ends(fd, st.st_size, span, &head, &tail);
-    close(fd);
-    char named[64];
-    if (strlen(path) > PATH_ID_MAX) {
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (const char *p = path; *p; p++)
-            h = (h ^ (unsigned char)*p) * FNV_PRIME;
-        snprintf(named, sizeof(named), "path-fnv1a=%016" PRIx64, h);
-    }
-    int n = snprintf(buf, len, "%s size=%lld mtime=%lld.%09ld head=%016" PRIx64 " tail=%016" PRIx64,
-                     strlen(path) > PATH_ID_MAX ? named : path, (long long)st.st_size,
-                     (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, head, tail);
-    if (!ok)
-        errno = EIO;
-    else if (n <= 0 || (size_t)n >= len)
-        errno = ENAMETOOLONG;
-    return ok && n > 0 && (size_t)n < len;
-}
-
-/* The identity of table t's files (see the top of this file). */
-static bool table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf,
-                        size_t len)
-{
-    char key[PATH_MAX + 16], vec[PATH_MAX + 16], kid[FILE_ID_MAX], vid[FILE_ID_MAX];
-    snprintf(key, sizeof(key), "%s/key", m->sparse_files[t]);
-    snprintf(vec, sizeof(vec), "%s/emb_vector", m->sparse_files[t]);
-    if (!file_ident(key, kid, sizeof(kid)) || !file_ident(vec, vid, sizeof(vid)))
-        return false;
-    int n = snprintf(buf, len, "v1 dim=%d key_bytes=%u; %s; %s",
-                     (int)m->embedding_vecsize_per_table[t], c->key_bytes, kid, vid);
-    if (n <= 0 || (size_t)n >= len)
-        errno = ENAMETOOLONG;
-    return n > 0 && (size_t)n < len;
-}
-
-/* Name of table t's metadata entry. */
-static void ident_name(const hps_conf_model_t *m, size_t t, char *buf, size_t len)
-{
-    snprintf(buf, len, "loaded.hps_et.%s.%s", m->name, m->embedding_table_names[t]);
 }
 
 static void specs_of(const coord_t *c, const hps_conf_model_t *m, hps_modelfile_spec_t *specs)
@@ -325,7 +137,7 @@ static void check_job(void *ctx, size_t t, load_buf_t *b)
     (void)b;
     r->rc = hps_modelfile_check_table(&k->specs[t], k->refuse, &r->st, &k->dups[t].d, &k->dups[t].n,
                                       r->err, sizeof(r->err));
-    if (r->rc == 0 && k->ident && !table_ident(k->c, k->m, t, k->ident[t], IDENT_MAX))
+    if (r->rc == 0 && k->ident && !coord_table_ident(k->c, k->m, t, k->ident[t], IDENT_MAX))
         r->ident_errno = errno ? errno : EIO;
 }
 
@@ -350,7 +162,7 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
     char what[768], hint[320];
     int ex = k.res ? 0 : HPS_EXIT_RUNTIME;
     if (!ex)
-        par_run(check_job, &k, m->num_tables);
+        coord_load_par_run(check_job, &k, m->num_tables);
     for (size_t t = 0; !ex && t < m->num_tables; t++) {
         const check_res_t *r = &k.res[t];
         bool nf = r->st.nonfinite_rows > 0, dup = r->st.dup_keys > 0;
@@ -672,7 +484,7 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
         return 0;
     for (size_t t = 0; t < m->num_tables; t++) {
         char name[320], rec[HPS_PDB_META_MAX], err[512];
-        ident_name(m, t, name, sizeof(name));
+        coord_ident_name(m, t, name, sizeof(name));
         hps_err_t rc = hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), err, sizeof(err));
         if (rc < 0 && rc != HPS_ENOTFOUND) {
             HPS_ERROR("model %s: persistent DB: %s", m->name, err);
@@ -696,7 +508,7 @@ static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_st
 {
     char name[320], err[512];
     uint32_t id;
-    ident_name(m, t, name, sizeof(name));
+    coord_ident_name(m, t, name, sizeof(name));
     hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
     coord_table_t *ct = &c->tables[id];
     if ((st->has_rec[t] && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
@@ -845,7 +657,7 @@ static void run_job(void *ctx, size_t i, load_buf_t *b)
     chunk = chunk < 1 ? 1 : chunk < end ? chunk : end;
     if (rc < 0)
         snprintf(j->err, sizeof(j->err), "%s", err);
-    else if (end > 0 && !buf_fit(b, (size_t)chunk, dim))
+    else if (end > 0 && !coord_load_buf_fit(b, (size_t)chunk, dim))
         snprintf(j->err, sizeof(j->err), "model %s table %s: out of memory for %llu rows",
                  j->ct->model->name, j->ct->name, (unsigned long long)chunk);
     j->ex = rc < 0 ? HPS_EXIT_MODEL : end > 0 && !b->keys ? HPS_EXIT_RUNTIME : 0;
@@ -912,7 +724,7 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
     }
     if (ex == 0 && lp.njobs > 0) {
         qsort(lp.jobs, lp.njobs, sizeof(*lp.jobs), job_cmp);
-        lt->threads = par_run(run_job, &lp, lp.njobs);
+        lt->threads = coord_load_par_run(run_job, &lp, lp.njobs);
     }
     for (size_t i = 0; ex == 0 && i < lp.njobs; i++) {
         lt->read_s += lp.jobs[i].read_s;
@@ -929,7 +741,7 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
         char name[320], err[512];
         if (st->current[t])
             continue;
-        ident_name(m, t, name, sizeof(name));
+        coord_ident_name(m, t, name, sizeof(name));
         if (hps_pdb_meta_put(c->pdb, name, st->ident[t], err, sizeof(err)) < 0) {
             HPS_ERROR("model %s: persistent DB: recording the ingested files: %s", m->name, err);
             return HPS_EXIT_PDB;

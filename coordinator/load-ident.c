@@ -1,0 +1,124 @@
+/*
+ * load-ident.c -- the identity of a table's model files, recorded by the
+ * persistent DB after it ingested them (see RESTARTS at the top of load.c):
+ * path, size, mtime and FNV-1a hashes of the first and the last MiB of the
+ * key and emb_vector files.  The format and the hashes must never change:
+ * an existing persistent DB whose record stops matching re-ingests its
+ * tables and loses the online updates applied since.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "load-internal.h"
+
+#define FILE_ID_MAX 1400       /* one file's part of an identity */
+#define PATH_ID_MAX 1200       /* longer paths are named by their hash in it */
+#define HASH_SPAN   (1u << 20) /* bytes hashed at each end of a file */
+
+#define FNV_PRIME 0x100000001b3ULL
+
+/* pread exactly len bytes at off. */
+static bool pread_all(int fd, unsigned char *buf, size_t len, off_t off)
+{
+    while (len > 0) {
+        ssize_t got = pread(fd, buf, len, off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return false;
+        buf += got;
+        off += got;
+        len -= (size_t)got;
+    }
+    return true;
+}
+
+/* FNV-1a (64 bit) of the first span bytes of fd, folded into *head, and of
+ * its last span bytes, into *tail.  The two hashes run interleaved: each
+ * is one serial chain of multiplies, and two chains keep the CPU busy. */
+static bool hash_ends(int fd, off_t size, size_t span, uint64_t *head, uint64_t *tail)
+{
+    enum { PIECE = 65536 };
+    unsigned char *a = malloc(2 * PIECE);
+    uint64_t h = *head, t = *tail;
+    bool ok = a != NULL;
+    for (size_t off = 0; ok && off < span; off += PIECE) {
+        size_t n = span - off < PIECE ? span - off : PIECE;
+        const unsigned char *b = a + PIECE;
+        ok = pread_all(fd, a, n, (off_t)off) &&
+             pread_all(fd, a + PIECE, n, size - (off_t)span + (off_t)off);
+        for (size_t i = 0; ok && i < n; i++) {
+            h = (h ^ a[i]) * FNV_PRIME;
+            t = (t ^ b[i]) * FNV_PRIME;
+        }
+    }
+    free(a);
+    *head = h;
+    *tail = t;
+    return ok;
+}
+
+/* "<path> size=S mtime=SEC.NSEC head=H tail=T" of one file; a path longer
+ * than PATH_ID_MAX is written "path-fnv1a=<hash of the path>" so that every
+ * valid path fits the persistent DB's record.  false with errno set. */
+static bool file_ident(const char *path, char *buf, size_t len)
+{
+    /* O_NONBLOCK: a FIFO put in place since validation must not hang here */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return false;
+    int e = fstat(fd, &st) < 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+    if (e) {
+        close(fd);
+        errno = e;
+        return false;
+    }
+    uint64_t head = 0xcbf29ce484222325ULL, tail = head;
+    size_t span = (uint64_t)st.st_size < HASH_SPAN ? (size_t)st.st_size : HASH_SPAN;
+    bool ok = hash_ends(fd, st.st_size, span, &head, &tail);
+    close(fd);
+    char named[64];
+    if (strlen(path) > PATH_ID_MAX) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (const char *p = path; *p; p++)
+            h = (h ^ (unsigned char)*p) * FNV_PRIME;
+        snprintf(named, sizeof(named), "path-fnv1a=%016" PRIx64, h);
+    }
+    int n = snprintf(buf, len, "%s size=%lld mtime=%lld.%09ld head=%016" PRIx64 " tail=%016" PRIx64,
+                     strlen(path) > PATH_ID_MAX ? named : path, (long long)st.st_size,
+                     (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, head, tail);
+    if (!ok)
+        errno = EIO;
+    else if (n <= 0 || (size_t)n >= len)
+        errno = ENAMETOOLONG;
+    return ok && n > 0 && (size_t)n < len;
+}
+
+/* The identity of table t's files (see the top of this file). */
+bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len)
+{
+    char key[PATH_MAX + 16], vec[PATH_MAX + 16], kid[FILE_ID_MAX], vid[FILE_ID_MAX];
+    snprintf(key, sizeof(key), "%s/key", m->sparse_files[t]);
+    snprintf(vec, sizeof(vec), "%s/emb_vector", m->sparse_files[t]);
+    if (!file_ident(key, kid, sizeof(kid)) || !file_ident(vec, vid, sizeof(vid)))
+        return false;
+    int n = snprintf(buf, len, "v1 dim=%d key_bytes=%u; %s; %s",
+                     (int)m->embedding_vecsize_per_table[t], c->key_bytes, kid, vid);
+    if (n <= 0 || (size_t)n >= len)
+        errno = ENAMETOOLONG;
+    return n > 0 && (size_t)n < len;
+}
+
+/* Name of table t's metadata entry. */
+void coord_ident_name(const hps_conf_model_t *m, size_t t, char *buf, size_t len)
+{
+    snprintf(buf, len, "loaded.hps_et.%s.%s", m->name, m->embedding_table_names[t]);
+}
