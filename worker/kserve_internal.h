@@ -184,8 +184,8 @@ enum hps__route_kind {
     HPS__R_MODEL_STATS,
     HPS__R_ALL_STATS,
     HPS__R_INFER,
-    HPS__R_SHM_STATUS,    /* GET  .../status */
-    HPS__R_SHM_REGISTER,  /* POST .../register */
+    HPS__R_SHM_STATUS,     /* GET  .../status */
+    HPS__R_SHM_REGISTER,   /* POST .../register */
     HPS__R_SHM_UNREGISTER, /* POST .../unregister */
     HPS__R_REPO_INDEX,     /* POST /v2/repository/index */
     HPS__R_REPO_LOAD,      /* POST /v2/repository/models/{m}/load */

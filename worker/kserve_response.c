@@ -13,11 +13,7 @@
 
 /* Extensions this front end implements (and nothing else). */
 static const char *const extensions[] = {
-    "binary_tensor_data",
-    "model_repository",
-    "statistics",
-    "model_configuration",
-    "parameters",
+    "binary_tensor_data", "model_repository", "statistics", "model_configuration", "parameters",
 };
 
 static void key(hps__text_t *t, const char *k)
