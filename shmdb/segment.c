@@ -864,11 +864,12 @@ void hps_shmdb_detach(hps_shmdb_t *db)
 
 hps_err_t hps_shmdb_publish(hps_shmdb_t *db)
 {
-    char from[HPS_SHMDB_SEGMENT_NAME_MAX + 32], to[HPS_SHMDB_SEGMENT_NAME_MAX + 32];
+    char from[HPS_SHMDB_SEGMENT_NAME_MAX + 32] = "/dev/shm";
+    char to[HPS_SHMDB_SEGMENT_NAME_MAX + 32] = "/dev/shm";
     if (!db->staged)
         return 0;
-    snprintf(from, sizeof(from), "/dev/shm/.hps.%s.new", db->name);
-    snprintf(to, sizeof(to), "/dev/shm/hps.%s", db->name);
+    staged_name(from + 8, sizeof(from) - 8, db->name); /* after "/dev/shm" */
+    object_name(to + 8, sizeof(to) - 8, db->name);
     /* The liveness descriptors and locks are on the inode: they survive. */
     if (rename(from, to) < 0)
         return -errno;
