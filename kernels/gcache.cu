@@ -22,11 +22,10 @@ __global__ void k_init(hps_table_ref_t t)
     }
 }
 
-__global__ void k_occupancy(hps_table_ref_t t, unsigned long long *count)
+__global__ void k_occupancy(hps_table_ref_t t, uint64_t lo, uint64_t hi, unsigned long long *count)
 {
-    uint64_t slots = t.num_sets * HPS_GCACHE_WAYS;
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x, mine = 0;
-    for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += stride)
+    for (uint64_t s = lo + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < hi; s += stride)
         mine += __ldcg(&hps__key(t, s)) != HPS_GCACHE_EMPTY_KEY;
     hps__block_add((uint64_t *)count, mine);
 }
@@ -43,28 +42,19 @@ extern "C" hps_err_t hps_k_init(const hps_table_ref_t *ref, cudaStream_t stream)
     return 0;
 }
 
-extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long long *d_count,
-                                     cudaStream_t stream)
+extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, uint64_t lo, uint64_t hi,
+                                     unsigned long long *d_count, cudaStream_t stream)
 {
-    k_occupancy<<<gc_blocks(ref), GC_THREADS, 0, stream>>>(*ref, d_count);
+    k_occupancy<<<gc_blocks(ref), GC_THREADS, 0, stream>>>(*ref, lo, hi, d_count);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
 
-/* The arrays of a cache inside its one allocation, in this order, each
- * 256-byte aligned: (key, stamp) records, tags, vals, ver, clock + counters.
- * Every process that maps a shared cache derives the same offsets from
- * (sets, dim). */
+/* Point t's arrays into base (hps__gc_offsets); returns the bytes needed. */
 static uint64_t gc_layout(hps_table_ref_t *t, char *base)
 {
-    uint64_t slots = t->num_sets * HPS_GCACHE_WAYS;
-    uint64_t sizes[5] = {slots * 2 * sizeof(uint64_t), slots, slots * t->dim * sizeof(float),
-                         t->num_sets * sizeof(uint32_t), (1 + HPS_GC_NCTR) * sizeof(uint64_t)};
-    uint64_t off[5], pos = 0;
-    for (int i = 0; i < 5; i++) {
-        off[i] = pos;
-        pos += (sizes[i] + 255) & ~(uint64_t)255;
-    }
+    uint64_t off[6];
+    hps__gc_offsets(t->num_sets, t->dim, off);
     if (base) {
         t->rec = (uint64_t *)(base + off[0]);
         t->tags = (uint8_t *)(base + off[1]);
@@ -73,7 +63,7 @@ static uint64_t gc_layout(hps_table_ref_t *t, char *base)
         t->clock = (uint64_t *)(base + off[4]);
         t->ctr = t->clock + 1;
     }
-    return pos;
+    return off[5];
 }
 
 /* Free what gc_new allocated (not the cache memory) and the handle. */
@@ -108,6 +98,9 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
     c->ref.policy = policy;
     c->ref.lru_window = ~(uint64_t)(HPS_GCACHE_LRU_RESOLUTION - 1);
     c->bytes = gc_layout(&c->ref, NULL);
+    c->num_shards = 1;
+    c->shard_dev[0] = device;
+    c->shard_set[1] = sets;
     pthread_mutex_init(&c->stats_mu, NULL);
     int major = 0;
     cudaError_t e = cudaDeviceGetAttribute(&c->ref.num_sms, cudaDevAttrMultiProcessorCount, device);
@@ -160,42 +153,50 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
     return 0;
 }
 
-extern "C" hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim,
-                                              hps_gcache_policy_t policy, int device,
-                                              hps_gcache_t **ret_cache, int *ret_fd)
+/* A shareable cache (one piece, or sharded over shards): VMM memory,
+ * initialized; its descriptors in ret_fds. */
+static hps_err_t gc_create_vmm(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
+                               int device, const hps_gcache_shards_t *shards,
+                               hps_gcache_t **ret_cache, int *ret_fds, uint32_t *ret_num_fds)
 {
     hps_gcache_t *c = NULL;
-    int fd = -1;
-    if (!ret_fd)
-        return HPS_EINVAL;
+    int fds[HPS_GCACHE_MAX_PARTS];
     hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
     if (err)
         return err;
-    err = hps__vmm_create(c, &fd);
+    if (shards) {
+        c->num_shards = shards->num_devices;
+        memcpy(c->shard_dev, shards->devices, shards->num_devices * sizeof(int));
+    }
+    err = hps__vmm_create(c, fds);
     if (!err)
         err = gc_init(c);
     if (err) {
-        if (fd >= 0)
-            close(fd);
+        for (uint32_t p = 0; c->base && p < c->num_parts; p++)
+            close(fds[p]);
         hps_gcache_destroy(c);
         return err;
     }
+    memcpy(ret_fds, fds, c->num_parts * sizeof(int));
+    *ret_num_fds = c->num_parts;
     *ret_cache = c;
-    *ret_fd = fd;
     return 0;
 }
 
-extern "C" hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
-                                       hps_gcache_policy_t policy, int device,
-                                       hps_gcache_t **ret_cache)
+/* Map another process's shareable cache from its descriptors. */
+static hps_err_t gc_import_vmm(const int *fds, uint32_t num_fds, uint64_t capacity_rows,
+                               uint32_t dim, hps_gcache_policy_t policy, int device,
+                               const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache)
 {
     hps_gcache_t *c = NULL;
-    if (fd < 0)
-        return HPS_EINVAL;
     hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
     if (err)
         return err;
-    err = hps__vmm_import(c, fd);
+    if (shards) {
+        c->num_shards = shards->num_devices;
+        memcpy(c->shard_dev, shards->devices, shards->num_devices * sizeof(int));
+    }
+    err = hps__vmm_import(c, fds, num_fds);
     if (err) {
         gc_handle_free(c);
         return err;
@@ -203,6 +204,124 @@ extern "C" hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t 
     gc_layout(&c->ref, c->base);
     *ret_cache = c;
     return 0;
+}
+
+static bool shards_ok(const hps_gcache_shards_t *s)
+{
+    if (!s || s->num_devices == 0 || s->num_devices > HPS_GCACHE_MAX_SHARDS)
+        return false;
+    for (uint32_t i = 0; i < s->num_devices; i++)
+        for (uint32_t j = 0; j < i; j++)
+            if (s->devices[i] < 0 || s->devices[i] == s->devices[j])
+                return false;
+    return s->devices[0] >= 0;
+}
+
+extern "C" hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim,
+                                              hps_gcache_policy_t policy, int device,
+                                              hps_gcache_t **ret_cache, int *ret_fd)
+{
+    uint32_t n = 0;
+    if (!ret_fd)
+        return HPS_EINVAL;
+    return gc_create_vmm(capacity_rows, dim, policy, device, NULL, ret_cache, ret_fd, &n);
+}
+
+extern "C" hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
+                                       hps_gcache_policy_t policy, int device,
+                                       hps_gcache_t **ret_cache)
+{
+    if (fd < 0)
+        return HPS_EINVAL;
+    return gc_import_vmm(&fd, 1, capacity_rows, dim, policy, device, NULL, ret_cache);
+}
+
+extern "C" hps_err_t hps_gcache_create_sharded(uint64_t capacity_rows, uint32_t dim,
+                                               hps_gcache_policy_t policy, int device,
+                                               const hps_gcache_shards_t *shards,
+                                               hps_gcache_t **ret_cache, int *ret_fds,
+                                               uint32_t *ret_num_fds)
+{
+    if (!shards_ok(shards) || !ret_fds || !ret_num_fds)
+        return HPS_EINVAL;
+    return gc_create_vmm(capacity_rows, dim, policy, device, shards, ret_cache, ret_fds,
+                         ret_num_fds);
+}
+
+extern "C" hps_err_t hps_gcache_import_sharded(const int *fds, uint32_t num_fds,
+                                               uint64_t capacity_rows, uint32_t dim,
+                                               hps_gcache_policy_t policy, int device,
+                                               const hps_gcache_shards_t *shards,
+                                               hps_gcache_t **ret_cache)
+{
+    if (!shards_ok(shards) || !fds || num_fds == 0 || num_fds > HPS_GCACHE_MAX_PARTS)
+        return HPS_EINVAL;
+    for (uint32_t p = 0; p < num_fds; p++)
+        if (fds[p] < 0)
+            return HPS_EINVAL;
+    return gc_import_vmm(fds, num_fds, capacity_rows, dim, policy, device, shards, ret_cache);
+}
+
+extern "C" uint32_t hps_gcache_num_shards(const hps_gcache_t *c)
+{
+    return c->num_shards;
+}
+
+extern "C" hps_err_t hps_gcache_shard_stats(hps_gcache_t *c, uint32_t shard, int *ret_device,
+                                            uint64_t *ret_bytes, uint64_t *ret_occupied)
+{
+    if (!c || shard >= c->num_shards || !ret_device || !ret_bytes || !ret_occupied)
+        return HPS_EINVAL;
+    uint64_t bytes = 0;
+    for (uint32_t p = 0; p < c->num_parts; p++)
+        if (c->part_shard[p] == shard)
+            bytes += c->part_off[p + 1] - c->part_off[p];
+    if (c->num_parts == 0) /* cudaMalloc: one piece */
+        bytes = c->bytes;
+    HPS_CUDA_TRY(cudaSetDevice(c->device));
+    unsigned long long occ = 0;
+    cudaStream_t st = c->stats_stream;
+    pthread_mutex_lock(&c->stats_mu);
+    hps_err_t err = hps__cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
+    if (!err)
+        err = hps_k_occupancy(&c->ref, c->shard_set[shard] * HPS_GCACHE_WAYS,
+                              c->shard_set[shard + 1] * HPS_GCACHE_WAYS, c->d_occ, st);
+    if (!err)
+        err =
+            hps__cuda_err(cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
+    if (!err)
+        err = hps__cuda_err(cudaStreamSynchronize(st));
+    pthread_mutex_unlock(&c->stats_mu);
+    if (err)
+        return err;
+    *ret_device = c->shard_dev[shard];
+    *ret_bytes = bytes;
+    *ret_occupied = occ;
+    return 0;
+}
+
+extern "C" uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, uint32_t num_devices)
+{
+    if (dim == 0 || num_devices == 0)
+        return 0;
+    /* Each device holds about 1/num_devices of every array, plus up to one
+     * granule per cut (2 MiB, the VMM granularity of current GPUs) and the
+     * rounding of the whole: leave that much headroom per array. */
+    const uint64_t slack = num_devices > 1 ? 5ull * (2u << 20) : (2u << 20);
+    if (max_bytes <= slack)
+        return 0;
+    uint64_t lo = 0, hi = (max_bytes - slack) * num_devices / ((4ull * dim + 17) * HPS_GCACHE_WAYS) + 1;
+    if (hi > UINT32_MAX / HPS_GCACHE_WAYS - 1) /* slots are 32-bit (gc_new) */
+        hi = UINT32_MAX / HPS_GCACHE_WAYS - 1;
+    while (lo < hi) { /* the largest set count whose layout fits */
+        uint64_t mid = (lo + hi + 1) / 2, off[6];
+        hps__gc_offsets(mid, dim, off);
+        if ((off[5] + num_devices - 1) / num_devices + slack <= max_bytes)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo * HPS_GCACHE_WAYS;
 }
 
 extern "C" uint64_t hps_gcache_bytes(const hps_gcache_t *c)
@@ -410,7 +529,7 @@ extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
     pthread_mutex_lock(&c->stats_mu);
     hps_err_t err = hps__cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
     if (!err)
-        err = hps_k_occupancy(&c->ref, c->d_occ, st);
+        err = hps_k_occupancy(&c->ref, 0, c->ref.num_sets * HPS_GCACHE_WAYS, c->d_occ, st);
     if (!err)
         err =
             hps__cuda_err(cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));

@@ -102,7 +102,18 @@ struct hps_gcache {
     char *base;         /* the one allocation holding every array of ref */
     uint64_t bytes;     /* its size (rounded to the VMM granularity when shared) */
     int shared;         /* 1: CUDA VMM allocation (create_shared / import), 0: cudaMalloc */
-    uint64_t handle;    /* CUmemGenericAllocationHandle when shared */
+    /* VMM pieces when shared (hps__vmm_plan): part p spans [part_off[p],
+     * part_off[p + 1]) of base, backed by device shard_dev[part_shard[p]]
+     * through part_handle[p] (CUmemGenericAllocationHandle; 0 = not mapped).
+     * One part on `device` unless sharded. */
+    uint32_t num_parts;
+    uint64_t part_off[HPS_GCACHE_MAX_PARTS + 1];
+    uint8_t part_shard[HPS_GCACHE_MAX_PARTS];
+    uint64_t part_handle[HPS_GCACHE_MAX_PARTS];
+    uint32_t num_shards;                   /* devices the memory spans (1 unless sharded) */
+    int shard_dev[HPS_GCACHE_MAX_SHARDS];  /* their ordinals */
+    uint64_t shard_set[HPS_GCACHE_MAX_SHARDS + 1]; /* sets homed on shard j: [shard_set[j],
+                                                    * shard_set[j + 1]) */
     uint64_t fused_max; /* batches up to this size take the fused kernel */
     int lookup_path;    /* HPS_GCACHE_PATH_* */
     int pdl_ok;         /* the device supports programmatic dependent launch */
@@ -490,14 +501,31 @@ hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys, const 
                        uint64_t n, int update_only, cudaStream_t stream);
 hps_err_t hps_k_dump(const hps_table_ref_t *ref, uint64_t start_set, uint64_t end_set,
                      int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
-hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, unsigned long long *d_count,
-                          cudaStream_t stream);
+/* Occupied slots among [lo, hi) (slot numbers) added to *d_count. */
+hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, uint64_t lo, uint64_t hi,
+                          unsigned long long *d_count, cudaStream_t stream);
 hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,
                        unsigned long long *d_count, uint64_t dead, cudaStream_t stream);
-/* CUDA VMM (kernels/share.cu): c->bytes in, rounded; c->base, c->handle out. */
-hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fd);
-hps_err_t hps__vmm_import(hps_gcache_t *c, int fd);
+/* CUDA VMM (kernels/share.cu).  In: c->bytes, c->num_shards, c->shard_dev;
+ * out: c->bytes rounded to the granularity, the parts, c->shard_set,
+ * c->base.  create writes c->num_parts descriptors to ret_fds
+ * (HPS_GCACHE_MAX_PARTS); import takes the creator's, num_fds of them. */
+hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fds);
+hps_err_t hps__vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds);
 void hps__vmm_release(hps_gcache_t *c);
+/* The arrays of a cache of num_sets sets of dim floats inside its one
+ * allocation, in this order, each 256-byte aligned: (key, stamp) records,
+ * tags, vals, ver, clock + counters.  off[i] is array i's offset, off[5] the
+ * total.  Every process that maps a shared cache derives the same offsets. */
+static inline void hps__gc_offsets(uint64_t num_sets, uint32_t dim, uint64_t off[6])
+{
+    uint64_t slots = num_sets * HPS_GCACHE_WAYS;
+    uint64_t sizes[5] = {slots * 2 * sizeof(uint64_t), slots, slots * dim * sizeof(float),
+                         num_sets * sizeof(uint32_t), (1 + HPS_GC_NCTR) * sizeof(uint64_t)};
+    off[0] = 0;
+    for (int i = 0; i < 5; i++)
+        off[i + 1] = off[i] + ((sizes[i] + 255) & ~(uint64_t)255);
+}
 #ifdef __cplusplus
 }
 #endif

@@ -75,89 +75,186 @@ static CUmemAllocationProp vmm_prop(int device)
     return p;
 }
 
-/* Round c->bytes up to the device's granularity (the same in every process). */
-static hps_err_t vmm_round(const vmm_api *a, hps_gcache_t *c)
+/* The allocation granularity (the same in every process of the host). */
+static hps_err_t vmm_granule(const vmm_api *a, int device, size_t *ret)
 {
-    CUmemAllocationProp p = vmm_prop(c->device);
-    size_t g = 0;
-    hps_err_t err = cu_err(a->granularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    if (err)
-        return err;
-    c->bytes = (c->bytes + g - 1) / g * g;
+    CUmemAllocationProp p = vmm_prop(device);
+    return cu_err(a->granularity(ret, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+/* Round x to the nearest multiple of g. */
+static uint64_t round_near(uint64_t x, uint64_t g)
+{
+    return (x + g / 2) / g * g;
+}
+
+/*
+ * Cut the cache's range [0, c->bytes) into parts (include/hps/gcache.h,
+ * "Sharding"): each of the four arrays into num_shards pieces at the
+ * granule nearest to its j/num_shards point; a part belongs to the shard
+ * whose piece holds its middle byte; neighbouring parts of one shard merge.
+ * Deterministic in (num_sets, dim, num_shards, g): importers rebuild the
+ * creator's plan.  Also fills c->shard_set from the rows array's cuts.
+ */
+static void vmm_plan(hps_gcache_t *c, uint64_t g)
+{
+    uint64_t off[6], cuts[4 * HPS_GCACHE_MAX_SHARDS + 2];
+    uint32_t n = 0, d = c->num_shards;
+    hps__gc_offsets(c->ref.num_sets, c->ref.dim, off);
+    cuts[n++] = 0;
+    cuts[n++] = c->bytes;
+    for (int a = 0; a < 4; a++)
+        for (uint32_t j = 1; j < d; j++) {
+            uint64_t b = round_near(off[a] + (off[a + 1] - off[a]) * j / d, g);
+            if (b > 0 && b < c->bytes)
+                cuts[n++] = b;
+        }
+    for (uint32_t i = 1; i < n; i++) /* insertion sort: a few dozen cuts */
+        for (uint32_t k = i; k > 0 && cuts[k - 1] > cuts[k]; k--) {
+            uint64_t t = cuts[k];
+            cuts[k] = cuts[k - 1];
+            cuts[k - 1] = t;
+        }
+    c->num_parts = 0;
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        if (cuts[i + 1] == cuts[i])
+            continue;
+        uint64_t mid = cuts[i] + (cuts[i + 1] - cuts[i]) / 2;
+        int a = 0;
+        while (a < 3 && mid >= off[a + 1])
+            a++;
+        uint64_t in = mid < off[a + 1] ? mid - off[a] : off[a + 1] - off[a] - 1;
+        uint32_t shard = (uint32_t)(in * d / (off[a + 1] - off[a]));
+        if (shard >= d)
+            shard = d - 1;
+        uint32_t p = c->num_parts;
+        if (p > 0 && c->part_shard[p - 1] == shard) { /* merge */
+            c->part_off[p] = cuts[i + 1];
+            continue;
+        }
+        c->part_off[p] = cuts[i];
+        c->part_off[p + 1] = cuts[i + 1];
+        c->part_shard[p] = (uint8_t)shard;
+        c->num_parts++;
+    }
+    /* Sets homed on shard j: those whose rows start in its piece of vals. */
+    uint64_t set_bytes = (uint64_t)HPS_GCACHE_WAYS * c->ref.dim * sizeof(float);
+    c->shard_set[0] = 0;
+    c->shard_set[d] = c->ref.num_sets;
+    for (uint32_t j = 1; j < d; j++) {
+        uint64_t b = round_near(off[2] + (off[3] - off[2]) * j / d, g);
+        uint64_t s = b <= off[2] ? 0 : (b - off[2] + set_bytes - 1) / set_bytes;
+        c->shard_set[j] = s < c->ref.num_sets ? s : c->ref.num_sets;
+    }
+}
+
+/* Every device of the shards reachable from this process's device. */
+static hps_err_t vmm_peers_ok(const hps_gcache_t *c)
+{
+    for (uint32_t j = 0; j < c->num_shards; j++) {
+        int can = 0;
+        if (c->shard_dev[j] == c->device)
+            continue;
+        if (cudaDeviceCanAccessPeer(&can, c->device, c->shard_dev[j]) != cudaSuccess || !can) {
+            (void)cudaGetLastError();
+            return HPS_EUNSUPPORTED;
+        }
+    }
     return 0;
 }
 
-/* Reserve an address range, map handle h there, allow this device access. */
-static hps_err_t vmm_map(const vmm_api *a, hps_gcache_t *c, CUmemGenericAllocationHandle h)
+/* Unmap and release what vmm_setup mapped (handles still 0 are skipped). */
+static void vmm_unmap(const vmm_api *a, hps_gcache_t *c, CUdeviceptr ptr)
 {
-    CUdeviceptr ptr = 0;
-    CUmemAccessDesc ad;
-    memset(&ad, 0, sizeof(ad));
-    ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    ad.location.id = c->device;
-    ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    hps_err_t err = cu_err(a->reserve(&ptr, c->bytes, 0, 0, 0));
+    for (uint32_t p = 0; p < c->num_parts; p++) {
+        if (!c->part_handle[p])
+            continue;
+        a->unmap(ptr + c->part_off[p], c->part_off[p + 1] - c->part_off[p]);
+        a->release((CUmemGenericAllocationHandle)c->part_handle[p]);
+        c->part_handle[p] = 0;
+    }
+    a->address_free(ptr, c->bytes);
+}
+
+/*
+ * Round, plan, reserve the range and map every part: created on its shard's
+ * device and exported into fds[p] (fds_in NULL), or imported from fds_in[p].
+ * Then allow this process's device to read and write the whole range.
+ */
+static hps_err_t vmm_setup(hps_gcache_t *c, const int *fds_in, uint32_t num_fds, int *fds)
+{
+    vmm_api a;
+    size_t g = 0;
+    HPS_CUDA_TRY(cudaFree(0)); /* why: the primary context must exist for the driver calls */
+    hps_err_t err = vmm_load(&a);
+    err = err ? err : vmm_granule(&a, c->shard_dev[0], &g);
+    err = err ? err : vmm_peers_ok(c);
     if (err)
         return err;
-    err = cu_err(a->map(ptr, c->bytes, 0, h, 0));
+    c->bytes = (c->bytes + g - 1) / g * g;
+    vmm_plan(c, g);
+    if (fds_in && num_fds != c->num_parts)
+        return HPS_EINVAL;
+    CUdeviceptr ptr = 0;
+    err = cu_err(a.reserve(&ptr, c->bytes, 0, 0, 0));
+    if (err)
+        return err;
+    for (uint32_t p = 0; fds && p < c->num_parts; p++)
+        fds[p] = -1;
+    for (uint32_t p = 0; !err && p < c->num_parts; p++) {
+        CUmemGenericAllocationHandle h = 0;
+        uint64_t len = c->part_off[p + 1] - c->part_off[p];
+        if (fds_in) {
+            err = cu_err(a.import_fd(&h, (void *)(uintptr_t)fds_in[p],
+                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        } else {
+            CUmemAllocationProp prop = vmm_prop(c->shard_dev[c->part_shard[p]]);
+            err = cu_err(a.create(&h, len, &prop, 0));
+            if (!err)
+                err = cu_err(a.export_fd(&fds[p], h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+            if (err && h) {
+                a.release(h);
+                h = 0;
+            }
+        }
+        if (!err) {
+            err = cu_err(a.map(ptr + c->part_off[p], len, 0, h, 0));
+            if (err)
+                a.release(h);
+            else
+                c->part_handle[p] = (uint64_t)h;
+        }
+    }
     if (!err) {
-        err = cu_err(a->set_access(ptr, c->bytes, &ad, 1));
-        if (err)
-            a->unmap(ptr, c->bytes);
+        CUmemAccessDesc ad;
+        memset(&ad, 0, sizeof(ad));
+        ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        ad.location.id = c->device;
+        ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        for (uint32_t p = 0; !err && p < c->num_parts; p++)
+            err = cu_err(a.set_access(ptr + c->part_off[p], c->part_off[p + 1] - c->part_off[p],
+                                      &ad, 1));
     }
     if (err) {
-        a->address_free(ptr, c->bytes);
+        vmm_unmap(&a, c, ptr);
+        for (uint32_t p = 0; fds && p < c->num_parts; p++)
+            if (fds[p] >= 0)
+                close(fds[p]);
         return err;
     }
     c->base = (char *)(uintptr_t)ptr;
-    c->handle = (uint64_t)h;
     c->shared = 1;
     return 0;
 }
 
-extern "C" hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fd)
+extern "C" hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fds)
 {
-    vmm_api a;
-    CUmemGenericAllocationHandle h;
-    HPS_CUDA_TRY(cudaFree(0)); /* why: the primary context must exist for the driver calls */
-    hps_err_t err = vmm_load(&a);
-    err = err ? err : vmm_round(&a, c);
-    if (err)
-        return err;
-    CUmemAllocationProp p = vmm_prop(c->device);
-    err = cu_err(a.create(&h, c->bytes, &p, 0));
-    if (err)
-        return err;
-    int fd = -1;
-    err = cu_err(a.export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    if (!err)
-        err = vmm_map(&a, c, h);
-    if (err) {
-        if (fd >= 0)
-            close(fd);
-        a.release(h);
-        return err;
-    }
-    *ret_fd = fd;
-    return 0;
+    return vmm_setup(c, NULL, 0, ret_fds);
 }
 
-extern "C" hps_err_t hps__vmm_import(hps_gcache_t *c, int fd)
+extern "C" hps_err_t hps__vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds)
 {
-    vmm_api a;
-    CUmemGenericAllocationHandle h;
-    HPS_CUDA_TRY(cudaFree(0));
-    hps_err_t err = vmm_load(&a);
-    err = err ? err : vmm_round(&a, c);
-    if (err)
-        return err;
-    err = cu_err(a.import_fd(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-    if (err)
-        return err;
-    err = vmm_map(&a, c, h);
-    if (err)
-        a.release(h);
-    return err;
+    return vmm_setup(c, fds, num_fds, NULL);
 }
 
 extern "C" void hps__vmm_release(hps_gcache_t *c)
@@ -165,10 +262,7 @@ extern "C" void hps__vmm_release(hps_gcache_t *c)
     vmm_api a;
     if (vmm_load(&a))
         return;
-    CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)c->base;
-    a.unmap(ptr, c->bytes);
-    a.address_free(ptr, c->bytes);
-    a.release((CUmemGenericAllocationHandle)c->handle);
+    vmm_unmap(&a, c, (CUdeviceptr)(uintptr_t)c->base);
 }
 
 /* Sets still locked with the version of the snapshot are stuck: empty them

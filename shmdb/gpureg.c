@@ -17,7 +17,7 @@
 
 #include "internal.h"
 
-_Static_assert(sizeof(hps_gcache_counters_t) == 10 * sizeof(uint64_t),
+_Static_assert(sizeof(hps_gcache_counters_t) == HPS__GCACHE_NCTR * sizeof(uint64_t),
                "counters are stored word by word in struct shm_gcache");
 
 static struct shm_gpureg *reg(hps_shmdb_t *db)
@@ -75,13 +75,28 @@ static void snapshot(struct shm_gcache *e, uint32_t index, hps_gcache_reg_t *r)
     r->refresher_pid = LD(e->refresher_pid);
     r->num_pids = live_pids(e, r->pids);
     uint64_t *c = (uint64_t *)&r->counters;
-    for (int i = 0; i < 10; i++)
+    for (size_t i = 0; i < HPS__GCACHE_NCTR; i++)
         c[i] = LD(e->ctr[i]);
+    r->num_shards = e->num_shards;
+    r->num_parts = e->num_parts;
+    for (int i = 0; i < HPS_SHMDB_GCACHE_SHARDS; i++) {
+        r->shard_dev[i] = e->shard_dev[i];
+        r->shard_bytes[i] = e->shard_bytes[i];
+    }
 }
 
 static bool same_shape(const struct shm_gcache *e, const hps_gcache_reg_t *w)
 {
-    return e->dim == w->dim && e->policy == w->policy;
+    if (e->dim != w->dim || e->policy != w->policy)
+        return false;
+    if (w->device != HPS_SHMDB_GCACHE_SHARDED)
+        return true;
+    if (e->num_shards != w->num_shards)
+        return false;
+    for (uint32_t i = 0; i < w->num_shards; i++)
+        if (e->shard_dev[i] != w->shard_dev[i])
+            return false;
+    return true;
 }
 
 /* Add pid to the list (a free or dead slot) unless it is listed already;
@@ -112,8 +127,15 @@ static void entry_claim(struct shm_gcache *e, const hps_gcache_reg_t *w, pid_t m
     e->bytes = w->bytes;
     for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++)
         ST(e->pids[i], i == 0 ? me : 0);
-    for (int i = 0; i < 10; i++)
+    for (size_t i = 0; i < HPS__GCACHE_NCTR; i++)
         ST(e->ctr[i], 0);
+    bool sharded = w->device == HPS_SHMDB_GCACHE_SHARDED;
+    e->num_shards = sharded ? w->num_shards : 1;
+    e->num_parts = 1;
+    for (int i = 0; i < HPS_SHMDB_GCACHE_SHARDS; i++) {
+        e->shard_dev[i] = sharded ? w->shard_dev[i] : i == 0 ? w->device : -1;
+        e->shard_bytes[i] = 0;
+    }
     ST(e->creator_pid, me);
     ST(e->refresher_pid, me);
     atomic_fetch_add_explicit(&e->generation, 1, memory_order_relaxed);
@@ -169,6 +191,9 @@ hps_err_t hps_shmdb_gcache_claim(hps_shmdb_t *db, const hps_gcache_reg_t *want,
 {
     if (!db || !want || !ret || !ret_creator || want->capacity_rows == 0 || want->dim == 0)
         return HPS_EINVAL;
+    if (want->device == HPS_SHMDB_GCACHE_SHARDED &&
+        (want->num_shards == 0 || want->num_shards > HPS_SHMDB_GCACHE_SHARDS))
+        return HPS_EINVAL;
     struct shm_gpureg *r;
     hps_err_t rc = reg_lock(db, &r);
     if (rc < 0)
@@ -219,6 +244,22 @@ hps_err_t hps_shmdb_gcache_ready(hps_shmdb_t *db, uint32_t index, uint64_t gener
     e->capacity_rows = capacity_rows;
     e->bytes = bytes;
     atomic_store_explicit(&e->state, HPS_GCACHE_READY, memory_order_release);
+    hps__unlock(&db->hdr->dir_lock);
+    return 0;
+}
+
+hps_err_t hps_shmdb_gcache_parts(hps_shmdb_t *db, uint32_t index, uint64_t generation,
+                                 uint32_t num_parts, const uint64_t *shard_bytes)
+{
+    if (num_parts == 0 || num_parts > 64 || !shard_bytes)
+        return HPS_EINVAL;
+    hps_err_t rc;
+    struct shm_gcache *e = entry_locked(db, index, generation, &rc);
+    if (!e)
+        return rc;
+    e->num_parts = num_parts;
+    for (uint32_t i = 0; i < e->num_shards && i < HPS_SHMDB_GCACHE_SHARDS; i++)
+        e->shard_bytes[i] = shard_bytes[i];
     hps__unlock(&db->hdr->dir_lock);
     return 0;
 }
@@ -279,7 +320,7 @@ hps_err_t hps_shmdb_gcache_publish(hps_shmdb_t *db, uint32_t index, uint64_t gen
     if (!r || LD(r->e[index].generation) != generation || LD(r->e[index].state) == HPS_GCACHE_FREE)
         return HPS_ENOTFOUND;
     const uint64_t *v = (const uint64_t *)c;
-    for (int i = 0; i < 10; i++)
+    for (size_t i = 0; i < HPS__GCACHE_NCTR; i++)
         ST(r->e[index].ctr[i], v[i]);
     return 0;
 }

@@ -40,9 +40,11 @@
  * Layout version 3: a process-table row is alive while its liveness lock
  * (an OFD lock on the row's first byte of the object, segment.c) is held,
  * not while kill(pid, 0) succeeds; a build of version 2 takes no such lock
- * and would be reaped as dead by this one. */
+ * and would be reaped as dead by this one.
+ * Layout version 4: GPU-cache registry entries describe sharded caches
+ * (device -1, shard devices, parts) and publish per-shard counters. */
 #define HPS_SHM_MAGIC          0x4244534d48535048ULL /* "HPSHMSDB" little-endian */
-#define HPS_SHM_LAYOUT_VERSION 3u
+#define HPS_SHM_LAYOUT_VERSION 4u
 #define HPS_CACHELINE          64
 #define HPS_BUCKET_SLOTS       7
 /* Layouts of a partition's hash block, chosen by dim so that a lookup
@@ -294,6 +296,7 @@ _Static_assert(sizeof(struct shm_updlog) == 64, "update log header must be one c
 
 /* GPU-cache registry (hdr->gpureg_off), changed under dir_lock; read
  * lock-free by tools.  Counters are published by the cache's refresher. */
+#define HPS__GCACHE_NCTR (sizeof(hps_gcache_counters_t) / sizeof(uint64_t))
 struct shm_gcache {
     _Atomic uint32_t state; /* hps_gcache_state_t */
     uint32_t table_id;
@@ -307,8 +310,14 @@ struct shm_gcache {
     _Atomic int32_t creator_pid;
     _Atomic int32_t refresher_pid;
     _Atomic int32_t pids[HPS_SHMDB_GCACHE_PROCS];
-    _Atomic uint64_t ctr[10]; /* hps_gcache_counters_t, in its order */
-    uint8_t pad1[56];
+    _Atomic uint64_t ctr[HPS__GCACHE_NCTR]; /* hps_gcache_counters_t, in its order */
+    /* Sharding (set at claim: num_shards, shard_dev; by the creator before
+     * READY: num_parts, shard_bytes); read by importers after READY. */
+    uint32_t num_shards;
+    uint32_t num_parts;
+    int32_t shard_dev[HPS_SHMDB_GCACHE_SHARDS];
+    uint64_t shard_bytes[HPS_SHMDB_GCACHE_SHARDS];
+    uint8_t pad1[16];
 };
 _Static_assert(sizeof(struct shm_gcache) % HPS_CACHELINE == 0, "registry entry must fill lines");
 

@@ -221,6 +221,38 @@ static uint64_t cache_value(const hps_client_cache_stats_t *s, uint32_t dim, siz
     return v[f];
 }
 
+/* Sharded caches (gpu_cache_placement = shard): per shard, its device's
+ * bytes and the occupied slots of the sets homed there. */
+static void shard_metrics(worker_t *w, hps_kserve_text_t *x)
+{
+    static const char *const names[2] = {"nv_hps_embedding_cache_shard_bytes",
+                                         "nv_hps_embedding_cache_shard_occupied_rows"};
+    static const char *const helps[2] = {
+        "Device bytes of the shard of a sharded GPU embedding cache held by device `shard`",
+        "Occupied slots of the sets of a sharded GPU embedding cache homed on device `shard`"};
+    for (int f = 0; f < 2; f++) {
+        hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s gauge\n", names[f], helps[f],
+                                names[f]);
+        for (size_t i = 0; i < w->conf->num_models; i++) {
+            const hps_conf_model_t *mc = &w->conf->models[i];
+            for (uint32_t t = 0; t < mc->num_tables; t++) {
+                hps_client_cache_stats_t s;
+                if (hps_client_cache_stats(w->client, i, t, &s) < 0 || s.num_shards < 2)
+                    continue;
+                for (uint32_t j = 0; j < s.num_shards && j < 8; j++) {
+                    hps_kserve_text_appendf(x, "%s{model=\"", names[f]);
+                    hps_kserve_text_append_label(x, mc->name);
+                    hps_kserve_text_appendf(x, "\",table=\"");
+                    hps_kserve_text_append_label(x, mc->embedding_table_names[t]);
+                    hps_kserve_text_appendf(
+                        x, "\",shard=\"%d\"} %llu\n", s.shard_device[j],
+                        (unsigned long long)(f == 0 ? s.shard_bytes[j] : s.shard_occupied[j]));
+                }
+            }
+        }
+    }
+}
+
 static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
 {
     hps_client_gpu_stats_t gs;
@@ -247,6 +279,7 @@ static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
             }
         }
     }
+    shard_metrics(w, x);
     hps_kserve_text_appendf(x,
                             "# HELP nv_hps_embedding_cache_dropped_inserts Background inserts "
                             "dropped (queue full)\n# TYPE nv_hps_embedding_cache_dropped_inserts "

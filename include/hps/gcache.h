@@ -197,6 +197,87 @@ hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
 /** @brief Bytes of device memory the cache occupies (after rounding). */
 uint64_t hps_gcache_bytes(const hps_gcache_t *cache);
 
+/** Most devices one sharded cache spans. */
+#define HPS_GCACHE_MAX_SHARDS 8
+/** Most VMM allocations (descriptors) of one sharded cache: each of its
+ *  four arrays split once per device, and the counters. */
+#define HPS_GCACHE_MAX_PARTS (4 * HPS_GCACHE_MAX_SHARDS + 1)
+
+/**
+ * Sharding: one cache whose memory spans several devices of the host.
+ *
+ * The cache keeps the layout above in ONE virtual address range; each of its
+ * arrays (records, tags, rows, set versions) is cut into num_devices
+ * consecutive pieces at multiples of the VMM granularity (2 MiB), piece j
+ * backed by device memory of devices[j].  A set, and so every key hashed to
+ * it, is homed on the device that holds its rows (and, but within one
+ * granule of a cut, its records, tags and version).  Every process maps
+ * every piece with access for its own device, so the unchanged kernels read
+ * local sets from HBM and remote ones over NVLink (peer access), writing the
+ * rows straight into the caller's output; capacity grows with the device
+ * count.  The clock and counters words lie in the last piece.  Each piece is
+ * its own VMM allocation with its own POSIX descriptor (parts), all of which
+ * an importing process needs; every mapping holds a reference to every
+ * piece, so the cache lives while any process maps it.
+ */
+typedef struct hps_gcache_shards {
+    uint32_t num_devices;                /**< 1..HPS_GCACHE_MAX_SHARDS */
+    int devices[HPS_GCACHE_MAX_SHARDS]; /**< CUDA ordinals, distinct */
+} hps_gcache_shards_t;
+
+/**
+ * @brief Create an empty cache sharded over shards->devices (see above).
+ * @param[in] capacity_rows, dim, policy  as hps_gcache_create (the whole
+ *                         cache: each device holds about 1/num_devices).
+ * @param[in] device       the calling process's device (the kernels it
+ *                         launches run there); need not be in the list, but
+ *                         must have peer access to every device in it.
+ * @param[in] shards       the devices, in the order every process uses.
+ * @param[out] ret_cache   the handle of this process.
+ * @param[out] ret_fds     (HPS_GCACHE_MAX_PARTS) descriptors of the pieces,
+ *                         owned by the caller (as hps_gcache_create_shared's).
+ * @param[out] ret_num_fds how many were written.
+ * @return 0; HPS_EINVAL; HPS_EUNSUPPORTED (a device of the list cannot be
+ *         reached from device by peer access, or no VMM); -ENOMEM; HPS_EIO.
+ *         Synchronous.
+ */
+hps_err_t hps_gcache_create_sharded(uint64_t capacity_rows, uint32_t dim,
+                                    hps_gcache_policy_t policy, int device,
+                                    const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache,
+                                    int *ret_fds, uint32_t *ret_num_fds);
+
+/**
+ * @brief Map a sharded cache created by another process.
+ * @param[in] fds      its num_fds descriptors in part order (not taken over).
+ * @param[in] capacity_rows, dim, policy, shards  the creator's (from the
+ *                     registry entry); device: this process's device.
+ * @return 0; HPS_EINVAL (also num_fds not the creator's part count);
+ *         HPS_EUNSUPPORTED (no peer access); -ENOMEM; HPS_EIO.
+ */
+hps_err_t hps_gcache_import_sharded(const int *fds, uint32_t num_fds, uint64_t capacity_rows,
+                                    uint32_t dim, hps_gcache_policy_t policy, int device,
+                                    const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache);
+
+/** @brief Devices the cache's memory lies on: 1 unless sharded. */
+uint32_t hps_gcache_num_shards(const hps_gcache_t *cache);
+
+/**
+ * @brief One shard of a cache: its device, the device bytes it holds and the
+ * occupied slots of the sets homed there (a kernel on the cache's device,
+ * synchronous; one caller at a time per cache, as hps_gcache_stats).
+ * An unsharded cache has one shard, the whole cache.
+ * @return 0; HPS_EINVAL (shard >= hps_gcache_num_shards); HPS_EIO.
+ */
+hps_err_t hps_gcache_shard_stats(hps_gcache_t *cache, uint32_t shard, int *ret_device,
+                                 uint64_t *ret_bytes, uint64_t *ret_occupied);
+
+/**
+ * @brief The largest capacity_rows (a multiple of HPS_GCACHE_WAYS, 0 when
+ * none fits) whose cache takes at most max_bytes of device memory on each of
+ * num_devices devices (num_devices 1: an unsharded cache).  Host only.
+ */
+uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, uint32_t num_devices);
+
 /**
  * @brief Unlock the sets left locked by a process killed while writing.
  *

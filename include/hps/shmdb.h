@@ -740,6 +740,10 @@ hps_err_t hps_shmdb_updlog_head(hps_shmdb_t *db, uint32_t id, uint64_t *ret_head
 #define HPS_SHMDB_MAX_GCACHES 256
 /** Processes recorded per cache (more may use it; they are not listed). */
 #define HPS_SHMDB_GCACHE_PROCS 16
+/** Most devices one sharded cache spans (HPS_GCACHE_MAX_SHARDS of gcache.h). */
+#define HPS_SHMDB_GCACHE_SHARDS 8
+/** The device of a registry entry whose cache is sharded over shard_dev. */
+#define HPS_SHMDB_GCACHE_SHARDED (-1)
 
 /** State of a registry entry. */
 typedef enum hps_gcache_state {
@@ -760,6 +764,8 @@ typedef struct hps_gcache_counters {
     uint64_t lock_timeouts;  /**< writes skipped on a set left locked */
     uint64_t repaired_sets;  /**< sets emptied after a process died mid-write */
     uint64_t published_ns;   /**< CLOCK_REALTIME of the publication, ns */
+    /** Sharded caches: occupied slots of the sets homed on shard_dev[j]. */
+    uint64_t shard_occupied[HPS_SHMDB_GCACHE_SHARDS];
 } hps_gcache_counters_t;
 
 /** A registry entry (snapshot). */
@@ -767,7 +773,7 @@ typedef struct hps_gcache_reg {
     uint32_t index; /**< entry number, 0..HPS_SHMDB_MAX_GCACHES-1 */
     hps_gcache_state_t state;
     uint32_t table_id;      /**< segment table the cache holds rows of */
-    int32_t device;         /**< CUDA device ordinal */
+    int32_t device;         /**< CUDA device ordinal, or HPS_SHMDB_GCACHE_SHARDED */
     uint32_t dim;           /**< floats per row */
     uint32_t policy;        /**< hps_gcache_policy_t (gcache.h) */
     uint64_t capacity_rows; /**< as passed to hps_gcache_create_shared */
@@ -778,6 +784,15 @@ typedef struct hps_gcache_reg {
     uint32_t num_pids;
     pid_t pids[HPS_SHMDB_GCACHE_PROCS]; /**< processes that map it (alive at the call) */
     hps_gcache_counters_t counters;
+    /** Sharded caches (device == HPS_SHMDB_GCACHE_SHARDED; otherwise
+     *  num_shards is 1 and shard_dev[0] the device): the devices the memory
+     *  spans, in the order every process maps them (claim reads these). */
+    uint32_t num_shards;
+    int32_t shard_dev[HPS_SHMDB_GCACHE_SHARDS];
+    /** Set by hps_shmdb_gcache_parts: the cache's VMM descriptors (1 unless
+     *  sharded) and the device bytes of each shard. */
+    uint32_t num_parts;
+    uint64_t shard_bytes[HPS_SHMDB_GCACHE_SHARDS];
 } hps_gcache_reg_t;
 
 /**
@@ -793,10 +808,13 @@ typedef struct hps_gcache_reg {
  *    CREATING, this process as creator, refresher and only listed process;
  *    *ret_creator = true: create it, then call hps_shmdb_gcache_ready().
  * @param[in] want  table_id, device, dim, policy and capacity_rows (what a
- *                  creator would start with) are read; the rest is ignored.
+ *                  creator would start with) are read, and for device
+ *                  HPS_SHMDB_GCACHE_SHARDED num_shards (1..8) and
+ *                  shard_dev; the rest is ignored.  A sharded cache is one
+ *                  entry per table whatever the devices.
  * @param[out] ret  the entry after the call (index, generation ...).
  * @return 0; HPS_EBUSY (being created); HPS_EMISMATCH (live entry of another
- *         dim or policy); HPS_EFULL
+ *         dim, policy or shard devices); HPS_EFULL
  *         (registry full, or the entry's process list is full); HPS_ENOSPC;
  *         HPS_EINVAL.  Process-safe.
  */
@@ -811,6 +829,15 @@ hps_err_t hps_shmdb_gcache_claim(hps_shmdb_t *db, const hps_gcache_reg_t *want,
  */
 hps_err_t hps_shmdb_gcache_ready(hps_shmdb_t *db, uint32_t index, uint64_t generation,
                                  uint64_t capacity_rows, uint64_t bytes);
+
+/**
+ * @brief The creator records how a sharded cache's memory is split, before
+ * hps_shmdb_gcache_ready: importers need every descriptor (num_parts,
+ * 1..64) and tools show shard_bytes (num_shards of the claim, bytes each).
+ * @return 0; HPS_ENOTFOUND (entry reclaimed); HPS_EINVAL.
+ */
+hps_err_t hps_shmdb_gcache_parts(hps_shmdb_t *db, uint32_t index, uint64_t generation,
+                                 uint32_t num_parts, const uint64_t *shard_bytes);
 
 /**
  * @brief This process no longer maps the cache (or failed to create it): it

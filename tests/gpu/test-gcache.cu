@@ -14,6 +14,9 @@
  *  - shared caches (CUDA VMM): a child process (this program, exec'd with
  *    --import) maps the cache by the inherited descriptor, reads the
  *    parent's rows exactly and inserts rows the parent then reads;
+ *  - a cache sharded over devices 0 and 1 (skipped on one GPU): each holds
+ *    about half, rows written through one device's mapping read exactly
+ *    through the other's, per-shard occupancy adds up;
  *  - one-launch lookups over several tables (hps_gcache_lookup_tables):
  *    rows, miss positions and counts per table as the per-table lookups;
  *    then their misses split on the device (hps__gmiss_gather, libhps's
@@ -580,6 +583,96 @@ static void test_shared(const char *self, hps_gcache_policy_t pol)
     hps_gcache_destroy(c);
 }
 
+/* Free bytes of device d. */
+static size_t dev_free(int d)
+{
+    size_t fr = 0, total = 0;
+    CK(cudaSetDevice(d));
+    CK(cudaMemGetInfo(&fr, &total));
+    return fr;
+}
+
+/* A cache sharded over devices 0 and 1 (needs 2 devices with peer access):
+ * each device gives about half of the memory (shard bytes, and device 1's
+ * free memory drops by its shard); rows inserted through device 0's mapping
+ * are read exactly through device 1's (the same descriptors imported again)
+ * and back; per-shard occupancy adds up to the whole; a mismatched part
+ * count is refused. */
+static void test_sharded(hps_gcache_policy_t pol)
+{
+    int ndev = 0, can = 0;
+    cudaGetDeviceCount(&ndev);
+    if (ndev < 2 || cudaDeviceCanAccessPeer(&can, 0, 1) != cudaSuccess || !can) {
+        printf("# sharded cache: skipped (needs 2 devices with peer access, found %d)\n", ndev);
+        return;
+    }
+    const uint64_t cap = 400000;
+    const uint32_t dim = 32;
+    hps_gcache_shards_t sh = {2, {0, 1}};
+    hps_gcache_t *c0 = NULL, *c1 = NULL;
+    hps_gcache_ws_t *ws0 = NULL, *ws1 = NULL;
+    int fds[HPS_GCACHE_MAX_PARTS];
+    uint32_t nfds = 0;
+    size_t free1 = dev_free(1);
+    OK(hps_gcache_create_sharded(cap, dim, pol, 0, &sh, &c0, fds, &nfds));
+    if (!c0)
+        return;
+    size_t used1 = free1 - dev_free(1);
+    HPS_ASSERT_EQ(hps_gcache_num_shards(c0), 2);
+    HPS_ASSERT_EQ(nfds >= 2, 1);
+    uint64_t bytes[2], occ[2];
+    int dev[2];
+    for (uint32_t j = 0; j < 2; j++)
+        OK(hps_gcache_shard_stats(c0, j, &dev[j], &bytes[j], &occ[j]));
+    HPS_ASSERT_EQ(dev[0], 0);
+    HPS_ASSERT_EQ(dev[1], 1);
+    HPS_ASSERT_EQ(bytes[0] + bytes[1], hps_gcache_bytes(c0));
+    for (uint32_t j = 0; j < 2; j++) /* about half each: cuts within one granule per array */
+        HPS_ASSERT_EQ(bytes[j] > hps_gcache_bytes(c0) / 3, 1);
+    HPS_ASSERT_EQ(used1 >= bytes[1], 1); /* device 1's memory really holds its shard */
+    HPS_ASSERT_EQ(hps_gcache_import_sharded(fds, nfds - 1, cap, dim, pol, 1, &sh, &c1), HPS_EINVAL);
+    OK(hps_gcache_import_sharded(fds, nfds, cap, dim, pol, 1, &sh, &c1));
+    if (!c1)
+        return;
+    CK(cudaSetDevice(0));
+    OK(hps_gcache_ws_create(c0, 65536, &ws0));
+    std::vector<int64_t> a = seq_keys(1, 60000), b = seq_keys(900001, 20000);
+    insert_rows(c0, a, 1, false, 0);
+    CK(cudaDeviceSynchronize());
+    std::map<int64_t, int> ref;
+    for (int64_t k : a)
+        ref[k] = 1;
+    CK(cudaSetDevice(1));
+    OK(hps_gcache_ws_create(c1, 65536, &ws1));
+    check_lookup(c1, ws1, a, ref, 0); /* device 1 reads rows of both shards */
+    insert_rows(c1, b, 3, false, 0);  /* and writes into both */
+    CK(cudaDeviceSynchronize());
+    for (int64_t k : b)
+        ref[k] = 3;
+    std::vector<int64_t> q = a;
+    q.insert(q.end(), b.begin(), b.end());
+    CK(cudaSetDevice(0));
+    check_lookup(c0, ws0, q, ref, 0);
+    hps_gcache_stats_t st;
+    OK(hps_gcache_stats(c0, &st));
+    for (uint32_t j = 0; j < 2; j++)
+        OK(hps_gcache_shard_stats(c0, j, &dev[j], &bytes[j], &occ[j]));
+    HPS_ASSERT_EQ(occ[0] + occ[1], st.occupied);
+    HPS_ASSERT_EQ(occ[0] > st.occupied / 4 && occ[1] > st.occupied / 4, 1); /* homed by hash */
+    printf("# sharded cache: %llu + %llu bytes on devices 0, 1 (device 1 used %zu), rows "
+           "%llu + %llu\n",
+           (unsigned long long)bytes[0], (unsigned long long)bytes[1], used1,
+           (unsigned long long)occ[0], (unsigned long long)occ[1]);
+    CK(cudaSetDevice(1));
+    hps_gcache_ws_destroy(ws1);
+    hps_gcache_destroy(c1);
+    CK(cudaSetDevice(0));
+    hps_gcache_ws_destroy(ws0);
+    hps_gcache_destroy(c0);
+    for (uint32_t p = 0; p < nfds; p++)
+        close(fds[p]);
+}
+
 /* One stream, no synchronization between calls: lookups of 300,000 /
  * 1,000 / 40,000 keys (BLOCK above 64K, FUSED, BLOCK small) into one
  * output buffer, an insert, then more lookups.  With overlap (the default
@@ -910,6 +1003,7 @@ int main(int argc, char **argv)
             test_random(pol, 128, 4096, 3000); /* overfull: evictions */
         test_eviction(pol);
         test_shared(argv[0], pol);
+        test_sharded(pol);
         if (!quick) {
             test_concurrent(pol, 0, 20000, 40);
             test_concurrent(pol, 1, 20000, 40);

@@ -75,6 +75,20 @@ static void gcache_json_shape(json_object *o, const gcache_snap_t *s)
     hps__tool_jset(o, "policy", json_object_new_string(policy_name(r->policy)));
     hps__tool_jset(o, "capacity_rows", hps__tool_json_u64(r->capacity_rows));
     hps__tool_jset(o, "bytes", hps__tool_json_u64(r->bytes));
+    bool sharded = r->device == HPS_SHMDB_GCACHE_SHARDED;
+    hps__tool_jset(o, "placement", json_object_new_string(sharded ? "shard" : "replicate"));
+    if (!sharded)
+        return;
+    json_object *shards = json_object_new_array();
+    for (uint32_t j = 0; j < r->num_shards && j < HPS_SHMDB_GCACHE_SHARDS; j++) {
+        json_object *sh = json_object_new_object();
+        hps__tool_jset(sh, "device", json_object_new_int64(r->shard_dev[j]));
+        hps__tool_jset(sh, "bytes", hps__tool_json_u64(r->shard_bytes[j]));
+        hps__tool_jset(sh, "occupied_rows", hps__tool_json_u64(r->counters.shard_occupied[j]));
+        json_object_array_add(shards, sh);
+    }
+    hps__tool_jset(o, "parts", json_object_new_int64(r->num_parts));
+    hps__tool_jset(o, "shards", shards);
 }
 
 static void gcache_json_counters(json_object *o, const hps_gcache_counters_t *c, uint64_t cap)
@@ -140,7 +154,11 @@ static void gcache_text_shape(const gcache_snap_t *s)
         printf("  cache %u: %s/%s (table %u)", r->index, s->model, s->table, r->table_id);
     else
         printf("  cache %u: table %u (not in the segment)", r->index, r->table_id);
-    printf(" on device %d, %s, generation %llu, dim %u, %s\n", (int)r->device, state_name(r->state),
+    if (r->device == HPS_SHMDB_GCACHE_SHARDED)
+        printf(" sharded over %u devices", r->num_shards);
+    else
+        printf(" on device %d", (int)r->device);
+    printf(", %s, generation %llu, dim %u, %s\n", state_name(r->state),
            (unsigned long long)r->generation, r->dim, policy_name(r->policy));
     printf("    capacity %llu rows, %s, occupancy %llu/%llu", (unsigned long long)r->capacity_rows,
            hps__tool_fmt_bytes(r->bytes, b, sizeof b), (unsigned long long)c->occupied,
@@ -148,6 +166,12 @@ static void gcache_text_shape(const gcache_snap_t *s)
     if (r->capacity_rows)
         printf(" (%.1f%%)", 100.0 * ratio(c->occupied, r->capacity_rows));
     printf("\n");
+    for (uint32_t j = 0; r->device == HPS_SHMDB_GCACHE_SHARDED && j < r->num_shards &&
+                         j < HPS_SHMDB_GCACHE_SHARDS;
+         j++)
+        printf("    shard on device %d: %s, %llu rows homed there\n", (int)r->shard_dev[j],
+               hps__tool_fmt_bytes(r->shard_bytes[j], b, sizeof b),
+               (unsigned long long)c->shard_occupied[j]);
 }
 
 static void gcache_text_counters(const hps_gcache_counters_t *c)

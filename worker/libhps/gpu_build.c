@@ -55,13 +55,18 @@ static int preload_row(void *ctx, uint64_t key, const float *value)
     return p->done >= p->want ? 1 : 0;
 }
 
-/** A cache of slots rows: shareable (descriptor in *ret_fd) or private (-1). */
-static int alloc_cache(struct client_gpu *g, uint64_t slots, uint32_t dim, bool shared,
-                       hps_gcache_t **ret, int *ret_fd)
+/** A cache of slots rows: sharded or shareable (descriptors in gt->fds), or
+ *  private (gt->num_fds 0). */
+static int alloc_cache(struct client_gpu *g, gtable_t *gt, uint64_t slots, uint32_t dim,
+                       bool shared, hps_gcache_t **ret)
 {
-    *ret_fd = -1;
+    gt->num_fds = 0;
+    if (shared && gt->sharded)
+        return hps_gcache_create_sharded(slots, dim, HPS_GCACHE_LRU, g->device, &gt->shards, ret,
+                                         gt->fds, &gt->num_fds);
     if (shared) {
-        int rc = hps_gcache_create_shared(slots, dim, HPS_GCACHE_LRU, g->device, ret, ret_fd);
+        int rc = hps_gcache_create_shared(slots, dim, HPS_GCACHE_LRU, g->device, ret, gt->fds);
+        gt->num_fds = rc == 0;
         if (rc != HPS_EIO)
             return rc;
         HPS_WARN("GPU cache: shareable device memory (CUDA VMM) unavailable; this cache is "
@@ -70,14 +75,13 @@ static int alloc_cache(struct client_gpu *g, uint64_t slots, uint32_t dim, bool 
     return hps_gcache_create(slots, dim, HPS_GCACHE_LRU, g->device, ret);
 }
 
-/** Create a cache of slots rows and insert the first want rows of the VDB. */
-static int build_cache(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, uint64_t slots,
-                       uint64_t want, bool shared, hps_gcache_t **ret, int *ret_fd)
+/** Create gt's cache of slots rows and insert the first want rows of the VDB. */
+static int build_cache(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, gtable_t *gt,
+                       uint64_t slots, uint64_t want, bool shared)
 {
     hps_client_t *cl = g->cl;
     struct preload p = {.c = c, .dim = cl->models[mi].dims[t], .want = want};
-    int fd = -1;
-    int rc = alloc_cache(g, slots, p.dim, shared, &p.cache, &fd);
+    int rc = alloc_cache(g, gt, slots, p.dim, shared, &p.cache);
     if (rc < 0)
         return rc;
     rc = hps__client_pair_reserve(&c->ikeys, PRELOAD_BATCH * sizeof(int64_t));
@@ -90,12 +94,10 @@ static int build_cache(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t, u
     }
     if (rc < 0) {
         hps_gcache_destroy(p.cache);
-        if (fd >= 0)
-            close(fd);
+        hps__client_reg_close(gt);
         return rc;
     }
-    *ret = p.cache;
-    *ret_fd = fd;
+    gt->cache = p.cache;
     return 0;
 }
 
@@ -179,20 +181,106 @@ static void serve_queue(struct client_gpu *g, gctx_t *c)
     pthread_mutex_unlock(&g->mu);
 }
 
+/** Where gt's cache lives, for logs: " on device N" or " sharded over
+ *  devices 0,1,..." */
+static void where_text(const gtable_t *gt, int device, char *buf, size_t len)
+{
+    if (!gt->sharded) {
+        snprintf(buf, len, " on device %d", device);
+        return;
+    }
+    size_t o = (size_t)snprintf(buf, len, " sharded over devices ");
+    for (uint32_t j = 0; j < gt->shards.num_devices && o < len; j++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", j ? "," : "", gt->shards.devices[j]);
+}
+
+/**
+ * gpu_cache_placement = shard: the devices of deployed_device_list (in its
+ * order, repeats dropped) into gm->shards; false, with a warning, when this
+ * worker cannot map memory of one of them (no such device, no peer access,
+ * more than HPS_GCACHE_MAX_SHARDS): the model's caches are then replicated.
+ */
+static bool plan_shards(struct client_gpu *g, size_t mi, hps_gcache_shards_t *s)
+{
+    const hps_conf_model_t *mc = g->cl->models[mi].conf;
+    int count = 0;
+    memset(s, 0, sizeof(*s));
+    if (mc->gpu_cache_placement != HPS_CONF_PLACEMENT_SHARD)
+        return false;
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        count = 0;
+    const char *why = NULL;
+    for (size_t i = 0; i < mc->deployed_device_list_len && !why; i++) {
+        int d = (int)mc->deployed_device_list[i], can = 0;
+        bool dup = false;
+        for (uint32_t j = 0; j < s->num_devices; j++)
+            dup |= s->devices[j] == d;
+        if (dup)
+            continue;
+        if (d >= count)
+            why = "a device of deployed_device_list does not exist";
+        else if (s->num_devices == HPS_GCACHE_MAX_SHARDS)
+            why = "more than 8 devices";
+        else if (d != g->device &&
+                 (cudaDeviceCanAccessPeer(&can, g->device, d) != cudaSuccess || !can))
+            why = "no peer access between this worker's device and one of deployed_device_list";
+        else
+            s->devices[s->num_devices++] = d;
+    }
+    (void)cudaGetLastError();
+    if (!why && s->num_devices > 0)
+        return true;
+    HPS_WARN("model %s: gpu_cache_placement = shard, but %s; its GPU caches are replicated on "
+             "each device instead",
+             mc->name, why ? why : "deployed_device_list is empty");
+    memset(s, 0, sizeof(*s));
+    return false;
+}
+
+/** gpu_cache_max_bytes: the slots that fit the limit on each device (the
+ *  whole slots when no limit); 0 with a logged error when not even one set
+ *  fits. */
+static uint64_t max_slots(const hps_conf_model_t *mc, uint32_t t, uint32_t dim, uint32_t devices)
+{
+    if (mc->gpu_cache_max_bytes == 0)
+        return UINT64_MAX;
+    uint64_t n = hps_gcache_rows_within(mc->gpu_cache_max_bytes, dim, devices);
+    if (n == 0)
+        HPS_ERROR("GPU cache %s/%s: gpu_cache_max_bytes = %llu holds no set of %u rows of %u "
+                  "floats; no GPU cache for the model",
+                  mc->name, mc->embedding_table_names[t],
+                  (unsigned long long)mc->gpu_cache_max_bytes, HPS_GCACHE_WAYS, dim);
+    return n;
+}
+
 static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
 {
     client_model_t *m = &g->cl->models[mi];
-    gtable_t *gt = &g->models[mi].tables[t];
+    gmodel_t *gm = &g->models[mi];
+    gtable_t *gt = &gm->tables[t];
     uint64_t rows = table_rows(g->cl, mi, t);
     uint64_t want = (uint64_t)ceil(m->conf->gpucacheper * (double)rows);
     bool whole = want >= rows;
     uint64_t slots = want ? want : 1;
     slots = whole ? 2 * slots : slots;
+    gt->sharded = gm->sharded;
+    gt->shards = gm->shards;
+    uint64_t cap = max_slots(m->conf, t, m->dims[t], gt->sharded ? gt->shards.num_devices : 1);
+    if (cap == 0)
+        return HPS_EINVAL;
+    if (slots > cap) {
+        HPS_WARN("GPU cache %s/%s: %llu rows wanted, %llu fit gpu_cache_max_bytes = %llu per "
+                 "device; the cache holds fewer rows (hit rate below 1)",
+                 m->conf->name, m->conf->embedding_table_names[t], (unsigned long long)slots,
+                 (unsigned long long)cap, (unsigned long long)m->conf->gpu_cache_max_bytes);
+        slots = cap;
+        want = want < cap ? want : cap;
+    }
     /* Follow the update log from its head before the preload reads the VDB:
      * an update racing the preload is applied again later, never lost. */
     uint64_t head = 0;
     bool has_log = hps_shmdb_updlog_head(g->cl->db, m->vdb_ids[t], &head, NULL) == 0;
-    gt->fd = -1;
+    gt->num_fds = 0;
     gt->reg = UINT32_MAX;
     gt->dim = m->dims[t];
     gt->has_log = has_log;
@@ -202,6 +290,8 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     hps_gcache_reg_t e;
     bool creator = true;
     bool shared = hps__client_reg_join(g, mi, t, slots, &e, &creator) == 0;
+    char where[96];
+    where_text(gt, g->device, where, sizeof(where));
     if (atomic_load(&g->stop)) { /* stopped while another worker was preloading */
         if (shared)
             hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
@@ -213,9 +303,9 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
             gt->reg = e.index;
             gt->gen = e.generation;
             gt->refresher = false;
-            HPS_INFO("GPU cache %s/%s on device %d: mapped the shared cache (created by process "
-                     "%d, handed over by process %d; %llu slots, %u processes)",
-                     m->conf->name, m->conf->embedding_table_names[t], g->device,
+            HPS_INFO("GPU cache %s/%s%s: mapped the shared cache (created by process %d, handed "
+                     "over by process %d; %llu slots, %u processes)",
+                     m->conf->name, m->conf->embedding_table_names[t], where,
                      (int)e.creator_pid, (int)donor, (unsigned long long)e.capacity_rows,
                      e.num_pids);
             return 0;
@@ -225,32 +315,33 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
         hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
         shared = false;
     }
+    if (!shared && gt->sharded) { /* a private cache is this device's own */
+        gt->sharded = false;
+        where_text(gt, g->device, where, sizeof(where));
+    }
     for (int attempt = 0;; attempt++) {
-        hps_gcache_t *cache = NULL;
-        int fd = -1;
-        int rc = build_cache(g, c, mi, t, slots, want, shared, &cache, &fd);
+        int rc = build_cache(g, c, mi, t, gt, slots, want, shared);
         if (rc < 0) {
             if (shared)
                 hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
             return rc;
         }
         hps_gcache_stats_t st = {0};
-        rc = hps_gcache_stats(cache, &st);
-        if (rc == 0 && whole && st.evictions > 0 && attempt < 4) {
-            hps_gcache_destroy(cache);
-            if (fd >= 0)
-                close(fd);
-            slots *= 2;
+        rc = hps_gcache_stats(gt->cache, &st);
+        if (rc == 0 && whole && st.evictions > 0 && attempt < 4 && slots < cap) {
+            hps_gcache_destroy(gt->cache);
+            gt->cache = NULL;
+            hps__client_reg_close(gt);
+            slots = 2 * slots < cap ? 2 * slots : cap;
             continue;
         }
-        gt->cache = cache;
-        gt->fd = fd;
         if (shared)
             hps__client_reg_publish(g, &e, gt);
-        HPS_INFO("GPU cache %s/%s on device %d: %llu of %llu rows preloaded, %llu slots%s",
-                 m->conf->name, m->conf->embedding_table_names[t], g->device,
+        HPS_INFO("GPU cache %s/%s%s: %llu of %llu rows preloaded, %llu slots, %llu MiB%s",
+                 m->conf->name, m->conf->embedding_table_names[t], where,
                  (unsigned long long)st.occupied, (unsigned long long)rows,
                  (unsigned long long)st.capacity_rows,
+                 (unsigned long long)(hps_gcache_bytes(gt->cache) >> 20),
                  gt->reg != UINT32_MAX ? ", shared with the device's other workers" : "");
         return rc;
     }
@@ -261,6 +352,7 @@ static void build_model(struct client_gpu *g, gctx_t *c, size_t mi)
 {
     gmodel_t *gm = &g->models[mi];
     int rc = 0;
+    gm->sharded = plan_shards(g, mi, &gm->shards);
     for (uint32_t t = 0; t < gm->num_tables && rc == 0 && !atomic_load(&g->stop); t++)
         rc = build_table(g, c, mi, t);
     if (rc < 0) {
@@ -356,8 +448,7 @@ static void table_free(struct client_gpu *g, gtable_t *gt)
         pthread_rwlock_unlock(&cl->seg_lock);
     }
     hps_gcache_destroy(gt->cache);
-    if (gt->cache && gt->fd >= 0)
-        close(gt->fd);
+    hps__client_reg_close(gt);
 }
 
 static void gpu_free(struct client_gpu *g)

@@ -79,12 +79,20 @@ typedef struct gctx {
     struct gctx *next;
 } gctx_t;
 
+_Static_assert(GSHARE_MAX_PARTS == HPS_GCACHE_MAX_PARTS, "a cache's descriptors fit an offer");
+_Static_assert(HPS_SHMDB_GCACHE_SHARDS == HPS_GCACHE_MAX_SHARDS, "a registry entry lists every shard");
+
 /** A table's cache. */
 typedef struct gtable {
     hps_gcache_t *cache;
     uint32_t dim;
-    /* Sharing (registry entry reg of generation gen); fd = -1 when private. */
-    int fd;
+    /* Sharing (registry entry reg of generation gen): the cache's VMM
+     * descriptors, fds[0..num_fds) (num_fds 0 when private); sharded: its
+     * memory spans the devices of shards (gpu_cache_placement = shard). */
+    int fds[GSHARE_MAX_PARTS];
+    uint32_t num_fds;
+    bool sharded;
+    hps_gcache_shards_t shards;
     uint32_t reg;
     uint64_t gen;
     bool refresher;    /* this process follows the update log for everyone */
@@ -101,6 +109,8 @@ typedef struct gmodel {
     gtable_t *tables;
     size_t num_tables;
     hps_gcache_set_t *set; /* every table's cache: one-launch lookups */
+    bool sharded;          /* gpu_cache_placement = shard, usable here (gpu_build.c) */
+    hps_gcache_shards_t shards;
     size_t ws_base;        /* first workspace slot of this model */
     long long timer_next;  /* CLOCK_MONOTONIC ns of the next periodic refresh */
     _Atomic bool active;
@@ -209,14 +219,18 @@ void hps__client_follow_logs(struct client_gpu *g, gctx_t *c);
 
 /** Every REG_PERIOD_NS: upkeep of every shared table. */
 void hps__client_reg_upkeep(struct client_gpu *g);
-/** Find the device's cache of table t in the registry or claim its
- *  creation; waits while another process creates it.  0 (*creator says
+/** Find the device's cache of table t (its sharded cache when the
+ *  table's gtable_t says sharded) in the registry or claim its creation;
+ *  waits while another process creates it.  0 (*creator says
  *  which), or < 0: not shared, and the caller builds a private one. */
 int hps__client_reg_join(struct client_gpu *g, size_t mi, uint32_t t, uint64_t slots,
                          hps_gcache_reg_t *e, bool *creator);
-/** Map the cache of entry e, asking its processes for the descriptor. */
+/** Map the cache of entry e (gt->sharded, gt->shards set), asking its
+ *  processes for the descriptors. */
 int hps__client_reg_import(struct client_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt,
                            pid_t *ret_donor);
+/** Close the descriptors of gt (none when private). */
+void hps__client_reg_close(gtable_t *gt);
 /** Publish a cache this process created: offer its descriptor, then READY. */
 void hps__client_reg_publish(struct client_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt);
 

@@ -34,6 +34,11 @@ static void reg_counters(gtable_t *gt, hps_gcache_counters_t *k)
     k->lock_timeouts = st.lock_timeouts;
     k->repaired_sets = gt->repaired;
     k->published_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+    for (uint32_t j = 0; gt->sharded && j < hps_gcache_num_shards(gt->cache); j++) {
+        int dev;
+        uint64_t bytes;
+        hps_gcache_shard_stats(gt->cache, j, &dev, &bytes, &k->shard_occupied[j]);
+    }
 }
 
 /**
@@ -87,19 +92,23 @@ void hps__client_reg_upkeep(struct client_gpu *g)
 /* ---- sharing through the registry -------------------------------------- */
 
 /**
- * Find the device's cache of table t in the registry or claim its creation;
- * waits while another worker creates it.  0 (*creator says which), or < 0:
+ * Find the device's cache of table t (or the table's sharded cache, when
+ * gt->sharded) in the registry or claim its creation; waits while another
+ * worker creates it.  0 (*creator says which), or < 0:
  * not shared (no registry, other shape) and the caller builds a private one.
  */
 int hps__client_reg_join(struct client_gpu *g, size_t mi, uint32_t t, uint64_t slots,
                          hps_gcache_reg_t *e, bool *creator)
 {
     hps_client_t *cl = g->cl;
+    gtable_t *gt = &g->models[mi].tables[t];
     hps_gcache_reg_t want = {.table_id = cl->models[mi].vdb_ids[t],
-                             .device = g->device,
+                             .device = gt->sharded ? HPS_SHMDB_GCACHE_SHARDED : g->device,
                              .dim = cl->models[mi].dims[t],
                              .policy = HPS_GCACHE_LRU,
-                             .capacity_rows = slots};
+                             .capacity_rows = slots,
+                             .num_shards = gt->shards.num_devices};
+    memcpy(want.shard_dev, gt->shards.devices, sizeof(gt->shards.devices));
     struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
     int rc = g->share ? HPS_EBUSY : HPS_EUNSUPPORTED;
     while (g->share && !atomic_load(&g->stop)) {
@@ -115,36 +124,77 @@ int hps__client_reg_join(struct client_gpu *g, size_t mi, uint32_t t, uint64_t s
     return rc;
 }
 
-/** Map the cache of entry e, asking its processes for the descriptor. */
+/** Ask process pid for every descriptor of entry e: 0 (fds[0..e->num_parts)
+ *  open), or the first failure (none left open). */
+static int fetch_parts(const char *seg, pid_t pid, const hps_gcache_reg_t *e, int *fds)
+{
+    int rc = e->num_parts >= 1 && e->num_parts <= GSHARE_MAX_PARTS ? 0 : HPS_ENOTFOUND;
+    uint32_t got = 0;
+    for (; rc == 0 && got < e->num_parts; got++)
+        if ((rc = gshare_fetch(seg, pid, e->index, got, e->generation, JOIN_FETCH_MS, &fds[got])) <
+            0)
+            break;
+    if (rc < 0)
+        for (uint32_t p = 0; p < got; p++)
+            close(fds[p]);
+    return rc;
+}
+
+void hps__client_reg_close(gtable_t *gt)
+{
+    for (uint32_t p = 0; p < gt->num_fds; p++)
+        close(gt->fds[p]);
+    gt->num_fds = 0;
+}
+
+/** Map the cache of entry e, asking its processes for the descriptors. */
 int hps__client_reg_import(struct client_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt,
                            pid_t *ret_donor)
 {
     const char *seg = g->cl->conf->volatile_db.shared_memory_name;
     for (uint32_t i = 0; i < e->num_pids; i++) {
-        int fd = -1;
-        if (e->pids[i] == getpid() ||
-            gshare_fetch(seg, e->pids[i], e->index, e->generation, JOIN_FETCH_MS, &fd) < 0)
+        int fds[GSHARE_MAX_PARTS];
+        if (e->pids[i] == getpid() || fetch_parts(seg, e->pids[i], e, fds) < 0)
             continue;
         hps_gcache_t *cache = NULL;
-        int rc = hps_gcache_import(fd, e->capacity_rows, e->dim, (hps_gcache_policy_t)e->policy,
-                                   g->device, &cache);
-        if (rc == 0 && gshare_offer(g->share, e->index, e->generation, fd) == 0) {
+        hps_gcache_policy_t pol = (hps_gcache_policy_t)e->policy;
+        int rc = gt->sharded ? hps_gcache_import_sharded(fds, e->num_parts, e->capacity_rows,
+                                                         e->dim, pol, g->device, &gt->shards,
+                                                         &cache)
+                             : hps_gcache_import(fds[0], e->capacity_rows, e->dim, pol,
+                                                 g->device, &cache);
+        if (rc == 0 && gshare_offer(g->share, e->index, e->generation, fds, e->num_parts) == 0) {
             gt->cache = cache;
-            gt->fd = fd;
+            memcpy(gt->fds, fds, e->num_parts * sizeof(int));
+            gt->num_fds = e->num_parts;
             *ret_donor = e->pids[i];
             return 0;
         }
+        if (rc < 0)
+            HPS_WARN("GPU cache of registry entry %u: mapping the descriptors of process %d "
+                     "failed (%s)",
+                     e->index, (int)e->pids[i], hps_strerror(rc));
         hps_gcache_destroy(cache);
-        close(fd);
+        for (uint32_t p = 0; p < e->num_parts; p++)
+            close(fds[p]);
     }
     return HPS_ENOTFOUND;
 }
 
-/** Publish a cache this worker created: offer its descriptor, then READY. */
+/** Publish a cache this worker created: offer its descriptors (and, when
+ *  sharded, record its parts), then READY. */
 void hps__client_reg_publish(struct client_gpu *g, const hps_gcache_reg_t *e, gtable_t *gt)
 {
     hps_shmdb_t *db = g->cl->db;
-    if (gt->fd < 0 || gshare_offer(g->share, e->index, e->generation, gt->fd) < 0 ||
+    uint64_t shard_bytes[HPS_GCACHE_MAX_SHARDS] = {0};
+    for (uint32_t j = 0; j < hps_gcache_num_shards(gt->cache); j++) {
+        int dev;
+        uint64_t occ;
+        hps_gcache_shard_stats(gt->cache, j, &dev, &shard_bytes[j], &occ);
+    }
+    if (gt->num_fds == 0 ||
+        gshare_offer(g->share, e->index, e->generation, gt->fds, gt->num_fds) < 0 ||
+        hps_shmdb_gcache_parts(db, e->index, e->generation, gt->num_fds, shard_bytes) < 0 ||
         hps_shmdb_gcache_ready(db, e->index, e->generation, hps_gcache_capacity(gt->cache),
                                hps_gcache_bytes(gt->cache)) < 0) {
         hps_shmdb_gcache_leave(db, e->index, e->generation);
@@ -154,10 +204,3 @@ void hps__client_reg_publish(struct client_gpu *g, const hps_gcache_reg_t *e, gt
     gt->gen = e->generation;
     gt->refresher = true;
 }
-
-/**
- * One table: capacity ceil(gpucacheper * rows).  A cache meant to hold the
- * whole table gets twice the slots (sets are filled by hashing), doubled
- * again until the preload evicted nothing, so gpucacheper = 1.0 hits 100%.
- * The device's other workers then map the same cache (registry + gshare).
- */

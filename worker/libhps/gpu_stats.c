@@ -33,7 +33,13 @@ int hps__client_gpu_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
                                       .full_refreshes = atomic_load(&gt->full_refreshes),
                                       .lock_timeouts = st.lock_timeouts,
                                       .processes = 1,
-                                      .refresher = gt->refresher};
+                                      .refresher = gt->refresher,
+                                      .num_shards = hps_gcache_num_shards(gt->cache)};
+    for (uint32_t j = 0; j < ret->num_shards && j < 8 && rc == 0; j++)
+        rc = hps_gcache_shard_stats(gt->cache, j, &ret->shard_device[j], &ret->shard_bytes[j],
+                                    &ret->shard_occupied[j]);
+    if (rc < 0)
+        return rc;
     hps_gcache_reg_t e;
     pthread_rwlock_rdlock(&cl->seg_lock);
     if (gt->reg != UINT32_MAX && cl->db && cl->db == g->upd_db &&

@@ -21,13 +21,14 @@
 
 struct req {
     uint32_t index;
-    uint32_t pad;
+    uint32_t part;
     uint64_t generation;
 };
 
 struct offer {
     uint64_t generation; /* 0 = none */
-    int fd;
+    uint32_t num_fds;
+    int fds[GSHARE_MAX_PARTS];
 };
 
 struct gshare {
@@ -88,8 +89,8 @@ static void serve_one(gshare_t *s, int conn)
     int fd = -1;
     pthread_mutex_lock(&s->mu);
     if (r.index < HPS_SHMDB_MAX_GCACHES && s->offers[r.index].generation == r.generation &&
-        r.generation != 0)
-        fd = s->offers[r.index].fd;
+        r.generation != 0 && r.part < s->offers[r.index].num_fds)
+        fd = s->offers[r.index].fds[r.part];
     pthread_mutex_unlock(&s->mu);
     reply(conn, fd >= 0 ? 0 : 1, fd);
 }
@@ -133,13 +134,15 @@ int gshare_start(const char *segment, gshare_t **ret)
     return rc;
 }
 
-int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, int fd)
+int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, const int *fds,
+                 uint32_t num_fds)
 {
-    if (!s || index >= HPS_SHMDB_MAX_GCACHES)
+    if (!s || index >= HPS_SHMDB_MAX_GCACHES || num_fds == 0 || num_fds > GSHARE_MAX_PARTS)
         return -ENOMEM;
     pthread_mutex_lock(&s->mu);
     s->offers[index].generation = generation;
-    s->offers[index].fd = fd;
+    s->offers[index].num_fds = num_fds;
+    memcpy(s->offers[index].fds, fds, num_fds * sizeof(int));
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -182,8 +185,8 @@ static int receive(int sock, int *ret_fd)
     return 0;
 }
 
-int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint64_t generation,
-                 int timeout_ms, int *ret_fd)
+int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint32_t part,
+                 uint64_t generation, int timeout_ms, int *ret_fd)
 {
     struct sockaddr_un a;
     socklen_t len = addr_of(segment, pid, &a);
@@ -195,7 +198,7 @@ int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint64_t genera
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct req r = {.index = index, .generation = generation};
+    struct req r = {.index = index, .part = part, .generation = generation};
     int rc = 0;
     if (connect(sock, (struct sockaddr *)&a, len) < 0)
         rc = errno == ECONNREFUSED || errno == ENOENT ? HPS_ENOTFOUND

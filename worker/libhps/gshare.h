@@ -29,29 +29,36 @@ typedef struct gshare gshare_t;
  */
 int gshare_start(const char *segment, gshare_t **ret);
 
+/** Most descriptors one cache has (HPS_GCACHE_MAX_PARTS of hps/gcache.h). */
+#define GSHARE_MAX_PARTS 33
+
 /**
- * @brief Offer fd for registry entry (index, generation); fd stays owned by
- * the caller and must stay open until gshare_stop.  A second offer for the
- * same index replaces the first.  Thread-safe.
- * @return 0 or -ENOMEM (s NULL, or index >= HPS_SHMDB_MAX_GCACHES).
+ * @brief Offer the num_fds descriptors of registry entry (index,
+ * generation), part p being fds[p] (one unless the cache is sharded); they
+ * stay owned by the caller and must stay open until gshare_stop.  A second
+ * offer for the same index replaces the first.  Thread-safe.
+ * @return 0 or -ENOMEM (s NULL, index >= HPS_SHMDB_MAX_GCACHES, num_fds
+ *         not in 1..GSHARE_MAX_PARTS).
  */
-int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, int fd);
+int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, const int *fds,
+                 uint32_t num_fds);
 
 /** @brief Stop the thread and close the socket (NULL is a no-op); offered fds are not closed. */
 void gshare_stop(gshare_t *s);
 
 /**
- * @brief Ask process pid for its descriptor of (index, generation).
+ * @brief Ask process pid for its descriptor of part `part` of (index,
+ * generation).
  * @param[out] ret_fd  a new descriptor in this process, owned by the caller.
  * @param[in] timeout_ms  for the connection and the answer each (>= 1;
  *                        smaller values count as 1).
  * @return 0; HPS_ENOTFOUND (pid does not offer it: no socket, other
- *         generation); HPS_ETIMEDOUT (no answer in timeout_ms, or the
+ *         generation, no such part); HPS_ETIMEDOUT (no answer in timeout_ms, or the
  *         server's backlog is full); -errno.
  * The server answers one request at a time and gives a silent client at
  * most 200 ms.
  */
-int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint64_t generation,
-                 int timeout_ms, int *ret_fd);
+int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint32_t part,
+                 uint64_t generation, int timeout_ms, int *ret_fd);
 
 #endif

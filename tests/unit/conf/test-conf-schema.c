@@ -169,6 +169,8 @@ static const struct {
     {"model.m.max_batch_size", "64"},
     {"model.m.gpucache", "true"},
     {"model.m.gpucacheper", "0.2"},
+    {"model.m.gpu_cache_placement", "replicate"}, /* not HugeCTR's: its only placement */
+    {"model.m.gpu_cache_max_bytes", "0"},         /* not HugeCTR's: no limit */
     {"model.m.hit_rate_threshold", "0.9"},
     {"model.m.cache_refresh_percentage_per_iteration", "0.0"},
     {"model.m.refresh_delay", "0.0"},

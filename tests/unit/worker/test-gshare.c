@@ -79,7 +79,7 @@ static void offerer_main(const char *seg, int ready_w, int ctl_r)
     int fd = make_memfd(0x5a);
     gshare_t *s = NULL;
     HPS_ASSERT_EQ(gshare_start(seg, &s), 0);
-    HPS_ASSERT_EQ(gshare_offer(s, INDEX, GEN, fd), 0);
+    HPS_ASSERT_EQ(gshare_offer(s, INDEX, GEN, &fd, 1), 0);
     char c = 'r';
     T_CHECK(write(ready_w, &c, 1) == 1, "write: %s", strerror(errno));
     struct pollfd p = {.fd = ctl_r, .events = POLLIN};
@@ -153,10 +153,10 @@ static void test_fetch_contents(void **state)
     struct fixture *f = *state;
     struct offerer a = offerer_start(f->seg);
     int fd = -1, fd2 = -1;
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, GEN, WAIT_MS, &fd), 0);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, 0, GEN, WAIT_MS, &fd), 0);
     T_CHECK(fd >= 0, "fd %d", fd);
     check_contents(fd, 0x5a);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, GEN, WAIT_MS, &fd2), 0); /* again */
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, 0, GEN, WAIT_MS, &fd2), 0); /* again */
     HPS_ASSERT_NE(fd2, fd);
     check_contents(fd2, 0x5a);
     /* Same file: a write through one shows through the other. */
@@ -176,18 +176,18 @@ static void test_wrong_index_or_generation(void **state)
     struct fixture *f = *state;
     struct offerer a = offerer_start(f->seg);
     int fd = -1;
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, GEN + 1, WAIT_MS, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, GEN - 1, WAIT_MS, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX + 1, GEN, WAIT_MS, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, 0, 0, WAIT_MS, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, HPS_SHMDB_MAX_GCACHES, GEN, WAIT_MS, &fd),
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, 0, GEN + 1, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, 0, GEN - 1, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX + 1, 0, GEN, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, 0, 0, 0, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, HPS_SHMDB_MAX_GCACHES, 0, GEN, WAIT_MS, &fd),
                   HPS_ENOTFOUND);
     HPS_ASSERT_EQ(fd, -1); /* never written on failure */
     /* Another segment name is another socket. */
     char other[T_NAME_LEN + 8];
     snprintf(other, sizeof(other), "%s-x", f->seg);
-    HPS_ASSERT_EQ(gshare_fetch(other, a.pid, INDEX, GEN, WAIT_MS, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, GEN, WAIT_MS, &fd), 0); /* still served */
+    HPS_ASSERT_EQ(gshare_fetch(other, a.pid, INDEX, 0, GEN, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, 0, GEN, WAIT_MS, &fd), 0); /* still served */
     check_contents(fd, 0x5a);
     close(fd);
     offerer_end(&a, false);
@@ -202,8 +202,8 @@ static void test_no_socket(void **state)
     offerer_end(&a, false); /* stopped: its socket is closed */
     int fd = -1;
     uint64_t t0 = t_now_ns();
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, gone, INDEX, GEN, 10000, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), INDEX, GEN, 10000, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, gone, INDEX, 0, GEN, 10000, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), INDEX, 0, GEN, 10000, &fd), HPS_ENOTFOUND);
     uint64_t ms = ms_since(t0);
     t_note("two fetches without a socket: %llu ms", (unsigned long long)ms);
     HPS_ASSERT_LT(ms, 1000);
@@ -216,12 +216,12 @@ static void test_survives_sigkill(void **state)
     struct fixture *f = *state;
     struct offerer a = offerer_start(f->seg);
     int fd = -1;
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, GEN, WAIT_MS, &fd), 0);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, a.pid, INDEX, 0, GEN, WAIT_MS, &fd), 0);
     pid_t gone = a.pid;
     offerer_end(&a, true);
     check_contents(fd, 0x5a);
     int fd2 = -1;
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, gone, INDEX, GEN, WAIT_MS, &fd2), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, gone, INDEX, 0, GEN, WAIT_MS, &fd2), HPS_ENOTFOUND);
     close(fd);
 }
 
@@ -243,7 +243,7 @@ static void test_timeout(void **state)
     int fd = -1;
     const int timeout_ms = 300;
     uint64_t t0 = t_now_ns();
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, fake, INDEX, GEN, timeout_ms, &fd), HPS_ETIMEDOUT);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, fake, INDEX, 0, GEN, timeout_ms, &fd), HPS_ETIMEDOUT);
     uint64_t ms = ms_since(t0);
     t_note("fetch from a silent server: HPS_ETIMEDOUT after %llu ms (timeout %d ms)",
            (unsigned long long)ms, timeout_ms);
@@ -262,29 +262,56 @@ static void test_offer_replace_and_errors(void **state)
     gshare_t *s = NULL, *s2 = NULL;
     HPS_ASSERT_EQ(gshare_start(f->seg, &s), 0);
     HPS_ASSERT_EQ(gshare_start(f->seg, &s2), -EADDRINUSE); /* our name is taken */
-    HPS_ASSERT_EQ(gshare_offer(s, HPS_SHMDB_MAX_GCACHES, 1, m1), -ENOMEM);
-    HPS_ASSERT_EQ(gshare_offer(s, 0, 1, m1), 0);
-    HPS_ASSERT_EQ(gshare_offer(s, HPS_SHMDB_MAX_GCACHES - 1, 5, m2), 0);
+    HPS_ASSERT_EQ(gshare_offer(s, HPS_SHMDB_MAX_GCACHES, 1, &m1, 1), -ENOMEM);
+    HPS_ASSERT_EQ(gshare_offer(s, 0, 1, &m1, 1), 0);
+    HPS_ASSERT_EQ(gshare_offer(s, HPS_SHMDB_MAX_GCACHES - 1, 5, &m2, 1), 0);
     int fd = -1;
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 1, WAIT_MS, &fd), 0);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 0, 1, WAIT_MS, &fd), 0);
     check_contents(fd, 1);
     close(fd);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), HPS_SHMDB_MAX_GCACHES - 1, 5, WAIT_MS, &fd), 0);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), HPS_SHMDB_MAX_GCACHES - 1, 0, 5, WAIT_MS, &fd), 0);
     check_contents(fd, 2);
     close(fd);
-    HPS_ASSERT_EQ(gshare_offer(s, 0, 2, m2), 0); /* replaces (1, m1) */
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 1, WAIT_MS, &fd), HPS_ENOTFOUND);
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 2, WAIT_MS, &fd), 0);
+    HPS_ASSERT_EQ(gshare_offer(s, 0, 2, &m2, 1), 0); /* replaces (1, m1) */
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 0, 1, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 0, 2, WAIT_MS, &fd), 0);
     check_contents(fd, 2);
     close(fd);
     gshare_stop(s);
     gshare_stop(NULL);
     fd = -1;
-    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 2, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 0, 0, 2, WAIT_MS, &fd), HPS_ENOTFOUND);
     HPS_ASSERT_EQ(gshare_start(f->seg, &s), 0); /* the name is free again */
     gshare_stop(s);
     close(m1);
     close(m2);
+}
+
+/* A sharded cache's parts: each part number hands out its own descriptor;
+ * a part past the offer's count, or an offer of 0 or too many parts, is
+ * refused. */
+static void test_parts(void **state)
+{
+    struct fixture *f = *state;
+    int m[3] = {make_memfd(7), make_memfd(8), make_memfd(9)};
+    gshare_t *s = NULL;
+    HPS_ASSERT_EQ(gshare_start(f->seg, &s), 0);
+    HPS_ASSERT_EQ(gshare_offer(s, 3, 4, m, 0), -ENOMEM);
+    HPS_ASSERT_EQ(gshare_offer(s, 3, 4, m, GSHARE_MAX_PARTS + 1), -ENOMEM);
+    HPS_ASSERT_EQ(gshare_offer(s, 3, 4, m, 3), 0);
+    for (uint32_t p = 0; p < 3; p++) {
+        int fd = -1;
+        HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 3, p, 4, WAIT_MS, &fd), 0);
+        check_contents(fd, (uint8_t)(7 + p));
+        close(fd);
+    }
+    int fd = -1;
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 3, 3, 4, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(gshare_fetch(f->seg, getpid(), 3, UINT32_MAX, 4, WAIT_MS, &fd), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(fd, -1);
+    gshare_stop(s);
+    for (int i = 0; i < 3; i++)
+        close(m[i]);
 }
 
 int main(void)
@@ -296,6 +323,7 @@ int main(void)
         T(test_fetch_contents), T(test_wrong_index_or_generation),
         T(test_no_socket),      T(test_survives_sigkill),
         T(test_timeout),        T(test_offer_replace_and_errors),
+        T(test_parts),
     };
 #undef T
     return cmocka_run_group_tests_name("gshare", tests, NULL, NULL);
