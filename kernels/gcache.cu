@@ -302,21 +302,16 @@ extern "C" hps_err_t hps_gcache_shard_stats(hps_gcache_t *c, uint32_t shard, int
 
 extern "C" uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, uint32_t num_devices)
 {
-    if (dim == 0 || num_devices == 0)
+    if (dim == 0 || dim > HPS_GCACHE_MAX_DIM || num_devices == 0 ||
+        num_devices > HPS_GCACHE_MAX_SHARDS)
         return 0;
-    /* Each device holds about 1/num_devices of every array, plus up to one
-     * granule per cut (2 MiB, the VMM granularity of current GPUs) and the
-     * rounding of the whole: leave that much headroom per array. */
-    const uint64_t slack = num_devices > 1 ? 5ull * (2u << 20) : (2u << 20);
-    if (max_bytes <= slack)
-        return 0;
-    uint64_t lo = 0, hi = (max_bytes - slack) * num_devices / ((4ull * dim + 17) * HPS_GCACHE_WAYS) + 1;
+    uint64_t g = hps__vmm_granularity(0);
+    uint64_t lo = 0, hi = max_bytes / ((4ull * dim + 17) * HPS_GCACHE_WAYS) * num_devices + 1;
     if (hi > UINT32_MAX / HPS_GCACHE_WAYS - 1) /* slots are 32-bit (gc_new) */
         hi = UINT32_MAX / HPS_GCACHE_WAYS - 1;
-    while (lo < hi) { /* the largest set count whose layout fits */
-        uint64_t mid = (lo + hi + 1) / 2, off[6];
-        hps__gc_offsets(mid, dim, off);
-        if ((off[5] + num_devices - 1) / num_devices + slack <= max_bytes)
+    while (lo < hi) { /* the most sets whose largest shard fits */
+        uint64_t mid = (lo + hi + 1) / 2;
+        if (hps__vmm_max_shard_bytes(mid, dim, num_devices, g) <= max_bytes)
             lo = mid;
         else
             hi = mid - 1;

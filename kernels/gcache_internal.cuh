@@ -513,6 +513,10 @@ hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,
 hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fds);
 hps_err_t hps__vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds);
 void hps__vmm_release(hps_gcache_t *c);
+/* The most device bytes one shard takes (the plan of hps__vmm_create at
+ * granularity g); the granularity of a device. */
+uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t dim, uint32_t num_shards, uint64_t g);
+uint64_t hps__vmm_granularity(int device);
 /* The arrays of a cache of num_sets sets of dim floats inside its one
  * allocation, in this order, each 256-byte aligned: (key, stamp) records,
  * tags, vals, ver, clock + counters.  off[i] is array i's offset, off[5] the

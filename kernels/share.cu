@@ -148,6 +148,43 @@ static void vmm_plan(hps_gcache_t *c, uint64_t g)
     }
 }
 
+/* The most bytes one device holds of a cache of num_sets sets of dim floats
+ * sharded over num_shards devices (1: the whole, rounded to g). */
+extern "C" uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t dim, uint32_t num_shards,
+                                             uint64_t g)
+{
+    hps_gcache_t *c = (hps_gcache_t *)calloc(1, sizeof(*c));
+    if (!c)
+        return UINT64_MAX;
+    uint64_t off[6], most = 0;
+    hps__gc_offsets(num_sets, dim, off);
+    c->ref.num_sets = num_sets;
+    c->ref.dim = dim;
+    c->num_shards = num_shards;
+    c->bytes = (off[5] + g - 1) / g * g;
+    vmm_plan(c, g);
+    for (uint32_t j = 0; j < num_shards; j++) {
+        uint64_t b = 0;
+        for (uint32_t p = 0; p < c->num_parts; p++)
+            b += c->part_shard[p] == j ? c->part_off[p + 1] - c->part_off[p] : 0;
+        most = b > most ? b : most;
+    }
+    free(c);
+    return most;
+}
+
+/* The VMM granularity of device (2 MiB on current GPUs, if it cannot be asked). */
+extern "C" uint64_t hps__vmm_granularity(int device)
+{
+    vmm_api a;
+    size_t g = 0;
+    if (cudaFree(0) != cudaSuccess || vmm_load(&a) || vmm_granule(&a, device, &g) || g == 0) {
+        (void)cudaGetLastError();
+        return 2u << 20;
+    }
+    return g;
+}
+
 /* Every device of the shards reachable from this process's device. */
 static hps_err_t vmm_peers_ok(const hps_gcache_t *c)
 {

@@ -274,7 +274,10 @@ hps_err_t hps_gcache_shard_stats(hps_gcache_t *cache, uint32_t shard, int *ret_d
 /**
  * @brief The largest capacity_rows (a multiple of HPS_GCACHE_WAYS, 0 when
  * none fits) whose cache takes at most max_bytes of device memory on each of
- * num_devices devices (num_devices 1: an unsharded cache).  Host only.
+ * num_devices devices (num_devices 1: an unsharded shareable cache), by the
+ * exact split of hps_gcache_create_sharded at the VMM granularity of device
+ * 0 (2 MiB assumed when the driver cannot say).  Host only; a cudaMalloc
+ * cache (hps_gcache_create) takes at most as much.
  */
 uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, uint32_t num_devices);
 

@@ -635,7 +635,7 @@ static void test_sharded(hps_gcache_policy_t pol)
     if (!c1)
         return;
     CK(cudaSetDevice(0));
-    OK(hps_gcache_ws_create(c0, 65536, &ws0));
+    OK(hps_gcache_ws_create(c0, 131072, &ws0));
     std::vector<int64_t> a = seq_keys(1, 60000), b = seq_keys(900001, 20000);
     insert_rows(c0, a, 1, false, 0);
     CK(cudaDeviceSynchronize());
@@ -643,7 +643,7 @@ static void test_sharded(hps_gcache_policy_t pol)
     for (int64_t k : a)
         ref[k] = 1;
     CK(cudaSetDevice(1));
-    OK(hps_gcache_ws_create(c1, 65536, &ws1));
+    OK(hps_gcache_ws_create(c1, 131072, &ws1));
     check_lookup(c1, ws1, a, ref, 0); /* device 1 reads rows of both shards */
     insert_rows(c1, b, 3, false, 0);  /* and writes into both */
     CK(cudaDeviceSynchronize());

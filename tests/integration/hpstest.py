@@ -739,3 +739,93 @@ def run_main(name, body):
     except Exception as e:  # noqa: BLE001
         t.exception(e)
     t.done()
+
+
+# --------------------------------------------------------------------------
+# Helpers of the multi-process GPU tests (tests/gpu/test_worker_multigpu.py);
+# general enough for any scenario that pushes Kafka updates, reads labelled
+# metrics or runs several clusters one after another in one Cluster.
+# --------------------------------------------------------------------------
+
+def metric_samples(port, name):
+    """The samples of metric `name` in the worker's /metrics: a list of
+    (labels dict, value), whatever the order of the labels; a sample
+    without labels has {}."""
+    out = []
+    for k, v in metrics(port).items():
+        base, brace, rest = k.partition("{")
+        if base != name:
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', rest)) if brace else {}
+        out.append((labels, v))
+    return out
+
+
+def expected_with(model, keys_per_table, new):
+    """model.expected(keys_per_table) with the rows in new, {(table, key):
+    list of floats} (e.g. vectors pushed through Kafka), in place of the
+    generated ones."""
+    out = model.expected(keys_per_table)
+    off = 0
+    for t, ks in enumerate(keys_per_table):
+        dim = model.dims[t]
+        for k in ks:
+            row = new.get((t, k))
+            if row is not None:
+                out[off:off + dim] = row
+            off += dim
+    return out
+
+
+class KafkaMock:
+    """kafka-mock (tests/integration/kafka_mock.c, path in $KAFKA_MOCK): a
+    librdkafka mock cluster with the given topics; .bootstrap is its
+    "HOST:PORT" list.  Use as a context manager (or call close())."""
+
+    def __init__(self, topics, partitions=4):
+        mock = os.environ.get("KAFKA_MOCK", "")
+        self.p = subprocess.Popen([mock, "--partitions", str(partitions)] + list(topics),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline().split()
+        if len(line) < 2 or line[0] != "bootstrap":
+            self.close()
+            raise RuntimeError("kafka-mock did not print its bootstrap servers: %r" % line)
+        self.bootstrap = line[1]
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+
+def push_updates(bootstrap, model, table, dim, rows, timeout=180):
+    """Send rows, a list of (key, list of dim floats), as update records of
+    model/table through hps-push (path in $HPS_PUSH); returns its exit
+    status (0: every record delivered)."""
+    push = os.environ.get("HPS_PUSH", "")
+    data = b"".join(struct.pack("<q%df" % dim, k, *v) for k, v in rows)
+    cmd = [push, "-b", bootstrap, "-m", model, "-t", table, "-d", str(dim), "--stdin", "--quiet"]
+    return subprocess.run(cmd, input=data, capture_output=True, timeout=timeout).returncode
+
+
+def retire(procs, segment):
+    """End one of several clusters run in turn by one Cluster: SIGKILL procs
+    (a list of Proc), wait for them, then remove segment's shared-memory
+    objects now rather than at cleanup() (a small /dev/shm need only hold
+    one scenario's segment at a time)."""
+    for p in procs:
+        p.kill(signal.SIGKILL)
+    for p in procs:
+        p.wait(10)
+    for obj in ("hps." + segment, ".hps.%s.lock" % segment, ".hps.%s.new" % segment):
+        try:
+            os.unlink("/dev/shm/" + obj)
+        except FileNotFoundError:
+            pass

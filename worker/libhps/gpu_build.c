@@ -182,16 +182,16 @@ static void serve_queue(struct client_gpu *g, gctx_t *c)
 }
 
 /** Where gt's cache lives, for logs: " on device N" or " sharded over
- *  devices 0,1,..." */
-static void where_text(const gtable_t *gt, int device, char *buf, size_t len)
+ *  devices 0,1,..." (the model's list, as configured). */
+static void where_text(const gmodel_t *gm, const gtable_t *gt, int device, char *buf, size_t len)
 {
     if (!gt->sharded) {
         snprintf(buf, len, " on device %d", device);
         return;
     }
     size_t o = (size_t)snprintf(buf, len, " sharded over devices ");
-    for (uint32_t j = 0; j < gt->shards.num_devices && o < len; j++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%d", j ? "," : "", gt->shards.devices[j]);
+    for (uint32_t j = 0; j < gm->shards.num_devices && o < len; j++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", j ? "," : "", gm->shards.devices[j]);
 }
 
 /**
@@ -265,6 +265,12 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     slots = whole ? 2 * slots : slots;
     gt->sharded = gm->sharded;
     gt->shards = gm->shards;
+    /* A cache of a few VMM granules cannot be cut (it lies on the device of
+     * its last piece): rotating each table's device list by its segment
+     * table id spreads the small tables of a model over the devices.  Every
+     * process derives the same order (the registry checks it). */
+    for (uint32_t j = 0, n = gm->shards.num_devices; gt->sharded && j < n; j++)
+        gt->shards.devices[j] = gm->shards.devices[(j + m->vdb_ids[t]) % n];
     uint64_t cap = max_slots(m->conf, t, m->dims[t], gt->sharded ? gt->shards.num_devices : 1);
     if (cap == 0)
         return HPS_EINVAL;
@@ -291,7 +297,7 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     bool creator = true;
     bool shared = hps__client_reg_join(g, mi, t, slots, &e, &creator) == 0;
     char where[96];
-    where_text(gt, g->device, where, sizeof(where));
+    where_text(gm, gt, g->device, where, sizeof(where));
     if (atomic_load(&g->stop)) { /* stopped while another worker was preloading */
         if (shared)
             hps_shmdb_gcache_leave(g->cl->db, e.index, e.generation);
@@ -317,7 +323,7 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     }
     if (!shared && gt->sharded) { /* a private cache is this device's own */
         gt->sharded = false;
-        where_text(gt, g->device, where, sizeof(where));
+        where_text(gm, gt, g->device, where, sizeof(where));
     }
     for (int attempt = 0;; attempt++) {
         int rc = build_cache(g, c, mi, t, gt, slots, want, shared);

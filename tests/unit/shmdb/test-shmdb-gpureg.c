@@ -638,6 +638,62 @@ static void test_process_list_full(void **state)
         agent_exit(&a[i]);
 }
 
+/* A sharded cache: one entry per table whatever the devices, separate from
+ * the table's per-device entries; its shard devices are recorded at claim,
+ * its parts and shard bytes before READY, per-shard counters published; a
+ * claim with other shard devices is a mismatch; bad shard counts and part
+ * counts are refused. */
+static void test_sharded(void **state)
+{
+    struct fixture *f = *state;
+    hps_gcache_reg_t w = want_of(4, HPS_SHMDB_GCACHE_SHARDED), r;
+    w.num_shards = 2;
+    w.shard_dev[0] = 1;
+    w.shard_dev[1] = 0;
+    bool creator = false;
+    HPS_ASSERT_OK(hps_shmdb_gcache_claim(f->db, &w, &r, &creator));
+    HPS_ASSERT_EQ(creator, true);
+    HPS_ASSERT_EQ(r.device, HPS_SHMDB_GCACHE_SHARDED);
+    HPS_ASSERT_EQ(r.num_shards, 2);
+    HPS_ASSERT_EQ(r.shard_dev[0], 1);
+    HPS_ASSERT_EQ(r.shard_dev[1], 0);
+    hps_gcache_reg_t d0 = create_ready(f, 4, 0); /* the same table replicated: its own entry */
+    HPS_ASSERT_NE(d0.index, r.index);
+    HPS_ASSERT_EQ(d0.num_shards, 1);
+    HPS_ASSERT_EQ(d0.shard_dev[0], 0);
+    HPS_ASSERT_EQ(d0.num_parts, 1);
+    uint64_t sb[HPS_SHMDB_GCACHE_SHARDS] = {6u << 20, 8u << 20};
+    HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation, 0, sb), HPS_EINVAL);
+    HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation, 3, NULL), HPS_EINVAL);
+    HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation + 1, 3, sb),
+                   HPS_ENOTFOUND);
+    HPS_ASSERT_OK(hps_shmdb_gcache_parts(f->db, r.index, r.generation, 3, sb));
+    HPS_ASSERT_OK(hps_shmdb_gcache_ready(f->db, r.index, r.generation, CAP, 14u << 20));
+    hps_gcache_counters_t k = {.occupied = 30, .shard_occupied = {10, 20}};
+    HPS_ASSERT_OK(hps_shmdb_gcache_publish(f->db, r.index, r.generation, &k));
+    hps_gcache_reg_t g = get(f, r.index);
+    HPS_ASSERT_EQ(g.state, HPS_GCACHE_READY);
+    HPS_ASSERT_EQ(g.num_parts, 3);
+    HPS_ASSERT_EQ(g.shard_bytes[0], 6u << 20);
+    HPS_ASSERT_EQ(g.shard_bytes[1], 8u << 20);
+    HPS_ASSERT_EQ(g.counters.shard_occupied[0], 10);
+    HPS_ASSERT_EQ(g.counters.shard_occupied[1], 20);
+    /* joining: the same devices in the same order, else a mismatch */
+    hps_gcache_reg_t j;
+    HPS_ASSERT_OK(hps_shmdb_gcache_claim(f->db, &w, &j, &creator));
+    HPS_ASSERT_EQ(creator, false);
+    HPS_ASSERT_EQ(j.index, r.index);
+    w.shard_dev[0] = 0;
+    w.shard_dev[1] = 1;
+    HPS_ASSERT_ERR(hps_shmdb_gcache_claim(f->db, &w, &j, &creator), HPS_EMISMATCH);
+    w.num_shards = 3;
+    HPS_ASSERT_ERR(hps_shmdb_gcache_claim(f->db, &w, &j, &creator), HPS_EMISMATCH);
+    w.num_shards = 0;
+    HPS_ASSERT_ERR(hps_shmdb_gcache_claim(f->db, &w, &j, &creator), HPS_EINVAL);
+    w.num_shards = HPS_SHMDB_GCACHE_SHARDS + 1;
+    HPS_ASSERT_ERR(hps_shmdb_gcache_claim(f->db, &w, &j, &creator), HPS_EINVAL);
+}
+
 int main(void)
 {
     t_install_cleanup();
@@ -656,6 +712,7 @@ int main(void)
         T(test_bad_arguments),
         T(test_registry_full),
         T(test_process_list_full),
+        T(test_sharded),
     };
 #undef T
     return cmocka_run_group_tests_name("shmdb-gpureg", tests, NULL, NULL);
