@@ -1,9 +1,11 @@
-# shellcheck shell=bash disable=SC2154  # e2e_prog, workdir, coordinator, worker: set by the caller
-# e2e-lib.sh -- shell functions shared by bench/e2e.sh and bench/e2e-gpu.sh.
-# Sourced, not run.  The caller sets:
+# shellcheck shell=bash disable=SC2154  # e2e_prog, workdir, coordinator, worker, bench, inproc: set by the caller
+# e2e-lib.sh -- shell functions shared by bench/e2e.sh, bench/e2e-gpu.sh and
+# bench/multigpu.sh.  Sourced, not run.  The caller sets:
 #   e2e_prog     its name, the prefix of error messages ("e2e.sh")
 #   workdir      the work directory (logs go there)
 #   coordinator, worker   the executables
+#   bench        hps-bench (only for e2e_bench_start)
+#   inproc       bench-inproc (only for e2e_inproc_start)
 # and calls e2e_cleanup from its EXIT trap.  Every wait has a deadline.
 
 e2e_pids=()  # processes started by e2e_start_*, in start order
@@ -126,4 +128,136 @@ e2e_start_worker() {
 e2e_metrics() {
     python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
         "http://127.0.0.1:$1/metrics" 2>/dev/null || true
+}
+
+# ---- GPU runs and hps-bench (bench/multigpu.sh; e2e-gpu.sh keeps its own
+# copies of the cache-count, hit-rate, bench and ratio helpers) --------------
+
+# e2e_gpu_count: the CUDA devices a worker may use: the GPUs `nvidia-smi -L`
+# lists (MIG instances not counted), at most as many as CUDA_VISIBLE_DEVICES
+# names when it is set; 0 without nvidia-smi.
+e2e_gpu_count() {
+    local n=0 v
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+    fi
+    if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+        v=$(awk -F, '{c = 0; for (i = 1; i <= NF; i++) if ($i ~ /[^ ]/) c++; print c}' \
+            <<<"$CUDA_VISIBLE_DEVICES")
+        [ "${v:-0}" -lt "${n:-0}" ] && n=${v:-0}
+    fi
+    echo "${n:-0}"
+}
+
+# e2e_wait_ready PORT SECONDS: until the worker's /v2/health/ready answers 200
+# (a GPU worker is ready once its caches are preloaded); 1 after SECONDS.
+e2e_wait_ready() {
+    python3 - "http://127.0.0.1:$1/v2/health/ready" "$2" <<'PYEOF'
+import sys, time, urllib.request
+end = time.time() + float(sys.argv[2])
+while True:
+    try:
+        if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200:
+            sys.exit(0)
+    except Exception:
+        pass
+    if time.time() > end:
+        sys.exit(1)
+    time.sleep(0.1)
+PYEOF
+}
+
+# e2e_cache_counts PORT: "HIT QUERY TABLES SHARED" summed over the GPU caches
+# in the worker's /metrics (TABLES: caches listed; SHARED: those with
+# nv_hps_embedding_cache_processes == 2); "0 0 0 0" without GPU caches.
+e2e_cache_counts() {
+    e2e_metrics "$1" | awk '/^nv_hps_embedding_cache_hit_keys\{/ {h += $2}
+        /^nv_hps_embedding_cache_query_keys\{/ {q += $2; n++}
+        /^nv_hps_embedding_cache_processes\{/ && $2 == 2 {s++}
+        END {printf "%.0f %.0f %d %d\n", h, q, n, s}'
+}
+
+# e2e_hit_rate "H0 Q0 .." "H1 Q1 ..": the hit rate between two e2e_cache_counts
+# (or sums of them), 4 decimals, or "-" when nothing was queried.
+e2e_hit_rate() {
+    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); q = y[2] - x[2]
+        if (q > 0) printf "%.4f", (y[1] - x[1]) / q; else printf "-"}'
+}
+
+# e2e_bench_start LOG PORT PID INI VERIFY CONC DURATION WARMUP FILE: one
+# timed run of "$bench" (--no-redis, --reps 1) against the worker on PORT
+# (pid PID) in the background, output to LOG; sets e2e_bench_pid.
+e2e_bench_start() {
+    "$bench" --url "http://127.0.0.1:$2" --config "$4" --no-redis --wait-ready 120 \
+        --server-pid "$3" --concurrency "$6" --duration "$7" --warmup "$8" --reps 1 \
+        --verify "$5" "$9" >"$1" 2>&1 &
+    e2e_bench_pid=$!
+    e2e_pids+=("$e2e_bench_pid") e2e_names+=(hps-bench) # stopped on exit too
+}
+
+# e2e_bench_wait PID LOG SECONDS: wait for that hps-bench (stopped after
+# SECONDS), print its verify/run lines; 1 if it failed or was stopped.
+e2e_bench_wait() {
+    local brc=0 end=$((SECONDS + $3))
+    while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
+    if kill -0 "$1" 2>/dev/null; then
+        echo "$e2e_prog: hps-bench (pid $1) still running after $3 s; stopping it" >&2
+        e2e_stop_pid "$1" hps-bench
+        brc=1
+    fi
+    wait "$1" || brc=$?
+    grep -E '^  (verify|run) |first (error|mismatch)|request failed|error:' "$2" | sed 's/^  /   /' || true
+    if [ "$brc" != 0 ]; then
+        echo "   hps-bench exit status $brc (log: $2)"
+        return 1
+    fi
+}
+
+# e2e_bench_row LOG: "REQ/S MKEYS/S P50 P99 ERRORS" from hps-bench's results
+# table (its last row), "0 0 0 0 -" without one.
+e2e_bench_row() {
+    awk '$4 == "|" && $1 ~ /^[0-9]+$/ && NF >= 12 {r = $5 " " $6 " " $7 " " $9 " " $11}
+         END {print (r == "" ? "0 0 0 0 -" : r)}' "$1"
+}
+
+# e2e_ratio A B: A / B with 2 decimals and "x", "-" when B is 0 or not a number.
+e2e_ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b + 0 > 0) printf "%.2fx", a / b; else printf "-"}'; }
+
+# ---- bench-inproc: lookups through libhps in the calling process -----------
+
+# e2e_inproc_start LOG INI MODEL DEVICE DURATION WARMUP FILE: one run of
+# "$inproc" (bench-inproc --no-hot: the request file's keys only, one call at
+# a time, keys and output in DEVICE's memory) in the background, output to
+# LOG; sets e2e_inproc_pid.
+e2e_inproc_start() {
+    "$inproc" --config "$2" --model "$3" --device "$4" --duration "$5" --warmup "$6" \
+        --no-hot "$7" >"$1" 2>&1 &
+    e2e_inproc_pid=$!
+    e2e_pids+=("$e2e_inproc_pid") e2e_names+=(bench-inproc) # stopped on exit too
+}
+
+# e2e_wait_pid PID SECONDS NAME: wait for a process started here, stopping
+# it after SECONDS; returns its exit status, 124 if it had to be stopped.
+e2e_wait_pid() {
+    local wrc=0 end=$((SECONDS + $2))
+    while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
+    if kill -0 "$1" 2>/dev/null; then
+        echo "$e2e_prog: $3 (pid $1) still running after $2 s; stopping it" >&2
+        e2e_stop_pid "$1" "$3"
+        return 124
+    fi
+    wait "$1" || wrc=$?
+    return "$wrc"
+}
+
+# e2e_result_field LOG MODE FIELD: the value of FIELD in LOG's first
+# "RESULT mode=MODE ..." line (bench-inproc, bench-cudashm), "-" without one.
+e2e_result_field() {
+    awk -v m="$2" -v f="$3" '$1 == "RESULT" && $2 == "mode=" m {
+            for (i = 3; i <= NF; i++) {
+                n = index($i, "=")
+                if (n > 1 && substr($i, 1, n - 1) == f) { v = substr($i, n + 1); found = 1; exit }
+            }
+        }
+        END {print (found ? v : "-")}' "$1"
 }
