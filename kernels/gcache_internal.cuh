@@ -99,9 +99,9 @@ typedef struct hps_ws_ref {
 struct hps_gcache {
     hps_table_ref_t ref;
     int device;
-    char *base;         /* the one allocation holding every array of ref */
-    uint64_t bytes;     /* its size (rounded to the VMM granularity when shared) */
-    int shared;         /* 1: CUDA VMM allocation (create_shared / import), 0: cudaMalloc */
+    char *base;     /* the one allocation holding every array of ref */
+    uint64_t bytes; /* its size (rounded to the VMM granularity when shared) */
+    int shared;     /* 1: CUDA VMM allocation (create_shared / import), 0: cudaMalloc */
     /* VMM pieces when shared (hps__vmm_plan): part p spans [part_off[p],
      * part_off[p + 1]) of base, backed by device shard_dev[part_shard[p]]
      * through part_handle[p] (CUmemGenericAllocationHandle; 0 = not mapped).
@@ -110,8 +110,8 @@ struct hps_gcache {
     uint64_t part_off[HPS_GCACHE_MAX_PARTS + 1];
     uint8_t part_shard[HPS_GCACHE_MAX_PARTS];
     uint64_t part_handle[HPS_GCACHE_MAX_PARTS];
-    uint32_t num_shards;                   /* devices the memory spans (1 unless sharded) */
-    int shard_dev[HPS_GCACHE_MAX_SHARDS];  /* their ordinals */
+    uint32_t num_shards;                           /* devices the memory spans (1 unless sharded) */
+    int shard_dev[HPS_GCACHE_MAX_SHARDS];          /* their ordinals */
     uint64_t shard_set[HPS_GCACHE_MAX_SHARDS + 1]; /* sets homed on shard j: [shard_set[j],
                                                     * shard_set[j + 1]) */
     uint64_t fused_max; /* batches up to this size take the fused kernel */

@@ -269,8 +269,8 @@ static hps_err_t vmm_setup(hps_gcache_t *c, const int *fds_in, uint32_t num_fds,
         ad.location.id = c->device;
         ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         for (uint32_t p = 0; !err && p < c->num_parts; p++)
-            err = cu_err(a.set_access(ptr + c->part_off[p], c->part_off[p + 1] - c->part_off[p],
-                                      &ad, 1));
+            err = cu_err(
+                a.set_access(ptr + c->part_off[p], c->part_off[p + 1] - c->part_off[p], &ad, 1));
     }
     if (err) {
         vmm_unmap(&a, c, ptr);

@@ -231,8 +231,7 @@ static void shard_metrics(worker_t *w, hps_kserve_text_t *x)
         "Device bytes of the shard of a sharded GPU embedding cache held by device `shard`",
         "Occupied slots of the sets of a sharded GPU embedding cache homed on device `shard`"};
     for (int f = 0; f < 2; f++) {
-        hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s gauge\n", names[f], helps[f],
-                                names[f]);
+        hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s gauge\n", names[f], helps[f], names[f]);
         for (size_t i = 0; i < w->conf->num_models; i++) {
             const hps_conf_model_t *mc = &w->conf->models[i];
             for (uint32_t t = 0; t < mc->num_tables; t++) {

@@ -281,9 +281,9 @@ typedef struct hps_client_cache_stats {
     /** Devices the cache's memory spans: 1, or the devices of a sharded cache
      *  (gpu_cache_placement = shard), at most 8. */
     uint32_t num_shards;
-    int shard_device[8];           /**< CUDA ordinal of each shard */
-    uint64_t shard_bytes[8];       /**< device bytes each shard holds */
-    uint64_t shard_occupied[8];    /**< occupied slots of the sets homed on each */
+    int shard_device[8];        /**< CUDA ordinal of each shard */
+    uint64_t shard_bytes[8];    /**< device bytes each shard holds */
+    uint64_t shard_occupied[8]; /**< occupied slots of the sets homed on each */
 } hps_client_cache_stats_t;
 
 /**

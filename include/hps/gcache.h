@@ -221,7 +221,7 @@ uint64_t hps_gcache_bytes(const hps_gcache_t *cache);
  * piece, so the cache lives while any process maps it.
  */
 typedef struct hps_gcache_shards {
-    uint32_t num_devices;                /**< 1..HPS_GCACHE_MAX_SHARDS */
+    uint32_t num_devices;               /**< 1..HPS_GCACHE_MAX_SHARDS */
     int devices[HPS_GCACHE_MAX_SHARDS]; /**< CUDA ordinals, distinct */
 } hps_gcache_shards_t;
 

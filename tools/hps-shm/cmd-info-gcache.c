@@ -166,8 +166,8 @@ static void gcache_text_shape(const gcache_snap_t *s)
     if (r->capacity_rows)
         printf(" (%.1f%%)", 100.0 * ratio(c->occupied, r->capacity_rows));
     printf("\n");
-    for (uint32_t j = 0; r->device == HPS_SHMDB_GCACHE_SHARDED && j < r->num_shards &&
-                         j < HPS_SHMDB_GCACHE_SHARDS;
+    for (uint32_t j = 0;
+         r->device == HPS_SHMDB_GCACHE_SHARDED && j < r->num_shards && j < HPS_SHMDB_GCACHE_SHARDS;
          j++)
         printf("    shard on device %d: %s, %llu rows homed there\n", (int)r->shard_dev[j],
                hps__tool_fmt_bytes(r->shard_bytes[j], b, sizeof b),

@@ -311,9 +311,8 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
             gt->refresher = false;
             HPS_INFO("GPU cache %s/%s%s: mapped the shared cache (created by process %d, handed "
                      "over by process %d; %llu slots, %u processes)",
-                     m->conf->name, m->conf->embedding_table_names[t], where,
-                     (int)e.creator_pid, (int)donor, (unsigned long long)e.capacity_rows,
-                     e.num_pids);
+                     m->conf->name, m->conf->embedding_table_names[t], where, (int)e.creator_pid,
+                     (int)donor, (unsigned long long)e.capacity_rows, e.num_pids);
             return 0;
         }
         HPS_WARN("GPU cache %s/%s: no process handed out the shared cache; building a private one",

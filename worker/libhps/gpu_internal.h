@@ -80,7 +80,8 @@ typedef struct gctx {
 } gctx_t;
 
 _Static_assert(GSHARE_MAX_PARTS == HPS_GCACHE_MAX_PARTS, "a cache's descriptors fit an offer");
-_Static_assert(HPS_SHMDB_GCACHE_SHARDS == HPS_GCACHE_MAX_SHARDS, "a registry entry lists every shard");
+_Static_assert(HPS_SHMDB_GCACHE_SHARDS == HPS_GCACHE_MAX_SHARDS,
+               "a registry entry lists every shard");
 
 /** A table's cache. */
 typedef struct gtable {
@@ -111,8 +112,8 @@ typedef struct gmodel {
     hps_gcache_set_t *set; /* every table's cache: one-launch lookups */
     bool sharded;          /* gpu_cache_placement = shard, usable here (gpu_build.c) */
     hps_gcache_shards_t shards;
-    size_t ws_base;        /* first workspace slot of this model */
-    long long timer_next;  /* CLOCK_MONOTONIC ns of the next periodic refresh */
+    size_t ws_base;       /* first workspace slot of this model */
+    long long timer_next; /* CLOCK_MONOTONIC ns of the next periodic refresh */
     _Atomic bool active;
 } gmodel_t;
 

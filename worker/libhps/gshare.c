@@ -134,8 +134,7 @@ int gshare_start(const char *segment, gshare_t **ret)
     return rc;
 }
 
-int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, const int *fds,
-                 uint32_t num_fds)
+int gshare_offer(gshare_t *s, uint32_t index, uint64_t generation, const int *fds, uint32_t num_fds)
 {
     if (!s || index >= HPS_SHMDB_MAX_GCACHES || num_fds == 0 || num_fds > GSHARE_MAX_PARTS)
         return -ENOMEM;
@@ -185,8 +184,8 @@ static int receive(int sock, int *ret_fd)
     return 0;
 }
 
-int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint32_t part,
-                 uint64_t generation, int timeout_ms, int *ret_fd)
+int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint32_t part, uint64_t generation,
+                 int timeout_ms, int *ret_fd)
 {
     struct sockaddr_un a;
     socklen_t len = addr_of(segment, pid, &a);

@@ -58,7 +58,7 @@ void gshare_stop(gshare_t *s);
  * The server answers one request at a time and gives a silent client at
  * most 200 ms.
  */
-int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint32_t part,
-                 uint64_t generation, int timeout_ms, int *ret_fd);
+int gshare_fetch(const char *segment, pid_t pid, uint32_t index, uint32_t part, uint64_t generation,
+                 int timeout_ms, int *ret_fd);
 
 #endif

@@ -665,8 +665,7 @@ static void test_sharded(void **state)
     uint64_t sb[HPS_SHMDB_GCACHE_SHARDS] = {6u << 20, 8u << 20};
     HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation, 0, sb), HPS_EINVAL);
     HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation, 3, NULL), HPS_EINVAL);
-    HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation + 1, 3, sb),
-                   HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_gcache_parts(f->db, r.index, r.generation + 1, 3, sb), HPS_ENOTFOUND);
     HPS_ASSERT_OK(hps_shmdb_gcache_parts(f->db, r.index, r.generation, 3, sb));
     HPS_ASSERT_OK(hps_shmdb_gcache_ready(f->db, r.index, r.generation, CAP, 14u << 20));
     hps_gcache_counters_t k = {.occupied = 30, .shard_occupied = {10, 20}};
