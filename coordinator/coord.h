@@ -64,6 +64,11 @@ typedef struct coord {
                      coord_load_models(); NULL without a persistent DB */
 } coord_t;
 
+/* Set in the environment of a coordinator that executes itself again on
+ * SIGHUP (main.c): coord_segment_open then builds a new segment beside the
+ * serving one even with initialize_after_startup = false. */
+#define HPS_RELOAD_ENV "HPS_COORDINATOR_RELOAD"
+
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);
 /* segment.c: a new segment built beside the serving one (coord_segment_open

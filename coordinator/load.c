@@ -296,7 +296,8 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                           .overflow_policy = v->overflow_policy,
                           .overflow_resolution_target = v->overflow_resolution_target,
                           .expected_rows = (uint64_t)want,
-                          .source_rows = rows};
+                          .source_rows = rows,
+                          .model_version = (uint32_t)m->version};
     uint32_t id;
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
     hps_segment_info_t si;

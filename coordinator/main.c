@@ -2,7 +2,15 @@
  * hps-coordinator -- one per host: creates or re-attaches the shared-memory
  * segment, loads the models into the persistent and volatile databases,
  * answers the workers' miss queue, beats its heartbeat and reaps dead
- * workers.  SIGTERM / SIGINT shut it down cleanly.
+ * workers.  SIGTERM / SIGINT shut it down cleanly.  SIGHUP reloads: the
+ * INI is read again and its model files checked; if both are good the
+ * coordinator stops cleanly and executes itself again with the same
+ * arguments and HPS_RELOAD_ENV set, which builds a new segment beside the
+ * serving one whatever initialize_after_startup says and publishes it in one
+ * step (segment.c): added models load, removed ones are gone with the old
+ * segment, changed ones (files, version, settings) are loaded anew, and the
+ * workers keep answering from the old segment until they switch.  A bad INI
+ * or a refused model file is logged and changes nothing.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,12 +25,19 @@
 #include "hps/log.h"
 #include "kafka-coord.h"
 
-static volatile sig_atomic_t g_stop; /* the one global: the stop flag */
+/* The two globals, written by signal handlers: stop, and reload (SIGHUP). */
+static volatile sig_atomic_t g_stop, g_reload;
 
 static void on_signal(int sig)
 {
     (void)sig;
     g_stop = 1;
+}
+
+static void on_hup(int sig)
+{
+    (void)sig;
+    g_reload = 1;
 }
 
 static void usage(FILE *out)
@@ -113,18 +128,55 @@ static int start_heartbeat(coord_t *c)
     return 0;
 }
 
+/* Dead workers are reaped every half worker_timeout_ms (at most once a
+ * second, at least every 50 ms), so a dead worker is gone from the segment
+ * within worker_timeout_ms.  Death is told by each row's liveness lock
+ * (shmdb), not by the worker's pid, which names nobody here when the worker
+ * runs in another PID namespace. */
+/* SIGHUP: the INI at path read again and its models' files checked as at
+ * start-up (nothing written); true when both are good. */
+static bool reload_ok(const coord_t *c, const char *path)
+{
+    hps_conf_t *conf = NULL;
+    char err[1024];
+    if (hps_conf_load(path, &conf, err, sizeof(err)) < 0) {
+        HPS_ERROR("SIGHUP: %s; the running configuration stays", err);
+        return false;
+    }
+    coord_t t = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = c->stop};
+    int ex = coord_validate_models(&t);
+    free(t.idents);
+    bool same_segment =
+        strcmp(conf->volatile_db.shared_memory_name, c->conf->volatile_db.shared_memory_name) == 0;
+    hps_conf_free(conf);
+    if (ex) {
+        HPS_ERROR("SIGHUP: a model of %s was refused (above); the running configuration stays",
+                  path);
+        return false;
+    }
+    if (!same_segment)
+        HPS_WARN("SIGHUP: [volatile_db] shared_memory_name changed: the new segment gets the new "
+                 "name, and workers configured with the old one keep the old segment");
+    return true;
+}
+
 /* Reap dead workers and their miss-queue slots every half
- * worker_timeout_ms (at most once a second, at least every 50 ms), so a
- * dead worker is gone from the segment within worker_timeout_ms.  Death is
- * told by each row's liveness lock (shmdb), not by the worker's pid, which
- * names nobody here when the worker runs in another PID namespace. */
-static void run(coord_t *c)
+ * worker_timeout_ms; handle SIGHUP (*ret_reload: stop and execute again). */
+static void run(coord_t *c, const char *path, bool *ret_reload)
 {
     long period = (long)c->conf->hps.worker_timeout_ms / 2, since_reap = 0;
     period = period > 1000 ? 1000 : period < 50 ? 50 : period;
     long step = period < 100 ? period : 100;
     while (!g_stop) {
         sleep_ms(step);
+        if (g_reload) {
+            g_reload = 0;
+            HPS_INFO("SIGHUP: reading %s again", path);
+            if (reload_ok(c, path)) {
+                *ret_reload = true;
+                return;
+            }
+        }
         if ((since_reap += step) < period)
             continue;
         since_reap = 0;
@@ -241,9 +293,10 @@ int main(int argc, char **argv)
         hps_conf_free(conf);
         return ex;
     }
-    struct sigaction sa = {.sa_handler = on_signal};
+    struct sigaction sa = {.sa_handler = on_signal}, hup = {.sa_handler = on_hup};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
     coord_t c = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = &g_stop};
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
@@ -267,14 +320,27 @@ int main(int argc, char **argv)
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
         ex = coord_segment_publish(&c);
     }
+    bool reload = false;
     if (!ex) {
         HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
-        run(&c);
-        HPS_INFO("shutting down");
+        run(&c, path, &reload);
+        if (reload)
+            HPS_INFO("reloading: stopping, then starting again on %s", path);
+        else
+            HPS_INFO("shutting down");
     }
     g_stop = 1;
-    coord_kafka_stop(kafka);
+    coord_kafka_stop(kafka); /* commits what was applied: the new one goes on from there */
     shutdown_all(&c);
     hps_conf_free(conf);
+    if (reload) {
+        /* /proc/self/exe: the binary this process runs, even if its path moved */
+        setenv(HPS_RELOAD_ENV, "1", 1);
+        execv("/proc/self/exe", argv);
+        HPS_ERROR("reload: cannot execute /proc/self/exe again: %s; workers keep serving the "
+                  "segment; start hps-coordinator again",
+                  strerror(errno));
+        return HPS_EXIT_RUNTIME;
+    }
     return ex;
 }

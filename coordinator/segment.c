@@ -192,7 +192,9 @@ static bool unfinished(const char *name)
 int coord_segment_open(coord_t *c, bool *ret_reused)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
-    bool keep = !c->conf->volatile_db.initialize_after_startup;
+    bool reload = getenv(HPS_RELOAD_ENV) != NULL;
+    bool keep = !c->conf->volatile_db.initialize_after_startup && !reload;
+    unsetenv(HPS_RELOAD_ENV); /* not for the processes it may start */
     hps_shmdb_proc_opts_t po = proc_opts(c);
     char why[256];
     *ret_reused = false;

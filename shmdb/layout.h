@@ -116,8 +116,8 @@ struct shm_table {
     uint32_t num_partitions;
     uint32_t policy;
     float default_value;
-    uint32_t layout; /* HPS_LAYOUT_*: where values live */
-    uint32_t pad0;
+    uint32_t layout;        /* HPS_LAYOUT_*: where values live */
+    uint32_t model_version; /* hps_table_spec_t.model_version; set at creation */
     uint64_t margin;
     double target;
     uint64_t expected_rows;

@@ -95,6 +95,7 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
     t->target = s->overflow_resolution_target;
     t->expected_rows = s->expected_rows;
     t->source_rows = s->source_rows;
+    t->model_version = s->model_version;
     snprintf(t->model, sizeof(t->model), "%s", s->model);
     snprintf(t->table, sizeof(t->table), "%s", s->table);
 }
@@ -214,6 +215,7 @@ hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *r
     ret->overflow_policy = (hps_overflow_policy_t)t->policy;
     ret->overflow_resolution_target = t->target;
     ret->source_rows = t->source_rows;
+    ret->model_version = t->model_version;
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         ret->rows += parts[i].rows;
         ret->capacity += parts[i].capacity;

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "hps/kserve.h"
 
@@ -139,8 +140,8 @@ struct hps__kstats {
 struct hps__kmodel {
     char *name;
     size_t name_len;
-    char *version;
-    uint64_t version_num;
+    _Atomic uint64_t version_num; /* the version served: set at create, then by
+                                   * hps_kserve_set_model_version (any thread) */
     uint32_t num_tables;
     uint32_t *dims;                /* (T) */
     char **table_names;            /* (T) */
@@ -151,6 +152,16 @@ struct hps__kmodel {
     int32_t device_id;
     struct hps__kstats stats;
 };
+
+/** The model's version as text, into buf (the version may change meanwhile:
+ *  one atomic read). */
+static inline const char *hps__kmodel_version(const struct hps__kmodel *m, char buf[24])
+{
+    snprintf(buf, 24, "%llu",
+             (unsigned long long)atomic_load_explicit((_Atomic uint64_t *)&m->version_num,
+                                                      memory_order_relaxed));
+    return buf;
+}
 
 /** Timings of one request, nanoseconds, for hps__stats_record(). */
 struct hps__ktimes {

@@ -143,7 +143,8 @@ static void sample(hps__text_t *t, const char *name, const struct hps__kmodel *m
         hps__text_puts(t, reason);
     }
     hps__text_puts(t, "\",version=\"");
-    hps__text_label(t, m->version);
+    char vb[24];
+    hps__text_label(t, hps__kmodel_version(m, vb));
     hps__text_puts(t, "\"} ");
     hps__text_u64(t, v);
     hps__text_putc(t, '\n');

@@ -72,8 +72,10 @@ void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m)
 {
     hps__text_putc(t, '{');
     str_field(t, "name", m->name);
+    char vb[24];
+    hps__kmodel_version(m, vb);
     hps__text_puts(t, ",\"versions\":[");
-    hps__text_json_str(t, m->version, strlen(m->version));
+    hps__text_json_str(t, vb, strlen(vb));
     hps__text_puts(t, "],\"platform\":\"hps\",\"inputs\":[");
     tensor_meta(t, m, "KEYS", "INT64");
     hps__text_putc(t, ',');
@@ -169,7 +171,8 @@ static void model_stats(hps__text_t *t, const struct hps__kmodel *m)
     hps__text_putc(t, '{');
     str_field(t, "name", m->name);
     hps__text_putc(t, ',');
-    str_field(t, "version", m->version);
+    char vb[24];
+    str_field(t, "version", hps__kmodel_version(m, vb));
     hps__text_puts(t, ",\"last_inference\":");
     hps__text_u64(t, load(&s->last_inference_ms));
     hps__text_puts(t, ",\"inference_count\":");
@@ -241,7 +244,8 @@ void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct h
     }
     str_field(t, "model_name", m->name);
     hps__text_putc(t, ',');
-    str_field(t, "model_version", m->version);
+    char vb[24];
+    str_field(t, "model_version", hps__kmodel_version(m, vb));
     hps__text_puts(t, ",\"parameters\":{\"NumSample\":");
     hps__text_u64(t, r->num_samples);
     hps__text_puts(t, ",\"DeviceID\":");

@@ -107,7 +107,6 @@ static void model_fini(struct hps__kmodel *m)
     free(m->dims);
     free(m->max_keys_per_sample);
     free(m->name);
-    free(m->version);
 }
 
 static char *table_name(const hps_kserve_model_t *in, uint32_t t)
@@ -125,14 +124,16 @@ static hps_err_t model_copy(struct hps__kmodel *m, const hps_kserve_model_t *in)
     uint32_t n = in->num_tables;
     m->num_tables = n;
     m->name = strdup(in->name);
-    m->version = strdup(in->version ? in->version : "1");
+    uint64_t version = 1;
+    if (in->version)
+        parse_version(in->version, &version); /* checked by model_check */
+    atomic_store(&m->version_num, version);
     m->dims = calloc(n, sizeof(uint32_t));
     m->max_keys_per_sample = calloc(n, sizeof(uint32_t));
     m->table_names = calloc(n, sizeof(char *));
-    if (!m->name || !m->version || !m->dims || !m->max_keys_per_sample || !m->table_names)
+    if (!m->name || !m->dims || !m->max_keys_per_sample || !m->table_names)
         return -ENOMEM;
     m->name_len = strlen(m->name);
-    parse_version(m->version, &m->version_num);
     m->max_batch_size = in->max_batch_size;
     m->device_id = in->device_id;
     for (uint32_t t = 0; t < n; t++) {
@@ -365,6 +366,14 @@ hps_err_t hps_kserve_ports(const hps_kserve_t *s, uint16_t *ret_http_port,
         *ret_http_port = s->bound_http_port;
     if (ret_metrics_port)
         *ret_metrics_port = s->bound_metrics_port;
+    return 0;
+}
+
+hps_err_t hps_kserve_set_model_version(hps_kserve_t *s, size_t model_index, uint64_t version)
+{
+    if (!s || model_index >= s->num_models || version == 0)
+        return HPS_EINVAL;
+    atomic_store_explicit(&s->models[model_index].version_num, version, memory_order_relaxed);
     return 0;
 }
 

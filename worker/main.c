@@ -112,7 +112,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 }
 
 static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **maxq,
-                          uint32_t **dims)
+                          uint32_t **dims, char (*vers)[24])
 {
     for (size_t i = 0; i < w->conf->num_models; i++) {
         const hps_conf_model_t *c = &w->conf->models[i];
@@ -122,13 +122,26 @@ static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **
             maxq[i][t] = (uint32_t)c->maxnum_catfeature_query_per_table_per_sample[t];
             dims[i][t] = (uint32_t)c->embedding_vecsize_per_table[t];
         }
+        snprintf(vers[i], sizeof(vers[i]), "%lld", (long long)c->version);
         km[i] = (hps_kserve_model_t){.name = c->name,
+                                     .version = vers[i],
                                      .num_tables = (uint32_t)c->num_tables,
                                      .dims = dims[i],
                                      .table_names = (const char *const *)c->embedding_table_names,
                                      .max_keys_per_sample = maxq[i],
                                      .max_batch_size = (uint32_t)c->max_batch_size,
                                      .device_id = hps_client_device(w->client)};
+    }
+}
+
+/* Report the version each model is answered from (it changes when the
+ * coordinator reloads and the client switches segments). */
+static void follow_versions(worker_t *w, hps_kserve_t *srv)
+{
+    for (size_t i = 0; i < w->conf->num_models; i++) {
+        uint32_t v;
+        if (hps_client_model_version(w->client, i, &v) == 0)
+            hps_kserve_set_model_version(srv, i, v);
     }
 }
 
@@ -149,7 +162,8 @@ static int serve(worker_t *w, const struct args *a)
     o.cuda_shared_memory = true; /* honoured in builds with CUDA only */
     hps_kserve_model_t km[HPS_CONF_MAX_MODELS];
     uint32_t *maxq[HPS_CONF_MAX_MODELS] = {0}, *dims[HPS_CONF_MAX_MODELS] = {0};
-    kserve_models(w, km, maxq, dims);
+    char vers[HPS_CONF_MAX_MODELS][24];
+    kserve_models(w, km, maxq, dims, vers);
     hps_kserve_backend_t be;
     worker_backend(w, &be);
     hps_kserve_t *srv = NULL;
@@ -168,8 +182,10 @@ static int serve(worker_t *w, const struct args *a)
                  w->conf->num_models, o.http_address, hp, mp, hps_client_device(w->client),
                  a->instance);
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
-        while (!g_stop)
+        while (!g_stop) {
             nanosleep(&ts, NULL);
+            follow_versions(w, srv);
+        }
         HPS_INFO("shutting down");
         hps_kserve_stop(srv);
     }

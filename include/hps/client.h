@@ -139,6 +139,18 @@ bool hps_client_coordinator_alive(hps_client_t *c);
 /** @brief The client's CUDA device, or -1 for a host-only client. */
 int hps_client_device(const hps_client_t *c);
 
+/**
+ * @brief The version of model @p model that the client answers from: the
+ * `version` the coordinator wrote into the segment's tables (a reload of
+ * the coordinator, SIGHUP, publishes a new segment; the client switches to
+ * it as a whole, so every lookup is answered from one version).
+ * @param[out] ret  >= 1.
+ * @return 0; HPS_ENOTFOUND (not attached, or the model's tables are not in
+ *         the segment yet); HPS_EINVAL (model out of range, NULL).
+ *         Thread-safe.
+ */
+hps_err_t hps_client_model_version(hps_client_t *c, size_t model, uint32_t *ret);
+
 /* ---- Models and tables ------------------------------------------------- */
 
 /** @brief Number of models of the configuration (indices 0 .. n-1, file order). */

@@ -129,6 +129,27 @@ static inline void hps_gen_vector(uint32_t table, int64_t key, uint32_t dim, flo
         out[d] = hps_gen_value_at(seed, d);
 }
 
+/** Mixed into the row seed by model versions after the first. */
+#define HPS_GEN_VERSION_MUL 0x8cb92ba72f3d8dd7ULL
+
+/**
+ * @brief The vector of `key` in version `version` of a model (hps-gen model
+ * --model-version): version 1 is hps_gen_vector(); every later version
+ * changes every element, checkably:
+ *   seed = hps_gen_row_seed(table, key) ^ ((version - 1) * HPS_GEN_VERSION_MUL)
+ *   out[d] = hps_gen_value_at(seed, d).
+ * @param[in] version  >= 1 (0 counts as 1).
+ */
+static inline void hps_gen_vector_v(uint32_t table, int64_t key, uint32_t dim, uint32_t version,
+                                    float *out)
+{
+    uint64_t v = version ? version - 1u : 0u;
+    uint64_t seed = hps_gen_row_seed(table, key) ^ (v * HPS_GEN_VERSION_MUL);
+
+    for (uint32_t d = 0; d < dim; d++)
+        out[d] = hps_gen_value_at(seed, d);
+}
+
 /* ---- Keys ---------------------------------------------------------------- */
 
 /** Keys of 64-bit models are in [0, HPS_GEN_KEY_LIMIT) = [0, 2^62). */

@@ -418,6 +418,17 @@ hps_err_t hps_kserve_ports(const hps_kserve_t *srv, uint16_t *ret_http_port,
                            uint16_t *ret_metrics_port);
 
 /**
+ * @brief Set the version model `model_index` reports (metadata `versions`,
+ * the repository index, statistics, /versions/{v} routes, metric labels):
+ * the one the backend now answers from (hps-worker: the segment's, after a
+ * reload).  Requests in progress keep the version they read.
+ * @param[in] version  >= 1.
+ * @return 0; HPS_EINVAL (srv NULL, model_index out of range, version 0).
+ * Thread-safe (one atomic store).
+ */
+hps_err_t hps_kserve_set_model_version(hps_kserve_t *srv, size_t model_index, uint64_t version);
+
+/**
  * @brief Stop gracefully: stop accepting connections, wait up to
  *        drain_timeout_ms for requests in progress to be answered, then
  *        close every connection and join every thread.

@@ -122,6 +122,9 @@ typedef struct hps_table_spec {
      *  caches, sized by gpucacheper of the whole table, not of what the
      *  volatile DB holds. */
     uint64_t source_rows;
+    /** The model's version ([model.<name>] version), 0 = none: workers
+     *  report the version the segment they serve from holds. */
+    uint32_t model_version;
 } hps_table_spec_t;
 
 /** Counters and geometry of one partition (a snapshot). */
@@ -145,16 +148,17 @@ typedef struct hps_table_info {
     uint64_t overflow_margin;
     hps_overflow_policy_t overflow_policy;
     double overflow_resolution_target;
-    uint64_t rows;        /**< sum over partitions */
-    uint64_t source_rows; /**< rows of the model files (hps_table_spec_t), 0 = unknown */
-    uint64_t capacity;    /**< slots, sum over partitions */
-    uint64_t bytes;       /**< segment bytes held by the table's blocks */
-    uint64_t lookups;     /**< keys looked up */
-    uint64_t hits;        /**< keys found */
-    uint64_t inserts;     /**< rows inserted (new keys) */
-    uint64_t updates;     /**< rows overwritten (existing keys) */
-    uint64_t evictions;   /**< rows evicted by overflow handling */
-    uint64_t erased;      /**< rows erased on request */
+    uint64_t rows;          /**< sum over partitions */
+    uint64_t source_rows;   /**< rows of the model files (hps_table_spec_t), 0 = unknown */
+    uint32_t model_version; /**< hps_table_spec_t.model_version */
+    uint64_t capacity;      /**< slots, sum over partitions */
+    uint64_t bytes;         /**< segment bytes held by the table's blocks */
+    uint64_t lookups;       /**< keys looked up */
+    uint64_t hits;          /**< keys found */
+    uint64_t inserts;       /**< rows inserted (new keys) */
+    uint64_t updates;       /**< rows overwritten (existing keys) */
+    uint64_t evictions;     /**< rows evicted by overflow handling */
+    uint64_t erased;        /**< rows erased on request */
 } hps_table_info_t;
 
 /**

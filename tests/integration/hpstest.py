@@ -116,6 +116,7 @@ def rrxmrrxmsx_0(x):
 
 GOLDEN = 0x9E3779B97F4A7C15
 DIM_MUL = 0xD1B54A32D192ED03
+VERSION_MUL = 0x8CB92BA72F3D8DD7  # include/hps/gen.h: HPS_GEN_VERSION_MUL
 
 
 def gen_key(table, i):
@@ -152,9 +153,11 @@ def gen_key_w(table, i, key_bytes):
     return gen_key32(table, i) if key_bytes == 4 else gen_key(table, i)
 
 
-def gen_vector(table, key, dim):
-    """hps_gen_vector(): a list of dim floats, each k / 2^23 (exact)."""
+def gen_vector(table, key, dim, version=1):
+    """hps_gen_vector_v() (version 1: hps_gen_vector()): a list of dim
+    floats, each k / 2^23 (exact)."""
     seed = rrxmrrxmsx_0((key & M64) ^ (((table + 1) * GOLDEN) & M64))
+    seed ^= ((max(version, 1) - 1) * VERSION_MUL) & M64
     out = []
     for d in range(dim):
         h = rrxmrrxmsx_0((seed + (d + 1) * DIM_MUL) & M64)
@@ -403,8 +406,9 @@ class Model:
     file order (the coordinator loads the first ceil(rows * rate) rows of
     each table into the volatile DB)."""
 
-    def __init__(self, name, out_dir, rows, dims, defaults, ini_text, key_bytes=8):
+    def __init__(self, name, out_dir, rows, dims, defaults, ini_text, key_bytes=8, version=1):
         self.name = name
+        self.version = version
         self.key_bytes = key_bytes
         self.dir = out_dir
         self.rows = list(rows)
@@ -452,7 +456,7 @@ class Model:
             valid = self.key_sets()[t]
             for k in ks:
                 if k in valid and (known is None or known(t, k)):
-                    out.extend(gen_vector(t, k, self.dims[t]))
+                    out.extend(gen_vector(t, k, self.dims[t], self.version))
                 else:
                     out.extend([f32(self.defaults[t])] * self.dims[t])
         return out
@@ -574,14 +578,14 @@ class Cluster:
     # ---- model and configuration -----------------------------------------
 
     def gen_model(self, name, rows, dims, defaults=None, max_batch=65536, subdir=None,
-                  key_bytes=8, segment=None):
+                  key_bytes=8, segment=None, version=1):
         out = self.path(subdir or name)
         defaults = defaults or [0.0] * len(rows)
         cmd = [GEN, "model", "--out", out, "--model", name, "--tables", str(len(rows)),
                "--rows", ",".join(map(str, rows)), "--dim", ",".join(map(str, dims)),
                "--default", ",".join(repr(float(d)) for d in defaults),
                "--segment", segment or self.segment, "--max-batch", str(max_batch),
-               "--key-bytes", str(key_bytes), "--quiet"]
+               "--key-bytes", str(key_bytes), "--model-version", str(version), "--quiet"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError("hps-gen model failed (%d): %s" % (r.returncode, r.stderr))
@@ -590,7 +594,7 @@ class Cluster:
         # Commit the segment's memory 1 MiB at a time (hps-gen: 16 MiB), so the
         # suite fits a small /dev/shm (Docker's default is 64 MiB).
         ini = ini_set(ini, "volatile_db", "allocation_rate", "1MiB")
-        return Model(name, out, rows, dims, defaults, ini, key_bytes)
+        return Model(name, out, rows, dims, defaults, ini, key_bytes, version)
 
     def write_config(self, filename, base_text, settings):
         """settings: list of (section, key, value)."""

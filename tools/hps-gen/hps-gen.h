@@ -54,6 +54,8 @@ typedef struct gen_model {
     gen_table_t *tables; /**< (num_tables) */
     unsigned key_bytes;  /**< 8 or 4 */
     uint64_t seed;       /**< file-order shuffle */
+    uint32_t version;    /**< model version: [model] version and the vectors
+                          *   (hps_gen_vector_v); 1 by default */
     unsigned threads;    /**< writer threads */
     bool force;          /**< replace existing tables and INI */
     bool quiet;          /**< no progress, no final line */

@@ -142,6 +142,7 @@ static void put_model(FILE *f, const gen_model_t *m)
     put_list(f, m, "embedding_vecsize_per_table", item_dim);
     put_list(f, m, "maxnum_catfeature_query_per_table_per_sample", item_maxq);
     put_list(f, m, "default_value_for_each_table", item_default);
+    fprintf(f, "version = %u\n", m->version ? m->version : 1u);
     fprintf(f, "deployed_device_list = 0\nmax_batch_size = %u\ngpucache = %s\ngpucacheper = %g\n",
             m->max_batch, m->gpucache ? "true" : "false", m->gpucacheper);
 }

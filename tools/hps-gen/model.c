@@ -34,6 +34,7 @@
     X("scale", scale)                                                                              \
     X("key-bytes", key_bytes)                                                                      \
     X("seed", seed)                                                                                \
+    X("model-version", version)                                                                    \
     X("threads", threads)                                                                          \
     X("gpucacheper", gpucacheper)                                                                  \
     X("max-batch", max_batch)                                                                      \
@@ -273,6 +274,10 @@ static bool parse_scalars(gen_model_t *m, const model_args_t *a)
         return gen_usage("model: --key-bytes must be 8 or 4"), false;
     if (a->seed && !gen_parse_u64(a->seed, 0, UINT64_MAX, &m->seed))
         return gen_usage("model: --seed %s: must be an unsigned integer", a->seed), false;
+    uint64_t ver = 1;
+    if (a->version && !gen_parse_u64(a->version, 1, INT32_MAX, &ver))
+        return gen_usage("model: --model-version %s: must be in [1, 2^31-1]", a->version), false;
+    m->version = (uint32_t)ver;
     if (a->threads && !gen_parse_u64(a->threads, 1, 256, &thr))
         return gen_usage("model: --threads must be in [1, 256]"), false;
     if (a->max_batch && !gen_parse_u64(a->max_batch, 1, INT32_MAX, &mb))

@@ -94,7 +94,7 @@ static void write_chunk(wjob_t *j, uint64_t c, int64_t *keys, float *vecs)
     for (size_t r = 0; r < n; r++) {
         uint64_t i = hps_gen_shuffle_at(&j->shuf[t], j0 + r);
         keys[r] = hps_gen_key_w((uint32_t)t, i, j->m->key_bytes);
-        hps_gen_vector((uint32_t)t, keys[r], tb->dim, vecs + r * tb->dim);
+        hps_gen_vector_v((uint32_t)t, keys[r], tb->dim, j->m->version, vecs + r * tb->dim);
     }
     rc = gen_pwrite_all(j->fds[2 * t], keys, n * 8, j0 * 8);
     if (rc != 0) {

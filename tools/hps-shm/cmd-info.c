@@ -139,6 +139,7 @@ static void table_json_geometry(json_object *o, const hps_table_info_t *ti)
     hps__tool_jset(o, "id", json_object_new_int64(ti->id));
     hps__tool_jset(o, "model", json_object_new_string(ti->model));
     hps__tool_jset(o, "table", json_object_new_string(ti->table));
+    hps__tool_jset(o, "model_version", json_object_new_int64(ti->model_version));
     hps__tool_jset(o, "dim", json_object_new_int64(ti->dim));
     hps__tool_jset(o, "key_bytes", json_object_new_int64(ti->key_bytes));
     hps__tool_jset(o, "default_value", hps__tool_json_float(ti->default_value));

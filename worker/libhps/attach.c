@@ -77,6 +77,8 @@ static void reattach(hps_client_t *cl)
          * table, and a request between the switch and a later round would
          * find none (the table defaults for keys in shared memory). */
         atomic_store(&cl->resolved, resolve(cl));
+        if (old)
+            hps__client_gpu_switched(cl); /* cached rows may be another version's */
     }
     pthread_rwlock_unlock(&cl->seg_lock);
     if (old && fresh) {

@@ -497,6 +497,21 @@ hps_err_t hps_client_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
     return rc;
 }
 
+hps_err_t hps_client_model_version(hps_client_t *cl, size_t mi, uint32_t *ret)
+{
+    if (!cl || !ret || mi >= cl->num_models)
+        return HPS_EINVAL;
+    hps_table_info_t ti;
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    hps_err_t rc = cl->db && cl->models[mi].resolved
+                       ? hps_shmdb_table_info(cl->db, cl->models[mi].vdb_ids[0], &ti)
+                       : HPS_ENOTFOUND;
+    pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc == 0)
+        *ret = ti.model_version ? ti.model_version : 1; /* 0: a segment of an older build */
+    return rc;
+}
+
 hps_err_t hps_client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *ret)
 {
     hps_err_t rc = hps__client_gpu_stats(cl, ret);

@@ -84,6 +84,11 @@ void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_t bytes);
 /** False while the caches are being created and preloaded. */
 bool hps__client_gpu_ready(struct hps_client *cl);
 
+/** The client switched to a new segment (called with cl->seg_lock held for
+ *  writing, so no lookup runs): every GPU-served model goes to the CPU path
+ *  until the GPU thread has built its caches anew from that segment. */
+void hps__client_gpu_switched(struct hps_client *cl);
+
 /** hps_client_cache_stats / hps_client_gpu_stats. */
 int hps__client_gpu_cache_stats(struct hps_client *cl, size_t mi, uint32_t t,
                                 hps_client_cache_stats_t *ret);
@@ -125,6 +130,11 @@ static inline void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_
 {
     (void)cl, (void)buf, (void)bytes;
 }
+static inline void hps__client_gpu_switched(struct hps_client *cl)
+{
+    (void)cl;
+}
+
 static inline bool hps__client_gpu_ready(struct hps_client *cl)
 {
     (void)cl;

@@ -110,6 +110,8 @@ static void run_job(struct client_gpu *g, gctx_t *c, job_t *j)
     hps_client_t *cl = g->cl;
     client_model_t *m = &cl->models[j->mi];
     size_t nk = 0, nf = 0;
+    if (!atomic_load_explicit(&g->models[j->mi].active, memory_order_acquire))
+        return; /* the caches are another segment's, or being built anew */
     for (uint32_t i = 0; i < j->ntab; i++) {
         nk += j->n[i];
         nf += j->n[i] * m->dims[j->t[i]];
@@ -149,12 +151,24 @@ out:
     free(found);
 }
 
+static void rebuild_stale(struct client_gpu *g, gctx_t *c);
+
+/** A model waits to be built anew after a segment switch. */
+static bool any_stale(struct client_gpu *g)
+{
+    for (size_t mi = 0; mi < g->cl->num_models; mi++)
+        if (atomic_load(&g->models[mi].stale))
+            return true;
+    return false;
+}
+
 static void serve_queue(struct client_gpu *g, gctx_t *c)
 {
     pthread_mutex_lock(&g->mu);
     while (!atomic_load(&g->stop)) {
-        if (hps__client_due(&g->upd_last, UPD_POLL_NS)) {
+        if (hps__client_due(&g->upd_last, UPD_POLL_NS) || any_stale(g)) {
             pthread_mutex_unlock(&g->mu);
+            rebuild_stale(g, c);
             hps__client_reg_upkeep(g);
             hps__client_follow_logs(g, c);
             hps__client_timer_refresh(g, c);
@@ -373,6 +387,83 @@ static void build_model(struct client_gpu *g, gctx_t *c, size_t mi)
     free(caches);
     hps__client_timer_arm(g, mi);
     atomic_store_explicit(&gm->active, !atomic_load(&g->stop), memory_order_release);
+}
+
+void hps__client_gpu_switched(hps_client_t *cl)
+{
+    struct client_gpu *g = cl->gpu;
+    for (size_t mi = 0; g && mi < cl->num_models; mi++) {
+        gmodel_t *gm = &g->models[mi];
+        if (!gm->tables || !atomic_load(&gm->active))
+            continue; /* never built (or being built: it reads the new segment) */
+        atomic_store_explicit(&gm->active, false, memory_order_release);
+        atomic_store(&gm->stale, true);
+    }
+    if (g) {
+        pthread_mutex_lock(&g->mu);
+        pthread_cond_broadcast(&g->cv); /* the GPU thread rebuilds now */
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+/** Free context x's workspaces of model gm (x NULL: none). */
+static void ws_drop(gctx_t *x, const gmodel_t *gm)
+{
+    for (size_t s = gm->ws_base; x && s < gm->ws_base + gm->num_tables; s++) {
+        hps_gcache_ws_destroy(x->ws[s]);
+        x->ws[s] = NULL;
+        x->ws_cap[s] = 0;
+    }
+}
+
+/** Free table t's cache: a new segment's registry knows nothing of it, so
+ *  there is no entry to leave (the old segment's lists this process until
+ *  its processes are all gone). */
+static void table_drop(gtable_t *gt)
+{
+    hps_gcache_destroy(gt->cache); /* synchronizes the device: no insert is left on it */
+    gt->cache = NULL;
+    hps__client_reg_close(gt);
+}
+
+/**
+ * Models marked stale by a segment switch: their caches are freed (the
+ * memory stays with the processes still on the old segment) and built anew
+ * from the new segment, through its registry (preloaded by the first
+ * process, mapped by the others), then served again (build_model).
+ * Lookups of such a model take the CPU path meanwhile; contexts' captured
+ * graphs of it no longer match (gen).  GPU thread only.
+ */
+static void rebuild_stale(struct client_gpu *g, gctx_t *c)
+{
+    hps_client_t *cl = g->cl;
+    if (!any_stale(g))
+        return;
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    for (size_t mi = 0; mi < cl->num_models && !atomic_load(&g->stop); mi++) {
+        gmodel_t *gm = &g->models[mi];
+        if (!atomic_load(&gm->stale))
+            continue;
+        HPS_INFO("model %s: new segment; building its GPU caches anew (the CPU path serves it "
+                 "meanwhile)",
+                 cl->models[mi].conf->name);
+        /* Every context's workspaces of the model belong to the old caches
+         * (and are freed through them): drop them first.  No lookup of the
+         * model runs (inactive), so no other thread touches these slots. */
+        pthread_mutex_lock(&g->mu);
+        for (size_t i = 0; i <= g->num_ctx; i++)
+            ws_drop(i < g->num_ctx ? g->ctxs[i] : c, gm);
+        pthread_mutex_unlock(&g->mu);
+        hps_gcache_set_destroy(gm->set);
+        gm->set = NULL;
+        for (uint32_t t = 0; t < gm->num_tables; t++)
+            table_drop(&gm->tables[t]);
+        gm->gen++;
+        atomic_store(&gm->stale, false);
+        build_model(g, c, mi);
+    }
+    g->upd_db = cl->db; /* the new caches follow the new segment's logs from their build */
+    pthread_rwlock_unlock(&cl->seg_lock);
 }
 
 static bool can_build(hps_client_t *cl)

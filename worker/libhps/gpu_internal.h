@@ -49,6 +49,7 @@ typedef struct pair {
 typedef struct graph {
     cudaGraphExec_t exec; /* NULL: an empty slot, or (in want) a shape not captured yet */
     const void *set;      /* the model's hps_gcache_set_t */
+    uint64_t gen;         /* the model's gen at capture (a rebuilt set may reuse the address) */
     size_t nkeys, nfloats;
     void *h, *d; /* c->keys at capture */
 } graph_t;
@@ -115,6 +116,13 @@ typedef struct gmodel {
     size_t ws_base;       /* first workspace slot of this model */
     long long timer_next; /* CLOCK_MONOTONIC ns of the next periodic refresh */
     _Atomic bool active;
+    /* Set with active cleared, under seg_lock held for writing, when the
+     * client switched to a new segment (a coordinator restart or reload: the
+     * rows may be another version's): the GPU thread then builds the
+     * model's caches anew from that segment (gpu_build.c: rebuild_stale)
+     * while lookups take the CPU path, wholly from the new segment. */
+    _Atomic bool stale;
+    uint64_t gen; /* builds of the model's caches (GPU thread; read by lookups while active) */
 } gmodel_t;
 
 /** A background insert: the missed keys of one call, every table of it

@@ -699,8 +699,8 @@ static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const
 
 static bool graph_same(const graph_t *a, const graph_t *b)
 {
-    return a->set == b->set && a->nkeys == b->nkeys && a->nfloats == b->nfloats && a->h == b->h &&
-           a->d == b->d;
+    return a->set == b->set && a->gen == b->gen && a->nkeys == b->nkeys &&
+           a->nfloats == b->nfloats && a->h == b->h && a->d == b->d;
 }
 
 /** Capture enqueue_multi for shape gk into a graph slot; NULL if CUDA
@@ -773,7 +773,13 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
     if (!k->d_keys)
         memcpy(h + L.keys, k->keys, k->nkeys * sizeof(int64_t));
     memset(h + L.mcount, 0, k->nt * sizeof(uint32_t));
-    graph_t gk = {NULL, g->models[k->mi].set, k->nkeys, k->nfloats, c->keys.h, c->keys.d};
+    const gmodel_t *gm = &g->models[k->mi];
+    graph_t gk = {.set = gm->set,
+                  .gen = gm->gen,
+                  .nkeys = k->nkeys,
+                  .nfloats = k->nfloats,
+                  .h = c->keys.h,
+                  .d = c->keys.d};
     bool plain = k->direct || k->d_out || k->d_keys || c->graph_off;
     cudaGraphExec_t x = plain ? NULL : graph_for(g, c, k, &L, &gk);
     if (x)

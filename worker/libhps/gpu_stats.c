@@ -12,8 +12,11 @@ bool hps__client_gpu_serves(const hps_client_t *cl, size_t mi)
            atomic_load_explicit(&g->models[mi].active, memory_order_acquire);
 }
 
-int hps__client_gpu_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
-                                hps_client_cache_stats_t *ret)
+/* Under seg_lock held for reading: a segment switch (write lock) cannot
+ * come between the active check and the use of the caches, and once it has
+ * come the model is inactive until rebuilt (gpu_build.c: rebuild_stale). */
+static int cache_stats_locked(hps_client_t *cl, size_t mi, uint32_t t,
+                              hps_client_cache_stats_t *ret)
 {
     struct client_gpu *g = cl->gpu;
     if (!hps__client_gpu_serves(cl, mi) || cudaSetDevice(g->device) != cudaSuccess)
@@ -41,12 +44,19 @@ int hps__client_gpu_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
     if (rc < 0)
         return rc;
     hps_gcache_reg_t e;
-    pthread_rwlock_rdlock(&cl->seg_lock);
     if (gt->reg != UINT32_MAX && cl->db && cl->db == g->upd_db &&
         hps_shmdb_gcache_get(cl->db, gt->reg, &e) == 0 && e.generation == gt->gen)
         ret->processes = e.num_pids;
-    pthread_rwlock_unlock(&cl->seg_lock);
     return 0;
+}
+
+int hps__client_gpu_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
+                                hps_client_cache_stats_t *ret)
+{
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    int rc = cache_stats_locked(cl, mi, t, ret);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    return rc;
 }
 
 int hps__client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *ret)

@@ -165,6 +165,7 @@ static const struct {
     {"model.m.embedding_vecsize_per_table", REQUIRED},
     {"model.m.maxnum_catfeature_query_per_table_per_sample", REQUIRED},
     {"model.m.default_value_for_each_table", "0.0, 0.0"},
+    {"model.m.version", "1"}, /* not HugeCTR's: Triton's first version */
     {"model.m.deployed_device_list", "0"},
     {"model.m.max_batch_size", "64"},
     {"model.m.gpucache", "true"},

@@ -17,7 +17,6 @@ static char *wdl_names[2] = {"wide", "deep"};
 static struct hps__kmodel wdl = {
     .name = "hps_wdl",
     .name_len = 7,
-    .version = "1",
     .version_num = 1,
     .num_tables = 2,
     .dims = wdl_dims,

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""
+gpu-reload: a reload (SIGHUP to hps-coordinator, issue 20) swaps the GPU
+caches of two workers sharing them on one device.  Exit 77 (skip) where no
+CUDA device is visible.
+
+Model m, version 1, gpucacheper 1.0 (every row cached), served by two GPU
+workers of device 0 that share each table's cache, each under a stream of
+exactly checked lookups (int-reload's Stream: every answer wholly version 1
+or wholly version 2, never back).  The INI then names version 2; SIGHUP:
+  - both workers report version 2 and log that they built their GPU caches
+    anew (the CPU path answers meanwhile, wholly from the new segment);
+  - afterwards every lookup of both workers is a GPU hit again (the new
+    caches are preloaded), answered with version 2's vectors;
+  - the new segment's registry lists one cache per table, mapped by both
+    workers (one created it, the other mapped it);
+  - device memory returns: after the old caches are freed, the GPU's used
+    memory is within 64 MiB of what it was before the reload.
+"""
+import os
+import random
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import hpstest as H  # noqa: E402
+from test_reload import SETTINGS, Stream, sighup, versions  # noqa: E402
+from test_worker_gpu import cache_counters, have_gpu, total  # noqa: E402
+
+ROWS = [60000, 8000]
+DIMS = [64, 8]
+DEFAULTS = [0.5, -2.0]
+
+
+def used_mib():
+    r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                        "-i", "0"], capture_output=True, text=True, timeout=30)
+    return int(r.stdout.strip().splitlines()[0])
+
+
+def body(t, cl):
+    gpu = SETTINGS + [("model.m", "gpucache", "true"), ("model.m", "gpucacheper", 1.0),
+                      ("model.m", "hit_rate_threshold", 2.0)]
+    m1 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v1", version=1)
+    m2 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v2", version=2)
+    conf = cl.write_config("hps.ini", m1.ini_text, gpu)
+    c = cl.start_coordinator(conf)
+    ws = [cl.start_worker(conf, instance=i) for i in range(2)]
+    t.ok(all("preloaded" in w.log() or "mapped the shared cache" in w.log() for w in ws),
+         "both workers serve from GPU caches", ws[1].log()[-1500:])
+    mem0 = used_mib()
+    streams = [Stream(w.http_port, {1: m1, 2: m2}, 3 + i) for i, w in enumerate(ws)]
+    for s in streams:
+        s.start()
+    time.sleep(0.5)
+
+    cl.write_config("hps.ini", m2.ini_text, gpu)
+    sighup(t, c, "version 2")
+    t.ok(H.wait_until(lambda: all(versions(w.http_port) == ["2"] for w in ws), 15),
+         "both workers report version 2", [versions(w.http_port) for w in ws])
+    t.ok(H.wait_until(lambda: all("building its GPU caches anew" in w.log() for w in ws), 15),
+         "both workers build their GPU caches anew", ws[0].log()[-2000:])
+    t.ok(H.wait_until(lambda: all(len(cache_counters(w.metrics_port, "m")) > 0
+                                  for w in ws), 30),
+         "both workers serve model m from GPU caches again")
+    time.sleep(1.0)
+    for s in streams:
+        s.stop_ev.set()
+    for s in streams:
+        s.join(30)
+    for i, s in enumerate(streams):
+        t.eq((s.failed, s.wrong, s.backwards), (0, 0, 0),
+             "worker %d: %d requests, 0 failed, 0 mixed or wrong, never back"
+             % (i, s.requests))
+        t.eq(s.seen, [1, 2], "worker %d: version 1, then version 2" % i)
+        if s.first_problem:
+            t.diag("worker %d, first problem: %s" % (i, s.first_problem))
+
+    # every key a GPU hit again, with version 2's rows
+    rng = random.Random(5)
+    kpt = [rng.sample(m2.file_keys[0], 2000), rng.sample(m2.file_keys[1], 500)]
+    for i, w in enumerate(ws):
+        before = cache_counters(w.metrics_port, "m")
+        _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+        after = cache_counters(w.metrics_port, "m")
+        t.ok(got == m2.expected(kpt), "worker %d: version 2's vectors" % i)
+        t.eq(total(after, "hit_keys") - total(before, "hit_keys"), 2500,
+             "worker %d: all 2500 keys GPU hits in the new caches" % i)
+    es = [e for e in cl.shm_info().get("gpu_caches", []) if e.get("state") == "ready"]
+    t.eq(sorted((e.get("table"), len(e.get("attached_pids", []))) for e in es),
+         [("sparse_embedding0", 2), ("sparse_embedding1", 2)],
+         "the new registry: one cache per table, both workers on it")
+    ok = H.wait_until(lambda: used_mib() <= mem0 + 64, 15, 0.5)
+    t.ok(ok, "device memory returned: %d MiB used before, %d after" % (mem0, used_mib()))
+
+
+if __name__ == "__main__":
+    if not have_gpu():
+        print("1..0 # SKIP no CUDA device")
+        sys.exit(77)
+    H.run_main("gpu-reload", body)

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""
+int-reload: SIGHUP reloads the coordinator's INI while two workers serve
+(issue 20: models change while serving).
+
+Model m, version 1, serves two workers, each under a stream of exactly
+checked lookups whose every answer must be wholly version 1 or wholly
+version 2 (hps-gen --model-version changes every vector), never a mix, and
+whose version may only move forward (each worker switches once).
+  (1) the INI now names version 2's files and `version = 2`; SIGHUP: the
+      coordinator (same pid: it executes itself again) builds the new
+      segment beside the serving one and publishes it; both workers report
+      version 2 in the model metadata; hps-shm info shows it;
+  (2) SIGHUP with a broken INI: logged, nothing changes, still version 2;
+  (3) SIGHUP with a version 3 whose emb_vector is corrupt: refused before
+      anything is written, still version 2;
+  (4) SIGHUP with a second model added: its tables load into the new
+      segment beside m, which keeps serving.
+Over the whole stream: 0 failed requests, 0 mixed or wrong answers, 0
+default values (every key is in shared memory, initial_cache_rate 1.0).
+"""
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+ROWS = [60000, 8000]
+DIMS = [16, 8]
+DEFAULTS = [0.5, -2.0]
+SETTINGS = [("volatile_db", "initial_cache_rate", 1.0),
+            ("volatile_db", "shared_memory_auto_remove", "false"),
+            ("hps", "heartbeat_interval_ms", 50),
+            ("hps", "worker_timeout_ms", 500),
+            ("worker", "miss_timeout_ms", 200)]
+
+
+class Stream(threading.Thread):
+    """Lookups of random file keys, back to back; each answer must equal the
+    expected rows of one version entirely, never older than the last."""
+
+    def __init__(self, port, models, seed):
+        super().__init__(daemon=True)
+        self.port, self.models = port, models  # {version: Model}
+        self.rng = random.Random(seed)
+        self.stop_ev = threading.Event()
+        self.requests = self.failed = self.wrong = self.backwards = 0
+        self.seen = []  # versions in the order first answered
+        self.first_problem = ""
+
+    def run(self):
+        m1 = self.models[1]
+        while not self.stop_ev.is_set():
+            kpt = [self.rng.sample(m1.file_keys[0], 24), self.rng.sample(m1.file_keys[1], 8)]
+            try:
+                r = H.infer(self.port, "m", kpt, binary=self.requests % 2 == 0, timeout=10)
+                _, got = H.decode_output(r)
+            except Exception as e:  # noqa: BLE001
+                self.failed += 1
+                self.first_problem = self.first_problem or "%s: %s" % (type(e).__name__, e)
+                continue
+            self.requests += 1
+            v = next((v for v, m in self.models.items() if got == m.expected(kpt)), None)
+            if v is None:
+                self.wrong += 1
+                self.first_problem = self.first_problem or H.first_mismatch(
+                    got, m1.expected(kpt), m1, kpt)
+                continue
+            if self.seen and v < self.seen[-1]:
+                self.backwards += 1
+            if not self.seen or v != self.seen[-1]:
+                self.seen.append(v)
+
+
+def versions(port):
+    r = H.http(port, "GET", "/v2/models/m")
+    return json.loads(r.body).get("versions") if r.status == 200 else None
+
+
+def shm_versions(cl):
+    return sorted({(tb["model"], tb.get("model_version")) for tb in cl.shm_info()["tables"]})
+
+
+def sighup(t, c, what, want_reload=True, timeout=60):
+    n_pub = c.log().count("published /dev/shm/hps.")
+    n_hup = c.log().count("SIGHUP: reading")
+    c.kill(signal.SIGHUP)
+    H.wait_until(lambda: c.log().count("SIGHUP: reading") > n_hup, 10, 0.01)
+    if want_reload:
+        ok = H.wait_until(lambda: c.log().count("published /dev/shm/hps.") > n_pub, timeout)
+        t.ok(ok, "%s: the coordinator reloaded and published a new segment" % what,
+             c.log()[-3000:])
+    else:
+        ok = H.wait_until(lambda: "the running configuration stays" in
+                          c.log().split("SIGHUP: reading")[-1], 10)
+        t.ok(ok, "%s: refused, the running configuration stays" % what, c.log()[-3000:])
+    t.ok(c.alive(), "%s: the coordinator is alive (pid %d)" % (what, c.pid))
+
+
+def body(t, cl):
+    m1 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v1", version=1)
+    m2 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v2", version=2)
+    t.ok(m1.expected([m1.file_keys[0][:3], []]) != m2.expected([m1.file_keys[0][:3], []]),
+         "hps-gen --model-version 2 changes the vectors")
+    conf = cl.write_config("hps.ini", m1.ini_text, SETTINGS)
+    c = cl.start_coordinator(conf)
+    ws = [cl.start_worker(conf, instance=i) for i in range(2)]
+    t.eq([versions(w.http_port) for w in ws], [["1"], ["1"]], "both workers serve version 1")
+    t.eq(shm_versions(cl), [("m", 1)], "hps-shm info: model m version 1")
+    streams = [Stream(w.http_port, {1: m1, 2: m2}, 7 + i) for i, w in enumerate(ws)]
+    for s in streams:
+        s.start()
+    time.sleep(0.5)
+
+    # ---- (1) version 2 -------------------------------------------------------
+    cl.write_config("hps.ini", m2.ini_text, SETTINGS)
+    sighup(t, c, "version 2")
+    t.ok(H.wait_until(lambda: all(versions(w.http_port) == ["2"] for w in ws), 15),
+         "both workers report version 2", [versions(w.http_port) for w in ws])
+    t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m version 2")
+    time.sleep(0.5)
+
+    # ---- (2) a broken INI ----------------------------------------------------
+    with open(conf, "a") as f:
+        f.write("\n[hps]\nheartbeat_interval_ms = 0\n")
+    sighup(t, c, "broken INI", want_reload=False)
+    t.eq([versions(w.http_port) for w in ws], [["2"], ["2"]], "still version 2")
+
+    # ---- (3) a corrupt version 3 ---------------------------------------------
+    m3 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v3", version=3)
+    emb = os.path.join(m3.table_dirs[0], "emb_vector")
+    with open(emb, "rb") as f:
+        good = f.read()
+    with open(emb, "wb") as f:
+        f.write(good[:-12])  # not a whole number of vectors
+    cl.write_config("hps.ini", m3.ini_text, SETTINGS)
+    sighup(t, c, "corrupt version 3", want_reload=False)
+    time.sleep(0.3)
+    t.eq([versions(w.http_port) for w in ws], [["2"], ["2"]], "still version 2")
+    t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: still model m version 2")
+
+    # ---- (4) a second model added ----------------------------------------------
+    n = cl.gen_model("n", rows=[5000], dims=[4], subdir="n_v1")
+    text = m2.ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]
+    cl.write_config("hps.ini", text, SETTINGS)
+    sighup(t, c, "model n added")
+    t.eq(shm_versions(cl), [("m", 2), ("n", 1)], "hps-shm info: models m (2) and n (1)")
+    time.sleep(0.5)
+
+    for s in streams:
+        s.stop_ev.set()
+    for s in streams:
+        s.join(30)
+    for i, s in enumerate(streams):
+        t.ok(s.requests > 30, "worker %d: the stream ran (%d requests)" % (i, s.requests))
+        t.eq((s.failed, s.wrong, s.backwards), (0, 0, 0),
+             "worker %d: 0 failed requests, 0 mixed or wrong answers, never back to an older "
+             "version" % i)
+        t.eq(s.seen, [1, 2], "worker %d: answered version 1, then version 2 (one switch)" % i)
+        if s.first_problem:
+            t.diag("worker %d, first problem: %s" % (i, s.first_problem))
+    t.eq(c.log().count("reloading: stopping"), 2, "two reloads, two refused")
+
+
+if __name__ == "__main__":
+    H.run_main("reload", body)
