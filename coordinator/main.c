@@ -161,8 +161,12 @@ static bool reload_ok(const coord_t *c, const char *path)
 }
 
 /* Reap dead workers and their miss-queue slots every half
- * worker_timeout_ms; handle SIGHUP (*ret_reload: stop and execute again). */
-static void run(coord_t *c, const char *path, bool *ret_reload)
+ * worker_timeout_ms; handle SIGHUP (*ret_reload: stop and execute again).
+ * At SIGHUP the Kafka consumers stop first (committing what was applied):
+ * updates produced from then on are consumed by the reloaded coordinator and
+ * applied to the new segment before it is published; if the reload is
+ * refused they start again where they stopped. */
+static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_reload)
 {
     long period = (long)c->conf->hps.worker_timeout_ms / 2, since_reap = 0;
     period = period > 1000 ? 1000 : period < 50 ? 50 : period;
@@ -172,10 +176,15 @@ static void run(coord_t *c, const char *path, bool *ret_reload)
         if (g_reload) {
             g_reload = 0;
             HPS_INFO("SIGHUP: reading %s again", path);
+            coord_kafka_stop(*kafka);
+            *kafka = NULL;
             if (reload_ok(c, path)) {
                 *ret_reload = true;
                 return;
             }
+            if (coord_kafka_start(c, kafka) != 0)
+                HPS_ERROR("SIGHUP: the Kafka consumers did not start again: online updates "
+                          "stop until the next reload or restart");
         }
         if ((since_reap += step) < period)
             continue;
@@ -323,7 +332,7 @@ int main(int argc, char **argv)
     bool reload = false;
     if (!ex) {
         HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
-        run(&c, path, &reload);
+        run(&c, path, &kafka, &reload);
         if (reload)
             HPS_INFO("reloading: stopping, then starting again on %s", path);
         else
