@@ -15,7 +15,9 @@ whose version may only move forward (each worker switches once).
   (3) SIGHUP with a version 3 whose emb_vector is corrupt: refused before
       anything is written, still version 2;
   (4) SIGHUP with a second model added: its tables load into the new
-      segment beside m, which keeps serving.
+      segment beside m, which keeps serving;
+  (5) SIGHUP with it removed: the new segment holds only m (used bytes
+      fall); added again: the same segment size and used bytes as in (4).
 Over the whole stream: 0 failed requests, 0 mixed or wrong answers, 0
 default values (every key is in shared memory, initial_cache_rate 1.0).
 """
@@ -153,7 +155,24 @@ def body(t, cl):
     cl.write_config("hps.ini", text, SETTINGS)
     sighup(t, c, "model n added")
     t.eq(shm_versions(cl), [("m", 2), ("n", 1)], "hps-shm info: models m (2) and n (1)")
-    time.sleep(0.5)
+    seg = cl.shm_info()["segment"]
+    time.sleep(0.3)
+
+    # ---- (5) model n removed, then added again: its memory returns -------------
+    cl.write_config("hps.ini", m2.ini_text, SETTINGS)
+    sighup(t, c, "model n removed")
+    t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m (2) only")
+    seg_m = cl.shm_info()["segment"]
+    t.ok(seg_m["used_bytes"] < seg["used_bytes"],
+         "the segment's used bytes fell without n: %d -> %d"
+         % (seg["used_bytes"], seg_m["used_bytes"]))
+    cl.write_config("hps.ini", text, SETTINGS)
+    sighup(t, c, "model n added again")
+    seg_n = cl.shm_info()["segment"]
+    t.eq((seg_n["size_bytes"], seg_n["used_bytes"]), (seg["size_bytes"], seg["used_bytes"]),
+         "with n again: the same segment size and used bytes as before (the segment does not "
+         "grow)")
+    time.sleep(0.3)
 
     for s in streams:
         s.stop_ev.set()
@@ -167,7 +186,7 @@ def body(t, cl):
         t.eq(s.seen, [1, 2], "worker %d: answered version 1, then version 2 (one switch)" % i)
         if s.first_problem:
             t.diag("worker %d, first problem: %s" % (i, s.first_problem))
-    t.eq(c.log().count("reloading: stopping"), 2, "two reloads, two refused")
+    t.eq(c.log().count("reloading: stopping"), 4, "four reloads, two refused")
 
 
 if __name__ == "__main__":
