@@ -249,7 +249,11 @@ struct shm_hdr {
      * creator, as gen << 32 | (slot + 1); 0 = none (segment.c, own_ident). */
     _Atomic uint64_t coord_proc;
     uint64_t creator_proc;
-    uint64_t reserved[9];
+    /* Offsets at and above it were never handed out by hps__alloc, so their
+     * pages are still the zeros tmpfs gives (seg_lock); 0 in segments of
+     * builds before it: every allocation is then cleared. */
+    uint64_t zero_from;
+    uint64_t reserved[8];
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];
