@@ -101,40 +101,6 @@ trap 'exit 130' INT TERM
 
 # ---- helpers ----------------------------------------------------------------
 
-# wait_ready PORT SECONDS: until /v2/health/ready answers 200 (the GPU worker
-# is ready once its caches are preloaded).
-wait_ready() {
-    python3 - "http://127.0.0.1:$1/v2/health/ready" "$2" <<'EOF'
-import sys, time, urllib.request
-end = time.time() + float(sys.argv[2])
-while True:
-    try:
-        if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200:
-            sys.exit(0)
-    except Exception:
-        pass
-    if time.time() > end:
-        sys.exit(1)
-    time.sleep(0.1)
-EOF
-}
-
-# cache_counts PORT: "HIT QUERY TABLES SHARED" summed over the GPU caches of
-# the worker's /metrics (TABLES: caches listed; SHARED: those with
-# nv_hps_embedding_cache_processes == 2); "0 0 0 0" without GPU caches.
-cache_counts() {
-    e2e_metrics "$1" | awk '/^nv_hps_embedding_cache_hit_keys\{/ {h += $2}
-        /^nv_hps_embedding_cache_query_keys\{/ {q += $2; n++}
-        /^nv_hps_embedding_cache_processes\{/ && $2 == 2 {s++}
-        END {printf "%.0f %.0f %d %d\n", h, q, n, s}'
-}
-
-# hit_rate "H0 Q0 .." "H1 Q1 ..": hit rate between two cache_counts, or "-".
-hit_rate() {
-    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); q = y[2] - x[2]
-        if (q > 0) printf "%.4f", (y[1] - x[1]) / q; else printf "-"}'
-}
-
 # server_times PORT: "REQUESTS TOTAL QUEUE INPUT INFER OUTPUT" from the worker's
 # /metrics, summed over its models (Triton's nv_inference_* counters, us).
 server_times() {
@@ -264,12 +230,12 @@ http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
 e2e_start_worker "$workdir/worker-cpu.log" -c "$ini_cpu" --device "$device" --instance 2
 wc_pid=$worker_started_pid wc_port=$http_port wc_mport=$metrics_port
 for p in "$w0_port" "$wc_port"; do
-    wait_ready "$p" 300 || { echo "e2e-gpu.sh: worker on port $p not ready after 300 s" >&2; exit 1; }
+    e2e_wait_ready "$p" 300 || { echo "e2e-gpu.sh: worker on port $p not ready after 300 s" >&2; exit 1; }
 done
 sed 's/^/   /' "$workdir/worker0.log"
 echo "   ready: $(elapsed) since start"
 
-read -r _ _ ntables _ <<<"$(cache_counts "$w0_mport")"
+read -r _ _ ntables _ <<<"$(e2e_cache_counts "$w0_mport")"
 nogpu=""
 if [ -z "$gpu_name" ] || [ "$ntables" = 0 ] || grep -q "CPU path" "$workdir/worker0.log"; then
     nogpu="no GPU: GPU figures are CPU-path figures"
@@ -288,13 +254,13 @@ declare -A g1 c1 h1 gt1 ct1
 for i in "${!batches[@]}"; do
     b=${batches[$i]}
     echo "-- B=$b: GPU worker (verify $verify_gpu)"
-    before=$(cache_counts "$w0_mport") tb=$(server_times "$w0_mport")
+    before=$(e2e_cache_counts "$w0_mport") tb=$(server_times "$w0_mport")
     bench_start "$workdir/bench-gpu-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
     bench_wait "$bench_pid" "$workdir/bench-gpu-b$b.log"
-    after=$(cache_counts "$w0_mport")
+    after=$(e2e_cache_counts "$w0_mport")
     g1[$b]=$(bench_row "$workdir/bench-gpu-b$b.log")
     gt1[$b]=$(per_request "$tb" "$(server_times "$w0_mport")")
-    h1[$b]=$(hit_rate "$before" "$after")
+    h1[$b]=$(e2e_hit_rate "$before" "$after")
     echo "   GPU cache hit rate over the run: ${h1[$b]}"
     print_times "${gt1[$b]}"
     echo "-- B=$b: CPU worker (verify $verify)"
@@ -316,11 +282,11 @@ echo "== phase 2: a second hps-worker --device $device --instance 1 on the same 
 http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
 e2e_start_worker "$workdir/worker1.log" -c "$ini" --device "$device" --instance 1
 w1_pid=$worker_started_pid w1_port=$http_port w1_mport=$metrics_port
-wait_ready "$w1_port" 300 || { echo "e2e-gpu.sh: worker 1 not ready after 300 s" >&2; exit 1; }
+e2e_wait_ready "$w1_port" 300 || { echo "e2e-gpu.sh: worker 1 not ready after 300 s" >&2; exit 1; }
 sed 's/^/   /' "$workdir/worker1.log"
 mapped=$(grep -cE "mapped the (shared )?cache" "$workdir/worker1.log" || true)
-read -r _ _ n0 s0 <<<"$(cache_counts "$w0_mport")"
-read -r _ _ n1 s1 <<<"$(cache_counts "$w1_mport")"
+read -r _ _ n0 s0 <<<"$(e2e_cache_counts "$w0_mport")"
+read -r _ _ n1 s1 <<<"$(e2e_cache_counts "$w1_mport")"
 echo "   worker 1 log: \"mapped the (shared) cache\" for $mapped table(s);"\
      "nv_hps_embedding_cache_processes == 2 for $s0 of $n0 caches (worker 0), $s1 of $n1 (worker 1)"
 if [ -z "$nogpu" ] && { [ "$mapped" != "$ntables" ] || [ "$s0" != "$ntables" ]; }; then
@@ -333,17 +299,17 @@ declare -A a2 b2 h2
 for i in "${!batches[@]}"; do
     b=${batches[$i]}
     echo "-- B=$b: worker 0 and worker 1 at the same time (verify $verify_gpu)"
-    before=$(cache_counts "$w0_mport")
+    before=$(e2e_cache_counts "$w0_mport")
     bench_start "$workdir/bench2-w0-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" 1
     p0=$bench_pid
     bench_start "$workdir/bench2-w1-b$b.log" "$w1_port" "$w1_pid" "$verify_gpu" "${files[$i]}" "$b" 1
     p1=$bench_pid
     bench_wait "$p0" "$workdir/bench2-w0-b$b.log"
     bench_wait "$p1" "$workdir/bench2-w1-b$b.log"
-    after=$(cache_counts "$w0_mport")
+    after=$(e2e_cache_counts "$w0_mport")
     a2[$b]=$(bench_row "$workdir/bench2-w0-b$b.log")
     b2[$b]=$(bench_row "$workdir/bench2-w1-b$b.log")
-    h2[$b]=$(hit_rate "$before" "$after")
+    h2[$b]=$(e2e_hit_rate "$before" "$after")
     echo "   GPU cache hit rate over the run (both workers): ${h2[$b]}"
 done
 echo

@@ -130,22 +130,6 @@ for i in "${!batches[@]}"; do
     files+=("$f")
 done
 
-wait_ready() {
-    "$python" - "http://127.0.0.1:$1/v2/health/ready" "$2" <<'EOF'
-import sys, time, urllib.request
-end = time.time() + float(sys.argv[2])
-while True:
-    try:
-        if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200:
-            sys.exit(0)
-    except Exception:
-        pass
-    if time.time() > end:
-        sys.exit(1)
-    time.sleep(0.1)
-EOF
-}
-
 # server_times PORT: "REQUESTS TOTAL QUEUE INPUT INFER OUTPUT" (us, summed) from /metrics
 server_times() {
     e2e_metrics "$1" | awk '/^nv_inference_request_success\{/ {v[1] += $2}
@@ -167,7 +151,7 @@ metrics_port=$((http_port + 2))
 e2e_start_coordinator "$ini" "$workdir/coordinator.log"
 e2e_start_worker "$workdir/worker.log" -c "$ini" --device "$device"
 w_pid=$worker_started_pid w_port=$http_port w_mport=$metrics_port
-wait_ready "$w_port" 300 || { echo "inproc-gpu.sh: worker not ready after 300 s" >&2; exit 1; }
+e2e_wait_ready "$w_port" 300 || { echo "inproc-gpu.sh: worker not ready after 300 s" >&2; exit 1; }
 sed 's/^/   /' "$workdir/worker.log" | tail -n 12
 echo "   ready: $(elapsed) since start"
 echo
