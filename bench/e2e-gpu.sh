@@ -146,29 +146,9 @@ bench_start() {
     e2e_pids+=("$bench_pid") e2e_names+=(hps-bench) # stopped on exit too
 }
 
-# bench_wait PID LOG: wait for it (deadline: stopped after 300 s), print its
-# verify/run lines; counts a failure in rc.
-bench_wait() {
-    local brc=0 end=$((SECONDS + 300))
-    while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
-    if kill -0 "$1" 2>/dev/null; then
-        echo "e2e-gpu.sh: hps-bench (pid $1) still running after 300 s; stopping it" >&2
-        e2e_stop_pid "$1" hps-bench
-        brc=1
-    fi
-    wait "$1" || brc=$?
-    grep -E '^  (verify|run) |first (error|mismatch)|request failed|error:' "$2" | sed 's/^  /   /' || true
-    if [ "$brc" != 0 ]; then
-        echo "   hps-bench exit status $brc (log: $2)"
-        rc=1
-    fi
-}
+# bench_wait PID LOG: e2e_bench_wait with a 300 s deadline; counts a failure in rc.
+bench_wait() { e2e_bench_wait "$1" "$2" 300 || rc=1; }
 
-# bench_row LOG: "REQ/S MKEYS/S P50 P99 ERRORS" from hps-bench's results table.
-bench_row() {
-    awk '$4 == "|" && $1 ~ /^[0-9]+$/ && NF >= 12 {r = $5 " " $6 " " $7 " " $9 " " $11}
-         END {print (r == "" ? "0 0 0 0 -" : r)}' "$1"
-}
 
 # ratio A B: A / B with 2 decimals, "-" when B is 0 or not a number.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b + 0 > 0) printf "%.2fx", a / b; else printf "-"}'; }
@@ -258,7 +238,7 @@ for i in "${!batches[@]}"; do
     bench_start "$workdir/bench-gpu-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
     bench_wait "$bench_pid" "$workdir/bench-gpu-b$b.log"
     after=$(e2e_cache_counts "$w0_mport")
-    g1[$b]=$(bench_row "$workdir/bench-gpu-b$b.log")
+    g1[$b]=$(e2e_bench_row "$workdir/bench-gpu-b$b.log")
     gt1[$b]=$(per_request "$tb" "$(server_times "$w0_mport")")
     h1[$b]=$(e2e_hit_rate "$before" "$after")
     echo "   GPU cache hit rate over the run: ${h1[$b]}"
@@ -267,7 +247,7 @@ for i in "${!batches[@]}"; do
     tb=$(server_times "$wc_mport")
     bench_start "$workdir/bench-cpu-b$b.log" "$wc_port" "$wc_pid" "$verify" "${files[$i]}" "$b" "$reps"
     bench_wait "$bench_pid" "$workdir/bench-cpu-b$b.log"
-    c1[$b]=$(bench_row "$workdir/bench-cpu-b$b.log")
+    c1[$b]=$(e2e_bench_row "$workdir/bench-cpu-b$b.log")
     ct1[$b]=$(per_request "$tb" "$(server_times "$wc_mport")")
     print_times "${ct1[$b]}"
 done
@@ -307,8 +287,8 @@ for i in "${!batches[@]}"; do
     bench_wait "$p0" "$workdir/bench2-w0-b$b.log"
     bench_wait "$p1" "$workdir/bench2-w1-b$b.log"
     after=$(e2e_cache_counts "$w0_mport")
-    a2[$b]=$(bench_row "$workdir/bench2-w0-b$b.log")
-    b2[$b]=$(bench_row "$workdir/bench2-w1-b$b.log")
+    a2[$b]=$(e2e_bench_row "$workdir/bench2-w0-b$b.log")
+    b2[$b]=$(e2e_bench_row "$workdir/bench2-w1-b$b.log")
     h2[$b]=$(e2e_hit_rate "$before" "$after")
     echo "   GPU cache hit rate over the run (both workers): ${h2[$b]}"
 done

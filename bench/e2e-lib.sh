@@ -198,14 +198,8 @@ e2e_bench_start() {
 # e2e_bench_wait PID LOG SECONDS: wait for that hps-bench (stopped after
 # SECONDS), print its verify/run lines; 1 if it failed or was stopped.
 e2e_bench_wait() {
-    local brc=0 end=$((SECONDS + $3))
-    while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
-    if kill -0 "$1" 2>/dev/null; then
-        echo "$e2e_prog: hps-bench (pid $1) still running after $3 s; stopping it" >&2
-        e2e_stop_pid "$1" hps-bench
-        brc=1
-    fi
-    wait "$1" || brc=$?
+    local brc=0
+    e2e_wait_pid "$1" "$3" hps-bench || brc=$?
     grep -E '^  (verify|run) |first (error|mismatch)|request failed|error:' "$2" | sed 's/^  /   /' || true
     if [ "$brc" != 0 ]; then
         echo "   hps-bench exit status $brc (log: $2)"
