@@ -47,6 +47,8 @@ static void usage(FILE *out)
                  "Creates or re-attaches the shared-memory volatile database of FILE's\n"
                  "[volatile_db], loads every [model.<name>] into the persistent and volatile\n"
                  "databases, then serves the workers' misses until SIGTERM or SIGINT.\n"
+                 "SIGHUP reloads: FILE and its model files are checked, then the models\n"
+                 "are loaded again beside what serves (a bad FILE changes nothing).\n"
                  "\n"
                  "Exit status:\n"
                  "  0  clean shutdown          3  shared memory busy or unusable\n"
