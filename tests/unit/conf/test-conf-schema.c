@@ -645,13 +645,21 @@ static void list_cases(const struct row *r, struct cases *cs)
          * work (the fuzz-conf finding) are refused before compiling; an
          * escaped '+' duplicates nothing. */
         add_bad(cs, strdup("((a{1,999}){1,999})"),
-                strdup("entry 1 (((a{1,999}){1,999})) repeats too much: its '+' and '{m,n}' "
-                       "could make more than 65536 copies of a subexpression when compiled; "
-                       "simplify it"));
+                strdup("entry 1 (((a{1,999}){1,999})) repeats too much: its '*', '+', '?' and "
+                       "'{m,n}' multiply to more than 256 (each counts 2, {m,n} n + 1), which "
+                       "compiles slowly; simplify it"));
         add_bad(cs, strdup("x, a+++++++++++++++++"),
-                strdup("entry 2 (a+++++++++++++++++) repeats too much: its '+' and '{m,n}' "
-                       "could make more than 65536 copies of a subexpression when compiled; "
-                       "simplify it"));
+                strdup("entry 2 (a+++++++++++++++++) repeats too much: its '*', '+', '?' and "
+                       "'{m,n}' multiply to more than 256 (each counts 2, {m,n} n + 1), which "
+                       "compiles slowly; simplify it"));
+        /* 12 repetitions, '*' among them: 20 s and more before the limit */
+        add_bad(cs, strdup("x(5*++++++)*+++++"),
+                strdup("entry 1 (x(5*++++++)*+++++) repeats too much: its '*', '+', '?' and "
+                       "'{m,n}' multiply to more than 256 (each counts 2, {m,n} n + 1), which "
+                       "compiles slowly; simplify it"));
+        /* 8 repetitions and one of 255 pass */
+        add_ok(cs, strdup("^hps_(a|b)*.+x?y*z+_v[0-9]+.*$, a{1,254}"), 2,
+               strdup("^hps_(a|b)*.+x?y*z+_v[0-9]+.*$, a{1,254}"));
         add_ok(cs, strdup("a\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+"), 1,
                strdup("a\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+\\+"));
         break;
