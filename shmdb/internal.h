@@ -29,6 +29,9 @@ struct hps_shmdb {
     hps_pool_t *pool;              /* NULL: batches run in the caller */
     unsigned nthreads;
     bool staged; /* the object is still /dev/shm/.hps.<name>.new (hps_shmdb_publish) */
+    bool created; /* this handle created the object (init_header): only then is the
+                   * header's zero_from trusted, never in a segment found on attach,
+                   * whose never-used bytes may be anything (corruption) */
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
 };
 

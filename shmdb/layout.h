@@ -251,7 +251,8 @@ struct shm_hdr {
     uint64_t creator_proc;
     /* Offsets at and above it were never handed out by hps__alloc, so their
      * pages are still the zeros tmpfs gives (seg_lock); 0 in segments of
-     * builds before it: every allocation is then cleared. */
+     * builds before it: every allocation is then cleared.  Trusted only by
+     * the process that created the object (hps_shmdb_t.created). */
     uint64_t zero_from;
     uint64_t reserved[8];
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */

@@ -252,11 +252,10 @@ hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
         /* why: the first touch of fresh pages is the costly part of a load;
          * clearing memory that is already zero would touch them twice */
         uint64_t zf = h->zero_from;
-        if (zf != 0) {
+        if (zf != 0 && db->created)
             clear = zf <= b ? 0 : zf - b < bytes ? zf - b : bytes;
-            if (zf < b + bytes)
-                h->zero_from = b + bytes;
-        }
+        if (zf != 0 && zf < b + bytes) /* kept by every allocator */
+            h->zero_from = b + bytes;
     }
     hps__unlock(&h->seg_lock);
     memset(hps__ptr(db, off), 0, clear);
@@ -666,6 +665,7 @@ static hps_err_t init_header(hps_shmdb_t *db, const hps_shmdb_opts_t *o, mode_t 
     atomic_store(&h->committed, HDR_BYTES);
     atomic_store(&h->bump, HDR_BYTES);
     h->zero_from = HDR_BYTES; /* a new object: zeros from here on */
+    db->created = true;
     hps_err_t rc = hps__mutex_init(&h->seg_lock);
     if (rc == 0)
         rc = hps__mutex_init(&h->dir_lock);
