@@ -25,7 +25,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "hps/kserve.h"
 
@@ -153,14 +152,20 @@ struct hps__kmodel {
     struct hps__kstats stats;
 };
 
-/** The model's version as text, into buf (the version may change meanwhile:
- *  one atomic read). */
-static inline const char *hps__kmodel_version(const struct hps__kmodel *m, char buf[24])
+/** The version model m is answered from (it may change meanwhile: one
+ *  atomic read). */
+static inline uint64_t hps__kmodel_version(const struct hps__kmodel *m)
 {
-    snprintf(buf, 24, "%llu",
-             (unsigned long long)atomic_load_explicit((_Atomic uint64_t *)&m->version_num,
-                                                      memory_order_relaxed));
-    return buf;
+    return atomic_load_explicit((_Atomic uint64_t *)&m->version_num, memory_order_relaxed);
+}
+
+/** m's version as a JSON string ("7"), written without a formatting call
+ *  (it is in every inference response). */
+static inline void hps__text_version(hps__text_t *t, const struct hps__kmodel *m)
+{
+    hps__text_putc(t, '"');
+    hps__text_u64(t, hps__kmodel_version(m));
+    hps__text_putc(t, '"');
 }
 
 /** Timings of one request, nanoseconds, for hps__stats_record(). */

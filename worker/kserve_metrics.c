@@ -7,6 +7,8 @@
  * nv_inference_count counts inferences (HPS: NumSample); exec_count counts
  * backend executions; durations are cumulative microseconds.
  */
+#include <stdio.h>
+
 #include "worker/kserve_internal.h"
 
 /* Every counter is independent; relaxed is enough (see struct hps__kstats). */
@@ -144,7 +146,8 @@ static void sample(hps__text_t *t, const char *name, const struct hps__kmodel *m
     }
     hps__text_puts(t, "\",version=\"");
     char vb[24];
-    hps__text_label(t, hps__kmodel_version(m, vb));
+    snprintf(vb, sizeof(vb), "%llu", (unsigned long long)hps__kmodel_version(m));
+    hps__text_label(t, vb);
     hps__text_puts(t, "\"} ");
     hps__text_u64(t, v);
     hps__text_putc(t, '\n');

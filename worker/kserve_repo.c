@@ -78,9 +78,7 @@ int hps__repo_index(const struct hps__kmodel *models, size_t num_models, bool wo
         hps__text_puts(out, "{\"name\":");
         hps__text_json_str(out, m->name, m->name_len);
         hps__text_puts(out, ",\"version\":");
-        char vb[24];
-        hps__kmodel_version(m, vb);
-        hps__text_json_str(out, vb, strlen(vb));
+        hps__text_version(out, m);
         hps__text_puts(out, worker_ready ? ",\"state\":\"READY\"" : ",\"state\":\"UNAVAILABLE\"");
         if (!worker_ready) {
             hps__text_puts(out, ",\"reason\":");

@@ -72,10 +72,8 @@ void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m)
 {
     hps__text_putc(t, '{');
     str_field(t, "name", m->name);
-    char vb[24];
-    hps__kmodel_version(m, vb);
     hps__text_puts(t, ",\"versions\":[");
-    hps__text_json_str(t, vb, strlen(vb));
+    hps__text_version(t, m);
     hps__text_puts(t, "],\"platform\":\"hps\",\"inputs\":[");
     tensor_meta(t, m, "KEYS", "INT64");
     hps__text_putc(t, ',');
@@ -171,8 +169,8 @@ static void model_stats(hps__text_t *t, const struct hps__kmodel *m)
     hps__text_putc(t, '{');
     str_field(t, "name", m->name);
     hps__text_putc(t, ',');
-    char vb[24];
-    str_field(t, "version", hps__kmodel_version(m, vb));
+    key(t, "version");
+    hps__text_version(t, m);
     hps__text_puts(t, ",\"last_inference\":");
     hps__text_u64(t, load(&s->last_inference_ms));
     hps__text_puts(t, ",\"inference_count\":");
@@ -244,8 +242,8 @@ void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct h
     }
     str_field(t, "model_name", m->name);
     hps__text_putc(t, ',');
-    char vb[24];
-    str_field(t, "model_version", hps__kmodel_version(m, vb));
+    key(t, "model_version");
+    hps__text_version(t, m);
     hps__text_puts(t, ",\"parameters\":{\"NumSample\":");
     hps__text_u64(t, r->num_samples);
     hps__text_puts(t, ",\"DeviceID\":");

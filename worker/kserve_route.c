@@ -218,7 +218,7 @@ long hps__route_model(const struct hps__route *r, const struct hps__kmodel *mode
                       vlen, r->version);
         return -1;
     }
-    if (v != atomic_load_explicit(&models[found].version_num, memory_order_relaxed)) {
+    if (v != hps__kmodel_version(&models[found])) {
         hps__kerr_set(err, 400, "Request for unknown model: '%.*s' version %.*s is not found", mlen,
                       r->model, vlen, r->version);
         return -1;
