@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import hpstest as H  # noqa: E402
-from test_reload import SETTINGS, Stream, sighup, versions  # noqa: E402
+from test_reload import SETTINGS, reload_to, start_streams, stop_streams  # noqa: E402
 from test_worker_gpu import cache_counters, have_gpu, total  # noqa: E402
 
 ROWS = [400000, 8000]  # a cache of ~220 MB: its memory's return is measurable
@@ -50,32 +50,16 @@ def body(t, cl):
     t.ok(all("preloaded" in w.log() or "mapped the shared cache" in w.log() for w in ws),
          "both workers serve from GPU caches", ws[1].log()[-1500:])
     mem0 = used_mib()
-    streams = [Stream(w.http_port, {1: m1, 2: m2}, 3 + i) for i, w in enumerate(ws)]
-    for s in streams:
-        s.start()
-    time.sleep(0.5)
+    streams = start_streams(ws, {1: m1, 2: m2}, 3)
 
-    cl.write_config("hps.ini", m2.ini_text, gpu)
-    sighup(t, c, "version 2")
-    t.ok(H.wait_until(lambda: all(versions(w.http_port) == ["2"] for w in ws), 15),
-         "both workers report version 2", [versions(w.http_port) for w in ws])
+    reload_to(t, cl, c, ws, m2.ini_text, gpu, 2)
     t.ok(H.wait_until(lambda: all("building its GPU caches anew" in w.log() for w in ws), 15),
          "both workers build their GPU caches anew", ws[0].log()[-2000:])
     t.ok(H.wait_until(lambda: all(len(cache_counters(w.metrics_port, "m")) > 0
                                   for w in ws), 30),
          "both workers serve model m from GPU caches again")
     time.sleep(1.0)
-    for s in streams:
-        s.stop_ev.set()
-    for s in streams:
-        s.join(30)
-    for i, s in enumerate(streams):
-        t.eq((s.failed, s.wrong, s.backwards), (0, 0, 0),
-             "worker %d: %d requests, 0 failed, 0 mixed or wrong, never back"
-             % (i, s.requests))
-        t.eq(s.seen, [1, 2], "worker %d: version 1, then version 2" % i)
-        if s.first_problem:
-            t.diag("worker %d, first problem: %s" % (i, s.first_problem))
+    stop_streams(t, streams, [1, 2])
 
     # every key a GPU hit again, with version 2's rows
     rng = random.Random(5)

@@ -82,6 +82,42 @@ class Stream(threading.Thread):
                 self.seen.append(v)
 
 
+def start_streams(ws, models, seed):
+    """A started Stream per worker of ws (seeds seed, seed + 1, ...)."""
+    streams = [Stream(w.http_port, models, seed + i) for i, w in enumerate(ws)]
+    for s in streams:
+        s.start()
+    time.sleep(0.5)
+    return streams
+
+
+def reload_to(t, cl, c, ws, ini_text, settings, version):
+    """Write the INI, SIGHUP coordinator c and wait until every worker of ws
+    reports `version`."""
+    cl.write_config("hps.ini", ini_text, settings)
+    sighup(t, c, "version %d" % version)
+    want = [str(version)]
+    t.ok(H.wait_until(lambda: all(versions(w.http_port) == want for w in ws), 15),
+         "every worker reports version %d" % version, [versions(w.http_port) for w in ws])
+
+
+def stop_streams(t, streams, seen):
+    """Stop and check every stream: it ran, 0 failed requests, 0 mixed or
+    wrong answers, never back to an older version, versions `seen` in order."""
+    for s in streams:
+        s.stop_ev.set()
+    for s in streams:
+        s.join(30)
+    for i, s in enumerate(streams):
+        t.ok(s.requests > 30, "worker %d: the stream ran (%d requests)" % (i, s.requests))
+        t.eq((s.failed, s.wrong, s.backwards), (0, 0, 0),
+             "worker %d: 0 failed requests, 0 mixed or wrong answers, never back to an older "
+             "version" % i)
+        t.eq(s.seen, seen, "worker %d: answered versions %s, in that order" % (i, seen))
+        if s.first_problem:
+            t.diag("worker %d, first problem: %s" % (i, s.first_problem))
+
+
 def versions(port):
     r = H.http(port, "GET", "/v2/models/m")
     return json.loads(r.body).get("versions") if r.status == 200 else None
@@ -117,16 +153,10 @@ def body(t, cl):
     ws = [cl.start_worker(conf, instance=i) for i in range(2)]
     t.eq([versions(w.http_port) for w in ws], [["1"], ["1"]], "both workers serve version 1")
     t.eq(shm_versions(cl), [("m", 1)], "hps-shm info: model m version 1")
-    streams = [Stream(w.http_port, {1: m1, 2: m2}, 7 + i) for i, w in enumerate(ws)]
-    for s in streams:
-        s.start()
-    time.sleep(0.5)
+    streams = start_streams(ws, {1: m1, 2: m2}, 7)
 
     # ---- (1) version 2 -------------------------------------------------------
-    cl.write_config("hps.ini", m2.ini_text, SETTINGS)
-    sighup(t, c, "version 2")
-    t.ok(H.wait_until(lambda: all(versions(w.http_port) == ["2"] for w in ws), 15),
-         "both workers report version 2", [versions(w.http_port) for w in ws])
+    reload_to(t, cl, c, ws, m2.ini_text, SETTINGS, 2)
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m version 2")
     time.sleep(0.5)
 
@@ -174,18 +204,7 @@ def body(t, cl):
          "grow)")
     time.sleep(0.3)
 
-    for s in streams:
-        s.stop_ev.set()
-    for s in streams:
-        s.join(30)
-    for i, s in enumerate(streams):
-        t.ok(s.requests > 30, "worker %d: the stream ran (%d requests)" % (i, s.requests))
-        t.eq((s.failed, s.wrong, s.backwards), (0, 0, 0),
-             "worker %d: 0 failed requests, 0 mixed or wrong answers, never back to an older "
-             "version" % i)
-        t.eq(s.seen, [1, 2], "worker %d: answered version 1, then version 2 (one switch)" % i)
-        if s.first_problem:
-            t.diag("worker %d, first problem: %s" % (i, s.first_problem))
+    stop_streams(t, streams, [1, 2])  # one switch
     t.eq(c.log().count("reloading: stopping"), 4, "four reloads, two refused")
 
 
