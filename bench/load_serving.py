@@ -5,17 +5,22 @@ load_serving.py -- lookups of a serving model while another model of about
 loading, in one run.
 
 A worker serves model "a" (small, all of it in shared memory) from the
-coordinator's segment.  The coordinator is then restarted with "a" and "b"
-(--rows-b rows of --dim floats: 2,000,000 x 128 = 1.02 GB of emb_vector):
-it builds its new segment beside the serving one and publishes it when both
-models are loaded, so the worker answers from the old segment for the whole
-load.  One closed-loop client sends requests of --keys keys of "a" back to
+coordinator's segment.  Model "b" (--rows-b rows of --dim floats: 2,000,000
+x 128 = 1.02 GB of emb_vector) is then loaded while "a" serves:
+  --mode explicit (default): model_control_mode = explicit, startup_models
+    = ^a$, and b is loaded with POST /v2/repository/models/b/load on the
+    worker (Triton's explicit model control); the load's time is that
+    call's;
+  --mode restart: the coordinator is restarted with "a" and "b".
+Either way the coordinator builds its new segment beside the serving one
+and publishes it when both models are loaded, so the worker answers from
+the old segment for the whole load.  One closed-loop client sends requests of --keys keys of "a" back to
 back; each answer is checked exactly.  Printed: p50 / p99 / max latency and
 req/s with nothing loading and during the load, the load's wall time, and
 the counts of wrong answers and errors (both must be 0).
 
 usage: bench/load_serving.py [--build DIR] [--rows-b N] [--dim D] [--keys K]
-                             [--idle S]
+                             [--idle S] [--mode explicit|restart]
 Environment as for the integration tests (HPS_COORDINATOR, HPS_WORKER,
 HPS_GEN, HPS_SHM) overrides --build.
 """
@@ -37,6 +42,7 @@ def parse():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--keys", type=int, default=26)
     ap.add_argument("--idle", type=float, default=5.0)
+    ap.add_argument("--mode", choices=("explicit", "restart"), default="explicit")
     return ap.parse_args()
 
 
@@ -90,30 +96,43 @@ def main():
         size = H.ini_set(a.ini_text, "volatile_db", "shared_memory_size", "%dMiB" % (
             (args.rows_b * (args.dim * 4 + 64) * 1.3 + 400e6) // (1 << 20)))
         base = H.ini_set(size, "volatile_db", "initial_cache_rate", 1.0)
+        explicit = args.mode == "explicit"
+        if explicit:
+            base = H.ini_set(H.ini_set(base, "hps", "model_control_mode", "explicit"), "hps",
+                             "startup_models", "^a$")
         conf_a = cl.write_config("a.ini", base, [])
         sect_b = b.ini_text[b.ini_text.index("[model.b]"):]
         conf_ab = cl.path("ab.ini")
         with open(conf_ab, "w") as f:
             f.write(open(conf_a).read() + "\n" + sect_b)
-        c1 = cl.start_coordinator(conf_a)
-        w = cl.start_worker(conf_a)
+        c1 = cl.start_coordinator(conf_ab if explicit else conf_a)
+        w = cl.start_worker(conf_ab if explicit else conf_a)
         s = Stream(w.http_port, a)
         s.start()
         time.sleep(args.idle)
-        c1.kill()
-        c1.wait(10)
-        s.mark = "loading"
-        t0 = time.monotonic()
-        c2 = cl.start_coordinator(conf_ab, wait_ready=False)
-        while "published /dev/shm" not in c2.log() and c2.alive():
-            time.sleep(0.01)
-        load_s = time.monotonic() - t0
+        if explicit:
+            s.mark = "loading"
+            t0 = time.monotonic()
+            r = H.http(w.http_port, "POST", "/v2/repository/models/b/load", body=b"{}",
+                       timeout=600)
+            load_s = time.monotonic() - t0
+            c2 = c1
+            print("POST /v2/repository/models/b/load: %d %s" % (r.status, r.body[:200]))
+        else:
+            c1.kill()
+            c1.wait(10)
+            s.mark = "loading"
+            t0 = time.monotonic()
+            c2 = cl.start_coordinator(conf_ab, wait_ready=False)
+            while "published /dev/shm" not in c2.log() and c2.alive():
+                time.sleep(0.01)
+            load_s = time.monotonic() - t0
         s.mark = "after"
         time.sleep(1.0)
         s.stop_ev.set()
         s.join(20)
-        print("model b loaded beside the serving segment in %.1f s (coordinator start to "
-              "publish)" % load_s)
+        print("model b loaded beside the serving segment in %.1f s (%s)" %
+              (load_s, "the load request" if explicit else "coordinator start to publish"))
         print("%-34s %8s %8s %8s %8s %8s" % ("lookups of model a (%d keys)" % args.keys,
                                               "requests", "req/s", "p50 us", "p99 us",
                                               "max us"))

@@ -11,6 +11,18 @@
 static hps_log_level_t g_level = HPS_LOG_INFO;
 static char g_prog[64] = "hps";
 
+/* hps_log_capture(): the calling thread's buffer for its next ERROR. */
+static _Thread_local char *t_cap;
+static _Thread_local size_t t_cap_len;
+
+void hps_log_capture(char *buf, size_t len)
+{
+    t_cap = buf && len ? buf : NULL;
+    t_cap_len = len;
+    if (t_cap)
+        t_cap[0] = 0;
+}
+
 void hps_log_init(const char *prog, hps_log_level_t level)
 {
     snprintf(g_prog, sizeof(g_prog), "%s", prog);
@@ -40,6 +52,10 @@ void hps_log(hps_log_level_t level, const char *fmt, ...)
     if (n > 0 && (size_t)n < sizeof(line))
         vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
     va_end(ap);
+    if (level == HPS_LOG_ERROR && t_cap && n > 0 && (size_t)n < sizeof(line)) {
+        snprintf(t_cap, t_cap_len, "%s", line + n);
+        t_cap = NULL; /* the first one only */
+    }
     size_t len = strnlen(line, sizeof(line) - 2);
     line[len] = '\n';
     fwrite(line, 1, len + 1, stderr);

@@ -422,6 +422,23 @@ void hps_conf_free(hps_conf_t *conf)
     free(conf);
 }
 
+void hps_conf_keep_models(hps_conf_t *conf, const bool *keep)
+{
+    size_t n = 0;
+    for (size_t m = 0; m < conf->num_models; m++) {
+        if (!keep[m]) {
+            for (int ki = 0; ki < HPS__NKEYS; ki++)
+                if (hps__keys[ki].sec == HPS__SEC_model)
+                    hps__value_free(&hps__keys[ki], &conf->models[m]);
+            free((char *)conf->models[m].name);
+            continue;
+        }
+        conf->models[n] = conf->models[m];
+        conf->meta->model[n++] = conf->meta->model[m];
+    }
+    conf->num_models = n;
+}
+
 /* ---- Access ------------------------------------------------------------------ */
 
 const hps_conf_model_t *hps_conf_model_find(const hps_conf_t *conf, const char *name)

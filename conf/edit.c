@@ -1,13 +1,26 @@
 /*
- * edit.c -- hps_conf_edit_string() and hps_conf_set_file(): change one key
- * of an INI file, keeping every other byte.
+ * edit.c -- edit an INI file keeping every other byte: set or remove keys
+ * (hps_conf_edit_many(), hps_conf_edit_string()), remove a whole section
+ * (hps_conf_remove_section()), and the same on a file, replaced atomically
+ * (hps_conf_edit_file(), hps_conf_set_file(), hps_conf_remove_section_file()).
  *
  * The scan (scan.c) gives the lines of each section and key, so an edit is
  * a splice of whole lines: replace the key's lines (its value line and any
  * continuation lines), or insert one line after the last key line of the
- * section, or append a new section.  On the key's own line only the value
- * changes: indentation, spacing around '=' and an inline comment stay.  The
- * result is validated like any file before it is returned or written.
+ * section, or append a new section, or cut lines out.  On the key's own line
+ * only the value changes: indentation, spacing around '=' and an inline
+ * comment stay.  Several edits are applied one after the other, each to the
+ * text the previous one made; only the final text is validated (so a new
+ * model section can get its required keys one by one), like any file, before
+ * it is returned or written.
+ *
+ * What a section owns, when it is removed: its header line, every line up to
+ * the next section's header, and the block of comment lines directly above
+ * its header (no blank line in between) -- except the comment block directly
+ * above the next section's header, which is that section's.  The blank lines
+ * before the next section's comments go with the removed section; when the
+ * last section of the file is removed, the blank lines before it go too, so
+ * the file does not end in blank lines.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -160,18 +173,49 @@ static void new_key_line(struct hps__buf *out, const struct hps__key *k, const c
     hps__buf_fini(&prefix);
 }
 
-/* Build the edited text into out. */
+/* The section called sec_name in the scan, or NULL. */
+static const struct hps__scan_sec *find_section(const struct hps__scan *scan, const char *sec_name)
+{
+    for (size_t i = 0; i < scan->nsecs; i++)
+        if (strcmp(scan->secs[i]->name, sec_name) == 0)
+            return scan->secs[i];
+    return NULL;
+}
+
+/* HPS_ENOTFOUND: "t.ini: no section [model.x] (the models are a, b)". */
+static hps_err_t no_section(const struct hps__scan *scan, const char *name, const char *sec_name,
+                            char *err, size_t err_len)
+{
+    struct hps__buf models = {0};
+
+    if (strncmp(sec_name, "model.", 6) == 0) {
+        for (size_t i = 0; i < scan->nsecs; i++)
+            if (scan->secs[i]->sec == HPS__SEC_model)
+                hps__buf_printf(&models, "%s%s", models.len ? ", " : " (the models are ",
+                                scan->secs[i]->name + 6);
+        hps__buf_puts(&models, models.len ? ")" : " (there is no model)");
+    }
+    hps__msg(err, err_len, "%s: no section [%s]%s", name, sec_name, hps__buf_str(&models));
+    hps__buf_fini(&models);
+    return HPS_ENOTFOUND;
+}
+
+/* The file's own line ending, from its first line. */
+static const char *file_eol(const char *text)
+{
+    const char *nl = strchr(text, '\n');
+
+    return nl && nl > text && nl[-1] == '\r' ? "\r\n" : "\n";
+}
+
+/* Build into out the text with key ki of section sec_name set to value. */
 static void edit_splice(struct hps__buf *out, const char *text, const struct hps__scan *scan,
                         const char *sec_name, int ki, const char *value)
 {
-    const struct hps__scan_sec *ss = NULL;
+    const struct hps__scan_sec *ss = find_section(scan, sec_name);
     struct lines li;
-    const char *nl = strchr(text, '\n');
-    const char *eol = nl && nl > text && nl[-1] == '\r' ? "\r\n" : "\n"; /* the file's own */
+    const char *eol = file_eol(text);
 
-    for (size_t i = 0; i < scan->nsecs && !ss; i++)
-        if (strcmp(scan->secs[i]->name, sec_name) == 0)
-            ss = scan->secs[i];
     if (!index_lines(text, &li)) {
         out->oom = true;
         return;
@@ -196,43 +240,203 @@ static void edit_splice(struct hps__buf *out, const char *text, const struct hps
     free(li.v);
 }
 
-hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *key,
-                               const char *value, char **ret_text, char *err, size_t err_len)
+/* Copy text into out without lines first..last (1-based, inclusive). */
+static void cut_lines(struct hps__buf *out, const char *text, const struct lines *li,
+                      uint32_t first, uint32_t last)
+{
+    hps__buf_add(out, text, (size_t)(li->v[first - 1].s - text));
+    hps__buf_puts(out, text + after_line(text, li, last));
+}
+
+/* Build into out the text without key ki of section sec_name (its value
+ * line and continuation lines); HPS_ENOTFOUND if the file does not set it. */
+static hps_err_t unset_splice(struct hps__buf *out, const char *text, const struct hps__scan *scan,
+                              const char *name, const char *sec_name, int ki, char *err,
+                              size_t err_len)
+{
+    const struct hps__scan_sec *ss = find_section(scan, sec_name);
+    struct lines li;
+
+    if (!ss)
+        return no_section(scan, name, sec_name, err, err_len);
+    if (!ss->raw[ki].value) {
+        hps__msg(err, err_len, "%s: [%s] %s is not set (nothing to remove)", name, sec_name,
+                 hps__keys[ki].name);
+        return HPS_ENOTFOUND;
+    }
+    if (!index_lines(text, &li))
+        return -ENOMEM;
+    cut_lines(out, text, &li, ss->raw[ki].first_line, ss->raw[ki].last_line);
+    free(li.v);
+    return out->oom ? -ENOMEM : 0;
+}
+
+static bool line_blank(const struct line *x)
+{
+    for (size_t i = 0; i < x->len; i++)
+        if (!isspace((unsigned char)x->s[i]))
+            return false;
+    return true;
+}
+
+static bool line_comment(const struct line *x)
+{
+    size_t i = 0;
+
+    while (i < x->len && isspace((unsigned char)x->s[i]))
+        i++;
+    return i < x->len && (x->s[i] == ';' || x->s[i] == '#');
+}
+
+/* First line of the comment block directly above line l (l if none). */
+static uint32_t comments_above(const struct lines *li, uint32_t l)
+{
+    while (l > 1 && line_comment(&li->v[l - 2]))
+        l--;
+    return l;
+}
+
+/* The lines section i of the scan owns (the rule in the file comment). */
+static void section_lines(const struct lines *li, const struct hps__scan *scan, size_t i,
+                          uint32_t *ret_first, uint32_t *ret_last)
+{
+    uint32_t first = comments_above(li, scan->secs[i]->header_line);
+
+    if (i + 1 < scan->nsecs) {
+        *ret_last = comments_above(li, scan->secs[i + 1]->header_line) - 1;
+    } else {
+        *ret_last = (uint32_t)li->n;
+        while (first > 1 && line_blank(&li->v[first - 2]))
+            first--;
+    }
+    *ret_first = first;
+}
+
+/* Apply one edit (set, or remove if e->value is NULL) to text, into out;
+ * the result is not validated. */
+static hps_err_t edit_one(const char *text, const char *name, const hps_conf_edit_t *e,
+                          struct hps__buf *out, char *err, size_t err_len)
 {
     hps__sec_t sec;
     char *sec_name = NULL, *val = NULL;
     int ki;
     struct hps__scan scan = {0};
-    struct hps__buf out = {0};
-    hps_conf_t *conf = NULL;
+    hps_err_t rc = hps__dotted_split(e->key, &sec, &sec_name, &ki);
 
-    hps__msg(err, err_len, "%s", "");
-    if (!text || !key || !value || !ret_text)
-        return HPS_EINVAL;
-    name = name ? name : "<string>";
-    hps_err_t rc = hps__dotted_split(key, &sec, &sec_name, &ki);
     if (rc == HPS_ENOTFOUND)
         hps__msg(err, err_len, "unknown key \"%s\" (expected section.key or model.<name>.key)",
-                 key);
-    if (!rc)
-        rc = check_value(key, value, &val, err, err_len);
+                 e->key);
+    if (!rc && e->value)
+        rc = check_value(e->key, e->value, &val, err, err_len);
     if (!rc)
         rc = hps__scan(text, strlen(text), name, &scan, err, err_len);
-    if (!rc) {
-        edit_splice(&out, text, &scan, sec_name, ki, val);
-        rc =
-            out.oom ? -ENOMEM : hps_conf_load_string(hps__buf_str(&out), name, &conf, err, err_len);
-    }
-    if (!rc) {
-        *ret_text = out.p ? out.p : strdup("");
-        out.p = NULL;
-        rc = *ret_text ? 0 : -ENOMEM;
-    }
-    hps_conf_free(conf);
+    if (!rc && e->value)
+        edit_splice(out, text, &scan, sec_name, ki, val);
+    else if (!rc)
+        rc = unset_splice(out, text, &scan, name, sec_name, ki, err, err_len);
+    if (!rc && out->oom)
+        rc = -ENOMEM;
     hps__scan_fini(&scan);
-    hps__buf_fini(&out);
     free(val);
     free(sec_name);
+    return rc;
+}
+
+/* The text of out, taken from it ("" if empty); NULL on ENOMEM. */
+static char *buf_take(struct hps__buf *out)
+{
+    char *p = out->oom ? NULL : out->p ? out->p : strdup("");
+
+    if (p == out->p)
+        out->p = NULL;
+    return p;
+}
+
+/* Validate the edited text (taken over) and hand it to the caller. */
+static hps_err_t finish(char *text, const char *name, char **ret_text, char *err, size_t err_len)
+{
+    hps_conf_t *conf = NULL;
+    hps_err_t rc = hps_conf_load_string(text, name, &conf, err, err_len);
+
+    hps_conf_free(conf);
+    if (rc)
+        free(text);
+    else
+        *ret_text = text;
+    return rc;
+}
+
+hps_err_t hps_conf_edit_many(const char *text, const char *name, const hps_conf_edit_t *edits,
+                             size_t n, char **ret_text, char *err, size_t err_len)
+{
+    hps__msg(err, err_len, "%s", "");
+    if (!text || !edits || n == 0 || !ret_text)
+        return HPS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!edits[i].key)
+            return HPS_EINVAL;
+    name = name ? name : "<string>";
+    char *cur = strdup(text);
+    hps_err_t rc = cur ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++) {
+        struct hps__buf out = {0};
+        rc = edit_one(cur, name, &edits[i], &out, err, err_len);
+        free(cur);
+        cur = rc ? NULL : buf_take(&out);
+        rc = rc ? rc : cur ? 0 : -ENOMEM;
+        hps__buf_fini(&out);
+    }
+    return rc ? rc : finish(cur, name, ret_text, err, err_len);
+}
+
+hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *key,
+                               const char *value, char **ret_text, char *err, size_t err_len)
+{
+    const hps_conf_edit_t edit = {key, value};
+
+    hps__msg(err, err_len, "%s", "");
+    if (!value)
+        return HPS_EINVAL;
+    return hps_conf_edit_many(text, name, &edit, 1, ret_text, err, err_len);
+}
+
+hps_err_t hps_conf_remove_section(const char *text, const char *name, const char *section,
+                                  char **ret_text, char *err, size_t err_len)
+{
+    bool bad_model;
+    struct hps__scan scan = {0};
+    struct hps__buf out = {0};
+    struct lines li = {0};
+
+    hps__msg(err, err_len, "%s", "");
+    if (!text || !section || !ret_text)
+        return HPS_EINVAL;
+    name = name ? name : "<string>";
+    if (hps__sec_find(section, &bad_model) < 0) {
+        hps__msg(err, err_len,
+                 bad_model ? "[%s]: no such section (a model name matches [A-Za-z0-9_-]{1,120})"
+                           : "[%s]: unknown section",
+                 section);
+        return HPS_ENOTFOUND;
+    }
+    hps_err_t rc = hps__scan(text, strlen(text), name, &scan, err, err_len);
+    size_t i = 0;
+    while (!rc && i < scan.nsecs && strcmp(scan.secs[i]->name, section) != 0)
+        i++;
+    if (!rc && i == scan.nsecs)
+        rc = no_section(&scan, name, section, err, err_len);
+    if (!rc && !index_lines(text, &li))
+        rc = -ENOMEM;
+    if (!rc) {
+        uint32_t first, last;
+        section_lines(&li, &scan, i, &first, &last);
+        cut_lines(&out, text, &li, first, last);
+        char *cut = buf_take(&out);
+        rc = cut ? finish(cut, name, ret_text, err, err_len) : -ENOMEM;
+    }
+    free(li.v);
+    hps__buf_fini(&out);
+    hps__scan_fini(&scan);
     return rc;
 }
 
@@ -311,17 +515,20 @@ out:
     return rc;
 }
 
-hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value, char *err,
-                            size_t err_len)
+/* A change of a file's text: as hps_conf_edit_many(), with its own arg. */
+typedef hps_err_t (*text_edit_fn)(const char *text, const char *name, const void *arg,
+                                  char **ret_text, char *err, size_t err_len);
+
+/* Read path, change its text with fn, write the result back atomically if it
+ * differs.  name (messages) is path as given; a link is followed. */
+static hps_err_t edit_file(const char *path, text_edit_fn fn, const void *arg, char *err,
+                           size_t err_len)
 {
     char *real = NULL, *old = NULL, *new_text = NULL;
     size_t len;
     struct stat st;
     hps_err_t rc;
 
-    hps__msg(err, err_len, "%s", "");
-    if (!path || !key || !value)
-        return HPS_EINVAL;
     real = realpath(path, NULL);
     if (!real) {
         rc = -errno;
@@ -338,11 +545,64 @@ hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value
         rc = HPS_ECONFIG;
     }
     if (!rc)
-        rc = hps_conf_edit_string(old, path, key, value, &new_text, err, err_len);
+        rc = fn(old, path, arg, &new_text, err, err_len);
     if (!rc && strcmp(new_text, old) != 0)
         rc = replace_file(real, new_text, &st, err, err_len);
     free(new_text);
     free(old);
     free(real);
     return rc;
+}
+
+struct edits {
+    const hps_conf_edit_t *v;
+    size_t n;
+};
+
+static hps_err_t apply_edits(const char *text, const char *name, const void *arg, char **ret_text,
+                             char *err, size_t err_len)
+{
+    const struct edits *e = arg;
+
+    return hps_conf_edit_many(text, name, e->v, e->n, ret_text, err, err_len);
+}
+
+static hps_err_t apply_remove(const char *text, const char *name, const void *arg, char **ret_text,
+                              char *err, size_t err_len)
+{
+    return hps_conf_remove_section(text, name, arg, ret_text, err, err_len);
+}
+
+hps_err_t hps_conf_edit_file(const char *path, const hps_conf_edit_t *edits, size_t n, char *err,
+                             size_t err_len)
+{
+    const struct edits e = {edits, n};
+
+    hps__msg(err, err_len, "%s", "");
+    if (!path || !edits || n == 0)
+        return HPS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!edits[i].key)
+            return HPS_EINVAL;
+    return edit_file(path, apply_edits, &e, err, err_len);
+}
+
+hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value, char *err,
+                            size_t err_len)
+{
+    const hps_conf_edit_t edit = {key, value};
+
+    hps__msg(err, err_len, "%s", "");
+    if (!path || !key || !value)
+        return HPS_EINVAL;
+    return hps_conf_edit_file(path, &edit, 1, err, err_len);
+}
+
+hps_err_t hps_conf_remove_section_file(const char *path, const char *section, char *err,
+                                       size_t err_len)
+{
+    hps__msg(err, err_len, "%s", "");
+    if (!path || !section)
+        return HPS_EINVAL;
+    return edit_file(path, apply_remove, section, err, err_len);
 }

@@ -10,7 +10,8 @@
  *   conf.c    raw strings -> hps_conf_t (defaults, values, cross-key rules),
  *             hps_conf_get(), hps_conf_free()
  *   show.c    hps_conf_show(), hps_conf_doc()
- *   edit.c    hps_conf_edit_string(), hps_conf_set_file()
+ *   edit.c    hps_conf_edit_many(), hps_conf_remove_section() and their
+ *             file versions (hps_conf_edit_file(), ...): edits in place
  *   buf.c     a growable string buffer and message helpers
  *   import.c  hps_conf_import(): values checked and stored, config.pbtxt
  *             applied, the INI written and validated

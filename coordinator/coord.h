@@ -60,6 +60,17 @@ typedef struct coord {
     struct coord_inserter *inserter; /* serve.c: [distributed_db] cache_missed_embeddings
                                         writes to Redis, off the answer path; NULL if off */
     volatile sig_atomic_t *stop;
+    /* Reload (HPS_RELOAD_ENV): the segment that serves while the new one is
+     * built (segment.c keeps it attached; the heartbeat thread beats on it
+     * too, so workers stay ready), detached after publishing.  serving_lock
+     * guards the pointer between the heartbeat thread and the main thread. */
+    hps_shmdb_t *serving;
+    pthread_mutex_t serving_lock;
+    /* control.c: the model control request this start was made for
+     * (HPS_CONTROL_ENV); id 0 = none. */
+    hps_ctl_request_t control;
+    char *prev_models; /* HPS_PREV_MODELS_ENV: the loaded set before this reload, or NULL */
+    bool adopt;   /* HPS_ADOPT_ENV: a failed reload's fallback re-attaches the serving segment */
     char *idents; /* load.c: every table's file identity, from coord_validate_models() to
                      coord_load_models(); NULL without a persistent DB */
 } coord_t;
@@ -69,6 +80,48 @@ typedef struct coord {
  * serving one even with initialize_after_startup = false. */
 #define HPS_RELOAD_ENV "HPS_COORDINATOR_RELOAD"
 
+/* Environment of a coordinator executed again by a reload or a model
+ * control request (control.c): the names of the models to load (explicit
+ * mode: "a,b", may be empty), the request ("id:op:model"), the loaded set
+ * before it (for the fallback), and the fallback itself (re-attach the
+ * serving segment after a failed reload). */
+#define HPS_MODELS_ENV      "HPS_COORDINATOR_MODELS"
+#define HPS_CONTROL_ENV     "HPS_COORDINATOR_CONTROL"
+#define HPS_PREV_MODELS_ENV "HPS_COORDINATOR_PREV_MODELS"
+#define HPS_ADOPT_ENV       "HPS_COORDINATOR_ADOPT"
+
+/* control.c: the models this start loads.  Mode none: every model of the
+ * INI.  Mode explicit: those named by HPS_MODELS_ENV when set (a reload;
+ * names no longer in the INI are dropped with a warning), else those
+ * matching [hps] startup_models; the others are removed from conf.  Reads
+ * (and clears) the control environment into c.  0 or HPS_EXIT_USAGE. */
+int coord_control_init(coord_t *c, hps_conf_t *conf);
+/* control.c: take and handle one model control request from the segment.
+ * Requests answered at once (refused, nothing to do) return false; a load
+ * or unload that needs a new segment sets the environment for the next
+ * start and returns true (the caller stops and executes itself again). */
+bool coord_control_step(coord_t *c, const char *path);
+/* control.c: SIGHUP in explicit mode: the next start keeps the loaded set. */
+void coord_control_keep_loaded(const coord_t *c);
+/* control.c: before a reloaded coordinator publishes its new segment: the
+ * requests still pending on the serving one move to it, and the request it
+ * was started for gets its answer. */
+void coord_control_before_publish(coord_t *c);
+/* control.c: after an unload's new segment is published: the model's
+ * tables are dropped from the persistent DB (record first), so their disk
+ * space returns; a later load ingests its files again. */
+void coord_control_after_publish(coord_t *c);
+/* control.c: a reloaded coordinator failed before publishing (ex, its exit
+ * status): the request it was started for is answered FAILED on the
+ * serving segment with why (or a generic message), and the environment is
+ * set for a fallback start that re-attaches the serving segment with the
+ * previous loaded set.  Returns true when that fallback should run. */
+bool coord_control_failed(coord_t *c, int ex, const char *why);
+/* control.c: bytes free in /dev/shm are at least what a new segment beside
+ * the serving one needs (its committed bytes now, plus extra_bytes); else
+ * false with a message in msg. */
+bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_t len);
+
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);
 /* segment.c: a new segment built beside the serving one (coord_segment_open
@@ -76,6 +129,9 @@ int coord_segment_open(coord_t *c, bool *ret_reused);
  * atomic rename; workers re-attach to it.  0 or HPS_EXIT_SEGMENT (logged);
  * a no-op for a re-attached or already published segment. */
 int coord_segment_publish(coord_t *c);
+/* segment.c: detach the segment that served during a reload (c->serving);
+ * no-op without one.  After publishing, or when the reload failed. */
+void coord_segment_serving_release(coord_t *c);
 /* segment.c: the pid a coordinator wrote into the segment name's lock file
  * (/dev/shm/.hps.<name>.lock) when it took the lock; 0 if none or unreadable.
  * Informative only (a pid of another PID namespace names nobody here). */

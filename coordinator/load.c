@@ -253,6 +253,9 @@ static int table_mismatch(coord_t *c, const hps_table_spec_t *s)
         else if (ti.num_partitions != s->num_partitions)
             snprintf(what, sizeof(what), "[volatile_db] num_partitions: %u there, %u here",
                      ti.num_partitions, s->num_partitions);
+        else if (ti.storage_type != s->storage_type)
+            snprintf(what, sizeof(what), "storage_type: %s there, %s here",
+                     hps_dtype_name(ti.storage_type), hps_dtype_name(s->storage_type));
     }
     HPS_ERROR("model %s table %s: the existing /dev/shm/hps.%s holds it with another %s; set "
               "[volatile_db] initialize_after_startup = true to rebuild the segment, or restore "
@@ -282,6 +285,13 @@ static void warn_changed(coord_t *c, const hps_table_spec_t *s, uint32_t id)
                  hps_overflow_policy_name(s->overflow_policy), s->overflow_resolution_target);
 }
 
+/* [model.<name>] storage_type's constants are hps_dtype_t's, in its order. */
+_Static_assert((int)HPS_CONF_STORAGE_FP32 == (int)HPS_DTYPE_FP32 &&
+                   (int)HPS_CONF_STORAGE_FP16 == (int)HPS_DTYPE_FP16 &&
+                   (int)HPS_CONF_STORAGE_BF16 == (int)HPS_DTYPE_BF16 &&
+                   (int)HPS_CONF_STORAGE_INT8 == (int)HPS_DTYPE_INT8,
+               "storage_type and hps_dtype_t must agree");
+
 static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint64_t rows)
 {
     const hps_conf_volatile_db_t *v = &c->conf->volatile_db;
@@ -297,7 +307,8 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                           .overflow_resolution_target = v->overflow_resolution_target,
                           .expected_rows = (uint64_t)want,
                           .source_rows = rows,
-                          .model_version = (uint32_t)m->version};
+                          .model_version = (uint32_t)m->version,
+                          .storage_type = (hps_dtype_t)m->storage_type};
     uint32_t id;
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
     hps_segment_info_t si;

@@ -111,6 +111,10 @@ static void *beat_loop(void *arg)
     coord_t *c = arg;
     while (!g_stop) {
         hps_shmdb_heartbeat(c->db);
+        pthread_mutex_lock(&c->serving_lock);
+        if (c->serving) /* a reload: its workers stay ready while the new one loads */
+            hps_shmdb_heartbeat(c->serving);
+        pthread_mutex_unlock(&c->serving_lock);
         sleep_ms((long)c->conf->hps.heartbeat_interval_ms);
     }
     return NULL;
@@ -119,7 +123,8 @@ static void *beat_loop(void *arg)
 static int start_heartbeat(coord_t *c)
 {
     hps_shmdb_heartbeat(c->db);
-    hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
+    if (!c->adopt) /* the serving segment of a failed reload: it stays SERVING */
+        hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
     if (pthread_create(&c->beat_thread, NULL, beat_loop, c) != 0) {
         HPS_ERROR("cannot start the heartbeat thread");
         return HPS_EXIT_RUNTIME;
@@ -156,6 +161,11 @@ static bool reload_ok(const coord_t *c, const char *path)
                   path);
         return false;
     }
+    char room[512];
+    if (!coord_control_room(c, 0, room, sizeof(room))) {
+        HPS_ERROR("SIGHUP: %s", room);
+        return false;
+    }
     if (!same_segment)
         HPS_WARN("SIGHUP: [volatile_db] shared_memory_name changed: the new segment gets the new "
                  "name, and workers configured with the old one keep the old segment");
@@ -181,12 +191,19 @@ static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_r
             coord_kafka_stop(*kafka);
             *kafka = NULL;
             if (reload_ok(c, path)) {
+                coord_control_keep_loaded(c);
                 *ret_reload = true;
                 return;
             }
             if (coord_kafka_start(c, kafka) != 0)
                 HPS_ERROR("SIGHUP: the Kafka consumers did not start again: online updates "
                           "stop until the next reload or restart");
+        }
+        if (coord_control_step(c, path)) { /* a load or unload: like SIGHUP */
+            coord_kafka_stop(*kafka);
+            *kafka = NULL;
+            *ret_reload = true;
+            return;
         }
         if ((since_reap += step) < period)
             continue;
@@ -204,11 +221,12 @@ static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_r
 
 /* HugeCTR's shared_memory_auto_remove: the last process out removes the
  * segment; with workers still attached it stays (they serve from it). */
-static void release_segment(coord_t *c)
+static void release_segment(coord_t *c, bool reload)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
     size_t others = hps_shmdb_other_procs(c->db);
-    hps_shmdb_set_coord_state(c->db, HPS_COORD_NONE);
+    if (!reload) /* a reload: the next coordinator beats on it while it builds */
+        hps_shmdb_set_coord_state(c->db, HPS_COORD_NONE);
     hps_shmdb_detach(c->db); /* removes a segment never published */
     if (!c->conf->volatile_db.shared_memory_auto_remove || c->staged)
         return; /* staged: the name still holds the segment that serves */
@@ -220,7 +238,7 @@ static void release_segment(coord_t *c)
     HPS_INFO("removed /dev/shm/hps.%s (shared_memory_auto_remove)", name);
 }
 
-static void shutdown_all(coord_t *c)
+static void shutdown_all(coord_t *c, bool reload)
 {
     if (c->beating)
         pthread_join(c->beat_thread, NULL);
@@ -230,10 +248,12 @@ static void shutdown_all(coord_t *c)
     if (c->pdb && hps_pdb_close(c->pdb, err, sizeof(err)) < 0)
         HPS_WARN("closing the persistent DB: %s", err);
     if (c->db)
-        release_segment(c);
+        release_segment(c, reload);
+    coord_segment_serving_release(c);
     coord_segment_unlock(c);
     free(c->tables);
     free(c->idents); /* when start-up stopped before coord_load_models() */
+    free(c->prev_models);
 }
 
 static int parse_args(int argc, char **argv, const char **ret_conf, const char **ret_level)
@@ -309,7 +329,20 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
-    coord_t c = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = &g_stop};
+    coord_t c = {.conf = conf,
+                 .key_bytes = conf->hps.supportlonglong ? 8 : 4,
+                 .stop = &g_stop,
+                 .serving_lock = PTHREAD_MUTEX_INITIALIZER};
+    bool reloaded = getenv(HPS_RELOAD_ENV) != NULL;
+    char why[HPS_SHMDB_CTL_MSG_MAX]; /* a reload's first error: the request's answer */
+    if (reloaded)
+        hps_log_capture(why, sizeof(why));
+    else
+        why[0] = 0;
+    if (coord_control_init(&c, conf) != 0) {
+        hps_conf_free(conf);
+        return HPS_EXIT_RUNTIME;
+    }
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
     bool reused = false;
     ex = open_pdb(&c); /* first: a second coordinator stops at RocksDB's lock */
@@ -319,6 +352,8 @@ int main(int argc, char **argv)
         ex = coord_validate_models(&c); /* a bad model file stops start-up before the segment */
     if (!ex)
         ex = coord_segment_open(&c, &reused);
+    if (!ex && hps_shmdb_ctl_abandon(c.db, "the coordinator stopped while working on it"))
+        HPS_WARN("model control: answered the requests a stopped coordinator left as failed");
     if (!ex)
         ex = start_heartbeat(&c);
     if (!ex)
@@ -329,7 +364,14 @@ int main(int argc, char **argv)
         ex = coord_kafka_start(&c, &kafka);
     if (!ex) {
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
+        coord_control_before_publish(&c);
         ex = coord_segment_publish(&c);
+    }
+    hps_log_capture(NULL, 0);
+    bool fallback = ex && coord_control_failed(&c, ex, why);
+    if (!ex) {
+        coord_segment_serving_release(&c); /* published: the workers move to the new one */
+        coord_control_after_publish(&c);
     }
     bool reload = false;
     if (!ex) {
@@ -342,9 +384,13 @@ int main(int argc, char **argv)
     }
     g_stop = 1;
     coord_kafka_stop(kafka); /* commits what was applied: the new one goes on from there */
-    shutdown_all(&c);
+    shutdown_all(&c, reload || fallback);
     hps_conf_free(conf);
-    if (reload) {
+    if (fallback)
+        HPS_ERROR("reload failed (exit status %d): starting again on the serving segment with "
+                  "the models it serves",
+                  ex);
+    if (reload || fallback) {
         /* /proc/self/exe: the binary this process runs, even if its path moved */
         setenv(HPS_RELOAD_ENV, "1", 1);
         execv("/proc/self/exe", argv);

@@ -58,6 +58,16 @@ static int create_fresh(coord_t *c, const char *name)
     return 0;
 }
 
+void coord_segment_serving_release(coord_t *c)
+{
+    pthread_mutex_lock(&c->serving_lock);
+    hps_shmdb_t *old = c->serving;
+    c->serving = NULL;
+    pthread_mutex_unlock(&c->serving_lock);
+    if (old)
+        hps_shmdb_detach(old);
+}
+
 int coord_segment_publish(coord_t *c)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
@@ -193,7 +203,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
     bool reload = getenv(HPS_RELOAD_ENV) != NULL;
-    bool keep = !c->conf->volatile_db.initialize_after_startup && !reload;
+    bool keep = c->adopt || (!c->conf->volatile_db.initialize_after_startup && !reload);
     unsetenv(HPS_RELOAD_ENV); /* not for the processes it may start */
     hps_shmdb_proc_opts_t po = proc_opts(c);
     char why[256];
@@ -233,9 +243,15 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         /* Built beside it: its workers serve from it until the new one is
          * published (issue 20: a restart never disturbs what is serving). */
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded "
-                 "(initialize_after_startup = true); its workers serve from it meanwhile",
-                 name);
-        hps_shmdb_detach(c->db);
+                 "(%s); its workers serve from it meanwhile",
+                 name, reload ? "reload" : "initialize_after_startup = true");
+        if (reload) { /* kept: beaten on, and told the answer if the build fails */
+            pthread_mutex_lock(&c->serving_lock);
+            c->serving = c->db;
+            pthread_mutex_unlock(&c->serving_lock);
+        } else {
+            hps_shmdb_detach(c->db);
+        }
         c->db = NULL;
     } else if (rc == HPS_EBADMAGIC && unfinished(name)) {
         HPS_WARN("replacing /dev/shm/hps.%s: never initialized (magic 0), left by a coordinator "

@@ -102,7 +102,7 @@ static void check_rows(const struct wview *w, struct checker *c, const char *whe
         }
         memcpy(&r,
                hps__ptr(w->db, w->pages[r >> HPS_PAGE_SHIFT].off +
-                                   (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->dim * 4),
+                                   (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->vbytes),
                sizeof(r));
     }
     uint32_t np = atomic_load(&w->p->npages);

@@ -18,11 +18,21 @@
  * count"), so a lookup stops at the first bucket with ovf == 0 and erase
  * needs no tombstones.
  *
- * Values live either inline (one value slot per key slot, for dim <= 16,
- * where a row pointer would cost more than the empty slots) or in dense row
- * pages referenced by a per-slot 32-bit row id (dim > 16: empty slots then
- * cost 12 bytes, not a whole vector).  Row pages never move, so growing the
- * index (rehash) copies only keys and row ids.
+ * Values live either inline (one value slot per key slot, for stored rows
+ * of at most 64 bytes, where a row pointer would cost more than the empty
+ * slots) or in dense row pages referenced by a per-slot 32-bit row id
+ * (larger rows: empty slots then cost 12 bytes, not a whole vector).  Row
+ * pages never move, so growing the index (rehash) copies only keys and row
+ * ids.
+ *
+ * A value slot holds one row in the table's storage type (hps_dtype_t,
+ * include/hps/dtype.h): hps_dtype_row_bytes(dtype, dim) bytes, rounded up
+ * to a multiple of 4 (hps__vbytes) so that every row starts 4-byte aligned
+ * (the fp16/bf16 decoders need 2, an int8 row's scale is then aligned too,
+ * and a free row can hold the 32-bit link of the free-row list).  Writers
+ * encode from fp32 before the bucket's version turns odd and copy the
+ * stored bytes inside it; readers decode while they copy and validate the
+ * version afterwards as for fp32, so a torn row is never returned.
  */
 #ifndef HPS_SHMDB_LAYOUT_H
 #define HPS_SHMDB_LAYOUT_H
@@ -31,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "hps/dtype.h"
 #include "hps/shmdb.h"
 
 /* Layout version 2: GPU caches shared through the registry count their
@@ -42,22 +53,34 @@
  * not while kill(pid, 0) succeeds; a build of version 2 takes no such lock
  * and would be reaped as dead by this one.
  * Layout version 4: GPU-cache registry entries describe sharded caches
- * (device -1, shard devices, parts) and publish per-shard counters. */
+ * (device -1, shard devices, parts) and publish per-shard counters.
+ * Layout version 5: the header's model control slots (struct shm_ctl); a
+ * storage type per table (shm_table.dtype) and the ROWS_SOA layout. */
 #define HPS_SHM_MAGIC          0x4244534d48535048ULL /* "HPSHMSDB" little-endian */
-#define HPS_SHM_LAYOUT_VERSION 4u
+#define HPS_SHM_LAYOUT_VERSION 5u
 #define HPS_CACHELINE          64
 #define HPS_BUCKET_SLOTS       7
-/* Layouts of a partition's hash block, chosen by dim so that a lookup
- * touches as few pages as possible while a row stays close to its raw size:
- *  SOA  (dim <= 4):  [buckets (nb x 64 B)][values (nb x 7, dim)], densest;
- *  AOS  (dim <= 16): per bucket [bucket][its 7 values], one page per key;
- *  ROWS (dim > 16):  per bucket [bucket][7 row ids, padded to 64 B], the
- *                    rows in row pages; empty slots cost no vector. */
-#define HPS_LAYOUT_SOA     0
-#define HPS_LAYOUT_AOS     1
-#define HPS_LAYOUT_ROWS    2
-#define HPS_SOA_MAX_DIM    4
-#define HPS_INLINE_MAX_DIM 16
+/* Layouts of a partition's hash block, chosen by the bytes of a stored row
+ * (hps__vbytes; 4 * dim for fp32) so that a lookup touches as few pages as
+ * possible while a row stays close to its raw size:
+ *  SOA  (<= 16 B):  [buckets (nb x 64 B)][values (nb x 7 slots)], densest;
+ *  AOS  (<= 64 B):  per bucket [bucket][its 7 values], one page per key;
+ *  ROWS (larger):   per bucket [bucket][7 row ids, padded to 64 B], the
+ *                   rows in row pages; empty slots cost no vector;
+ *  ROWS_SOA (larger, storage types other than fp32):
+ *                   [buckets (nb x 64 B)][row ids (nb x 7, 28 B each)], the
+ *                   rows in row pages.  The row ids of a bucket then sit in
+ *                   another line (usually another page) than the bucket,
+ *                   one more miss per lookup, but a row costs 5.5 bytes less
+ *                   (4 per slot instead of 64 / 7), which a compact row
+ *                   needs to stay within 5% of its key and stored bytes.
+ *                   fp32 tables keep ROWS (one page per key). */
+#define HPS_LAYOUT_SOA       0
+#define HPS_LAYOUT_AOS       1
+#define HPS_LAYOUT_ROWS      2
+#define HPS_LAYOUT_ROWS_SOA  3
+#define HPS_SOA_MAX_BYTES    16
+#define HPS_INLINE_MAX_BYTES 64
 /* Row pages per partition (indirect storage) and rows per page (max). */
 #define HPS_MAX_ROW_PAGES 256
 #define HPS_PAGE_SHIFT    22
@@ -125,6 +148,13 @@ struct shm_table {
     char model[128];
     char table[128];
     uint64_t source_rows; /* rows of the model files; 0 = unknown */
+    /* Storage type of every row (hps_dtype_t; 0 = fp32, also in segments of
+     * builds before it).  Written once while the descriptor is built (state
+     * 1, dir_lock held), before the release store of num_tables publishes
+     * it; read-only afterwards, so readers load it plainly.  hps__table()
+     * refuses a value that is no type (corrupt segment). */
+    uint32_t dtype;
+    uint32_t pad1;
     /* Counters written by readers, one line of their own. */
     _Alignas(HPS_CACHELINE) _Atomic uint64_t lookups;
     _Atomic uint64_t hits;
@@ -156,7 +186,7 @@ _Static_assert(sizeof(struct shm_proc) == 64, "proc slot must be one cache line"
 
 /* An entry of a partition's row-page table. */
 struct shm_page {
-    uint64_t off;  /* offset of rows * dim floats */
+    uint64_t off;  /* offset of rows * vbytes bytes (hps__vbytes) */
     uint32_t rows; /* rows the page holds */
     uint32_t pad;
 };
@@ -174,18 +204,44 @@ struct shm_geo {
     uint64_t bytes;     /* whole block */
 };
 
-static inline uint32_t hps__layout_for(uint32_t dim)
+/* Bytes of one value slot: a stored row of dim elements of dtype
+ * (hps_dtype_row_bytes, computed inline: every lookup's snapshot of every
+ * partition needs it), rounded up to 4 (see the top of this file); 0 for
+ * dim 0 or a dtype that is no type. */
+static inline uint32_t hps__vbytes(uint32_t dtype, uint32_t dim)
 {
-    return dim <= HPS_SOA_MAX_DIM      ? HPS_LAYOUT_SOA
-           : dim <= HPS_INLINE_MAX_DIM ? HPS_LAYOUT_AOS
-                                       : HPS_LAYOUT_ROWS;
+    uint64_t rb = dtype == HPS_DTYPE_FP32                              ? 4ull * dim
+                  : dtype == HPS_DTYPE_FP16 || dtype == HPS_DTYPE_BF16 ? 2ull * dim
+                  : dtype == HPS_DTYPE_INT8 && dim                     ? dim + 4ull
+                                                                       : 0;
+    return (uint32_t)((rb + 3) / 4 * 4);
 }
 
-static inline struct shm_geo hps__geo(uint32_t layout, uint32_t dim, uint32_t policy, uint32_t nb)
+/* Layout for value slots of vbytes bytes of storage type dtype. */
+static inline uint32_t hps__layout_for(uint32_t dtype, uint32_t vbytes)
+{
+    return vbytes <= HPS_SOA_MAX_BYTES      ? HPS_LAYOUT_SOA
+           : vbytes <= HPS_INLINE_MAX_BYTES ? HPS_LAYOUT_AOS
+           : dtype == HPS_DTYPE_FP32        ? HPS_LAYOUT_ROWS
+                                            : HPS_LAYOUT_ROWS_SOA;
+}
+
+/* True for the layouts whose rows live in row pages (slots hold row ids). */
+static inline int hps__layout_paged(uint32_t layout)
+{
+    return layout == HPS_LAYOUT_ROWS || layout == HPS_LAYOUT_ROWS_SOA;
+}
+
+/* Geometry of a hash block of nb buckets whose value slots are vbytes
+ * bytes (hps__vbytes). */
+static inline struct shm_geo hps__geo(uint32_t layout, uint32_t vbytes, uint32_t policy,
+                                      uint32_t nb)
 {
     struct shm_geo g;
-    uint64_t vals = (uint64_t)HPS_BUCKET_SLOTS * dim * sizeof(float);
-    if (layout == HPS_LAYOUT_SOA) {
+    uint64_t vals = (uint64_t)HPS_BUCKET_SLOTS * vbytes;
+    if (layout == HPS_LAYOUT_ROWS_SOA) /* the slots hold 4-byte row ids */
+        vals = HPS_BUCKET_SLOTS * sizeof(uint32_t);
+    if (layout == HPS_LAYOUT_SOA || layout == HPS_LAYOUT_ROWS_SOA) {
         g.gstride = 64;
         g.voff = (uint64_t)nb * 64;
         g.vstride = vals;
@@ -203,20 +259,45 @@ static inline struct shm_geo hps__geo(uint32_t layout, uint32_t dim, uint32_t po
     return g;
 }
 
-/* Element access through a view (struct view in map.c, struct wview in
- * write.c): both have b, gstride, vals or rowid, vstride and dim. */
+/* Element access through a view (struct wview, wview.h): it has b,
+ * gstride, vals or rowid, vstride and vbytes. */
 #define BKT(v, bi) ((struct shm_bucket *)((uint8_t *)(v)->b + (uint64_t)(bi) * (v)->gstride))
 #define ROWID(v, slot)                                                                             \
     ((_Atomic uint32_t *)((uint8_t *)(v)->rowid + ((slot) / HPS_BUCKET_SLOTS) * (v)->vstride +     \
                           ((slot) % HPS_BUCKET_SLOTS) * sizeof(uint32_t)))
 #define VALP(v, slot)                                                                              \
-    ((float *)((uint8_t *)(v)->vals + ((slot) / HPS_BUCKET_SLOTS) * (v)->vstride) +                \
-     ((slot) % HPS_BUCKET_SLOTS) * (v)->dim)
+    ((uint8_t *)(v)->vals + ((slot) / HPS_BUCKET_SLOTS) * (v)->vstride +                           \
+     ((slot) % HPS_BUCKET_SLOTS) * (uint64_t)(v)->vbytes)
 
 /* A free block of the allocator (lives in the freed memory itself). */
 struct shm_free {
     uint64_t bytes;
     uint64_t next;
+};
+
+/* Model control (Triton's explicit mode): one request per slot, claimed by
+ * a requester with a CAS FREE -> CLAIMED, filled, then PENDING (release);
+ * taken by the coordinator PENDING -> TAKEN, answered DONE or FAILED
+ * (release, message first); freed by the requester when it has read the
+ * answer, or by the coordinator 60 s after it (control.c). */
+struct shm_ctl_slot {
+    _Atomic uint32_t state;              /* hps_ctl_state_t; the protocol above */
+    uint32_t op;                         /* hps_model_op_t; written by the claimer before PENDING */
+    _Atomic uint64_t id;                 /* the requester's id (nonzero); written before PENDING */
+    _Atomic uint64_t stamp_ns;           /* CLOCK_REALTIME of the last state change */
+    char model[HPS_SHMDB_NAME_MAX + 8];  /* written before PENDING */
+    char message[HPS_SHMDB_CTL_MSG_MAX]; /* written by the coordinator before DONE/FAILED */
+};
+
+struct shm_ctl {
+    struct shm_ctl_slot slot[HPS_SHMDB_CTL_SLOTS];
+    /* The request this segment was built for (a load or unload that needed
+     * a new segment): written by its coordinator before publishing, then
+     * read-only.  result_id 0 = none. */
+    uint64_t result_id;
+    uint32_t result_state; /* HPS_CTL_DONE or HPS_CTL_FAILED */
+    uint32_t pad;
+    char result_message[HPS_SHMDB_CTL_MSG_MAX];
 };
 
 struct shm_hdr {
@@ -255,6 +336,7 @@ struct shm_hdr {
      * the process that created the object (hps_shmdb_t.created). */
     uint64_t zero_from;
     uint64_t reserved[8];
+    struct shm_ctl ctl;                               /* model control requests (control.c) */
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];

@@ -10,7 +10,10 @@
  * issues an acquire fence and re-reads the version: if it moved, the copy may
  * be torn and is retried.  Finally gen is re-read: a rehash in between may
  * have freed the block the reader was looking at (its memory may since hold
- * anything), so a changed gen also means retry.  Every offset derived from
+ * anything), so a changed gen also means retry.  A table stored in another
+ * type than fp32 is decoded while it is copied (into the caller's output,
+ * which a failed validation overwrites on the retry, or with the default),
+ * so a torn row is never returned, decoded or not.  Every offset derived from
  * shared memory (geometry, row ids, row pages) is bounds-checked before use;
  * a failed check counts as a torn read.  Retries are bounded; a key that
  * stays busy is reported missing, so a writer that died mid-write (leaving a
@@ -54,7 +57,7 @@ static bool make_view(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
     if (nb == 0 || !hps__in_bounds(db, blk, hps__block_bytes(t, nb)))
         return false;
     hps__wview(db, t, p, blk, nb, v);
-    if (t->layout == HPS_LAYOUT_ROWS &&
+    if (hps__layout_paged(t->layout) &&
         !hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page)))
         v->pages = NULL;
     return true;
@@ -126,8 +129,10 @@ static inline void touch(const struct wview *v, uint64_t slot, uint32_t policy, 
 }
 
 /* One attempt to read key from view v: 1 found (row copied), 0 missing,
- * -1 torn or busy (retry). */
-static int read_once(const struct wview *v, uint64_t key, uint64_t h, float *out, int64_t *ret_slot)
+ * -1 torn or busy (retry).  The row is decoded into out (dim floats), or
+ * with raw, copied as stored (vbytes bytes). */
+static int read_once(const struct wview *v, uint64_t key, uint64_t h, void *out, bool raw,
+                     int64_t *ret_slot)
 {
     uint32_t bi = home_of(h, v->nb);
     for (uint32_t step = 0; step < v->nb; step++, bi = next_bucket(bi, v->nb)) {
@@ -140,10 +145,13 @@ static int read_once(const struct wview *v, uint64_t key, uint64_t h, float *out
         unsigned ovf = atomic_load_explicit(&b->ovf, memory_order_relaxed);
         if (s >= 0) {
             uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
-            const float *src = hps__row(v, slot);
+            const uint8_t *src = hps__row(v, slot);
             if (!src)
                 return -1;
-            memcpy(out, src, (size_t)v->dim * sizeof(float));
+            if (raw)
+                memcpy(out, src, v->vbytes);
+            else
+                hps__decode_row(v, src, out);
             *ret_slot = (int64_t)slot;
         }
         /* Acquire fence: the copies above complete before the re-read. */
@@ -178,8 +186,9 @@ static bool gen_same(struct shm_part *p, uint32_t gen)
     return atomic_load_explicit(&p->gen, memory_order_relaxed) == gen;
 }
 
-/* Slow path for one key: fresh snapshots, bounded retries. */
-static int read_key(hps_shmdb_t *db, const struct shm_table *t, uint64_t key, float *out,
+/* Slow path for one key: fresh snapshots, bounded retries.  With raw, out
+ * receives the stored bytes and no access stamp is touched. */
+static int read_key(hps_shmdb_t *db, const struct shm_table *t, uint64_t key, void *out, bool raw,
                     uint32_t clock)
 {
     uint64_t h = hps_rrxmrrxmsx_0(key);
@@ -189,9 +198,9 @@ static int read_key(hps_shmdb_t *db, const struct shm_table *t, uint64_t key, fl
         uint32_t gen;
         int64_t slot = -1;
         if (snapshot(db, t, p, &gen, &v)) {
-            int r = read_once(&v, key, h, out, &slot);
+            int r = read_once(&v, key, h, out, raw, &slot);
             if (r >= 0 && gen_same(p, gen)) {
-                if (r == 1 && v.stamp)
+                if (r == 1 && v.stamp && !raw)
                     touch(&v, (uint64_t)slot, t->policy, clock);
                 return r;
             }
@@ -275,6 +284,13 @@ struct flight {
     int done; /* stage B finished the key itself (overflow chain): result */
 };
 
+/* The row ids of bucket bi: the line after the bucket (ROWS) or in the
+ * row-id array (ROWS_SOA). */
+static inline const void *rowids_of(const struct wview *v, uint32_t bi)
+{
+    return (const uint8_t *)v->rowid + (uint64_t)bi * v->vstride;
+}
+
 /* Stage A: hash, pick the home bucket, prefetch it (and its row ids). */
 static void stage_a(const struct shm_table *t, __uint128_t pm, struct wview *views,
                     struct flight *f, uint64_t key)
@@ -286,7 +302,7 @@ static void stage_a(const struct shm_table *t, __uint128_t pm, struct wview *vie
     f->bi = home_of(f->h, v->nb);
     __builtin_prefetch(BKT(v, f->bi));
     if (v->rowid)
-        __builtin_prefetch((const char *)BKT(v, f->bi) + HPS_CACHELINE);
+        __builtin_prefetch(rowids_of(v, f->bi));
 }
 
 /* Stage B result: keep probing at the next bucket (already prefetched). */
@@ -294,12 +310,12 @@ static void stage_a(const struct shm_table *t, __uint128_t pm, struct wview *vie
 /* Probe passes run together before the rest go the slow way. */
 #define MAX_PASSES 16
 
-/* Prefetch a bucket (and, for row ids, its second line). */
+/* Prefetch a bucket (and, for row ids, the line of its row ids). */
 static inline void prefetch_bucket(const struct wview *v, uint32_t bi)
 {
     __builtin_prefetch(BKT(v, bi));
     if (v->rowid)
-        __builtin_prefetch((const char *)BKT(v, bi) + HPS_CACHELINE);
+        __builtin_prefetch(rowids_of(v, bi));
 }
 
 /* Stage B: probe the key's current bucket.  Found: prefetch the row (its
@@ -325,7 +341,7 @@ static void stage_b(struct wview *views, struct flight *f)
             return;
         }
         __builtin_prefetch(r);
-        for (uint32_t off = HPS_CACHELINE; off < v->dim * sizeof(float); off += HPS_CACHELINE)
+        for (uint32_t off = HPS_CACHELINE; off < v->vbytes; off += HPS_CACHELINE)
             __builtin_prefetch(r + off, 0, 2);
     } else if (atomic_load_explicit(&b->ovf, memory_order_relaxed)) {
         /* Acquire fence: the ovf read is validated like a row copy. */
@@ -350,9 +366,11 @@ static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct wview *vie
     int r = f->slot >= 0 ? 1 : (f->slot == -1 ? 0 : -1);
     uint64_t s = (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)(f->slot >= 0 ? f->slot : 0);
     if (r == 1) {
-        const float *src = hps__row(v, s);
-        if (src)
-            copy_row(out, src, v->dim);
+        const uint8_t *src = hps__row(v, s);
+        if (src && v->dtype == HPS_DTYPE_FP32)
+            copy_row(out, (const float *)src, v->dim);
+        else if (src)
+            hps__decode_row(v, src, out);
         /* Acquire fence: the copy completes before the version re-read. */
         atomic_thread_fence(memory_order_acquire);
         if (!src || atomic_load_explicit(&b->ver, memory_order_relaxed) != f->ver)
@@ -365,7 +383,7 @@ static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct wview *vie
     if (r >= 0 && !gen_same(&hps__parts(db, t)[f->pi], gens[f->pi]))
         r = -1;
     if (r < 0)
-        return read_key(db, t, f->key, out, clock);
+        return read_key(db, t, f->key, out, false, clock);
     if (r == 1 && v->stamp)
         touch(v, s, t->policy, clock);
     return r;
@@ -430,7 +448,7 @@ static size_t lookup_range(hps_shmdb_t *db, const struct shm_table *t, const voi
         return lookup_groups(db, t, views, gens, keys, n, values, found, clock);
     size_t hits = 0; /* geometry was changing: key by key */
     for (size_t j = 0; j < n; j++) {
-        int r = read_key(db, t, key_at(keys, t->key_bytes, j), values + j * t->dim, clock);
+        int r = read_key(db, t, key_at(keys, t->key_bytes, j), values + j * t->dim, false, clock);
         if (r == 0)
             fill_default(values + j * t->dim, t->dim, t->default_value);
         if (found)
@@ -476,5 +494,31 @@ hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
     atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
     if (ret_hits)
         *ret_hits = hits;
+    return 0;
+}
+
+hps_err_t hps_shmdb_lookup_stored(hps_shmdb_t *db, uint32_t id, uint64_t key, void *out,
+                                  size_t out_len, bool *ret_found)
+{
+    struct shm_table *t = hps__table(db, id);
+    if (!t)
+        return HPS_ENOTFOUND;
+    size_t rb = hps_dtype_row_bytes((hps_dtype_t)t->dtype, t->dim);
+    if (!out || !ret_found || out_len < rb)
+        return HPS_EINVAL;
+    if (t->key_bytes == 4 && key > UINT32_MAX) {
+        *ret_found = false;
+        return 0;
+    }
+    /* A row of vbytes (>= rb): the copy lands here first, so out is
+     * written only with a validated row. */
+    uint8_t *buf = malloc(hps__vbytes(t->dtype, t->dim));
+    if (!buf)
+        return -ENOMEM;
+    int r = read_key(db, t, key, buf, true, 0);
+    if (r == 1)
+        memcpy(out, buf, rb);
+    free(buf);
+    *ret_found = r == 1;
     return 0;
 }

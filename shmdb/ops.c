@@ -45,12 +45,12 @@ bool hps__row_valid(const struct wview *w, uint32_t r)
 bool hps__pages_ok(const struct wview *w)
 {
     uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
-    uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
+    uint64_t row_bytes = w->vbytes;
     if (!w->pages || np > HPS_MAX_ROW_PAGES)
         return false;
     for (uint32_t pg = 0; pg < np; pg++) {
         const struct shm_page *pe = &w->pages[pg];
-        if (pe->rows > HPS_PAGE_MAX_ROWS || (pe->off & (sizeof(float) - 1)) ||
+        if (pe->rows > HPS_PAGE_MAX_ROWS || (pe->off & 3) ||
             !hps__in_bounds(w->db, pe->off, (uint64_t)pe->rows * row_bytes))
             return false;
     }
@@ -101,8 +101,7 @@ static void repair_rows(struct wview *w)
         for (uint32_t i = 0; i < hps__page_used(w, pg); i++) {
             uint32_t r = (pg << HPS_PAGE_SHIFT) | i;
             if (!hps__rowmap_set(&rm, r)) {
-                float *row = (float *)hps__ptr(w->db, w->pages[pg].off +
-                                                          (uint64_t)i * w->dim * sizeof(float));
+                uint8_t *row = hps__ptr(w->db, w->pages[pg].off + (uint64_t)i * w->vbytes);
                 memcpy(row, &w->p->free_row, sizeof(uint32_t));
                 w->p->free_row = r;
             }
@@ -170,10 +169,10 @@ struct batch {
     hps_shmdb_t *db;
     const struct shm_table *t;
     const void *keys;
-    const float *values;
-    size_t *order; /* key indices grouped by partition */
-    size_t *start; /* start[p] .. start[p + 1] in order */
-    size_t *count; /* per partition: inserted or erased */
+    const float *values; /* (n, dim) fp32, host */
+    size_t *order;       /* key indices grouped by partition */
+    size_t *start;       /* start[p] .. start[p + 1] in order */
+    size_t *count;       /* per partition: inserted or erased */
     uint32_t clock;
     hps_err_t *rc; /* per partition */
 };
@@ -183,12 +182,14 @@ static inline uint64_t key_at(const void *keys, uint32_t key_bytes, size_t i)
     return key_bytes == 8 ? (uint64_t)((const int64_t *)keys)[i] : ((const uint32_t *)keys)[i];
 }
 
-static void update_row(struct wview *w, uint32_t bi, int s, const float *value, uint32_t clock)
+/* Overwrite the row of slot s of bucket bi with stored (vbytes bytes in the
+ * table's storage type). */
+static void update_row(struct wview *w, uint32_t bi, int s, const void *stored, uint32_t clock)
 {
     struct shm_bucket *b = BKT(w, bi);
     uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
     hps__bucket_begin(b);
-    memcpy(hps__row(w, slot), value, (size_t)w->dim * sizeof(float));
+    memcpy(hps__row(w, slot), stored, w->vbytes);
     if (w->stamp && w->t->policy == HPS_EVICT_OLDEST)
         atomic_store_explicit(&w->stamp[slot], clock, memory_order_relaxed);
     hps__bucket_end(b);
@@ -222,16 +223,28 @@ static void make_room(struct wview *w)
         hps__wevict(w, evict_target(rows, t->target));
 }
 
-static hps_err_t insert_row(struct wview *w, uint64_t key, const float *value, uint32_t stamp)
+static hps_err_t insert_row(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
 {
     make_room(w);
-    hps_err_t rc = hps__winsert(w, key, value, stamp);
+    hps_err_t rc = hps__winsert(w, key, stored, stamp);
     if (rc < 0) { /* no row page could be allocated: evict, try once more */
         hps__wevict(
             w, evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed), w->t->target));
-        rc = hps__winsert(w, key, value, stamp);
+        rc = hps__winsert(w, key, stored, stamp);
     }
     return rc;
+}
+
+/* The stored form of an fp32 row: the row itself for fp32, else encoded
+ * into scratch (vbytes bytes, 4-byte aligned; the bytes past the encoded
+ * row stay zero).  Encoding happens here, before the bucket's version turns
+ * odd, so readers are kept waiting only for the copy. */
+static const void *stored_row(const struct wview *w, const float *value, uint8_t *scratch)
+{
+    if (w->dtype == HPS_DTYPE_FP32)
+        return value;
+    (void)hps_dtype_encode((hps_dtype_t)w->dtype, w->dim, 1, value, scratch);
+    return scratch;
 }
 
 static void upsert_task(void *arg, unsigned pi)
@@ -241,11 +254,17 @@ static void upsert_task(void *arg, unsigned pi)
     struct shm_part *p = &hps__parts(j->db, t)[pi];
     struct wview w;
     size_t ins = 0, upd = 0;
+    uint8_t *scratch = NULL; /* the row being written, encoded (non-fp32 tables) */
     if (j->start[pi] == j->start[pi + 1])
         return;
+    if (t->dtype != HPS_DTYPE_FP32 && !(scratch = calloc(1, hps__vbytes(t->dtype, t->dim)))) {
+        j->rc[pi] = -ENOMEM;
+        return;
+    }
     int rc = hps__part_lock(j->db, t, p);
     if (rc < 0) {
         j->rc[pi] = rc;
+        free(scratch);
         return;
     }
     if (!hps__wview_current(j->db, t, p, &w)) {
@@ -259,18 +278,19 @@ static void upsert_task(void *arg, unsigned pi)
                 BKT(&w, home_of(key_at(j->keys, t->key_bytes, j->order[o + UPSERT_AHEAD]), w.nb)));
         size_t i = j->order[o];
         uint64_t key = key_at(j->keys, t->key_bytes, i);
-        const float *value = j->values + i * t->dim;
+        const void *stored = stored_row(&w, j->values + i * t->dim, scratch);
         uint32_t bi;
         int s = hps__wfind(&w, key, &bi);
         if (s >= 0) {
-            update_row(&w, bi, s, value, j->clock);
+            update_row(&w, bi, s, stored, j->clock);
             upd++;
-        } else if (insert_row(&w, key, value, fresh) == 0) {
+        } else if (insert_row(&w, key, stored, fresh) == 0) {
             ins++;
         }
     }
 out:
     hps__unlock(&p->lock);
+    free(scratch);
     j->count[pi] = ins;
     struct shm_table *mt = (struct shm_table *)t;
     /* Relaxed: statistics. */
@@ -422,7 +442,7 @@ static void clear_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
         return;
     uint32_t np = atomic_load_explicit(&p->npages, memory_order_relaxed);
     for (uint32_t pg = 1; pg < np; pg++) {
-        uint64_t bytes = (uint64_t)w.pages[pg].rows * w.dim * sizeof(float);
+        uint64_t bytes = (uint64_t)w.pages[pg].rows * w.vbytes;
         hps__free(db, w.pages[pg].off, bytes);
         p->page_bytes -= hps__round_up(bytes, HPS_CACHELINE);
     }
@@ -451,33 +471,49 @@ hps_err_t hps_shmdb_clear(hps_shmdb_t *db, uint32_t id)
 /* ---- iteration --------------------------------------------------------- */
 
 /* Walks each partition under its lock, so every row is seen exactly once
- * and consistent; writers to that partition wait meanwhile. */
+ * and consistent; writers to that partition wait meanwhile.  Rows of a
+ * table stored in another type than fp32 are decoded into one buffer. */
 hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, void *ctx)
 {
     struct shm_table *t = hps__table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
+    float *buf = malloc((size_t)t->dim * sizeof(float));
+    if (!buf)
+        return -ENOMEM;
+    hps_err_t ret = 0;
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         struct shm_part *p = &hps__parts(db, t)[i];
         struct wview w;
         int rc = hps__part_lock(db, t, p);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) {
+            ret = rc;
+            break;
+        }
         if (hps__wview_current(db, t, p, &w)) {
             for (uint32_t bi = 0; bi < w.nb && rc == 0; bi++) {
                 struct shm_bucket *b = BKT(&w, bi);
                 for (unsigned m = hps__occ(b); m && rc == 0; m &= m - 1) {
                     int s = __builtin_ctz(m);
                     uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
-                    const float *v = hps__row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s);
-                    if (v) /* NULL: a row id out of range, only in a corrupt segment */
-                        rc = fn(ctx, key, v);
+                    const uint8_t *v = hps__row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s);
+                    if (!v) /* a row id out of range, only in a corrupt segment */
+                        continue;
+                    if (w.dtype == HPS_DTYPE_FP32) {
+                        rc = fn(ctx, key, (const float *)v);
+                    } else {
+                        hps__decode_row(&w, v, buf);
+                        rc = fn(ctx, key, buf);
+                    }
                 }
             }
         }
         hps__unlock(&p->lock);
-        if (rc != 0)
-            return rc;
+        if (rc != 0) {
+            ret = rc;
+            break;
+        }
     }
-    return 0;
+    free(buf);
+    return ret;
 }

@@ -40,6 +40,8 @@ static hps_err_t check_spec(const hps_table_spec_t *s)
         return HPS_EINVAL;
     if (s->overflow_margin == 0 || (unsigned)s->overflow_policy > HPS_EVICT_OLDEST)
         return HPS_EINVAL;
+    if ((unsigned)s->storage_type >= HPS_DTYPE_COUNT)
+        return HPS_EINVAL;
     return 0;
 }
 
@@ -53,7 +55,8 @@ struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id)
     uint64_t bytes = (uint64_t)t->num_partitions * sizeof(struct shm_part);
     if (t->num_partitions == 0 || t->num_partitions > HPS_SHMDB_MAX_PARTITIONS ||
         !hps__in_bounds(db, t->parts, bytes) || (t->parts & (HPS_CACHELINE - 1)) || t->dim == 0 ||
-        t->dim > HPS_SHMDB_MAX_DIM)
+        t->dim > HPS_SHMDB_MAX_DIM || t->dtype >= HPS_DTYPE_COUNT ||
+        t->layout > HPS_LAYOUT_ROWS_SOA)
         return NULL;
     return t;
 }
@@ -90,7 +93,8 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
     t->num_partitions = s->num_partitions;
     t->policy = (uint32_t)s->overflow_policy;
     t->default_value = s->default_value;
-    t->layout = hps__layout_for(s->dim);
+    t->dtype = (uint32_t)s->storage_type;
+    t->layout = hps__layout_for(t->dtype, hps__vbytes(t->dtype, s->dim));
     t->margin = s->overflow_margin;
     t->target = s->overflow_resolution_target;
     t->expected_rows = s->expected_rows;
@@ -127,7 +131,8 @@ static hps_err_t open_existing(hps_shmdb_t *db, const hps_table_spec_t *s, uint3
     if (hps_shmdb_table_find(db, s->model, s->table, &id) < 0)
         return HPS_ENOTFOUND;
     struct shm_table *t = &db->hdr->tables[id];
-    if (t->dim != s->dim || t->key_bytes != s->key_bytes || t->num_partitions != s->num_partitions)
+    if (t->dim != s->dim || t->key_bytes != s->key_bytes ||
+        t->num_partitions != s->num_partitions || t->dtype != (uint32_t)s->storage_type)
         return HPS_EMISMATCH;
     *ret_id = id;
     return 0;
@@ -216,6 +221,9 @@ hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *r
     ret->overflow_resolution_target = t->target;
     ret->source_rows = t->source_rows;
     ret->model_version = t->model_version;
+    ret->storage_type = (hps_dtype_t)t->dtype;
+    ret->row_bytes = (uint32_t)hps_dtype_row_bytes((hps_dtype_t)t->dtype, t->dim);
+    ret->slot_bytes = hps__vbytes(t->dtype, t->dim);
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         ret->rows += parts[i].rows;
         ret->capacity += parts[i].capacity;
@@ -244,11 +252,20 @@ hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows)
     return 0;
 }
 
+double hps_shmdb_bytes_per_slot_of(uint32_t dim, hps_overflow_policy_t policy, hps_dtype_t dtype)
+{
+    uint32_t vbytes = hps__vbytes((uint32_t)dtype, dim);
+    if (vbytes == 0)
+        return 0.0;
+    uint32_t layout = hps__layout_for((uint32_t)dtype, vbytes);
+    struct shm_geo g = hps__geo(layout, vbytes, (uint32_t)policy, 1u << 16);
+    double b = (double)g.bytes / ((1u << 16) * HPS_BUCKET_SLOTS);
+    if (hps__layout_paged(layout))
+        b += vbytes; /* the row, in a row page */
+    return b;
+}
+
 double hps_shmdb_bytes_per_slot(uint32_t dim, hps_overflow_policy_t policy)
 {
-    struct shm_geo g = hps__geo(hps__layout_for(dim), dim, (uint32_t)policy, 1u << 16);
-    double b = (double)g.bytes / ((1u << 16) * HPS_BUCKET_SLOTS);
-    if (dim > HPS_INLINE_MAX_DIM)
-        b += dim * 4.0; /* the row, in a row page */
-    return b;
+    return hps_shmdb_bytes_per_slot_of(dim, policy, HPS_DTYPE_FP32);
 }

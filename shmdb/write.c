@@ -37,13 +37,14 @@ void hps__bucket_end(struct shm_bucket *b)
 
 uint64_t hps__block_bytes(const struct shm_table *t, uint32_t nb)
 {
-    return hps__geo(t->layout, t->dim, t->policy, nb).bytes;
+    return hps__geo(t->layout, hps__vbytes(t->dtype, t->dim), t->policy, nb).bytes;
 }
 
 void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t blk,
                 uint32_t nb, struct wview *w)
 {
-    struct shm_geo g = hps__geo(t->layout, t->dim, t->policy, nb);
+    uint32_t vbytes = hps__vbytes(t->dtype, t->dim);
+    struct shm_geo g = hps__geo(t->layout, vbytes, t->policy, nb);
     uint8_t *base = hps__ptr(db, blk);
     w->db = db;
     w->t = t;
@@ -51,10 +52,12 @@ void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, 
     w->b = (struct shm_bucket *)base;
     w->nb = nb;
     w->dim = t->dim;
+    w->dtype = t->dtype;
+    w->vbytes = vbytes;
     w->gstride = g.gstride;
     w->vstride = g.vstride;
-    w->vals = t->layout != HPS_LAYOUT_ROWS ? (float *)(base + g.voff) : NULL;
-    w->rowid = t->layout == HPS_LAYOUT_ROWS ? (_Atomic uint32_t *)(base + g.voff) : NULL;
+    w->vals = !hps__layout_paged(t->layout) ? base + g.voff : NULL;
+    w->rowid = hps__layout_paged(t->layout) ? (_Atomic uint32_t *)(base + g.voff) : NULL;
     w->stamp = t->policy != HPS_EVICT_RANDOM ? (_Atomic uint32_t *)(base + g.stamp_off) : NULL;
     w->pages = p->pagetab && !(p->pagetab & 7) &&
                        hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page))
@@ -87,26 +90,26 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
 
 /* ---- row pages (indirect storage) -------------------------------------- */
 
-static float *row_by_id(const struct wview *w, uint32_t r)
+static uint8_t *row_by_id(const struct wview *w, uint32_t r)
 {
     struct shm_page *pe = &w->pages[r >> HPS_PAGE_SHIFT];
-    return (float *)hps__ptr(w->db, pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->dim *
-                                                  sizeof(float));
+    return (uint8_t *)hps__ptr(w->db,
+                               pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->vbytes);
 }
 
 /* Rows of the next page: the first page holds the expected rows (plus 2%
  * for uneven partitions), later ones a quarter of what exists, so an
  * unsized table wastes at most a fifth. */
-static uint32_t next_page_rows(const struct shm_part *p, uint32_t dim, uint64_t expected,
+static uint32_t next_page_rows(const struct shm_part *p, uint32_t vbytes, uint64_t expected,
                                uint64_t alloc_rate)
 {
     uint64_t rows;
     if (p->npages == 0) {
         rows = expected + expected / 50 + 64;
     } else {
-        uint64_t have = p->page_bytes / ((uint64_t)dim * sizeof(float));
+        uint64_t have = p->page_bytes / vbytes;
         rows = have / 4;
-        uint64_t cap = alloc_rate / ((uint64_t)dim * sizeof(float));
+        uint64_t cap = alloc_rate / vbytes;
         if (rows > cap)
             rows = cap;
         if (rows < 256)
@@ -120,8 +123,8 @@ static hps_err_t add_page(struct wview *w, uint64_t expected)
     struct shm_part *p = w->p;
     if (p->npages >= HPS_MAX_ROW_PAGES)
         return HPS_ENOSPC;
-    uint32_t rows = next_page_rows(p, w->dim, expected, w->db->hdr->allocation_rate);
-    uint64_t off, bytes = (uint64_t)rows * w->dim * sizeof(float);
+    uint32_t rows = next_page_rows(p, w->vbytes, expected, w->db->hdr->allocation_rate);
+    uint64_t off, bytes = (uint64_t)rows * w->vbytes;
     hps_err_t rc = hps__alloc(w->db, bytes, &off);
     if (rc < 0)
         return rc;
@@ -181,7 +184,7 @@ hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_
     p->blk_bytes = bytes;
     p->free_row = HPS_NO_ROW;
     atomic_store_explicit(&p->geom, HPS_GEOM(blk, nb), memory_order_release);
-    if (t->layout != HPS_LAYOUT_ROWS)
+    if (!hps__layout_paged(t->layout))
         return 0;
     rc = hps__alloc(db, HPS_MAX_ROW_PAGES * sizeof(struct shm_page), &p->pagetab);
     if (rc < 0)
@@ -227,9 +230,10 @@ void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
     }
 }
 
-/* Place a new key (not present) into the table; the row is written from
- * value.  Fails only with HPS_EFULL (no free slot) or a row-page error. */
-hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32_t stamp)
+/* Place a new key (not present) into the table; the row is copied from
+ * stored (vbytes bytes, already in the table's storage type).  Fails only
+ * with HPS_EFULL (no free slot) or a row-page error. */
+hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
 {
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
@@ -249,10 +253,10 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32
         hps__ovf_walk(w, key, bi, +1);
         hps__bucket_begin(b);
         if (w->rowid) {
-            memcpy(row_by_id(w, row), value, (size_t)w->dim * sizeof(float));
+            memcpy(row_by_id(w, row), stored, w->vbytes);
             atomic_store_explicit(ROWID(w, slot), row, memory_order_relaxed);
         } else {
-            memcpy(VALP(w, slot), value, (size_t)w->dim * sizeof(float));
+            memcpy(VALP(w, slot), stored, w->vbytes);
         }
         if (w->stamp)
             atomic_store_explicit(&w->stamp[slot], stamp, memory_order_relaxed);
@@ -339,7 +343,7 @@ void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64
                                   atomic_load_explicit(ROWID(from, fslot), memory_order_relaxed),
                                   memory_order_relaxed);
         else
-            memcpy(VALP(n, slot), VALP(from, fslot), (size_t)n->dim * sizeof(float));
+            memcpy(VALP(n, slot), VALP(from, fslot), n->vbytes);
         if (n->stamp)
             atomic_store_explicit(&n->stamp[slot],
                                   atomic_load_explicit(&from->stamp[fslot], memory_order_relaxed),

@@ -5,6 +5,8 @@
 #ifndef HPS_SHMDB_WVIEW_H
 #define HPS_SHMDB_WVIEW_H
 
+#include <string.h>
+
 #include "internal.h"
 
 struct wview {
@@ -14,9 +16,11 @@ struct wview {
     struct shm_bucket *b; /* bucket 0; bucket i at b + i * gstride bytes */
     uint32_t nb;
     uint32_t dim;
+    uint32_t dtype;          /* hps_dtype_t of the stored rows */
+    uint32_t vbytes;         /* bytes of one stored row (value slot), a multiple of 4 */
     uint64_t gstride;        /* bytes between buckets */
     uint64_t vstride;        /* bytes between two buckets' values or row ids */
-    float *vals;             /* inline values of bucket 0, or NULL */
+    uint8_t *vals;           /* inline values of bucket 0, or NULL */
     _Atomic uint32_t *rowid; /* indirect row ids, or NULL */
     _Atomic uint32_t *stamp; /* access stamps, or NULL */
     struct shm_page *pages;  /* row pages (indirect), or NULL */
@@ -39,15 +43,16 @@ bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_p
                         struct wview *w);
 int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket);
 void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta);
-hps_err_t hps__winsert(struct wview *w, uint64_t key, const float *value, uint32_t stamp);
+hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp);
 void hps__wremove(struct wview *w, uint32_t bi, int s);
 hps_err_t hps__wgrow(struct wview *w, uint32_t nb);
 void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot);
 uint64_t hps__wevict(struct wview *w, uint64_t target_rows);
 
-/* The row of a slot, or NULL when its row id points outside the row pages
+/* The stored row of a slot (vbytes bytes, 4-byte aligned, in the table's
+ * storage type), or NULL when its row id points outside the row pages
  * (possible only for a reader racing a writer: a torn read). */
-static inline float *hps__row(const struct wview *w, uint64_t slot)
+static inline uint8_t *hps__row(const struct wview *w, uint64_t slot)
 {
     if (w->vals)
         return VALP(w, slot);
@@ -56,11 +61,22 @@ static inline float *hps__row(const struct wview *w, uint64_t slot)
     if (!w->pages || pg >= HPS_MAX_ROW_PAGES)
         return NULL;
     struct shm_page pe = w->pages[pg];
-    uint64_t row_bytes = (uint64_t)w->dim * sizeof(float);
+    uint64_t row_bytes = w->vbytes;
     if (idx >= pe.rows || !hps__in_bounds(w->db, pe.off, (uint64_t)pe.rows * row_bytes) ||
-        (pe.off & (sizeof(float) - 1)))
+        (pe.off & 3))
         return NULL;
-    return (float *)hps__ptr(w->db, pe.off + idx * row_bytes);
+    return (uint8_t *)hps__ptr(w->db, pe.off + idx * row_bytes);
+}
+
+/* Decode one stored row (vbytes at src, in dtype) into dim floats at out.
+ * src may be racing a writer (a reader validates afterwards): any bits
+ * decode without fault.  fp32 is a plain copy. */
+static inline void hps__decode_row(const struct wview *w, const void *src, float *out)
+{
+    if (w->dtype == HPS_DTYPE_FP32)
+        memcpy(out, src, (size_t)w->dim * sizeof(float));
+    else
+        (void)hps_dtype_decode((hps_dtype_t)w->dtype, w->dim, 1, src, out);
 }
 
 /* Bit set over the handed-out row ids: bit prefix[page] + index. */
@@ -72,7 +88,7 @@ bool hps__rowmap_init(struct rowmap *rm, const struct wview *w);
 bool hps__rowmap_set(struct rowmap *rm, uint32_t r);
 uint32_t hps__page_used(const struct wview *w, uint32_t pg);
 bool hps__row_valid(const struct wview *w, uint32_t r);
-/* The row pages of a ROWS-layout view are sound: page table present, at
+/* The row pages of a paged view (ROWS, ROWS_SOA) are sound: page table present, at
  * most HPS_MAX_ROW_PAGES pages, each inside the segment and float-aligned,
  * the last page's fill within it.  Only a corrupt segment fails this; the
  * rowmap and free-row walks above rely on it. */

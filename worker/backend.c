@@ -89,6 +89,31 @@ static bool ready(void *ctx)
     return hps_client_ready(w->client);
 }
 
+static bool model_loaded(void *ctx, size_t mi)
+{
+    worker_t *w = ctx;
+    return hps_client_model_loaded(w->client, mi);
+}
+
+static hps_model_state_t model_state(void *ctx, size_t mi, bool *ret_served)
+{
+    worker_t *w = ctx;
+    hps_model_state_t st = HPS_MODEL_UNAVAILABLE;
+    hps_client_model_state(w->client, mi, &st, ret_served);
+    return st;
+}
+
+/* A load or unload waits at most this long for the coordinator's answer
+ * (a worker shutting down waits for a request in flight up to then). */
+#define CONTROL_TIMEOUT_MS (10u * 60u * 1000u)
+
+static hps_err_t model_control(void *ctx, hps_model_op_t op, const char *model, char *msg,
+                               size_t len)
+{
+    worker_t *w = ctx;
+    return hps_client_model_control(w->client, op, model, CONTROL_TIMEOUT_MS, msg, len);
+}
+
 /* One counter family, one sample per model. */
 static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const char *help,
                     size_t off, uint64_t div)
@@ -338,6 +363,11 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
     ret->lookup_nowait = lookup_nowait;
     ret->lookup_device = lookup_device;
     ret->ready = ready;
+    if (w->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT) {
+        ret->model_loaded = model_loaded;
+        ret->model_state = model_state;
+        ret->model_control = model_control;
+    }
     ret->metrics = metrics;
     ret->pin_output = pin_output;
     ret->unpin_output = unpin_output;

@@ -266,6 +266,22 @@ static bool backend_ready(const hps_kserve_t *s)
     return !s->backend.ready || s->backend.ready(s->backend.ctx);
 }
 
+/* Model mi is loaded (explicit model control unloads models). */
+static bool model_loaded(const hps_kserve_t *s, size_t mi)
+{
+    return !s->backend.model_loaded || s->backend.model_loaded(s->backend.ctx, mi);
+}
+
+/* Triton's answer for a model without a loaded version. */
+static enum MHD_Result send_unloaded(const hps_kserve_t *s, struct MHD_Connection *c,
+                                     const struct hps__kmodel *m)
+{
+    char msg[HPS_KSERVE_NAME_MAX + 80];
+    snprintf(msg, sizeof(msg), "Request for unknown model: '%s' has no available versions",
+             m->name);
+    return send_error(s, c, 400, msg);
+}
+
 static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
 {
     hps__text_t t;
@@ -284,6 +300,8 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     if (mi < 0)
         return send_error(s, c, err.status, err.msg);
     const struct hps__kmodel *m = &s->models[mi];
+    if (r->kind != HPS__R_MODEL_STATS && !model_loaded(s, (size_t)mi))
+        return send_unloaded(s, c, m);
     if (r->kind == HPS__R_MODEL_READY)
         return backend_ready(s) ? send_empty(s, c, 200)
                                 : send_error(s, c, 400, "Model version not ready");
@@ -298,6 +316,33 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     return send_json(s, c, 200, &t);
 }
 
+/* A load or unload on the pool: it blocks until the model serves or failed. */
+struct control_job {
+    struct hps__job job; /* first: the pool's handle */
+    hps_kserve_t *s;
+    struct MHD_Connection *c;
+    struct kreq *q;
+    hps_model_op_t op;
+    char model[HPS_KSERVE_NAME_MAX + 1];
+};
+
+static void control_job_run(struct hps__job *job)
+{
+    struct control_job *j = (struct control_job *)job;
+    char msg[600] = "";
+    hps_err_t rc =
+        j->s->backend.model_control(j->s->backend.ctx, j->op, j->model, msg, sizeof(msg));
+    parked_for = j->q;
+    if (rc == 0)
+        send_empty(j->s, j->c, 200);
+    else
+        send_error(j->s, j->c, rc == HPS_EIO ? 400 : 503, *msg ? msg : hps_strerror(rc));
+    parked_for = NULL;
+    struct MHD_Connection *c = j->c;
+    free(j);
+    MHD_resume_connection(c); /* j->q may be gone once the event loop answers */
+}
+
 /* The model repository extension (kserve_repo.c). */
 static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
                               const struct hps__route *r)
@@ -306,13 +351,33 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
     if (r->kind == HPS__R_REPO_NAMED)
         return send_error(s, c, 501, "'repository_name' specification is not supported");
     if (r->kind != HPS__R_REPO_INDEX) {
-        hps__repo_control(r, &err);
-        return send_error(s, c, err.status, err.msg);
+        struct control_job *j = calloc(1, sizeof(*j));
+        if (!j)
+            return send_error(s, c, 500, "out of memory");
+        if (hps__repo_control(r, s->models, s->num_models, &s->backend, q->body ? q->body : "",
+                              q->len, j->model, sizeof(j->model), &err) < 0 ||
+            (!s->pool && hps__kerr_set(&err, 503, "no lookup pool to run the request on") < 0)) {
+            free(j);
+            return send_error(s, c, err.status, err.msg);
+        }
+        *j = (struct control_job){.job = {.run = control_job_run},
+                                  .s = s,
+                                  .c = c,
+                                  .q = q,
+                                  .op = r->kind == HPS__R_REPO_LOAD ? HPS_MODEL_LOAD
+                                                                    : HPS_MODEL_UNLOAD};
+        memcpy(j->model, r->model, r->model_len); /* checked by hps__repo_control */
+        j->model[r->model_len] = 0;
+        q->deferred = true;
+        q->parked = NULL;
+        MHD_suspend_connection(c);
+        hps__pool_submit(s->pool, &j->job);
+        return MHD_YES;
     }
     hps__text_t t;
     hps__text_init(&t);
-    if (hps__repo_index(s->models, s->num_models, backend_ready(s), q->body ? q->body : "", q->len,
-                        &t, &err) < 0) {
+    if (hps__repo_index(s->models, s->num_models, &s->backend, backend_ready(s),
+                        q->body ? q->body : "", q->len, &t, &err) < 0) {
         hps__text_fini(&t);
         return send_error(s, c, err.status, err.msg);
     }
@@ -563,6 +628,8 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
     long mi = hps__route_model(r, s->models, s->num_models, &err);
     if (mi < 0)
         return send_error(s, c, err.status, err.msg);
+    if (!model_loaded(s, (size_t)mi))
+        return send_unloaded(s, c, &s->models[mi]);
     _Atomic int64_t *pending = &s->models[mi].stats.pending;
     atomic_fetch_add_explicit(pending, 1, memory_order_relaxed); /* a gauge only */
     bool deferred = false;

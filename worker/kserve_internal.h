@@ -230,21 +230,27 @@ struct hps__route {
 
 /**
  * Answer POST /v2/repository/index: append to out the JSON array of the
- * models, each {"name","version","state"[,"reason"]}; state READY when
- * worker_ready, else UNAVAILABLE with the reason.  body (len bytes, not
+ * models, each {"name","version","state"[,"reason"]} (b->model_state's
+ * states, or READY when worker_ready, else UNAVAILABLE with the reason), or
+ * {"name"} alone for a model never loaded.  body (len bytes, not
  * terminated, may be empty) is empty or {"ready": bool}; ready true lists
  * only READY models.  Returns 0, or -1 with err set (400: not a JSON
  * object, "ready" not a boolean; 500: out of memory), out unchanged.
  */
-int hps__repo_index(const struct hps__kmodel *models, size_t num_models, bool worker_ready,
-                    const char *body, size_t len, hps__text_t *out, hps__kerr_t *err);
+int hps__repo_index(const struct hps__kmodel *models, size_t num_models,
+                    const hps_kserve_backend_t *b, bool worker_ready, const char *body, size_t len,
+                    hps__text_t *out, hps__kerr_t *err);
 /**
- * Answer a load or unload request (r->kind HPS__R_REPO_LOAD/UNLOAD):
- * always -1 with err set to Triton's answer in model control mode `none`
- * (503, "explicit model load / unload is not allowed if polling is
- * enabled").
+ * Check a load or unload request (r->kind HPS__R_REPO_LOAD/UNLOAD): 0 when
+ * b->model_control should run it, with the model's name copied into name
+ * (name_cap bytes); else -1 with err set: 503 and Triton's text in model
+ * control mode `none` (no b->model_control); 400 for a body that is not
+ * empty or an object, a "config" or "file:" load parameter, or an unload
+ * of a model never loaded ("Model to be unloaded has not been served").
  */
-int hps__repo_control(const struct hps__route *r, hps__kerr_t *err);
+int hps__repo_control(const struct hps__route *r, const struct hps__kmodel *models,
+                      size_t num_models, const hps_kserve_backend_t *b, const char *body,
+                      size_t len, char *name, size_t name_cap, hps__kerr_t *err);
 
 /** Match a URL path against the endpoints (Triton's regexes, full match). */
 void hps__route_parse(const char *url, struct hps__route *ret);

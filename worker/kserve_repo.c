@@ -4,15 +4,20 @@
  * docs/protocol/extension_model_repository.md):
  *
  *   POST /v2/repository/index                      the models, their version and state
- *   POST /v2/repository/models/{m}/load | unload   refused: model control mode `none`
+ *   POST /v2/repository/models/{m}/load | unload   explicit model control
  *   POST /v2/repository/{repo}/...                 501 for a named repository
  *
- * hps-worker runs in Triton's model control mode `none`: the models are
- * those of the INI file, loaded by hps-coordinator at its start, and a
+ * Model control mode `none` (the backend has no model_control): the models
+ * are those of the INI file, loaded by hps-coordinator at its start, and a
  * load or unload request gets Triton's answer for that mode (503,
  * "explicit model load / unload is not allowed if polling is enabled").
- * A model is READY while the worker is ready (its segment attached, every
- * table found, the coordinator serving), else UNAVAILABLE with the reason.
+ * Mode `explicit`: the request is checked here (its body, the model), then
+ * the backend's model_control runs it on the lookup pool (kserve_http.c)
+ * and the answer is 200 when the model serves (or is gone), 400 with the
+ * reason when it was refused.  A model is READY while it is loaded and the
+ * worker is ready, LOADING / UNLOADING while a request for it waits or
+ * runs, UNAVAILABLE with reason "unloaded" after an unload, and listed by
+ * name only when it was never loaded (Triton's index).
  */
 #include <json-c/json.h>
 #include <string.h>
@@ -28,11 +33,11 @@
     "the worker is not ready: its coordinator is not serving or the model's tables are not in "    \
     "the shared-memory segment yet"
 
-/* The index request's body: empty, or an object whose optional "ready" is
- * a boolean.  *ret_ready = that value (false when absent). */
-static int index_body(const char *body, size_t len, bool *ret_ready, hps__kerr_t *err)
+/* A body that is empty (*ret_root NULL) or one JSON object (*ret_root, put
+ * it).  0, or -1 with err: 400 when it is something else. */
+static int parse_object(const char *body, size_t len, json_object **ret_root, hps__kerr_t *err)
 {
-    *ret_ready = false;
+    *ret_root = NULL;
     size_t i = 0;
     while (i < len && strchr(" \t\r\n", body[i]))
         i++;
@@ -46,11 +51,25 @@ static int index_body(const char *body, size_t len, bool *ret_ready, hps__kerr_t
     bool whole =
         root && json_tokener_get_error(tok) == json_tokener_success && tok->char_offset == (int)len;
     json_tokener_free(tok);
+    if (!whole || !json_object_is_type(root, json_type_object)) {
+        json_object_put(root);
+        return hps__kerr_set(err, 400,
+                             "failed to parse the request JSON buffer: expected an object");
+    }
+    *ret_root = root;
+    return 0;
+}
+
+/* The index request's body: empty, or an object whose optional "ready" is
+ * a boolean.  *ret_ready = that value (false when absent). */
+static int index_body(const char *body, size_t len, bool *ret_ready, hps__kerr_t *err)
+{
+    *ret_ready = false;
+    json_object *root, *ready;
+    if (parse_object(body, len, &root, err) < 0)
+        return -1;
     int rc = 0;
-    json_object *ready;
-    if (!whole || !json_object_is_type(root, json_type_object))
-        rc = hps__kerr_set(err, 400, "failed to parse the request JSON buffer: expected an object");
-    else if (json_object_object_get_ex(root, "ready", &ready)) {
+    if (root && json_object_object_get_ex(root, "ready", &ready)) {
         if (!json_object_is_type(ready, json_type_boolean))
             rc = hps__kerr_set(err, 400, "expected a boolean for 'ready'");
         else
@@ -60,8 +79,33 @@ static int index_body(const char *body, size_t len, bool *ret_ready, hps__kerr_t
     return rc;
 }
 
-int hps__repo_index(const struct hps__kmodel *models, size_t num_models, bool worker_ready,
-                    const char *body, size_t len, hps__text_t *out, hps__kerr_t *err)
+/* Whether m was ever loaded, and its state now. */
+static hps_model_state_t state_of(const hps_kserve_backend_t *b, size_t i, bool worker_ready,
+                                  bool *ret_served)
+{
+    *ret_served = true;
+    if (b->model_state)
+        return b->model_state(b->ctx, i, ret_served);
+    return worker_ready ? HPS_MODEL_READY : HPS_MODEL_UNAVAILABLE;
+}
+
+static const char *state_name(hps_model_state_t st)
+{
+    switch (st) {
+    case HPS_MODEL_READY:
+        return "READY";
+    case HPS_MODEL_LOADING:
+        return "LOADING";
+    case HPS_MODEL_UNLOADING:
+        return "UNLOADING";
+    default:
+        return "UNAVAILABLE";
+    }
+}
+
+int hps__repo_index(const struct hps__kmodel *models, size_t num_models,
+                    const hps_kserve_backend_t *b, bool worker_ready, const char *body, size_t len,
+                    hps__text_t *out, hps__kerr_t *err)
 {
     bool only_ready;
     if (index_body(body, len, &only_ready, err) < 0)
@@ -70,19 +114,30 @@ int hps__repo_index(const struct hps__kmodel *models, size_t num_models, bool wo
     bool first = true;
     for (size_t i = 0; i < num_models; i++) {
         const struct hps__kmodel *m = &models[i];
-        if (only_ready && !worker_ready)
+        bool served;
+        hps_model_state_t st = state_of(b, i, worker_ready, &served);
+        if (only_ready && st != HPS_MODEL_READY)
             continue;
         if (!first)
             hps__text_putc(out, ',');
         first = false;
         hps__text_puts(out, "{\"name\":");
         hps__text_json_str(out, m->name, m->name_len);
+        if (st == HPS_MODEL_UNLOADED && !served) { /* never loaded: the name only */
+            hps__text_putc(out, '}');
+            continue;
+        }
         hps__text_puts(out, ",\"version\":");
         hps__text_version(out, m);
-        hps__text_puts(out, worker_ready ? ",\"state\":\"READY\"" : ",\"state\":\"UNAVAILABLE\"");
-        if (!worker_ready) {
+        hps__text_puts(out, ",\"state\":\"");
+        hps__text_puts(out, state_name(st));
+        hps__text_putc(out, '"');
+        const char *reason = st == HPS_MODEL_UNLOADED      ? "unloaded"
+                             : st == HPS_MODEL_UNAVAILABLE ? NOT_READY_REASON
+                                                           : NULL;
+        if (reason) {
             hps__text_puts(out, ",\"reason\":");
-            hps__text_json_str(out, NOT_READY_REASON, strlen(NOT_READY_REASON));
+            hps__text_json_str(out, reason, strlen(reason));
         }
         hps__text_putc(out, '}');
     }
@@ -90,8 +145,59 @@ int hps__repo_index(const struct hps__kmodel *models, size_t num_models, bool wo
     return 0;
 }
 
-int hps__repo_control(const struct hps__route *r, hps__kerr_t *err)
+/* A load or unload body: empty, or an object whose "parameters", if any, is
+ * an object.  Loading with a model configuration or files in the request
+ * ("config", "file:<version>/<name>") is refused: the INI is the
+ * repository. */
+static int control_body(const char *body, size_t len, bool load, hps__kerr_t *err)
 {
-    (void)r; /* the same answer for every model, known or not, as Triton's */
-    return hps__kerr_set(err, 503, "%s", CONTROL_REFUSED);
+    json_object *root = NULL;
+    if (parse_object(body, len, &root, err) < 0)
+        return -1;
+    json_object *params;
+    int rc = 0;
+    if (root && json_object_object_get_ex(root, "parameters", &params)) {
+        if (!json_object_is_type(params, json_type_object))
+            rc = hps__kerr_set(err, 400, "expected an object for 'parameters'");
+        json_object_object_foreach(params, key, val)
+        {
+            (void)val;
+            if (rc == 0 && load && (strcmp(key, "config") == 0 || strncmp(key, "file:", 5) == 0))
+                rc = hps__kerr_set(err, 400,
+                                   "load parameter '%s' is not supported: the models are the "
+                                   "[model.<name>] sections of the INI file; change it there, "
+                                   "then load the model",
+                                   key);
+        }
+    }
+    json_object_put(root);
+    return rc;
+}
+
+int hps__repo_control(const struct hps__route *r, const struct hps__kmodel *models,
+                      size_t num_models, const hps_kserve_backend_t *b, const char *body,
+                      size_t len, char *name, size_t name_cap, hps__kerr_t *err)
+{
+    if (!b->model_control) /* the same answer for every model, known or not, as Triton's */
+        return hps__kerr_set(err, 503, "%s", CONTROL_REFUSED);
+    bool load = r->kind == HPS__R_REPO_LOAD;
+    if (r->model_len == 0 || r->model_len >= name_cap || memchr(r->model, 0, r->model_len))
+        return hps__kerr_set(err, 400, "failed to %s '%.*s': not a model name",
+                             load ? "load" : "unload",
+                             (int)(r->model_len > 200 ? 200 : r->model_len), r->model);
+    memcpy(name, r->model, r->model_len);
+    name[r->model_len] = 0;
+    if (control_body(body, len, load, err) < 0)
+        return -1;
+    if (load)
+        return 0; /* a model unknown here may have been added to the INI: the coordinator says */
+    for (size_t i = 0; i < num_models; i++) {
+        bool served;
+        if (models[i].name_len != r->model_len || memcmp(models[i].name, name, r->model_len))
+            continue;
+        if (state_of(b, i, true, &served) == HPS_MODEL_UNLOADED && !served)
+            break;
+        return 0;
+    }
+    return hps__kerr_set(err, 400, "Model to be unloaded has not been served");
 }

@@ -140,6 +140,58 @@ bool hps_client_coordinator_alive(hps_client_t *c);
 int hps_client_device(const hps_client_t *c);
 
 /**
+ * @brief Model @p model's state, as the repository index shows it.
+ * READY: its tables are in the segment and the coordinator serves;
+ * UNAVAILABLE: loaded, but no segment or coordinator now; LOADING /
+ * UNLOADING: a model control request for it waits or runs; UNLOADED
+ * (explicit model control only): not in the segment.
+ * @param[out] ret_state   The state.
+ * @param[out] ret_served  Whether this client has seen the model loaded
+ *                         since it opened (Triton lists models never
+ *                         loaded by name only); may be NULL.
+ * @return 0; HPS_EINVAL (model out of range, NULL).  Thread-safe, lock-free
+ *         apart from the segment's read lock.
+ */
+hps_err_t hps_client_model_state(hps_client_t *c, size_t model, hps_model_state_t *ret_state,
+                                 bool *ret_served);
+
+/**
+ * @brief Whether model @p model is loaded: false only under explicit model
+ *        control, once the segment served by a coordinator was searched and
+ *        the model's tables are not in it (lookups then fail with
+ *        HPS_ENOTFOUND).  Lock-free; false for a bad argument.
+ */
+bool hps_client_model_loaded(const hps_client_t *c, size_t model);
+
+/**
+ * @brief Load or unload a model of the INI while the others serve (Triton's
+ * explicit model control: [hps] model_control_mode = explicit).  The
+ * request goes to the coordinator through the segment; it re-reads the INI
+ * (so a model added there since can be loaded), checks the model's files and
+ * the room in /dev/shm, then builds a new segment beside the serving one and
+ * publishes it in one step.  Returns when that is done and this client
+ * serves from it, or when the request was refused or failed (the serving
+ * models are then as they were).  Loading a loaded model reloads it (new
+ * files or version).  Unloading frees the model's shared memory, RocksDB
+ * column families stay (its rows are kept for a later load).
+ * A model that this client was not opened with (added to the INI later) is
+ * loaded for the other processes, but this client does not serve it.
+ * @param[in]  op          HPS_MODEL_LOAD or HPS_MODEL_UNLOAD.
+ * @param[in]  model       Model name, host string.
+ * @param[in]  timeout_ms  How long to wait for the answer; 0 = no limit.
+ * @param[out] msg         The coordinator's answer or the reason of a
+ *                         failure, NUL-terminated, at most msg_len bytes;
+ *                         may be NULL.
+ * @return 0 (done); HPS_EUNSUPPORTED (model control mode none); HPS_EIO
+ *         (refused or failed: msg says why); HPS_EBUSY (8 requests already
+ *         wait); HPS_EAGAIN (no segment attached); HPS_ETIMEDOUT (no answer
+ *         in time: the request may still complete); HPS_EINVAL.
+ *         Thread-safe; blocks the calling thread only.
+ */
+hps_err_t hps_client_model_control(hps_client_t *c, hps_model_op_t op, const char *model,
+                                   uint32_t timeout_ms, char *msg, size_t msg_len);
+
+/**
  * @brief The version of model @p model that the client answers from: the
  * `version` the coordinator wrote into the segment's tables (a reload of
  * the coordinator, SIGHUP, publishes a new segment; the client switches to

@@ -195,6 +195,16 @@ hps_err_t hps_conf_load_string(const char *text, const char *name, hps_conf_t **
  */
 void hps_conf_free(hps_conf_t *conf);
 
+/**
+ * @brief Drop the models whose keep[i] is false (hps-coordinator's loaded
+ *        set in model control mode explicit): their fields are freed and
+ *        the others move down, in file order; conf->num_models shrinks.
+ * @param[in,out] conf  A loaded configuration; not in use by another thread.
+ *                      Pointers to its models become invalid.
+ * @param[in]     keep  (conf->num_models) bool, host memory.
+ */
+void hps_conf_keep_models(hps_conf_t *conf, const bool *keep);
+
 /* ---- Access ------------------------------------------------------------- */
 
 /**
@@ -300,6 +310,101 @@ hps_err_t hps_conf_doc_man(FILE *out);
 hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *key,
                                const char *value, char **ret_text, char *err, size_t err_len);
 
+/** One edit of hps_conf_edit_many(): set @p key to @p value, or remove it. */
+typedef struct hps_conf_edit {
+    const char *key;   /**< "section.key" or "model.<name>.key" */
+    const char *value; /**< the new value (as for hps_conf_edit_string()), or
+                            NULL to remove the key's line(s) from the file, so
+                            that it takes its default */
+} hps_conf_edit_t;
+
+/**
+ * @brief Set and remove several keys in INI text at once, keeping everything
+ *        else byte for byte; validate only the final result.
+ *
+ * The edits are applied in order, each to the text the previous one made (a
+ * key edited twice gets the last value).  A set is done as
+ * hps_conf_edit_string() does it; a key that is absent is added after the
+ * last key of its section, a section that is absent is appended at the end,
+ * so assignments to model.<name>.KEY create a new [model.<name>] section with
+ * its keys in the order given.  A remove (value NULL) deletes the key's line
+ * and its continuation lines (with an inline comment on them); comment lines
+ * around it and the section header stay.  Only the final text is validated
+ * (as hps_conf_load_string()), so a new model can get its required keys one
+ * by one; the text is returned only if valid.  The input must be
+ * structurally sound, as for hps_conf_edit_string().
+ *
+ * @param[in]  text      The current INI text, NUL-terminated.
+ * @param[in]  name      Name for messages (NULL: "<string>").
+ * @param[in]  edits     n edits, applied in order; not kept after the call.
+ * @param[in]  n         Number of edits; at least 1.
+ * @param[out] ret_text  On success, the new text (malloc'd, NUL-terminated;
+ *                       the caller frees it).  Untouched on failure.
+ * @param[out] err       As for hps_conf_load(); a failure of the final
+ *                       validation names the line of the new text.
+ * @param[in]  err_len   Size of @p err.
+ * @return 0; HPS_ENOTFOUND for an unknown section or key (or a model name
+ *         that is not [A-Za-z0-9_-]{1,120}), or for a remove of a key the
+ *         text does not set (message "name: [section] key is not set") or of
+ *         a key of a section it lacks ("name: no section [model.x] (the
+ *         models are a, b)"); HPS_ECONFIG if a value is not acceptable, the
+ *         input is not structurally sound or the result is not valid (e.g.
+ *         a required key removed, or a new model still missing one);
+ *         HPS_EINVAL for NULL @p text, @p edits, @p ret_text or key, or
+ *         @p n of 0; -ENOMEM.  The first failing edit stops the others.
+ *         Thread-safe.
+ */
+hps_err_t hps_conf_edit_many(const char *text, const char *name, const hps_conf_edit_t *edits,
+                             size_t n, char **ret_text, char *err, size_t err_len);
+
+/**
+ * @brief Remove a whole section from INI text, keeping everything else byte
+ *        for byte.
+ *
+ * The section's lines go: its header, every line up to the next section
+ * header, and the comment lines directly above its own header (no blank line
+ * in between).  A comment block directly above the next section's header
+ * stays: it belongs to that section.  If the section is the last one in the
+ * text, the blank lines before it go too, so the text does not end in blank
+ * lines.  The result is then validated (as hps_conf_load_string()) and
+ * returned only if valid.  Removing the only model leaves a valid
+ * configuration without models.
+ *
+ * @param[in]  text      The current INI text, NUL-terminated.
+ * @param[in]  name      Name for messages (NULL: "<string>").
+ * @param[in]  section   The section's name as in its header, e.g.
+ *                       "model.wdl" (a model) or "worker".
+ * @param[out] ret_text  On success, the new text (malloc'd, NUL-terminated;
+ *                       the caller frees it).  Untouched on failure.
+ * @param[out] err       As for hps_conf_load().
+ * @param[in]  err_len   Size of @p err.
+ * @return 0; HPS_ENOTFOUND if @p section is not a section name or the text
+ *         has no such section (the message names it and, for a model, lists
+ *         the models there are); HPS_ECONFIG if the input is not
+ *         structurally sound or the result is not valid; HPS_EINVAL for NULL
+ *         arguments; -ENOMEM.  Thread-safe.
+ */
+hps_err_t hps_conf_remove_section(const char *text, const char *name, const char *section,
+                                  char **ret_text, char *err, size_t err_len);
+
+/**
+ * @brief Set and remove several keys of a configuration file, in place and
+ *        atomically: hps_conf_edit_many() on the file's contents, written
+ *        back as hps_conf_set_file() describes (only if the result is valid,
+ *        and only if it differs).
+ *
+ * @param[in]  path     The configuration file; its name is used in messages.
+ * @param[in]  edits    As for hps_conf_edit_many().
+ * @param[in]  n        As for hps_conf_edit_many(); at least 1.
+ * @param[out] err      As for hps_conf_load().
+ * @param[in]  err_len  Size of @p err.
+ * @return 0; the errors of hps_conf_edit_many(); the file errors of
+ *         hps_conf_set_file().  On any failure the file is unchanged.  Not
+ *         safe against concurrent edits of the same file.
+ */
+hps_err_t hps_conf_edit_file(const char *path, const hps_conf_edit_t *edits, size_t n, char *err,
+                             size_t err_len);
+
 /**
  * @brief Set one key in a configuration file, in place and atomically.
  *
@@ -321,6 +426,23 @@ hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *k
  */
 hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value, char *err,
                             size_t err_len);
+
+/**
+ * @brief Remove a whole section of a configuration file (e.g. a model:
+ *        "model.<name>"), in place and atomically: hps_conf_remove_section()
+ *        on the file's contents, written back as hps_conf_set_file()
+ *        describes (only if the result is valid).
+ *
+ * @param[in]  path     The configuration file; its name is used in messages.
+ * @param[in]  section  As for hps_conf_remove_section().
+ * @param[out] err      As for hps_conf_load().
+ * @param[in]  err_len  Size of @p err.
+ * @return 0; the errors of hps_conf_remove_section(); the file errors of
+ *         hps_conf_set_file().  On any failure the file is unchanged.  Not
+ *         safe against concurrent edits of the same file.
+ */
+hps_err_t hps_conf_remove_section_file(const char *path, const char *section, char *err,
+                                       size_t err_len);
 
 /* ---- Import from HugeCTR ------------------------------------------------ */
 

@@ -2,8 +2,8 @@
  * dtype.h -- storage types of embedding rows (issue 22, compact embedding
  * storage) and the conversions between them and fp32.
  *
- * A model's rows may be stored in the volatile DB and the GPU caches as one
- * of four types.  The persistent DB and Kafka messages stay fp32; rows are
+ * A model's rows may be stored in the volatile DB as one of four types
+ * ([model.<name>] storage_type; the GPU caches still store fp32).  The persistent DB and Kafka messages stay fp32; rows are
  * encoded once when they are loaded or applied, and every lookup decodes
  * them back to fp32.  This header defines the type names, the size of a
  * stored row and the host conversions; all of them are pure functions of
@@ -92,9 +92,10 @@ extern "C" {
 #endif
 
 /**
- * Storage type of a model's embedding rows (issue 22; the per-model
- * configuration key that selects it comes with a later change).  The values
- * are stable: later changes store them in the shared-memory segment.
+ * Storage type of a model's embedding rows (issue 22), selected by
+ * [model.<name>] storage_type (whose constants are these, in this order).
+ * The values are stable: the shared-memory segment stores them in each
+ * table's descriptor (hps_table_spec_t.storage_type).
  */
 typedef enum hps_dtype {
     HPS_DTYPE_FP32 = 0, /**< "fp32": binary32, the default */

@@ -135,6 +135,29 @@ typedef enum hps_overflow_policy {
  */
 const char *hps_overflow_policy_name(hps_overflow_policy_t p);
 
+/**
+ * A model control operation (Triton's explicit model control mode:
+ * POST /v2/repository/models/{m}/load and /unload, hps_client_model_control).
+ * The one enum of the concept, for the segment's control slots, libhps and
+ * the KServe front end; the value is stored in the segment.
+ */
+typedef enum hps_model_op {
+    HPS_MODEL_LOAD = 1,   /**< load the model of the INI (reload it if loaded) */
+    HPS_MODEL_UNLOAD = 2, /**< unload it: its memory is freed */
+} hps_model_op_t;
+
+/**
+ * A model's state as the repository index shows it (Triton's
+ * ModelReadyState names: READY, UNAVAILABLE, LOADING, UNLOADING).
+ */
+typedef enum hps_model_state {
+    HPS_MODEL_READY = 0,       /**< loaded and served */
+    HPS_MODEL_UNAVAILABLE = 1, /**< loaded, but not served now (no segment or coordinator) */
+    HPS_MODEL_LOADING = 2,     /**< a load is waiting or in progress */
+    HPS_MODEL_UNLOADING = 3,   /**< an unload is waiting or in progress */
+    HPS_MODEL_UNLOADED = 4,    /**< not loaded (explicit mode): unloaded, or never loaded */
+} hps_model_state_t;
+
 /** Prefix of every table tag, topic and database name (HugeCTR v24.06). */
 #define HPS_TABLE_TAG_PREFIX "hps_et"
 

@@ -30,7 +30,7 @@
  *     (the /v2/cudasharedmemory endpoints answer 501 unless
  *      opts.cuda_shared_memory in a build with CUDA)
  *     POST /v2/repository/index                  the models, version, state
- *     POST /v2/repository/models/{m}/(load|unload)  503: model control mode none
+ *     POST /v2/repository/models/{m}/(load|unload)  explicit model control (503 in mode none)
  *     POST /v2/repository/{repo}/...             501
  *
  * System shared memory (Triton's extension, advertised as
@@ -321,6 +321,38 @@ typedef struct hps_kserve_backend {
      * it has).  Must be cheap and never block.
      */
     bool (*ready)(void *ctx);
+
+    /**
+     * @brief Optional (NULL = every model is loaded): whether model mi is
+     *        loaded (explicit model control unloads models).  A model that
+     *        is not gets Triton's answer for a model without versions (400
+     *        "Request for unknown model: 'x' has no available versions") on
+     *        inference, metadata, config and ready.  Must be cheap and never
+     *        block (it runs for every request).
+     */
+    bool (*model_loaded)(void *ctx, size_t mi);
+
+    /**
+     * @brief Optional (NULL = READY while ready(), else UNAVAILABLE): model
+     *        mi's state for the repository index.  *ret_served = whether it
+     *        was ever loaded while this server ran (else Triton lists it by
+     *        name only).  Must not block for long.
+     */
+    hps_model_state_t (*model_state)(void *ctx, size_t mi, bool *ret_served);
+
+    /**
+     * @brief Optional (NULL = model control mode none: load and unload get
+     *        Triton's 503 refusal): load or unload a model, blocking until
+     *        it serves or failed.  Runs on the lookup pool, never on an
+     *        event-loop thread.
+     * @param[in]  model  the model's name, host string (maybe one that is
+     *                    not in the registry: added to the INI later).
+     * @param[out] msg    why, on failure (NUL-terminated, len bytes).
+     * @return 0 (answered 200); HPS_EIO (refused or failed: 400 with msg);
+     *         HPS_EBUSY, HPS_EAGAIN, HPS_ETIMEDOUT (503 with msg).
+     */
+    hps_err_t (*model_control)(void *ctx, hps_model_op_t op, const char *model, char *msg,
+                               size_t len);
 
     /**
      * @brief Append the backend's own metric families (nv_hps_*) in the

@@ -12,6 +12,7 @@
 #define HPS_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef enum hps_log_level {
     HPS_LOG_ERROR = 0,
@@ -28,6 +29,17 @@ hps_log_level_t hps_log_level(void);
 
 /** @brief Log one line at level (dropped when above the configured level). Thread-safe. */
 __attribute__((format(printf, 2, 3))) void hps_log(hps_log_level_t level, const char *fmt, ...);
+
+/**
+ * @brief Keep the calling thread's next ERROR message (without the line's
+ *        time and program prefix) in buf, as well as logging it: the first
+ *        one after this call, NUL-terminated, truncated to len - 1 bytes.
+ *        buf is set to "" now.  hps_log_capture(NULL, 0) stops it.  For
+ *        answers that must say why (hps-coordinator's model control).
+ * @param[out] buf  Host buffer of len bytes, owned by the caller; must
+ *                  outlive the capture.
+ */
+void hps_log_capture(char *buf, size_t len);
 
 #define HPS_ERROR(...) hps_log(HPS_LOG_ERROR, __VA_ARGS__)
 #define HPS_WARN(...)  hps_log(HPS_LOG_WARN, __VA_ARGS__)

@@ -12,9 +12,17 @@
  * value).  Its rows are split over num_partitions partitions by HugeCTR's
  * rule partition = rrxmrrxmsx_0((uint64)key) % num_partitions.  Each
  * partition is an open-addressing hash table of 64-byte buckets of seven
- * slots (key array) beside a dense value array: a row costs dim * 4 bytes of
- * value plus about 9 bytes of key and bucket header, divided by the load
- * factor (at most 0.92).
+ * slots (key array) beside a dense value array: a row costs its stored
+ * bytes (hps_dtype_row_bytes() of the table's storage type, rounded up to a
+ * multiple of 4) plus about 9 bytes of key and bucket header, divided by the
+ * load factor (at most 0.92).
+ *
+ * Storage types.  A table stores its rows as fp32 (the default), fp16, bf16
+ * or int8 (include/hps/dtype.h), fixed at creation.  The API speaks fp32
+ * only: upserts encode each row once, every read (lookup, iterate) decodes
+ * it, with exactly the conversions of hps_dtype_encode()/hps_dtype_decode(),
+ * so a row read back equals hps_dtype_decode(hps_dtype_encode(row)) bit for
+ * bit.
  *
  * Concurrency.
  *  - Readers (hps_shmdb_lookup, hps_shmdb_iterate, hps_shmdb_size) take no
@@ -47,6 +55,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "hps/dtype.h"
 #include "hps/hps.h"
 
 #ifdef __cplusplus
@@ -125,6 +134,10 @@ typedef struct hps_table_spec {
     /** The model's version ([model.<name>] version), 0 = none: workers
      *  report the version the segment they serve from holds. */
     uint32_t model_version;
+    /** How rows are stored ([model.<name>] storage_type); HPS_DTYPE_FP32
+     *  (0, what a zero-initialized spec gives) keeps them bit for bit.  Part
+     *  of the geometry: an existing table of another type is a mismatch. */
+    hps_dtype_t storage_type;
 } hps_table_spec_t;
 
 /** Counters and geometry of one partition (a snapshot). */
@@ -148,17 +161,20 @@ typedef struct hps_table_info {
     uint64_t overflow_margin;
     hps_overflow_policy_t overflow_policy;
     double overflow_resolution_target;
-    uint64_t rows;          /**< sum over partitions */
-    uint64_t source_rows;   /**< rows of the model files (hps_table_spec_t), 0 = unknown */
-    uint32_t model_version; /**< hps_table_spec_t.model_version */
-    uint64_t capacity;      /**< slots, sum over partitions */
-    uint64_t bytes;         /**< segment bytes held by the table's blocks */
-    uint64_t lookups;       /**< keys looked up */
-    uint64_t hits;          /**< keys found */
-    uint64_t inserts;       /**< rows inserted (new keys) */
-    uint64_t updates;       /**< rows overwritten (existing keys) */
-    uint64_t evictions;     /**< rows evicted by overflow handling */
-    uint64_t erased;        /**< rows erased on request */
+    uint64_t rows;            /**< sum over partitions */
+    uint64_t source_rows;     /**< rows of the model files (hps_table_spec_t), 0 = unknown */
+    uint32_t model_version;   /**< hps_table_spec_t.model_version */
+    hps_dtype_t storage_type; /**< hps_table_spec_t.storage_type */
+    uint32_t row_bytes;  /**< bytes of one stored row: hps_dtype_row_bytes(storage_type, dim) */
+    uint32_t slot_bytes; /**< bytes a row takes in the segment: row_bytes rounded up to 4 */
+    uint64_t capacity;   /**< slots, sum over partitions */
+    uint64_t bytes;      /**< segment bytes held by the table's blocks */
+    uint64_t lookups;    /**< keys looked up */
+    uint64_t hits;       /**< keys found */
+    uint64_t inserts;    /**< rows inserted (new keys) */
+    uint64_t updates;    /**< rows overwritten (existing keys) */
+    uint64_t evictions;  /**< rows evicted by overflow handling */
+    uint64_t erased;     /**< rows erased on request */
 } hps_table_info_t;
 
 /**
@@ -294,6 +310,112 @@ hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret);
  */
 hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state);
 
+/* ---- Model control requests (Triton's explicit mode) ------------------- */
+
+/** Slots for model control requests in a segment; more at once get HPS_EBUSY. */
+#define HPS_SHMDB_CTL_SLOTS 8
+/** Bytes of a control answer's message, NUL included. */
+#define HPS_SHMDB_CTL_MSG_MAX 512
+
+/** A control request's state in its slot. */
+typedef enum hps_ctl_state {
+    HPS_CTL_FREE = 0,    /**< slot unused */
+    HPS_CTL_CLAIMED = 1, /**< a requester is filling it in */
+    HPS_CTL_PENDING = 2, /**< waiting for the coordinator */
+    HPS_CTL_TAKEN = 3,   /**< the coordinator works on it (it may build a new segment) */
+    HPS_CTL_DONE = 4,    /**< done; message says what happened */
+    HPS_CTL_FAILED = 5,  /**< refused or failed; message says why */
+} hps_ctl_state_t;
+
+/** A request as the coordinator takes it (hps_shmdb_ctl_take). */
+typedef struct hps_ctl_request {
+    uint64_t id;
+    hps_model_op_t op;
+    char model[HPS_SHMDB_NAME_MAX + 1];
+} hps_ctl_request_t;
+
+/**
+ * @brief Ask the segment's coordinator to load or unload a model: a free
+ *        slot is claimed (CAS), filled in and made PENDING.  Any process,
+ *        any thread; lock-free.
+ * @param[in] db     The segment the requester serves from.
+ * @param[in] op     HPS_MODEL_LOAD or HPS_MODEL_UNLOAD.
+ * @param[in] model  Model name, 1..HPS_SHMDB_NAME_MAX bytes, host string.
+ * @param[in] id     The request's id, nonzero, unique on the host (the
+ *                   requester's choice, e.g. pid and clock); it follows
+ *                   the request into a new segment.
+ * @return 0; HPS_EINVAL (bad op, name or id 0); HPS_EBUSY (every slot in use).
+ */
+hps_err_t hps_shmdb_ctl_submit(hps_shmdb_t *db, hps_model_op_t op, const char *model, uint64_t id);
+
+/**
+ * @brief The state of request id in db: its slot (CLAIMED .. FAILED), else
+ *        the request the segment was built for (DONE or FAILED).
+ *        Lock-free, any process.
+ * @param[out] ret_state  Its state.
+ * @param[out] msg        The answer's message for DONE / FAILED (else ""),
+ *                        NUL-terminated, at most len bytes; may be NULL.
+ * @return 0; HPS_ENOTFOUND (no trace of id in this segment).
+ */
+hps_err_t hps_shmdb_ctl_status(hps_shmdb_t *db, uint64_t id, hps_ctl_state_t *ret_state, char *msg,
+                               size_t len);
+
+/** @brief Free the slot of request id once answered (DONE / FAILED); no-op
+ *         otherwise.  The requester calls it after reading the answer. */
+void hps_shmdb_ctl_release(hps_shmdb_t *db, uint64_t id);
+
+/**
+ * @brief Whether a request for model is waiting or being worked on
+ *        (PENDING or TAKEN), and which (*ret_op, may be NULL).  For
+ *        Triton's LOADING / UNLOADING states.  Lock-free.
+ */
+bool hps_shmdb_ctl_busy(hps_shmdb_t *db, const char *model, hps_model_op_t *ret_op);
+
+/**
+ * @brief The coordinator takes the oldest PENDING request (it becomes
+ *        TAKEN).  Only the segment's coordinator calls it.
+ * @return 0 (*ret filled); HPS_ENOTFOUND (none pending).
+ */
+hps_err_t hps_shmdb_ctl_take(hps_shmdb_t *db, hps_ctl_request_t *ret);
+
+/**
+ * @brief Answer request id (TAKEN or PENDING in db): DONE if ok, else
+ *        FAILED, with msg (truncated to HPS_SHMDB_CTL_MSG_MAX - 1 bytes).
+ * @return 0; HPS_ENOTFOUND (no such request waiting in db).
+ */
+hps_err_t hps_shmdb_ctl_answer(hps_shmdb_t *db, uint64_t id, bool ok, const char *msg);
+
+/**
+ * @brief Record in a new segment, before it is published, the answer to
+ *        the request it was built for (hps_shmdb_ctl_status finds it
+ *        there).  Coordinator only.  Returns 0.
+ */
+hps_err_t hps_shmdb_ctl_set_result(hps_shmdb_t *db, uint64_t id, bool ok, const char *msg);
+
+/**
+ * @brief Copy the requests of the serving segment into a new one before it
+ *        is published, so that none is lost with the old segment: those
+ *        still PENDING (the new coordinator takes them after publishing),
+ *        and the answers not yet read (answered slots and the old
+ *        segment's result record, as answered slots).  Coordinator only.
+ *        Returns how many were copied (as many as free slots allow).
+ */
+size_t hps_shmdb_ctl_carry(hps_shmdb_t *from, hps_shmdb_t *to);
+
+/**
+ * @brief A coordinator starting on a segment answers FAILED, with msg, the
+ *        requests a previous coordinator took (TAKEN) and never answered
+ *        (it was killed while working on them).  Returns how many.
+ */
+size_t hps_shmdb_ctl_abandon(hps_shmdb_t *db, const char *msg);
+
+/**
+ * @brief Free answered slots older than max_age_ns (their requester died
+ *        or forgot them) and slots CLAIMED for over 10 s (a requester died
+ *        while filling one).  Coordinator only.  Returns how many.
+ */
+size_t hps_shmdb_ctl_reap(hps_shmdb_t *db, uint64_t max_age_ns);
+
 /**
  * @brief Number of live rows in the process table (liveness locks held)
  *        other than the calling process's (for HugeCTR's
@@ -364,12 +486,15 @@ hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n
 
 /**
  * @brief Create a table, or open it if it exists with the same dim,
- *        key_bytes and num_partitions.
+ *        key_bytes, num_partitions and storage_type.
  * @param[in]  spec    The table (copied; its strings need not outlive the call).
+ *                     spec->storage_type fixes how every row is stored for
+ *                     the table's life (its descriptor in the segment).
  * @param[out] ret_id  Table id, stable for the segment's life.
  * @return 0; HPS_EINVAL for a bad name, dim 0 or > HPS_SHMDB_MAX_DIM, key
  *         width other than 4 or 8, partitions outside 1..256, target outside
- *         (0, 1]; HPS_EMISMATCH if the table exists with another geometry;
+ *         (0, 1], a storage_type that is no hps_dtype_t; HPS_EMISMATCH if the
+ *         table exists with another geometry (storage type included);
  *         HPS_EFULL if the segment already has HPS_SHMDB_MAX_TABLES tables;
  *         HPS_ENOSPC if the first blocks do not fit the segment, -ENOSPC if
  *         /dev/shm has no room to commit them.
@@ -410,10 +535,12 @@ hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_i
  * @param[in]  n       Number of keys.
  * @param[in]  keys    (n) keys in host memory: int64 for key_bytes 8,
  *                     uint32 for key_bytes 4.  Duplicates allowed.
- * @param[out] values  (n, dim) float32, host memory, row-major, input order.
- *                     Rows of missing keys are filled with the table's
- *                     default value (every element), so the output is
- *                     always fully written and never holds a torn row.
+ * @param[out] values  (n, dim) float32, host memory, 4-byte aligned,
+ *                     row-major, input order.  Rows of found keys are
+ *                     decoded from the table's storage type (identity for
+ *                     fp32).  Rows of missing keys are filled with the
+ *                     table's default value (every element), so the output
+ *                     is always fully written and never holds a torn row.
  * @param[out] found   (n) uint8, 1 = found, 0 = missing; may be NULL.
  * @param[out] ret_hits Number of keys found; may be NULL.
  * @return 0; HPS_ENOTFOUND for a bad table id.  Never blocks on a writer; a
@@ -428,9 +555,13 @@ hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
  * @brief Batch insert-or-update (upsert).
  * @param[in] n       Number of rows.
  * @param[in] keys    (n) keys, host memory, width as in lookup.
- * @param[in] values  (n, dim) float32, host memory, row-major.
+ * @param[in] values  (n, dim) float32, host memory, 4-byte aligned,
+ *                    row-major; each row is encoded into the table's
+ *                    storage type (hps_dtype_encode()) before it is written.
  * @param[out] ret_inserted  New keys inserted (others were updated); may be NULL.
- * @return 0; HPS_ENOTFOUND for a bad table id.  When a partition reaches its
+ * @return 0; HPS_ENOTFOUND for a bad table id; -ENOMEM if the encoding
+ *         buffer of a non-fp32 table cannot be allocated (those partitions'
+ *         rows are not written).  When a partition reaches its
  *         overflow_margin, or cannot grow because the segment is full, rows
  *         are evicted by the table's overflow_policy down to
  *         margin * overflow_resolution_target before inserting; the call
@@ -460,7 +591,8 @@ hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows);
 
 /**
  * Row visitor for hps_shmdb_iterate().  key is zero-extended for 32-bit
- * tables; value points to (dim) floats valid only during the call.
+ * tables; value points to (dim) floats (decoded from the table's storage
+ * type; host memory) valid only during the call.
  * Return 0 to go on, anything else to stop (returned by iterate).
  */
 typedef int (*hps_shmdb_row_fn)(void *ctx, uint64_t key, const float *value);
@@ -470,10 +602,31 @@ typedef int (*hps_shmdb_row_fn)(void *ctx, uint64_t key, const float *value);
  * is walked under its writer lock (repairing it first if its last holder
  * died), so every row is seen exactly once and consistent; writers to that
  * partition wait meanwhile (keep fn short), readers never do.
- * @return 0; HPS_ENOTFOUND; -errno if a lock cannot be taken; or the
- *         visitor's non-zero return.
+ * @return 0; HPS_ENOTFOUND; -errno if a lock cannot be taken; -ENOMEM (no
+ *         decoding buffer); or the visitor's non-zero return.
  */
 hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, void *ctx);
+
+/**
+ * @brief Read one row as it is stored (in the table's storage type, not
+ *        decoded), lock-free, for tools that show the stored value.
+ * @param[in]  id         Table id.
+ * @param[in]  key        The key: an int64 key's bits, or a 32-bit key
+ *                        zero-extended (above UINT32_MAX: not found).
+ * @param[out] out        Host memory, any alignment, at least
+ *                        hps_table_info_t.row_bytes bytes; receives the
+ *                        stored row in the layout of include/hps/dtype.h
+ *                        (row_bytes bytes) only when the key is found.
+ * @param[in]  out_len    Bytes available at out.
+ * @param[out] ret_found  true when the key is present (a key whose bucket
+ *                        stays busy through the retry budget reads as
+ *                        absent, as in hps_shmdb_lookup()).
+ * @return 0; HPS_ENOTFOUND for a bad table id; HPS_EINVAL for out or
+ *         ret_found NULL or out_len < row_bytes; -ENOMEM.  Thread- and
+ *         process-safe; touches no counter and no access stamp.
+ */
+hps_err_t hps_shmdb_lookup_stored(hps_shmdb_t *db, uint32_t id, uint64_t key, void *out,
+                                  size_t out_len, bool *ret_found);
 
 /**
  * Problem reporter for hps_shmdb_check(): one call per inconsistency found.
@@ -879,10 +1032,24 @@ hps_err_t hps_shmdb_gcache_publish(hps_shmdb_t *db, uint32_t index, uint64_t gen
 hps_err_t hps_shmdb_gcache_get(hps_shmdb_t *db, uint32_t index, hps_gcache_reg_t *ret);
 
 /**
- * @brief Bytes of segment memory a table with this geometry needs per slot
- *        (key, bucket header, value, access stamp), for sizing and reports.
+ * @brief Bytes of segment memory an fp32 table with this geometry needs per
+ *        slot (key, bucket header, value, access stamp), for sizing and
+ *        reports: hps_shmdb_bytes_per_slot_of(dim, policy, HPS_DTYPE_FP32).
  */
 double hps_shmdb_bytes_per_slot(uint32_t dim, hps_overflow_policy_t policy);
+
+/**
+ * @brief Bytes of segment memory per slot of a table of dim elements
+ *        stored as dtype (key, bucket header, row id, stored value rounded
+ *        up to 4 bytes, access stamp), counting a row in a row page for
+ *        every slot; the layout is the one hps_shmdb_table_create() picks.
+ * @param[in] dim     1 .. HPS_SHMDB_MAX_DIM.
+ * @param[in] policy  The overflow policy (access stamps for LRU and LFU).
+ * @param[in] dtype   The storage type.
+ * @return The bytes (a fraction: bucket headers are shared by 7 slots);
+ *         0.0 for dim 0 or a dtype that is no type.  Pure; thread-safe.
+ */
+double hps_shmdb_bytes_per_slot_of(uint32_t dim, hps_overflow_policy_t policy, hps_dtype_t dtype);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,9 @@
  *   hps-conf check FILE
  *   hps-conf show FILE
  *   hps-conf get FILE SECTION.KEY
- *   hps-conf set FILE SECTION.KEY=VALUE
+ *   hps-conf set FILE SECTION.KEY=VALUE...
+ *   hps-conf unset FILE SECTION.KEY...
+ *   hps-conf remove-model FILE NAME
  *   hps-conf doc [--format markdown|man]
  *   hps-conf import FILE.json [--pbtxt CONFIG.pbtxt]... [--strict]
  *
@@ -31,11 +33,25 @@ static const char usage_text[] =
     "                               those the file does not set marked \"; default\"\n"
     "  get FILE SECTION.KEY         print one effective value; a model's keys are\n"
     "                               model.<name>.KEY\n"
-    "  set FILE SECTION.KEY=VALUE   change one key in place: comments, blank lines and\n"
+    "  set FILE SECTION.KEY=VALUE...\n"
+    "                               change keys in place: comments, blank lines and\n"
     "                               order are kept, a missing key is added at the end of\n"
     "                               its section, a missing section at the end of FILE;\n"
-    "                               the result is validated first, then written\n"
-    "                               atomically (same permissions)\n"
+    "                               all assignments are applied (in order), then the\n"
+    "                               result is validated once and written atomically\n"
+    "                               (same permissions); nothing is written if it is\n"
+    "                               invalid.  A new model is several assignments to\n"
+    "                               model.<name>.KEY, at least its required keys (see\n"
+    "                               Examples)\n"
+    "  unset FILE SECTION.KEY...    remove keys' lines (with their continuation lines),\n"
+    "                               so that they take their defaults; a key FILE does\n"
+    "                               not set is an error (2); validated and written as\n"
+    "                               set (removing a required key is refused)\n"
+    "  remove-model FILE NAME       remove the section [model.NAME]: its header, its\n"
+    "                               lines up to the next section and the comment lines\n"
+    "                               directly above its header; a comment block directly\n"
+    "                               above the next section's header stays with that\n"
+    "                               section; validated and written as set\n"
     "  doc [--format markdown|man]  print the reference of every key: markdown\n"
     "                               (docs/configuration.md), or the manual page\n"
     "                               hps.ini(5) in roff\n"
@@ -53,11 +69,20 @@ static const char usage_text[] =
     "  -h, --help                   show this help and exit\n"
     "  --version                    show the version and exit\n"
     "\n"
+    "Examples:\n"
+    "  Add the model n (its three required keys) in one edit, then remove it:\n"
+    "\n"
+    "    hps-conf set hps.ini model.n.sparse_files=/m/n/0,/m/n/1 \\\n"
+    "        model.n.embedding_vecsize_per_table=16,8 \\\n"
+    "        model.n.maxnum_catfeature_query_per_table_per_sample=2,1\n"
+    "    hps-conf remove-model hps.ini n\n"
+    "\n"
     "Exit status:\n"
     "  0  success (check: the file is valid; import: the INI was written, warnings\n"
     "     may have been printed on stderr)\n"
     "  1  the configuration is invalid, or a file cannot be read or written\n"
-    "  2  usage error: bad command line, or an unknown section or key; import: an\n"
+    "  2  usage error: bad command line, or an unknown section or key (unset: a\n"
+    "     key the file does not set; remove-model: a model the file lacks); import: an\n"
     "     input that cannot be imported (not JSON or protobuf text, a missing required\n"
     "     key, a value of the wrong type or out of range, named with its file and key)\n"
     "  3  import --strict: warnings were printed, nothing was written\n";
@@ -138,18 +163,60 @@ static int cmd_get(const char *path, const char *key)
     return st;
 }
 
-static int cmd_set(const char *path, const char *assignment)
+/* set FILE A=V...: argv holds the assignments (argc of them). */
+static int cmd_set(const char *path, int argc, char **argv)
 {
     char err[1024];
-    const char *eq = strchr(assignment, '=');
+    hps_conf_edit_t *edits = calloc((size_t)argc, sizeof(*edits));
+    int st = edits ? EXIT_OK : failed(-ENOMEM, "");
 
-    if (!eq || eq == assignment)
-        return usage_error("set needs SECTION.KEY=VALUE, got \"%s\"", assignment);
-    char *key = strndup(assignment, (size_t)(eq - assignment));
-    if (!key)
+    for (int i = 0; i < argc && st == EXIT_OK; i++) {
+        const char *eq = strchr(argv[i], '=');
+        if (!eq || eq == argv[i]) {
+            st = usage_error("set needs SECTION.KEY=VALUE, got \"%s\"", argv[i]);
+            break;
+        }
+        edits[i].key = strndup(argv[i], (size_t)(eq - argv[i]));
+        edits[i].value = eq + 1;
+        if (!edits[i].key)
+            st = failed(-ENOMEM, "");
+    }
+    if (st == EXIT_OK) {
+        hps_err_t rc = hps_conf_edit_file(path, edits, (size_t)argc, err, sizeof(err));
+        st = rc ? failed(rc, err) : EXIT_OK;
+    }
+    for (int i = 0; edits && i < argc; i++)
+        free((char *)edits[i].key);
+    free(edits);
+    return st;
+}
+
+/* unset FILE KEY...: argv holds the keys (argc of them). */
+static int cmd_unset(const char *path, int argc, char **argv)
+{
+    char err[1024];
+    hps_conf_edit_t *edits = calloc((size_t)argc, sizeof(*edits));
+
+    if (!edits)
         return failed(-ENOMEM, "");
-    hps_err_t rc = hps_conf_set_file(path, key, eq + 1, err, sizeof(err));
-    free(key);
+    for (int i = 0; i < argc; i++)
+        edits[i] = (hps_conf_edit_t){argv[i], NULL};
+    hps_err_t rc = hps_conf_edit_file(path, edits, (size_t)argc, err, sizeof(err));
+    free(edits);
+    return rc ? failed(rc, err) : EXIT_OK;
+}
+
+static int cmd_remove_model(const char *path, const char *model)
+{
+    char err[1024];
+    size_t n = strlen("model.") + strlen(model) + 1;
+    char *section = malloc(n);
+
+    if (!section)
+        return failed(-ENOMEM, "");
+    snprintf(section, n, "model.%s", model);
+    hps_err_t rc = hps_conf_remove_section_file(path, section, err, sizeof(err));
+    free(section);
     return rc ? failed(rc, err) : EXIT_OK;
 }
 
@@ -233,17 +300,22 @@ static int cmd_import(int argc, char **argv)
     return st;
 }
 
-/* Number of operands each command takes (-2: doc, which parses its own). */
-static int operands(const char *cmd)
+/* Operands each command takes: at least min, at most max (-1: any number);
+ * min -2: doc, which parses its own; -1: not a command. */
+static int operands(const char *cmd, int *ret_max)
 {
     static const struct {
         const char *name;
-        int n;
-    } cmds[] = {{"check", 1}, {"show", 1}, {"get", 2}, {"set", 2}, {"doc", -2}};
+        int min, max;
+    } cmds[] = {{"check", 1, 1},  {"show", 1, 1},         {"get", 2, 2},  {"set", 2, -1},
+                {"unset", 2, -1}, {"remove-model", 2, 2}, {"doc", -2, -2}};
 
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-        if (strcmp(cmd, cmds[i].name) == 0)
-            return cmds[i].n;
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (strcmp(cmd, cmds[i].name) == 0) {
+            *ret_max = cmds[i].max;
+            return cmds[i].min;
+        }
+    }
     return -1;
 }
 
@@ -262,12 +334,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "import") == 0)
         return cmd_import(argc - 2, argv + 2);
-    int n = operands(cmd);
+    int max, n = operands(cmd, &max);
     if (n == -1)
         return usage_error("unknown command \"%s\"", cmd);
     if (n == -2)
         return cmd_doc(argc - 2, argv + 2);
-    if (argc - 2 != n)
+    if (argc - 2 < n || (max >= 0 && argc - 2 > max))
         return usage_error("wrong number of arguments for \"%s\"", cmd);
     if (strcmp(cmd, "check") == 0)
         return cmd_check(argv[2]);
@@ -276,6 +348,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "get") == 0)
         return cmd_get(argv[2], argv[3]);
     if (strcmp(cmd, "set") == 0)
-        return cmd_set(argv[2], argv[3]);
+        return cmd_set(argv[2], argc - 3, argv + 3);
+    if (strcmp(cmd, "unset") == 0)
+        return cmd_unset(argv[2], argc - 3, argv + 3);
+    if (strcmp(cmd, "remove-model") == 0)
+        return cmd_remove_model(argv[2], argv[3]);
     return usage_error("unknown command \"%s\"", cmd);
 }

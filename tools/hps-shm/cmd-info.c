@@ -142,6 +142,8 @@ static void table_json_geometry(json_object *o, const hps_table_info_t *ti)
     hps__tool_jset(o, "model_version", json_object_new_int64(ti->model_version));
     hps__tool_jset(o, "dim", json_object_new_int64(ti->dim));
     hps__tool_jset(o, "key_bytes", json_object_new_int64(ti->key_bytes));
+    hps__tool_jset(o, "storage_type", json_object_new_string(hps_dtype_name(ti->storage_type)));
+    hps__tool_jset(o, "row_bytes", json_object_new_int64(ti->row_bytes));
     hps__tool_jset(o, "default_value", hps__tool_json_float(ti->default_value));
     hps__tool_jset(o, "num_partitions", json_object_new_int64(ti->num_partitions));
     hps__tool_jset(o, "overflow_margin", bounded ? hps__tool_json_u64(ti->overflow_margin) : NULL);
@@ -160,7 +162,8 @@ static void table_json_counters(json_object *o, const hps_table_info_t *ti)
     hps__tool_jset(o, "bytes_per_row",
                    ti->rows ? hps__tool_json_double((double)ti->bytes / (double)ti->rows) : NULL);
     hps__tool_jset(o, "bytes_per_slot",
-                   hps__tool_json_double(hps_shmdb_bytes_per_slot(ti->dim, ti->overflow_policy)));
+                   hps__tool_json_double(hps_shmdb_bytes_per_slot_of(ti->dim, ti->overflow_policy,
+                                                                     ti->storage_type)));
     hps__tool_jset(o, "lookups", hps__tool_json_u64(ti->lookups));
     hps__tool_jset(o, "hits", hps__tool_json_u64(ti->hits));
     hps__tool_jset(o, "hit_rate",
@@ -248,6 +251,7 @@ static void table_text_geometry(const hps_table_info_t *ti)
     printf("\ntable %s/%s (id %u)\n", ti->model, ti->table, ti->id);
     printf("  dim %u, keys %s (%u bytes), default %.9g\n", ti->dim,
            ti->key_bytes == 4 ? "uint32" : "int64", ti->key_bytes, (double)ti->default_value);
+    printf("  storage %s, %u bytes/row stored\n", hps_dtype_name(ti->storage_type), ti->row_bytes);
     printf("  partitions %u, overflow ", ti->num_partitions);
     if (ti->overflow_margin == UINT64_MAX)
         printf("margin unbounded");
@@ -268,7 +272,8 @@ static void table_text_counters(const hps_table_info_t *ti)
            (unsigned long long)ti->capacity, hps__tool_fmt_bytes(ti->bytes, b, sizeof b));
     if (ti->rows)
         printf(" (%.1f bytes/row)", (double)ti->bytes / (double)ti->rows);
-    printf(", %.1f bytes/slot\n", hps_shmdb_bytes_per_slot(ti->dim, ti->overflow_policy));
+    printf(", %.1f bytes/slot\n",
+           hps_shmdb_bytes_per_slot_of(ti->dim, ti->overflow_policy, ti->storage_type));
     printf("  lookups %llu, hits %llu", (unsigned long long)ti->lookups,
            (unsigned long long)ti->hits);
     if (ti->lookups)

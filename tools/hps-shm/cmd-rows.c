@@ -4,6 +4,9 @@
  *
  * get uses hps_shmdb_lookup(), so it counts in the table's lookups and hits
  * and refreshes the access stamps of the keys it reads, like any reader.
+ * For a table stored in another type than fp32 it also reads each found
+ * row as stored (hps_shmdb_lookup_stored) and shows those bits beside the
+ * fp32 value, which is then the decoding of exactly those bits.
  *
  * dump walks the table with hps_shmdb_iterate() into two temporary files in
  * DIR, syncs them and renames them to DIR/emb_vector and DIR/key, so a failed
@@ -78,8 +81,47 @@ static int64_t key_at(const hps_table_info_t *ti, const void *keys, size_t i)
     return ti->key_bytes == 4 ? (int64_t)((const uint32_t *)keys)[i] : ((const int64_t *)keys)[i];
 }
 
+/* Rows as stored, for a table of another type than fp32: n rows of
+ * ti->row_bytes, has[i] set where row i was read. */
+typedef struct stored_rows {
+    uint8_t *bytes;
+    uint8_t *has;
+} stored_rows_t;
+
+static uint16_t stored_u16(const uint8_t *row, uint32_t j)
+{
+    uint16_t h;
+    memcpy(&h, row + 2 * (size_t)j, sizeof h);
+    return h;
+}
+
+static float stored_scale(const uint8_t *row, uint32_t *ret_bits)
+{
+    float f;
+    memcpy(&f, row, sizeof f);
+    memcpy(ret_bits, row, sizeof *ret_bits);
+    return f;
+}
+
+/* "  stored fp16: 0x3c00 ..." or "  stored int8: scale S (0xBITS), q Q ..." */
+static void stored_text(const hps_table_info_t *ti, const uint8_t *row)
+{
+    printf("  stored %s:", hps_dtype_name(ti->storage_type));
+    if (ti->storage_type == HPS_DTYPE_INT8) {
+        uint32_t bits;
+        float scale = stored_scale(row, &bits);
+        printf(" scale %.9g (0x%08x), q", (double)scale, bits);
+        for (uint32_t j = 0; j < ti->dim; j++)
+            printf(" %d", (int)(int8_t)row[4 + j]);
+    } else {
+        for (uint32_t j = 0; j < ti->dim; j++)
+            printf(" 0x%04x", stored_u16(row, j));
+    }
+    printf("\n");
+}
+
 static void get_text(const hps_table_info_t *ti, const void *keys, size_t n, const float *values,
-                     const uint8_t *found)
+                     const uint8_t *found, const stored_rows_t *st)
 {
     for (size_t i = 0; i < n; i++) {
         printf("%lld:", (long long)key_at(ti, keys, i));
@@ -90,11 +132,37 @@ static void get_text(const hps_table_info_t *ti, const void *keys, size_t n, con
         for (uint32_t j = 0; j < ti->dim; j++)
             printf(" %.9g", (double)values[i * ti->dim + j]);
         printf("\n");
+        if (st->has && st->has[i])
+            stored_text(ti, st->bytes + i * ti->row_bytes);
     }
 }
 
+/* {"type": "fp16", "bits": [...]} or {"type": "int8", "scale": S,
+ * "scale_bits": B, "q": [...]}. */
+static json_object *stored_json(const hps_table_info_t *ti, const uint8_t *row)
+{
+    json_object *o = json_object_new_object();
+    json_object *arr = json_object_new_array_ext((int)ti->dim);
+
+    hps__tool_jset(o, "type", json_object_new_string(hps_dtype_name(ti->storage_type)));
+    if (ti->storage_type == HPS_DTYPE_INT8) {
+        uint32_t bits;
+        float scale = stored_scale(row, &bits);
+        hps__tool_jset(o, "scale", hps__tool_json_float(scale));
+        hps__tool_jset(o, "scale_bits", json_object_new_int64(bits));
+        for (uint32_t j = 0; j < ti->dim; j++)
+            json_object_array_add(arr, json_object_new_int((int8_t)row[4 + j]));
+        hps__tool_jset(o, "q", arr);
+    } else {
+        for (uint32_t j = 0; j < ti->dim; j++)
+            json_object_array_add(arr, json_object_new_int(stored_u16(row, j)));
+        hps__tool_jset(o, "bits", arr);
+    }
+    return o;
+}
+
 static json_object *get_row_json(const hps_table_info_t *ti, int64_t key, const float *value,
-                                 bool found)
+                                 bool found, const uint8_t *stored)
 {
     json_object *o = json_object_new_object();
     json_object *vec;
@@ -109,11 +177,13 @@ static json_object *get_row_json(const hps_table_info_t *ti, int64_t key, const 
     for (uint32_t j = 0; j < ti->dim; j++)
         json_object_array_add(vec, hps__tool_json_float(value[j]));
     hps__tool_jset(o, "vector", vec);
+    if (stored)
+        hps__tool_jset(o, "stored", stored_json(ti, stored));
     return o;
 }
 
 static int get_json(const hps__tool_t *t, const hps_table_info_t *ti, const void *keys, size_t n,
-                    const float *values, const uint8_t *found)
+                    const float *values, const uint8_t *found, const stored_rows_t *st)
 {
     json_object *root = json_object_new_object();
     json_object *rows = json_object_new_array();
@@ -123,11 +193,39 @@ static int get_json(const hps__tool_t *t, const hps_table_info_t *ti, const void
     hps__tool_jset(root, "table", json_object_new_string(ti->table));
     hps__tool_jset(root, "dim", json_object_new_int64(ti->dim));
     hps__tool_jset(root, "key_bytes", json_object_new_int64(ti->key_bytes));
+    hps__tool_jset(root, "storage_type", json_object_new_string(hps_dtype_name(ti->storage_type)));
     for (size_t i = 0; i < n; i++)
         json_object_array_add(
-            rows, get_row_json(ti, key_at(ti, keys, i), values + i * ti->dim, found[i]));
+            rows, get_row_json(ti, key_at(ti, keys, i), values + i * ti->dim, found[i],
+                               st->has && st->has[i] ? st->bytes + i * ti->row_bytes : NULL));
     hps__tool_jset(root, "rows", rows);
     return hps__tool_emit_json(t, root);
+}
+
+/* Read the found keys' rows as stored into st; the fp32 value shown for a
+ * row read is replaced by the decoding of those very bits, so both lines
+ * agree even if a writer changed the row between the two reads. */
+static int read_stored(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id,
+                       const hps_table_info_t *ti, const void *keys, size_t n, float *values,
+                       const uint8_t *found, stored_rows_t *st)
+{
+    st->bytes = calloc(n, ti->row_bytes);
+    st->has = calloc(n, 1);
+    if (!st->bytes || !st->has)
+        return hps__tool_fail(t, -ENOMEM, NULL, "cannot read %zu stored rows", n);
+    for (size_t i = 0; i < n; i++) {
+        bool has = false;
+        uint8_t *row = st->bytes + i * ti->row_bytes;
+        if (!found[i])
+            continue;
+        hps_err_t err = hps_shmdb_lookup_stored(db, id, (uint64_t)key_at(ti, keys, i), row,
+                                                ti->row_bytes, &has);
+        if (err != 0)
+            return hps__tool_fail(t, err, NULL, "stored row in %s/%s", ti->model, ti->table);
+        if (has && hps_dtype_decode(ti->storage_type, ti->dim, 1, row, values + i * ti->dim) == 0)
+            st->has[i] = 1;
+    }
+    return HPS__TOOL_OK;
 }
 
 static int get_keys(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id, const hps_table_info_t *ti)
@@ -148,12 +246,17 @@ static int get_keys(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id, const hp
         if (err != 0)
             rc = hps__tool_fail(t, err, NULL, "lookup in %s/%s failed", ti->model, ti->table);
     }
+    stored_rows_t st = {NULL, NULL};
+    if (rc == HPS__TOOL_OK && ti->storage_type != HPS_DTYPE_FP32)
+        rc = read_stored(t, db, id, ti, keys, n, values, found, &st);
     if (rc == HPS__TOOL_OK && t->json)
-        rc = get_json(t, ti, keys, n, values, found);
+        rc = get_json(t, ti, keys, n, values, found, &st);
     else if (rc == HPS__TOOL_OK) {
-        get_text(ti, keys, n, values, found);
+        get_text(ti, keys, n, values, found, &st);
         rc = hps__tool_flush(t);
     }
+    free(st.bytes);
+    free(st.has);
     free(found);
     free(values);
     free(keys);

@@ -43,7 +43,9 @@ static bool resolve(hps_client_t *cl)
         for (size_t t = 0; t < m->conf->num_tables; t++)
             ok &= hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
                                        &m->vdb_ids[t]) == 0;
-        m->resolved = ok;
+        atomic_store(&m->resolved, ok);
+        if (ok)
+            atomic_store(&m->served, true);
         all &= ok;
     }
     return all;
@@ -77,6 +79,8 @@ static void reattach(hps_client_t *cl)
          * table, and a request between the switch and a later round would
          * find none (the table defaults for keys in shared memory). */
         atomic_store(&cl->resolved, resolve(cl));
+        atomic_store(&cl->settled, hps_shmdb_coordinator_alive(
+                                       fresh, (uint32_t)cl->conf->hps.worker_timeout_ms, true));
         if (old)
             hps__client_gpu_switched(cl); /* cached rows may be another version's */
     }
@@ -94,20 +98,24 @@ static void maint_round(hps_client_t *cl, bool *was_alive)
     reattach(cl);
     if (!cl->db)
         return;
-    if (!atomic_load(&cl->resolved)) {
+    bool alive =
+        hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true);
+    /* Tables appear while a coordinator loads into this segment; once it
+     * serves, those still missing are not loaded (until the next switch). */
+    if (!atomic_load(&cl->resolved) && !atomic_load(&cl->settled)) {
         pthread_rwlock_wrlock(&cl->seg_lock);
         bool all = resolve(cl);
         pthread_rwlock_unlock(&cl->seg_lock);
         if (all) {
             atomic_store(&cl->resolved, true);
             HPS_INFO("all tables of %zu models found in the volatile DB", cl->num_models);
+        } else if (alive) {
+            atomic_store(&cl->settled, true);
         }
     }
     hps_shmdb_proc_heartbeat(cl->db);
-    bool alive =
-        hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true);
     atomic_store(&cl->coord_alive, alive);
-    bool ready = alive && atomic_load(&cl->resolved);
+    bool ready = alive && hps__client_models_known(cl);
     if (ready != *was_alive)
         hps_log(ready ? HPS_LOG_INFO : HPS_LOG_WARN, "%s",
                 ready ? "coordinator serving and tables found: ready"

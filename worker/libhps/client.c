@@ -166,7 +166,7 @@ bool hps_client_coordinator_alive(hps_client_t *cl)
 
 bool hps_client_ready(hps_client_t *cl)
 {
-    return cl->db && atomic_load(&cl->resolved) && atomic_load(&cl->coord_alive) &&
+    return cl->db && hps__client_models_known(cl) && atomic_load(&cl->coord_alive) &&
            hps__client_gpu_ready(cl);
 }
 
@@ -441,6 +441,10 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
     if (!keys || !out)
         return hps__client_fail(HPS_EINVAL, "NULL %s", keys ? "output" : "keys");
     pthread_rwlock_rdlock(&cl->seg_lock);
+    if (!atomic_load(&m->resolved) && cl->db && hps__client_models_known(cl)) {
+        pthread_rwlock_unlock(&cl->seg_lock); /* explicit model control: not loaded */
+        return hps__client_fail(HPS_ENOTFOUND, "model %s is not loaded", m->conf->name);
+    }
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
                        nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0);
     pthread_rwlock_unlock(&cl->seg_lock);

@@ -394,10 +394,14 @@ void hps__client_gpu_switched(hps_client_t *cl)
     struct client_gpu *g = cl->gpu;
     for (size_t mi = 0; g && mi < cl->num_models; mi++) {
         gmodel_t *gm = &g->models[mi];
-        if (!gm->tables || !atomic_load(&gm->active))
-            continue; /* never built (or being built: it reads the new segment) */
-        atomic_store_explicit(&gm->active, false, memory_order_release);
-        atomic_store(&gm->stale, true);
+        if (!gm->tables)
+            continue;
+        if (atomic_load(&gm->active)) {
+            atomic_store_explicit(&gm->active, false, memory_order_release);
+            atomic_store(&gm->stale, true);
+        } else if (atomic_load(&cl->models[mi].resolved)) {
+            atomic_store(&gm->stale, true); /* loaded now (explicit model control): build it */
+        }
     }
     if (g) {
         pthread_mutex_lock(&g->mu);
@@ -460,7 +464,8 @@ static void rebuild_stale(struct client_gpu *g, gctx_t *c)
             table_drop(&gm->tables[t]);
         gm->gen++;
         atomic_store(&gm->stale, false);
-        build_model(g, c, mi);
+        if (atomic_load(&cl->models[mi].resolved)) /* else unloaded: its memory is back */
+            build_model(g, c, mi);
     }
     g->upd_db = cl->db; /* the new caches follow the new segment's logs from their build */
     pthread_rwlock_unlock(&cl->seg_lock);
@@ -468,7 +473,7 @@ static void rebuild_stale(struct client_gpu *g, gctx_t *c)
 
 static bool can_build(hps_client_t *cl)
 {
-    return cl->db && atomic_load(&cl->resolved) && atomic_load(&cl->coord_alive);
+    return cl->db && hps__client_models_known(cl) && atomic_load(&cl->coord_alive);
 }
 
 static void *gpu_thread(void *arg)
@@ -483,8 +488,8 @@ static void *gpu_thread(void *arg)
         (c = hps__client_ctx_new(g))) {
         pthread_rwlock_rdlock(&cl->seg_lock);
         for (size_t mi = 0; mi < cl->num_models && !atomic_load(&g->stop); mi++)
-            if (g->models[mi].tables)
-                build_model(g, c, mi);
+            if (g->models[mi].tables && atomic_load(&cl->models[mi].resolved))
+                build_model(g, c, mi); /* a model not loaded is built when it is */
         g->upd_db = cl->db;
         pthread_rwlock_unlock(&cl->seg_lock);
         g->upd_last = hps__client_mono();

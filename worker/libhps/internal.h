@@ -31,10 +31,11 @@ typedef struct client_counters {
 
 typedef struct client_model {
     const hps_conf_model_t *conf;
-    uint32_t *dims;    /* (T), immutable after open */
-    float *defaults;   /* (T), immutable after open */
-    uint32_t *vdb_ids; /* (T) table ids in the segment; written under seg_lock (write) */
-    bool resolved;     /* every table found in the segment; seg_lock */
+    uint32_t *dims;        /* (T), immutable after open */
+    float *defaults;       /* (T), immutable after open */
+    uint32_t *vdb_ids;     /* (T) table ids in the segment; written under seg_lock (write) */
+    _Atomic bool resolved; /* every table found in the segment; written under seg_lock (write) */
+    _Atomic bool served;   /* resolved at least once (Triton lists never-loaded models by name) */
     client_counters_t ctr;
 } client_model_t;
 
@@ -54,6 +55,10 @@ struct hps_client {
     ino_t seg_ino;   /* maintenance thread only */
     _Atomic bool coord_alive;
     _Atomic bool resolved; /* every model's tables found */
+    /* The segment was searched while its coordinator served: the models not
+     * found in it are not loaded (explicit model control); cleared by a
+     * switch.  Maintenance thread writes, any thread reads. */
+    _Atomic bool settled;
     client_model_t *models;
     size_t num_models;
     pthread_t maint;
@@ -94,6 +99,15 @@ uint64_t hps__client_now_ns(void);
 /** Record the calling thread's error message (hps_client_last_error); returns rc. */
 hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/** The models of the segment are known: every one found, or (explicit
+ *  model control) the segment searched while its coordinator served. */
+static inline bool hps__client_models_known(const hps_client_t *cl)
+{
+    return atomic_load(&((hps_client_t *)cl)->resolved) ||
+           (cl->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT &&
+            atomic_load(&((hps_client_t *)cl)->settled));
+}
 
 /* ---- attach.c: the maintenance thread -------------------------------------- */
 

@@ -97,6 +97,8 @@ static const struct {
     {"hps.log_level", "info"},
     {"hps.heartbeat_interval_ms", "100"},
     {"hps.worker_timeout_ms", "2000"},
+    {"hps.model_control_mode", "none"}, /* Triton's --model-control-mode default */
+    {"hps.startup_models", ".+"},        /* not a HugeCTR key: every model */
     {"volatile_db.type", "multi_process_hash_map"},
     {"volatile_db.num_partitions", AUTO},
     {"volatile_db.max_batch_size", "65536"},
@@ -186,6 +188,7 @@ static const struct {
     {"model.m.dense_file", ""},
     {"model.m.nonfinite_values", "warn"}, /* not a HugeCTR key */
     {"model.m.duplicate_keys", "warn"},   /* not a HugeCTR key */
+    {"model.m.storage_type", "fp32"},     /* not a HugeCTR key: rows stored as loaded */
 };
 #define NDEFAULTS (sizeof(expected_defaults) / sizeof(expected_defaults[0]))
 

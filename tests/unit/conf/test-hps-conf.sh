@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test-hps-conf.sh -- the hps-conf command line: commands, exit codes (0 ok,
-# 1 invalid, 2 usage), in-place set, golden show and doc.  TAP output.
+# 1 invalid, 2 usage), in-place set (several keys at once: a new model),
+# unset and remove-model, golden show and doc.  TAP output.
 #
 # Usage: test-hps-conf.sh HPS_CONF DATA_DIR DOCS/configuration.md
 set -u
@@ -30,7 +31,7 @@ http_port = 8000
 EOF
 printf '[volatile_db]\noverflow_resolution_target = 1.5\n' >"$TMP/bad.ini"
 
-echo "1..24"
+echo "1..46"
 ok "--help exits 0 and documents the exit codes" \
     bash -c '"$0" --help | grep -q "^  2  usage error"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
@@ -75,5 +76,111 @@ ok "check of a FIFO exits 1 at once" status 1 timeout 10 "$HPS_CONF" check "$TMP
 ok "check of a FIFO names the file and says it is not a regular file" \
     bash -c 'timeout 10 "$0" check "$1" 2>&1 >/dev/null | grep -qxF "hps-conf: cannot read $1: not a regular file (a FIFO)"' \
     "$HPS_CONF" "$TMP/fifo/hps.ini"
+
+# ---- set of several keys (a new model), unset, remove-model -----------------
+M=$TMP/models
+mkdir "$M"
+cat >"$M/hps.ini" <<'EOF'
+; models served here
+
+[hps]
+log_level = info
+
+; the ranking model
+[model.a]
+sparse_files = /m/a/0
+embedding_vecsize_per_table = 8
+maxnum_catfeature_query_per_table_per_sample = 1
+gpucache = false ; no GPU cache
+; end of a
+
+; workers
+[worker]
+http_port = 8000
+EOF
+chmod 0604 "$M/hps.ini"
+cp "$M/hps.ini" "$M/orig.ini"
+ok "--help documents set with several assignments, unset and remove-model" \
+    bash -c '"$0" --help | grep -q "^  set FILE SECTION.KEY=VALUE\.\.\.$" && "$0" --help | grep -q "^  unset FILE SECTION.KEY\.\.\." && "$0" --help | grep -q "^  remove-model FILE NAME"' \
+    "$HPS_CONF"
+ok "set of one key of a new model exits 1 (its required keys are missing)" \
+    status 1 "$HPS_CONF" set "$M/hps.ini" model.n.sparse_files=/m/n/0
+ok "set of an incomplete new model exits 1 and names the missing key" \
+    bash -c '"$0" set "$1" model.n.sparse_files=/m/n/0 model.n.embedding_vecsize_per_table=16 2>&1 | grep -qxF "hps-conf: $1:20: [model.n] maxnum_catfeature_query_per_table_per_sample: missing required key"; [ "${PIPESTATUS[0]}" -eq 1 ]' \
+    "$HPS_CONF" "$M/hps.ini"
+ok "set with one assignment lacking '=' exits 2" \
+    status 2 "$HPS_CONF" set "$M/hps.ini" model.n.sparse_files=/m/n/0 model.n.gpucache
+ok "set with one unknown key among several exits 2" \
+    status 2 "$HPS_CONF" set "$M/hps.ini" model.n.sparse_files=/m/n/0 model.n.nope=1
+ok "unset of a required key exits 1" status 1 "$HPS_CONF" unset "$M/hps.ini" model.a.sparse_files
+ok "unset of an unknown key exits 2" status 2 "$HPS_CONF" unset "$M/hps.ini" hps.nope
+ok "unset of a key the file does not set exits 2 and names it" \
+    bash -c '"$0" unset "$1" hps.heartbeat_interval_ms 2>&1 >/dev/null | grep -qxF "hps-conf: $1: [hps] heartbeat_interval_ms is not set (nothing to remove)"; [ "${PIPESTATUS[0]}" -eq 2 ]' \
+    "$HPS_CONF" "$M/hps.ini"
+ok "remove-model of an unknown model exits 2 and names it" \
+    bash -c '"$0" remove-model "$1" zz 2>&1 >/dev/null | grep -qxF "hps-conf: $1: no section [model.zz] (the models are a)"; [ "${PIPESTATUS[0]}" -eq 2 ]' \
+    "$HPS_CONF" "$M/hps.ini"
+ok "remove-model of a bad model name exits 2" status 2 "$HPS_CONF" remove-model "$M/hps.ini" "a b"
+ok "remove-model without a name exits 2" status 2 "$HPS_CONF" remove-model "$M/hps.ini"
+ok "refused edits left the file byte for byte unchanged" cmp "$M/orig.ini" "$M/hps.ini"
+ok "set of a whole new model and another key exits 0" \
+    status 0 "$HPS_CONF" set "$M/hps.ini" model.n.sparse_files=/m/n/0,/m/n/1 \
+    model.n.embedding_vecsize_per_table=16,4 \
+    model.n.maxnum_catfeature_query_per_table_per_sample=2,1 hps.log_level=warn
+cat >"$M/want-set.ini" <<'EOF'
+; models served here
+
+[hps]
+log_level = warn
+
+; the ranking model
+[model.a]
+sparse_files = /m/a/0
+embedding_vecsize_per_table = 8
+maxnum_catfeature_query_per_table_per_sample = 1
+gpucache = false ; no GPU cache
+; end of a
+
+; workers
+[worker]
+http_port = 8000
+
+[model.n]
+sparse_files = /m/n/0,/m/n/1
+embedding_vecsize_per_table = 16,4
+maxnum_catfeature_query_per_table_per_sample = 2,1
+EOF
+ok "set appended the model section and kept everything else" cmp "$M/want-set.ini" "$M/hps.ini"
+ok "the new model is valid and has its values" \
+    bash -c '"$0" check "$1" && [ "$("$0" get "$1" model.n.embedding_vecsize_per_table)" = "16, 4" ]' \
+    "$HPS_CONF" "$M/hps.ini"
+ok "unset of an optional key exits 0" status 0 "$HPS_CONF" unset "$M/hps.ini" model.a.gpucache
+ok "unset removed the line; the key has its default" \
+    bash -c '! grep -q gpucache "$1" && [ "$("$0" get "$1" model.a.gpucache)" = true ] && grep -qx "; end of a" "$1"' \
+    "$HPS_CONF" "$M/hps.ini"
+ok "remove-model of the first model exits 0" status 0 "$HPS_CONF" remove-model "$M/hps.ini" a
+cat >"$M/want-rm.ini" <<'EOF'
+; models served here
+
+[hps]
+log_level = warn
+
+; workers
+[worker]
+http_port = 8000
+
+[model.n]
+sparse_files = /m/n/0,/m/n/1
+embedding_vecsize_per_table = 16,4
+maxnum_catfeature_query_per_table_per_sample = 2,1
+EOF
+ok "remove-model took its section and comments, kept the next section's comment" \
+    cmp "$M/want-rm.ini" "$M/hps.ini"
+ok "remove-model of the only model exits 0 and leaves a valid file" \
+    bash -c '"$0" remove-model "$1" n && "$0" check "$1" && [ "$(tail -n 1 "$1")" = "http_port = 8000" ] && ! grep -q "^\[model" "$1"' \
+    "$HPS_CONF" "$M/hps.ini"
+ok "the edits kept the mode" bash -c '[ "$(stat -c %a "$0")" = 604 ]' "$M/hps.ini"
+ok "the edits left no temporary file" \
+    bash -c '[ "$(ls -A "$0" | tr "\n" " ")" = "hps.ini orig.ini want-rm.ini want-set.ini " ]' "$M"
 
 [ "$failed" -eq 0 ]

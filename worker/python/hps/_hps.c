@@ -1305,6 +1305,23 @@ static PyObject *client_coordinator_alive(client_object *self, PyObject *unused)
     return PyBool_FromLong(hps_client_coordinator_alive(self->c));
 }
 
+/* A timeout_ms argument: *ret = its value, clamped to UINT32_MAX; -1 with
+ * hps.Error raised when it is not an int or negative. */
+static int timeout_arg(PyObject *o, long long *ret)
+{
+    long long ms = PyLong_AsLongLong(o);
+    if (ms == -1 && PyErr_Occurred()) {
+        wrap_pyerr("timeout_ms");
+        return -1;
+    }
+    if (ms < 0) {
+        raise_fmt(HPS_EINVAL, "timeout_ms must be >= 0");
+        return -1;
+    }
+    *ret = ms > UINT32_MAX ? UINT32_MAX : ms;
+    return 0;
+}
+
 PyDoc_STRVAR(wait_ready_doc,
              "wait_ready(timeout_ms=10000) -> bool\n"
              "\n"
@@ -1322,15 +1339,8 @@ static PyObject *client_wait_ready(client_object *self, PyObject *const *args, P
     if (parse_args("wait_ready", args, nargs, kwnames, names, 1, 0, a) < 0 ||
         client_enter(self) < 0)
         return NULL;
-    if (a[0]) {
-        ms = PyLong_AsLongLong(a[0]);
-        if (ms == -1 && PyErr_Occurred())
-            return wrap_pyerr("timeout_ms");
-        if (ms < 0)
-            return raise_fmt(HPS_EINVAL, "timeout_ms must be >= 0");
-        if (ms > UINT32_MAX)
-            ms = UINT32_MAX;
-    }
+    if (a[0] && timeout_arg(a[0], &ms) < 0)
+        return NULL;
     hps_client_t *c = self->c;
     self->busy++;
     PyThreadState *ts = PyEval_SaveThread();
@@ -1342,6 +1352,67 @@ static PyObject *client_wait_ready(client_object *self, PyObject *const *args, P
     if (rc < 0)
         return raise_c(rc);
     Py_RETURN_TRUE;
+}
+
+PyDoc_STRVAR(load_model_doc,
+             "load_model(model, timeout_ms=600000) -> str\n"
+             "\n"
+             "Load model (a name of the INI's [model.<name>] sections) while the others\n"
+             "serve: Triton's explicit model control ([hps] model_control_mode = explicit).\n"
+             "The coordinator re-reads the INI, checks the model's files and builds a new\n"
+             "segment beside the serving one; returns the coordinator's answer once this\n"
+             "client serves from it (GIL released while waiting).  Loading a loaded model\n"
+             "reloads it (new files or version).  A model added to the INI after this\n"
+             "client opened is loaded for the other processes, not served by this one.\n"
+             "hps.Error: code HPS_EUNSUPPORTED (mode none), HPS_EIO (refused or failed:\n"
+             "the message says why; nothing changed), HPS_ETIMEDOUT, HPS_EBUSY.");
+
+PyDoc_STRVAR(unload_model_doc,
+             "unload_model(model, timeout_ms=600000) -> str\n"
+             "\n"
+             "Unload model (explicit model control): its shared memory, GPU caches and\n"
+             "persistent-DB tables are freed; lookups of it then raise hps.Error\n"
+             "(HPS_ENOTFOUND).  Errors as load_model().");
+
+static PyObject *client_control(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames, hps_model_op_t op)
+{
+    static const char *const names[] = {"model", "timeout_ms"};
+    const char *what = op == HPS_MODEL_LOAD ? "load_model" : "unload_model";
+    PyObject *a[2];
+    long long ms = 600000;
+    char msg[600];
+
+    if (parse_args(what, args, nargs, kwnames, names, 2, 1, a) < 0 || client_enter(self) < 0)
+        return NULL;
+    const char *name = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
+    if (!name)
+        return PyErr_Occurred()
+                   ? wrap_pyerr("model")
+                   : raise_fmt(HPS_EINVAL, "model must be a str, not %s", Py_TYPE(a[0])->tp_name);
+    if (a[1] && timeout_arg(a[1], &ms) < 0)
+        return NULL;
+    hps_client_t *c = self->c;
+    self->busy++;
+    PyThreadState *ts = PyEval_SaveThread();
+    hps_err_t rc = hps_client_model_control(c, op, name, (uint32_t)ms, msg, sizeof(msg));
+    PyEval_RestoreThread(ts);
+    self->busy--;
+    if (rc < 0)
+        return raise_c(rc);
+    return PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+}
+
+static PyObject *client_load_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    return client_control(self, args, nargs, kwnames, HPS_MODEL_LOAD);
+}
+
+static PyObject *client_unload_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    return client_control(self, args, nargs, kwnames, HPS_MODEL_UNLOAD);
 }
 
 PyDoc_STRVAR(close_doc, "close(): leave the segment and the shared GPU caches (waits for calls "
@@ -1416,6 +1487,10 @@ static PyMethodDef client_methods[] = {
      wait_ready_doc},
     {"coordinator_alive", (PyCFunction)client_coordinator_alive, METH_NOARGS,
      coordinator_alive_doc},
+    {"load_model", (PyCFunction)(void (*)(void))client_load_model, METH_FASTCALL | METH_KEYWORDS,
+     load_model_doc},
+    {"unload_model", (PyCFunction)(void (*)(void))client_unload_model,
+     METH_FASTCALL | METH_KEYWORDS, unload_model_doc},
     {"close", (PyCFunction)client_close, METH_NOARGS, close_doc},
     {"__enter__", (PyCFunction)client_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, NULL},

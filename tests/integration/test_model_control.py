@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""
+int-model_control: Triton's explicit model control on hps-worker
+([hps] model_control_mode = explicit; reference/kserve-v2.md section 1.5),
+real coordinator and worker processes, while two workers serve model m
+under a stream of exactly checked lookups:
+
+  (1) start-up: startup_models = ^m$ loads m only; the index lists m READY
+      and the others by name only; n answers Triton's "no available
+      versions" (infer, metadata, ready);
+  (2) load n through worker 0: 200 once n serves, n's vectors exact on both
+      workers, READY in both indexes; the segment's used bytes grew;
+  (3) unload n through worker 1: 200, n UNAVAILABLE "unloaded", inference
+      refused, the used bytes back to (1)'s exactly; load it again: the
+      used bytes of (2) exactly (the segment does not grow);
+  (4) refusals, nothing changed: unknown model, a config parameter, a
+      model whose emb_vector is corrupt (the message names the file), an
+      unload of a model never loaded; an unload of an unloaded model: 200;
+  (5) two loads at once through the two workers: both 200, both READY;
+  (6) a load that fails after the checks (the model does not fit in
+      shared_memory_size): 400 with the reason, the coordinator starts
+      again on the serving segment (same pid) and a later load works;
+  (7) a model added to the INI after the start: loaded through worker 0,
+      served by a worker started afterwards;
+  and the stream on m: 0 failed requests, 0 wrong answers, throughout.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+import test_reload as R  # noqa: E402  (its Stream checks every answer of model m)
+
+SETTINGS = R.SETTINGS + [("hps", "model_control_mode", "explicit"),
+                         ("hps", "startup_models", "^m$"),
+                         ("volatile_db", "shared_memory_size", "48MiB")]
+NO_VERSIONS = "Request for unknown model: '%s' has no available versions"
+
+
+def post(port, path, body=b"{}", timeout=60):
+    return H.http(port, "POST", path, body=body, timeout=timeout)
+
+
+def index(port):
+    return {m["name"]: m for m in post(port, "/v2/repository/index").json()}
+
+
+def used_bytes(cl):
+    return cl.shm_info()["segment"]["used_bytes"]
+
+
+def section(model):
+    return model.ini_text[model.ini_text.index("[model.%s]" % model.name):]
+
+
+def check_exact(t, port, model, what):
+    """A lookup of every table's first, middle and last key: exact vectors."""
+    kpt = [[ks[0], ks[len(ks) // 2], ks[-1]] for ks in model.file_keys]
+    r = H.infer(port, model.name, kpt, binary=True)
+    got = H.decode_output(r)[1] if r.status == 200 else None
+    t.ok(got == model.expected(kpt), "%s: model %s's vectors exact" % (what, model.name),
+         "%d %r" % (r.status, r.body[:300]) if got is None else
+         H.first_mismatch(got, model.expected(kpt), model, kpt))
+
+
+def body(t, cl):
+    m = cl.gen_model("m", rows=R.ROWS, dims=R.DIMS, defaults=R.DEFAULTS)
+    n = cl.gen_model("n", rows=[5000, 3000], dims=[4, 32], defaults=[1.0, 0.0])
+    o = cl.gen_model("o", rows=[2000], dims=[8])
+    bad = cl.gen_model("bad", rows=[1000], dims=[8])
+    emb = os.path.join(bad.table_dirs[0], "emb_vector")
+    with open(emb, "rb") as f:
+        good = f.read()
+    with open(emb, "wb") as f:
+        f.write(good[:-12])  # not a whole number of vectors
+    big = cl.gen_model("big", rows=[100000], dims=[128])  # 51 MB of rows: over 48 MiB
+    p = cl.gen_model("p", rows=[1500], dims=[16])
+    text = m.ini_text + "\n" + "\n".join(section(x) for x in (n, o, bad, big))
+    conf = cl.write_config("hps.ini", text, SETTINGS)
+    c = cl.start_coordinator(conf)
+    ws = [cl.start_worker(conf, instance=i) for i in range(2)]
+    ports = [w.http_port for w in ws]
+
+    # ---- (1) start-up: m only ------------------------------------------------
+    idx = index(ports[0])
+    t.eq(idx.get("m"), {"name": "m", "version": "1", "state": "READY"}, "index: m READY")
+    t.eq([idx.get(x) for x in ("n", "o", "bad", "big")],
+         [{"name": x} for x in ("n", "o", "bad", "big")],
+         "index: the models never loaded, by name only")
+    r = H.infer(ports[0], "n", [[n.file_keys[0][0]], []])
+    t.ok(r.status == 400 and r.json() == {"error": NO_VERSIONS % "n"},
+         "infer on n before its load: 400 %r" % (NO_VERSIONS % "n"), r.body)
+    t.eq([H.http(ports[0], "GET", "/v2/models/n" + s).status for s in ("", "/ready")],
+         [400, 400], "n's metadata and ready: 400")
+    t.eq(H.http(ports[0], "GET", "/v2/health/ready").status, 200,
+         "the worker is ready with m loaded and the others not")
+    used_m = used_bytes(cl)
+    streams = R.start_streams(ws, {1: m}, 7)
+
+    # ---- (2) load n ------------------------------------------------------------
+    t0 = time.monotonic()
+    r = post(ports[0], "/v2/repository/models/n/load")
+    took = time.monotonic() - t0
+    t.eq((r.status, r.body), (200, b""), "load n: 200, empty body")
+    t.diag("load n took %.2f s" % took)
+    t.eq(index(ports[0])["n"], {"name": "n", "version": "1", "state": "READY"},
+         "worker 0's index: n READY as soon as the load returned")
+    check_exact(t, ports[0], n, "worker 0 after the load")
+    t.ok(H.wait_until(lambda: index(ports[1])["n"]["state"] == "READY", 5),
+         "worker 1's index: n READY too")
+    check_exact(t, ports[1], n, "worker 1 after the load")
+    used_mn = used_bytes(cl)
+    t.ok(used_mn > used_m, "the segment's used bytes grew with n: %d -> %d" % (used_m, used_mn))
+    tables = sorted({tb["model"] for tb in cl.shm_info()["tables"]})
+    t.eq(tables, ["m", "n"], "hps-shm info: the tables of m and n")
+
+    # ---- (3) unload n, load it again --------------------------------------------
+    r = post(ports[1], "/v2/repository/models/n/unload",
+             json.dumps({"parameters": {"unload_dependents": True}}).encode())
+    t.eq(r.status, 200, "unload n through worker 1 (with unload_dependents): 200")
+    t.eq(index(ports[1])["n"], {"name": "n", "version": "1", "state": "UNAVAILABLE",
+                                "reason": "unloaded"}, "index: n UNAVAILABLE, reason unloaded")
+    r = H.infer(ports[1], "n", [[n.file_keys[0][0]], []])
+    t.eq((r.status, r.json()), (400, {"error": NO_VERSIONS % "n"}), "infer on n: 400 again")
+    t.eq(used_bytes(cl), used_m, "the used bytes are back to m's alone (%d)" % used_m)
+    t.ok(H.wait_until(lambda: index(ports[0])["n"]["state"] == "UNAVAILABLE", 5),
+         "worker 0's index: n UNAVAILABLE too")
+    r = post(ports[0], "/v2/repository/models/n/load")
+    t.eq(r.status, 200, "load n again: 200")
+    check_exact(t, ports[0], n, "after the second load")
+    t.eq(used_bytes(cl), used_mn, "the used bytes of the first load exactly (%d)" % used_mn)
+
+    # ---- (4) refusals -------------------------------------------------------------
+    pid = c.pid
+    r = post(ports[0], "/v2/repository/models/nosuch/load")
+    t.ok(r.status == 400 and "failed to load 'nosuch'" in r.json().get("error", ""),
+         "load of a model not in the INI: 400", r.body)
+    r = post(ports[0], "/v2/repository/models/o/load",
+             json.dumps({"parameters": {"config": "{}"}}).encode())
+    t.ok(r.status == 400 and "'config' is not supported" in r.json().get("error", ""),
+         "load with a config parameter: 400", r.body)
+    r = post(ports[0], "/v2/repository/models/o/load", b"[1]")
+    t.ok(r.status == 400 and r.is_json_error(), "load with a body not an object: 400", r.body)
+    r = post(ports[0], "/v2/repository/models/bad/load")
+    err = r.json().get("error", "") if r.is_json_error() else ""
+    t.ok(r.status == 400 and "failed to load 'bad'" in err and "emb_vector" in err,
+         "load of a model with a corrupt emb_vector: 400 naming the file", r.body)
+    t.eq(index(ports[0])["bad"], {"name": "bad"}, "index: bad still never loaded")
+    r = post(ports[0], "/v2/repository/models/o/unload")
+    t.eq((r.status, r.json().get("error") if r.is_json_error() else None),
+         (400, "Model to be unloaded has not been served"), "unload of o, never loaded: 400")
+    r = post(ports[0], "/v2/repository/models/nosuch/unload")
+    t.eq(r.status, 400, "unload of a model not in the INI: 400")
+    t.eq((c.alive(), c.pid), (True, pid), "the coordinator serves on, same pid")
+
+    # ---- (5) two loads at once ------------------------------------------------------
+    res = {}
+
+    def load(port, name):
+        res[name] = post(port, "/v2/repository/models/%s/load" % name).status
+
+    ths = [threading.Thread(target=load, args=(ports[i], x)) for i, x in ((0, "o"), (1, "n"))]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(120)
+    t.eq(res, {"o": 200, "n": 200}, "a load of o and a reload of n at once: both 200")
+    idx = index(ports[0])
+    t.eq([idx[x]["state"] for x in ("m", "n", "o")], ["READY"] * 3, "m, n and o READY")
+    check_exact(t, ports[1], o, "o after the concurrent loads")
+
+    # ---- (6) a load that fails after the checks ----------------------------------------
+    r = post(ports[0], "/v2/repository/models/big/load", timeout=120)
+    err = r.json().get("error", "") if r.is_json_error() else ""
+    t.ok(r.status == 400 and "failed to load 'big'" in err,
+         "load of a model over shared_memory_size: 400 with the reason", r.body)
+    t.diag("its answer: %s" % err)
+    t.ok(H.wait_until(lambda: "starting again on the serving segment" in c.log(), 10),
+         "the coordinator starts again on the serving segment")
+    t.ok(H.wait_until(lambda: all(H.ready_status(pt) == 200 for pt in ports), 15),
+         "both workers ready again")
+    t.eq((c.alive(), c.pid), (True, pid), "the coordinator is alive, same pid")
+    t.ok(H.wait_until(lambda: [index(pt)[x]["state"] for pt in ports for x in ("m", "n", "o")]
+                      == ["READY"] * 6, 10), "m, n and o still READY on both workers",
+         [index(pt) for pt in ports])
+    t.eq(index(ports[1])["big"], {"name": "big"}, "big never loaded")
+    r = post(ports[1], "/v2/repository/models/o/unload")
+    t.eq(r.status, 200, "after the fallback, an unload works again")
+
+    # ---- (7) a model added to the INI after the start ------------------------------------
+    cl.write_config("hps.ini", text + "\n" + section(p), SETTINGS)
+    r = post(ports[0], "/v2/repository/models/p/load")
+    t.eq(r.status, 200, "load of p, added to the INI since the start: 200")
+    w3 = cl.start_worker(conf, instance=2)
+    t.eq(index(w3.http_port).get("p", {}).get("state"), "READY", "a new worker serves p")
+    check_exact(t, w3.http_port, p, "the new worker")
+    check_exact(t, w3.http_port, n, "the new worker")
+
+    R.stop_streams(t, streams, [1])
+    t.eq(c.log().count("model control:") >= 8, True, "the coordinator logged the requests")
+
+
+if __name__ == "__main__":
+    H.run_main("model_control", body)

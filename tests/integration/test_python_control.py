@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""
+int-python_control: explicit model control from inside a Python process
+(hps.Client.load_model / unload_model, hps_client_model_control), against a
+real hps-coordinator and beside an hps-worker on the same segment:
+
+  - startup_models = ^m$: the client looks up m exactly; a lookup of n
+    raises hps.Error HPS_ENOTFOUND (not loaded);
+  - client.load_model("n") returns the coordinator's answer once n serves
+    in this process: n's vectors exact; the worker's index shows n READY;
+  - refusals raise hps.Error HPS_EIO with the reason (an unknown model, a
+    model whose emb_vector is corrupt) and change nothing;
+  - client.unload_model("n"): lookups of n raise HPS_ENOTFOUND again, the
+    worker's index shows n UNAVAILABLE "unloaded", m still exact;
+  - a client of a configuration in mode none: HPS_EUNSUPPORTED.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+from test_python_client import raises  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import hps  # noqa: E402
+
+
+def exact(t, c, model, desc):
+    ok = True
+    for ti, ks in enumerate(model.file_keys):
+        sample = [ks[0], ks[len(ks) // 2], ks[-1]]
+        keys = np.array(sample, dtype=np.int64)
+        got = c.lookup(model.name, ti, keys)
+        want = np.array(model.expected([sample if i == ti else []
+                                        for i in range(len(model.file_keys))]),
+                        dtype=np.float32).reshape(len(keys), model.dims[ti])
+        ok = ok and np.array_equal(got, want)
+    t.ok(ok, desc)
+
+
+def body(t, cl):
+    m = cl.gen_model("m", rows=[3000, 1000], dims=[16, 8])
+    n = cl.gen_model("n", rows=[2000], dims=[4], defaults=[0.5])
+    bad = cl.gen_model("bad", rows=[500], dims=[8])
+    emb = os.path.join(bad.table_dirs[0], "emb_vector")
+    with open(emb, "r+b") as f:
+        f.truncate(os.path.getsize(emb) - 12)
+    text = m.ini_text + "".join("\n" + x.ini_text[x.ini_text.index("[model.%s]" % x.name):]
+                                for x in (n, bad))
+    conf = cl.write_config("hps.ini", text, [("hps", "model_control_mode", "explicit"),
+                                             ("hps", "startup_models", "^m$")])
+    cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    with hps.Client(conf, -1) as c:
+        t.ok(c.wait_ready(10000), "the client is ready with m loaded")
+        exact(t, c, m, "m: exact vectors")
+        raises(t, lambda: c.lookup("n", 0, np.array([n.file_keys[0][0]], dtype=np.int64)),
+               "a lookup of n before its load", hps.HPS_ENOTFOUND)
+        msg = c.load_model("n")
+        t.eq(msg, "model 'n' loaded", "load_model('n') returns the coordinator's answer")
+        exact(t, c, n, "n: exact vectors in this process right after load_model")
+        st = {x["name"]: x for x in H.http(w.http_port, "POST", "/v2/repository/index").json()}
+        t.ok(H.wait_until(lambda: {x["name"]: x for x in H.http(
+            w.http_port, "POST", "/v2/repository/index").json()}["n"]["state"] == "READY", 5),
+             "the worker's index: n READY", st)
+        raises(t, lambda: c.load_model("nosuch"), "load_model of a model not in the INI",
+               hps.HPS_EIO)
+        try:
+            c.load_model("bad")
+            t.ok(False, "load_model of a corrupt model: hps.Error")
+        except hps.Error as e:
+            t.ok(e.code == hps.HPS_EIO and "emb_vector" in str(e),
+                 "load_model of a corrupt model: hps.Error HPS_EIO naming the file (%s)" % e)
+        exact(t, c, n, "n still exact after the refusals")
+        t.eq(c.unload_model("n"), "model 'n' unloaded", "unload_model('n')")
+        raises(t, lambda: c.lookup("n", 0, np.array([n.file_keys[0][0]], dtype=np.int64)),
+               "a lookup of n after its unload", hps.HPS_ENOTFOUND)
+        t.ok(H.wait_until(lambda: {x["name"]: x for x in H.http(
+            w.http_port, "POST", "/v2/repository/index").json()}["n"].get("reason") ==
+            "unloaded", 5), "the worker's index: n unloaded")
+        exact(t, c, m, "m still exact")
+        raises(t, lambda: c.load_model(3), "load_model(3)", hps.HPS_EINVAL)
+    none_conf = cl.write_config("none.ini", text, [("hps", "startup_models", "^m$")])
+    with hps.Client(none_conf, -1) as c2:
+        raises(t, lambda: c2.load_model("n"), "mode none: load_model", hps.HPS_EUNSUPPORTED)
+
+
+if __name__ == "__main__":
+    H.run_main("python_control", body)

@@ -1,0 +1,153 @@
+/*
+ * control.c -- a client's side of Triton's model control (include/hps/
+ * client.h hps_client_model_control, hps_client_model_state): requests go
+ * to the coordinator through the segment's control slots (shmdb/control.c),
+ * and their answers come back in the same segment, or in the new segment
+ * that a load or unload publishes (its result record), which this client's
+ * maintenance thread switches to.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define POLL_NS       10000000L /* 10 ms between looks at the answer */
+#define MAX_RESUBMITS 3         /* times a request not found is asked again */
+
+static bool explicit_mode(const hps_client_t *cl)
+{
+    return cl->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT;
+}
+
+hps_err_t hps_client_model_state(hps_client_t *cl, size_t mi, hps_model_state_t *ret_state,
+                                 bool *ret_served)
+{
+    if (!cl || !ret_state || mi >= cl->num_models)
+        return HPS_EINVAL;
+    client_model_t *m = &cl->models[mi];
+    hps_model_op_t op = HPS_MODEL_LOAD;
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    bool resolved = atomic_load(&m->resolved);
+    bool busy = cl->db && explicit_mode(cl) && hps_shmdb_ctl_busy(cl->db, m->conf->name, &op);
+    bool known = cl->db && hps__client_models_known(cl);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    bool alive = atomic_load(&cl->coord_alive);
+    if (busy && (op == HPS_MODEL_UNLOAD || !resolved))
+        *ret_state = op == HPS_MODEL_UNLOAD ? HPS_MODEL_UNLOADING : HPS_MODEL_LOADING;
+    else if (resolved && alive)
+        *ret_state = HPS_MODEL_READY;
+    else if (!resolved && known && explicit_mode(cl))
+        *ret_state = HPS_MODEL_UNLOADED;
+    else
+        *ret_state = HPS_MODEL_UNAVAILABLE;
+    if (ret_served)
+        *ret_served = atomic_load(&m->served);
+    return 0;
+}
+
+bool hps_client_model_loaded(const hps_client_t *cl, size_t mi)
+{
+    if (!cl || mi >= cl->num_models)
+        return false;
+    return atomic_load(&cl->models[mi].resolved) || !hps__client_models_known(cl);
+}
+
+/* A request id no other process on the host picks: the pid, a per-process
+ * counter and the clock. */
+static uint64_t new_id(void)
+{
+    static _Atomic uint64_t seq;
+    uint64_t n = atomic_fetch_add(&seq, 1) + 1;
+    uint64_t id = ((uint64_t)(uint32_t)getpid() << 32) ^ (n << 20) ^ (hps__client_now_ns() >> 10);
+    return id ? id : 1;
+}
+
+/* One look at request id: 1 answered (*ret_rc, msg), 0 not yet, -1 lost. */
+static int look(hps_client_t *cl, uint64_t id, hps_err_t *ret_rc, char *msg, size_t len)
+{
+    hps_ctl_state_t st;
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    hps_err_t rc = cl->db ? hps_shmdb_ctl_status(cl->db, id, &st, msg, len) : HPS_ENOTFOUND;
+    if (rc == 0 && (st == HPS_CTL_DONE || st == HPS_CTL_FAILED))
+        hps_shmdb_ctl_release(cl->db, id);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc < 0)
+        return -1;
+    if (st != HPS_CTL_DONE && st != HPS_CTL_FAILED)
+        return 0;
+    *ret_rc = st == HPS_CTL_DONE ? 0 : HPS_EIO;
+    return 1;
+}
+
+/* Leave request id in the segment this client serves from now. */
+static hps_err_t submit(hps_client_t *cl, hps_model_op_t op, const char *model, uint64_t id)
+{
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    hps_err_t rc = cl->db ? hps_shmdb_ctl_submit(cl->db, op, model, id) : HPS_EAGAIN;
+    pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc == HPS_EAGAIN)
+        return hps__client_fail(rc, "model control: no segment attached (is hps-coordinator "
+                                    "running?)");
+    if (rc == HPS_EBUSY)
+        return hps__client_fail(rc, "model control: %d requests already wait; try again",
+                                HPS_SHMDB_CTL_SLOTS);
+    if (rc < 0)
+        return hps__client_fail(rc, "model control: bad model name '%s'", model);
+    return 0;
+}
+
+hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const char *model,
+                                   uint32_t timeout_ms, char *msg, size_t msg_len)
+{
+    char text[HPS_SHMDB_CTL_MSG_MAX] = "";
+    if (msg && msg_len)
+        msg[0] = 0;
+    if (!cl || !model || (op != HPS_MODEL_LOAD && op != HPS_MODEL_UNLOAD))
+        return hps__client_fail(HPS_EINVAL, "model control: bad argument");
+    if (!explicit_mode(cl))
+        return hps__client_fail(HPS_EUNSUPPORTED, "explicit model load / unload is not allowed "
+                                                  "if polling is enabled");
+    uint64_t id = new_id();
+    hps_err_t rc = submit(cl, op, model, id);
+    if (rc < 0)
+        return rc;
+    uint64_t end = hps__client_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = POLL_NS};
+    int resubmits = 0;
+    for (;;) {
+        int got = look(cl, id, &rc, text, sizeof(text));
+        if (got > 0)
+            break;
+        /* Not in the segment this client serves from: it was left in an
+         * older one (this client had not switched yet when it asked, and no
+         * coordinator reads that one any more), or a coordinator was
+         * killed before it carried it over.  Loads and unloads are
+         * idempotent: ask again, in the current segment. */
+        if (got < 0 && resubmits++ < MAX_RESUBMITS && (rc = submit(cl, op, model, id)) < 0)
+            return rc;
+        if (got < 0 && resubmits > MAX_RESUBMITS) {
+            rc = HPS_EIO;
+            snprintf(text, sizeof(text),
+                     "the request was lost %d times (coordinators restarted "
+                     "without it); the models are as the last one's start-up "
+                     "says",
+                     MAX_RESUBMITS);
+            break;
+        }
+        if ((timeout_ms && hps__client_now_ns() >= end) || atomic_load(&cl->stop)) {
+            rc = HPS_ETIMEDOUT;
+            snprintf(text, sizeof(text), "no answer within %u ms; the request may still complete",
+                     timeout_ms);
+            break;
+        }
+        nanosleep(&ts, NULL);
+    }
+    if (msg && msg_len)
+        snprintf(msg, msg_len, "%s", text);
+    if (rc < 0)
+        return hps__client_fail(rc, "%s", text);
+    return 0;
+}
