@@ -112,8 +112,10 @@ static void *beat_loop(void *arg)
     while (!g_stop) {
         hps_shmdb_heartbeat(c->db);
         pthread_mutex_lock(&c->serving_lock);
-        if (c->serving) /* a reload: its workers stay ready while the new one loads */
+        if (c->serving) { /* a reload: its workers stay ready while the new one loads */
             hps_shmdb_heartbeat(c->serving);
+            hps_shmdb_miss_drop_pending(c->serving); /* nobody serves its misses */
+        }
         pthread_mutex_unlock(&c->serving_lock);
         sleep_ms((long)c->conf->hps.heartbeat_interval_ms);
     }
@@ -225,9 +227,12 @@ static void release_segment(coord_t *c, bool reload)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
     size_t others = hps_shmdb_other_procs(c->db);
-    if (!reload) /* a reload: the next coordinator beats on it while it builds */
-        hps_shmdb_set_coord_state(c->db, HPS_COORD_NONE);
-    hps_shmdb_detach(c->db); /* removes a segment never published */
+    /* A reload: the next coordinator beats on it while it builds; its rows
+     * serve, misses are not asked for meanwhile. */
+    hps_shmdb_set_coord_state(c->db, reload ? HPS_COORD_RELOADING : HPS_COORD_NONE);
+    if (reload)
+        hps_shmdb_miss_drop_pending(c->db); /* the miss service has stopped */
+    hps_shmdb_detach(c->db);                /* removes a segment never published */
     if (!c->conf->volatile_db.shared_memory_auto_remove || c->staged)
         return; /* staged: the name still holds the segment that serves */
     if (others) {

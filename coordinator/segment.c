@@ -246,6 +246,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
                  "(%s); its workers serve from it meanwhile",
                  name, reload ? "reload" : "initialize_after_startup = true");
         if (reload) { /* kept: beaten on, and told the answer if the build fails */
+            hps_shmdb_set_coord_state(c->db, HPS_COORD_RELOADING);
             pthread_mutex_lock(&c->serving_lock);
             c->serving = c->db;
             pthread_mutex_unlock(&c->serving_lock);

@@ -509,6 +509,24 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
     return 0;
 }
 
+size_t hps_shmdb_miss_drop_pending(hps_shmdb_t *db)
+{
+    struct shm_missq *q = missq(db);
+    size_t n = 0;
+    for (uint32_t i = 0; q && i < q->nslots; i++) {
+        struct shm_mslot *s = &q->slots[i];
+        uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+        /* FREE with the same sequence: its waiter sees it given back
+         * (await) and no longer touches the slot. */
+        if (STATE(w) == MS_PENDING &&
+            atomic_compare_exchange_strong(&s->word, &w, WORD(SEQ(w), MS_FREE))) {
+            wake_all(&s->word);
+            n++;
+        }
+    }
+    return n;
+}
+
 hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret)
 {
     struct shm_missq *q = missq(db);

@@ -206,6 +206,9 @@ typedef enum hps_coord_state {
     HPS_COORD_NONE = 0,    /**< no coordinator has said anything, or it stopped cleanly */
     HPS_COORD_LOADING = 1, /**< loading models: tables may be incomplete, misses unanswered */
     HPS_COORD_SERVING = 2, /**< models loaded, miss queue served */
+    /** A reload (SIGHUP, model control) builds the next segment: this one's
+     *  rows still serve (workers stay ready), its miss queue is not served. */
+    HPS_COORD_RELOADING = 3,
 } hps_coord_state_t;
 
 /** Segment header values (a snapshot). */
@@ -429,7 +432,7 @@ size_t hps_shmdb_other_procs(hps_shmdb_t *db);
  * row of the coordinator that beat last still holds its liveness lock (the
  * same process: the row was not taken again since), and its heartbeat
  * (hps_shmdb_heartbeat) is younger than timeout_ms (worker_timeout_ms);
- * with serving, it must also have said SERVING.  A killed coordinator is
+ * with serving, it must also have said SERVING or RELOADING.  A killed coordinator is
  * seen at once, in any PID namespace; a stopped or hung one when its
  * heartbeat ages out.  Lock-free (a few fcntl calls), any process.
  */
@@ -784,6 +787,14 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
  * @return 0.
  */
 hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t *ret_reaped);
+
+/**
+ * @brief Give every PENDING request back to its worker at once (it then
+ *        answers the table defaults, as after miss_timeout_ms, without the
+ *        wait): for a segment whose miss queue nobody will serve, during a
+ *        reload.  Coordinator only.  Returns how many.
+ */
+size_t hps_shmdb_miss_drop_pending(hps_shmdb_t *db);
 
 /** @brief Miss-queue counters.  @return 0; HPS_ENOTFOUND if there is no queue. */
 hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret);

@@ -10,6 +10,8 @@ under a stream of exactly checked lookups:
       versions" (infer, metadata, ready);
   (2) load n through worker 0: 200 once n serves, n's vectors exact on both
       workers, READY in both indexes; the segment's used bytes grew;
+      meanwhile requests with misses get their defaults at once (nobody
+      serves the old segment's miss queue during the reload);
   (3) unload n through worker 1: 200, n UNAVAILABLE "unloaded", inference
       refused, the used bytes back to (1)'s exactly; load it again: the
       used bytes of (2) exactly (the segment does not grow);
@@ -34,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
 import test_reload as R  # noqa: E402  (its Stream checks every answer of model m)
 
-SETTINGS = R.SETTINGS + [("hps", "model_control_mode", "explicit"),
+SETTINGS = R.SETTINGS + [("worker", "miss_timeout_ms", 1000),
+                         ("hps", "model_control_mode", "explicit"),
                          ("hps", "startup_models", "^m$"),
                          ("volatile_db", "shared_memory_size", "48MiB")]
 NO_VERSIONS = "Request for unknown model: '%s' has no available versions"
@@ -101,9 +104,32 @@ def body(t, cl):
     streams = R.start_streams(ws, {1: m}, 7)
 
     # ---- (2) load n ------------------------------------------------------------
+    # Meanwhile worker 1 answers requests of keys in no layer (misses): while
+    # the coordinator reloads, nobody serves the old segment's miss queue, so
+    # they must get the defaults at once, not after miss_timeout_ms (1 s).
+    probe = {"lat": [], "ready": [], "stop": threading.Event()}
+
+    def probe_misses():
+        kpt = [m.unknown_keys(0, 4), m.unknown_keys(1, 2)]
+        while not probe["stop"].is_set():
+            t1 = time.monotonic()
+            r = H.infer(ports[1], "m", kpt)
+            probe["lat"].append((time.monotonic() - t1, r.status))
+            probe["ready"].append(H.ready_status(ports[1]))
+
+    pth = threading.Thread(target=probe_misses, daemon=True)
+    pth.start()
     t0 = time.monotonic()
     r = post(ports[0], "/v2/repository/models/n/load")
     took = time.monotonic() - t0
+    probe["stop"].set()
+    pth.join(10)
+    slow = [x for x in probe["lat"] if x[0] >= 0.9 or x[1] != 200]
+    t.ok(len(probe["lat"]) > 5 and not slow,
+         "requests with misses during the load: %d, all 200 within 0.9 s (max %.0f ms)" %
+         (len(probe["lat"]), 1000 * max(x[0] for x in probe["lat"])), slow[:5])
+    t.diag("worker 1 ready during the load: %d of %d samples" %
+           (probe["ready"].count(200), len(probe["ready"])))
     t.eq((r.status, r.body), (200, b""), "load n: 200, empty body")
     t.diag("load n took %.2f s" % took)
     t.eq(index(ports[0])["n"], {"name": "n", "version": "1", "state": "READY"},

@@ -33,6 +33,8 @@ static const char *coord_state_name(hps_coord_state_t st)
         return "loading";
     case HPS_COORD_SERVING:
         return "serving";
+    case HPS_COORD_RELOADING:
+        return "reloading";
     default:
         return "stopped";
     }

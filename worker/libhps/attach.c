@@ -54,8 +54,8 @@ static bool resolve(hps_client_t *cl)
 /* Attach if not attached, or if the object was replaced; under the write lock. */
 static void reattach(hps_client_t *cl)
 {
-    dev_t dev;
-    ino_t ino;
+    dev_t dev = 0;
+    ino_t ino = 0;
     bool exists = object_id(cl, &dev, &ino);
     if (cl->db && exists && dev == cl->seg_dev && ino == cl->seg_ino)
         return;
@@ -114,6 +114,9 @@ static void maint_round(hps_client_t *cl, bool *was_alive)
         }
     }
     hps_shmdb_proc_heartbeat(cl->db);
+    hps_segment_info_t si;
+    hps_shmdb_segment_info(cl->db, &si);
+    atomic_store(&cl->misses_served, alive && si.coord_state == HPS_COORD_SERVING);
     atomic_store(&cl->coord_alive, alive);
     bool ready = alive && hps__client_models_known(cl);
     if (ready != *was_alive)

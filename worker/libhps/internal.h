@@ -54,6 +54,9 @@ struct hps_client {
     dev_t seg_dev;   /* maintenance thread only */
     ino_t seg_ino;   /* maintenance thread only */
     _Atomic bool coord_alive;
+    /* The coordinator answers the miss queue (SERVING, not RELOADING):
+     * misses are asked for; maintenance thread writes, any thread reads. */
+    _Atomic bool misses_served;
     _Atomic bool resolved; /* every model's tables found */
     /* The segment was searched while its coordinator served: the models not
      * found in it are not loaded (explicit model control); cleared by a
