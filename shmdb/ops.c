@@ -132,6 +132,26 @@ static void rebuild_counts(struct wview *w)
  * free a half-built rehash block, rebuild counts and the free-row list, and
  * make every version even.  Readers keep going throughout: the buckets
  * touched here get their versions bumped. */
+/* [off, off + len) overlaps partition p's own struct, its lock included:
+ * only in a corrupt segment.  Repair writes nothing there, since a write
+ * into the lock it holds would corrupt the thread's robust-mutex list
+ * (found by fuzz-shmdb). */
+static bool hits_part(const hps_shmdb_t *db, const struct shm_part *p, uint64_t off, uint64_t len)
+{
+    uint64_t po = (uint64_t)((const uint8_t *)p - db->base);
+    return off < po + sizeof(*p) && po < off + len;
+}
+
+/* Some row page of w overlaps its partition's struct (see hits_part). */
+static bool pages_hit_part(const struct wview *w)
+{
+    uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
+    for (uint32_t pg = 0; pg < np; pg++)
+        if (hits_part(w->db, w->p, w->pages[pg].off, (uint64_t)w->pages[pg].rows * w->vbytes))
+            return true;
+    return false;
+}
+
 void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
 {
     struct wview w;
@@ -140,11 +160,11 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
     /* Freed only if it can be a block: in a corrupt segment, pending may
      * point anywhere, and hps__free writes there. */
     if (pend && pend != blk && !(pend & (HPS_CACHELINE - 1)) && pend >= db->hdr->hdr_bytes &&
-        hps__in_bounds(db, pend, bytes) &&
+        hps__in_bounds(db, pend, bytes) && !hits_part(db, p, pend, bytes) &&
         pend + bytes <= atomic_load_explicit(&db->hdr->bump, memory_order_relaxed))
         hps__free(db, pend, p->blk_bytes); /* size unknown: at most a leak */
     p->pending = 0;
-    if (!hps__wview_current(db, t, p, &w))
+    if (!hps__wview_current(db, t, p, &w) || hits_part(db, p, blk, p->blk_bytes))
         return;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
         struct shm_bucket *b = BKT(&w, bi);
@@ -155,7 +175,7 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
             atomic_store_explicit(&b->ver, v + 1, memory_order_release);
         }
     }
-    if (w.rowid)
+    if (w.rowid && hps__pages_ok(&w) && !pages_hit_part(&w))
         repair_rows(&w);
     rebuild_counts(&w);
 }
