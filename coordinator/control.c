@@ -68,15 +68,17 @@ static void mark_listed(const hps_conf_t *conf, const char *list, bool *keep)
     free(copy);
 }
 
-/* "a,b,c": the names of conf's models (malloc'ed; NULL when out of memory). */
-static char *names_of(const hps_conf_t *conf)
+/* "a,b,c": the names of conf's models, those with keep[i] when keep is
+ * not NULL (malloc'ed; NULL when out of memory). */
+static char *names_of(const hps_conf_t *conf, const bool *keep)
 {
     size_t len = 1;
     for (size_t i = 0; i < conf->num_models; i++)
         len += strlen(conf->models[i].name) + 1;
     char *s = malloc(len), *p = s;
     for (size_t i = 0; s && i < conf->num_models; i++)
-        p += sprintf(p, "%s%s", i ? "," : "", conf->models[i].name);
+        if (!keep || keep[i])
+            p += sprintf(p, "%s%s", p > s ? "," : "", conf->models[i].name);
     if (s)
         *p = 0;
     return s;
@@ -120,7 +122,7 @@ int coord_control_init(coord_t *c, hps_conf_t *conf)
     if (explicit_mode) {
         size_t all = conf->num_models;
         hps_conf_keep_models(conf, keep);
-        char *list = names_of(conf);
+        char *list = names_of(conf, NULL);
         HPS_INFO("model control explicit: loading %zu of the %zu models of %s%s%s", n, all,
                  conf->source, n ? ": " : "", list && n ? list : "");
         free(list);
@@ -174,17 +176,12 @@ static void answer(coord_t *c, const hps_ctl_request_t *rq, bool ok, const char 
             rq->op == HPS_MODEL_LOAD ? "load" : "unload", rq->model, msg);
 }
 
-/* Validate model m of the INI at path (its files only: the loaded models
- * were checked when they loaded, and the new coordinator checks every
- * model again before it writes anything).  0, or why in msg. */
-static int check_files(const coord_t *c, const char *path, const char *m, char *msg, size_t len)
+/* Validate model m's files: conf (the INI read again) is pruned to m (the
+ * loaded models were checked when they loaded, and the new coordinator
+ * checks every model again before it writes anything).  0, or why in msg. */
+static int check_files(const coord_t *c, hps_conf_t *conf, const char *m, char *msg, size_t len)
 {
-    hps_conf_t *conf = NULL;
     char why[HPS_SHMDB_CTL_MSG_MAX];
-    if (hps_conf_load(path, &conf, why, sizeof(why)) < 0) {
-        snprintf(msg, len, "failed to load '%s': %.360s", m, why);
-        return -1;
-    }
     bool keep[HPS_CONF_MAX_MODELS] = {false};
     for (size_t i = 0; i < conf->num_models; i++)
         keep[i] = strcmp(conf->models[i].name, m) == 0;
@@ -194,17 +191,17 @@ static int check_files(const coord_t *c, const char *path, const char *m, char *
     int ex = coord_validate_models(&t);
     hps_log_capture(NULL, 0);
     free(t.idents);
-    hps_conf_free(conf);
     if (ex)
         snprintf(msg, len, "failed to load '%s': %.360s", m,
                  *why ? why : "its files were refused (see hps-coordinator's log)");
     return ex ? -1 : 0;
 }
 
-/* The loaded set after rq, checked: conf2 (the INI read again) pruned to
- * it, a loaded model's files validated, room for it.  0, or why in msg. */
-static int check_request(coord_t *c, const char *path, const hps_ctl_request_t *rq,
-                         hps_conf_t *conf2, char *msg, size_t len)
+/* The loaded set after rq, checked: *ret_next = its names (conf2, the INI
+ * read again, gives the models; conf2 is used up), a loaded model's files
+ * validated, room for it.  0, or why in msg. */
+static int check_request(coord_t *c, const hps_ctl_request_t *rq, hps_conf_t *conf2,
+                         char **ret_next, char *msg, size_t len)
 {
     bool load = rq->op == HPS_MODEL_LOAD;
     const hps_conf_model_t *m = hps_conf_model_find(conf2, rq->model);
@@ -215,8 +212,6 @@ static int check_request(coord_t *c, const char *path, const hps_ctl_request_t *
                  rq->model, conf2->source, rq->model);
         return -1;
     }
-    if (load && check_files(c, path, rq->model, msg, len) < 0)
-        return -1;
     uint64_t extra = load ? files_bytes(m) : 0;
     bool keep[HPS_CONF_MAX_MODELS] = {false};
     for (size_t i = 0; i < conf2->num_models; i++) {
@@ -224,8 +219,17 @@ static int check_request(coord_t *c, const char *path, const hps_ctl_request_t *
         bool is_m = strcmp(n, rq->model) == 0;
         keep[i] = is_m ? load : hps_conf_model_find(c->conf, n) != NULL;
     }
-    hps_conf_keep_models(conf2, keep);
-    return coord_control_room(c, extra, msg, len) ? 0 : -1;
+    if (!(*ret_next = names_of(conf2, keep))) {
+        snprintf(msg, len, "out of memory");
+        return -1;
+    }
+    if ((load && check_files(c, conf2, rq->model, msg, len) < 0) ||
+        !coord_control_room(c, extra, msg, len)) {
+        free(*ret_next);
+        *ret_next = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 bool coord_control_step(coord_t *c, const char *path)
@@ -253,12 +257,12 @@ bool coord_control_step(coord_t *c, const char *path)
         answer(c, &rq, false, msg);
         return false;
     }
-    int rc = check_request(c, path, &rq, conf2, msg, sizeof(msg));
-    char *next = rc == 0 ? names_of(conf2) : NULL, *now = names_of(c->conf);
+    char *next = NULL, *now = names_of(c->conf, NULL);
+    int rc = check_request(c, &rq, conf2, &next, msg, sizeof(msg));
     hps_conf_free(conf2);
-    if (rc == 0 && (!next || !now))
+    if (rc == 0 && !now)
         snprintf(msg, sizeof(msg), "out of memory");
-    if (rc != 0 || !next || !now) {
+    if (rc != 0 || !now) {
         answer(c, &rq, false, msg);
         free(next);
         free(now);
@@ -281,7 +285,7 @@ void coord_control_keep_loaded(const coord_t *c)
 {
     if (c->conf->hps.model_control_mode != HPS_CONF_MODEL_CONTROL_EXPLICIT)
         return;
-    char *now = names_of(c->conf);
+    char *now = names_of(c->conf, NULL);
     if (now) {
         setenv(HPS_MODELS_ENV, now, 1);
         setenv(HPS_PREV_MODELS_ENV, now, 1);

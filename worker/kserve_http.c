@@ -316,6 +316,17 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     return send_json(s, c, 200, &t);
 }
 
+/* Suspend the connection and run job on the lookup pool: the job parks the
+ * response (parked_for) and resumes the connection; the access handler then
+ * queues it (hps__http_on_request). */
+static void to_pool(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, struct hps__job *job)
+{
+    q->deferred = true;
+    q->parked = NULL;
+    MHD_suspend_connection(c);
+    hps__pool_submit(s->pool, job);
+}
+
 /* A load or unload on the pool: it blocks until the model serves or failed. */
 struct control_job {
     struct hps__job job; /* first: the pool's handle */
@@ -360,18 +371,12 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
             free(j);
             return send_error(s, c, err.status, err.msg);
         }
-        *j = (struct control_job){.job = {.run = control_job_run},
-                                  .s = s,
-                                  .c = c,
-                                  .q = q,
-                                  .op = r->kind == HPS__R_REPO_LOAD ? HPS_MODEL_LOAD
-                                                                    : HPS_MODEL_UNLOAD};
-        memcpy(j->model, r->model, r->model_len); /* checked by hps__repo_control */
-        j->model[r->model_len] = 0;
-        q->deferred = true;
-        q->parked = NULL;
-        MHD_suspend_connection(c);
-        hps__pool_submit(s->pool, &j->job);
+        j->job.run = control_job_run;
+        j->s = s;
+        j->c = c;
+        j->q = q;
+        j->op = r->kind == HPS__R_REPO_LOAD ? HPS_MODEL_LOAD : HPS_MODEL_UNLOAD;
+        to_pool(s, c, q, &j->job);
         return MHD_YES;
     }
     hps__text_t t;
@@ -567,10 +572,7 @@ static bool defer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, siz
     *j = (struct infer_job){
         .job = {.run = infer_job_run}, .s = s, .c = c, .q = q, .mi = mi, .req = *req, .out = out};
     memcpy(j->stamp, stamp, sizeof(j->stamp));
-    q->deferred = true;
-    q->parked = NULL;
-    MHD_suspend_connection(c);
-    hps__pool_submit(s->pool, &j->job);
+    to_pool(s, c, q, &j->job);
     return true;
 }
 
