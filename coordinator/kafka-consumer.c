@@ -23,9 +23,17 @@
  * partition's EOF took about a third of the loop's time: bench-kafka.)  Skipped messages (bad
  * magic, wrong value size, truncated record, a Kafka key, unknown topic) are counted and their
  * offsets committed like the others, so they are never retried.
+ *
+ * ASSIGNMENT.  The consumer subscribes to its filters' regexes (group
+ * membership; librdkafka's rebalances), or, with assign_all, joins no group
+ * and assigns itself every partition of the matching topics from the
+ * cluster's metadata (refresh_assignment), at the group's committed offsets.
+ * Either way it tracks which assigned partitions have reached their end
+ * since they were assigned, for hps_kafka_consumer_caught_up().
  */
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +73,17 @@ struct hps_kafka_consumer {
     int msg_count;                            /* messages since the last commit */
     const volatile sig_atomic_t *stop;
     hps_kafka_stats_t st; /* updated with relaxed atomics (read by other threads) */
+    /* Catch-up tracking, consumer thread only: the partitions assigned (an
+     * element's opaque is non-NULL once it reached EOF) and how many have
+     * not reached it yet. */
+    rd_kafka_topic_partition_list_t *assigned;
+    int eof_left;
+    int caught_up; /* hps_kafka_consumer_caught_up(): written by the consumer thread
+                    * (release), read by any (acquire) */
+    /* assign_all: the filters as POSIX regexes; consumer thread only after create */
+    regex_t *re;
+    size_t num_re;
+    int64_t next_refresh_ms; /* CLOCK_MONOTONIC: the next metadata read */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -297,12 +316,112 @@ static void set_pending(hps_kafka_consumer_t *c, const char *topic, int32_t part
     p->offset = off;
 }
 
+static bool has_batches(const hps_kafka_consumer_t *c)
+{
+    for (size_t i = 0; i < c->num_topics; i++)
+        if (c->topics[i]->n)
+            return true;
+    return false;
+}
+
+/* ---- catch-up ----------------------------------------------------------- */
+
+static void update_caught_up(hps_kafka_consumer_t *c)
+{
+    __atomic_store_n(&c->caught_up, c->eof_left == 0 && !has_batches(c), __ATOMIC_RELEASE);
+}
+
+/* Partitions parts (not yet assigned) are assigned now: none has reached
+ * its end. */
+static void track_assigned(hps_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *parts)
+{
+    for (int i = 0; i < parts->cnt; i++)
+        rd_kafka_topic_partition_list_add(c->assigned, parts->elems[i].topic,
+                                          parts->elems[i].partition);
+    c->eof_left += parts->cnt;
+    update_caught_up(c);
+}
+
+static void track_revoked_all(hps_kafka_consumer_t *c)
+{
+    rd_kafka_topic_partition_list_destroy(c->assigned);
+    c->assigned = rd_kafka_topic_partition_list_new(16);
+    c->eof_left = 0;
+    __atomic_store_n(&c->caught_up, 0, __ATOMIC_RELEASE); /* until a new assignment */
+}
+
+/* Partition EOF of (topic, part); its batches have just been applied. */
+static void track_eof(hps_kafka_consumer_t *c, const char *topic, int32_t part)
+{
+    rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_find(c->assigned, topic, part);
+    if (p && !p->opaque) {
+        p->opaque = c; /* any non-NULL mark */
+        c->eof_left--;
+    }
+    update_caught_up(c);
+}
+
+bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c)
+{
+    return __atomic_load_n(&c->caught_up, __ATOMIC_ACQUIRE) != 0;
+}
+
+static bool topic_matches(const hps_kafka_consumer_t *c, const char *topic)
+{
+    for (size_t i = 0; i < c->num_re; i++)
+        if (regexec(&c->re[i], topic, 0, NULL, 0) == 0)
+            return true;
+    return false;
+}
+
+/* assign_all: read the cluster's topics and assign the partitions of the
+ * matching ones that are not assigned yet, each at the group's committed
+ * offset.  A failed metadata read leaves the assignment as it is (tried
+ * again at the next refresh). */
+static void refresh_assignment(hps_kafka_consumer_t *c)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(c->rk, 1, NULL, &md, 5000);
+    if (e) {
+        STAT_ADD(c, errors, 1);
+        event(c, 1, "reading the topics' metadata: %s; the assignment stays", rd_kafka_err2str(e));
+        return;
+    }
+    rd_kafka_topic_partition_list_t *add = rd_kafka_topic_partition_list_new(16);
+    for (int i = 0; i < md->topic_cnt; i++) {
+        const rd_kafka_metadata_topic_t *t = &md->topics[i];
+        if (t->err || !topic_matches(c, t->topic))
+            continue;
+        for (int j = 0; j < t->partition_cnt; j++)
+            if (!rd_kafka_topic_partition_list_find(c->assigned, t->topic, t->partitions[j].id))
+                rd_kafka_topic_partition_list_add(add, t->topic, t->partitions[j].id)->offset =
+                    RD_KAFKA_OFFSET_STORED;
+    }
+    rd_kafka_metadata_destroy(md);
+    if (add->cnt) {
+        rd_kafka_error_t *err = rd_kafka_incremental_assign(c->rk, add);
+        if (err) {
+            STAT_ADD(c, errors, 1);
+            event(c, 1, "assigning %d partitions: %s", add->cnt, rd_kafka_error_string(err));
+            rd_kafka_error_destroy(err);
+        } else {
+            event(c, 2, "assigned %d partitions", add->cnt);
+            track_assigned(c, add);
+        }
+    } else {
+        update_caught_up(c); /* nothing (new) to read: caught up when the rest is */
+    }
+    rd_kafka_topic_partition_list_destroy(add);
+}
+
 /* ---- messages ----------------------------------------------------------- */
 
 static void on_error_message(hps_kafka_consumer_t *c, const rd_kafka_message_t *m)
 {
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        commit(c);
+        commit(c); /* applies every batch first */
+        if (!has_batches(c))
+            track_eof(c, rd_kafka_topic_name(m->rkt), m->partition);
         return;
     }
     STAT_ADD(c, errors, 1);
@@ -386,11 +505,14 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         event(c, 2, "assigned %d partitions", parts->cnt);
         rd_kafka_assign(rk, parts);
+        track_revoked_all(c);
+        track_assigned(c, parts);
         return;
     }
     commit_as(c, true); /* apply and commit what we hold before the partitions go */
     event(c, 2, "revoked %d partitions", parts->cnt);
     rd_kafka_assign(rk, NULL);
+    track_revoked_all(c);
 }
 
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -476,16 +598,24 @@ static hps_err_t subscribe(hps_kafka_consumer_t *c, char *err, size_t err_len)
     if (c->o.num_filters == 0)
         return 0;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->o.num_filters);
-    hps_err_t rc = 0;
+    if (c->o.assign_all)
+        c->re = calloc(c->o.num_filters, sizeof(*c->re));
+    hps_err_t rc = c->o.assign_all && !c->re ? -ENOMEM : 0;
     for (size_t i = 0; rc == 0 && i < c->o.num_filters; i++) {
         char re[1024];
         rc = hps_kafka_topic_regex(c->o.filters[i], re, sizeof(re));
+        if (rc == 0 && c->re) {
+            if (regcomp(&c->re[i], re, REG_EXTENDED | REG_NOSUB) != 0)
+                rc = HPS_EINVAL;
+            else
+                c->num_re = i + 1;
+        }
         if (rc < 0)
             snprintf(err, err_len, "update filter \"%s\" cannot be used", c->o.filters[i]);
         else
             rd_kafka_topic_partition_list_add(l, re, RD_KAFKA_PARTITION_UA);
     }
-    if (rc == 0) {
+    if (rc == 0 && !c->o.assign_all) {
         rd_kafka_resp_err_t e = rd_kafka_subscribe(c->rk, l);
         if (e) {
             snprintf(err, err_len, "subscribe: %s", rd_kafka_err2str(e));
@@ -515,6 +645,7 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
         c->o.model_key_bytes = c->o.key_bytes;
     c->st.lag = -1;
     c->pending = rd_kafka_topic_partition_list_new(16);
+    c->assigned = rd_kafka_topic_partition_list_new(16);
     rc = hps_kafka_consumer_configure(opts, conf, err, err_len);
     if (rc < 0) {
         rd_kafka_conf_destroy(conf);
@@ -542,14 +673,6 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
     }
     *ret = c;
     return 0;
-}
-
-static bool has_batches(const hps_kafka_consumer_t *c)
-{
-    for (size_t i = 0; i < c->num_topics; i++)
-        if (c->topics[i]->n)
-            return true;
-    return false;
 }
 
 /* One poll step: drain without waiting; when dry, apply what is pending,
@@ -581,9 +704,16 @@ hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_ato
 {
     c->stop = stop;
     int64_t idle_ms = 0, next_lag = 0;
+    if (c->o.num_filters == 0)
+        update_caught_up(c); /* subscribed to nothing: nothing to catch up on */
     while (!*stop) {
-        step(c, &idle_ms);
         int64_t now = now_ms(CLOCK_MONOTONIC);
+        if (c->o.assign_all && c->o.num_filters && now >= c->next_refresh_ms) {
+            refresh_assignment(c);
+            c->next_refresh_ms = now_ms(CLOCK_MONOTONIC) + c->o.metadata_refresh_interval_ms;
+        }
+        step(c, &idle_ms);
+        now = now_ms(CLOCK_MONOTONIC);
         if (now >= next_lag) {
             update_lag(c);
             next_lag = now + 1000;
@@ -632,5 +762,10 @@ void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c)
     free(c->topics);
     if (c->pending)
         rd_kafka_topic_partition_list_destroy(c->pending);
+    if (c->assigned)
+        rd_kafka_topic_partition_list_destroy(c->assigned);
+    for (size_t i = 0; i < c->num_re; i++)
+        regfree(&c->re[i]);
+    free(c->re);
     free(c);
 }

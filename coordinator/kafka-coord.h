@@ -21,7 +21,20 @@ typedef struct coord_kafka coord_kafka_t;
  */
 int coord_kafka_start(coord_t *c, coord_kafka_t **ret);
 
-/** @brief Stop and join the consumers (they apply and commit what they hold), log the final counters, free.  NULL is a no-op. */
+/**
+ * @brief Wait until the volatile and persistent DB consumers have caught up
+ * (hps_kafka_consumer_caught_up(): every partition read to its end and
+ * applied), at most timeout_ms, and log how long it took and how many
+ * updates were applied (a warning when the time ran out).  The distributed
+ * DB's consumer is not waited for: its group is shared by every host, and
+ * Redis is the same before and after a reload.  NULL (updates off) is
+ * caught up.
+ * @return true when caught up within timeout_ms.
+ */
+bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms);
+
+/** @brief Stop and join the consumers (they apply and commit what they hold), log the final
+ * counters, free.  NULL is a no-op. */
 void coord_kafka_stop(coord_kafka_t *k);
 
 #endif

@@ -31,6 +31,12 @@ hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_ato
     return HPS_EUNSUPPORTED;
 }
 
+bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c)
+{
+    (void)c;
+    return false;
+}
+
 void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret)
 {
     (void)c;

@@ -185,6 +185,9 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         .failure_backoff_ms = (int)u->failure_backoff_ms,
         .max_commit_interval = (int)u->max_commit_interval,
         .fetch_wait_max_ms = (int)u->fetch_wait_max_ms,
+        /* a per-host group has one member: assigning by hand spares a
+         * reloaded coordinator the group's rejoin wait (its catch-up) */
+        .assign_all = l->kind != LAYER_DDB,
         .resolve = resolve,
         .apply = apply,
         .event = on_event,
@@ -331,6 +334,40 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
         k->num_layers += ex ? 0 : 1;
     }
     return ex ? ex : start_threads(k);
+}
+
+bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
+{
+    if (!k)
+        return true;
+    int64_t start = now_ms(), waited = 0;
+    bool done = false;
+    while (!done && waited < timeout_ms) {
+        done = true;
+        for (size_t i = 0; i < k->num_layers; i++)
+            if (k->layers[i].kind != LAYER_DDB && !hps_kafka_consumer_caught_up(k->layers[i].cons))
+                done = false;
+        if (!done) {
+            struct timespec ts = {.tv_nsec = 20 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        waited = now_ms() - start;
+    }
+    for (size_t i = 0; i < k->num_layers; i++) {
+        layer_t *l = &k->layers[i];
+        if (l->kind == LAYER_DDB)
+            continue;
+        hps_kafka_stats_t s;
+        hps_kafka_consumer_stats(l->cons, &s);
+        if (hps_kafka_consumer_caught_up(l->cons))
+            HPS_INFO("kafka %s: caught up in %lld ms (%llu updates applied)", l->name,
+                     (long long)waited, (unsigned long long)s.applied);
+        else
+            HPS_WARN("kafka %s: not caught up after %lld ms (%llu updates applied, lag %lld): "
+                     "going on; the rest is applied while serving",
+                     l->name, (long long)waited, (unsigned long long)s.applied, (long long)s.lag);
+    }
+    return done;
 }
 
 void coord_kafka_stop(coord_kafka_t *k)

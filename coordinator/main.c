@@ -9,7 +9,9 @@
  * serving one whatever initialize_after_startup says and publishes it in one
  * step (segment.c): added models load, removed ones are gone with the old
  * segment, changed ones (files, version, settings) are loaded anew, and the
- * workers keep answering from the old segment until they switch.  A bad INI
+ * workers keep answering from the old segment until they switch.  Kafka
+ * updates produced meanwhile are applied to the new segment before it is
+ * published (RELOAD_CATCH_UP_MS).  A bad INI
  * or a refused model file is logged and changes nothing.
  */
 #include <errno.h>
@@ -24,6 +26,12 @@
 #include "coord.h"
 #include "hps/log.h"
 #include "kafka-coord.h"
+
+/* Longest wait of a reloaded coordinator, before it publishes, for its Kafka
+ * consumers to apply the updates produced while it stopped and loaded; after
+ * it the segment is published anyway (serving first) and they catch up
+ * while serving. */
+#define RELOAD_CATCH_UP_MS 30000
 
 /* The two globals, written by signal handlers: stop, and reload (SIGHUP). */
 static volatile sig_atomic_t g_stop, g_reload;
@@ -367,6 +375,8 @@ int main(int argc, char **argv)
         ex = coord_serve_start(&c);
     if (!ex)
         ex = coord_kafka_start(&c, &kafka);
+    if (!ex && reloaded) /* the updates produced since the old consumers stopped */
+        coord_kafka_catch_up(kafka, RELOAD_CATCH_UP_MS);
     if (!ex) {
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
         coord_control_before_publish(&c);

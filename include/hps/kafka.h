@@ -155,6 +155,15 @@ typedef struct hps_kafka_consumer_opts {
     hps_kafka_event_fn event;         /**< optional */
     void *ctx;                        /**< passed to the callbacks */
     int fetch_wait_max_ms;            /**< fetch.wait.max.ms; 0 = librdkafka's (500) */
+    bool assign_all;                  /**< true: join no group; assign every partition of the
+                                       *   topics the filters match (metadata read by run() at
+                                       *   once and every metadata_refresh_interval_ms), each at
+                                       *   the group's committed offset (auto.offset.reset
+                                       *   where none).  Offsets are committed to the group as
+                                       *   usual.  For a group with one member (the per-host
+                                       *   layers): a consumer that starts again reads at once,
+                                       *   where a rejoining group member may wait up to
+                                       *   session.timeout.ms (30 s) for its partitions */
 } hps_kafka_consumer_opts_t;
 
 /** Counters of one consumer (monotonic since creation). */
@@ -192,8 +201,9 @@ hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *opts,
 
 /**
  * @brief Create a consumer (HugeCTR's librdkafka settings, enable.auto.commit
- * false) and subscribe it to one regex per filter.  Nothing is consumed
- * until hps_kafka_consumer_run().
+ * false) and subscribe it to one regex per filter (or, with assign_all,
+ * compile them for run()'s own assignment).  Nothing is consumed until
+ * hps_kafka_consumer_run().
  * @param[out] ret  New consumer; destroy with hps_kafka_consumer_destroy().
  * @param[out] err  Message on failure (NUL-terminated when err_len > 0).
  * @return 0; HPS_EINVAL (bad options), HPS_ECONFIG (librdkafka refused a
@@ -220,6 +230,18 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
  * @return 0.
  */
 hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop);
+
+/**
+ * @brief Whether the consumer has caught up: every partition assigned to it
+ * has reached its end (partition EOF) at least once since it was assigned,
+ * and every record read up to there has been applied.  False until the
+ * first assignment (with assign_all: true once the first metadata read finds
+ * no matching topic); false again while a newly assigned partition has not
+ * reached its end.  For a caller that must not go on before the updates
+ * produced so far are applied (a reloaded coordinator before it publishes).
+ * Thread-safe (an atomic flag written by the consumer thread).
+ */
+bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c);
 
 /** @brief Snapshot of the counters.  Thread-safe (relaxed reads). */
 void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret);
