@@ -45,13 +45,17 @@ typedef struct coord_table {
 typedef struct coord {
     const hps_conf_t *conf;
     hps_shmdb_t *db;
+    hps_shmdb_t *beat_db; /* the segment the heartbeat thread beats on: db once it is open
+                           * (main.c start_heartbeat); atomic (release / acquire) */
     hps_pdb_t *pdb;
     hps_ddb_t *ddb; /* Redis Cluster; NULL when [distributed_db] is disabled */
     uint32_t key_bytes;
     coord_table_t *tables; /* by VDB id (index == vdb_id) */
     uint32_t num_tables;
-    pthread_t beat_thread; /* heartbeat, from segment open to shutdown */
+    pthread_t beat_thread; /* heartbeat, from segment open (a reload: from serving
+                              segment hold) to shutdown */
     bool beating;
+    int beat_stop; /* set (atomic, release) by shutdown_all to end the heartbeat thread */
     int lock_fd; /* the segment name's coordinator lock (segment.c), while locked */
     bool locked;
     bool staged; /* db is a new segment not yet published under its name (segment.c) */
@@ -79,6 +83,11 @@ typedef struct coord {
  * SIGHUP (main.c): coord_segment_open then builds a new segment beside the
  * serving one even with initialize_after_startup = false. */
 #define HPS_RELOAD_ENV "HPS_COORDINATOR_RELOAD"
+/* Set beside it (main.c release_segment): the descriptor that holds the
+ * reloading coordinator's liveness lock on the serving segment across
+ * execve() (hps_shmdb_detach_handover), closed once the new image holds the
+ * segment itself (coord_segment_hold_serving). */
+#define HPS_HANDOVER_ENV "HPS_COORDINATOR_LIVE_FD"
 
 /* Environment of a coordinator executed again by a reload or a model
  * control request (control.c): the names of the models to load (explicit
@@ -124,6 +133,13 @@ bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_
 
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);
+/* segment.c: a reload (HPS_RELOAD_ENV, not a fallback): take the name's lock
+ * and attach the serving segment at once, marked RELOADING, as c->serving,
+ * before RocksDB is opened and the model files checked, so that the workers
+ * stay ready through the whole reload (with the heartbeat thread started by
+ * the caller).  0 (nothing to hold is not an error: coord_segment_open
+ * decides) or HPS_EXIT_SEGMENT (logged: another coordinator holds the name). */
+int coord_segment_hold_serving(coord_t *c);
 /* segment.c: a new segment built beside the serving one (coord_segment_open
  * creates new segments staged) becomes the one under its name, in one
  * atomic rename; workers re-attach to it.  0 or HPS_EXIT_SEGMENT (logged);

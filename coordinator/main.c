@@ -117,8 +117,10 @@ static void sleep_ms(long ms)
 static void *beat_loop(void *arg)
 {
     coord_t *c = arg;
-    while (!g_stop) {
-        hps_shmdb_heartbeat(c->db);
+    while (!__atomic_load_n(&c->beat_stop, __ATOMIC_ACQUIRE)) {
+        hps_shmdb_t *db = __atomic_load_n(&c->beat_db, __ATOMIC_ACQUIRE);
+        if (db)
+            hps_shmdb_heartbeat(db);
         pthread_mutex_lock(&c->serving_lock);
         if (c->serving) { /* a reload: its workers stay ready while the new one loads */
             hps_shmdb_heartbeat(c->serving);
@@ -130,16 +132,36 @@ static void *beat_loop(void *arg)
     return NULL;
 }
 
-static int start_heartbeat(coord_t *c)
+static int start_beat_thread(coord_t *c)
 {
-    hps_shmdb_heartbeat(c->db);
-    if (!c->adopt) /* the serving segment of a failed reload: it stays SERVING */
-        hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
+    if (c->beating)
+        return 0;
     if (pthread_create(&c->beat_thread, NULL, beat_loop, c) != 0) {
         HPS_ERROR("cannot start the heartbeat thread");
         return HPS_EXIT_RUNTIME;
     }
     c->beating = true;
+    return 0;
+}
+
+/* A reload: the serving segment is held and beaten on from the first
+ * moment (before RocksDB opens and the files are checked), so its workers
+ * never see the coordinator gone. */
+static int hold_serving(coord_t *c)
+{
+    int ex = coord_segment_hold_serving(c);
+    return ex ? ex : start_beat_thread(c);
+}
+
+static int start_heartbeat(coord_t *c)
+{
+    hps_shmdb_heartbeat(c->db);
+    if (!c->adopt) /* the serving segment of a failed reload: it stays SERVING */
+        hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
+    __atomic_store_n(&c->beat_db, c->db, __ATOMIC_RELEASE);
+    int ex = start_beat_thread(c);
+    if (ex)
+        return ex;
     size_t n = c->conf->num_models;
     HPS_INFO("loading %zu model%s", n, n == 1 ? "" : "s"); /* the segment says LOADING */
     return 0;
@@ -240,7 +262,18 @@ static void release_segment(coord_t *c, bool reload)
     hps_shmdb_set_coord_state(c->db, reload ? HPS_COORD_RELOADING : HPS_COORD_NONE);
     if (reload)
         hps_shmdb_miss_drop_pending(c->db); /* the miss service has stopped */
-    hps_shmdb_detach(c->db);                /* removes a segment never published */
+    if (reload && !c->staged) {
+        /* The serving segment: this process's liveness lock on it is kept
+         * across execve() until the new image holds the segment, so that
+         * its workers never see the coordinator gone. */
+        int fd = hps_shmdb_detach_handover(c->db);
+        char v[16];
+        snprintf(v, sizeof(v), "%d", fd);
+        if (fd >= 0)
+            setenv(HPS_HANDOVER_ENV, v, 1);
+        return;
+    }
+    hps_shmdb_detach(c->db); /* removes a segment never published */
     if (!c->conf->volatile_db.shared_memory_auto_remove || c->staged)
         return; /* staged: the name still holds the segment that serves */
     if (others) {
@@ -253,13 +286,16 @@ static void release_segment(coord_t *c, bool reload)
 
 static void shutdown_all(coord_t *c, bool reload)
 {
-    if (c->beating)
-        pthread_join(c->beat_thread, NULL);
     coord_serve_stop(c);
     coord_ddb_close(c); /* flushes queued LFU/LRU access updates */
     char err[256];
     if (c->pdb && hps_pdb_close(c->pdb, err, sizeof(err)) < 0)
         HPS_WARN("closing the persistent DB: %s", err);
+    /* The heartbeat goes on until here: closing RocksDB may take a while,
+     * and a reload's workers must not see the coordinator gone meanwhile. */
+    __atomic_store_n(&c->beat_stop, 1, __ATOMIC_RELEASE);
+    if (c->beating)
+        pthread_join(c->beat_thread, NULL);
     if (c->db)
         release_segment(c, reload);
     coord_segment_serving_release(c);
@@ -358,7 +394,9 @@ int main(int argc, char **argv)
     }
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
     bool reused = false;
-    ex = open_pdb(&c); /* first: a second coordinator stops at RocksDB's lock */
+    ex = reloaded && !c.adopt ? hold_serving(&c) : 0;
+    if (!ex)
+        ex = open_pdb(&c); /* a second coordinator stops at RocksDB's lock */
     if (!ex)
         ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
     if (!ex)

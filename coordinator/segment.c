@@ -199,26 +199,84 @@ static bool unfinished(const char *name)
     return zero;
 }
 
+/* An attached segment whose coordinator is alive: logged, detached. */
+static bool other_coordinator(coord_t *c, hps_shmdb_t *db, const char *name)
+{
+    if (!hps_shmdb_coordinator_alive(db, (uint32_t)c->conf->hps.worker_timeout_ms, false))
+        return false;
+    hps_segment_info_t si;
+    hps_shmdb_segment_info(db, &si);
+    HPS_ERROR("another hps-coordinator (pid %d) is alive on /dev/shm/hps.%s; stop it first",
+              (int)si.coord_pid, name);
+    hps_shmdb_detach(db);
+    return true;
+}
+
+/* Keep db (the serving segment of a reload) attached: beaten on, told the
+ * answer if the build fails. */
+static void hold(coord_t *c, hps_shmdb_t *db)
+{
+    hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING);
+    pthread_mutex_lock(&c->serving_lock);
+    c->serving = db;
+    pthread_mutex_unlock(&c->serving_lock);
+}
+
+/* The previous image's liveness descriptor (HPS_HANDOVER_ENV), taken out
+ * of the environment; -1 if none. */
+static int take_handover_fd(void)
+{
+    const char *v = getenv(HPS_HANDOVER_ENV);
+    char *end;
+    long fd = v ? strtol(v, &end, 10) : -1;
+    unsetenv(HPS_HANDOVER_ENV);
+    return v && *end == 0 && fd >= 0 && fd < 65536 && fcntl((int)fd, F_GETFD) >= 0 ? (int)fd : -1;
+}
+
+int coord_segment_hold_serving(coord_t *c)
+{
+    const char *name = c->conf->volatile_db.shared_memory_name;
+    hps_shmdb_proc_opts_t po = proc_opts(c);
+    int handover = take_handover_fd(); /* the previous image: alive to the workers until here */
+    int ex = lock_name(c, name);
+    hps_shmdb_t *db = NULL;
+    if (!ex && hps_shmdb_attach(name, &po, &db) == 0) {
+        /* The coordinator alive on it is the previous image of this one
+         * when it handed its lock over. */
+        if (handover < 0 && other_coordinator(c, db, name))
+            ex = HPS_EXIT_SEGMENT;
+        else
+            hold(c, db);
+    } /* else nothing usable serves: coord_segment_open says what */
+    if (handover >= 0)
+        close(handover); /* the previous image's row: dead from now on, reaped */
+    return ex;
+}
+
 int coord_segment_open(coord_t *c, bool *ret_reused)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
     bool reload = getenv(HPS_RELOAD_ENV) != NULL;
     bool keep = c->adopt || (!c->conf->volatile_db.initialize_after_startup && !reload);
-    unsetenv(HPS_RELOAD_ENV); /* not for the processes it may start */
+    unsetenv(HPS_RELOAD_ENV);          /* not for the processes it may start */
+    int handover = take_handover_fd(); /* when not held by coord_segment_hold_serving */
+    if (handover >= 0)
+        close(handover);
     hps_shmdb_proc_opts_t po = proc_opts(c);
     char why[256];
     *ret_reused = false;
-    int ex = lock_name(c, name);
+    int ex = c->locked ? 0 : lock_name(c, name);
     if (ex)
         return ex;
+    if (c->serving) { /* held from the start (coord_segment_hold_serving) */
+        HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded (reload); "
+                 "its workers serve from it meanwhile",
+                 name);
+        ex = create_fresh(c, name);
+        return ex ? ex : init_missq(c);
+    }
     hps_err_t rc = hps_shmdb_attach(name, &po, &c->db);
-    if (rc == 0 &&
-        hps_shmdb_coordinator_alive(c->db, (uint32_t)c->conf->hps.worker_timeout_ms, false)) {
-        hps_segment_info_t si;
-        hps_shmdb_segment_info(c->db, &si);
-        HPS_ERROR("another hps-coordinator (pid %d) is alive on /dev/shm/hps.%s; stop it first",
-                  (int)si.coord_pid, name);
-        hps_shmdb_detach(c->db);
+    if (rc == 0 && other_coordinator(c, c->db, name)) {
         c->db = NULL;
         return HPS_EXIT_SEGMENT;
     }
@@ -246,10 +304,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
                  "(%s); its workers serve from it meanwhile",
                  name, reload ? "reload" : "initialize_after_startup = true");
         if (reload) { /* kept: beaten on, and told the answer if the build fails */
-            hps_shmdb_set_coord_state(c->db, HPS_COORD_RELOADING);
-            pthread_mutex_lock(&c->serving_lock);
-            c->serving = c->db;
-            pthread_mutex_unlock(&c->serving_lock);
+            hold(c, c->db);
         } else {
             hps_shmdb_detach(c->db);
         }

@@ -881,6 +881,29 @@ void hps_shmdb_detach(hps_shmdb_t *db)
     free(db);
 }
 
+int hps_shmdb_detach_handover(hps_shmdb_t *db)
+{
+    int fd = -1;
+    pthread_mutex_lock(&g_handles_lock); /* unlisted: the fork handler leaves it alone */
+    for (hps_shmdb_t **p = &g_handles; *p; p = &(*p)->next_handle) {
+        if (*p == db) {
+            *p = db->next_handle;
+            break;
+        }
+    }
+    if (db->proc_slot >= 0) {
+        fd = db->live_fd;
+        db->live_fd = -1; /* the row stays (detach frees it only with a descriptor) */
+    }
+    pthread_mutex_unlock(&g_handles_lock);
+    if (fd >= 0 && fcntl(fd, F_SETFD, 0) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    hps_shmdb_detach(db);
+    return fd;
+}
+
 hps_err_t hps_shmdb_publish(hps_shmdb_t *db)
 {
     char from[HPS_SHMDB_SEGMENT_NAME_MAX + 32] = "/dev/shm";
@@ -953,8 +976,7 @@ bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serv
     /* The row's lock, not the pid: the coordinator may run in another PID
      * namespace, where its pid names nobody or somebody else. */
     if (si.coord_pid <= 0 || si.coord_heartbeat_ns == 0 ||
-        (serving && si.coord_state != HPS_COORD_SERVING &&
-         si.coord_state != HPS_COORD_RELOADING) ||
+        (serving && si.coord_state != HPS_COORD_SERVING && si.coord_state != HPS_COORD_RELOADING) ||
         !ident_alive(db, LD(db->hdr->coord_proc)))
         return false;
     return (hps__clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;

@@ -288,6 +288,21 @@ hps_err_t hps_shmdb_probe(const char *name, char *msg, size_t msg_len);
 void hps_shmdb_detach(hps_shmdb_t *db);
 
 /**
+ * @brief Detach like hps_shmdb_detach(), but leave this process's row in the
+ * process table with its liveness lock held, by a descriptor that survives
+ * execve() (FD_CLOEXEC cleared): a process that executes itself again (a
+ * coordinator's reload) stays alive to the others until its new image has
+ * attached, which then closes the descriptor (the row then reads as dead and
+ * is reaped like any other).  Heartbeats stop with the handle: the new image
+ * must attach within the others' timeout.  Not thread-safe: call last.
+ * @param db  Handle, freed; not NULL.
+ * @return The descriptor (owned by the caller: close it once the new image
+ *         is attached), or -1 when there is no lock to hand over (the handle
+ *         had no row; the segment is then detached as by hps_shmdb_detach()).
+ */
+int hps_shmdb_detach_handover(hps_shmdb_t *db);
+
+/**
  * @brief Remove /dev/shm/hps.<name>.  Processes still attached keep their
  *        mapping until they detach.
  * @return 0; HPS_ENOTFOUND; -errno.

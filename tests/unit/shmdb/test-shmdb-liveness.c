@@ -9,6 +9,8 @@
  *    killed coordinator is dead at once although its heartbeat is fresh, a
  *    stopped one is alive by its lock but not by its heartbeat, and a row
  *    taken again by another process does not revive it;
+ *  - a row handed over (hps_shmdb_detach_handover) stays alive across the
+ *    process's execve() until the new image ends;
  *  - a child forked from an attached process does not keep its parent's
  *    row alive, and its detach leaves the parent's row alone;
  *  - several handles of one process are all its own rows (self), and count
@@ -258,6 +260,56 @@ static void test_coordinator_stopped(void **state)
     agent_reap(c.pid);
 }
 
+/* hps_shmdb_detach_handover: the row stays alive across the process's
+ * execve() (here into sleep(1)) while the handed-over descriptor is open,
+ * and is dead once the new image ends. */
+static void test_coordinator_handover(void **state)
+{
+    struct fixture *f = *state;
+    int fds[2];
+    T_CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = t_fork();
+    if (pid == 0) {
+        t_child_mode();
+        close(fds[0]);
+        hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_COORDINATOR, .device = -1};
+        hps_shmdb_t *db;
+        if (hps_shmdb_attach(f->name, &po, &db) != 0)
+            _exit(T_CHILD_FAIL);
+        hps_shmdb_heartbeat(db);
+        hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING);
+        int32_t slot = own_slot(db);
+        int fd = hps_shmdb_detach_handover(db);
+        if (fd < 0 || write(fds[1], &slot, sizeof(slot)) != (ssize_t)sizeof(slot))
+            _exit(3);
+        close(fds[1]);
+        execl("/bin/sleep", "sleep", "0.5", (char *)NULL);
+        _exit(4);
+    }
+    close(fds[1]);
+    int32_t slot = -1;
+    T_CHECK(read(fds[0], &slot, sizeof(slot)) == (ssize_t)sizeof(slot), "child did not attach");
+    close(fds[0]);
+    t_sleep_ns(200000000); /* well into sleep(1): the exec is done */
+    char comm[64] = "";
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    FILE *cf = fopen(path, "r");
+    T_CHECK(cf && fgets(comm, sizeof(comm), cf), "cannot read %s", path);
+    fclose(cf);
+    T_CHECK(strncmp(comm, "sleep", 5) == 0, "the child has not executed sleep: %s", comm);
+    T_CHECK(hps_shmdb_coordinator_alive(f->db, 60000, true),
+            "the coordinator's row is dead after execve although its lock was handed over");
+    hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
+    size_t n = 0;
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, true)); /* alive: not reaped */
+    HPS_ASSERT_GE(find_slot(procs, n, slot), 0);
+    agent_reap(pid);
+    HPS_ASSERT_EQ(hps_shmdb_coordinator_alive(f->db, 60000, true), false);
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, true)); /* dead: reaped */
+    HPS_ASSERT_EQ(find_slot(procs, n, slot), -1);
+}
+
 /* A forked child neither keeps its parent's row alive nor frees it. */
 static void test_fork_keeps_no_lock(void **state)
 {
@@ -316,6 +368,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_live_then_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coordinator_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coordinator_stopped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_coordinator_handover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_keeps_no_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_handles, setup, teardown),
     };
