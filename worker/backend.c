@@ -4,11 +4,15 @@
  * lookups, readiness, output-buffer pinning, and the nv_hps_* metrics
  * formatted from the client's counters.
  */
+#include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "hps/log.h"
 #include "hps/shmdb.h"
 #include "hps/update.h"
 #include "worker.h"
@@ -119,12 +123,12 @@ static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const c
                     size_t off, uint64_t div)
 {
     hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
-    for (size_t i = 0; i < w->conf->num_models; i++) {
+    for (size_t i = 0; i < hps_client_num_models(w->client); i++) {
         hps_client_counters_t k;
         if (hps_client_counters(w->client, i, &k) < 0)
             continue;
         hps_kserve_text_appendf(x, "%s{model=\"", name);
-        hps_kserve_text_append_label(x, w->conf->models[i].name);
+        hps_kserve_text_append_label(x, hps_client_model_conf(w->client, i)->name);
         hps_kserve_text_appendf(
             x, "\",version=\"1\"} %llu\n",
             (unsigned long long)(*(const uint64_t *)((const char *)&k + off) / div));
@@ -257,8 +261,8 @@ static void shard_metrics(worker_t *w, hps_kserve_text_t *x)
         "Occupied slots of the sets of a sharded GPU embedding cache homed on device `shard`"};
     for (int f = 0; f < 2; f++) {
         hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s gauge\n", names[f], helps[f], names[f]);
-        for (size_t i = 0; i < w->conf->num_models; i++) {
-            const hps_conf_model_t *mc = &w->conf->models[i];
+        for (size_t i = 0; i < hps_client_num_models(w->client); i++) {
+            const hps_conf_model_t *mc = hps_client_model_conf(w->client, i);
             for (uint32_t t = 0; t < mc->num_tables; t++) {
                 hps_client_cache_stats_t s;
                 if (hps_client_cache_stats(w->client, i, t, &s) < 0 || s.num_shards < 2)
@@ -287,8 +291,8 @@ static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
         hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", cache_families[f].name,
                                 cache_families[f].help, cache_families[f].name,
                                 cache_families[f].type);
-        for (size_t i = 0; i < w->conf->num_models; i++) {
-            const hps_conf_model_t *mc = &w->conf->models[i];
+        for (size_t i = 0; i < hps_client_num_models(w->client); i++) {
+            const hps_conf_model_t *mc = hps_client_model_conf(w->client, i);
             for (uint32_t t = 0; t < mc->num_tables; t++) {
                 hps_client_cache_stats_t s;
                 if (hps_client_cache_stats(w->client, i, t, &s) < 0)
@@ -355,6 +359,59 @@ static void unpin_output(void *ctx, void *buf, size_t bytes)
     hps_client_host_unregister(w->client, buf, bytes);
 }
 
+void worker_describe_model(const worker_t *w, const hps_conf_model_t *c, uint32_t *maxq,
+                           uint32_t *dims, char *ver, hps_kserve_model_t *ret)
+{
+    for (size_t t = 0; t < c->num_tables; t++) {
+        maxq[t] = (uint32_t)c->maxnum_catfeature_query_per_table_per_sample[t];
+        dims[t] = (uint32_t)c->embedding_vecsize_per_table[t];
+    }
+    snprintf(ver, 24, "%lld", (long long)c->version);
+    *ret = (hps_kserve_model_t){.name = c->name,
+                                .version = ver,
+                                .num_tables = (uint32_t)c->num_tables,
+                                .dims = dims,
+                                .table_names = (const char *const *)c->embedding_table_names,
+                                .max_keys_per_sample = maxq,
+                                .max_batch_size = (uint32_t)c->max_batch_size,
+                                .device_id = hps_client_device(w->client)};
+}
+
+size_t worker_sync_models(worker_t *w)
+{
+    size_t added = 0;
+    pthread_mutex_lock(&w->sync_mu);
+    for (size_t i = w->srv ? hps_kserve_num_models(w->srv) : SIZE_MAX;
+         i < hps_client_num_models(w->client); i++) {
+        const hps_conf_model_t *c = hps_client_model_conf(w->client, i);
+        uint32_t *maxq = calloc(c->num_tables, sizeof(uint32_t));
+        uint32_t *dims = calloc(c->num_tables, sizeof(uint32_t));
+        char ver[24];
+        hps_kserve_model_t km;
+        hps_err_t rc = -ENOMEM;
+        if (maxq && dims) {
+            worker_describe_model(w, c, maxq, dims, ver, &km);
+            rc = hps_kserve_add_model(w->srv, &km);
+        }
+        free(maxq);
+        free(dims);
+        if (rc < 0) { /* the indices must stay the client's: stop here */
+            HPS_ERROR("model %s: cannot be served over HTTP: %s", c->name, hps_strerror(rc));
+            break;
+        }
+        added++;
+    }
+    pthread_mutex_unlock(&w->sync_mu);
+    return added;
+}
+
+static size_t refresh_models(void *ctx)
+{
+    worker_t *w = ctx;
+    hps_client_refresh_models(w->client, NULL);
+    return worker_sync_models(w);
+}
+
 void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
 {
     memset(ret, 0, sizeof(*ret));
@@ -368,6 +425,7 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
         ret->model_state = model_state;
         ret->model_control = model_control;
     }
+    ret->refresh_models = refresh_models;
     ret->metrics = metrics;
     ret->pin_output = pin_output;
     ret->unpin_output = unpin_output;

@@ -291,12 +291,23 @@ static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
     return send_json(s, c, 200, &t);
 }
 
+/* The model a request names.  A name not in the registry has the backend
+ * look for models added to its configuration since (refresh_models), then
+ * is looked up once more. */
+static long route_model(hps_kserve_t *s, const struct hps__route *r, hps__kerr_t *err)
+{
+    long mi = hps__route_model(r, s->models, s->num_models, err);
+    if (mi == -2 && s->backend.refresh_models && s->backend.refresh_models(s->backend.ctx) > 0)
+        mi = hps__route_model(r, s->models, s->num_models, err);
+    return mi;
+}
+
 /* Model endpoints other than infer: metadata, ready, config, stats. */
 static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
                                const struct hps__route *r)
 {
     hps__kerr_t err;
-    long mi = hps__route_model(r, s->models, s->num_models, &err);
+    long mi = route_model(s, r, &err);
     if (mi < 0)
         return send_error(s, c, err.status, err.msg);
     const struct hps__kmodel *m = &s->models[mi];
@@ -381,6 +392,8 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
     }
     hps__text_t t;
     hps__text_init(&t);
+    if (s->backend.refresh_models) /* Triton lists the repository as it is now */
+        s->backend.refresh_models(s->backend.ctx);
     if (hps__repo_index(s->models, s->num_models, &s->backend, backend_ready(s),
                         q->body ? q->body : "", q->len, &t, &err) < 0) {
         hps__text_fini(&t);
@@ -627,7 +640,7 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
                                const struct hps__route *r)
 {
     hps__kerr_t err;
-    long mi = hps__route_model(r, s->models, s->num_models, &err);
+    long mi = route_model(s, r, &err);
     if (mi < 0)
         return send_error(s, c, err.status, err.msg);
     if (!model_loaded(s, (size_t)mi))

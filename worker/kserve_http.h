@@ -53,8 +53,13 @@ struct hps_kserve {
     struct hps__shm shm;
     /* OUTPUT0 buffers of large responses (a pointer: const servers use it). */
     struct hps__outpool *outpool;
+    /* The registry: model_cap entries, never moved; [0, num_models) in use.
+     * hps_kserve_add_model writes an entry under models_mu, then publishes
+     * it by num_models (atomic, release); entries are never removed. */
     struct hps__kmodel *models;
-    size_t num_models;
+    _Atomic size_t num_models;
+    size_t model_cap;
+    pthread_mutex_t models_mu;
 
     /* Listeners; valid while running. */
     struct MHD_Daemon *http;

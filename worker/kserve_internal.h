@@ -258,8 +258,10 @@ void hps__route_parse(const char *url, struct hps__route *ret);
 const char *hps__route_method(enum hps__route_kind kind);
 
 /**
- * Find the model a route names.  Returns its index, or -1 with err set to
- * 400 "Request for unknown model: 'x' is not found" (or "... version v ...").
+ * Find the model a route names.  Returns its index; -2 with err set to 400
+ * "Request for unknown model: 'x' is not found" when no model has that
+ * name; -1 with err set to 400 "... version v ..." for a version it does
+ * not serve.
  */
 long hps__route_model(const struct hps__route *r, const struct hps__kmodel *models,
                       size_t num_models, hps__kerr_t *err);

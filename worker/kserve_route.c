@@ -207,7 +207,7 @@ long hps__route_model(const struct hps__route *r, const struct hps__kmodel *mode
     }
     if (found < 0) {
         hps__kerr_set(err, 400, "Request for unknown model: '%.*s' is not found", mlen, r->model);
-        return -1;
+        return -2;
     }
     if (!r->version)
         return found;

@@ -149,7 +149,8 @@ static hps_err_t model_copy(struct hps__kmodel *m, const hps_kserve_model_t *in)
     return 0;
 }
 
-static hps_err_t copy_models(hps_kserve_t *s, const hps_kserve_model_t *models, size_t n)
+static hps_err_t copy_models(hps_kserve_t *s, const hps_kserve_model_t *models, size_t n,
+                             size_t cap)
 {
     for (size_t i = 0; i < n; i++) {
         hps_err_t rc = check_model(&models[i]);
@@ -159,16 +160,48 @@ static hps_err_t copy_models(hps_kserve_t *s, const hps_kserve_model_t *models, 
             if (strcmp(models[i].name, models[j].name) == 0)
                 return HPS_EINVAL;
     }
-    s->models = calloc(n, sizeof(*s->models));
+    s->model_cap = cap > n ? cap : n;
+    s->models = calloc(s->model_cap, sizeof(*s->models));
     if (!s->models)
         return -ENOMEM;
-    s->num_models = n;
     for (size_t i = 0; i < n; i++) {
+        s->num_models = i + 1; /* model_fini of hps_kserve_destroy frees a partial copy */
         hps_err_t rc = model_copy(&s->models[i], &models[i]);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+size_t hps_kserve_num_models(const hps_kserve_t *s)
+{
+    return atomic_load_explicit(&((hps_kserve_t *)s)->num_models, memory_order_acquire);
+}
+
+hps_err_t hps_kserve_add_model(hps_kserve_t *s, const hps_kserve_model_t *model)
+{
+    if (!s || !model)
+        return HPS_EINVAL;
+    hps_err_t rc = check_model(model);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->models_mu);
+    size_t n = atomic_load_explicit(&s->num_models, memory_order_relaxed);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (strcmp(s->models[i].name, model->name) == 0)
+            rc = HPS_EINVAL;
+    if (rc == 0 && n >= s->model_cap)
+        rc = HPS_EFULL;
+    if (rc == 0) {
+        rc = model_copy(&s->models[n], model);
+        if (rc) {
+            model_fini(&s->models[n]);
+            memset(&s->models[n], 0, sizeof(s->models[n]));
+        } else
+            atomic_store_explicit(&s->num_models, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&s->models_mu);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -236,13 +269,15 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
         return -ENOMEM;
     s->http_fd = s->metrics_fd = -1;
     s->backend = *backend;
+    pthread_mutex_init(&s->models_mu, NULL);
     hps__shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
     s->outpool = malloc(sizeof(*s->outpool));
     if (s->outpool)
         hps__outpool_init(s->outpool, backend);
     rc = s->outpool ? apply_options(s, &o) : -ENOMEM;
     if (rc == 0)
-        rc = copy_models(s, models, num_models);
+        rc = copy_models(s, models, num_models,
+                         o.model_capacity > MAX_MODELS ? MAX_MODELS : o.model_capacity);
     if (rc) {
         hps_kserve_destroy(s);
         return rc;
@@ -422,6 +457,7 @@ void hps_kserve_destroy(hps_kserve_t *s)
     for (size_t i = 0; s->models && i < s->num_models; i++)
         model_fini(&s->models[i]);
     free(s->models);
+    pthread_mutex_destroy(&s->models_mu);
     free(s->http_address);
     free(s->metrics_address);
     free(s->server_name);

@@ -118,27 +118,18 @@ static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **
         const hps_conf_model_t *c = &w->conf->models[i];
         maxq[i] = calloc(c->num_tables, sizeof(uint32_t));
         dims[i] = calloc(c->num_tables, sizeof(uint32_t));
-        for (size_t t = 0; maxq[i] && dims[i] && t < c->num_tables; t++) {
-            maxq[i][t] = (uint32_t)c->maxnum_catfeature_query_per_table_per_sample[t];
-            dims[i][t] = (uint32_t)c->embedding_vecsize_per_table[t];
-        }
-        snprintf(vers[i], sizeof(vers[i]), "%lld", (long long)c->version);
-        km[i] = (hps_kserve_model_t){.name = c->name,
-                                     .version = vers[i],
-                                     .num_tables = (uint32_t)c->num_tables,
-                                     .dims = dims[i],
-                                     .table_names = (const char *const *)c->embedding_table_names,
-                                     .max_keys_per_sample = maxq[i],
-                                     .max_batch_size = (uint32_t)c->max_batch_size,
-                                     .device_id = hps_client_device(w->client)};
+        if (maxq[i] && dims[i])
+            worker_describe_model(w, c, maxq[i], dims[i], vers[i], &km[i]);
     }
 }
 
-/* Report the version each model is answered from (it changes when the
- * coordinator reloads and the client switches segments). */
-static void follow_versions(worker_t *w, hps_kserve_t *srv)
+/* Follow the client: the models it learned (added to the INI since), and
+ * the version each model is answered from (it changes when the coordinator
+ * reloads and the client switches segments). */
+static void follow_models(worker_t *w, hps_kserve_t *srv)
 {
-    for (size_t i = 0; i < w->conf->num_models; i++) {
+    worker_sync_models(w);
+    for (size_t i = 0; i < hps_kserve_num_models(srv); i++) {
         uint32_t v;
         if (hps_client_model_version(w->client, i, &v) == 0)
             hps_kserve_set_model_version(srv, i, v);
@@ -159,7 +150,8 @@ static int serve(worker_t *w, const struct args *a)
     o.header_timeout_ms = (unsigned)wc->header_timeout_ms;
     o.max_body_bytes = (size_t)wc->max_body_size;
     o.max_keys_per_request = (size_t)wc->max_keys_per_request;
-    o.cuda_shared_memory = true; /* honoured in builds with CUDA only */
+    o.cuda_shared_memory = true;            /* honoured in builds with CUDA only */
+    o.model_capacity = HPS_CONF_MAX_MODELS; /* the INI may gain models (worker_sync_models) */
     hps_kserve_model_t km[HPS_CONF_MAX_MODELS];
     uint32_t *maxq[HPS_CONF_MAX_MODELS] = {0}, *dims[HPS_CONF_MAX_MODELS] = {0};
     char vers[HPS_CONF_MAX_MODELS][24];
@@ -168,6 +160,9 @@ static int serve(worker_t *w, const struct args *a)
     worker_backend(w, &be);
     hps_kserve_t *srv = NULL;
     hps_err_t rc = hps_kserve_create(&o, km, w->conf->num_models, &be, &srv);
+    pthread_mutex_lock(&w->sync_mu);
+    w->srv = srv;
+    pthread_mutex_unlock(&w->sync_mu);
     if (rc == 0)
         rc = hps_kserve_start(srv);
     int ex = HPS_WEXIT_OK;
@@ -184,11 +179,14 @@ static int serve(worker_t *w, const struct args *a)
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
         while (!g_stop) {
             nanosleep(&ts, NULL);
-            follow_versions(w, srv);
+            follow_models(w, srv);
         }
         HPS_INFO("shutting down");
         hps_kserve_stop(srv);
     }
+    pthread_mutex_lock(&w->sync_mu);
+    w->srv = NULL;
+    pthread_mutex_unlock(&w->sync_mu);
     hps_kserve_destroy(srv);
     for (size_t i = 0; i < w->conf->num_models; i++) {
         free(maxq[i]);
@@ -236,7 +234,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     hps_client_options_t co = {.device = a.device, .instance = a.instance};
-    worker_t w = {.conf = conf};
+    worker_t w = {.conf = conf, .sync_mu = PTHREAD_MUTEX_INITIALIZER};
     hps_err_t rc = hps_client_open_conf(conf, &co, &w.client);
     if (rc < 0) {
         HPS_ERROR("%s", hps_client_last_error());

@@ -5,6 +5,8 @@
 #ifndef HPS_WORKER_H
 #define HPS_WORKER_H
 
+#include <pthread.h>
+
 #include "hps/client.h"
 #include "hps/conf.h"
 #include "hps/kserve.h"
@@ -20,9 +22,24 @@ enum {
 typedef struct worker {
     const hps_conf_t *conf;
     hps_client_t *client; /* device --device, instance --instance */
+    /* The front end, set before it starts (its registry follows the
+     * client's models: worker_sync_models). */
+    hps_kserve_t *srv;
+    pthread_mutex_t sync_mu; /* serializes worker_sync_models */
 } worker_t;
 
 /* backend.c: the KServe backend over the client. */
 void worker_backend(worker_t *w, hps_kserve_backend_t *ret);
+
+/* backend.c: model c's registry entry for the front end; maxq and dims
+ * ((c->num_tables) each) and ver (24 bytes) are the caller's, used by ret. */
+void worker_describe_model(const worker_t *w, const hps_conf_model_t *c, uint32_t *maxq,
+                           uint32_t *dims, char *ver, hps_kserve_model_t *ret);
+
+/* backend.c: add the models the client learned since (added to the INI,
+ * hps_client_refresh_models) to the front end's registry, in the client's
+ * order (model index i is the same in both).  Thread-safe.  Returns how
+ * many were added. */
+size_t worker_sync_models(worker_t *w);
 
 #endif

@@ -205,8 +205,42 @@ hps_err_t hps_client_model_version(hps_client_t *c, size_t model, uint32_t *ret)
 
 /* ---- Models and tables ------------------------------------------------- */
 
-/** @brief Number of models of the configuration (indices 0 .. n-1, file order). */
+/**
+ * @brief Number of models the client knows (indices 0 .. n-1): the
+ * configuration's, in file order, then those added to its INI file later
+ * (hps_client_refresh_models()).  It only grows (at most
+ * HPS_CONF_MAX_MODELS); an index, once valid, stays valid and names the same
+ * model until hps_client_close().  Thread-safe (an atomic read).
+ */
 size_t hps_client_num_models(const hps_client_t *c);
+
+/**
+ * @brief Learn the models added to the configuration's INI file since it was
+ * read: when the file (hps_conf_t.source) changed (inode, size or
+ * modification time), it is parsed and validated again, and each model
+ * section whose name the client does not know yet is appended to its
+ * models (its tables are then looked up in the segment like the others).
+ * Models already known keep their configuration: a model whose dimensions
+ * changed is not served (it would not fit the callers' buffers) until the
+ * process opens a new client.  The client calls it itself when it switches
+ * to a segment a coordinator published, and before a model control load
+ * of a name it does not know.  GPU caches are built only for the models
+ * known at open: a model learned later is served from the volatile DB.
+ * Thread-safe (serialized by the client).
+ * @param[out] ret_added  Models appended (may be NULL).
+ * @return 0 (also when the file is unchanged, or the configuration came from
+ *         a string); HPS_ECONFIG when the file no longer parses (logged;
+ *         nothing changes); HPS_EFULL when HPS_CONF_MAX_MODELS would be
+ *         passed (those that fit are added).
+ */
+hps_err_t hps_client_refresh_models(hps_client_t *c, size_t *ret_added);
+
+/**
+ * @brief The configuration section of model @p model (owned by the client,
+ * valid until hps_client_close()).  NULL for an index out of range.
+ * Thread-safe.
+ */
+const hps_conf_model_t *hps_client_model_conf(const hps_client_t *c, size_t model);
 
 /**
  * @brief Index of the model named name.

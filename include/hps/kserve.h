@@ -195,6 +195,10 @@ typedef struct hps_kserve_options {
      *  (hps-worker sets it).  Registration makes the calling HTTP thread
      *  create a CUDA context on the region's device. */
     bool cuda_shared_memory;
+    /** Models the registry can hold, those added later by
+     *  hps_kserve_add_model() included: 0 (options_init) = the number given
+     *  to hps_kserve_create(), none can be added; at most 1024. */
+    size_t model_capacity;
 } hps_kserve_options_t;
 
 /**
@@ -355,6 +359,17 @@ typedef struct hps_kserve_backend {
                                size_t len);
 
     /**
+     * @brief Optional (NULL = the registry is fixed): look for models added
+     *        to the backend's configuration since, and add them to the
+     *        server with hps_kserve_add_model().  Called when a request
+     *        names a model not in the registry (then looked up once more)
+     *        and before the repository index is listed; on an event-loop
+     *        thread, so it must be cheap when nothing changed (a stat()).
+     * @return the number of models added.
+     */
+    size_t (*refresh_models)(void *ctx);
+
+    /**
      * @brief Append the backend's own metric families (nv_hps_*) in the
      *        Prometheus text format, with # HELP and # TYPE lines, to text.
      *        NULL = none.
@@ -391,6 +406,21 @@ typedef struct hps_kserve_backend {
      */
     void (*unpin_output)(void *ctx, void *buf, size_t bytes);
 } hps_kserve_backend_t;
+
+/**
+ * @brief Add a model to a server's registry, created or running: it is
+ *        model_index hps_kserve_num_models() (before the call) of the
+ *        backend's callbacks, and is served, listed and counted like the
+ *        others from the moment the call returns.  Thread-safe (serialized;
+ *        requests in flight are not disturbed).
+ * @param[in] model  deep-copied; the same rules as hps_kserve_create()'s.
+ * @return 0; HPS_EINVAL (malformed, or a name already registered);
+ *         HPS_EFULL (options.model_capacity reached); -ENOMEM.
+ */
+hps_err_t hps_kserve_add_model(hps_kserve_t *server, const hps_kserve_model_t *model);
+
+/** @brief Models in the registry (it only grows).  Thread-safe. */
+size_t hps_kserve_num_models(const hps_kserve_t *server);
 
 /**
  * @brief Fill options with the defaults: 127.0.0.1, ports 8000 and 8002,

@@ -24,7 +24,9 @@ under a stream of exactly checked lookups:
       shared_memory_size): 400 with the reason, the coordinator starts
       again on the serving segment (same pid) and a later load works;
   (7) a model added to the INI after the start: loaded through worker 0,
-      served by a worker started afterwards;
+      which serves it as soon as the load returns; worker 1 learns it too
+      (from the INI, when it switches segments), and a worker started
+      afterwards serves it;
   and the stream on m: 0 failed requests, 0 wrong answers, throughout.
 """
 import json
@@ -229,6 +231,11 @@ def body(t, cl):
     cl.write_config("hps.ini", text + "\n" + section(p), SETTINGS)
     r = post(ports[0], "/v2/repository/models/p/load")
     t.eq(r.status, 200, "load of p, added to the INI since the start: 200")
+    check_exact(t, ports[0], p, "at once, the worker that took the load (it learned p from the "
+                "INI)")
+    t.ok(H.wait_until(lambda: index(ports[1]).get("p", {}).get("state") == "READY", 5),
+         "worker 1 learned p and serves it within 5 s", index(ports[1]))
+    check_exact(t, ports[1], p, "worker 1")
     w3 = cl.start_worker(conf, instance=2)
     t.eq(index(w3.http_port).get("p", {}).get("state"), "READY", "a new worker serves p")
     check_exact(t, w3.http_port, p, "the new worker")

@@ -12,6 +12,8 @@ real hps-coordinator and beside an hps-worker on the same segment:
     model whose emb_vector is corrupt) and change nothing;
   - client.unload_model("n"): lookups of n raise HPS_ENOTFOUND again, the
     worker's index shows n UNAVAILABLE "unloaded", m still exact;
+  - a model added to the INI while the client runs: load_model, then its
+    vectors exact in this process, and models() lists it;
   - a client of a configuration in mode none: HPS_EUNSUPPORTED.
 """
 import os
@@ -81,6 +83,15 @@ def body(t, cl):
             "unloaded", 5), "the worker's index: n unloaded")
         exact(t, c, m, "m still exact")
         raises(t, lambda: c.load_model(3), "load_model(3)", hps.HPS_EINVAL)
+        # a model added to the INI while the client runs
+        q = cl.gen_model("q", rows=[800], dims=[12])
+        settings = [("hps", "model_control_mode", "explicit"), ("hps", "startup_models", "^m$")]
+        cl.write_config("hps.ini", text + "\n" + q.ini_text[q.ini_text.index("[model.q]"):],
+                        settings)
+        t.eq(c.load_model("q"), "model 'q' loaded", "load_model('q'), added to the INI since the "
+             "client opened")
+        exact(t, c, q, "q: exact vectors in this process right after load_model")
+        t.ok("q" in c.models(), "models() lists q", c.models())
     none_conf = cl.write_config("none.ini", text, [("hps", "startup_models", "^m$")])
     with hps.Client(none_conf, -1) as c2:
         raises(t, lambda: c2.load_model("n"), "mode none: load_model", hps.HPS_EUNSUPPORTED)

@@ -15,9 +15,13 @@ whose version may only move forward (each worker switches once).
   (3) SIGHUP with a version 3 whose emb_vector is corrupt: refused before
       anything is written, still version 2;
   (4) SIGHUP with a second model added: its tables load into the new
-      segment beside m, which keeps serving;
+      segment beside m, which keeps serving; the running workers learn it
+      from the INI and serve it;
   (5) SIGHUP with it removed: the new segment holds only m (used bytes
-      fall); added again: the same segment size and used bytes as in (4).
+      fall); added again: the same segment size and used bytes as in (4);
+  (6) SIGHUP with n's dimension changed: the running workers refuse n
+      (500 with the reason, logged: its rows would not fit what they
+      answer), a worker started since serves the new dimension.
 Over the whole stream: 0 failed requests, 0 mixed or wrong answers, 0
 default values (every key is in shared memory, initial_cache_rate 1.0).
 """
@@ -186,6 +190,16 @@ def body(t, cl):
     sighup(t, c, "model n added")
     t.eq(shm_versions(cl), [("m", 2), ("n", 1)], "hps-shm info: models m (2) and n (1)")
     seg = cl.shm_info()["segment"]
+    kpt_n = [n.file_keys[0][:50]]
+
+    def serves_n(w):
+        r = H.infer(w.http_port, "n", kpt_n, binary=True)
+        return r.status == 200 and H.decode_output(r)[1] == n.expected(kpt_n)
+    t.ok(H.wait_until(lambda: all(serves_n(w) for w in ws), 5),
+         "the running workers learned n from the INI and serve its vectors exactly",
+         [(w.http_port, H.infer(w.http_port, "n", kpt_n).body[:200]) for w in ws])
+    t.ok(all('nv_hps_lookup_keys{model="n"' in H.http(w.metrics_port, "GET", "/metrics")
+             .body.decode() for w in ws), "n has its metric samples on both workers")
     time.sleep(0.3)
 
     # ---- (5) model n removed, then added again: its memory returns -------------
@@ -204,8 +218,26 @@ def body(t, cl):
          "grow)")
     time.sleep(0.3)
 
+    # ---- (6) n's dimension changed: the running workers do not serve it --------
+    # (their buffers and the shape they answer are n's old dimension)
+    n8 = cl.gen_model("n", rows=[5000], dims=[8], subdir="n_dim8")
+    cl.write_config("hps.ini", m2.ini_text + "\n" + n8.ini_text[n8.ini_text.index("[model.n]"):],
+                    SETTINGS)
+    sighup(t, c, "n's dimension changed from 4 to 8")
+    H.wait_until(lambda: H.infer(ws[0].http_port, "n", kpt_n).status != 200, 5)
+    r = H.infer(ws[0].http_port, "n", kpt_n)
+    t.ok(r.status == 500 and r.is_json_error() and "other dimensions" in r.json()["error"],
+         "n, now of dimension 8, from a worker that serves dimension 4: 500 with a JSON error "
+         "that says why (not the table defaults)", r.body[:300])
+    t.ok(H.wait_until(lambda: "not served until it starts again" in ws[0].log(), 5),
+         "the worker logs why", ws[0].log()[-1000:])
+    w2 = cl.start_worker(conf, instance=2)
+    r = H.infer(w2.http_port, "n", kpt_n, binary=True)
+    t.ok(r.status == 200 and H.decode_output(r)[1] == n8.expected(kpt_n),
+         "a worker started since serves n at dimension 8", r.body[:300])
+
     stop_streams(t, streams, [1, 2])  # one switch
-    t.eq(c.log().count("reloading: stopping"), 4, "four reloads, two refused")
+    t.eq(c.log().count("reloading: stopping"), 5, "five reloads, two refused")
 
 
 if __name__ == "__main__":

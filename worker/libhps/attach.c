@@ -31,7 +31,28 @@ static bool object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino)
     return true;
 }
 
-/* Alive and serving: loaded its models and answering the miss queue. */
+/* Table t of m, found in the segment, has the dimension and key width this
+ * client serves m with: a reload may have changed the model in the INI, and
+ * rows of another dimension would not fit the callers' buffers (such a
+ * model is not served, logged once per segment). */
+static bool table_fits(hps_client_t *cl, client_model_t *m, size_t t)
+{
+    hps_table_info_t ti;
+    if (hps_shmdb_table_info(cl->db, m->vdb_ids[t], &ti) < 0)
+        return false;
+    if (ti.dim == m->dims[t] && ti.key_bytes == cl->key_bytes)
+        return true;
+    atomic_store(&m->misfit, true);
+    if (!m->dim_warned)
+        HPS_ERROR("model %s table %s: the segment holds dimension %u with %u-byte keys, this "
+                  "process serves dimension %u with %u-byte keys (the INI changed since it "
+                  "started): not served until it starts again",
+                  m->conf->name, m->conf->embedding_table_names[t], ti.dim, ti.key_bytes,
+                  m->dims[t], cl->key_bytes);
+    m->dim_warned = true;
+    return false;
+}
+
 /* Find every configured table in the segment (the coordinator creates them
  * while loading, so this may take a few rounds). */
 static bool resolve(hps_client_t *cl)
@@ -40,9 +61,11 @@ static bool resolve(hps_client_t *cl)
     for (size_t i = 0; i < cl->num_models; i++) {
         client_model_t *m = &cl->models[i];
         bool ok = true;
-        for (size_t t = 0; t < m->conf->num_tables; t++)
-            ok &= hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
-                                       &m->vdb_ids[t]) == 0;
+        atomic_store(&m->misfit, false);
+        for (size_t t = 0; ok && t < m->conf->num_tables; t++)
+            ok = hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
+                                      &m->vdb_ids[t]) == 0 &&
+                 table_fits(cl, m, t);
         atomic_store(&m->resolved, ok);
         if (ok)
             atomic_store(&m->served, true);
@@ -69,12 +92,16 @@ static void reattach(hps_client_t *cl)
         fresh = NULL;
     if (!fresh && !cl->db)
         return;
+    if (fresh && cl->db) /* a coordinator published it: models may have been added to the INI */
+        hps_client_refresh_models(cl, NULL);
     pthread_rwlock_wrlock(&cl->seg_lock);
     hps_shmdb_t *old = cl->db;
     if (fresh) {
         cl->db = fresh;
         cl->seg_dev = dev;
         cl->seg_ino = ino;
+        for (size_t i = 0; i < cl->num_models; i++)
+            cl->models[i].dim_warned = false;
         /* Resolved in the same step: a published segment holds every
          * table, and a request between the switch and a later round would
          * find none (the table defaults for keys in shared memory). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "hps/log.h"
@@ -35,25 +36,38 @@ const char *hps_client_last_error(void)
 
 /* ---- open, close ------------------------------------------------------------ */
 
+/* Entry i of the models, from configuration section c (not yet visible). */
+static int model_init(hps_client_t *cl, size_t i, const hps_conf_model_t *c)
+{
+    client_model_t *m = &cl->models[i];
+    m->conf = c;
+    m->dims = calloc(c->num_tables, sizeof(uint32_t));
+    m->defaults = calloc(c->num_tables, sizeof(float));
+    m->vdb_ids = calloc(c->num_tables, sizeof(uint32_t));
+    if (!m->dims || !m->defaults || !m->vdb_ids)
+        return -ENOMEM;
+    for (size_t t = 0; t < c->num_tables; t++) {
+        m->dims[t] = (uint32_t)c->embedding_vecsize_per_table[t];
+        m->defaults[t] = (float)c->default_value_for_each_table[t];
+    }
+    return 0;
+}
+
 static int init_models(hps_client_t *cl)
 {
-    cl->num_models = cl->conf->num_models;
-    cl->models = calloc(cl->num_models ? cl->num_models : 1, sizeof(client_model_t));
+    pthread_mutex_init(&cl->models_lock, NULL);
+    cl->models = calloc(HPS_CONF_MAX_MODELS, sizeof(client_model_t));
     if (!cl->models)
         return -ENOMEM;
-    for (size_t i = 0; i < cl->num_models; i++) {
-        client_model_t *m = &cl->models[i];
-        const hps_conf_model_t *c = &cl->conf->models[i];
-        m->conf = c;
-        m->dims = calloc(c->num_tables, sizeof(uint32_t));
-        m->defaults = calloc(c->num_tables, sizeof(float));
-        m->vdb_ids = calloc(c->num_tables, sizeof(uint32_t));
-        if (!m->dims || !m->defaults || !m->vdb_ids)
-            return -ENOMEM;
-        for (size_t t = 0; t < c->num_tables; t++) {
-            m->dims[t] = (uint32_t)c->embedding_vecsize_per_table[t];
-            m->defaults[t] = (float)c->default_value_for_each_table[t];
-        }
+    if (!cl->conf->source || stat(cl->conf->source, &cl->conf_stat) != 0)
+        memset(&cl->conf_stat, 0, sizeof(cl->conf_stat)); /* a string: nothing to read again */
+    size_t n =
+        cl->conf->num_models < HPS_CONF_MAX_MODELS ? cl->conf->num_models : HPS_CONF_MAX_MODELS;
+    for (size_t i = 0; i < n; i++) {
+        int rc = model_init(cl, i, &cl->conf->models[i]);
+        atomic_store_explicit(&cl->num_models, i + 1, memory_order_release); /* freed by close */
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -66,6 +80,98 @@ static void free_models(hps_client_t *cl)
         free(cl->models[i].vdb_ids);
     }
     free(cl->models);
+    for (size_t i = 0; i < cl->num_learned; i++)
+        hps_conf_free(cl->learned[i]);
+    free(cl->learned);
+    if (cl->models)
+        pthread_mutex_destroy(&cl->models_lock);
+}
+
+static bool known_model(const hps_client_t *cl, const char *name)
+{
+    for (size_t i = 0; i < cl->num_models; i++)
+        if (strcmp(cl->models[i].conf->name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Append conf's models the client does not know (under models_lock);
+ * true when conf is to be kept (a model of it was appended). */
+static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_err_t *rc)
+{
+    if ((conf->hps.supportlonglong ? 8u : 4u) != cl->key_bytes) {
+        HPS_WARN("%s: supportlonglong changed since this process read it: its new models are "
+                 "not served until the process starts again",
+                 conf->source);
+        return false;
+    }
+    size_t n = cl->num_models;
+    for (size_t j = 0; j < conf->num_models; j++) {
+        const hps_conf_model_t *c = &conf->models[j];
+        if (known_model(cl, c->name))
+            continue;
+        if (n >= HPS_CONF_MAX_MODELS) {
+            *rc = HPS_EFULL;
+            HPS_WARN("%s: model %s: this process knows %d models already, the most it can",
+                     conf->source, c->name, HPS_CONF_MAX_MODELS);
+            break;
+        }
+        if (model_init(cl, n, c) < 0) {
+            *rc = -ENOMEM;
+            break;
+        }
+        atomic_store_explicit(&cl->num_models, ++n, memory_order_release);
+        ++*added;
+        HPS_INFO("model %s: added to %s since this process read it: served once a coordinator "
+                 "loads it%s",
+                 c->name, conf->source, cl->gpu ? " (from the volatile DB: no GPU cache)" : "");
+    }
+    return *added > 0;
+}
+
+hps_err_t hps_client_refresh_models(hps_client_t *cl, size_t *ret_added)
+{
+    size_t added = 0;
+    hps_err_t rc = 0;
+    if (ret_added)
+        *ret_added = 0;
+    if (!cl)
+        return HPS_EINVAL;
+    pthread_mutex_lock(&cl->models_lock);
+    struct stat st;
+    const struct stat *was = &cl->conf_stat;
+    bool changed =
+        was->st_ino && cl->conf->source && stat(cl->conf->source, &st) == 0 &&
+        (st.st_ino != was->st_ino || st.st_dev != was->st_dev || st.st_size != was->st_size ||
+         st.st_mtim.tv_sec != was->st_mtim.tv_sec || st.st_mtim.tv_nsec != was->st_mtim.tv_nsec);
+    if (changed) {
+        hps_conf_t *conf = NULL;
+        char err[512];
+        hps_conf_t **grown = realloc(cl->learned, (cl->num_learned + 1) * sizeof(*grown));
+        if (grown)
+            cl->learned = grown;
+        if (!grown) {
+            rc = -ENOMEM;
+        } else if (hps_conf_load(cl->conf->source, &conf, err, sizeof(err)) < 0) {
+            HPS_WARN("reading %s again for added models: %s", cl->conf->source, err);
+            rc = HPS_ECONFIG; /* read again at the next change */
+        } else if (learn_from(cl, conf, &added, &rc)) {
+            cl->learned[cl->num_learned++] = conf;
+        } else {
+            hps_conf_free(conf);
+        }
+        if (rc != -ENOMEM)
+            cl->conf_stat = st; /* read: not again until it changes */
+    }
+    pthread_mutex_unlock(&cl->models_lock);
+    if (ret_added)
+        *ret_added = added;
+    return rc;
+}
+
+const hps_conf_model_t *hps_client_model_conf(const hps_client_t *cl, size_t mi)
+{
+    return cl && mi < cl->num_models ? cl->models[mi].conf : NULL;
 }
 
 /* HugeCTR's shared_memory_auto_remove: the last process out removes the
@@ -444,6 +550,14 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
     if (!atomic_load(&m->resolved) && cl->db && hps__client_models_known(cl)) {
         pthread_rwlock_unlock(&cl->seg_lock); /* explicit model control: not loaded */
         return hps__client_fail(HPS_ENOTFOUND, "model %s is not loaded", m->conf->name);
+    }
+    if (atomic_load(&m->misfit)) {
+        pthread_rwlock_unlock(&cl->seg_lock);
+        return hps__client_fail(HPS_ENOTFOUND,
+                                "model %s: the segment holds it with other dimensions than this "
+                                "process serves (its INI changed since the process started): "
+                                "start the process again",
+                                m->conf->name);
     }
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
                        nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0);

@@ -110,6 +110,11 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
     if (!explicit_mode(cl))
         return hps__client_fail(HPS_EUNSUPPORTED, "explicit model load / unload is not allowed "
                                                   "if polling is enabled");
+    bool known = false;
+    for (size_t i = 0; i < cl->num_models && !known; i++)
+        known = strcmp(cl->models[i].conf->name, model) == 0;
+    if (op == HPS_MODEL_LOAD && !known)
+        hps_client_refresh_models(cl, NULL); /* added to the INI since it was read */
     uint64_t id = new_id();
     hps_err_t rc = submit(cl, op, model, id);
     if (rc < 0)

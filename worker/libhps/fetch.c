@@ -170,8 +170,8 @@ int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, si
     int rc = 0;
     for (size_t i = 0; i < nf && rc == 0; i++)
         rc = vdb_part(cl, m, &f[i], &p[i], attached);
-    bool ask = rc == 0 && attached &&
-               atomic_load_explicit(&cl->misses_served, memory_order_relaxed);
+    bool ask =
+        rc == 0 && attached && atomic_load_explicit(&cl->misses_served, memory_order_relaxed);
     size_t missing = 0;
     for (size_t i = 0; ask && i < nf; i++)
         missing += p[i].miss;

@@ -156,7 +156,7 @@ static void rebuild_stale(struct client_gpu *g, gctx_t *c);
 /** A model waits to be built anew after a segment switch. */
 static bool any_stale(struct client_gpu *g)
 {
-    for (size_t mi = 0; mi < g->cl->num_models; mi++)
+    for (size_t mi = 0; mi < g->num_models; mi++)
         if (atomic_load(&g->models[mi].stale))
             return true;
     return false;
@@ -392,7 +392,7 @@ static void build_model(struct client_gpu *g, gctx_t *c, size_t mi)
 void hps__client_gpu_switched(hps_client_t *cl)
 {
     struct client_gpu *g = cl->gpu;
-    for (size_t mi = 0; g && mi < cl->num_models; mi++) {
+    for (size_t mi = 0; g && mi < g->num_models; mi++) {
         gmodel_t *gm = &g->models[mi];
         if (!gm->tables)
             continue;
@@ -444,7 +444,7 @@ static void rebuild_stale(struct client_gpu *g, gctx_t *c)
     if (!any_stale(g))
         return;
     pthread_rwlock_rdlock(&cl->seg_lock);
-    for (size_t mi = 0; mi < cl->num_models && !atomic_load(&g->stop); mi++) {
+    for (size_t mi = 0; mi < g->num_models && !atomic_load(&g->stop); mi++) {
         gmodel_t *gm = &g->models[mi];
         if (!atomic_load(&gm->stale))
             continue;
@@ -487,7 +487,7 @@ static void *gpu_thread(void *arg)
     if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess &&
         (c = hps__client_ctx_new(g))) {
         pthread_rwlock_rdlock(&cl->seg_lock);
-        for (size_t mi = 0; mi < cl->num_models && !atomic_load(&g->stop); mi++)
+        for (size_t mi = 0; mi < g->num_models && !atomic_load(&g->stop); mi++)
             if (g->models[mi].tables && atomic_load(&cl->models[mi].resolved))
                 build_model(g, c, mi); /* a model not loaded is built when it is */
         g->upd_db = cl->db;
@@ -518,12 +518,13 @@ static int gpu_alloc(hps_client_t *cl, struct client_gpu *g)
 {
     g->cl = cl;
     g->device = cl->device;
-    g->models = calloc(cl->num_models ? cl->num_models : 1, sizeof(gmodel_t));
+    g->models = calloc(HPS_CONF_MAX_MODELS, sizeof(gmodel_t));
+    g->num_models = cl->num_models;
     g->max_ctx = cl->max_concurrent;
     g->ctxs = calloc(g->max_ctx, sizeof(gctx_t *));
     if (!g->models || !g->ctxs)
         return -ENOMEM;
-    for (size_t i = 0; i < cl->num_models; i++) {
+    for (size_t i = 0; i < g->num_models; i++) {
         gmodel_t *gm = &g->models[i];
         if (!cl->models[i].conf->gpucache)
             continue;
@@ -557,7 +558,7 @@ static void gpu_free(struct client_gpu *g)
     gshare_stop(g->share); /* nobody can ask for a descriptor being closed */
     for (size_t i = 0; g->ctxs && i < g->num_ctx; i++)
         hps__client_ctx_free(g->ctxs[i], g->ws_slots);
-    for (size_t i = 0; g->models && i < g->cl->num_models; i++) {
+    for (size_t i = 0; g->models && i < g->num_models; i++) {
         hps_gcache_set_destroy(g->models[i].set);
         for (size_t t = 0; g->models[i].tables && t < g->models[i].num_tables; t++)
             table_free(g, &g->models[i].tables[t]);

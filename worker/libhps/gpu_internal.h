@@ -142,7 +142,11 @@ struct client_gpu {
     int device;
     /* mu guards free_ctx, num_ctx, ctxs and the queue (q_head, q_len,
      * queue); cv wakes context waiters and the GPU thread. */
+    /* (HPS_CONF_MAX_MODELS) by model index; [0, num_models) are the models
+     * the client knew at start, the only ones with GPU caches (a model
+     * learned later stays zeroed: never active, served by the CPU path). */
     gmodel_t *models;
+    size_t num_models;
     size_t ws_slots;
     pthread_mutex_t mu;
     pthread_cond_t cv;

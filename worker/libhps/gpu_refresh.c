@@ -137,7 +137,7 @@ void hps__client_timer_refresh(struct client_gpu *g, gctx_t *c)
     hps_client_t *cl = g->cl;
     long long now = hps__client_mono();
     pthread_rwlock_rdlock(&cl->seg_lock);
-    for (size_t mi = 0; cl->db && mi < cl->num_models && !atomic_load(&g->stop); mi++) {
+    for (size_t mi = 0; cl->db && mi < g->num_models && !atomic_load(&g->stop); mi++) {
         gmodel_t *gm = &g->models[mi];
         if (!atomic_load_explicit(&gm->active, memory_order_acquire) || !cl->models[mi].resolved)
             continue;
@@ -225,7 +225,7 @@ void hps__client_follow_logs(struct client_gpu *g, gctx_t *c)
         return;
     pthread_rwlock_rdlock(&cl->seg_lock);
     bool recreated = cl->db && cl->db != g->upd_db;
-    for (size_t mi = 0; cl->db && mi < cl->num_models && !atomic_load(&g->stop); mi++) {
+    for (size_t mi = 0; cl->db && mi < g->num_models && !atomic_load(&g->stop); mi++) {
         gmodel_t *gm = &g->models[mi];
         if (!atomic_load_explicit(&gm->active, memory_order_acquire))
             continue;

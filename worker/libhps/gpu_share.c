@@ -78,7 +78,7 @@ void hps__client_reg_upkeep(struct client_gpu *g)
         return;
     hps_client_t *cl = g->cl;
     pthread_rwlock_rdlock(&cl->seg_lock);
-    for (size_t mi = 0; cl->db && cl->db == g->upd_db && mi < cl->num_models; mi++) {
+    for (size_t mi = 0; cl->db && cl->db == g->upd_db && mi < g->num_models; mi++) {
         gmodel_t *gm = &g->models[mi];
         if (!atomic_load_explicit(&gm->active, memory_order_acquire))
             continue;

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "hps/client.h"
@@ -36,6 +37,11 @@ typedef struct client_model {
     uint32_t *vdb_ids;     /* (T) table ids in the segment; written under seg_lock (write) */
     _Atomic bool resolved; /* every table found in the segment; written under seg_lock (write) */
     _Atomic bool served;   /* resolved at least once (Triton lists never-loaded models by name) */
+    /* The segment holds the model with other dimensions or key width than
+     * this client serves (its INI changed): lookups fail instead of answering
+     * defaults.  Written under seg_lock (write), with resolved. */
+    _Atomic bool misfit;
+    bool dim_warned; /* the misfit was logged for this segment (maintenance thread) */
     client_counters_t ctr;
 } client_model_t;
 
@@ -62,8 +68,18 @@ struct hps_client {
      * found in it are not loaded (explicit model control); cleared by a
      * switch.  Maintenance thread writes, any thread reads. */
     _Atomic bool settled;
+    /* The models: HPS_CONF_MAX_MODELS entries, never moved; [0, num_models)
+     * in use.  An entry is written once, under models_lock, before
+     * num_models (atomic, release) makes it visible; never removed. */
     client_model_t *models;
-    size_t num_models;
+    _Atomic size_t num_models;
+    pthread_mutex_t models_lock;
+    /* hps_client_refresh_models: the INIs read again that hold learned
+     * models' sections (freed by close), and the identity of the file last
+     * read (inode, size, mtime).  models_lock. */
+    hps_conf_t **learned;
+    size_t num_learned;
+    struct stat conf_stat;
     pthread_t maint;
     bool maint_started;
     _Atomic bool stop;      /* set by hps_client_close() */

@@ -1277,6 +1277,47 @@ static void test_create_errors(void **state)
     hps_kserve_destroy(s);
 }
 
+/* hps_kserve_add_model on a running server: the new model is served at
+ * once as the next index; a duplicate name and a full registry are refused
+ * and change nothing. */
+static void test_add_model(void **state)
+{
+    (void)state;
+    struct ks_backend be = {.ready = true};
+    hps_kserve_backend_t vt = ks_vtable(&be);
+    hps_kserve_options_t o;
+    hps_kserve_options_init(&o);
+    o.http_port = 0;
+    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
+    o.model_capacity = 2;
+    hps_kserve_t *s = NULL;
+    KS_OK(hps_kserve_create(&o, ks_models, 1, &vt, &s));
+    KS_OK(hps_kserve_start(s));
+    uint16_t port = 0;
+    KS_OK(hps_kserve_ports(s, &port, NULL));
+    struct ks_resp r;
+    KS_CHECK(ks_http(port, "GET", "/v2/models/plain", NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 400, "Request for unknown model: 'plain' is not found");
+    ks_resp_free(&r);
+    KS_CHECK(hps_kserve_num_models(s) == 1, "one model");
+    KS_OK(hps_kserve_add_model(s, &ks_models[1]));
+    KS_CHECK(hps_kserve_num_models(s) == 2, "two models");
+    KS_CHECK(ks_http(port, "GET", "/v2/models/plain", NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 200, "\"name\":\"plain\"");
+    ks_resp_free(&r);
+    KS_CHECK(hps_kserve_add_model(s, &ks_models[1]) == HPS_EINVAL, "a name already registered");
+    hps_kserve_model_t m = ks_models[1];
+    m.name = "third";
+    KS_CHECK(hps_kserve_add_model(s, &m) == HPS_EFULL, "past model_capacity");
+    m.name = "bad/name";
+    KS_CHECK(hps_kserve_add_model(s, &m) == HPS_EINVAL, "a malformed model");
+    KS_CHECK(hps_kserve_num_models(s) == 2, "still two models");
+    KS_CHECK(ks_http(port, "GET", "/v2/models/hps_wdl", NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 200, NULL);
+    ks_resp_free(&r);
+    hps_kserve_destroy(s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pinned OUTPUT0 buffers (backend pin_output / unpin_output)                */
 /* ------------------------------------------------------------------------ */
@@ -1456,6 +1497,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_health, test_setup),
+        cmocka_unit_test(test_add_model),
         cmocka_unit_test_setup(test_degraded, test_setup),
         cmocka_unit_test_setup(test_server_metadata, test_setup),
         cmocka_unit_test_setup(test_model_metadata, test_setup),

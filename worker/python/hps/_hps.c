@@ -649,19 +649,23 @@ static void client_dealloc(client_object *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The models and tables, looked up once: names -> indices, dims. */
+/* The models and tables, looked up once each: names -> indices, dims.  A
+ * later call adds the models the client learned since (it only grows:
+ * hps_client_num_models). */
 static int load_models(client_object *self)
 {
     size_t n = hps_client_num_models(self->c);
 
-    self->model_index = PyDict_New();
-    self->models = PyMem_Calloc(n ? n : 1, sizeof(model_t));
-    if (!self->model_index || !self->models) {
-        PyErr_NoMemory();
-        return -1;
+    if (!self->models) {
+        self->model_index = PyDict_New();
+        self->models = PyMem_Calloc(HPS_CONF_MAX_MODELS, sizeof(model_t));
+        if (!self->model_index || !self->models) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
-    self->num_models = n;
-    for (size_t m = 0; m < n; m++) {
+    for (size_t m = self->num_models; m < n && m < HPS_CONF_MAX_MODELS; m++) {
+        self->num_models = m + 1; /* free_models frees a partial entry */
         model_t *md = &self->models[m];
         hps_client_model_info_t mi;
         hps_err_t rc = hps_client_model_info(self->c, m, &mi);
@@ -747,10 +751,21 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* A model not known yet: the client looks for models added to its INI
+ * since (hps_client_refresh_models), and this object adds what it learned.
+ * -1 with an exception set on failure. */
+static int learn_models(client_object *self)
+{
+    hps_client_refresh_models(self->c, NULL);
+    return hps_client_num_models(self->c) > self->num_models ? load_models(self) : 0;
+}
+
 static int get_model(client_object *self, PyObject *o, size_t *ret)
 {
     if (PyUnicode_Check(o)) {
         PyObject *v = PyDict_GetItemWithError(self->model_index, o);
+        if (!v && !PyErr_Occurred() && learn_models(self) == 0)
+            v = PyDict_GetItemWithError(self->model_index, o);
         if (!v) {
             if (!PyErr_Occurred()) {
                 PyObject *names = PyDict_Keys(self->model_index);
@@ -764,6 +779,8 @@ static int get_model(client_object *self, PyObject *o, size_t *ret)
     }
     if (PyLong_Check(o)) {
         long long m = PyLong_AsLongLong(o);
+        if (m >= 0 && (unsigned long long)m >= self->num_models && learn_models(self) < 0)
+            return -1;
         if (m < 0 || (unsigned long long)m >= self->num_models) {
             PyErr_Clear();
             raise_fmt(HPS_EINVAL, "model index %R out of range (%zu models)", o, self->num_models);
@@ -1121,14 +1138,15 @@ done:
     return o;
 }
 
-PyDoc_STRVAR(models_doc, "models() -> list of str: the models of the configuration, file order.");
+PyDoc_STRVAR(models_doc, "models() -> list of str: the models of the configuration, file order,\n"
+                         "then those added to its INI file since (read again when it changed).");
 
 static PyObject *client_models(client_object *self, PyObject *unused)
 {
     (void)unused;
     PyObject *l;
 
-    if (client_enter(self) < 0)
+    if (client_enter(self) < 0 || learn_models(self) < 0)
         return NULL;
     l = PyList_New((Py_ssize_t)self->num_models);
     for (size_t m = 0; l && m < self->num_models; m++) {
