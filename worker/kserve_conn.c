@@ -16,9 +16,10 @@
  * connections older than header_timeout_ms: a request's header must arrive
  * whole within it, however it is sliced (the first request of a connection
  * counts from the accept).  And when a new connection brings the count past
- * seven eighths of max_connections, the oldest FRESH or HEADER connection,
- * else the oldest IDLE one, is closed to make room: idle and trickling
- * connections go first, a request being served never.
+ * seven eighths of max_connections, the oldest FRESH or HEADER connection
+ * that has waited for its header GRACE_NS or more, else the oldest IDLE one,
+ * else the oldest FRESH or HEADER one, is closed to make room: trickling and
+ * idle connections go first, a request being served never.
  *
  * Closing is shutdown(2) on the connection's socket: libmicrohttpd then
  * sees the end of the stream and closes the connection itself.  The socket
@@ -53,14 +54,26 @@ static void evict(struct hps__kconn *k, _Atomic uint64_t *counter)
     atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
-/* The connection to close for room: the oldest FRESH / HEADER one, else
- * the oldest IDLE one; NULL when every connection is serving a request. */
+/* A FRESH or HEADER connection younger than this is closed for room only
+ * when no other can be: a valid client sends its header at once, so a
+ * connection still without one after this long is trickling, while a new
+ * one may simply not have been read yet (under a flood of connections, the
+ * oldest FRESH one left was often a valid client accepted a moment ago). */
+#define GRACE_NS (50 * 1000000ULL)
+
+/* The connection to close for room: the oldest FRESH / HEADER one past
+ * GRACE_NS, else the oldest IDLE one, else the oldest FRESH / HEADER one;
+ * NULL when every connection is serving a request. */
 static struct hps__kconn *victim(struct hps__conns *cs)
 {
     struct hps__kconn *best = NULL;
-    int rank = 3; /* 0: FRESH or HEADER, 1: IDLE */
+    int rank = 3; /* 0: FRESH or HEADER past the grace, 1: IDLE, 2: FRESH or HEADER */
+    uint64_t young = hps__now_ns() - GRACE_NS;
     for (struct hps__kconn *k = cs->head.next; k != &cs->head; k = k->next) {
-        int r = k->closing || k->state == CONN_BUSY ? 3 : k->state == CONN_IDLE ? 1 : 0;
+        int r = k->closing || k->state == CONN_BUSY ? 3
+                : k->state == CONN_IDLE             ? 1
+                : k->since_ns > young               ? 2
+                                                    : 0;
         if (r < rank || (r == rank && r < 3 && k->since_ns < best->since_ns)) {
             best = k;
             rank = r;

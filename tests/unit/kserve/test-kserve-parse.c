@@ -120,7 +120,7 @@ static void test_route(void **state)
     hps__route_parse("/v2/models/hps_wdl/versions/18446744073709551616/infer", &r);
     KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == -1 && err.status == 400, "overflow");
     hps__route_parse("/v2/models/hps_wd/infer", &r);
-    KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == -1 &&
+    KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == -2 &&
                  !strcmp(err.msg, "Request for unknown model: 'hps_wd' is not found"),
              "%s", err.msg);
     hps__route_parse("/v2/systemsharedmemory/region/in_0/register", &r);
