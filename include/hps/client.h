@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "hps/conf.h"
+#include "hps/dtype.h"
 #include "hps/hps.h"
 
 #ifdef __cplusplus
@@ -275,6 +276,10 @@ typedef struct hps_client_table_info {
     uint32_t max_keys_per_sample; /**< maxnum_catfeature_query_per_table_per_sample[t] */
     float default_value;          /**< default_value_for_each_table[t] */
     uint64_t rows;                /**< rows in the volatile DB now; 0 before attach */
+    /** How the volatile DB stores the rows ([model.<name>] storage_type;
+     *  include/hps/dtype.h gives each type's error bound).  Lookups return
+     *  fp32 whatever it is. */
+    hps_dtype_t storage_type;
 } hps_client_table_info_t;
 
 /** @brief Describe table @p table of model @p model.  @return 0; HPS_EINVAL. */

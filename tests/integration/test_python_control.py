@@ -13,7 +13,8 @@ real hps-coordinator and beside an hps-worker on the same segment:
   - client.unload_model("n"): lookups of n raise HPS_ENOTFOUND again, the
     worker's index shows n UNAVAILABLE "unloaded", m still exact;
   - a model added to the INI while the client runs: load_model, then its
-    vectors exact in this process, and models() lists it;
+    vectors exact in this process, and models() lists it; tables() gives
+    each table's storage_type (int8 for one added with it);
   - a client of a configuration in mode none: HPS_EUNSUPPORTED.
 """
 import os
@@ -92,6 +93,15 @@ def body(t, cl):
              "client opened")
         exact(t, c, q, "q: exact vectors in this process right after load_model")
         t.ok("q" in c.models(), "models() lists q", c.models())
+        # the storage type of each table (issue 22)
+        r = cl.gen_model("r", rows=[300], dims=[16])
+        cl.write_config("hps.ini", text + "".join(
+            "\n" + x.ini_text[x.ini_text.index("[model.%s]" % x.name):] for x in (q, r)),
+            settings + [("model.r", "storage_type", "int8")])
+        t.eq(c.load_model("r"), "model 'r' loaded", "load_model('r'), stored as int8")
+        t.eq([(x["storage_type"], x["rows"]) for x in c.tables("r")] +
+             [x["storage_type"] for x in c.tables("m")], [("int8", 300), "fp32", "fp32"],
+             "tables(): storage_type int8 for r (300 rows), fp32 for m")
     none_conf = cl.write_config("none.ini", text, [("hps", "startup_models", "^m$")])
     with hps.Client(none_conf, -1) as c2:
         raises(t, lambda: c2.load_model("n"), "mode none: load_model", hps.HPS_EUNSUPPORTED)

@@ -379,7 +379,8 @@ hps_err_t hps_client_table_info(hps_client_t *cl, size_t model, uint32_t table,
         .key_bytes = cl->key_bytes,
         .max_keys_per_sample =
             (uint32_t)m->conf->maxnum_catfeature_query_per_table_per_sample[table],
-        .default_value = m->defaults[table]};
+        .default_value = m->defaults[table],
+        .storage_type = (hps_dtype_t)m->conf->storage_type};
     pthread_rwlock_rdlock(&cl->seg_lock);
     if (cl->db && m->resolved)
         hps_shmdb_size(cl->db, m->vdb_ids[table], &ret->rows);

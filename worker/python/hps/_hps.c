@@ -1168,7 +1168,9 @@ PyDoc_STRVAR(tables_doc, "tables(model) -> list of dict\n"
                          "\n"
                          "The tables of a model, index order: name, dim, key_bytes (8 or 4),\n"
                          "default_value, rows (in the volatile DB now; 0 before the segment is\n"
-                         "attached), max_keys_per_sample.");
+                         "attached), max_keys_per_sample, storage_type (how the volatile DB\n"
+                         "stores the rows: 'fp32', 'fp16', 'bf16' or 'int8'; lookups return\n"
+                         "float32 whatever it is).");
 
 static PyObject *client_tables(client_object *self, PyObject *model)
 {
@@ -1193,6 +1195,7 @@ static PyObject *client_tables(client_object *self, PyObject *model)
             dset(d, "default_value", PyFloat_FromDouble(ti.default_value)) < 0 ||
             dset(d, "rows", PyLong_FromUnsignedLongLong(ti.rows)) < 0 ||
             dset(d, "max_keys_per_sample", PyLong_FromUnsignedLong(ti.max_keys_per_sample)) < 0 ||
+            dset(d, "storage_type", PyUnicode_FromString(hps_dtype_name(ti.storage_type))) < 0 ||
             PyList_Append(l, d) < 0) {
             Py_XDECREF(d);
             Py_CLEAR(l);
