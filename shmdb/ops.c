@@ -164,7 +164,10 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
         pend + bytes <= atomic_load_explicit(&db->hdr->bump, memory_order_relaxed))
         hps__free(db, pend, p->blk_bytes); /* size unknown: at most a leak */
     p->pending = 0;
-    if (!hps__wview_current(db, t, p, &w) || hits_part(db, p, blk, p->blk_bytes))
+    /* The view's own extent, not blk_bytes: both are segment words, and a
+     * corrupt blk_bytes smaller than the block let a bucket's version or
+     * occupancy land on the held lock (found by fuzz-shmdb). */
+    if (!hps__wview_current(db, t, p, &w) || hits_part(db, p, blk, hps__block_bytes(t, w.nb)))
         return;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
         struct shm_bucket *b = BKT(&w, bi);
