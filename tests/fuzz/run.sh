@@ -2,11 +2,14 @@
 # tests/fuzz/run.sh -- build the libFuzzer targets (clang, ASan + UBSan) and
 # run each of them for a time or a number of executions.
 #
-#   tests/fuzz/run.sh [--seconds N | --runs N] [--build DIR] [TARGET...]
+#   tests/fuzz/run.sh [--seconds N | --runs N] [--jobs J] [--build DIR] [TARGET...]
 #
 # TARGET: kserve conf kafka modelfile shmdb (default: all).  --seconds N
 # (default 60) or --runs N (e.g. 10000000) per target, one after the other,
-# each with -timeout=5 -rss_limit_mb=2048 -detect_leaks=1.  The build
+# each with -timeout=5 -rss_limit_mb=2048 -detect_leaks=1.  --jobs J
+# (default 1) runs J libFuzzer processes per target at once (seeds 1..J,
+# one working corpus): --runs N is then split between them (N / J each),
+# --seconds N is each one's time.  The build
 # directory (default build-fuzz, or $FUZZ_BUILD) is configured on first use:
 #   CC=clang meson setup build-fuzz -Dfuzz=true -Dcuda=disabled
 #     -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link
@@ -30,12 +33,14 @@ all=(kserve conf kafka modelfile shmdb)
 seconds=60
 runs=
 build=${FUZZ_BUILD:-build-fuzz}
+jobs=1
 targets=()
 while [ $# -gt 0 ]; do
     case $1 in
     --seconds) seconds=$2; runs=; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
@@ -71,9 +76,11 @@ ninja -C "$build" -j"${FUZZ_JOBS:-2}" "${targets[@]/#/tests/fuzz/fuzz-}" >"$prob
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=1:symbolize=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:silence_unsigned_overflow=1
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --jobs takes a positive count" >&2; exit 2; }
 limit=(-max_total_time="$seconds")
 what="$seconds s"
-[ -n "$runs" ] && limit=(-runs="$runs") && what="$runs runs"
+[ -n "$runs" ] && limit=(-runs=$(( (runs + jobs - 1) / jobs ))) && what="$runs runs"
+[ "$jobs" -gt 1 ] && what="$what, $jobs processes"
 
 results=()
 failed=0
@@ -88,15 +95,30 @@ for t in "${targets[@]}"; do
     [ -f "$src/$t.dict" ] && dict=(-dict="$src/$t.dict")
     echo "== fuzz-$t: $what"
     start=$(date +%s)
-    "$build/tests/fuzz/fuzz-$t" "${limit[@]}" -timeout=5 -rss_limit_mb=2048 -detect_leaks=1 -report_slow_units=2 \
-        -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" \
-        "$work" "$src/corpus/$t" "$src/regress/$t" >"$log" 2>&1
-    rc=$?
+    pids=()
+    for j in $(seq 1 "$jobs"); do
+        jlog=$log
+        [ "$jobs" -gt 1 ] && jlog=$log.$j
+        seed=()
+        [ "$jobs" -gt 1 ] && seed=(-seed="$j")
+        "$build/tests/fuzz/fuzz-$t" "${limit[@]}" "${seed[@]}" -timeout=5 -rss_limit_mb=2048 -detect_leaks=1 \
+            -report_slow_units=2 -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" \
+            "$work" "$src/corpus/$t" "$src/regress/$t" >"$jlog" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    [ "$jobs" -gt 1 ] && cat "$log".* >"$log"
     secs=$(($(date +%s) - start))
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-    [ -n "$rate" ] || rate=$(( ${execs:-0} / (secs > 0 ? secs : 1) ))
+    execs=0
+    for j in $(seq 1 "$jobs"); do
+        jlog=$log
+        [ "$jobs" -gt 1 ] && jlog=$log.$j
+        e=$(sed -n 's/^stat::number_of_executed_units: *//p' "$jlog" | tail -1)
+        [ -n "$e" ] || e=$(grep -o '^#[0-9]*' "$jlog" | tail -1 | tr -d '#')
+        execs=$((execs + ${e:-0}))
+    done
+    rate=$(( execs / (secs > 0 ? secs : 1) / jobs ))
     result=ok
     for a in "$art"/*; do
         [ -e "$a" ] || continue
@@ -113,7 +135,7 @@ for t in "${targets[@]}"; do
         failed=1
         grep -m1 -E 'ERROR: |runtime error|SUMMARY' "$log" | sed 's/^/    /'
     fi
-    results+=("$(printf '%-10s %12s execs %9s exec/s %5ss  %s' "$t" "${execs:-?}" "${rate:-?}" "$secs" "$result")")
+    results+=("$(printf '%-10s %12s execs %9s exec/s/process %5ss  %s' "$t" "${execs:-?}" "${rate:-?}" "$secs" "$result")")
 done
 
 echo "== results ($what per target)"
