@@ -13,7 +13,9 @@ model_control_mode = explicit and startup_models = ^m$.  Then:
     segment), the stream on m sees 0 failed or wrong answers, and once it
     stopped every key of m is a GPU hit on both;
   - POST unload of n through worker 1: 200; n's caches are gone from the
-    registry and the device memory returns (within half of n's caches).
+    registry and the device memory returns (within half of n's caches);
+  - a model q added to the INI since the start, loaded through worker 0:
+    both workers serve it exactly, from the volatile DB (no GPU cache).
 """
 import os
 import random
@@ -86,6 +88,25 @@ def body(t, cl):
     ok = H.wait_until(lambda: used_mib() <= mem0 + n_mib // 2, 20, 0.5)
     t.ok(ok, "device memory returned: %d MiB used before the load, %d after the unload (n's "
          "caches: %d MiB)" % (mem0, used_mib(), n_mib))
+    # A model added to the INI since the workers started: learned, served
+    # exactly from the volatile DB (no GPU cache: workspaces are laid out
+    # for the models known at start), m still from its caches.
+    q = cl.gen_model("q", rows=[3000], dims=[32])
+    cl.write_config("hps.ini", text + "\n" + q.ini_text[q.ini_text.index("[model.q]"):],
+                    settings + gpu("q"))
+    r = H.http(ws[0].http_port, "POST", "/v2/repository/models/q/load", body=b"{}", timeout=120)
+    t.eq(r.status, 200, "load q, added to the INI since the start, through worker 0: 200")
+    kpt = [q.file_keys[0][:500]]
+
+    def serves_q(w):
+        rq = H.infer(w.http_port, "q", kpt, binary=True)
+        return rq.status == 200 and H.decode_output(rq)[1] == q.expected(kpt)
+    t.ok(H.wait_until(lambda: all(serves_q(w) for w in ws), 10),
+         "both GPU workers serve q's vectors exactly (learned from the INI)")
+    t.eq([len(cache_counters(w.metrics_port, "q")) for w in ws], [0, 0],
+         "q has no GPU cache on either worker (served from the volatile DB)")
+    t.ok(all(len(cache_counters(w.metrics_port, "m")) > 0 for w in ws),
+         "m is still served from GPU caches")
     t.ok(c.alive(), "the coordinator serves on")
 
 
