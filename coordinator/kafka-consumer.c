@@ -78,8 +78,9 @@ struct hps_kafka_consumer {
      * not reached it yet. */
     rd_kafka_topic_partition_list_t *assigned;
     int eof_left;
-    int caught_up; /* hps_kafka_consumer_caught_up(): written by the consumer thread
-                    * (release), read by any (acquire) */
+    int caught_up;   /* hps_kafka_consumer_caught_up(): written by the consumer thread
+                      * (release), read by any (acquire) */
+    int unreachable; /* assign_all: the last metadata read failed (same access rules) */
     /* assign_all: the filters as POSIX regexes; consumer thread only after create */
     regex_t *re;
     size_t num_re;
@@ -366,6 +367,11 @@ bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c)
     return __atomic_load_n(&c->caught_up, __ATOMIC_ACQUIRE) != 0;
 }
 
+bool hps_kafka_consumer_unreachable(hps_kafka_consumer_t *c)
+{
+    return __atomic_load_n(&c->unreachable, __ATOMIC_ACQUIRE) != 0;
+}
+
 static bool topic_matches(const hps_kafka_consumer_t *c, const char *topic)
 {
     for (size_t i = 0; i < c->num_re; i++)
@@ -382,6 +388,7 @@ static void refresh_assignment(hps_kafka_consumer_t *c)
 {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rd_kafka_metadata(c->rk, 1, NULL, &md, 5000);
+    __atomic_store_n(&c->unreachable, e != 0, __ATOMIC_RELEASE);
     if (e) {
         STAT_ADD(c, errors, 1);
         event(c, 1, "reading the topics' metadata: %s; the assignment stays", rd_kafka_err2str(e));

@@ -25,7 +25,9 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret);
  * @brief Wait until the volatile and persistent DB consumers have caught up
  * (hps_kafka_consumer_caught_up(): every partition read to its end and
  * applied), at most timeout_ms, and log how long it took and how many
- * updates were applied (a warning when the time ran out).  The distributed
+ * updates were applied (a warning when the time ran out).  A consumer that
+ * reaches no broker (hps_kafka_consumer_unreachable()) is not waited for.
+ * The distributed
  * DB's consumer is not waited for: its group is shared by every host, and
  * Redis is the same before and after a reload.  NULL (updates off) is
  * caught up.

@@ -37,6 +37,12 @@ bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c)
     return false;
 }
 
+bool hps_kafka_consumer_unreachable(hps_kafka_consumer_t *c)
+{
+    (void)c;
+    return false;
+}
+
 void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret)
 {
     (void)c;

@@ -344,8 +344,10 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
     bool done = false;
     while (!done && waited < timeout_ms) {
         done = true;
-        for (size_t i = 0; i < k->num_layers; i++)
-            if (k->layers[i].kind != LAYER_DDB && !hps_kafka_consumer_caught_up(k->layers[i].cons))
+        for (size_t i = 0; i < k->num_layers; i++) /* no broker: nothing to wait for */
+            if (k->layers[i].kind != LAYER_DDB &&
+                !hps_kafka_consumer_caught_up(k->layers[i].cons) &&
+                !hps_kafka_consumer_unreachable(k->layers[i].cons))
                 done = false;
         if (!done) {
             struct timespec ts = {.tv_nsec = 20 * 1000000L};
@@ -362,6 +364,10 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
         if (hps_kafka_consumer_caught_up(l->cons))
             HPS_INFO("kafka %s: caught up in %lld ms (%llu updates applied)", l->name,
                      (long long)waited, (unsigned long long)s.applied);
+        else if (hps_kafka_consumer_unreachable(l->cons))
+            HPS_WARN("kafka %s: no broker answers: going on after %lld ms; the updates are "
+                     "applied once one does",
+                     l->name, (long long)waited);
         else
             HPS_WARN("kafka %s: not caught up after %lld ms (%llu updates applied, lag %lld): "
                      "going on; the rest is applied while serving",

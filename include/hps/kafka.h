@@ -243,6 +243,14 @@ hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_ato
  */
 bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c);
 
+/**
+ * @brief With assign_all: the last read of the cluster's metadata failed (no
+ * broker answered within 5 s), so the consumer cannot catch up for now.
+ * False before the first read, and always without assign_all.  Thread-safe
+ * (an atomic flag written by the consumer thread).
+ */
+bool hps_kafka_consumer_unreachable(hps_kafka_consumer_t *c);
+
 /** @brief Snapshot of the counters.  Thread-safe (relaxed reads). */
 void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret);
 

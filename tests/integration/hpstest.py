@@ -796,6 +796,13 @@ class KafkaMock:
             raise RuntimeError("kafka-mock did not print its bootstrap servers: %r" % line)
         self.bootstrap = line[1]
 
+    def cmd(self, c):
+        """Send a command to kafka-mock ("down": every broker stops answering,
+        "up": they answer again); returns its one-line reply ("ok")."""
+        self.p.stdin.write(c + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
     def close(self):
         if self.p.poll() is None:
             self.p.kill()

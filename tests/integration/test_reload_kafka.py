@@ -16,7 +16,10 @@ serves model m (initial_cache_rate 1.0, RocksDB below).
       stream of checked lookups: the worker answers every request wholly from
       one version (its segment stays until a new one is published); each
       time a new coordinator then starts on the INI and the model is wholly
-      the INI's version.
+      the INI's version;
+  (3) a SIGHUP while the brokers are down: the reload publishes without
+      waiting for the catch-up's 30 s (the consumers report that no broker
+      answers); updates pushed once they are back are applied.
 """
 import os
 import random
@@ -120,6 +123,26 @@ def body(t, cl):
         kpt = [ms[cur].file_keys[0][1000:1300], ms[cur].file_keys[1][:100]]
         _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
         t.ok(got == ms[cur].expected(kpt), "finally wholly version %d" % cur)
+
+        # ---- (3) a reload while no broker answers -----------------------------
+        t.eq(mock.cmd("down"), "ok", "brokers down")
+        n_pub = c.log().count("published /dev/shm/hps.")
+        t0 = time.monotonic()
+        c.kill(signal.SIGHUP)
+        ok = H.wait_until(lambda: c.log().count("published /dev/shm/hps.") > n_pub, 40)
+        took = time.monotonic() - t0
+        t.ok(ok and took < 20 and "no broker answers" in c.log(),
+             "a reload with the brokers down publishes without waiting for them (%.1f s, "
+             "the catch-up's limit is 30 s)" % took, c.log()[-1500:])
+        t.eq(mock.cmd("up"), "ok", "brokers up")
+        late = rng.sample(ms[cur].file_keys[0][2000:4000], 30)
+        rows3 = [(k, new_row(k, DIMS[0])) for k in late]
+        t.eq(H.push_updates(mock.bootstrap, "m", "sparse_embedding0", DIMS[0], rows3), 0,
+             "hps-push delivered 30 updates once the brokers are back")
+        kpt3 = [late, []]
+        want3 = H.expected_with(ms[cur], kpt3, {(0, k): v for k, v in rows3})
+        t.ok(H.wait_until(lambda: H.decode_output(H.infer(w.http_port, "m", kpt3))[1] == want3,
+                          60, 0.2), "and they are applied without another reload")
 
 
 if __name__ == "__main__":
