@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""
+int-control_kill: the coordinator SIGKILLed while it works on a model
+control request (issue 20: a failed or killed load leaves the serving state
+as it was), real processes.
+
+Two workers serve model m (explicit model control, startup_models = ^m$)
+under a stream of exactly checked lookups.  Five times: POST load of model
+n (38 MB of rows) through a worker, SIGKILL the coordinator at a random
+moment of that load (0 to 1.2 s in; at least one while it loads n), start
+a new coordinator.  Each load call must return 200
+(the request, lost with the killed coordinator or its unpublished segment,
+is submitted again by the client) and n must then serve exactly on both
+workers; then n is unloaded (200) for the next round.  Over the whole run:
+m's stream sees 0 failed requests and 0 wrong answers.
+"""
+import os
+import random
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+import test_reload as R  # noqa: E402
+
+SETTINGS = R.SETTINGS + [("hps", "model_control_mode", "explicit"),
+                         ("hps", "startup_models", "^m$"),
+                         ("volatile_db", "shared_memory_size", "160MiB")]
+ROUNDS = 5
+
+
+def body(t, cl):
+    m = cl.gen_model("m", rows=R.ROWS, dims=R.DIMS, defaults=R.DEFAULTS)
+    n = cl.gen_model("n", rows=[300000], dims=[32])
+    text = m.ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]
+    conf = cl.write_config("hps.ini", text, SETTINGS)
+    c = cl.start_coordinator(conf)
+    ws = [cl.start_worker(conf, instance=i) for i in range(2)]
+    streams = R.start_streams(ws, {1: m}, 23)
+    kpt = [random.Random(1).sample(n.file_keys[0], 200)]
+
+    def serves_n(w):
+        r = H.infer(w.http_port, "n", kpt, binary=True)
+        return r.status == 200 and H.decode_output(r)[1] == n.expected(kpt)
+
+    rng = random.Random(29)
+    results = []
+    for i in range(ROUNDS):
+        res = {}
+        port = ws[i % 2].http_port
+
+        def load():
+            res["r"] = H.http(port, "POST", "/v2/repository/models/n/load", body=b"{}",
+                              timeout=120)
+        th = threading.Thread(target=load)
+        th.start()
+        time.sleep(rng.uniform(0.0, 1.2))
+        c.kill()
+        c.wait(10)
+        tail = c.log().split("model control: load n")[-1] if "model control: load n" in \
+            c.log() else None
+        when = ("before it took the request" if tail is None else
+                "after it published" if "published /dev/shm" in tail else "while it loaded")
+        c = cl.start_coordinator(conf)
+        th.join(120)
+        r = res.get("r")
+        status = r.status if r else None
+        served = H.wait_until(lambda: all(serves_n(w) for w in ws), 30)
+        results.append((status, served, when))
+        u = H.http(ws[(i + 1) % 2].http_port, "POST", "/v2/repository/models/n/unload",
+                   body=b"{}", timeout=120)
+        t.ok(u.status == 200, "round %d: unload n: 200" % i, u.body[:300])
+    t.diag("rounds (load status, n served on both workers, the kill): %s" % results)
+    t.ok([x[:2] for x in results] == [(200, True)] * ROUNDS,
+         "every load call interrupted by a SIGKILL returns 200 and n then serves exactly on "
+         "both workers", results)
+    t.ok(any(x[2] == "while it loaded" for x in results),
+         "at least one kill landed while the coordinator loaded n", results)
+    R.stop_streams(t, streams, [1])
+
+
+if __name__ == "__main__":
+    H.run_main("control_kill", body)
