@@ -157,8 +157,10 @@ static int control_body(const char *body, size_t len, bool load, hps__kerr_t *er
     json_object *params;
     int rc = 0;
     if (root && json_object_object_get_ex(root, "parameters", &params)) {
-        if (!json_object_is_type(params, json_type_object))
-            rc = hps__kerr_set(err, 400, "expected an object for 'parameters'");
+        if (!json_object_is_type(params, json_type_object)) {
+            json_object_put(root); /* (json-c's foreach reads an object's table) */
+            return hps__kerr_set(err, 400, "expected an object for 'parameters'");
+        }
         json_object_object_foreach(params, key, val)
         {
             (void)val;
@@ -182,9 +184,9 @@ int hps__repo_control(const struct hps__route *r, const struct hps__kmodel *mode
         return hps__kerr_set(err, 503, "%s", CONTROL_REFUSED);
     bool load = r->kind == HPS__R_REPO_LOAD;
     if (r->model_len == 0 || r->model_len >= name_cap || memchr(r->model, 0, r->model_len))
-        return hps__kerr_set(err, 400, "failed to %s '%.*s': not a model name",
-                             load ? "load" : "unload",
-                             (int)(r->model_len > 200 ? 200 : r->model_len), r->model);
+        return hps__kerr_set(
+            err, 400, "failed to %s '%.*s': not a model name", load ? "load" : "unload",
+            (int)(r->model_len > 200 ? hps__utf8_cut(r->model, 200) : r->model_len), r->model);
     memcpy(name, r->model, r->model_len);
     name[r->model_len] = 0;
     if (control_body(body, len, load, err) < 0)

@@ -4,7 +4,8 @@
  * the Inference-Header-Content-Length header, the body (JSON, or a JSON
  * header followed by binary tensors).  Drives the router, the inference
  * request parser with shared-memory windows, the output store and the
- * response formatter (worker/kserve_*.c, through kserve_internal.h).
+ * response formatter, and the model repository's index and load / unload
+ * bodies in explicit mode (worker/kserve_*.c, through kserve_internal.h).
  *
  * Input:  byte 0   flags: bit 0 model (0 "hps_wdl" batching, 1 "plain"),
  *                  bit 1 send Inference-Header-Content-Length,
@@ -63,6 +64,40 @@ static struct hps__kmodel models[2] = {
      .max_batch_size = 0,
      .device_id = -1},
 };
+
+/* A backend in model control mode explicit, for the repository endpoints:
+ * only the presence of model_control and the states matter to the parser. */
+static hps_err_t fake_control(void *ctx, hps_model_op_t op, const char *model, char *msg,
+                              size_t len)
+{
+    (void)ctx, (void)op, (void)model, (void)msg, (void)len;
+    return 0;
+}
+
+static hps_model_state_t fake_state(void *ctx, size_t mi, bool *ret_served)
+{
+    (void)ctx;
+    *ret_served = mi == 0;
+    return mi == 0 ? HPS_MODEL_READY : HPS_MODEL_UNLOADED;
+}
+
+static const hps_kserve_backend_t backend = {.model_control = fake_control,
+                                             .model_state = fake_state};
+
+/* The repository endpoints: the index, and load / unload bodies. */
+static void run_repo(const struct hps__route *r, const char *body, size_t len)
+{
+    hps__kerr_t err;
+    hps__text_t t;
+    hps__text_init(&t);
+    if (r->kind == HPS__R_REPO_INDEX) {
+        (void)hps__repo_index(models, 2, &backend, true, body, len, &t, &err);
+    } else if (r->kind == HPS__R_REPO_LOAD || r->kind == HPS__R_REPO_UNLOAD) {
+        char name[128];
+        (void)hps__repo_control(r, models, 2, &backend, body, len, name, sizeof(name), &err);
+    }
+    hps__text_fini(&t);
+}
 
 static struct hps__shm shm;
 static unsigned char *region; /* our own mapping of r0's object */
@@ -193,6 +228,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(name);
         hps__text_fini(&t);
     }
+    run_repo(&r, body, len);
     run_infer(&lim, m, body, len, hlen);
     free(body);
     return 0;

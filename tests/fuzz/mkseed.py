@@ -79,6 +79,11 @@ def kserve():
                     {"name": "NUMKEYS", "shape": [1, 2], "datatype": "INT32", "data": [2, 3]}]}).encode())
     write("kserve", "bad-json", bytes([0]) + wdl_url + b"\n" + b'{"inputs":[{"name":"KEYS",NaN]}')
     write("kserve", "raw-binary", bytes([2]) + wdl_url + b"\n0\n" + struct.pack("<q", 1))
+    write("kserve", "repo-load", bytes([0]) + b"/v2/repository/models/plain/load\n" +
+          dump({"parameters": {"x": 1}}).encode())
+    write("kserve", "repo-unload", bytes([0]) + b"/v2/repository/models/plain/unload\n{}")
+    write("kserve", "repo-index", bytes([0]) + b"/v2/repository/index\n" +
+          dump({"ready": True}).encode())
 
 
 KSERVE_DICT = ["inputs", "outputs", "name", "shape", "datatype", "data", "parameters", "id",

@@ -175,6 +175,9 @@ def body(t, cl):
          "load with a config parameter: 400", r.body)
     r = post(ports[0], "/v2/repository/models/o/load", b"[1]")
     t.ok(r.status == 400 and r.is_json_error(), "load with a body not an object: 400", r.body)
+    r = post(ports[0], "/v2/repository/models/o/load", b'{"parameters": 5}')
+    t.ok(r.status == 400 and "expected an object for 'parameters'" in r.json().get("error", ""),
+         "load with parameters not an object: 400", r.body)
     r = post(ports[0], "/v2/repository/models/bad/load")
     err = r.json().get("error", "") if r.is_json_error() else ""
     t.ok(r.status == 400 and "failed to load 'bad'" in err and "emb_vector" in err,
