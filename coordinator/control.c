@@ -337,7 +337,7 @@ void coord_control_after_publish(coord_t *c)
     for (size_t i = 0; i < s.n; i++) {
         char name[2 * HPS_SHMDB_NAME_MAX + 32], err[512];
         hps_pdb_table_t *t = NULL;
-        snprintf(name, sizeof(name), "loaded.hps_et.%.120s.%.120s", s.model, tables[i]);
+        coord_ident_name(s.model, tables[i], name, sizeof(name));
         /* The record first: a crash from here on re-ingests at the next load. */
         if (hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0 ||
             hps_pdb_table(c->pdb, s.model, tables[i], false, &t, err, sizeof(err)) < 0 ||

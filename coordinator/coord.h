@@ -56,7 +56,7 @@ typedef struct coord {
                               segment hold) to shutdown */
     bool beating;
     int beat_stop; /* set (atomic, release) by shutdown_all to end the heartbeat thread */
-    int lock_fd; /* the segment name's coordinator lock (segment.c), while locked */
+    int lock_fd;   /* the segment name's coordinator lock (segment.c), while locked */
     bool locked;
     bool staged; /* db is a new segment not yet published under its name (segment.c) */
     pthread_t miss_threads[HPS_COORD_MISS_THREADS];
@@ -130,6 +130,12 @@ bool coord_control_failed(coord_t *c, int ex, const char *why);
  * the serving one needs (its committed bytes now, plus extra_bytes); else
  * false with a message in msg. */
 bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_t len);
+
+/* load-ident.c: the persistent DB's metadata entry that records which files
+ * table <model>.<table> was ingested from: "loaded.hps_et.<model>.<table>"
+ * (buf of len bytes; names of at most HPS_SHMDB_NAME_MAX bytes fit in
+ * 2 * HPS_SHMDB_NAME_MAX + 32). */
+void coord_ident_name(const char *model, const char *table, char *buf, size_t len);
 
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);

@@ -117,8 +117,7 @@ bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, ch
     return n > 0 && (size_t)n < len;
 }
 
-/* Name of table t's metadata entry. */
-void coord_ident_name(const hps_conf_model_t *m, size_t t, char *buf, size_t len)
+void coord_ident_name(const char *model, const char *table, char *buf, size_t len)
 {
-    snprintf(buf, len, "loaded.hps_et.%s.%s", m->name, m->embedding_table_names[t]);
+    snprintf(buf, len, "loaded.hps_et.%s.%s", model, table);
 }

@@ -52,8 +52,4 @@ size_t coord_load_par_run(par_fn fn, void *ctx, size_t n);
 bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf,
                        size_t len);
 
-/* The persistent DB's metadata entry of table t's identity:
- * "loaded.hps_et.<model>.<table>". */
-void coord_ident_name(const hps_conf_model_t *m, size_t t, char *buf, size_t len);
-
 #endif

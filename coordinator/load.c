@@ -496,7 +496,7 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
         return 0;
     for (size_t t = 0; t < m->num_tables; t++) {
         char name[320], rec[HPS_PDB_META_MAX], err[512];
-        coord_ident_name(m, t, name, sizeof(name));
+        coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
         hps_err_t rc = hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), err, sizeof(err));
         if (rc < 0 && rc != HPS_ENOTFOUND) {
             HPS_ERROR("model %s: persistent DB: %s", m->name, err);
@@ -520,7 +520,7 @@ static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_st
 {
     char name[320], err[512];
     uint32_t id;
-    coord_ident_name(m, t, name, sizeof(name));
+    coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
     hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
     coord_table_t *ct = &c->tables[id];
     if ((st->has_rec[t] && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
@@ -753,7 +753,7 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
         char name[320], err[512];
         if (st->current[t])
             continue;
-        coord_ident_name(m, t, name, sizeof(name));
+        coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
         if (hps_pdb_meta_put(c->pdb, name, st->ident[t], err, sizeof(err)) < 0) {
             HPS_ERROR("model %s: persistent DB: recording the ingested files: %s", m->name, err);
             return HPS_EXIT_PDB;

@@ -27,13 +27,6 @@
 
 #define CLAIM_TIMEOUT_NS (10ull * 1000000000ull)
 
-static uint64_t real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static struct shm_ctl *ctl(hps_shmdb_t *db)
 {
     return &db->hdr->ctl;
@@ -46,7 +39,7 @@ static uint32_t state_of(struct shm_ctl_slot *s)
 
 static void set_state(struct shm_ctl_slot *s, uint32_t state)
 {
-    atomic_store_explicit(&s->stamp_ns, real_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->stamp_ns, hps__clock_ns(CLOCK_REALTIME), memory_order_relaxed);
     atomic_store_explicit(&s->state, state, memory_order_release);
 }
 
@@ -69,7 +62,7 @@ static hps_err_t put(hps_shmdb_t *db, uint32_t op, const char *model, uint64_t i
         if (!atomic_compare_exchange_strong_explicit(&s->state, &free_state, HPS_CTL_CLAIMED,
                                                      memory_order_acquire, memory_order_relaxed))
             continue;
-        atomic_store_explicit(&s->stamp_ns, real_ns(), memory_order_relaxed);
+        atomic_store_explicit(&s->stamp_ns, hps__clock_ns(CLOCK_REALTIME), memory_order_relaxed);
         s->op = op;
         atomic_store_explicit(&s->id, id, memory_order_relaxed);
         copy_str(s->model, sizeof(s->model), model);
@@ -222,7 +215,7 @@ size_t hps_shmdb_ctl_carry(hps_shmdb_t *from, hps_shmdb_t *to)
 size_t hps_shmdb_ctl_reap(hps_shmdb_t *db, uint64_t max_age_ns)
 {
     size_t n = 0;
-    uint64_t now = real_ns();
+    uint64_t now = hps__clock_ns(CLOCK_REALTIME);
     for (int i = 0; i < HPS_SHMDB_CTL_SLOTS; i++) {
         struct shm_ctl_slot *s = &ctl(db)->slot[i];
         uint32_t st = state_of(s);
@@ -247,7 +240,8 @@ size_t hps_shmdb_ctl_abandon(hps_shmdb_t *db, const char *msg)
         copy_str(s->message, sizeof(s->message), msg ? msg : "");
         if (atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FAILED,
                                                     memory_order_acq_rel, memory_order_relaxed)) {
-            atomic_store_explicit(&s->stamp_ns, real_ns(), memory_order_relaxed);
+            atomic_store_explicit(&s->stamp_ns, hps__clock_ns(CLOCK_REALTIME),
+                                  memory_order_relaxed);
             n++;
         }
     }
