@@ -242,24 +242,29 @@ static const char base_debug_with_n[] =
     "\n[model.n]\nsparse_files = /m/n/0, /m/n/1\nembedding_vecsize_per_table = 16, 4\n"
     "maxnum_catfeature_query_per_table_per_sample = 3, 1\ngpucache = false\n";
 
+/* A new model n (its required keys and one more) and another key: applied to
+ * base, they give base_debug_with_n. */
+static const hps_conf_edit_t new_model_edits[] = {
+    {"model.n.sparse_files", "/m/n/0, /m/n/1"},
+    {"model.n.embedding_vecsize_per_table", "16, 4"},
+    {"hps.log_level", "debug"},
+    {"model.n.maxnum_catfeature_query_per_table_per_sample", "3, 1"},
+    {"model.n.gpucache", "false"},
+};
+
 /* A new model needs its required keys at once: each alone fails, together
  * they make a section (keys in the order given) that loads with the values. */
 static void test_many_new_model(void **state)
 {
-    const hps_conf_edit_t e[] = {
-        {"model.n.sparse_files", "/m/n/0, /m/n/1"},
-        {"model.n.embedding_vecsize_per_table", "16, 4"},
-        {"hps.log_level", "debug"},
-        {"model.n.maxnum_catfeature_query_per_table_per_sample", "3, 1"},
-        {"model.n.gpucache", "false"},
-    };
     char buf[256];
     (void)state;
     edit_fails(base, "model.n.sparse_files", "/m/n/0, /m/n/1", HPS_ECONFIG,
                "t.ini:19: [model.n] embedding_vecsize_per_table: missing required key");
-    many_ok(base, e, NEDITS(e), base_debug_with_n);
+    many_ok(base, new_model_edits, NEDITS(new_model_edits), base_debug_with_n);
     char *out = NULL, err[512];
-    assert_int_equal(hps_conf_edit_many(base, "t.ini", e, NEDITS(e), &out, err, sizeof(err)), 0);
+    assert_int_equal(hps_conf_edit_many(base, "t.ini", new_model_edits, NEDITS(new_model_edits),
+                                        &out, err, sizeof(err)),
+                     0);
     hps_conf_t *c = ct_load(out);
     assert_int_equal(c->num_models, 2);
     assert_string_equal(c->models[0].name, "m");
@@ -670,19 +675,13 @@ static void test_set_file_errors(void **state)
 /* Several edits of a file: one atomic write, mode kept; a new model loads. */
 static void test_edit_file_new_model(void **state)
 {
-    const hps_conf_edit_t e[] = {
-        {"model.n.sparse_files", "/m/n/0, /m/n/1"},
-        {"model.n.embedding_vecsize_per_table", "16, 4"},
-        {"hps.log_level", "debug"},
-        {"model.n.maxnum_catfeature_query_per_table_per_sample", "3, 1"},
-        {"model.n.gpucache", "false"},
-    };
     struct tmp t;
     struct stat st;
     char err[512];
     (void)state;
     tmp_write(&t, base, 0640);
-    assert_int_equal(hps_conf_edit_file(t.path, e, NEDITS(e), err, sizeof(err)), 0);
+    assert_int_equal(
+        hps_conf_edit_file(t.path, new_model_edits, NEDITS(new_model_edits), err, sizeof(err)), 0);
     char *text = ct_read_file(t.path);
     assert_string_equal(text, base_debug_with_n);
     assert_int_equal(stat(t.path, &st), 0);

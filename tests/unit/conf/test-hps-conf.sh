@@ -127,24 +127,8 @@ ok "set of a whole new model and another key exits 0" \
     status 0 "$HPS_CONF" set "$M/hps.ini" model.n.sparse_files=/m/n/0,/m/n/1 \
     model.n.embedding_vecsize_per_table=16,4 \
     model.n.maxnum_catfeature_query_per_table_per_sample=2,1 hps.log_level=warn
-cat >"$M/want-set.ini" <<'EOF'
-; models served here
-
-[hps]
-log_level = warn
-
-; the ranking model
-[model.a]
-sparse_files = /m/a/0
-embedding_vecsize_per_table = 8
-maxnum_catfeature_query_per_table_per_sample = 1
-gpucache = false ; no GPU cache
-; end of a
-
-; workers
-[worker]
-http_port = 8000
-
+# the original with the new log_level, then the new section after a blank line
+{ sed 's/^log_level = info$/log_level = warn/' "$M/orig.ini"; echo; cat <<'EOF'; } >"$M/want-set.ini"
 [model.n]
 sparse_files = /m/n/0,/m/n/1
 embedding_vecsize_per_table = 16,4
