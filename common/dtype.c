@@ -12,7 +12,10 @@
  * quotient to an integer by truncating and comparing the remaining fraction
  * with 0.5, which is exact and does not depend on the rounding mode; every
  * float -> int conversion sees a value already clamped to [-127, 127] (or
- * replaced by 0 for NaN), so none is undefined.
+ * replaced by 0 for NaN), so none is undefined.  Its scale is m / 127, or
+ * one ulp from it where that is needed for a re-encoding of the decoded row
+ * to compute the same scale again (int8_scale), so that every type is
+ * idempotent.
  */
 #include <math.h>
 #include <stdint.h>
@@ -158,15 +161,83 @@ float hps_bf16_to_float(uint16_t h)
 /* ------------------------------------------------------------------------ */
 
 /*
+ * rne(clamp(x / div, -127, 127)), NaN -> 0: the q of one element.  The
+ * quotient is rounded to an integer by truncating and comparing the
+ * remaining fraction with 0.5, exact in every rounding mode; the float ->
+ * int conversion sees a value already clamped (or 0 for NaN), so it is
+ * never undefined.  Branch-free so that the row loop vectorizes.
+ */
+static inline int32_t int8_quant(float x, float div)
+{
+    float t = x / div;
+    t = t > 127.0f ? 127.0f : t;
+    t = t < -127.0f ? -127.0f : t;
+    t = t == t ? t : 0.0f; /* NaN -> 0 */
+    int32_t i = (int32_t)t;
+    float f = t - (float)i; /* exact: |t| <= 127 */
+    float af = fabsf(f);
+    int32_t up = (af > 0.5f) | ((af == 0.5f) & (i & 1)); /* no branch */
+    return i + up * ((f > 0.0f) - (f < 0.0f));
+}
+
+/*
+ * Whether scale s survives re-encoding for a row whose largest finite |x|
+ * is m: that element gets Q = |q| = int8_quant(m, s) (0 where s == 0) and
+ * decodes to fl(Q * s); a re-encode of the decoded row finds that as its
+ * largest element (every other |q| is at most Q, and +-inf decodes to
+ * fl(127 * s), see below), so its first candidate is fl(fl(Q * s) / 127),
+ * which must be s.  Where s is normal, m / s is within 2^-22 relative of
+ * 127, so Q == 127 and this is g(s) = fl(fl(127 * s) / 127) == s, the fixed
+ * point the header describes.  Where s is subnormal, Q may be below 127
+ * (m / s is far from 127 when s has few significant bits), and g(s) == s
+ * alone does not suffice: m = 445 * 2^-149 gets s0 = 4 * 2^-149, Q = 111,
+ * and 444 * 2^-149 / 127 rounds to 3 * 2^-149.  Plain fp32 operations in
+ * the default mode; gcc neither folds them (no -ffast-math) nor contracts
+ * them (a multiply then a divide is no fma).
+ */
+static inline int int8_scale_ok(float m, float s)
+{
+    float qm = (float)int8_quant(m, s > 0.0f ? s : INFINITY);
+    return (qm * s) / 127.0f == s;
+}
+
+/*
+ * The stored scale of a row whose largest finite |x| has the bits mbits:
+ * s0 = m / 127 if it survives re-encoding (int8_scale_ok), else the float
+ * above s0, else the float below, whichever does first.  The neighbours are
+ * the bit patterns sb + 1 and sb - 1: s0 is finite and non-negative (s0 ==
+ * 0 always survives, so sb >= 1 when the one below is looked at; s0 <=
+ * FLT_MAX / 127 < FLT_MAX, so sb + 1 is finite), and for non-negative
+ * floats the next bit pattern is the next float.  The final fallback to s0
+ * is never taken (an exhaustive run over every finite m found one of the
+ * three candidates to survive; the header gives the counts); it only keeps
+ * the result defined.
+ */
+static inline float int8_scale(uint32_t mbits)
+{
+    float m = f32_from_bits(mbits);
+    float s0 = m / 127.0f;
+    uint32_t sb = f32_bits(s0);
+    float up = f32_from_bits(sb + 1u), down = f32_from_bits(sb - 1u);
+    return int8_scale_ok(m, s0)     ? s0
+           : int8_scale_ok(m, up)   ? up
+           : int8_scale_ok(m, down) ? down
+                                    : s0;
+}
+
+/*
  * One row: [scale][dim int8].  The largest finite |x| is found on the bit
  * patterns: for non-negative binary32 values the unsigned integer order is
  * the numeric order, and a < 0x7f800000 is exactly "finite", so NaN and inf
  * drop out without any floating-point comparison.
  *
  * Where scale == 0 (the row has no finite nonzero element, or m / 127
- * underflows), the divisor is 1 instead: every finite element is then below
- * 1 in magnitude (m <= 127 * 2^-150) and rounds to 0, and +-inf still
- * clamps to +-127, which is the documented rule without a special case.
+ * underflows), the divisor is +inf instead: every finite element divides to
+ * +-0 and +-inf divides to NaN, so all of them store q = 0, as the header's
+ * rule says, without a special case.  (A decoded row of that scale is all
+ * zeros, which re-encodes to q = 0; q = +-127 for +-inf would not survive
+ * the round trip.)  Where scale > 0, +-inf divides to +-inf and clamps to
+ * +-127.
  */
 static void int8_encode_row(const float *restrict x, uint32_t dim, uint8_t *restrict dst)
 {
@@ -176,22 +247,12 @@ static void int8_encode_row(const float *restrict x, uint32_t dim, uint8_t *rest
         a = a < 0x7f800000u ? a : 0u;
         mbits = a > mbits ? a : mbits;
     }
-    float scale = f32_from_bits(mbits) / 127.0f;
-    float div = scale > 0.0f ? scale : 1.0f;
+    float scale = int8_scale(mbits);
+    float div = scale > 0.0f ? scale : INFINITY;
     int8_t *restrict q = (int8_t *)(dst + sizeof(float));
 
-    for (uint32_t j = 0; j < dim; j++) {
-        float t = x[j] / div;
-        t = t > 127.0f ? 127.0f : t;
-        t = t < -127.0f ? -127.0f : t;
-        t = t == t ? t : 0.0f; /* NaN -> 0 */
-        int32_t i = (int32_t)t;
-        float f = t - (float)i; /* exact: |t| <= 127 */
-        float af = fabsf(f);
-        int32_t up = (af > 0.5f) | ((af == 0.5f) & (i & 1)); /* no branch */
-        i += up * ((f > 0.0f) - (f < 0.0f));
-        q[j] = (int8_t)i;
-    }
+    for (uint32_t j = 0; j < dim; j++)
+        q[j] = (int8_t)int8_quant(x[j], div);
     memcpy(dst, &scale, sizeof(scale));
 }
 

@@ -18,6 +18,15 @@
  *    queue is bounded (INS_QUEUE_BYTES); when full, rows are dropped and
  *    counted (they stay in the persistent DB and come back on the next
  *    miss).  Stopping the service drains it.
+ *
+ * Tables stored compactly ([model.<name>] storage_type fp16, bf16 or int8)
+ * answer decode(encode(row)), the value the volatile DB will hold, not the
+ * fp32 row of Redis or RocksDB: otherwise a key's first answer (through
+ * this queue) would be its fp32 row and every later one (from the volatile
+ * DB) the stored value, two answers for one key and one model version.
+ * The copies set aside for the volatile DB and Redis keep the fp32 rows
+ * (the volatile DB encodes them itself, and by the idempotence of the
+ * conversions, include/hps/dtype.h, to the same bytes; Redis holds fp32).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -27,6 +36,7 @@
 #include <time.h>
 
 #include "coord.h"
+#include "hps/dtype.h"
 #include "hps/log.h"
 
 _Static_assert(sizeof(bool) == 1, "found masks are shared as bytes");
@@ -61,6 +71,8 @@ struct coord_inserter {
 typedef struct server {
     coord_t *c;
     ins_list_t vdb, ddb;
+    uint8_t *row;   /* one stored row, for as_stored(); grown to the largest row seen */
+    size_t row_cap; /* bytes of row */
 } server_t;
 
 static size_t batch_bytes(const coord_t *c, const ins_batch_t *b)
@@ -190,6 +202,40 @@ static hps_err_t below_ddb(server_t *s, const coord_table_t *ct, size_t n, const
     return rc;
 }
 
+/*
+ * Replace the found rows of an answer by the value their table stores:
+ * decode(encode(row)) through the thread's one-row scratch, which grows
+ * only when a table's stored row is larger than any seen before (no
+ * allocation per row or per request once it has).  fp32 is the identity
+ * and is left alone.
+ */
+static hps_err_t as_stored(server_t *s, const coord_table_t *ct, size_t n, float *values,
+                           const uint8_t *found)
+{
+    hps_dtype_t dt = (hps_dtype_t)ct->model->storage_type;
+    if (dt == HPS_DTYPE_FP32)
+        return 0;
+    size_t rb = hps_dtype_row_bytes(dt, ct->dim);
+    if (rb > s->row_cap) {
+        uint8_t *p = realloc(s->row, rb);
+        if (!p)
+            return -ENOMEM;
+        s->row = p;
+        s->row_cap = rb;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!found[i])
+            continue;
+        float *v = values + i * ct->dim;
+        hps_err_t rc = hps_dtype_encode(dt, ct->dim, 1, v, s->row);
+        if (rc == 0)
+            rc = hps_dtype_decode(dt, ct->dim, 1, s->row, v);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, float *values,
                         uint8_t *found)
 {
@@ -215,8 +261,8 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
     if (rc < 0)
         return rc;
     if (c->conf->volatile_db.cache_missed_embeddings)
-        elevate_later(s, ct, n, keys, values, found);
-    return 0;
+        elevate_later(s, ct, n, keys, values, found); /* copies the fp32 rows */
+    return as_stored(s, ct, n, values, found);
 }
 
 /* ---- after the answers ---------------------------------------------------- */
@@ -314,6 +360,7 @@ static void *serve_loop(void *arg)
             break;
         }
     }
+    free(s.row);
     return NULL;
 }
 

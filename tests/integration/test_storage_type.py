@@ -11,8 +11,10 @@ Checks:
     hps-gen's vector, computed here from include/hps/dtype.h's rules: fp16
     round to nearest even (struct's 'e' format, cross-checked with numpy's
     float16 where numpy is importable), bf16 round to nearest even on the
-    upper 16 bits, int8 row-wise with scale = max|x| / 127 in fp32 and
-    q = rne(x / scale); unknown keys get the default value;
+    upper 16 bits, int8 row-wise with scale = max|x| / 127 in fp32 (moved
+    by one ulp where that is needed for a re-encoding of the decoded row to
+    find it again) and q = rne(x / scale); unknown keys get the default
+    value;
   - the references differ from the fp32 vectors (the test can tell);
   - hps-shm get shows the stored bits beside the fp32 value;
   - with kafka-mock and hps-push ($KAFKA_MOCK, $HPS_PUSH): updates pushed
@@ -20,8 +22,18 @@ Checks:
   - after a coordinator restart that rebuilds the volatile DB from RocksDB
     ([persistent_db] initialize_after_startup = false), every key again
     answers the reference (of the update, for updated keys);
+  - misses: after another restart with initial_cache_rate 0.5 and
+    cache_missed_embeddings, the keys only in RocksDB reach the worker
+    through the miss queue the first time: that first answer is already
+    the reference conversion (not the fp32 row), and once the coordinator
+    has inserted them into the volatile DB, the second answer equals it;
   - re-attaching the segment with another storage_type is refused, naming
     the setting.
+With HPS_STORAGE_GPU=1 (suite gpu, as gpu-storage_type; exit 77 where no
+CUDA device is visible) the worker runs in GPU mode (gpucache, gpucacheper
+0.5, synchronous inserts): the same checks then go through GPU caches that
+store each model's type, and every key is looked up twice, the second time
+with nv_hps_embedding_cache_hits counting GPU hits.
 """
 import json
 import math
@@ -29,6 +41,7 @@ import os
 import re
 import signal
 import struct
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +53,7 @@ except ImportError:  # the reference below needs no numpy; it only cross-checks
     np = None
 
 KAFKA = bool(os.environ.get("KAFKA_MOCK")) and bool(os.environ.get("HPS_PUSH"))
+GPU = os.environ.get("HPS_STORAGE_GPU") == "1"
 
 # (model, storage_type, rows per table, dims, defaults)
 MODELS = [("mh", "fp16", [3000, 800], [8, 33], [0.5, -1.0]),
@@ -56,7 +70,10 @@ BATCH = 400
 # exactly the C code's float division.
 
 def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:  # rounds beyond FLT_MAX (struct refuses): inf, as in C
+        return math.copysign(math.inf, x)
 
 
 def bits(x):
@@ -82,38 +99,82 @@ def ref_bf16(row):
     return out
 
 
+def int8_scale_ok(m, s):
+    """Whether scale s survives re-encoding for a row whose largest finite
+    |x| is m: m gets |q| = qm (0 for s == 0), decodes to f32(qm * s), and
+    f32(f32(qm * s) / 127) must be s again; for a normal s, qm is 127 and
+    this is g(s) = f32(f32(127 * s) / 127) == s."""
+    qm = float(round(min(127.0, f32(m / s)))) if s > 0.0 else 0.0
+    return f32(f32(qm * s) / 127.0) == s
+
+
+def int8_scale(m):
+    """The header's scale: s0 = m / 127 in fp32, else the float above,
+    else the float below, the first that survives re-encoding."""
+    s0 = f32(m / 127.0)
+    for s in (s0, from_bits(bits(s0) + 1), from_bits(bits(s0) - 1)):
+        if int8_scale_ok(m, s):
+            return s
+    return s0
+
+
+def int8_q(x, scale):
+    if math.isnan(x) or scale == 0.0:
+        return 0
+    if math.isinf(x):
+        return 127 if x > 0 else -127
+    t = max(-127.0, min(127.0, f32(x / scale)))
+    return round(t)  # Python rounds half to even, exactly on the binary64 value t
+
+
 def ref_int8(row):
     finite = [abs(x) for x in row if math.isfinite(x)]
-    m = max(finite) if finite else 0.0
-    scale = f32(m / 127.0)
-    div = scale if scale > 0.0 else 1.0
-    out = []
-    for x in row:
-        t = f32(x / div)
-        t = max(-127.0, min(127.0, t))
-        q = round(t)  # Python rounds half to even, exactly on the binary64 value t
-        out.append(f32(q * scale))  # exact product (31 bits), one rounding
-    return out
+    scale = int8_scale(max(finite) if finite else 0.0)
+    # exact product (31 bits), one rounding
+    return [f32(int8_q(x, scale) * scale) for x in row]
 
 
 REF = {"fp32": lambda row: list(row), "fp16": ref_fp16, "bf16": ref_bf16, "int8": ref_int8}
 
 
+# Rows whose int8 scale is not m / 127: FLT_MAX (127 * (FLT_MAX / 127)
+# overflows; the float below is taken) and m = 445 * 2^-149 (a subnormal
+# scale of 4 * 2^-149 would re-encode to 3 * 2^-149; 3 * 2^-149 is taken).
+FLT_MAX = from_bits(0x7f7fffff)
+MOVED_ROWS = [[FLT_MAX, -1e30, 3.0], [445 * 2.0 ** -149, -100 * 2.0 ** -149]]
+
+
+def int8_scale_check(t):
+    want = [from_bits(bits(f32(FLT_MAX / 127.0)) - 1), 3 * 2.0 ** -149]
+    t.eq([int8_scale(max(abs(x) for x in r)) for r in MOVED_ROWS], want,
+         "int8 reference: the scale moves off m / 127 where the header says")
+
+
 def numpy_check(t):
     """Cross-check the pure-Python fp16 and int8 references with numpy's
     float16 and float32 arithmetic on generated vectors."""
+    int8_scale_check(t)
     if np is None:
         t.diag("numpy not importable: the references are not cross-checked with it")
         return
     rows = [H.gen_vector(0, H.gen_key(0, i), 33) for i in range(300)]
     rows.append([1.0 + 2.0 ** -11, -(1.0 + 3 * 2.0 ** -11), 2.0 ** -25, 3 * 2.0 ** -26, 65519.0])
     good16 = goodq = True
-    for row in rows:
+    for row in rows + MOVED_ROWS:
         a = np.array(row, dtype=np.float32)
-        want16 = [float(v) for v in a.astype(np.float16).astype(np.float32)]
-        good16 &= ref_fp16(row) == want16
-        scale = np.float32(np.max(np.abs(a))) / np.float32(127.0)
-        q = np.rint(np.clip(a / (scale if scale > 0 else np.float32(1.0)), -127, 127))
+        if row not in MOVED_ROWS:  # beyond fp16's range: struct refuses to pack them
+            want16 = [float(v) for v in a.astype(np.float16).astype(np.float32)]
+            good16 &= ref_fp16(row) == want16
+        m = np.float32(np.max(np.abs(a)))
+        s0 = m / np.float32(127.0)
+        scale = s0
+        with np.errstate(over="ignore"):  # 127 * the float above FLT_MAX / 127
+            for s in (s0, np.nextafter(s0, np.float32(np.inf)), np.nextafter(s0, np.float32(0))):
+                qm = np.rint(np.minimum(m / s, np.float32(127.0))) if s > 0 else np.float32(0)
+                if (np.float32(qm) * s) / np.float32(127.0) == s:
+                    scale = s
+                    break
+        q = np.rint(np.clip(a / (scale if scale > 0 else np.float32(np.inf)), -127, 127))
         wantq = [float(v) for v in q.astype(np.int8).astype(np.float32) * scale]
         goodq &= ref_int8(row) == wantq
     t.ok(good16, "fp16 reference equals numpy's float16 round trip")
@@ -121,6 +182,14 @@ def numpy_check(t):
 
 
 # ---- the cluster ------------------------------------------------------------
+
+def have_gpu():
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
 
 def make_conf(cl, models, name, settings=(), types=None):
     text = models[0][1].ini_text
@@ -132,6 +201,10 @@ def make_conf(cl, models, name, settings=(), types=None):
     for (mname, stype, _, _, _), _m in zip(MODELS, models):
         st = (types or {}).get(mname, stype)
         base.append(("model.%s" % mname, "storage_type", st))
+        if GPU:
+            base += [("model.%s" % mname, "gpucache", "true"),
+                     ("model.%s" % mname, "gpucacheper", "0.5"),
+                     ("model.%s" % mname, "hit_rate_threshold", "2")]
     if KAFKA:
         base += [("update_source", "type", "kafka_message_queue"),
                  ("update_source", "brokers", cl.bootstrap),
@@ -189,8 +262,26 @@ def kafka_applied(proc, layer):
     return int(m.group(1)) if m else 0
 
 
+def gpu_hits(w):
+    """nv_hps_embedding_cache_hits summed over the worker's caches."""
+    return sum(int(v) for k, v in H.metrics(w.metrics_port).items()
+               if k.startswith("nv_hps_embedding_cache_hits{"))
+
+
 def check_all(t, w, models, what, new=None):
-    """Every key of every table plus unknown keys: exactly the reference."""
+    """Every key of every table plus unknown keys: exactly the reference
+    (GPU mode: twice, the second pass hitting the GPU caches)."""
+    if GPU:
+        h0 = gpu_hits(w)
+        check_all_once(t, w, models, what, new)
+        check_all_once(t, w, models, what + ", again", new)
+        t.ok(gpu_hits(w) > h0 + 1000, "%s: the GPU caches answered (%d hits)" %
+             (what, gpu_hits(w) - h0))
+        return
+    check_all_once(t, w, models, what, new)
+
+
+def check_all_once(t, w, models, what, new=None):
     for mname, m in models:
         ntab = len(m.rows)
         kpt = [list(m.file_keys[i]) + m.unknown_keys(i, 3) for i in range(ntab)]
@@ -239,8 +330,8 @@ def check_get(t, cl, models):
     # int8: scale and codes.
     k = m["mq"].file_keys[1][7]
     v = H.gen_vector(1, k, 128)
-    scale = f32(max(abs(x) for x in v) / 127.0)
-    q = [round(max(-127.0, min(127.0, f32(x / scale)))) for x in v]
+    scale = int8_scale(max(abs(x) for x in v))
+    q = [int8_q(x, scale) for x in v]
     rc, out, err = cl.shm("--json", "get", cl.segment, "mq", "sparse_embedding1", str(k))
     row = json.loads(out)["rows"][0] if rc == 0 else {}
     st = row.get("stored", {})
@@ -252,6 +343,42 @@ def check_get(t, cl, models):
     t.ok(rc == 0 and ("  stored int8: scale %.9g (0x%08x), q %s" %
                       (scale, bits(scale), " ".join(map(str, q)))) in out,
          "hps-shm get (int8): scale and codes beside the fp32 value", out or err)
+
+
+def check_misses(t, cl, w, models, new):
+    """The keys only in RocksDB (initial_cache_rate 0.5): the first answer,
+    through the miss queue, is the reference conversion; once the
+    coordinator inserted them into the volatile DB (cache_missed_embeddings),
+    the second answer, from there, equals the first."""
+    half = sum(int(math.ceil(r * 0.5)) for _, _, rows, _, _ in MODELS for r in rows)
+    full = sum(r for _, _, rows, _, _ in MODELS for r in rows)
+    t.eq(cl.vdb_rows(), half, "misses: the volatile DB starts with half of every table")
+    first = {}
+    for mname, m in models:
+        ntab = len(m.rows)
+        kpt = [m.pdb_only_keys(i, 0.5) for i in range(ntab)]
+        got = lookup(w, mname, ntab, kpt)
+        for i in range(ntab):
+            want = expected_rows(mname, i, kpt[i], (new or {}).get((mname, i)))
+            bad = [(k, g, x) for k, g, x in zip(kpt[i], got[i], want) if g != x]
+            t.ok(not bad and len(got[i]) == len(want),
+                 "misses: %s/sparse_embedding%d (%s): the first answers of all %d keys, through "
+                 "the miss queue, are the reference conversion" %
+                 (mname, i, MODELS_BY_NAME[mname][1], len(want)),
+                 "first mismatch: key %r got %r want %r" % bad[0] if bad else None)
+            first[(mname, i)] = (kpt[i], got[i])
+    t.ok(H.wait_until(lambda: cl.vdb_rows() == full, 30, 0.1),
+         "misses: the coordinator inserted the missed rows into the volatile DB (%d rows)" % full,
+         "rows: %d" % cl.vdb_rows())
+    for mname, m in models:
+        ntab = len(m.rows)
+        got = lookup(w, mname, ntab, [first[(mname, i)][0] for i in range(ntab)])
+        for i in range(ntab):
+            keys, before = first[(mname, i)]
+            t.ok(got[i] == before, "misses: %s/sparse_embedding%d: the second answers (volatile "
+                 "DB) equal the first (miss queue)" % (mname, i),
+                 None if got[i] == before else "first difference at key %r" %
+                 next(k for k, a, b in zip(keys, got[i], before) if a != b))
 
 
 def body(t, cl):
@@ -328,6 +455,20 @@ def scenario(t, cl, mock):
     check_info(t, cl)
     check_all(t, w, models, "after a restart from RocksDB", new)
 
+    # Misses: the volatile DB rebuilt with half of each table; the other
+    # half reaches the worker through the miss queue the first time.
+    for p in (w, coord):
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+    conf4 = make_conf(cl, models, "hps4.ini",
+                      [("persistent_db", "initialize_after_startup", "false"),
+                       ("volatile_db", "initial_cache_rate", "0.5"),
+                       ("volatile_db", "cache_missed_embeddings", "true"),
+                       ("worker", "miss_timeout_ms", 5000)])  # exact even on a loaded machine
+    coord = cl.start_coordinator(conf4, log_name="coordinator-misses.log")
+    w = cl.start_worker(conf4)
+    check_misses(t, cl, w, models, new)
+
     # Another storage_type on the re-attached segment is refused.
     w.kill(signal.SIGKILL)
     w.wait(10)
@@ -344,4 +485,7 @@ def scenario(t, cl, mock):
 
 
 if __name__ == "__main__":
+    if GPU and not have_gpu():
+        print("1..0 # SKIP no CUDA device visible")
+        sys.exit(77)
     H.run_main("storage_type", body)

@@ -5,6 +5,7 @@
  * (ldexp, a nearest-neighbour search over the sorted binary16 values), plus
  * the compiler's _Float16 where it has one.
  */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -513,10 +514,47 @@ static float int8_row(const float *x, uint32_t dim, int8_t *q, float *y)
     return scale;
 }
 
+/* g(s) = fl(fl(127 * s) / 127) of the header, in fp32 (volatile: no folding). */
+static float int8_g(float s)
+{
+    volatile float a = s, p = a * 127.0f, r = p / 127.0f;
+    return r;
+}
+
+/*
+ * Whether scale s survives re-encoding for a row whose largest finite |x|
+ * is m (the header's rule, computed independently): m gets |q| = Q (0 for
+ * s == 0; rounded in double with nearbyint), decodes to fl(Q * s), and
+ * fl(fl(Q * s) / 127) must be s again.  For a normal s, Q is 127 and this
+ * is g(s) == s.
+ */
+static int int8_ref_scale_ok(float m, float s)
+{
+    double qm = 0.0;
+    if (s > 0.0f) {
+        volatile float t = m / s;
+        qm = nearbyint(fmin((double)t, 127.0));
+    }
+    volatile float d = (float)qm * s, r = d / 127.0f;
+    return r == s;
+}
+
+/* The header's scale for the largest finite |x| m: s0 = m / 127, else the
+ * float above, else the float below (nextafterf), the first that survives. */
+static float int8_ref_scale(float m)
+{
+    volatile float s0 = m / 127.0f;
+    float up = nextafterf(s0, INFINITY), down = nextafterf(s0, 0.0f);
+    return int8_ref_scale_ok(m, s0)     ? s0
+           : int8_ref_scale_ok(m, up)   ? up
+           : int8_ref_scale_ok(m, down) ? down
+                                        : s0;
+}
+
 /*
  * The definition of the header, computed independently: m and the quotient
- * in fp32 (as specified), the rounding in double with nearbyint (round to
- * nearest even in the default mode).
+ * in fp32 (as specified), the scale with nextafterf, the rounding in double
+ * with nearbyint (round to nearest even in the default mode).
  */
 static void int8_ref_row(const float *x, uint32_t dim, float *ret_scale, int8_t *q)
 {
@@ -524,14 +562,14 @@ static void int8_ref_row(const float *x, uint32_t dim, float *ret_scale, int8_t 
     for (uint32_t j = 0; j < dim; j++)
         if (isfinite(x[j]) && fabsf(x[j]) > m)
             m = fabsf(x[j]);
-    volatile float scale = m / 127.0f;
+    volatile float scale = int8_ref_scale(m);
     for (uint32_t j = 0; j < dim; j++) {
         if (isnan(x[j]))
             q[j] = 0;
+        else if (scale == 0.0f)
+            q[j] = 0; /* finite or +-inf */
         else if (isinf(x[j]))
             q[j] = x[j] > 0 ? 127 : -127;
-        else if (scale == 0.0f)
-            q[j] = 0;
         else {
             volatile float t = x[j] / scale;
             double r = nearbyint(fmin(fmax((double)t, -127.0), 127.0));
@@ -590,13 +628,41 @@ static void test_int8_rows(void **state)
     assert_int_equal(q[0], 0);
     assert_true(y[0] == 0.0f);
 
-    /* No finite nonzero element: scale 0, everything decodes to 0. */
+    /* No finite nonzero element: scale 0, q 0 for inf too (so that the
+     * decoded zeros re-encode to the same bytes), everything decodes to 0. */
     float allinf[3] = {INFINITY, NAN, -INFINITY};
     assert_true(int8_row(allinf, 3, q, y) == 0.0f);
-    int8_t want_ai[3] = {127, 0, -127};
+    int8_t want_ai[3] = {0, 0, 0};
     assert_memory_equal(q, want_ai, 3);
     for (int j = 0; j < 3; j++)
         assert_true(y[j] == 0.0f);
+    /* m / 127 underflowing to 0 (m = 63 * 2^-149): the same. */
+    float under[2] = {63 * 0x1p-149f, -INFINITY};
+    assert_true(int8_row(under, 2, q, y) == 0.0f);
+    assert_true(q[0] == 0 && q[1] == 0 && y[0] == 0.0f && y[1] == 0.0f);
+
+    /* m = FLT_MAX: s0 = FLT_MAX / 127 is no fixed point of g (127 * s0
+     * overflows to inf, so it used to decode to inf), nor is the float
+     * above; the scale is the float below, and FLT_MAX still gets q = 127
+     * (clamped) and decodes to a finite value. */
+    float big[3] = {-FLT_MAX, INFINITY, 1e30f};
+    volatile float big_s0 = FLT_MAX / 127.0f;
+    assert_true(int8_g(big_s0) != big_s0);
+    s = int8_row(big, 3, q, y);
+    assert_int_equal(bits_of(s), bits_of(big_s0) - 1);
+    assert_true(int8_g(s) == s);
+    assert_true(q[0] == -127 && q[1] == 127 && q[2] == 0);
+    assert_true(isfinite(y[0]) && y[0] == -127.0f * s && y[1] == -y[0]);
+
+    /* A subnormal scale where s0 = 4 * 2^-149 would not survive a re-encode
+     * (m = 445 * 2^-149 gets q = 111 and decodes to 444 * 2^-149, whose s0
+     * is 3 * 2^-149), nor would the float above (89 * 5 = 445 again): the
+     * scale is the float below, 3 * 2^-149, where m clamps to 127. */
+    float sub[2] = {445 * 0x1p-149f, -100 * 0x1p-149f};
+    s = int8_row(sub, 2, q, y);
+    assert_true(s == 3 * 0x1p-149f);
+    assert_true(q[0] == 127 && q[1] == -33);
+    assert_true(y[0] == 381 * 0x1p-149f && y[1] == -99 * 0x1p-149f);
 
     /* Packed layout with dim 3: [scale][3 x int8] per row, 7 bytes, the
      * second scale at byte 7 (unaligned). */
@@ -708,6 +774,157 @@ static void test_int8_tiny_rows(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Idempotence (all types)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Row r of a mix that covers the int8 scale cases and the special values
+ * of every type: normal rows of any magnitude, fp32 subnormal rows (int8
+ * scales subnormal or 0), rows near FLT_MAX, rows with inf and NaN (NaN
+ * payloads and signs included), all-zero rows (+-0), rows of only +-inf,
+ * and rows mixing every binade.
+ */
+static void idem_row(uint64_t *seed, uint32_t r, uint32_t dim, float *x)
+{
+    int e = -149 + (int)(rng_next(seed) % 278); /* 2^-149 ... 2^128 */
+    for (uint32_t j = 0; j < dim; j++) {
+        uint64_t k = rng_next(seed);
+        float v;
+        switch (r % 8) {
+        case 0: /* one magnitude, 16 binades wide */
+            v = rng_float(seed, e - 16 < -149 ? -149 : e - 16, e > 127 ? 127 : e);
+            break;
+        case 1: /* fp32 subnormals and the smallest normals */
+            v = float_of((uint32_t)(k % 0x01000000u) | ((uint32_t)(k >> 63) << 31));
+            break;
+        case 2: /* the top binade, FLT_MAX included */
+            v = float_of(j == 0 && (k & 4) ? 0x7f7fffffu : 0x7f000000u + (uint32_t)(k % 0x800000u));
+            v = (k >> 62) & 1 ? -v : v;
+            break;
+        case 3: /* finite values with inf and NaN among them */
+            v = rng_float(seed, -40, 40);
+            if (k % 5 == 0)
+                v = (k >> 8) % 2 ? INFINITY : -INFINITY;
+            else if (k % 5 == 1)
+                v = float_of((0x7f800001u + (uint32_t)((k >> 8) % 0x7fffffu)) |
+                             ((uint32_t)(k >> 63) << 31)); /* any NaN */
+            break;
+        case 4: /* all zeros */
+            v = (k & 1) ? -0.0f : 0.0f;
+            break;
+        case 5: /* only +-inf (with some NaN when dim > 1) */
+            v = (k & 1) ? -INFINITY : INFINITY;
+            if (dim > 1 && k % 7 == 0)
+                v = NAN;
+            break;
+        case 6: /* any bit pattern */
+            v = float_of((uint32_t)k);
+            break;
+        default: /* every binade at once */
+            v = rng_float(seed, -149, 127);
+            break;
+        }
+        x[j] = v;
+    }
+}
+
+/* encode(decode(encode(x))) == encode(x) byte for byte, and decode of both
+ * gives the same floats bit for bit, for every type (header, Idempotence). */
+static void test_idempotence_all_types(void **state)
+{
+    (void)state;
+    static const uint32_t dims[] = {1, 3, 8, 33, 128};
+    enum { ROWS = 1600 };
+    float *x = malloc(sizeof(float) * 128 * ROWS), *y = malloc(sizeof(float) * 128 * ROWS),
+          *y2 = malloc(sizeof(float) * 128 * ROWS);
+    unsigned char *e1 = malloc(4 * 128 * ROWS), *e2 = malloc(4 * 128 * ROWS); /* fp32 is largest */
+    assert_true(x && y && y2 && e1 && e2);
+    uint64_t seed = 27;
+    for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+        uint32_t dim = dims[di];
+        for (uint32_t r = 0; r < ROWS; r++)
+            idem_row(&seed, r, dim, x + (size_t)r * dim);
+        for (int t = 0; t < HPS_DTYPE_COUNT; t++) {
+            size_t rb = hps_dtype_row_bytes((hps_dtype_t)t, dim);
+            assert_int_equal(hps_dtype_encode((hps_dtype_t)t, dim, ROWS, x, e1), 0);
+            assert_int_equal(hps_dtype_decode((hps_dtype_t)t, dim, ROWS, e1, y), 0);
+            assert_int_equal(hps_dtype_encode((hps_dtype_t)t, dim, ROWS, y, e2), 0);
+            assert_int_equal(hps_dtype_decode((hps_dtype_t)t, dim, ROWS, e2, y2), 0);
+            for (uint32_t r = 0; r < ROWS; r++)
+                if (memcmp(e1 + r * rb, e2 + r * rb, rb) != 0)
+                    fail_msg("%s dim %u row %u (kind %u): re-encoding the decoded row changes "
+                             "its bytes",
+                             hps_dtype_name((hps_dtype_t)t), dim, r, r % 8);
+            assert_memory_equal(y, y2, sizeof(float) * dim * ROWS);
+        }
+    }
+    free(x);
+    free(y);
+    free(y2);
+    free(e1);
+    free(e2);
+}
+
+/*
+ * A strided sweep over the scale bit patterns s (every 997th from 1 to the
+ * bits of FLT_MAX / 127, and FLT_MAX / 127 itself, the one case that moves
+ * down): for the rows [m] with m = fl(127 * s) and its two neighbouring
+ * floats, the encoder's scale is a fixed point of g, at most one ulp from
+ * m / 127 and the reference's; m gets |q| = 127 where the scale is normal;
+ * and the row re-encodes to the same bytes.
+ */
+static void test_int8_scale_sweep(void **state)
+{
+    (void)state;
+    enum { CHUNK = 3 * 4096 };
+    volatile float top = FLT_MAX / 127.0f;
+    const uint32_t last = bits_of(top);
+    float *x = malloc(sizeof(float) * CHUNK), *y = malloc(sizeof(float) * CHUNK);
+    unsigned char *e1 = malloc(5 * CHUNK), *e2 = malloc(5 * CHUNK);
+    assert_true(x && y && e1 && e2);
+    uint64_t rows = 0, moved = 0;
+    uint32_t b = 1;
+    int done = 0;
+    while (!done) {
+        size_t n = 0;
+        while (n < CHUNK && !done) {
+            volatile float sv = float_of(b), p = sv * 127.0f;
+            uint32_t mb = bits_of(p) < 0x7f800000u ? bits_of(p) : 0x7f7fffffu; /* FLT_MAX */
+            x[n++] = float_of(mb - 1);
+            x[n++] = float_of(mb);
+            x[n++] = float_of(mb + 1 < 0x7f800000u ? mb + 1 : mb);
+            if (b == last)
+                done = 1;
+            b = last - b > 997 ? b + 997 : last;
+        }
+        assert_int_equal(hps_dtype_encode(HPS_DTYPE_INT8, 1, n, x, e1), 0);
+        assert_int_equal(hps_dtype_decode(HPS_DTYPE_INT8, 1, n, e1, y), 0);
+        assert_int_equal(hps_dtype_encode(HPS_DTYPE_INT8, 1, n, y, e2), 0);
+        for (size_t i = 0; i < n; i++) {
+            float sc;
+            memcpy(&sc, e1 + 5 * i, 4);
+            int8_t q = (int8_t)e1[5 * i + 4];
+            volatile float m = x[i], s0 = m / 127.0f;
+            uint32_t d =
+                bits_of(sc) > bits_of(s0) ? bits_of(sc) - bits_of(s0) : bits_of(s0) - bits_of(sc);
+            if (int8_g(sc) != sc || d > 1 || bits_of(sc) != bits_of(int8_ref_scale(m)) ||
+                (sc >= 0x1p-126f && q != 127) || q < 0 || memcmp(e1 + 5 * i, e2 + 5 * i, 5) != 0)
+                fail_msg("m %a: scale %a (s0 %a, g %a), q %d, re-encoded equal %d", (double)m,
+                         (double)sc, (double)s0, (double)int8_g(sc), q,
+                         memcmp(e1 + 5 * i, e2 + 5 * i, 5) == 0);
+            moved += d != 0;
+        }
+        rows += n;
+    }
+    print_message("# int8 scale sweep: %llu rows, %llu scales moved off m / 127\n",
+                  (unsigned long long)rows, (unsigned long long)moved);
+    free(x);
+    free(y);
+    free(e1);
+    free(e2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -725,6 +942,8 @@ int main(void)
         cmocka_unit_test(test_int8_rows),
         cmocka_unit_test(test_int8_random_rows_and_bound),
         cmocka_unit_test(test_int8_tiny_rows),
+        cmocka_unit_test(test_idempotence_all_types),
+        cmocka_unit_test(test_int8_scale_sweep),
     };
     return cmocka_run_group_tests_name("dtype", tests, NULL, NULL);
 }
