@@ -12,6 +12,14 @@
  * a warm-up, repeated 5 times, median reported.  The gather reads the same
  * rows from a flat [keys][128] table through the Zipf rank's row index.
  * --batch B measures batch size B only (for a profiler).
+ *
+ * --dtype T (fp16, bf16 or int8; issue 22): a second cache stores the same
+ * rows in type T (encoded on the host, hps_dtype_encode), and each batch
+ * also measures, in the same run, hps_gcache_lookup_stored on it (rows out
+ * in T), hps_gcache_lookup on it (rows decoded to fp32), and the gather of
+ * the same stored bytes from a flat table of T rows (the floor of the
+ * stored lookup).  Targets at 1,048,576 keys: the stored lookup at least
+ * 1.6x the fp32 lookup's keys/s for fp16 / bf16, 2.5x for int8.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +31,7 @@
 
 #include "bench_vcs.h"
 #include "gather.cuh"
+#include "hps/dtype.h"
 #include "hps/gcache.h"
 
 #define OK(call)                                                                                   \
@@ -76,6 +85,45 @@ static void gather(const float *table, const uint32_t *idx, uint64_t n, float *o
     k_gather<<<(unsigned)blocks, 256, 0, s>>>(table, idx, n, out);
 }
 
+/* The floor of a stored lookup: out row i = table row idx[i], rows of q
+ * 16-byte words (q <= 32), as k_gather with the row width a variable. */
+__global__ void __launch_bounds__(256)
+    k_gather_q(const float4 *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
+               uint32_t q, float4 *__restrict__ out)
+{
+    int lane = threadIdx.x & 31;
+    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    bool mine = (uint32_t)lane < q;
+    for (uint64_t base = warp * 4; base < n; base += nwarps * 4) {
+        float4 v[4];
+        uint32_t r[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            r[u] = base + u < n ? idx[base + u] : 0;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (base + u < n && mine)
+                v[u] = __ldcg(table + (uint64_t)r[u] * q + lane);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (base + u < n && mine)
+                __stcs(out + (base + u) * q + lane, v[u]);
+    }
+}
+
+static void gather_q(const void *table, const uint32_t *idx, uint64_t n, uint32_t q, void *out,
+                     cudaStream_t s)
+{
+    static int per_sm;
+    if (!per_sm)
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gather_q, 256, 0));
+    uint64_t blocks = (n / 4 + 7) / 8 + 1;
+    if (blocks > (uint64_t)num_sms * per_sm)
+        blocks = (uint64_t)num_sms * per_sm;
+    k_gather_q<<<(unsigned)blocks, 256, 0, s>>>((const float4 *)table, idx, n, q, (float4 *)out);
+}
+
 typedef struct {
     double ref_gather_lo, ref_gather_hi, nvec, hkv, hugectr, target;
 } refpt_t;
@@ -87,6 +135,7 @@ int main(int argc, char **argv)
     int iters_scale = 1;
     uint64_t only = 0; /* --batch: measure this batch size only (profiling) */
     uint32_t lru_res = HPS_GCACHE_LRU_RESOLUTION;
+    hps_dtype_t dt = HPS_DTYPE_FP32; /* --dtype: the compact cache's type */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             nkeys = 1 << 20;
@@ -100,10 +149,13 @@ int main(int argc, char **argv)
             only = strtoull(argv[++i], NULL, 0);
         } else if (!strcmp(argv[i], "--lru-resolution") && i + 1 < argc) {
             lru_res = (uint32_t)strtoul(argv[++i], NULL, 0);
+        } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc &&
+                   hps_dtype_parse(argv[i + 1], &dt) == 0) {
+            i++;
         } else {
             fprintf(stderr,
                     "usage: %s [--quick] [--keys N] [--capacity-factor F] [--batch B] "
-                    "[--lru-resolution LOOKUPS]\n",
+                    "[--lru-resolution LOOKUPS] [--dtype fp16|bf16|int8]\n",
                     argv[0]);
             return 2;
         }
@@ -121,7 +173,7 @@ int main(int argc, char **argv)
 
     /* Cache and flat table with the same rows. */
     hps_gcache_t *c;
-    OK(hps_gcache_create((uint64_t)(nkeys * capf), DIM, HPS_GCACHE_LRU, 0, &c));
+    OK(hps_gcache_create((uint64_t)(nkeys * capf), DIM, HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c));
     OK(hps_gcache_set_lru_resolution(c, lru_res));
     float *table;
     CK(cudaMalloc((void **)&table, nkeys * DIM * sizeof(float)));
@@ -135,6 +187,37 @@ int main(int argc, char **argv)
         OK(hps_gcache_insert(c, ckeys, table + f * DIM, n, 0));
     }
     CK(cudaDeviceSynchronize());
+    /* --dtype: the same rows in type dt, in a cache and in a flat table of
+     * its slot rows (the stored lookup's output rows, padding included) */
+    hps_gcache_t *ct = NULL;
+    char *table_t = NULL;
+    uint32_t rbs = 0;
+    if (dt != HPS_DTYPE_FP32) {
+        OK(hps_gcache_create((uint64_t)(nkeys * capf), DIM, dt, HPS_GCACHE_LRU, 0, &ct));
+        OK(hps_gcache_set_lru_resolution(ct, lru_res));
+        rbs = hps_gcache_row_bytes(ct);
+        size_t rb = hps_dtype_row_bytes(dt, DIM);
+        CK(cudaMalloc((void **)&table_t, nkeys * rbs));
+        std::vector<float> h(chunk * DIM);
+        std::vector<char> enc(chunk * rb), slot(chunk * rbs, 0);
+        char *denc;
+        CK(cudaMalloc((void **)&denc, chunk * rb));
+        for (uint64_t f = 0; f < nkeys; f += chunk) {
+            uint64_t n = std::min(chunk, nkeys - f);
+            k_gen<<<num_sms * 8, 256>>>(f, n, ckeys, table + f * DIM);
+            CK(cudaMemcpy(h.data(), table + f * DIM, n * DIM * 4, cudaMemcpyDeviceToHost));
+            OK(hps_dtype_encode(dt, DIM, n, h.data(), enc.data()));
+            for (uint64_t i = 0; i < n; i++)
+                memcpy(&slot[i * rbs], &enc[i * rb], rb);
+            CK(cudaMemcpy(denc, enc.data(), n * rb, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(table_t + f * rbs, slot.data(), n * rbs, cudaMemcpyHostToDevice));
+            OK(hps_gcache_insert(ct, ckeys, denc, n, 0));
+            CK(cudaDeviceSynchronize());
+        }
+        CK(cudaFree(denc));
+        printf("%s cache: the same rows, %u bytes per slot row (%zu stored)\n", hps_dtype_name(dt),
+               rbs, rb);
+    }
     hps_gcache_stats_t st;
     OK(hps_gcache_stats(c, &st));
     printf("cache: %llu keys inserted, capacity %llu rows (%llu sets of 32), resident %llu, "
@@ -161,8 +244,10 @@ int main(int argc, char **argv)
                             {4500, 4580, 3812, 2744, 1503, 4200},
                             {5020, 5040, 4463, 3804, 1982, 4800}};
     uint64_t maxb = 1048576;
-    hps_gcache_ws_t *ws;
+    hps_gcache_ws_t *ws, *ws_t = NULL;
     OK(hps_gcache_ws_create(c, maxb, &ws));
+    if (ct)
+        OK(hps_gcache_ws_create(ct, maxb, &ws_t));
     float *out, *out2;
     uint32_t *d_mi, *d_mc;
     CK(cudaMalloc((void **)&out, maxb * DIM * sizeof(float)));
@@ -178,7 +263,7 @@ int main(int argc, char **argv)
     printf("\n%9s %7s %10s %10s %7s %9s  | H200 reference M keys/s: gather, NVEC, HKV, "
            "HugeCTR; target\n",
            "batch", "uniq%", "ours Mk/s", "gather", "ratio", "target");
-    char sidebar[4][256] = {{0}};
+    char sidebar[4][256] = {{0}}, typed[4][320] = {{0}};
     for (int b = 0; b < 4; b++) {
         uint64_t B = batches[b];
         if (B > pool || (only && B != only))
@@ -203,6 +288,22 @@ int main(int argc, char **argv)
         if (bad > (uint64_t)misses * DIM)
             printf("MISMATCH: %llu floats differ from the gather (misses %u)\n",
                    (unsigned long long)bad, misses);
+        if (ct) { /* the stored lookup against the gather of the same slot rows */
+            OK(hps_gcache_lookup_stored(ct, ws_t, d_q, B, out, NULL, d_mi, d_mc, st0));
+            gather_q(table_t, d_idx, B, rbs / 16, out2, st0);
+            CK(cudaStreamSynchronize(st0));
+            uint32_t tm;
+            CK(cudaMemcpy(&tm, d_mc, 4, cudaMemcpyDeviceToHost));
+            std::vector<char> s1(B * rbs), s2(B * rbs);
+            CK(cudaMemcpy(s1.data(), out, B * rbs, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(s2.data(), out2, B * rbs, cudaMemcpyDeviceToHost));
+            uint64_t rows_bad = 0;
+            for (uint64_t i = 0; i < B; i++)
+                rows_bad += memcmp(&s1[i * rbs], &s2[i * rbs], rbs) != 0;
+            if (rows_bad > tm)
+                printf("MISMATCH (%s): %llu stored rows differ from the gather (misses %u)\n",
+                       hps_dtype_name(dt), (unsigned long long)rows_bad, tm);
+        }
 
         uint64_t iters = std::max<uint64_t>(iters_scale ? 200 : 20,
                                             (iters_scale ? 1ull << 28 : 1ull << 24) / B / 4);
@@ -213,9 +314,11 @@ int main(int argc, char **argv)
             HPS_GCACHE_PATH_AUTO,   HPS_GCACHE_PATH_AUTO,  HPS_GCACHE_PATH_FUSED,
             HPS_GCACHE_PATH_GLOBAL, HPS_GCACHE_PATH_BLOCK, HPS_GCACHE_PATH_AUTO,
             HPS_GCACHE_PATH_AUTO};
-        double med[7];
-        for (int mode = 0; mode < 7; mode++) {
-            hps_gcache_set_lookup_path(c, mode_path[mode]);
+        /* with --dtype: 7 its stored lookup, 8 its decoding lookup, 9 the
+         * gather of its slot rows */
+        double med[10];
+        for (int mode = 0; mode < (ct ? 10 : 7); mode++) {
+            hps_gcache_set_lookup_path(c, mode_path[mode < 7 ? mode : 0]);
             hps_gcache_set_strict(c, mode == 5);
             hps_gcache_set_overlap(c, mode != 6);
             double t[5];
@@ -225,6 +328,14 @@ int main(int argc, char **argv)
                         CK(cudaEventRecord(e0, st0)); /* after 10 warm-up calls */
                     if (mode == 1)
                         gather(table, d_idx + (it % nb) * B, B, out, st0);
+                    else if (mode == 7)
+                        OK(hps_gcache_lookup_stored(ct, ws_t, d_q + (it % nb) * B, B, out, NULL,
+                                                    d_mi, d_mc, st0));
+                    else if (mode == 8)
+                        OK(hps_gcache_lookup(ct, ws_t, d_q + (it % nb) * B, B, out, NULL, d_mi,
+                                             d_mc, st0));
+                    else if (mode == 9)
+                        gather_q(table_t, d_idx + (it % nb) * B, B, rbs / 16, out, st0);
                     else
                         OK(hps_gcache_lookup(c, ws, d_q + (it % nb) * B, B, out, NULL, d_mi, d_mc,
                                              st0));
@@ -251,6 +362,13 @@ int main(int argc, char **argv)
                  B / (med[4] * 1e3), 100.0 * med[1] / med[4], B / (med[3] * 1e3),
                  100.0 * med[1] / med[3], B / (med[5] * 1e3), 100.0 * med[1] / med[5],
                  B / (med[6] * 1e3), 100.0 * med[1] / med[6]);
+        if (ct)
+            snprintf(typed[b], sizeof(typed[b]),
+                     "%9llu  stored %6.0f (%.2fx fp32 lookup; %5.1f%% of its gather %6.0f)  "
+                     "decoded to fp32 %6.0f (%.2fx)",
+                     (unsigned long long)B, B / (med[7] * 1e3), med[0] / med[7],
+                     100.0 * med[9] / med[7], B / (med[9] * 1e3), B / (med[8] * 1e3),
+                     med[0] / med[8]);
     }
     printf(
         "\neach lookup path forced, M keys/s (ratio to the gather); AUTO = FUSED up to %d "
@@ -260,9 +378,22 @@ int main(int argc, char **argv)
     for (int b = 0; b < 4; b++)
         if (sidebar[b][0])
             printf("%s\n", sidebar[b]);
+    if (ct) {
+        printf("\n%s cache, same rows and batches, M keys/s (stored: rows out as %u-byte %s "
+               "slot rows; the gather moves the same bytes):\n",
+               hps_dtype_name(dt), rbs, hps_dtype_name(dt));
+        for (int b = 0; b < 4; b++)
+            if (typed[b][0])
+                printf("%s\n", typed[b]);
+        printf("target (issue 22) at 1,048,576 keys: stored >= %.1fx the fp32 lookup\n",
+               dt == HPS_DTYPE_INT8 ? 2.5 : 1.6);
+    }
     printf("\ntargets (issue 4): >= 95 / 1,400 / 4,200 / 4,800 M keys/s and within 5%% of the "
            "gather at 1M keys; reference points were measured on an H200.\n");
     hps_gcache_ws_destroy(ws);
+    hps_gcache_ws_destroy(ws_t);
     hps_gcache_destroy(c);
+    hps_gcache_destroy(ct);
+    cudaFree(table_t);
     return 0;
 }

@@ -54,7 +54,7 @@ extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, uint64_t lo, ui
 static uint64_t gc_layout(hps_table_ref_t *t, char *base)
 {
     uint64_t off[6];
-    hps__gc_offsets(t->num_sets, t->dim, off);
+    hps__gc_offsets(t->num_sets, t->rwords, off);
     if (base) {
         t->rec = (uint64_t *)(base + off[0]);
         t->tags = (uint8_t *)(base + off[1]);
@@ -78,11 +78,16 @@ static void gc_handle_free(hps_gcache_t *c)
 }
 
 /* Check the arguments and fill the host handle (no cache memory yet). */
-static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
-                        int device, hps_gcache_t **ret_cache)
+static bool dtype_ok(hps_dtype_t dtype)
+{
+    return (unsigned)dtype < HPS_DTYPE_COUNT;
+}
+
+static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
+                        hps_gcache_policy_t policy, int device, hps_gcache_t **ret_cache)
 {
     if (!ret_cache || capacity_rows == 0 || dim == 0 || dim > HPS_GCACHE_MAX_DIM ||
-        (policy != HPS_GCACHE_LRU && policy != HPS_GCACHE_LFU))
+        !dtype_ok(dtype) || (policy != HPS_GCACHE_LRU && policy != HPS_GCACHE_LFU))
         return HPS_EINVAL;
     uint64_t sets = (capacity_rows + HPS_GCACHE_WAYS - 1) / HPS_GCACHE_WAYS;
     if (sets * HPS_GCACHE_WAYS >= UINT32_MAX) /* slots are 32-bit in the lookup records */
@@ -95,6 +100,8 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_
     c->fused_max = HPS_GCACHE_FUSED_MAX;
     c->ref.num_sets = sets;
     c->ref.dim = dim;
+    c->ref.dtype = dtype;
+    c->ref.rwords = hps__gc_row_words(dtype, dim);
     c->ref.policy = policy;
     c->ref.lru_window = ~(uint64_t)(HPS_GCACHE_LRU_RESOLUTION - 1);
     c->bytes = gc_layout(&c->ref, NULL);
@@ -134,12 +141,12 @@ static hps_err_t gc_init(hps_gcache_t *c)
     return err ? err : hps__cuda_err(cudaDeviceSynchronize());
 }
 
-extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
+extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
                                        hps_gcache_policy_t policy, int device,
                                        hps_gcache_t **ret_cache)
 {
     hps_gcache_t *c = NULL;
-    hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
+    hps_err_t err = gc_new(capacity_rows, dim, dtype, policy, device, &c);
     if (err)
         return err;
     err = hps__cuda_err(cudaMalloc((void **)&c->base, c->bytes));
@@ -155,13 +162,14 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim,
 
 /* A shareable cache (one piece, or sharded over shards): VMM memory,
  * initialized; its descriptors in ret_fds. */
-static hps_err_t gc_create_vmm(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
-                               int device, const hps_gcache_shards_t *shards,
-                               hps_gcache_t **ret_cache, int *ret_fds, uint32_t *ret_num_fds)
+static hps_err_t gc_create_vmm(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
+                               hps_gcache_policy_t policy, int device,
+                               const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache,
+                               int *ret_fds, uint32_t *ret_num_fds)
 {
     hps_gcache_t *c = NULL;
     int fds[HPS_GCACHE_MAX_PARTS];
-    hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
+    hps_err_t err = gc_new(capacity_rows, dim, dtype, policy, device, &c);
     if (err)
         return err;
     if (shards) {
@@ -185,11 +193,12 @@ static hps_err_t gc_create_vmm(uint64_t capacity_rows, uint32_t dim, hps_gcache_
 
 /* Map another process's shareable cache from its descriptors. */
 static hps_err_t gc_import_vmm(const int *fds, uint32_t num_fds, uint64_t capacity_rows,
-                               uint32_t dim, hps_gcache_policy_t policy, int device,
-                               const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache)
+                               uint32_t dim, hps_dtype_t dtype, hps_gcache_policy_t policy,
+                               int device, const hps_gcache_shards_t *shards,
+                               hps_gcache_t **ret_cache)
 {
     hps_gcache_t *c = NULL;
-    hps_err_t err = gc_new(capacity_rows, dim, policy, device, &c);
+    hps_err_t err = gc_new(capacity_rows, dim, dtype, policy, device, &c);
     if (err)
         return err;
     if (shards) {
@@ -218,40 +227,40 @@ static bool shards_ok(const hps_gcache_shards_t *s)
 }
 
 extern "C" hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim,
-                                              hps_gcache_policy_t policy, int device,
-                                              hps_gcache_t **ret_cache, int *ret_fd)
+                                              hps_dtype_t dtype, hps_gcache_policy_t policy,
+                                              int device, hps_gcache_t **ret_cache, int *ret_fd)
 {
     uint32_t n = 0;
     if (!ret_fd)
         return HPS_EINVAL;
-    return gc_create_vmm(capacity_rows, dim, policy, device, NULL, ret_cache, ret_fd, &n);
+    return gc_create_vmm(capacity_rows, dim, dtype, policy, device, NULL, ret_cache, ret_fd, &n);
 }
 
 extern "C" hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
-                                       hps_gcache_policy_t policy, int device,
+                                       hps_dtype_t dtype, hps_gcache_policy_t policy, int device,
                                        hps_gcache_t **ret_cache)
 {
     if (fd < 0)
         return HPS_EINVAL;
-    return gc_import_vmm(&fd, 1, capacity_rows, dim, policy, device, NULL, ret_cache);
+    return gc_import_vmm(&fd, 1, capacity_rows, dim, dtype, policy, device, NULL, ret_cache);
 }
 
 extern "C" hps_err_t hps_gcache_create_sharded(uint64_t capacity_rows, uint32_t dim,
-                                               hps_gcache_policy_t policy, int device,
-                                               const hps_gcache_shards_t *shards,
+                                               hps_dtype_t dtype, hps_gcache_policy_t policy,
+                                               int device, const hps_gcache_shards_t *shards,
                                                hps_gcache_t **ret_cache, int *ret_fds,
                                                uint32_t *ret_num_fds)
 {
     if (!shards_ok(shards) || !ret_fds || !ret_num_fds)
         return HPS_EINVAL;
-    return gc_create_vmm(capacity_rows, dim, policy, device, shards, ret_cache, ret_fds,
+    return gc_create_vmm(capacity_rows, dim, dtype, policy, device, shards, ret_cache, ret_fds,
                          ret_num_fds);
 }
 
 extern "C" hps_err_t hps_gcache_import_sharded(const int *fds, uint32_t num_fds,
                                                uint64_t capacity_rows, uint32_t dim,
-                                               hps_gcache_policy_t policy, int device,
-                                               const hps_gcache_shards_t *shards,
+                                               hps_dtype_t dtype, hps_gcache_policy_t policy,
+                                               int device, const hps_gcache_shards_t *shards,
                                                hps_gcache_t **ret_cache)
 {
     if (!shards_ok(shards) || !fds || num_fds == 0 || num_fds > HPS_GCACHE_MAX_PARTS)
@@ -259,7 +268,8 @@ extern "C" hps_err_t hps_gcache_import_sharded(const int *fds, uint32_t num_fds,
     for (uint32_t p = 0; p < num_fds; p++)
         if (fds[p] < 0)
             return HPS_EINVAL;
-    return gc_import_vmm(fds, num_fds, capacity_rows, dim, policy, device, shards, ret_cache);
+    return gc_import_vmm(fds, num_fds, capacity_rows, dim, dtype, policy, device, shards,
+                         ret_cache);
 }
 
 extern "C" uint32_t hps_gcache_num_shards(const hps_gcache_t *c)
@@ -300,18 +310,20 @@ extern "C" hps_err_t hps_gcache_shard_stats(hps_gcache_t *c, uint32_t shard, int
     return 0;
 }
 
-extern "C" uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, uint32_t num_devices)
+extern "C" uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, hps_dtype_t dtype,
+                                           uint32_t num_devices)
 {
-    if (dim == 0 || dim > HPS_GCACHE_MAX_DIM || num_devices == 0 ||
+    if (dim == 0 || dim > HPS_GCACHE_MAX_DIM || !dtype_ok(dtype) || num_devices == 0 ||
         num_devices > HPS_GCACHE_MAX_SHARDS)
         return 0;
     uint64_t g = hps__vmm_granularity(0);
-    uint64_t lo = 0, hi = max_bytes / ((4ull * dim + 17) * HPS_GCACHE_WAYS) * num_devices + 1;
+    uint32_t rw = hps__gc_row_words(dtype, dim);
+    uint64_t lo = 0, hi = max_bytes / ((4ull * rw + 17) * HPS_GCACHE_WAYS) * num_devices + 1;
     if (hi > UINT32_MAX / HPS_GCACHE_WAYS - 1) /* slots are 32-bit (gc_new) */
         hi = UINT32_MAX / HPS_GCACHE_WAYS - 1;
     while (lo < hi) { /* the most sets whose largest shard fits */
         uint64_t mid = (lo + hi + 1) / 2;
-        if (hps__vmm_max_shard_bytes(mid, dim, num_devices, g) <= max_bytes)
+        if (hps__vmm_max_shard_bytes(mid, rw, num_devices, g) <= max_bytes)
             lo = mid;
         else
             hi = mid - 1;
@@ -368,6 +380,14 @@ extern "C" hps_err_t hps_gcache_set_lru_resolution(hps_gcache_t *c, uint32_t loo
 extern "C" uint32_t hps_gcache_dim(const hps_gcache_t *c)
 {
     return c->ref.dim;
+}
+extern "C" hps_dtype_t hps_gcache_storage_type(const hps_gcache_t *c)
+{
+    return (hps_dtype_t)c->ref.dtype;
+}
+extern "C" uint32_t hps_gcache_row_bytes(const hps_gcache_t *c)
+{
+    return c->ref.rwords * (uint32_t)sizeof(float);
 }
 extern "C" uint64_t hps_gcache_capacity(const hps_gcache_t *c)
 {
@@ -431,12 +451,13 @@ extern "C" void hps_gcache_ws_destroy(hps_gcache_ws_t *ws)
     free(ws);
 }
 
-extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, const int64_t *d_keys,
-                                       uint64_t n, float *d_out, uint8_t *d_hit_mask,
-                                       uint32_t *d_missing_index, uint32_t *d_missing_count,
-                                       cudaStream_t stream)
+/* A lookup through ref: c's own (rows decoded to fp32) or a stored one's. */
+static hps_err_t gc_lookup(hps_gcache_t *c, const hps_table_ref_t *ref, hps_gcache_ws_t *ws,
+                           const int64_t *d_keys, uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                           uint32_t *d_missing_index, uint32_t *d_missing_count,
+                           cudaStream_t stream)
 {
-    if (!c || !ws || ws->cache != c || n > ws->max_keys || (n && (!d_keys || !d_out)) ||
+    if (!ws || ws->cache != c || n > ws->max_keys || (n && (!d_keys || !d_out)) ||
         (!d_missing_index != !d_missing_count))
         return HPS_EINVAL;
     if (n == 0) {
@@ -447,23 +468,51 @@ extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, con
     int path = c->lookup_path;
     if (path == HPS_GCACHE_PATH_AUTO)
         path = n <= c->fused_max ? HPS_GCACHE_PATH_FUSED : HPS_GCACHE_PATH_BLOCK;
-    bool vec = c->ref.dim % 4 == 0 && c->ref.dim <= 128 && ((uintptr_t)d_out & 15) == 0;
+    bool vec = ref->dim % 4 == 0 && ref->dim <= 128 && ((uintptr_t)d_out & 15) == 0;
     if (path == HPS_GCACHE_PATH_BLOCK && !vec)
         path = HPS_GCACHE_PATH_GLOBAL;
     if (path == HPS_GCACHE_PATH_FUSED)
-        return hps_k_lookup_fused(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
+        return hps_k_lookup_fused(ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
                                   d_missing_count, stream);
     if (path == HPS_GCACHE_PATH_BLOCK)
-        return hps_k_lookup_block(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
+        return hps_k_lookup_block(ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
                                   d_missing_count, stream);
-    hps_err_t err = hps_k_dedup_probe(&c->ref, &ws->ref, d_keys, n, stream);
+    hps_err_t err = hps_k_dedup_probe(ref, &ws->ref, d_keys, n, stream);
     if (err)
         return err;
-    return hps_k_scatter(&c->ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
+    return hps_k_scatter(ref, &ws->ref, d_keys, n, d_out, d_hit_mask, d_missing_index,
                          d_missing_count, stream);
 }
 
-static hps_err_t gc_write(hps_gcache_t *c, const int64_t *d_keys, const float *d_values, uint64_t n,
+extern "C" hps_err_t hps_gcache_lookup(hps_gcache_t *c, hps_gcache_ws_t *ws, const int64_t *d_keys,
+                                       uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                                       uint32_t *d_missing_index, uint32_t *d_missing_count,
+                                       cudaStream_t stream)
+{
+    if (!c)
+        return HPS_EINVAL;
+    return gc_lookup(c, &c->ref, ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
+                     stream);
+}
+
+/* The stored lookup is the fp32 lookup of rows of rwords "floats": the same
+ * kernels copy the slot words unconverted. */
+extern "C" hps_err_t hps_gcache_lookup_stored(hps_gcache_t *c, hps_gcache_ws_t *ws,
+                                              const int64_t *d_keys, uint64_t n, void *d_out,
+                                              uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                                              uint32_t *d_missing_count, cudaStream_t stream)
+{
+    if (!c || ((uintptr_t)d_out & 3))
+        return HPS_EINVAL;
+    hps_table_ref_t r = c->ref;
+    r.dim = r.rwords;
+    r.dtype = HPS_DTYPE_FP32;
+    r.stored = 1;
+    return gc_lookup(c, &r, ws, d_keys, n, (float *)d_out, d_hit_mask, d_missing_index,
+                     d_missing_count, stream);
+}
+
+static hps_err_t gc_write(hps_gcache_t *c, const int64_t *d_keys, const void *d_values, uint64_t n,
                           int update_only, cudaStream_t stream)
 {
     if (!c || (n && (!d_keys || !d_values)))
@@ -473,14 +522,14 @@ static hps_err_t gc_write(hps_gcache_t *c, const int64_t *d_keys, const float *d
     return hps_k_insert(&c->ref, d_keys, d_values, n, update_only, stream);
 }
 
-extern "C" hps_err_t hps_gcache_insert(hps_gcache_t *c, const int64_t *d_keys,
-                                       const float *d_values, uint64_t n, cudaStream_t stream)
+extern "C" hps_err_t hps_gcache_insert(hps_gcache_t *c, const int64_t *d_keys, const void *d_values,
+                                       uint64_t n, cudaStream_t stream)
 {
     return gc_write(c, d_keys, d_values, n, 0, stream);
 }
 
-extern "C" hps_err_t hps_gcache_update(hps_gcache_t *c, const int64_t *d_keys,
-                                       const float *d_values, uint64_t n, cudaStream_t stream)
+extern "C" hps_err_t hps_gcache_update(hps_gcache_t *c, const int64_t *d_keys, const void *d_values,
+                                       uint64_t n, cudaStream_t stream)
 {
     return gc_write(c, d_keys, d_values, n, 1, stream);
 }

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "hps/dtype.h"
 #include "hps/gcache.h"
 
 /* Clear and map a CUDA error: out-of-memory to -ENOMEM, anything else HPS_EIO. */
@@ -69,21 +70,26 @@ typedef struct hps_table_ref {
     uint64_t *rec;   /* [num_sets * 32][2]: each slot's key and LRU/LFU stamp side by side,
                       * so the sector of the key check also brings the stamp (hps__key) */
     uint8_t *tags;   /* [num_sets * 32] key fingerprints (hps__tag), 0 = free */
-    float *vals;     /* [num_sets * 32][dim] */
+    float *vals;     /* [num_sets * 32][rwords]: each slot's stored row (hps__gc_row_words) */
     uint32_t *ver;   /* [num_sets] seqlock words */
     uint64_t *clock; /* LRU clock, bumped once per lookup */
     uint64_t *ctr;   /* [HPS_GC_NCTR] */
     uint64_t num_sets;
-    uint32_t dim;
+    uint32_t dim;    /* elements per output row (a lookup's d_out stride); the stored
+                      * lookup sets it to rwords (its output is the stored rows) */
+    uint32_t rwords; /* 4-byte words per slot row (hps__gc_row_words of dtype, dim) */
+    int dtype;       /* hps_dtype_t of the slot rows; the stored lookup launches as fp32 */
     int policy;
-    uint64_t lru_window;      /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
-                               * precedes now & lru_window (hps_gcache_set_lru_resolution) */
-    int num_sms;              /* host-side launch sizing */
-    int strict;               /* lookups order their loads by fences, not address dependencies */
-    int pdl;                  /* host side: FUSED (vectorized) and BLOCK lookups launch as
-                               * programmatic dependents (hps_gcache_set_overlap) */
-    uint8_t occ[HPS_LK_NOCC]; /* host side: resident blocks per SM of each kernel on the
-                               * cache's device (hps_k_lookup_setup) */
+    uint64_t lru_window;         /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
+                                  * precedes now & lru_window (hps_gcache_set_lru_resolution) */
+    int num_sms;                 /* host-side launch sizing */
+    int strict;                  /* lookups order their loads by fences, not address dependencies */
+    int pdl;                     /* host side: FUSED (vectorized) and BLOCK lookups launch as
+                                  * programmatic dependents (hps_gcache_set_overlap) */
+    int stored;                  /* host side: 1 in the ref of a stored lookup (occ[1]) */
+    uint8_t occ[2][HPS_LK_NOCC]; /* host side: resident blocks per SM of each kernel on the
+                                  * cache's device (hps_k_lookup_setup): [0] the kernels
+                                  * that decode dtype, [1] the fp32 ones (stored lookups) */
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -404,19 +410,138 @@ __device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t sl
     hps__touch_seen(t, slot, now, t.policy == HPS_GCACHE_LFU ? 0 : __ldcg(&hps__stamp(t, slot)));
 }
 
-/* Copy one row with the lanes of a warp (dim floats). */
+/*
+ * Storage codecs: how a kernel reads a slot row of each storage type
+ * (include/hps/dtype.h's layouts) as fp32.  chunk(row, c): output elements
+ * 4c .. 4c + 3 as a float4, for dim % 4 == 0 (the vectorized kernels; the
+ * row is 16-byte aligned for fp32, 8 for fp16/bf16, 4 for int8, by the
+ * slot stride of hps__gc_row_words); one(row, j): element j, any dim.
+ * Decoding is exact for fp16 and bf16 (widening), and for int8 is the one
+ * fp32 multiply q * scale of hps_dtype_decode (__fmul_rn: never contracted),
+ * so a row decodes here to the same bits as on the host.  pol: an L2
+ * policy for the row's loads (hps__pol_evict_first), or 0 for a plain .cg
+ * load.
+ */
+template <int DT> struct hps__codec;
+
+template <> struct hps__codec<HPS_DTYPE_FP32> {
+    static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
+    {
+        const float4 *a = (const float4 *)row + c;
+        return pol ? hps__ld_f4_pol(a, pol) : __ldcg(a);
+    }
+    static __device__ __forceinline__ float one(const float *row, uint32_t j)
+    {
+        return __ldcg(row + j);
+    }
+};
+
+/* binary16 bits (the low 16 of h) to binary32, exactly as the host's
+ * hps_fp16_to_float: integer steps, so NaN payloads and the signalling bit
+ * cross unchanged (cvt.f32.f16 may canonicalize a NaN).  A subnormal
+ * becomes the int conversion of its mantissa with 24 taken off the
+ * exponent: exact, as em < 2^10. */
+__device__ __forceinline__ float hps__h2f(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
+    uint32_t r = em >= 0x7c00u  ? (em << 13) | 0x7f800000u
+                 : em >= 0x400u ? (em << 13) + (112u << 23)
+                 : em != 0      ? __float_as_uint((float)(int)em) - (24u << 23)
+                                : 0u;
+    return __uint_as_float(sign | r);
+}
+
+__device__ __forceinline__ uint2 hps__ld_u2(const uint2 *a, uint64_t pol)
+{
+#if __CUDA_ARCH__ >= 800
+    if (pol) {
+        uint2 r;
+        asm volatile("ld.global.cg.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+                     : "=r"(r.x), "=r"(r.y)
+                     : "l"(a), "l"(pol));
+        return r;
+    }
+#endif
+    (void)pol;
+    return __ldcg(a);
+}
+
+__device__ __forceinline__ uint32_t hps__ld_u1(const uint32_t *a, uint64_t pol)
+{
+#if __CUDA_ARCH__ >= 800
+    if (pol) {
+        uint32_t r;
+        asm volatile("ld.global.cg.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(a), "l"(pol));
+        return r;
+    }
+#endif
+    (void)pol;
+    return __ldcg(a);
+}
+
+template <> struct hps__codec<HPS_DTYPE_FP16> {
+    static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
+    {
+        uint2 u = hps__ld_u2((const uint2 *)row + c, pol);
+        return make_float4(hps__h2f(u.x & 0xffffu), hps__h2f(u.x >> 16), hps__h2f(u.y & 0xffffu),
+                           hps__h2f(u.y >> 16));
+    }
+    static __device__ __forceinline__ float one(const float *row, uint32_t j)
+    {
+        return hps__h2f(__ldcg((const unsigned short *)row + j));
+    }
+};
+
+template <> struct hps__codec<HPS_DTYPE_BF16> {
+    static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
+    {
+        uint2 u = hps__ld_u2((const uint2 *)row + c, pol);
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                           __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+    }
+    static __device__ __forceinline__ float one(const float *row, uint32_t j)
+    {
+        return __uint_as_float((uint32_t)__ldcg((const unsigned short *)row + j) << 16);
+    }
+};
+
+/* int8: word 0 is the scale, the q bytes follow (element 4c's byte is the
+ * low byte of word 1 + c: little-endian, as the host wrote it). */
+template <> struct hps__codec<HPS_DTYPE_INT8> {
+    static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
+    {
+        float s = __ldcg(row);
+        uint32_t w = hps__ld_u1((const uint32_t *)row + 1 + c, pol);
+        return make_float4(__fmul_rn((float)(int8_t)(w & 0xffu), s),
+                           __fmul_rn((float)(int8_t)((w >> 8) & 0xffu), s),
+                           __fmul_rn((float)(int8_t)((w >> 16) & 0xffu), s),
+                           __fmul_rn((float)(int8_t)(w >> 24), s));
+    }
+    static __device__ __forceinline__ float one(const float *row, uint32_t j)
+    {
+        return __fmul_rn((float)__ldcg((const signed char *)(row + 1) + j), __ldcg(row));
+    }
+};
+
+/* Copy one slot row to dim fp32 outputs with the lanes of a warp. */
+template <int DT>
 __device__ __forceinline__ void hps__copy_row(float *dst, const float *src, uint32_t dim, int lane,
                                               bool vec4)
 {
     if (vec4) {
-        const float4 *s = (const float4 *)src;
         float4 *d = (float4 *)dst;
         for (uint32_t c = lane; c < dim / 4; c += 32)
-            d[c] = __ldcg(&s[c]);
+            d[c] = hps__codec<DT>::chunk(src, c, 0);
     } else {
         for (uint32_t c = lane; c < dim; c += 32)
-            dst[c] = __ldcg(&src[c]);
+            dst[c] = hps__codec<DT>::one(src, c);
     }
+}
+
+/* The slot row of slot. */
+__device__ __forceinline__ const float *hps__row(const hps_table_ref_t &t, uint64_t slot)
+{
+    return t.vals + slot * t.rwords;
 }
 
 /*
@@ -424,6 +549,7 @@ __device__ __forceinline__ void hps__copy_row(float *dst, const float *src, uint
  * copy the row into dst, fence, re-read the version; repeat on a change.
  * Returns the slot or -1 (then dst is untouched).
  */
+template <int DT>
 __device__ __forceinline__ int64_t hps__read_key(const hps_table_ref_t &t, int64_t key, float *dst,
                                                  int lane, bool vec4)
 {
@@ -436,11 +562,28 @@ __device__ __forceinline__ int64_t hps__read_key(const hps_table_ref_t &t, int64
         int way = hps__probe(t, set, key, lane);
         uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
         if (way >= 0)
-            hps__copy_row(dst, t.vals + slot * t.dim, t.dim, lane, vec4);
+            hps__copy_row<DT>(dst, hps__row(t, slot), t.dim, lane, vec4);
         hps__fence(); /* why: the re-read must see any writer that overlapped the copy */
         uint32_t v2 = hps__ld_ver(&t.ver[set]);
         if (__all_sync(0xffffffffu, v1 == v2))
             return way >= 0 ? (int64_t)slot : -1;
+    }
+}
+
+/* hps__read_key of the table's own storage type (chosen at run time: for
+ * kernels that serve tables of several types, k_lookup_tables). */
+__device__ __forceinline__ int64_t hps__read_key_any(const hps_table_ref_t &t, int64_t key,
+                                                     float *dst, int lane, bool vec4)
+{
+    switch (t.dtype) {
+    case HPS_DTYPE_FP16:
+        return hps__read_key<HPS_DTYPE_FP16>(t, key, dst, lane, vec4);
+    case HPS_DTYPE_BF16:
+        return hps__read_key<HPS_DTYPE_BF16>(t, key, dst, lane, vec4);
+    case HPS_DTYPE_INT8:
+        return hps__read_key<HPS_DTYPE_INT8>(t, key, dst, lane, vec4);
+    default:
+        return hps__read_key<HPS_DTYPE_FP32>(t, key, dst, lane, vec4);
     }
 }
 
@@ -497,7 +640,8 @@ hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
 hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
                         uint64_t n, float *d_out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
                         uint32_t *d_missing_count, cudaStream_t stream);
-hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys, const float *d_values,
+/* d_values: (n, row bytes of ref's dtype and dim) packed, as hps_dtype_encode writes them. */
+hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys, const void *d_values,
                        uint64_t n, int update_only, cudaStream_t stream);
 hps_err_t hps_k_dump(const hps_table_ref_t *ref, uint64_t start_set, uint64_t end_set,
                      int64_t *d_keys_out, uint32_t *d_count, cudaStream_t stream);
@@ -515,16 +659,38 @@ hps_err_t hps__vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds);
 void hps__vmm_release(hps_gcache_t *c);
 /* The most device bytes one shard takes (the plan of hps__vmm_create at
  * granularity g); the granularity of a device. */
-uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t dim, uint32_t num_shards, uint64_t g);
+uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords, uint32_t num_shards,
+                                  uint64_t g);
 uint64_t hps__vmm_granularity(int device);
-/* The arrays of a cache of num_sets sets of dim floats inside its one
+/* Bytes of one row as hps_dtype_encode packs it (hps_dtype_row_bytes; a
+ * copy here, so that this library needs no other). */
+static inline uint64_t hps__gc_row_bytes(int dtype, uint32_t dim)
+{
+    return dtype == HPS_DTYPE_FP32   ? 4ull * dim
+           : dtype == HPS_DTYPE_INT8 ? (uint64_t)dim + 4
+                                     : 2ull * dim;
+}
+
+/* 4-byte words of one slot row: fp32 exactly dim (the layout of before
+ * storage types); the compact types' stored row (hps_dtype_row_bytes)
+ * rounded up to 16 bytes, so that the stored lookup copies whole rows with
+ * 16-byte loads where its row count allows (int8 at dim 128: 132 -> 144
+ * bytes), and the decoding loads of every type stay aligned. */
+static inline uint32_t hps__gc_row_words(int dtype, uint32_t dim)
+{
+    if (dtype == HPS_DTYPE_FP32)
+        return dim;
+    return (uint32_t)((hps__gc_row_bytes(dtype, dim) + 15) / 16 * 4);
+}
+
+/* The arrays of a cache of num_sets sets of rwords-word rows inside its one
  * allocation, in this order, each 256-byte aligned: (key, stamp) records,
  * tags, vals, ver, clock + counters.  off[i] is array i's offset, off[5] the
  * total.  Every process that maps a shared cache derives the same offsets. */
-static inline void hps__gc_offsets(uint64_t num_sets, uint32_t dim, uint64_t off[6])
+static inline void hps__gc_offsets(uint64_t num_sets, uint32_t rwords, uint64_t off[6])
 {
     uint64_t slots = num_sets * HPS_GCACHE_WAYS;
-    uint64_t sizes[5] = {slots * 2 * sizeof(uint64_t), slots, slots * dim * sizeof(float),
+    uint64_t sizes[5] = {slots * 2 * sizeof(uint64_t), slots, slots * rwords * sizeof(float),
                          num_sets * sizeof(uint32_t), (1 + HPS_GC_NCTR) * sizeof(uint64_t)};
     off[0] = 0;
     for (int i = 0; i < 5; i++)

@@ -14,6 +14,9 @@
  * unlock store of v + 2.  Readers that overlapped see the version change.
  * Duplicate keys in one call serialize on the set lock; the last wins.
  * Each block counts itself in the writer epoch (hps__writer_begin / end).
+ * Rows arrive in the cache's storage type, encoded by the caller
+ * (hps_dtype_encode's packed layout): the kernel copies bytes and never
+ * converts, so a slot holds exactly the bytes the volatile DB holds.
  */
 #include "gcache_internal.cuh"
 
@@ -68,15 +71,37 @@ __device__ static int ins_victim(uint64_t stamp, int lane)
     return best;
 }
 
+/* Copy rb bytes from src to dst with the lanes of a warp, in units of
+ * `unit` bytes (16, 4, 2 or 1: what both addresses and rb allow). */
+__device__ static void ins_copy(char *dst, const char *src, uint32_t rb, uint32_t unit, int lane)
+{
+    switch (unit) {
+    case 16:
+        for (uint32_t c = lane; c < rb / 16; c += 32)
+            ((float4 *)dst)[c] = __ldg((const float4 *)src + c);
+        break;
+    case 4:
+        for (uint32_t c = lane; c < rb / 4; c += 32)
+            ((uint32_t *)dst)[c] = __ldg((const uint32_t *)src + c);
+        break;
+    case 2:
+        for (uint32_t c = lane; c < rb / 2; c += 32)
+            ((uint16_t *)dst)[c] = __ldg((const unsigned short *)src + c);
+        break;
+    default:
+        for (uint32_t c = lane; c < rb; c += 32)
+            dst[c] = src[c];
+    }
+}
+
 __global__ void __launch_bounds__(INS_THREADS)
-    k_insert(hps_table_ref_t t, const int64_t *__restrict__ keys, const float *__restrict__ vals,
-             uint64_t n, int update_only)
+    k_insert(hps_table_ref_t t, const int64_t *__restrict__ keys, const char *__restrict__ vals,
+             uint64_t n, int update_only, uint32_t rb, uint32_t unit)
 {
     int lane = threadIdx.x & 31;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     uint64_t now = *(volatile uint64_t *)t.clock; /* lookups stamp clock + 1 */
-    bool vec4 = t.dim % 4 == 0 && ((uintptr_t)vals & 15) == 0;
     uint64_t written = 0, evicted = 0, timeouts = 0;
     hps__writer_begin(t);
     for (uint64_t i = warp; i < n; i += nwarps) {
@@ -108,14 +133,7 @@ __global__ void __launch_bounds__(INS_THREADS)
         }
         if (way >= 0) {
             uint64_t slot = base + (uint64_t)way;
-            float *dst = t.vals + slot * t.dim;
-            const float *src = vals + i * t.dim;
-            if (vec4)
-                for (uint32_t c = lane; c < t.dim / 4; c += 32)
-                    ((float4 *)dst)[c] = __ldg((const float4 *)src + c);
-            else
-                for (uint32_t c = lane; c < t.dim; c += 32)
-                    dst[c] = src[c];
+            ins_copy((char *)(t.vals + slot * t.rwords), vals + i * rb, rb, unit, lane);
             if (lane == 0) {
                 hps__key(t, slot) = key;
                 t.tags[slot] = hps__tag(key);
@@ -136,14 +154,22 @@ __global__ void __launch_bounds__(INS_THREADS)
 }
 
 extern "C" hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys,
-                                  const float *d_values, uint64_t n, int update_only,
+                                  const void *d_values, uint64_t n, int update_only,
                                   cudaStream_t stream)
 {
+    uint32_t rb = (uint32_t)hps__gc_row_bytes(ref->dtype, ref->dim);
+    uintptr_t a = (uintptr_t)d_values;
+    /* slot rows are 16-byte aligned when rwords is a multiple of 4, else 4 */
+    uint32_t unit = rb % 16 == 0 && a % 16 == 0 && ref->rwords % 4 == 0 ? 16
+                    : rb % 4 == 0 && a % 4 == 0                         ? 4
+                    : rb % 2 == 0 && a % 2 == 0                         ? 2
+                                                                        : 1;
     uint64_t blocks = (n + INS_THREADS / 32 - 1) / (INS_THREADS / 32);
     uint64_t max = (uint64_t)ref->num_sms * (2048 / INS_THREADS);
     if (blocks > max)
         blocks = max;
-    k_insert<<<(unsigned)blocks, INS_THREADS, 0, stream>>>(*ref, d_keys, d_values, n, update_only);
+    k_insert<<<(unsigned)blocks, INS_THREADS, 0, stream>>>(*ref, d_keys, (const char *)d_values, n,
+                                                           update_only, rb, unit);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }

@@ -77,10 +77,11 @@ __device__ static uint64_t lk_start(const hps_table_ref_t &t, uint64_t n)
 
 /* The slow path of the vectorized kernels (out of line costs more: the
  * call ABI spills the loop's registers). */
+template <int DT>
 __device__ __forceinline__ int64_t lk_slow_read(const hps_table_ref_t &t, int64_t key, float *dst,
                                                 int lane)
 {
-    return hps__read_key(t, key, dst, lane, true);
+    return hps__read_key<DT>(t, key, dst, lane, true);
 }
 
 /* Lane 0 records the outcome of input key i. */
@@ -93,6 +94,7 @@ __device__ __forceinline__ void lk_outcome(const hps_ws_ref_t &w, uint64_t i, bo
         d_missing_index[atomicAdd(&w.miss_ctr[0], 1u)] = (uint32_t)i;
 }
 
+template <int DT>
 __global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
                                uint64_t n, float *out, uint8_t *d_hit_mask,
                                uint32_t *d_missing_index, uint32_t *d_missing_count, bool vec4)
@@ -106,7 +108,7 @@ __global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t 
         int64_t key = keys[i];
         int64_t slot = -1;
         if (key != HPS_GCACHE_EMPTY_KEY)
-            slot = hps__read_key(t, key, out + i * t.dim, lane, vec4);
+            slot = hps__read_key<DT>(t, key, out + i * t.dim, lane, vec4);
         if (lane == 0) {
             if (slot >= 0) {
                 hps__touch(t, (uint64_t)slot, now);
@@ -128,7 +130,7 @@ __global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t 
  * orders the loads without a fence waiting for this warp's earlier stores.
  * Lane u (< LK_UNROLL) owns key u's stamp and outcome.
  */
-template <bool STRICT>
+template <int DT, bool STRICT>
 __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     k_lookup_fused_vec(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
                        uint64_t n, float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
@@ -179,7 +181,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
         for (int u = 0; u < LK_UNROLL; u++) {
             uint64_t slot = set[u] * HPS_GCACHE_WAYS + (uint64_t)way[u];
             if (way[u] >= 0 && mine)
-                v[u] = __ldcg((const float4 *)(t.vals + slot * t.dim) + lane);
+                v[u] = hps__codec<DT>::chunk(hps__row(t, slot), lane, 0);
             if (lane == u && way[u] >= 0)
                 pre_slot = slot;
         }
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                 uint32_t v2 = hps__ld_ver(&t.ver[set[u] + hps__dep(d, zero)]);
                 bool same = __all_sync(0xffffffffu, v2 == v1[u]);
                 if ((v1[u] & 1u) || !same) { /* a writer overlapped: full seqlock read */
-                    slot = lk_slow_read(t, key[u], out + i * t.dim, lane);
+                    slot = lk_slow_read<DT>(t, key[u], out + i * t.dim, lane);
                 } else if (way[u] >= 0) {
                     slot = (int64_t)(set[u] * HPS_GCACHE_WAYS + way[u]);
                     if (mine)
@@ -329,7 +331,7 @@ __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t k
     return (uint64_t)v << 32 | slot;
 }
 
-template <int NT, bool EPOCH>
+template <int DT, int NT, bool EPOCH>
 __global__ void __launch_bounds__(NT, 1024 / NT)
     k_lookup_block(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                    uint32_t chunk, int rows_evict_first, float *out, uint8_t *d_hit_mask,
@@ -344,7 +346,6 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     __shared__ unsigned sver; /* step 2 reads set versions (see bk_probe) */
     __shared__ uint64_t se0;  /* ctr[HPS_GC_WR_ENDED] at the chunk's start */
     int tid = threadIdx.x, lane = tid & 31, wib = tid >> 5;
-    bool mine = (uint32_t)lane < t.dim / 4;
     uint64_t pol_first = hps__pol_evict_first();
     /* why so early: the next call's blocks start only where this call's
      * have left room on an SM, and wait (step 3) before they write */
@@ -420,26 +421,33 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
      * kernel on the stream (it may be the last call, writing the same
      * output). */
     hps__pdl_wait();
-    /* 3. a warp per position, BU positions in flight */
+    /* 3. a warp per position, BU positions in flight; rows of q < 32
+     * 16-byte chunks go 32 / q to a warp, side by side (a stored int8 row
+     * of dim 128 is 9 chunks: 3 rows per load instead of 1; fp32 at dim
+     * 128 is 32 chunks, one row as before).  H200, bench-gpu-cache --dtype
+     * int8, stored lookup at 1M keys: (see kernels/NOTES.md). */
     constexpr int BU = EPOCH ? BK_UNROLL_LARGE : LK_UNROLL;
-    for (uint32_t jb = wib * BU; jb < cnt; jb += (NT / 32) * BU) {
+    uint32_t q = t.dim / 4, rpw = 32 / q;
+    uint32_t sub = (uint32_t)lane / q, c = (uint32_t)lane - sub * q;
+    bool act = sub < rpw;
+    for (uint32_t jb = wib * BU * rpw; jb < cnt; jb += (NT / 32) * BU * rpw) {
         uint32_t sl[BU]; /* the slot; all-ones (the low half of MISS) on a miss */
         float4 v[BU];
 #pragma unroll
         for (int u = 0; u < BU; u++) {
-            uint32_t j = jb + u;
-            uint32_t e = j < cnt ? spos[j] : BK_NONE;
+            uint32_t j = jb + u * rpw + sub;
+            uint32_t e = act && j < cnt ? spos[j] : BK_NONE;
             sl[u] = e != BK_NONE ? (uint32_t)sres[e] : UINT32_MAX;
-            const float4 *row = (const float4 *)(t.vals + (uint64_t)sl[u] * t.dim) + lane;
-            if (sl[u] != UINT32_MAX && mine)
-                v[u] = rows_evict_first ? hps__ld_f4_pol(row, pol_first) : __ldcg(row);
+            if (sl[u] != UINT32_MAX)
+                v[u] =
+                    hps__codec<DT>::chunk(hps__row(t, sl[u]), c, rows_evict_first ? pol_first : 0);
         }
 #pragma unroll
         for (int u = 0; u < BU; u++) {
-            uint32_t j = jb + u;
-            if (j < cnt && sl[u] != UINT32_MAX && mine)
-                __stcs((float4 *)(out + (base + j) * t.dim) + lane, v[u]);
-            if (lane == u && j < cnt)
+            uint32_t j = jb + u * rpw + sub;
+            if (sl[u] != UINT32_MAX)
+                __stcs((float4 *)(out + (base + j) * t.dim) + c, v[u]);
+            if (act && c == 0 && j < cnt)
                 shit[j] = sl[u] != UINT32_MAX;
         }
     }
@@ -481,7 +489,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
         for (uint32_t j = wib; j < cnt; j += NT / 32) {
             uint32_t e = spos[j];
             if (e != BK_NONE && sres[e] == BK_RETRY) {
-                int64_t slot = hps__read_key(t, skey[e], out + (base + j) * t.dim, lane, true);
+                int64_t slot = hps__read_key<DT>(t, skey[e], out + (base + j) * t.dim, lane, true);
                 if (lane == 0)
                     shit[j] = slot >= 0;
             }
@@ -552,7 +560,7 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
 
 /* Vectorized scatter: dim % 4 == 0, dim <= 128, 16-byte aligned rows.
  * STRICT and the address-dependency ordering as in k_lookup_fused_vec. */
-template <bool STRICT>
+template <int DT, bool STRICT>
 __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     k_scatter_vec(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys, uint64_t n,
                   float *out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
@@ -584,7 +592,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++)
             if (r[u] != HPS_RES_MISS && mine)
-                v[u] = __ldcg((const float4 *)(t.vals + (r[u] & 0xffffffffu) * t.dim) + lane);
+                v[u] = hps__codec<DT>::chunk(hps__row(t, r[u] & 0xffffffffu), lane, 0);
         if (STRICT)
             hps__fence(); /* why: the row loads must complete before the versions are re-read */
 #pragma unroll
@@ -602,7 +610,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
                         __stcs((float4 *)(out + i * t.dim) + lane,
                                v[u]); /* streaming: keep L2 for hot rows */
                 } else {              /* a writer touched the set since the probe: read again */
-                    hit = lk_slow_read(t, keys[i], out + i * t.dim, lane) >= 0;
+                    hit = lk_slow_read<DT>(t, keys[i], out + i * t.dim, lane) >= 0;
                 }
             }
             if (lane == u) {
@@ -617,6 +625,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
 }
 
 /* Generic scatter: any dim and alignment, one key per warp step. */
+template <int DT>
 __global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *__restrict__ keys,
                               uint64_t n, float *out, uint8_t *d_hit_mask,
                               uint32_t *d_missing_index, uint32_t *d_missing_count, bool vec4)
@@ -631,10 +640,10 @@ __global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
         bool hit = r != HPS_RES_MISS;
         if (hit) {
             uint32_t slot = (uint32_t)r;
-            hps__copy_row(out + i * t.dim, t.vals + (uint64_t)slot * t.dim, t.dim, lane, vec4);
+            hps__copy_row<DT>(out + i * t.dim, hps__row(t, slot), t.dim, lane, vec4);
             hps__fence(); /* why: the copy must complete before the version is re-read */
             if (hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32))
-                hit = hps__read_key(t, keys[i], out + i * t.dim, lane, vec4) >= 0;
+                hit = hps__read_key<DT>(t, keys[i], out + i * t.dim, lane, vec4) >= 0;
         }
         if (lane == 0) {
             if (p != HPS_INV_NONE)
@@ -663,6 +672,12 @@ static bool lk_vec4(const hps_table_ref_t *t, const float *out)
     return t->dim % 4 == 0 && ((uintptr_t)out & 15) == 0;
 }
 
+/* Resident blocks per SM of kernel k of the ref's launch (decoding or stored). */
+static int lk_occ(const hps_table_ref_t *t, int k)
+{
+    return t->occ[t->stored ? 1 : 0][k];
+}
+
 /* Launch fn<<<grid, block, 0, stream>>>(args), with pdl as a programmatic
  * dependent of the previous kernel on the stream (hps__pdl_wait). */
 template <typename... P, typename... A>
@@ -681,24 +696,48 @@ static cudaError_t lk_launch(void (*fn)(P...), unsigned grid, unsigned block, cu
     return cudaLaunchKernelEx(&cfg, fn, args...);
 }
 
+/* Call f<DT>(args) for the storage type dt of a ref (its kernels decode
+ * that type; a stored lookup's ref says fp32). */
+#define LK_DISPATCH(dt, f, ...)                                                                    \
+    switch (dt) {                                                                                  \
+    case HPS_DTYPE_FP16:                                                                           \
+        return f<HPS_DTYPE_FP16>(__VA_ARGS__);                                                     \
+    case HPS_DTYPE_BF16:                                                                           \
+        return f<HPS_DTYPE_BF16>(__VA_ARGS__);                                                     \
+    case HPS_DTYPE_INT8:                                                                           \
+        return f<HPS_DTYPE_INT8>(__VA_ARGS__);                                                     \
+    default:                                                                                       \
+        return f<HPS_DTYPE_FP32>(__VA_ARGS__);                                                     \
+    }
+
+template <int DT>
+static hps_err_t lk_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
+                          uint64_t n, float *d_out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                          uint32_t *d_missing_count, cudaStream_t stream)
+{
+    if (lk_vec4(ref, d_out) && ref->dim <= 128) {
+        auto fn = ref->strict ? k_lookup_fused_vec<DT, true> : k_lookup_fused_vec<DT, false>;
+        HPS_CUDA_TRY(
+            lk_launch(fn,
+                      lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
+                                lk_occ(ref, ref->strict ? HPS_LK_FVEC_STRICT : HPS_LK_FVEC)),
+                      LK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n, d_out, d_hit_mask,
+                      d_missing_index, d_missing_count, 0u));
+    } else
+        k_lookup_fused<DT><<<lk_blocks(ref, n, lk_occ(ref, HPS_LK_FUSED)), LK_THREADS, 0, stream>>>(
+            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
+            lk_vec4(ref, d_out));
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
 extern "C" hps_err_t hps_k_lookup_fused(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                                         const int64_t *d_keys, uint64_t n, float *d_out,
                                         uint8_t *d_hit_mask, uint32_t *d_missing_index,
                                         uint32_t *d_missing_count, cudaStream_t stream)
 {
-    if (lk_vec4(ref, d_out) && ref->dim <= 128) {
-        auto fn = ref->strict ? k_lookup_fused_vec<true> : k_lookup_fused_vec<false>;
-        HPS_CUDA_TRY(lk_launch(fn,
-                               lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
-                                         ref->occ[ref->strict ? HPS_LK_FVEC_STRICT : HPS_LK_FVEC]),
-                               LK_THREADS, stream, ref->pdl, *ref, *ws, d_keys, n, d_out,
-                               d_hit_mask, d_missing_index, d_missing_count, 0u));
-    } else
-        k_lookup_fused<<<lk_blocks(ref, n, ref->occ[HPS_LK_FUSED]), LK_THREADS, 0, stream>>>(
-            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
-            lk_vec4(ref, d_out));
-    HPS_CUDA_TRY(cudaGetLastError());
-    return 0;
+    LK_DISPATCH(ref->dtype, lk_fused, ref, ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                d_missing_count, stream);
 }
 
 /*
@@ -726,18 +765,13 @@ static hps_err_t bk_carveout_for(const void *fn, int blocks, int max_smem)
     return 0;
 }
 
-static hps_err_t bk_carveout(int dev)
+template <int DT> static hps_err_t bk_carveout(int max_smem)
 {
-    int max_smem;
-    HPS_CUDA_TRY(
-        cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    if (max_smem <= 0)
-        return 0;
-    hps_err_t err = bk_carveout_for((const void *)k_lookup_block<256, true>, 4, max_smem);
+    hps_err_t err = bk_carveout_for((const void *)k_lookup_block<DT, 256, true>, 4, max_smem);
     if (!err)
-        err = bk_carveout_for((const void *)k_lookup_block<512, true>, 2, max_smem);
+        err = bk_carveout_for((const void *)k_lookup_block<DT, 512, true>, 2, max_smem);
     if (!err)
-        err = bk_carveout_for((const void *)k_lookup_block<256, false>, 0, max_smem);
+        err = bk_carveout_for((const void *)k_lookup_block<DT, 256, false>, 0, max_smem);
     return err;
 }
 
@@ -753,32 +787,43 @@ static uint8_t lk_occupancy(const void *fn)
     return (uint8_t)(per_sm > 255 ? 255 : per_sm);
 }
 
-/* Function attributes and occupancy belong to a device, so each cache sets
- * and measures them on its own (a process may drive caches on several). */
-extern "C" hps_err_t hps_k_lookup_setup(hps_table_ref_t *ref)
+/* The carveouts and occupancies of the kernels of one storage type. */
+template <int DT> static hps_err_t lk_setup(uint8_t occ[HPS_LK_NOCC], int max_smem)
 {
-    int dev;
-    HPS_CUDA_TRY(cudaGetDevice(&dev));
-    hps_err_t err = bk_carveout(dev);
+    hps_err_t err = max_smem > 0 ? bk_carveout<DT>(max_smem) : 0;
     if (err)
         return err;
-    ref->occ[HPS_LK_FUSED] = lk_occupancy((const void *)k_lookup_fused);
-    ref->occ[HPS_LK_FVEC] = lk_occupancy((const void *)k_lookup_fused_vec<false>);
-    ref->occ[HPS_LK_FVEC_STRICT] = lk_occupancy((const void *)k_lookup_fused_vec<true>);
-    ref->occ[HPS_LK_DEDUP] = lk_occupancy((const void *)k_dedup_probe);
-    ref->occ[HPS_LK_VEC] = lk_occupancy((const void *)k_scatter_vec<false>);
-    ref->occ[HPS_LK_VEC_STRICT] = lk_occupancy((const void *)k_scatter_vec<true>);
-    ref->occ[HPS_LK_ANY] = lk_occupancy((const void *)k_scatter_any);
+    occ[HPS_LK_FUSED] = lk_occupancy((const void *)k_lookup_fused<DT>);
+    occ[HPS_LK_FVEC] = lk_occupancy((const void *)k_lookup_fused_vec<DT, false>);
+    occ[HPS_LK_FVEC_STRICT] = lk_occupancy((const void *)k_lookup_fused_vec<DT, true>);
+    occ[HPS_LK_DEDUP] = lk_occupancy((const void *)k_dedup_probe);
+    occ[HPS_LK_VEC] = lk_occupancy((const void *)k_scatter_vec<DT, false>);
+    occ[HPS_LK_VEC_STRICT] = lk_occupancy((const void *)k_scatter_vec<DT, true>);
+    occ[HPS_LK_ANY] = lk_occupancy((const void *)k_scatter_any<DT>);
     return 0;
 }
 
-extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
-                                        const int64_t *d_keys, uint64_t n, float *d_out,
-                                        uint8_t *d_hit_mask, uint32_t *d_missing_index,
-                                        uint32_t *d_missing_count, cudaStream_t stream)
+/* Function attributes and occupancy belong to a device, so each cache sets
+ * and measures them on its own (a process may drive caches on several):
+ * for the kernels that decode its storage type (occ[0]) and the fp32 ones
+ * that its stored lookups run (occ[1]). */
+extern "C" hps_err_t hps_k_lookup_setup(hps_table_ref_t *ref)
 {
-    if (!lk_vec4(ref, d_out) || ref->dim > 128) /* the block kernel is vectorized only */
-        return HPS_EINVAL;
+    int dev, max_smem = 0;
+    HPS_CUDA_TRY(cudaGetDevice(&dev));
+    HPS_CUDA_TRY(
+        cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    hps_err_t err = lk_setup<HPS_DTYPE_FP32>(ref->occ[1], max_smem);
+    if (err)
+        return err;
+    LK_DISPATCH(ref->dtype, lk_setup, ref->occ[0], max_smem);
+}
+
+template <int DT>
+static hps_err_t lk_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws, const int64_t *d_keys,
+                          uint64_t n, float *d_out, uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                          uint32_t *d_missing_count, cudaStream_t stream)
+{
     /* Chunks of at most BK_CHUNK keys, one per block, 4 blocks of 256 per
      * SM: small batches are latency-bound (more, smaller chunks probe more
      * keys in parallel), larger ones bound by bytes (larger chunks catch
@@ -800,20 +845,51 @@ extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws
     uint64_t chunk = (n + slots - 1) / slots;
     chunk = chunk < 32 ? 32 : chunk > BK_CHUNK ? BK_CHUNK : chunk;
     uint64_t chunks = (n + chunk - 1) / chunk;
-    auto fn = small  ? k_lookup_block<256, false>
-              : wide ? k_lookup_block<512, true>
-                     : k_lookup_block<256, true>;
+    auto fn = small  ? k_lookup_block<DT, 256, false>
+              : wide ? k_lookup_block<DT, 512, true>
+                     : k_lookup_block<DT, 256, true>;
     HPS_CUDA_TRY(lk_launch(fn, (unsigned)chunks, wide ? 512 : 256, stream, ref->pdl, *ref, *ws,
                            d_keys, n, (uint32_t)chunk, (int)small, d_out, d_hit_mask,
                            d_missing_index, d_missing_count, 0u));
     return 0;
 }
 
+extern "C" hps_err_t hps_k_lookup_block(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                                        const int64_t *d_keys, uint64_t n, float *d_out,
+                                        uint8_t *d_hit_mask, uint32_t *d_missing_index,
+                                        uint32_t *d_missing_count, cudaStream_t stream)
+{
+    if (!lk_vec4(ref, d_out) || ref->dim > 128) /* the block kernel is vectorized only */
+        return HPS_EINVAL;
+    LK_DISPATCH(ref->dtype, lk_block, ref, ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                d_missing_count, stream);
+}
+
 extern "C" hps_err_t hps_k_dedup_probe(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
                                        const int64_t *d_keys, uint64_t n, cudaStream_t stream)
 {
-    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, ref->occ[HPS_LK_DEDUP]), LK_THREADS, 0, stream>>>(
-        *ref, *ws, d_keys, n, 0u);
+    k_dedup_probe<<<lk_blocks(ref, (n + 31) / 32, lk_occ(ref, HPS_LK_DEDUP)), LK_THREADS, 0,
+                    stream>>>(*ref, *ws, d_keys, n, 0u);
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+template <int DT>
+static hps_err_t lk_scatter(const hps_table_ref_t *ref, const hps_ws_ref_t *ws,
+                            const int64_t *d_keys, uint64_t n, float *d_out, uint8_t *d_hit_mask,
+                            uint32_t *d_missing_index, uint32_t *d_missing_count,
+                            cudaStream_t stream)
+{
+    if (lk_vec4(ref, d_out) && ref->dim <= 128) {
+        auto fn = ref->strict ? k_scatter_vec<DT, true> : k_scatter_vec<DT, false>;
+        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
+                       lk_occ(ref, ref->strict ? HPS_LK_VEC_STRICT : HPS_LK_VEC)),
+             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                                      d_missing_count, 0u);
+    } else
+        k_scatter_any<DT><<<lk_blocks(ref, n, lk_occ(ref, HPS_LK_ANY)), LK_THREADS, 0, stream>>>(
+            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
+            lk_vec4(ref, d_out));
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }
@@ -823,16 +899,6 @@ extern "C" hps_err_t hps_k_scatter(const hps_table_ref_t *ref, const hps_ws_ref_
                                    uint8_t *d_hit_mask, uint32_t *d_missing_index,
                                    uint32_t *d_missing_count, cudaStream_t stream)
 {
-    if (lk_vec4(ref, d_out) && ref->dim <= 128) {
-        auto fn = ref->strict ? k_scatter_vec<true> : k_scatter_vec<false>;
-        fn<<<lk_blocks(ref, (n + LK_UNROLL - 1) / LK_UNROLL,
-                       ref->occ[ref->strict ? HPS_LK_VEC_STRICT : HPS_LK_VEC]),
-             LK_THREADS, 0, stream>>>(*ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
-                                      d_missing_count, 0u);
-    } else
-        k_scatter_any<<<lk_blocks(ref, n, ref->occ[HPS_LK_ANY]), LK_THREADS, 0, stream>>>(
-            *ref, *ws, d_keys, n, d_out, d_hit_mask, d_missing_index, d_missing_count,
-            lk_vec4(ref, d_out));
-    HPS_CUDA_TRY(cudaGetLastError());
-    return 0;
+    LK_DISPATCH(ref->dtype, lk_scatter, ref, ws, d_keys, n, d_out, d_hit_mask, d_missing_index,
+                d_missing_count, stream);
 }

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(MT_THREADS)
         int64_t key = keys[i];
         int64_t slot = -1;
         if (key != HPS_GCACHE_EMPTY_KEY)
-            slot = hps__read_key(r, key, dst, lane, vec4);
+            slot = hps__read_key_any(r, key, dst, lane, vec4);
         if (lane != 0)
             continue;
         if (slot >= 0) {

@@ -93,14 +93,14 @@ static uint64_t round_near(uint64_t x, uint64_t g)
  * "Sharding"): each of the four arrays into num_shards pieces at the
  * granule nearest to its j/num_shards point; a part belongs to the shard
  * whose piece holds its middle byte; neighbouring parts of one shard merge.
- * Deterministic in (num_sets, dim, num_shards, g): importers rebuild the
+ * Deterministic in (num_sets, rwords, num_shards, g): importers rebuild the
  * creator's plan.  Also fills c->shard_set from the rows array's cuts.
  */
 static void vmm_plan(hps_gcache_t *c, uint64_t g)
 {
     uint64_t off[6], cuts[4 * HPS_GCACHE_MAX_SHARDS + 2];
     uint32_t n = 0, d = c->num_shards;
-    hps__gc_offsets(c->ref.num_sets, c->ref.dim, off);
+    hps__gc_offsets(c->ref.num_sets, c->ref.rwords, off);
     cuts[n++] = 0;
     cuts[n++] = c->bytes;
     for (int a = 0; a < 4; a++)
@@ -138,7 +138,7 @@ static void vmm_plan(hps_gcache_t *c, uint64_t g)
         c->num_parts++;
     }
     /* Sets homed on shard j: those whose rows start in its piece of vals. */
-    uint64_t set_bytes = (uint64_t)HPS_GCACHE_WAYS * c->ref.dim * sizeof(float);
+    uint64_t set_bytes = (uint64_t)HPS_GCACHE_WAYS * c->ref.rwords * sizeof(float);
     c->shard_set[0] = 0;
     c->shard_set[d] = c->ref.num_sets;
     for (uint32_t j = 1; j < d; j++) {
@@ -148,18 +148,18 @@ static void vmm_plan(hps_gcache_t *c, uint64_t g)
     }
 }
 
-/* The most bytes one device holds of a cache of num_sets sets of dim floats
- * sharded over num_shards devices (1: the whole, rounded to g). */
-extern "C" uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t dim, uint32_t num_shards,
-                                             uint64_t g)
+/* The most bytes one device holds of a cache of num_sets sets of rwords-word
+ * rows sharded over num_shards devices (1: the whole, rounded to g). */
+extern "C" uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords,
+                                             uint32_t num_shards, uint64_t g)
 {
     hps_gcache_t *c = (hps_gcache_t *)calloc(1, sizeof(*c));
     if (!c)
         return UINT64_MAX;
     uint64_t off[6], most = 0;
-    hps__gc_offsets(num_sets, dim, off);
+    hps__gc_offsets(num_sets, rwords, off);
     c->ref.num_sets = num_sets;
-    c->ref.dim = dim;
+    c->ref.rwords = rwords;
     c->num_shards = num_shards;
     c->bytes = (off[5] + g - 1) / g * g;
     vmm_plan(c, g);

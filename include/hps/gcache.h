@@ -11,11 +11,28 @@
  *                                    by side: one sector serves the key check
  *                                    and the stamp
  *   tags   uint8   [num_sets][32]   one-byte key fingerprints, 0 = free way
- *   vals   float32 [num_sets * 32][dim]   row-major, one row per slot
+ *   vals   [num_sets * 32] slot rows, one per slot: the row in the cache's
+ *          storage type (below), hps_gcache_row_bytes() apart
  *   ver    uint32  [num_sets]       per-set seqlock word (even = stable)
  *   clock, counters                  a few uint64 words
  * set(key) = (splitmix64(key) * num_sets) >> 64 (128-bit product).  A key
  * lives in at most one slot.
+ *
+ * Storage type (issue 22; include/hps/dtype.h).  A cache stores its rows as
+ * fp32, fp16, bf16 or int8 ([model.<name>] storage_type, the volatile DB's
+ * type).  A slot row is the stored row of hps_dtype_encode's layout: fp32
+ * exactly dim floats (the layout of before storage types); the compact
+ * types' row (2 * dim bytes, or a 4-byte scale and dim int8) followed by
+ * zero padding up to a multiple of 16 bytes (int8 at dim 128: 132 bytes
+ * stored in 144), so that the kernels load whole aligned chunks.  Writers
+ * (insert, update) take rows already encoded by the caller and copy bytes,
+ * never converting: a slot holds the bytes the volatile DB holds, because
+ * the encoding is idempotent (dtype.h: a decoded row encodes back to the
+ * same bytes).  hps_gcache_lookup decodes while it copies (exact widening
+ * for fp16 / bf16, the one fp32 multiply of hps_dtype_decode for int8), so
+ * its fp32 output equals the host decoding bit for bit;
+ * hps_gcache_lookup_stored copies the stored rows unconverted (half the
+ * bytes of fp32 for fp16 / bf16, about a quarter for int8).
  *
  * Concurrency.
  *  - Lookups take no lock.  A reader reads the set's version (waiting while
@@ -69,7 +86,8 @@
  *  words.
  *
  * Memory.  A cache is one device allocation holding every array above
- * (256-byte aligned, in that order, offsets derived from num_sets and dim).
+ * (256-byte aligned, in that order, offsets derived from num_sets, dim and
+ * the storage type).
  * hps_gcache_create takes it from cudaMalloc (private to the process);
  * hps_gcache_create_shared from the CUDA virtual memory management API with
  * a POSIX file-descriptor handle, which other processes of the same host
@@ -96,6 +114,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "hps/dtype.h"
 #include "hps/hps.h"
 
 #ifdef __cplusplus
@@ -154,7 +173,9 @@ typedef struct hps_gcache_stats {
 /**
  * @brief Create an empty cache on a device.
  * @param[in] capacity_rows  rows wanted (> 0); rounded up to whole sets.
- * @param[in] dim            floats per row, 1..HPS_GCACHE_MAX_DIM.
+ * @param[in] dim            elements per row, 1..HPS_GCACHE_MAX_DIM.
+ * @param[in] dtype          storage type of the rows (HPS_DTYPE_*; the
+ *                           table's storage_type).
  * @param[in] policy         HPS_GCACHE_LRU or HPS_GCACHE_LFU.
  * @param[in] device         CUDA device ordinal; becomes the current device
  *                           of the calling thread.
@@ -162,13 +183,13 @@ typedef struct hps_gcache_stats {
  * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO.  Synchronous (the memory is
  *         initialized before it returns).
  */
-hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
-                            int device, hps_gcache_t **ret_cache);
+hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
+                            hps_gcache_policy_t policy, int device, hps_gcache_t **ret_cache);
 
 /**
  * @brief Create an empty cache in shareable device memory (CUDA VMM, POSIX
  * file-descriptor handle), for hps_gcache_import in other processes.
- * @param[in] capacity_rows, dim, policy, device  as hps_gcache_create.
+ * @param[in] capacity_rows, dim, dtype, policy, device  as hps_gcache_create.
  * @param[out] ret_cache  the handle of this process.
  * @param[out] ret_fd     a descriptor of the allocation, owned by the caller:
  *                        pass it to other processes (SCM_RIGHTS), close it
@@ -177,8 +198,9 @@ hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_gcache_pol
  * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO (also when the driver lacks VMM
  *         or POSIX-descriptor handles).  Synchronous.
  */
-hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim, hps_gcache_policy_t policy,
-                                   int device, hps_gcache_t **ret_cache, int *ret_fd);
+hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
+                                   hps_gcache_policy_t policy, int device, hps_gcache_t **ret_cache,
+                                   int *ret_fd);
 
 /**
  * @brief Map a cache created by hps_gcache_create_shared in another process.
@@ -186,12 +208,13 @@ hps_err_t hps_gcache_create_shared(uint64_t capacity_rows, uint32_t dim, hps_gca
  *                taken over: the caller still closes it); the shape
  *                arguments must be the creator's, or the mapping is refused
  *                (size mismatch) or, worse, misread: they come from the
- *                registry entry that published the cache (shmdb).
+ *                registry entry that published the cache (shmdb), and
+ *                dtype from the segment's table (its storage_type).
  * @param[out] ret_cache  the handle of this process; its contents are the
  *                live shared cache (not initialized).
  * @return 0, HPS_EINVAL, -ENOMEM or HPS_EIO.
  */
-hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim,
+hps_err_t hps_gcache_import(int fd, uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
                             hps_gcache_policy_t policy, int device, hps_gcache_t **ret_cache);
 
 /** @brief Bytes of device memory the cache occupies (after rounding). */
@@ -227,8 +250,8 @@ typedef struct hps_gcache_shards {
 
 /**
  * @brief Create an empty cache sharded over shards->devices (see above).
- * @param[in] capacity_rows, dim, policy  as hps_gcache_create (the whole
- *                         cache: each device holds about 1/num_devices).
+ * @param[in] capacity_rows, dim, dtype, policy  as hps_gcache_create (the
+ *                         whole cache: each device holds about 1/num_devices).
  * @param[in] device       the calling process's device (the kernels it
  *                         launches run there); need not be in the list, but
  *                         must have peer access to every device in it.
@@ -241,7 +264,7 @@ typedef struct hps_gcache_shards {
  *         reached from device by peer access, or no VMM); -ENOMEM; HPS_EIO.
  *         Synchronous.
  */
-hps_err_t hps_gcache_create_sharded(uint64_t capacity_rows, uint32_t dim,
+hps_err_t hps_gcache_create_sharded(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
                                     hps_gcache_policy_t policy, int device,
                                     const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache,
                                     int *ret_fds, uint32_t *ret_num_fds);
@@ -249,14 +272,16 @@ hps_err_t hps_gcache_create_sharded(uint64_t capacity_rows, uint32_t dim,
 /**
  * @brief Map a sharded cache created by another process.
  * @param[in] fds      its num_fds descriptors in part order (not taken over).
- * @param[in] capacity_rows, dim, policy, shards  the creator's (from the
- *                     registry entry); device: this process's device.
+ * @param[in] capacity_rows, dim, dtype, policy, shards  the creator's (from
+ *                     the registry entry and the table); device: this
+ *                     process's device.
  * @return 0; HPS_EINVAL (also num_fds not the creator's part count);
  *         HPS_EUNSUPPORTED (no peer access); -ENOMEM; HPS_EIO.
  */
 hps_err_t hps_gcache_import_sharded(const int *fds, uint32_t num_fds, uint64_t capacity_rows,
-                                    uint32_t dim, hps_gcache_policy_t policy, int device,
-                                    const hps_gcache_shards_t *shards, hps_gcache_t **ret_cache);
+                                    uint32_t dim, hps_dtype_t dtype, hps_gcache_policy_t policy,
+                                    int device, const hps_gcache_shards_t *shards,
+                                    hps_gcache_t **ret_cache);
 
 /** @brief Devices the cache's memory lies on: 1 unless sharded. */
 uint32_t hps_gcache_num_shards(const hps_gcache_t *cache);
@@ -273,13 +298,14 @@ hps_err_t hps_gcache_shard_stats(hps_gcache_t *cache, uint32_t shard, int *ret_d
 
 /**
  * @brief The largest capacity_rows (a multiple of HPS_GCACHE_WAYS, 0 when
- * none fits) whose cache takes at most max_bytes of device memory on each of
- * num_devices devices (num_devices 1: an unsharded shareable cache), by the
- * exact split of hps_gcache_create_sharded at the VMM granularity of device
- * 0 (2 MiB assumed when the driver cannot say).  Host only; a cudaMalloc
- * cache (hps_gcache_create) takes at most as much.
+ * none fits) whose cache of rows of dim elements stored as dtype takes at
+ * most max_bytes of device memory on each of num_devices devices (num_devices 1: an unsharded
+ * shareable cache), by the exact split of hps_gcache_create_sharded at the VMM granularity of
+ * device 0 (2 MiB assumed when the driver cannot say).  Host only; a cudaMalloc cache
+ * (hps_gcache_create) takes at most as much.
  */
-uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, uint32_t num_devices);
+uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, hps_dtype_t dtype,
+                                uint32_t num_devices);
 
 /**
  * @brief Unlock the sets left locked by a process killed while writing.
@@ -300,8 +326,18 @@ hps_err_t hps_gcache_repair(hps_gcache_t *cache, unsigned wait_ms, uint64_t *ret
 /** @brief Free the cache (NULL is a no-op).  Synchronizes the device first. */
 void hps_gcache_destroy(hps_gcache_t *cache);
 
-/** @brief Row width in floats. */
+/** @brief Row width in elements (the fp32 output of a lookup has dim floats per row). */
 uint32_t hps_gcache_dim(const hps_gcache_t *cache);
+
+/** @brief Storage type of the rows (as created). */
+hps_dtype_t hps_gcache_storage_type(const hps_gcache_t *cache);
+
+/**
+ * @brief Bytes of one slot row, the stride of hps_gcache_lookup_stored's
+ * output: 4 * dim for fp32; for the compact types hps_dtype_row_bytes
+ * rounded up to a multiple of 16 (the padding bytes are zero).
+ */
+uint32_t hps_gcache_row_bytes(const hps_gcache_t *cache);
 
 /** @brief Slots (capacity in rows after rounding). */
 uint64_t hps_gcache_capacity(const hps_gcache_t *cache);
@@ -329,7 +365,8 @@ void hps_gcache_ws_destroy(hps_gcache_ws_t *ws);
  * @param[in]  d_keys          device, int64[n]; duplicates allowed.
  * @param[in]  n               0..max_keys of the workspace.
  * @param[out] d_out           device, float[n][dim]; row i receives the row of
- *                             d_keys[i] on a hit and is left untouched on a miss.
+ *                             d_keys[i] decoded to fp32 on a hit and is left
+ *                             untouched on a miss.
  * @param[out] d_hit_mask      device, uint8[n] (1 hit, 0 miss), or NULL.
  * @param[out] d_missing_index device, uint32[n]: the input positions of the
  *                             misses, in no particular order; or NULL.
@@ -345,6 +382,23 @@ hps_err_t hps_gcache_lookup(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int6
                             uint64_t n, float *d_out, uint8_t *d_hit_mask,
                             uint32_t *d_missing_index, uint32_t *d_missing_count,
                             cudaStream_t stream);
+
+/**
+ * @brief hps_gcache_lookup with the rows in the storage type, unconverted.
+ *
+ * Row i of d_out (device, n rows of hps_gcache_row_bytes(cache) bytes,
+ * 4-byte aligned; 16-byte aligned for the vectorized paths) receives the
+ * slot row of d_keys[i] on a hit: the stored row in dtype.h's layout
+ * followed by the zero padding; a miss leaves it untouched.  The same paths,
+ * semantics, counters and arguments as hps_gcache_lookup otherwise; for an
+ * fp32 cache the two are the same call.  For in-process callers that want
+ * fp16 / bf16 tensors, and the benchmark's bytes of a compact gather.
+ * @return 0, HPS_EINVAL (also a misaligned d_out) or HPS_EIO.
+ */
+hps_err_t hps_gcache_lookup_stored(hps_gcache_t *cache, hps_gcache_ws_t *ws, const int64_t *d_keys,
+                                   uint64_t n, void *d_out, uint8_t *d_hit_mask,
+                                   uint32_t *d_missing_index, uint32_t *d_missing_count,
+                                   cudaStream_t stream);
 
 /**
  * @brief The caches of a model's tables, for hps_gcache_lookup_tables.
@@ -365,7 +419,8 @@ void hps_gcache_set_destroy(hps_gcache_set_t *set);
 /**
  * @brief Look up the keys of every table of a request in one kernel launch.
  *
- * Keys of table t are d_keys[d_key_off[t] .. d_key_off[t+1]); each hit's row
+ * Keys of table t are d_keys[d_key_off[t] .. d_key_off[t+1]); each hit's row,
+ * decoded to fp32 from its table's storage type,
  * goes to d_out + d_out_off[t] + (i - d_key_off[t]) * dim_t; a miss leaves its
  * row untouched and appends its table-relative position to
  * d_missing_index[d_key_off[t] + k] (k counted in d_missing_count[t], in no
@@ -469,19 +524,22 @@ hps_err_t hps_gcache_set_lru_resolution(hps_gcache_t *cache, uint32_t lookups);
  *
  * @param[in] d_keys    device, int64[n]; HPS_GCACHE_EMPTY_KEY entries are
  *                      skipped; with duplicates, one of the rows wins.
- * @param[in] d_values  device, float[n][dim].
+ * @param[in] d_values  device, n rows encoded in the cache's storage type,
+ *                      packed as hps_dtype_encode writes them
+ *                      (hps_dtype_row_bytes apart; fp32: float[n][dim]);
+ *                      copied as bytes, never converted.
  * New rows get stamp = clock (LRU) or 1 (LFU); overwritten rows keep their
  * LFU count.  Asynchronous on stream.
  * @return 0, HPS_EINVAL or HPS_EIO.
  */
-hps_err_t hps_gcache_insert(hps_gcache_t *cache, const int64_t *d_keys, const float *d_values,
+hps_err_t hps_gcache_insert(hps_gcache_t *cache, const int64_t *d_keys, const void *d_values,
                             uint64_t n, cudaStream_t stream);
 
 /**
  * @brief Overwrite the rows of keys already in the cache; others are ignored.
  * Same arguments and semantics as hps_gcache_insert, never evicts (refresh).
  */
-hps_err_t hps_gcache_update(hps_gcache_t *cache, const int64_t *d_keys, const float *d_values,
+hps_err_t hps_gcache_update(hps_gcache_t *cache, const int64_t *d_keys, const void *d_values,
                             uint64_t n, cudaStream_t stream);
 
 /**

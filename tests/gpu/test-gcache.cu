@@ -42,38 +42,7 @@
 #include "hps/gcache.h"
 #include "../../kernels/gcache_internal.cuh" /* the stuck-lock test pokes a set version */
 #include "../../kernels/miss.h"
-
-static int failures;
-
-#define HPS_ASSERT_EQ(a, b)                                                                        \
-    do {                                                                                           \
-        long long hps__a = (long long)(a), hps__b = (long long)(b);                                \
-        if (hps__a != hps__b) {                                                                    \
-            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,  \
-                    hps__a, hps__b);                                                               \
-            if (++failures > 20)                                                                   \
-                exit(1);                                                                           \
-        }                                                                                          \
-    } while (0)
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define OK(call) HPS_ASSERT_EQ((call), 0)
-
-static uint64_t rng = 88172645463325252ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+#include "gtest.cuh"
 
 static uint64_t mix64(uint64_t x)
 {
@@ -94,21 +63,6 @@ static uint64_t set_of(int64_t key, uint64_t sets)
 static float row_val(int64_t key, int ver, uint32_t j)
 {
     return (float)((mix64((uint64_t)key + (uint64_t)ver * 7919) % 100000) * 7 + j);
-}
-
-template <typename T> static T *dev_copy(const std::vector<T> &h)
-{
-    T *d;
-    CK(cudaMalloc((void **)&d, h.size() * sizeof(T) + 16));
-    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
-template <typename T> static std::vector<T> host_copy(const T *d, size_t n)
-{
-    std::vector<T> h(n);
-    CK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
 }
 
 static void insert_rows(hps_gcache_t *c, const std::vector<int64_t> &keys, int ver, bool update,
@@ -256,7 +210,7 @@ static void test_random(hps_gcache_policy_t pol, uint32_t dim, uint64_t cap, siz
 {
     hps_gcache_t *c;
     hps_gcache_ws_t *ws;
-    OK(hps_gcache_create(cap, dim, pol, 0, &c));
+    OK(hps_gcache_create(cap, dim, HPS_DTYPE_FP32, pol, 0, &c));
     OK(hps_gcache_ws_create(c, 700000, &ws));
     std::vector<int64_t> keys(nkeys);
     for (auto &k : keys)
@@ -339,7 +293,7 @@ static void test_eviction(hps_gcache_policy_t pol)
 {
     hps_gcache_t *c;
     hps_gcache_ws_t *ws;
-    OK(hps_gcache_create(64 * 32, 16, pol, 0, &c));
+    OK(hps_gcache_create(64 * 32, 16, HPS_DTYPE_FP32, pol, 0, &c));
     OK(hps_gcache_ws_create(c, 4096, &ws));
     std::vector<int64_t> in_set = keys_of_set(c, 5, 34);
     std::vector<int64_t> first(in_set.begin(), in_set.begin() + 32);
@@ -382,7 +336,7 @@ static void test_lru_resolution(void)
 {
     hps_gcache_t *c;
     hps_gcache_ws_t *ws;
-    OK(hps_gcache_create(64 * 32, 16, HPS_GCACHE_LRU, 0, &c));
+    OK(hps_gcache_create(64 * 32, 16, HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c));
     OK(hps_gcache_ws_create(c, 70000, &ws));
     HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(c, 0), HPS_EINVAL);
     HPS_ASSERT_EQ(hps_gcache_set_lru_resolution(c, 48), HPS_EINVAL); /* not a power of two */
@@ -438,7 +392,7 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict, int nq, int rou
     const int nkeys = 1000;
     hps_gcache_t *c;
     hps_gcache_ws_t *ws_big, *ws_small;
-    OK(hps_gcache_create(8 * nkeys, dim, pol, 0, &c));
+    OK(hps_gcache_create(8 * nkeys, dim, HPS_DTYPE_FP32, pol, 0, &c));
     hps_gcache_set_strict(c, strict);
     hps_gcache_set_lookup_path(c, HPS_GCACHE_PATH_GLOBAL); /* then BLOCK, then FUSED */
     OK(hps_gcache_ws_create(c, nq, &ws_big));
@@ -525,11 +479,11 @@ static int child_import(int fd, uint64_t cap, uint32_t dim, int pol)
 {
     hps_gcache_t *c = NULL;
     hps_gcache_ws_t *ws = NULL;
-    OK(hps_gcache_import(fd, cap, dim, (hps_gcache_policy_t)pol, 0, &c));
+    OK(hps_gcache_import(fd, cap, dim, HPS_DTYPE_FP32, (hps_gcache_policy_t)pol, 0, &c));
     if (!c)
         return 1;
     for (int i = 0; i < HPS_LK_NOCC; i++) /* launch setup ran for the imported cache too */
-        HPS_ASSERT_EQ(c->ref.occ[i] >= 1, 1);
+        HPS_ASSERT_EQ(c->ref.occ[0][i] >= 1 && c->ref.occ[1][i] >= 1, 1);
     OK(hps_gcache_ws_create(c, 4096, &ws));
     std::map<int64_t, int> ref;
     for (int64_t k : seq_keys(1, 1000))
@@ -548,12 +502,12 @@ static void test_shared(const char *self, hps_gcache_policy_t pol)
     hps_gcache_t *c = NULL;
     hps_gcache_ws_t *ws = NULL;
     int fd = -1;
-    OK(hps_gcache_create_shared(cap, dim, pol, 0, &c, &fd));
+    OK(hps_gcache_create_shared(cap, dim, HPS_DTYPE_FP32, pol, 0, &c, &fd));
     if (!c)
         return;
     HPS_ASSERT_EQ(hps_gcache_bytes(c) > 0, 1);
     for (int i = 0; i < HPS_LK_NOCC; i++) /* blocks per SM, measured at creation */
-        HPS_ASSERT_EQ(c->ref.occ[i] >= 1, 1);
+        HPS_ASSERT_EQ(c->ref.occ[0][i] >= 1 && c->ref.occ[1][i] >= 1, 1);
     OK(hps_gcache_ws_create(c, 4096, &ws));
     insert_rows(c, seq_keys(1, 1000), 1, false, 0);
     fcntl(fd, F_SETFD, 0); /* the child inherits it across exec */
@@ -614,7 +568,7 @@ static void test_sharded(hps_gcache_policy_t pol)
     int fds[HPS_GCACHE_MAX_PARTS];
     uint32_t nfds = 0;
     size_t free1 = dev_free(1);
-    OK(hps_gcache_create_sharded(cap, dim, pol, 0, &sh, &c0, fds, &nfds));
+    OK(hps_gcache_create_sharded(cap, dim, HPS_DTYPE_FP32, pol, 0, &sh, &c0, fds, &nfds));
     if (!c0)
         return;
     size_t used1 = free1 - dev_free(1);
@@ -630,8 +584,10 @@ static void test_sharded(hps_gcache_policy_t pol)
     for (uint32_t j = 0; j < 2; j++) /* about half each: cuts within one granule per array */
         HPS_ASSERT_EQ(bytes[j] > hps_gcache_bytes(c0) / 3, 1);
     HPS_ASSERT_EQ(used1 >= bytes[1], 1); /* device 1's memory really holds its shard */
-    HPS_ASSERT_EQ(hps_gcache_import_sharded(fds, nfds - 1, cap, dim, pol, 1, &sh, &c1), HPS_EINVAL);
-    OK(hps_gcache_import_sharded(fds, nfds, cap, dim, pol, 1, &sh, &c1));
+    HPS_ASSERT_EQ(
+        hps_gcache_import_sharded(fds, nfds - 1, cap, dim, HPS_DTYPE_FP32, pol, 1, &sh, &c1),
+        HPS_EINVAL);
+    OK(hps_gcache_import_sharded(fds, nfds, cap, dim, HPS_DTYPE_FP32, pol, 1, &sh, &c1));
     if (!c1)
         return;
     CK(cudaSetDevice(0));
@@ -686,7 +642,8 @@ static void test_overlap(void)
     const size_t nmax = 300000;
     hps_gcache_t *c;
     hps_gcache_ws_t *ws;
-    OK(hps_gcache_create(262144, dim, HPS_GCACHE_LRU, 0, &c)); /* ~6 keys per set: none overflows */
+    OK(hps_gcache_create(262144, dim, HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0,
+                         &c)); /* ~6 keys per set: none overflows */
     OK(hps_gcache_ws_create(c, nmax, &ws));
     std::vector<int64_t> keys(50000);
     for (auto &k : keys)
@@ -846,7 +803,7 @@ static void test_tables(void)
     std::vector<std::map<int64_t, int>> ref(4);
     std::vector<std::vector<int64_t>> q(4);
     for (int t = 0; t < 4; t++) {
-        OK(hps_gcache_create(4096, dims[t], HPS_GCACHE_LRU, 0, &c[t]));
+        OK(hps_gcache_create(4096, dims[t], HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c[t]));
         std::vector<int64_t> ins = seq_keys(1 + t * 100000, 1000);
         insert_rows(c[t], ins, t + 1, false, 0);
         for (int64_t k : ins)
@@ -920,7 +877,7 @@ static void test_stuck_lock(void)
 {
     hps_gcache_t *c = NULL;
     hps_gcache_ws_t *ws = NULL;
-    OK(hps_gcache_create(64 * 32, 16, HPS_GCACHE_LRU, 0, &c));
+    OK(hps_gcache_create(64 * 32, 16, HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c));
     OK(hps_gcache_ws_create(c, 70000, &ws));
     uint64_t sets = hps_gcache_num_sets(c);
     std::vector<int64_t> in_set, other;
@@ -992,9 +949,10 @@ int main(int argc, char **argv)
                             atoi(argv[5]));
     bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0; /* for the sanitizers */
     hps_gcache_t *c = NULL;
-    HPS_ASSERT_EQ(hps_gcache_create(0, 8, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
-    HPS_ASSERT_EQ(hps_gcache_create(64, 0, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
-    HPS_ASSERT_EQ(hps_gcache_create(64, 8, (hps_gcache_policy_t)7, 0, &c), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_create(0, 8, HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_create(64, 0, HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
+    HPS_ASSERT_EQ(hps_gcache_create(64, 8, HPS_DTYPE_FP32, (hps_gcache_policy_t)7, 0, &c),
+                  HPS_EINVAL);
     hps_gcache_policy_t pols[] = {HPS_GCACHE_LRU, HPS_GCACHE_LFU};
     for (hps_gcache_policy_t pol : pols) {
         test_random(pol, 128, 16384, 3000);

@@ -33,7 +33,7 @@ With HPS_STORAGE_GPU=1 (suite gpu, as gpu-storage_type; exit 77 where no
 CUDA device is visible) the worker runs in GPU mode (gpucache, gpucacheper
 0.5, synchronous inserts): the same checks then go through GPU caches that
 store each model's type, and every key is looked up twice, the second time
-with nv_hps_embedding_cache_hits counting GPU hits.
+with nv_hps_embedding_cache_hit_keys counting GPU hits.
 """
 import json
 import math
@@ -263,9 +263,9 @@ def kafka_applied(proc, layer):
 
 
 def gpu_hits(w):
-    """nv_hps_embedding_cache_hits summed over the worker's caches."""
+    """nv_hps_embedding_cache_hit_keys summed over the worker's caches."""
     return sum(int(v) for k, v in H.metrics(w.metrics_port).items()
-               if k.startswith("nv_hps_embedding_cache_hits{"))
+               if k.startswith("nv_hps_embedding_cache_hit_keys{"))
 
 
 def check_all(t, w, models, what, new=None):
@@ -275,7 +275,7 @@ def check_all(t, w, models, what, new=None):
         h0 = gpu_hits(w)
         check_all_once(t, w, models, what, new)
         check_all_once(t, w, models, what + ", again", new)
-        t.ok(gpu_hits(w) > h0 + 1000, "%s: the GPU caches answered (%d hits)" %
+        t.ok(gpu_hits(w) > h0 + 100, "%s: the GPU caches answered (%d hits)" %
              (what, gpu_hits(w) - h0))
         return
     check_all_once(t, w, models, what, new)

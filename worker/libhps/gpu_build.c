@@ -62,17 +62,18 @@ static int alloc_cache(struct client_gpu *g, gtable_t *gt, uint64_t slots, uint3
 {
     gt->num_fds = 0;
     if (shared && gt->sharded)
-        return hps_gcache_create_sharded(slots, dim, HPS_GCACHE_LRU, g->device, &gt->shards, ret,
-                                         gt->fds, &gt->num_fds);
+        return hps_gcache_create_sharded(slots, dim, gt->dtype, HPS_GCACHE_LRU, g->device,
+                                         &gt->shards, ret, gt->fds, &gt->num_fds);
     if (shared) {
-        int rc = hps_gcache_create_shared(slots, dim, HPS_GCACHE_LRU, g->device, ret, gt->fds);
+        int rc = hps_gcache_create_shared(slots, dim, gt->dtype, HPS_GCACHE_LRU, g->device, ret,
+                                          gt->fds);
         gt->num_fds = rc == 0;
         if (rc != HPS_EIO)
             return rc;
         HPS_WARN("GPU cache: shareable device memory (CUDA VMM) unavailable; this cache is "
                  "private to the worker");
     }
-    return hps_gcache_create(slots, dim, HPS_GCACHE_LRU, g->device, ret);
+    return hps_gcache_create(slots, dim, gt->dtype, HPS_GCACHE_LRU, g->device, ret);
 }
 
 /** Create gt's cache of slots rows and insert the first want rows of the VDB. */
@@ -258,7 +259,8 @@ static uint64_t max_slots(const hps_conf_model_t *mc, uint32_t t, uint32_t dim, 
 {
     if (mc->gpu_cache_max_bytes == 0)
         return UINT64_MAX;
-    uint64_t n = hps_gcache_rows_within(mc->gpu_cache_max_bytes, dim, devices);
+    uint64_t n = hps_gcache_rows_within(mc->gpu_cache_max_bytes, dim, (hps_dtype_t)mc->storage_type,
+                                        devices);
     if (n == 0)
         HPS_ERROR("GPU cache %s/%s: gpu_cache_max_bytes = %llu holds no set of %u rows of %u "
                   "floats; no GPU cache for the model",
@@ -279,6 +281,7 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     slots = whole ? 2 * slots : slots;
     gt->sharded = gm->sharded;
     gt->shards = gm->shards;
+    gt->dtype = (hps_dtype_t)m->conf->storage_type;
     /* A cache of a few VMM granules cannot be cut (it lies on the device of
      * its last piece): rotating each table's device list by its segment
      * table id spreads the small tables of a model over the devices.  Every

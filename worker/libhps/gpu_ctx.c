@@ -82,8 +82,8 @@ void hps__client_ctx_free(gctx_t *c, size_t slots)
         hps_gcache_ws_destroy(c->ws[i]);
     free(c->ws);
     free(c->ws_cap);
-    pair_t *ps[] = {&c->keys,  &c->out,  &c->midx,  &c->mcount, &c->ikeys, &c->ivals,
-                    &c->srows, &c->soff, &c->hkeys, &c->miss,   &c->meta};
+    pair_t *ps[] = {&c->keys, &c->out,   &c->midx, &c->mcount, &c->ikeys, &c->ivals,
+                    &c->ienc, &c->srows, &c->soff, &c->hkeys,  &c->miss,  &c->meta};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         pair_free(ps[i]);
     for (size_t i = 0; c->ks && i < slots; i++)
@@ -192,17 +192,45 @@ int hps__client_write_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t 
 {
     if (k == 0)
         return 0;
-    int rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, k * sizeof(int64_t),
+    hps_dtype_t dt = hps_gcache_storage_type(cache);
+    pair_t *rows = &c->ivals;
+    size_t bytes = k * dim * sizeof(float);
+    int rc = 0;
+    if (dt != HPS_DTYPE_FP32) { /* why a second buffer: an int8 row of dim 1 outgrows fp32 */
+        bytes = k * hps_dtype_row_bytes(dt, dim);
+        rc = hps__client_pair_reserve(&c->ienc, bytes);
+        if (rc == 0)
+            (void)hps_dtype_encode(dt, dim, k, c->ivals.h, c->ienc.h); /* checked arguments */
+        rows = &c->ienc;
+    }
+    if (rc == 0)
+        rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, k * sizeof(int64_t),
                                             cudaMemcpyHostToDevice, c->stream),
                             "H2D keys");
     if (rc == 0)
-        rc = hps__client_ck(cudaMemcpyAsync(c->ivals.d, c->ivals.h, k * dim * sizeof(float),
-                                            cudaMemcpyHostToDevice, c->stream),
-                            "H2D rows");
+        rc = hps__client_ck(
+            cudaMemcpyAsync(rows->d, rows->h, bytes, cudaMemcpyHostToDevice, c->stream),
+            "H2D rows");
     if (rc == 0)
-        rc = update ? hps_gcache_update(cache, c->ikeys.d, c->ivals.d, k, c->stream)
-                    : hps_gcache_insert(cache, c->ikeys.d, c->ivals.d, k, c->stream);
+        rc = update ? hps_gcache_update(cache, c->ikeys.d, rows->d, k, c->stream)
+                    : hps_gcache_insert(cache, c->ikeys.d, rows->d, k, c->stream);
     return rc;
+}
+
+size_t hps__client_row_bytes(const struct client_gpu *g, size_t mi, uint32_t t)
+{
+    return hps_dtype_row_bytes(hps_gcache_storage_type(g->models[mi].tables[t].cache),
+                               g->cl->models[mi].dims[t]);
+}
+
+void hps__client_encode_row(const hps_gcache_t *cache, uint32_t dim, const float *src, void *dst)
+{
+    hps_dtype_t dt = hps_gcache_storage_type(cache);
+    if (dt == HPS_DTYPE_FP32) /* why memcpy: dst may be unaligned after an int8 table's rows */
+        memcpy(dst, src, dim * sizeof(float));
+    else
+        (void)hps_dtype_encode(dt, dim, 1, src, dst); /* fp16 / bf16: rows of 2 * dim bytes,
+                                                       * so every row of a model is 2-aligned */
 }
 
 /**

@@ -60,6 +60,7 @@ typedef struct gctx {
     hps_gcache_ws_t **ws; /* [ws_slots] */
     uint64_t *ws_cap;     /* [ws_slots] keys */
     pair_t keys, out, midx, mcount, ikeys, ivals;
+    pair_t ienc;        /* hps__client_write_staged: ivals' rows encoded (compact types) */
     pair_t srows, soff; /* misses of a device-output lookup: rows and destinations */
     pair_t hkeys;       /* host copy of device-memory keys, when misses need them */
     pair_t miss;        /* misses split on the device (kernels/miss.h): head, records */
@@ -88,6 +89,7 @@ _Static_assert(HPS_SHMDB_GCACHE_SHARDS == HPS_GCACHE_MAX_SHARDS,
 typedef struct gtable {
     hps_gcache_t *cache;
     uint32_t dim;
+    hps_dtype_t dtype; /* storage type of its rows: the model's storage_type */
     /* Sharing (registry entry reg of generation gen): the cache's VMM
      * descriptors, fds[0..num_fds) (num_fds 0 when private); sharded: its
      * memory spans the devices of shards (gpu_cache_placement = shard). */
@@ -203,9 +205,18 @@ void hps__client_ctx_put(struct client_gpu *g, gctx_t *c);
 /** The workspace of slot s for n keys (grown when too small). */
 int hps__client_ctx_ws(gctx_t *c, size_t s, hps_gcache_t *cache, uint64_t n, hps_gcache_ws_t **ret);
 
-/** Write k rows staged in c->ikeys.h / c->ivals.h into the cache (on c's
- *  stream): inserted, or with update only replacing keys already cached. */
+/** Write k rows staged in c->ikeys.h / c->ivals.h ((k, dim) fp32) into the
+ *  cache (on c's stream), encoded in its storage type first (c->ienc):
+ *  inserted, or with update only replacing keys already cached. */
 int hps__client_write_staged(gctx_t *c, hps_gcache_t *cache, size_t k, uint32_t dim, bool update);
+
+/** Bytes of one row of table t of model mi as its GPU cache stores it
+ *  (hps_dtype_row_bytes of the cache's storage type: what an insert takes). */
+size_t hps__client_row_bytes(const struct client_gpu *g, size_t mi, uint32_t t);
+
+/** Encode one fp32 row (dim floats, host) into dst (host, the cache's
+ *  hps_dtype_row_bytes, any alignment) in the cache's storage type. */
+void hps__client_encode_row(const hps_gcache_t *cache, uint32_t dim, const float *src, void *dst);
 
 /** Keep the found of n keys (src) and their rows (dim floats each, in
  *  place): the kept keys go to dst (which may be src), in order.  Returns

@@ -174,7 +174,8 @@ struct tmiss {
 
 /**
  * Insert the found rows of every synchronously fetched table: staged
- * together, two copies to the device and one insert launch per table, all
+ * together (encoded in each cache's storage type, hps__client_encode_row),
+ * two copies to the device and one insert launch per table, all
  * on c->istream, off the answer path: the rows are already in the output,
  * so nothing waits for them here.  The inserts of the context's previous
  * call are waited for first (hps__client_ctx_settle: the staging buffers
@@ -188,27 +189,28 @@ struct tmiss {
  */
 static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmiss *xs, size_t nx)
 {
-    size_t keys = 0, floats = 0;
+    size_t keys = 0, bytes = 0;
     for (size_t i = 0; i < nx; i++)
         if (xs[i].sync) {
             keys += xs[i].ks->n;
-            floats += xs[i].ks->n * g->cl->models[mi].dims[xs[i].t];
+            bytes += xs[i].ks->n * hps__client_row_bytes(g, mi, xs[i].t);
         }
     if (keys == 0)
         return 0;
     int rc = hps__client_ctx_settle(c);
     rc = rc ? rc : hps__client_pair_reserve(&c->ikeys, keys * sizeof(int64_t));
-    rc = rc ? rc : hps__client_pair_reserve(&c->ivals, floats * sizeof(float));
+    rc = rc ? rc : hps__client_pair_reserve(&c->ivals, bytes);
     if (rc < 0)
         return rc;
     int64_t *ik = c->ikeys.h;
-    float *iv = c->ivals.h;
+    char *iv = c->ivals.h;
     size_t *at = calloc(nx, sizeof(size_t)), ko = 0, fo = 0; /* each table's picks */
     if (!at)
         return -ENOMEM;
     for (size_t i = 0; i < nx && rc == 0; i++) {
         struct tmiss *x = &xs[i];
         uint32_t dim = g->cl->models[mi].dims[x->t];
+        size_t rb = hps__client_row_bytes(g, mi, x->t);
         if (!x->sync)
             continue;
         keyset_t *s = x->ks;
@@ -219,33 +221,33 @@ static int insert_fetched(struct client_gpu *g, gctx_t *c, size_t mi, struct tmi
             rc = (int)k;
             break;
         }
+        hps_gcache_t *cache = g->models[mi].tables[x->t].cache;
         for (long j = 0; j < k; j++) {
             ik[ko + (size_t)j] = s->keys[c->pick[j]];
-            memcpy(iv + fo + (size_t)j * dim, x->rows + (size_t)c->pick[j] * dim,
-                   dim * sizeof(float));
+            hps__client_encode_row(cache, dim, x->rows + (size_t)c->pick[j] * dim,
+                                   iv + fo + (size_t)j * rb);
         }
         at[i] = (size_t)k;
         ko += (size_t)k;
-        fo += (size_t)k * dim;
+        fo += (size_t)k * rb;
     }
     if (rc == 0 && ko)
         rc = hps__client_ck(cudaMemcpyAsync(c->ikeys.d, c->ikeys.h, ko * sizeof(int64_t),
                                             cudaMemcpyHostToDevice, c->istream),
                             "H2D keys");
     if (rc == 0 && ko)
-        rc = hps__client_ck(cudaMemcpyAsync(c->ivals.d, c->ivals.h, fo * sizeof(float),
-                                            cudaMemcpyHostToDevice, c->istream),
-                            "H2D rows");
+        rc = hps__client_ck(
+            cudaMemcpyAsync(c->ivals.d, c->ivals.h, fo, cudaMemcpyHostToDevice, c->istream),
+            "H2D rows");
     c->ipending = ko > 0; /* why: the copies above may be in flight even if a launch failed */
     ko = fo = 0;
     for (size_t i = 0; i < nx && rc == 0; i++) {
-        uint32_t dim = g->cl->models[mi].dims[xs[i].t];
         if (!at[i])
             continue;
         rc = hps_gcache_insert(g->models[mi].tables[xs[i].t].cache, (int64_t *)c->ikeys.d + ko,
-                               (float *)c->ivals.d + fo, at[i], c->istream);
+                               (char *)c->ivals.d + fo, at[i], c->istream);
         ko += at[i];
-        fo += at[i] * dim;
+        fo += at[i] * hps__client_row_bytes(g, mi, xs[i].t);
     }
     free(at);
     return rc;

@@ -159,9 +159,10 @@ int hps__client_reg_import(struct client_gpu *g, const hps_gcache_reg_t *e, gtab
         hps_gcache_t *cache = NULL;
         hps_gcache_policy_t pol = (hps_gcache_policy_t)e->policy;
         int rc = gt->sharded
-                     ? hps_gcache_import_sharded(fds, e->num_parts, e->capacity_rows, e->dim, pol,
-                                                 g->device, &gt->shards, &cache)
-                     : hps_gcache_import(fds[0], e->capacity_rows, e->dim, pol, g->device, &cache);
+                     ? hps_gcache_import_sharded(fds, e->num_parts, e->capacity_rows, e->dim,
+                                                 gt->dtype, pol, g->device, &gt->shards, &cache)
+                     : hps_gcache_import(fds[0], e->capacity_rows, e->dim, gt->dtype, pol,
+                                         g->device, &cache);
         if (rc == 0 && gshare_offer(g->share, e->index, e->generation, fds, e->num_parts) == 0) {
             gt->cache = cache;
             memcpy(gt->fds, fds, e->num_parts * sizeof(int));
