@@ -7,13 +7,18 @@
 #   1. hps-gen model    criteo-1tb shape (26 tables) at --scale, --dim floats,
 #                       gpucache = true, gpucacheper --gpucacheper, max_batch_size 8192
 #   2. hps-gen requests batch 1, 64, 1024, 8192 (power law, as e2e.sh)
-#   3. hps-coordinator, then hps-worker --device D (GPU) and, as the baseline,
-#      hps-worker --instance 2 on a copy of the INI with gpucache = false (CPU path)
-#   4. phase 1: per batch size, hps-bench against the GPU worker, then the CPU
-#      worker; GPU cache hit rate = delta of nv_hps_embedding_cache_hit_keys /
-#      delta of nv_hps_embedding_cache_query_keys (all tables) over the GPU run
-#   5. phase 2: the CPU worker stops; a second GPU worker (--instance 1) maps the
-#      first one's caches; two hps-bench at once, one per worker, per batch size
+#   3. hps-coordinator, then three workers on the device: hps-worker --device D
+#      on the INI ([worker] lookup_path auto unless --set says otherwise: the
+#      path per request size, issue 22), --instance 3 on a copy with
+#      lookup_path = gpu (every request through the GPU cache), and, as the
+#      baseline, --instance 2 on a copy with gpucache = false (CPU path)
+#   4. phase 1: per batch size, hps-bench against the GPU-path worker, the CPU
+#      worker, then the auto worker; GPU cache hit rate = delta of
+#      nv_hps_embedding_cache_hit_keys / delta of nv_hps_embedding_cache_query_keys
+#      (all tables) over the GPU-path run
+#   5. phase 2: the CPU and GPU-path workers stop; a second worker on the INI
+#      (--instance 1) maps the first one's caches; two hps-bench at once, one per
+#      worker, per batch size, against the auto worker's phase-1 figure
 #   6. a table; everything stopped (also on error or Ctrl-C), segment removed
 #
 # Without a GPU (no nvidia-smi, a CPU build, or a worker that serves from the
@@ -123,6 +128,20 @@ per_request() {
         }}'
 }
 
+# path_counts PORT: "GPU CPU", the host lookups each path answered
+# (nv_hps_gpu_path_requests, nv_hps_cpu_path_requests over the models).
+path_counts() {
+    e2e_metrics "$1" | awk '/^nv_hps_gpu_path_requests\{/ {g += $2}
+        /^nv_hps_cpu_path_requests\{/ {c += $2} END {printf "%.0f %.0f\n", g, c}'
+}
+
+# path_share "BEFORE" "AFTER": the GPU path's share of the requests between two
+# path_counts, 3 decimals ("-" without requests).
+path_share() {
+    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " ")
+        n = y[1] - x[1] + y[2] - x[2]; if (n > 0) printf "%.3f\n", (y[1] - x[1]) / n; else print "-"}'
+}
+
 # print_times "TOTAL QUEUE INPUT INFER OUTPUT": one line of the log.
 print_times() {
     local tot que inp inf outp
@@ -160,6 +179,7 @@ elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f s", b - a}
 model="$workdir/model"
 ini="$model/criteo.ini"
 ini_cpu="$model/criteo-cpu.ini"
+ini_gpu="$model/criteo-gpu.ini"
 rc=0
 
 echo "== e2e-gpu: hps-coordinator + hps-worker with the GPU embedding cache, criteo-1tb shape =="
@@ -186,9 +206,13 @@ for kv in volatile_db.shared_memory_name="$seg" model.criteo.gpucache=true \
 done
 cp "$ini" "$ini_cpu"
 "$conftool" set "$ini_cpu" model.criteo.gpucache=false
+cp "$ini" "$ini_gpu"
+"$conftool" set "$ini_gpu" worker.lookup_path=gpu
 thr=$("$conftool" get "$ini" model.criteo.hit_rate_threshold)
 echo "   GPU workers: $ini (gpucache $("$conftool" get "$ini" model.criteo.gpucache),"\
      "gpucacheper $("$conftool" get "$ini" model.criteo.gpucacheper), hit_rate_threshold $thr)"
+echo "   lookup_path: $("$conftool" get "$ini" worker.lookup_path) (the INI's workers);"\
+     "$ini_gpu has gpu"
 echo "   CPU baseline: $ini_cpu (the same with gpucache false)"
 verify_gpu=0
 if awk -v t="$thr" 'BEGIN {exit !(t > 1)}'; then verify_gpu=$verify; fi
@@ -209,7 +233,10 @@ w0_pid=$worker_started_pid w0_port=$http_port w0_mport=$metrics_port
 http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
 e2e_start_worker "$workdir/worker-cpu.log" -c "$ini_cpu" --device "$device" --instance 2
 wc_pid=$worker_started_pid wc_port=$http_port wc_mport=$metrics_port
-for p in "$w0_port" "$wc_port"; do
+http_port=$(e2e_pick_port) metrics_port=$((http_port + 2))
+e2e_start_worker "$workdir/worker-gpu.log" -c "$ini_gpu" --device "$device" --instance 3
+wg_pid=$worker_started_pid wg_port=$http_port wg_mport=$metrics_port
+for p in "$w0_port" "$wc_port" "$wg_port"; do
     e2e_wait_ready "$p" 300 || { echo "e2e-gpu.sh: worker on port $p not ready after 300 s" >&2; exit 1; }
 done
 sed 's/^/   /' "$workdir/worker0.log"
@@ -227,19 +254,20 @@ echo
 
 # ---- phase 1: one GPU worker vs the CPU path --------------------------------
 
-echo "== phase 1: hps-worker --device $device (GPU cache) vs hps-worker on gpucache = false,"\
+echo "== phase 1: hps-worker --device $device with lookup_path = gpu (GPU cache), on"\
+     "gpucache = false (CPU path), and on the INI (lookup_path auto: the path per request),"\
      "$conc connections, ${duration} s per run (best of $reps), after ${warmup} s warm-up"\
      "(B=8192: at least 2 s and 0.5 s) =="
-declare -A g1 c1 h1 gt1 ct1
+declare -A g1 c1 h1 gt1 ct1 a1 p1
 for i in "${!batches[@]}"; do
     b=${batches[$i]}
-    echo "-- B=$b: GPU worker (verify $verify_gpu)"
-    before=$(e2e_cache_counts "$w0_mport") tb=$(server_times "$w0_mport")
-    bench_start "$workdir/bench-gpu-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
+    echo "-- B=$b: GPU-path worker (verify $verify_gpu)"
+    before=$(e2e_cache_counts "$wg_mport") tb=$(server_times "$wg_mport")
+    bench_start "$workdir/bench-gpu-b$b.log" "$wg_port" "$wg_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
     bench_wait "$bench_pid" "$workdir/bench-gpu-b$b.log"
-    after=$(e2e_cache_counts "$w0_mport")
+    after=$(e2e_cache_counts "$wg_mport")
     g1[$b]=$(e2e_bench_row "$workdir/bench-gpu-b$b.log")
-    gt1[$b]=$(per_request "$tb" "$(server_times "$w0_mport")")
+    gt1[$b]=$(per_request "$tb" "$(server_times "$wg_mport")")
     h1[$b]=$(e2e_hit_rate "$before" "$after")
     echo "   GPU cache hit rate over the run: ${h1[$b]}"
     print_times "${gt1[$b]}"
@@ -250,8 +278,16 @@ for i in "${!batches[@]}"; do
     c1[$b]=$(e2e_bench_row "$workdir/bench-cpu-b$b.log")
     ct1[$b]=$(per_request "$tb" "$(server_times "$wc_mport")")
     print_times "${ct1[$b]}"
+    echo "-- B=$b: auto worker (verify $verify_gpu)"
+    pb=$(path_counts "$w0_mport")
+    bench_start "$workdir/bench-auto-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
+    bench_wait "$bench_pid" "$workdir/bench-auto-b$b.log"
+    a1[$b]=$(e2e_bench_row "$workdir/bench-auto-b$b.log")
+    p1[$b]=$(path_share "$pb" "$(path_counts "$w0_mport")")
+    echo "   requests answered by the GPU path: ${p1[$b]}"
 done
 e2e_stop_pid "$wc_pid" hps-worker
+e2e_stop_pid "$wg_pid" hps-worker
 echo "   phase 1 done: $(elapsed) since start"
 echo
 
@@ -316,6 +352,18 @@ for b in "${batches[@]}"; do
         "$(ratio "$gr" "$cr")" "$(ratio "$g50" "$c50")" "$(ratio "$g99" "$c99")"
 done
 echo "  last three columns: GPU/CPU (req/s above 1 = GPU faster; p50, p99 below 1 = GPU lower latency)"
+echo "phase 1, the auto worker (lookup_path of the INI): req/s against the better of the two above"
+printf "  %7s | %10s %8s %8s %8s %4s | %9s %10s\n" \
+    samples "auto req/s" Mkeys/s p50 p99 err "GPU path" "auto/best"
+for b in "${batches[@]}"; do
+    read -r gr _ <<<"${g1[$b]}"
+    read -r cr _ <<<"${c1[$b]}"
+    read -r ar ak a50 a99 ae <<<"${a1[$b]}"
+    best=$(awk -v g="$gr" -v c="$cr" 'BEGIN {printf "%s", (g + 0 > c + 0) ? g : c}')
+    printf "  %7s | %10s %8s %8s %8s %4s | %9s %10s\n" \
+        "$b" "$ar" "$ak" "$a50" "$a99" "$ae" "${p1[$b]}" "$(ratio "$ar" "$best")"
+done
+echo "  GPU path: share of the run's requests the auto worker answered through the GPU cache"
 echo "phase 1, server side: mean us per request from the workers' nv_inference_*_duration_us"
 echo "  (all requests of the runs, warm-up included; lookup = compute_infer, output = compute_output)"
 printf "  %7s | %9s %7s %7s %7s | %9s %7s %7s %7s | %7s\n" \
@@ -333,13 +381,13 @@ printf "  %7s | %9s %8s %8s | %9s %8s %8s | %9s %8s %6s | %9s\n" \
 for b in "${batches[@]}"; do
     read -r ar ak a50 a99 _ <<<"${a2[$b]}"
     read -r br bk b50 b99 _ <<<"${b2[$b]}"
-    read -r gr _ <<<"${g1[$b]}"
+    read -r gr _ <<<"${a1[$b]}"
     sr=$(awk -v a="$ar" -v b="$br" 'BEGIN {printf "%.1f", a + b}')
     sk=$(awk -v a="$ak" -v b="$bk" 'BEGIN {printf "%.3f", a + b}')
     printf "  %7s | %9s %8s %8s | %9s %8s %8s | %9s %8s %6s | %9s\n" \
         "$b" "$ar" "$a50" "$a99" "$br" "$b50" "$b99" "$sr" "$sk" "${h2[$b]}" "$(ratio "$sr" "$gr")"
 done
-echo "  sum/ph.1: the two workers' req/s together over one worker's in phase 1"
+echo "  sum/ph.1: the two workers' req/s together over the auto worker's alone in phase 1"
 echo "e2e-gpu total time: $(elapsed)"
 echo "e2e-gpu.sh: exit status $rc (0 = every hps-bench run passed, no request failed, caches shared)"
 exit "$rc"

@@ -367,6 +367,10 @@ typedef struct hps_client_counters {
     uint64_t miss_timeout; /**< miss-queue requests past miss_timeout_ms */
     uint64_t lookup_ns;    /**< time in lookup calls */
     uint64_t lookup_calls; /**< lookup calls */
+    /** Lookups with keys and output in host memory of a model with GPU
+     *  caches, by the path that answered ([worker] lookup_path). */
+    uint64_t gpu_path_calls; /**< the GPU cache */
+    uint64_t cpu_path_calls; /**< the volatile DB (the fetch path) */
 } hps_client_counters_t;
 
 /** @brief Counters of model @p model.  @return 0; HPS_EINVAL. */

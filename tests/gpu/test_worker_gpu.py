@@ -19,6 +19,11 @@ cache (hit keys == query keys), exact.
 Scenario 3: periodic refresh (scenario_timer).  Scenario 4: outputs of over
 1 MiB land in page-locked buffers, exact on both launch paths.  Scenario 5:
 synchronous inserts of repeated misses into small caches (scenario_distinct).
+Scenario 6: [worker] lookup_path (scenario_paths): cpu answers every request
+from the volatile DB (the caches see no lookup), auto takes both paths on
+requests of one size (each measured, then the other re-measured on one call
+in 64), every answer exact, nv_hps_{gpu,cpu}_path_requests adding up.
+(The suite sets lookup_path = gpu elsewhere: $HPS_TEST_LOOKUP_PATH.)
 """
 import os
 import random
@@ -283,6 +288,37 @@ def scenario_distinct(t, cl, rng):
          "distinct: the most requested keys were the ones inserted (all hit)")
 
 
+def path_requests(port):
+    """(GPU path, CPU path) requests of model m (nv_hps_*_path_requests)."""
+    return tuple(sum(v for lab, v in H.metric_samples(port, "nv_hps_%s_path_requests" % p)
+                     if lab.get("model") == "m") for p in ("gpu", "cpu"))
+
+
+def scenario_paths(t, cl, rng):
+    settings = [("volatile_db", "initial_cache_rate", 1.0), ("model.m", "gpucacheper", 1.0)]
+    model, w = start_gpu_model(cl, "paths", 3, [4000, 900], [16, 8], [0.5, -1.0],
+                               settings + [("worker", "lookup_path", "cpu")])
+    kpt = [rng.sample(model.file_keys[i], 5) for i in range(2)]
+    c0 = cache_counters(w.metrics_port, "m")
+    bad = sum(H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1] !=
+              model.expected(kpt) for _ in range(20))
+    c1 = cache_counters(w.metrics_port, "m")
+    t.eq(bad, 0, "lookup_path = cpu: 20 requests exact")
+    t.eq(path_requests(w.metrics_port), (0, 20), "lookup_path = cpu: all 20 from the volatile DB")
+    t.eq(total(c1, "query_keys") - total(c0, "query_keys"), 0,
+         "lookup_path = cpu: the GPU caches saw no lookup")
+    conf = cl.write_config("paths-auto.ini", model.ini_text, [
+        ("hps", "heartbeat_interval_ms", 50), ("worker", "http_threads", 2),
+        ("model.m", "gpucache", "true"), ("worker", "lookup_path", "auto")] + settings)
+    wa = cl.start_worker(conf, instance=4)
+    bad = sum(H.decode_output(H.infer(wa.http_port, "m", kpt, binary=True))[1] !=
+              model.expected(kpt) for _ in range(200))
+    g, c = path_requests(wa.metrics_port)
+    t.eq(bad, 0, "lookup_path = auto: 200 requests exact")
+    t.ok(g >= 2 and c >= 2 and g + c == 200,
+         "lookup_path = auto: both paths answered requests of one size (%d GPU, %d CPU)" % (g, c))
+
+
 def body(t, cl):
     rng = random.Random(4)
     scenario_partial(t, cl, rng)
@@ -290,6 +326,7 @@ def body(t, cl):
     scenario_timer(t, cl, rng)
     scenario_pinned(t, cl, rng)
     scenario_distinct(t, cl, rng)
+    scenario_paths(t, cl, rng)
 
 
 if __name__ == "__main__":

@@ -597,8 +597,13 @@ class Cluster:
         return Model(name, out, rows, dims, defaults, ini, key_bytes, version)
 
     def write_config(self, filename, base_text, settings):
-        """settings: list of (section, key, value)."""
+        """settings: list of (section, key, value).  $HPS_TEST_LOOKUP_PATH, where
+        set, is the [worker] lookup_path of every config that does not set
+        one (the gpu suite pins the GPU path, whose caches its checks count)."""
         text = base_text
+        forced = os.environ.get("HPS_TEST_LOOKUP_PATH")
+        if forced and not any(s == "worker" and k == "lookup_path" for s, k, _ in settings):
+            settings = list(settings) + [("worker", "lookup_path", forced)]
         for section, key, value in settings:
             text = ini_set(text, section, key, value)
         path = self.path(filename)

@@ -487,12 +487,20 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
     const int64_t *dk = keys_loc != HPS_HOST && kt == HPS_KEY_INT64 ? keys : NULL;
     if (!dk)
         rc = host_keys(cl, keys, kt, keys_loc, nk, stream, &s, &hk);
-    if (rc == 0 && cl->gpu) {
+    /* Host keys and output on a GPU-served model: either path may answer
+     * (pathsel.c), timed for the choice of the next calls. */
+    bool host = keys_loc == HPS_HOST && out_loc == HPS_HOST && hps__client_gpu_serves(cl, mi);
+    bool gpu = cl->gpu && (!host || hps__client_path_gpu(cl, m, nk));
+    uint64_t t0 = host ? hps__client_now_ns() : 0;
+    if (rc == 0 && gpu) {
         rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk, out_loc == HPS_HOST ? out : NULL,
                                     out_loc == HPS_HOST ? NULL : out, stream, nowait);
+        if (rc == 0 && host)
+            hps__client_path_record(m, nk, true, hps__client_now_ns() - t0);
         if (rc <= 0)
             goto out;
         rc = 0;
+        host = false; /* the GPU does not serve the model after all: not a path choice */
     }
     /* The fetch path: host keys and host rows. */
     if (rc == 0 && !hk)
@@ -504,6 +512,10 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
         rc = -ENOMEM;
     if (rc == 0)
         rc = fetch_all(cl, m, nt, numkeys, hk, ho, nowait);
+    if (rc == 0 && host) {
+        hps__client_path_record(m, nk, false, hps__client_now_ns() - t0);
+        hps__client_gpu_note(cl, mi, nt, numkeys, hk);
+    }
     if (rc == 0 && out_loc != HPS_HOST)
         rc = hps__client_gpu_copy(cl, out, ho, nfloats * sizeof(float), true, stream);
 out:
@@ -602,7 +614,9 @@ hps_err_t hps_client_counters(const hps_client_t *cl, size_t mi, hps_client_coun
                                    .miss_busy = atomic_load(&k->miss_busy),
                                    .miss_timeout = atomic_load(&k->miss_timeout),
                                    .lookup_ns = atomic_load(&k->lookup_ns),
-                                   .lookup_calls = atomic_load(&k->lookup_calls)};
+                                   .lookup_calls = atomic_load(&k->lookup_calls),
+                                   .gpu_path_calls = atomic_load(&k->gpu_path),
+                                   .cpu_path_calls = atomic_load(&k->cpu_path)};
     return 0;
 }
 

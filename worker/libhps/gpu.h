@@ -77,6 +77,13 @@ int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables
                            const int32_t *numkeys, const int64_t *keys, const int64_t *d_keys,
                            float *out, float *d_out, void *stream, bool nowait);
 
+/** A host lookup of model mi that the fetch path answered (pathsel.c): one
+ *  call in NOTE_EVERY queues its keys (table-major, numkeys per table) for
+ *  a background insert into the GPU caches, so that they keep following
+ *  the keys requested whichever path answers.  Any thread; never waits. */
+void hps__client_gpu_note(struct hps_client *cl, size_t mi, uint32_t num_tables,
+                          const int32_t *numkeys, const int64_t *keys);
+
 /** hps_client_host_register / unregister. */
 int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes);
 void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_t bytes);
@@ -120,6 +127,11 @@ static inline int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint3
     (void)cl, (void)mi, (void)num_tables, (void)numkeys, (void)keys, (void)d_keys, (void)out,
         (void)d_out, (void)stream, (void)nowait;
     return 1;
+}
+static inline void hps__client_gpu_note(struct hps_client *cl, size_t mi, uint32_t num_tables,
+                                        const int32_t *numkeys, const int64_t *keys)
+{
+    (void)cl, (void)mi, (void)num_tables, (void)numkeys, (void)keys;
 }
 static inline int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes)
 {

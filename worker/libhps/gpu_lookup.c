@@ -880,6 +880,29 @@ int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32
     return rc;
 }
 
+#define NOTE_EVERY 16 /* fetch-path calls per background insert of their keys */
+
+void hps__client_gpu_note(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                          const int64_t *keys)
+{
+    struct client_gpu *g = cl->gpu;
+    if (!g || !g->models[mi].tables ||
+        !atomic_load_explicit(&g->models[mi].active, memory_order_acquire) ||
+        atomic_fetch_add_explicit(&g->notes, 1, memory_order_relaxed) % NOTE_EVERY)
+        return;
+    uint32_t t[nt ? nt : 1];
+    size_t n[nt ? nt : 1];
+    struct bgjob b = {.t = t, .n = n, .keys = (int64_t *)keys}; /* enqueue copies them */
+    for (uint32_t i = 0; i < nt; i++) {
+        if (numkeys[i] == 0)
+            continue;
+        b.t[b.ntab] = i;
+        b.n[b.ntab++] = (size_t)numkeys[i];
+        b.nkeys += (size_t)numkeys[i];
+    }
+    enqueue(g, mi, &b);
+}
+
 int hps__client_gpu_pin(hps_client_t *cl, void *buf, size_t bytes)
 {
     struct client_gpu *g = cl->gpu;

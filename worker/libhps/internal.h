@@ -28,7 +28,20 @@ typedef struct client_counters {
     _Atomic uint64_t miss_timeout; /* miss-queue requests past miss_timeout_ms */
     _Atomic uint64_t lookup_ns;    /* time in the lookup path */
     _Atomic uint64_t lookup_calls; /* lookup calls */
+    _Atomic uint64_t gpu_path;     /* host lookups the GPU path answered (pathsel.c) */
+    _Atomic uint64_t cpu_path;     /* host lookups of a GPU model the fetch path answered */
 } client_counters_t;
+
+/* [worker] lookup_path = auto (pathsel.c): per bucket of call sizes
+ * (floor(log2(keys))), each path's time per call, ns[b][1] the GPU path's
+ * and ns[b][0] the fetch path's (a weighted mean; 0: not measured yet), and
+ * the calls that chose in the bucket.  Relaxed atomics, any thread: a race
+ * only blurs an estimate. */
+#define CLIENT_PATH_BUCKETS 33
+typedef struct client_pathsel {
+    _Atomic uint64_t ns[CLIENT_PATH_BUCKETS][2];
+    _Atomic uint32_t calls[CLIENT_PATH_BUCKETS];
+} client_pathsel_t;
 
 typedef struct client_model {
     const hps_conf_model_t *conf;
@@ -43,6 +56,7 @@ typedef struct client_model {
     _Atomic bool misfit;
     bool dim_warned; /* the misfit was logged for this segment (maintenance thread) */
     client_counters_t ctr;
+    client_pathsel_t path;
 } client_model_t;
 
 struct hps_client {
@@ -111,6 +125,17 @@ int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, si
 
 /** out[0 .. n*dim) = v. */
 void hps__client_fill(float *out, size_t n, uint32_t dim, float v);
+
+/**
+ * Whether a lookup of nk >= 1 keys of model m whose keys and output are in
+ * host memory takes the GPU path ([worker] lookup_path: gpu, cpu, or auto:
+ * the path measured faster for calls of its size, pathsel.c).  Any thread.
+ */
+bool hps__client_path_gpu(const hps_client_t *cl, client_model_t *m, size_t nk);
+
+/** Such a lookup of nk keys took ns on the path gpu says: added to the
+ *  path's mean for its size and to m's path counters.  Any thread. */
+void hps__client_path_record(client_model_t *m, size_t nk, bool gpu, uint64_t ns);
 
 /** CLOCK_MONOTONIC in ns. */
 uint64_t hps__client_now_ns(void);

@@ -157,6 +157,7 @@ static const struct {
     {"worker.max_body_size", "64MiB"},
     {"worker.max_keys_per_request", "1048576"},
     {"worker.miss_timeout_ms", "50"},
+    {"worker.lookup_path", "auto"}, /* not a HugeCTR key: the faster path per request size */
     {"worker.http_threads", "2"},
     {"worker.lookup_threads", "32"},
     {"worker.max_connections", "1024"},

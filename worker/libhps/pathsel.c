@@ -1,0 +1,57 @@
+/*
+ * pathsel.c -- which path answers a host lookup on a client with GPU caches
+ * ([worker] lookup_path; issue 22).  A call whose keys and output are in
+ * host memory can be answered by the GPU path (keys to the device, the GPU
+ * cache, rows back) or straight from the volatile DB (the fetch path,
+ * fetch.c), and which is sooner depends on the call's size and the machine:
+ * one sample of 26 keys is a few microseconds from shared memory but pays
+ * the GPU path's copies and launches; a thousand samples gather faster on
+ * the GPU.  In auto mode each model keeps, per bucket of call sizes (keys,
+ * in powers of two), the time per call of each path as it serves (an
+ * exponentially weighted mean, weight 1/8), takes the faster, and measures
+ * the other again on one call in 64 of the bucket, so a change in load or
+ * hit rate moves the choice.  A path not yet measured in a bucket is tried
+ * first (the GPU path, then the fetch path).
+ */
+#include "internal.h"
+
+#define PATH_EXPLORE 64 /* one call in this many of a bucket takes the other path */
+
+/* Bucket of a call of nk >= 1 keys: floor(log2(nk)). */
+static unsigned bucket(size_t nk)
+{
+    unsigned b = 0;
+    while (nk >>= 1)
+        b++;
+    return b < CLIENT_PATH_BUCKETS ? b : CLIENT_PATH_BUCKETS - 1;
+}
+
+bool hps__client_path_gpu(const hps_client_t *cl, client_model_t *m, size_t nk)
+{
+    switch (cl->conf->worker.lookup_path) {
+    case HPS_CONF_LOOKUP_PATH_GPU:
+        return true;
+    case HPS_CONF_LOOKUP_PATH_CPU:
+        return false;
+    default:
+        break;
+    }
+    unsigned b = bucket(nk);
+    uint64_t g = atomic_load_explicit(&m->path.ns[b][1], memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&m->path.ns[b][0], memory_order_relaxed);
+    if (g == 0 || c == 0)
+        return g == 0;
+    uint32_t n = atomic_fetch_add_explicit(&m->path.calls[b], 1, memory_order_relaxed);
+    bool gpu = g <= c;
+    return n % PATH_EXPLORE == PATH_EXPLORE - 1 ? !gpu : gpu;
+}
+
+void hps__client_path_record(client_model_t *m, size_t nk, bool gpu, uint64_t ns)
+{
+    _Atomic uint64_t *p = &m->path.ns[bucket(nk)][gpu];
+    uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
+    ns = ns ? ns : 1; /* 0 means "not measured" */
+    /* a lost update between threads only delays the mean by one sample */
+    atomic_store_explicit(p, old ? old - old / 8 + ns / 8 : ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(gpu ? &m->ctr.gpu_path : &m->ctr.cpu_path, 1, memory_order_relaxed);
+}
