@@ -78,9 +78,11 @@ int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables
                            float *out, float *d_out, void *stream, bool nowait);
 
 /** A host lookup of model mi that the fetch path answered (pathsel.c): one
- *  call in NOTE_EVERY queues its keys (table-major, numkeys per table) for
- *  a background insert into the GPU caches, so that they keep following
- *  the keys requested whichever path answers.  Any thread; never waits. */
+ *  call in NOTE_EVERY queues about NOTE_KEYS of its keys (table-major,
+ *  numkeys per table; every step-th of each table) for a background insert
+ *  into the GPU caches, so that they keep following the keys requested
+ *  whichever path answers.  Any thread; never waits (dropped when the
+ *  queue is full or memory is short). */
 void hps__client_gpu_note(struct hps_client *cl, size_t mi, uint32_t num_tables,
                           const int32_t *numkeys, const int64_t *keys);
 

@@ -159,7 +159,7 @@ struct client_gpu {
     job_t queue[QUEUE_SLOTS];
     size_t q_head, q_len;
     _Atomic uint64_t q_dropped;
-    _Atomic uint32_t notes; /* hps__client_gpu_note calls, for its sampling */
+    _Atomic uint32_t notes;        /* hps__client_gpu_note calls, for its sampling */
     _Atomic uint64_t pinned_bytes; /* host buffers page-locked by hps_client_host_register */
     _Atomic bool ready;
     _Atomic bool stop;

@@ -880,7 +880,8 @@ int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32
     return rc;
 }
 
-#define NOTE_EVERY 16 /* fetch-path calls per background insert of their keys */
+#define NOTE_EVERY 16  /* fetch-path calls per background insert of their keys */
+#define NOTE_KEYS  256 /* about the most keys one such insert takes from a call */
 
 void hps__client_gpu_note(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
                           const int64_t *keys)
@@ -890,17 +891,33 @@ void hps__client_gpu_note(hps_client_t *cl, size_t mi, uint32_t nt, const int32_
         !atomic_load_explicit(&g->models[mi].active, memory_order_acquire) ||
         atomic_fetch_add_explicit(&g->notes, 1, memory_order_relaxed) % NOTE_EVERY)
         return;
-    uint32_t t[nt ? nt : 1];
-    size_t n[nt ? nt : 1];
-    struct bgjob b = {.t = t, .n = n, .keys = (int64_t *)keys}; /* enqueue copies them */
-    for (uint32_t i = 0; i < nt; i++) {
-        if (numkeys[i] == 0)
+    size_t nk = 0;
+    for (uint32_t i = 0; i < nt; i++)
+        nk += (size_t)numkeys[i];
+    if (nk == 0)
+        return;
+    /* every step-th key of each table: a large call costs the background
+     * thread about NOTE_KEYS keys, not as much work as the call itself */
+    size_t step = (nk + NOTE_KEYS - 1) / NOTE_KEYS;
+    uint32_t *t = malloc(nt * sizeof(uint32_t) + 1);
+    size_t *n = malloc(nt * sizeof(size_t) + 1);
+    int64_t *k = malloc((nk / step + nt) * sizeof(int64_t) + 1);
+    struct bgjob b = {.t = t, .n = n, .keys = k};
+    for (uint32_t i = 0, ko = 0; t && n && k && i < nt; ko += (uint32_t)numkeys[i++]) {
+        size_t c = 0;
+        for (size_t j = 0; j < (size_t)numkeys[i]; j += step)
+            k[b.nkeys + c++] = keys[ko + j];
+        if (c == 0)
             continue;
         b.t[b.ntab] = i;
-        b.n[b.ntab++] = (size_t)numkeys[i];
-        b.nkeys += (size_t)numkeys[i];
+        b.n[b.ntab++] = c;
+        b.nkeys += c;
     }
-    enqueue(g, mi, &b);
+    if (t && n && k)
+        enqueue(g, mi, &b); /* copies them */
+    free(t);
+    free(n);
+    free(k);
 }
 
 int hps__client_gpu_pin(hps_client_t *cl, void *buf, size_t bytes)

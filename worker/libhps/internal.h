@@ -33,13 +33,14 @@ typedef struct client_counters {
 } client_counters_t;
 
 /* [worker] lookup_path = auto (pathsel.c): per bucket of call sizes
- * (floor(log2(keys))), each path's time per call, ns[b][1] the GPU path's
- * and ns[b][0] the fetch path's (a weighted mean; 0: not measured yet), and
- * the calls that chose in the bucket.  Relaxed atomics, any thread: a race
- * only blurs an estimate. */
+ * (floor(log2(keys))), each path's estimated time per call, ns[b][1] the
+ * GPU path's and ns[b][0] the fetch path's (0: not measured yet), the
+ * samples behind each, and the calls that chose in the bucket.  Relaxed
+ * atomics, any thread: a race only blurs an estimate. */
 #define CLIENT_PATH_BUCKETS 33
 typedef struct client_pathsel {
     _Atomic uint64_t ns[CLIENT_PATH_BUCKETS][2];
+    _Atomic uint32_t samples[CLIENT_PATH_BUCKETS][2];
     _Atomic uint32_t calls[CLIENT_PATH_BUCKETS];
 } client_pathsel_t;
 

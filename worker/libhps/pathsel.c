@@ -7,15 +7,20 @@
  * one sample of 26 keys is a few microseconds from shared memory but pays
  * the GPU path's copies and launches; a thousand samples gather faster on
  * the GPU.  In auto mode each model keeps, per bucket of call sizes (keys,
- * in powers of two), the time per call of each path as it serves (an
- * exponentially weighted mean, weight 1/8), takes the faster, and measures
- * the other again on one call in 64 of the bucket, so a change in load or
- * hit rate moves the choice.  A path not yet measured in a bucket is tried
- * first (the GPU path, then the fetch path).
+ * in powers of two), the time per call of each path as it serves, takes
+ * the faster, and measures the other again on one call in 32 of the bucket,
+ * so a change in load or hit rate moves the choice.  A path not yet
+ * measured in a bucket is tried first (the GPU path, then the fetch path).
+ * The estimate: the least of a path's first PATH_WARM calls in the bucket
+ * (its first calls pay one-time costs: a CUDA graph captured for a new
+ * shape, a workspace grown), then an exponentially weighted mean (weight
+ * 1/8) of samples clipped to twice the estimate, so that one call stalled
+ * by a page fault or a busy core moves it by at most 1/8.
  */
 #include "internal.h"
 
-#define PATH_EXPLORE 64 /* one call in this many of a bucket takes the other path */
+#define PATH_EXPLORE 32 /* one call in this many of a bucket takes the other path */
+#define PATH_WARM    8  /* samples of a path in a bucket whose least is its estimate */
 
 /* Bucket of a call of nk >= 1 keys: floor(log2(nk)). */
 static unsigned bucket(size_t nk)
@@ -48,10 +53,16 @@ bool hps__client_path_gpu(const hps_client_t *cl, client_model_t *m, size_t nk)
 
 void hps__client_path_record(client_model_t *m, size_t nk, bool gpu, uint64_t ns)
 {
-    _Atomic uint64_t *p = &m->path.ns[bucket(nk)][gpu];
+    unsigned b = bucket(nk);
+    _Atomic uint64_t *p = &m->path.ns[b][gpu];
     uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
+    uint32_t seen = atomic_fetch_add_explicit(&m->path.samples[b][gpu], 1, memory_order_relaxed);
     ns = ns ? ns : 1; /* 0 means "not measured" */
-    /* a lost update between threads only delays the mean by one sample */
-    atomic_store_explicit(p, old ? old - old / 8 + ns / 8 : ns, memory_order_relaxed);
+    if (old && seen < PATH_WARM)
+        ns = ns < old ? ns : old;
+    else if (old)
+        ns = old - old / 8 + (ns < 2 * old ? ns : 2 * old) / 8;
+    /* a lost update between threads only loses one sample */
+    atomic_store_explicit(p, ns, memory_order_relaxed);
     atomic_fetch_add_explicit(gpu ? &m->ctr.gpu_path : &m->ctr.cpu_path, 1, memory_order_relaxed);
 }
