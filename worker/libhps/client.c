@@ -121,10 +121,11 @@ static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_er
             break;
         }
         atomic_store_explicit(&cl->num_models, ++n, memory_order_release);
+        hps__client_gpu_learned(cl, n - 1);
         ++*added;
         HPS_INFO("model %s: added to %s since this process read it: served once a coordinator "
-                 "loads it%s",
-                 c->name, conf->source, cl->gpu ? " (from the volatile DB: no GPU cache)" : "");
+                 "loads it",
+                 c->name, conf->source);
     }
     return *added > 0;
 }

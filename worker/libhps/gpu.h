@@ -86,6 +86,12 @@ int hps__client_gpu_lookup(struct hps_client *cl, size_t mi, uint32_t num_tables
 void hps__client_gpu_note(struct hps_client *cl, size_t mi, uint32_t num_tables,
                           const int32_t *numkeys, const int64_t *keys);
 
+/** The client learned model mi from its INI (published in cl->num_models):
+ *  it gets GPU caches like a model known at start, built when a coordinator
+ *  has loaded it (now, if it has).  Any thread (takes the GPU state's
+ *  lock briefly). */
+void hps__client_gpu_learned(struct hps_client *cl, size_t mi);
+
 /** hps_client_host_register / unregister. */
 int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes);
 void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_t bytes);
@@ -134,6 +140,10 @@ static inline void hps__client_gpu_note(struct hps_client *cl, size_t mi, uint32
                                         const int32_t *numkeys, const int64_t *keys)
 {
     (void)cl, (void)mi, (void)num_tables, (void)numkeys, (void)keys;
+}
+static inline void hps__client_gpu_learned(struct hps_client *cl, size_t mi)
+{
+    (void)cl, (void)mi;
 }
 static inline int hps__client_gpu_pin(struct hps_client *cl, void *buf, size_t bytes)
 {

@@ -416,7 +416,7 @@ void hps__client_gpu_switched(hps_client_t *cl)
 /** Free context x's workspaces of model gm (x NULL: none). */
 static void ws_drop(gctx_t *x, const gmodel_t *gm)
 {
-    for (size_t s = gm->ws_base; x && s < gm->ws_base + gm->num_tables; s++) {
+    for (size_t s = gm->ws_base; x && s < gm->ws_base + gm->num_tables && s < x->nslots; s++) {
         hps_gcache_ws_destroy(x->ws[s]);
         x->ws[s] = NULL;
         x->ws_cap[s] = 0;
@@ -500,7 +500,7 @@ static void *gpu_thread(void *arg)
     atomic_store(&g->ready, true);
     if (c)
         serve_queue(g, c);
-    hps__client_ctx_free(c, g->ws_slots);
+    hps__client_ctx_free(c);
     return NULL;
 }
 
@@ -517,6 +517,39 @@ static bool have_device(int device)
     return true;
 }
 
+/* Give model mi GPU-cache tables if it has gpucache (entry still empty);
+ * under g->mu, or before the GPU thread and any lookup exist. */
+static int model_slots(struct client_gpu *g, size_t mi)
+{
+    gmodel_t *gm = &g->models[mi];
+    const hps_conf_model_t *mc = g->cl->models[mi].conf;
+    if (!mc->gpucache || gm->tables)
+        return 0;
+    if (!(gm->tables = calloc(mc->num_tables, sizeof(gtable_t))))
+        return -ENOMEM;
+    gm->num_tables = mc->num_tables;
+    gm->ws_base = g->ws_slots;
+    g->ws_slots += gm->num_tables;
+    return 0;
+}
+
+void hps__client_gpu_learned(hps_client_t *cl, size_t mi)
+{
+    struct client_gpu *g = cl->gpu;
+    if (!g || mi >= HPS_CONF_MAX_MODELS)
+        return;
+    pthread_mutex_lock(&g->mu);
+    if (model_slots(g, mi) < 0)
+        HPS_WARN("model %s: no memory for its GPU caches; served from the volatile DB",
+                 cl->models[mi].conf->name);
+    if (mi >= g->num_models)
+        atomic_store(&g->num_models, mi + 1); /* after the entry: the GPU thread reads it */
+    if (g->models[mi].tables && atomic_load(&cl->models[mi].resolved))
+        atomic_store(&g->models[mi].stale, true); /* loaded already: build it now */
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
 static int gpu_alloc(hps_client_t *cl, struct client_gpu *g)
 {
     g->cl = cl;
@@ -527,16 +560,9 @@ static int gpu_alloc(hps_client_t *cl, struct client_gpu *g)
     g->ctxs = calloc(g->max_ctx, sizeof(gctx_t *));
     if (!g->models || !g->ctxs)
         return -ENOMEM;
-    for (size_t i = 0; i < g->num_models; i++) {
-        gmodel_t *gm = &g->models[i];
-        if (!cl->models[i].conf->gpucache)
-            continue;
-        gm->num_tables = cl->models[i].conf->num_tables;
-        gm->ws_base = g->ws_slots;
-        g->ws_slots += gm->num_tables;
-        if (!(gm->tables = calloc(gm->num_tables, sizeof(gtable_t))))
+    for (size_t i = 0; i < g->num_models; i++)
+        if (model_slots(g, i) < 0)
             return -ENOMEM;
-    }
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     return 0;
@@ -560,7 +586,7 @@ static void gpu_free(struct client_gpu *g)
 {
     gshare_stop(g->share); /* nobody can ask for a descriptor being closed */
     for (size_t i = 0; g->ctxs && i < g->num_ctx; i++)
-        hps__client_ctx_free(g->ctxs[i], g->ws_slots);
+        hps__client_ctx_free(g->ctxs[i]);
     for (size_t i = 0; g->models && i < g->num_models; i++) {
         hps_gcache_set_destroy(g->models[i].set);
         for (size_t t = 0; g->models[i].tables && t < g->models[i].num_tables; t++)

@@ -73,12 +73,12 @@ int hps__client_pair_reserve(pair_t *p, size_t bytes)
 
 /* ---- lookup contexts --------------------------------------------------- */
 
-void hps__client_ctx_free(gctx_t *c, size_t slots)
+void hps__client_ctx_free(gctx_t *c)
 {
     if (!c)
         return;
     hps__client_ctx_settle(c);
-    for (size_t i = 0; c->ws && i < slots; i++)
+    for (size_t i = 0; c->ws && i < c->nslots; i++)
         hps_gcache_ws_destroy(c->ws[i]);
     free(c->ws);
     free(c->ws_cap);
@@ -86,7 +86,7 @@ void hps__client_ctx_free(gctx_t *c, size_t slots)
                     &c->ienc, &c->srows, &c->soff, &c->hkeys,  &c->miss,  &c->meta};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         pair_free(ps[i]);
-    for (size_t i = 0; c->ks && i < slots; i++)
+    for (size_t i = 0; c->ks && i < c->nslots; i++)
         keyset_free(&c->ks[i]);
     free(c->ks);
     free(c->pick);
@@ -108,16 +108,17 @@ gctx_t *hps__client_ctx_new(struct client_gpu *g)
     gctx_t *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->ws = calloc(g->ws_slots, sizeof(*c->ws));
-    c->ws_cap = calloc(g->ws_slots, sizeof(*c->ws_cap));
-    c->ks = calloc(g->ws_slots, sizeof(*c->ks));
+    c->nslots = g->ws_slots;
+    c->ws = calloc(c->nslots + 1, sizeof(*c->ws));
+    c->ws_cap = calloc(c->nslots + 1, sizeof(*c->ws_cap));
+    c->ks = calloc(c->nslots + 1, sizeof(*c->ks));
     if (!c->ws || !c->ws_cap || !c->ks ||
         hps__client_ck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream") <
             0 ||
         hps__client_ck(cudaStreamCreateWithFlags(&c->istream, cudaStreamNonBlocking),
                        "insert stream") < 0 ||
         hps__client_ck(cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming), "event") < 0) {
-        hps__client_ctx_free(c, g->ws_slots);
+        hps__client_ctx_free(c);
         return NULL;
     }
     return c;
@@ -162,6 +163,31 @@ void hps__client_ctx_put(struct client_gpu *g, gctx_t *c)
     g->free_ctx = c;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+}
+
+int hps__client_ctx_slots(struct client_gpu *g, gctx_t *c)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g->mu);
+    size_t n = g->ws_slots;
+    if (n > c->nslots) {
+        hps_gcache_ws_t **ws = realloc(c->ws, (n + 1) * sizeof(*ws));
+        uint64_t *cap = ws ? realloc(c->ws_cap, (n + 1) * sizeof(*cap)) : NULL;
+        keyset_t *ks = cap ? realloc(c->ks, (n + 1) * sizeof(*ks)) : NULL;
+        c->ws = ws ? ws : c->ws; /* why: a failed realloc left the old array */
+        c->ws_cap = cap ? cap : c->ws_cap;
+        c->ks = ks ? ks : c->ks;
+        if (ks) {
+            memset(ws + c->nslots, 0, (n - c->nslots) * sizeof(*ws));
+            memset(cap + c->nslots, 0, (n - c->nslots) * sizeof(*cap));
+            memset(ks + c->nslots, 0, (n - c->nslots) * sizeof(*ks));
+            c->nslots = n;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
 }
 
 /** The workspace of slot s for n keys (grown when too small). */

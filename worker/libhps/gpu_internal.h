@@ -57,8 +57,9 @@ typedef struct graph {
 /** One lookup context: owned by one request at a time. */
 typedef struct gctx {
     cudaStream_t stream;
-    hps_gcache_ws_t **ws; /* [ws_slots] */
-    uint64_t *ws_cap;     /* [ws_slots] keys */
+    hps_gcache_ws_t **ws; /* [nslots] */
+    uint64_t *ws_cap;     /* [nslots] keys */
+    size_t nslots;        /* ws, ws_cap, ks: grown under the client_gpu's mu (ctx_slots) */
     pair_t keys, out, midx, mcount, ikeys, ivals;
     pair_t ienc;        /* hps__client_write_staged: ivals' rows encoded (compact types) */
     pair_t srows, soff; /* misses of a device-output lookup: rows and destinations */
@@ -71,7 +72,7 @@ typedef struct gctx {
     cudaStream_t istream; /* synchronous inserts, off the answer path */
     bool ipending;        /* istream holds inserts not synchronized yet (ikeys, ivals busy) */
     cudaEvent_t ev;       /* marks the caller's stream: the context's work follows it */
-    keyset_t *ks;         /* [ws_slots] distinct missed keys of each table of a call */
+    keyset_t *ks;         /* [nslots] distinct missed keys of each table of a call */
     uint32_t *pick;       /* [pick_cap] the distinct keys inserted */
     size_t pick_cap;
     graph_t graphs[GRAPH_SLOTS];
@@ -144,11 +145,13 @@ struct client_gpu {
     int device;
     /* mu guards free_ctx, num_ctx, ctxs and the queue (q_head, q_len,
      * queue); cv wakes context waiters and the GPU thread. */
-    /* (HPS_CONF_MAX_MODELS) by model index; [0, num_models) are the models
-     * the client knew at start, the only ones with GPU caches (a model
-     * learned later stays zeroed: never active, served by the CPU path). */
+    /* (HPS_CONF_MAX_MODELS) by model index; [0, num_models) are the
+     * client's models: those it knew at start, then those it learned from
+     * its INI (hps__client_gpu_learned fills the entry under mu, then
+     * publishes the count; entries never move).  ws_slots: workspace slots
+     * of every GPU-cached model's tables so far (under mu). */
     gmodel_t *models;
-    size_t num_models;
+    _Atomic size_t num_models;
     size_t ws_slots;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -199,7 +202,11 @@ gctx_t *hps__client_ctx_new(struct client_gpu *g);
 /** Wait for c's inserts on c->istream (the staging buffers c->ikeys and
  *  c->ivals are free again when it returns).  0, or HPS_EIO (logged). */
 int hps__client_ctx_settle(gctx_t *c);
-void hps__client_ctx_free(gctx_t *c, size_t slots);
+void hps__client_ctx_free(gctx_t *c);
+/** Grow c's workspace slots to g's current count (a model was learned
+ *  since c was made): under g->mu, so that ws_drop on another thread never
+ *  sees the arrays move.  0 or -ENOMEM. */
+int hps__client_ctx_slots(struct client_gpu *g, gctx_t *c);
 /** Take a context: a free one, a new one below the pool size, or wait. */
 gctx_t *hps__client_ctx_get(struct client_gpu *g);
 void hps__client_ctx_put(struct client_gpu *g, gctx_t *c);

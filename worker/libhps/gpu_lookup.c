@@ -867,6 +867,11 @@ int hps__client_gpu_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int32
     gctx_t *c = hps__client_ctx_get(g);
     if (!c)
         return 1;
+    const gmodel_t *gm = &g->models[mi];
+    if (gm->ws_base + gm->num_tables > c->nslots && hps__client_ctx_slots(g, c) < 0) {
+        hps__client_ctx_put(g, c); /* a model learned since c was made; no memory: the CPU path */
+        return 1;
+    }
     int rc = 0;
     if (d_keys || d_out) /* device buffers: after the caller's work on its stream */
         rc = hps__client_ck(cudaEventRecord(c->ev, (cudaStream_t)stream), "record caller stream");
