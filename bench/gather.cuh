@@ -38,14 +38,18 @@ static inline float ms_since(cudaEvent_t e0, cudaEvent_t e1, cudaStream_t s)
 }
 
 /* The floor: out[i] = table[idx[i]], a warp per row, four rows per step,
- * streaming stores (dynamic shared memory, if any, only pads occupancy). */
-__global__ void __launch_bounds__(256)
-    k_gather(const float *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
-             float *__restrict__ out)
+ * streaming stores; rows of Q 16-byte words (Q 0: q, a run-time width of at
+ * most 32).  Lanes past the row's width idle. */
+template <uint32_t Q>
+__device__ __forceinline__ void gather_rows(const float4 *__restrict__ table,
+                                            const uint32_t *__restrict__ idx, uint64_t n,
+                                            uint32_t q, float4 *__restrict__ out)
 {
     int lane = threadIdx.x & 31;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint32_t w = Q ? Q : q;
+    bool mine = (uint32_t)lane < w;
     for (uint64_t base = warp * 4; base < n; base += nwarps * 4) {
         float4 v[4];
         uint32_t r[4];
@@ -54,13 +58,31 @@ __global__ void __launch_bounds__(256)
             r[u] = base + u < n ? idx[base + u] : 0;
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (base + u < n)
-                v[u] = __ldcg((const float4 *)(table + (uint64_t)r[u] * DIM_GATHER) + lane);
+            if (base + u < n && mine)
+                v[u] = __ldcg(table + (uint64_t)r[u] * w + lane);
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (base + u < n)
-                __stcs((float4 *)(out + (base + u) * DIM_GATHER) + lane, v[u]); /* streaming */
+            if (base + u < n && mine)
+                __stcs(out + (base + u) * w + lane, v[u]); /* streaming */
     }
+}
+
+/* Rows of DIM_GATHER floats (dynamic shared memory, if any, only pads
+ * occupancy). */
+__global__ void __launch_bounds__(256)
+    k_gather(const float *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
+             float *__restrict__ out)
+{
+    gather_rows<DIM_GATHER / 4>((const float4 *)table, idx, n, 0, (float4 *)out);
+}
+
+/* Rows of q 16-byte words (q <= 32): the floor of a lookup whose rows are
+ * not DIM_GATHER floats (bench-gpu-cache --dtype: stored compact rows). */
+__global__ void __launch_bounds__(256)
+    k_gather_q(const float4 *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
+               uint32_t q, float4 *__restrict__ out)
+{
+    gather_rows<0>(table, idx, n, q, out);
 }
 
 /* n rows of nrows drawn by Zipf(1.05) rank (xorshift64, a fixed seed), each

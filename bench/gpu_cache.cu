@@ -85,33 +85,6 @@ static void gather(const float *table, const uint32_t *idx, uint64_t n, float *o
     k_gather<<<(unsigned)blocks, 256, 0, s>>>(table, idx, n, out);
 }
 
-/* The floor of a stored lookup: out row i = table row idx[i], rows of q
- * 16-byte words (q <= 32), as k_gather with the row width a variable. */
-__global__ void __launch_bounds__(256)
-    k_gather_q(const float4 *__restrict__ table, const uint32_t *__restrict__ idx, uint64_t n,
-               uint32_t q, float4 *__restrict__ out)
-{
-    int lane = threadIdx.x & 31;
-    uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    bool mine = (uint32_t)lane < q;
-    for (uint64_t base = warp * 4; base < n; base += nwarps * 4) {
-        float4 v[4];
-        uint32_t r[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            r[u] = base + u < n ? idx[base + u] : 0;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (base + u < n && mine)
-                v[u] = __ldcg(table + (uint64_t)r[u] * q + lane);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (base + u < n && mine)
-                __stcs(out + (base + u) * q + lane, v[u]);
-    }
-}
-
 static void gather_q(const void *table, const uint32_t *idx, uint64_t n, uint32_t q, void *out,
                      cudaStream_t s)
 {

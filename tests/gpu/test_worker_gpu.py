@@ -22,13 +22,12 @@ synchronous inserts of repeated misses into small caches (scenario_distinct).
 Scenario 6: [worker] lookup_path (scenario_paths): cpu answers every request
 from the volatile DB (the caches see no lookup), auto takes both paths on
 requests of one size (each measured, then the other re-measured on one call
-in 64), every answer exact, nv_hps_{gpu,cpu}_path_requests adding up.
+in 32), every answer exact, nv_hps_{gpu,cpu}_path_requests adding up.
 (The suite sets lookup_path = gpu elsewhere: $HPS_TEST_LOOKUP_PATH.)
 """
 import os
 import random
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
@@ -37,12 +36,7 @@ import hpstest as H  # noqa: E402
 RATE = 0.5
 
 
-def have_gpu():
-    try:
-        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0 and "GPU" in r.stdout
+have_gpu = H.have_gpu  # (the gpu suite's tests import it from here)
 
 
 def cache_counters(port, model):

@@ -733,6 +733,15 @@ def wait_until(pred, timeout, step=0.05):
         time.sleep(step)
 
 
+def have_gpu():
+    """Whether nvidia-smi lists a GPU (the gpu suite's tests skip without)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
+
 def run_main(name, body):
     """Run body(tap, cluster) inside a Cluster; any exception is a failed check."""
     t = Tap()

@@ -41,7 +41,6 @@ import os
 import re
 import signal
 import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -182,14 +181,6 @@ def numpy_check(t):
 
 
 # ---- the cluster ------------------------------------------------------------
-
-def have_gpu():
-    try:
-        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0 and "GPU" in r.stdout
-
 
 def make_conf(cl, models, name, settings=(), types=None):
     text = models[0][1].ini_text
@@ -485,7 +476,7 @@ def scenario(t, cl, mock):
 
 
 if __name__ == "__main__":
-    if GPU and not have_gpu():
+    if GPU and not H.have_gpu():
         print("1..0 # SKIP no CUDA device visible")
         sys.exit(77)
     H.run_main("storage_type", body)
