@@ -255,12 +255,12 @@ static bool plan_shards(struct client_gpu *g, size_t mi, hps_gcache_shards_t *s)
 /** gpu_cache_max_bytes: the slots that fit the limit on each device (the
  *  whole slots when no limit); 0 with a logged error when not even one set
  *  fits. */
-static uint64_t max_slots(const hps_conf_model_t *mc, uint32_t t, uint32_t dim, uint32_t devices)
+static uint64_t max_slots(const hps_conf_model_t *mc, uint32_t t, uint32_t dim, hps_dtype_t dtype,
+                          uint32_t devices)
 {
     if (mc->gpu_cache_max_bytes == 0)
         return UINT64_MAX;
-    uint64_t n = hps_gcache_rows_within(mc->gpu_cache_max_bytes, dim, (hps_dtype_t)mc->storage_type,
-                                        devices);
+    uint64_t n = hps_gcache_rows_within(mc->gpu_cache_max_bytes, dim, dtype, devices);
     if (n == 0)
         HPS_ERROR("GPU cache %s/%s: gpu_cache_max_bytes = %llu holds no set of %u rows of %u "
                   "floats; no GPU cache for the model",
@@ -281,14 +281,21 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     slots = whole ? 2 * slots : slots;
     gt->sharded = gm->sharded;
     gt->shards = gm->shards;
-    gt->dtype = (hps_dtype_t)m->conf->storage_type;
+    /* The segment's type, not this process's INI: the slot rows are the
+     * volatile DB's bytes, and every process on the table's registry entry
+     * then maps a cache of one layout. */
+    hps_table_info_t ti;
+    gt->dtype = hps_shmdb_table_info(g->cl->db, m->vdb_ids[t], &ti) == 0
+                    ? ti.storage_type
+                    : (hps_dtype_t)m->conf->storage_type;
     /* A cache of a few VMM granules cannot be cut (it lies on the device of
      * its last piece): rotating each table's device list by its segment
      * table id spreads the small tables of a model over the devices.  Every
      * process derives the same order (the registry checks it). */
     for (uint32_t j = 0, n = gm->shards.num_devices; gt->sharded && j < n; j++)
         gt->shards.devices[j] = gm->shards.devices[(j + m->vdb_ids[t]) % n];
-    uint64_t cap = max_slots(m->conf, t, m->dims[t], gt->sharded ? gt->shards.num_devices : 1);
+    uint64_t cap =
+        max_slots(m->conf, t, m->dims[t], gt->dtype, gt->sharded ? gt->shards.num_devices : 1);
     if (cap == 0)
         return HPS_EINVAL;
     if (slots > cap) {
