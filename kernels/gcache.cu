@@ -507,7 +507,6 @@ extern "C" hps_err_t hps_gcache_lookup_stored(hps_gcache_t *c, hps_gcache_ws_t *
     hps_table_ref_t r = c->ref;
     r.dim = r.rwords;
     r.dtype = HPS_DTYPE_FP32;
-    r.stored = 1;
     return gc_lookup(c, &r, ws, d_keys, n, (float *)d_out, d_hit_mask, d_missing_index,
                      d_missing_count, stream);
 }

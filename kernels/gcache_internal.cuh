@@ -80,16 +80,16 @@ typedef struct hps_table_ref {
     uint32_t rwords; /* 4-byte words per slot row (hps__gc_row_words of dtype, dim) */
     int dtype;       /* hps_dtype_t of the slot rows; the stored lookup launches as fp32 */
     int policy;
-    uint64_t lru_window;         /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
-                                  * precedes now & lru_window (hps_gcache_set_lru_resolution) */
-    int num_sms;                 /* host-side launch sizing */
-    int strict;                  /* lookups order their loads by fences, not address dependencies */
-    int pdl;                     /* host side: FUSED (vectorized) and BLOCK lookups launch as
-                                  * programmatic dependents (hps_gcache_set_overlap) */
-    int stored;                  /* host side: 1 in the ref of a stored lookup (occ[1]) */
-    uint8_t occ[2][HPS_LK_NOCC]; /* host side: resident blocks per SM of each kernel on the
-                                  * cache's device (hps_k_lookup_setup): [0] the kernels
-                                  * that decode dtype, [1] the fp32 ones (stored lookups) */
+    uint64_t lru_window; /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
+                          * precedes now & lru_window (hps_gcache_set_lru_resolution) */
+    int num_sms;         /* host-side launch sizing */
+    int strict;          /* lookups order their loads by fences, not address dependencies */
+    int pdl;             /* host side: FUSED (vectorized) and BLOCK lookups launch as
+                          * programmatic dependents (hps_gcache_set_overlap) */
+    /* host side: resident blocks per SM of each kernel on the cache's device
+     * (hps_k_lookup_setup), by the type the kernels decode (the ref's dtype):
+     * HPS_DTYPE_FP32's (the fp32 and the stored lookups) and the cache's own */
+    uint8_t occ[HPS_DTYPE_COUNT][HPS_LK_NOCC];
 } hps_table_ref_t;
 
 /* Workspace of one lookup stream: the de-duplication table. */
@@ -662,15 +662,6 @@ void hps__vmm_release(hps_gcache_t *c);
 uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords, uint32_t num_shards,
                                   uint64_t g);
 uint64_t hps__vmm_granularity(int device);
-/* Bytes of one row as hps_dtype_encode packs it (hps_dtype_row_bytes; a
- * copy here, so that this library needs no other). */
-static inline uint64_t hps__gc_row_bytes(int dtype, uint32_t dim)
-{
-    return dtype == HPS_DTYPE_FP32   ? 4ull * dim
-           : dtype == HPS_DTYPE_INT8 ? (uint64_t)dim + 4
-                                     : 2ull * dim;
-}
-
 /* 4-byte words of one slot row: fp32 exactly dim (the layout of before
  * storage types); the compact types' stored row (hps_dtype_row_bytes)
  * rounded up to 16 bytes, so that the stored lookup copies whole rows with
@@ -680,7 +671,7 @@ static inline uint32_t hps__gc_row_words(int dtype, uint32_t dim)
 {
     if (dtype == HPS_DTYPE_FP32)
         return dim;
-    return (uint32_t)((hps__gc_row_bytes(dtype, dim) + 15) / 16 * 4);
+    return (uint32_t)((hps_dtype_row_bytes((hps_dtype_t)dtype, dim) + 15) / 16 * 4);
 }
 
 /* The arrays of a cache of num_sets sets of rwords-word rows inside its one

@@ -157,7 +157,7 @@ extern "C" hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_k
                                   const void *d_values, uint64_t n, int update_only,
                                   cudaStream_t stream)
 {
-    uint32_t rb = (uint32_t)hps__gc_row_bytes(ref->dtype, ref->dim);
+    uint32_t rb = (uint32_t)hps_dtype_row_bytes((hps_dtype_t)ref->dtype, ref->dim);
     uintptr_t a = (uintptr_t)d_values;
     /* slot rows are 16-byte aligned when rwords is a multiple of 4, else 4 */
     uint32_t unit = rb % 16 == 0 && a % 16 == 0 && ref->rwords % 4 == 0 ? 16

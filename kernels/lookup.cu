@@ -673,10 +673,10 @@ static bool lk_vec4(const hps_table_ref_t *t, const float *out)
     return t->dim % 4 == 0 && ((uintptr_t)out & 15) == 0;
 }
 
-/* Resident blocks per SM of kernel k of the ref's launch (decoding or stored). */
+/* Resident blocks per SM of kernel k of the ref's launch (the kernels of its dtype). */
 static int lk_occ(const hps_table_ref_t *t, int k)
 {
-    return t->occ[t->stored ? 1 : 0][k];
+    return t->occ[t->dtype][k];
 }
 
 /* Launch fn<<<grid, block, 0, stream>>>(args), with pdl as a programmatic
@@ -806,18 +806,18 @@ template <int DT> static hps_err_t lk_setup(uint8_t occ[HPS_LK_NOCC], int max_sm
 
 /* Function attributes and occupancy belong to a device, so each cache sets
  * and measures them on its own (a process may drive caches on several):
- * for the kernels that decode its storage type (occ[0]) and the fp32 ones
- * that its stored lookups run (occ[1]). */
+ * for the fp32 kernels (its stored lookups run them too) and, for a compact
+ * cache, those that decode its storage type. */
 extern "C" hps_err_t hps_k_lookup_setup(hps_table_ref_t *ref)
 {
     int dev, max_smem = 0;
     HPS_CUDA_TRY(cudaGetDevice(&dev));
     HPS_CUDA_TRY(
         cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    hps_err_t err = lk_setup<HPS_DTYPE_FP32>(ref->occ[1], max_smem);
-    if (err)
+    hps_err_t err = lk_setup<HPS_DTYPE_FP32>(ref->occ[HPS_DTYPE_FP32], max_smem);
+    if (err || ref->dtype == HPS_DTYPE_FP32)
         return err;
-    LK_DISPATCH(ref->dtype, lk_setup, ref->occ[0], max_smem);
+    LK_DISPATCH(ref->dtype, lk_setup, ref->occ[ref->dtype], max_smem);
 }
 
 template <int DT>

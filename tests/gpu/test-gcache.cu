@@ -483,7 +483,7 @@ static int child_import(int fd, uint64_t cap, uint32_t dim, int pol)
     if (!c)
         return 1;
     for (int i = 0; i < HPS_LK_NOCC; i++) /* launch setup ran for the imported cache too */
-        HPS_ASSERT_EQ(c->ref.occ[0][i] >= 1 && c->ref.occ[1][i] >= 1, 1);
+        HPS_ASSERT_EQ(c->ref.occ[HPS_DTYPE_FP32][i] >= 1, 1);
     OK(hps_gcache_ws_create(c, 4096, &ws));
     std::map<int64_t, int> ref;
     for (int64_t k : seq_keys(1, 1000))
@@ -507,7 +507,7 @@ static void test_shared(const char *self, hps_gcache_policy_t pol)
         return;
     HPS_ASSERT_EQ(hps_gcache_bytes(c) > 0, 1);
     for (int i = 0; i < HPS_LK_NOCC; i++) /* blocks per SM, measured at creation */
-        HPS_ASSERT_EQ(c->ref.occ[0][i] >= 1 && c->ref.occ[1][i] >= 1, 1);
+        HPS_ASSERT_EQ(c->ref.occ[HPS_DTYPE_FP32][i] >= 1, 1);
     OK(hps_gcache_ws_create(c, 4096, &ws));
     insert_rows(c, seq_keys(1, 1000), 1, false, 0);
     fcntl(fd, F_SETFD, 0); /* the child inherits it across exec */
