@@ -475,10 +475,13 @@ static int host_keys(hps_client_t *cl, const void *keys, hps_key_type_t kt, int 
     return 0;
 }
 
+/* The lookup under seg_lock.  *ret_path: 1 or 0 when keys and output are
+ * in host memory of a GPU-served model and the GPU path (1) or the fetch
+ * path (0) answered, a choice of pathsel.c; -1 otherwise. */
 static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_t nt,
                          const int32_t *numkeys, const void *keys, hps_key_type_t kt, int keys_loc,
                          float *out, int out_loc, void *stream, size_t nk, size_t nfloats,
-                         bool nowait)
+                         bool nowait, int *ret_path)
 {
     struct staging s = {0};
     const int64_t *hk = NULL;
@@ -489,19 +492,18 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
     if (!dk)
         rc = host_keys(cl, keys, kt, keys_loc, nk, stream, &s, &hk);
     /* Host keys and output on a GPU-served model: either path may answer
-     * (pathsel.c), timed for the choice of the next calls. */
+     * (pathsel.c); the caller times the call for the choice of the next. */
     bool host = keys_loc == HPS_HOST && out_loc == HPS_HOST && hps__client_gpu_serves(cl, mi);
     bool gpu = cl->gpu && (!host || hps__client_path_gpu(cl, m, nk));
-    uint64_t t0 = host ? hps__client_now_ns() : 0;
+    *ret_path = host ? gpu : -1;
     if (rc == 0 && gpu) {
         rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk, out_loc == HPS_HOST ? out : NULL,
                                     out_loc == HPS_HOST ? NULL : out, stream, nowait);
-        if (rc == 0 && host)
-            hps__client_path_record(m, nk, true, hps__client_now_ns() - t0);
         if (rc <= 0)
             goto out;
         rc = 0;
         host = false; /* the GPU does not serve the model after all: not a path choice */
+        *ret_path = -1;
     }
     /* The fetch path: host keys and host rows. */
     if (rc == 0 && !hk)
@@ -513,10 +515,8 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
         rc = -ENOMEM;
     if (rc == 0)
         rc = fetch_all(cl, m, nt, numkeys, hk, ho, nowait);
-    if (rc == 0 && host) {
-        hps__client_path_record(m, nk, false, hps__client_now_ns() - t0);
+    if (rc == 0 && host)
         hps__client_gpu_note(cl, mi, nt, numkeys, hk);
-    }
     if (rc == 0 && out_loc != HPS_HOST)
         rc = hps__client_gpu_copy(cl, out, ho, nfloats * sizeof(float), true, stream);
 out:
@@ -573,16 +573,20 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
                                 "start the process again",
                                 m->conf->name);
     }
+    int path = -1;
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
-                       nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0);
+                       nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0, &path);
     pthread_rwlock_unlock(&cl->seg_lock);
+    uint64_t ns = hps__client_now_ns() - t0;
+    if (rc == 0 && path >= 0)
+        hps__client_path_record(m, nk, path == 1, ns);
     if (rc == HPS_EAGAIN)
         return hps__client_fail(rc, "model %s: the lookup would wait", m->conf->name);
     if (rc < 0 && !strstr(last_error, hps_strerror(rc)))
         hps__client_fail(rc, "lookup in model %s failed: %s", m->conf->name, hps_strerror(rc));
     atomic_fetch_add_explicit(&m->ctr.lookup_keys, nk, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->ctr.lookup_calls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->ctr.lookup_ns, hps__client_now_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ctr.lookup_ns, ns, memory_order_relaxed);
     return rc;
 }
 
