@@ -44,7 +44,8 @@ static int model_init(hps_client_t *cl, size_t i, const hps_conf_model_t *c)
     m->dims = calloc(c->num_tables, sizeof(uint32_t));
     m->defaults = calloc(c->num_tables, sizeof(float));
     m->vdb_ids = calloc(c->num_tables, sizeof(uint32_t));
-    if (!m->dims || !m->defaults || !m->vdb_ids)
+    m->tpath = calloc(c->num_tables, sizeof(client_pathsel_t));
+    if (!m->dims || !m->defaults || !m->vdb_ids || !m->tpath)
         return -ENOMEM;
     for (size_t t = 0; t < c->num_tables; t++) {
         m->dims[t] = (uint32_t)c->embedding_vecsize_per_table[t];
@@ -78,6 +79,7 @@ static void free_models(hps_client_t *cl)
         free(cl->models[i].dims);
         free(cl->models[i].defaults);
         free(cl->models[i].vdb_ids);
+        free(cl->models[i].tpath);
     }
     free(cl->models);
     for (size_t i = 0; i < cl->num_learned; i++)
@@ -475,13 +477,14 @@ static int host_keys(hps_client_t *cl, const void *keys, hps_key_type_t kt, int 
     return 0;
 }
 
-/* The lookup under seg_lock.  *ret_path: 1 or 0 when keys and output are
+/* The lookup under seg_lock; ps decides the path (hps__client_pathsel).
+ * *ret_path: 1 or 0 when keys and output are
  * in host memory of a GPU-served model and the GPU path (1) or the fetch
  * path (0) answered, a choice of pathsel.c; -1 otherwise. */
 static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_t nt,
                          const int32_t *numkeys, const void *keys, hps_key_type_t kt, int keys_loc,
                          float *out, int out_loc, void *stream, size_t nk, size_t nfloats,
-                         bool nowait, int *ret_path)
+                         bool nowait, client_pathsel_t *ps, int *ret_path)
 {
     struct staging s = {0};
     const int64_t *hk = NULL;
@@ -494,7 +497,7 @@ static int lookup_locked(hps_client_t *cl, client_model_t *m, size_t mi, uint32_
     /* Host keys and output on a GPU-served model: either path may answer
      * (pathsel.c); the caller times the call for the choice of the next. */
     bool host = keys_loc == HPS_HOST && out_loc == HPS_HOST && hps__client_gpu_serves(cl, mi);
-    bool gpu = cl->gpu && (!host || hps__client_path_gpu(cl, m, nk));
+    bool gpu = cl->gpu && (!host || hps__client_path_gpu(cl, ps, nk));
     *ret_path = host ? gpu : -1;
     if (rc == 0 && gpu) {
         rc = hps__client_gpu_lookup(cl, mi, nt, numkeys, hk, dk, out_loc == HPS_HOST ? out : NULL,
@@ -574,12 +577,13 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
                                 m->conf->name);
     }
     int path = -1;
+    client_pathsel_t *ps = hps__client_pathsel(m, nt, numkeys);
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
-                       nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0, &path);
+                       nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0, ps, &path);
     pthread_rwlock_unlock(&cl->seg_lock);
     uint64_t ns = hps__client_now_ns() - t0;
     if (rc == 0 && path >= 0)
-        hps__client_path_record(m, nk, path == 1, ns);
+        hps__client_path_record(m, ps, nk, path == 1, ns);
     if (rc == HPS_EAGAIN)
         return hps__client_fail(rc, "model %s: the lookup would wait", m->conf->name);
     if (rc < 0 && !strstr(last_error, hps_strerror(rc)))

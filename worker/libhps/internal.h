@@ -35,8 +35,10 @@ typedef struct client_counters {
 /* [worker] lookup_path = auto (pathsel.c): per bucket of call sizes
  * (floor(log2(keys))), each path's estimated time per call, ns[b][1] the
  * GPU path's and ns[b][0] the fetch path's (0: not measured yet), the
- * samples behind each, and the calls that chose in the bucket.  Relaxed
- * atomics, any thread: a race only blurs an estimate. */
+ * samples behind each, and the calls that chose in the bucket.  One per
+ * model for calls over several tables, one per table for calls whose keys
+ * are all of one table.  Relaxed atomics, any thread: a race only blurs an
+ * estimate. */
 #define CLIENT_PATH_BUCKETS 33
 typedef struct client_pathsel {
     _Atomic uint64_t ns[CLIENT_PATH_BUCKETS][2];
@@ -57,7 +59,8 @@ typedef struct client_model {
     _Atomic bool misfit;
     bool dim_warned; /* the misfit was logged for this segment (maintenance thread) */
     client_counters_t ctr;
-    client_pathsel_t path;
+    client_pathsel_t path;   /* calls with keys of several tables */
+    client_pathsel_t *tpath; /* (T) calls with keys of table t only; immutable pointer */
 } client_model_t;
 
 struct hps_client {
@@ -128,15 +131,24 @@ int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, si
 void hps__client_fill(float *out, size_t n, uint32_t dim, float v);
 
 /**
- * Whether a lookup of nk >= 1 keys of model m whose keys and output are in
- * host memory takes the GPU path ([worker] lookup_path: gpu, cpu, or auto:
- * the path measured faster for calls of its size, pathsel.c).  Any thread.
+ * The path estimates that decide a call of model m over tables 0 .. nt-1
+ * with numkeys (T) keys each: table t's own (m->tpath[t]) when only t has
+ * keys, else the model's (m->path).  Any thread.
  */
-bool hps__client_path_gpu(const hps_client_t *cl, client_model_t *m, size_t nk);
+client_pathsel_t *hps__client_pathsel(client_model_t *m, uint32_t nt, const int32_t *numkeys);
 
-/** Such a lookup of nk keys took ns on the path gpu says: added to the
- *  path's mean for its size and to m's path counters.  Any thread. */
-void hps__client_path_record(client_model_t *m, size_t nk, bool gpu, uint64_t ns);
+/**
+ * Whether a lookup of nk >= 1 keys whose keys and output are in host memory,
+ * decided by estimates ps (hps__client_pathsel), takes the GPU path
+ * ([worker] lookup_path: gpu, cpu, or auto: the path measured faster for
+ * calls of its size, pathsel.c).  Any thread.
+ */
+bool hps__client_path_gpu(const hps_client_t *cl, client_pathsel_t *ps, size_t nk);
+
+/** Such a lookup of nk keys of model m took ns on the path gpu says: added
+ *  to ps's mean for its size and to m's path counters.  Any thread. */
+void hps__client_path_record(client_model_t *m, client_pathsel_t *ps, size_t nk, bool gpu,
+                             uint64_t ns);
 
 /** CLOCK_MONOTONIC in ns. */
 uint64_t hps__client_now_ns(void);

@@ -11,6 +11,16 @@
  * the faster, and measures the other again on one call in 32 of the bucket,
  * so a change in load or hit rate moves the choice.  A path not yet
  * measured in a bucket is tried first (the GPU path, then the fetch path).
+ *
+ * A call whose keys are all of one table (HugeCTR's lookup(keys, model,
+ * table_id), hps_client_lookup_table) is decided by that table's own
+ * estimates: tables differ in dimension, hit rate and size, and so in
+ * which path is sooner.  A call over several tables is one choice for all
+ * of them, by the model's estimates: the GPU path answers its tables in
+ * one launch and one copy back, whose cost is the call's, not a table's, so
+ * a per-table time cannot be measured, and splitting the tables of a call
+ * between the paths would pay the GPU path's fixed cost for part of the
+ * call and gather the rows of the other part into the same output.
  * The estimate: the least of a path's first PATH_WARM calls in the bucket
  * (its first calls pay one-time costs: a CUDA graph captured for a new
  * shape, a workspace grown), then an exponentially weighted mean (weight
@@ -31,7 +41,20 @@ static unsigned bucket(size_t nk)
     return b < CLIENT_PATH_BUCKETS ? b : CLIENT_PATH_BUCKETS - 1;
 }
 
-bool hps__client_path_gpu(const hps_client_t *cl, client_model_t *m, size_t nk)
+client_pathsel_t *hps__client_pathsel(client_model_t *m, uint32_t nt, const int32_t *numkeys)
+{
+    uint32_t only = UINT32_MAX;
+    for (uint32_t t = 0; t < nt; t++) {
+        if (numkeys[t] == 0)
+            continue;
+        if (only != UINT32_MAX)
+            return &m->path;
+        only = t;
+    }
+    return only == UINT32_MAX || !m->tpath ? &m->path : &m->tpath[only];
+}
+
+bool hps__client_path_gpu(const hps_client_t *cl, client_pathsel_t *ps, size_t nk)
 {
     switch (cl->conf->worker.lookup_path) {
     case HPS_CONF_LOOKUP_PATH_GPU:
@@ -42,21 +65,22 @@ bool hps__client_path_gpu(const hps_client_t *cl, client_model_t *m, size_t nk)
         break;
     }
     unsigned b = bucket(nk);
-    uint64_t g = atomic_load_explicit(&m->path.ns[b][1], memory_order_relaxed);
-    uint64_t c = atomic_load_explicit(&m->path.ns[b][0], memory_order_relaxed);
+    uint64_t g = atomic_load_explicit(&ps->ns[b][1], memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&ps->ns[b][0], memory_order_relaxed);
     if (g == 0 || c == 0)
         return g == 0;
-    uint32_t n = atomic_fetch_add_explicit(&m->path.calls[b], 1, memory_order_relaxed);
+    uint32_t n = atomic_fetch_add_explicit(&ps->calls[b], 1, memory_order_relaxed);
     bool gpu = g <= c;
     return n % PATH_EXPLORE == PATH_EXPLORE - 1 ? !gpu : gpu;
 }
 
-void hps__client_path_record(client_model_t *m, size_t nk, bool gpu, uint64_t ns)
+void hps__client_path_record(client_model_t *m, client_pathsel_t *ps, size_t nk, bool gpu,
+                             uint64_t ns)
 {
     unsigned b = bucket(nk);
-    _Atomic uint64_t *p = &m->path.ns[b][gpu];
+    _Atomic uint64_t *p = &ps->ns[b][gpu];
     uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
-    uint32_t seen = atomic_fetch_add_explicit(&m->path.samples[b][gpu], 1, memory_order_relaxed);
+    uint32_t seen = atomic_fetch_add_explicit(&ps->samples[b][gpu], 1, memory_order_relaxed);
     ns = ns ? ns : 1; /* 0 means "not measured" */
     if (old && seen < PATH_WARM)
         ns = ns < old ? ns : old;
