@@ -276,9 +276,11 @@ typedef struct hps_client_table_info {
     uint32_t max_keys_per_sample; /**< maxnum_catfeature_query_per_table_per_sample[t] */
     float default_value;          /**< default_value_for_each_table[t] */
     uint64_t rows;                /**< rows in the volatile DB now; 0 before attach */
-    /** How the volatile DB stores the rows ([model.<name>] storage_type;
-     *  include/hps/dtype.h gives each type's error bound).  Lookups return
-     *  fp32 whatever it is. */
+    /** How the volatile DB stores the rows: the segment's table once
+     *  attached (the type lookups decode and GPU caches store, even where
+     *  this process's INI says another), before that [model.<name>]
+     *  storage_type (include/hps/dtype.h gives each type's error bound).
+     *  Lookups return fp32 whatever it is. */
     hps_dtype_t storage_type;
 } hps_client_table_info_t;
 

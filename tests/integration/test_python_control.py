@@ -14,7 +14,8 @@ real hps-coordinator and beside an hps-worker on the same segment:
     worker's index shows n UNAVAILABLE "unloaded", m still exact;
   - a model added to the INI while the client runs: load_model, then its
     vectors exact in this process, and models() lists it; tables() gives
-    each table's storage_type (int8 for one added with it);
+    each table's storage_type (int8 for one added with it; the segment's
+    type where another client's INI says fp32);
   - a client of a configuration in mode none: HPS_EUNSUPPORTED.
 """
 import os
@@ -102,6 +103,15 @@ def body(t, cl):
         t.eq([(x["storage_type"], x["rows"]) for x in c.tables("r")] +
              [x["storage_type"] for x in c.tables("m")], [("int8", 300), "fp32", "fp32"],
              "tables(): storage_type int8 for r (300 rows), fp32 for m")
+        # a process whose INI says fp32 for r reports the segment's int8
+        # (the type its lookups decode and GPU caches store)
+        other = cl.write_config("fp32r.ini", text + "".join(
+            "\n" + x.ini_text[x.ini_text.index("[model.%s]" % x.name):] for x in (q, r)),
+            settings)
+        with hps.Client(other, -1) as c3:
+            t.ok(H.wait_until(lambda: c3.tables("r")[0]["storage_type"] == "int8", 5),
+                 "tables() of a client whose INI says fp32: the segment's int8",
+                 c3.tables("r"))
     none_conf = cl.write_config("none.ini", text, [("hps", "startup_models", "^m$")])
     with hps.Client(none_conf, -1) as c2:
         raises(t, lambda: c2.load_model("n"), "mode none: load_model", hps.HPS_EUNSUPPORTED)

@@ -384,9 +384,14 @@ hps_err_t hps_client_table_info(hps_client_t *cl, size_t model, uint32_t table,
             (uint32_t)m->conf->maxnum_catfeature_query_per_table_per_sample[table],
         .default_value = m->defaults[table],
         .storage_type = (hps_dtype_t)m->conf->storage_type};
+    /* Attached: the segment's type, which lookups decode and the GPU caches
+     * store, also where this process's INI says another. */
+    hps_table_info_t ti;
     pthread_rwlock_rdlock(&cl->seg_lock);
-    if (cl->db && m->resolved)
-        hps_shmdb_size(cl->db, m->vdb_ids[table], &ret->rows);
+    if (cl->db && m->resolved && hps_shmdb_table_info(cl->db, m->vdb_ids[table], &ti) == 0) {
+        ret->rows = ti.rows;
+        ret->storage_type = ti.storage_type;
+    }
     pthread_rwlock_unlock(&cl->seg_lock);
     return 0;
 }
