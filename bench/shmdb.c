@@ -9,6 +9,14 @@
  * The shmdb segment is written by this process and read by a forked child
  * that attaches it, so every shmdb number is a cross-process read.
  *
+ * --types adds tables stored in a compact type (fp16, bf16, int8; issue
+ * 22).  Each is looked up in two forms, decoded to fp32 (hps_shmdb_lookup)
+ * and as stored bytes (hps_shmdb_lookup_stored, one call per key: the API
+ * reads one row), and both are compared with a floor that gathers the same
+ * stored bytes (hps_dtype_row_bytes per row) from a flat array by the same
+ * key -> row index map; bytes per row are reported against the key plus
+ * the stored row.  Redis is measured for fp32 only.
+ *
  * Every number printed is measured by this run, except the footnote labelled
  * "reference (not measured here)".
  */
@@ -33,6 +41,7 @@
 #include "bench_vcs.h"
 #include "hps_build_config.h"
 #include "bench/benchutil.h"
+#include "hps/dtype.h"
 #include "hps/hps.h"
 #include "hps/shmdb.h"
 
@@ -64,6 +73,8 @@ typedef struct options {
     unsigned batch;
     unsigned nbatches;
     unsigned partitions;
+    hps_dtype_t types[HPS_DTYPE_COUNT]; /* storage types measured per dim */
+    unsigned ntypes;
     bool quick;
 } options_t;
 
@@ -125,15 +136,52 @@ static void expected_row(int64_t key, unsigned dim, float *out)
         out[j] = value_of(key, j);
 }
 
-static uint64_t checksum(const float *v, size_t n)
+/** FNV-1a over n bytes. */
+static uint64_t checksum(const void *v, size_t n)
 {
+    const uint8_t *b = v;
     uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &v[i], 4);
-        h = (h ^ bits) * 0x100000001b3ULL;
-    }
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
     return h;
+}
+
+/** What a lookup writes per row: dim floats (decoded), or the row as stored in dtype. */
+typedef struct form {
+    hps_dtype_t dtype;
+    bool stored;
+} form_t;
+
+static size_t form_bytes(form_t f, unsigned dim)
+{
+    return f.stored ? hps_dtype_row_bytes(f.dtype, dim) : 4ull * dim;
+}
+
+/** Bytes of a lookup output row of any form: int8 stores dim + 4. */
+static size_t out_row_max(unsigned dim)
+{
+    return 4ull * (dim + 1);
+}
+
+/**
+ * The row of key as a lookup of form f returns it, into out (form_bytes):
+ * the stored encoding of expected_row, decoded again unless f.stored.
+ * scratch holds 2 * out_row_max(dim) bytes.
+ */
+static void expected_out(int64_t key, unsigned dim, form_t f, void *scratch, void *out)
+{
+    float *row = scratch;
+    void *enc = (uint8_t *)scratch + out_row_max(dim);
+    expected_row(key, dim, row);
+    if (f.dtype == HPS_DTYPE_FP32) {
+        memcpy(out, row, 4ull * dim);
+        return;
+    }
+    hps_dtype_encode(f.dtype, dim, 1, row, enc);
+    if (f.stored)
+        memcpy(out, enc, hps_dtype_row_bytes(f.dtype, dim));
+    else
+        hps_dtype_decode(f.dtype, dim, 1, enc, out);
 }
 
 static void workload_init(workload_t *wl, const options_t *o)
@@ -160,8 +208,8 @@ static void workload_init(workload_t *wl, const options_t *o)
 /* Measurement harness                                                       */
 /* ------------------------------------------------------------------------ */
 
-/** Look up batch b into out (batch x dim) and found; return hits or < 0. */
-typedef int (*batch_fn)(void *ctx, unsigned tid, size_t b, float *out, uint8_t *found);
+/** Look up batch b into out (batch rows of the context's form) and found; return hits or < 0. */
+typedef int (*batch_fn)(void *ctx, unsigned tid, size_t b, void *out, uint8_t *found);
 
 typedef struct run_result {
     double mkeys;     /* million keys per second, all threads together (best run) */
@@ -197,8 +245,8 @@ static double thread_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int run_loop(run_ctx_t *rc, unsigned tid, double until, size_t *b, float *out,
-                    uint8_t *found, uint64_t *batches, uint64_t *misses)
+static int run_loop(run_ctx_t *rc, unsigned tid, double until, size_t *b, void *out, uint8_t *found,
+                    uint64_t *batches, uint64_t *misses)
 {
     unsigned n = g_wl.batch;
     do {
@@ -216,7 +264,7 @@ static void *run_thread(void *p)
 {
     thread_arg_t *ta = p;
     run_ctx_t *rc = ta->rc;
-    float *out = bench_xmalloc((size_t)g_wl.batch * rc->dim * sizeof(float));
+    void *out = bench_xmalloc(g_wl.batch * out_row_max(rc->dim));
     uint8_t *found = bench_xmalloc(g_wl.batch);
     size_t b = (size_t)ta->tid * g_wl.nb / rc->nthreads;
     uint64_t wb = 0, wm = 0;
@@ -315,42 +363,47 @@ typedef struct check_result {
     int err;
 } check_result_t;
 
-static void check_batch(const int64_t *keys, unsigned n, unsigned dim, const float *out,
-                        const uint8_t *found, float *exp, check_result_t *cr)
+/** out and exp: n rows of form f; scratch: 2 * out_row_max(dim) bytes. */
+static void check_batch(const int64_t *keys, unsigned n, unsigned dim, form_t f, const void *out,
+                        const uint8_t *found, void *exp, void *scratch, check_result_t *cr)
 {
+    size_t rb = form_bytes(f, dim);
     for (unsigned q = 0; q < n; q++) {
-        expected_row(keys[q], dim, exp + (size_t)q * dim);
+        uint8_t *e = (uint8_t *)exp + q * rb;
+        expected_out(keys[q], dim, f, scratch, e);
         if (!found[q])
             cr->missing++;
-        else if (memcmp(out + (size_t)q * dim, exp + (size_t)q * dim, dim * 4) != 0)
+        else if (memcmp((const uint8_t *)out + q * rb, e, rb) != 0)
             cr->wrong++;
     }
     cr->keys += n;
 }
 
 /** Verify SAMPLE_BATCHES query batches spread over the stream: found + checksum. */
-static check_result_t check_sample(batch_fn fn, void *ctx, unsigned dim)
+static check_result_t check_sample(batch_fn fn, void *ctx, unsigned dim, form_t f)
 {
-    size_t n = (size_t)g_wl.batch * dim;
-    float *out = bench_xmalloc(n * sizeof(float));
-    float *exp = bench_xmalloc(n * sizeof(float));
+    size_t n = g_wl.batch * form_bytes(f, dim);
+    void *out = bench_xmalloc(n);
+    void *exp = bench_xmalloc(n);
+    void *scratch = bench_xmalloc(2 * out_row_max(dim));
     uint8_t *found = bench_xmalloc(g_wl.batch);
     check_result_t cr = {.sum = 0x1234, .sum_expect = 0x1234};
     for (unsigned s = 0; s < SAMPLE_BATCHES && cr.err == 0; s++) {
         size_t b = (size_t)s * g_wl.nb / SAMPLE_BATCHES;
-        memset(out, 0, n * sizeof(float));
+        memset(out, 0, n);
         memset(found, 0, g_wl.batch);
         int hits = fn(ctx, 0, b, out, found);
         if (hits < 0) {
             cr.err = hits;
             break;
         }
-        check_batch(&g_wl.qkeys[b * g_wl.batch], g_wl.batch, dim, out, found, exp, &cr);
+        check_batch(&g_wl.qkeys[b * g_wl.batch], g_wl.batch, dim, f, out, found, exp, scratch, &cr);
         cr.sum = mix64(cr.sum ^ checksum(out, n));
         cr.sum_expect = mix64(cr.sum_expect ^ checksum(exp, n));
     }
     free(out);
     free(exp);
+    free(scratch);
     free(found);
     return cr;
 }
@@ -362,12 +415,12 @@ static bool check_ok(const check_result_t *cr)
 
 static void print_check(const char *who, const check_result_t *cr)
 {
-    printf("  check %-6s %u sample query batches (%" PRIu64 " keys): %" PRIu64 " missing, %" PRIu64
+    printf("  check %-8s %u sample query batches (%" PRIu64 " keys): %" PRIu64 " missing, %" PRIu64
            " wrong, checksum %016" PRIx64 " %s expected %016" PRIx64 " -> %s\n",
            who, SAMPLE_BATCHES, cr->keys, cr->missing, cr->wrong, cr->sum,
            cr->sum == cr->sum_expect ? "==" : "!=", cr->sum_expect, check_ok(cr) ? "OK" : "FAILED");
     if (cr->err)
-        printf("  check %-6s error %d (%s)\n", who, cr->err, hps_strerror(cr->err));
+        printf("  check %-8s error %d (%s)\n", who, cr->err, hps_strerror(cr->err));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -375,8 +428,8 @@ static void print_check(const char *who, const check_result_t *cr)
 /* ------------------------------------------------------------------------ */
 
 typedef struct floor_ctx {
-    const float *flat; /* (rows, dim) */
-    unsigned dim;
+    const void *flat; /* (rows, rb): fp32 vectors, or the rows as stored */
+    size_t rb;        /* bytes per row */
 } floor_ctx_t;
 
 /*
@@ -384,30 +437,30 @@ typedef struct floor_ctx {
  * at dim 1); for large rows libc's memcpy beats the inlined copy (dim 128:
  * 13.0 vs 9.5 M keys/s on the development VM), so it stays the generic case.
  */
-#define FLOOR_GATHER(D)                                                                            \
+#define FLOOR_GATHER(R)                                                                            \
     for (unsigned q = 0; q < n; q++)                                                               \
-        memcpy(out + (size_t)q * (D), flat + (size_t)idx[q] * (D), (D) * sizeof(float));
+        memcpy(out + (size_t)q * (R), flat + (size_t)idx[q] * (R), (R));
 
-static void floor_gather(const float *flat, unsigned dim, const uint32_t *idx, unsigned n,
-                         float *out)
+static void floor_gather(const uint8_t *flat, size_t rb, const uint32_t *idx, unsigned n,
+                         uint8_t *out)
 {
-    switch (dim) {
-    case 1:
-        FLOOR_GATHER(1);
+    switch (rb) {
+    case 4: /* fp32 dim 1 */
+        FLOOR_GATHER(4);
         break;
-    case 16:
-        FLOOR_GATHER(16);
+    case 64: /* fp32 dim 16 */
+        FLOOR_GATHER(64);
         break;
     default:
-        FLOOR_GATHER(dim);
+        FLOOR_GATHER(rb);
     }
 }
 
-static int floor_batch(void *p, unsigned tid, size_t b, float *out, uint8_t *found)
+static int floor_batch(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
 {
     (void)tid;
     const floor_ctx_t *fc = p;
-    floor_gather(fc->flat, fc->dim, &g_wl.qidx[b * g_wl.batch], g_wl.batch, out);
+    floor_gather(fc->flat, fc->rb, &g_wl.qidx[b * g_wl.batch], g_wl.batch, out);
     memset(found, 1, g_wl.batch);
     return (int)g_wl.batch;
 }
@@ -420,6 +473,15 @@ static float *flat_build(unsigned dim)
     return flat;
 }
 
+/** The rows of flat (fp32) as stored in dtype: rows x hps_dtype_row_bytes bytes. */
+static void *flat_encode(const float *flat, unsigned dim, hps_dtype_t dtype)
+{
+    void *enc = bench_xmalloc(g_wl.rows * hps_dtype_row_bytes(dtype, dim));
+    if (hps_dtype_encode(dtype, dim, g_wl.rows, flat, enc) < 0)
+        bench_die("hps_dtype_encode(%s, dim %u) failed", hps_dtype_name(dtype), dim);
+    return enc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* shmdb: writer (this process) and reader (forked child)                    */
 /* ------------------------------------------------------------------------ */
@@ -428,6 +490,7 @@ typedef struct reader_cmd {
     char segment[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
     char table[HPS_SHMDB_NAME_MAX + 1];
     unsigned dim;
+    hps_dtype_t dtype; /* the table's storage type */
     bool quit;
 } reader_cmd_t;
 
@@ -438,16 +501,19 @@ typedef struct reader_reply {
     uint64_t rows_seen;                           /* hps_shmdb_size from the reader */
     uint64_t full_keys, full_missing, full_wrong; /* every loaded key, once */
     check_result_t sample;
+    check_result_t sample_stored;      /* compact types: hps_shmdb_lookup_stored */
     run_result_t clients[MAX_THREADS]; /* [i]: threads[i] threads, one handle */
-    run_result_t split[MAX_THREADS];   /* [i]: 1 thread, num_threads = threads[i] */
+    run_result_t split[MAX_THREADS];   /* [i]: 1 thread, num_threads = threads[i] (fp32) */
+    run_result_t stored[MAX_THREADS];  /* [i]: as clients, stored rows (compact types) */
 } reader_reply_t;
 
 typedef struct shm_ctx {
     hps_shmdb_t *db;
     uint32_t id;
+    size_t rb; /* stored row bytes (hps_table_info_t.row_bytes) */
 } shm_ctx_t;
 
-static int shm_batch(void *p, unsigned tid, size_t b, float *out, uint8_t *found)
+static int shm_batch(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
 {
     (void)tid;
     const shm_ctx_t *sc = p;
@@ -455,6 +521,25 @@ static int shm_batch(void *p, unsigned tid, size_t b, float *out, uint8_t *found
     hps_err_t e = hps_shmdb_lookup(sc->db, sc->id, g_wl.batch, &g_wl.qkeys[b * g_wl.batch], out,
                                    found, &hits);
     return e < 0 ? e : (int)hits;
+}
+
+/** The batch as stored rows: hps_shmdb_lookup_stored reads one key per call. */
+static int shm_batch_stored(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
+{
+    (void)tid;
+    const shm_ctx_t *sc = p;
+    const int64_t *keys = &g_wl.qkeys[b * g_wl.batch];
+    int hits = 0;
+    for (unsigned q = 0; q < g_wl.batch; q++) {
+        bool f = false;
+        hps_err_t e = hps_shmdb_lookup_stored(sc->db, sc->id, (uint64_t)keys[q],
+                                              (uint8_t *)out + q * sc->rb, sc->rb, &f);
+        if (e < 0)
+            return e;
+        found[q] = f;
+        hits += f;
+    }
+    return hits;
 }
 
 static void write_all(int fd, const void *buf, size_t n)
@@ -487,11 +572,13 @@ static bool read_all(int fd, void *buf, size_t n)
 }
 
 /** Look up every loaded key once, in order: warms the mapping, checks exactness. */
-static void reader_full_pass(shm_ctx_t *sc, unsigned dim, reader_reply_t *rp)
+static void reader_full_pass(shm_ctx_t *sc, unsigned dim, hps_dtype_t dtype, reader_reply_t *rp)
 {
     size_t chunk = g_wl.batch;
+    form_t f = {dtype, false};
     float *out = bench_xmalloc(chunk * dim * sizeof(float));
     float *exp = bench_xmalloc(chunk * dim * sizeof(float));
+    void *scratch = bench_xmalloc(2 * out_row_max(dim));
     uint8_t *found = bench_xmalloc(chunk);
     check_result_t cr = {0};
     for (uint64_t i = 0; i < g_wl.rows; i += chunk) {
@@ -503,13 +590,14 @@ static void reader_full_pass(shm_ctx_t *sc, unsigned dim, reader_reply_t *rp)
             snprintf(rp->what, sizeof(rp->what), "hps_shmdb_lookup");
             break;
         }
-        check_batch(&g_wl.keys[i], n, dim, out, found, exp, &cr);
+        check_batch(&g_wl.keys[i], n, dim, f, out, found, exp, scratch, &cr);
     }
     rp->full_keys += cr.keys;
     rp->full_missing += cr.missing;
     rp->full_wrong += cr.wrong;
     free(out);
     free(exp);
+    free(scratch);
     free(found);
 }
 
@@ -528,20 +616,36 @@ static hps_err_t reader_open(const reader_cmd_t *cmd, unsigned nt, shm_ctx_t *sc
         hps_shmdb_detach(sc->db);
         return e;
     }
+    hps_table_info_t ti;
+    e = hps_shmdb_table_info(sc->db, sc->id, &ti);
+    if (e < 0) {
+        snprintf(rp->what, sizeof(rp->what), "hps_shmdb_table_info");
+        hps_shmdb_detach(sc->db);
+        return e;
+    }
+    sc->rb = ti.row_bytes;
     return 0;
 }
 
-/** One attach with num_threads = 1: check, then t clients for each t. */
+/** One attach with num_threads = 1: check, then t clients for each t (and
+ * for a compact type the same as stored rows). */
 static void reader_clients(const reader_cmd_t *cmd, reader_reply_t *rp)
 {
     shm_ctx_t sc;
     if ((rp->err = reader_open(cmd, 1, &sc, rp)) < 0)
         return;
+    bool compact = cmd->dtype != HPS_DTYPE_FP32;
     hps_shmdb_size(sc.db, sc.id, &rp->rows_seen);
-    reader_full_pass(&sc, cmd->dim, rp);
-    rp->sample = check_sample(shm_batch, &sc, cmd->dim);
-    for (unsigned i = 0; i < g_opt.nthreads && rp->err == 0; i++)
+    reader_full_pass(&sc, cmd->dim, cmd->dtype, rp);
+    rp->sample = check_sample(shm_batch, &sc, cmd->dim, (form_t){cmd->dtype, false});
+    if (compact)
+        rp->sample_stored =
+            check_sample(shm_batch_stored, &sc, cmd->dim, (form_t){cmd->dtype, true});
+    for (unsigned i = 0; i < g_opt.nthreads && rp->err == 0; i++) {
         rp->clients[i] = measure(shm_batch, &sc, cmd->dim, g_opt.threads[i], true);
+        if (compact)
+            rp->stored[i] = measure(shm_batch_stored, &sc, cmd->dim, g_opt.threads[i], true);
+    }
     hps_shmdb_detach(sc.db);
 }
 
@@ -554,7 +658,7 @@ static void reader_split(const reader_cmd_t *cmd, reader_reply_t *rp)
         shm_ctx_t sc;
         if ((rp->err = reader_open(cmd, g_opt.threads[i], &sc, rp)) < 0)
             return;
-        reader_full_pass(&sc, cmd->dim, rp);
+        reader_full_pass(&sc, cmd->dim, cmd->dtype, rp);
         rp->split[i] = measure(shm_batch, &sc, cmd->dim, 1, true);
         hps_shmdb_detach(sc.db);
     }
@@ -568,7 +672,7 @@ static void reader_main(int cmd_fd, int reply_fd)
         memset(&rp, 0, sizeof(rp));
         rp.pid = getpid();
         reader_clients(&cmd, &rp);
-        if (rp.err == 0)
+        if (rp.err == 0 && cmd.dtype == HPS_DTYPE_FP32)
             reader_split(&cmd, &rp);
         write_all(reply_fd, &rp, sizeof(rp));
     }
@@ -619,6 +723,7 @@ static void reader_stop(reader_t *rd)
 typedef struct shm_load {
     char segment[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
     char table[HPS_SHMDB_NAME_MAX + 1];
+    hps_dtype_t dtype;
     double load_s;
     uint64_t inserted;
     hps_table_info_t ti;
@@ -634,8 +739,10 @@ static void shm_check(hps_err_t e, const char *what)
 
 static hps_shmdb_t *shm_create(unsigned dim, shm_load_t *sl)
 {
-    snprintf(sl->segment, sizeof(sl->segment), "bench-%d-d%u", (int)getpid(), dim);
-    snprintf(sl->table, sizeof(sl->table), "emb_d%u", dim);
+    /* fp32 keeps the names of the runs before --types. */
+    const char *sfx = sl->dtype == HPS_DTYPE_FP32 ? "" : hps_dtype_name(sl->dtype);
+    snprintf(sl->segment, sizeof(sl->segment), "bench-%d-d%u%s", (int)getpid(), dim, sfx);
+    snprintf(sl->table, sizeof(sl->table), "emb_d%u%s%s", dim, *sfx ? "_" : "", sfx);
     uint64_t raw = g_wl.rows * (8 + 4ULL * dim);
     uint64_t size = 4ULL << 30;
     if (2 * raw + (64ULL << 20) > size)
@@ -661,13 +768,15 @@ static uint32_t shm_table(hps_shmdb_t *db, unsigned dim, const shm_load_t *sl)
         .overflow_policy = HPS_EVICT_RANDOM,
         .overflow_resolution_target = 0.8,
         .expected_rows = g_wl.rows,
+        .storage_type = sl->dtype,
     };
     uint32_t id = 0;
     shm_check(hps_shmdb_table_create(db, &spec, &id), "hps_shmdb_table_create");
     return id;
 }
 
-/** Create the segment and table, upsert every row; the segment stays in /dev/shm. */
+/** Create the segment and a table of sl->dtype, upsert every row (fp32 vectors,
+ * encoded by the upsert); the segment stays in /dev/shm. */
 static hps_shmdb_t *shm_load(unsigned dim, const float *flat, shm_load_t *sl)
 {
     hps_shmdb_t *db = shm_create(dim, sl);
@@ -683,7 +792,7 @@ static hps_shmdb_t *shm_load(unsigned dim, const float *flat, shm_load_t *sl)
     sl->load_s = bench_now_s() - t0;
     shm_check(hps_shmdb_table_info(db, id, &sl->ti), "hps_shmdb_table_info");
     shm_check(hps_shmdb_segment_info(db, &sl->si), "hps_shmdb_segment_info");
-    sl->bytes_per_slot = hps_shmdb_bytes_per_slot(dim, HPS_EVICT_RANDOM);
+    sl->bytes_per_slot = hps_shmdb_bytes_per_slot_of(dim, HPS_EVICT_RANDOM, sl->dtype);
     return db;
 }
 
@@ -703,6 +812,7 @@ static reader_reply_t reader_run(reader_t *rd, unsigned dim, const shm_load_t *s
     snprintf(cmd.segment, sizeof(cmd.segment), "%s", sl->segment);
     snprintf(cmd.table, sizeof(cmd.table), "%s", sl->table);
     cmd.dim = dim;
+    cmd.dtype = sl->dtype;
     write_all(rd->cmd_fd, &cmd, sizeof(cmd));
     reader_reply_t rp;
     if (!read_all(rd->reply_fd, &rp, sizeof(rp)))
@@ -1038,7 +1148,7 @@ static int redis_parse(const redisReply *r, const uint32_t *order, size_t m, uns
     return hits;
 }
 
-static int redis_batch(void *p, unsigned tid, size_t b, float *out, uint8_t *found)
+static int redis_batch(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
 {
     redis_ctx_t *ctx = p;
     redis_conn_t *rc = &ctx->conn[tid];
@@ -1139,6 +1249,7 @@ typedef struct row {
     const char *variant;
     double ours, floor, redis; /* M keys/s; redis < 0 = not measured */
     double cpu;                /* lowest cpu_share of the ours and floor runs */
+    bool no_target;            /* compact types: no throughput target of the issue */
 } row_t;
 
 typedef struct verdicts {
@@ -1180,8 +1291,8 @@ static void fmt_target(char *buf, size_t n, double value, double target, bool ha
 
 static void print_row(unsigned dim, const row_t *r)
 {
-    double tf = dim == 128 ? 0.5 : dim == 16 ? 0.2 : 0;
-    double tr = dim == 128 ? 10 : 0;
+    double tf = r->no_target ? 0 : dim == 128 ? 0.5 : dim == 16 ? 0.2 : 0;
+    double tr = r->no_target ? 0 : dim == 128 ? 10 : 0;
     double rf = r->ours / r->floor;
     bool have_redis = r->redis > 0;
     double rr = have_redis ? r->ours / r->redis : 0;
@@ -1215,10 +1326,14 @@ static void print_table_head(void)
 
 static void print_memory(unsigned dim, const shm_load_t *sl, const redis_load_t *rl)
 {
-    double raw = 8.0 + 4.0 * dim, rows = (double)sl->ti.rows;
+    double raw = 8.0 + sl->ti.row_bytes, rows = (double)sl->ti.rows;
     double tb = (double)sl->ti.bytes / rows, ub = (double)sl->si.used_bytes / rows;
-    double target = dim == 1 ? 1.25 : dim == 128 ? 1.05 : 0;
-    printf("  memory per row (raw key + vector = 8 + 4*%u = %.0f bytes):\n", dim, raw);
+    double target = dim == 1 && sl->dtype == HPS_DTYPE_FP32 ? 1.25 : dim == 128 ? 1.05 : 0;
+    if (sl->dtype == HPS_DTYPE_FP32)
+        printf("  memory per row (raw key + vector = 8 + 4*%u = %.0f bytes):\n", dim, raw);
+    else
+        printf("  memory per row (raw key + stored %s row = 8 + %u = %.0f bytes):\n",
+               hps_dtype_name(sl->dtype), sl->ti.row_bytes, raw);
     printf("    shmdb table bytes / rows     %10.2f B  = %5.3fx raw", tb, tb / raw);
     if (target > 0)
         printf("   target <= %.2fx %s", target, verdict(tb / raw <= target));
@@ -1226,8 +1341,8 @@ static void print_memory(unsigned dim, const shm_load_t *sl, const redis_load_t 
     if (target > 0)
         printf("   target <= %.2fx %s", target, verdict(ub / raw <= target));
     printf("\n    (table: %" PRIu64 " rows in %" PRIu64 " slots, load %.3f, %" PRIu64
-           " bytes; hps_shmdb_bytes_per_slot() = %.2f; segment used %" PRIu64 ", committed %" PRIu64
-           ")\n",
+           " bytes; hps_shmdb_bytes_per_slot_of() = %.2f; segment used %" PRIu64
+           ", committed %" PRIu64 ")\n",
            sl->ti.rows, sl->ti.capacity, rows / (double)sl->ti.capacity, sl->ti.bytes,
            sl->bytes_per_slot, sl->si.used_bytes, sl->si.committed_bytes);
     if (rl->done)
@@ -1235,10 +1350,13 @@ static void print_memory(unsigned dim, const shm_load_t *sl, const redis_load_t 
                (double)(rl->mem_bytes - rl->mem_base) / rows,
                (double)(rl->mem_bytes - rl->mem_base) / rows / raw);
     if (target > 0) {
-        add_verdict(tb / raw <= target, "dim %3u, table bytes/row   %5.3fx raw (target <= %.2fx)",
-                    dim, tb / raw, target);
-        add_verdict(ub / raw <= target, "dim %3u, segment used/row  %5.3fx raw (target <= %.2fx)",
-                    dim, ub / raw, target);
+        const char *ty = hps_dtype_name(sl->dtype);
+        add_verdict(tb / raw <= target,
+                    "dim %3u %s, table bytes/row   %5.3fx raw (target <= %.2fx)", dim, ty, tb / raw,
+                    target);
+        add_verdict(ub / raw <= target,
+                    "dim %3u %s, segment used/row  %5.3fx raw (target <= %.2fx)", dim, ty, ub / raw,
+                    target);
     }
 }
 
@@ -1277,9 +1395,13 @@ typedef struct dim_results {
     bool have_redis;
 } dim_results_t;
 
-static void print_checks(const dim_results_t *d)
+static void print_checks(const dim_results_t *d, bool compact)
 {
     print_check("shmdb", &d->rp.sample);
+    if (compact) {
+        print_check("stored", &d->rp.sample_stored);
+        g_failures += !check_ok(&d->rp.sample_stored);
+    }
     print_check("floor", &d->floor_check);
     g_failures += !check_ok(&d->rp.sample) + !check_ok(&d->floor_check);
     if (d->have_redis) {
@@ -1308,12 +1430,12 @@ static void print_rows(unsigned dim, const dim_results_t *d)
         char name[48];
         snprintf(name, sizeof(name), t == 1 ? "1 client" : "%u clients", t);
         const run_result_t *o = &d->rp.clients[i], *f = &d->floor[i];
-        row_t r = {t, name, o->mkeys, f->mkeys, redis, fmin(o->cpu_share, f->cpu_share)};
+        row_t r = {t, name, o->mkeys, f->mkeys, redis, fmin(o->cpu_share, f->cpu_share), false};
         print_row(dim, &r);
         if (t > 1) {
             snprintf(name, sizeof(name), "1 client, num_threads=%u", t);
             o = &d->rp.split[i];
-            row_t s = {t, name, o->mkeys, f->mkeys, redis, fmin(o->cpu_share, f->cpu_share)};
+            row_t s = {t, name, o->mkeys, f->mkeys, redis, fmin(o->cpu_share, f->cpu_share), false};
             print_row(dim, &s);
         }
     }
@@ -1327,6 +1449,32 @@ static void print_rows(unsigned dim, const dim_results_t *d)
     }
 }
 
+/** Compact type: decoded and stored lookups against the floor of the stored bytes. */
+static void print_rows_compact(unsigned dim, hps_dtype_t dt, const dim_results_t *d)
+{
+    print_table_head();
+    for (unsigned i = 0; i < g_opt.nthreads; i++) {
+        unsigned t = g_opt.threads[i];
+        const run_result_t *f = &d->floor[i];
+        char name[48];
+        const run_result_t *o = &d->rp.clients[i];
+        snprintf(name, sizeof(name), "%u client%s, decoded fp32", t, t == 1 ? "" : "s");
+        row_t r = {t, name, o->mkeys, f->mkeys, -1, fmin(o->cpu_share, f->cpu_share), true};
+        print_row(dim, &r);
+        o = &d->rp.stored[i];
+        snprintf(name, sizeof(name), "%u client%s, stored %s", t, t == 1 ? "" : "s",
+                 hps_dtype_name(dt));
+        row_t s = {t, name, o->mkeys, f->mkeys, -1, fmin(o->cpu_share, f->cpu_share), true};
+        print_row(dim, &s);
+    }
+    for (unsigned i = 0; i < g_opt.nthreads; i++) {
+        unsigned t = g_opt.threads[i];
+        note_errors("shmdb clients", &d->rp.clients[i], t);
+        note_errors("shmdb stored", &d->rp.stored[i], t);
+        note_errors("floor", &d->floor[i], t);
+    }
+}
+
 #if HPS_HAVE_REDIS
 static void run_redis(const redis_srv_t *rs, unsigned dim, const float *flat, dim_results_t *d,
                       redis_load_t *rl)
@@ -1335,7 +1483,7 @@ static void run_redis(const redis_srv_t *rs, unsigned dim, const float *flat, di
     if (rl->rows != g_wl.rows)
         bench_die("redis holds %" PRIu64 " rows after loading %" PRIu64, rl->rows, g_wl.rows);
     redis_ctx_t *ctx = redis_ctx_open(rs, dim);
-    d->redis_check = check_sample(redis_batch, ctx, dim);
+    d->redis_check = check_sample(redis_batch, ctx, dim, (form_t){HPS_DTYPE_FP32, false});
     for (unsigned i = 0; i < g_opt.nthreads; i++)
         d->redis[i] = measure(redis_batch, ctx, dim, g_opt.threads[i], false);
     redis_ctx_close(ctx);
@@ -1344,35 +1492,55 @@ static void run_redis(const redis_srv_t *rs, unsigned dim, const float *flat, di
 }
 #endif
 
-static void run_dim(unsigned dim, reader_t *rd, const redis_srv_t *rs)
+/** One table of type dt at dim: shmdb (and for fp32 redis) against the floor. */
+static void run_type(unsigned dim, hps_dtype_t dt, const float *flat, reader_t *rd,
+                     const redis_srv_t *rs)
 {
+    bool compact = dt != HPS_DTYPE_FP32;
     dim_results_t d;
     memset(&d, 0, sizeof(d));
-    printf("\n== dim %u (%u bytes per vector) ==\n", dim, 4 * dim);
+    if (compact)
+        printf("\n== dim %u stored as %s (%zu bytes per stored row) ==\n", dim, hps_dtype_name(dt),
+               hps_dtype_row_bytes(dt, dim));
+    else
+        printf("\n== dim %u (%u bytes per vector) ==\n", dim, 4 * dim);
     fflush(stdout);
-    float *flat = flat_build(dim);
     shm_load_t sl;
     memset(&sl, 0, sizeof(sl));
+    sl.dtype = dt;
     hps_shmdb_t *db = shm_load(dim, flat, &sl);
     d.rp = reader_run(rd, dim, &sl);
-    floor_ctx_t fc = {flat, dim};
-    d.floor_check = check_sample(floor_batch, &fc, dim);
+    void *enc = compact ? flat_encode(flat, dim, dt) : NULL;
+    form_t ff = {dt, compact}; /* the floor gathers what is stored */
+    floor_ctx_t fc = {compact ? enc : (const void *)flat, form_bytes(ff, dim)};
+    d.floor_check = check_sample(floor_batch, &fc, dim, ff);
     for (unsigned i = 0; i < g_opt.nthreads; i++)
         d.floor[i] = measure(floor_batch, &fc, dim, g_opt.threads[i], true);
     redis_load_t rl = {0};
 #if HPS_HAVE_REDIS
-    if (rs->up)
+    if (rs->up && !compact)
         run_redis(rs, dim, flat, &d, &rl);
 #else
     (void)rs;
 #endif
     print_load(&sl, &rl);
     print_full_check(&d.rp);
-    print_checks(&d);
+    print_checks(&d, compact);
     print_memory(dim, &sl, &rl);
-    print_rows(dim, &d);
+    if (compact)
+        print_rows_compact(dim, dt, &d);
+    else
+        print_rows(dim, &d);
     fflush(stdout);
     shm_drop(db, &sl);
+    free(enc);
+}
+
+static void run_dim(unsigned dim, reader_t *rd, const redis_srv_t *rs)
+{
+    float *flat = flat_build(dim);
+    for (unsigned i = 0; i < g_opt.ntypes; i++)
+        run_type(dim, g_opt.types[i], flat, rd, rs);
     free(flat);
 }
 
@@ -1417,6 +1585,16 @@ static void print_header(const redis_srv_t *rs, pid_t reader)
            g_opt.partitions, (int)getpid(), (int)reader);
     printf("floor: same process, flat float array rows x dim, memcpy of each queried row (by"
            " precomputed row index) into the output batch\n");
+    bool compact = false;
+    for (unsigned i = 0; i < g_opt.ntypes; i++)
+        compact |= g_opt.types[i] != HPS_DTYPE_FP32;
+    if (compact)
+        printf("compact types (storage_type fp16, bf16, int8): the table holds the rows encoded"
+               " by the upsert; 'decoded fp32' = hps_shmdb_lookup (decodes into fp32 vectors),"
+               " 'stored' = hps_shmdb_lookup_stored once per key (the stored bytes, one key per"
+               " call); their floor is the memcpy gather of the same stored bytes"
+               " (hps_dtype_row_bytes per row) from a flat array, same row indices; bytes per"
+               " row against key 8 + the stored row; no redis\n");
     if (rs->up)
         printf("redis: redis-server %s on 127.0.0.1:%d (--save '' --appendonly no), HugeCTR"
                " layout: hash hps_et{hps_et." MODEL_NAME ".emb_d<dim>/p<i>}v per partition"
@@ -1459,12 +1637,38 @@ static unsigned parse_list(const char *s, unsigned *out, unsigned max, unsigned 
     return n;
 }
 
+/** A comma-separated list of storage type names, each at most once. */
+static unsigned parse_types(const char *s, hps_dtype_t *out)
+{
+    unsigned n = 0;
+    while (*s) {
+        char name[16];
+        size_t len = strcspn(s, ",");
+        hps_dtype_t dt;
+        snprintf(name, sizeof(name), "%.*s", (int)(len < 15 ? len : 15), s);
+        if (len >= sizeof(name) || hps_dtype_parse(name, &dt) < 0)
+            bench_die("bad type in '%s' (fp32, fp16, bf16, int8)", s);
+        for (unsigned k = 0; k < n; k++)
+            if (out[k] == dt)
+                bench_die("type %s given twice", name);
+        out[n++] = dt;
+        s += len + (s[len] == ',');
+    }
+    if (n == 0)
+        bench_die("--types needs at least one type");
+    return n;
+}
+
 static void usage(void)
 {
-    printf("usage: bench-shmdb [--quick] [--dims 1,16,128] [--threads 1,2] [--seconds S]\n"
-           "                   [--reps R] [--rows N] [--partitions P]\n"
+    printf("usage: bench-shmdb [--quick] [--dims 1,16,128] [--types fp32,fp16,int8]\n"
+           "                   [--threads 1,2] [--seconds S] [--reps R] [--rows N]\n"
+           "                   [--partitions P]\n"
            "  --quick       smoke test: 100000 rows, 0.3 s per measurement\n"
            "  --dims        vector sizes to measure (default 1,16,128)\n"
+           "  --types       storage types of the table, each measured at every dim\n"
+           "                (fp32, fp16, bf16, int8; default fp32): a compact type is\n"
+           "                read decoded and stored, against a gather of its stored rows\n"
            "  --threads     thread counts to measure (default 1,2; at most %d)\n"
            "  --seconds     seconds per timed run (default 0.5)\n"
            "  --reps        timed runs per measurement, best reported (default 5)\n"
@@ -1492,13 +1696,17 @@ static void parse_args(int argc, char **argv, options_t *o)
                      .reps = 5,
                      .batch = 1024,
                      .nbatches = 2000,
-                     .partitions = 16};
+                     .partitions = 16,
+                     .types = {HPS_DTYPE_FP32},
+                     .ntypes = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--quick") == 0) {
             o->quick = true, o->rows = 100000, o->seconds = 0.3, o->warmup = 0.05, o->reps = 1;
         } else if (strcmp(a, "--dims") == 0) {
             o->ndims = parse_list(arg_value(argc, argv, &i), o->dims, MAX_DIMS, 1, 65536);
+        } else if (strcmp(a, "--types") == 0) {
+            o->ntypes = parse_types(arg_value(argc, argv, &i), o->types);
         } else if (strcmp(a, "--threads") == 0) {
             o->nthreads =
                 parse_list(arg_value(argc, argv, &i), o->threads, MAX_THREADS, 1, MAX_THREADS);

@@ -28,7 +28,7 @@ struct hps_shmdb {
     struct hps_shmdb *next_handle; /* this process's handles (segment.c) */
     hps_pool_t *pool;              /* NULL: batches run in the caller */
     unsigned nthreads;
-    bool staged; /* the object is still /dev/shm/.hps.<name>.new (hps_shmdb_publish) */
+    bool staged;  /* the object is still /dev/shm/.hps.<name>.new (hps_shmdb_publish) */
     bool created; /* this handle created the object (init_header): only then is the
                    * header's zero_from trusted, never in a segment found on attach,
                    * whose never-used bytes may be anything (corruption) */
@@ -88,9 +88,13 @@ void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes);
 struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id);
 struct shm_part *hps__parts(hps_shmdb_t *db, const struct shm_table *t);
 
-/* Partition operations (map.c). */
-hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
-                         uint64_t expected_rows);
+/* Partition operations (map.c, write.c). */
+/* Rows each partition of t is sized for: expected_rows over the partitions,
+ * at most the overflow margin; 0 for an unsized table. */
+uint64_t hps__part_expected(const struct shm_table *t);
+/* Hash block sized for hps__part_expected(t) rows and, for paged layouts,
+ * the page table and the first row page (write.c, next_page_rows). */
+hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
 int hps__part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
 void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
 uint64_t hps__part_check(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,

@@ -110,15 +110,12 @@ static hps_err_t create_partitions(hps_shmdb_t *db, struct shm_table *t)
     if (rc < 0)
         return rc;
     struct shm_part *p = hps__parts(db, t);
-    uint64_t per_part = t->expected_rows / t->num_partitions;
-    if (t->margin != UINT64_MAX && per_part > t->margin)
-        per_part = t->margin;
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         /* Different seeds so random eviction differs between partitions. */
         p[i].rng = 0x9E3779B97F4A7C15ULL * (i + 1) ^ (uint64_t)(uintptr_t)t;
         if ((rc = hps__mutex_init(&p[i].lock)) < 0)
             return rc;
-        if ((rc = hps__part_init(db, t, &p[i], per_part)) < 0)
+        if ((rc = hps__part_init(db, t, &p[i])) < 0)
             return rc;
     }
     return 0;
