@@ -11,8 +11,14 @@ x 128 = 1.02 GB of emb_vector) is then loaded while "a" serves:
     = ^a$, and b is loaded with POST /v2/repository/models/b/load on the
     worker (Triton's explicit model control); the load's time is that
     call's;
-  --mode restart: the coordinator is restarted with "a" and "b".
-Either way the coordinator builds its new segment beside the serving one
+  --mode restart: the coordinator is restarted with "a" and "b";
+  --mode hog: no load at all; a separate process does the machine's side of
+    one instead (reads b's files, writes as many bytes into a fresh
+    shared-memory file as the volatile DB takes, writes b's bytes to a file
+    on disk and fsyncs it), to tell what a load costs the serving side
+    through the kernel's memory and I/O work from what the coordinator's
+    own work costs.
+In the first two modes the coordinator builds its new segment beside the serving one
 and publishes it when both models are loaded, so the worker answers from
 the old segment for the whole load.  One closed-loop client sends requests of --keys keys of "a" back to
 back; each answer is checked exactly.  Printed: p50 / p99 / max latency and
@@ -20,13 +26,14 @@ req/s with nothing loading and during the load, the load's wall time, and
 the counts of wrong answers and errors (both must be 0).
 
 usage: bench/load_serving.py [--build DIR] [--rows-b N] [--dim D] [--keys K]
-                             [--idle S] [--mode explicit|restart]
+                             [--idle S] [--mode explicit|restart|hog]
 Environment as for the integration tests (HPS_COORDINATOR, HPS_WORKER,
 HPS_GEN, HPS_SHM) overrides --build.
 """
 import argparse
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -42,7 +49,7 @@ def parse():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--keys", type=int, default=26)
     ap.add_argument("--idle", type=float, default=5.0)
-    ap.add_argument("--mode", choices=("explicit", "restart"), default="explicit")
+    ap.add_argument("--mode", choices=("explicit", "restart", "hog"), default="explicit")
     return ap.parse_args()
 
 
@@ -82,6 +89,33 @@ class Stream(threading.Thread):
                 self.lat[mark].append(r.elapsed)
 
 
+# --mode hog: the kernel-side work of a load, without a coordinator.
+HOG = r'''
+import os, sys
+src, shm, out, shm_bytes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+piece = 16 << 20
+total = 0
+for root, _, files in os.walk(src):
+    for f in files:
+        with open(os.path.join(root, f), "rb", buffering=0) as fh:
+            while True:
+                b = fh.read(piece)
+                if not b:
+                    break
+                total += len(b)
+buf = b"\1" * piece
+with open(shm, "wb", buffering=0) as fh:
+    for _ in range(0, shm_bytes, piece):
+        fh.write(buf)
+with open(out, "wb", buffering=0) as fh:
+    for _ in range(0, total, piece):
+        fh.write(buf)
+    os.fsync(fh.fileno())
+os.unlink(shm)
+os.unlink(out)
+'''
+
+
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] * 1e6 if v else float("nan")
@@ -118,6 +152,15 @@ def main():
             load_s = time.monotonic() - t0
             c2 = c1
             print("POST /v2/repository/models/b/load: %d %s" % (r.status, r.body[:200]))
+        elif args.mode == "hog":
+            s.mark = "loading"
+            t0 = time.monotonic()
+            shm_bytes = int(args.rows_b * (args.dim * 4 + 8) * 1.05)
+            subprocess.run([sys.executable, "-c", HOG, b.dir,
+                            "/dev/shm/hps-bench-hog-%d" % os.getpid(),
+                            cl.path("hog.out"), str(shm_bytes)], check=True)
+            load_s = time.monotonic() - t0
+            c2 = c1
         else:
             c1.kill()
             c1.wait(10)
@@ -132,7 +175,9 @@ def main():
         s.stop_ev.set()
         s.join(20)
         print("model b loaded beside the serving segment in %.1f s (%s)" %
-              (load_s, "the load request" if explicit else "coordinator start to publish"))
+              (load_s, "the load request" if explicit else "coordinator start to publish")
+              if args.mode != "hog" else "the machine's side of a load (--mode hog) in %.1f s"
+              % load_s)
         print("%-34s %8s %8s %8s %8s %8s" % ("lookups of model a (%d keys)" % args.keys,
                                               "requests", "req/s", "p50 us", "p99 us",
                                               "max us"))
