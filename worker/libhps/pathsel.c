@@ -21,6 +21,7 @@
  * a per-table time cannot be measured, and splitting the tables of a call
  * between the paths would pay the GPU path's fixed cost for part of the
  * call and gather the rows of the other part into the same output.
+ *
  * The estimate: the least of a path's first PATH_WARM calls in the bucket
  * (its first calls pay one-time costs: a CUDA graph captured for a new
  * shape, a workspace grown), then an exponentially weighted mean (weight
