@@ -27,6 +27,8 @@ the counts of wrong answers and errors (both must be 0).
 
 usage: bench/load_serving.py [--build DIR] [--rows-b N] [--dim D] [--keys K]
                              [--idle S] [--mode explicit|restart|hog]
+                             [--set SECTION.KEY=VALUE]...
+  --set  a setting of the INI (e.g. hps.load_cpu_share=1 for no confinement)
 Environment as for the integration tests (HPS_COORDINATOR, HPS_WORKER,
 HPS_GEN, HPS_SHM) overrides --build.
 """
@@ -50,6 +52,7 @@ def parse():
     ap.add_argument("--keys", type=int, default=26)
     ap.add_argument("--idle", type=float, default=5.0)
     ap.add_argument("--mode", choices=("explicit", "restart", "hog"), default="explicit")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     return ap.parse_args()
 
 
@@ -130,6 +133,10 @@ def main():
         size = H.ini_set(a.ini_text, "volatile_db", "shared_memory_size", "%dMiB" % (
             (args.rows_b * (args.dim * 4 + 64) * 1.3 + 400e6) // (1 << 20)))
         base = H.ini_set(size, "volatile_db", "initial_cache_rate", 1.0)
+        for kv in args.set:
+            key, value = kv.split("=", 1)
+            sect, name = key.rsplit(".", 1)
+            base = H.ini_set(base, sect, name, value)
         explicit = args.mode == "explicit"
         if explicit:
             base = H.ini_set(H.ini_set(base, "hps", "model_control_mode", "explicit"), "hps",
@@ -193,7 +200,7 @@ def main():
                    pct(s.lat["loading"], 0.99) / pct(s.lat["idle"], 0.99)))
         print("wrong answers %d, errors %d" % (s.wrong, s.errors))
         for line in c2.log().splitlines():
-            if "model b:" in line or "published" in line:
+            if "model b:" in line or "published" in line or "CPUs" in line:
                 print("  coordinator: " + line.split("  ", 1)[-1])
         return 0 if s.wrong == 0 and s.errors == 0 else 1
 

@@ -6,6 +6,7 @@
 #define HPS_COORD_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -77,6 +78,10 @@ typedef struct coord {
     bool adopt;   /* HPS_ADOPT_ENV: a failed reload's fallback re-attaches the serving segment */
     char *idents; /* load.c: every table's file identity, from coord_validate_models() to
                      coord_load_models(); NULL without a persistent DB */
+    /* cpus.c, main thread only: the CPUs the process may use, saved while its
+     * threads are confined to [hps] load_cpu_share of them. */
+    cpu_set_t cpus_all;
+    bool cpus_confined;
 } coord_t;
 
 /* Set in the environment of a coordinator that executes itself again on
@@ -136,6 +141,16 @@ bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_
  * (buf of len bytes; names of at most HPS_SHMDB_NAME_MAX bytes fit in
  * 2 * HPS_SHMDB_NAME_MAX + 32). */
 void coord_ident_name(const char *model, const char *table, char *buf, size_t len);
+
+/* cpus.c: workers serve from a segment while this coordinator loads: every
+ * thread of the process (and those it starts later, which inherit it) runs
+ * on [hps] load_cpu_share of the CPUs it may use, the highest-numbered, at
+ * least one; logged.  No-op when that is all of them or already confined.
+ * Main thread. */
+void coord_cpus_confine(coord_t *c);
+/* cpus.c: every thread back on all the CPUs saved by coord_cpus_confine;
+ * no-op when not confined.  Main thread. */
+void coord_cpus_restore(coord_t *c);
 
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);

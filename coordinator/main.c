@@ -149,6 +149,7 @@ static int start_beat_thread(coord_t *c)
  * never see the coordinator gone. */
 static int hold_serving(coord_t *c)
 {
+    coord_cpus_confine(c); /* workers serve while this image loads */
     int ex = coord_segment_hold_serving(c);
     return ex ? ex : start_beat_thread(c);
 }
@@ -424,6 +425,7 @@ int main(int argc, char **argv)
     bool fallback = ex && coord_control_failed(&c, ex, why);
     if (!ex) {
         coord_segment_serving_release(&c); /* published: the workers move to the new one */
+        coord_cpus_restore(&c);
         coord_control_after_publish(&c);
     }
     bool reload = false;
@@ -446,6 +448,7 @@ int main(int argc, char **argv)
     if (reload || fallback) {
         /* /proc/self/exe: the binary this process runs, even if its path moved */
         setenv(HPS_RELOAD_ENV, "1", 1);
+        coord_cpus_restore(&c); /* execve keeps this thread's CPUs */
         execv("/proc/self/exe", argv);
         HPS_ERROR("reload: cannot execute /proc/self/exe again: %s; workers keep serving the "
                   "segment; start hps-coordinator again",

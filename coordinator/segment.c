@@ -280,6 +280,8 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         c->db = NULL;
         return HPS_EXIT_SEGMENT;
     }
+    if (rc == 0) /* its workers serve from it while this process loads */
+        coord_cpus_confine(c);
     if (rc == 0 && keep) {
         /* A coordinator killed while loading leaves LOADING: its tables may
          * be incomplete, so they are filled again (upserts: idempotent). */

@@ -22,6 +22,9 @@ whose version may only move forward (each worker switches once).
   (6) SIGHUP with n's dimension changed: the running workers refuse n
       (500 with the reason, logged: its rows would not fit what they
       answer), a worker started since serves the new dimension.
+In (1) the reloading coordinator runs on the highest half of its CPUs
+([hps] load_cpu_share, logged) and every thread is back on all of them
+after publishing.
 Over the whole stream: 0 failed requests, 0 mixed or wrong answers, 0
 default values (every key is in shared memory, initial_cache_rate 1.0).
 """
@@ -147,6 +150,36 @@ def sighup(t, c, what, want_reload=True, timeout=60):
     t.ok(c.alive(), "%s: the coordinator is alive (pid %d)" % (what, c.pid))
 
 
+def thread_cpus(pid):
+    """The Cpus_allowed_list of every thread of process pid."""
+    out = set()
+    task = "/proc/%d/task" % pid
+    for tid in os.listdir(task):
+        try:
+            with open(os.path.join(task, tid, "status")) as f:
+                out.update(x.split(":", 1)[1].strip() for x in f
+                           if x.startswith("Cpus_allowed_list:"))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return out
+
+
+def check_confined(t, c, before):
+    """[hps] load_cpu_share (0.5 by default): the reloading coordinator ran
+    on the highest half of its CPUs (logged), and every thread is back on all
+    of them once the new segment is published."""
+    ncpu = len(os.sched_getaffinity(c.pid))
+    log = c.log().split("SIGHUP: reading")[-1]
+    if ncpu < 2:
+        t.ok("runs on CPUs" not in log, "one CPU: the reload is not confined")
+        return
+    t.ok(H.wait_until(lambda: "runs on CPUs" in c.log().split("SIGHUP: reading")[-1] and
+                      "again" in c.log().split("runs on CPUs")[-1], 5),
+         "the reload ran on a share of the CPUs and then on all again (logged)", log[-2000:])
+    t.eq(thread_cpus(c.pid), before, "after publishing, every coordinator thread may run on "
+         "the CPUs it had before the reload")
+
+
 def body(t, cl):
     m1 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v1", version=1)
     m2 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v2", version=2)
@@ -160,8 +193,10 @@ def body(t, cl):
     streams = start_streams(ws, {1: m1, 2: m2}, 7)
 
     # ---- (1) version 2 -------------------------------------------------------
+    cpus_before = thread_cpus(c.pid)
     reload_to(t, cl, c, ws, m2.ini_text, SETTINGS, 2)
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m version 2")
+    check_confined(t, c, cpus_before)
     time.sleep(0.5)
 
     # ---- (2) a broken INI ----------------------------------------------------

@@ -97,6 +97,7 @@ static const struct {
     {"hps.log_level", "info"},
     {"hps.heartbeat_interval_ms", "100"},
     {"hps.worker_timeout_ms", "2000"},
+    {"hps.load_cpu_share", "0.5"},
     {"hps.model_control_mode", "none"}, /* Triton's --model-control-mode default */
     {"hps.startup_models", ".+"},        /* not a HugeCTR key: every model */
     {"volatile_db.type", "multi_process_hash_map"},
