@@ -18,8 +18,9 @@
  * counts from the accept).  And when a new connection brings the count past
  * seven eighths of max_connections, the oldest FRESH or HEADER connection
  * that has waited for its header GRACE_NS or more, else the oldest IDLE one,
- * else the oldest FRESH or HEADER one, is closed to make room: trickling and
- * idle connections go first, a request being served never.
+ * else the oldest FRESH or HEADER one that has no request waiting unread,
+ * is closed to make room: trickling and idle connections go first, a
+ * request being served or sent whole never.
  *
  * Closing is shutdown(2) on the connection's socket: libmicrohttpd then
  * sees the end of the stream and closes the connection itself.  The socket
@@ -28,6 +29,7 @@
  * every shutdown happens under conns->mu on a linked connection.
  */
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -60,10 +62,23 @@ static void evict(struct hps__kconn *k, _Atomic uint64_t *counter)
  * one may simply not have been read yet (under a flood of connections, the
  * oldest FRESH one left was often a valid client accepted a moment ago). */
 #define GRACE_NS (50 * 1000000ULL)
+/* Bytes waiting unread on a young FRESH or HEADER connection that show a
+ * client which sent its request at once (a request line is longer; a
+ * trickler sends a byte at a time): such a connection is never closed for
+ * room.  In the first GRACE_NS of a flood every other connection is young
+ * too, and int-connections once saw the oldest of them, a valid client not
+ * yet read, closed. */
+#define SENT_AT_ONCE 16
+
+static bool sent_at_once(const struct hps__kconn *k)
+{
+    int n = 0;
+    return ioctl(k->fd, FIONREAD, &n) == 0 && n >= SENT_AT_ONCE;
+}
 
 /* The connection to close for room: the oldest FRESH / HEADER one past
- * GRACE_NS, else the oldest IDLE one, else the oldest FRESH / HEADER one;
- * NULL when every connection is serving a request. */
+ * GRACE_NS, else the oldest IDLE one, else the oldest FRESH / HEADER one
+ * without a request waiting to be read (SENT_AT_ONCE); NULL when none. */
 static struct hps__kconn *victim(struct hps__conns *cs)
 {
     struct hps__kconn *best = NULL;
@@ -74,6 +89,11 @@ static struct hps__kconn *victim(struct hps__conns *cs)
                 : k->state == CONN_IDLE             ? 1
                 : k->since_ns > young               ? 2
                                                     : 0;
+        /* ioctl only where a young one could be chosen: floods alone */
+        if (r == 2 && rank == 3 && sent_at_once(k))
+            r = 3;
+        else if (r == 2 && rank == 2 && k->since_ns < best->since_ns && sent_at_once(k))
+            r = 3;
         if (r < rank || (r == rank && r < 3 && k->since_ns < best->since_ns)) {
             best = k;
             rank = r;

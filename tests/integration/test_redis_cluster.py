@@ -99,10 +99,12 @@ def part_of(key, np_=NP):
 
 # ---- the cluster --------------------------------------------------------------
 
-def free_port():
+def free_port(taken=()):
+    """A port p with p and p + 10000 (the cluster bus) free, not in taken (the
+    ports already given to nodes that may not have bound them yet)."""
     while True:
         p = random.randint(20000, 45000)
-        ok = True
+        ok = p not in taken and p + 10000 not in taken and p - 10000 not in taken
         for q in (p, p + 10000):
             s = socket.socket()
             try:
@@ -119,7 +121,7 @@ class RedisCluster:
     def __init__(self, tmp, n=6, replicas=1):
         self.tmp, self.procs, self.ports = tmp, {}, []
         for _ in range(n):
-            port = free_port()
+            port = free_port(self.ports)
             d = os.path.join(tmp, "redis-%d" % port)
             os.makedirs(d)
             log = open(os.path.join(d, "log"), "wb")
