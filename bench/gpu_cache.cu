@@ -74,27 +74,30 @@ __global__ void k_gen(uint64_t first, uint64_t n, int64_t *keys, float *rows)
 
 static int num_sms;
 
+/* Blocks of 256 threads for a gather kernel fn of n rows (four rows per
+ * warp, at most one resident wave); *per_sm caches fn's occupancy. */
+static unsigned gather_blocks(const void *fn, int *per_sm, uint64_t n)
+{
+    if (!*per_sm)
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, fn, 256, 0));
+    uint64_t blocks = (n / 4 + 7) / 8 + 1;
+    if (blocks > (uint64_t)num_sms * *per_sm)
+        blocks = (uint64_t)num_sms * *per_sm;
+    return (unsigned)blocks;
+}
+
 static void gather(const float *table, const uint32_t *idx, uint64_t n, float *out, cudaStream_t s)
 {
     static int per_sm;
-    if (!per_sm)
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gather, 256, 0));
-    uint64_t blocks = (n / 4 + 7) / 8 + 1;
-    if (blocks > (uint64_t)num_sms * per_sm)
-        blocks = (uint64_t)num_sms * per_sm;
-    k_gather<<<(unsigned)blocks, 256, 0, s>>>(table, idx, n, out);
+    k_gather<<<gather_blocks((const void *)k_gather, &per_sm, n), 256, 0, s>>>(table, idx, n, out);
 }
 
 static void gather_q(const void *table, const uint32_t *idx, uint64_t n, uint32_t q, void *out,
                      cudaStream_t s)
 {
     static int per_sm;
-    if (!per_sm)
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gather_q, 256, 0));
-    uint64_t blocks = (n / 4 + 7) / 8 + 1;
-    if (blocks > (uint64_t)num_sms * per_sm)
-        blocks = (uint64_t)num_sms * per_sm;
-    k_gather_q<<<(unsigned)blocks, 256, 0, s>>>((const float4 *)table, idx, n, q, (float4 *)out);
+    k_gather_q<<<gather_blocks((const void *)k_gather_q, &per_sm, n), 256, 0, s>>>(
+        (const float4 *)table, idx, n, q, (float4 *)out);
 }
 
 typedef struct {
