@@ -582,7 +582,8 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
                                 m->conf->name);
     }
     int path = -1;
-    client_pathsel_t *ps = hps__client_pathsel(m, nt, numkeys);
+    /* only a client with GPU caches chooses a path (lookup_locked) */
+    client_pathsel_t *ps = cl->gpu ? hps__client_pathsel(m, nt, numkeys) : NULL;
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
                        nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0, ps, &path);
     pthread_rwlock_unlock(&cl->seg_lock);
