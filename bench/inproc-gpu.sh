@@ -279,15 +279,22 @@ target() { # DESC OK(1/0/-) MEASURED
 a1024=$(get a 1024 p50_us)
 ok=-; num "$a1024" && ok=$(awk -v x="$a1024" 'BEGIN {print (x <= 100) ? 1 : 0}')
 target "(a) p50 at 1,024 samples <= 100 us" "$ok" "p50 $a1024 us"
+# (b) - (a) is judged on the all-hits runs: the same keys, every one a hit,
+# so both do the same GPU work and the difference is the binding's.  In the
+# power-law runs (a) and (b) see different misses (the cache moves between
+# the runs, and a call near hit_rate_threshold is fetched in one run and
+# answered with defaults in the other), which swung b - a from -46 to +59 us
+# at B=8192 between runs of the same build; those differences stay in the
+# table above.
 worst=""; ok=-
 for b in "${batches[@]}"; do
-    d=$(diff_us "$(get b "$b" p50_us)" "$(get a "$b" p50_us)")
+    d=$(diff_us "$(get b-hot "$b" p50_us)" "$(get a-hot "$b" p50_us)")
     num "$d" || continue
     worst="$worst B=$b:$d"
     if [ "$ok" = - ]; then ok=1; fi
     awk -v x="$d" 'BEGIN {exit !(x > 10)}' && ok=0
 done
-target "(b) within 10 us of (a) (p50, every size)" "$ok" "b-a us:${worst:- -}"
+target "(b) within 10 us of (a) (p50, every size, all hits)" "$ok" "b-a us:${worst:- -}"
 c=$(ratio "$(get c 1024 p50_us)" "$a1024")
 ok=-; num "$c" && ok=$(awk -v x="$c" 'BEGIN {print (x >= 5) ? 1 : 0}')
 target "(a) >= 5x faster than (c) at 1,024 samples (p50)" "$ok" "c/a = $c"

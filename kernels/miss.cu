@@ -15,19 +15,11 @@
 #include <stdint.h>
 
 #include "gcache_internal.cuh"
-#include "miss.h"
+#include "miss.cuh"
 
 #define GM_THREADS 256
 #define GM_WARPS   (GM_THREADS / 32)
 #define GM_BLOCKS  1024 /* at most; one table per block is the usual shape */
-
-/* Misses of table t: 0 for a table without keys (its count is not written
- * by the per-table lookups). */
-__device__ __forceinline__ uint32_t gm_count(const uint32_t *key_off, const uint32_t *mcount,
-                                             uint32_t t)
-{
-    return key_off[t + 1] > key_off[t] ? mcount[t] : 0u;
-}
 
 /* Sum of v over the block (every thread gets it); part: GM_WARPS words of
  * shared memory, free again when this returns. */
@@ -45,19 +37,6 @@ __device__ __forceinline__ uint32_t gm_block_sum(uint32_t v, uint32_t *part)
     return s;
 }
 
-/* The default value v into row d (dim floats): lanes of one warp. */
-__device__ __forceinline__ void gm_fill_row(float *d, uint32_t dim, float v, int lane)
-{
-    if ((dim & 3u) == 0 && ((uintptr_t)d & 15u) == 0) {
-        float4 v4 = make_float4(v, v, v, v);
-        for (uint32_t c = lane; c < dim / 4; c += 32)
-            ((float4 *)d)[c] = v4;
-    } else {
-        for (uint32_t c = lane; c < dim; c += 32)
-            d[c] = v;
-    }
-}
-
 __global__ void __launch_bounds__(GM_THREADS)
     k_gmiss_gather(uint32_t nt, const uint32_t *__restrict__ key_off,
                    const uint64_t *__restrict__ out_off, const uint32_t *__restrict__ dims,
@@ -71,28 +50,19 @@ __global__ void __launch_bounds__(GM_THREADS)
     for (uint32_t t = blockIdx.x; t < nt; t += gridDim.x) {
         uint32_t s = 0;
         for (uint32_t u = threadIdx.x; u < t; u += GM_THREADS)
-            s += gm_count(key_off, mcount, u);
+            s += hps__gm_count(key_off, mcount, u);
         uint32_t base = gm_block_sum(s, part);
         uint32_t k0 = key_off[t], n = key_off[t + 1] - k0;
-        uint32_t mc = n ? mcount[t] : 0u;
-        /* the host's expression, in IEEE double (no contraction possible) */
-        bool sync = mc && 1.0 - (double)mc / (double)n < threshold;
-        if (threadIdx.x == 0) {
-            head[t] = mc;
-            head[nt + t] = sync ? HPS_GMISS_SYNC : 0u;
-        }
-        for (uint32_t j = threadIdx.x; j < mc; j += GM_THREADS) {
-            uint32_t p = midx[k0 + j];
-            hps_gmiss_t r = {keys[k0 + p], p, 0u};
-            rec[base + j] = r;
-        }
+        uint32_t mc = hps__gm_count(key_off, mcount, t);
+        bool sync = hps__gm_sync(mc, n, threshold);
+        hps__gm_records(nt, t, k0, mc, sync, base, keys, midx, head, rec);
         if (sync)
             continue;
         float v = defs[t];
         uint32_t dim = dims[t];
         float *o = out + out_off[t];
         for (uint32_t j = warp; j < mc; j += GM_WARPS)
-            gm_fill_row(o + (uint64_t)midx[k0 + j] * dim, dim, v, lane);
+            hps__gm_fill_row(o + (uint64_t)midx[k0 + j] * dim, dim, v, lane);
     }
 }
 

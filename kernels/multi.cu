@@ -8,10 +8,18 @@
  * key offsets, then the seqlock read of hps__read_key copies the row into the
  * table's output region.  No de-duplication (a duplicate re-reads a row from
  * L2).  Per-table counters and LRU clocks are bumped by block 0.
+ *
+ * The same kernel with the miss split as its tail (hps__gmiss_lookup_tables,
+ * kernels/miss.h): a missed row gets its table's default value from the warp
+ * that missed it, and the last block to finish writes the per-table head and
+ * the miss records.  libhps's device-output calls use it, so that a call
+ * whose keys all hit pays no second launch (and no memset: the counts and
+ * the ticket come zeroed with the request head).
  */
 #include <stdlib.h>
 
 #include "gcache_internal.cuh"
+#include "miss.cuh"
 
 #define MT_THREADS 256
 
@@ -81,11 +89,20 @@ __device__ __forceinline__ uint32_t mt_table(const uint32_t *key_off, uint32_t n
     return lo;
 }
 
+/* The split tail's arguments (unused without it). */
+struct mt_split {
+    const float *def; /* (nt) each table's default value */
+    double threshold;
+    uint32_t *ticket, *head;
+    hps_gmiss_t *rec;
+};
+
+template <bool SPLIT>
 __global__ void __launch_bounds__(MT_THREADS)
     k_lookup_tables(const hps_table_ref_t *__restrict__ refs, uint32_t nt,
                     const int64_t *__restrict__ keys, uint64_t n, const uint32_t *key_off,
                     const uint64_t *out_off, float *out, uint32_t *d_missing_index,
-                    uint32_t *d_missing_count)
+                    uint32_t *d_missing_count, mt_split sp)
 {
     int lane = threadIdx.x & 31;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -106,6 +123,8 @@ __global__ void __launch_bounds__(MT_THREADS)
         int64_t slot = -1;
         if (key != HPS_GCACHE_EMPTY_KEY)
             slot = hps__read_key_any(r, key, dst, lane, vec4);
+        if (SPLIT && slot < 0)
+            hps__gm_fill_row(dst, r.dim, __ldg(&sp.def[t]), lane);
         if (lane != 0)
             continue;
         if (slot >= 0) {
@@ -115,6 +134,18 @@ __global__ void __launch_bounds__(MT_THREADS)
             d_missing_index[key_off[t] + atomicAdd(&d_missing_count[t], 1u)] = (uint32_t)j;
         }
     }
+    if (SPLIT)
+        hps__gm_split_last(nt, key_off, keys, d_missing_index, d_missing_count, sp.threshold,
+                           sp.ticket, sp.head, sp.rec);
+}
+
+/* Blocks of a lookup of n keys: a warp per key, at most a full device. */
+static unsigned mt_blocks(const hps_gcache_set_t *s, uint64_t n)
+{
+    uint64_t warps_per_block = MT_THREADS / 32;
+    uint64_t blocks = (n + warps_per_block - 1) / warps_per_block;
+    uint64_t max = (uint64_t)s->num_sms * (2048 / MT_THREADS);
+    return (unsigned)(blocks < 1 ? 1 : blocks > max ? max : blocks);
 }
 
 extern "C" hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *s, const int64_t *d_keys,
@@ -126,13 +157,27 @@ extern "C" hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *s, const int64_t
     if (!s || !d_key_off || !d_out_off || !d_missing_index || !d_missing_count ||
         (n && (!d_keys || !d_out)) || n > UINT32_MAX)
         return HPS_EINVAL;
-    uint64_t warps_per_block = MT_THREADS / 32;
-    uint64_t blocks = (n + warps_per_block - 1) / warps_per_block;
-    uint64_t max = (uint64_t)s->num_sms * (2048 / MT_THREADS);
-    blocks = blocks < 1 ? 1 : blocks > max ? max : blocks;
-    k_lookup_tables<<<(unsigned)blocks, MT_THREADS, 0, stream>>>(s->d_refs, s->num_tables, d_keys,
-                                                                 n, d_key_off, d_out_off, d_out,
-                                                                 d_missing_index, d_missing_count);
+    k_lookup_tables<false><<<mt_blocks(s, n), MT_THREADS, 0, stream>>>(
+        s->d_refs, s->num_tables, d_keys, n, d_key_off, d_out_off, d_out, d_missing_index,
+        d_missing_count, mt_split{});
+    HPS_CUDA_TRY(cudaGetLastError());
+    return 0;
+}
+
+extern "C" hps_err_t hps__gmiss_lookup_tables(hps_gcache_set_t *s, const int64_t *d_keys,
+                                              uint64_t n, const uint32_t *d_key_off,
+                                              const uint64_t *d_out_off, const float *d_def,
+                                              double threshold, float *d_out, uint32_t *d_midx,
+                                              uint32_t *d_mcount, uint32_t *d_ticket,
+                                              uint32_t *d_head, hps_gmiss_t *d_rec,
+                                              cudaStream_t stream)
+{
+    if (!s || !d_key_off || !d_out_off || !d_def || !d_midx || !d_mcount || !d_ticket || !d_head ||
+        !d_rec || (n && (!d_keys || !d_out)) || n > UINT32_MAX)
+        return HPS_EINVAL;
+    mt_split sp = {d_def, threshold, d_ticket, d_head, d_rec};
+    k_lookup_tables<true><<<mt_blocks(s, n), MT_THREADS, 0, stream>>>(
+        s->d_refs, s->num_tables, d_keys, n, d_key_off, d_out_off, d_out, d_midx, d_mcount, sp);
     HPS_CUDA_TRY(cudaGetLastError());
     return 0;
 }

@@ -23,7 +23,9 @@
  *    device-output path) at thresholds that make every table, some, or
  *    none synchronous: counts, flags as the host formula, each miss's key
  *    and position compacted table after table, the default-answered rows
- *    filled with the table's default and nothing else touched;
+ *    filled with the table's default and nothing else touched; and the
+ *    same lookup with the split as its tail (hps__gmiss_lookup_tables):
+ *    the same rows, counts, head and records, every missed row the default;
  *  - a set left locked (as by a writer killed mid-write): lookups answer
  *    miss on every path instead of waiting forever, inserts are skipped and
  *    counted, hps_gcache_repair empties and unlocks exactly that set.
@@ -795,6 +797,80 @@ static void check_gmiss(const uint32_t *dims, const size_t *nq, const std::vecto
     CK(cudaFree(drec));
 }
 
+/**
+ * hps__gmiss_lookup_tables (the lookup with the split as its tail) over the
+ * same 4 tables at three thresholds: per table the same counts, miss
+ * positions (as a set) and hit rows as hps_gcache_lookup_tables gave (out,
+ * mi, mc), every missed row the table's default (synchronous tables too),
+ * and the head and records as hps__gmiss_gather's: count, flags, each
+ * record's position in the table's miss positions and its key.
+ */
+static void check_fused(hps_gcache_set_t *set, const uint32_t *dims, const size_t *nq,
+                        const std::vector<uint32_t> &ko, const std::vector<uint64_t> &fo,
+                        const std::vector<int64_t> &keys, const std::vector<float> &out,
+                        const std::vector<uint32_t> &mi, const std::vector<uint32_t> &mc,
+                        const int64_t *dk, const uint32_t *dko, const uint64_t *dfo)
+{
+    const int nt = 4;
+    std::vector<float> def = {0.25f, -1.0f, 3.5f, -7.0f};
+    float *ddef = dev_copy(def), *dout;
+    uint32_t *dmi, *dstate, *dhead; /* dstate: the counts, then the ticket */
+    hps_gmiss_t *drec;
+    CK(cudaMalloc((void **)&dout, out.size() * sizeof(float)));
+    CK(cudaMalloc((void **)&dmi, keys.size() * 4));
+    CK(cudaMalloc((void **)&dstate, (nt + 1) * 4));
+    CK(cudaMalloc((void **)&dhead, 2 * nt * sizeof(uint32_t)));
+    CK(cudaMalloc((void **)&drec, keys.size() * sizeof(hps_gmiss_t)));
+    const double thrs[3] = {0.0, 0.5, 2.0};
+    for (double thr : thrs) {
+        CK(cudaMemset(dout, 0xff, out.size() * sizeof(float)));
+        CK(cudaMemset(dstate, 0, (nt + 1) * 4));
+        OK(hps__gmiss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, thr, dout, dmi, dstate,
+                                    dstate + nt, dhead, drec, 0));
+        CK(cudaDeviceSynchronize());
+        std::vector<uint32_t> head = host_copy(dhead, 2 * nt), cnt = host_copy(dstate, nt);
+        std::vector<uint32_t> pos = host_copy(dmi, keys.size());
+        std::vector<float> got = host_copy(dout, out.size());
+        uint32_t total = 0;
+        for (int t = 0; t < nt; t++)
+            total += nq[t] ? mc[t] : 0;
+        std::vector<hps_gmiss_t> rec = host_copy(drec, total);
+        uint32_t base = 0;
+        for (int t = 0; t < nt; t++) {
+            uint32_t m = nq[t] ? mc[t] : 0;
+            bool sync = m && 1.0 - (double)m / (double)nq[t] < thr;
+            HPS_ASSERT_EQ(cnt[t], m);
+            HPS_ASSERT_EQ(head[t], m);
+            HPS_ASSERT_EQ(head[nt + t], sync ? HPS_GMISS_SYNC : 0u);
+            std::set<uint32_t> missing(mi.begin() + ko[t], mi.begin() + ko[t] + m);
+            HPS_ASSERT_EQ(
+                std::set<uint32_t>(pos.begin() + ko[t], pos.begin() + ko[t] + m) == missing, true);
+            for (uint32_t j = 0; j < m; j++) {
+                const hps_gmiss_t &r = rec[base + j];
+                HPS_ASSERT_EQ(r.pos, pos[ko[t] + j]);
+                HPS_ASSERT_EQ(r.key, keys[ko[t] + r.pos]);
+                HPS_ASSERT_EQ(r.pad, 0);
+            }
+            for (size_t i = 0; i < nq[t]; i++)
+                for (uint32_t j = 0; j < dims[t]; j++) {
+                    size_t at = fo[t] + i * dims[t] + j;
+                    const float *want = missing.count((uint32_t)i) ? &def[t] : &out[at];
+                    HPS_ASSERT_EQ(memcmp(&got[at], want, 4), 0);
+                }
+            base += m;
+        }
+    }
+    HPS_ASSERT_EQ(hps__gmiss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, 0.5, dout, dmi,
+                                           dstate, NULL, dhead, drec, 0),
+                  HPS_EINVAL);
+    CK(cudaFree(ddef));
+    CK(cudaFree(dout));
+    CK(cudaFree(dmi));
+    CK(cudaFree(dstate));
+    CK(cudaFree(dhead));
+    CK(cudaFree(drec));
+}
+
 static void test_tables(void)
 {
     const uint32_t dims[4] = {16, 7, 128, 8};
@@ -861,6 +937,7 @@ static void test_tables(void)
         HPS_ASSERT_EQ(st.hits, nq[t] - expect_miss);
     }
     check_gmiss(dims, nq, ko, fo, keys, out, mi, mc, dk, dko, dfo, dmi);
+    check_fused(set, dims, nq, ko, fo, keys, out, mi, mc, dk, dko, dfo);
     HPS_ASSERT_EQ(hps_gcache_set_create(c, 0, &set), HPS_EINVAL);
     hps_gcache_set_destroy(set);
     for (int t = 0; t < 4; t++)

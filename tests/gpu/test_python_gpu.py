@@ -301,6 +301,13 @@ def cuda_lookups(t, model, conf, c):
     maker = "torch" if torch else "ctypes CudaArray"
     ks = rng.sample(model.file_keys[0], 300) + model.unknown_keys(0, 4, 1)
     keys = to_dev(np.array(ks, dtype=np.int64))
+    # a call of table 0 of two (the one-launch lookup is given table 1 with
+    # no keys): its counts land in table 0's cache only
+    l0 = [c.cache_stats("m", i)["lookups"] for i in range(2)]
+    c.lookup("m", 0, keys, out=dev_empty((304, 32)))
+    l1 = [c.cache_stats("m", i)["lookups"] for i in range(2)]
+    t.eq([l1[0] - l0[0], l1[1] - l0[1]], [304, 0],
+         "a lookup of table 0: 304 lookups counted in table 0's cache, none in table 1's")
     if torch:
         out = c.lookup("m", 0, keys)
         t.ok(isinstance(out, torch.Tensor) and out.is_cuda and out.device == keys.device and

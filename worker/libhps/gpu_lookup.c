@@ -29,20 +29,23 @@ typedef struct call {
 } call_t;
 
 /*
- * One-launch lookup of every table (hps_gcache_lookup_tables), for requests
- * of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One buffer
- * holds the request and the result (c->keys, host and device alike):
+ * One-launch lookup of every table (hps_gcache_lookup_tables; with device
+ * output hps__gmiss_lookup_tables, which also splits the misses), for
+ * requests of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One
+ * buffer holds the request and the result (c->keys, host and device alike):
  *   key_off u32[T+1] | out_off u64[T] | dim u32[T] | def f32[T] |
- *   keys i64[n] | mcount u32[T] | midx u32[n] | out f32[floats] (16-byte
- *   aligned)
- * One H2D copies key_off .. mcount (mcount zeroed here), one D2H mcount ..
- * out.  Keys already on the device are read where they are (the H2D stops
- * before them and mcount is zeroed on the device).  dim and def are read by
- * the device-side split of the misses (kernels/miss.h); the per-table path
+ *   keys i64[n] | mcount u32[T] | ticket u32 | midx u32[n] |
+ *   out f32[floats] (16-byte aligned)
+ * One H2D copies key_off .. ticket (mcount and ticket zeroed here), one D2H
+ * mcount .. out.  Keys already on the device are read where they are (the
+ * keys region is then empty).  T is always the model's table count here
+ * (lookup_ctx gives the tables after a call's own no keys): the kernel
+ * reads the offsets of every table of the set.  dim and def are read by the
+ * device-side split of the misses (kernels/miss.h); the per-table path
  * uploads the same head (key_off .. def) when its output is on the device.
  */
 struct mlayout {
-    size_t key_off, out_off, dim, def, keys, mcount, midx, out, end;
+    size_t key_off, out_off, dim, def, keys, mcount, ticket, midx, out, end;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -50,7 +53,16 @@ static size_t align_up(size_t v, size_t a)
     return (v + a - 1) / a * a;
 }
 
-static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
+/*
+ * The layout of a call's buffer pair: the request head (key_off, out_off,
+ * dim, def), the keys when they are not already on the device (kbuf of
+ * them; 0 with device keys), the miss counts and the split's ticket (zero
+ * on the host, so the copy of everything before midx zeroes them on the
+ * device), the miss positions of nkeys keys, then the rows staged for the
+ * host (nfloats).  The results copied back (mcount .. out or end) are one
+ * range.
+ */
+static struct mlayout mlayout(uint32_t nt, size_t kbuf, size_t nkeys, size_t nfloats)
 {
     struct mlayout L;
     L.key_off = 0;
@@ -58,8 +70,9 @@ static struct mlayout mlayout(uint32_t nt, size_t nkeys, size_t nfloats)
     L.dim = L.out_off + nt * sizeof(uint64_t);
     L.def = L.dim + nt * sizeof(uint32_t);
     L.keys = align_up(L.def + nt * sizeof(float), 8);
-    L.mcount = L.keys + nkeys * sizeof(int64_t);
-    L.midx = L.mcount + nt * sizeof(uint32_t);
+    L.mcount = L.keys + kbuf * sizeof(int64_t);
+    L.ticket = L.mcount + nt * sizeof(uint32_t);
+    L.midx = L.ticket + sizeof(uint32_t);
     L.out = align_up(L.midx + nkeys * sizeof(uint32_t), 16);
     L.end = L.out + nfloats * sizeof(float);
     return L;
@@ -507,11 +520,38 @@ static size_t miss_head(uint32_t nt)
     return (2 * (size_t)nt * sizeof(uint32_t) + 15) / 16 * 16;
 }
 
+/** Room in c->miss for the split of call k: its head and a record per key.
+ *  @return 0 or -ENOMEM. */
+static int miss_reserve(gctx_t *c, const call_t *k)
+{
+    return hps__client_pair_reserve(&c->miss, miss_head(k->nt) + k->nkeys * sizeof(hps_gmiss_t));
+}
+
 /**
- * Enqueue the device-side split of a device-output call's misses
- * (hps__gmiss_gather: defaults written into d_out, misses compacted into
- * c->miss.d) and the copy back of its head and of the first
- * max(c->miss_spec, MISS_SPEC_MIN) records (miss_rest copies any more).
+ * Enqueue the copy back of the split's head and of the first
+ * max(c->miss_spec, MISS_SPEC_MIN) records (miss_rest copies any more);
+ * with no keys, a zero head on the host instead.  c->miss is reserved.
+ * @return 0 or HPS_EIO.
+ */
+static int miss_copy(gctx_t *c, const call_t *k)
+{
+    size_t hb = miss_head(k->nt),
+           spec = c->miss_spec < MISS_SPEC_MIN ? MISS_SPEC_MIN : c->miss_spec;
+    spec = spec < k->nkeys ? spec : k->nkeys;
+    if (k->nkeys == 0) { /* no keys, no misses (and maybe no key pointer) */
+        memset(c->miss.h, 0, hb);
+        return 0;
+    }
+    return hps__client_ck(cudaMemcpyAsync(c->miss.h, c->miss.d, hb + spec * sizeof(hps_gmiss_t),
+                                          cudaMemcpyDeviceToHost, c->stream),
+                          "D2H misses");
+}
+
+/**
+ * Enqueue the device-side split of a device-output call's misses after
+ * per-table lookups (hps__gmiss_gather: defaults written into d_out,
+ * misses compacted into c->miss.d) and miss_copy.  The one-launch lookup
+ * splits them itself (enqueue_multi).
  * @param meta     device: the request head (mlayout's key_off, out_off,
  *                 dim, def at L's offsets).
  * @param dk       device, int64 (nkeys): the call's keys.
@@ -524,26 +564,15 @@ static int miss_enqueue(struct client_gpu *g, gctx_t *c, const call_t *k, const 
                         const struct mlayout *L, const int64_t *dk, const uint32_t *d_midx,
                         const uint32_t *d_mcount)
 {
-    size_t hb = miss_head(k->nt),
-           spec = c->miss_spec < MISS_SPEC_MIN ? MISS_SPEC_MIN : c->miss_spec;
-    spec = spec < k->nkeys ? spec : k->nkeys;
-    int rc = hps__client_pair_reserve(&c->miss, hb + k->nkeys * sizeof(hps_gmiss_t));
-    if (rc < 0)
-        return rc;
-    if (k->nkeys == 0) { /* no keys, no misses (and maybe no key pointer) */
-        memset(c->miss.h, 0, hb);
-        return 0;
-    }
+    int rc = miss_reserve(c, k);
+    if (rc < 0 || k->nkeys == 0)
+        return rc < 0 ? rc : miss_copy(c, k);
     rc = hps__gmiss_gather(
         k->nt, (const uint32_t *)(meta + L->key_off), (const uint64_t *)(meta + L->out_off),
         (const uint32_t *)(meta + L->dim), (const float *)(meta + L->def),
         g->cl->models[k->mi].conf->hit_rate_threshold, dk, d_midx, d_mcount, k->d_out,
-        (uint32_t *)c->miss.d, (hps_gmiss_t *)((char *)c->miss.d + hb), c->stream);
-    return rc ? rc
-              : hps__client_ck(cudaMemcpyAsync(c->miss.h, c->miss.d,
-                                               hb + spec * sizeof(hps_gmiss_t),
-                                               cudaMemcpyDeviceToHost, c->stream),
-                               "D2H misses");
+        (uint32_t *)c->miss.d, (hps_gmiss_t *)((char *)c->miss.d + miss_head(k->nt)), c->stream);
+    return rc ? rc : miss_copy(c, k);
 }
 
 /**
@@ -613,7 +642,7 @@ static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
     float *dst = k->d_out ? k->d_out : (float *)c->out.d;
     gmodel_t *gm = &g->models[k->mi];
     const int64_t *dk = k->d_keys ? k->d_keys : c->keys.d;
-    struct mlayout L = mlayout(k->nt, 0, 0); /* the head only: key_off .. def */
+    struct mlayout L = mlayout(k->nt, 0, 0, 0); /* the head only: key_off .. def */
     int rc = k->d_keys
                  ? 0
                  : hps__client_ck(cudaMemcpyAsync(c->keys.d, c->keys.h, k->nkeys * sizeof(int64_t),
@@ -667,26 +696,24 @@ static int launch(struct client_gpu *g, gctx_t *c, const call_t *k)
 static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const struct mlayout *L)
 {
     char *h = c->keys.h, *d = c->keys.d;
-    int rc;
-    if (k->d_keys) {
-        rc = hps__client_ck(cudaMemcpyAsync(d, h, L->keys, cudaMemcpyHostToDevice, c->stream),
+    const int64_t *dk = k->d_keys ? k->d_keys : (const int64_t *)(d + L->keys);
+    /* the head, the keys unless on the device, the zeroed counts and ticket */
+    int rc = hps__client_ck(cudaMemcpyAsync(d, h, L->midx, cudaMemcpyHostToDevice, c->stream),
                             "H2D request");
-        rc = rc ? rc
-                : hps__client_ck(
-                      cudaMemsetAsync(d + L->mcount, 0, k->nt * sizeof(uint32_t), c->stream),
-                      "zero miss counts");
-    } else {
-        rc = hps__client_ck(cudaMemcpyAsync(d, h, L->midx, cudaMemcpyHostToDevice, c->stream),
-                            "H2D request");
-    }
-    if (rc == 0)
-        rc = hps_gcache_lookup_tables(
-            g->models[k->mi].set, k->d_keys ? k->d_keys : (const int64_t *)(d + L->keys), k->nkeys,
-            (uint32_t *)(d + L->key_off), (uint64_t *)(d + L->out_off),
-            k->d_out ? k->d_out : (float *)(d + L->out), (uint32_t *)(d + L->midx),
-            (uint32_t *)(d + L->mcount), c->stream);
-    /* end of the result D2H: with d_out none (the misses come back split
-     * on the device: miss_enqueue) */
+    if (rc == 0 && k->d_out && k->nkeys) /* the misses split by the kernel's last block */
+        rc = hps__gmiss_lookup_tables(
+            g->models[k->mi].set, dk, k->nkeys, (uint32_t *)(d + L->key_off),
+            (uint64_t *)(d + L->out_off), (const float *)(d + L->def),
+            g->cl->models[k->mi].conf->hit_rate_threshold, k->d_out, (uint32_t *)(d + L->midx),
+            (uint32_t *)(d + L->mcount), (uint32_t *)(d + L->ticket), (uint32_t *)c->miss.d,
+            (hps_gmiss_t *)((char *)c->miss.d + miss_head(k->nt)), c->stream);
+    else if (rc == 0 && !k->d_out)
+        rc = hps_gcache_lookup_tables(g->models[k->mi].set, dk, k->nkeys,
+                                      (uint32_t *)(d + L->key_off), (uint64_t *)(d + L->out_off),
+                                      (float *)(d + L->out), (uint32_t *)(d + L->midx),
+                                      (uint32_t *)(d + L->mcount), c->stream);
+    /* end of the result D2H: with d_out none (the misses come back split:
+     * miss_copy) */
     size_t to = k->d_out ? L->mcount : k->direct ? L->out : L->end;
     if (rc == 0 && k->direct)
         rc = hps__client_ck(cudaMemcpyAsync(k->direct, d + L->out, k->nfloats * sizeof(float),
@@ -766,15 +793,17 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
 {
     client_model_t *m = &g->cl->models[k->mi];
     /* with d_out the rows stay on the device; with direct the host needs no room for them */
-    struct mlayout L = mlayout(k->nt, k->nkeys, k->d_out ? 0 : k->nfloats);
+    struct mlayout L =
+        mlayout(k->nt, k->d_keys ? 0 : k->nkeys, k->nkeys, k->d_out ? 0 : k->nfloats);
     int rc = hps__client_pair_reserve_hd(&c->keys, L.end, k->direct ? L.out : L.end);
+    rc = rc ? rc : k->d_out ? miss_reserve(c, k) : 0;
     if (rc < 0)
         return rc;
-    char *h = c->keys.h, *d = c->keys.d;
+    char *h = c->keys.h;
     fill_head(m, k, h, &L);
     if (!k->d_keys)
         memcpy(h + L.keys, k->keys, k->nkeys * sizeof(int64_t));
-    memset(h + L.mcount, 0, k->nt * sizeof(uint32_t));
+    memset(h + L.mcount, 0, L.midx - L.mcount); /* the counts and the ticket */
     const gmodel_t *gm = &g->models[k->mi];
     graph_t gk = {.set = gm->set,
                   .gen = gm->gen,
@@ -789,8 +818,7 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
     else
         rc = enqueue_multi(g, c, k, &L);
     if (rc == 0 && k->d_out)
-        rc = miss_enqueue(g, c, k, d, &L, k->d_keys ? k->d_keys : (const int64_t *)(d + L.keys),
-                          (const uint32_t *)(d + L.midx), (const uint32_t *)(d + L.mcount));
+        rc = miss_copy(c, k);
     if (rc == 0)
         rc = hps__client_ck(cudaStreamSynchronize(c->stream), "lookup");
     *ret = L;
@@ -800,7 +828,18 @@ static int launch_multi(struct client_gpu *g, gctx_t *c, const call_t *k, struct
 /** One call: hits from the caches, then the misses. */
 static int lookup_ctx(struct client_gpu *g, gctx_t *c, call_t *k)
 {
-    if (g->models[k->mi].set && k->nkeys <= (size_t)k->nt * HPS_GCACHE_FUSED_MAX) {
+    const gmodel_t *gm = &g->models[k->mi];
+    if (gm->set && k->nkeys <= (size_t)k->nt * HPS_GCACHE_FUSED_MAX) {
+        /* The one-launch kernel reads the offsets of every table of the
+         * set: a call of the first nt tables (hps_client_lookup_table of
+         * table nt - 1) gives the others no keys. */
+        int32_t all[HPS_CONF_MAX_TABLES];
+        if (k->nt < gm->num_tables) {
+            memcpy(all, k->numkeys, k->nt * sizeof(int32_t));
+            memset(all + k->nt, 0, (gm->num_tables - k->nt) * sizeof(int32_t));
+            k->numkeys = all;
+            k->nt = (uint32_t)gm->num_tables;
+        }
         struct mlayout L;
         int rc = launch_multi(g, c, k, &L);
         if (rc < 0)
