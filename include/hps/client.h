@@ -339,6 +339,37 @@ hps_err_t hps_client_lookup_ex(hps_client_t *c, size_t model, uint32_t num_table
                                int keys_loc, float *out, int out_loc, void *stream, unsigned flags);
 
 /**
+ * @brief hps_client_lookup_ex() with the output in fp16 or bf16: for a
+ * model whose dense part runs in half precision (a torch.float16 or
+ * torch.bfloat16 tensor), without a conversion pass of the caller's own.
+ *
+ * The values are the fp32 answer rounded to nearest, ties to even
+ * (include/hps/dtype.h's hps_dtype_encode on the host; on the device
+ * CUDA's __float2half_rn / __float2bfloat16_rn, the same bits for every
+ * value but NaN, which stays a NaN), so for a table stored in the output's
+ * type they are the stored values bit for bit.  The conversion follows the
+ * fp32 lookup (host memory, or a stream-ordered device scratch buffer of
+ * the fp32 rows): it saves the caller a pass, not memory traffic.
+ *
+ * @param[out] out       (sum_t numkeys[t] * dim_t) values of out_type
+ *                       (uint16 bit patterns), row-major, in key order, in
+ *                       out_loc, 2-byte aligned; fully written.
+ * @param[in]  out_type  HPS_DTYPE_FP32 (then exactly hps_client_lookup_ex,
+ *                       out holding floats), HPS_DTYPE_FP16 or
+ *                       HPS_DTYPE_BF16.
+ * One table: numkeys with zeros for the tables before it (num_tables =
+ * table + 1), as hps_client_lookup_table does.  Other parameters as
+ * hps_client_lookup_ex().
+ * @return as hps_client_lookup_ex(); HPS_EINVAL also for any other
+ *         out_type (HPS_DTYPE_INT8: a row-wise scaled type is no tensor
+ *         type).  Thread-safe.
+ */
+hps_err_t hps_client_lookup_typed(hps_client_t *c, size_t model, uint32_t num_tables,
+                                  const int32_t *numkeys, const void *keys, hps_key_type_t key_type,
+                                  int keys_loc, void *out, hps_dtype_t out_type, int out_loc,
+                                  void *stream, unsigned flags);
+
+/**
  * @brief Embedding vectors of n keys of one table (HugeCTR's
  * lookup(keys, model_name, table_id)).
  * @param[in] table  Table index (HugeCTR's table_id).

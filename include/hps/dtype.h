@@ -2,13 +2,16 @@
  * dtype.h -- storage types of embedding rows (issue 22, compact embedding
  * storage) and the conversions between them and fp32.
  *
- * A model's rows may be stored in the volatile DB as one of four types
- * ([model.<name>] storage_type; the GPU caches still store fp32).  The persistent DB and Kafka
- * messages stay fp32; rows are encoded once when they are loaded or applied, and every lookup
- * decodes them back to fp32.  This header defines the type names, the size of a stored row and the
- * host conversions; all of them are pure functions of their inputs, bit-exact and deterministic
- * (the same bytes on every run, thread and machine), so a row encoded by the coordinator and
- * decoded by a worker, or by a later GPU kernel that follows the rules below, agree.
+ * A model's rows may be stored in the volatile DB and in the GPU caches as
+ * one of four types ([model.<name>] storage_type).  The persistent DB and
+ * Kafka messages stay fp32; rows are encoded once when they are loaded or
+ * applied, and every lookup decodes them back to fp32 (or, through
+ * hps_client_lookup_typed, rounds the fp32 answer to fp16 / bf16).  This
+ * header defines the type names, the size of a stored row and the host
+ * conversions; all of them are pure functions of their inputs, bit-exact
+ * and deterministic (the same bytes on every run, thread and machine), so a
+ * row encoded by the coordinator and decoded by a worker, or by a GPU
+ * kernel that follows the rules below (the caches' lookups do), agree.
  *
  * Stored row layouts (row i of a buffer starts at byte i * row_bytes, rows
  * are packed with no padding between them):

@@ -23,7 +23,8 @@
  *     hps_gen_vector (unknown keys: the table's default), the counters;
  *   - hps_client_lookup (KEYS / NUMKEYS) over all tables with a 0 entry,
  *     over a prefix of the tables, int32 keys; out fully written, nothing
- *     written past it;
+ *     written past it; hps_client_lookup_typed to bf16 against the test's
+ *     own rounding of the exact vectors;
  *   - errors: bad indices, num_tables, negative numkeys, device locations
  *     on a host-only client, bad key type, NULL buffers -> HPS_EINVAL with a
  *     message; unknown names -> HPS_ENOTFOUND; GPU calls on a host-only
@@ -496,6 +497,58 @@ static const char *check_multi_lookup(hps_client_t *c, size_t mi, const batch_t 
     return r;
 }
 
+/* bf16 bits of x rounded to nearest even (x not NaN): the test's own
+ * reference for hps_client_lookup_typed. */
+static uint16_t bf16_rne(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* hps_client_lookup_typed of bs[0..T-1] to bf16 on the host: every value
+ * the reference rounding of the exact fp32 vector, nothing written past
+ * the output; int8 refused.  Returns the error text (NULL when exact). */
+static const char *check_typed_lookup(hps_client_t *c, size_t mi, const batch_t *bs, uint32_t T)
+{
+    static __thread char msg[1024];
+    const model_t *m = &models[mi];
+    int32_t numkeys[MAX_TABLES];
+    size_t nk = 0, nf = 0;
+    for (uint32_t t = 0; t < T; t++)
+        numkeys[t] = (int32_t)bs[t].n, nk += bs[t].n, nf += bs[t].n * m->t[t].dim;
+    int64_t *keys = malloc((nk + 1) * sizeof(int64_t));
+    float *want = malloc((nf + 1) * sizeof(float));
+    uint16_t *out = malloc((nf + CANARY) * sizeof(uint16_t));
+    for (size_t t = 0, ki = 0, fi = 0; t < T; fi += bs[t].n * m->t[t].dim, t++) {
+        memcpy(keys + ki, bs[t].keys, bs[t].n * sizeof(int64_t));
+        ki += bs[t].n;
+        expect_batch(m, &bs[t], want + fi);
+    }
+    memset(out, 0xa5, (nf + CANARY) * sizeof(uint16_t));
+    hps_err_t rc = hps_client_lookup_typed(c, mi, T, numkeys, keys, HPS_KEY_INT64, HPS_HOST, out,
+                                           HPS_DTYPE_BF16, HPS_HOST, NULL, 0);
+    const char *r = NULL;
+    size_t i = 0;
+    while (rc == 0 && i < nf && out[i] == bf16_rne(want[i]))
+        i++;
+    if (rc)
+        snprintf(msg, sizeof(msg), "hps_client_lookup_typed: %s", err_text(rc)), r = msg;
+    else if (i < nf)
+        snprintf(msg, sizeof(msg), "value %zu: 0x%04x, want 0x%04x (fp32 %a)", i, out[i],
+                 bf16_rne(want[i]), (double)want[i]),
+            r = msg;
+    else if (out[nf] != 0xa5a5 || out[nf + CANARY - 1] != 0xa5a5)
+        snprintf(msg, sizeof(msg), "wrote past the %zu output values", nf), r = msg;
+    else if ((rc = hps_client_lookup_typed(c, mi, T, numkeys, keys, HPS_KEY_INT64, HPS_HOST, out,
+                                           HPS_DTYPE_INT8, HPS_HOST, NULL, 0)) != HPS_EINVAL)
+        snprintf(msg, sizeof(msg), "output type int8: %s, want HPS_EINVAL", err_text(rc)), r = msg;
+    free(keys);
+    free(want);
+    free(out);
+    return r;
+}
+
 static hps_client_counters_t counters(hps_client_t *c, size_t mi)
 {
     hps_client_counters_t k;
@@ -698,6 +751,14 @@ static void check_multi(hps_client_t *c, size_t mi, uint64_t *rng)
        "(want %zu), +%llu calls",
        m->name, D(lookup_keys), nk, D(vdb_hits), D(lower_hits), D(default_keys), unk,
        D(lookup_calls));
+
+    e = check_typed_lookup(c, mi, bs, T);
+    ok(!e,
+       "%s: hps_client_lookup_typed to bf16 over all %u tables: the fp32 vectors rounded "
+       "to nearest even, bit for bit; int8 output refused",
+       m->name, T);
+    if (e)
+        diag("%s", e);
 
     /* A prefix of the tables. */
     if (T >= 2) {

@@ -539,11 +539,15 @@ hps_err_t hps_client_lookup(hps_client_t *cl, size_t mi, uint32_t nt, const int3
     return hps_client_lookup_ex(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, 0);
 }
 
-hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
-                               const void *keys, hps_key_type_t kt, int keys_loc, float *out,
-                               int out_loc, void *stream, unsigned flags)
+/*
+ * The arguments of a lookup call, checked (each error with its message):
+ * *ret_nk keys and *ret_nfloats output values.  keys and out are checked
+ * only when the call has keys (a call of none may pass NULL).
+ */
+static hps_err_t check_call(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                            const void *keys, hps_key_type_t kt, int keys_loc, const void *out,
+                            int out_loc, size_t *ret_nk, size_t *ret_nfloats)
 {
-    uint64_t t0 = hps__client_now_ns();
     hps_err_t rc = check_model(cl, mi);
     if (rc < 0)
         return rc;
@@ -564,10 +568,23 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
         return hps__client_fail(HPS_EINVAL, "%zu keys in one call: at most %u", nk, UINT32_MAX - 1);
     if ((rc = check_loc(cl, keys_loc, "keys")) < 0 || (rc = check_loc(cl, out_loc, "output")) < 0)
         return rc;
-    if (nk == 0)
-        return 0;
-    if (!keys || !out)
+    if (nk && (!keys || !out))
         return hps__client_fail(HPS_EINVAL, "NULL %s", keys ? "output" : "keys");
+    *ret_nk = nk;
+    *ret_nfloats = nfloats;
+    return 0;
+}
+
+hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                               const void *keys, hps_key_type_t kt, int keys_loc, float *out,
+                               int out_loc, void *stream, unsigned flags)
+{
+    uint64_t t0 = hps__client_now_ns();
+    size_t nk = 0, nfloats = 0;
+    hps_err_t rc = check_call(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, &nk, &nfloats);
+    if (rc < 0 || nk == 0)
+        return rc;
+    client_model_t *m = &cl->models[mi];
     pthread_rwlock_rdlock(&cl->seg_lock);
     if (!atomic_load(&m->resolved) && cl->db && hps__client_models_known(cl)) {
         pthread_rwlock_unlock(&cl->seg_lock); /* explicit model control: not loaded */
@@ -597,6 +614,48 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
     atomic_fetch_add_explicit(&m->ctr.lookup_keys, nk, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->ctr.lookup_calls, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->ctr.lookup_ns, ns, memory_order_relaxed);
+    return rc;
+}
+
+hps_err_t hps_client_lookup_typed(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                                  const void *keys, hps_key_type_t kt, int keys_loc, void *out,
+                                  hps_dtype_t out_type, int out_loc, void *stream, unsigned flags)
+{
+    if (out_type == HPS_DTYPE_FP32)
+        return hps_client_lookup_ex(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream,
+                                    flags);
+    if (out_type != HPS_DTYPE_FP16 && out_type != HPS_DTYPE_BF16)
+        return hps__client_fail(HPS_EINVAL, "output type %d: must be fp32, fp16 or bf16",
+                                (int)out_type);
+    size_t nk = 0, nfloats = 0;
+    hps_err_t rc = check_call(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, &nk, &nfloats);
+    if (rc < 0 || nk == 0)
+        return rc;
+    /* the fp32 answer first, then converted: host rows row by row with
+     * hps_dtype_encode, device rows by one kernel on the caller's stream */
+    float *tmp = NULL;
+    if (out_loc == HPS_HOST)
+        rc = (tmp = malloc(nfloats * sizeof(float))) ? 0 : -ENOMEM;
+    else
+        rc = hps__client_gpu_scratch(cl, nfloats * sizeof(float), stream, (void **)&tmp);
+    if (rc == 0)
+        rc = hps_client_lookup_ex(cl, mi, nt, numkeys, keys, kt, keys_loc, tmp, out_loc, stream,
+                                  flags);
+    if (rc == 0 && out_loc != HPS_HOST)
+        rc = hps__client_gpu_convert(cl, tmp, out, nfloats, out_type, stream);
+    size_t fo = 0;
+    for (uint32_t t = 0; rc == 0 && out_loc == HPS_HOST && t < nt; t++) {
+        uint32_t dim = cl->models[mi].dims[t];
+        rc = hps_dtype_encode(out_type, dim, (size_t)numkeys[t], tmp + fo, (uint16_t *)out + fo);
+        fo += (size_t)numkeys[t] * dim;
+    }
+    if (out_loc == HPS_HOST)
+        free(tmp);
+    else
+        hps__client_gpu_scratch_free(cl, tmp, stream);
+    if (rc < 0 && rc != HPS_EAGAIN && !strstr(last_error, hps_strerror(rc)))
+        hps__client_fail(rc, "typed lookup in model %s failed: %s", cl->models[mi].conf->name,
+                         hps_strerror(rc));
     return rc;
 }
 

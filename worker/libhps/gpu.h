@@ -117,6 +117,20 @@ bool hps__client_gpu_serves(const struct hps_client *cl, size_t mi);
  *  lookups with device buffers.  dir: true = to the device.  0 or HPS_EIO. */
 int hps__client_gpu_copy(struct hps_client *cl, void *dst, const void *src, size_t bytes,
                          bool to_device, void *stream);
+
+/** Scratch device memory of the client's device for the fp32 rows of a
+ *  typed lookup with device output (hps_client_lookup_typed): bytes,
+ *  stream-ordered (cudaMallocAsync on the caller's stream; usable by work
+ *  enqueued on it); *ret NULL when bytes is 0.  Free it with
+ *  hps__client_gpu_scratch_free on the same stream.  0, -ENOMEM or HPS_EIO. */
+int hps__client_gpu_scratch(struct hps_client *cl, size_t bytes, void *stream, void **ret);
+void hps__client_gpu_scratch_free(struct hps_client *cl, void *p, void *stream);
+
+/** n fp32 values at d_src to dtype (HPS_DTYPE_FP16 / BF16) at d_dst, both
+ *  device memory of the client's device (kernels/convert.h), ordered after
+ *  the caller's stream, synchronized.  0, HPS_EINVAL or HPS_EIO. */
+int hps__client_gpu_convert(struct hps_client *cl, const float *d_src, void *d_dst, size_t n,
+                            hps_dtype_t dtype, void *stream);
 #else
 static inline int hps__client_gpu_start(struct hps_client *cl)
 {
@@ -184,6 +198,23 @@ static inline int hps__client_gpu_copy(struct hps_client *cl, void *dst, const v
                                        size_t bytes, bool to_device, void *stream)
 {
     (void)cl, (void)dst, (void)src, (void)bytes, (void)to_device, (void)stream;
+    return HPS_EUNSUPPORTED;
+}
+static inline int hps__client_gpu_scratch(struct hps_client *cl, size_t bytes, void *stream,
+                                          void **ret)
+{
+    (void)cl, (void)bytes, (void)stream;
+    *ret = NULL;
+    return HPS_EUNSUPPORTED;
+}
+static inline void hps__client_gpu_scratch_free(struct hps_client *cl, void *p, void *stream)
+{
+    (void)cl, (void)p, (void)stream;
+}
+static inline int hps__client_gpu_convert(struct hps_client *cl, const float *d_src, void *d_dst,
+                                          size_t n, hps_dtype_t dtype, void *stream)
+{
+    (void)cl, (void)d_src, (void)d_dst, (void)n, (void)dtype, (void)stream;
     return HPS_EUNSUPPORTED;
 }
 #endif

@@ -10,6 +10,7 @@
 
 #include "gpu_internal.h"
 #include "hps/log.h"
+#include "kernels/convert.h"
 
 /** True (and *last restarted) when period_ns passed since *last. */
 bool hps__client_due(long long *last, long long period_ns)
@@ -278,8 +279,6 @@ size_t hps__client_keep_found(int64_t *dst, const int64_t *src, float *rows, con
     return k;
 }
 
-/** Queue the missing keys for the background thread (dropped when full). */
-
 int hps__client_fetch_one(hps_client_t *cl, size_t mi, uint32_t t, const int64_t *keys, size_t n,
                           float *rows, uint8_t *found)
 {
@@ -306,5 +305,34 @@ int hps__client_gpu_copy(hps_client_t *cl, void *dst, const void *src, size_t by
                          "CUDA copy between host and device %d failed (is the buffer "
                          "device memory of that device?)",
                          cl->device);
+    return rc;
+}
+
+int hps__client_gpu_scratch(hps_client_t *cl, size_t bytes, void *stream, void **ret)
+{
+    *ret = NULL;
+    if (bytes == 0)
+        return 0;
+    int rc = hps__client_ck(cudaSetDevice(cl->device), "cudaSetDevice");
+    return rc ? rc
+              : hps__client_ck(cudaMallocAsync(ret, bytes, (cudaStream_t)stream),
+                               "device scratch for a typed lookup");
+}
+
+void hps__client_gpu_scratch_free(hps_client_t *cl, void *p, void *stream)
+{
+    if (!p || cudaSetDevice(cl->device) != cudaSuccess ||
+        cudaFreeAsync(p, (cudaStream_t)stream) != cudaSuccess)
+        (void)cudaGetLastError(); /* what cannot be freed now goes with the pool */
+}
+
+int hps__client_gpu_convert(hps_client_t *cl, const float *d_src, void *d_dst, size_t n,
+                            hps_dtype_t dtype, void *stream)
+{
+    int rc = hps__client_ck(cudaSetDevice(cl->device), "cudaSetDevice");
+    if (rc == 0)
+        rc = hps__convert_f32(d_src, d_dst, n, dtype, (cudaStream_t)stream);
+    if (rc == 0)
+        rc = hps__client_ck(cudaStreamSynchronize((cudaStream_t)stream), "convert the rows");
     return rc;
 }
