@@ -1,0 +1,88 @@
+/*
+ * _hps.h -- private to the CPython extension hps._hps: what its three files
+ * share.  _hps.c holds the module (its state, hps.Error and the helpers
+ * that raise it, argument parsing, the module functions, PyInit__hps),
+ * _hps_arrays.c the array arguments (buffer protocol, DLPack, torch) and
+ * the outputs a call allocates, _hps_client.c the type hps.Client.
+ * Functions and variables used across these files carry the prefix hpspy_
+ * (this extension's alone); everything else is static in its file.
+ */
+#ifndef HPS_PYTHON_HPS_H
+#define HPS_PYTHON_HPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlpack/dlpack.h>
+#include <stdint.h>
+
+#include "hps/client.h"
+#include "hps/hps.h"
+
+/* ---- module state (_hps.c) ----------------------------------------------- */
+
+/* The output allocators that hps/__init__.py registers (_set_allocators);
+ * NULL until then. */
+extern PyObject *hpspy_np_empty;   /* numpy.empty, from _set_allocators */
+extern PyObject *hpspy_np_float32; /* numpy.dtype('float32') */
+extern PyObject *hpspy_dl_alloc;   /* alloc(keys, shape, device_type, device_id) */
+
+/* Interned names, made by PyInit__hps: "__dlpack__", "__dlpack_device__",
+ * "cuda_stream", "torch", and the keyword-name tuple ("stream",). */
+extern PyObject *hpspy_str_dlpack, *hpspy_str_dlpack_device, *hpspy_str_cuda_stream,
+    *hpspy_str_torch, *hpspy_kw_stream;
+
+/* ---- errors and argument parsing (_hps.c) -------------------------------- */
+
+/* Raise hps.Error(msg) with .code, .name; msg and cause stolen.  NULL. */
+PyObject *hpspy_raise_msg(hps_err_t code, PyObject *msg, PyObject *cause);
+/* hps.Error with a PyUnicode_FromFormat message.  NULL. */
+PyObject *hpspy_raise_fmt(hps_err_t code, const char *fmt, ...);
+/* hps.Error of a failed libhps call.  NULL. */
+PyObject *hpspy_raise_c(hps_err_t rc);
+/* The pending Python exception as hps.Error("<what>: ..."), chained.  NULL. */
+PyObject *hpspy_wrap_pyerr(const char *what);
+
+/* Vectorcall arguments by position or keyword into out[0 .. nnames-1]. */
+int hpspy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                     const char *const *names, int nnames, int nreq, PyObject **out);
+/* A stream= argument (None, int, .cuda_stream) as a cudaStream_t. */
+int hpspy_parse_stream(PyObject *o, void **ret);
+
+/* ---- arrays (_hps_arrays.c) ---------------------------------------------- */
+
+/* What an array argument is: keys or an output. */
+enum { ARR_KEYS, ARR_OUT };
+
+/* An array argument held for the length of a call. */
+typedef struct arr {
+    PyObject *obj;       /* the argument (borrowed) */
+    Py_buffer view;      /* buffer protocol ... */
+    int have_view;       /* ... when set */
+    PyObject *capsule;   /* DLPack: the consumed capsule ("used_dltensor") */
+    DLManagedTensor *mt; /* its tensor; deleter called by hpspy_arr_release */
+    void *data;
+    int ndim;
+    int64_t shape[2];
+    int64_t numel;
+    int loc;                 /* HPS_HOST or a CUDA device ordinal */
+    int dl_device_type;      /* kDLCPU for buffers */
+    int is_torch;            /* a torch.Tensor */
+    hps_key_type_t key_type; /* keys */
+} arr_t;
+
+/* Read an array argument (buffer protocol, torch, DLPack); -1 with hps.Error
+ * raised on failure.  Release it with hpspy_arr_release, failed or not. */
+int hpspy_arr_get(PyObject *o, int kind, const char *what, void *stream, arr_t *a);
+void hpspy_arr_release(arr_t *a);
+/* "host memory" or "CUDA memory of device <loc>", in buf. */
+const char *hpspy_loc_str(int loc, char *buf, size_t len);
+/* The output of a call, given (out_arg) or allocated where the keys are. */
+PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int64_t dim, int ndim,
+                        int strict, void *stream, arr_t *out);
+
+/* ---- the Client type (_hps_client.c) ------------------------------------- */
+
+extern PyTypeObject hpspy_client_type; /* hps.Client */
+
+#endif /* HPS_PYTHON_HPS_H */

@@ -1,0 +1,924 @@
+/*
+ * _hps_client.c -- the type hps.Client of the extension hps._hps (_hps.c):
+ * a libhps client (hps_client_t) whose models and tables are resolved once
+ * through dicts (names -> indices, dims) and learned again when the INI
+ * gains models; the lookups (lookup, _lookup_any, lookup_multi), which
+ * check everything before they release the GIL around the libhps call; the
+ * info, readiness and model-control methods; close and the context manager.
+ */
+#include "_hps.h"
+
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- the Client type ---------------------------------------------------- */
+
+typedef struct model {
+    PyObject *name;        /* str */
+    PyObject *table_index; /* dict: table name -> index */
+    uint32_t num_tables;
+    uint32_t key_bytes;
+    uint32_t *dims;
+} model_t;
+
+typedef struct client_object {
+    PyObject_HEAD hps_client_t *c;
+    int device;
+    size_t num_models;
+    model_t *models;
+    PyObject *model_index; /* dict: model name -> index */
+    PyObject *config;      /* str */
+    long busy;             /* calls running without the GIL (changed with it held) */
+    int closing;
+    PyObject *weakreflist;
+} client_object;
+
+static int client_enter(client_object *self)
+{
+    if (!self->c || self->closing) {
+        hpspy_raise_fmt(HPS_EINVAL, "the client is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static void free_models(client_object *self)
+{
+    for (size_t m = 0; m < self->num_models; m++) {
+        Py_XDECREF(self->models[m].name);
+        Py_XDECREF(self->models[m].table_index);
+        PyMem_Free(self->models[m].dims);
+    }
+    PyMem_Free(self->models);
+    self->models = NULL;
+    self->num_models = 0;
+    Py_CLEAR(self->model_index);
+}
+
+static void client_do_close(client_object *self)
+{
+    hps_client_t *c = self->c;
+
+    if (!c || self->closing)
+        return;
+    self->closing = 1;
+    while (self->busy > 0) { /* hps_client_close needs every other call returned */
+        PyThreadState *ts = PyEval_SaveThread();
+        usleep(1000);
+        PyEval_RestoreThread(ts);
+    }
+    self->c = NULL;
+    PyThreadState *ts = PyEval_SaveThread();
+    hps_client_close(c);
+    PyEval_RestoreThread(ts);
+    self->closing = 0;
+}
+
+static void client_dealloc(client_object *self)
+{
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    client_do_close(self);
+    free_models(self);
+    Py_CLEAR(self->config);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The models and tables, looked up once each: names -> indices, dims.  A
+ * later call adds the models the client learned since (it only grows:
+ * hps_client_num_models). */
+static int load_models(client_object *self)
+{
+    size_t n = hps_client_num_models(self->c);
+
+    if (!self->models) {
+        self->model_index = PyDict_New();
+        self->models = PyMem_Calloc(HPS_CONF_MAX_MODELS, sizeof(model_t));
+        if (!self->model_index || !self->models) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (size_t m = self->num_models; m < n && m < HPS_CONF_MAX_MODELS; m++) {
+        self->num_models = m + 1; /* free_models frees a partial entry */
+        model_t *md = &self->models[m];
+        hps_client_model_info_t mi;
+        hps_err_t rc = hps_client_model_info(self->c, m, &mi);
+        if (rc < 0) {
+            hpspy_raise_c(rc);
+            return -1;
+        }
+        md->num_tables = mi.num_tables;
+        md->key_bytes = mi.key_bytes;
+        md->name = PyUnicode_FromString(mi.name);
+        md->table_index = PyDict_New();
+        md->dims = PyMem_Calloc(mi.num_tables ? mi.num_tables : 1, sizeof(uint32_t));
+        if (!md->name || !md->table_index || !md->dims)
+            return -1;
+        PyObject *idx = PyLong_FromSize_t(m);
+        if (!idx || PyDict_SetItem(self->model_index, md->name, idx) < 0) {
+            Py_XDECREF(idx);
+            return -1;
+        }
+        Py_DECREF(idx);
+        for (uint32_t t = 0; t < mi.num_tables; t++) {
+            hps_client_table_info_t ti;
+            rc = hps_client_table_info(self->c, m, t, &ti);
+            if (rc < 0) {
+                hpspy_raise_c(rc);
+                return -1;
+            }
+            md->dims[t] = ti.dim;
+            PyObject *tn = PyUnicode_FromString(ti.name ? ti.name : "");
+            PyObject *ix = PyLong_FromUnsignedLong(t);
+            int bad = !tn || !ix;
+            /* The first table of a name wins (names are unique in a valid INI). */
+            if (!bad && !PyDict_Contains(md->table_index, tn))
+                bad = PyDict_SetItem(md->table_index, tn, ix) < 0;
+            Py_XDECREF(tn);
+            Py_XDECREF(ix);
+            if (bad)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int client_init(client_object *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"config", "device", NULL};
+    PyObject *path = NULL;
+    int device = 0;
+    char err[1024] = "";
+    hps_client_t *c = NULL;
+    hps_err_t rc;
+
+    if (self->c || self->models) {
+        hpspy_raise_fmt(HPS_EINVAL, "Client.__init__ called twice");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|i:Client", kwlist, PyUnicode_FSConverter,
+                                     &path, &device)) {
+        hpspy_wrap_pyerr("Client()");
+        return -1;
+    }
+    const char *p = PyBytes_AS_STRING(path);
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hps_client_open(p, device, &c, err, sizeof(err));
+    PyEval_RestoreThread(ts);
+    if (rc < 0) {
+        if (err[0])
+            hpspy_raise_msg(rc, PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace"),
+                            NULL);
+        else
+            hpspy_raise_fmt(rc, "%s: %s", p, hps_strerror(rc));
+        Py_DECREF(path);
+        return -1;
+    }
+    self->config = PyUnicode_DecodeFSDefault(p);
+    Py_DECREF(path);
+    self->c = c;
+    self->device = hps_client_device(c);
+    if (!self->config || load_models(self) < 0) {
+        client_do_close(self);
+        free_models(self);
+        return -1;
+    }
+    return 0;
+}
+
+/* A model not known yet: the client looks for models added to its INI
+ * since (hps_client_refresh_models), and this object adds what it learned.
+ * -1 with an exception set on failure. */
+static int learn_models(client_object *self)
+{
+    hps_client_refresh_models(self->c, NULL);
+    return hps_client_num_models(self->c) > self->num_models ? load_models(self) : 0;
+}
+
+static int get_model(client_object *self, PyObject *o, size_t *ret)
+{
+    if (PyUnicode_Check(o)) {
+        PyObject *v = PyDict_GetItemWithError(self->model_index, o);
+        if (!v && !PyErr_Occurred() && learn_models(self) == 0)
+            v = PyDict_GetItemWithError(self->model_index, o);
+        if (!v) {
+            if (!PyErr_Occurred()) {
+                PyObject *names = PyDict_Keys(self->model_index);
+                hpspy_raise_fmt(HPS_ENOTFOUND, "unknown model '%U' (models: %R)", o, names);
+                Py_XDECREF(names);
+            }
+            return -1;
+        }
+        *ret = PyLong_AsSize_t(v);
+        return 0;
+    }
+    if (PyLong_Check(o)) {
+        long long m = PyLong_AsLongLong(o);
+        if (m >= 0 && (unsigned long long)m >= self->num_models && learn_models(self) < 0)
+            return -1;
+        if (m < 0 || (unsigned long long)m >= self->num_models) {
+            PyErr_Clear();
+            hpspy_raise_fmt(HPS_EINVAL, "model index %R out of range (%zu models)", o,
+                            self->num_models);
+            return -1;
+        }
+        *ret = (size_t)m;
+        return 0;
+    }
+    hpspy_raise_fmt(HPS_EINVAL, "model must be a name (str) or an index, not %s",
+                    Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static int get_table(client_object *self, size_t m, PyObject *o, uint32_t *ret)
+{
+    model_t *md = &self->models[m];
+
+    if (PyUnicode_Check(o)) {
+        PyObject *v = PyDict_GetItemWithError(md->table_index, o);
+        if (!v) {
+            if (!PyErr_Occurred()) {
+                PyObject *names = PyDict_Keys(md->table_index);
+                hpspy_raise_fmt(HPS_ENOTFOUND, "model '%U' has no table '%U' (tables: %R)",
+                                md->name, o, names);
+                Py_XDECREF(names);
+            }
+            return -1;
+        }
+        *ret = (uint32_t)PyLong_AsUnsignedLong(v);
+        return 0;
+    }
+    if (PyLong_Check(o)) {
+        long long t = PyLong_AsLongLong(o);
+        if (t < 0 || t >= md->num_tables) {
+            PyErr_Clear();
+            hpspy_raise_fmt(HPS_EINVAL, "table_id %R out of range: model '%U' has %u tables", o,
+                            md->name, md->num_tables);
+            return -1;
+        }
+        *ret = (uint32_t)t;
+        return 0;
+    }
+    hpspy_raise_fmt(HPS_EINVAL, "table must be an index (int) or a name (str), not %s",
+                    Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/* The location of an array must be host memory or the client's device. */
+static int check_loc(client_object *self, const arr_t *a, const char *what)
+{
+    char b1[64], b2[64];
+
+    if (a->loc == HPS_HOST || a->loc == self->device)
+        return 0;
+    if (self->device < 0)
+        hpspy_raise_fmt(HPS_EINVAL, "%s are in %s but the client is host-only (device -1)", what,
+                        hpspy_loc_str(a->loc, b1, sizeof b1));
+    else
+        hpspy_raise_fmt(HPS_EINVAL, "%s are in %s but the client is on %s", what,
+                        hpspy_loc_str(a->loc, b1, sizeof b1),
+                        hpspy_loc_str(self->device, b2, sizeof b2));
+    return -1;
+}
+
+static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames, int strict, const char *fn)
+{
+    static const char *const names[] = {"model", "table", "keys", "out", "stream"};
+    PyObject *a[5], *o = NULL;
+    size_t m;
+    uint32_t t;
+    void *stream;
+    arr_t keys = {0}, out = {0};
+    hps_err_t rc;
+
+    if (hpspy_parse_args(fn, args, nargs, kwnames, names, 5, strict ? 3 : 4, a) < 0 ||
+        client_enter(self) < 0 || get_model(self, a[0], &m) < 0 ||
+        get_table(self, m, a[1], &t) < 0 || hpspy_parse_stream(a[4], &stream) < 0)
+        return NULL;
+    if (hpspy_arr_get(a[2], ARR_KEYS, "keys", stream, &keys) < 0)
+        goto done;
+    if (keys.ndim != 1) {
+        hpspy_raise_fmt(HPS_EINVAL, "keys must be 1-D, got %d dimensions", keys.ndim);
+        goto done;
+    }
+    if (check_loc(self, &keys, "keys") < 0)
+        goto done;
+    if (keys.numel > INT32_MAX) {
+        hpspy_raise_fmt(HPS_EINVAL, "too many keys (%lld; at most %d)", (long long)keys.numel,
+                        INT32_MAX);
+        goto done;
+    }
+    uint32_t dim = self->models[m].dims[t];
+    o = hpspy_get_out(a[3], &keys, keys.numel, dim, 2, strict, stream, &out);
+    if (!o)
+        goto done;
+    if (keys.numel > 0) {
+        if (client_enter(self) < 0) /* an allocator may have closed it */
+            goto fail;
+        hps_client_t *c = self->c;
+        self->busy++;
+        PyThreadState *ts = PyEval_SaveThread();
+        rc = hps_client_lookup_table(c, m, t, (size_t)keys.numel, keys.data, keys.key_type,
+                                     keys.loc, (float *)out.data, out.loc, stream);
+        PyEval_RestoreThread(ts);
+        self->busy--;
+        if (rc < 0) {
+            hpspy_raise_c(rc);
+            goto fail;
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(o);
+done:
+    hpspy_arr_release(&out);
+    hpspy_arr_release(&keys);
+    if (!strict && o) {
+        Py_DECREF(o);
+        Py_RETURN_NONE;
+    }
+    return o;
+}
+
+PyDoc_STRVAR(lookup_doc,
+             "lookup(model, table, keys, out=None, stream=None) -> out\n"
+             "\n"
+             "Embedding vectors of the keys of one table (HugeCTR's lookup(keys, model, "
+             "table_id)).\n"
+             "\n"
+             "model   name (str) of a model of the configuration, or its index.\n"
+             "table   index (int, HugeCTR's table_id) or name (str, embedding_table_names).\n"
+             "keys    1-D contiguous int64 or int32 array of n keys: a numpy array (or any\n"
+             "        buffer), or an object with __dlpack__ (a torch tensor on the CPU or on\n"
+             "        the client's CUDA device), or a DLPack capsule.\n"
+             "out     None, or a C-contiguous float32 array of shape (n, dim) in the same\n"
+             "        kind of memory as the keys; written and returned.\n"
+             "stream  None (the legacy default CUDA stream), an int (cudaStream_t) or an\n"
+             "        object with .cuda_stream (torch.cuda.Stream).\n"
+             "\n"
+             "Returns float32 (n, dim) where the keys live: a numpy array for host keys\n"
+             "read through the buffer protocol, a torch tensor on keys.device for torch\n"
+             "keys.  Keys found nowhere get the table's default value.  The output is\n"
+             "complete when the call returns.  Raises hps.Error.");
+
+static PyObject *client_lookup(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    return lookup_impl(self, args, nargs, kwnames, 1, "lookup");
+}
+
+PyDoc_STRVAR(lookup_any_doc, "_lookup_any(model, table, keys, out, stream=None) -> None\n"
+                             "\n"
+                             "lookup() into out of any C-contiguous float32 shape holding n*dim "
+                             "elements (hps.HPS.lookup_fromdlpack).");
+
+static PyObject *client_lookup_any(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    return lookup_impl(self, args, nargs, kwnames, 0, "_lookup_any");
+}
+
+/* numkeys: a sequence of T non-negative ints -> int32 array (PyMem). */
+static int32_t *get_numkeys(PyObject *o, const model_t *md, uint32_t *ret_t, int64_t *ret_sum,
+                            int64_t *ret_rows_dim)
+{
+    PyObject *seq = PySequence_Fast(o, "numkeys must be a sequence of ints");
+    int32_t *nk = NULL;
+    Py_ssize_t n;
+    int64_t sum = 0, elems = 0;
+
+    if (!seq) {
+        hpspy_wrap_pyerr("numkeys");
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > (Py_ssize_t)md->num_tables) {
+        hpspy_raise_fmt(HPS_EINVAL, "numkeys must have 1 to %u entries (model '%U'), got %zd",
+                        md->num_tables, md->name, n);
+        goto fail;
+    }
+    nk = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    if (!nk) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ix = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
+        long long v = ix ? PyLong_AsLongLong(ix) : -1;
+        Py_XDECREF(ix);
+        if (PyErr_Occurred()) {
+            hpspy_wrap_pyerr("numkeys");
+            goto fail;
+        }
+        if (v < 0 || v > INT32_MAX) {
+            hpspy_raise_fmt(HPS_EINVAL, "numkeys[%zd] = %lld is out of range [0, %d]", i, v,
+                            INT32_MAX);
+            goto fail;
+        }
+        nk[i] = (int32_t)v;
+        sum += v;
+        elems += v * (int64_t)md->dims[i];
+    }
+    Py_DECREF(seq);
+    *ret_t = (uint32_t)n;
+    *ret_sum = sum;
+    *ret_rows_dim = elems;
+    return nk;
+fail:
+    PyMem_Free(nk);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+PyDoc_STRVAR(lookup_multi_doc,
+             "lookup_multi(model, keys, numkeys, out=None, stream=None) -> out\n"
+             "\n"
+             "Embedding vectors of the keys of tables 0 .. T-1 of one model in one call\n"
+             "(the Triton hps backend's KEYS / NUMKEYS form).\n"
+             "\n"
+             "keys     1-D int64 or int32 array of N keys, table-major (table 0's first).\n"
+             "numkeys  sequence of T ints (T <= the model's tables), summing to N.\n"
+             "out      None or a C-contiguous float32 array of shape (sum n_t*dim_t,).\n"
+             "\n"
+             "Returns the flat float32 output, table blocks in table order, where the\n"
+             "keys live.  Other arguments as lookup().  Raises hps.Error.");
+
+static PyObject *client_lookup_multi(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    static const char *const names[] = {"model", "keys", "numkeys", "out", "stream"};
+    PyObject *a[5], *o = NULL;
+    size_t m;
+    void *stream;
+    arr_t keys = {0}, out = {0};
+    int32_t *nk = NULL;
+    uint32_t T;
+    int64_t sum, elems;
+    hps_err_t rc;
+
+    if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 5, 3, a) < 0 ||
+        client_enter(self) < 0 || get_model(self, a[0], &m) < 0 ||
+        hpspy_parse_stream(a[4], &stream) < 0)
+        return NULL;
+    nk = get_numkeys(a[2], &self->models[m], &T, &sum, &elems);
+    if (!nk)
+        return NULL;
+    if (hpspy_arr_get(a[1], ARR_KEYS, "keys", stream, &keys) < 0)
+        goto done;
+    if (keys.ndim != 1) {
+        hpspy_raise_fmt(HPS_EINVAL, "keys must be 1-D, got %d dimensions", keys.ndim);
+        goto done;
+    }
+    if (keys.numel != sum) {
+        hpspy_raise_fmt(HPS_EINVAL, "numkeys sum to %lld but keys has %lld elements",
+                        (long long)sum, (long long)keys.numel);
+        goto done;
+    }
+    if (check_loc(self, &keys, "keys") < 0)
+        goto done;
+    o = hpspy_get_out(a[3], &keys, elems, 1, 1, 1, stream, &out);
+    if (!o)
+        goto done;
+    if (sum > 0) {
+        if (client_enter(self) < 0)
+            goto fail;
+        hps_client_t *c = self->c;
+        self->busy++;
+        PyThreadState *ts = PyEval_SaveThread();
+        rc = hps_client_lookup(c, m, T, nk, keys.data, keys.key_type, keys.loc, (float *)out.data,
+                               out.loc, stream);
+        PyEval_RestoreThread(ts);
+        self->busy--;
+        if (rc < 0) {
+            hpspy_raise_c(rc);
+            goto fail;
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(o);
+done:
+    hpspy_arr_release(&out);
+    hpspy_arr_release(&keys);
+    PyMem_Free(nk);
+    return o;
+}
+
+PyDoc_STRVAR(models_doc, "models() -> list of str: the models of the configuration, file order,\n"
+                         "then those added to its INI file since (read again when it changed).");
+
+static PyObject *client_models(client_object *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *l;
+
+    if (client_enter(self) < 0 || learn_models(self) < 0)
+        return NULL;
+    l = PyList_New((Py_ssize_t)self->num_models);
+    for (size_t m = 0; l && m < self->num_models; m++) {
+        Py_INCREF(self->models[m].name);
+        PyList_SET_ITEM(l, (Py_ssize_t)m, self->models[m].name);
+    }
+    return l;
+}
+
+/* Set d[key] = v (v stolen); -1 on failure. */
+static int dset(PyObject *d, const char *key, PyObject *v)
+{
+    int r = v ? PyDict_SetItemString(d, key, v) : -1;
+    Py_XDECREF(v);
+    return r;
+}
+
+PyDoc_STRVAR(tables_doc, "tables(model) -> list of dict\n"
+                         "\n"
+                         "The tables of a model, index order: name, dim, key_bytes (8 or 4),\n"
+                         "default_value, rows (in the volatile DB now; 0 before the segment is\n"
+                         "attached), max_keys_per_sample, storage_type (how the volatile DB\n"
+                         "stores the rows: 'fp32', 'fp16', 'bf16' or 'int8'; lookups return\n"
+                         "float32 whatever it is).");
+
+static PyObject *client_tables(client_object *self, PyObject *model)
+{
+    size_t m;
+    PyObject *l;
+
+    if (client_enter(self) < 0 || get_model(self, model, &m) < 0)
+        return NULL;
+    l = PyList_New(0);
+    for (uint32_t t = 0; l && t < self->models[m].num_tables; t++) {
+        hps_client_table_info_t ti;
+        hps_err_t rc = hps_client_table_info(self->c, m, t, &ti);
+        PyObject *d;
+        if (rc < 0) {
+            Py_DECREF(l);
+            return hpspy_raise_c(rc);
+        }
+        d = PyDict_New();
+        if (!d || dset(d, "name", PyUnicode_FromString(ti.name ? ti.name : "")) < 0 ||
+            dset(d, "dim", PyLong_FromUnsignedLong(ti.dim)) < 0 ||
+            dset(d, "key_bytes", PyLong_FromUnsignedLong(ti.key_bytes)) < 0 ||
+            dset(d, "default_value", PyFloat_FromDouble(ti.default_value)) < 0 ||
+            dset(d, "rows", PyLong_FromUnsignedLongLong(ti.rows)) < 0 ||
+            dset(d, "max_keys_per_sample", PyLong_FromUnsignedLong(ti.max_keys_per_sample)) < 0 ||
+            dset(d, "storage_type", PyUnicode_FromString(hps_dtype_name(ti.storage_type))) < 0 ||
+            PyList_Append(l, d) < 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(l);
+            break;
+        }
+        Py_DECREF(d);
+    }
+    return l;
+}
+
+PyDoc_STRVAR(model_info_doc, "model_info(model) -> dict: name, num_tables, max_batch_size, "
+                             "key_bytes, gpu_cache.");
+
+static PyObject *client_model_info(client_object *self, PyObject *model)
+{
+    size_t m;
+    hps_client_model_info_t mi;
+    hps_err_t rc;
+    PyObject *d;
+
+    if (client_enter(self) < 0 || get_model(self, model, &m) < 0)
+        return NULL;
+    rc = hps_client_model_info(self->c, m, &mi);
+    if (rc < 0)
+        return hpspy_raise_c(rc);
+    d = PyDict_New();
+    if (!d || dset(d, "name", PyUnicode_FromString(mi.name)) < 0 ||
+        dset(d, "num_tables", PyLong_FromUnsignedLong(mi.num_tables)) < 0 ||
+        dset(d, "max_batch_size", PyLong_FromUnsignedLong(mi.max_batch_size)) < 0 ||
+        dset(d, "key_bytes", PyLong_FromUnsignedLong(mi.key_bytes)) < 0 ||
+        dset(d, "gpu_cache", PyBool_FromLong(mi.gpu_cache)) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
+PyDoc_STRVAR(counters_doc,
+             "counters(model) -> dict\n"
+             "\n"
+             "This client's counters of a model since it opened (hps-worker's nv_hps_*\n"
+             "metrics): lookup_keys, vdb_hits, lower_hits, default_keys, miss_busy,\n"
+             "miss_timeout, lookup_ns, lookup_calls.");
+
+static PyObject *client_counters(client_object *self, PyObject *model)
+{
+    size_t m;
+    hps_client_counters_t k;
+    hps_err_t rc;
+    PyObject *d;
+
+    if (client_enter(self) < 0 || get_model(self, model, &m) < 0)
+        return NULL;
+    rc = hps_client_counters(self->c, m, &k);
+    if (rc < 0)
+        return hpspy_raise_c(rc);
+    d = PyDict_New();
+    if (!d || dset(d, "lookup_keys", PyLong_FromUnsignedLongLong(k.lookup_keys)) < 0 ||
+        dset(d, "vdb_hits", PyLong_FromUnsignedLongLong(k.vdb_hits)) < 0 ||
+        dset(d, "lower_hits", PyLong_FromUnsignedLongLong(k.lower_hits)) < 0 ||
+        dset(d, "default_keys", PyLong_FromUnsignedLongLong(k.default_keys)) < 0 ||
+        dset(d, "miss_busy", PyLong_FromUnsignedLongLong(k.miss_busy)) < 0 ||
+        dset(d, "miss_timeout", PyLong_FromUnsignedLongLong(k.miss_timeout)) < 0 ||
+        dset(d, "lookup_ns", PyLong_FromUnsignedLongLong(k.lookup_ns)) < 0 ||
+        dset(d, "lookup_calls", PyLong_FromUnsignedLongLong(k.lookup_calls)) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
+PyDoc_STRVAR(cache_stats_doc,
+             "cache_stats(model, table) -> dict\n"
+             "\n"
+             "The GPU embedding cache of a table as this client maps it: lookups, hits,\n"
+             "inserts, evictions, updates, occupied_rows, capacity_rows, full_refreshes,\n"
+             "lock_timeouts, processes (processes mapping it), refresher (bool).\n"
+             "hps.Error (code HPS_ENOTFOUND) where there is none: a host-only client,\n"
+             "gpucache = false, or not built yet.");
+
+static PyObject *client_cache_stats(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
+{
+    static const char *const names[] = {"model", "table"};
+    PyObject *a[2], *d;
+    size_t m;
+    uint32_t t;
+    hps_client_cache_stats_t s;
+    hps_err_t rc;
+
+    if (hpspy_parse_args("cache_stats", args, nargs, kwnames, names, 2, 2, a) < 0 ||
+        client_enter(self) < 0 || get_model(self, a[0], &m) < 0 || get_table(self, m, a[1], &t) < 0)
+        return NULL;
+    rc = hps_client_cache_stats(self->c, m, t, &s);
+    if (rc < 0)
+        return hpspy_raise_c(rc);
+    d = PyDict_New();
+    if (!d || dset(d, "lookups", PyLong_FromUnsignedLongLong(s.lookups)) < 0 ||
+        dset(d, "hits", PyLong_FromUnsignedLongLong(s.hits)) < 0 ||
+        dset(d, "inserts", PyLong_FromUnsignedLongLong(s.inserts)) < 0 ||
+        dset(d, "evictions", PyLong_FromUnsignedLongLong(s.evictions)) < 0 ||
+        dset(d, "updates", PyLong_FromUnsignedLongLong(s.updates)) < 0 ||
+        dset(d, "occupied_rows", PyLong_FromUnsignedLongLong(s.occupied_rows)) < 0 ||
+        dset(d, "capacity_rows", PyLong_FromUnsignedLongLong(s.capacity_rows)) < 0 ||
+        dset(d, "full_refreshes", PyLong_FromUnsignedLongLong(s.full_refreshes)) < 0 ||
+        dset(d, "lock_timeouts", PyLong_FromUnsignedLongLong(s.lock_timeouts)) < 0 ||
+        dset(d, "processes", PyLong_FromUnsignedLong(s.processes)) < 0 ||
+        dset(d, "refresher", PyBool_FromLong(s.refresher)) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
+PyDoc_STRVAR(ready_doc, "ready() -> bool: segment attached, every table found, the coordinator "
+                        "serving, the GPU caches built.  Never blocks.");
+
+static PyObject *client_ready(client_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (client_enter(self) < 0)
+        return NULL;
+    return PyBool_FromLong(hps_client_ready(self->c));
+}
+
+PyDoc_STRVAR(coordinator_alive_doc,
+             "coordinator_alive() -> bool: whether the coordinator's heartbeat is fresh.");
+
+static PyObject *client_coordinator_alive(client_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (client_enter(self) < 0)
+        return NULL;
+    return PyBool_FromLong(hps_client_coordinator_alive(self->c));
+}
+
+/* A timeout_ms argument: *ret = its value, clamped to UINT32_MAX; -1 with
+ * hps.Error raised when it is not an int or negative. */
+static int timeout_arg(PyObject *o, long long *ret)
+{
+    long long ms = PyLong_AsLongLong(o);
+    if (ms == -1 && PyErr_Occurred()) {
+        hpspy_wrap_pyerr("timeout_ms");
+        return -1;
+    }
+    if (ms < 0) {
+        hpspy_raise_fmt(HPS_EINVAL, "timeout_ms must be >= 0");
+        return -1;
+    }
+    *ret = ms > UINT32_MAX ? UINT32_MAX : ms;
+    return 0;
+}
+
+PyDoc_STRVAR(wait_ready_doc,
+             "wait_ready(timeout_ms=10000) -> bool\n"
+             "\n"
+             "Wait (GIL released) until ready() or timeout_ms passed; True when ready,\n"
+             "False on timeout.");
+
+static PyObject *client_wait_ready(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const names[] = {"timeout_ms"};
+    PyObject *a[1];
+    long long ms = 10000;
+    hps_err_t rc;
+
+    if (hpspy_parse_args("wait_ready", args, nargs, kwnames, names, 1, 0, a) < 0 ||
+        client_enter(self) < 0)
+        return NULL;
+    if (a[0] && timeout_arg(a[0], &ms) < 0)
+        return NULL;
+    hps_client_t *c = self->c;
+    self->busy++;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hps_client_wait_ready(c, (uint32_t)ms);
+    PyEval_RestoreThread(ts);
+    self->busy--;
+    if (rc == HPS_ETIMEDOUT)
+        Py_RETURN_FALSE;
+    if (rc < 0)
+        return hpspy_raise_c(rc);
+    Py_RETURN_TRUE;
+}
+
+PyDoc_STRVAR(load_model_doc,
+             "load_model(model, timeout_ms=600000) -> str\n"
+             "\n"
+             "Load model (a name of the INI's [model.<name>] sections) while the others\n"
+             "serve: Triton's explicit model control ([hps] model_control_mode = explicit).\n"
+             "The coordinator re-reads the INI, checks the model's files and builds a new\n"
+             "segment beside the serving one; returns the coordinator's answer once this\n"
+             "client serves from it (GIL released while waiting).  Loading a loaded model\n"
+             "reloads it (new files or version).  A model added to the INI after this\n"
+             "client opened is loaded for the other processes, not served by this one.\n"
+             "hps.Error: code HPS_EUNSUPPORTED (mode none), HPS_EIO (refused or failed:\n"
+             "the message says why; nothing changed), HPS_ETIMEDOUT, HPS_EBUSY.");
+
+PyDoc_STRVAR(unload_model_doc,
+             "unload_model(model, timeout_ms=600000) -> str\n"
+             "\n"
+             "Unload model (explicit model control): its shared memory, GPU caches and\n"
+             "persistent-DB tables are freed; lookups of it then raise hps.Error\n"
+             "(HPS_ENOTFOUND).  Errors as load_model().");
+
+static PyObject *client_control(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames, hps_model_op_t op)
+{
+    static const char *const names[] = {"model", "timeout_ms"};
+    const char *what = op == HPS_MODEL_LOAD ? "load_model" : "unload_model";
+    PyObject *a[2];
+    long long ms = 600000;
+    char msg[600];
+
+    if (hpspy_parse_args(what, args, nargs, kwnames, names, 2, 1, a) < 0 || client_enter(self) < 0)
+        return NULL;
+    const char *name = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
+    if (!name)
+        return PyErr_Occurred() ? hpspy_wrap_pyerr("model")
+                                : hpspy_raise_fmt(HPS_EINVAL, "model must be a str, not %s",
+                                                  Py_TYPE(a[0])->tp_name);
+    if (a[1] && timeout_arg(a[1], &ms) < 0)
+        return NULL;
+    hps_client_t *c = self->c;
+    self->busy++;
+    PyThreadState *ts = PyEval_SaveThread();
+    hps_err_t rc = hps_client_model_control(c, op, name, (uint32_t)ms, msg, sizeof(msg));
+    PyEval_RestoreThread(ts);
+    self->busy--;
+    if (rc < 0)
+        return hpspy_raise_c(rc);
+    return PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+}
+
+static PyObject *client_load_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    return client_control(self, args, nargs, kwnames, HPS_MODEL_LOAD);
+}
+
+static PyObject *client_unload_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    return client_control(self, args, nargs, kwnames, HPS_MODEL_UNLOAD);
+}
+
+PyDoc_STRVAR(close_doc, "close(): leave the segment and the shared GPU caches (waits for calls "
+                        "in flight).  Idempotent; the client is unusable afterwards.");
+
+static PyObject *client_close(client_object *self, PyObject *unused)
+{
+    (void)unused;
+    client_do_close(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_enter_ctx(client_object *self, PyObject *unused)
+{
+    (void)unused;
+    if (client_enter(self) < 0)
+        return NULL;
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *client_exit_ctx(client_object *self, PyObject *args)
+{
+    (void)args;
+    client_do_close(self);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *client_get_device(client_object *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->device);
+}
+
+static PyObject *client_get_closed(client_object *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->c == NULL);
+}
+
+static PyObject *client_get_config(client_object *self, void *closure)
+{
+    (void)closure;
+    PyObject *c = self->config ? self->config : Py_None;
+    Py_INCREF(c);
+    return c;
+}
+
+static PyObject *client_repr(client_object *self)
+{
+    if (!self->config)
+        return PyUnicode_FromString("<hps.Client (not open)>");
+    return PyUnicode_FromFormat("<hps.Client config=%R device=%d%s>", self->config, self->device,
+                                self->c ? "" : " closed");
+}
+
+static PyMethodDef client_methods[] = {
+    {"lookup", (PyCFunction)(void (*)(void))client_lookup, METH_FASTCALL | METH_KEYWORDS,
+     lookup_doc},
+    {"_lookup_any", (PyCFunction)(void (*)(void))client_lookup_any, METH_FASTCALL | METH_KEYWORDS,
+     lookup_any_doc},
+    {"lookup_multi", (PyCFunction)(void (*)(void))client_lookup_multi,
+     METH_FASTCALL | METH_KEYWORDS, lookup_multi_doc},
+    {"models", (PyCFunction)client_models, METH_NOARGS, models_doc},
+    {"tables", (PyCFunction)client_tables, METH_O, tables_doc},
+    {"model_info", (PyCFunction)client_model_info, METH_O, model_info_doc},
+    {"counters", (PyCFunction)client_counters, METH_O, counters_doc},
+    {"cache_stats", (PyCFunction)(void (*)(void))client_cache_stats, METH_FASTCALL | METH_KEYWORDS,
+     cache_stats_doc},
+    {"ready", (PyCFunction)client_ready, METH_NOARGS, ready_doc},
+    {"wait_ready", (PyCFunction)(void (*)(void))client_wait_ready, METH_FASTCALL | METH_KEYWORDS,
+     wait_ready_doc},
+    {"coordinator_alive", (PyCFunction)client_coordinator_alive, METH_NOARGS,
+     coordinator_alive_doc},
+    {"load_model", (PyCFunction)(void (*)(void))client_load_model, METH_FASTCALL | METH_KEYWORDS,
+     load_model_doc},
+    {"unload_model", (PyCFunction)(void (*)(void))client_unload_model,
+     METH_FASTCALL | METH_KEYWORDS, unload_model_doc},
+    {"close", (PyCFunction)client_close, METH_NOARGS, close_doc},
+    {"__enter__", (PyCFunction)client_enter_ctx, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef client_getset[] = {
+    {"device", (getter)client_get_device, NULL,
+     "The client's CUDA device, or -1 for a host-only client.", NULL},
+    {"closed", (getter)client_get_closed, NULL, "Whether close() was called.", NULL},
+    {"config", (getter)client_get_config, NULL, "The configuration file's path.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(client_doc,
+             "Client(config, device=0)\n"
+             "\n"
+             "A libhps client: opens the INI configuration (the file hps-coordinator\n"
+             "runs with) and attaches its shared-memory segment (now, or in the\n"
+             "background as soon as the coordinator creates it; wait_ready() waits).\n"
+             "device: a CUDA device ordinal (the GPU caches of models with gpucache =\n"
+             "true, shared with the other processes of that device), or -1 for a\n"
+             "host-only client; a device that does not exist gives a host-only client\n"
+             "with a warning.  The client is a worker of the segment (hps-shm info lists\n"
+             "it) until close().  Methods may be called from any thread; lookups run\n"
+             "with the GIL released.  A context manager (close() on exit).\n"
+             "Raises hps.Error.");
+
+PyTypeObject hpspy_client_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hps.Client",
+    .tp_basicsize = sizeof(client_object),
+    .tp_dealloc = (destructor)client_dealloc,
+    .tp_repr = (reprfunc)client_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = client_doc,
+    .tp_weaklistoffset = offsetof(client_object, weakreflist),
+    .tp_methods = client_methods,
+    .tp_getset = client_getset,
+    .tp_init = (initproc)client_init,
+    .tp_new = PyType_GenericNew,
+};
