@@ -57,10 +57,13 @@ typedef struct bench_exit {
     void (*cleanup)(void); /* run before exit(1); may be NULL */
 } bench_exit_t;
 
+/* One per program, whichever of its files sets it: every file that
+ * includes this header defines it weak, and the linker keeps one. */
+__attribute__((weak)) bench_exit_t bench__exit_state = {"bench", NULL};
+
 static inline bench_exit_t *bench__exit(void)
 {
-    static bench_exit_t e = {"bench", NULL};
-    return &e;
+    return &bench__exit_state;
 }
 
 /* Name the program for bench_die() and register its cleanup (may be NULL). */

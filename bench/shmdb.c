@@ -19,12 +19,14 @@
  *
  * Every number printed is measured by this run, except the footnote labelled
  * "reference (not measured here)".
+ *
+ * Files: this one holds the options, the workload, the measuring loop, the
+ * checks, the floor, the report and main; shmdb_reader.c the shmdb segment
+ * and the forked reader process; shmdb_redis.c the Redis baseline; shmdb.h
+ * what they share.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,79 +34,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench_vcs.h"
-#include "hps_build_config.h"
 #include "bench/benchutil.h"
+#include "bench/shmdb.h"
 #include "hps/dtype.h"
 #include "hps/hps.h"
 #include "hps/shmdb.h"
 
-#if HPS_HAVE_REDIS
-#include <hiredis/hiredis.h>
-#endif
-
-#define MAX_DIMS       8
-#define MAX_THREADS    8
 #define KEY_SEED       0x5eed0fb3c4d2a1e7ULL
 #define QUERY_SEED     0x0ddba11cafef00d5ULL
-#define MODEL_NAME     "bench"
 #define SAMPLE_BATCHES 16
-#define LOAD_CHUNK     65536
 
 /* ------------------------------------------------------------------------ */
 /* Options and workload                                                      */
 /* ------------------------------------------------------------------------ */
 
-typedef struct options {
-    uint64_t rows;
-    unsigned dims[MAX_DIMS];
-    unsigned ndims;
-    unsigned threads[MAX_THREADS];
-    unsigned nthreads;
-    double seconds;
-    double warmup;
-    unsigned reps;
-    unsigned batch;
-    unsigned nbatches;
-    unsigned partitions;
-    hps_dtype_t types[HPS_DTYPE_COUNT]; /* storage types measured per dim */
-    unsigned ntypes;
-    bool quick;
-} options_t;
-
-/** Keys and query stream, shared by every dim (vectors depend on the dim). */
-typedef struct workload {
-    uint64_t rows;
-    int64_t *keys;  /* (rows) distinct loaded keys */
-    unsigned batch; /* keys per batch */
-    unsigned nb;    /* precomputed batches */
-    int64_t *qkeys; /* (nb * batch) query keys */
-    uint32_t *qidx; /* (nb * batch) row index of each query key */
-} workload_t;
-
-static options_t g_opt;
-static workload_t g_wl;
+options_t bshm_opt;
+workload_t bshm_wl;
 
 /* Cleanup state, also used by the SIGINT/SIGTERM handler. */
-static char g_seg_path[256];
-static volatile pid_t g_redis_pid;
-static volatile pid_t g_reader_pid;
+char bshm_seg_path[256];
+volatile pid_t bshm_redis_pid;
+volatile pid_t bshm_reader_pid;
 
 static void cleanup(void)
 {
-    if (g_seg_path[0])
-        unlink(g_seg_path);
-    g_seg_path[0] = 0;
-    if (g_reader_pid > 0)
-        kill(g_reader_pid, SIGKILL);
-    if (g_redis_pid > 0)
-        kill(g_redis_pid, SIGKILL);
+    if (bshm_seg_path[0])
+        unlink(bshm_seg_path);
+    bshm_seg_path[0] = 0;
+    if (bshm_reader_pid > 0)
+        kill(bshm_reader_pid, SIGKILL);
+    if (bshm_redis_pid > 0)
+        kill(bshm_redis_pid, SIGKILL);
 }
 
 static void on_signal(int sig)
@@ -146,19 +110,13 @@ static uint64_t checksum(const void *v, size_t n)
     return h;
 }
 
-/** What a lookup writes per row: dim floats (decoded), or the row as stored in dtype. */
-typedef struct form {
-    hps_dtype_t dtype;
-    bool stored;
-} form_t;
-
 static size_t form_bytes(form_t f, unsigned dim)
 {
     return f.stored ? hps_dtype_row_bytes(f.dtype, dim) : 4ull * dim;
 }
 
 /** Bytes of a lookup output row of any form: int8 stores dim + 4. */
-static size_t out_row_max(unsigned dim)
+size_t bshm_out_row_max(unsigned dim)
 {
     return 4ull * (dim + 1);
 }
@@ -166,12 +124,12 @@ static size_t out_row_max(unsigned dim)
 /**
  * The row of key as a lookup of form f returns it, into out (form_bytes):
  * the stored encoding of expected_row, decoded again unless f.stored.
- * scratch holds 2 * out_row_max(dim) bytes.
+ * scratch holds 2 * bshm_out_row_max(dim) bytes.
  */
 static void expected_out(int64_t key, unsigned dim, form_t f, void *scratch, void *out)
 {
     float *row = scratch;
-    void *enc = (uint8_t *)scratch + out_row_max(dim);
+    void *enc = (uint8_t *)scratch + bshm_out_row_max(dim);
     expected_row(key, dim, row);
     if (f.dtype == HPS_DTYPE_FP32) {
         memcpy(out, row, 4ull * dim);
@@ -208,17 +166,6 @@ static void workload_init(workload_t *wl, const options_t *o)
 /* Measurement harness                                                       */
 /* ------------------------------------------------------------------------ */
 
-/** Look up batch b into out (batch rows of the context's form) and found; return hits or < 0. */
-typedef int (*batch_fn)(void *ctx, unsigned tid, size_t b, void *out, uint8_t *found);
-
-typedef struct run_result {
-    double mkeys;     /* million keys per second, all threads together (best run) */
-    double cpu_share; /* best run: thread CPU time / wall time, lowest of its threads */
-    uint64_t batches; /* batches timed, all runs */
-    uint64_t misses;  /* keys reported missing during the timed runs */
-    int err;          /* first error of a batch call, 0 if none */
-} run_result_t;
-
 typedef struct run_ctx {
     batch_fn fn;
     void *ctx;
@@ -248,14 +195,14 @@ static double thread_cpu_s(void)
 static int run_loop(run_ctx_t *rc, unsigned tid, double until, size_t *b, void *out, uint8_t *found,
                     uint64_t *batches, uint64_t *misses)
 {
-    unsigned n = g_wl.batch;
+    unsigned n = bshm_wl.batch;
     do {
         int hits = rc->fn(rc->ctx, tid, *b, out, found);
         if (hits < 0)
             return hits;
         *misses += n - (unsigned)hits;
         *batches += 1;
-        *b = (*b + 1) % g_wl.nb;
+        *b = (*b + 1) % bshm_wl.nb;
     } while (bench_now_s() < until);
     return 0;
 }
@@ -264,9 +211,9 @@ static void *run_thread(void *p)
 {
     thread_arg_t *ta = p;
     run_ctx_t *rc = ta->rc;
-    void *out = bench_xmalloc(g_wl.batch * out_row_max(rc->dim));
-    uint8_t *found = bench_xmalloc(g_wl.batch);
-    size_t b = (size_t)ta->tid * g_wl.nb / rc->nthreads;
+    void *out = bench_xmalloc(bshm_wl.batch * bshm_out_row_max(rc->dim));
+    uint8_t *found = bench_xmalloc(bshm_wl.batch);
+    size_t b = (size_t)ta->tid * bshm_wl.nb / rc->nthreads;
     uint64_t wb = 0, wm = 0;
     int err = 0;
     if (rc->warmup > 0)
@@ -274,7 +221,7 @@ static void *run_thread(void *p)
     pthread_barrier_wait(&rc->barrier);
     double t0 = bench_now_s(), c0 = thread_cpu_s();
     if (err == 0)
-        err = run_loop(rc, ta->tid, t0 + g_opt.seconds, &b, out, found, &rc->batches[ta->tid],
+        err = run_loop(rc, ta->tid, t0 + bshm_opt.seconds, &b, out, found, &rc->batches[ta->tid],
                        &rc->misses[ta->tid]);
     rc->secs[ta->tid] = bench_now_s() - t0;
     rc->cpu[ta->tid] = thread_cpu_s() - c0;
@@ -310,7 +257,7 @@ static run_result_t measure_once(batch_fn fn, void *ctx, unsigned dim, unsigned 
             r.err = rc.err[t];
     }
     pthread_barrier_destroy(&rc.barrier);
-    r.mkeys = (double)r.batches * g_wl.batch / secs / 1e6;
+    r.mkeys = (double)r.batches * bshm_wl.batch / secs / 1e6;
     return r;
 }
 
@@ -327,21 +274,21 @@ static void keep_best(run_result_t *best, const run_result_t *r, bool gate)
 }
 
 /**
- * Timed runs of g_opt.seconds each after one warm-up; the best run is
+ * Timed runs of bshm_opt.seconds each after one warm-up; the best run is
  * reported, since other processes on the machine only ever slow a run down.
- * gate (CPU-bound code: ours, floor): runs until g_opt.reps of them were
+ * gate (CPU-bound code: ours, floor): runs until bshm_opt.reps of them were
  * clean (every timed thread had the CPU >= 95% of the time) or MAX_TRIES *
  * reps runs were made, and a clean run is preferred; the reported cpu_share
  * tells which one was kept.  Redis clients wait on the server: no gate.
  */
-static run_result_t measure(batch_fn fn, void *ctx, unsigned dim, unsigned nthreads, bool gate)
+run_result_t bshm_measure(batch_fn fn, void *ctx, unsigned dim, unsigned nthreads, bool gate)
 {
     run_result_t best = {0};
     uint64_t batches = 0, misses = 0;
     int err = 0;
-    unsigned clean = 0, limit = gate ? MAX_TRIES * g_opt.reps : g_opt.reps;
-    for (unsigned i = 0; i < limit && clean < g_opt.reps && err == 0; i++) {
-        run_result_t r = measure_once(fn, ctx, dim, nthreads, i == 0 ? g_opt.warmup : 0);
+    unsigned clean = 0, limit = gate ? MAX_TRIES * bshm_opt.reps : bshm_opt.reps;
+    for (unsigned i = 0; i < limit && clean < bshm_opt.reps && err == 0; i++) {
+        run_result_t r = measure_once(fn, ctx, dim, nthreads, i == 0 ? bshm_opt.warmup : 0);
         batches += r.batches;
         misses += r.misses;
         err = r.err;
@@ -354,18 +301,9 @@ static run_result_t measure(batch_fn fn, void *ctx, unsigned dim, unsigned nthre
     return best;
 }
 
-typedef struct check_result {
-    uint64_t keys;       /* keys checked */
-    uint64_t missing;    /* of them reported missing */
-    uint64_t wrong;      /* of them found with a wrong vector */
-    uint64_t sum;        /* checksum of the sample batches' outputs */
-    uint64_t sum_expect; /* checksum of the expected outputs */
-    int err;
-} check_result_t;
-
-/** out and exp: n rows of form f; scratch: 2 * out_row_max(dim) bytes. */
-static void check_batch(const int64_t *keys, unsigned n, unsigned dim, form_t f, const void *out,
-                        const uint8_t *found, void *exp, void *scratch, check_result_t *cr)
+/** out and exp: n rows of form f; scratch: 2 * bshm_out_row_max(dim) bytes. */
+void bshm_check_batch(const int64_t *keys, unsigned n, unsigned dim, form_t f, const void *out,
+                      const uint8_t *found, void *exp, void *scratch, check_result_t *cr)
 {
     size_t rb = form_bytes(f, dim);
     for (unsigned q = 0; q < n; q++) {
@@ -380,24 +318,25 @@ static void check_batch(const int64_t *keys, unsigned n, unsigned dim, form_t f,
 }
 
 /** Verify SAMPLE_BATCHES query batches spread over the stream: found + checksum. */
-static check_result_t check_sample(batch_fn fn, void *ctx, unsigned dim, form_t f)
+check_result_t bshm_check_sample(batch_fn fn, void *ctx, unsigned dim, form_t f)
 {
-    size_t n = g_wl.batch * form_bytes(f, dim);
+    size_t n = bshm_wl.batch * form_bytes(f, dim);
     void *out = bench_xmalloc(n);
     void *exp = bench_xmalloc(n);
-    void *scratch = bench_xmalloc(2 * out_row_max(dim));
-    uint8_t *found = bench_xmalloc(g_wl.batch);
+    void *scratch = bench_xmalloc(2 * bshm_out_row_max(dim));
+    uint8_t *found = bench_xmalloc(bshm_wl.batch);
     check_result_t cr = {.sum = 0x1234, .sum_expect = 0x1234};
     for (unsigned s = 0; s < SAMPLE_BATCHES && cr.err == 0; s++) {
-        size_t b = (size_t)s * g_wl.nb / SAMPLE_BATCHES;
+        size_t b = (size_t)s * bshm_wl.nb / SAMPLE_BATCHES;
         memset(out, 0, n);
-        memset(found, 0, g_wl.batch);
+        memset(found, 0, bshm_wl.batch);
         int hits = fn(ctx, 0, b, out, found);
         if (hits < 0) {
             cr.err = hits;
             break;
         }
-        check_batch(&g_wl.qkeys[b * g_wl.batch], g_wl.batch, dim, f, out, found, exp, scratch, &cr);
+        bshm_check_batch(&bshm_wl.qkeys[b * bshm_wl.batch], bshm_wl.batch, dim, f, out, found, exp,
+                         scratch, &cr);
         cr.sum = mix64(cr.sum ^ checksum(out, n));
         cr.sum_expect = mix64(cr.sum_expect ^ checksum(exp, n));
     }
@@ -460,784 +399,27 @@ static int floor_batch(void *p, unsigned tid, size_t b, void *out, uint8_t *foun
 {
     (void)tid;
     const floor_ctx_t *fc = p;
-    floor_gather(fc->flat, fc->rb, &g_wl.qidx[b * g_wl.batch], g_wl.batch, out);
-    memset(found, 1, g_wl.batch);
-    return (int)g_wl.batch;
+    floor_gather(fc->flat, fc->rb, &bshm_wl.qidx[b * bshm_wl.batch], bshm_wl.batch, out);
+    memset(found, 1, bshm_wl.batch);
+    return (int)bshm_wl.batch;
 }
 
 static float *flat_build(unsigned dim)
 {
-    float *flat = bench_xmalloc(g_wl.rows * dim * sizeof(float));
-    for (uint64_t i = 0; i < g_wl.rows; i++)
-        expected_row(g_wl.keys[i], dim, flat + i * dim);
+    float *flat = bench_xmalloc(bshm_wl.rows * dim * sizeof(float));
+    for (uint64_t i = 0; i < bshm_wl.rows; i++)
+        expected_row(bshm_wl.keys[i], dim, flat + i * dim);
     return flat;
 }
 
 /** The rows of flat (fp32) as stored in dtype: rows x hps_dtype_row_bytes bytes. */
 static void *flat_encode(const float *flat, unsigned dim, hps_dtype_t dtype)
 {
-    void *enc = bench_xmalloc(g_wl.rows * hps_dtype_row_bytes(dtype, dim));
-    if (hps_dtype_encode(dtype, dim, g_wl.rows, flat, enc) < 0)
+    void *enc = bench_xmalloc(bshm_wl.rows * hps_dtype_row_bytes(dtype, dim));
+    if (hps_dtype_encode(dtype, dim, bshm_wl.rows, flat, enc) < 0)
         bench_die("hps_dtype_encode(%s, dim %u) failed", hps_dtype_name(dtype), dim);
     return enc;
 }
-
-/* ------------------------------------------------------------------------ */
-/* shmdb: writer (this process) and reader (forked child)                    */
-/* ------------------------------------------------------------------------ */
-
-typedef struct reader_cmd {
-    char segment[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
-    char table[HPS_SHMDB_NAME_MAX + 1];
-    unsigned dim;
-    hps_dtype_t dtype; /* the table's storage type */
-    bool quit;
-} reader_cmd_t;
-
-typedef struct reader_reply {
-    int err;                                      /* 0, or an hps_err_t of attach/find */
-    char what[64];                                /* the call that failed */
-    pid_t pid;                                    /* the reader's pid */
-    uint64_t rows_seen;                           /* hps_shmdb_size from the reader */
-    uint64_t full_keys, full_missing, full_wrong; /* every loaded key, once */
-    check_result_t sample;
-    check_result_t sample_stored;      /* compact types: hps_shmdb_lookup_stored */
-    run_result_t clients[MAX_THREADS]; /* [i]: threads[i] threads, one handle */
-    run_result_t split[MAX_THREADS];   /* [i]: 1 thread, num_threads = threads[i] (fp32) */
-    run_result_t stored[MAX_THREADS];  /* [i]: as clients, stored rows (compact types) */
-} reader_reply_t;
-
-typedef struct shm_ctx {
-    hps_shmdb_t *db;
-    uint32_t id;
-    size_t rb; /* stored row bytes (hps_table_info_t.row_bytes) */
-} shm_ctx_t;
-
-static int shm_batch(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
-{
-    (void)tid;
-    const shm_ctx_t *sc = p;
-    size_t hits = 0;
-    hps_err_t e = hps_shmdb_lookup(sc->db, sc->id, g_wl.batch, &g_wl.qkeys[b * g_wl.batch], out,
-                                   found, &hits);
-    return e < 0 ? e : (int)hits;
-}
-
-/** The batch as stored rows: hps_shmdb_lookup_stored reads one key per call. */
-static int shm_batch_stored(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
-{
-    (void)tid;
-    const shm_ctx_t *sc = p;
-    const int64_t *keys = &g_wl.qkeys[b * g_wl.batch];
-    int hits = 0;
-    for (unsigned q = 0; q < g_wl.batch; q++) {
-        bool f = false;
-        hps_err_t e = hps_shmdb_lookup_stored(sc->db, sc->id, (uint64_t)keys[q],
-                                              (uint8_t *)out + q * sc->rb, sc->rb, &f);
-        if (e < 0)
-            return e;
-        found[q] = f;
-        hits += f;
-    }
-    return hits;
-}
-
-static void write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            _exit(3);
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static bool read_all(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
-/** Look up every loaded key once, in order: warms the mapping, checks exactness. */
-static void reader_full_pass(shm_ctx_t *sc, unsigned dim, hps_dtype_t dtype, reader_reply_t *rp)
-{
-    size_t chunk = g_wl.batch;
-    form_t f = {dtype, false};
-    float *out = bench_xmalloc(chunk * dim * sizeof(float));
-    float *exp = bench_xmalloc(chunk * dim * sizeof(float));
-    void *scratch = bench_xmalloc(2 * out_row_max(dim));
-    uint8_t *found = bench_xmalloc(chunk);
-    check_result_t cr = {0};
-    for (uint64_t i = 0; i < g_wl.rows; i += chunk) {
-        unsigned n = (unsigned)(g_wl.rows - i < chunk ? g_wl.rows - i : chunk);
-        memset(found, 0, n);
-        hps_err_t e = hps_shmdb_lookup(sc->db, sc->id, n, &g_wl.keys[i], out, found, NULL);
-        if (e < 0) {
-            rp->err = e;
-            snprintf(rp->what, sizeof(rp->what), "hps_shmdb_lookup");
-            break;
-        }
-        check_batch(&g_wl.keys[i], n, dim, f, out, found, exp, scratch, &cr);
-    }
-    rp->full_keys += cr.keys;
-    rp->full_missing += cr.missing;
-    rp->full_wrong += cr.wrong;
-    free(out);
-    free(exp);
-    free(scratch);
-    free(found);
-}
-
-static hps_err_t reader_open(const reader_cmd_t *cmd, unsigned nt, shm_ctx_t *sc,
-                             reader_reply_t *rp)
-{
-    hps_shmdb_proc_opts_t po = {.num_threads = nt, .role = HPS_ROLE_WORKER, .device = -1};
-    hps_err_t e = hps_shmdb_attach(cmd->segment, &po, &sc->db);
-    if (e < 0) {
-        snprintf(rp->what, sizeof(rp->what), "hps_shmdb_attach");
-        return e;
-    }
-    e = hps_shmdb_table_find(sc->db, MODEL_NAME, cmd->table, &sc->id);
-    if (e < 0) {
-        snprintf(rp->what, sizeof(rp->what), "hps_shmdb_table_find");
-        hps_shmdb_detach(sc->db);
-        return e;
-    }
-    hps_table_info_t ti;
-    e = hps_shmdb_table_info(sc->db, sc->id, &ti);
-    if (e < 0) {
-        snprintf(rp->what, sizeof(rp->what), "hps_shmdb_table_info");
-        hps_shmdb_detach(sc->db);
-        return e;
-    }
-    sc->rb = ti.row_bytes;
-    return 0;
-}
-
-/** One attach with num_threads = 1: check, then t clients for each t (and
- * for a compact type the same as stored rows). */
-static void reader_clients(const reader_cmd_t *cmd, reader_reply_t *rp)
-{
-    shm_ctx_t sc;
-    if ((rp->err = reader_open(cmd, 1, &sc, rp)) < 0)
-        return;
-    bool compact = cmd->dtype != HPS_DTYPE_FP32;
-    hps_shmdb_size(sc.db, sc.id, &rp->rows_seen);
-    reader_full_pass(&sc, cmd->dim, cmd->dtype, rp);
-    rp->sample = check_sample(shm_batch, &sc, cmd->dim, (form_t){cmd->dtype, false});
-    if (compact)
-        rp->sample_stored =
-            check_sample(shm_batch_stored, &sc, cmd->dim, (form_t){cmd->dtype, true});
-    for (unsigned i = 0; i < g_opt.nthreads && rp->err == 0; i++) {
-        rp->clients[i] = measure(shm_batch, &sc, cmd->dim, g_opt.threads[i], true);
-        if (compact)
-            rp->stored[i] = measure(shm_batch_stored, &sc, cmd->dim, g_opt.threads[i], true);
-    }
-    hps_shmdb_detach(sc.db);
-}
-
-/** One attach per t > 1 with num_threads = t: one client splits each batch. */
-static void reader_split(const reader_cmd_t *cmd, reader_reply_t *rp)
-{
-    for (unsigned i = 0; i < g_opt.nthreads && rp->err == 0; i++) {
-        if (g_opt.threads[i] < 2)
-            continue;
-        shm_ctx_t sc;
-        if ((rp->err = reader_open(cmd, g_opt.threads[i], &sc, rp)) < 0)
-            return;
-        reader_full_pass(&sc, cmd->dim, cmd->dtype, rp);
-        rp->split[i] = measure(shm_batch, &sc, cmd->dim, 1, true);
-        hps_shmdb_detach(sc.db);
-    }
-}
-
-static void reader_main(int cmd_fd, int reply_fd)
-{
-    reader_cmd_t cmd;
-    while (read_all(cmd_fd, &cmd, sizeof(cmd)) && !cmd.quit) {
-        reader_reply_t rp;
-        memset(&rp, 0, sizeof(rp));
-        rp.pid = getpid();
-        reader_clients(&cmd, &rp);
-        if (rp.err == 0 && cmd.dtype == HPS_DTYPE_FP32)
-            reader_split(&cmd, &rp);
-        write_all(reply_fd, &rp, sizeof(rp));
-    }
-    _exit(0);
-}
-
-typedef struct reader {
-    pid_t pid;
-    int cmd_fd;
-    int reply_fd;
-} reader_t;
-
-/** Fork the reader while this process is still single-threaded. */
-static reader_t reader_start(void)
-{
-    int c[2], r[2];
-    if (pipe(c) != 0 || pipe(r) != 0)
-        bench_die("pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        bench_die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        close(c[1]);
-        close(r[0]);
-        reader_main(c[0], r[1]);
-    }
-    close(c[0]);
-    close(r[1]);
-    g_reader_pid = pid;
-    return (reader_t){pid, c[1], r[0]};
-}
-
-static void reader_stop(reader_t *rd)
-{
-    reader_cmd_t cmd;
-    memset(&cmd, 0, sizeof(cmd));
-    cmd.quit = true;
-    write_all(rd->cmd_fd, &cmd, sizeof(cmd));
-    close(rd->cmd_fd);
-    close(rd->reply_fd);
-    waitpid(rd->pid, NULL, 0);
-    g_reader_pid = 0;
-}
-
-typedef struct shm_load {
-    char segment[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
-    char table[HPS_SHMDB_NAME_MAX + 1];
-    hps_dtype_t dtype;
-    double load_s;
-    uint64_t inserted;
-    hps_table_info_t ti;
-    hps_segment_info_t si;
-    double bytes_per_slot;
-} shm_load_t;
-
-static void shm_check(hps_err_t e, const char *what)
-{
-    if (e < 0)
-        bench_die("%s: %s (%s)", what, hps_strerror(e), hps_err_name(e));
-}
-
-static hps_shmdb_t *shm_create(unsigned dim, shm_load_t *sl)
-{
-    /* fp32 keeps the names of the runs before --types. */
-    const char *sfx = sl->dtype == HPS_DTYPE_FP32 ? "" : hps_dtype_name(sl->dtype);
-    snprintf(sl->segment, sizeof(sl->segment), "bench-%d-d%u%s", (int)getpid(), dim, sfx);
-    snprintf(sl->table, sizeof(sl->table), "emb_d%u%s%s", dim, *sfx ? "_" : "", sfx);
-    uint64_t raw = g_wl.rows * (8 + 4ULL * dim);
-    uint64_t size = 4ULL << 30;
-    if (2 * raw + (64ULL << 20) > size)
-        size = 2 * raw + (64ULL << 20);
-    hps_shmdb_opts_t so = {.size_bytes = size, .allocation_rate = 256ULL << 20, .mode = 0600};
-    hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_COORDINATOR, .device = -1};
-    hps_shmdb_t *db = NULL;
-    snprintf(g_seg_path, sizeof(g_seg_path), "/dev/shm/hps.%s", sl->segment);
-    shm_check(hps_shmdb_create(sl->segment, &so, &po, &db), "hps_shmdb_create");
-    return db;
-}
-
-static uint32_t shm_table(hps_shmdb_t *db, unsigned dim, const shm_load_t *sl)
-{
-    hps_table_spec_t spec = {
-        .model = MODEL_NAME,
-        .table = sl->table,
-        .dim = dim,
-        .key_bytes = 8,
-        .default_value = 0.0f,
-        .num_partitions = g_opt.partitions,
-        .overflow_margin = UINT64_MAX,
-        .overflow_policy = HPS_EVICT_RANDOM,
-        .overflow_resolution_target = 0.8,
-        .expected_rows = g_wl.rows,
-        .storage_type = sl->dtype,
-    };
-    uint32_t id = 0;
-    shm_check(hps_shmdb_table_create(db, &spec, &id), "hps_shmdb_table_create");
-    return id;
-}
-
-/** Create the segment and a table of sl->dtype, upsert every row (fp32 vectors,
- * encoded by the upsert); the segment stays in /dev/shm. */
-static hps_shmdb_t *shm_load(unsigned dim, const float *flat, shm_load_t *sl)
-{
-    hps_shmdb_t *db = shm_create(dim, sl);
-    uint32_t id = shm_table(db, dim, sl);
-    double t0 = bench_now_s();
-    for (uint64_t i = 0; i < g_wl.rows; i += LOAD_CHUNK) {
-        size_t n = g_wl.rows - i < LOAD_CHUNK ? g_wl.rows - i : LOAD_CHUNK;
-        size_t ins = 0;
-        shm_check(hps_shmdb_upsert(db, id, n, &g_wl.keys[i], flat + i * dim, &ins),
-                  "hps_shmdb_upsert");
-        sl->inserted += ins;
-    }
-    sl->load_s = bench_now_s() - t0;
-    shm_check(hps_shmdb_table_info(db, id, &sl->ti), "hps_shmdb_table_info");
-    shm_check(hps_shmdb_segment_info(db, &sl->si), "hps_shmdb_segment_info");
-    sl->bytes_per_slot = hps_shmdb_bytes_per_slot_of(dim, HPS_EVICT_RANDOM, sl->dtype);
-    return db;
-}
-
-static void shm_drop(hps_shmdb_t *db, const shm_load_t *sl)
-{
-    hps_shmdb_detach(db);
-    hps_err_t e = hps_shmdb_unlink(sl->segment);
-    if (e < 0)
-        fprintf(stderr, "bench-shmdb: hps_shmdb_unlink(%s): %s\n", sl->segment, hps_strerror(e));
-    g_seg_path[0] = 0;
-}
-
-static reader_reply_t reader_run(reader_t *rd, unsigned dim, const shm_load_t *sl)
-{
-    reader_cmd_t cmd;
-    memset(&cmd, 0, sizeof(cmd));
-    snprintf(cmd.segment, sizeof(cmd.segment), "%s", sl->segment);
-    snprintf(cmd.table, sizeof(cmd.table), "%s", sl->table);
-    cmd.dim = dim;
-    cmd.dtype = sl->dtype;
-    write_all(rd->cmd_fd, &cmd, sizeof(cmd));
-    reader_reply_t rp;
-    if (!read_all(rd->reply_fd, &rp, sizeof(rp)))
-        bench_die("the reader process (pid %d) died", (int)rd->pid);
-    if (rp.err < 0)
-        bench_die("reader: %s: %s (%s)", rp.what, hps_strerror(rp.err), hps_err_name(rp.err));
-    return rp;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Redis                                                                      */
-/* ------------------------------------------------------------------------ */
-
-typedef struct redis_srv {
-    bool up;
-    char why[128]; /* why not up */
-    int port;
-    char version[32];
-} redis_srv_t;
-
-typedef struct redis_load {
-    bool done;
-    double load_s;
-    uint64_t rows;      /* sum of HLEN after loading */
-    uint64_t mem_bytes; /* INFO memory used_memory after loading */
-    uint64_t mem_base;  /* used_memory before loading */
-} redis_load_t;
-
-#if HPS_HAVE_REDIS
-
-static bool find_in_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char buf[4096];
-    snprintf(buf, sizeof(buf), "%s", path ? path : "/usr/bin:/bin");
-    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        char full[4200];
-        snprintf(full, sizeof(full), "%s/%s", d, prog);
-        if (access(full, X_OK) == 0)
-            return true;
-    }
-    return false;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-static pid_t spawn_redis(int port)
-{
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", port);
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setpgid(0, 0); /* keep the terminal's SIGINT away: we stop it ourselves */
-    int nul = open("/dev/null", O_RDWR);
-    dup2(nul, 1);
-    dup2(nul, 2);
-    execlp("redis-server", "redis-server", "--port", ps, "--save", "", "--appendonly", "no",
-           "--bind", "127.0.0.1", (char *)NULL);
-    _exit(127);
-}
-
-static redisContext *redis_connect(int port)
-{
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (c && c->err) {
-        redisFree(c);
-        return NULL;
-    }
-    return c;
-}
-
-static bool redis_ping(int port)
-{
-    redisContext *c = redis_connect(port);
-    if (!c)
-        return false;
-    redisReply *r = redisCommand(c, "PING");
-    bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-    if (r)
-        freeReplyObject(r);
-    redisFree(c);
-    return ok;
-}
-
-/** INFO <section> field as a string (empty if absent). */
-static void redis_info(int port, const char *section, const char *field, char *out, size_t n)
-{
-    out[0] = 0;
-    redisContext *c = redis_connect(port);
-    redisReply *r = c ? redisCommand(c, "INFO %s", section) : NULL;
-    if (r && r->type == REDIS_REPLY_STRING) {
-        char pat[64];
-        snprintf(pat, sizeof(pat), "%s:", field);
-        const char *p = strstr(r->str, pat);
-        if (p)
-            sscanf(p + strlen(pat), "%31[^\r\n]", out);
-    }
-    if (r)
-        freeReplyObject(r);
-    if (c)
-        redisFree(c);
-    (void)n;
-}
-
-static redis_srv_t redis_start(void)
-{
-    redis_srv_t rs = {0};
-    if (!find_in_path("redis-server")) {
-        snprintf(rs.why, sizeof(rs.why), "redis-server not found");
-        return rs;
-    }
-    rs.port = free_port();
-    g_redis_pid = spawn_redis(rs.port);
-    for (int i = 0; i < 200 && !rs.up; i++) {
-        if (waitpid(g_redis_pid, NULL, WNOHANG) == g_redis_pid) {
-            g_redis_pid = 0;
-            snprintf(rs.why, sizeof(rs.why), "redis-server exited at start");
-            return rs;
-        }
-        rs.up = redis_ping(rs.port);
-        if (!rs.up)
-            usleep(50000);
-    }
-    if (!rs.up)
-        snprintf(rs.why, sizeof(rs.why), "redis-server did not answer PING within 10 s");
-    else
-        redis_info(rs.port, "server", "redis_version", rs.version, sizeof(rs.version));
-    return rs;
-}
-
-static void redis_stop(redis_srv_t *rs)
-{
-    if (g_redis_pid > 0) {
-        kill(g_redis_pid, SIGTERM);
-        waitpid(g_redis_pid, NULL, 0);
-    }
-    g_redis_pid = 0;
-    rs->up = false;
-}
-
-static void redis_hkey(char *buf, size_t n, unsigned dim, unsigned part)
-{
-    snprintf(buf, n, "hps_et{hps_et." MODEL_NAME ".emb_d%u/p%u}v", dim, part);
-}
-
-static unsigned part_of(int64_t key)
-{
-    return (unsigned)(hps_rrxmrrxmsx_0((uint64_t)key) % g_opt.partitions);
-}
-
-static void redis_drain(redisContext *c, unsigned pending, uint64_t *added)
-{
-    for (unsigned i = 0; i < pending; i++) {
-        redisReply *r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK || !r)
-            bench_die("redis: HSET: %s", c->errstr);
-        if (r->type != REDIS_REPLY_INTEGER)
-            bench_die("redis: HSET replied type %d (%s)", r->type, r->str ? r->str : "");
-        *added += (uint64_t)r->integer;
-        freeReplyObject(r);
-    }
-}
-
-/** Pipelined HSET hkey k1 v1 ... kn vn for the rows (idx) of one partition. */
-static void redis_load_part(redisContext *c, unsigned dim, unsigned part, const float *flat,
-                            const uint32_t *idx, size_t n, uint64_t *added)
-{
-    enum { PAIRS = 256, PIPE = 32 };
-    static const char *argv[2 + 2 * PAIRS];
-    static size_t argl[2 + 2 * PAIRS];
-    char hkey[256];
-    redis_hkey(hkey, sizeof(hkey), dim, part);
-    argv[0] = "HSET", argl[0] = 4;
-    argv[1] = hkey, argl[1] = strlen(hkey);
-    unsigned pending = 0;
-    for (size_t i = 0; i < n; i += PAIRS) {
-        size_t m = n - i < PAIRS ? n - i : PAIRS;
-        for (size_t k = 0; k < m; k++) {
-            uint32_t r = idx[i + k];
-            argv[2 + 2 * k] = (const char *)&g_wl.keys[r], argl[2 + 2 * k] = 8;
-            argv[3 + 2 * k] = (const char *)(flat + (size_t)r * dim), argl[3 + 2 * k] = 4 * dim;
-        }
-        redisAppendCommandArgv(c, (int)(2 + 2 * m), argv, argl);
-        if (++pending == PIPE) {
-            redis_drain(c, pending, added);
-            pending = 0;
-        }
-    }
-    redis_drain(c, pending, added);
-}
-
-/** Row indexes grouped by partition (counting sort); start has parts + 1 entries. */
-static uint32_t *group_rows(size_t *start)
-{
-    unsigned np = g_opt.partitions;
-    uint32_t *order = bench_xmalloc(g_wl.rows * sizeof(uint32_t));
-    memset(start, 0, (np + 1) * sizeof(size_t));
-    for (uint64_t i = 0; i < g_wl.rows; i++)
-        start[part_of(g_wl.keys[i]) + 1]++;
-    for (unsigned p = 0; p < np; p++)
-        start[p + 1] += start[p];
-    size_t *fill = bench_xmalloc(np * sizeof(size_t));
-    memcpy(fill, start, np * sizeof(size_t));
-    for (uint64_t i = 0; i < g_wl.rows; i++)
-        order[fill[part_of(g_wl.keys[i])]++] = (uint32_t)i;
-    free(fill);
-    return order;
-}
-
-static uint64_t redis_u64(int port, const char *section, const char *field)
-{
-    char s[32];
-    redis_info(port, section, field, s, sizeof(s));
-    return strtoull(s, NULL, 10);
-}
-
-static uint64_t redis_rows(redisContext *c, unsigned dim)
-{
-    uint64_t rows = 0;
-    for (unsigned p = 0; p < g_opt.partitions; p++) {
-        char hkey[256];
-        redis_hkey(hkey, sizeof(hkey), dim, p);
-        redisReply *r = redisCommand(c, "HLEN %s", hkey);
-        if (r && r->type == REDIS_REPLY_INTEGER)
-            rows += (uint64_t)r->integer;
-        if (r)
-            freeReplyObject(r);
-    }
-    return rows;
-}
-
-static redis_load_t redis_load(const redis_srv_t *rs, unsigned dim, const float *flat)
-{
-    redis_load_t rl = {0};
-    redisContext *c = redis_connect(rs->port);
-    if (!c)
-        bench_die("redis: cannot connect to 127.0.0.1:%d", rs->port);
-    freeReplyObject(redisCommand(c, "FLUSHALL"));
-    rl.mem_base = redis_u64(rs->port, "memory", "used_memory");
-    size_t start[HPS_SHMDB_MAX_PARTITIONS + 1];
-    uint32_t *order = group_rows(start);
-    uint64_t added = 0;
-    double t0 = bench_now_s();
-    for (unsigned p = 0; p < g_opt.partitions; p++)
-        redis_load_part(c, dim, p, flat, order + start[p], start[p + 1] - start[p], &added);
-    rl.load_s = bench_now_s() - t0;
-    rl.rows = redis_rows(c, dim);
-    rl.mem_bytes = redis_u64(rs->port, "memory", "used_memory");
-    rl.done = true;
-    free(order);
-    redisFree(c);
-    return rl;
-}
-
-/** Per-thread state of the Redis reader: its connection and scratch arrays. */
-typedef struct redis_conn {
-    redisContext *c;
-    const char **argv;
-    size_t *argl;
-    unsigned *part;  /* (batch) partition of each query key */
-    uint32_t *order; /* (batch) query positions grouped by partition */
-    size_t start[HPS_SHMDB_MAX_PARTITIONS + 1];
-    char hkey[HPS_SHMDB_MAX_PARTITIONS][128];
-} redis_conn_t;
-
-typedef struct redis_ctx {
-    unsigned dim;
-    unsigned nconn;
-    redis_conn_t conn[MAX_THREADS];
-} redis_ctx_t;
-
-static void redis_group(redis_conn_t *rc, const int64_t *keys)
-{
-    unsigned np = g_opt.partitions, n = g_wl.batch;
-    size_t fill[HPS_SHMDB_MAX_PARTITIONS];
-    memset(rc->start, 0, (np + 1) * sizeof(size_t));
-    for (unsigned q = 0; q < n; q++) {
-        rc->part[q] = part_of(keys[q]);
-        rc->start[rc->part[q] + 1]++;
-    }
-    for (unsigned p = 0; p < np; p++)
-        fill[p] = rc->start[p + 1] += rc->start[p];
-    for (unsigned p = np; p-- > 0;)
-        fill[p] = rc->start[p];
-    for (unsigned q = 0; q < n; q++)
-        rc->order[fill[rc->part[q]]++] = q;
-}
-
-static void redis_send(redis_conn_t *rc, const int64_t *keys)
-{
-    for (unsigned p = 0; p < g_opt.partitions; p++) {
-        size_t s = rc->start[p], m = rc->start[p + 1] - s;
-        if (m == 0)
-            continue;
-        rc->argv[1] = rc->hkey[p], rc->argl[1] = strlen(rc->hkey[p]);
-        for (size_t k = 0; k < m; k++)
-            rc->argv[2 + k] = (const char *)&keys[rc->order[s + k]], rc->argl[2 + k] = 8;
-        redisAppendCommandArgv(rc->c, (int)(2 + m), rc->argv, rc->argl);
-    }
-}
-
-/** Copy one HMGET reply into out; returns hits, or -1 on a malformed reply. */
-static int redis_parse(const redisReply *r, const uint32_t *order, size_t m, unsigned dim,
-                       float *out, uint8_t *found)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != m)
-        return -1;
-    int hits = 0;
-    for (size_t k = 0; k < m; k++) {
-        const redisReply *e = r->element[k];
-        uint32_t q = order[k];
-        found[q] = e->type == REDIS_REPLY_STRING && e->len == (size_t)dim * 4;
-        if (found[q]) {
-            memcpy(out + (size_t)q * dim, e->str, (size_t)dim * 4);
-            hits++;
-        }
-    }
-    return hits;
-}
-
-static int redis_batch(void *p, unsigned tid, size_t b, void *out, uint8_t *found)
-{
-    redis_ctx_t *ctx = p;
-    redis_conn_t *rc = &ctx->conn[tid];
-    const int64_t *keys = &g_wl.qkeys[b * g_wl.batch];
-    redis_group(rc, keys);
-    redis_send(rc, keys);
-    int hits = 0;
-    for (unsigned part = 0; part < g_opt.partitions; part++) {
-        size_t s = rc->start[part], m = rc->start[part + 1] - s;
-        if (m == 0)
-            continue;
-        redisReply *r = NULL;
-        if (redisGetReply(rc->c, (void **)&r) != REDIS_OK || !r)
-            return HPS_EIO;
-        int h = redis_parse(r, rc->order + s, m, ctx->dim, out, found);
-        freeReplyObject(r);
-        if (h < 0)
-            return HPS_ECORRUPT;
-        hits += h;
-    }
-    return hits;
-}
-
-static void redis_conn_open(redis_conn_t *rc, int port, unsigned dim)
-{
-    rc->c = redis_connect(port);
-    if (!rc->c)
-        bench_die("redis: cannot connect to 127.0.0.1:%d", port);
-    rc->argv = bench_xmalloc((2 + g_wl.batch) * sizeof(char *));
-    rc->argl = bench_xmalloc((2 + g_wl.batch) * sizeof(size_t));
-    rc->part = bench_xmalloc(g_wl.batch * sizeof(unsigned));
-    rc->order = bench_xmalloc(g_wl.batch * sizeof(uint32_t));
-    rc->argv[0] = "HMGET", rc->argl[0] = 5;
-    for (unsigned p = 0; p < g_opt.partitions; p++)
-        redis_hkey(rc->hkey[p], sizeof(rc->hkey[p]), dim, p);
-}
-
-static void redis_conn_close(redis_conn_t *rc)
-{
-    redisFree(rc->c);
-    free(rc->argv);
-    free(rc->argl);
-    free(rc->part);
-    free(rc->order);
-}
-
-static redis_ctx_t *redis_ctx_open(const redis_srv_t *rs, unsigned dim)
-{
-    redis_ctx_t *ctx = bench_xmalloc(sizeof(*ctx));
-    memset(ctx, 0, sizeof(*ctx));
-    ctx->dim = dim;
-    for (unsigned i = 0; i < g_opt.nthreads; i++)
-        ctx->nconn = g_opt.threads[i] > ctx->nconn ? g_opt.threads[i] : ctx->nconn;
-    for (unsigned t = 0; t < ctx->nconn; t++)
-        redis_conn_open(&ctx->conn[t], rs->port, dim);
-    return ctx;
-}
-
-static void redis_ctx_close(redis_ctx_t *ctx)
-{
-    for (unsigned t = 0; t < ctx->nconn; t++)
-        redis_conn_close(&ctx->conn[t]);
-    free(ctx);
-}
-
-static void redis_flush(const redis_srv_t *rs)
-{
-    redisContext *c = redis_connect(rs->port);
-    if (c) {
-        freeReplyObject(redisCommand(c, "FLUSHALL"));
-        redisFree(c);
-    }
-}
-
-#else /* !HPS_HAVE_REDIS */
-
-static redis_srv_t redis_start(void)
-{
-    redis_srv_t rs = {0};
-    snprintf(rs.why, sizeof(rs.why), "built without hiredis");
-    return rs;
-}
-
-static void redis_stop(redis_srv_t *rs)
-{
-    (void)rs;
-}
-
-#endif
 
 /* ------------------------------------------------------------------------ */
 /* Report                                                                     */
@@ -1364,16 +546,17 @@ static void print_load(const shm_load_t *sl, const redis_load_t *rl)
 {
     printf("  load  shmdb: %" PRIu64 " rows upserted (%" PRIu64 " new) in %.3f s = %.2f M rows/s"
            " (1 thread, %u-row batches)\n",
-           g_wl.rows, sl->inserted, sl->load_s, (double)g_wl.rows / sl->load_s / 1e6, LOAD_CHUNK);
+           bshm_wl.rows, sl->inserted, sl->load_s, (double)bshm_wl.rows / sl->load_s / 1e6,
+           LOAD_CHUNK);
     if (rl->done)
         printf("  load  redis: %" PRIu64 " rows (sum of HLEN) by pipelined HSET in %.3f s = %.2f"
                " M rows/s\n",
-               rl->rows, rl->load_s, (double)g_wl.rows / rl->load_s / 1e6);
+               rl->rows, rl->load_s, (double)bshm_wl.rows / rl->load_s / 1e6);
 }
 
 static void print_full_check(const reader_reply_t *rp)
 {
-    bool ok = rp->rows_seen == g_wl.rows && rp->full_missing == 0 && rp->full_wrong == 0;
+    bool ok = rp->rows_seen == bshm_wl.rows && rp->full_missing == 0 && rp->full_wrong == 0;
     printf("  check shmdb  all keys: reader pid %d (writer pid %d) sees %" PRIu64 " rows; every"
            " loaded key looked up after each attach: %" PRIu64 " lookups, %" PRIu64
            " missing, %" PRIu64 " wrong vectors -> %s\n",
@@ -1385,15 +568,6 @@ static void print_full_check(const reader_reply_t *rp)
 /* ------------------------------------------------------------------------ */
 /* Per-dimension driver                                                       */
 /* ------------------------------------------------------------------------ */
-
-typedef struct dim_results {
-    reader_reply_t rp;
-    run_result_t floor[MAX_THREADS];
-    run_result_t redis[MAX_THREADS];
-    check_result_t floor_check;
-    check_result_t redis_check;
-    bool have_redis;
-} dim_results_t;
 
 static void print_checks(const dim_results_t *d, bool compact)
 {
@@ -1424,8 +598,8 @@ static void note_errors(const char *who, const run_result_t *r, unsigned t)
 static void print_rows(unsigned dim, const dim_results_t *d)
 {
     print_table_head();
-    for (unsigned i = 0; i < g_opt.nthreads; i++) {
-        unsigned t = g_opt.threads[i];
+    for (unsigned i = 0; i < bshm_opt.nthreads; i++) {
+        unsigned t = bshm_opt.threads[i];
         double redis = d->have_redis ? d->redis[i].mkeys : -1;
         char name[48];
         snprintf(name, sizeof(name), t == 1 ? "1 client" : "%u clients", t);
@@ -1439,8 +613,8 @@ static void print_rows(unsigned dim, const dim_results_t *d)
             print_row(dim, &s);
         }
     }
-    for (unsigned i = 0; i < g_opt.nthreads; i++) {
-        unsigned t = g_opt.threads[i];
+    for (unsigned i = 0; i < bshm_opt.nthreads; i++) {
+        unsigned t = bshm_opt.threads[i];
         note_errors("shmdb clients", &d->rp.clients[i], t);
         note_errors("shmdb num_threads", &d->rp.split[i], t > 1 ? t : 0);
         note_errors("floor", &d->floor[i], t);
@@ -1453,8 +627,8 @@ static void print_rows(unsigned dim, const dim_results_t *d)
 static void print_rows_compact(unsigned dim, hps_dtype_t dt, const dim_results_t *d)
 {
     print_table_head();
-    for (unsigned i = 0; i < g_opt.nthreads; i++) {
-        unsigned t = g_opt.threads[i];
+    for (unsigned i = 0; i < bshm_opt.nthreads; i++) {
+        unsigned t = bshm_opt.threads[i];
         const run_result_t *f = &d->floor[i];
         char name[48];
         const run_result_t *o = &d->rp.clients[i];
@@ -1467,30 +641,13 @@ static void print_rows_compact(unsigned dim, hps_dtype_t dt, const dim_results_t
         row_t s = {t, name, o->mkeys, f->mkeys, -1, fmin(o->cpu_share, f->cpu_share), true};
         print_row(dim, &s);
     }
-    for (unsigned i = 0; i < g_opt.nthreads; i++) {
-        unsigned t = g_opt.threads[i];
+    for (unsigned i = 0; i < bshm_opt.nthreads; i++) {
+        unsigned t = bshm_opt.threads[i];
         note_errors("shmdb clients", &d->rp.clients[i], t);
         note_errors("shmdb stored", &d->rp.stored[i], t);
         note_errors("floor", &d->floor[i], t);
     }
 }
-
-#if HPS_HAVE_REDIS
-static void run_redis(const redis_srv_t *rs, unsigned dim, const float *flat, dim_results_t *d,
-                      redis_load_t *rl)
-{
-    *rl = redis_load(rs, dim, flat);
-    if (rl->rows != g_wl.rows)
-        bench_die("redis holds %" PRIu64 " rows after loading %" PRIu64, rl->rows, g_wl.rows);
-    redis_ctx_t *ctx = redis_ctx_open(rs, dim);
-    d->redis_check = check_sample(redis_batch, ctx, dim, (form_t){HPS_DTYPE_FP32, false});
-    for (unsigned i = 0; i < g_opt.nthreads; i++)
-        d->redis[i] = measure(redis_batch, ctx, dim, g_opt.threads[i], false);
-    redis_ctx_close(ctx);
-    redis_flush(rs);
-    d->have_redis = true;
-}
-#endif
 
 /** One table of type dt at dim: shmdb (and for fp32 redis) against the floor. */
 static void run_type(unsigned dim, hps_dtype_t dt, const float *flat, reader_t *rd,
@@ -1508,18 +665,18 @@ static void run_type(unsigned dim, hps_dtype_t dt, const float *flat, reader_t *
     shm_load_t sl;
     memset(&sl, 0, sizeof(sl));
     sl.dtype = dt;
-    hps_shmdb_t *db = shm_load(dim, flat, &sl);
-    d.rp = reader_run(rd, dim, &sl);
+    hps_shmdb_t *db = bshm_shm_load(dim, flat, &sl);
+    d.rp = bshm_reader_run(rd, dim, &sl);
     void *enc = compact ? flat_encode(flat, dim, dt) : NULL;
     form_t ff = {dt, compact}; /* the floor gathers what is stored */
     floor_ctx_t fc = {compact ? enc : (const void *)flat, form_bytes(ff, dim)};
-    d.floor_check = check_sample(floor_batch, &fc, dim, ff);
-    for (unsigned i = 0; i < g_opt.nthreads; i++)
-        d.floor[i] = measure(floor_batch, &fc, dim, g_opt.threads[i], true);
+    d.floor_check = bshm_check_sample(floor_batch, &fc, dim, ff);
+    for (unsigned i = 0; i < bshm_opt.nthreads; i++)
+        d.floor[i] = bshm_measure(floor_batch, &fc, dim, bshm_opt.threads[i], true);
     redis_load_t rl = {0};
 #if HPS_HAVE_REDIS
     if (rs->up && !compact)
-        run_redis(rs, dim, flat, &d, &rl);
+        bshm_redis_run(rs, dim, flat, &d, &rl);
 #else
     (void)rs;
 #endif
@@ -1532,15 +689,15 @@ static void run_type(unsigned dim, hps_dtype_t dt, const float *flat, reader_t *
     else
         print_rows(dim, &d);
     fflush(stdout);
-    shm_drop(db, &sl);
+    bshm_shm_drop(db, &sl);
     free(enc);
 }
 
 static void run_dim(unsigned dim, reader_t *rd, const redis_srv_t *rs)
 {
     float *flat = flat_build(dim);
-    for (unsigned i = 0; i < g_opt.ntypes; i++)
-        run_type(dim, g_opt.types[i], flat, rd, rs);
+    for (unsigned i = 0; i < bshm_opt.ntypes; i++)
+        run_type(dim, bshm_opt.types[i], flat, rd, rs);
     free(flat);
 }
 
@@ -1568,26 +725,26 @@ static void print_header(const redis_srv_t *rs, pid_t reader)
     printf("workload: %" PRIu64 " rows, int64 keys random and distinct (seed %#" PRIx64
            "), vectors a deterministic function of (key, element); queries: %u precomputed"
            " batches of %u keys drawn uniformly from the loaded keys (seed %#" PRIx64 ")\n",
-           g_wl.rows, (uint64_t)KEY_SEED, g_wl.nb, g_wl.batch, (uint64_t)QUERY_SEED);
+           bshm_wl.rows, (uint64_t)KEY_SEED, bshm_wl.nb, bshm_wl.batch, (uint64_t)QUERY_SEED);
     printf("timing: each measurement = %.2f s warm-up, then timed runs of %.2f s, the fastest"
            " reported; ours and floor: runs until %u were clean (timed threads on the CPU >= %.0f%%"
            " of the wall time), at most %u runs; redis: %u runs; N threads = N threads each"
            " issuing its own batches concurrently; cpu%% = CPU time / wall time of the timed"
            " threads in the reported run, lowest of the row's ours and floor (below %.0f%%: other"
            " processes took the CPU and the row is not trustworthy)\n",
-           g_opt.warmup, g_opt.seconds, g_opt.reps, CLEAN_SHARE * 100, MAX_TRIES * g_opt.reps,
-           g_opt.reps, CLEAN_SHARE * 100);
+           bshm_opt.warmup, bshm_opt.seconds, bshm_opt.reps, CLEAN_SHARE * 100,
+           MAX_TRIES * bshm_opt.reps, bshm_opt.reps, CLEAN_SHARE * 100);
     printf("ours:  shmdb, %u partitions, evict_random, no overflow margin, expected_rows = rows;"
            " one segment per dim written by this process (pid %d) and read by forked child pid"
            " %d after hps_shmdb_attach; 'N clients' = N threads sharing one handle"
            " (num_threads=1), '1 client, num_threads=N' = one thread whose lookup splits each"
            " batch over N threads\n",
-           g_opt.partitions, (int)getpid(), (int)reader);
+           bshm_opt.partitions, (int)getpid(), (int)reader);
     printf("floor: same process, flat float array rows x dim, memcpy of each queried row (by"
            " precomputed row index) into the output batch\n");
     bool compact = false;
-    for (unsigned i = 0; i < g_opt.ntypes; i++)
-        compact |= g_opt.types[i] != HPS_DTYPE_FP32;
+    for (unsigned i = 0; i < bshm_opt.ntypes; i++)
+        compact |= bshm_opt.types[i] != HPS_DTYPE_FP32;
     if (compact)
         printf("compact types (storage_type fp16, bf16, int8): the table holds the rows encoded"
                " by the upsert; 'decoded fp32' = hps_shmdb_lookup (decodes into fp32 vectors),"
@@ -1601,7 +758,7 @@ static void print_header(const redis_srv_t *rs, pid_t reader)
                " (%u), field = raw 8-byte key, value = raw floats; per batch one pipelined HMGET"
                " per partition over one connection per thread (hiredis), replies parsed into"
                " the output batch\n",
-               rs->version, rs->port, g_opt.partitions);
+               rs->version, rs->port, bshm_opt.partitions);
     else
         printf("redis: skipped (%s)\n", rs->why);
 }
@@ -1732,19 +889,19 @@ static void parse_args(int argc, char **argv, options_t *o)
 int main(int argc, char **argv)
 {
     bench_on_error("bench-shmdb", cleanup);
-    parse_args(argc, argv, &g_opt);
+    parse_args(argc, argv, &bshm_opt);
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
-    workload_init(&g_wl, &g_opt);
-    reader_t rd = reader_start(); /* before any thread exists in this process */
-    redis_srv_t rs = redis_start();
+    workload_init(&bshm_wl, &bshm_opt);
+    reader_t rd = bshm_reader_start(); /* before any thread exists in this process */
+    redis_srv_t rs = bshm_redis_start();
     print_header(&rs, rd.pid);
-    for (unsigned i = 0; i < g_opt.ndims; i++)
-        run_dim(g_opt.dims[i], &rd, &rs);
-    reader_stop(&rd);
-    redis_stop(&rs);
+    for (unsigned i = 0; i < bshm_opt.ndims; i++)
+        run_dim(bshm_opt.dims[i], &rd, &rs);
+    bshm_reader_stop(&rd);
+    bshm_redis_stop(&rs);
     print_footer();
     cleanup();
     return g_failures ? 1 : 0; /* targets are reported, not enforced */
