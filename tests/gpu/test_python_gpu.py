@@ -322,6 +322,14 @@ def cuda_lookups(t, model, conf, c):
     t.ok(np.array_equal(got, vecs(model, 0, ks)),
          "CUDA keys (%s): exact, unknown keys the default" % maker,
          mismatch(got, vecs(model, 0, ks)))
+    for dt in ((torch.float16, torch.bfloat16) if torch else ()):
+        # the device conversion (kernels/convert.cu) against torch's CPU rounding
+        h = c.lookup("m", 0, keys, dtype=dt)
+        ref = torch.from_numpy(vecs(model, 0, ks)).to(dt)
+        t.ok(isinstance(h, torch.Tensor) and h.is_cuda and h.device == keys.device and
+             h.dtype == dt and torch.equal(h.cpu().view(torch.int16), ref.view(torch.int16)),
+             "CUDA keys, dtype=%s: a CUDA tensor of the float32 vectors rounded to nearest "
+             "even, bit for bit" % dt, repr(h)[:200])
     o = dev_empty((304, 32))
     r = c.lookup("m", 0, keys, out=o)
     t.ok(r is o and np.array_equal(to_host(o), vecs(model, 0, ks)), "CUDA out= written in "

@@ -561,6 +561,47 @@ def model32(t, cl):
             skip(t, "32-bit model: torch int32 tensor exact", "no torch")
 
 
+def bf16_bits(a):
+    """bfloat16 bit patterns (uint16) of float32 array a rounded to nearest
+    even (no NaN in a): this test's own reference."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def typed(t, model, c):
+    """dtype= / half outputs: the float32 vectors rounded to nearest even."""
+    rng = random.Random(11)
+    ks = rng.sample(model.vdb_keys(0, RATE), 40) + model.unknown_keys(0, 3, 5)
+    keys = np.array(ks, dtype=np.int64)
+    want = vecs(model, 0, ks)
+    got = c.lookup("m", 0, keys, dtype="float16")
+    t.ok(isinstance(got, np.ndarray) and got.dtype == np.float16 and got.shape == want.shape and
+         np.array_equal(got.view(np.uint16), want.astype(np.float16).view(np.uint16)),
+         "dtype='float16': numpy float16 (43, 16), numpy's rounding of the float32 vectors "
+         "bit for bit", mismatch(got, want.astype(np.float16)))
+    o = np.empty((43, 16), np.float16)
+    r = c.lookup("m", 0, keys, out=o, dtype=np.float16)
+    t.ok(r is o and np.array_equal(o, want.astype(np.float16)),
+         "out= numpy float16 with dtype=np.float16: written and returned")
+    kpt = [rng.sample(model.vdb_keys(i, RATE), 7) for i in range(3)]
+    fl = c.lookup_multi("m", np.array(sum(kpt, []), np.int64), [7, 7, 7], dtype=np.dtype("half"))
+    t.ok(fl.dtype == np.float16 and np.array_equal(fl, flat(model, kpt).astype(np.float16)),
+         "lookup_multi(dtype=np.dtype('half')): flat float16 exact")
+    raises(t, lambda: c.lookup("m", 0, keys, dtype="bfloat16"),
+           "dtype='bfloat16' for numpy keys without out= (numpy has no bfloat16)", hps.HPS_EINVAL)
+    raises(t, lambda: c.lookup("m", 0, keys, dtype="int8"), "dtype='int8'", hps.HPS_EINVAL)
+    raises(t, lambda: c.lookup("m", 0, keys, out=o, dtype="float32"),
+           "a float16 out= with dtype='float32'", hps.HPS_EINVAL)
+    if torch is None:
+        skip(t, "torch CPU keys, dtype=torch.bfloat16", "no torch")
+        return
+    g = c.lookup("m", 0, torch.tensor(ks, dtype=torch.int64), dtype=torch.bfloat16)
+    t.ok(isinstance(g, torch.Tensor) and g.dtype == torch.bfloat16 and
+         np.array_equal(g.view(torch.int16).numpy().view(np.uint16), bf16_bits(want)),
+         "torch CPU keys, dtype=torch.bfloat16: torch bfloat16 (43, 16), the float32 vectors "
+         "rounded to nearest even bit for bit", repr(g)[:200])
+
+
 def body(t, cl):
     model = cl.gen_model("m", rows=[6000, 3000, 2000], dims=[16, 8, 4],
                          defaults=[0.5, -2.0, 0.0])
@@ -580,6 +621,7 @@ def body(t, cl):
     try:
         basics(t, cl, model, conf, c)
         bad_input(t, model, c)
+        typed(t, model, c)
         with_torch(t, model, conf, c)
         w = cl.start_worker(conf, instance=0)
         shared_segment(t, cl, model, conf, c, w)

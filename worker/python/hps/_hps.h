@@ -69,6 +69,7 @@ typedef struct arr {
     int dl_device_type;      /* kDLCPU for buffers */
     int is_torch;            /* a torch.Tensor */
     hps_key_type_t key_type; /* keys */
+    hps_dtype_t out_type;    /* outputs: fp32, fp16 or bf16 */
 } arr_t;
 
 /* Read an array argument (buffer protocol, torch, DLPack); -1 with hps.Error
@@ -77,9 +78,15 @@ int hpspy_arr_get(PyObject *o, int kind, const char *what, void *stream, arr_t *
 void hpspy_arr_release(arr_t *a);
 /* "host memory" or "CUDA memory of device <loc>", in buf. */
 const char *hpspy_loc_str(int loc, char *buf, size_t len);
-/* The output of a call, given (out_arg) or allocated where the keys are. */
+/* A dtype= argument (None, a name, a numpy or torch dtype) as the output
+ * type of a lookup: *ret -1 for None; -1 with hps.Error raised when it is
+ * none of float32, float16 (half), bfloat16. */
+int hpspy_parse_dtype(PyObject *o, int *ret);
+/* The output of a call, given (out_arg) or allocated where the keys are;
+ * want: the output type asked for (hps_dtype_t), or -1 for out's own (or
+ * float32 for a new one). */
 PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int64_t dim, int ndim,
-                        int strict, void *stream, arr_t *out);
+                        int strict, int want, void *stream, arr_t *out);
 
 /* ---- the Client type (_hps_client.c) ------------------------------------- */
 

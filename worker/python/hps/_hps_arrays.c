@@ -41,7 +41,11 @@ const char *hpspy_loc_str(int loc, char *buf, size_t len)
     return buf;
 }
 
-/* Buffer format of a signed integer (int32 / int64 by itemsize) or float32. */
+/* The output types of a lookup, by hps_dtype_t. */
+static const char *const type_names[] = {"float32", "float16", "bfloat16"};
+
+/* Buffer format of a signed integer (int32 / int64 by itemsize: the
+ * hps_key_type_t) or of an output (float32 / float16: the hps_dtype_t). */
 static int fmt_kind(const char *f, Py_ssize_t itemsize, int want)
 {
     if (!f)
@@ -55,7 +59,9 @@ static int fmt_kind(const char *f, Py_ssize_t itemsize, int want)
             return -1;
         return itemsize == 8 ? HPS_KEY_INT64 : itemsize == 4 ? HPS_KEY_INT32 : -1;
     }
-    return f[0] == 'f' && itemsize == 4 ? 0 : -1;
+    if (f[0] == 'f' && itemsize == 4)
+        return HPS_DTYPE_FP32;
+    return f[0] == 'e' && itemsize == 2 ? HPS_DTYPE_FP16 : -1;
 }
 
 static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
@@ -79,7 +85,7 @@ static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
     int k = fmt_kind(v->format, v->itemsize, kind);
     if (k < 0) {
         hpspy_raise_fmt(HPS_EINVAL, "%s must be %s, got buffer format '%s' (itemsize %zd)", what,
-                        kind == ARR_KEYS ? "int64 or int32" : "float32",
+                        kind == ARR_KEYS ? "int64 or int32" : "float32 or float16",
                         v->format ? v->format : "B", v->itemsize);
         return -1;
     }
@@ -87,7 +93,10 @@ static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
         hpspy_raise_fmt(HPS_EINVAL, "%s must be C-contiguous", what);
         return -1;
     }
-    a->key_type = (hps_key_type_t)k;
+    if (kind == ARR_KEYS)
+        a->key_type = (hps_key_type_t)k;
+    else
+        a->out_type = (hps_dtype_t)k;
     a->ndim = v->ndim;
     a->numel = 1;
     for (int i = 0; i < v->ndim; i++) {
@@ -187,9 +196,16 @@ static int from_dlpack(PyObject *o, PyObject *cap, int kind, const char *what, v
             return -1;
         }
         a->key_type = t->dtype.bits == 64 ? HPS_KEY_INT64 : HPS_KEY_INT32;
-    } else if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {
-        hpspy_raise_fmt(HPS_EINVAL, "%s must be float32, got DLPack dtype code %d bits %d", what,
-                        (int)t->dtype.code, (int)t->dtype.bits);
+    } else if (t->dtype.lanes == 1 && t->dtype.code == kDLFloat &&
+               (t->dtype.bits == 32 || t->dtype.bits == 16)) {
+        a->out_type = t->dtype.bits == 32 ? HPS_DTYPE_FP32 : HPS_DTYPE_FP16;
+    } else if (t->dtype.lanes == 1 && t->dtype.code == kDLBfloat && t->dtype.bits == 16) {
+        a->out_type = HPS_DTYPE_BF16;
+    } else {
+        hpspy_raise_fmt(HPS_EINVAL,
+                        "%s must be float32, float16 or bfloat16, got DLPack dtype code %d "
+                        "bits %d",
+                        what, (int)t->dtype.code, (int)t->dtype.bits);
         return -1;
     }
     a->ndim = t->ndim;
@@ -221,7 +237,7 @@ static struct {
     PyObject *Tensor;     /* torch.Tensor; NULL until torch is imported */
     PyObject *to_dlpack;  /* torch._C._to_dlpack */
     PyObject *empty;      /* torch.empty */
-    PyObject *float32;    /* torch.float32 */
+    PyObject *types[3];   /* torch.float32, torch.float16, torch.bfloat16 (by hps_dtype_t) */
     PyObject *raw_stream; /* torch._C._cuda_getCurrentRawStream, or NULL */
     PyObject *cur_stream; /* torch.cuda.current_stream (fallback), or NULL */
     PyObject *kw_dtype, *kw_dtype_device;
@@ -254,8 +270,10 @@ static int torch_ready(void)
     PyErr_Clear();
     tch.empty = PyObject_GetAttrString(mod, "empty");
     PyErr_Clear();
-    tch.float32 = PyObject_GetAttrString(mod, "float32");
-    PyErr_Clear();
+    for (int i = 0; i < 3; i++) {
+        tch.types[i] = PyObject_GetAttrString(mod, type_names[i]);
+        PyErr_Clear();
+    }
     tch.kw_dtype = Py_BuildValue("(s)", "dtype");
     tch.kw_dtype_device = Py_BuildValue("(ss)", "dtype", "device");
     tch.Tensor = PyObject_GetAttrString(mod, "Tensor");
@@ -263,8 +281,8 @@ static int torch_ready(void)
     Py_XDECREF(c);
     Py_XDECREF(cuda);
     Py_DECREF(mod);
-    if (!tch.Tensor || !tch.empty || !tch.float32 || !tch.to_dlpack || !tch.kw_dtype ||
-        !tch.kw_dtype_device || !PyType_Check(tch.Tensor)) {
+    if (!tch.Tensor || !tch.empty || !tch.types[0] || !tch.types[1] || !tch.types[2] ||
+        !tch.to_dlpack || !tch.kw_dtype || !tch.kw_dtype_device || !PyType_Check(tch.Tensor)) {
         Py_CLEAR(tch.Tensor);
         tch.broken = 1;
         return 0;
@@ -333,20 +351,21 @@ static int from_torch(PyObject *o, int kind, const char *what, void *stream, arr
     return from_dlpack(o, cap, kind, what, stream, a);
 }
 
-/* A torch output of shape on the device of the torch keys k. */
-static PyObject *torch_empty(PyObject *k, PyObject *shape, int loc)
+/* A torch output of shape and type (hps_dtype_t) on the device of the
+ * torch keys k. */
+static PyObject *torch_empty(PyObject *k, PyObject *shape, int type, int loc)
 {
     PyObject *r, *dev;
 
     if (loc == HPS_HOST) {
-        PyObject *args[3] = {NULL, shape, tch.float32};
+        PyObject *args[3] = {NULL, shape, tch.types[type]};
         return PyObject_Vectorcall(tch.empty, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                    tch.kw_dtype);
     }
     dev = PyObject_GetAttrString(k, "device");
     if (!dev)
         return NULL;
-    PyObject *args[4] = {NULL, shape, tch.float32, dev};
+    PyObject *args[4] = {NULL, shape, tch.types[type], dev};
     r = PyObject_Vectorcall(tch.empty, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                             tch.kw_dtype_device);
     Py_DECREF(dev);
@@ -370,21 +389,55 @@ int hpspy_arr_get(PyObject *o, int kind, const char *what, void *stream, arr_t *
     hpspy_raise_fmt(HPS_EINVAL,
                     "%s must be %s (a numpy array, or an object with __dlpack__ such as a torch "
                     "tensor), not %s",
-                    what, kind == ARR_KEYS ? "a 1-D int64 or int32 array" : "a float32 array",
+                    what,
+                    kind == ARR_KEYS ? "a 1-D int64 or int32 array"
+                                     : "a float32, float16 or bfloat16 array",
                     Py_TYPE(o)->tp_name);
     return -1;
 }
 
 /* ---- outputs ------------------------------------------------------------ */
 
+int hpspy_parse_dtype(PyObject *o, int *ret)
+{
+    *ret = -1;
+    if (!o || o == Py_None)
+        return 0;
+    /* a name, or what str() gives for numpy and torch dtypes: "float16",
+     * "torch.float16", "<class 'numpy.float16'>" */
+    PyObject *str = PyObject_Str(o);
+    const char *s = str ? PyUnicode_AsUTF8(str) : NULL;
+    if (!s) {
+        Py_XDECREF(str);
+        hpspy_wrap_pyerr("dtype");
+        return -1;
+    }
+    const char *n = strncmp(s, "torch.", 6) == 0            ? s + 6
+                    : strncmp(s, "<class 'numpy.", 14) == 0 ? s + 14
+                                                            : s;
+    size_t len = strcspn(n, "'");
+    for (int i = 0; i < 3; i++)
+        if (strlen(type_names[i]) == len && strncmp(n, type_names[i], len) == 0)
+            *ret = i;
+    if (len == 4 && strncmp(n, "half", 4) == 0)
+        *ret = HPS_DTYPE_FP16;
+    if (*ret < 0)
+        hpspy_raise_fmt(HPS_EINVAL, "dtype must be float32, float16 or bfloat16, got %s", s);
+    Py_DECREF(str);
+    return *ret < 0 ? -1 : 0;
+}
+
 /* Get or allocate the output of a call, shape (rows, dim) (ndim 2) or
- * (rows,) (ndim 1), where the keys are.  strict: out= of exactly that shape;
- * else any C-contiguous float32 array of that many elements. */
+ * (rows,) (ndim 1), where the keys are, of type want (a new one: float32
+ * for -1).  strict: out= of exactly that shape; else any C-contiguous
+ * array of that many elements.  A given out= must be of type want when
+ * want is not -1. */
 PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int64_t dim, int ndim,
-                        int strict, void *stream, arr_t *out)
+                        int strict, int want, void *stream, arr_t *out)
 {
     char b1[64], b2[64];
     PyObject *o;
+    int type = want < 0 ? HPS_DTYPE_FP32 : want;
 
     if (out_arg) {
         Py_INCREF(out_arg);
@@ -395,18 +448,31 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
         if (!shape)
             return NULL;
         if (keys->is_torch) {
-            o = torch_empty(keys->obj, shape, keys->loc);
-        } else if (keys->capsule && !PyCapsule_CheckExact(keys->obj) && hpspy_dl_alloc) {
+            o = torch_empty(keys->obj, shape, type, keys->loc);
+        } else if (keys->capsule && !PyCapsule_CheckExact(keys->obj) && hpspy_dl_alloc &&
+                   type == HPS_DTYPE_FP32) {
             /* DLPack keys: an array of the keys' kind (torch.empty on keys.device) */
             o = PyObject_CallFunction(hpspy_dl_alloc, "OOii", keys->obj, shape,
                                       keys->dl_device_type, keys->loc);
-        } else if (keys->loc == HPS_HOST && hpspy_np_empty) {
-            PyObject *args[2] = {shape, hpspy_np_float32};
-            o = PyObject_Vectorcall(hpspy_np_empty, args, 2, NULL);
+        } else if (keys->loc == HPS_HOST && hpspy_np_empty && type != HPS_DTYPE_BF16) {
+            /* numpy.empty(shape, "float32" / "float16") */
+            PyObject *dt = type == HPS_DTYPE_FP32 ? (Py_INCREF(hpspy_np_float32), hpspy_np_float32)
+                                                  : PyUnicode_FromString(type_names[type]);
+            PyObject *args[2] = {shape, dt};
+            o = dt ? PyObject_Vectorcall(hpspy_np_empty, args, 2, NULL) : NULL;
+            Py_XDECREF(dt);
         } else {
             Py_DECREF(shape);
             if (!hpspy_np_empty)
                 return hpspy_raise_fmt(HPS_EINVAL, "no output allocator registered (import hps)");
+            if (type != HPS_DTYPE_FP32 && !keys->capsule && keys->loc == HPS_HOST)
+                return hpspy_raise_fmt(HPS_EINVAL,
+                                       "a %s output for numpy keys: numpy has no bfloat16; pass "
+                                       "torch keys or out=",
+                                       type_names[type]);
+            if (type != HPS_DTYPE_FP32)
+                return hpspy_raise_fmt(HPS_EINVAL,
+                                       "a %s output for DLPack keys: pass out=", type_names[type]);
             return hpspy_raise_fmt(HPS_EINVAL, "keys in %s given as a DLPack capsule: pass out=",
                                    hpspy_loc_str(keys->loc, b1, sizeof b1));
         }
@@ -419,6 +485,11 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
     if (out->loc != keys->loc) {
         hpspy_raise_fmt(HPS_EINVAL, "out is in %s but the keys are in %s",
                         hpspy_loc_str(out->loc, b1, 64), hpspy_loc_str(keys->loc, b2, 64));
+        goto fail;
+    }
+    if (want >= 0 && (int)out->out_type != want) {
+        hpspy_raise_fmt(HPS_EINVAL, "out is %s but dtype %s was asked for",
+                        type_names[out->out_type], type_names[want]);
         goto fail;
     }
     int ok;
@@ -434,7 +505,7 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
                                        : Py_BuildValue("(L)", (long long)out->shape[0]);
         if (!strict)
             hpspy_raise_fmt(HPS_EINVAL,
-                            "out must hold %lld float32 elements (%lld keys x dim %lld), "
+                            "out must hold %lld elements (%lld keys x dim %lld), "
                             "got shape %R",
                             (long long)(rows * dim), (long long)rows, (long long)dim, got);
         else if (ndim == 2)

@@ -286,17 +286,19 @@ static int check_loc(client_object *self, const arr_t *a, const char *what)
 static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames, int strict, const char *fn)
 {
-    static const char *const names[] = {"model", "table", "keys", "out", "stream"};
-    PyObject *a[5], *o = NULL;
+    static const char *const names[] = {"model", "table", "keys", "out", "stream", "dtype"};
+    PyObject *a[6], *o = NULL;
     size_t m;
     uint32_t t;
     void *stream;
     arr_t keys = {0}, out = {0};
     hps_err_t rc;
+    int want;
 
-    if (hpspy_parse_args(fn, args, nargs, kwnames, names, 5, strict ? 3 : 4, a) < 0 ||
+    if (hpspy_parse_args(fn, args, nargs, kwnames, names, 6, strict ? 3 : 4, a) < 0 ||
         client_enter(self) < 0 || get_model(self, a[0], &m) < 0 ||
-        get_table(self, m, a[1], &t) < 0 || hpspy_parse_stream(a[4], &stream) < 0)
+        get_table(self, m, a[1], &t) < 0 || hpspy_parse_stream(a[4], &stream) < 0 ||
+        hpspy_parse_dtype(a[5], &want) < 0)
         return NULL;
     if (hpspy_arr_get(a[2], ARR_KEYS, "keys", stream, &keys) < 0)
         goto done;
@@ -312,7 +314,7 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
         goto done;
     }
     uint32_t dim = self->models[m].dims[t];
-    o = hpspy_get_out(a[3], &keys, keys.numel, dim, 2, strict, stream, &out);
+    o = hpspy_get_out(a[3], &keys, keys.numel, dim, 2, strict, want, stream, &out);
     if (!o)
         goto done;
     if (keys.numel > 0) {
@@ -321,8 +323,15 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
         hps_client_t *c = self->c;
         self->busy++;
         PyThreadState *ts = PyEval_SaveThread();
-        rc = hps_client_lookup_table(c, m, t, (size_t)keys.numel, keys.data, keys.key_type,
-                                     keys.loc, (float *)out.data, out.loc, stream);
+        if (out.out_type == HPS_DTYPE_FP32) {
+            rc = hps_client_lookup_table(c, m, t, (size_t)keys.numel, keys.data, keys.key_type,
+                                         keys.loc, (float *)out.data, out.loc, stream);
+        } else { /* table t alone: no keys for the tables before it */
+            int32_t numkeys[HPS_CONF_MAX_TABLES] = {0};
+            numkeys[t] = (int32_t)keys.numel;
+            rc = hps_client_lookup_typed(c, m, t + 1, numkeys, keys.data, keys.key_type, keys.loc,
+                                         out.data, out.out_type, out.loc, stream, 0);
+        }
         PyEval_RestoreThread(ts);
         self->busy--;
         if (rc < 0) {
@@ -344,7 +353,7 @@ done:
 }
 
 PyDoc_STRVAR(lookup_doc,
-             "lookup(model, table, keys, out=None, stream=None) -> out\n"
+             "lookup(model, table, keys, out=None, stream=None, dtype=None) -> out\n"
              "\n"
              "Embedding vectors of the keys of one table (HugeCTR's lookup(keys, model, "
              "table_id)).\n"
@@ -354,15 +363,20 @@ PyDoc_STRVAR(lookup_doc,
              "keys    1-D contiguous int64 or int32 array of n keys: a numpy array (or any\n"
              "        buffer), or an object with __dlpack__ (a torch tensor on the CPU or on\n"
              "        the client's CUDA device), or a DLPack capsule.\n"
-             "out     None, or a C-contiguous float32 array of shape (n, dim) in the same\n"
-             "        kind of memory as the keys; written and returned.\n"
+             "out     None, or a C-contiguous float32 (or float16, bfloat16) array of\n"
+             "        shape (n, dim) in the same kind of memory as the keys; written and\n"
+             "        returned.\n"
              "stream  None (the legacy default CUDA stream), an int (cudaStream_t) or an\n"
              "        object with .cuda_stream (torch.cuda.Stream).\n"
+             "dtype   None (out's type, else float32), or float32, float16 (half) or\n"
+             "        bfloat16: a name, a numpy dtype or a torch dtype.  float16 and\n"
+             "        bfloat16 are the float32 vectors rounded to nearest even (as\n"
+             "        torch's .half() / .bfloat16()); numpy has no bfloat16.\n"
              "\n"
-             "Returns float32 (n, dim) where the keys live: a numpy array for host keys\n"
-             "read through the buffer protocol, a torch tensor on keys.device for torch\n"
-             "keys.  Keys found nowhere get the table's default value.  The output is\n"
-             "complete when the call returns.  Raises hps.Error.");
+             "Returns (n, dim) of that type where the keys live: a numpy array for host\n"
+             "keys read through the buffer protocol, a torch tensor on keys.device for\n"
+             "torch keys.  Keys found nowhere get the table's default value.  The output\n"
+             "is complete when the call returns.  Raises hps.Error.");
 
 static PyObject *client_lookup(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
@@ -370,10 +384,12 @@ static PyObject *client_lookup(client_object *self, PyObject *const *args, Py_ss
     return lookup_impl(self, args, nargs, kwnames, 1, "lookup");
 }
 
-PyDoc_STRVAR(lookup_any_doc, "_lookup_any(model, table, keys, out, stream=None) -> None\n"
-                             "\n"
-                             "lookup() into out of any C-contiguous float32 shape holding n*dim "
-                             "elements (hps.HPS.lookup_fromdlpack).");
+PyDoc_STRVAR(lookup_any_doc,
+             "_lookup_any(model, table, keys, out, stream=None, dtype=None) -> "
+             "None\n"
+             "\n"
+             "lookup() into out of any C-contiguous shape holding n*dim "
+             "elements of float32 (float16, bfloat16) (hps.HPS.lookup_fromdlpack).");
 
 static PyObject *client_lookup_any(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
@@ -434,23 +450,25 @@ fail:
 }
 
 PyDoc_STRVAR(lookup_multi_doc,
-             "lookup_multi(model, keys, numkeys, out=None, stream=None) -> out\n"
+             "lookup_multi(model, keys, numkeys, out=None, stream=None, dtype=None) -> out\n"
              "\n"
              "Embedding vectors of the keys of tables 0 .. T-1 of one model in one call\n"
              "(the Triton hps backend's KEYS / NUMKEYS form).\n"
              "\n"
              "keys     1-D int64 or int32 array of N keys, table-major (table 0's first).\n"
              "numkeys  sequence of T ints (T <= the model's tables), summing to N.\n"
-             "out      None or a C-contiguous float32 array of shape (sum n_t*dim_t,).\n"
+             "out      None or a C-contiguous float32 (float16, bfloat16) array of shape\n"
+             "         (sum n_t*dim_t,).\n"
              "\n"
-             "Returns the flat float32 output, table blocks in table order, where the\n"
-             "keys live.  Other arguments as lookup().  Raises hps.Error.");
+             "Returns the flat output (dtype as lookup()'s), table blocks in table\n"
+             "order, where the keys live.  Other arguments as lookup().  Raises\n"
+             "hps.Error.");
 
 static PyObject *client_lookup_multi(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                      PyObject *kwnames)
 {
-    static const char *const names[] = {"model", "keys", "numkeys", "out", "stream"};
-    PyObject *a[5], *o = NULL;
+    static const char *const names[] = {"model", "keys", "numkeys", "out", "stream", "dtype"};
+    PyObject *a[6], *o = NULL;
     size_t m;
     void *stream;
     arr_t keys = {0}, out = {0};
@@ -458,10 +476,11 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
     uint32_t T;
     int64_t sum, elems;
     hps_err_t rc;
+    int want;
 
-    if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 5, 3, a) < 0 ||
+    if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 6, 3, a) < 0 ||
         client_enter(self) < 0 || get_model(self, a[0], &m) < 0 ||
-        hpspy_parse_stream(a[4], &stream) < 0)
+        hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0)
         return NULL;
     nk = get_numkeys(a[2], &self->models[m], &T, &sum, &elems);
     if (!nk)
@@ -479,7 +498,7 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
     }
     if (check_loc(self, &keys, "keys") < 0)
         goto done;
-    o = hpspy_get_out(a[3], &keys, elems, 1, 1, 1, stream, &out);
+    o = hpspy_get_out(a[3], &keys, elems, 1, 1, 1, want, stream, &out);
     if (!o)
         goto done;
     if (sum > 0) {
@@ -488,8 +507,8 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
         hps_client_t *c = self->c;
         self->busy++;
         PyThreadState *ts = PyEval_SaveThread();
-        rc = hps_client_lookup(c, m, T, nk, keys.data, keys.key_type, keys.loc, (float *)out.data,
-                               out.loc, stream);
+        rc = hps_client_lookup_typed(c, m, T, nk, keys.data, keys.key_type, keys.loc, out.data,
+                                     out.out_type, out.loc, stream, 0);
         PyEval_RestoreThread(ts);
         self->busy--;
         if (rc < 0) {
