@@ -106,28 +106,6 @@ trap 'exit 130' INT TERM
 
 # ---- helpers ----------------------------------------------------------------
 
-# server_times PORT: "REQUESTS TOTAL QUEUE INPUT INFER OUTPUT" from the worker's
-# /metrics, summed over its models (Triton's nv_inference_* counters, us).
-server_times() {
-    e2e_metrics "$1" | awk '/^nv_inference_request_success\{/ {v[1] += $2}
-        /^nv_inference_request_duration_us\{/ {v[2] += $2}
-        /^nv_inference_queue_duration_us\{/ {v[3] += $2}
-        /^nv_inference_compute_input_duration_us\{/ {v[4] += $2}
-        /^nv_inference_compute_infer_duration_us\{/ {v[5] += $2}
-        /^nv_inference_compute_output_duration_us\{/ {v[6] += $2}
-        END {for (i = 1; i <= 6; i++) printf "%.0f%s", v[i], (i < 6 ? " " : "\n")}'
-}
-
-# per_request "BEFORE" "AFTER": "TOTAL QUEUE INPUT INFER OUTPUT", the mean server
-# time per request in us between two server_times ("- - - - -" without requests).
-per_request() {
-    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); n = y[1] - x[1]
-        for (i = 2; i <= 6; i++) {
-            v = n > 0 ? sprintf("%.0f", (y[i] - x[i]) / n) : "-"
-            printf "%s%s", v, (i < 6 ? " " : "\n")
-        }}'
-}
-
 # path_counts PORT: "GPU CPU", the host lookups each path answered
 # (nv_hps_gpu_path_requests, nv_hps_cpu_path_requests over the models).
 path_counts() {
@@ -168,9 +146,20 @@ bench_start() {
 # bench_wait PID LOG: e2e_bench_wait with a 300 s deadline; counts a failure in rc.
 bench_wait() { e2e_bench_wait "$1" "$2" 300 || rc=1; }
 
+# run_one LABEL PORT PID MPORT VERIFY LOG B I: one phase-1 run of request
+# file I (B samples) against a worker; sets run_row (e2e_bench_row) and
+# run_times (e2e_per_request over the run).
+run_one() {
+    local tb
+    echo "-- B=$7: $1 worker (verify $5)"
+    tb=$(e2e_server_times "$4")
+    bench_start "$6" "$2" "$3" "$5" "${files[$8]}" "$7" "$reps"
+    bench_wait "$bench_pid" "$6"
+    run_row=$(e2e_bench_row "$6")
+    run_times=$(e2e_per_request "$tb" "$(e2e_server_times "$4")")
+}
 
-# ratio A B: A / B with 2 decimals, "-" when B is 0 or not a number.
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b + 0 > 0) printf "%.2fx", a / b; else printf "-"}'; }
+
 
 # ---- setup ------------------------------------------------------------------
 
@@ -268,28 +257,18 @@ echo "== phase 1: hps-worker --device $device with lookup_path = gpu (GPU cache)
 declare -A g1 c1 h1 gt1 ct1 a1 p1
 for i in "${!batches[@]}"; do
     b=${batches[$i]}
-    echo "-- B=$b: GPU-path worker (verify $verify_gpu)"
-    before=$(e2e_cache_counts "$wg_mport") tb=$(server_times "$wg_mport")
-    bench_start "$workdir/bench-gpu-b$b.log" "$wg_port" "$wg_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
-    bench_wait "$bench_pid" "$workdir/bench-gpu-b$b.log"
-    after=$(e2e_cache_counts "$wg_mport")
-    g1[$b]=$(e2e_bench_row "$workdir/bench-gpu-b$b.log")
-    gt1[$b]=$(per_request "$tb" "$(server_times "$wg_mport")")
-    h1[$b]=$(e2e_hit_rate "$before" "$after")
+    before=$(e2e_cache_counts "$wg_mport")
+    run_one GPU-path "$wg_port" "$wg_pid" "$wg_mport" "$verify_gpu" "$workdir/bench-gpu-b$b.log" "$b" "$i"
+    g1[$b]=$run_row gt1[$b]=$run_times
+    h1[$b]=$(e2e_hit_rate "$before" "$(e2e_cache_counts "$wg_mport")")
     echo "   GPU cache hit rate over the run: ${h1[$b]}"
     print_times "${gt1[$b]}"
-    echo "-- B=$b: CPU worker (verify $verify)"
-    tb=$(server_times "$wc_mport")
-    bench_start "$workdir/bench-cpu-b$b.log" "$wc_port" "$wc_pid" "$verify" "${files[$i]}" "$b" "$reps"
-    bench_wait "$bench_pid" "$workdir/bench-cpu-b$b.log"
-    c1[$b]=$(e2e_bench_row "$workdir/bench-cpu-b$b.log")
-    ct1[$b]=$(per_request "$tb" "$(server_times "$wc_mport")")
+    run_one CPU "$wc_port" "$wc_pid" "$wc_mport" "$verify" "$workdir/bench-cpu-b$b.log" "$b" "$i"
+    c1[$b]=$run_row ct1[$b]=$run_times
     print_times "${ct1[$b]}"
-    echo "-- B=$b: auto worker (verify $verify_gpu)"
     pb=$(path_counts "$w0_mport")
-    bench_start "$workdir/bench-auto-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" "$reps"
-    bench_wait "$bench_pid" "$workdir/bench-auto-b$b.log"
-    a1[$b]=$(e2e_bench_row "$workdir/bench-auto-b$b.log")
+    run_one auto "$w0_port" "$w0_pid" "$w0_mport" "$verify_gpu" "$workdir/bench-auto-b$b.log" "$b" "$i"
+    a1[$b]=$run_row
     p1[$b]=$(path_share "$pb" "$(path_counts "$w0_mport")")
     echo "   requests answered by the GPU path: ${p1[$b]}"
 done
@@ -324,11 +303,11 @@ for i in "${!batches[@]}"; do
     echo "-- B=$b: worker 0 and worker 1 at the same time (verify $verify_gpu)"
     before=$(e2e_cache_counts "$w0_mport")
     bench_start "$workdir/bench2-w0-b$b.log" "$w0_port" "$w0_pid" "$verify_gpu" "${files[$i]}" "$b" 1
-    p0=$bench_pid
+    bpid0=$bench_pid
     bench_start "$workdir/bench2-w1-b$b.log" "$w1_port" "$w1_pid" "$verify_gpu" "${files[$i]}" "$b" 1
-    p1=$bench_pid
-    bench_wait "$p0" "$workdir/bench2-w0-b$b.log"
-    bench_wait "$p1" "$workdir/bench2-w1-b$b.log"
+    bpid1=$bench_pid
+    bench_wait "$bpid0" "$workdir/bench2-w0-b$b.log"
+    bench_wait "$bpid1" "$workdir/bench2-w1-b$b.log"
     after=$(e2e_cache_counts "$w0_mport")
     a2[$b]=$(e2e_bench_row "$workdir/bench2-w0-b$b.log")
     b2[$b]=$(e2e_bench_row "$workdir/bench2-w1-b$b.log")
@@ -356,7 +335,7 @@ for b in "${batches[@]}"; do
     read -r cr ck c50 c99 ce <<<"${c1[$b]}"
     printf "  %7s | %9s %8s %8s %8s %6s %4s | %9s %8s %8s %8s %4s | %7s %7s %7s\n" \
         "$b" "$gr" "$gk" "$g50" "$g99" "${h1[$b]}" "$ge" "$cr" "$ck" "$c50" "$c99" "$ce" \
-        "$(ratio "$gr" "$cr")" "$(ratio "$g50" "$c50")" "$(ratio "$g99" "$c99")"
+        "$(e2e_ratio "$gr" "$cr")" "$(e2e_ratio "$g50" "$c50")" "$(e2e_ratio "$g99" "$c99")"
 done
 echo "  last three columns: GPU/CPU (req/s above 1 = GPU faster; p50, p99 below 1 = GPU lower latency)"
 echo "phase 1, the auto worker (lookup_path of the INI): req/s against the better of the two above"
@@ -368,7 +347,7 @@ for b in "${batches[@]}"; do
     read -r ar ak a50 a99 ae <<<"${a1[$b]}"
     best=$(awk -v g="$gr" -v c="$cr" 'BEGIN {printf "%s", (g + 0 > c + 0) ? g : c}')
     printf "  %7s | %10s %8s %8s %8s %4s | %9s %10s\n" \
-        "$b" "$ar" "$ak" "$a50" "$a99" "$ae" "${p1[$b]}" "$(ratio "$ar" "$best")"
+        "$b" "$ar" "$ak" "$a50" "$a99" "$ae" "${p1[$b]}" "$(e2e_ratio "$ar" "$best")"
 done
 echo "  GPU path: share of the run's requests the auto worker answered through the GPU cache"
 echo "phase 1, server side: mean us per request from the workers' nv_inference_*_duration_us"
@@ -379,7 +358,7 @@ for b in "${batches[@]}"; do
     read -r gt _ gi gf go <<<"${gt1[$b]}"
     read -r ct _ ci cf co <<<"${ct1[$b]}"
     printf "  %7s | %9s %7s %7s %7s | %9s %7s %7s %7s | %7s\n" \
-        "$b" "$gt" "$gi" "$gf" "$go" "$ct" "$ci" "$cf" "$co" "$(ratio "$gf" "$cf")"
+        "$b" "$gt" "$gi" "$gf" "$go" "$ct" "$ci" "$cf" "$co" "$(e2e_ratio "$gf" "$cf")"
 done
 echo "  last column: GPU lookup / CPU lookup"
 echo "phase 2: two hps-workers sharing the GPU caches, one hps-bench each, at the same time"
@@ -392,7 +371,7 @@ for b in "${batches[@]}"; do
     sr=$(awk -v a="$ar" -v b="$br" 'BEGIN {printf "%.1f", a + b}')
     sk=$(awk -v a="$ak" -v b="$bk" 'BEGIN {printf "%.3f", a + b}')
     printf "  %7s | %9s %8s %8s | %9s %8s %8s | %9s %8s %6s | %9s\n" \
-        "$b" "$ar" "$a50" "$a99" "$br" "$b50" "$b99" "$sr" "$sk" "${h2[$b]}" "$(ratio "$sr" "$gr")"
+        "$b" "$ar" "$a50" "$a99" "$br" "$b50" "$b99" "$sr" "$sk" "${h2[$b]}" "$(e2e_ratio "$sr" "$gr")"
 done
 echo "  sum/ph.1: the two workers' req/s together over the auto worker's alone in phase 1"
 echo "e2e-gpu total time: $(elapsed)"

@@ -130,8 +130,31 @@ e2e_metrics() {
         "http://127.0.0.1:$1/metrics" 2>/dev/null || true
 }
 
-# ---- GPU runs and hps-bench (bench/multigpu.sh; e2e-gpu.sh keeps its own
-# copies of the cache-count, hit-rate, bench and ratio helpers) --------------
+# e2e_server_times PORT: "REQUESTS TOTAL QUEUE INPUT INFER OUTPUT" from the
+# worker's /metrics, summed over its models (Triton's nv_inference_*
+# counters, us).
+e2e_server_times() {
+    e2e_metrics "$1" | awk '/^nv_inference_request_success\{/ {v[1] += $2}
+        /^nv_inference_request_duration_us\{/ {v[2] += $2}
+        /^nv_inference_queue_duration_us\{/ {v[3] += $2}
+        /^nv_inference_compute_input_duration_us\{/ {v[4] += $2}
+        /^nv_inference_compute_infer_duration_us\{/ {v[5] += $2}
+        /^nv_inference_compute_output_duration_us\{/ {v[6] += $2}
+        END {for (i = 1; i <= 6; i++) printf "%.0f%s", v[i], (i < 6 ? " " : "\n")}'
+}
+
+# e2e_per_request "BEFORE" "AFTER": "TOTAL QUEUE INPUT INFER OUTPUT", the mean
+# server time per request in us between two e2e_server_times ("- - - - -"
+# without requests).
+e2e_per_request() {
+    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); n = y[1] - x[1]
+        for (i = 2; i <= 6; i++) {
+            v = n > 0 ? sprintf("%.0f", (y[i] - x[i]) / n) : "-"
+            printf "%s%s", v, (i < 6 ? " " : "\n")
+        }}'
+}
+
+# ---- GPU runs and hps-bench (bench/multigpu.sh, e2e-gpu.sh) ------------------
 
 # e2e_gpu_count: the CUDA devices a worker may use: the GPUs `nvidia-smi -L`
 # lists (MIG instances not counted), at most as many as CUDA_VISIBLE_DEVICES

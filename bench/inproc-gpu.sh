@@ -77,7 +77,7 @@ for x in "$gen" "$coordinator" "$worker" "$hbench" "$conftool" "$inproc" "$cudas
     [ -x "$x" ] || { echo "inproc-gpu.sh: $x not built (give --build DIR of a -Dcuda=enabled build)" >&2; exit 2; }
 done
 
-e2e_prog=inproc-gpu.sh
+e2e_prog="inproc-gpu.sh"
 # shellcheck source=bench/e2e-lib.sh
 . "$here/e2e-lib.sh"
 
@@ -130,22 +130,6 @@ for i in "${!batches[@]}"; do
     files+=("$f")
 done
 
-# server_times PORT: "REQUESTS TOTAL QUEUE INPUT INFER OUTPUT" (us, summed) from /metrics
-server_times() {
-    e2e_metrics "$1" | awk '/^nv_inference_request_success\{/ {v[1] += $2}
-        /^nv_inference_request_duration_us\{/ {v[2] += $2}
-        /^nv_inference_queue_duration_us\{/ {v[3] += $2}
-        /^nv_inference_compute_input_duration_us\{/ {v[4] += $2}
-        /^nv_inference_compute_infer_duration_us\{/ {v[5] += $2}
-        /^nv_inference_compute_output_duration_us\{/ {v[6] += $2}
-        END {for (i = 1; i <= 6; i++) printf "%.0f%s", v[i], (i < 6 ? " " : "\n")}'
-}
-# per_request BEFORE AFTER: mean server us per request "TOTAL QUEUE INPUT INFER OUTPUT"
-per_request() {
-    awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); n = y[1] - x[1]
-        for (i = 2; i <= 6; i++) printf "%s%s", (n > 0 ? sprintf("%.0f", (y[i] - x[i]) / n) : "-"), (i < 6 ? " " : "\n")}'
-}
-
 http_port=$(e2e_pick_port)
 metrics_port=$((http_port + 2))
 e2e_start_coordinator "$ini" "$workdir/coordinator.log"
@@ -186,11 +170,11 @@ crc=0
 cdur=$(awk -v x="$duration" 'BEGIN {print (x < 2 ? 2 : x)}') # B=8192 calls take tens of ms over HTTP
 echo "   --concurrency 1 --duration $cdur --warmup $warmup --reps 1 --no-redis (no --verify: misses answered"
 echo "   with defaults at hit rates >= hit_rate_threshold would fail exact checks by design)"
-tb=$(server_times "$w_mport")
+tb=$(e2e_server_times "$w_mport")
 "$hbench" --url "http://127.0.0.1:$w_port" --config "$ini" --no-redis --wait-ready 60 \
     --server-pid "$w_pid" --concurrency 1 --duration "$cdur" --warmup "$warmup" --reps 1 \
     "${files[@]}" >"$workdir/c.log" 2>&1 || crc=$?
-echo "   server time per request, mean us (all B, warm-up included): $(per_request "$tb" "$(server_times "$w_mport")")"\
+echo "   server time per request, mean us (all B, warm-up included): $(e2e_per_request "$tb" "$(e2e_server_times "$w_mport")")"\
      "(total queue input lookup output)"
 sed -n '/== results ==/,$p' "$workdir/c.log" | sed 's/^/   /'
 # hps-bench's results rows: samples keys/req conns | req/s Mkeys/s p50 p90 p99 max err (ms)
@@ -203,12 +187,12 @@ echo
 # ---- (d) HTTP with OUTPUT0 in CUDA shared memory ------------------------------------------
 echo "== (d) bench-cudashm: hps-worker over HTTP, binary KEYS, OUTPUT0 into a CUDA shared-memory region =="
 drc=0
-tb=$(server_times "$w_mport")
+tb=$(e2e_server_times "$w_mport")
 "$cudashm" --port "$w_port" --model criteo --device "$device" --duration "$duration" \
     --warmup "$warmup" "${files[@]}" >"$workdir/d.log" 2>&1 || drc=$?
 grep -v '^RESULT' "$workdir/d.log" | sed 's/^/   /'
 grep '^RESULT' "$workdir/d.log" >>"$res" || true
-echo "   server time per request, mean us (all B, warm-up included): $(per_request "$tb" "$(server_times "$w_mport")")"\
+echo "   server time per request, mean us (all B, warm-up included): $(e2e_per_request "$tb" "$(e2e_server_times "$w_mport")")"\
      "(total queue input lookup output)"
 [ "$drc" = 0 ] || { echo "   bench-cudashm exit status $drc"; rc=1; }
 echo
