@@ -12,6 +12,11 @@
  * cleared after connect), so neither a slow node nor a full socket buffer
  * stalls the others.  Redirections and failures are then sorted out
  * command by command and the rest re-routed in another round.
+ *
+ * This file holds the nodes and their connections (connect, AUTH, back-off),
+ * create / destroy, and exec (routing, pipelines, the poll() loop).  Key
+ * hashing and the slot map (CLUSTER SLOTS, refresh) are in rcluster-slots.c;
+ * what both share is in rcluster-internal.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,44 +29,15 @@
 #include <strings.h>
 #include <time.h>
 
-#include "hps/rcluster.h"
+#include "coordinator/rcluster-internal.h"
 
-#define MAX_NODES   256
-#define NO_NODE     0xffffu
 #define BACKOFF_MIN 50   /* ms: first skip period of a node that refused */
 #define BACKOFF_MAX 2000 /* ms */
-#define REFRESH_MIN 20   /* ms between two slot-map refreshes */
 #define MAX_SEEDS   64
-
-typedef struct conn {
-    pthread_mutex_t mu;
-    redisContext *ctx; /* NULL: not connected */
-} conn_t;
-
-typedef struct node {
-    char host[HPS_RCLUSTER_HOST_MAX];
-    int port;
-    conn_t *conns;           /* conns_per_node */
-    unsigned next;           /* round-robin pick (a hint; races are harmless) */
-    pthread_mutex_t down_mu; /* guards retry_at_ms and backoff_ms */
-    uint64_t retry_at_ms;    /* connect attempts skipped until then */
-    unsigned backoff_ms;     /* written atomically under down_mu; read unlocked */
-} node_t;
-
-struct hps_rcluster {
-    hps_rcluster_opts_t o;
-    char *address, *user, *password;
-    pthread_mutex_t map_mu; /* nodes[], num_nodes, slot_node[], last_refresh_ms */
-    node_t *nodes[MAX_NODES];
-    unsigned num_nodes;
-    uint16_t slot_node[HPS_RCLUSTER_SLOTS];
-    uint64_t last_refresh_ms;
-    pthread_mutex_t refresh_mu; /* one refresh at a time */
-};
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static uint64_t now_ms(void)
+uint64_t hps__rcluster_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -74,9 +50,7 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-static void set_err(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t len, const char *fmt, ...)
+void hps__rcluster_set_err(char *err, size_t len, const char *fmt, ...)
 {
     if (!err || len == 0)
         return;
@@ -86,97 +60,10 @@ static void set_err(char *err, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- hashing ------------------------------------------------------------ */
-
-uint16_t hps_rcluster_crc16(const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    uint16_t crc = 0;
-    for (size_t i = 0; i < len; i++) {
-        crc ^= (uint16_t)(p[i] << 8);
-        for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-    }
-    return crc;
-}
-
-uint16_t hps_rcluster_key_slot(const void *key, size_t len)
-{
-    const char *k = key;
-    const char *open = memchr(k, '{', len);
-    if (open) {
-        size_t s = (size_t)(open - k) + 1;
-        const char *close = memchr(k + s, '}', len - s);
-        if (close && close > k + s)
-            return hps_rcluster_crc16(k + s, (size_t)(close - (k + s))) & 16383u;
-    }
-    return hps_rcluster_crc16(k, len) & 16383u;
-}
-
-/* Split "host:port" or "[v6]:port" (length len) into host and port. */
-static hps_err_t parse_hostport(const char *s, size_t len, char *host, int *port)
-{
-    const char *colon = NULL;
-    for (size_t i = len; i > 0; i--)
-        if (s[i - 1] == ':') {
-            colon = s + i - 1;
-            break;
-        }
-    if (!colon || colon == s || colon + 1 == s + len)
-        return HPS_EINVAL;
-    const char *h = s;
-    size_t hl = (size_t)(colon - s);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (hl == 0 || hl >= HPS_RCLUSTER_HOST_MAX)
-        return HPS_EINVAL;
-    long p = 0;
-    for (const char *c = colon + 1; c < s + len; c++) {
-        if (*c < '0' || *c > '9' || p > 65535)
-            return HPS_EINVAL;
-        p = p * 10 + (*c - '0');
-    }
-    if (p < 1 || p > 65535)
-        return HPS_EINVAL;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (int)p;
-    return 0;
-}
-
-hps_err_t hps_rcluster_parse_redirect(const char *msg, hps_rcluster_redirect_t *ret)
-{
-    hps_rcluster_redirect_t r = {0};
-    const char *p;
-    if (!msg || !ret)
-        return HPS_EINVAL;
-    if (strncmp(msg, "MOVED ", 6) == 0)
-        p = msg + 6;
-    else if (strncmp(msg, "ASK ", 4) == 0) {
-        r.ask = true;
-        p = msg + 4;
-    } else
-        return HPS_EINVAL;
-    char *end;
-    errno = 0;
-    unsigned long slot = strtoul(p, &end, 10);
-    if (end == p || *end != ' ' || errno || slot >= HPS_RCLUSTER_SLOTS)
-        return HPS_EINVAL;
-    r.slot = (uint16_t)slot;
-    p = end + 1;
-    size_t len = strcspn(p, " \r\n");
-    if (parse_hostport(p, len, r.host, &r.port) < 0)
-        return HPS_EINVAL;
-    *ret = r;
-    return 0;
-}
-
 /* ---- nodes and connections ---------------------------------------------- */
 
 /* Find or add node host:port; map_mu held.  Returns its index or NO_NODE. */
-static unsigned node_get_locked(hps_rcluster_t *rc, const char *host, int port)
+unsigned hps__rcluster_node_get_locked(hps_rcluster_t *rc, const char *host, int port)
 {
     for (unsigned i = 0; i < rc->num_nodes; i++)
         if (rc->nodes[i]->port == port && strcmp(rc->nodes[i]->host, host) == 0)
@@ -203,12 +90,12 @@ static unsigned node_get_locked(hps_rcluster_t *rc, const char *host, int port)
 static unsigned node_get(hps_rcluster_t *rc, const char *host, int port)
 {
     pthread_mutex_lock(&rc->map_mu);
-    unsigned i = node_get_locked(rc, host, port);
+    unsigned i = hps__rcluster_node_get_locked(rc, host, port);
     pthread_mutex_unlock(&rc->map_mu);
     return i;
 }
 
-static node_t *node_at(hps_rcluster_t *rc, unsigned i)
+node_t *hps__rcluster_node_at(hps_rcluster_t *rc, unsigned i)
 {
     pthread_mutex_lock(&rc->map_mu);
     node_t *nd = rc->nodes[i];
@@ -216,7 +103,7 @@ static node_t *node_at(hps_rcluster_t *rc, unsigned i)
     return nd;
 }
 
-static void conn_drop(conn_t *cn)
+void hps__rcluster_conn_drop(conn_t *cn)
 {
     if (cn->ctx)
         redisFree(cn->ctx);
@@ -272,7 +159,7 @@ static void jobs_run(job_t *jobs, size_t nj, uint64_t deadline)
 {
     struct pollfd pf[MAX_NODES];
     size_t idx[MAX_NODES];
-    uint64_t start = now_ms();
+    uint64_t start = hps__rcluster_now_ms();
     for (size_t i = 0; i < nj; i++)
         jobs[i].window = deadline > start ? deadline - start : 0;
     for (;;) {
@@ -287,7 +174,7 @@ static void jobs_run(job_t *jobs, size_t nj, uint64_t deadline)
         }
         if (np == 0)
             return;
-        uint64_t now = now_ms();
+        uint64_t now = hps__rcluster_now_ms();
         if (now >= deadline) {
             for (size_t k = 0; k < np; k++)
                 job_fail(&jobs[idx[k]], HPS_ETIMEDOUT,
@@ -314,8 +201,8 @@ static void jobs_run(job_t *jobs, size_t nj, uint64_t deadline)
 }
 
 /* Run one command on a connected context (AUTH, CLUSTER SLOTS). */
-static hps_err_t ctx_call(redisContext *ctx, uint64_t deadline, redisReply **ret, int argc,
-                          const char **argv, char *err, size_t err_len)
+hps_err_t hps__rcluster_ctx_call(redisContext *ctx, uint64_t deadline, redisReply **ret, int argc,
+                                 const char **argv, char *err, size_t err_len)
 {
     redisReply *r = NULL;
     job_t j = {.ctx = ctx, .want = 1, .replies = &r};
@@ -323,7 +210,7 @@ static hps_err_t ctx_call(redisContext *ctx, uint64_t deadline, redisReply **ret
         return -ENOMEM;
     jobs_run(&j, 1, deadline);
     if (j.status) {
-        set_err(err, err_len, "%s", j.msg);
+        hps__rcluster_set_err(err, err_len, "%s", j.msg);
         return j.status;
     }
     *ret = r;
@@ -338,11 +225,12 @@ static hps_err_t ctx_auth(hps_rcluster_t *rc, redisContext *ctx, uint64_t deadli
     bool user = rc->user[0] && strcmp(rc->user, "default") != 0;
     const char *argv[3] = {"AUTH", user ? rc->user : rc->password, rc->password};
     redisReply *r;
-    hps_err_t e = ctx_call(ctx, deadline, &r, user ? 3 : 2, argv, err, err_len);
+    hps_err_t e = hps__rcluster_ctx_call(ctx, deadline, &r, user ? 3 : 2, argv, err, err_len);
     if (e)
         return e;
     if (r->type == REDIS_REPLY_ERROR) {
-        set_err(err, err_len, "AUTH as user '%s' refused: %s", user ? rc->user : "default", r->str);
+        hps__rcluster_set_err(err, err_len, "AUTH as user '%s' refused: %s",
+                              user ? rc->user : "default", r->str);
         e = -EACCES;
     }
     freeReplyObject(r);
@@ -356,7 +244,7 @@ static void node_backoff(node_t *nd, bool failed)
     if (failed) {
         unsigned b = nd->backoff_ms ? nd->backoff_ms * 2 : BACKOFF_MIN;
         __atomic_store_n(&nd->backoff_ms, b > BACKOFF_MAX ? BACKOFF_MAX : b, __ATOMIC_RELAXED);
-        nd->retry_at_ms = now_ms() + nd->backoff_ms;
+        nd->retry_at_ms = hps__rcluster_now_ms() + nd->backoff_ms;
     } else {
         __atomic_store_n(&nd->backoff_ms, 0u, __ATOMIC_RELAXED);
         nd->retry_at_ms = 0;
@@ -365,10 +253,10 @@ static void node_backoff(node_t *nd, bool failed)
 }
 
 /* True while nd backs off (no side effect: for ordering nodes). */
-static bool node_backing_off(node_t *nd)
+bool hps__rcluster_node_backing_off(node_t *nd)
 {
     pthread_mutex_lock(&nd->down_mu);
-    bool off = nd->retry_at_ms > now_ms();
+    bool off = nd->retry_at_ms > hps__rcluster_now_ms();
     pthread_mutex_unlock(&nd->down_mu);
     return off;
 }
@@ -379,7 +267,7 @@ static bool node_backing_off(node_t *nd)
 static bool node_skipped(node_t *nd)
 {
     pthread_mutex_lock(&nd->down_mu);
-    uint64_t now = now_ms();
+    uint64_t now = hps__rcluster_now_ms();
     bool skip = nd->retry_at_ms > now;
     if (!skip && nd->backoff_ms)
         nd->retry_at_ms = now + nd->backoff_ms; /* this caller's probe */
@@ -395,18 +283,19 @@ static bool node_skipped(node_t *nd)
  * is tight, and other nodes may have used most of it) says nothing about
  * the node.  A refused connect always does.
  */
-static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_t deadline,
-                             unsigned call_ms, char *err, size_t err_len)
+hps_err_t hps__rcluster_conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_t deadline,
+                                    unsigned call_ms, char *err, size_t err_len)
 {
     if (node_skipped(nd)) { /* also with a connection: a hung node keeps its sockets */
-        set_err(err, err_len, "%s:%d: down (backing off)", nd->host, nd->port);
+        hps__rcluster_set_err(err, err_len, "%s:%d: down (backing off)", nd->host, nd->port);
         return -ECONNREFUSED;
     }
     if (cn->ctx)
         return 0;
-    uint64_t now = now_ms();
+    uint64_t now = hps__rcluster_now_ms();
     if (now >= deadline) { /* spent on other nodes: no reason to blame this one */
-        set_err(err, err_len, "%s:%d: deadline passed before connecting", nd->host, nd->port);
+        hps__rcluster_set_err(err, err_len, "%s:%d: deadline passed before connecting", nd->host,
+                              nd->port);
         return HPS_ETIMEDOUT;
     }
     uint64_t left = deadline - now;
@@ -416,7 +305,8 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
     struct timeval tv = {.tv_sec = (time_t)(left / 1000), .tv_usec = (long)(left % 1000) * 1000};
     redisContext *ctx = redisConnectWithTimeout(nd->host, nd->port, tv);
     if (!ctx || ctx->err) {
-        set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, ctx ? ctx->errstr : "out of memory");
+        hps__rcluster_set_err(err, err_len, "%s:%d: %s", nd->host, nd->port,
+                              ctx ? ctx->errstr : "out of memory");
         bool timed_out = ctx && strstr(ctx->errstr, "timed out");
         if (ctx)
             redisFree(ctx);
@@ -430,13 +320,13 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
     char msg[256] = "";
     /* the connect timeout bounds AUTH too: a stopped or hung node accepts
      * connections (the kernel does) and answers nothing */
-    now = now_ms();
+    now = hps__rcluster_now_ms();
     uint64_t auth_by = now + rc->o.connect_timeout_ms;
     if (deadline < auth_by)
         auth_by = deadline;
     hps_err_t e = ctx_auth(rc, ctx, auth_by, msg, sizeof(msg));
     if (e) {
-        set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
+        hps__rcluster_set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
         redisFree(ctx);
         /* accepts connections but answers nothing (stopped, hung) */
         if (e == HPS_ETIMEDOUT && auth_by > now && auth_by - now >= fair)
@@ -451,7 +341,7 @@ static hps_err_t conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, uint64_
 /* Lock one connection of nd (a free connected one if any, else a free one),
  * waiting for a busy one at most until deadline (a call with a longer deadline may hold it, e.g. a
  * write to a hung node); NULL when none came in time. */
-static conn_t *conn_take(hps_rcluster_t *rc, node_t *nd, uint64_t deadline)
+conn_t *hps__rcluster_conn_take(hps_rcluster_t *rc, node_t *nd, uint64_t deadline)
 {
     unsigned k = rc->o.conns_per_node;
     unsigned start = __atomic_fetch_add(&nd->next, 1, __ATOMIC_RELAXED); /* spreads load */
@@ -473,7 +363,7 @@ static conn_t *conn_take(hps_rcluster_t *rc, node_t *nd, uint64_t deadline)
     if (spare)
         return spare;
     conn_t *cn = &nd->conns[start % k];
-    uint64_t now = now_ms();
+    uint64_t now = hps__rcluster_now_ms();
     if (now >= deadline)
         return NULL;
     struct timespec ts; /* pthread_mutex_timedlock() takes CLOCK_REALTIME */
@@ -482,149 +372,6 @@ static conn_t *conn_take(hps_rcluster_t *rc, node_t *nd, uint64_t deadline)
     ts.tv_sec += (time_t)(ns / 1000000000u);
     ts.tv_nsec = (long)(ns % 1000000000u);
     return pthread_mutex_timedlock(&cn->mu, &ts) == 0 ? cn : NULL;
-}
-
-/* ---- slot map ----------------------------------------------------------- */
-
-/* Apply one CLUSTER SLOTS reply from node `from` to the map. */
-static hps_err_t map_apply(hps_rcluster_t *rc, const redisReply *r, const node_t *from)
-{
-    if (r->type != REDIS_REPLY_ARRAY)
-        return HPS_ECONFIG;
-    uint16_t owner[HPS_RCLUSTER_SLOTS];
-    size_t covered = 0;
-    for (size_t s = 0; s < HPS_RCLUSTER_SLOTS; s++)
-        owner[s] = NO_NODE;
-    pthread_mutex_lock(&rc->map_mu);
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-            e->element[0]->type != REDIS_REPLY_INTEGER ||
-            e->element[1]->type != REDIS_REPLY_INTEGER ||
-            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
-            continue;
-        const redisReply *m = e->element[2];
-        const char *host = m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len > 0
-                               ? m->element[0]->str
-                               : from->host; /* "" or NULL: the node we asked */
-        if (m->element[1]->type != REDIS_REPLY_INTEGER)
-            continue;
-        unsigned ni = node_get_locked(rc, host, (int)m->element[1]->integer);
-        for (size_t r2 = 3; r2 < e->elements; r2++) { /* replicas: later refresh sources */
-            const redisReply *rp = e->element[r2];
-            if (rp->type == REDIS_REPLY_ARRAY && rp->elements >= 2 &&
-                rp->element[0]->type == REDIS_REPLY_STRING && rp->element[0]->len > 0 &&
-                rp->element[1]->type == REDIS_REPLY_INTEGER)
-                node_get_locked(rc, rp->element[0]->str, (int)rp->element[1]->integer);
-        }
-        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
-        for (long long s = lo; ni != NO_NODE && s <= hi && s >= 0 && s < HPS_RCLUSTER_SLOTS; s++) {
-            owner[s] = (uint16_t)ni;
-            covered++;
-        }
-    }
-    if (covered)
-        memcpy(rc->slot_node, owner, sizeof(owner));
-    rc->last_refresh_ms = now_ms();
-    pthread_mutex_unlock(&rc->map_mu);
-    return covered ? 0 : HPS_ECONFIG;
-}
-
-/* CLUSTER SLOTS from node i, by the deadline (ms, CLOCK_MONOTONIC). */
-static hps_err_t map_load_from(hps_rcluster_t *rc, unsigned i, uint64_t deadline, unsigned call_ms,
-                               char *err, size_t err_len)
-{
-    node_t *nd = node_at(rc, i);
-    conn_t *cn = conn_take(rc, nd, deadline);
-    if (!cn) {
-        set_err(err, err_len, "%s:%d: no free connection before the deadline", nd->host, nd->port);
-        return HPS_ETIMEDOUT;
-    }
-    hps_err_t e = conn_ensure(rc, nd, cn, deadline, call_ms, err, err_len);
-    redisReply *r = NULL;
-    static const char *argv[] = {"CLUSTER", "SLOTS"};
-    char msg[256] = "";
-    if (!e && (e = ctx_call(cn->ctx, deadline, &r, 2, argv, msg, sizeof(msg))) < 0) {
-        set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
-        conn_drop(cn);
-    }
-    pthread_mutex_unlock(&cn->mu);
-    if (e)
-        return e;
-    if (r->type == REDIS_REPLY_ERROR) {
-        bool auth = strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0;
-        set_err(err, err_len, "%s:%d: CLUSTER SLOTS: %s%s", nd->host, nd->port, r->str,
-                auth ? "" : " (is it a Redis Cluster node?)");
-        e = auth ? -EACCES : HPS_ECONFIG;
-    } else if ((e = map_apply(rc, r, nd)) < 0)
-        set_err(err, err_len, "%s:%d: CLUSTER SLOTS lists no served slot", nd->host, nd->port);
-    freeReplyObject(r);
-    return e;
-}
-
-/* Reload the map, asking each node at most timeout_ms and nothing past cap
- * (ms, CLOCK_MONOTONIC; UINT64_MAX: none) for a call of timeout call_ms.  wait = false: return
- * HPS_EBUSY at once when another thread is refreshing (its map will do). */
-static hps_err_t refresh(hps_rcluster_t *rc, uint64_t cap, unsigned call_ms, bool wait, char *err,
-                         size_t err_len)
-{
-    if (!wait && pthread_mutex_trylock(&rc->refresh_mu) != 0)
-        return HPS_EBUSY;
-    if (wait)
-        pthread_mutex_lock(&rc->refresh_mu);
-    pthread_mutex_lock(&rc->map_mu);
-    unsigned n = rc->num_nodes;
-    pthread_mutex_unlock(&rc->map_mu);
-    hps_err_t e = HPS_EIO;
-    set_err(err, err_len, "no cluster node known");
-    /* Nodes that are not backing off first; then the rest. */
-    bool late = false;
-    for (int pass = 0; pass < 2 && e && !late; pass++)
-        for (unsigned i = 0; i < n && e && !late; i++) {
-            if (node_backing_off(node_at(rc, i)) != (pass == 1))
-                continue;
-            uint64_t now = now_ms(), by = now + rc->o.timeout_ms;
-            if ((late = now >= cap)) {
-                set_err(err, err_len, "slot map refresh: deadline passed");
-                e = HPS_ETIMEDOUT;
-            } else
-                e = map_load_from(rc, i, by < cap ? by : cap, call_ms, err, err_len);
-        }
-    pthread_mutex_unlock(&rc->refresh_mu);
-    return e;
-}
-
-hps_err_t hps_rcluster_refresh(hps_rcluster_t *rc, char *err, size_t err_len)
-{
-    return refresh(rc, UINT64_MAX, rc->o.timeout_ms, true, err, err_len);
-}
-
-/* Refresh unless another thread did so within REFRESH_MIN ms; a fast call
- * (lookups) neither waits for a refresh in progress nor passes its deadline. */
-static void maybe_refresh(hps_rcluster_t *rc, uint64_t deadline, bool fast)
-{
-    pthread_mutex_lock(&rc->map_mu);
-    bool recent = now_ms() - rc->last_refresh_ms < REFRESH_MIN;
-    pthread_mutex_unlock(&rc->map_mu);
-    if (!recent)
-        refresh(rc, fast ? deadline : UINT64_MAX, fast ? rc->o.fast_timeout_ms : rc->o.timeout_ms,
-                !fast, NULL, 0);
-}
-
-unsigned hps_rcluster_num_masters(hps_rcluster_t *rc)
-{
-    uint8_t seen[MAX_NODES] = {0};
-    unsigned n = 0;
-    pthread_mutex_lock(&rc->map_mu);
-    for (size_t s = 0; s < HPS_RCLUSTER_SLOTS; s++) {
-        uint16_t i = rc->slot_node[s];
-        if (i != NO_NODE && !seen[i]) {
-            seen[i] = 1;
-            n++;
-        }
-    }
-    pthread_mutex_unlock(&rc->map_mu);
-    return n;
 }
 
 /* ---- create / destroy --------------------------------------------------- */
@@ -655,8 +402,8 @@ static hps_err_t add_seeds(hps_rcluster_t *rc, char *err, size_t err_len)
             l--;
         char host[HPS_RCLUSTER_HOST_MAX];
         int port;
-        if (parse_hostport(p, l, host, &port) < 0) {
-            set_err(err, err_len, "address '%.*s': expected host:port", (int)l, p);
+        if (hps__rcluster_parse_hostport(p, l, host, &port) < 0) {
+            hps__rcluster_set_err(err, err_len, "address '%.*s': expected host:port", (int)l, p);
             return HPS_EINVAL;
         }
         if (node_get(rc, host, port) == NO_NODE)
@@ -666,7 +413,7 @@ static hps_err_t add_seeds(hps_rcluster_t *rc, char *err, size_t err_len)
             p++;
     }
     if (rc->num_nodes == 0) {
-        set_err(err, err_len, "address: no host:port given");
+        hps__rcluster_set_err(err, err_len, "address: no host:port given");
         return HPS_EINVAL;
     }
     return 0;
@@ -680,12 +427,13 @@ static hps_err_t first_map(hps_rcluster_t *rc, char *err, size_t err_len)
     unsigned n = rc->num_nodes;
     for (unsigned i = 0; i < n && e; i++) {
         one[0] = '\0';
-        e = map_load_from(rc, i, now_ms() + rc->o.timeout_ms, rc->o.timeout_ms, one, sizeof(one));
+        e = hps__rcluster_map_load_from(rc, i, hps__rcluster_now_ms() + rc->o.timeout_ms,
+                                        rc->o.timeout_ms, one, sizeof(one));
         if (e)
             snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s%s", i ? "; " : "", one);
     }
     if (e)
-        set_err(err, err_len, "no Redis Cluster node usable: %s", all);
+        hps__rcluster_set_err(err, err_len, "no Redis Cluster node usable: %s", all);
     return e;
 }
 
@@ -694,7 +442,7 @@ hps_err_t hps_rcluster_create(const hps_rcluster_opts_t *opts, hps_rcluster_t **
 {
     if (!opts || !ret || !opts->address || !opts->conns_per_node || !opts->timeout_ms ||
         !opts->fast_timeout_ms || !opts->connect_timeout_ms || !opts->max_redirects) {
-        set_err(err, err_len, "invalid Redis Cluster client options");
+        hps__rcluster_set_err(err, err_len, "invalid Redis Cluster client options");
         return HPS_EINVAL;
     }
     hps_rcluster_t *rc = calloc(1, sizeof(*rc));
@@ -728,7 +476,7 @@ void hps_rcluster_destroy(hps_rcluster_t *rc)
     for (unsigned i = 0; i < rc->num_nodes; i++) {
         node_t *nd = rc->nodes[i];
         for (unsigned k = 0; k < rc->o.conns_per_node; k++) {
-            conn_drop(&nd->conns[k]);
+            hps__rcluster_conn_drop(&nd->conns[k]);
             pthread_mutex_destroy(&nd->conns[k].mu);
         }
         pthread_mutex_destroy(&nd->down_mu);
@@ -814,8 +562,8 @@ static void group_all(round_t *r, size_t n, const route_t *rt, unsigned num_node
 static bool group_send(hps_rcluster_t *rc, group_t *g, hps_rcluster_cmd_t *cmds, const route_t *rt,
                        uint64_t deadline, unsigned call_ms, char *msg, size_t msg_len)
 {
-    node_t *nd = node_at(rc, g->node);
-    hps_err_t e = conn_ensure(rc, nd, g->cn, deadline, call_ms, msg, msg_len);
+    node_t *nd = hps__rcluster_node_at(rc, g->node);
+    hps_err_t e = hps__rcluster_conn_ensure(rc, nd, g->cn, deadline, call_ms, msg, msg_len);
     if (e)
         return false;
     static const char *asking[] = {"ASKING"};
@@ -824,8 +572,8 @@ static bool group_send(hps_rcluster_t *rc, group_t *g, hps_rcluster_cmd_t *cmds,
         if (rt[g->cmd[k]].ask != NO_NODE)
             redisAppendCommandArgv(g->cn->ctx, 1, asking, NULL);
         if (redisAppendCommandArgv(g->cn->ctx, c->argc, c->argv, c->argvlen) != REDIS_OK) {
-            set_err(msg, msg_len, "out of memory");
-            conn_drop(g->cn);
+            hps__rcluster_set_err(msg, msg_len, "out of memory");
+            hps__rcluster_conn_drop(g->cn);
             return false;
         }
     }
@@ -892,11 +640,11 @@ static void group_collect(hps_rcluster_t *rc, group_t *g, job_t *j, unsigned cal
             freeReplyObject(r);
         }
     }
-    node_t *nd = node_at(rc, g->node);
+    node_t *nd = hps__rcluster_node_at(rc, g->node);
     if (!j->status && __atomic_load_n(&nd->backoff_ms, __ATOMIC_RELAXED))
         node_backoff(nd, false); /* a probe of a backing-off node answered */
     if (j->status) {
-        conn_drop(g->cn); /* unknown state: replies may be in flight */
+        hps__rcluster_conn_drop(g->cn); /* unknown state: replies may be in flight */
         *refresh = *backoff = true;
         /* a node that let the deadline pass is skipped for a while, so that
          * the next calls do not each wait for it (reconnects back off); not
@@ -915,8 +663,8 @@ static bool group_start(hps_rcluster_t *rc, round_t *r, group_t *g, bool wait,
                         hps_rcluster_cmd_t *cmds, const route_t *rt, uint64_t deadline,
                         size_t *rpos, size_t *nj, bool *refresh, char *msg, size_t msg_len)
 {
-    node_t *nd = node_at(rc, g->node);
-    g->cn = conn_take(rc, nd, wait ? deadline : 0);
+    node_t *nd = hps__rcluster_node_at(rc, g->node);
+    g->cn = hps__rcluster_conn_take(rc, nd, wait ? deadline : 0);
     if (!g->cn && !wait) {
         g->wait = true;
         return false;
@@ -930,7 +678,8 @@ static bool group_start(hps_rcluster_t *rc, round_t *r, group_t *g, bool wait,
     if (!g->cn) { /* every connection busy in calls that outlast this one's deadline */
         for (size_t q = 0; q < g->n; q++)
             cmds[g->cmd[q]].status = HPS_ETIMEDOUT;
-        set_err(msg, msg_len, "%s:%d: no free connection before the deadline", nd->host, nd->port);
+        hps__rcluster_set_err(msg, msg_len, "%s:%d: no free connection before the deadline",
+                              nd->host, nd->port);
         return false;
     }
     if (!group_send(rc, g, cmds, rt, deadline, r->call_ms, msg, msg_len)) {
@@ -978,8 +727,9 @@ static bool round_run(hps_rcluster_t *rc, round_t *r, hps_rcluster_cmd_t *cmds, 
                 continue;
             job_t *j = &r->jobs[g->job];
             if (j->status)
-                set_err(msg, msg_len, "%s:%d: %s", node_at(rc, g->node)->host,
-                        node_at(rc, g->node)->port, j->msg);
+                hps__rcluster_set_err(msg, msg_len, "%s:%d: %s",
+                                      hps__rcluster_node_at(rc, g->node)->host,
+                                      hps__rcluster_node_at(rc, g->node)->port, j->msg);
             group_collect(rc, g, j, r->call_ms, cmds, rt, refresh, backoff);
             pthread_mutex_unlock(&g->cn->mu);
             g->cn = NULL;
@@ -1032,7 +782,7 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
     }
     char msg[512] = "no node serves the slot";
     r->call_ms = fail_fast ? rc->o.fast_timeout_ms : rc->o.timeout_ms;
-    uint64_t deadline = now_ms() + r->call_ms;
+    uint64_t deadline = hps__rcluster_now_ms() + r->call_ms;
     for (unsigned round = 0; round < rc->o.max_redirects; round++) {
         bool refresh = false, backoff = false, unrouted = false;
         route_all(rc, n, cmds, rt);
@@ -1044,22 +794,22 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
         group_all(r, n, rt, num_nodes);
         round_run(rc, r, cmds, rt, deadline, &refresh, &backoff, msg, sizeof(msg));
         bool unused = false;
-        if (count_pending(n, cmds, rt, &unused) == 0 || now_ms() >= deadline)
+        if (count_pending(n, cmds, rt, &unused) == 0 || hps__rcluster_now_ms() >= deadline)
             break;
         if (refresh || unrouted)
-            maybe_refresh(rc, deadline, fail_fast);
+            hps__rcluster_maybe_refresh(rc, deadline, fail_fast);
         if (backoff && fail_fast)
             break;
         if (backoff && round + 1 < rc->o.max_redirects)
             sleep_ms(10u << (round < 4 ? round : 4));
-        if (now_ms() >= deadline)
+        if (hps__rcluster_now_ms() >= deadline)
             break;
     }
     hps_err_t first = 0;
     for (size_t i = 0; i < n && !first; i++)
         first = cmds[i].status;
     if (first)
-        set_err(err, err_len, "%s", msg);
+        hps__rcluster_set_err(err, err_len, "%s", msg);
     free(r->cmdidx);
     free(r->replies);
     free(r);
