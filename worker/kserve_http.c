@@ -1,7 +1,7 @@
 /*
  * kserve_http.c -- one HTTP request, from libmicrohttpd's callbacks to the
  * queued response: routing and method checks, bounded upload accumulation,
- * and the endpoint handlers.
+ * and the endpoint handlers.  The responses are queued by kserve_send.c.
  *
  * libmicrohttpd calls the access handler first with the headers only
  * (*req_cls == NULL), then once per chunk of body, then once more with no
@@ -18,15 +18,16 @@
  * is dropped and answered with 400 at its end.  A successful inference
  * answer is compressed when Accept-Encoding asks for gzip or deflate, as
  * Triton does (Inference-Header-Content-Length stays the length of the
- * uncompressed JSON); every other answer is sent as it is.
+ * uncompressed JSON; kserve_send.c); every other answer is sent as it is.
  *
  * Only inference and shared-memory register bodies are kept.  Everything runs on the listener's
  * threads except inference lookups that may wait: backend->lookup_nowait()
  * answers inline what it can; otherwise the connection is suspended, the
  * lookup and the response run on the lookup pool (kserve_pool.c), which
- * parks the response in the request state (queue() sees the thread's
- * `parked` request) and resumes the connection; libmicrohttpd then calls
- * the access handler again, which queues the parked response.
+ * parks the response in the request state (kserve_send.c: queue() sees
+ * the thread's `parked` request, named by hps__http_park()) and resumes
+ * the connection; libmicrohttpd then calls the access handler again, which
+ * queues the parked response.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -62,200 +63,8 @@ struct kreq {
      * response is parked by the pool thread before it resumes the
      * connection, and queued by the next access-handler call. */
     bool deferred;
-    unsigned parked_status;
-    struct MHD_Response *parked; /* NULL: the response could not be made */
+    struct hps__http_parked parked;
 };
-
-/* The request whose response the calling pool thread is making. */
-static __thread struct kreq *parked_for;
-
-/* ------------------------------------------------------------------------ */
-/* Responses                                                                 */
-/* ------------------------------------------------------------------------ */
-
-static const char oom_body[] = "{\"error\":\"out of memory\"}";
-
-/* Queue r (consumed).  While the server drains, ask clients to close their
- * keep-alive connections so that draining ends. */
-static enum MHD_Result queue(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
-                             struct MHD_Response *r, const char *ctype)
-{
-    if (!r)
-        return MHD_NO;
-    if (ctype)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (atomic_load_explicit(&s->draining, memory_order_relaxed))
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (parked_for) { /* a pool thread: queued when the connection resumes */
-        parked_for->parked_status = status;
-        parked_for->parked = r;
-        return MHD_YES;
-    }
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-static enum MHD_Result send_static(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
-                                   const char *body, size_t len, const char *ctype)
-{
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
-    return queue(s, c, status, r, ctype);
-}
-
-static enum MHD_Result send_empty(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status)
-{
-    return send_static(s, c, status, "", 0, "text/plain");
-}
-
-/* Send the text (ownership taken); 500 if it ran out of memory. */
-static enum MHD_Result send_text(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
-                                 const char *ctype, hps__text_t *t)
-{
-    if (t->oom || !t->data) {
-        hps__text_fini(t);
-        return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
-    }
-    size_t len;
-    char *data = hps__text_steal(t, &len);
-    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, data, free);
-    if (!r)
-        free(data);
-    return queue(s, c, status, r, ctype);
-}
-
-static enum MHD_Result send_json(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
-                                 hps__text_t *t)
-{
-    return send_text(s, c, status, "application/json", t);
-}
-
-static enum MHD_Result send_error(const hps_kserve_t *s, struct MHD_Connection *c, unsigned status,
-                                  const char *msg)
-{
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_error(&t, msg);
-    return send_json(s, c, status, &t);
-}
-
-/* The body parts compressed with enc as a response with its
- * Content-Encoding; NULL (send them as they are, as Triton does) when enc
- * is identity or compressing failed. */
-static struct MHD_Response *compressed(enum hps__zenc enc, const struct hps__zpart *parts,
-                                       size_t nparts)
-{
-    char *data;
-    size_t len;
-    if (enc == HPS__ZENC_IDENTITY || hps__zcompress(enc, parts, nparts, &data, &len) != 0)
-        return NULL;
-    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, data, free);
-    if (!r) {
-        free(data);
-        return NULL;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, hps__zenc_name(enc));
-    return r;
-}
-
-/* A JSON inference answer (t consumed), compressed with enc if it can be. */
-static enum MHD_Result send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
-                                       hps__text_t *t, enum hps__zenc enc)
-{
-    struct hps__zpart part = {t->data, t->len};
-    struct MHD_Response *r = t->oom || !t->data ? NULL : compressed(enc, &part, 1);
-    if (!r)
-        return send_json(s, c, 200, t);
-    hps__text_fini(t);
-    return queue(s, c, 200, r, "application/json");
-}
-
-/* Binary answers up to this size are sent from one buffer (see send_binary). */
-#define ONE_BUFFER_MAX ((size_t)64 * 1024)
-
-/** Buffers of a binary inference response, freed by libmicrohttpd. */
-struct binout {
-    char *header;
-    float *out; /* from the server's output pool */
-    struct hps__outpool *pool;
-};
-
-static void binout_free(void *cls)
-{
-    struct binout *b = cls;
-    free(b->header);
-    hps__outpool_put(b->pool, b->out);
-    free(b);
-}
-
-/* Queue a binary inference answer whose JSON header is hlen bytes. */
-static enum MHD_Result queue_binary(const hps_kserve_t *s, struct MHD_Connection *c,
-                                    struct MHD_Response *r, size_t hlen)
-{
-    char num[24];
-    snprintf(num, sizeof(num), "%zu", hlen);
-    MHD_add_response_header(r, "Inference-Header-Content-Length", num);
-    return queue(s, c, 200, r, "application/octet-stream");
-}
-
-/* JSON header then the raw floats: both compressed with enc when it is not
- * identity; copied into one buffer up to ONE_BUFFER_MAX; else without
- * copying the floats (iovec response). */
-static enum MHD_Result send_binary(const hps_kserve_t *s, struct MHD_Connection *c, hps__text_t *t,
-                                   float *out, uint64_t out_len, enum hps__zenc enc)
-{
-    if (enc != HPS__ZENC_IDENTITY && !t->oom) {
-        struct hps__zpart parts[2] = {{t->data, t->len}, {out, (size_t)out_len * sizeof(float)}};
-        struct MHD_Response *r = compressed(enc, parts, 2);
-        if (r) {
-            size_t hlen = t->len;
-            hps__text_fini(t);
-            hps__outpool_put(s->outpool, out);
-            return queue_binary(s, c, r, hlen);
-        }
-    }
-    size_t out_bytes = (size_t)out_len * sizeof(float);
-    if (!t->oom && t->len + out_bytes <= ONE_BUFFER_MAX) {
-        /* Small: header and floats in one buffer, which libmicrohttpd sends
-         * with the HTTP header in one sendmsg; an iovec response costs a
-         * second send (strace: 4 syscalls per 1-sample request with it). */
-        char *one = malloc(t->len + out_bytes);
-        if (one) {
-            size_t hlen = t->len;
-            memcpy(one, t->data, hlen);
-            if (out_bytes)
-                memcpy(one + hlen, out, out_bytes);
-            hps__text_fini(t);
-            hps__outpool_put(s->outpool, out);
-            struct MHD_Response *r =
-                MHD_create_response_from_buffer_with_free_callback(hlen + out_bytes, one, free);
-            if (!r) {
-                free(one);
-                return MHD_NO;
-            }
-            return queue_binary(s, c, r, hlen);
-        }
-    }
-    struct binout *b = malloc(sizeof(*b));
-    if (!b || t->oom) {
-        free(b);
-        hps__outpool_put(s->outpool, out);
-        hps__text_fini(t);
-        return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
-    }
-    size_t hlen;
-    b->header = hps__text_steal(t, &hlen);
-    b->out = out;
-    b->pool = s->outpool;
-    struct MHD_IoVec iov[2] = {{b->header, hlen}, {out, (size_t)out_len * sizeof(float)}};
-    struct MHD_Response *r = MHD_create_response_from_iovec(iov, out_len ? 2 : 1, binout_free, b);
-    if (!r) {
-        binout_free(b);
-        return MHD_NO;
-    }
-    return queue_binary(s, c, r, hlen);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Endpoints                                                                 */
@@ -279,7 +88,7 @@ static enum MHD_Result send_unloaded(const hps_kserve_t *s, struct MHD_Connectio
     char msg[HPS_KSERVE_NAME_MAX + 80];
     snprintf(msg, sizeof(msg), "Request for unknown model: '%s' has no available versions",
              m->name);
-    return send_error(s, c, 400, msg);
+    return hps__http_send_error(s, c, 400, msg);
 }
 
 static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
@@ -288,7 +97,7 @@ static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
     hps__text_init(&t);
     hps__resp_server_meta(&t, s->server_name, s->server_version, s->limits.shm != NULL,
                           s->shm.cuda);
-    return send_json(s, c, 200, &t);
+    return hps__http_send_json(s, c, 200, &t);
 }
 
 /* The model a request names.  A name not in the registry has the backend
@@ -309,13 +118,13 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     hps__kerr_t err;
     long mi = route_model(s, r, &err);
     if (mi < 0)
-        return send_error(s, c, err.status, err.msg);
+        return hps__http_send_error(s, c, err.status, err.msg);
     const struct hps__kmodel *m = &s->models[mi];
     if (r->kind != HPS__R_MODEL_STATS && !model_loaded(s, (size_t)mi))
         return send_unloaded(s, c, m);
     if (r->kind == HPS__R_MODEL_READY)
-        return backend_ready(s) ? send_empty(s, c, 200)
-                                : send_error(s, c, 400, "Model version not ready");
+        return backend_ready(s) ? hps__http_send_empty(s, c, 200)
+                                : hps__http_send_error(s, c, 400, "Model version not ready");
     hps__text_t t;
     hps__text_init(&t);
     if (r->kind == HPS__R_MODEL_META)
@@ -324,16 +133,16 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
         hps__resp_model_config(&t, m);
     else
         hps__resp_stats(&t, m, 1);
-    return send_json(s, c, 200, &t);
+    return hps__http_send_json(s, c, 200, &t);
 }
 
 /* Suspend the connection and run job on the lookup pool: the job parks the
- * response (parked_for) and resumes the connection; the access handler then
+ * response (hps__http_park) and resumes the connection; the access handler then
  * queues it (hps__http_on_request). */
 static void to_pool(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, struct hps__job *job)
 {
     q->deferred = true;
-    q->parked = NULL;
+    q->parked.r = NULL;
     MHD_suspend_connection(c);
     hps__pool_submit(s->pool, job);
 }
@@ -354,12 +163,12 @@ static void control_job_run(struct hps__job *job)
     char msg[600] = "";
     hps_err_t rc =
         j->s->backend.model_control(j->s->backend.ctx, j->op, j->model, msg, sizeof(msg));
-    parked_for = j->q;
+    hps__http_park(&j->q->parked);
     if (rc == 0)
-        send_empty(j->s, j->c, 200);
+        hps__http_send_empty(j->s, j->c, 200);
     else
-        send_error(j->s, j->c, rc == HPS_EIO ? 400 : 503, *msg ? msg : hps_strerror(rc));
-    parked_for = NULL;
+        hps__http_send_error(j->s, j->c, rc == HPS_EIO ? 400 : 503, *msg ? msg : hps_strerror(rc));
+    hps__http_park(NULL);
     struct MHD_Connection *c = j->c;
     free(j);
     MHD_resume_connection(c); /* j->q may be gone once the event loop answers */
@@ -371,16 +180,16 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
 {
     hps__kerr_t err;
     if (r->kind == HPS__R_REPO_NAMED)
-        return send_error(s, c, 501, "'repository_name' specification is not supported");
+        return hps__http_send_error(s, c, 501, "'repository_name' specification is not supported");
     if (r->kind != HPS__R_REPO_INDEX) {
         struct control_job *j = calloc(1, sizeof(*j));
         if (!j)
-            return send_error(s, c, 500, "out of memory");
+            return hps__http_send_error(s, c, 500, "out of memory");
         if (hps__repo_control(r, s->models, s->num_models, &s->backend, q->body ? q->body : "",
                               q->len, j->model, sizeof(j->model), &err) < 0 ||
             (!s->pool && hps__kerr_set(&err, 503, "no lookup pool to run the request on") < 0)) {
             free(j);
-            return send_error(s, c, err.status, err.msg);
+            return hps__http_send_error(s, c, err.status, err.msg);
         }
         j->job.run = control_job_run;
         j->s = s;
@@ -397,9 +206,9 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
     if (hps__repo_index(s->models, s->num_models, &s->backend, backend_ready(s),
                         q->body ? q->body : "", q->len, &t, &err) < 0) {
         hps__text_fini(&t);
-        return send_error(s, c, err.status, err.msg);
+        return hps__http_send_error(s, c, err.status, err.msg);
     }
-    return send_json(s, c, 200, &t);
+    return hps__http_send_json(s, c, 200, &t);
 }
 
 static enum MHD_Result h_all_stats(hps_kserve_t *s, struct MHD_Connection *c)
@@ -407,7 +216,7 @@ static enum MHD_Result h_all_stats(hps_kserve_t *s, struct MHD_Connection *c)
     hps__text_t t;
     hps__text_init(&t);
     hps__resp_stats(&t, s->models, s->num_models);
-    return send_json(s, c, 200, &t);
+    return hps__http_send_json(s, c, 200, &t);
 }
 
 /* Durations of one successful request, per hps_kserve_lookup_stats_t's rule. */
@@ -428,7 +237,7 @@ static enum MHD_Result infer_failed(const hps_kserve_t *s, struct hps__kmodel *m
                                     enum hps__fail_reason reason, unsigned status, const char *msg)
 {
     hps__stats_failure(&m->stats, hps__now_ns() - t0, reason);
-    return send_error(s, c, status, msg);
+    return hps__http_send_error(s, c, status, msg);
 }
 
 /* Call the backend; on failure answer and return false. */
@@ -498,9 +307,9 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
     request_times(&times, ls, stamp);
     hps__stats_success(&m->stats, &times, req->num_samples);
     if (req->binary_output)
-        return send_binary(s, c, &t, out, req->out_len, enc);
+        return hps__http_send_binary(s, c, &t, out, req->out_len, enc);
     hps__outpool_put(s->outpool, out);
-    return send_infer_json(s, c, &t, enc);
+    return hps__http_send_infer_json(s, c, &t, enc);
 }
 
 /* Where the backend writes OUTPUT0: a system output region in place when
@@ -565,9 +374,9 @@ static void infer_job_run(struct hps__job *job)
     hps_kserve_lookup_stats_t ls;
     bool on_device = false;
     hps_err_t rc = run_lookup(j->s, j->mi, &j->req, j->out, &ls, &on_device);
-    parked_for = j->q;
+    hps__http_park(&j->q->parked);
     infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp, j->q->resp_enc);
-    parked_for = NULL;
+    hps__http_park(NULL);
     hps__infer_req_fini(&j->req);
     atomic_fetch_sub_explicit(&j->s->models[j->mi].stats.pending, 1, memory_order_relaxed);
     struct MHD_Connection *c = j->c;
@@ -642,7 +451,7 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
     hps__kerr_t err;
     long mi = route_model(s, r, &err);
     if (mi < 0)
-        return send_error(s, c, err.status, err.msg);
+        return hps__http_send_error(s, c, err.status, err.msg);
     if (!model_loaded(s, (size_t)mi))
         return send_unloaded(s, c, &s->models[mi]);
     _Atomic int64_t *pending = &s->models[mi].stats.pending;
@@ -662,9 +471,9 @@ static enum MHD_Result h_shm_status(hps_kserve_t *s, struct MHD_Connection *c, b
     hps__text_t t;
     hps__text_init(&t);
     if (hps__shm_status(&s->shm, cuda, name, &t, &err) == 0)
-        return send_json(s, c, 200, &t);
+        return hps__http_send_json(s, c, 200, &t);
     hps__text_fini(&t);
-    return send_error(s, c, err.status, err.msg);
+    return hps__http_send_error(s, c, err.status, err.msg);
 }
 
 /* The shared-memory endpoints, system or CUDA (r->cuda); CUDA ones were
@@ -674,7 +483,7 @@ static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct k
 {
     char *name = r->region ? strndup(r->region, r->region_len) : NULL;
     if (r->region && !name)
-        return send_error(s, c, 500, "out of memory");
+        return hps__http_send_error(s, c, 500, "out of memory");
     enum MHD_Result ret;
     hps__kerr_t err;
     const char *body = q->body ? q->body : "";
@@ -682,12 +491,12 @@ static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct k
         ret = h_shm_status(s, c, r->cuda, name);
     } else if (r->kind == HPS__R_SHM_UNREGISTER) {
         hps__shm_unregister(&s->shm, r->cuda, name);
-        ret = send_empty(s, c, 200);
+        ret = hps__http_send_empty(s, c, 200);
     } else if ((r->cuda ? hps__shm_register_cuda(&s->shm, name, body, q->len, &err)
                         : hps__shm_register(&s->shm, name, body, q->len, &err)) == 0) {
-        ret = send_empty(s, c, 200);
+        ret = hps__http_send_empty(s, c, 200);
     } else {
-        ret = send_error(s, c, err.status, err.msg);
+        ret = hps__http_send_error(s, c, err.status, err.msg);
     }
     free(name);
     return ret;
@@ -705,7 +514,7 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
                  "server busy: the request bodies being received exceed %zu bytes in all; "
                  "retry later",
                  s->max_buffered);
-        return send_error(s, c, 503, msg);
+        return hps__http_send_error(s, c, 503, msg);
     }
     if (q->too_large) {
         char msg[160];
@@ -713,17 +522,17 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
                  "request body of more than %zu bytes exceeds the maximum allowed "
                  "value of %zu bytes",
                  s->max_body, s->max_body);
-        return send_error(s, c, 400, msg);
+        return hps__http_send_error(s, c, 400, msg);
     }
     if (q->z) { /* left only when it failed: corrupt, truncated, too large */
         const hps__kerr_t *e = hps__inflate_error(q->z);
-        return send_error(s, c, e->status, e->msg);
+        return hps__http_send_error(s, c, e->status, e->msg);
     }
     switch (r.kind) {
     case HPS__R_LIVE:
-        return send_empty(s, c, 200);
+        return hps__http_send_empty(s, c, 200);
     case HPS__R_READY:
-        return send_empty(s, c, backend_ready(s) ? 200 : 400);
+        return hps__http_send_empty(s, c, backend_ready(s) ? 200 : 400);
     case HPS__R_SERVER_META:
         return h_server_meta(s, c);
     case HPS__R_ALL_STATS:
@@ -745,7 +554,7 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
     case HPS__R_REPO_NAMED:
         return h_repo(s, c, q, &r);
     default:
-        return send_error(s, c, 404, "Not Found"); /* unreachable: begin() answered */
+        return hps__http_send_error(s, c, 404, "Not Found"); /* unreachable: begin() answered */
     }
 }
 
@@ -852,7 +661,7 @@ static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
     q->responded = true;
     if (enc == HPS__ZENC_UNKNOWN) {
         snprintf(msg, sizeof(msg), "unsupported Content-Encoding '%.64s'", encv);
-        return send_error(s, c, 400, msg);
+        return hps__http_send_error(s, c, 400, msg);
     }
     uint64_t cl = content_length(c);
     if (cl != UINT64_MAX && enc == HPS__ZENC_IDENTITY && cl > s->max_body) {
@@ -860,14 +669,14 @@ static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
                  "request body of %llu bytes exceeds the maximum allowed value of "
                  "%zu bytes",
                  (unsigned long long)cl, s->max_body);
-        return send_error(s, c, 400, msg);
+        return hps__http_send_error(s, c, 400, msg);
     }
     if (cl != UINT64_MAX && enc != HPS__ZENC_IDENTITY && cl > hps__zbound(s->max_body)) {
         snprintf(msg, sizeof(msg),
                  "compressed request body of %llu bytes exceeds the maximum allowed value of "
                  "%llu bytes (%zu bytes once decompressed)",
                  (unsigned long long)cl, (unsigned long long)hps__zbound(s->max_body), s->max_body);
-        return send_error(s, c, 400, msg);
+        return hps__http_send_error(s, c, 400, msg);
     }
     q->responded = false;
     q->store = true;
@@ -910,17 +719,17 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
     const char *want = hps__route_method(r.kind);
     q->responded = true;
     if (!want)
-        return send_error(s, c, 404, "Not Found");
+        return hps__http_send_error(s, c, 404, "Not Found");
     if (strcmp(method, want) != 0)
-        return send_error(s, c, 405, "Method Not Allowed");
+        return hps__http_send_error(s, c, 405, "Method Not Allowed");
     if (r.kind == HPS__R_SHM_STATUS || r.kind == HPS__R_SHM_REGISTER ||
         r.kind == HPS__R_SHM_UNREGISTER) {
         if (r.cuda && !s->shm.cuda)
-            return send_error(s, c, 501,
-                              "CUDA shared memory is not supported by this server (use "
-                              "system shared memory)");
+            return hps__http_send_error(s, c, 501,
+                                        "CUDA shared memory is not supported by this server (use "
+                                        "system shared memory)");
         if (!s->limits.shm)
-            return send_error(s, c, 501, SHM_DISABLED_MSG);
+            return hps__http_send_error(s, c, 501, SHM_DISABLED_MSG);
     }
     q->responded = false;
     bool body = r.kind == HPS__R_INFER || r.kind == HPS__R_SHM_REGISTER ||
@@ -971,11 +780,11 @@ enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, con
         return begin(cls, conn, url, method, req_cls);
     if (q->deferred) { /* resumed by the pool: its answer is parked */
         q->deferred = false;
-        struct MHD_Response *r = q->parked;
-        q->parked = NULL;
+        struct MHD_Response *r = q->parked.r;
+        q->parked.r = NULL;
         if (!r)
             return MHD_NO;
-        enum MHD_Result ret = MHD_queue_response(conn, q->parked_status, r);
+        enum MHD_Result ret = MHD_queue_response(conn, q->parked.status, r);
         MHD_destroy_response(r);
         return ret;
     }
@@ -1001,8 +810,8 @@ void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_c
     hps__conn_idle(s, conn);
     if (!q)
         return;
-    if (q->parked)
-        MHD_destroy_response(q->parked);
+    if (q->parked.r)
+        MHD_destroy_response(q->parked.r);
     inflate_free(q);
     body_free(q);
     free(q);
@@ -1041,10 +850,10 @@ static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
             char msg[256];
             snprintf(msg, sizeof(msg), "backend metrics failed: %s", hps_strerror(rc));
             hps__text_fini(&t);
-            return send_error(s, c, 500, msg);
+            return hps__http_send_error(s, c, 500, msg);
         }
     }
-    return send_text(s, c, 200, "text/plain; charset=utf-8", &t);
+    return hps__http_send_text(s, c, 200, "text/plain; charset=utf-8", &t);
 }
 
 enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -1061,8 +870,8 @@ enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, 
     }
     *req_cls = &answered;
     if (strcmp(method, "GET") != 0)
-        return send_error(cls, conn, 405, "Method Not Allowed");
+        return hps__http_send_error(cls, conn, 405, "Method Not Allowed");
     if (strcmp(url, "/metrics") != 0)
-        return send_error(cls, conn, 404, "Not Found");
+        return hps__http_send_error(cls, conn, 404, "Not Found");
     return metrics_scrape(cls, conn);
 }

@@ -1,7 +1,8 @@
 /*
  * kserve_http.h -- the server object and the libmicrohttpd callbacks,
- * shared by kserve_server.c (lifecycle, listeners) and kserve_http.c
- * (per-request upload handling and endpoint handlers).
+ * shared by kserve_server.c (lifecycle, listeners), kserve_http.c
+ * (per-request upload handling and endpoint handlers) and kserve_send.c
+ * (queueing the answers).
  */
 #ifndef HPS_WORKER_KSERVE_HTTP_H
 #define HPS_WORKER_KSERVE_HTTP_H
@@ -119,6 +120,51 @@ void *hps__conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
 void hps__conn_busy(hps_kserve_t *s, struct MHD_Connection *c);
 /** The request completed: keep-alive idle. */
 void hps__conn_idle(hps_kserve_t *s, struct MHD_Connection *c);
+
+/* ------------------------------------------------------------------------ */
+/* Answers (kserve_send.c)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each hps__http_send_*() queues its answer on c and returns what the
+ * access handler returns (MHD_NO: the response could not be made or
+ * queued).  While the server drains, answers carry Connection: close.  On a
+ * thread that called hps__http_park(p) they are parked in *p instead (the
+ * connection is suspended) and MHD_YES is returned.
+ */
+
+/** A response made on a lookup-pool thread, kept until its connection resumes. */
+struct hps__http_parked {
+    unsigned status;
+    struct MHD_Response *r; /* NULL: the response could not be made */
+};
+
+/** Until the next call, park the answers this thread sends in p (NULL: queue them). */
+void hps__http_park(struct hps__http_parked *p);
+/** An empty text/plain answer. */
+enum MHD_Result hps__http_send_empty(const hps_kserve_t *s, struct MHD_Connection *c,
+                                     unsigned status);
+/** The text t (ownership taken) as a ctype answer; 500 if it ran out of memory. */
+enum MHD_Result hps__http_send_text(const hps_kserve_t *s, struct MHD_Connection *c,
+                                    unsigned status, const char *ctype, hps__text_t *t);
+/** The text t (ownership taken) as an application/json answer. */
+enum MHD_Result hps__http_send_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                    unsigned status, hps__text_t *t);
+/** {"error": msg} with the status. */
+enum MHD_Result hps__http_send_error(const hps_kserve_t *s, struct MHD_Connection *c,
+                                     unsigned status, const char *msg);
+/** A JSON inference answer (t consumed), compressed with enc if it can be. */
+enum MHD_Result hps__http_send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                          hps__text_t *t, enum hps__zenc enc);
+/** A binary inference answer: JSON header t (consumed), then out_len floats of
+ *  out (from s->outpool, consumed), compressed with enc if it can be. */
+enum MHD_Result hps__http_send_binary(const hps_kserve_t *s, struct MHD_Connection *c,
+                                      hps__text_t *t, float *out, uint64_t out_len,
+                                      enum hps__zenc enc);
+
+/* ------------------------------------------------------------------------ */
+/* libmicrohttpd callbacks (kserve_http.c)                                   */
+/* ------------------------------------------------------------------------ */
 
 /** MHD_AccessHandlerCallback of the HTTP (KServe v2) listener; cls = server. */
 enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,

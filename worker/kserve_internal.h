@@ -11,10 +11,17 @@
  *   kserve_shm.c      shared-memory regions, system and CUDA (register, status, use)
  *   kserve_cudashm.c  CUDA IPC memory of CUDA regions, base64 (CUDA builds)
  *   kserve_zlib.c     gzip / deflate: request bodies inflated, responses compressed
- *   kserve_server.c   lifecycle, listeners, upload accumulation, dispatch
+ *   kserve_server.c   lifecycle: options, the model registry, listeners, daemons
+ *   kserve_http.c     one request: routing, upload accumulation, endpoint handlers
+ *                     (its own header, kserve_http.h)
+ *   kserve_send.c     queueing the answers on libmicrohttpd
+ *   kserve_conn.c     connection admission: header deadline, room for new ones
+ *   kserve_pool.c     the lookup pool (lookups off the event loops)
+ *   kserve_outpool.c  reuse of large OUTPUT0 buffers
+ *   kserve_repo.c     Triton's model repository extension
  *
- * Nothing here touches the network except kserve_server.c, so the parser,
- * router and formatters are pure functions the unit tests call directly.
+ * The parser, router and formatters touch no network, so they are pure
+ * functions the unit tests call directly.
  */
 #ifndef HPS_WORKER_KSERVE_INTERNAL_H
 #define HPS_WORKER_KSERVE_INTERNAL_H
