@@ -1,7 +1,8 @@
 /*
  * gtest.cuh -- what the GPU cache's test programs (test-gcache*.cu) share:
- * the failure count and assertions, a seeded generator, and host <->
- * device copies.  One program includes it once.
+ * the failure count and assertions, a seeded generator, host <-> device
+ * copies, and deterministic rows inserted by key and version.  One program
+ * includes it once.
  */
 #ifndef HPS_TESTS_GPU_GTEST_CUH
 #define HPS_TESTS_GPU_GTEST_CUH
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+
+#include "hps/gcache.h"
 
 static int failures;
 
@@ -58,6 +61,50 @@ template <typename T> static std::vector<T> host_copy(const T *d, size_t n)
     std::vector<T> h(n);
     CK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
+}
+
+/* ---- rows of the cache tests (test-gcache*.cu) ---------------------------- */
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Deterministic row of (key, version). */
+static inline float row_val(int64_t key, int ver, uint32_t j)
+{
+    return (float)((mix64((uint64_t)key + (uint64_t)ver * 7919) % 100000) * 7 + j);
+}
+
+static inline void insert_rows(hps_gcache_t *c, const std::vector<int64_t> &keys, int ver,
+                               bool update, cudaStream_t s)
+{
+    uint32_t dim = hps_gcache_dim(c);
+    std::vector<float> vals(keys.size() * dim);
+    for (size_t i = 0; i < keys.size(); i++)
+        for (uint32_t j = 0; j < dim; j++)
+            vals[i * dim + j] = row_val(keys[i], ver, j);
+    int64_t *dk = dev_copy(keys);
+    float *dv = dev_copy(vals);
+    OK(update ? hps_gcache_update(c, dk, dv, keys.size(), s)
+              : hps_gcache_insert(c, dk, dv, keys.size(), s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFree(dk));
+    CK(cudaFree(dv));
+}
+
+/* Keys 1..n (shared test): rows of version ver. */
+static inline std::vector<int64_t> seq_keys(int64_t from, size_t n)
+{
+    std::vector<int64_t> k(n);
+    for (size_t i = 0; i < n; i++)
+        k[i] = from + (int64_t)i * 7;
+    return k;
 }
 
 #endif

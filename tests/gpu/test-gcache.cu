@@ -17,18 +17,11 @@
  *  - a cache sharded over devices 0 and 1 (skipped on one GPU): each holds
  *    about half, rows written through one device's mapping read exactly
  *    through the other's, per-shard occupancy adds up;
- *  - one-launch lookups over several tables (hps_gcache_lookup_tables):
- *    rows, miss positions and counts per table as the per-table lookups;
- *    then their misses split on the device (hps__gmiss_gather, libhps's
- *    device-output path) at thresholds that make every table, some, or
- *    none synchronous: counts, flags as the host formula, each miss's key
- *    and position compacted table after table, the default-answered rows
- *    filled with the table's default and nothing else touched; and the
- *    same lookup with the split as its tail (hps__gmiss_lookup_tables):
- *    the same rows, counts, head and records, every missed row the default;
  *  - a set left locked (as by a writer killed mid-write): lookups answer
  *    miss on every path instead of waiting forever, inserts are skipped and
  *    counted, hps_gcache_repair empties and unlocks exactly that set.
+ * One-launch lookups over several tables and their miss split:
+ * test-gcache-tables.cu.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,45 +36,11 @@
 
 #include "hps/gcache.h"
 #include "../../kernels/gcache_internal.cuh" /* the stuck-lock test pokes a set version */
-#include "../../kernels/miss.h"
 #include "gtest.cuh"
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
 
 static uint64_t set_of(int64_t key, uint64_t sets)
 {
     return (uint64_t)(((unsigned __int128)mix64((uint64_t)key) * sets) >> 64);
-}
-
-/* Deterministic row of (key, version). */
-static float row_val(int64_t key, int ver, uint32_t j)
-{
-    return (float)((mix64((uint64_t)key + (uint64_t)ver * 7919) % 100000) * 7 + j);
-}
-
-static void insert_rows(hps_gcache_t *c, const std::vector<int64_t> &keys, int ver, bool update,
-                        cudaStream_t s)
-{
-    uint32_t dim = hps_gcache_dim(c);
-    std::vector<float> vals(keys.size() * dim);
-    for (size_t i = 0; i < keys.size(); i++)
-        for (uint32_t j = 0; j < dim; j++)
-            vals[i * dim + j] = row_val(keys[i], ver, j);
-    int64_t *dk = dev_copy(keys);
-    float *dv = dev_copy(vals);
-    OK(update ? hps_gcache_update(c, dk, dv, keys.size(), s)
-              : hps_gcache_insert(c, dk, dv, keys.size(), s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaFree(dk));
-    CK(cudaFree(dv));
 }
 
 /* Keys resident per dump, checking the per-set bound and placement. */
@@ -467,15 +426,6 @@ static void test_concurrent(hps_gcache_policy_t pol, int strict, int nq, int rou
     hps_gcache_destroy(c);
 }
 
-/* Keys 1..n (shared test): rows of version ver. */
-static std::vector<int64_t> seq_keys(int64_t from, size_t n)
-{
-    std::vector<int64_t> k(n);
-    for (size_t i = 0; i < n; i++)
-        k[i] = from + (int64_t)i * 7;
-    return k;
-}
-
 /* Child side of test_shared: map, check the parent's rows, insert others. */
 static int child_import(int fd, uint64_t cap, uint32_t dim, int pol)
 {
@@ -730,226 +680,6 @@ static void test_overlap(void)
     hps_gcache_destroy(c);
 }
 
-/**
- * hps__gmiss_gather over test_tables' 4-table lookup: out (host, floats),
- * mi / mc (host) its result; dk, dko, dfo, dmi its device inputs.  Checks
- * counts, flags, records and the filled rows at three thresholds.
- */
-static void check_gmiss(const uint32_t *dims, const size_t *nq, const std::vector<uint32_t> &ko,
-                        const std::vector<uint64_t> &fo, const std::vector<int64_t> &keys,
-                        const std::vector<float> &out, const std::vector<uint32_t> &mi,
-                        const std::vector<uint32_t> &mc, const int64_t *dk, const uint32_t *dko,
-                        const uint64_t *dfo, const uint32_t *dmi)
-{
-    const int nt = 4;
-    std::vector<uint32_t> dim(dims, dims + nt), cnt(mc);
-    std::vector<float> def = {0.25f, -1.0f, 3.5f, -7.0f};
-    cnt[1] = 7; /* table 1 has no keys: its count is not read */
-    uint32_t *ddim = dev_copy(dim), *dmc = dev_copy(cnt), *dhead;
-    float *ddef = dev_copy(def), *dout = dev_copy(out);
-    hps_gmiss_t *drec;
-    CK(cudaMalloc((void **)&dhead, 2 * nt * sizeof(uint32_t)));
-    CK(cudaMalloc((void **)&drec, keys.size() * sizeof(hps_gmiss_t)));
-    const double thrs[3] = {0.0, 0.5, 2.0};
-    for (double thr : thrs) {
-        CK(cudaMemcpy(dout, out.data(), out.size() * sizeof(float), cudaMemcpyHostToDevice));
-        OK(hps__gmiss_gather(nt, dko, dfo, ddim, ddef, thr, dk, dmi, dmc, dout, dhead, drec, 0));
-        CK(cudaDeviceSynchronize());
-        std::vector<uint32_t> head = host_copy(dhead, 2 * nt);
-        std::vector<float> got = host_copy(dout, out.size());
-        uint32_t total = 0;
-        for (int t = 0; t < nt; t++)
-            total += nq[t] ? mc[t] : 0;
-        std::vector<hps_gmiss_t> rec = host_copy(drec, total);
-        uint32_t base = 0;
-        for (int t = 0; t < nt; t++) {
-            uint32_t m = nq[t] ? mc[t] : 0;
-            bool sync = m && 1.0 - (double)m / (double)nq[t] < thr;
-            HPS_ASSERT_EQ(head[t], m);
-            HPS_ASSERT_EQ(head[nt + t], sync ? HPS_GMISS_SYNC : 0u);
-            std::set<uint32_t> missing(mi.begin() + ko[t], mi.begin() + ko[t] + m);
-            for (uint32_t j = 0; j < m; j++) {
-                const hps_gmiss_t &r = rec[base + j];
-                HPS_ASSERT_EQ(r.pos, mi[ko[t] + j]);
-                HPS_ASSERT_EQ(r.key, keys[ko[t] + r.pos]);
-                HPS_ASSERT_EQ(r.pad, 0);
-            }
-            for (size_t i = 0; i < nq[t]; i++)
-                for (uint32_t j = 0; j < dims[t]; j++) {
-                    size_t at = fo[t] + i * dims[t] + j;
-                    bool filled = !sync && missing.count((uint32_t)i);
-                    if (filled)
-                        HPS_ASSERT_EQ(memcmp(&got[at], &def[t], 4), 0);
-                    else
-                        HPS_ASSERT_EQ(memcmp(&got[at], &out[at], 4), 0);
-                }
-            base += m;
-        }
-    }
-    HPS_ASSERT_EQ(
-        hps__gmiss_gather(0, dko, dfo, ddim, ddef, 0.5, dk, dmi, dmc, dout, dhead, drec, 0),
-        HPS_EINVAL);
-    CK(cudaFree(ddim));
-    CK(cudaFree(dmc));
-    CK(cudaFree(dhead));
-    CK(cudaFree(ddef));
-    CK(cudaFree(dout));
-    CK(cudaFree(drec));
-}
-
-/**
- * hps__gmiss_lookup_tables (the lookup with the split as its tail) over the
- * same 4 tables at three thresholds: per table the same counts, miss
- * positions (as a set) and hit rows as hps_gcache_lookup_tables gave (out,
- * mi, mc), every missed row the table's default (synchronous tables too),
- * and the head and records as hps__gmiss_gather's: count, flags, each
- * record's position in the table's miss positions and its key.
- */
-static void check_fused(hps_gcache_set_t *set, const uint32_t *dims, const size_t *nq,
-                        const std::vector<uint32_t> &ko, const std::vector<uint64_t> &fo,
-                        const std::vector<int64_t> &keys, const std::vector<float> &out,
-                        const std::vector<uint32_t> &mi, const std::vector<uint32_t> &mc,
-                        const int64_t *dk, const uint32_t *dko, const uint64_t *dfo)
-{
-    const int nt = 4;
-    std::vector<float> def = {0.25f, -1.0f, 3.5f, -7.0f};
-    float *ddef = dev_copy(def), *dout;
-    uint32_t *dmi, *dstate, *dhead; /* dstate: the counts, then the ticket */
-    hps_gmiss_t *drec;
-    CK(cudaMalloc((void **)&dout, out.size() * sizeof(float)));
-    CK(cudaMalloc((void **)&dmi, keys.size() * 4));
-    CK(cudaMalloc((void **)&dstate, (nt + 1) * 4));
-    CK(cudaMalloc((void **)&dhead, 2 * nt * sizeof(uint32_t)));
-    CK(cudaMalloc((void **)&drec, keys.size() * sizeof(hps_gmiss_t)));
-    const double thrs[3] = {0.0, 0.5, 2.0};
-    for (double thr : thrs) {
-        CK(cudaMemset(dout, 0xff, out.size() * sizeof(float)));
-        CK(cudaMemset(dstate, 0, (nt + 1) * 4));
-        OK(hps__gmiss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, thr, dout, dmi, dstate,
-                                    dstate + nt, dhead, drec, 0));
-        CK(cudaDeviceSynchronize());
-        std::vector<uint32_t> head = host_copy(dhead, 2 * nt), cnt = host_copy(dstate, nt);
-        std::vector<uint32_t> pos = host_copy(dmi, keys.size());
-        std::vector<float> got = host_copy(dout, out.size());
-        uint32_t total = 0;
-        for (int t = 0; t < nt; t++)
-            total += nq[t] ? mc[t] : 0;
-        std::vector<hps_gmiss_t> rec = host_copy(drec, total);
-        uint32_t base = 0;
-        for (int t = 0; t < nt; t++) {
-            uint32_t m = nq[t] ? mc[t] : 0;
-            bool sync = m && 1.0 - (double)m / (double)nq[t] < thr;
-            HPS_ASSERT_EQ(cnt[t], m);
-            HPS_ASSERT_EQ(head[t], m);
-            HPS_ASSERT_EQ(head[nt + t], sync ? HPS_GMISS_SYNC : 0u);
-            std::set<uint32_t> missing(mi.begin() + ko[t], mi.begin() + ko[t] + m);
-            HPS_ASSERT_EQ(
-                std::set<uint32_t>(pos.begin() + ko[t], pos.begin() + ko[t] + m) == missing, true);
-            for (uint32_t j = 0; j < m; j++) {
-                const hps_gmiss_t &r = rec[base + j];
-                HPS_ASSERT_EQ(r.pos, pos[ko[t] + j]);
-                HPS_ASSERT_EQ(r.key, keys[ko[t] + r.pos]);
-                HPS_ASSERT_EQ(r.pad, 0);
-            }
-            for (size_t i = 0; i < nq[t]; i++)
-                for (uint32_t j = 0; j < dims[t]; j++) {
-                    size_t at = fo[t] + i * dims[t] + j;
-                    const float *want = missing.count((uint32_t)i) ? &def[t] : &out[at];
-                    HPS_ASSERT_EQ(memcmp(&got[at], want, 4), 0);
-                }
-            base += m;
-        }
-    }
-    HPS_ASSERT_EQ(hps__gmiss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, 0.5, dout, dmi,
-                                           dstate, NULL, dhead, drec, 0),
-                  HPS_EINVAL);
-    CK(cudaFree(ddef));
-    CK(cudaFree(dout));
-    CK(cudaFree(dmi));
-    CK(cudaFree(dstate));
-    CK(cudaFree(dhead));
-    CK(cudaFree(drec));
-}
-
-static void test_tables(void)
-{
-    const uint32_t dims[4] = {16, 7, 128, 8};
-    const size_t nq[4] = {50, 0, 300, 1};
-    hps_gcache_t *c[4];
-    std::vector<std::map<int64_t, int>> ref(4);
-    std::vector<std::vector<int64_t>> q(4);
-    for (int t = 0; t < 4; t++) {
-        OK(hps_gcache_create(4096, dims[t], HPS_DTYPE_FP32, HPS_GCACHE_LRU, 0, &c[t]));
-        std::vector<int64_t> ins = seq_keys(1 + t * 100000, 1000);
-        insert_rows(c[t], ins, t + 1, false, 0);
-        for (int64_t k : ins)
-            ref[t][k] = t + 1;
-        for (size_t i = 0; i < nq[t]; i++) /* about half hits, with duplicates */
-            q[t].push_back(rnd() % 2 ? ins[rnd() % 40] : (int64_t)(rnd() % 1000000) + 5000000);
-    }
-    hps_gcache_set_t *set = NULL;
-    OK(hps_gcache_set_create(c, 4, &set));
-    std::vector<uint32_t> ko(5, 0);
-    std::vector<uint64_t> fo(4, 0);
-    std::vector<int64_t> keys;
-    for (int t = 0; t < 4; t++) {
-        ko[t + 1] = ko[t] + (uint32_t)nq[t];
-        fo[t] = t ? fo[t - 1] + nq[t - 1] * dims[t - 1] : 0;
-        keys.insert(keys.end(), q[t].begin(), q[t].end());
-    }
-    size_t floats = fo[3] + nq[3] * dims[3];
-    int64_t *dk = dev_copy(keys);
-    uint32_t *dko = dev_copy(ko), *dmi, *dmc;
-    uint64_t *dfo = dev_copy(fo);
-    float *dout;
-    CK(cudaMalloc((void **)&dout, floats * sizeof(float)));
-    CK(cudaMemset(dout, 0xff, floats * sizeof(float)));
-    CK(cudaMalloc((void **)&dmi, keys.size() * 4));
-    CK(cudaMalloc((void **)&dmc, 16));
-    CK(cudaMemset(dmc, 0, 16));
-    OK(hps_gcache_lookup_tables(set, dk, keys.size(), dko, dfo, dout, dmi, dmc, 0));
-    CK(cudaDeviceSynchronize());
-    std::vector<float> out = host_copy(dout, floats);
-    std::vector<uint32_t> mi = host_copy(dmi, keys.size()), mc = host_copy(dmc, 4);
-    for (int t = 0; t < 4; t++) {
-        std::set<uint32_t> missing(mi.begin() + ko[t], mi.begin() + ko[t] + mc[t]);
-        HPS_ASSERT_EQ(missing.size(), mc[t]);
-        size_t expect_miss = 0;
-        for (size_t i = 0; i < nq[t]; i++) {
-            auto it = ref[t].find(q[t][i]);
-            bool hit = it != ref[t].end();
-            expect_miss += !hit;
-            HPS_ASSERT_EQ(missing.count((uint32_t)i), !hit);
-            for (uint32_t j = 0; j < dims[t]; j++) {
-                float v = out[fo[t] + i * dims[t] + j];
-                uint32_t bits;
-                memcpy(&bits, &v, 4);
-                if (hit)
-                    HPS_ASSERT_EQ(v, row_val(q[t][i], it->second, j));
-                else
-                    HPS_ASSERT_EQ(bits, 0xffffffffu);
-            }
-        }
-        HPS_ASSERT_EQ(mc[t], expect_miss);
-        hps_gcache_stats_t st;
-        OK(hps_gcache_stats(c[t], &st));
-        HPS_ASSERT_EQ(st.lookups, nq[t]);
-        HPS_ASSERT_EQ(st.hits, nq[t] - expect_miss);
-    }
-    check_gmiss(dims, nq, ko, fo, keys, out, mi, mc, dk, dko, dfo, dmi);
-    check_fused(set, dims, nq, ko, fo, keys, out, mi, mc, dk, dko, dfo);
-    HPS_ASSERT_EQ(hps_gcache_set_create(c, 0, &set), HPS_EINVAL);
-    hps_gcache_set_destroy(set);
-    for (int t = 0; t < 4; t++)
-        hps_gcache_destroy(c[t]);
-    CK(cudaFree(dk));
-    CK(cudaFree(dko));
-    CK(cudaFree(dfo));
-    CK(cudaFree(dout));
-    CK(cudaFree(dmi));
-    CK(cudaFree(dmc));
-}
-
 static void test_stuck_lock(void)
 {
     hps_gcache_t *c = NULL;
@@ -1047,7 +777,6 @@ int main(int argc, char **argv)
         }
     }
     test_lru_resolution();
-    test_tables();
     test_overlap();
     test_stuck_lock();
     printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
