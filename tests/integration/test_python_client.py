@@ -357,7 +357,9 @@ def with_torch(t, model, conf, c):
              "hps.torch.LookupLayer on 2-D keys: keys.shape + (dim,), exact",
              "hps.torch.LookupLayer by table name, 1-D keys",
              "hps.torch.LookupLayer: emb_vec_size differing from the dim",
-             "torch bad keys (float tensor, 2-D, non-contiguous)"]
+             "torch bad keys (float tensor, 2-D, non-contiguous)",
+             "hps.torch.LookupLayer(dtype=torch.float16): half, the rounded vectors",
+             "hps.torch.LookupLayer(dtype=torch.int8) refused"]
     if torch is None:
         for n in names:
             skip(t, n, "no torch")
@@ -411,6 +413,13 @@ def with_torch(t, model, conf, c):
         except hps.Error:
             pass
     t.ok(ok, names[6])
+    half = ht.LookupLayer(conf, "m", 1, 8, dtype=torch.float16)
+    got = half(keys)
+    t.ok(got.dtype == torch.float16 and tuple(got.shape) == (4, 6, 8) and
+         np.array_equal(got.reshape(-1, 8).numpy(), vecs(model, 1, ks1).astype(np.float16)),
+         names[7], repr(half))
+    raises(t, lambda: ht.LookupLayer(conf, "m", 1, 8, dtype=torch.int8), names[8],
+           hps.HPS_EINVAL)
 
 
 def shared_segment(t, cl, model, conf, c, w):

@@ -5,6 +5,7 @@ hps.torch -- PyTorch layer of the hps module (HugeCTR's hps_torch.LookupLayer).
     emb = hps.torch.LookupLayer("/models/hps.ini", "wdl", 0, 16)
     vecs = emb(keys)        # keys: int64/int32 tensor, any shape, CPU or CUDA
                             # -> float32 keys.shape + (16,) on keys.device
+    half = hps.torch.LookupLayer("/models/hps.ini", "wdl", 0, 16, dtype=torch.float16)
 
 Inference only: the output never requires grad.  On CUDA the lookup is
 ordered on torch.cuda.current_stream(keys.device).  Needs torch; `import hps`
@@ -24,22 +25,28 @@ __all__ = ["LookupLayer"]
 
 
 class LookupLayer(_torch.nn.Module):
-    """LookupLayer(ps_config_file, model_name, table_id, emb_vec_size)
+    """LookupLayer(ps_config_file, model_name, table_id, emb_vec_size, dtype=None)
 
-    forward(keys) -> float32 tensor of shape keys.shape + (emb_vec_size,) on
-    keys.device: the embedding vectors of table table_id (index or name) of
-    model_name.  Keys of any shape are flattened (int64 or int32).  CUDA
+    forward(keys) -> tensor of shape keys.shape + (emb_vec_size,) on
+    keys.device, float32 (or dtype: torch.float16 or torch.bfloat16, the
+    float32 vectors rounded to nearest even, for a dense model that runs in
+    half precision): the embedding vectors of table table_id (index or
+    name) of model_name.  Keys of any shape are flattened (int64 or int32).  CUDA
     keys are looked up on their device (through the GPU caches of models
     with gpucache = true), CPU keys on the current CUDA device's client
     (host-only where CUDA is not available).  Clients are shared per
     (configuration, device) in the process (hps.shared_client).
 
     Raises hps.Error: emb_vec_size differs from the table's dim, unknown
-    model or table, bad keys.
+    model or table, a dtype other than float32 / float16 / bfloat16, bad keys.
     """
 
-    def __init__(self, ps_config_file, model_name, table_id, emb_vec_size):
+    def __init__(self, ps_config_file, model_name, table_id, emb_vec_size, dtype=None):
         super().__init__()
+        if dtype not in (None, _torch.float32, _torch.float16, _torch.bfloat16):
+            raise _error("dtype %r: must be torch.float32, torch.float16 or torch.bfloat16" %
+                         (dtype,))
+        self.dtype = dtype
         self.ps_config_file = os.fsdecode(ps_config_file)
         self.model_name = model_name
         self.table_id = table_id
@@ -79,11 +86,13 @@ class LookupLayer(_torch.nn.Module):
             dev = flat.device
             out = self._client(dev.index).lookup(
                 self.model_name, self.table_id, flat,
-                stream=_torch.cuda.current_stream(dev).cuda_stream)
+                stream=_torch.cuda.current_stream(dev).cuda_stream, dtype=self.dtype)
         else:
-            out = self._client(self._host_device).lookup(self.model_name, self.table_id, flat)
+            out = self._client(self._host_device).lookup(self.model_name, self.table_id, flat,
+                                                         dtype=self.dtype)
         return out.reshape(tuple(keys.shape) + (self.emb_vec_size,))
 
     def extra_repr(self):
-        return "ps_config_file=%r, model_name=%r, table_id=%r, emb_vec_size=%d" % (
-            self.ps_config_file, self.model_name, self.table_id, self.emb_vec_size)
+        return "ps_config_file=%r, model_name=%r, table_id=%r, emb_vec_size=%d%s" % (
+            self.ps_config_file, self.model_name, self.table_id, self.emb_vec_size,
+            "" if self.dtype is None else ", dtype=%s" % self.dtype)
