@@ -575,15 +575,14 @@ static hps_err_t check_call(hps_client_t *cl, size_t mi, uint32_t nt, const int3
     return 0;
 }
 
-hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
-                               const void *keys, hps_key_type_t kt, int keys_loc, float *out,
-                               int out_loc, void *stream, unsigned flags)
+/* A lookup whose arguments check_call accepted (nk > 0 keys, nfloats
+ * output values), timed from t0 and counted. */
+static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                                const void *keys, hps_key_type_t kt, int keys_loc, float *out,
+                                int out_loc, void *stream, unsigned flags, size_t nk,
+                                size_t nfloats, uint64_t t0)
 {
-    uint64_t t0 = hps__client_now_ns();
-    size_t nk = 0, nfloats = 0;
-    hps_err_t rc = check_call(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, &nk, &nfloats);
-    if (rc < 0 || nk == 0)
-        return rc;
+    hps_err_t rc;
     client_model_t *m = &cl->models[mi];
     pthread_rwlock_rdlock(&cl->seg_lock);
     if (!atomic_load(&m->resolved) && cl->db && hps__client_models_known(cl)) {
@@ -617,6 +616,19 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
     return rc;
 }
 
+hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
+                               const void *keys, hps_key_type_t kt, int keys_loc, float *out,
+                               int out_loc, void *stream, unsigned flags)
+{
+    uint64_t t0 = hps__client_now_ns();
+    size_t nk = 0, nfloats = 0;
+    hps_err_t rc = check_call(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, &nk, &nfloats);
+    if (rc < 0 || nk == 0)
+        return rc;
+    return lookup_checked(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, flags, nk,
+                          nfloats, t0);
+}
+
 hps_err_t hps_client_lookup_typed(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
                                   const void *keys, hps_key_type_t kt, int keys_loc, void *out,
                                   hps_dtype_t out_type, int out_loc, void *stream, unsigned flags)
@@ -639,8 +651,8 @@ hps_err_t hps_client_lookup_typed(hps_client_t *cl, size_t mi, uint32_t nt, cons
     else
         rc = hps__client_gpu_scratch(cl, nfloats * sizeof(float), stream, (void **)&tmp);
     if (rc == 0)
-        rc = hps_client_lookup_ex(cl, mi, nt, numkeys, keys, kt, keys_loc, tmp, out_loc, stream,
-                                  flags);
+        rc = lookup_checked(cl, mi, nt, numkeys, keys, kt, keys_loc, tmp, out_loc, stream, flags,
+                            nk, nfloats, hps__client_now_ns());
     if (rc == 0 && out_loc != HPS_HOST)
         rc = hps__client_gpu_convert(cl, tmp, out, nfloats, out_type, stream);
     size_t fo = 0;
