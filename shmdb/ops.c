@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wview.h"
 
@@ -270,6 +271,157 @@ static const void *stored_row(const struct wview *w, const float *value, uint8_t
     return scratch;
 }
 
+/*
+ * BULK ROWS.  On some virtual machines the first write through a process's
+ * mapping to each 4 KiB page of shared memory traps to the hypervisor, even
+ * after MADV_POPULATE_WRITE mapped the page: on the 2-core dev VM about 9 us
+ * a page, 2.3 s per GB of rows, against 0.2 s per GB for the kernel's
+ * pwrite() into the same tmpfs pages (measured with a 1 GB object).  That
+ * trap was most of a model load's volatile-DB time.  So a partition's share
+ * of an upsert with at least BULK_MIN_ROWS keys writes the rows of its new
+ * keys through the segment's file descriptor, in cycles of up to cap keys:
+ * row ids handed out first, the rows encoded into a staging buffer and
+ * written with pwrite() in runs of consecutive rows, then the keys
+ * published with their row ids.  An unpublished row is invisible, so
+ * readers see what a memcpy inside the bucket write gave them.  Within a
+ * cycle a key is either published for the whole cycle (each of its rows is
+ * an update in place, update_row) or new for the whole cycle (each is
+ * pending; the first is published, the later ones update it), so rows are
+ * applied in batch order and the last one wins, as in file order.  Small
+ * upserts, inline layouts and rows wider than the staging buffer take the
+ * memcpy path.
+ */
+#define BULK_MIN_ROWS 64
+#define STAGE_BYTES   (64u << 10) /* below malloc's mmap threshold: reused memory */
+
+struct bulk {
+    struct wview *w;
+    struct batch *j;
+    uint8_t *stage;   /* zeroed: a compact row's padding is written as zeros */
+    uint8_t *scratch; /* an encoded row for update_row (non-fp32 tables) */
+    size_t cap, n;    /* pending rows: at most cap = STAGE_BYTES / vbytes */
+    struct pend {
+        uint64_t key;
+        size_t i; /* index of its key and value in the batch */
+        uint32_t row;
+    } * pend;
+    size_t ins, upd;
+};
+
+/* Write len bytes of staged rows at segment offset off; through the
+ * mapping where the descriptor refuses (nothing is lost either way). */
+static void stage_out(hps_shmdb_t *db, const uint8_t *buf, size_t len, uint64_t off)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = pwrite(db->fd, buf + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        done += (size_t)r;
+    }
+    if (done < len)
+        memcpy(hps__ptr(db, off + done), buf + done, len - done);
+}
+
+/* Write the pending rows, then publish their keys. */
+static void bulk_flush(struct bulk *k, uint32_t fresh)
+{
+    struct wview *w = k->w;
+    const struct batch *j = k->j;
+    size_t len = 0;
+    uint64_t off0 = 0;
+    for (size_t q = 0; q < k->n; q++) {
+        uint64_t off = hps__wrow_off(w, k->pend[q].row);
+        if (len && off != off0 + len) {
+            stage_out(w->db, k->stage, len, off0);
+            len = 0;
+        }
+        if (!len)
+            off0 = off;
+        const float *value = j->values + k->pend[q].i * j->t->dim;
+        if (w->dtype == HPS_DTYPE_FP32)
+            memcpy(k->stage + len, value, w->vbytes);
+        else
+            (void)hps_dtype_encode((hps_dtype_t)w->dtype, w->dim, 1, value, k->stage + len);
+        len += w->vbytes;
+    }
+    if (len)
+        stage_out(w->db, k->stage, len, off0);
+    for (size_t q = 0; q < k->n; q++) {
+        const struct pend *e = &k->pend[q];
+        uint32_t bi;
+        int s = hps__wfind(w, e->key, &bi);
+        if (s >= 0) { /* a later row of a key published above */
+            update_row(w, bi, s, stored_row(w, j->values + e->i * j->t->dim, k->scratch), j->clock);
+            hps__wfree_row(w, e->row);
+            k->upd++;
+            continue;
+        }
+        make_room(w);
+        hps_err_t rc = hps__winsert_row(w, e->key, e->row, fresh);
+        if (rc < 0) { /* as insert_row: evict, try once more */
+            hps__wevict(w, evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed),
+                                        w->t->target));
+            rc = hps__winsert_row(w, e->key, e->row, fresh);
+        }
+        if (rc < 0)
+            hps__wfree_row(w, e->row);
+        else
+            k->ins++;
+    }
+    k->n = 0;
+}
+
+/* Partition pi's keys in the batch, new rows written through the file
+ * descriptor (BULK ROWS); false if it cannot (no memory): nothing done. */
+static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *scratch,
+                        uint32_t fresh, size_t *ret_ins, size_t *ret_upd)
+{
+    struct bulk k = {.w = w, .j = j, .scratch = scratch, .cap = STAGE_BYTES / w->vbytes};
+    k.stage = calloc(1, STAGE_BYTES);
+    k.pend = malloc(k.cap * sizeof(*k.pend));
+    if (!k.stage || !k.pend) {
+        free(k.stage);
+        free(k.pend);
+        return false;
+    }
+    const struct shm_table *t = j->t;
+    for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
+        if (o + UPSERT_AHEAD < j->start[pi + 1])
+            __builtin_prefetch(
+                BKT(w, home_of(key_at(j->keys, t->key_bytes, j->order[o + UPSERT_AHEAD]), w->nb)));
+        if (k.n == k.cap) /* before the find: a cycle ends only here */
+            bulk_flush(&k, fresh);
+        size_t i = j->order[o];
+        uint64_t key = key_at(j->keys, t->key_bytes, i);
+        uint32_t bi, row;
+        int s = hps__wfind(w, key, &bi);
+        if (s < 0 && hps__walloc_row(w, &row) == 0) {
+            k.pend[k.n++] = (struct pend){.key = key, .i = i, .row = row};
+            continue;
+        }
+        if (s < 0) { /* no row page: end the cycle, then the memcpy path evicts for room */
+            bulk_flush(&k, fresh);
+            s = hps__wfind(w, key, &bi);
+        }
+        const void *stored = stored_row(w, j->values + i * t->dim, scratch);
+        if (s >= 0) {
+            update_row(w, bi, s, stored, j->clock);
+            k.upd++;
+        } else if (insert_row(w, key, stored, fresh) == 0) {
+            k.ins++;
+        }
+    }
+    bulk_flush(&k, fresh);
+    free(k.stage);
+    free(k.pend);
+    *ret_ins = k.ins;
+    *ret_upd = k.upd;
+    return true;
+}
+
 static void upsert_task(void *arg, unsigned pi)
 {
     struct batch *j = arg;
@@ -295,6 +447,10 @@ static void upsert_task(void *arg, unsigned pi)
         goto out;
     }
     uint32_t fresh = t->policy == HPS_EVICT_OLDEST ? j->clock : 1;
+    if (w.rowid && j->db->fd >= 0 && w.vbytes <= STAGE_BYTES &&
+        j->start[pi + 1] - j->start[pi] >= BULK_MIN_ROWS &&
+        upsert_bulk(j, pi, &w, scratch, fresh, &ins, &upd))
+        goto out;
     for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
         if (o + UPSERT_AHEAD < j->start[pi + 1]) /* the bucket is a cache miss in big tables */
             __builtin_prefetch(

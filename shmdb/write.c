@@ -314,10 +314,13 @@ void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
     }
 }
 
-/* Place a new key (not present) into the table; the row is copied from
- * stored (vbytes bytes, already in the table's storage type).  Fails only
- * with HPS_EFULL (no free slot) or a row-page error. */
-hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
+/* Place a new key (not present) into the table.  Its row is copied from
+ * stored (vbytes bytes, already in the table's storage type), or, with
+ * stored NULL (paged tables only), is row id `row`, which the caller
+ * allocated (hps__walloc_row) and wrote.  Fails only with HPS_EFULL (no
+ * free slot) or a row-page error; a caller's row stays the caller's then. */
+static hps_err_t insert(struct wview *w, uint64_t key, const void *stored, uint32_t row,
+                        uint32_t stamp)
 {
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
@@ -327,8 +330,7 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32
             continue;
         int s = __builtin_ctz(~occ);
         uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
-        uint32_t row = 0;
-        if (w->rowid) {
+        if (w->rowid && stored) {
             hps_err_t rc = alloc_row(w, &row);
             if (rc < 0)
                 return rc;
@@ -337,7 +339,8 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32
         hps__ovf_walk(w, key, bi, +1);
         hps__bucket_begin(b);
         if (w->rowid) {
-            memcpy(row_by_id(w, row), stored, w->vbytes);
+            if (stored)
+                memcpy(row_by_id(w, row), stored, w->vbytes);
             atomic_store_explicit(ROWID(w, slot), row, memory_order_relaxed);
         } else {
             memcpy(VALP(w, slot), stored, w->vbytes);
@@ -351,6 +354,31 @@ hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32
         return 0;
     }
     return HPS_EFULL;
+}
+
+hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
+{
+    return insert(w, key, stored, 0, stamp);
+}
+
+hps_err_t hps__winsert_row(struct wview *w, uint64_t key, uint32_t row, uint32_t stamp)
+{
+    return insert(w, key, NULL, row, stamp);
+}
+
+hps_err_t hps__walloc_row(struct wview *w, uint32_t *ret)
+{
+    return alloc_row(w, ret);
+}
+
+void hps__wfree_row(struct wview *w, uint32_t r)
+{
+    free_row(w, r);
+}
+
+uint64_t hps__wrow_off(const struct wview *w, uint32_t r)
+{
+    return (uint64_t)(row_by_id(w, r) - w->db->base);
 }
 
 /* Remove the key in slot s of bucket bi. */

@@ -44,6 +44,16 @@ bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_p
 int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket);
 void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta);
 hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp);
+/* Paged tables: a row id handed out (hps__walloc_row), written by the
+ * caller at hps__wrow_off (the segment offset of its vbytes), then
+ * published with its key (hps__winsert_row) or handed back
+ * (hps__wfree_row).  An unpublished row is invisible to readers; a writer
+ * that dies holding one leaks it until the partition's repair, which frees
+ * every row no slot names. */
+hps_err_t hps__walloc_row(struct wview *w, uint32_t *ret);
+hps_err_t hps__winsert_row(struct wview *w, uint64_t key, uint32_t row, uint32_t stamp);
+void hps__wfree_row(struct wview *w, uint32_t r);
+uint64_t hps__wrow_off(const struct wview *w, uint32_t r);
 void hps__wremove(struct wview *w, uint32_t bi, int s);
 hps_err_t hps__wgrow(struct wview *w, uint32_t nb);
 void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot);
