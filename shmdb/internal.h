@@ -52,6 +52,11 @@ static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
+/* The header's bytes, a whole number of pages: the first block's offset
+ * (segment.c writes it into the header and validates it, alloc.c bounds
+ * the free list by it). */
+#define HDR_BYTES hps__round_up(sizeof(struct shm_hdr), 4096)
+
 uint64_t hps__clock_ns(int clock);
 
 /* Relaxed loads and stores of counters and published words (the readers
@@ -79,8 +84,8 @@ int hps__lock(pthread_mutex_t *m);
 void hps__lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m);
 void hps__unlock(pthread_mutex_t *m);
 
-/* Allocator (segment lock held by the callee). Blocks are 64-byte aligned
- * and zero-filled. */
+/* Allocator (alloc.c; segment lock held by the callee). Blocks are 64-byte
+ * aligned and zero-filled. */
 hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off);
 void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes);
 
