@@ -5,6 +5,7 @@
 #ifndef HPS_SHMDB_INTERNAL_H
 #define HPS_SHMDB_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,7 +34,15 @@ struct hps_shmdb {
                    * header's zero_from trusted, never in a segment found on attach,
                    * whose never-used bytes may be anything (corruption) */
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
+    /* How this handle's large upserts write new rows (ops.c, BULK ROWS):
+     * 0 until the first one chooses, then HPS__ROWS_MAPPING or
+     * HPS__ROWS_PWRITE.  Relaxed atomic: set once; two threads that race
+     * to choose measure the same machine. */
+    _Atomic int row_writes;
 };
+
+#define HPS__ROWS_MAPPING 1
+#define HPS__ROWS_PWRITE  2
 
 /* Offset -> pointer; the caller has bounds-checked the offset. */
 static inline void *hps__ptr(const hps_shmdb_t *db, uint64_t off)

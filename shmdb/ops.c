@@ -3,8 +3,11 @@
  * lock with its crash repair.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wview.h"
@@ -274,22 +277,23 @@ static const void *stored_row(const struct wview *w, const float *value, uint8_t
 /*
  * BULK ROWS.  On some virtual machines the first write through a process's
  * mapping to each 4 KiB page of shared memory traps to the hypervisor, even
- * after MADV_POPULATE_WRITE mapped the page: on the 2-core dev VM about 9 us
- * a page, 2.3 s per GB of rows, against 0.2 s per GB for the kernel's
- * pwrite() into the same tmpfs pages (measured with a 1 GB object).  That
- * trap was most of a model load's volatile-DB time.  So a partition's share
- * of an upsert with at least BULK_MIN_ROWS keys writes the rows of its new
- * keys through the segment's file descriptor, in cycles of up to cap keys:
- * row ids handed out first, the rows encoded into a staging buffer and
- * written with pwrite() in runs of consecutive rows, then the keys
- * published with their row ids.  An unpublished row is invisible, so
- * readers see what a memcpy inside the bucket write gave them.  Within a
- * cycle a key is either published for the whole cycle (each of its rows is
- * an update in place, update_row) or new for the whole cycle (each is
- * pending; the first is published, the later ones update it), so rows are
- * applied in batch order and the last one wins, as in file order.  Small
- * upserts, inline layouts and rows wider than the staging buffer take the
- * memcpy path.
+ * after MADV_POPULATE_WRITE mapped the page: on the 2-core dev VM 2.2 s per
+ * GB against 0.13 s per GB for the kernel's pwrite() into the same tmpfs
+ * pages (bench-load prints both), and that trap was most of a model load's
+ * volatile-DB time.  Where the machine charges it (rows_by_fd), a
+ * partition's share of an upsert with at least BULK_MIN_ROWS keys writes
+ * the rows of its new keys through the segment's file descriptor, in
+ * cycles of up to cap keys: row ids handed out first, the rows encoded
+ * into a staging buffer and written with pwrite() in runs of consecutive
+ * rows, then the keys published with their row ids.  An unpublished row is
+ * invisible, so readers see what a memcpy inside the bucket write gave
+ * them.  Within a cycle a key is either published for the whole cycle
+ * (each of its rows is an update in place, update_row) or new for the
+ * whole cycle (each is pending; the first is published, the later ones
+ * update it), so rows are applied in batch order and the last one wins, as
+ * in file order.  Elsewhere (the H200 host measured the mapping at 0.11 s
+ * per GB and pwrite() at 0.23), small upserts, inline layouts and rows
+ * wider than the staging buffer, rows are copied through the mapping.
  */
 #define BULK_MIN_ROWS 64
 #define STAGE_BYTES   (64u << 10) /* below malloc's mmap threshold: reused memory */
@@ -307,6 +311,60 @@ struct bulk {
     } * pend;
     size_t ins, upd;
 };
+
+/* Seconds a first write of PROBE_BYTES takes through a mapping whose pages
+ * MADV_POPULATE_WRITE mapped (*ret_map) and with pwrite() (*ret_fd), into
+ * fresh pages of a memfd (shared memory, as the segment); false if the
+ * probe cannot run. */
+#define PROBE_BYTES (2u << 20)
+static bool probe_writes(const uint8_t *src, size_t src_len, double *ret_map, double *ret_fd)
+{
+    int fd = memfd_create("hps-shmdb-probe", MFD_CLOEXEC);
+    if (fd < 0)
+        return false;
+    uint8_t *p = MAP_FAILED;
+    bool ok =
+        ftruncate(fd, 2 * (off_t)PROBE_BYTES) == 0 &&
+        posix_fallocate(fd, 0, 2 * (off_t)PROBE_BYTES) == 0 &&
+        (p = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED;
+    if (ok) {
+        (void)madvise(p, PROBE_BYTES, 23 /* MADV_POPULATE_WRITE, as commit_to */);
+        uint64_t t0 = hps__clock_ns(CLOCK_MONOTONIC);
+        for (size_t off = 0; off < PROBE_BYTES; off += src_len)
+            memcpy(p + off, src, src_len);
+        uint64_t t1 = hps__clock_ns(CLOCK_MONOTONIC);
+        for (size_t off = 0; ok && off < PROBE_BYTES; off += src_len)
+            ok = pwrite(fd, src, src_len, (off_t)(PROBE_BYTES + off)) == (ssize_t)src_len;
+        uint64_t t2 = hps__clock_ns(CLOCK_MONOTONIC);
+        *ret_map = (double)(t1 - t0) * 1e-9;
+        *ret_fd = (double)(t2 - t1) * 1e-9;
+        munmap(p, PROBE_BYTES);
+    }
+    close(fd);
+    return ok;
+}
+
+/* Whether db's large upserts write new rows with pwrite(): chosen once per
+ * handle, by the environment variable HPS_SHMDB_ROW_WRITES (mapping or
+ * pwrite: tests run both paths on any machine) or else by a probe, pwrite()
+ * where the mapping's first writes took over twice as long. */
+static bool rows_by_fd(hps_shmdb_t *db, const uint8_t *stage)
+{
+    int m = atomic_load_explicit(&db->row_writes, memory_order_relaxed);
+    if (m == 0) {
+        const char *e = getenv("HPS_SHMDB_ROW_WRITES");
+        double map_s, fd_s;
+        if (e && strcmp(e, "pwrite") == 0)
+            m = HPS__ROWS_PWRITE;
+        else if ((e && strcmp(e, "mapping") == 0) ||
+                 !probe_writes(stage, STAGE_BYTES, &map_s, &fd_s))
+            m = HPS__ROWS_MAPPING;
+        else
+            m = map_s > 2 * fd_s ? HPS__ROWS_PWRITE : HPS__ROWS_MAPPING;
+        atomic_store_explicit(&db->row_writes, m, memory_order_relaxed);
+    }
+    return m == HPS__ROWS_PWRITE;
+}
 
 /* Write len bytes of staged rows at segment offset off; through the
  * mapping where the descriptor refuses (nothing is lost either way). */
@@ -375,14 +433,15 @@ static void bulk_flush(struct bulk *k, uint32_t fresh)
 }
 
 /* Partition pi's keys in the batch, new rows written through the file
- * descriptor (BULK ROWS); false if it cannot (no memory): nothing done. */
+ * descriptor (BULK ROWS); false if it cannot (no memory) or should not
+ * (rows_by_fd): nothing done. */
 static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *scratch,
                         uint32_t fresh, size_t *ret_ins, size_t *ret_upd)
 {
     struct bulk k = {.w = w, .j = j, .scratch = scratch, .cap = STAGE_BYTES / w->vbytes};
     k.stage = calloc(1, STAGE_BYTES);
     k.pend = malloc(k.cap * sizeof(*k.pend));
-    if (!k.stage || !k.pend) {
+    if (!k.stage || !k.pend || !rows_by_fd(j->db, k.stage)) {
         free(k.stage);
         free(k.pend);
         return false;

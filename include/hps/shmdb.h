@@ -586,11 +586,14 @@ hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
  *         never fails for lack of space once the table exists.
  * Thread- and process-safe (per-partition robust mutex).  Each row is written
  * fully before its key becomes visible.  Duplicate keys in one batch: the
- * last one wins.  A partition's share of 64 or more keys in a table of row
- * pages (stored rows over 64 bytes) writes its new rows with pwrite() on the
- * handle's descriptor of the segment, not through the mapping (shmdb/ops.c,
- * BULK ROWS: on some virtual machines the first user-space write to each
- * page of shared memory costs a trap to the hypervisor).
+ * last one wins.  Where the first user-space write to each page of shared
+ * memory traps to a hypervisor (a probe, once per handle, finds the
+ * mapping's first writes over twice as slow as pwrite()), a partition's
+ * share of 64 or more keys in a table of row pages (stored rows over 64
+ * bytes) writes its new rows with pwrite() on the handle's descriptor of
+ * the segment before publishing the keys (shmdb/ops.c, BULK ROWS); the
+ * environment variable HPS_SHMDB_ROW_WRITES=mapping or =pwrite, read at
+ * that first large upsert, forces the choice.
  */
 hps_err_t hps_shmdb_upsert(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                            const float *values, size_t *ret_inserted);

@@ -15,6 +15,9 @@
  *    and the segment checks clean.
  *
  * Every value read back is compared bit for bit with decode(encode(row)).
+ * Each case runs with the rows written through the descriptor and through
+ * the mapping (HPS_SHMDB_ROW_WRITES=pwrite / mapping: otherwise a probe of
+ * the machine chooses, and only one of the two paths would run here).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,8 +42,11 @@ struct fixture {
     hps_shmdb_t *db;
 };
 
+/* *state is the row-write mode on entry (cmocka's initial state). */
 static int setup(void **state)
 {
+    if (setenv("HPS_SHMDB_ROW_WRITES", *state, 1) != 0)
+        return -1;
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f)
         return -1;
@@ -204,10 +210,17 @@ static void test_segment_runs_out(void **state)
 int main(void)
 {
     t_install_cleanup();
+    static char by_fd[] = "pwrite", by_map[] = "mapping";
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_last_row_wins_across_cycles, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_updates_and_new_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_segment_runs_out, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_last_row_wins_across_cycles, setup, teardown,
+                                                 by_fd),
+        cmocka_unit_test_prestate_setup_teardown(test_updates_and_new_keys, setup, teardown, by_fd),
+        cmocka_unit_test_prestate_setup_teardown(test_segment_runs_out, setup, teardown, by_fd),
+        cmocka_unit_test_prestate_setup_teardown(test_last_row_wins_across_cycles, setup, teardown,
+                                                 by_map),
+        cmocka_unit_test_prestate_setup_teardown(test_updates_and_new_keys, setup, teardown,
+                                                 by_map),
+        cmocka_unit_test_prestate_setup_teardown(test_segment_runs_out, setup, teardown, by_map),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
