@@ -298,17 +298,20 @@ static const void *stored_row(const struct wview *w, const float *value, uint8_t
 #define BULK_MIN_ROWS 64
 #define STAGE_BYTES   (64u << 10) /* below malloc's mmap threshold: reused memory */
 
+/* A new key whose row is handed out, not yet written or published. */
+struct pend {
+    uint64_t key;
+    size_t i; /* index of its key and value in the batch */
+    uint32_t row;
+};
+
 struct bulk {
     struct wview *w;
     struct batch *j;
     uint8_t *stage;   /* zeroed: a compact row's padding is written as zeros */
     uint8_t *scratch; /* an encoded row for update_row (non-fp32 tables) */
     size_t cap, n;    /* pending rows: at most cap = STAGE_BYTES / vbytes */
-    struct pend {
-        uint64_t key;
-        size_t i; /* index of its key and value in the batch */
-        uint32_t row;
-    } * pend;
+    struct pend *pend;
     size_t ins, upd;
 };
 
@@ -317,11 +320,15 @@ struct bulk {
  * fresh pages of a memfd (shared memory, as the segment); false if the
  * probe cannot run. */
 #define PROBE_BYTES (2u << 20)
-static bool probe_writes(const uint8_t *src, size_t src_len, double *ret_map, double *ret_fd)
+static bool probe_writes(double *ret_map, double *ret_fd)
 {
-    int fd = memfd_create("hps-shmdb-probe", MFD_CLOEXEC);
-    if (fd < 0)
+    const size_t src_len = STAGE_BYTES;
+    uint8_t *src = calloc(1, src_len);
+    int fd = src ? memfd_create("hps-shmdb-probe", MFD_CLOEXEC) : -1;
+    if (fd < 0) {
+        free(src);
         return false;
+    }
     uint8_t *p = MAP_FAILED;
     bool ok =
         ftruncate(fd, 2 * (off_t)PROBE_BYTES) == 0 &&
@@ -341,6 +348,7 @@ static bool probe_writes(const uint8_t *src, size_t src_len, double *ret_map, do
         munmap(p, PROBE_BYTES);
     }
     close(fd);
+    free(src);
     return ok;
 }
 
@@ -348,7 +356,7 @@ static bool probe_writes(const uint8_t *src, size_t src_len, double *ret_map, do
  * handle, by the environment variable HPS_SHMDB_ROW_WRITES (mapping or
  * pwrite: tests run both paths on any machine) or else by a probe, pwrite()
  * where the mapping's first writes took over twice as long. */
-static bool rows_by_fd(hps_shmdb_t *db, const uint8_t *stage)
+static bool rows_by_fd(hps_shmdb_t *db)
 {
     int m = atomic_load_explicit(&db->row_writes, memory_order_relaxed);
     if (m == 0) {
@@ -356,8 +364,7 @@ static bool rows_by_fd(hps_shmdb_t *db, const uint8_t *stage)
         double map_s, fd_s;
         if (e && strcmp(e, "pwrite") == 0)
             m = HPS__ROWS_PWRITE;
-        else if ((e && strcmp(e, "mapping") == 0) ||
-                 !probe_writes(stage, STAGE_BYTES, &map_s, &fd_s))
+        else if ((e && strcmp(e, "mapping") == 0) || !probe_writes(&map_s, &fd_s))
             m = HPS__ROWS_MAPPING;
         else
             m = map_s > 2 * fd_s ? HPS__ROWS_PWRITE : HPS__ROWS_MAPPING;
@@ -438,10 +445,12 @@ static void bulk_flush(struct bulk *k, uint32_t fresh)
 static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *scratch,
                         uint32_t fresh, size_t *ret_ins, size_t *ret_upd)
 {
+    if (!rows_by_fd(j->db))
+        return false;
     struct bulk k = {.w = w, .j = j, .scratch = scratch, .cap = STAGE_BYTES / w->vbytes};
     k.stage = calloc(1, STAGE_BYTES);
     k.pend = malloc(k.cap * sizeof(*k.pend));
-    if (!k.stage || !k.pend || !rows_by_fd(j->db, k.stage)) {
+    if (!k.stage || !k.pend) {
         free(k.stage);
         free(k.pend);
         return false;
