@@ -12,11 +12,18 @@
  * Lookup pool.  Inference lookups that may wait run on the pool's threads
  * (kserve_pool.c) with their connection suspended (MHD_ALLOW_SUSPEND_RESUME).
  *
- * Graceful stop.  MHD_quiesce_daemon() stops accepting; requests already
- * started (counted in srv->inflight from their first callback to their
- * completion notification) get up to drain_timeout_ms to be answered; the
- * pool finishes its lookups (each resumes its connection); then
- * MHD_stop_daemon() closes every connection and joins every thread.
+ * Graceful stop.  `draining` is set, and from then on the accept policy
+ * (accept_policy) closes every new connection as soon as it is accepted;
+ * requests already started (counted in srv->inflight from their first
+ * callback to their completion notification) get up to drain_timeout_ms to
+ * be answered; the pool finishes its lookups (each resumes its
+ * connection); then MHD_stop_daemon() closes every connection and the
+ * listening socket and joins every thread.  Not MHD_quiesce_daemon(): on an
+ * epoll daemon with its own threads it races the event loop to remove the
+ * listening socket from the epoll set, and the loser aborts the process
+ * (MHD_PANIC "Failed to remove listen FD from epoll set", libmicrohttpd
+ * 0.9.75: kserve-python's server aborted so at exit in a CI run under
+ * ASan).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -326,10 +333,19 @@ static hps_err_t open_listener(const char *addr, int port, int *ret_fd, uint16_t
     return 0;
 }
 
+/* libmicrohttpd's accept policy: every connection, but none while
+ * draining (see Graceful stop). */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    const hps_kserve_t *s = cls;
+    (void)addr, (void)addrlen;
+    return atomic_load_explicit(&s->draining, memory_order_relaxed) ? MHD_NO : MHD_YES;
+}
+
 static struct MHD_Daemon *start_http(hps_kserve_t *s)
 {
     return MHD_start_daemon(
-        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0, accept_policy, s,
         hps__http_on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd,
         MHD_OPTION_NOTIFY_COMPLETED, hps__http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
         s->threads, MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -425,19 +441,14 @@ void hps_kserve_stop(hps_kserve_t *s)
 {
     if (!s || !s->running)
         return;
-    /* After quiescing, the listening socket is ours again; it may be closed
-     * only after MHD_stop_daemon (a pool thread may still hold it). */
     atomic_store_explicit(&s->draining, true, memory_order_relaxed);
-    MHD_socket fd = MHD_quiesce_daemon(s->http);
     drain(s);
     /* Every pooled lookup finishes and resumes its connection before the
      * daemon stops (it must not stop with connections suspended). */
     hps__pool_stop(s->pool);
     s->pool = NULL;
-    MHD_stop_daemon(s->http);
+    MHD_stop_daemon(s->http); /* closes the listening socket too */
     s->http = NULL;
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
     s->http_fd = -1;
     teardown(s);
     atomic_store_explicit(&s->draining, false, memory_order_relaxed);
