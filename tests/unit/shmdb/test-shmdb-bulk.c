@@ -37,31 +37,17 @@ static const hps_dtype_t k_types[] = {HPS_DTYPE_FP32, HPS_DTYPE_FP16, HPS_DTYPE_
                                       HPS_DTYPE_INT8};
 #define NTYPES (sizeof(k_types) / sizeof(k_types[0]))
 
-struct fixture {
-    char name[T_NAME_LEN];
-    hps_shmdb_t *db;
-};
-
 /* *state is the row-write mode on entry (cmocka's initial state). */
 static int setup(void **state)
 {
     if (setenv("HPS_SHMDB_ROW_WRITES", *state, 1) != 0)
         return -1;
-    struct fixture *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    t_segname(f->name, "bulk");
-    *state = f;
-    return 0;
+    return t_seg_setup(state, "bulk");
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    hps_shmdb_detach(f->db);
-    t_unlink_all();
-    free(f);
-    return 0;
+    return t_seg_teardown(state);
 }
 
 /* Element j of the row written for key k at batch position pos. */
@@ -121,7 +107,7 @@ static void upsert_check(hps_shmdb_t *db, uint32_t id, hps_dtype_t dt, const int
 
 static void test_last_row_wins_across_cycles(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(256ULL << 20);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     int64_t *keys = malloc(710 * sizeof(int64_t));
@@ -150,7 +136,7 @@ static void test_last_row_wins_across_cycles(void **state)
 
 static void test_updates_and_new_keys(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(256ULL << 20);
     uint64_t rng = t_seed("bulk-mixed");
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
@@ -188,7 +174,7 @@ static void test_updates_and_new_keys(void **state)
 
 static void test_segment_runs_out(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(4ULL << 20); /* about 7,000 rows of 512 bytes */
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     uint32_t id = make_table(f->db, "t", HPS_DTYPE_FP32, 1);

@@ -54,28 +54,14 @@
 static const uint32_t k_dims[] = {1, 3, 16, 17, 128};
 #define NDIMS (sizeof(k_dims) / sizeof(k_dims[0]))
 
-struct fixture {
-    char name[T_NAME_LEN];
-    hps_shmdb_t *db;
-};
-
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    t_segname(f->name, "dtype");
-    *state = f;
-    return 0;
+    return t_seg_setup(state, "dtype");
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    hps_shmdb_detach(f->db);
-    t_unlink_all();
-    free(f);
-    return 0;
+    return t_seg_teardown(state);
 }
 
 static float f32_bits(uint32_t u)
@@ -321,7 +307,7 @@ static void roundtrip(hps_shmdb_t *db, hps_dtype_t dt, uint32_t dim, uint32_t kb
 
 static void test_roundtrip_all_types(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     for (int d = 0; d < HPS_DTYPE_COUNT; d++)
@@ -333,7 +319,7 @@ static void test_roundtrip_all_types(void **state)
 /* The same through a handle with a thread pool (batches split over threads). */
 static void test_roundtrip_threads(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     hps_shmdb_proc_opts_t po = {.num_threads = 3, .role = HPS_ROLE_TOOL, .device = -1};
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, &po, &f->db));
@@ -344,7 +330,7 @@ static void test_roundtrip_threads(void **state)
 
 static void test_type_is_geometry(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     hps_table_spec_t s = t_spec("m", "t", 8, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.8);
@@ -434,7 +420,7 @@ static void evict_case(hps_shmdb_t *db, hps_dtype_t dt, uint32_t dim, hps_overfl
 
 static void test_eviction(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     static const hps_overflow_policy_t pols[] = {HPS_EVICT_RANDOM, HPS_EVICT_LEAST_USED,
@@ -535,7 +521,7 @@ static void race_case(hps_shmdb_t *db, hps_dtype_t dt, uint32_t dim)
 
 static void test_torn_reads(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     race_case(f->db, HPS_DTYPE_FP16, 16);  /* AOS */
@@ -570,7 +556,7 @@ static void killed_writer(const char *name, uint32_t id, uint32_t dim, uint64_t 
 
 static void test_killed_writers(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     enum { DIM = 128, ROUNDS = 12 };
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
@@ -740,7 +726,7 @@ static void test_memory_per_row_dim128(void **state)
  */
 static void test_sized_growth(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     enum { DIM = 128, BATCH = 4096, EXPECTED = 2000, FACTOR = 50 };
     hps_shmdb_opts_t o = t_opts(256ULL << 20);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));

@@ -38,30 +38,14 @@
 #define OFF_SIZE   16
 #define SEG_SIZE   (64ULL << 20)
 
-struct fixture {
-    char name[T_NAME_LEN];
-    char path[T_NAME_LEN + 16];
-    hps_shmdb_t *db;
-};
-
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    t_segname(f->name, "seg");
-    t_shm_path(f->name, f->path, sizeof(f->path));
-    *state = f;
-    return 0;
+    return t_seg_setup(state, "seg");
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    hps_shmdb_detach(f->db);
-    t_unlink_all();
-    free(f);
-    return 0;
+    return t_seg_teardown(state);
 }
 
 static int path_exists(const char *path)
@@ -76,7 +60,7 @@ static void value_of(uint64_t key, uint32_t dim, float *v)
         v[d] = (float)((key * 7919 + d * 104729) % 16777216);
 }
 
-static void create_default(struct fixture *f)
+static void create_default(struct t_seg_fixture *f)
 {
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
@@ -103,7 +87,7 @@ static int name_listed(const char *name)
 
 static void test_lifecycle(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_t *db2 = NULL;
     HPS_ASSERT_ERR(hps_shmdb_attach(f->name, NULL, &db2), HPS_ENOTFOUND);
     HPS_ASSERT_ERR(hps_shmdb_probe(f->name, NULL, 0), HPS_ENOTFOUND);
@@ -169,7 +153,7 @@ static void test_lifecycle(void **state)
 
 static void test_mode_option(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     o.mode = 0640;
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
@@ -180,7 +164,7 @@ static void test_mode_option(void **state)
 
 static void test_unlink_while_attached(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     create_default(f);
     hps_table_spec_t spec = t_spec("m", "t", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
     uint32_t id;
@@ -202,7 +186,7 @@ static void test_unlink_while_attached(void **state)
 /* Four processes race to create one name: exactly one wins. */
 static void test_create_race(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     enum { N = 4 };
     int go[2];
     T_CHECK(pipe(go) == 0, "pipe");
@@ -255,7 +239,7 @@ static int find_proc(const hps_proc_info_t *p, size_t n, pid_t pid)
 
 static void test_reattach_after_creator_exit(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     enum { ROWS = 1000, DIM = 16 };
     pid_t pid = t_fork();
     if (pid == 0) {
@@ -335,7 +319,7 @@ static void test_reattach_after_creator_exit(void **state)
 
 static void test_process_table(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_COORDINATOR, .device = -1};
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, &po, &f->db));
@@ -446,7 +430,8 @@ static void truncate_to(const char *path, off_t len)
 }
 
 /* Attach and probe must both refuse with want (or want2). */
-static void expect_refused(struct fixture *f, hps_err_t want, hps_err_t want2, const char *what)
+static void expect_refused(struct t_seg_fixture *f, hps_err_t want, hps_err_t want2,
+                           const char *what)
 {
     hps_shmdb_t *db = NULL;
     hps_err_t r = hps_shmdb_attach(f->name, NULL, &db);
@@ -466,7 +451,7 @@ static void expect_refused(struct fixture *f, hps_err_t want, hps_err_t want2, c
 }
 
 /* A valid segment with one table and one row, detached. */
-static void make_segment(struct fixture *f)
+static void make_segment(struct t_seg_fixture *f)
 {
     create_default(f);
     hps_table_spec_t spec = t_spec("m", "t", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
@@ -481,7 +466,7 @@ static void make_segment(struct fixture *f)
 }
 
 /* After repair of the header the segment attaches again with its row. */
-static void expect_attaches(struct fixture *f)
+static void expect_attaches(struct t_seg_fixture *f)
 {
     HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &f->db));
     uint32_t id;
@@ -500,7 +485,7 @@ static void expect_attaches(struct fixture *f)
 
 static void test_bad_magic(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     make_segment(f);
     uint64_t magic, bad;
     peek(f->path, OFF_MAGIC, &magic, 8);
@@ -528,7 +513,7 @@ static void test_bad_magic(void **state)
 
 static void test_bad_format(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     make_segment(f);
     uint32_t fmt, bad;
     peek(f->path, OFF_FORMAT, &fmt, 4);
@@ -544,7 +529,7 @@ static void test_bad_format(void **state)
 
 static void test_truncated(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     make_segment(f);
     /* Keep a copy of the header to rebuild a short object from it. */
     uint8_t head[64];
@@ -561,7 +546,7 @@ static void test_truncated(void **state)
 
 static void test_absurd_size(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     make_segment(f);
     uint64_t size, bad;
     peek(f->path, OFF_SIZE, &size, 8);
@@ -591,7 +576,7 @@ static void test_absurd_size(void **state)
 
 static void test_bad_names_and_options(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     hps_shmdb_t *db = NULL;
     char long_name[HPS_SHMDB_SEGMENT_NAME_MAX + 2];

@@ -30,30 +30,14 @@
 
 #define SEG_SIZE (64ULL << 20)
 
-struct fixture {
-    char name[T_NAME_LEN];
-    char path[T_NAME_LEN + 16];
-    hps_shmdb_t *db;
-};
-
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    t_segname(f->name, "seg");
-    t_shm_path(f->name, f->path, sizeof(f->path));
-    *state = f;
-    return 0;
+    return t_seg_setup(state, "seg");
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    hps_shmdb_detach(f->db);
-    t_unlink_all();
-    free(f);
-    return 0;
+    return t_seg_teardown(state);
 }
 
 static void value_of(uint64_t key, uint32_t dim, float *v)
@@ -62,7 +46,7 @@ static void value_of(uint64_t key, uint32_t dim, float *v)
         v[d] = (float)((key * 7919 + d * 104729) % 16777216);
 }
 
-static void create_default(struct fixture *f)
+static void create_default(struct t_seg_fixture *f)
 {
     hps_shmdb_opts_t o = t_opts(SEG_SIZE);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
@@ -74,7 +58,7 @@ static void create_default(struct fixture *f)
 
 static void test_bad_table_specs(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     create_default(f);
     char name121[HPS_SHMDB_NAME_MAX + 2], name120[HPS_SHMDB_NAME_MAX + 1];
     memset(name121, 'a', sizeof(name121) - 1);
@@ -141,7 +125,7 @@ static void test_bad_table_specs(void **state)
 
 static void test_max_dim(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(512ULL << 20);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     hps_table_spec_t s =
@@ -176,7 +160,7 @@ static void test_max_dim(void **state)
 
 static void test_table_reopen_and_ids(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     create_default(f);
     hps_table_spec_t s = t_spec("model_a", "t0", 16, 8, 4, 1000, HPS_EVICT_OLDEST, 0.8);
     uint32_t id0 = 77, id1 = 77, id;
@@ -270,7 +254,7 @@ static void test_table_reopen_and_ids(void **state)
 
 static void test_max_tables(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     hps_shmdb_opts_t o = t_opts(1ULL << 30);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
     char tname[32];
@@ -323,7 +307,7 @@ static int verify_fn(void *ctx, uint64_t key, const float *value)
     return 0;
 }
 
-static void fill_small_segment(struct fixture *f, uint32_t dim, uint32_t parts,
+static void fill_small_segment(struct t_seg_fixture *f, uint32_t dim, uint32_t parts,
                                hps_overflow_policy_t policy, uint64_t total)
 {
     hps_shmdb_opts_t o = t_opts(2ULL << 20);
@@ -418,7 +402,8 @@ static void test_bytes_per_slot(void **state)
 }
 
 /* Segment bytes held per row after a real fill, against the raw size. */
-static void memory_per_row(struct fixture *f, uint32_t dim, uint32_t nrows, double max_per_row)
+static void memory_per_row(struct t_seg_fixture *f, uint32_t dim, uint32_t nrows,
+                           double max_per_row)
 {
     hps_shmdb_opts_t o = t_opts(512ULL << 20);
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));

@@ -223,6 +223,38 @@ static inline const char *t_segname(char *buf, const char *tag)
     return buf;
 }
 
+/**
+ * The fixture of a test that works on one segment of its own: a fresh name
+ * (t_segname, tag as given), its /dev/shm path and the handle the test
+ * opens, if any.  t_seg_setup puts it in *state; t_seg_teardown detaches
+ * the handle and unlinks every segment the program named.
+ */
+struct t_seg_fixture {
+    char name[T_NAME_LEN];
+    char path[T_NAME_LEN + 16];
+    hps_shmdb_t *db;
+};
+
+static inline int t_seg_setup(void **state, const char *tag)
+{
+    struct t_seg_fixture *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    t_segname(f->name, tag);
+    t_shm_path(f->name, f->path, sizeof(f->path));
+    *state = f;
+    return 0;
+}
+
+static inline int t_seg_teardown(void **state)
+{
+    struct t_seg_fixture *f = *state;
+    hps_shmdb_detach(f->db);
+    t_unlink_all();
+    free(f);
+    return 0;
+}
+
 /** Register an arbitrary segment name for cleanup (e.g. a 200-char name). */
 static inline void t_register_name(const char *name)
 {
