@@ -54,18 +54,6 @@ static int path_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-static void value_of(uint64_t key, uint32_t dim, float *v)
-{
-    for (uint32_t d = 0; d < dim; d++)
-        v[d] = (float)((key * 7919 + d * 104729) % 16777216);
-}
-
-static void create_default(struct t_seg_fixture *f)
-{
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
-}
-
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -94,7 +82,7 @@ static void test_lifecycle(void **state)
     HPS_ASSERT_ERR(hps_shmdb_unlink(f->name), HPS_ENOTFOUND);
     T_CHECK(db2 == NULL, "attach wrote its out-parameter on failure");
 
-    create_default(f);
+    t_seg_create(f, SEG_SIZE);
     T_CHECK(path_exists(f->path), "%s missing after create", f->path);
     HPS_ASSERT_EQ(name_listed(f->name), 1);
 
@@ -165,7 +153,7 @@ static void test_mode_option(void **state)
 static void test_unlink_while_attached(void **state)
 {
     struct t_seg_fixture *f = *state;
-    create_default(f);
+    t_seg_create(f, SEG_SIZE);
     hps_table_spec_t spec = t_spec("m", "t", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
     uint32_t id;
     HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &spec, &id));
@@ -175,7 +163,7 @@ static void test_unlink_while_attached(void **state)
     /* The mapping lives on. */
     int64_t k = 42;
     float v[4], w[4] = {0};
-    value_of(42, 4, v);
+    t_value_of(42, 4, v);
     HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, 1, &k, v, NULL));
     uint8_t found = 0;
     HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, 1, &k, w, &found, NULL));
@@ -255,7 +243,7 @@ static void test_reattach_after_creator_exit(void **state)
         static float vals[ROWS * DIM];
         for (int i = 0; i < ROWS; i++) {
             keys[i] = (int64_t)i * 1000003 - 500000;
-            value_of((uint64_t)keys[i], DIM, &vals[i * DIM]);
+            t_value_of((uint64_t)keys[i], DIM, &vals[i * DIM]);
         }
         HPS_ASSERT_OK(hps_shmdb_upsert(db, id, ROWS, keys, vals, NULL));
         _exit(0); /* no detach */
@@ -291,7 +279,7 @@ static void test_reattach_after_creator_exit(void **state)
     HPS_ASSERT_EQ(hits, ROWS);
     for (int i = 0; i < ROWS; i++) {
         float want[DIM];
-        value_of((uint64_t)keys[i], DIM, want);
+        t_value_of((uint64_t)keys[i], DIM, want);
         if (!found[i] || memcmp(want, &vals[i * DIM], sizeof(want)) != 0)
             T_FAIL("row %d (key %" PRId64 ") lost or wrong after the creator died", i, keys[i]);
     }
@@ -453,13 +441,13 @@ static void expect_refused(struct t_seg_fixture *f, hps_err_t want, hps_err_t wa
 /* A valid segment with one table and one row, detached. */
 static void make_segment(struct t_seg_fixture *f)
 {
-    create_default(f);
+    t_seg_create(f, SEG_SIZE);
     hps_table_spec_t spec = t_spec("m", "t", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
     uint32_t id;
     HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &spec, &id));
     int64_t k = 7;
     float v[4];
-    value_of(7, 4, v);
+    t_value_of(7, 4, v);
     HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, 1, &k, v, NULL));
     hps_shmdb_detach(f->db);
     f->db = NULL;
@@ -473,7 +461,7 @@ static void expect_attaches(struct t_seg_fixture *f)
     HPS_ASSERT_OK(hps_shmdb_table_find(f->db, "m", "t", &id));
     int64_t k = 7;
     float v[4], w[4];
-    value_of(7, 4, v);
+    t_value_of(7, 4, v);
     uint8_t found = 0;
     HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, 1, &k, w, &found, NULL));
     HPS_ASSERT_EQ(found, 1);

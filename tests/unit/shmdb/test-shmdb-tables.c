@@ -40,18 +40,6 @@ static int teardown(void **state)
     return t_seg_teardown(state);
 }
 
-static void value_of(uint64_t key, uint32_t dim, float *v)
-{
-    for (uint32_t d = 0; d < dim; d++)
-        v[d] = (float)((key * 7919 + d * 104729) % 16777216);
-}
-
-static void create_default(struct t_seg_fixture *f)
-{
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
-}
-
 /* ------------------------------------------------------------------------ */
 /* Table specs, ids and limits                                               */
 /* ------------------------------------------------------------------------ */
@@ -59,7 +47,7 @@ static void create_default(struct t_seg_fixture *f)
 static void test_bad_table_specs(void **state)
 {
     struct t_seg_fixture *f = *state;
-    create_default(f);
+    t_seg_create(f, SEG_SIZE);
     char name121[HPS_SHMDB_NAME_MAX + 2], name120[HPS_SHMDB_NAME_MAX + 1];
     memset(name121, 'a', sizeof(name121) - 1);
     name121[sizeof(name121) - 1] = '\0';
@@ -161,7 +149,7 @@ static void test_max_dim(void **state)
 static void test_table_reopen_and_ids(void **state)
 {
     struct t_seg_fixture *f = *state;
-    create_default(f);
+    t_seg_create(f, SEG_SIZE);
     hps_table_spec_t s = t_spec("model_a", "t0", 16, 8, 4, 1000, HPS_EVICT_OLDEST, 0.8);
     uint32_t id0 = 77, id1 = 77, id;
     HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id0));
@@ -300,7 +288,7 @@ static int verify_fn(void *ctx, uint64_t key, const float *value)
 {
     struct verify_ctx *c = ctx;
     float want[256];
-    value_of(key, c->dim, want);
+    t_value_of(key, c->dim, want);
     c->rows++;
     if (memcmp(want, value, c->dim * sizeof(float)) != 0)
         c->bad++;
@@ -325,7 +313,7 @@ static void fill_small_segment(struct t_seg_fixture *f, uint32_t dim, uint32_t p
     for (uint64_t base = 0; base < total; base += BATCH) {
         for (int i = 0; i < BATCH; i++) {
             keys[i] = (int64_t)(base + (uint64_t)i) * 2654435761LL;
-            value_of((uint64_t)keys[i], dim, &vals[(size_t)i * dim]);
+            t_value_of((uint64_t)keys[i], dim, &vals[(size_t)i * dim]);
         }
         size_t ins = 0;
         hps_err_t r = hps_shmdb_upsert(f->db, id, BATCH, keys, vals, &ins);
@@ -340,7 +328,7 @@ static void fill_small_segment(struct t_seg_fixture *f, uint32_t dim, uint32_t p
     HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, BATCH, keys, vals, found, &hits));
     for (int i = 0; i < BATCH; i++) {
         float want[256];
-        value_of((uint64_t)keys[i], dim, want);
+        t_value_of((uint64_t)keys[i], dim, want);
         if (found[i] && memcmp(want, &vals[(size_t)i * dim], dim * sizeof(float)) != 0)
             T_FAIL("row %" PRId64 " has a wrong value", keys[i]);
     }

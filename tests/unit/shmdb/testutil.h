@@ -223,38 +223,6 @@ static inline const char *t_segname(char *buf, const char *tag)
     return buf;
 }
 
-/**
- * The fixture of a test that works on one segment of its own: a fresh name
- * (t_segname, tag as given), its /dev/shm path and the handle the test
- * opens, if any.  t_seg_setup puts it in *state; t_seg_teardown detaches
- * the handle and unlinks every segment the program named.
- */
-struct t_seg_fixture {
-    char name[T_NAME_LEN];
-    char path[T_NAME_LEN + 16];
-    hps_shmdb_t *db;
-};
-
-static inline int t_seg_setup(void **state, const char *tag)
-{
-    struct t_seg_fixture *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    t_segname(f->name, tag);
-    t_shm_path(f->name, f->path, sizeof(f->path));
-    *state = f;
-    return 0;
-}
-
-static inline int t_seg_teardown(void **state)
-{
-    struct t_seg_fixture *f = *state;
-    hps_shmdb_detach(f->db);
-    t_unlink_all();
-    free(f);
-    return 0;
-}
-
 /** Register an arbitrary segment name for cleanup (e.g. a 200-char name). */
 static inline void t_register_name(const char *name)
 {
@@ -439,6 +407,52 @@ static inline uint64_t t_check(hps_shmdb_t *db, const char *who)
 static inline uint32_t t_part_of(uint64_t key, uint32_t parts)
 {
     return (uint32_t)(hps_rrxmrrxmsx_0(key) % parts);
+}
+
+/**
+ * The fixture of a test that works on one segment of its own: a fresh name
+ * (t_segname, tag as given), its /dev/shm path and the handle the test
+ * opens, if any.  t_seg_setup puts it in *state; t_seg_teardown detaches
+ * the handle and unlinks every segment the program named.
+ */
+struct t_seg_fixture {
+    char name[T_NAME_LEN];
+    char path[T_NAME_LEN + 16];
+    hps_shmdb_t *db;
+};
+
+static inline int t_seg_setup(void **state, const char *tag)
+{
+    struct t_seg_fixture *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    t_segname(f->name, tag);
+    t_shm_path(f->name, f->path, sizeof(f->path));
+    *state = f;
+    return 0;
+}
+
+/** Create the fixture's segment: size bytes, t_opts' options, no handle options. */
+static inline void t_seg_create(struct t_seg_fixture *f, uint64_t size)
+{
+    hps_shmdb_opts_t o = t_opts(size);
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+}
+
+/** Element d of a test row of key (integers below 2^24: exact in fp32). */
+static inline void t_value_of(uint64_t key, uint32_t dim, float *v)
+{
+    for (uint32_t d = 0; d < dim; d++)
+        v[d] = (float)((key * 7919 + d * 104729) % 16777216);
+}
+
+static inline int t_seg_teardown(void **state)
+{
+    struct t_seg_fixture *f = *state;
+    hps_shmdb_detach(f->db);
+    t_unlink_all();
+    free(f);
+    return 0;
 }
 
 #endif /* HPS_TESTS_TESTUTIL_H */
