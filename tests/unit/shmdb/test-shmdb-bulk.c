@@ -108,8 +108,7 @@ static void upsert_check(hps_shmdb_t *db, uint32_t id, hps_dtype_t dt, const int
 static void test_last_row_wins_across_cycles(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(256ULL << 20);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 256ULL << 20);
     int64_t *keys = malloc(710 * sizeof(int64_t));
     T_CHECK(keys != NULL, "out of memory");
     for (size_t ti = 0; ti < NTYPES; ti++) {
@@ -137,9 +136,8 @@ static void test_last_row_wins_across_cycles(void **state)
 static void test_updates_and_new_keys(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(256ULL << 20);
     uint64_t rng = t_seed("bulk-mixed");
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 256ULL << 20);
     enum { OLD = 3000, N = 9000 };
     int64_t *keys = malloc(N * sizeof(int64_t));
     T_CHECK(keys != NULL, "out of memory");
@@ -175,8 +173,7 @@ static void test_updates_and_new_keys(void **state)
 static void test_segment_runs_out(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(4ULL << 20); /* about 7,000 rows of 512 bytes */
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 4ULL << 20); /* about 7,000 rows of 512 bytes */
     uint32_t id = make_table(f->db, "t", HPS_DTYPE_FP32, 1);
     enum { N = 20000 };
     int64_t *keys = malloc(N * sizeof(int64_t));

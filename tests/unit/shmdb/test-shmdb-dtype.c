@@ -308,8 +308,7 @@ static void roundtrip(hps_shmdb_t *db, hps_dtype_t dt, uint32_t dim, uint32_t kb
 static void test_roundtrip_all_types(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, SEG_SIZE);
     for (int d = 0; d < HPS_DTYPE_COUNT; d++)
         for (size_t i = 0; i < NDIMS; i++)
             roundtrip(f->db, (hps_dtype_t)d, k_dims[i], i % 2 ? 4 : 8);
@@ -331,8 +330,7 @@ static void test_roundtrip_threads(void **state)
 static void test_type_is_geometry(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, SEG_SIZE);
     hps_table_spec_t s = t_spec("m", "t", 8, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.8);
     s.storage_type = HPS_DTYPE_BF16;
     uint32_t id, id2 = 99;
@@ -421,8 +419,7 @@ static void evict_case(hps_shmdb_t *db, hps_dtype_t dt, uint32_t dim, hps_overfl
 static void test_eviction(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, SEG_SIZE);
     static const hps_overflow_policy_t pols[] = {HPS_EVICT_RANDOM, HPS_EVICT_LEAST_USED,
                                                  HPS_EVICT_OLDEST};
     for (int d = 0; d < HPS_DTYPE_COUNT; d++)
@@ -522,8 +519,7 @@ static void race_case(hps_shmdb_t *db, hps_dtype_t dt, uint32_t dim)
 static void test_torn_reads(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, SEG_SIZE);
     race_case(f->db, HPS_DTYPE_FP16, 16);  /* AOS */
     race_case(f->db, HPS_DTYPE_INT8, 3);   /* SOA */
     race_case(f->db, HPS_DTYPE_INT8, 128); /* row pages */
@@ -558,8 +554,7 @@ static void test_killed_writers(void **state)
 {
     struct t_seg_fixture *f = *state;
     enum { DIM = 128, ROUNDS = 12 };
-    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, SEG_SIZE);
     static const hps_dtype_t types[] = {HPS_DTYPE_FP16, HPS_DTYPE_INT8};
     uint64_t seed = t_seed("killed writers");
     for (size_t ti = 0; ti < 2; ti++) {
@@ -728,8 +723,7 @@ static void test_sized_growth(void **state)
 {
     struct t_seg_fixture *f = *state;
     enum { DIM = 128, BATCH = 4096, EXPECTED = 2000, FACTOR = 50 };
-    hps_shmdb_opts_t o = t_opts(256ULL << 20);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 256ULL << 20);
     int64_t *keys = malloc(BATCH * sizeof(int64_t));
     float *vals = malloc((size_t)BATCH * DIM * sizeof(float));
     float *got = malloc((size_t)BATCH * DIM * sizeof(float));

@@ -114,8 +114,7 @@ static void test_bad_table_specs(void **state)
 static void test_max_dim(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(512ULL << 20);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 512ULL << 20);
     hps_table_spec_t s =
         t_spec("m", "big", HPS_SHMDB_MAX_DIM, 8, 1, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
     uint32_t id;
@@ -243,8 +242,7 @@ static void test_table_reopen_and_ids(void **state)
 static void test_max_tables(void **state)
 {
     struct t_seg_fixture *f = *state;
-    hps_shmdb_opts_t o = t_opts(1ULL << 30);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 1ULL << 30);
     char tname[32];
     for (uint32_t i = 0; i < HPS_SHMDB_MAX_TABLES; i++) {
         snprintf(tname, sizeof(tname), "t%u", i);
@@ -393,8 +391,7 @@ static void test_bytes_per_slot(void **state)
 static void memory_per_row(struct t_seg_fixture *f, uint32_t dim, uint32_t nrows,
                            double max_per_row)
 {
-    hps_shmdb_opts_t o = t_opts(512ULL << 20);
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    t_seg_create(f, 512ULL << 20);
     hps_table_spec_t s = t_spec("mem", "t", dim, 8, 4, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
     uint32_t id;
     HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
