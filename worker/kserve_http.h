@@ -70,8 +70,9 @@ struct hps_kserve {
     uint16_t bound_http_port;
     uint16_t bound_metrics_port;
     bool running;
-    /* Set while hps_kserve_stop() drains: responses carry Connection: close.
-     * A hint only, relaxed. */
+    /* Set while hps_kserve_stop() drains: responses carry Connection: close
+     * and the accept policy closes new connections.  Relaxed: a connection
+     * accepted just before it is set is drained like any other. */
     _Atomic bool draining;
 
     /* The lookup pool (kserve_pool.c): inference lookups run there;
