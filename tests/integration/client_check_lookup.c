@@ -80,6 +80,20 @@ static bool canary_intact(const float *buf, size_t n)
     return true;
 }
 
+/* NULL if a call returned 0 and left the canary past its nf output floats
+ * intact; else msg (len bytes), saying which. */
+static const char *call_verdict(char *msg, size_t len, const char *call, hps_err_t rc,
+                                const float *out, size_t nf)
+{
+    if (rc)
+        snprintf(msg, len, "%s: %s", call, cc_err_text(rc));
+    else if (!canary_intact(out + nf, CANARY))
+        snprintf(msg, len, "wrote past the %zu output floats", nf);
+    else
+        return NULL;
+    return msg;
+}
+
 /* lookup_table of b (int64 keys) into a canaried buffer; returns the error
  * text (NULL when exact). */
 const char *cc_check_table_lookup(hps_client_t *c, size_t mi, const batch_t *b, hps_key_type_t kt)
@@ -101,14 +115,8 @@ const char *cc_check_table_lookup(hps_client_t *c, size_t mi, const batch_t *b, 
     expect_batch(m, b, want);
     hps_err_t rc =
         hps_client_lookup_table(c, mi, b->table, b->n, keys, kt, HPS_HOST, out, HPS_HOST, NULL);
-    const char *r = NULL;
-    if (rc) {
-        snprintf(msg, sizeof(msg), "hps_client_lookup_table: %s", cc_err_text(rc));
-        r = msg;
-    } else if (!canary_intact(out + nf, CANARY)) {
-        snprintf(msg, sizeof(msg), "wrote past the %zu output floats", nf);
-        r = msg;
-    } else if (memcmp(out, want, nf * sizeof(float)) != 0) {
+    const char *r = call_verdict(msg, sizeof(msg), "hps_client_lookup_table", rc, out, nf);
+    if (!r && memcmp(out, want, nf * sizeof(float)) != 0) {
         snprintf(msg, sizeof(msg), "%s", cc_mismatch(out, want, nf, dim, b->keys));
         r = msg;
     }
@@ -146,14 +154,8 @@ const char *cc_check_multi_lookup(hps_client_t *c, size_t mi, const batch_t *bs,
     fill_canary(out, nf + CANARY);
     hps_err_t rc = hps_client_lookup(c, mi, T, numkeys, kt == HPS_KEY_INT32 ? (void *)k32 : k64, kt,
                                      HPS_HOST, out, HPS_HOST, NULL);
-    const char *r = NULL;
-    if (rc) {
-        snprintf(msg, sizeof(msg), "hps_client_lookup: %s", cc_err_text(rc));
-        r = msg;
-    } else if (!canary_intact(out + nf, CANARY)) {
-        snprintf(msg, sizeof(msg), "wrote past the %zu output floats", nf);
-        r = msg;
-    } else {
+    const char *r = call_verdict(msg, sizeof(msg), "hps_client_lookup", rc, out, nf);
+    if (!r) {
         fi = 0;
         for (uint32_t t = 0; t < T && !r; t++) {
             size_t n = bs[t].n * m->t[t].dim;

@@ -504,4 +504,15 @@ static inline void ks__expect(const char *file, int line, const struct ks_resp *
 
 #define KS_EXPECT(r, st, want) ks__expect(__FILE__, __LINE__, (r), (st), (want))
 
+/* The server on port still answers GET /v2/health/live with 200 (after a
+ * flood of bad requests). */
+#define KS_ALIVE(port)                                                                             \
+    do {                                                                                           \
+        struct ks_resp ks_alive_;                                                                  \
+        KS_CHECK(ks_http((port), "GET", "/v2/health/live", NULL, NULL, 0, &ks_alive_) == 0,        \
+                 "alive");                                                                         \
+        KS_EXPECT(&ks_alive_, 200, NULL);                                                          \
+        ks_resp_free(&ks_alive_);                                                                  \
+    } while (0)
+
 #endif /* HPS_TESTS_KSTEST_H */
