@@ -13,12 +13,6 @@
 
 #include "internal.h"
 
-#ifdef MADV_POPULATE_WRITE
-#define HPS__MADV_POPULATE_WRITE MADV_POPULATE_WRITE
-#else
-#define HPS__MADV_POPULATE_WRITE 23 /* <linux/mman.h>; older libcs lack the name */
-#endif
-
 /* The segment lock guards the allocator and the table directory.  A dead
  * holder can at worst leak the block it was carving, because the free list
  * and the bump pointer are each updated by one final store. */

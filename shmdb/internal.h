@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 
 #include "hps/shmdb.h"
@@ -40,6 +41,14 @@ struct hps_shmdb {
      * to choose measure the same machine. */
     _Atomic int row_writes;
 };
+
+/* madvise() advice that maps (and allocates) a range's pages for writing in
+ * one call, Linux >= 5.14: commit_to, and the probe of ops.c. */
+#ifdef MADV_POPULATE_WRITE
+#define HPS__MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define HPS__MADV_POPULATE_WRITE 23 /* <linux/mman.h>; older libcs lack the name */
+#endif
 
 #define HPS__ROWS_MAPPING 1
 #define HPS__ROWS_PWRITE  2

@@ -335,7 +335,7 @@ static bool probe_writes(double *ret_map, double *ret_fd)
         posix_fallocate(fd, 0, 2 * (off_t)PROBE_BYTES) == 0 &&
         (p = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED;
     if (ok) {
-        (void)madvise(p, PROBE_BYTES, 23 /* MADV_POPULATE_WRITE, as commit_to */);
+        (void)madvise(p, PROBE_BYTES, HPS__MADV_POPULATE_WRITE); /* as commit_to */
         uint64_t t0 = hps__clock_ns(CLOCK_MONOTONIC);
         for (size_t off = 0; off < PROBE_BYTES; off += src_len)
             memcpy(p + off, src, src_len);
