@@ -20,7 +20,11 @@
  * that has waited for its header GRACE_NS or more, else the oldest IDLE one,
  * else the oldest FRESH or HEADER one that has no request waiting unread,
  * is closed to make room: trickling and idle connections go first, a
- * request being served or sent whole never.
+ * request being served or sent whole never.  The listener defers accepts
+ * (TCP_DEFER_ACCEPT, kserve_server.c: open_listener) until a connection's
+ * first bytes arrive, so a valid client's connection comes with its
+ * request already waiting, and a flood of silent connections never reaches
+ * this table before the deferral ends.
  *
  * Closing is shutdown(2) on the connection's socket: libmicrohttpd then
  * sees the end of the stream and closes the connection itself.  The socket
@@ -67,7 +71,8 @@ static void evict(struct hps__kconn *k, _Atomic uint64_t *counter)
  * trickler sends a byte at a time): such a connection is never closed for
  * room.  In the first GRACE_NS of a flood every other connection is young
  * too, and int-connections once saw the oldest of them, a valid client not
- * yet read, closed. */
+ * yet read, closed.  With deferred accepts a valid connection arrives with
+ * its request waiting, so this check is what protects it. */
 #define SENT_AT_ONCE 16
 
 static bool sent_at_once(const struct hps__kconn *k)

@@ -27,6 +27,8 @@
  */
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,8 +300,16 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
 /* ------------------------------------------------------------------------ */
 
 /* Bind and listen on addr:port; the socket is non-blocking (shared by the
- * pool's event loops) and close-on-exec. */
-static hps_err_t open_listener(const char *addr, int port, int *ret_fd, uint16_t *ret_port)
+ * pool's event loops) and close-on-exec.  defer_s > 0 sets TCP_DEFER_ACCEPT
+ * (tcp(7)): the kernel hands a connection over only once its first bytes
+ * arrive, or after about defer_s seconds without any.  A connection that
+ * has sent nothing cannot be told from one of a flood, and one accepted
+ * that way could be closed for room (kserve_conn.c) a moment before its
+ * client sends; deferred, it is accepted with its request already waiting,
+ * which admission never closes.  Valid clients lose nothing: their connect()
+ * completes as before and the request follows at once. */
+static hps_err_t open_listener(const char *addr, int port, int defer_s, int *ret_fd,
+                               uint16_t *ret_port)
 {
     /* Numeric addresses only: a library call must not block on DNS. */
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
@@ -315,7 +325,9 @@ static hps_err_t open_listener(const char *addr, int port, int *ret_fd, uint16_t
     int one = 1;
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0)
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        (defer_s > 0 &&
+         setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s)) != 0))
         rc = -errno;
     freeaddrinfo(ai);
     struct sockaddr_storage ss;
@@ -388,9 +400,12 @@ hps_err_t hps_kserve_start(hps_kserve_t *s)
         return HPS_EINVAL;
     if (s->running)
         return HPS_EBUSY;
-    hps_err_t rc = open_listener(s->http_address, s->http_port, &s->http_fd, &s->bound_http_port);
+    /* the deferral ends with the header deadline, rounded up to seconds */
+    int defer_s = (int)((s->header_timeout_ms + 999) / 1000);
+    hps_err_t rc = open_listener(s->http_address, s->http_port, defer_s, &s->http_fd,
+                                 &s->bound_http_port);
     if (rc == 0 && s->metrics_port != HPS_KSERVE_PORT_DISABLED)
-        rc = open_listener(s->metrics_address, s->metrics_port, &s->metrics_fd,
+        rc = open_listener(s->metrics_address, s->metrics_port, 0, &s->metrics_fd,
                            &s->bound_metrics_port);
     if (rc == 0)
         rc = hps__pool_start(s->lookup_threads, &s->pool);

@@ -249,11 +249,15 @@ class Response:
         return "<HTTP %d %r>" % (self.status, self.body[:300])
 
 
-def http(port, method, path, body=None, headers=None, timeout=20.0, host="127.0.0.1"):
-    """One request on a fresh connection; returns Response."""
+def http(port, method, path, body=None, headers=None, timeout=20.0, host="127.0.0.1", pause=0.0):
+    """One request on a fresh connection; returns Response.  pause: seconds
+    between connecting and sending the request (a slow client)."""
     t0 = time.monotonic()
     conn = _httpclient.HTTPConnection(host, port, timeout=timeout)
     try:
+        if pause:
+            conn.connect()
+            time.sleep(pause)
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()
         data = r.read()
@@ -363,12 +367,13 @@ def decode_output(resp):
     return j, list(struct.unpack("<%df" % (size // 4), blob))
 
 
-def infer(port, model, keys_per_table, binary=False, req_id="1", timeout=20.0, **kw):
+def infer(port, model, keys_per_table, binary=False, req_id="1", timeout=20.0, pause=0.0, **kw):
     if binary:
         body, hdrs = infer_binary_body(keys_per_table, req_id, **kw)
     else:
         body, hdrs = infer_json_body(keys_per_table, req_id), {}
-    return http(port, "POST", "/v2/models/%s/infer" % model, body, hdrs, timeout=timeout)
+    return http(port, "POST", "/v2/models/%s/infer" % model, body, hdrs, timeout=timeout,
+                pause=pause)
 
 
 def metrics(port):

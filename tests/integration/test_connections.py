@@ -12,6 +12,11 @@ hps-worker with [worker] max_connections = 64 and header_timeout_ms = 1000.
      answered exactly; the connections closed to make room are counted in
      nv_hps_http_connections_evicted, and the open connections stay at or
      below max_connections.  p50 / p99 of the valid requests are printed.
+  3. SLOW_ROUNDS more such floods, each with a valid client that connects as
+     the flood starts and sends its request only SLOW_PAUSE later: while it
+     has sent nothing it cannot be told from the flood's connections, and
+     every one of them is answered exactly all the same (the server takes a
+     connection only once its request has begun: TCP_DEFER_ACCEPT).
 """
 import os
 import random
@@ -25,6 +30,8 @@ import hpstest as H  # noqa: E402
 
 MAX_CONN = 64
 HEADER_MS = 1000
+SLOW_ROUNDS = 5
+SLOW_PAUSE = 0.05
 PARTIAL = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 
 
@@ -132,6 +139,26 @@ def body(t, cl):
          "connections closed to make room are counted (%s)"
          % m.get("nv_hps_http_connections_evicted"))
     t.ok(peak <= MAX_CONN, "open connections stay within max_connections (peak %d)" % peak)
+
+    # 3. A client slow to send, connected as a flood starts.
+    answered, detail = 0, ""
+    for _ in range(SLOW_ROUNDS):
+        flood = Trickler(port, n)
+        flood.start()
+        keys = [rng.sample(model.file_keys[0], 4)]
+        try:
+            _, g = H.decode_output(H.infer(port, "m", keys, binary=True, timeout=10,
+                                           pause=SLOW_PAUSE))
+            if g == model.expected(keys):
+                answered += 1
+            else:
+                detail = H.first_mismatch(g, model.expected(keys), model, keys)
+        except Exception as e:  # noqa: BLE001
+            detail = "%s: %s" % (type(e).__name__, e)
+        flood.finish()
+    t.ok(answered == SLOW_ROUNDS, "a client that sends %d ms after connecting, as a flood of "
+         "%d starts, is answered exactly (%d of %d)"
+         % (SLOW_PAUSE * 1000, n, answered, SLOW_ROUNDS), detail)
 
 
 if __name__ == "__main__":
