@@ -402,8 +402,8 @@ hps_err_t hps_kserve_start(hps_kserve_t *s)
         return HPS_EBUSY;
     /* the deferral ends with the header deadline, rounded up to seconds */
     int defer_s = (int)((s->header_timeout_ms + 999) / 1000);
-    hps_err_t rc = open_listener(s->http_address, s->http_port, defer_s, &s->http_fd,
-                                 &s->bound_http_port);
+    hps_err_t rc =
+        open_listener(s->http_address, s->http_port, defer_s, &s->http_fd, &s->bound_http_port);
     if (rc == 0 && s->metrics_port != HPS_KSERVE_PORT_DISABLED)
         rc = open_listener(s->metrics_address, s->metrics_port, 0, &s->metrics_fd,
                            &s->bound_metrics_port);
