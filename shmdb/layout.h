@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #include "hps/dtype.h"
-#include "hps/shmdb.h"
+#include "hps/shmdb_gcache.h"
 
 /* Layout version 2: GPU caches shared through the registry count their
  * writers (the writer epoch of kernels/gcache_internal.cuh); a build

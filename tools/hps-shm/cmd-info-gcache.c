@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "hps-shm.h"
+#include "hps/shmdb_gcache.h"
 
 /** A registry entry and the names of the table it caches. */
 typedef struct gcache_snap {

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hps/shmdb.h"
+#include "hps/shmdb_gcache.h"
 
 #define FX_MAX_ROWS 8
 #define FX_MAX_DIM  4

@@ -20,6 +20,7 @@
 
 #include "gshare.h"
 #include "hps/gcache.h"
+#include "hps/shmdb_gcache.h"
 #include "internal.h"
 #include "keyset.h"
 

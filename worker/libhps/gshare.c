@@ -17,7 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "hps/shmdb.h"
+#include "hps/shmdb_gcache.h"
 
 struct req {
     uint32_t index;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "hps/shmdb_gcache.h"
 #include "testutil.h"
 
 #define DIM 16

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "../shmdb/testutil.h"
+#include "hps/shmdb_gcache.h"
 #include "gshare.h"
 
 #define BYTES    8192
