@@ -473,6 +473,23 @@ static void lookup_task(void *arg, unsigned i)
 hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys, float *values,
                            uint8_t *found, size_t *ret_hits)
 {
+    return hps_shmdb_lookup_ex(db, id, n, keys, values, found, ret_hits, 0);
+}
+
+hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups, uint64_t hits)
+{
+    struct shm_table *t = hps__table(db, id);
+    if (!t)
+        return HPS_ENOTFOUND;
+    /* Relaxed: statistics. */
+    atomic_fetch_add_explicit(&t->lookups, lookups, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
+    return 0;
+}
+
+hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                              float *values, uint8_t *found, size_t *ret_hits, unsigned flags)
+{
     struct shm_table *t = hps__table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
@@ -489,9 +506,8 @@ hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
     } else {
         hits = lookup_range(db, t, keys, n, values, found, j.clock);
     }
-    /* Relaxed: statistics. */
-    atomic_fetch_add_explicit(&t->lookups, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
+    if (!(flags & HPS_SHMDB_LOOKUP_UNCOUNTED))
+        hps_shmdb_count_lookups(db, id, n, hits);
     if (ret_hits)
         *ret_hits = hits;
     return 0;

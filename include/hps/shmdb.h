@@ -569,6 +569,32 @@ hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_i
 hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys, float *values,
                            uint8_t *found, size_t *ret_hits);
 
+/** Flags of hps_shmdb_lookup_ex(). */
+typedef enum hps_shmdb_lookup_flags {
+    /** Leave the table's lookups and hits counters alone: a caller that may
+     *  look the same keys up again (libhps's lookup that cannot wait for
+     *  misses on an HTTP loop, then does wait on a lookup thread) counts
+     *  the one lookup that answers with hps_shmdb_count_lookups(). */
+    HPS_SHMDB_LOOKUP_UNCOUNTED = 1u << 0,
+} hps_shmdb_lookup_flags_t;
+
+/**
+ * @brief hps_shmdb_lookup() with flags (hps_shmdb_lookup_flags_t, or 0 for
+ *        exactly hps_shmdb_lookup()).  Same parameters, returns and safety.
+ */
+hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
+                              float *values, uint8_t *found, size_t *ret_hits, unsigned flags);
+
+/**
+ * @brief Add to table id's lookups and hits counters (hps_table_info_t,
+ *        hps-shm info) what an uncounted lookup found.
+ * @param[in] lookups  Keys looked up.
+ * @param[in] hits     Of those, found (at most lookups).
+ * @return 0; HPS_ENOTFOUND for a bad table id.  Lock-free (relaxed atomic
+ *         adds); thread- and process-safe.
+ */
+hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups, uint64_t hits);
+
 /**
  * @brief Batch insert-or-update (upsert).
  * @param[in] n       Number of rows.

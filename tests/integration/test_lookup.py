@@ -80,7 +80,8 @@ def body(t, cl):
     want = model.expected(kpt)
     nk = sum(len(k) for k in kpt)
     c0 = H.hps_counters(w0.metrics_port, "m")
-    rows0 = cl.vdb_rows()
+    info0 = cl.shm_info()
+    rows0 = sum(tb["rows"] for tb in info0["tables"])
     r = H.infer(w0.http_port, "m", kpt, binary=False, req_id="r1-json")
     j, got = H.decode_output(r)
     t.ok(got == want, "JSON lookup on worker 0: VDB, PDB-only and unknown keys exact",
@@ -98,6 +99,13 @@ def body(t, cl):
           d["default_value_keys"]),
          (nk, sum(n_vdb), sum(n_pdb), sum(n_unk)),
          "worker 0 counters: lookup, volatile-DB hits, persistent-DB hits, defaults")
+    # The segment's own counters (hps-shm info) count each key once, though
+    # a request with misses is looked up again where it may wait for them.
+    info1 = cl.shm_info()
+    seg = [(b["lookups"] - a["lookups"], b["hits"] - a["hits"])
+           for a, b in zip(info0["tables"], info1["tables"])]
+    t.eq(seg, [(len(kpt[i]), n_vdb[i]) for i in range(2)],
+         "hps-shm info: each table's lookups and hits grew by its keys and volatile-DB hits")
 
     # ---- R1 again, binary, worker 0: PDB keys are now VDB hits --------------
     cl.wait_vdb_rows(rows0 + sum(n_pdb))  # inserted just after the answer

@@ -42,6 +42,8 @@ struct part {
     float *mrows;    /* (miss, dim) their rows */
     uint8_t *mfound; /* (miss) */
     uint64_t vdb;    /* weighed hits in the volatile DB */
+    size_t hits;     /* keys the volatile DB found (unweighed) */
+    bool looked;     /* the volatile DB was asked: its counters are owed */
     bool asked;      /* a miss-queue request carries this part */
 };
 
@@ -87,9 +89,12 @@ static int vdb_part(hps_client_t *cl, client_model_t *m, const client_fetch_t *f
         }
         p->k = p->k32;
     }
-    size_t hits = 0;
-    if (!attached ||
-        hps_shmdb_lookup(cl->db, m->vdb_ids[f->table], n, p->k, f->rows, p->found, &hits) < 0)
+    /* Uncounted: a lookup that cannot wait is asked again where it may
+     * (HPS_EAGAIN), and the segment counts each key once (hps__client_fetch). */
+    p->looked =
+        attached && hps_shmdb_lookup_ex(cl->db, m->vdb_ids[f->table], n, p->k, f->rows, p->found,
+                                        &p->hits, HPS_SHMDB_LOOKUP_UNCOUNTED) == 0;
+    if (!p->looked)
         memset(p->found, 0, n);
     for (size_t i = 0; p->valid && i < n; i++)
         p->found[i] &= p->valid[i];
@@ -182,6 +187,9 @@ int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, si
             free(p);
         return HPS_EAGAIN;
     }
+    for (size_t i = 0; i < nf; i++)
+        if (p[i].looked)
+            hps_shmdb_count_lookups(cl->db, m->vdb_ids[f[i].table], f[i].n, p[i].hits);
     if (ask)
         lower_layers(cl, m, f, p, nf);
     for (size_t i = 0; i < nf; i++) {

@@ -145,6 +145,44 @@ static void test_max_dim(void **state)
     HPS_ASSERT_EQ(t_check(f->db, "maxdim"), 0);
 }
 
+/* A table's lookups / hits counters: hps_shmdb_lookup counts every key
+ * and every hit; an uncounted lookup_ex leaves them, and count_lookups adds
+ * exactly what it is given. */
+static void test_lookup_counters(void **state)
+{
+    struct t_seg_fixture *f = *state;
+    t_seg_create(f, 64ULL << 20);
+    hps_table_spec_t s = t_spec("m", "c", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.5);
+    uint32_t id;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s, &id));
+    int64_t keys[6] = {1, 2, 3, 100, 101, 102};
+    float v[6 * 4], w[6 * 4];
+    for (int i = 0; i < 6; i++)
+        t_value_of((uint64_t)keys[i], 4, v + i * 4);
+    HPS_ASSERT_OK(hps_shmdb_upsert(f->db, id, 3, keys, v, NULL)); /* 1, 2, 3 */
+    hps_table_info_t ti;
+    size_t hits = 0;
+    HPS_ASSERT_OK(hps_shmdb_lookup(f->db, id, 6, keys, w, NULL, &hits));
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id, &ti));
+    HPS_ASSERT_EQ(hits, 3);
+    HPS_ASSERT_EQ(ti.lookups, 6);
+    HPS_ASSERT_EQ(ti.hits, 3);
+    uint8_t found[6];
+    HPS_ASSERT_OK(hps_shmdb_lookup_ex(f->db, id, 6, keys, w, found, &hits,
+                                      HPS_SHMDB_LOOKUP_UNCOUNTED));
+    HPS_ASSERT_EQ(hits, 3);
+    HPS_ASSERT_EQ(found[2] + found[3], 1);
+    T_CHECK(memcmp(w, v, 3 * 4 * sizeof(float)) == 0, "uncounted lookup returns the rows");
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id, &ti));
+    HPS_ASSERT_EQ(ti.lookups, 6);
+    HPS_ASSERT_EQ(ti.hits, 3);
+    HPS_ASSERT_OK(hps_shmdb_count_lookups(f->db, id, 6, 3));
+    HPS_ASSERT_OK(hps_shmdb_table_info(f->db, id, &ti));
+    HPS_ASSERT_EQ(ti.lookups, 12);
+    HPS_ASSERT_EQ(ti.hits, 6);
+    HPS_ASSERT_ERR(hps_shmdb_count_lookups(f->db, id + 1, 1, 1), HPS_ENOTFOUND);
+}
+
 static void test_table_reopen_and_ids(void **state)
 {
     struct t_seg_fixture *f = *state;
@@ -439,6 +477,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_table_specs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_dim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_counters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_reopen_and_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_segment_dim16, setup, teardown),
