@@ -118,7 +118,8 @@ static hps_err_t model_control(void *ctx, hps_model_op_t op, const char *model, 
     return hps_client_model_control(w->client, op, model, CONTROL_TIMEOUT_MS, msg, len);
 }
 
-/* One counter family, one sample per model. */
+/* One counter family, one sample per model, labelled with the version the
+ * model is answered from (as nv_inference_count is: kserve_metrics.c). */
 static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const char *help,
                     size_t off, uint64_t div)
 {
@@ -127,10 +128,14 @@ static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const c
         hps_client_counters_t k;
         if (hps_client_counters(w->client, i, &k) < 0)
             continue;
+        const hps_conf_model_t *c = hps_client_model_conf(w->client, i);
+        uint32_t v;
+        if (hps_client_model_version(w->client, i, &v) != 0)
+            v = (uint32_t)c->version; /* not attached yet: the INI's */
         hps_kserve_text_appendf(x, "%s{model=\"", name);
-        hps_kserve_text_append_label(x, hps_client_model_conf(w->client, i)->name);
+        hps_kserve_text_append_label(x, c->name);
         hps_kserve_text_appendf(
-            x, "\",version=\"1\"} %llu\n",
+            x, "\",version=\"%u\"} %llu\n", v,
             (unsigned long long)(*(const uint64_t *)((const char *)&k + off) / div));
     }
 }

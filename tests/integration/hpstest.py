@@ -391,11 +391,16 @@ def metrics(port):
 
 
 def hps_counters(port, model):
+    """The worker's nv_hps_* counters of model (whatever its version): {name
+    without the prefix: value}, -1 where a family has no sample."""
     m = metrics(port)
-    lab = '{model="%s",version="1"}' % model
     names = ("lookup_keys", "volatile_db_hit_keys", "persistent_db_hit_keys",
              "default_value_keys", "miss_queue_busy", "miss_queue_timeouts")
-    return {n: int(m.get("nv_hps_%s%s" % (n, lab), -1)) for n in names}
+    out = {}
+    for n in names:
+        pre = 'nv_hps_%s{model="%s",version="' % (n, model)
+        out[n] = next((int(v) for k, v in m.items() if k.startswith(pre)), -1)
+    return out
 
 
 def diff(after, before):

@@ -196,6 +196,11 @@ def body(t, cl):
     cpus_before = thread_cpus(c.pid)
     reload_to(t, cl, c, ws, m2.ini_text, SETTINGS, 2)
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m version 2")
+    labels = [sorted({lab.get("version") for name in ("nv_inference_count", "nv_hps_lookup_keys")
+                      for lab, _ in H.metric_samples(w.metrics_port, name)
+                      if lab.get("model") == "m"}) for w in ws]
+    t.eq(labels, [["2"], ["2"]], "metrics: nv_inference_count and nv_hps_lookup_keys of m "
+         "carry version=\"2\"")
     check_confined(t, c, cpus_before)
     time.sleep(0.5)
 
