@@ -311,8 +311,14 @@ hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
  * @return 0 (keys found nowhere have the table's default value: that is
  *         not an error); HPS_EINVAL (bad index, T, negative numkeys, a
  *         location that is not HPS_HOST or the client's device, device
- *         memory on a host-only client); HPS_EIO (a CUDA error; message
- *         says which); -ENOMEM.  Thread-safe.
+ *         memory on a host-only client); HPS_EBUSY (the model's tables have
+ *         not been found in the segment since the client opened: no
+ *         coordinator has served it yet, and every key would get the
+ *         default; once found, a coordinator's death or restart no longer
+ *         refuses lookups); HPS_ENOTFOUND (explicit model control: the
+ *         model is not loaded; or the segment holds it with other
+ *         dimensions); HPS_EIO (a CUDA error; message says which);
+ *         -ENOMEM.  Thread-safe.
  */
 hps_err_t hps_client_lookup(hps_client_t *c, size_t model, uint32_t num_tables,
                             const int32_t *numkeys, const void *keys, hps_key_type_t key_type,

@@ -120,11 +120,19 @@ static void reattach(hps_client_t *cl)
     }
 }
 
-static void maint_round(hps_client_t *cl, bool *was_alive)
+static void maint_round(hps_client_t *cl)
 {
     reattach(cl);
-    if (!cl->db)
+    if (!cl->db) {
+        if (!cl->logged_no_segment)
+            HPS_WARN("no segment /dev/shm/hps.%s yet: waiting for an hps-coordinator with "
+                     "[volatile_db] shared_memory_name = %s; lookups are refused until it "
+                     "serves",
+                     cl->conf->volatile_db.shared_memory_name,
+                     cl->conf->volatile_db.shared_memory_name);
+        cl->logged_no_segment = true;
         return;
+    }
     bool alive =
         hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true);
     /* Tables appear while a coordinator loads into this segment; once it
@@ -146,21 +154,20 @@ static void maint_round(hps_client_t *cl, bool *was_alive)
     atomic_store(&cl->misses_served, alive && si.coord_state == HPS_COORD_SERVING);
     atomic_store(&cl->coord_alive, alive);
     bool ready = alive && hps__client_models_known(cl);
-    if (ready != *was_alive)
+    if (ready != cl->logged_ready)
         hps_log(ready ? HPS_LOG_INFO : HPS_LOG_WARN, "%s",
                 ready ? "coordinator serving and tables found: ready"
                       : "coordinator gone or loading: degraded (volatile DB and defaults "
                         "only), not ready");
-    *was_alive = ready;
+    cl->logged_ready = ready;
 }
 
 static void *maint_loop(void *arg)
 {
     hps_client_t *cl = arg;
-    bool was_alive = atomic_load(&cl->coord_alive) && atomic_load(&cl->resolved);
     struct timespec ts = {.tv_sec = 0, .tv_nsec = MAINT_PERIOD_MS * 1000000L};
     while (!atomic_load(&cl->stop)) {
-        maint_round(cl, &was_alive);
+        maint_round(cl);
         nanosleep(&ts, NULL);
     }
     return NULL;
@@ -168,8 +175,7 @@ static void *maint_loop(void *arg)
 
 int hps__client_maint_start(hps_client_t *cl)
 {
-    bool was_alive = false;
-    maint_round(cl, &was_alive); /* attach at once when the segment exists */
+    maint_round(cl); /* attach at once when the segment exists */
     if (pthread_create(&cl->maint, NULL, maint_loop, cl) != 0)
         return HPS_EIO;
     cl->maint_started = true;

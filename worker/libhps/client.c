@@ -589,6 +589,13 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
         pthread_rwlock_unlock(&cl->seg_lock); /* explicit model control: not loaded */
         return hps__client_fail(HPS_ENOTFOUND, "model %s is not loaded", m->conf->name);
     }
+    if (!atomic_load(&m->served)) { /* defaults for every key would pass for an answer */
+        pthread_rwlock_unlock(&cl->seg_lock);
+        return hps__client_fail(HPS_EBUSY,
+                                "model %s is not ready: its tables were not found in "
+                                "/dev/shm/hps.%s yet (is an hps-coordinator serving it there?)",
+                                m->conf->name, cl->conf->volatile_db.shared_memory_name);
+    }
     if (atomic_load(&m->misfit)) {
         pthread_rwlock_unlock(&cl->seg_lock);
         return hps__client_fail(HPS_ENOTFOUND,

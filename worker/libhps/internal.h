@@ -77,6 +77,11 @@ struct hps_client {
     hps_shmdb_t *db; /* seg_lock */
     dev_t seg_dev;   /* maintenance thread only */
     ino_t seg_ino;   /* maintenance thread only */
+    /* What the maintenance thread last logged: ready (or degraded), and
+     * that no segment exists yet.  Maintenance thread only (and
+     * hps__client_maint_start before it starts the thread). */
+    bool logged_ready;
+    bool logged_no_segment;
     _Atomic bool coord_alive;
     /* The coordinator answers the miss queue (SERVING, not RELOADING):
      * misses are asked for; maintenance thread writes, any thread reads. */

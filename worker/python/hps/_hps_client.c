@@ -376,7 +376,9 @@ PyDoc_STRVAR(lookup_doc,
              "Returns (n, dim) of that type where the keys live: a numpy array for host\n"
              "keys read through the buffer protocol, a torch tensor on keys.device for\n"
              "torch keys.  Keys found nowhere get the table's default value.  The output\n"
-             "is complete when the call returns.  Raises hps.Error.");
+             "is complete when the call returns.  Raises hps.Error; code HPS_EBUSY while\n"
+             "no coordinator has served the model since the client opened (every key\n"
+             "would get the default).");
 
 static PyObject *client_lookup(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
