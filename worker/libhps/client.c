@@ -217,6 +217,11 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
         rc = hps__client_maint_start(cl);
     if (rc == 0 && cl->device >= 0)
         rc = hps__client_gpu_start(cl);
+    for (size_t i = 0; rc == 0 && !HPS_HAVE_CUDA && cl->device >= 0 && i < cl->num_models; i++)
+        if (cl->models[i].conf->gpucache) /* the CUDA build warns of a missing device alike */
+            HPS_WARN("model %s: gpucache = true, but this build has no CUDA (meson "
+                     "-Dcuda=enabled): serving it from the CPU path",
+                     cl->models[i].conf->name);
     if (rc < 0) {
         hps__client_fail(rc, "hps_client_open: %s", hps_strerror(rc));
         hps_client_close(cl);
