@@ -249,6 +249,14 @@ static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *
             return rc;
     }
     hps_err_t rc = build_models(c, scan, conf);
+    /* allocation_rate's default (256 MiB) never exceeds shared_memory_size:
+     * a small segment needs no second setting.  Set in the file, it must
+     * be at most the segment (check_globals). */
+    hps_conf_volatile_db_t *v = &conf->volatile_db;
+    int ka = hps__key_find(HPS__SEC_volatile_db, "allocation_rate");
+    if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] &&
+        v->allocation_rate > v->shared_memory_size)
+        v->allocation_rate = v->shared_memory_size;
     return rc ? rc : check_globals(c, conf);
 }
 

@@ -489,8 +489,8 @@ static void test_cross_key_rules(void **state)
     ct_load_fails("[distributed_db]\nnum_node_connections = 9\nnum_partitions = 8\n",
                   "t.ini:2: [distributed_db] num_node_connections = 9: must be at most "
                   "num_partitions (8)");
-    ct_load_fails("[volatile_db]\nshared_memory_size = 128MiB\n",
-                  "t.ini:2: [volatile_db] allocation_rate = 256MiB: must be at most "
+    ct_load_fails("[volatile_db]\nshared_memory_size = 128MiB\nallocation_rate = 256MiB\n",
+                  "t.ini:3: [volatile_db] allocation_rate = 256MiB: must be at most "
                   "shared_memory_size (128MiB)");
     ct_load_fails("[worker]\nmetrics_port = 8000\n",
                   "t.ini:2: [worker] metrics_port = 8000: must differ from http_port (8000)");
@@ -500,6 +500,13 @@ static void test_cross_key_rules(void **state)
                   "t.ini:5: [model.m] embedding_table_names = t, t: entry 2 (t) repeats entry 1; "
                   "table names must be unique");
     hps_conf_t *c = ct_load("[distributed_db]\nnum_partitions = 5\nnum_node_connections = 5\n");
+    hps_conf_free(c);
+    /* allocation_rate not set: its default (256 MiB) shrinks to a smaller segment */
+    c = ct_load("[volatile_db]\nshared_memory_size = 1MiB\n");
+    assert_int_equal(c->volatile_db.allocation_rate, 1048576);
+    hps_conf_free(c);
+    c = ct_load("[volatile_db]\nshared_memory_size = 1GiB\n");
+    assert_int_equal(c->volatile_db.allocation_rate, 256ull << 20);
     hps_conf_free(c);
 }
 
