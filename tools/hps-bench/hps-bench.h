@@ -22,6 +22,8 @@
 #include "hps/conf.h"
 
 #define HB_ERR_LEN 256
+/** Versions tried, after the INI's, to find the one of a table's files. */
+#define HB_VERSION_SCAN 1024
 
 /* ---- Model --------------------------------------------------------------- */
 
@@ -40,12 +42,16 @@ typedef struct hb_table {
     float default_value; /* default_value_for_each_table[t] */
     uint64_t rows;       /* rows of the files */
     hb_keyset_t keys;    /* filled by hb_model_load_keys() */
+    uint32_t version;    /* hps-gen version of the vectors (hps_gen_vector_v): the one row 0
+                          * of the files matches, set by hb_model_load_keys(); else the INI's */
+    bool version_found;  /* row 0 matched hps_gen_vector_v of `version` */
 } hb_table_t;
 
 typedef struct hb_model {
     hps_conf_t *conf;
     const char *name;
     uint32_t key_bytes; /* 8 (supportlonglong) or 4 */
+    uint32_t version;   /* [model.<name>] version */
     uint32_t num_tables;
     hb_table_t *tables;
     uint64_t rows;      /* all tables */
@@ -54,7 +60,13 @@ typedef struct hb_model {
 } hb_model_t;
 
 int hb_model_open(const char *ini, const char *model, hb_model_t *m, char *err, size_t n);
-/** Read every table's key file into its key set. */
+/**
+ * Read every table's key file into its key set, and set the table's
+ * version: the hps-gen model version whose vector row 0 of its files holds
+ * (the INI's version tried first, then 1 .. HB_VERSION_SCAN), so that the
+ * checks expect what the files hold even where the INI's `version` differs
+ * from the --model-version the files were written with.
+ */
 int hb_model_load_keys(hb_model_t *m, char *err, size_t n);
 bool hb_keyset_has(const hb_keyset_t *s, int64_t key);
 void hb_keyset_add(hb_keyset_t *s, int64_t key);
@@ -78,11 +90,11 @@ static inline const int64_t *hb_req_keys(const hb_reqfile_t *rf, uint64_t i)
     return rf->keys + (i % rf->C) * (uint64_t)rf->T * rf->B;
 }
 
-/** Result of checking responses against hps_gen_vector / the default value. */
+/** Result of checking responses against hps_gen_vector_v / the default value. */
 typedef struct hb_check {
     uint64_t responses;
     uint64_t rows;         /* rows compared */
-    uint64_t rows_vector;  /* key in the model, row == hps_gen_vector: exact */
+    uint64_t rows_vector;  /* key in the model, row == hps_gen_vector_v: exact */
     uint64_t rows_default; /* key not in the model, row == default: exact */
     uint64_t rows_missed;  /* key in the model but the row is the default value */
     uint64_t rows_wrong;   /* anything else */

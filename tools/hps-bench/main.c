@@ -8,8 +8,9 @@
  * keep-alive connections, and reports requests/s, keys/s and latency
  * percentiles; then the same requests as pipelined HMGETs (one per table and
  * partition) against Redis, over N connections, and the ratio.  --verify N
- * checks N answers of each file exactly against hps_gen_vector() (or the
- * table's default value for keys not in the model).
+ * checks N answers of each file exactly against hps_gen_vector_v() of the
+ * hps-gen version the model files hold (or the table's default value for
+ * keys not in the model).
  *
  * Every figure printed is measured by this run.
  */
@@ -92,7 +93,9 @@ static void usage(FILE *f)
         "  --count C              timed requests per measurement instead of a duration\n"
         "  --warmup S             untimed seconds before each measurement (default 1)\n"
         "  --reps R               timed runs per measurement, the best (req/s) kept (default 1)\n"
-        "  --verify N             check N answers per file exactly, for both (default 0)\n"
+        "  --verify N             check N answers per file exactly, for both (default 0),\n"
+        "                         against hps-gen's vectors of the version of the model\n"
+        "                         files (hps-gen model --model-version; row 0 tells)\n"
         "  --no-redis             skip the Redis comparison\n"
         "  --redis-partitions P   partitions of HugeCTR's Redis layout (default 8)\n"
         "  --server-pid PID       the worker's pid: report its CPU time per request\n"
@@ -199,6 +202,33 @@ static void parse(int argc, char **argv, options_t *o)
 
 /* ---- Report -------------------------------------------------------------- */
 
+/* The hps-gen version(s) --verify expects (hb_model_load_keys). */
+static void print_versions(const hb_model_t *m)
+{
+    bool same = true, found = true;
+    for (uint32_t t = 0; t < m->num_tables; t++) {
+        same = same && m->tables[t].version == m->tables[0].version;
+        found = found && m->tables[t].version_found;
+    }
+    if (same)
+        printf("verify: against the vectors of hps-gen version %u (hps_gen_vector_v), %s;"
+               " [model.%s] version = %u\n",
+               m->tables[0].version,
+               found ? "the version row 0 of the model files holds" : "the INI's", m->name,
+               m->version);
+    for (uint32_t t = 0; t < m->num_tables; t++) {
+        const hb_table_t *tb = &m->tables[t];
+        if (!same && tb->version_found)
+            printf("verify: table %s: against the vectors of hps-gen version %u\n", tb->name,
+                   tb->version);
+        else if (!tb->version_found && tb->rows)
+            printf("verify: table %s: row 0 of %s is no vector of hps-gen version %u nor of"
+                   " versions 1..%d (not hps-gen's model files?): checked against version"
+                   " %u's\n",
+                   tb->name, tb->dir, m->version, HB_VERSION_SCAN, tb->version);
+    }
+}
+
 static void loadavg(const char *when)
 {
     char buf[128];
@@ -224,6 +254,8 @@ static void print_header(const options_t *o, const hb_model_t *m, const hb_http_
            " vectors (config %s)\n",
            m->name, m->num_tables, m->rows, same ? "" : "up to ", d0, m->key_bytes,
            (double)m->raw_bytes / 1e6, o->config);
+    if (o->verify)
+        print_versions(m);
     printf("ours:  POST http://%s:%d/v2/models/%s/infer, JSON header + binary KEYS (INT64"
            " [1,T*B]), NUMKEYS (INT32 [1,T]) as JSON data, OUTPUT0 requested binary; HTTP/1.1"
            " keep-alive, one request in flight per connection%s\n",
@@ -254,7 +286,7 @@ static void print_check(const char *who, const hb_reqfile_t *rf, const hb_check_
 {
     bool ok = rc == 0 && c->rows_missed == 0 && c->rows_wrong == 0 && c->responses > 0;
     printf("  verify %-5s B=%-5u %" PRIu64 " answers, %" PRIu64 " rows: %" PRIu64
-           " = hps_gen_vector (keys in the model), %" PRIu64 " = default (keys not in the"
+           " = hps_gen_vector_v (keys in the model), %" PRIu64 " = default (keys not in the"
            " model), %" PRIu64 " default for a key in the model, %" PRIu64 " wrong: %s\n",
            who, rf->B, c->responses, c->rows, c->rows_vector, c->rows_default, c->rows_missed,
            c->rows_wrong, ok ? "PASS" : "FAIL");

@@ -1,6 +1,7 @@
 /*
  * model.c -- the model under test (from its INI), key sets, request files,
- * and the exact check of a response against hps_gen_vector().
+ * and the exact check of a response against hps_gen_vector_v() of the
+ * version the model files were written with.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +88,7 @@ int hb_model_open(const char *ini, const char *model, hb_model_t *m, char *err, 
         return -1;
     }
     m->name = cm->name;
+    m->version = (uint32_t)cm->version;
     m->key_bytes = m->conf->hps.supportlonglong ? 8 : 4;
     m->num_tables = (uint32_t)cm->num_tables;
     m->tables = calloc(m->num_tables, sizeof(hb_table_t));
@@ -101,6 +103,7 @@ int hb_model_open(const char *ini, const char *model, hb_model_t *m, char *err, 
         tb->dir = cm->sparse_files[t];
         tb->dim = (uint32_t)cm->embedding_vecsize_per_table[t];
         tb->default_value = (float)cm->default_value_for_each_table[t];
+        tb->version = m->version;
         rc = hps_modelfile_open(tb->dir, tb->dim, &mf, e, sizeof(e));
         if (rc < 0) {
             snprintf(err, n, "table %s: %s", tb->name, e);
@@ -113,6 +116,48 @@ int hb_model_open(const char *ini, const char *model, hb_model_t *m, char *err, 
         m->raw_bytes += tb->rows * (8 + 4ull * tb->dim);
     }
     return 0;
+}
+
+/* Row 0 of table t's files equals hps_gen_vector_v(t, key, dim, v). */
+static bool row_is_version(uint32_t t, int64_t key, const float *row, uint32_t dim, uint32_t v,
+                           float *scratch)
+{
+    hps_gen_vector_v(t, key, dim, v, scratch);
+    return memcmp(row, scratch, 4ull * dim) == 0;
+}
+
+/*
+ * Set tb->version to the hps-gen version row 0 of table t's files holds:
+ * the model's [model] version first (what hps-gen model --model-version V
+ * writes beside the files), then 1 .. HB_VERSION_SCAN.  The files are what
+ * the server answers from; the INI's `version` may have been edited, or
+ * left out, since.  Unchanged (the INI's) when no version matches: the
+ * files are not hps-gen's, and the checks will say so.
+ */
+static int find_version(hps_modelfile_t *mf, uint32_t t, hb_table_t *tb, char *e, size_t n)
+{
+    int64_t key;
+    float *buf;
+    hps_err_t rc;
+
+    tb->version_found = false;
+    if (tb->rows == 0)
+        return 0;
+    buf = malloc(8ull * tb->dim); /* row 0, then a candidate's vector */
+    if (!buf) {
+        snprintf(e, n, "out of memory");
+        return -ENOMEM;
+    }
+    rc = hps_modelfile_read(mf, 0, 1, &key, buf, e, n);
+    for (uint32_t v = 0; rc == 0 && v <= HB_VERSION_SCAN && !tb->version_found; v++) {
+        uint32_t cand = v == 0 ? tb->version : v;
+        if (row_is_version(t, key, buf, tb->dim, cand, buf + tb->dim)) {
+            tb->version = cand;
+            tb->version_found = true;
+        }
+    }
+    free(buf);
+    return rc;
 }
 
 int hb_model_load_keys(hb_model_t *m, char *err, size_t n)
@@ -129,6 +174,8 @@ int hb_model_load_keys(hb_model_t *m, char *err, size_t n)
         hps_err_t rc = hps_modelfile_open(tb->dir, tb->dim, &mf, e, sizeof(e));
         if (rc == 0 && hb_keyset_init(&tb->keys, tb->rows) < 0)
             rc = -ENOMEM, snprintf(e, sizeof(e), "out of memory");
+        if (rc == 0)
+            rc = find_version(mf, t, tb, e, sizeof(e));
         for (uint64_t row = 0; rc == 0 && row < tb->rows; row += KEY_CHUNK) {
             size_t k = (size_t)(tb->rows - row < KEY_CHUNK ? tb->rows - row : KEY_CHUNK);
             rc = hps_modelfile_read(mf, row, k, buf, NULL, e, sizeof(e));
@@ -238,7 +285,7 @@ void hb_check_response(const hb_model_t *m, const int64_t *keys, uint32_t B, con
             int64_t key = keys[(size_t)t * B + i];
             bool present = hb_keyset_has(&tb->keys, key);
             if (present)
-                hps_gen_vector(t, key, tb->dim, scratch);
+                hps_gen_vector_v(t, key, tb->dim, tb->version, scratch);
             else
                 for (uint32_t d = 0; d < tb->dim; d++)
                     scratch[d] = tb->default_value;

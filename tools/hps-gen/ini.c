@@ -94,20 +94,49 @@ static void put_list(FILE *f, const gen_model_t *m, const char *key, item_fn ite
     fputc('\n', f);
 }
 
+/* Comment lines of at most this many bytes: inih (hps-gen requests' INI
+ * reader) takes lines of up to 200 bytes (INI_MAX_LINE). */
+#define COMMENT_WIDTH 100
+
+/* The command line as comment lines ";   ...", broken at spaces (a word
+ * longer than COMMENT_WIDTH is cut: it is a comment). */
+static void put_cmdline(FILE *f, const char *cmd)
+{
+    while (*cmd) {
+        size_t n = strlen(cmd);
+        if (n > COMMENT_WIDTH) {
+            size_t cut = COMMENT_WIDTH;
+            while (cut > 0 && cmd[cut] != ' ')
+                cut--;
+            n = cut ? cut : COMMENT_WIDTH;
+        }
+        fprintf(f, ";   %.*s\n", (int)n, cmd);
+        cmd += n;
+        while (*cmd == ' ')
+            cmd++;
+    }
+}
+
 static void put_header(FILE *f, const gen_model_t *m)
 {
     uint64_t rows = 0;
+    char vec[64];
 
     for (size_t t = 0; t < m->num_tables; t++)
         rows += m->tables[t].rows;
+    if (m->version > 1)
+        snprintf(vec, sizeof vec, "hps_gen_vector_v(t, key, dim, %u)", m->version);
+    else
+        snprintf(vec, sizeof vec, "hps_gen_vector(t, key, dim)");
+    fprintf(f, "; HPS configuration of model '%s', written by hps-gen %s:\n", m->name,
+            hps_version());
+    put_cmdline(f, m->cmdline);
     fprintf(f,
-            "; HPS configuration of model '%s', written by hps-gen %s:\n"
-            ";   %s\n"
             "; %zu tables, %llu rows, %u-byte keys.  Row j of table t holds key\n"
             "; hps_gen_key_w(t, hps_gen_shuffle_at(j), %u) (file-order seed %llu) and\n"
-            "; its vector hps_gen_vector(t, key, dim): see include/hps/gen.h.\n\n",
-            m->name, hps_version(), m->cmdline, m->num_tables, (unsigned long long)rows,
-            m->key_bytes, m->key_bytes, (unsigned long long)m->seed);
+            "; its vector %s: see include/hps/gen.h.\n\n",
+            m->num_tables, (unsigned long long)rows,
+            m->key_bytes, m->key_bytes, (unsigned long long)m->seed, vec);
 }
 
 static void put_globals(FILE *f, const gen_model_t *m)

@@ -74,7 +74,10 @@ static const char help_text[] =
     "  Prints the alpha for the hot share (or, with --alpha, the share of that alpha).\n"
     "\n"
     "hps-gen row --table T (--index I [--count N] | --key K) [--dim D] [--key-bytes 8|4]\n"
+    "            [--model-version V]\n"
     "  Prints \"KEY v0 v1 ...\" (values with %.9g, exact) for keys of the generator.\n"
+    "  --model-version V       the vectors of version V (default 1), as hps-gen model\n"
+    "                          --model-version V writes them (hps_gen_vector_v)\n"
     "\n"
     "exit status: 0 ok, 1 error, 2 usage error\n";
 

@@ -27,7 +27,8 @@
     X("key", key)                                                                                  \
     X("count", count)                                                                              \
     X("dim", dim)                                                                                  \
-    X("key-bytes", key_bytes)
+    X("key-bytes", key_bytes)                                                                      \
+    X("model-version", version)
 /* clang-format on */
 
 typedef struct alpha_args {
@@ -147,19 +148,20 @@ int gen_cmd_alpha(int argc, char **argv)
     return rc;
 }
 
-static void print_row(uint32_t table, int64_t key, uint32_t dim)
+/* "KEY v0 v1 ..." of version `version` (hps_gen_vector_v); vec holds dim floats. */
+static void print_row(uint32_t table, int64_t key, uint32_t dim, uint32_t version, float *vec)
 {
-    uint64_t seed = hps_gen_row_seed(table, key);
-
+    hps_gen_vector_v(table, key, dim, version, vec);
     printf("%lld", (long long)key);
     for (uint32_t d = 0; d < dim; d++)
-        printf(" %.9g", (double)hps_gen_value_at(seed, d));
+        printf(" %.9g", (double)vec[d]);
     putchar('\n');
 }
 
 static int row_print(const row_args_t *a)
 {
-    uint64_t table = 0, index = 0, count = 1, dim = 16, kb = 8, key;
+    uint64_t table = 0, index = 0, count = 1, dim = 16, kb = 8, key, ver = 1;
+    float *vec;
 
     if (!a->table || !gen_parse_u64(a->table, 0, UINT32_MAX, &table))
         return gen_usage("row: --table T is required (T >= 0)");
@@ -169,20 +171,26 @@ static int row_print(const row_args_t *a)
         return gen_usage("row: --key-bytes must be 8 or 4");
     if (a->count && !gen_parse_u64(a->count, 1, 1u << 24, &count))
         return gen_usage("row: --count must be in [1, 2^24]");
+    if (a->version && !gen_parse_u64(a->version, 1, INT32_MAX, &ver))
+        return gen_usage("row: --model-version %s: must be in [1, 2^31-1]", a->version);
     if (a->key) {
         char *end;
         long long k = strtoll(a->key, &end, 0);
         if (*end != '\0' || end == a->key)
             return gen_usage("row: --key must be an integer");
-        print_row((uint32_t)table, (int64_t)k, (uint32_t)dim);
+        vec = gen_xmalloc(dim * sizeof *vec);
+        print_row((uint32_t)table, (int64_t)k, (uint32_t)dim, (uint32_t)ver, vec);
+        free(vec);
         return GEN_OK;
     }
     if (!a->index || !gen_parse_u64(a->index, 0, HPS_GEN_KEY_LIMIT - 1, &index))
         return gen_usage("row: --index I or --key K is required");
+    vec = gen_xmalloc(dim * sizeof *vec);
     for (uint64_t i = index; i < index + count; i++) {
         key = (uint64_t)hps_gen_key_w((uint32_t)table, i, (unsigned)kb);
-        print_row((uint32_t)table, (int64_t)key, (uint32_t)dim);
+        print_row((uint32_t)table, (int64_t)key, (uint32_t)dim, (uint32_t)ver, vec);
     }
+    free(vec);
     return GEN_OK;
 }
 

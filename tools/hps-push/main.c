@@ -69,6 +69,7 @@ static void usage(FILE *out)
             "  --num-send-buffers N messages in flight at most (default 1024)\n"
             "  --timeout-ms T       delivery timeout per message (default 60000)\n"
             "  --quiet              no progress lines\n"
+            "  --version            show the version and exit\n"
             "Exit status: 0 all delivered, 1 a message was not delivered, 2 usage.\n");
 }
 
@@ -101,6 +102,7 @@ static int parse_args(int argc, char **argv, push_opts_t *o)
                                           {"partition", 1, NULL, 'p'},
                                           {"quiet", 0, NULL, 'q'},
                                           {"help", 0, NULL, 'h'},
+                                          {"version", 0, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
     *o = (push_opts_t){.brokers = "127.0.0.1:9092",
                        .key_bytes = 8,
@@ -170,6 +172,9 @@ static int parse_args(int argc, char **argv, push_opts_t *o)
             break;
         case 'h':
             usage(stdout);
+            exit(0);
+        case 'V':
+            printf("hps-push %s\n", hps_version());
             exit(0);
         default:
             return 2;

@@ -87,6 +87,15 @@ static uint64_t target_rows(const hps_table_info_t *ti)
     return (uint64_t)((double)ti->overflow_margin * ti->overflow_resolution_target);
 }
 
+/* Bytes past the allocator's bump pointer (used + free list): never handed
+ * out yet.  With the free list, what the segment can still allocate. */
+static uint64_t unused_bytes(const hps_segment_info_t *s)
+{
+    uint64_t bump = s->used_bytes + s->free_bytes;
+
+    return s->size_bytes > bump ? s->size_bytes - bump : 0;
+}
+
 /* ---- JSON ---------------------------------------------------------------- */
 
 static json_object *segment_json(hps_shmdb_t *db, const hps_segment_info_t *s)
@@ -100,7 +109,8 @@ static json_object *segment_json(hps_shmdb_t *db, const hps_segment_info_t *s)
     hps__tool_jset(o, "size_bytes", hps__tool_json_u64(s->size_bytes));
     hps__tool_jset(o, "committed_bytes", hps__tool_json_u64(s->committed_bytes));
     hps__tool_jset(o, "used_bytes", hps__tool_json_u64(s->used_bytes));
-    hps__tool_jset(o, "free_bytes", hps__tool_json_u64(s->free_bytes));
+    hps__tool_jset(o, "free_bytes", hps__tool_json_u64(s->free_bytes)); /* the free list */
+    hps__tool_jset(o, "unused_bytes", hps__tool_json_u64(unused_bytes(s)));
     hps__tool_jset(o, "allocation_rate", hps__tool_json_u64(s->allocation_rate));
     hps__tool_jset(o, "creator_pid", json_object_new_int64(s->creator_pid));
     hps__tool_jset(o, "creator_alive", json_object_new_boolean(hps_shmdb_creator_attached(db)));
@@ -225,14 +235,15 @@ static void segment_text(hps_shmdb_t *db, const hps_segment_info_t *s)
 
     printf("segment %s\n", s->name);
     printf("  format           0x%08x\n", s->format);
-#define BYTES_LINE(label, v)                                                                       \
-    printf("  %-16s %llu bytes (%s)\n", label, (unsigned long long)(v),                            \
-           hps__tool_fmt_bytes(v, b1, sizeof b1))
-    BYTES_LINE("size", s->size_bytes);
-    BYTES_LINE("committed", s->committed_bytes);
-    BYTES_LINE("used", s->used_bytes);
-    BYTES_LINE("free", s->free_bytes);
-    BYTES_LINE("allocation_rate", s->allocation_rate);
+#define BYTES_LINE(label, v, note)                                                                 \
+    printf("  %-16s %llu bytes (%s)%s\n", label, (unsigned long long)(v),                          \
+           hps__tool_fmt_bytes(v, b1, sizeof b1), note)
+    BYTES_LINE("size", s->size_bytes, "");
+    BYTES_LINE("committed", s->committed_bytes, "");
+    BYTES_LINE("used", s->used_bytes, "");
+    BYTES_LINE("unused", unused_bytes(s), ", never allocated yet");
+    BYTES_LINE("free list", s->free_bytes, ", freed blocks kept for reuse");
+    BYTES_LINE("allocation_rate", s->allocation_rate, "");
 #undef BYTES_LINE
     printf("  creator pid      %d (%s)\n", (int)s->creator_pid,
            hps_shmdb_creator_attached(db) ? "alive" : "gone");

@@ -2,7 +2,9 @@
  * cmd-ls.c -- hps-shm ls: the segments in /dev/shm and whether they attach.
  *
  * hps_shmdb_probe() explains a refusal (foreign object, other format, ...);
- * a segment that passes is attached briefly, as a tool, to read its header.
+ * a segment that passes is attached briefly, as a tool, to read its header
+ * and whether its coordinator (or, before any coordinator beat, its
+ * creator) is still attached: STATUS "ok", else "orphan".
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +20,9 @@ typedef struct ls_row {
     hps_err_t err;          /* 0 = attaches */
     char msg[256];          /* refusal message when err != 0 */
     hps_segment_info_t seg; /* header, when err == 0 */
+    bool coord_alive;       /* seg.coord_pid is attached (hps_shmdb_coordinator_attached) */
+    bool creator_alive;     /* seg.creator_pid is attached (hps_shmdb_creator_attached) */
+    size_t procs;           /* live processes attached, this hps-shm not counted */
     long long file_bytes;   /* st_size of the object; -1 if stat failed */
 } ls_row_t;
 
@@ -34,8 +39,31 @@ static void ls_read_header(ls_row_t *row)
     row->err = hps_shmdb_attach(row->name, &popts, &db);
     if (row->err == 0) {
         row->err = hps_shmdb_segment_info(db, &row->seg);
+        row->coord_alive = row->seg.coord_pid && hps_shmdb_coordinator_attached(db);
+        row->creator_alive = hps_shmdb_creator_attached(db);
+        row->procs = hps_shmdb_other_procs(db);
         hps_shmdb_detach(db);
     }
+}
+
+/* An attachable segment is an orphan when the coordinator that beat last is
+ * gone, or, where no coordinator ever beat, its creator is: nothing loads
+ * or updates it. */
+static bool ls_orphan(const ls_row_t *r)
+{
+    return r->seg.coord_pid ? !r->coord_alive : !r->creator_alive;
+}
+
+/* "ok", or "orphan: coordinator pid 12 gone" / "orphan: no coordinator, creator gone". */
+static const char *ls_status(const ls_row_t *r, char *buf, size_t len)
+{
+    if (!ls_orphan(r))
+        return "ok";
+    if (r->seg.coord_pid)
+        snprintf(buf, len, "orphan: coordinator pid %d gone", (int)r->seg.coord_pid);
+    else
+        snprintf(buf, len, "orphan: no coordinator, creator gone");
+    return buf;
 }
 
 static void ls_probe(const char *name, ls_row_t *row)
@@ -60,6 +88,10 @@ static json_object *ls_row_json(const ls_row_t *r)
 
     hps__tool_jset(o, "name", json_object_new_string(r->name));
     hps__tool_jset(o, "attachable", json_object_new_boolean(r->err == 0));
+    hps__tool_jset(o, "status",
+                   json_object_new_string(r->err         ? "refused"
+                                          : ls_orphan(r) ? "orphan"
+                                                         : "ok"));
     if (r->err != 0) {
         hps__tool_jset(o, "error", json_object_new_string(hps_err_name(r->err)));
         hps__tool_jset(o, "message", json_object_new_string(r->msg));
@@ -73,6 +105,10 @@ static json_object *ls_row_json(const ls_row_t *r)
     hps__tool_jset(o, "used_bytes", hps__tool_json_u64(r->seg.used_bytes));
     hps__tool_jset(o, "tables", json_object_new_int64(r->seg.num_tables));
     hps__tool_jset(o, "creator_pid", json_object_new_int64(r->seg.creator_pid));
+    hps__tool_jset(o, "creator_alive", json_object_new_boolean(r->creator_alive));
+    hps__tool_jset(o, "coordinator_pid", json_object_new_int64(r->seg.coord_pid));
+    hps__tool_jset(o, "coordinator_alive", json_object_new_boolean(r->coord_alive));
+    hps__tool_jset(o, "attached_processes", json_object_new_uint64(r->procs));
     return o;
 }
 
@@ -89,7 +125,7 @@ static int ls_json(const hps__tool_t *t, const ls_row_t *rows, size_t n)
 
 static void ls_text_row(const ls_row_t *r, int w)
 {
-    char size[32], committed[32];
+    char size[32], committed[32], status[64];
 
     if (r->err != 0) {
         if (r->file_bytes >= 0)
@@ -100,10 +136,10 @@ static void ls_text_row(const ls_row_t *r, int w)
                r->msg, hps_err_name(r->err));
         return;
     }
-    printf("%-*s  %10s  %10s  %6u  %8d  ok\n", w, r->name,
+    printf("%-*s  %10s  %10s  %6u  %8d  %s\n", w, r->name,
            hps__tool_fmt_bytes(r->seg.size_bytes, size, sizeof size),
            hps__tool_fmt_bytes(r->seg.committed_bytes, committed, sizeof committed),
-           r->seg.num_tables, (int)r->seg.creator_pid);
+           r->seg.num_tables, (int)r->seg.creator_pid, ls_status(r, status, sizeof status));
 }
 
 static int ls_text(const hps__tool_t *t, const ls_row_t *rows, size_t n)

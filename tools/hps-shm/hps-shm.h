@@ -85,8 +85,13 @@ const char *hps__tool_attach_hint(hps_err_t err);
 int hps__tool_attach(const hps__tool_t *t, const char *name, hps_shmdb_t **ret);
 
 /**
- * @brief Find table (model, table) and take its info snapshot.
- * @return HPS__TOOL_OK, or HPS__TOOL_FAIL after printing the error.
+ * @brief Find table (model, table) and take its info snapshot.  table is a
+ *        table's name or, where no table of the model has that name, its
+ *        index among the model's tables (decimal; 0 = the model's first table
+ *        in id order, as info lists them).
+ * @return HPS__TOOL_OK, or HPS__TOOL_FAIL after printing the error (which
+ *         says whether the model exists, and lists its tables or the
+ *         segment's models).
  */
 int hps__tool_find_table(const hps__tool_t *t, hps_shmdb_t *db, const char *model,
                          const char *table, uint32_t *ret_id, hps_table_info_t *ret_info);

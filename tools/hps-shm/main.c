@@ -1,14 +1,16 @@
 /*
  * main.c -- hps-shm: inspect the HPS shared-memory segments in /dev/shm.
  *
- * Command line: hps-shm [--json] [--help] COMMAND ARGS...; --json and --help
- * may appear anywhere.  Only those exact words are options, so negative keys
- * ("get seg m t -5") are positional arguments; "--" ends the options.
+ * Command line: hps-shm [--json] [--help] [--version] COMMAND ARGS...; the
+ * options may appear anywhere.  Only those exact words are options, so
+ * negative keys ("get seg m t -5") are positional arguments; "--" ends the
+ * options.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "hps-shm.h"
+#include "hps/hps.h"
 
 /** One subcommand: name, positional argument count range, handler. */
 typedef struct cmd_def {
@@ -31,8 +33,12 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  ls                           list the segments: size, committed bytes, tables,\n"
-    "                               creator pid, and whether each one can be attached\n"
-    "  info NAME                    header, every table (geometry, storage type,\n"
+    "                               creator pid and STATUS: ok (the coordinator, or\n"
+    "                               before any coordinator ran the creator, is attached),\n"
+    "                               orphan (it is gone: nothing loads or updates the\n"
+    "                               data) or refused (cannot be attached, and why)\n"
+    "  info NAME                    header (bytes used, unused and on the allocator's\n"
+    "                               free list), every table (geometry, storage type,\n"
     "                               counters, per-partition fill), the attached processes\n"
     "                               and the GPU caches (shape, occupancy, hit rate,\n"
     "                               refresher, processes)\n"
@@ -47,9 +53,14 @@ static const char usage_text[] =
     "  rm NAME                      remove the segment (attached processes keep their\n"
     "                               mapping until they detach)\n"
     "\n"
+    "TABLE (get, dump) is a table's name or, if no table of MODEL has that name, its\n"
+    "index among MODEL's tables: 0, 1, ... in the order info lists them (the order of\n"
+    "embedding_table_names when the coordinator created them).\n"
+    "\n"
     "options:\n"
     "  --json      machine-readable JSON on stdout (errors stay text on stderr)\n"
     "  -h, --help  show this help\n"
+    "  --version   show the version and exit\n"
     "\n"
     "exit status: 0 ok, 1 error or inconsistency, 2 usage error\n";
 
@@ -64,9 +75,11 @@ static const cmd_def_t *find_cmd(const char *name)
 
 /*
  * Remove the options from argv in place (argv[1..]), leaving the positional
- * words in argv[1 .. *ret_n].  Returns HPS__TOOL_USAGE for an unknown option.
+ * words in argv[1 .. *ret_n]; --help and --version set *help and *version.
+ * Returns HPS__TOOL_USAGE for an unknown option.
  */
-static int parse_options(int argc, char **argv, hps__tool_t *t, bool *help, int *ret_n)
+static int parse_options(int argc, char **argv, hps__tool_t *t, bool *help, bool *version,
+                         int *ret_n)
 {
     int n = 0;
     bool opts_done = false;
@@ -79,6 +92,8 @@ static int parse_options(int argc, char **argv, hps__tool_t *t, bool *help, int 
             t->json = true;
         } else if (!opts_done && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
             *help = true;
+        } else if (!opts_done && strcmp(a, "--version") == 0) {
+            *version = true;
         } else if (!opts_done && strncmp(a, "--", 2) == 0) {
             fprintf(stderr, "hps-shm: unknown option '%s'\n%s", a, usage_text);
             return HPS__TOOL_USAGE;
@@ -112,14 +127,18 @@ static int run_cmd(hps__tool_t *t, char **words, int n)
 int main(int argc, char **argv)
 {
     hps__tool_t t = {.cmd = "", .argv = NULL};
-    bool help = false;
+    bool help = false, version = false;
     int n = 0;
-    int rc = parse_options(argc, argv, &t, &help, &n);
+    int rc = parse_options(argc, argv, &t, &help, &version, &n);
 
     if (rc != HPS__TOOL_OK)
         return rc;
     if (help) {
         fputs(usage_text, stdout);
+        return hps__tool_flush(&t);
+    }
+    if (version) {
+        printf("hps-shm %s\n", hps_version());
         return hps__tool_flush(&t);
     }
     if (n == 0) {

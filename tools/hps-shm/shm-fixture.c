@@ -27,7 +27,10 @@
  * READY with 512 rows and 64 KiB, counters occupied 512, lookups 10, hits
  * 10, inserts 512; it writes its pid to OUTDIR/holder.pid and stays (the
  * live creator, refresher and only process of entry 2) until the segment is
- * removed, or 120 s.
+ * removed, or 120 s.  It attaches as a coordinator and beats once
+ * (hps_shmdb_heartbeat), so that hps-shm ls shows the segment "ok" while it
+ * lives and "orphan" once it is gone (before, no coordinator ever ran and
+ * the creator is gone: "orphan" too).
  * OUTDIR/fixture.pid gets the fixture's pid (the creator of both).
  */
 #include <inttypes.h>
@@ -230,19 +233,23 @@ static hps_gcache_reg_t fx_want(uint32_t table_id, int32_t device, uint32_t dim,
                               .capacity_rows = 1000};
 }
 
-/* shm-fixture --hold NAME OUTDIR: create and publish GPU cache 2, write
- * OUTDIR/holder.pid, stay until the segment is gone (or 120 s). */
+/* shm-fixture --hold NAME OUTDIR: beat as the coordinator, create and
+ * publish GPU cache 2, write OUTDIR/holder.pid, stay until the segment is
+ * gone (or 120 s). */
 static int fx_hold(const char *name, const char *outdir)
 {
+    const hps_shmdb_proc_opts_t popts = {
+        .num_threads = 1, .role = HPS_ROLE_COORDINATOR, .device = -1};
     hps_shmdb_t *db = NULL;
     hps_gcache_reg_t w = fx_want(0, 2, 4, 0), r;
     hps_gcache_counters_t c = {.occupied = 512, .lookups = 10, .hits = 10, .inserts = 512};
     bool creator = false;
     char path[300];
 
-    if (fx_check(hps_shmdb_attach(name, NULL, &db), "attach"))
+    if (fx_check(hps_shmdb_attach(name, &popts, &db), "attach"))
         return 1;
-    if (fx_check(hps_shmdb_gcache_claim(db, &w, &r, &creator), "gcache_claim (hold)") ||
+    if (fx_check(hps_shmdb_heartbeat(db), "heartbeat (hold)") ||
+        fx_check(hps_shmdb_gcache_claim(db, &w, &r, &creator), "gcache_claim (hold)") ||
         fx_check(hps_shmdb_gcache_ready(db, r.index, r.generation, 512, 65536), "gcache_ready") ||
         fx_check(hps_shmdb_gcache_publish(db, r.index, r.generation, &c), "gcache_publish") ||
         fx_write_pid(outdir, "holder.pid", getpid())) {

@@ -151,14 +151,25 @@ run 0 "--help" "$TOOL" --help
 out_has "--help prints the usage" "usage: hps-shm"
 run 0 "help after a command" "$TOOL" info --help
 out_has "help after a command prints the usage" "usage: hps-shm"
+out_has "--help: TABLE may be an index" "index among MODEL's tables: 0, 1, ..."
+out_has "--help: ls explains orphan" "orphan (it is gone: nothing loads or updates the"
+out_has "--help lists --version" "--version   show the version and exit"
+run 0 "--version" "$TOOL" --version
+if [ "$(wc -l <"$OUT")" -eq 1 ] && grep -Eqx 'hps-shm [^ ]+' "$OUT"; then
+    pass "--version prints 'hps-shm VERSION' as the other tools"
+else
+    fail "--version prints 'hps-shm VERSION' as the other tools"
+fi
 
 # ---- ls --------------------------------------------------------------------
 
+# The fixture (the creator) is gone and no coordinator ever beat: an orphan.
 run 0 "ls" "$TOOL" ls
-if awk -v n="$NAME" '$1 == n && $NF == "ok" && $(NF - 2) == 2 { f = 1 } END { exit !f }' "$OUT"; then
-    pass "ls lists $NAME: 2 tables, attachable"
+if grep -Eq "^$NAME +8\.0 MiB +[0-9.]+ [KM]iB +2 +[0-9]+  orphan: no coordinator, creator gone\$" \
+    "$OUT"; then
+    pass "ls lists $NAME: 2 tables, attachable, orphan (creator gone, no coordinator)"
 else
-    fail "ls lists $NAME: 2 tables, attachable"
+    fail "ls lists $NAME: 2 tables, attachable, orphan (creator gone, no coordinator)"
 fi
 if awk -v n="$BAD" '$1 == n && /refused: / { f = 1 } END { exit !f }' "$OUT"; then
     pass "ls shows why $BAD is refused"
@@ -169,8 +180,10 @@ run 0 "ls --json" "$TOOL" ls --json
 json_valid "ls --json"
 json_assert "ls --json: $NAME attachable, 2 tables, created by the fixture" \
     "[s for s in d['segments'] if s['name'] == '$NAME' and s['attachable'] and s['tables'] == 2 and s['size_bytes'] == 8 << 20 and s['committed_bytes'] > 0 and s['creator_pid'] > 0]"
+json_assert "ls --json: $NAME orphan, creator gone, no coordinator" \
+    "[s for s in d['segments'] if s['name'] == '$NAME' and s['status'] == 'orphan' and not s['creator_alive'] and s['coordinator_pid'] == 0 and not s['coordinator_alive'] and s['attached_processes'] == 0]"
 json_assert "ls --json: $BAD refused with a message" \
-    "[s for s in d['segments'] if s['name'] == '$BAD' and not s['attachable'] and s['message'] and s['error'].startswith('HPS_E')]"
+    "[s for s in d['segments'] if s['name'] == '$BAD' and not s['attachable'] and s['status'] == 'refused' and s['message'] and s['error'].startswith('HPS_E')]"
 
 # ---- info ------------------------------------------------------------------
 
@@ -185,10 +198,29 @@ out_has "info shows t64 counters" "inserts 8, updates 1, erased 1, evictions 0"
 out_has "info shows t64 hit rate" "lookups 2, hits 1 (hit rate 50.0%)"
 out_has "info shows per-partition fill" "rows/capacity per partition:"
 out_has "info shows the process table" "(this hps-shm)"
+# The allocator's free list is labelled as such, beside the unused bytes
+# (never allocated): a bare "free 0 bytes" read as "the segment is full".
+if grep -Eq '^  free +[0-9]' "$OUT"; then
+    fail "info has no bare 'free N bytes' line"
+else
+    pass "info has no bare 'free N bytes' line"
+fi
+out_has "info labels the free list" "  free list        0 bytes (0 B), freed blocks kept for reuse"
+INFO_TEXT=$WORK/info.txt
+cp "$OUT" "$INFO_TEXT"
 run 0 "info --json" "$TOOL" --json info "$NAME"
 json_valid "info --json"
 json_assert "info --json: header" \
     "d['segment']['name'] == '$NAME' and d['segment']['format'].startswith('0x') and d['segment']['num_tables'] == 2 and d['segment']['size_bytes'] == 8 << 20 and d['segment']['allocation_rate'] == 1 << 20 and d['segment']['used_bytes'] <= d['segment']['committed_bytes'] <= d['segment']['size_bytes']"
+json_assert "info --json: unused = size - used - free list; free_bytes kept" \
+    "d['segment']['free_bytes'] == 0 and d['segment']['unused_bytes'] == d['segment']['size_bytes'] - d['segment']['used_bytes'] - d['segment']['free_bytes'] > 0"
+UNUSED=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["segment"]["unused_bytes"])' "$OUT" 2>/dev/null)
+if grep -Eq "^  unused +$UNUSED bytes \(7\.[0-9] MiB\), never allocated yet\$" "$INFO_TEXT"; then
+    pass "info shows the unused bytes ($UNUSED)"
+else
+    cat "$INFO_TEXT" >>"$ERR"
+    fail "info shows the unused bytes ($UNUSED)"
+fi
 T64="[t for t in d['tables'] if t['table'] == 't64'][0]"
 T32="[t for t in d['tables'] if t['table'] == 't32'][0]"
 json_assert "info --json: t64 geometry" \
@@ -226,6 +258,16 @@ out_has "info: cache 1 never published" "counters never published"
 out_has "info: cache 2 shape" "cache 2: demo/t64 (table 0) on device 2, ready, generation 1, dim 4, lru"
 out_has "info: cache 2 occupancy" "capacity 512 rows, 64.0 KiB, occupancy 512/512 (100.0%)"
 out_has "info: cache 2 processes" "creator pid $HOLDER (alive), refresher pid $HOLDER (alive), attached pids $HOLDER"
+# The holder beat as the coordinator: ls shows the segment ok while it lives.
+run 0 "ls (live coordinator)" "$TOOL" ls
+if grep -Eq "^$NAME .*  ok\$" "$OUT"; then
+    pass "ls: $NAME ok while its coordinator lives"
+else
+    fail "ls: $NAME ok while its coordinator lives"
+fi
+run 0 "ls --json (live coordinator)" "$TOOL" ls --json
+json_assert "ls --json: $NAME ok, coordinator $HOLDER alive" \
+    "[s for s in d['segments'] if s['name'] == '$NAME' and s['status'] == 'ok' and s['coordinator_pid'] == $HOLDER and s['coordinator_alive'] and s['attached_processes'] == 1]"
 run 0 "info --json (GPU caches)" "$TOOL" info --json "$NAME"
 json_valid "info --json (GPU caches)"
 G0="[g for g in d['gpu_caches'] if g['index'] == 0][0]"
@@ -250,6 +292,15 @@ wait "$HOLDER" 2>/dev/null # reaped: a zombie would still count as alive
 run 0 "info --json after the holder died" "$TOOL" --json info "$NAME"
 json_assert "info --json: cache 2 has no live process left" \
     "[g['attached_pids'] == [] and not g['creator_alive'] and g['creator_pid'] == $HOLDER and g['state'] == 'ready' for g in [$G2]][0]"
+run 0 "ls after the coordinator died" "$TOOL" ls
+if grep -Eq "^$NAME .*  orphan: coordinator pid $HOLDER gone\$" "$OUT"; then
+    pass "ls: $NAME orphan once its coordinator is gone"
+else
+    fail "ls: $NAME orphan once its coordinator is gone"
+fi
+run 0 "ls --json after the coordinator died" "$TOOL" --json ls
+json_assert "ls --json: $NAME orphan, coordinator $HOLDER gone" \
+    "[s for s in d['segments'] if s['name'] == '$NAME' and s['status'] == 'orphan' and s['coordinator_pid'] == $HOLDER and not s['coordinator_alive']]"
 HOLDER=
 
 # ---- get -------------------------------------------------------------------
@@ -287,7 +338,31 @@ err_has "get: int64 range message" "is not an int64"
 run 2 "get t64 key 12abc" "$TOOL" get "$NAME" demo t64 12abc
 run 1 "get unknown table" "$TOOL" get "$NAME" demo nope 1
 err_has "get unknown table: message" "no table 'nope' of model 'demo'"
+err_has "get unknown table: the model's tables" "(its tables by index: 0 t64, 1 t32)"
 err_has "get unknown table: hint" "hint: run 'hps-shm info NAME'"
+run 1 "get unknown model" "$TOOL" get "$NAME" nope 0 1
+err_has "get unknown model: says the model does not exist" \
+    "no model 'nope' in segment '$NAME' (its models: demo)"
+if grep -qF "no table" "$ERR"; then
+    fail "get unknown model: no 'no table' message"
+else
+    pass "get unknown model: no 'no table' message"
+fi
+# TABLE as an index among the model's tables, as the Python API takes it.
+run 0 "get by table index 0 (t64)" "$TOOL" get "$NAME" demo 0 42 999
+out_is "get by index 0 = get t64" <<'EOF'
+42: 0.100000001 -0.00100000005 1.00000002e+20 -2.5
+999: missing (default 0.5)
+EOF
+run 0 "get by table index 1 (t32)" "$TOOL" get "$NAME" demo 1 4294967295
+out_is "get by index 1 = get t32" <<'EOF'
+4294967295: 2 2.125 2.25
+EOF
+run 0 "get --json by table index" "$TOOL" get "$NAME" demo 1 5 --json
+json_assert "get --json by index names the table" "d['table'] == 't32' and d['dim'] == 3"
+run 1 "get table index out of range" "$TOOL" get "$NAME" demo 2 1
+err_has "get index out of range: message" \
+    "no table '2' of model 'demo' (its tables by index: 0 t64, 1 t32)"
 
 # ---- dump ------------------------------------------------------------------
 
@@ -319,6 +394,8 @@ if dump_as_text "$D32" 3 | diff -u "$WORK/demo.t32.txt" - >"$ERR" 2>&1; then
 else
     fail "dump t32: files hold exactly the expected rows"
 fi
+run 0 "dump by table index" "$TOOL" dump "$NAME" demo 1 "$WORK/dump/by-index"
+out_has "dump by index 1 dumps t32" "dumped 4 rows of demo/t32 (dim 3)"
 run 0 "dump t64 again over existing files" "$TOOL" dump "$NAME" demo t64 "$D64"
 only_model_files "dump over existing files leaves no temporary files" "$D64"
 run 1 "dump into an impossible directory" "$TOOL" dump "$NAME" demo t64 /dev/null/x

@@ -1,10 +1,12 @@
 /*
  * util.c -- errors, attaching, JSON and text formatting for hps-shm.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -92,17 +94,103 @@ int hps__tool_attach(const hps__tool_t *t, const char *name, hps_shmdb_t **ret)
     return HPS__TOOL_OK;
 }
 
+/* Append ", s" (or s first) to the list in buf[len]; ", ..." once it is full
+ * (room for that is kept). */
+static void list_add(char *buf, size_t len, const char *s)
+{
+    size_t used = strlen(buf);
+
+    if (used >= 3 && strcmp(buf + used - 3, "...") == 0)
+        return;
+    if (used + 2 + strlen(s) + 5 < len)
+        snprintf(buf + used, len - used, "%s%s", used ? ", " : "", s);
+    else
+        snprintf(buf + used, len - used, "%s...", used ? ", " : "");
+}
+
+/* s is an entry of the list in buf (names hold no ',' nor ' '). */
+static bool list_has(const char *buf, const char *s)
+{
+    size_t len = strlen(s);
+
+    for (const char *p = buf; (p = strstr(p, s)) != NULL; p += len) {
+        if ((p == buf || p[-1] == ' ') && (p[len] == '\0' || p[len] == ','))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * The id of table number `index` (a decimal number: 0, 1, ...) among the
+ * tables of `model`, in id order, as hps-shm info lists them.  HPS_ENOTFOUND
+ * if `index` is not a number or the model has fewer tables.
+ */
+static hps_err_t find_by_index(hps_shmdb_t *db, const char *model, const char *index,
+                               uint32_t *ret_id)
+{
+    uint32_t n = hps_shmdb_table_count(db), k = 0;
+    hps_table_info_t ti;
+    unsigned long want;
+    char *end = NULL;
+
+    if (!isdigit((unsigned char)index[0]))
+        return HPS_ENOTFOUND;
+    errno = 0;
+    want = strtoul(index, &end, 10);
+    if (*end != '\0' || errno == ERANGE)
+        return HPS_ENOTFOUND;
+    for (uint32_t id = 0; id < n; id++) {
+        if (hps_shmdb_table_info(db, id, &ti) != 0 || strcmp(ti.model, model) != 0)
+            continue;
+        if (k++ == want) {
+            *ret_id = id;
+            return 0;
+        }
+    }
+    return HPS_ENOTFOUND;
+}
+
+/* No table `table` of `model`: say whether the model exists, and list its
+ * tables ("0 t64, 1 t32") or the segment's models. */
+static int table_not_found(const hps__tool_t *t, hps_shmdb_t *db, const char *model,
+                           const char *table)
+{
+    uint32_t n = hps_shmdb_table_count(db), k = 0;
+    hps_table_info_t ti;
+    char tables[512] = "", models[512] = "", item[160];
+
+    for (uint32_t id = 0; id < n; id++) {
+        if (hps_shmdb_table_info(db, id, &ti) != 0)
+            continue;
+        if (strcmp(ti.model, model) == 0) {
+            snprintf(item, sizeof item, "%u %s", k++, ti.table);
+            list_add(tables, sizeof tables, item);
+        } else if (!list_has(models, ti.model)) {
+            list_add(models, sizeof models, ti.model);
+        }
+    }
+    if (k == 0)
+        return hps__tool_fail(t, HPS_ENOTFOUND,
+                              "run 'hps-shm info NAME' to list the models and their tables",
+                              "no model '%s' in segment '%s' (%s%s)", model, t->argv[0],
+                              models[0] ? "its models: " : "it holds no tables", models);
+    return hps__tool_fail(t, HPS_ENOTFOUND, "run 'hps-shm info NAME' to list the tables",
+                          "no table '%s' of model '%s' (its tables by index: %s)", table, model,
+                          tables);
+}
+
 int hps__tool_find_table(const hps__tool_t *t, hps_shmdb_t *db, const char *model,
                          const char *table, uint32_t *ret_id, hps_table_info_t *ret_info)
 {
     uint32_t id = 0;
     hps_err_t err = hps_shmdb_table_find(db, model, table, &id);
 
+    if (err == HPS_ENOTFOUND)
+        err = find_by_index(db, model, table, &id);
     if (err == 0)
         err = hps_shmdb_table_info(db, id, ret_info);
     if (err == HPS_ENOTFOUND)
-        return hps__tool_fail(t, err, "run 'hps-shm info NAME' to list the tables",
-                              "no table '%s' of model '%s'", table, model);
+        return table_not_found(t, db, model, table);
     if (err != 0)
         return hps__tool_fail(t, err, NULL, "cannot read table %s/%s", model, table);
     *ret_id = id;

@@ -3,7 +3,8 @@
 # and hps-push: a bad number is a usage error (exit 2) that names the option,
 # the text and the allowed range; nothing is read as a prefix ("1abc"),
 # wrapped (4294967297) or octal.  Neither program gets as far as a config
-# or a broker.  Output is TAP.
+# or a broker.  Also hps-push --version ("hps-push VERSION", as the other
+# tools print it).  Output is TAP.
 set -u
 WORKER=$1
 PUSH=${2:-}
@@ -24,6 +25,22 @@ expect() {
     else
         failures=$((failures + 1))
         echo "not ok $count - $desc (exit $rc, want $want; stderr:)"
+        sed -e 's/^/#   /' "$ERR" | head -n 5
+    fi
+}
+
+# expect_out DESC WANT_RC REGEX CMD...: exit status WANT_RC and stdout matching REGEX
+expect_out() {
+    local desc=$1 want=$2 re=$3
+    shift 3
+    "$@" >"$ERR" 2>/dev/null
+    local rc=$?
+    count=$((count + 1))
+    if [ "$rc" -eq "$want" ] && grep -Eq -- "$re" "$ERR"; then
+        echo "ok $count - $desc"
+    else
+        failures=$((failures + 1))
+        echo "not ok $count - $desc (exit $rc, want $want; stdout:)"
         sed -e 's/^/#   /' "$ERR" | head -n 5
     fi
 }
@@ -62,6 +79,8 @@ if [ -n "$PUSH" ] && [ -x "$PUSH" ]; then
         "$PUSH" -b 127.0.0.1:1 -m m -t t -d 4
     expect "push without -m" 2 "-m MODEL, -t TABLE and -d DIM are required" \
         "$PUSH" -b 127.0.0.1:1 -t t -d 4 --stdin
+    expect_out "push --version" 0 '^hps-push [^ ]+$' "$PUSH" --version
+    expect_out "push --help lists --version" 0 '^  --version ' "$PUSH" --help
 else
     count=$((count + 1))
     echo "ok $count - hps-push # SKIP not built (no librdkafka)"

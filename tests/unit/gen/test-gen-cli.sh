@@ -227,6 +227,50 @@ first=$(head -n 1 "$OUT" | cut -d' ' -f1)
 expect 0 "row by key" "$GEN" row --table 1 --key 12345 --dim 8
 v7=$(cut -d' ' -f9 "$OUT")
 [ "$v7" = "-0.601539135" ] && pass "value(1, 12345, 7)" || fail "value(1, 12345, 7) = $v7"
+expect 0 "row --model-version 1 is the default" "$GEN" row --table 1 --key 12345 --dim 8 \
+    --model-version 1
+v7=$(cut -d' ' -f9 "$OUT")
+[ "$v7" = "-0.601539135" ] && pass "version 1: value(1, 12345, 7)" || fail "version 1: $v7"
+expect 2 "row --model-version 0" "$GEN" row --table 0 --key 1 --model-version 0
+has "row --model-version 0: the range" "$ERR" 'model-version 0: must be in \[1, 2\^31-1\]'
+# row --model-version V prints what model --model-version V writes: table t's
+# files, as "key v0 v1 ..." sorted, equal the rows of keys hps_gen_key(t, 0..N-1).
+V2=$WORK/v2
+expect 0 "model --model-version 2" "$GEN" model --out "$V2" --model v --rows 5,3 --dim 3,2 \
+    --model-version 2 --quiet
+has "the INI names version 2" "$V2/v.ini" '^version = 2$'
+has "the INI comment names version 2's vectors" "$V2/v.ini" 'hps_gen_vector_v\(t, key, dim, 2\)'
+files_as_rows() { # files_as_rows DIR DIM: the rows of DIR/key + DIR/emb_vector, sorted
+    python3 - "$1" "$2" <<'EOF'
+import struct, sys
+d, dim = sys.argv[1], int(sys.argv[2])
+keys = open(d + '/key', 'rb').read()
+vecs = open(d + '/emb_vector', 'rb').read()
+n = len(keys) // 8
+ks = struct.unpack('=%dq' % n, keys)
+vs = struct.unpack('=%df' % (n * dim), vecs)
+for line in sorted('%d %s' % (ks[i], ' '.join('%.9g' % x for x in vs[i * dim:(i + 1) * dim]))
+                   for i in range(n)):
+    print(line)
+EOF
+}
+for spec in "0 5 3" "1 3 2"; do
+    set -- $spec
+    "$GEN" row --table "$1" --index 0 --count "$2" --dim "$3" --model-version 2 2>"$ERR" |
+        sort >"$WORK/row-v2.txt"
+    files_as_rows "$V2/sparse_embedding$1" "$3" >"$WORK/files-v2.txt" 2>>"$ERR"
+    if [ -s "$WORK/row-v2.txt" ] && cmp -s "$WORK/row-v2.txt" "$WORK/files-v2.txt"; then
+        pass "row --model-version 2 = table $1 of model --model-version 2"
+    else
+        fail "row --model-version 2 = table $1 of model --model-version 2"
+    fi
+    "$GEN" row --table "$1" --index 0 --count "$2" --dim "$3" 2>"$ERR" | sort >"$WORK/row-v1.txt"
+    if cmp -s "$WORK/row-v1.txt" "$WORK/files-v2.txt"; then
+        fail "row without --model-version differs from version 2 (table $1)"
+    else
+        pass "row without --model-version differs from version 2 (table $1)"
+    fi
+done
 
 echo "1..$count"
 [ "$failures" -eq 0 ]
