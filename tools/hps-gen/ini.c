@@ -135,8 +135,8 @@ static void put_header(FILE *f, const gen_model_t *m)
             "; %zu tables, %llu rows, %u-byte keys.  Row j of table t holds key\n"
             "; hps_gen_key_w(t, hps_gen_shuffle_at(j), %u) (file-order seed %llu) and\n"
             "; its vector %s: see include/hps/gen.h.\n\n",
-            m->num_tables, (unsigned long long)rows,
-            m->key_bytes, m->key_bytes, (unsigned long long)m->seed, vec);
+            m->num_tables, (unsigned long long)rows, m->key_bytes, m->key_bytes,
+            (unsigned long long)m->seed, vec);
 }
 
 static void put_globals(FILE *f, const gen_model_t *m)
