@@ -152,6 +152,11 @@ void coord_cpus_confine(coord_t *c);
  * no-op when not confined.  Main thread. */
 void coord_cpus_restore(coord_t *c);
 
+/* segment.c: take the segment name's coordinator lock (one coordinator per
+ * segment) unless held already, before anything is opened or created: a
+ * second coordinator stops here, leaving no RocksDB directory behind.  0 or
+ * HPS_EXIT_SEGMENT (logged, naming the holder's pid). */
+int coord_segment_lock(coord_t *c);
 /* segment.c: create or re-attach /dev/shm/hps.<shared_memory_name>. */
 int coord_segment_open(coord_t *c, bool *ret_reused);
 /* segment.c: a reload (HPS_RELOAD_ENV, not a fallback): take the name's lock

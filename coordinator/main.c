@@ -397,7 +397,9 @@ int main(int argc, char **argv)
     bool reused = false;
     ex = reloaded && !c.adopt ? hold_serving(&c) : 0;
     if (!ex)
-        ex = open_pdb(&c); /* a second coordinator stops at RocksDB's lock */
+        ex = coord_segment_lock(&c); /* a second coordinator stops here, having opened nothing */
+    if (!ex)
+        ex = open_pdb(&c); /* RocksDB's lock: coordinators of two segments on one path */
     if (!ex)
         ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
     if (!ex)

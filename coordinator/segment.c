@@ -172,6 +172,11 @@ static int lock_name(coord_t *c, const char *name)
     return 0;
 }
 
+int coord_segment_lock(coord_t *c)
+{
+    return c->locked ? 0 : lock_name(c, c->conf->volatile_db.shared_memory_name);
+}
+
 void coord_segment_unlock(coord_t *c)
 {
     if (!c->locked)
@@ -265,7 +270,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     hps_shmdb_proc_opts_t po = proc_opts(c);
     char why[256];
     *ret_reused = false;
-    int ex = c->locked ? 0 : lock_name(c, name);
+    int ex = coord_segment_lock(c);
     if (ex)
         return ex;
     if (c->serving) { /* held from the start (coord_segment_hold_serving) */

@@ -274,6 +274,15 @@ def body(t, cl):
         t.eq(rc, H.EXIT_SEGMENT, "second coordinator (%s) exits 3" % name)
         t.ok("pid %d" % c.pid in out, "its message names the live coordinator pid %d" % c.pid,
              out)
+    # With a RocksDB path of its own, it stops at the segment's lock before
+    # it opens (and would create) that database.
+    rocks2 = cl.path("rocksdb-second")
+    conf_other = cl.write_config("other-pdb.ini", model.ini_text, common + [
+        ("persistent_db", "path", rocks2)])
+    rc, out = cl.run_coordinator(conf_other, timeout=30)
+    t.ok(rc == H.EXIT_SEGMENT and "another hps-coordinator (pid %d) holds" % c.pid in out,
+         "second coordinator with another persistent_db path exits 3 naming pid %d" % c.pid, out)
+    t.ok(not os.path.exists(rocks2), "and creates no RocksDB directory at %s" % rocks2)
     t.ok(c.alive(), "the first coordinator still runs", c.log())
     t.eq(os.stat(seg).st_ino, ino, "its segment was not replaced")
     # Stopped past worker_timeout_ms (500), its heartbeat is stale, but it
