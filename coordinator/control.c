@@ -1,6 +1,7 @@
 /*
  * control.c -- hps-coordinator's side of Triton's model control modes
- * ([hps] model_control_mode): which models a start loads, and the load and
+ * ([hps] model_control_mode): which models a start loads (startup_models,
+ * and in explicit mode those the serving segment holds), and the load and
  * unload requests that workers (or any libhps client) leave in the segment
  * (shmdb/control.c has the slot protocol).
  *
@@ -68,6 +69,30 @@ static void mark_listed(const hps_conf_t *conf, const char *list, bool *keep)
     free(copy);
 }
 
+/* keep[i] = model i has tables in the segment that serves now: a start that
+ * is no reload keeps the models loaded through the repository API before
+ * the last coordinator stopped (a restart never disturbs what serves).  A
+ * segment that cannot be attached keeps nothing more. */
+static size_t mark_serving(const hps_conf_t *conf, bool *keep)
+{
+    const hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1};
+    hps_shmdb_t *db = NULL;
+    size_t n = 0;
+    if (hps_shmdb_attach(conf->volatile_db.shared_memory_name, &po, &db) != 0)
+        return 0;
+    for (uint32_t id = 0; id < hps_shmdb_table_count(db); id++) {
+        hps_table_info_t ti;
+        const hps_conf_model_t *m =
+            hps_shmdb_table_info(db, id, &ti) == 0 ? hps_conf_model_find(conf, ti.model) : NULL;
+        if (m && !keep[m - conf->models]) {
+            keep[m - conf->models] = true;
+            n++;
+        }
+    }
+    hps_shmdb_detach(db);
+    return n;
+}
+
 /* "a,b,c": the names of conf's models, those with keep[i] when keep is
  * not NULL (malloc'ed; NULL when out of memory). */
 static char *names_of(const hps_conf_t *conf, const bool *keep)
@@ -115,6 +140,10 @@ int coord_control_init(coord_t *c, hps_conf_t *conf)
     for (size_t i = 0; explicit_mode && !names && i < conf->num_models; i++)
         keep[i] =
             matches(conf->hps.startup_models, conf->hps.startup_models_len, conf->models[i].name);
+    if (explicit_mode && !names && mark_serving(conf, keep))
+        HPS_INFO("model control explicit: the serving segment /dev/shm/hps.%s holds models "
+                 "loaded since the start: they stay loaded",
+                 conf->volatile_db.shared_memory_name);
     if (explicit_mode && names)
         mark_listed(conf, names, keep);
     for (size_t i = 0; i < conf->num_models; i++)

@@ -11,8 +11,11 @@ moment of that load (0 to 1.2 s in; at least one while it loads n), start
 a new coordinator.  Each load call must return 200
 (the request, lost with the killed coordinator or its unpublished segment,
 is submitted again by the client) and n must then serve exactly on both
-workers; then n is unloaded (200) for the next round.  Over the whole run:
-m's stream sees 0 failed requests and 0 wrong answers.
+workers; then n is unloaded (200) for the next round.  Then n is loaded
+once more and the coordinator SIGKILLed after the load completed: the next
+coordinator loads n again, since the serving segment holds it (a restart
+never unloads what serves).  Over the whole run: m's stream sees 0 failed
+requests and 0 wrong answers.
 """
 import os
 import random
@@ -77,6 +80,20 @@ def body(t, cl):
          "both workers", results)
     t.ok(any(x[2] == "while it loaded" for x in results),
          "at least one kill landed while the coordinator loaded n", results)
+
+    # A load that completed, then a SIGKILL: the next coordinator loads n
+    # again (the serving segment holds it), beside startup_models' m.
+    r = H.http(ws[0].http_port, "POST", "/v2/repository/models/n/load", body=b"{}", timeout=120)
+    t.ok(r.status == 200 and all(serves_n(w) for w in ws), "n loaded again: 200, served",
+         r.body[:300])
+    c.kill()
+    c.wait(10)
+    c = cl.start_coordinator(conf)
+    t.ok(H.wait_until(lambda: all(serves_n(w) for w in ws), 10),
+         "a coordinator restarted after a completed load still serves n on both workers",
+         c.log()[-3000:])
+    t.ok("holds models loaded since the start" in c.log(), "its log says why n stays loaded",
+         c.log()[-3000:])
     R.stop_streams(t, streams, [1])
 
 
