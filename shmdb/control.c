@@ -53,8 +53,10 @@ static void copy_str(char *dst, size_t cap, const char *src)
 
 /* Claim a free slot of db and fill it in state st (PENDING, or an answer
  * with its message).  0 or HPS_EBUSY. */
+/* Claim a free slot for request id in state st, stamped stamp_ns
+ * (CLOCK_REALTIME; 0: now).  0 or HPS_EBUSY (every slot in use). */
 static hps_err_t put(hps_shmdb_t *db, uint32_t op, const char *model, uint64_t id, uint32_t st,
-                     const char *message)
+                     const char *message, uint64_t stamp_ns)
 {
     for (int i = 0; i < HPS_SHMDB_CTL_SLOTS; i++) {
         struct shm_ctl_slot *s = &ctl(db)->slot[i];
@@ -68,6 +70,8 @@ static hps_err_t put(hps_shmdb_t *db, uint32_t op, const char *model, uint64_t i
         copy_str(s->model, sizeof(s->model), model);
         copy_str(s->message, sizeof(s->message), message);
         set_state(s, st);
+        if (stamp_ns) /* carried: it ages from its answer, not from the copy */
+            atomic_store_explicit(&s->stamp_ns, stamp_ns, memory_order_relaxed);
         return 0;
     }
     return HPS_EBUSY;
@@ -80,7 +84,7 @@ hps_err_t hps_shmdb_ctl_submit(hps_shmdb_t *db, hps_model_op_t op, const char *m
     size_t len = strlen(model);
     if (len == 0 || len > HPS_SHMDB_NAME_MAX)
         return HPS_EINVAL;
-    return put(db, (uint32_t)op, model, id, HPS_CTL_PENDING, "");
+    return put(db, (uint32_t)op, model, id, HPS_CTL_PENDING, "", 0);
 }
 
 /* The slot holding request id in a state of the mask (bit per state), or NULL. */
@@ -111,7 +115,7 @@ hps_err_t hps_shmdb_ctl_status(hps_shmdb_t *db, uint64_t id, hps_ctl_state_t *re
     if (s) {
         if (st == HPS_CTL_DONE || st == HPS_CTL_FAILED)
             text = s->message;
-    } else if (id && ctl(db)->result_id == id) {
+    } else if (id && atomic_load_explicit(&ctl(db)->result_id, memory_order_relaxed) == id) {
         st = ctl(db)->result_state;
         text = ctl(db)->result_message;
     } else {
@@ -130,6 +134,9 @@ void hps_shmdb_ctl_release(hps_shmdb_t *db, uint64_t id)
     if (s && atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FREE,
                                                      memory_order_acq_rel, memory_order_relaxed))
         atomic_store_explicit(&s->id, 0, memory_order_relaxed);
+    else if (!s && id) /* answered by the segment's result record: read, not to be carried */
+        atomic_compare_exchange_strong_explicit(&ctl(db)->result_id, &id, 0, memory_order_relaxed,
+                                                memory_order_relaxed);
 }
 
 bool hps_shmdb_ctl_busy(hps_shmdb_t *db, const char *model, hps_model_op_t *ret_op)
@@ -184,7 +191,7 @@ hps_err_t hps_shmdb_ctl_set_result(hps_shmdb_t *db, uint64_t id, bool ok, const 
     struct shm_ctl *c = ctl(db);
     copy_str(c->result_message, sizeof(c->result_message), msg ? msg : "");
     c->result_state = ok ? HPS_CTL_DONE : HPS_CTL_FAILED;
-    c->result_id = id;
+    atomic_store_explicit(&c->result_id, id, memory_order_relaxed); /* published later */
     return 0;
 }
 
@@ -201,13 +208,16 @@ size_t hps_shmdb_ctl_carry(hps_shmdb_t *from, hps_shmdb_t *to)
         copy_str(model, sizeof(model), s->model);
         copy_str(message, sizeof(message), st == HPS_CTL_PENDING ? "" : s->message);
         uint64_t id = atomic_load_explicit(&s->id, memory_order_relaxed);
-        if (id && state_of(s) == st && put(to, s->op, model, id, st, message) == 0)
+        uint64_t stamp = atomic_load_explicit(&s->stamp_ns, memory_order_relaxed);
+        if (id && state_of(s) == st &&
+            put(to, s->op, model, id, st, message, st == HPS_CTL_PENDING ? 0 : stamp) == 0)
             n++;
     }
     /* The answer the old segment was built with, for a requester that has
-     * not looked yet: an answered slot now. */
-    if (f->result_id && (f->result_state == HPS_CTL_DONE || f->result_state == HPS_CTL_FAILED) &&
-        put(to, 0, "", f->result_id, f->result_state, f->result_message) == 0)
+     * not looked yet (one that has cleared result_id): an answered slot now. */
+    uint64_t rid = atomic_load_explicit(&f->result_id, memory_order_relaxed);
+    if (rid && (f->result_state == HPS_CTL_DONE || f->result_state == HPS_CTL_FAILED) &&
+        put(to, 0, "", rid, f->result_state, f->result_message, 0) == 0)
         n++;
     return n;
 }

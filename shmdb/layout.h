@@ -293,8 +293,10 @@ struct shm_ctl {
     struct shm_ctl_slot slot[HPS_SHMDB_CTL_SLOTS];
     /* The request this segment was built for (a load or unload that needed
      * a new segment): written by its coordinator before publishing, then
-     * read-only.  result_id 0 = none. */
-    uint64_t result_id;
+     * read-only, except result_id: its requester clears it (CAS id -> 0,
+     * hps_shmdb_ctl_release) once it has read the answer, so that the next
+     * segment does not carry the answer over into a slot.  0 = none. */
+    _Atomic uint64_t result_id;
     uint32_t result_state; /* HPS_CTL_DONE or HPS_CTL_FAILED */
     uint32_t pad;
     char result_message[HPS_SHMDB_CTL_MSG_MAX];

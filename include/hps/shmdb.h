@@ -378,8 +378,11 @@ hps_err_t hps_shmdb_ctl_submit(hps_shmdb_t *db, hps_model_op_t op, const char *m
 hps_err_t hps_shmdb_ctl_status(hps_shmdb_t *db, uint64_t id, hps_ctl_state_t *ret_state, char *msg,
                                size_t len);
 
-/** @brief Free the slot of request id once answered (DONE / FAILED); no-op
- *         otherwise.  The requester calls it after reading the answer. */
+/** @brief Free the slot of request id once answered (DONE / FAILED), or,
+ *         where the segment's result record answered it, clear that record
+ *         so that the next segment does not carry it into a slot; no-op
+ *         otherwise.  The requester calls it after reading the answer.
+ *         Lock-free; process-safe. */
 void hps_shmdb_ctl_release(hps_shmdb_t *db, uint64_t id);
 
 /**

@@ -15,7 +15,8 @@ under a stream of exactly checked lookups:
       the reload);
   (3) unload n through worker 1: 200, n UNAVAILABLE "unloaded", inference
       refused, the used bytes back to (1)'s exactly; load it again: the
-      used bytes of (2) exactly (the segment does not grow);
+      used bytes of (2) exactly (the segment does not grow); 6 more unload +
+      load pairs in a row all answer 200;
   (4) refusals, nothing changed: unknown model, a config parameter, a
       model whose emb_vector is corrupt (the message names the file), an
       unload of a model never loaded; an unload of an unloaded model: 200;
@@ -163,6 +164,12 @@ def body(t, cl):
     t.eq(r.status, 200, "load n again: 200")
     check_exact(t, ports[0], n, "after the second load")
     t.eq(used_bytes(cl), used_mn, "the used bytes of the first load exactly (%d)" % used_mn)
+    # Answered requests do not pile up in the segment's 8 request slots
+    # (each answer was carried into every later segment: the 9th operation
+    # in a minute got 503 "busy").
+    codes = [post(ports[i % 2], "/v2/repository/models/n/" + op).status
+             for i in range(6) for op in ("unload", "load")]
+    t.eq(codes, [200] * 12, "6 more unload + load pairs in a row: all 200")
 
     # ---- (4) refusals -------------------------------------------------------------
     pid = c.pid
