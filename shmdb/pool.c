@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -26,6 +27,7 @@
 #endif
 
 struct hps_pool {
+    pid_t pid; /* the process whose threads these are; immutable */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned nworkers;
@@ -95,6 +97,7 @@ hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret)
     struct hps_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
+    p->pid = getpid();
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -119,6 +122,14 @@ void hps__pool_destroy(hps_pool_t *p)
 {
     if (!p)
         return;
+    if (p->pid != getpid()) {
+        /* A child after fork(): the workers are its parent's (none runs
+         * here), and the condition variable still counts them as waiters,
+         * so destroying it would wait for ever.  Only the memory is ours. */
+        free(p->threads);
+        free(p);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_broadcast(&p->cv);

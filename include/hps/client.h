@@ -116,6 +116,9 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
  * @brief Close a client: stop its threads, leave the shared GPU caches (the
  * other processes keep them), leave the worker table, detach.  With
  * shared_memory_auto_remove and no other process left, removes the segment.
+ * In a child after fork() (a client opened by its parent), only the child's
+ * copy is unmapped and freed: the threads, rows and caches are the
+ * parent's.  A child that looks up should open a client of its own.
  * @param[in] c  A client, or NULL (no-op).  No call on c may be running.
  */
 void hps_client_close(hps_client_t *c);

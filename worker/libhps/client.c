@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hps/log.h"
 #include "internal.h"
@@ -207,6 +208,7 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
     cl->conf = conf;
     cl->device = o->device;
     cl->instance = o->instance;
+    cl->pid = getpid();
     cl->max_concurrent = o->max_concurrent
                              ? o->max_concurrent
                              : (unsigned)(conf->worker.http_threads + conf->worker.lookup_threads);
@@ -264,8 +266,10 @@ void hps_client_close(hps_client_t *cl)
     if (!cl)
         return;
     atomic_store(&cl->stop, true);
-    hps__client_gpu_stop(cl);
-    hps__client_maint_stop(cl);
+    if (cl->pid == getpid()) { /* a forked child has none of its parent's threads to join */
+        hps__client_gpu_stop(cl);
+        hps__client_maint_stop(cl);
+    }
     release_segment(cl);
     free_models(cl);
     pthread_rwlock_destroy(&cl->seg_lock);

@@ -68,6 +68,7 @@ struct hps_client {
     hps_conf_t *own_conf; /* loaded by hps_client_open(), freed by close; else NULL */
     int device;           /* CUDA device, or -1: host only */
     int instance;
+    pid_t pid; /* the process that opened the client (a forked child is not it); immutable */
     unsigned max_concurrent;
     uint32_t key_bytes; /* 8 (supportlonglong) or 4; immutable */
     /* The segment; swapped by the maintenance thread when a new coordinator
