@@ -84,8 +84,8 @@ def body(t, cl):
     # A load that completed, then a SIGKILL: the next coordinator loads n
     # again (the serving segment holds it), beside startup_models' m.
     r = H.http(ws[0].http_port, "POST", "/v2/repository/models/n/load", body=b"{}", timeout=120)
-    t.ok(r.status == 200 and all(serves_n(w) for w in ws), "n loaded again: 200, served",
-         r.body[:300])
+    t.ok(r.status == 200 and H.wait_until(lambda: all(serves_n(w) for w in ws), 5),
+         "n loaded again: 200, served on both workers", r.body[:300])
     c.kill()
     c.wait(10)
     c = cl.start_coordinator(conf)

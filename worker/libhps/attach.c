@@ -88,8 +88,30 @@ static void reattach(hps_client_t *cl)
     hps_shmdb_proc_opts_t po = {.num_threads = (unsigned)cl->conf->volatile_db.num_threads,
                                 .role = HPS_ROLE_WORKER,
                                 .device = cl->device};
-    if (exists && hps_shmdb_attach(cl->conf->volatile_db.shared_memory_name, &po, &fresh) < 0)
+    uint64_t now = hps__client_now_ns();
+    if (now < cl->attach_retry_ns)
+        return;
+    hps_err_t rc =
+        exists ? hps_shmdb_attach(cl->conf->volatile_db.shared_memory_name, &po, &fresh) : 0;
+    if (rc < 0) {
         fresh = NULL;
+        if (rc != cl->attach_err && rc == HPS_EFULL)
+            HPS_WARN("cannot attach /dev/shm/hps.%s: its process table is full (%d processes "
+                     "at most, tools and the coordinator included); trying again",
+                     cl->conf->volatile_db.shared_memory_name, HPS_SHMDB_MAX_PROCS);
+        else if (rc != cl->attach_err)
+            HPS_WARN("cannot attach /dev/shm/hps.%s: %s; trying again",
+                     cl->conf->volatile_db.shared_memory_name, hps_strerror(rc));
+        cl->attach_err = rc;
+        cl->attach_backoff_ns =
+            cl->attach_backoff_ns ? cl->attach_backoff_ns * 2 : MAINT_PERIOD_MS * 1000000ull;
+        if (cl->attach_backoff_ns > 1000000000ull)
+            cl->attach_backoff_ns = 1000000000ull;
+        cl->attach_retry_ns = now + cl->attach_backoff_ns;
+    } else if (fresh) {
+        cl->attach_err = 0;
+        cl->attach_backoff_ns = cl->attach_retry_ns = 0;
+    }
     if (!fresh && !cl->db)
         return;
     if (fresh && cl->db) /* a coordinator published it: models may have been added to the INI */

@@ -83,6 +83,13 @@ struct hps_client {
      * hps__client_maint_start before it starts the thread). */
     bool logged_ready;
     bool logged_no_segment;
+    /* A segment that exists but refused this process (e.g. HPS_EFULL: its
+     * process table is full): the error last logged, and when to try again
+     * (CLOCK_MONOTONIC ns; the wait doubles up to 1 s).  Maintenance
+     * thread only. */
+    hps_err_t attach_err;
+    uint64_t attach_retry_ns;
+    uint64_t attach_backoff_ns;
     _Atomic bool coord_alive;
     /* The coordinator answers the miss queue (SERVING, not RELOADING):
      * misses are asked for; maintenance thread writes, any thread reads. */
