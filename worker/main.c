@@ -169,6 +169,14 @@ static int serve(worker_t *w, const struct args *a)
     if (rc < 0) {
         HPS_ERROR("cannot serve HTTP on %s:%d (metrics %d): %s", o.http_address, o.http_port,
                   o.metrics_port, hps_strerror(rc));
+        /* Instance K takes http_port + K and metrics_port + K: instances
+         * whose numbers differ by metrics_port - http_port share a port. */
+        long gap = (long)wc->metrics_port - (long)wc->http_port;
+        if (a->http_port < 0 && a->metrics_port < 0 && gap > 0 && a->instance >= gap)
+            HPS_ERROR("instance %d's HTTP port %d is instance %ld's metrics port: with more "
+                      "than %ld instances, set [worker] metrics_port at least the number of "
+                      "instances above http_port (%ld)",
+                      a->instance, o.http_port, a->instance - gap, gap, (long)wc->http_port);
         ex = HPS_WEXIT_HTTP;
     } else {
         uint16_t hp = 0, mp = 0;
