@@ -1,4 +1,6 @@
 /* log.c -- one-line, leveled logging to stderr for the executables. */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -7,8 +9,10 @@
 
 #include "hps/log.h"
 
-/* Process-wide, set once at start (house style item 16). */
-static hps_log_level_t g_level = HPS_LOG_INFO;
+/* Process-wide, set once at start (house style item 16); atomic, since a
+ * library client (hps_log_default_level) may set it while threads log. */
+static _Atomic int g_level = HPS_LOG_INFO;
+static _Atomic bool g_level_chosen; /* hps_log_init ran: an executable chose the level */
 static char g_prog[64] = "hps";
 
 /* hps_log_capture(): the calling thread's buffer for its next ERROR. */
@@ -26,18 +30,25 @@ void hps_log_capture(char *buf, size_t len)
 void hps_log_init(const char *prog, hps_log_level_t level)
 {
     snprintf(g_prog, sizeof(g_prog), "%s", prog);
-    g_level = level;
+    atomic_store_explicit(&g_level, (int)level, memory_order_relaxed);
+    atomic_store_explicit(&g_level_chosen, true, memory_order_relaxed);
+}
+
+void hps_log_default_level(hps_log_level_t level)
+{
+    if (!atomic_load_explicit(&g_level_chosen, memory_order_relaxed))
+        atomic_store_explicit(&g_level, (int)level, memory_order_relaxed);
 }
 
 hps_log_level_t hps_log_level(void)
 {
-    return g_level;
+    return (hps_log_level_t)atomic_load_explicit(&g_level, memory_order_relaxed);
 }
 
 void hps_log(hps_log_level_t level, const char *fmt, ...)
 {
     static const char *names[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
-    if (level > g_level)
+    if ((int)level > atomic_load_explicit(&g_level, memory_order_relaxed))
         return;
     char line[2048], ts[32];
     struct timeval tv;

@@ -1,8 +1,9 @@
 /*
- * log.h -- logging for the executables (hps-coordinator, hps-worker, tools).
+ * log.h -- logging for the executables (hps-coordinator, hps-worker, tools)
+ * and for libhps, whose clients run in users' processes.
  *
- * Libraries never log (house style); they return codes and messages.  The
- * executables log one line per event to stderr:
+ * Other libraries never log (house style); they return codes and messages.
+ * The executables and libhps log one line per event to stderr:
  *   2026-11-22T04:40:00.123Z hps-coordinator[1234] INFO  loaded model wdl ...
  * The level is process-wide (the one global the house style allows besides
  * the stop flag) and set once at start; hps_log() is thread-safe (one
@@ -23,6 +24,14 @@ typedef enum hps_log_level {
 
 /** @brief Set the program name shown in each line and the level (not thread-safe: call first). */
 void hps_log_init(const char *prog, hps_log_level_t level);
+
+/**
+ * @brief The level for a process whose program never called hps_log_init():
+ *        libhps in a user's process (C API, Python) takes its INI's
+ *        [hps] log_level this way at each hps_client_open, while an
+ *        executable's own choice stays.  Thread-safe.
+ */
+void hps_log_default_level(hps_log_level_t level);
 
 /** @brief Current level. */
 hps_log_level_t hps_log_level(void);

@@ -206,6 +206,8 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
     if (!cl)
         return hps__client_fail(-ENOMEM, "hps_client_open: out of memory");
     cl->conf = conf;
+    /* the INI's level, unless the program chose one (hps-worker does) */
+    hps_log_default_level((hps_log_level_t)conf->hps.log_level);
     cl->device = o->device;
     cl->instance = o->instance;
     cl->pid = getpid();
