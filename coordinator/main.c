@@ -54,7 +54,9 @@ static void usage(FILE *out)
                  "\n"
                  "Creates or re-attaches the shared-memory volatile database of FILE's\n"
                  "[volatile_db], loads every [model.<name>] into the persistent and volatile\n"
-                 "databases, then serves the workers' misses until SIGTERM or SIGINT.\n"
+                 "databases (model_control_mode = explicit: those of startup_models and those\n"
+                 "the serving segment holds), then serves the workers' misses until SIGTERM\n"
+                 "or SIGINT.\n"
                  "SIGHUP reloads: FILE and its model files are checked, then the models\n"
                  "are loaded again beside what serves (a bad FILE changes nothing).\n"
                  "\n"
@@ -334,6 +336,10 @@ static int parse_args(int argc, char **argv, const char **ret_conf, const char *
         }
     }
     if (!*ret_conf || optind != argc) {
+        if (!*ret_conf)
+            fprintf(stderr, "hps-coordinator: -c FILE is required\n");
+        else
+            fprintf(stderr, "hps-coordinator: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return HPS_EXIT_USAGE;
     }

@@ -42,7 +42,8 @@ static void usage(FILE *out)
                  "\n"
                  "Serves the models of FILE over KServe v2 / Triton HTTP from the shared-memory\n"
                  "volatile database that hps-coordinator maintains.  Instance K listens on\n"
-                 "[worker] http_port + K and metrics_port + K unless the ports are given.\n"
+                 "[worker] http_port + K and metrics_port + K unless the ports are given\n"
+                 "(0: any free port, logged).\n"
                  "\n"
                  "Exit status: 0 clean shutdown, 1 runtime failure, 2 usage or configuration,\n"
                  "3 the HTTP or metrics port could not be opened.\n");

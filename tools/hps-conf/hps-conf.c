@@ -133,6 +133,24 @@ static int cmd_show(const char *path)
     return rc ? failed(rc, "cannot write to standard output") : EXIT_OK;
 }
 
+/* key is model.<name>.<key> and the file has no [model.<name>]: say so,
+ * with the models it has (stderr), and return true. */
+static bool missing_model(const hps_conf_t *conf, const char *path, const char *key)
+{
+    const char *name = key + strlen("model."), *dot = strrchr(key, '.');
+    if (strncmp(key, "model.", strlen("model.")) != 0 || !dot || dot <= name)
+        return false;
+    char model[HPS_CONF_NAME_MAX + 1];
+    snprintf(model, sizeof(model), "%.*s", (int)(dot - name), name);
+    if (hps_conf_model_find(conf, model))
+        return false;
+    fprintf(stderr, "hps-conf: %s has no [model.%s]; its models:", path, model);
+    for (size_t i = 0; i < conf->num_models; i++)
+        fprintf(stderr, " %s", conf->models[i].name);
+    fprintf(stderr, "%s\n", conf->num_models ? "" : " none");
+    return true;
+}
+
 static int cmd_get(const char *path, const char *key)
 {
     hps_conf_t *conf = NULL;
@@ -154,6 +172,8 @@ static int cmd_get(const char *path, const char *key)
     }
     if (rc == 0)
         printf("%s\n", buf);
+    else if (rc == HPS_ENOTFOUND && missing_model(conf, path, key))
+        st = EXIT_USAGE;
     else if (rc == HPS_ENOTFOUND)
         st = usage_error("unknown key \"%s\" (expected section.key or model.<name>.key)", key);
     else

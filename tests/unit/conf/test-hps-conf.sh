@@ -31,7 +31,7 @@ http_port = 8000
 EOF
 printf '[volatile_db]\noverflow_resolution_target = 1.5\n' >"$TMP/bad.ini"
 
-echo "1..46"
+echo "1..47"
 ok "--help exits 0 and documents the exit codes" \
     bash -c '"$0" --help | grep -q "^  2  usage error"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
@@ -51,6 +51,9 @@ ok "get prints one value" bash -c '[ "$("$0" get "$1" volatile_db.shared_memory_
 ok "get of a model key" bash -c '[ "$("$0" get "$1" model.wdl.embedding_vecsize_per_table)" = "1, 16" ]' \
     "$HPS_CONF" "$DATA/sample.ini"
 ok "get of an unknown key exits 2" status 2 "$HPS_CONF" get "$TMP/ok.ini" hps.nope
+ok "get of a key of a model the file lacks names the model and the file's models" \
+    bash -c '"$0" get "$1" model.nosuch.gpucache 2>&1 >/dev/null | grep -qxF "hps-conf: $1 has no [model.nosuch]; its models: wdl dcn"; [ "${PIPESTATUS[0]}" = 2 ]' \
+    "$HPS_CONF" "$DATA/sample.ini"
 chmod 0640 "$TMP/ok.ini"
 ok "set of an existing key exits 0" status 0 "$HPS_CONF" set "$TMP/ok.ini" hps.log_level=debug
 ok "set changed the value" bash -c '[ "$("$0" get "$1" hps.log_level)" = debug ]' \
