@@ -135,7 +135,8 @@ static void reattach(hps_client_t *cl)
     }
     pthread_rwlock_unlock(&cl->seg_lock);
     if (old && fresh) {
-        HPS_INFO("the segment was recreated by a new coordinator; re-attached");
+        HPS_INFO("a coordinator published a new segment (a start, a reload or a model "
+                 "control request); re-attached");
         hps_shmdb_detach(old);
     } else if (fresh) {
         HPS_INFO("attached /dev/shm/hps.%s", cl->conf->volatile_db.shared_memory_name);
