@@ -90,8 +90,12 @@ typedef struct hps_client_options {
  * creates it; hps_client_wait_ready() waits for that.
  * @param[in]  config_file  INI path, host string.
  * @param[in]  device       CUDA device ordinal, or -1 for a host-only client.
- *                          A device that does not exist (or a build without
- *                          CUDA) gives a host-only client with a warning.
+ *                          With a device that does not exist, or in a build
+ *                          without CUDA, the client serves every model from
+ *                          the host path (a warning per gpucache model) and
+ *                          refuses device memory (HPS_EINVAL);
+ *                          hps_client_device() still says the ordinal
+ *                          asked for (hps-worker reports it as DeviceID).
  * @param[out] ret          The client; close it with hps_client_close().
  * @param[out] err          Message of a failure (file:line: key ... for a bad
  *                          configuration), NUL-terminated; may be NULL if
@@ -341,7 +345,8 @@ enum hps_lookup_flags {
 
 /**
  * @brief hps_client_lookup() with flags (enum hps_lookup_flags).
- * @return as hps_client_lookup(), and HPS_EAGAIN under HPS_LOOKUP_NOWAIT.
+ * @return as hps_client_lookup(), and HPS_EAGAIN under HPS_LOOKUP_NOWAIT;
+ *         HPS_EINVAL for flag bits that are not enum hps_lookup_flags.
  */
 hps_err_t hps_client_lookup_ex(hps_client_t *c, size_t model, uint32_t num_tables,
                                const int32_t *numkeys, const void *keys, hps_key_type_t key_type,
@@ -457,7 +462,8 @@ hps_err_t hps_client_gpu_stats(const hps_client_t *c, hps_client_gpu_stats_t *re
  * ingestion), read from the segment.
  * @param[in] layer  0 .. HPS_SHMDB_UPDATE_LAYERS-1 (include/hps/shmdb.h).
  * @param[out] ret   hps_update_stats_t of include/hps/shmdb.h.
- * @return 0; HPS_ENOTFOUND (not attached, or the layer publishes none).
+ * @return 0; HPS_EINVAL (NULL, layer out of range); HPS_ENOTFOUND (not
+ *         attached, or the layer publishes none).
  */
 hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, void *ret);
 

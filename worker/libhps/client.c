@@ -140,7 +140,7 @@ hps_err_t hps_client_refresh_models(hps_client_t *cl, size_t *ret_added)
     if (ret_added)
         *ret_added = 0;
     if (!cl)
-        return HPS_EINVAL;
+        return hps__client_fail(HPS_EINVAL, "refresh models: NULL client");
     pthread_mutex_lock(&cl->models_lock);
     struct stat st;
     const struct stat *was = &cl->conf_stat;
@@ -640,6 +640,9 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
 {
     uint64_t t0 = hps__client_now_ns();
     size_t nk = 0, nfloats = 0;
+    if (flags & ~(unsigned)HPS_LOOKUP_NOWAIT)
+        return hps__client_fail(HPS_EINVAL, "lookup flags 0x%x: unknown bits 0x%x", flags,
+                                flags & ~(unsigned)HPS_LOOKUP_NOWAIT);
     hps_err_t rc = check_call(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, &nk, &nfloats);
     if (rc < 0 || nk == 0)
         return rc;
@@ -737,7 +740,7 @@ hps_err_t hps_client_cache_stats(hps_client_t *cl, size_t mi, uint32_t t,
 hps_err_t hps_client_model_version(hps_client_t *cl, size_t mi, uint32_t *ret)
 {
     if (!cl || !ret || mi >= cl->num_models)
-        return HPS_EINVAL;
+        return hps__client_fail(HPS_EINVAL, "model version: bad argument (model %zu)", mi);
     hps_table_info_t ti;
     pthread_rwlock_rdlock(&cl->seg_lock);
     hps_err_t rc = cl->db && cl->models[mi].resolved
@@ -759,9 +762,16 @@ hps_err_t hps_client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *r
 
 hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, void *ret)
 {
+    if (!cl || !ret || layer >= HPS_SHMDB_UPDATE_LAYERS)
+        return hps__client_fail(HPS_EINVAL, "update statistics: bad argument (layer %u of %d)",
+                                layer, HPS_SHMDB_UPDATE_LAYERS);
     pthread_rwlock_rdlock(&cl->seg_lock);
     hps_err_t rc = cl->db ? hps_shmdb_update_stats_get(cl->db, layer, ret) : HPS_ENOTFOUND;
     pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc < 0)
+        hps__client_fail(rc, "update statistics of the %s layer: %s",
+                         hps_shmdb_update_layer_name(layer),
+                         cl->db ? "none published" : "not attached");
     return rc;
 }
 

@@ -26,7 +26,7 @@ hps_err_t hps_client_model_state(hps_client_t *cl, size_t mi, hps_model_state_t 
                                  bool *ret_served)
 {
     if (!cl || !ret_state || mi >= cl->num_models)
-        return HPS_EINVAL;
+        return hps__client_fail(HPS_EINVAL, "model state: bad argument (model %zu)", mi);
     client_model_t *m = &cl->models[mi];
     hps_model_op_t op = HPS_MODEL_LOAD;
     pthread_rwlock_rdlock(&cl->seg_lock);
