@@ -16,7 +16,12 @@ real hps-coordinator and beside an hps-worker on the same segment:
     vectors exact in this process, and models() lists it; tables() gives
     each table's storage_type (int8 for one added with it; the segment's
     type where another client's INI says fp32);
-  - a client of a configuration in mode none: HPS_EUNSUPPORTED.
+  - a client of a configuration in mode none: HPS_EUNSUPPORTED;
+  - a model name with an embedded NUL is refused (HPS_EINVAL), not cut
+    there (unload_model("n\\0junk") once unloaded n); a name of 100,000
+    characters is refused with a message that echoes 200 of them; the
+    docstrings say what timeout_ms=0 means (load_model, unload_model: no
+    limit; wait_ready: no wait).
 """
 import os
 import sys
@@ -77,6 +82,18 @@ def body(t, cl):
             t.ok(e.code == hps.HPS_EIO and "emb_vector" in str(e),
                  "load_model of a corrupt model: hps.Error HPS_EIO naming the file (%s)" % e)
         exact(t, c, n, "n still exact after the refusals")
+        raises(t, lambda: c.unload_model("n\0junk"), "unload_model('n\\0junk'): a name with a "
+               "NUL", hps.HPS_EINVAL, "NUL")
+        exact(t, c, n, "n still loaded after unload_model('n\\0junk')")
+        raises(t, lambda: c.load_model("n\0junk"), "load_model('n\\0junk'): a name with a NUL",
+               hps.HPS_EINVAL, "NUL")
+        try:
+            c.load_model("x" * 100000)
+            t.ok(False, "load_model of a name of 100,000 characters: hps.Error")
+        except hps.Error as e:
+            t.ok(e.code == hps.HPS_EINVAL and len(str(e)) < 600 and "..." in str(e),
+                 "load_model of a name of 100,000 characters: hps.Error HPS_EINVAL, the "
+                 "message cut to %d characters" % len(str(e)), str(e)[:300])
         t.eq(c.unload_model("n"), "model 'n' unloaded", "unload_model('n')")
         raises(t, lambda: c.lookup("n", 0, np.array([n.file_keys[0][0]], dtype=np.int64)),
                "a lookup of n after its unload", hps.HPS_ENOTFOUND)
@@ -112,6 +129,11 @@ def body(t, cl):
             t.ok(H.wait_until(lambda: c3.tables("r")[0]["storage_type"] == "int8", 5),
                  "tables() of a client whose INI says fp32: the segment's int8",
                  c3.tables("r"))
+    for meth in (hps.Client.load_model, hps.Client.unload_model):
+        t.ok("timeout_ms=0 means no limit" in meth.__doc__,
+             "%s docstring: timeout_ms=0 means no limit" % meth.__name__, meth.__doc__)
+    t.ok("timeout_ms=0 does not wait" in hps.Client.wait_ready.__doc__,
+         "wait_ready docstring: timeout_ms=0 does not wait", hps.Client.wait_ready.__doc__)
     none_conf = cl.write_config("none.ini", text, [("hps", "startup_models", "^m$")])
     with hps.Client(none_conf, -1) as c2:
         raises(t, lambda: c2.load_model("n"), "mode none: load_model", hps.HPS_EUNSUPPORTED)

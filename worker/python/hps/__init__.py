@@ -25,6 +25,7 @@ INI); hps.torch.LookupLayer as hps_torch.LookupLayer (needs torch).
 Every failure raises hps.Error (.code: the hps_err_t, .name: its name).
 """
 import atexit
+import operator
 import os
 import sys
 import threading
@@ -55,6 +56,64 @@ def _error(msg, code=None):
     e.code = _hps.HPS_EINVAL if code is None else code
     e.name = _ERR_NAMES.get(e.code)
     return e
+
+
+def _echo(x, limit=200):
+    """repr(x) for an error message, cut to limit characters with "..." (as
+    the C extension echoes user-given names)."""
+    if isinstance(x, str) and len(x) > limit:
+        return repr(x[:limit]) + "..."
+    try:
+        r = repr(x)
+    except Exception:  # noqa: BLE001 (an int over sys.get_int_max_str_digits, ...)
+        r = "<%s object>" % type(x).__name__
+    return r if len(r) <= limit else r[:limit] + "..."
+
+
+def _is_bool(x):
+    """bool, numpy.bool_, or a torch bool tensor: refused as an index or a key
+    although they have __index__."""
+    return isinstance(x, (bool, _np.bool_)) or str(getattr(x, "dtype", "")) == "torch.bool"
+
+
+def _index_or_name(x, what):
+    """A model or table argument as the C extension takes it: a name (str) or
+    an index (an int, or anything with __index__, such as numpy and torch
+    integer scalars; not a bool).  hps.Error (HPS_EINVAL) otherwise."""
+    if isinstance(x, str):
+        return str(x)
+    if _is_bool(x):
+        raise _error("%s must be an index (int) or a name (str), not %s%s" %
+                     (what, type(x).__name__, "" if isinstance(x, bool) else " (a bool)"))
+    try:
+        return operator.index(x)
+    except Exception as e:  # noqa: BLE001 (TypeError, or what an __index__ raises)
+        raise _error("%s must be an index (int) or a name (str), not %s" %
+                     (what, type(x).__name__)) from e
+
+
+def _keys_from_list(h_keys):
+    """A list or tuple of keys as an int64 array: Python ints and numpy
+    integers in the int64 range only (no floats, strings, bools, None)."""
+    try:
+        a = _np.array(h_keys)
+    except (ValueError, OverflowError, TypeError):
+        a = None
+    if a is not None and a.ndim == 1 and a.dtype.kind in "iu":
+        if a.dtype.kind == "u" and a.size and int(a.max()) >= 2 ** 63:
+            raise _error("h_keys: %d is out of the int64 range" % int(a.max()))
+        return a.astype(_np.int64)
+    # the slow way, which says which element is wrong (also mixes of ints and
+    # numpy uint64 that numpy promotes to float64)
+    out = _np.empty(len(h_keys), _np.int64)
+    for i, k in enumerate(h_keys):
+        if _is_bool(k) or not isinstance(k, (int, _np.integer)):
+            raise _error("h_keys[%d] must be an int, not %s" % (i, type(k).__name__))
+        k = int(k)
+        if not -2 ** 63 <= k < 2 ** 63:
+            raise _error("h_keys[%d] = %s is out of the int64 range" % (i, _echo(k)))
+        out[i] = k
+    return out
 
 
 def _alloc_dlpack(keys, shape, device_type, device_id):
@@ -125,7 +184,7 @@ class HPS:
         path = os.fsdecode(ps_config_file)
         if not os.path.isfile(path):
             import errno
-            raise _error("HPS(%r): no such configuration file" % path, -errno.ENOENT)
+            raise _error("HPS(%s): no such configuration file" % _echo(path), -errno.ENOENT)
         self.ps_config_file = path
         self._clients = {}
         self._lock = threading.Lock()
@@ -144,10 +203,12 @@ class HPS:
     def lookup(self, h_keys, model_name, table_id, device_id=0):
         """lookup(h_keys, model_name, table_id, device_id=0) -> numpy (n, emb) float32.
 
-        h_keys: 1-D int64 (or int32) keys, a numpy array (a list is converted
-        to int64).  table_id: the table's index (or its name)."""
+        h_keys: 1-D int64 (or int32) keys, a numpy array, or a list (or tuple)
+        of ints (Python ints or numpy integers in the int64 range; anything
+        else raises hps.Error HPS_EINVAL), converted to int64.  table_id: the
+        table's index (or its name)."""
         if isinstance(h_keys, (list, tuple)):
-            h_keys = _np.asarray(h_keys, dtype=_np.int64)
+            h_keys = _keys_from_list(h_keys)
         return self.client(device_id).lookup(model_name, table_id, h_keys)
 
     def lookup_fromdlpack(self, keys_capsule, out_tensor_capsule, model_name, table_id,

@@ -92,24 +92,66 @@ PyObject *hpspy_raise_c(hps_err_t rc)
  * it; an hps.Error passes unchanged. */
 PyObject *hpspy_wrap_pyerr(const char *what)
 {
-    PyObject *type, *value, *tb, *s, *msg;
+    PyObject *exc, *s, *msg;
 
     if (!PyErr_Occurred())
         return hpspy_raise_fmt(HPS_EINVAL, "%s failed", what);
     if (PyErr_ExceptionMatches(HpsError))
         return NULL;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb)
-        PyException_SetTraceback(value, tb);
-    s = PyObject_Str(value);
-    msg = s ? PyUnicode_FromFormat("%s: %s: %U", what, ((PyTypeObject *)type)->tp_name, s)
-            : PyUnicode_FromFormat("%s: %s", what, ((PyTypeObject *)type)->tp_name);
+    exc = hpspy_err_take();
+    if (!exc)
+        return hpspy_raise_fmt(HPS_EINVAL, "%s failed", what);
+    s = PyObject_Str(exc);
+    msg = s ? PyUnicode_FromFormat("%s: %s: %U", what, Py_TYPE(exc)->tp_name, s)
+            : PyUnicode_FromFormat("%s: %s", what, Py_TYPE(exc)->tp_name);
     PyErr_Clear();
     Py_XDECREF(s);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    return hpspy_raise_msg(HPS_EINVAL, msg, value);
+    return hpspy_raise_msg(HPS_EINVAL, msg, exc);
+}
+
+/* Error messages echo user-given names and values cut to HPSPY_ECHO_MAX
+ * characters: a 100,000-character name makes no 100,000-character message. */
+PyObject *hpspy_cut(PyObject *s)
+{
+    PyObject *head, *r;
+
+    if (PyUnicode_GET_LENGTH(s) <= HPSPY_ECHO_MAX) {
+        Py_INCREF(s);
+        return s;
+    }
+    head = PyUnicode_Substring(s, 0, HPSPY_ECHO_MAX);
+    r = head ? PyUnicode_FromFormat("%U...", head) : NULL;
+    Py_XDECREF(head);
+    return r;
+}
+
+PyObject *hpspy_echo(PyObject *o)
+{
+    PyObject *s, *r;
+
+    if (PyUnicode_Check(o)) { /* the repr of an exact str runs no Python code */
+        Py_ssize_t n = PyUnicode_GET_LENGTH(o);
+        PyObject *head = PyUnicode_Substring(o, 0, n > HPSPY_ECHO_MAX ? HPSPY_ECHO_MAX : n);
+        s = head ? PyObject_Repr(head) : NULL;
+        Py_XDECREF(head);
+        if (!s || n <= HPSPY_ECHO_MAX)
+            return s;
+        r = PyUnicode_FromFormat("%U...", s);
+        Py_DECREF(s);
+        return r;
+    }
+    s = PyObject_Repr(o);
+    if (!s && PyLong_Check(o) && PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear(); /* more digits than int's str() allows: hex has no limit */
+        s = PyNumber_ToBase(o, 16);
+    }
+    if (!s) {
+        PyErr_Clear();
+        return PyUnicode_FromFormat("<%.100s object>", Py_TYPE(o)->tp_name);
+    }
+    r = hpspy_cut(s);
+    Py_DECREF(s);
+    return r;
 }
 
 /* ---- argument parsing (vectorcall) -------------------------------------- */
@@ -130,15 +172,20 @@ int hpspy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, Py
         out[i] = args[i];
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; k < nkw; k++) {
-        const char *kn = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t len;
+        const char *kn = PyUnicode_AsUTF8AndSize(kw, &len);
         int i;
         if (!kn)
             return -1;
-        for (i = 0; i < nnames; i++)
-            if (strcmp(kn, names[i]) == 0)
+        for (i = 0; i < nnames; i++) /* "model\0x" is not "model" */
+            if (strlen(names[i]) == (size_t)len && strcmp(kn, names[i]) == 0)
                 break;
         if (i == nnames) {
-            hpspy_raise_fmt(HPS_EINVAL, "%s() got an unexpected keyword argument '%s'", fn, kn);
+            PyObject *e = hpspy_echo(kw);
+            if (e)
+                hpspy_raise_fmt(HPS_EINVAL, "%s() got an unexpected keyword argument %U", fn, e);
+            Py_XDECREF(e);
             return -1;
         }
         if (out[i]) {

@@ -34,6 +34,10 @@ extern PyObject *hpspy_str_dlpack, *hpspy_str_dlpack_device, *hpspy_str_cuda_str
 
 /* ---- errors and argument parsing (_hps.c) -------------------------------- */
 
+/* How many characters of a user-given name or value an error message
+ * shows (hpspy_cut, hpspy_echo); longer ones end in "...". */
+#define HPSPY_ECHO_MAX 200
+
 /* Raise hps.Error(msg) with .code, .name; msg and cause stolen.  NULL. */
 PyObject *hpspy_raise_msg(hps_err_t code, PyObject *msg, PyObject *cause);
 /* hps.Error with a PyUnicode_FromFormat message.  NULL. */
@@ -42,6 +46,47 @@ PyObject *hpspy_raise_fmt(hps_err_t code, const char *fmt, ...);
 PyObject *hpspy_raise_c(hps_err_t rc);
 /* The pending Python exception as hps.Error("<what>: ..."), chained.  NULL. */
 PyObject *hpspy_wrap_pyerr(const char *what);
+/* str s (borrowed) cut to HPSPY_ECHO_MAX characters with "...": new
+ * reference, NULL with an exception set. */
+PyObject *hpspy_cut(PyObject *s);
+/* A user-given value as an error message shows it: its repr(), cut as
+ * hpspy_cut (a str without running its methods).  New reference, NULL with
+ * an exception set (no memory). */
+PyObject *hpspy_echo(PyObject *o);
+
+/* The pending exception taken out of the thread state (NULL when none), and
+ * put back (stolen; NULL: nothing): around code that may run Python code
+ * while an exception is pending.  PyErr_GetRaisedException where the Python
+ * version has it (3.12), else PyErr_Fetch. */
+static inline PyObject *hpspy_err_take(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    if (!type)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+static inline void hpspy_err_restore(PyObject *exc)
+{
+    if (!exc)
+        return;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
 
 /* Vectorcall arguments by position or keyword into out[0 .. nnames-1]. */
 int hpspy_parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -61,7 +106,10 @@ typedef struct arr {
     int have_view;       /* ... when set */
     PyObject *capsule;   /* DLPack: the consumed capsule ("used_dltensor") */
     DLManagedTensor *mt; /* its tensor; deleter called by hpspy_arr_release */
-    void *data;
+    void *data;          /* what the call reads or writes: user, or tmp */
+    void *user;          /* the array's own memory */
+    void *tmp;           /* an aligned copy of host memory (hpspy_arr_finish), PyMem */
+    size_t elsize;       /* bytes per element */
     int ndim;
     int64_t shape[2];
     int64_t numel;
@@ -73,9 +121,22 @@ typedef struct arr {
 } arr_t;
 
 /* Read an array argument (buffer protocol, torch, DLPack); -1 with hps.Error
- * raised on failure.  Release it with hpspy_arr_release, failed or not. */
+ * raised on failure.  Release it with hpspy_arr_release, failed or not (it
+ * keeps a pending exception: a producer's deleter may run Python code). */
 int hpspy_arr_get(PyObject *o, int kind, const char *what, void *stream, arr_t *a);
 void hpspy_arr_release(arr_t *a);
+/* The last checks of keys and out before the call, which runs no Python
+ * code: out must not overlap the keys; host memory not aligned to its
+ * element size is replaced by an aligned copy (keys copied in, out copied
+ * back by hpspy_arr_copy_back); device memory must be aligned.  -1 with
+ * hps.Error raised. */
+int hpspy_arr_finish(arr_t *keys, arr_t *out);
+/* After a call that wrote out: an aligned copy back into out's own memory
+ * (no Python API: callable without the GIL). */
+void hpspy_arr_copy_back(const arr_t *out);
+/* Whether o is a boolean scalar: bool, numpy.bool_, a torch bool tensor
+ * (an index argument refuses them although they have __index__). */
+int hpspy_is_bool(PyObject *o);
 /* "host memory" or "CUDA memory of device <loc>", in buf. */
 const char *hpspy_loc_str(int loc, char *buf, size_t len);
 /* A dtype= argument (None, a name, a numpy or torch dtype) as the output

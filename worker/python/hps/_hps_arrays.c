@@ -18,8 +18,14 @@
 
 /* ---- arrays: buffer protocol or DLPack ---------------------------------- */
 
+/* Called on every path, also with an hps.Error pending: a producer's
+ * deleter, a capsule's destructor or a buffer's release may run Python code,
+ * which must not see that exception (nor lose its work to it), so it is
+ * set aside meanwhile; what they raise themselves is unraisable. */
 void hpspy_arr_release(arr_t *a)
 {
+    PyObject *exc = hpspy_err_take();
+
     if (a->have_view) {
         PyBuffer_Release(&a->view);
         a->have_view = 0;
@@ -30,6 +36,11 @@ void hpspy_arr_release(arr_t *a)
         a->mt = NULL;
     }
     Py_CLEAR(a->capsule);
+    PyMem_Free(a->tmp);
+    a->tmp = NULL;
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable(hpspy_str_dlpack); /* a->obj may be gone */
+    hpspy_err_restore(exc);
 }
 
 const char *hpspy_loc_str(int loc, char *buf, size_t len)
@@ -76,7 +87,8 @@ static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
     a->have_view = 1;
     a->loc = HPS_HOST;
     a->dl_device_type = kDLCPU;
-    a->data = v->buf;
+    a->data = a->user = v->buf;
+    a->elsize = (size_t)v->itemsize;
     if (v->ndim < 1 || v->ndim > 2) {
         hpspy_raise_fmt(HPS_EINVAL, "%s must be %s, got %d dimensions", what,
                         kind == ARR_KEYS ? "1-D" : "1-D or 2-D", v->ndim);
@@ -208,19 +220,42 @@ static int from_dlpack(PyObject *o, PyObject *cap, int kind, const char *what, v
                         what, (int)t->dtype.code, (int)t->dtype.bits);
         return -1;
     }
+    a->elsize = t->dtype.bits / 8;
     a->ndim = t->ndim;
     a->numel = 1;
+    if (!t->shape) {
+        hpspy_raise_fmt(HPS_EINVAL, "%s: DLPack tensor without a shape", what);
+        return -1;
+    }
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t n = t->shape[i];
+        if (n < 0) {
+            hpspy_raise_fmt(HPS_EINVAL, "%s: DLPack shape[%d] is negative (%lld)", what, i,
+                            (long long)n);
+            return -1;
+        }
+        if (t->strides && t->strides[i] < 0) {
+            hpspy_raise_fmt(HPS_EINVAL, "%s: DLPack strides[%d] is negative (%lld)", what, i,
+                            (long long)t->strides[i]);
+            return -1;
+        }
+        if (n && a->numel > INT64_MAX / 8 / n) { /* numel * elsize must fit */
+            hpspy_raise_fmt(HPS_EINVAL, "%s: DLPack shape too large (shape[%d] = %lld)", what, i,
+                            (long long)n);
+            return -1;
+        }
+        a->shape[i] = n;
+        a->numel *= n;
+    }
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
-        a->shape[i] = t->shape[i];
-        a->numel *= t->shape[i];
         if (t->strides && t->shape[i] > 1 && t->strides[i] != expect) {
             hpspy_raise_fmt(HPS_EINVAL, "%s must be C-contiguous", what);
             return -1;
         }
         expect *= t->shape[i];
     }
-    a->data = (char *)t->data + t->byte_offset;
+    a->data = a->user = (char *)t->data + t->byte_offset;
     return 0;
 }
 
@@ -238,6 +273,7 @@ static struct {
     PyObject *to_dlpack;  /* torch._C._to_dlpack */
     PyObject *empty;      /* torch.empty */
     PyObject *types[3];   /* torch.float32, torch.float16, torch.bfloat16 (by hps_dtype_t) */
+    PyObject *bool_type;  /* torch.bool, or NULL */
     PyObject *raw_stream; /* torch._C._cuda_getCurrentRawStream, or NULL */
     PyObject *cur_stream; /* torch.cuda.current_stream (fallback), or NULL */
     PyObject *kw_dtype, *kw_dtype_device;
@@ -274,6 +310,8 @@ static int torch_ready(void)
         tch.types[i] = PyObject_GetAttrString(mod, type_names[i]);
         PyErr_Clear();
     }
+    tch.bool_type = PyObject_GetAttrString(mod, "bool");
+    PyErr_Clear();
     tch.kw_dtype = Py_BuildValue("(s)", "dtype");
     tch.kw_dtype_device = Py_BuildValue("(ss)", "dtype", "device");
     tch.Tensor = PyObject_GetAttrString(mod, "Tensor");
@@ -293,6 +331,23 @@ static int torch_ready(void)
 static int is_torch(PyObject *o)
 {
     return torch_ready() && PyObject_TypeCheck(o, (PyTypeObject *)tch.Tensor);
+}
+
+int hpspy_is_bool(PyObject *o)
+{
+    const char *n = Py_TYPE(o)->tp_name;
+    PyObject *dt;
+    int r;
+
+    if (PyBool_Check(o) || strcmp(n, "numpy.bool_") == 0 || strcmp(n, "numpy.bool") == 0)
+        return 1;
+    if (!is_torch(o) || !tch.bool_type)
+        return 0;
+    dt = PyObject_GetAttrString(o, "dtype");
+    r = dt == tch.bool_type;
+    Py_XDECREF(dt);
+    PyErr_Clear();
+    return r;
 }
 
 /* torch's current CUDA stream of a device (0: the default stream), or
@@ -405,24 +460,29 @@ int hpspy_parse_dtype(PyObject *o, int *ret)
         return 0;
     /* a name, or what str() gives for numpy and torch dtypes: "float16",
      * "torch.float16", "<class 'numpy.float16'>" */
-    PyObject *str = PyObject_Str(o);
-    const char *s = str ? PyUnicode_AsUTF8(str) : NULL;
+    PyObject *str = PyObject_Str(o), *e;
+    Py_ssize_t slen;
+    const char *s = str ? PyUnicode_AsUTF8AndSize(str, &slen) : NULL;
     if (!s) {
         Py_XDECREF(str);
         hpspy_wrap_pyerr("dtype");
         return -1;
     }
-    const char *n = strncmp(s, "torch.", 6) == 0            ? s + 6
-                    : strncmp(s, "<class 'numpy.", 14) == 0 ? s + 14
-                                                            : s;
+    int cls = strncmp(s, "<class 'numpy.", 14) == 0;
+    const char *n = strncmp(s, "torch.", 6) == 0 ? s + 6 : cls ? s + 14 : s;
     size_t len = strcspn(n, "'");
-    for (int i = 0; i < 3; i++)
-        if (strlen(type_names[i]) == len && strncmp(n, type_names[i], len) == 0)
-            *ret = i;
-    if (len == 4 && strncmp(n, "half", 4) == 0)
-        *ret = HPS_DTYPE_FP16;
-    if (*ret < 0)
-        hpspy_raise_fmt(HPS_EINVAL, "dtype must be float32, float16 or bfloat16, got %s", s);
+    /* the whole name ("float16'junk" is none), and no NUL ("float16\0junk") */
+    if (strlen(s) == (size_t)slen && strcmp(n + len, cls ? "'>" : "") == 0) {
+        for (int i = 0; i < 3; i++)
+            if (strlen(type_names[i]) == len && strncmp(n, type_names[i], len) == 0)
+                *ret = i;
+        if (len == 4 && strncmp(n, "half", 4) == 0)
+            *ret = HPS_DTYPE_FP16;
+    }
+    if (*ret < 0 && (e = hpspy_cut(str)) != NULL) {
+        hpspy_raise_fmt(HPS_EINVAL, "dtype must be float32, float16 or bfloat16, got %U", e);
+        Py_DECREF(e);
+    }
     Py_DECREF(str);
     return *ret < 0 ? -1 : 0;
 }
@@ -521,4 +581,56 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
 fail:
     Py_DECREF(o);
     return NULL;
+}
+
+/* ---- the last checks before a call -------------------------------------- */
+
+/* Host memory not aligned to its element size (a numpy view at an odd
+ * offset, np.frombuffer(buf, offset=1)): libhps reads int64 keys and writes
+ * 2-byte outputs as such, so the call works on an aligned copy (PyMem: 16-
+ * byte aligned).  Device memory cannot be copied here: refused. */
+static int align(arr_t *a, const char *what, int copy_in)
+{
+    size_t bytes = (size_t)a->numel * a->elsize;
+    char b1[64];
+
+    if (!bytes || (uintptr_t)a->data % a->elsize == 0)
+        return 0;
+    if (a->loc != HPS_HOST) {
+        hpspy_raise_fmt(HPS_EINVAL, "%s in %s must be %zu-byte aligned (address %p)", what,
+                        hpspy_loc_str(a->loc, b1, sizeof b1), a->elsize, a->data);
+        return -1;
+    }
+    a->tmp = PyMem_Malloc(bytes);
+    if (!a->tmp) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (copy_in)
+        memcpy(a->tmp, a->user, bytes);
+    a->data = a->tmp;
+    return 0;
+}
+
+int hpspy_arr_finish(arr_t *keys, arr_t *out)
+{
+    uintptr_t k = (uintptr_t)keys->user, o = (uintptr_t)out->user;
+    size_t kb = (size_t)keys->numel * keys->elsize, ob = (size_t)out->numel * out->elsize;
+
+    /* The same memory space (hpspy_get_out checked it): the rows written
+     * would overwrite keys not read yet. */
+    if (kb && ob && k < o + ob && o < k + kb) {
+        hpspy_raise_fmt(HPS_EINVAL, "out overlaps keys (bytes %p..%p of the keys, %p..%p of out)",
+                        (void *)k, (void *)(k + kb), (void *)o, (void *)(o + ob));
+        return -1;
+    }
+    if (align(keys, "keys", 1) < 0 || align(out, "out", 0) < 0)
+        return -1;
+    return 0;
+}
+
+void hpspy_arr_copy_back(const arr_t *out)
+{
+    if (out->tmp)
+        memcpy(out->user, out->tmp, (size_t)out->numel * out->elsize);
 }

@@ -5,6 +5,14 @@
  * gains models; the lookups (lookup, _lookup_any, lookup_multi), which
  * check everything before they release the GIL around the libhps call; the
  * info, readiness and model-control methods; close and the context manager.
+ *
+ * close() may run in the middle of any method: from another thread whenever
+ * this one runs Python code (which may release the GIL), or from that
+ * Python code itself (an argument's __index__ or __hash__, an allocator).
+ * So a method converts its arguments first (running their Python code),
+ * then checks that the client is open (client_enter) right before each use
+ * of self->c, with no Python code in between; a call that releases the GIL
+ * counts itself in self->busy, which close() waits for.
  */
 #include "_hps.h"
 
@@ -56,12 +64,23 @@ static void free_models(client_object *self)
     Py_CLEAR(self->model_index);
 }
 
+/* close(): refuses new calls (closing), waits for those in flight (busy),
+ * then closes.  A close() while another thread's close() waits returns once
+ * that one is done. */
 static void client_do_close(client_object *self)
 {
     hps_client_t *c = self->c;
 
-    if (!c || self->closing)
+    if (!c)
         return;
+    if (self->closing) {
+        while (self->closing) {
+            PyThreadState *ts = PyEval_SaveThread();
+            usleep(1000);
+            PyEval_RestoreThread(ts);
+        }
+        return;
+    }
     self->closing = 1;
     while (self->busy > 0) { /* hps_client_close needs every other call returned */
         PyThreadState *ts = PyEval_SaveThread();
@@ -104,6 +123,8 @@ static int load_models(client_object *self)
         self->num_models = m + 1; /* free_models frees a partial entry */
         model_t *md = &self->models[m];
         hps_client_model_info_t mi;
+        if (client_enter(self) < 0) /* allocations may run a finalizer that closes it */
+            return -1;
         hps_err_t rc = hps_client_model_info(self->c, m, &mi);
         if (rc < 0) {
             hpspy_raise_c(rc);
@@ -124,6 +145,8 @@ static int load_models(client_object *self)
         Py_DECREF(idx);
         for (uint32_t t = 0; t < mi.num_tables; t++) {
             hps_client_table_info_t ti;
+            if (client_enter(self) < 0)
+                return -1;
             rc = hps_client_table_info(self->c, m, t, &ti);
             if (rc < 0) {
                 hpspy_raise_c(rc);
@@ -167,12 +190,22 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
     PyThreadState *ts = PyEval_SaveThread();
     rc = hps_client_open(p, device, &c, err, sizeof(err));
     PyEval_RestoreThread(ts);
+    if (rc >= 0 && (self->c || self->models)) {
+        /* __init__ again meanwhile: from device's __index__, or from
+         * another thread while the GIL was released */
+        ts = PyEval_SaveThread();
+        hps_client_close(c);
+        PyEval_RestoreThread(ts);
+        Py_DECREF(path);
+        hpspy_raise_fmt(HPS_EINVAL, "Client.__init__ called twice");
+        return -1;
+    }
     if (rc < 0) {
         if (err[0])
             hpspy_raise_msg(rc, PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace"),
                             NULL);
         else
-            hpspy_raise_fmt(rc, "%s: %s", p, hps_strerror(rc));
+            hpspy_raise_fmt(rc, "%.200s%s: %s", p, strlen(p) > 200 ? "..." : "", hps_strerror(rc));
         Py_DECREF(path);
         return -1;
     }
@@ -190,80 +223,112 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
 
 /* A model not known yet: the client looks for models added to its INI
  * since (hps_client_refresh_models), and this object adds what it learned.
- * -1 with an exception set on failure. */
+ * -1 with an exception set on failure (a closed client). */
 static int learn_models(client_object *self)
 {
+    if (client_enter(self) < 0)
+        return -1;
     hps_client_refresh_models(self->c, NULL);
     return hps_client_num_models(self->c) > self->num_models ? load_models(self) : 0;
 }
 
+/* A model or table argument as a name (an exact str) or an index (an exact
+ * int): a str (a subclass copied: its __hash__ and __eq__ are not called),
+ * or anything with __index__ (numpy and torch integer scalars) but a bool.
+ * This runs the argument's Python code, so it comes before the client is
+ * used.  New reference, or NULL with hps.Error raised. */
+static PyObject *index_or_name(PyObject *o, const char *what)
+{
+    if (PyUnicode_Check(o))
+        return PyUnicode_FromObject(o);
+    if (hpspy_is_bool(o)) /* bool has __index__ too */
+        return hpspy_raise_fmt(HPS_EINVAL, "%s must be an index (int) or a name (str), not %s%s",
+                               what, Py_TYPE(o)->tp_name, PyBool_Check(o) ? "" : " (a bool)");
+    if (PyIndex_Check(o)) {
+        PyObject *v = PyNumber_Index(o);
+        return v ? v : hpspy_wrap_pyerr(what);
+    }
+    return hpspy_raise_fmt(HPS_EINVAL, "%s must be an index (int) or a name (str), not %s", what,
+                           Py_TYPE(o)->tp_name);
+}
+
+/* The index of model o (from index_or_name); runs no Python code. */
 static int get_model(client_object *self, PyObject *o, size_t *ret)
 {
+    PyObject *e;
+
     if (PyUnicode_Check(o)) {
         PyObject *v = PyDict_GetItemWithError(self->model_index, o);
         if (!v && !PyErr_Occurred() && learn_models(self) == 0)
             v = PyDict_GetItemWithError(self->model_index, o);
         if (!v) {
-            if (!PyErr_Occurred()) {
+            if (!PyErr_Occurred() && (e = hpspy_echo(o)) != NULL) {
                 PyObject *names = PyDict_Keys(self->model_index);
-                hpspy_raise_fmt(HPS_ENOTFOUND, "unknown model '%U' (models: %R)", o, names);
+                if (names)
+                    hpspy_raise_fmt(HPS_ENOTFOUND, "unknown model %U (models: %R)", e, names);
                 Py_XDECREF(names);
+                Py_DECREF(e);
             }
             return -1;
         }
         *ret = PyLong_AsSize_t(v);
         return 0;
     }
-    if (PyLong_Check(o)) {
-        long long m = PyLong_AsLongLong(o);
-        if (m >= 0 && (unsigned long long)m >= self->num_models && learn_models(self) < 0)
-            return -1;
-        if (m < 0 || (unsigned long long)m >= self->num_models) {
-            PyErr_Clear();
-            hpspy_raise_fmt(HPS_EINVAL, "model index %R out of range (%zu models)", o,
-                            self->num_models);
-            return -1;
-        }
-        *ret = (size_t)m;
-        return 0;
+    long long m = PyLong_AsLongLong(o);
+    if (m == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        m = -1;
     }
-    hpspy_raise_fmt(HPS_EINVAL, "model must be a name (str) or an index, not %s",
-                    Py_TYPE(o)->tp_name);
-    return -1;
+    if (m >= 0 && (unsigned long long)m >= self->num_models && learn_models(self) < 0)
+        return -1;
+    if (m < 0 || (unsigned long long)m >= self->num_models) {
+        if ((e = hpspy_echo(o)) != NULL)
+            hpspy_raise_fmt(HPS_EINVAL, "model index %U out of range (%zu models)", e,
+                            self->num_models);
+        Py_XDECREF(e);
+        return -1;
+    }
+    *ret = (size_t)m;
+    return 0;
 }
 
+/* The index of table o (from index_or_name) of model m; runs no Python
+ * code. */
 static int get_table(client_object *self, size_t m, PyObject *o, uint32_t *ret)
 {
     model_t *md = &self->models[m];
+    PyObject *e;
 
     if (PyUnicode_Check(o)) {
         PyObject *v = PyDict_GetItemWithError(md->table_index, o);
         if (!v) {
-            if (!PyErr_Occurred()) {
+            if (!PyErr_Occurred() && (e = hpspy_echo(o)) != NULL) {
                 PyObject *names = PyDict_Keys(md->table_index);
-                hpspy_raise_fmt(HPS_ENOTFOUND, "model '%U' has no table '%U' (tables: %R)",
-                                md->name, o, names);
+                if (names)
+                    hpspy_raise_fmt(HPS_ENOTFOUND, "model '%U' has no table %U (tables: %R)",
+                                    md->name, e, names);
                 Py_XDECREF(names);
+                Py_DECREF(e);
             }
             return -1;
         }
         *ret = (uint32_t)PyLong_AsUnsignedLong(v);
         return 0;
     }
-    if (PyLong_Check(o)) {
-        long long t = PyLong_AsLongLong(o);
-        if (t < 0 || t >= md->num_tables) {
-            PyErr_Clear();
-            hpspy_raise_fmt(HPS_EINVAL, "table_id %R out of range: model '%U' has %u tables", o,
-                            md->name, md->num_tables);
-            return -1;
-        }
-        *ret = (uint32_t)t;
-        return 0;
+    long long t = PyLong_AsLongLong(o);
+    if (t == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        t = -1;
     }
-    hpspy_raise_fmt(HPS_EINVAL, "table must be an index (int) or a name (str), not %s",
-                    Py_TYPE(o)->tp_name);
-    return -1;
+    if (t < 0 || t >= md->num_tables) {
+        if ((e = hpspy_echo(o)) != NULL)
+            hpspy_raise_fmt(HPS_EINVAL, "table_id %U out of range: model '%U' has %u tables", e,
+                            md->name, md->num_tables);
+        Py_XDECREF(e);
+        return -1;
+    }
+    *ret = (uint32_t)t;
+    return 0;
 }
 
 /* The location of an array must be host memory or the client's device. */
@@ -287,7 +352,7 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
                              PyObject *kwnames, int strict, const char *fn)
 {
     static const char *const names[] = {"model", "table", "keys", "out", "stream", "dtype"};
-    PyObject *a[6], *o = NULL;
+    PyObject *a[6], *mo = NULL, *to = NULL, *o = NULL;
     size_t m;
     uint32_t t;
     void *stream;
@@ -295,11 +360,14 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
     hps_err_t rc;
     int want;
 
-    if (hpspy_parse_args(fn, args, nargs, kwnames, names, 6, strict ? 3 : 4, a) < 0 ||
-        client_enter(self) < 0 || get_model(self, a[0], &m) < 0 ||
-        get_table(self, m, a[1], &t) < 0 || hpspy_parse_stream(a[4], &stream) < 0 ||
-        hpspy_parse_dtype(a[5], &want) < 0)
+    if (hpspy_parse_args(fn, args, nargs, kwnames, names, 6, strict ? 3 : 4, a) < 0)
         return NULL;
+    /* Python code of the arguments first, then the client */
+    if (!(mo = index_or_name(a[0], "model")) || !(to = index_or_name(a[1], "table")) ||
+        hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0 ||
+        client_enter(self) < 0 || get_model(self, mo, &m) < 0 || get_table(self, m, to, &t) < 0)
+        goto done;
+    uint32_t dim = self->models[m].dims[t];
     if (hpspy_arr_get(a[2], ARR_KEYS, "keys", stream, &keys) < 0)
         goto done;
     if (keys.ndim != 1) {
@@ -313,12 +381,11 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
                         INT32_MAX);
         goto done;
     }
-    uint32_t dim = self->models[m].dims[t];
     o = hpspy_get_out(a[3], &keys, keys.numel, dim, 2, strict, want, stream, &out);
-    if (!o)
-        goto done;
+    if (!o || hpspy_arr_finish(&keys, &out) < 0)
+        goto fail;
     if (keys.numel > 0) {
-        if (client_enter(self) < 0) /* an allocator may have closed it */
+        if (client_enter(self) < 0) /* the arrays' Python code may have closed it */
             goto fail;
         hps_client_t *c = self->c;
         self->busy++;
@@ -332,6 +399,8 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
             rc = hps_client_lookup_typed(c, m, t + 1, numkeys, keys.data, keys.key_type, keys.loc,
                                          out.data, out.out_type, out.loc, stream, 0);
         }
+        if (rc >= 0)
+            hpspy_arr_copy_back(&out);
         PyEval_RestoreThread(ts);
         self->busy--;
         if (rc < 0) {
@@ -345,6 +414,8 @@ fail:
 done:
     hpspy_arr_release(&out);
     hpspy_arr_release(&keys);
+    Py_XDECREF(mo);
+    Py_XDECREF(to);
     if (!strict && o) {
         Py_DECREF(o);
         Py_RETURN_NONE;
@@ -359,13 +430,18 @@ PyDoc_STRVAR(lookup_doc,
              "table_id)).\n"
              "\n"
              "model   name (str) of a model of the configuration, or its index.\n"
-             "table   index (int, HugeCTR's table_id) or name (str, embedding_table_names).\n"
+             "table   index (HugeCTR's table_id) or name (str, embedding_table_names).\n"
+             "        An index is an int or anything with __index__ (numpy and torch\n"
+             "        integer scalars), not a bool.\n"
              "keys    1-D contiguous int64 or int32 array of n keys: a numpy array (or any\n"
              "        buffer), or an object with __dlpack__ (a torch tensor on the CPU or on\n"
-             "        the client's CUDA device), or a DLPack capsule.\n"
+             "        the client's CUDA device), or a DLPack capsule.  Host keys at an\n"
+             "        address not a multiple of their size (a numpy view at an odd\n"
+             "        offset) are copied first; device keys must be aligned.\n"
              "out     None, or a C-contiguous float32 (or float16, bfloat16) array of\n"
-             "        shape (n, dim) in the same kind of memory as the keys; written and\n"
-             "        returned.\n"
+             "        shape (n, dim) in the same kind of memory as the keys, not\n"
+             "        overlapping them; written and returned (through an aligned copy\n"
+             "        where host memory is not aligned to the element size).\n"
              "stream  None (the legacy default CUDA stream), an int (cudaStream_t) or an\n"
              "        object with .cuda_stream (torch.cuda.Stream).\n"
              "dtype   None (out's type, else float32), or float32, float16 (half) or\n"
@@ -399,32 +475,39 @@ static PyObject *client_lookup_any(client_object *self, PyObject *const *args, P
     return lookup_impl(self, args, nargs, kwnames, 0, "_lookup_any");
 }
 
-/* numkeys: a sequence of T non-negative ints -> int32 array (PyMem). */
-static int32_t *get_numkeys(PyObject *o, const model_t *md, uint32_t *ret_t, int64_t *ret_sum,
-                            int64_t *ret_rows_dim)
+/* numkeys: a sequence of ints >= 0 (not bools) -> int32 array (PyMem) of
+ * *ret_n entries.  A tuple copy is read: an entry's __index__ may change the
+ * caller's list.  NULL with hps.Error raised. */
+static int32_t *get_numkeys(PyObject *o, Py_ssize_t *ret_n)
 {
-    PyObject *seq = PySequence_Fast(o, "numkeys must be a sequence of ints");
+    PyObject *seq = PySequence_Tuple(o);
     int32_t *nk = NULL;
     Py_ssize_t n;
-    int64_t sum = 0, elems = 0;
 
     if (!seq) {
-        hpspy_wrap_pyerr("numkeys");
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            hpspy_raise_fmt(HPS_EINVAL, "numkeys must be a sequence of ints, not %s",
+                            Py_TYPE(o)->tp_name);
+        } else {
+            hpspy_wrap_pyerr("numkeys");
+        }
         return NULL;
     }
-    n = PySequence_Fast_GET_SIZE(seq);
-    if (n < 1 || n > (Py_ssize_t)md->num_tables) {
-        hpspy_raise_fmt(HPS_EINVAL, "numkeys must have 1 to %u entries (model '%U'), got %zd",
-                        md->num_tables, md->name, n);
-        goto fail;
-    }
-    nk = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    n = PyTuple_GET_SIZE(seq);
+    nk = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
     if (!nk) {
         PyErr_NoMemory();
         goto fail;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *ix = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        if (hpspy_is_bool(item)) {
+            hpspy_raise_fmt(HPS_EINVAL, "numkeys[%zd] must be an int, not %s%s", i,
+                            Py_TYPE(item)->tp_name, PyBool_Check(item) ? "" : " (a bool)");
+            goto fail;
+        }
+        PyObject *ix = PyNumber_Index(item);
         long long v = ix ? PyLong_AsLongLong(ix) : -1;
         Py_XDECREF(ix);
         if (PyErr_Occurred()) {
@@ -437,18 +520,35 @@ static int32_t *get_numkeys(PyObject *o, const model_t *md, uint32_t *ret_t, int
             goto fail;
         }
         nk[i] = (int32_t)v;
-        sum += v;
-        elems += v * (int64_t)md->dims[i];
     }
     Py_DECREF(seq);
-    *ret_t = (uint32_t)n;
-    *ret_sum = sum;
-    *ret_rows_dim = elems;
+    *ret_n = n;
     return nk;
 fail:
     PyMem_Free(nk);
     Py_DECREF(seq);
     return NULL;
+}
+
+/* numkeys nk[0 .. n-1] against model md: 1 to T entries; their sum and
+ * the output's elements (sum n_t * dim_t).  -1 with hps.Error raised. */
+static int check_numkeys(const int32_t *nk, Py_ssize_t n, const model_t *md, int64_t *ret_sum,
+                         int64_t *ret_elems)
+{
+    int64_t sum = 0, elems = 0;
+
+    if (n < 1 || n > (Py_ssize_t)md->num_tables) {
+        hpspy_raise_fmt(HPS_EINVAL, "numkeys must have 1 to %u entries (model '%U'), got %zd",
+                        md->num_tables, md->name, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        sum += nk[i];
+        elems += nk[i] * (int64_t)md->dims[i];
+    }
+    *ret_sum = sum;
+    *ret_elems = elems;
+    return 0;
 }
 
 PyDoc_STRVAR(lookup_multi_doc,
@@ -458,9 +558,10 @@ PyDoc_STRVAR(lookup_multi_doc,
              "(the Triton hps backend's KEYS / NUMKEYS form).\n"
              "\n"
              "keys     1-D int64 or int32 array of N keys, table-major (table 0's first).\n"
-             "numkeys  sequence of T ints (T <= the model's tables), summing to N.\n"
+             "numkeys  sequence of T ints (T <= the model's tables), summing to N: ints\n"
+             "         or anything with __index__, not bools.\n"
              "out      None or a C-contiguous float32 (float16, bfloat16) array of shape\n"
-             "         (sum n_t*dim_t,).\n"
+             "         (sum n_t*dim_t,), not overlapping the keys.\n"
              "\n"
              "Returns the flat output (dtype as lookup()'s), table blocks in table\n"
              "order, where the keys live.  Other arguments as lookup().  Raises\n"
@@ -470,23 +571,24 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
                                      PyObject *kwnames)
 {
     static const char *const names[] = {"model", "keys", "numkeys", "out", "stream", "dtype"};
-    PyObject *a[6], *o = NULL;
+    PyObject *a[6], *mo = NULL, *o = NULL;
     size_t m;
     void *stream;
     arr_t keys = {0}, out = {0};
     int32_t *nk = NULL;
-    uint32_t T;
+    Py_ssize_t T;
     int64_t sum, elems;
     hps_err_t rc;
     int want;
 
-    if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 6, 3, a) < 0 ||
-        client_enter(self) < 0 || get_model(self, a[0], &m) < 0 ||
-        hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0)
+    if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 6, 3, a) < 0)
         return NULL;
-    nk = get_numkeys(a[2], &self->models[m], &T, &sum, &elems);
-    if (!nk)
-        return NULL;
+    /* Python code of the arguments first, then the client */
+    if (!(mo = index_or_name(a[0], "model")) || !(nk = get_numkeys(a[2], &T)) ||
+        hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0 ||
+        client_enter(self) < 0 || get_model(self, mo, &m) < 0 ||
+        check_numkeys(nk, T, &self->models[m], &sum, &elems) < 0)
+        goto done;
     if (hpspy_arr_get(a[1], ARR_KEYS, "keys", stream, &keys) < 0)
         goto done;
     if (keys.ndim != 1) {
@@ -501,16 +603,18 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
     if (check_loc(self, &keys, "keys") < 0)
         goto done;
     o = hpspy_get_out(a[3], &keys, elems, 1, 1, 1, want, stream, &out);
-    if (!o)
-        goto done;
+    if (!o || hpspy_arr_finish(&keys, &out) < 0)
+        goto fail;
     if (sum > 0) {
-        if (client_enter(self) < 0)
+        if (client_enter(self) < 0) /* the arrays' Python code may have closed it */
             goto fail;
         hps_client_t *c = self->c;
         self->busy++;
         PyThreadState *ts = PyEval_SaveThread();
-        rc = hps_client_lookup_typed(c, m, T, nk, keys.data, keys.key_type, keys.loc, out.data,
-                                     out.out_type, out.loc, stream, 0);
+        rc = hps_client_lookup_typed(c, m, (uint32_t)T, nk, keys.data, keys.key_type, keys.loc,
+                                     out.data, out.out_type, out.loc, stream, 0);
+        if (rc >= 0)
+            hpspy_arr_copy_back(&out);
         PyEval_RestoreThread(ts);
         self->busy--;
         if (rc < 0) {
@@ -525,6 +629,7 @@ done:
     hpspy_arr_release(&out);
     hpspy_arr_release(&keys);
     PyMem_Free(nk);
+    Py_XDECREF(mo);
     return o;
 }
 
@@ -565,18 +670,25 @@ PyDoc_STRVAR(tables_doc, "tables(model) -> list of dict\n"
 static PyObject *client_tables(client_object *self, PyObject *model)
 {
     size_t m;
-    PyObject *l;
+    PyObject *mo, *l = NULL;
 
-    if (client_enter(self) < 0 || get_model(self, model, &m) < 0)
+    if (!(mo = index_or_name(model, "model")))
         return NULL;
+    if (client_enter(self) < 0 || get_model(self, mo, &m) < 0)
+        goto out;
     l = PyList_New(0);
     for (uint32_t t = 0; l && t < self->models[m].num_tables; t++) {
         hps_client_table_info_t ti;
+        if (client_enter(self) < 0) { /* allocations may run a finalizer that closes it */
+            Py_CLEAR(l);
+            break;
+        }
         hps_err_t rc = hps_client_table_info(self->c, m, t, &ti);
         PyObject *d;
         if (rc < 0) {
-            Py_DECREF(l);
-            return hpspy_raise_c(rc);
+            Py_CLEAR(l);
+            hpspy_raise_c(rc);
+            break;
         }
         d = PyDict_New();
         if (!d || dset(d, "name", PyUnicode_FromString(ti.name ? ti.name : "")) < 0 ||
@@ -593,6 +705,8 @@ static PyObject *client_tables(client_object *self, PyObject *model)
         }
         Py_DECREF(d);
     }
+out:
+    Py_DECREF(mo);
     return l;
 }
 
@@ -604,15 +718,26 @@ static PyObject *client_model_info(client_object *self, PyObject *model)
     size_t m;
     hps_client_model_info_t mi;
     hps_err_t rc;
-    PyObject *d;
+    PyObject *mo, *name, *d;
 
-    if (client_enter(self) < 0 || get_model(self, model, &m) < 0)
+    if (!(mo = index_or_name(model, "model")))
+        return NULL;
+    int ok = client_enter(self) == 0 && get_model(self, mo, &m) == 0;
+    Py_DECREF(mo);
+    if (!ok)
         return NULL;
     rc = hps_client_model_info(self->c, m, &mi);
     if (rc < 0)
         return hpspy_raise_c(rc);
+    name = PyUnicode_FromString(mi.name); /* before anything that may close the client */
+    if (!name)
+        return NULL;
     d = PyDict_New();
-    if (!d || dset(d, "name", PyUnicode_FromString(mi.name)) < 0 ||
+    if (!d) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    if (dset(d, "name", name) < 0 ||
         dset(d, "num_tables", PyLong_FromUnsignedLong(mi.num_tables)) < 0 ||
         dset(d, "max_batch_size", PyLong_FromUnsignedLong(mi.max_batch_size)) < 0 ||
         dset(d, "key_bytes", PyLong_FromUnsignedLong(mi.key_bytes)) < 0 ||
@@ -633,9 +758,13 @@ static PyObject *client_counters(client_object *self, PyObject *model)
     size_t m;
     hps_client_counters_t k;
     hps_err_t rc;
-    PyObject *d;
+    PyObject *mo, *d;
 
-    if (client_enter(self) < 0 || get_model(self, model, &m) < 0)
+    if (!(mo = index_or_name(model, "model")))
+        return NULL;
+    int ok = client_enter(self) == 0 && get_model(self, mo, &m) == 0;
+    Py_DECREF(mo);
+    if (!ok)
         return NULL;
     rc = hps_client_counters(self->c, m, &k);
     if (rc < 0)
@@ -666,14 +795,20 @@ static PyObject *client_cache_stats(client_object *self, PyObject *const *args, 
                                     PyObject *kwnames)
 {
     static const char *const names[] = {"model", "table"};
-    PyObject *a[2], *d;
+    PyObject *a[2], *mo = NULL, *to = NULL, *d;
     size_t m;
     uint32_t t;
     hps_client_cache_stats_t s;
     hps_err_t rc;
 
-    if (hpspy_parse_args("cache_stats", args, nargs, kwnames, names, 2, 2, a) < 0 ||
-        client_enter(self) < 0 || get_model(self, a[0], &m) < 0 || get_table(self, m, a[1], &t) < 0)
+    if (hpspy_parse_args("cache_stats", args, nargs, kwnames, names, 2, 2, a) < 0)
+        return NULL;
+    int ok = (mo = index_or_name(a[0], "model")) != NULL &&
+             (to = index_or_name(a[1], "table")) != NULL && client_enter(self) == 0 &&
+             get_model(self, mo, &m) == 0 && get_table(self, m, to, &t) == 0;
+    Py_XDECREF(mo);
+    Py_XDECREF(to);
+    if (!ok)
         return NULL;
     rc = hps_client_cache_stats(self->c, m, t, &s);
     if (rc < 0)
@@ -737,7 +872,10 @@ PyDoc_STRVAR(wait_ready_doc,
              "wait_ready(timeout_ms=10000) -> bool\n"
              "\n"
              "Wait (GIL released) until ready() or timeout_ms passed; True when ready,\n"
-             "False on timeout.");
+             "False on timeout.  timeout_ms=0 does not wait: it tells whether the client\n"
+             "is ready now, as ready() (unlike load_model's timeout_ms=0, which means no\n"
+             "limit).  timeout_ms: an int >= 0, in milliseconds; values over 2**32 - 1\n"
+             "count as 2**32 - 1.");
 
 static PyObject *client_wait_ready(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
@@ -748,9 +886,7 @@ static PyObject *client_wait_ready(client_object *self, PyObject *const *args, P
     hps_err_t rc;
 
     if (hpspy_parse_args("wait_ready", args, nargs, kwnames, names, 1, 0, a) < 0 ||
-        client_enter(self) < 0)
-        return NULL;
-    if (a[0] && timeout_arg(a[0], &ms) < 0)
+        (a[0] && timeout_arg(a[0], &ms) < 0) || client_enter(self) < 0)
         return NULL;
     hps_client_t *c = self->c;
     self->busy++;
@@ -775,15 +911,26 @@ PyDoc_STRVAR(load_model_doc,
              "client serves from it (GIL released while waiting).  Loading a loaded model\n"
              "reloads it (new files or version).  A model added to the INI after this\n"
              "client opened is loaded for the other processes, not served by this one.\n"
+             "\n"
+             "model       the name (str; at most 120 bytes, no NUL character).\n"
+             "timeout_ms  how long to wait for the answer, an int >= 0 in milliseconds\n"
+             "            (values over 2**32 - 1 count as 2**32 - 1).\n"
+             "            timeout_ms=0 means no limit: the call waits until the\n"
+             "            coordinator answers (unlike wait_ready(0), which does not\n"
+             "            wait), and close() waits for it.\n"
+             "\n"
              "hps.Error: code HPS_EUNSUPPORTED (mode none), HPS_EIO (refused or failed:\n"
-             "the message says why; nothing changed), HPS_ETIMEDOUT, HPS_EBUSY.");
+             "the message says why; nothing changed), HPS_ETIMEDOUT (no answer in\n"
+             "timeout_ms: the request may still complete), HPS_EBUSY, HPS_EINVAL (a bad\n"
+             "name).");
 
 PyDoc_STRVAR(unload_model_doc,
              "unload_model(model, timeout_ms=600000) -> str\n"
              "\n"
-             "Unload model (explicit model control): its shared memory, GPU caches and\n"
-             "persistent-DB tables are freed; lookups of it then raise hps.Error\n"
-             "(HPS_ENOTFOUND).  Errors as load_model().");
+             "Unload model (explicit model control): its shared memory and GPU caches\n"
+             "are freed (its persistent-DB rows stay, for a later load); lookups of it\n"
+             "then raise hps.Error (HPS_ENOTFOUND).  Arguments and errors as\n"
+             "load_model(): timeout_ms=0 means no limit.");
 
 static PyObject *client_control(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames, hps_model_op_t op)
@@ -794,14 +941,26 @@ static PyObject *client_control(client_object *self, PyObject *const *args, Py_s
     long long ms = 600000;
     char msg[600];
 
-    if (hpspy_parse_args(what, args, nargs, kwnames, names, 2, 1, a) < 0 || client_enter(self) < 0)
+    if (hpspy_parse_args(what, args, nargs, kwnames, names, 2, 1, a) < 0 ||
+        (a[1] && timeout_arg(a[1], &ms) < 0))
         return NULL;
-    const char *name = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8(a[0]) : NULL;
+    if (!PyUnicode_Check(a[0]))
+        return hpspy_raise_fmt(HPS_EINVAL, "model must be a str, not %s", Py_TYPE(a[0])->tp_name);
+    Py_ssize_t len;
+    const char *name = PyUnicode_AsUTF8AndSize(a[0], &len); /* a str's methods are not run */
     if (!name)
-        return PyErr_Occurred() ? hpspy_wrap_pyerr("model")
-                                : hpspy_raise_fmt(HPS_EINVAL, "model must be a str, not %s",
-                                                  Py_TYPE(a[0])->tp_name);
-    if (a[1] && timeout_arg(a[1], &ms) < 0)
+        return hpspy_wrap_pyerr("model");
+    if (strlen(name) != (size_t)len || len > HPS_CONF_NAME_MAX) { /* libhps reads a C string */
+        PyObject *e = hpspy_echo(a[0]);
+        if (e && strlen(name) != (size_t)len)
+            hpspy_raise_fmt(HPS_EINVAL, "model name %U contains a NUL character", e);
+        else if (e)
+            hpspy_raise_fmt(HPS_EINVAL, "model name %U is too long (%zd bytes; at most %d)", e, len,
+                            HPS_CONF_NAME_MAX);
+        Py_XDECREF(e);
+        return NULL;
+    }
+    if (client_enter(self) < 0)
         return NULL;
     hps_client_t *c = self->c;
     self->busy++;
@@ -827,7 +986,8 @@ static PyObject *client_unload_model(client_object *self, PyObject *const *args,
 }
 
 PyDoc_STRVAR(close_doc, "close(): leave the segment and the shared GPU caches (waits for calls "
-                        "in flight).  Idempotent; the client is unusable afterwards.");
+                        "in flight, and for a close() of another thread).  Idempotent; calls "
+                        "not in flight yet, and later ones, raise hps.Error.");
 
 static PyObject *client_close(client_object *self, PyObject *unused)
 {

@@ -19,7 +19,7 @@ except ImportError as _e:  # pragma: no cover (depends on the machine)
     raise ImportError("hps.torch needs PyTorch, which could not be imported (%s); install "
                       "torch, or use hps.Client with numpy arrays" % _e) from _e
 
-from . import HPS_ENOTFOUND, _error, shared_client
+from . import HPS_ENOTFOUND, _echo, _error, _index_or_name, shared_client
 
 __all__ = ["LookupLayer"]
 
@@ -31,25 +31,30 @@ class LookupLayer(_torch.nn.Module):
     keys.device, float32 (or dtype: torch.float16 or torch.bfloat16, the
     float32 vectors rounded to nearest even, for a dense model that runs in
     half precision): the embedding vectors of table table_id (index or
-    name) of model_name.  Keys of any shape are flattened (int64 or int32).  CUDA
-    keys are looked up on their device (through the GPU caches of models
-    with gpucache = true), CPU keys on the current CUDA device's client
-    (host-only where CUDA is not available).  Clients are shared per
-    (configuration, device) in the process (hps.shared_client).
+    name) of model_name (name or index); an index is an int or anything with
+    __index__ (numpy and torch integer scalars), not a bool, and both are
+    checked when the layer is built.  Keys of any shape are flattened (int64
+    or int32).  CUDA keys are looked up on their device (through the GPU
+    caches of models with gpucache = true), CPU keys on the current CUDA
+    device's client (host-only where CUDA is not available).  Clients are
+    shared per (configuration, device) in the process (hps.shared_client).
 
     Raises hps.Error: emb_vec_size differs from the table's dim, unknown
-    model or table, a dtype other than float32 / float16 / bfloat16, bad keys.
+    model or table, a model or table that is neither a name nor an index, a
+    dtype other than float32 / float16 / bfloat16 (all when it is built);
+    bad keys.
     """
 
     def __init__(self, ps_config_file, model_name, table_id, emb_vec_size, dtype=None):
         super().__init__()
         if dtype not in (None, _torch.float32, _torch.float16, _torch.bfloat16):
-            raise _error("dtype %r: must be torch.float32, torch.float16 or torch.bfloat16" %
-                         (dtype,))
+            raise _error("dtype %s: must be torch.float32, torch.float16 or torch.bfloat16" %
+                         _echo(dtype))
         self.dtype = dtype
         self.ps_config_file = os.fsdecode(ps_config_file)
-        self.model_name = model_name
-        self.table_id = table_id
+        # as forward() passes them: a name (str) or an int
+        self.model_name = model_name = _index_or_name(model_name, "model_name")
+        self.table_id = table_id = _index_or_name(table_id, "table_id")
         self.emb_vec_size = int(emb_vec_size)
         self._host_device = _torch.cuda.current_device() if _torch.cuda.is_available() else -1
         self._clients = {}
@@ -58,18 +63,18 @@ class LookupLayer(_torch.nn.Module):
         if isinstance(table_id, str):
             idx = [i for i, t in enumerate(tables) if t["name"] == table_id]
             if not idx:
-                raise _error("model %r has no table %r (tables: %r)" %
-                             (model_name, table_id, [t["name"] for t in tables]),
+                raise _error("model %s has no table %s (tables: %r)" %
+                             (_echo(model_name), _echo(table_id), [t["name"] for t in tables]),
                              HPS_ENOTFOUND)
             info = tables[idx[0]]
         else:
-            if not 0 <= int(table_id) < len(tables):
-                raise _error("table_id %r out of range: model %r has %d tables" %
-                             (table_id, model_name, len(tables)))
-            info = tables[int(table_id)]
+            if not 0 <= table_id < len(tables):
+                raise _error("table_id %s out of range: model %s has %d tables" %
+                             (_echo(table_id), _echo(model_name), len(tables)))
+            info = tables[table_id]
         if info["dim"] != self.emb_vec_size:
-            raise _error("emb_vec_size %d differs from the dim %d of table %r of model %r" %
-                         (self.emb_vec_size, info["dim"], info["name"], model_name))
+            raise _error("emb_vec_size %d differs from the dim %d of table %r of model %s" %
+                         (self.emb_vec_size, info["dim"], info["name"], _echo(model_name)))
 
     def _client(self, device):
         c = self._clients.get(device)
