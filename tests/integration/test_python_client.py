@@ -34,6 +34,9 @@ its own): 2 tables, dims 4 and 2.  Checks:
     them when it is built; hps.HPS.lookup of lists holding other than ints;
     the timeout_ms docstrings; a close() while another thread's close()
     waits for a call in flight returns once the client is closed;
+  - fork() with clients open: a child that looks up and closes, and one
+    that drops its only reference to a client, exit at once (they hung);
+    [hps] log_level = warn keeps the client's INFO lines out of stderr;
   - a child Python process looking up in a loop is SIGKILLed: the worker
     answers every request exactly before, during and after, and the
     coordinator reaps the dead client from the segment's process table.
@@ -1038,6 +1041,60 @@ def concurrent_close(t, cl, model):
          "the call in flight ended (wait_ready: False); both close() returned", repr(res))
 
 
+def forked(t, model, conf, c):
+    """fork() with clients open: a child that looks up and closes, and one
+    whose only reference to a client goes away (its dealloc closes it),
+    both exit at once (closing joined the parent's threads and hung); the
+    parent's client keeps working."""
+    keys = np.array(model.vdb_keys(0, RATE)[:5], np.int64)
+    want = vecs(model, 0, keys)
+    c2 = hps.Client(conf, -1)
+    c2.wait_ready(10000)
+    results = []
+    for what in ("looks up, then close()", "drops a client (dealloc)"):
+        pid = os.fork()
+        if pid == 0:  # the child leaves by os._exit: no atexit of the harness
+            ok = False
+            try:
+                if what.startswith("looks"):
+                    ok = np.array_equal(c.lookup("m", 0, keys), want)
+                    c.close()
+                else:
+                    del c2  # the only reference: its dealloc closes it here
+                    ok = True
+            except BaseException:  # noqa: BLE001
+                pass
+            os._exit(0 if ok else 1)
+        status = None
+        for _ in range(100):
+            p, st = os.waitpid(pid, os.WNOHANG)
+            if p:
+                status = os.waitstatus_to_exitcode(st)
+                break
+            time.sleep(0.05)
+        if status is None:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        results.append((what, status))
+    t.eq([r[1] for r in results], [0, 0], "forked children exit within 5 s, lookups exact: %s"
+         % results)
+    c2.close()
+    t.ok(np.array_equal(c.lookup("m", 0, keys), want), "the parent's client still looks up")
+
+
+def log_level(t, cl, model):
+    """A client in a user's process logs at the INI's [hps] log_level."""
+    prog = "import hps; c = hps.Client(%r, -1); c.wait_ready(10000); c.close()"
+    for level, want_info in (("warn", False), ("info", True)):
+        conf = cl.write_config("log-%s.ini" % level, model.ini_text,
+                               [("hps", "log_level", level)])
+        r = subprocess.run([sys.executable, "-c", prog % conf], capture_output=True, text=True,
+                           timeout=60)
+        t.ok(r.returncode == 0 and (" INFO " in r.stderr) == want_info,
+             "log_level = %s: INFO lines %s" % (level, "printed" if want_info else "not printed"),
+             r.stderr[-1000:])
+
+
 def body(t, cl):
     model = cl.gen_model("m", rows=[6000, 3000, 2000], dims=[16, 8, 4],
                          defaults=[0.5, -2.0, 0.0])
@@ -1065,6 +1122,8 @@ def body(t, cl):
         hps_list_keys(t, model, conf)
         close_inside(t, cl, model, conf)
         concurrent_close(t, cl, model)
+        forked(t, model, conf, c)
+        log_level(t, cl, model)
         typed(t, model, c)
         with_torch(t, model, conf, c)
         w = cl.start_worker(conf, instance=0)
