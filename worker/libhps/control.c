@@ -95,7 +95,8 @@ static hps_err_t submit(hps_client_t *cl, hps_model_op_t op, const char *model, 
         return hps__client_fail(rc, "model control: %d requests already wait; try again",
                                 HPS_SHMDB_CTL_SLOTS);
     if (rc < 0)
-        return hps__client_fail(rc, "model control: bad model name '%s'", model);
+        return hps__client_fail(rc, "model control: bad model name '%.200s%s' (1 to %d characters)",
+                                model, strlen(model) > 200 ? "..." : "", HPS_SHMDB_NAME_MAX);
     return 0;
 }
 
