@@ -3,7 +3,8 @@
  * of libhps (include/hps/client.h), C only.  This file holds the module:
  * its state, hps.Error and the helpers that raise it, the argument parsing
  * of the vectorcall methods, the module functions and PyInit__hps.  The
- * Client type is in _hps_client.c, the array arguments (buffer protocol,
+ * Client type is in _hps_client.c (its info, readiness and model-control
+ * methods in _hps_client_info.c), the array arguments (buffer protocol,
  * DLPack, torch) in _hps_arrays.c; _hps.h is what they share.
  *
  * Everything a lookup call does per call is in these files, so the Python

@@ -1,9 +1,11 @@
 /*
- * _hps.h -- private to the CPython extension hps._hps: what its three files
+ * _hps.h -- private to the CPython extension hps._hps: what its four files
  * share.  _hps.c holds the module (its state, hps.Error and the helpers
  * that raise it, argument parsing, the module functions, PyInit__hps),
  * _hps_arrays.c the array arguments (buffer protocol, DLPack, torch) and
- * the outputs a call allocates, _hps_client.c the type hps.Client.
+ * the outputs a call allocates, _hps_client.c the type hps.Client (its
+ * life cycle, names, lookups, close, method table), _hps_client_info.c its
+ * info, readiness and model-control methods.
  * Functions and variables used across these files carry the prefix hpspy_
  * (this extension's alone); everything else is static in its file.
  */
@@ -151,6 +153,82 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
 
 /* ---- the Client type (_hps_client.c) ------------------------------------- */
 
+/* A model of a client, as hpspy_learn_models found it: its name, its
+ * tables' names -> indices, their dims. */
+typedef struct model {
+    PyObject *name;        /* str */
+    PyObject *table_index; /* dict: table name -> index */
+    uint32_t num_tables;
+    uint32_t key_bytes;
+    uint32_t *dims;
+} model_t;
+
+/* An hps.Client.  c is NULL once closed; closing is set while close() waits
+ * for the calls in flight (busy). */
+typedef struct client_object {
+    PyObject_HEAD hps_client_t *c;
+    int device;
+    size_t num_models;
+    model_t *models;
+    PyObject *model_index; /* dict: model name -> index */
+    PyObject *config;      /* str */
+    long busy;             /* calls running without the GIL (changed with it held) */
+    int closing;
+    PyObject *weakreflist;
+} client_object;
+
 extern PyTypeObject hpspy_client_type; /* hps.Client */
+
+/* Whether the client is open (before each use of self->c): 0, or -1 with hps.Error raised. */
+int hpspy_client_enter(client_object *self);
+/* Adds the models the client learned since (refreshed): 0, or -1 with an exception set. */
+int hpspy_learn_models(client_object *self);
+/* A model or table argument as an exact str or int (runs its Python code); NULL + hps.Error. */
+PyObject *hpspy_index_or_name(PyObject *o, const char *what);
+/* *ret = the index of model o (learning new models); 0, or -1 with hps.Error raised. */
+int hpspy_get_model(client_object *self, PyObject *o, size_t *ret);
+/* *ret = the index of table o of model m (runs no Python code); 0, or -1 with hps.Error raised. */
+int hpspy_get_table(client_object *self, size_t m, PyObject *o, uint32_t *ret);
+
+/* ---- the Client's info and model-control methods (_hps_client_info.c) ---- */
+
+/* The methods of the same names (client_methods, in _hps_client.c) and their
+ * docstrings; each returns a new reference, or NULL with an exception set
+ * (hps.Error; MemoryError). */
+
+/* models(): the model names, learning new ones (a list of str). */
+PyObject *hpspy_client_models(client_object *self, PyObject *unused);
+extern const char hpspy_client_models_doc[]; /* models()'s docstring */
+/* tables(model): a dict per table of the model (name, dim, rows, ...). */
+PyObject *hpspy_client_tables(client_object *self, PyObject *model);
+extern const char hpspy_client_tables_doc[]; /* tables()'s docstring */
+/* model_info(model): a dict (name, num_tables, max_batch_size, key_bytes, gpu_cache). */
+PyObject *hpspy_client_model_info(client_object *self, PyObject *model);
+extern const char hpspy_client_model_info_doc[]; /* model_info()'s docstring */
+/* counters(model): this client's counters of the model (a dict). */
+PyObject *hpspy_client_counters(client_object *self, PyObject *model);
+extern const char hpspy_client_counters_doc[]; /* counters()'s docstring */
+/* cache_stats(model, table): the table's GPU cache (a dict); HPS_ENOTFOUND where none. */
+PyObject *hpspy_client_cache_stats(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames);
+extern const char hpspy_client_cache_stats_doc[]; /* cache_stats()'s docstring */
+/* ready(): whether the client serves now (a bool; never blocks). */
+PyObject *hpspy_client_ready(client_object *self, PyObject *unused);
+extern const char hpspy_client_ready_doc[]; /* ready()'s docstring */
+/* coordinator_alive(): whether the coordinator's heartbeat is fresh (a bool). */
+PyObject *hpspy_client_coordinator_alive(client_object *self, PyObject *unused);
+extern const char hpspy_client_coordinator_alive_doc[]; /* coordinator_alive()'s docstring */
+/* wait_ready(timeout_ms=10000): waits, GIL released; True when ready, False on timeout. */
+PyObject *hpspy_client_wait_ready(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
+extern const char hpspy_client_wait_ready_doc[]; /* wait_ready()'s docstring */
+/* load_model(model, timeout_ms=600000): the coordinator's answer (str), GIL released. */
+PyObject *hpspy_client_load_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
+extern const char hpspy_client_load_model_doc[]; /* load_model()'s docstring */
+/* unload_model(model, timeout_ms=600000): the coordinator's answer (str), GIL released. */
+PyObject *hpspy_client_unload_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames);
+extern const char hpspy_client_unload_model_doc[]; /* unload_model()'s docstring */
 
 #endif /* HPS_PYTHON_HPS_H */

@@ -3,16 +3,19 @@
  * a libhps client (hps_client_t) whose models and tables are resolved once
  * through dicts (names -> indices, dims) and learned again when the INI
  * gains models; the lookups (lookup, _lookup_any, lookup_multi), which
- * check everything before they release the GIL around the libhps call; the
- * info, readiness and model-control methods; close and the context manager.
+ * check everything before they release the GIL around the libhps call;
+ * close and the context manager; the type's method table.  The info,
+ * readiness and model-control methods are in _hps_client_info.c, which
+ * uses the object (client_object, _hps.h) and the helpers below that carry
+ * the prefix hpspy_.
  *
  * close() may run in the middle of any method: from another thread whenever
  * this one runs Python code (which may release the GIL), or from that
  * Python code itself (an argument's __index__ or __hash__, an allocator).
  * So a method converts its arguments first (running their Python code),
- * then checks that the client is open (client_enter) right before each use
- * of self->c, with no Python code in between; a call that releases the GIL
- * counts itself in self->busy, which close() waits for.
+ * then checks that the client is open (hpspy_client_enter) right before
+ * each use of self->c, with no Python code in between; a call that releases
+ * the GIL counts itself in self->busy, which close() waits for.
  */
 #include "_hps.h"
 
@@ -22,27 +25,7 @@
 
 /* ---- the Client type ---------------------------------------------------- */
 
-typedef struct model {
-    PyObject *name;        /* str */
-    PyObject *table_index; /* dict: table name -> index */
-    uint32_t num_tables;
-    uint32_t key_bytes;
-    uint32_t *dims;
-} model_t;
-
-typedef struct client_object {
-    PyObject_HEAD hps_client_t *c;
-    int device;
-    size_t num_models;
-    model_t *models;
-    PyObject *model_index; /* dict: model name -> index */
-    PyObject *config;      /* str */
-    long busy;             /* calls running without the GIL (changed with it held) */
-    int closing;
-    PyObject *weakreflist;
-} client_object;
-
-static int client_enter(client_object *self)
+int hpspy_client_enter(client_object *self)
 {
     if (!self->c || self->closing) {
         hpspy_raise_fmt(HPS_EINVAL, "the client is closed");
@@ -123,7 +106,7 @@ static int load_models(client_object *self)
         self->num_models = m + 1; /* free_models frees a partial entry */
         model_t *md = &self->models[m];
         hps_client_model_info_t mi;
-        if (client_enter(self) < 0) /* allocations may run a finalizer that closes it */
+        if (hpspy_client_enter(self) < 0) /* allocations may run a finalizer that closes it */
             return -1;
         hps_err_t rc = hps_client_model_info(self->c, m, &mi);
         if (rc < 0) {
@@ -145,7 +128,7 @@ static int load_models(client_object *self)
         Py_DECREF(idx);
         for (uint32_t t = 0; t < mi.num_tables; t++) {
             hps_client_table_info_t ti;
-            if (client_enter(self) < 0)
+            if (hpspy_client_enter(self) < 0)
                 return -1;
             rc = hps_client_table_info(self->c, m, t, &ti);
             if (rc < 0) {
@@ -224,9 +207,9 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
 /* A model not known yet: the client looks for models added to its INI
  * since (hps_client_refresh_models), and this object adds what it learned.
  * -1 with an exception set on failure (a closed client). */
-static int learn_models(client_object *self)
+int hpspy_learn_models(client_object *self)
 {
-    if (client_enter(self) < 0)
+    if (hpspy_client_enter(self) < 0)
         return -1;
     hps_client_refresh_models(self->c, NULL);
     return hps_client_num_models(self->c) > self->num_models ? load_models(self) : 0;
@@ -237,7 +220,7 @@ static int learn_models(client_object *self)
  * or anything with __index__ (numpy and torch integer scalars) but a bool.
  * This runs the argument's Python code, so it comes before the client is
  * used.  New reference, or NULL with hps.Error raised. */
-static PyObject *index_or_name(PyObject *o, const char *what)
+PyObject *hpspy_index_or_name(PyObject *o, const char *what)
 {
     if (PyUnicode_Check(o))
         return PyUnicode_FromObject(o);
@@ -252,14 +235,14 @@ static PyObject *index_or_name(PyObject *o, const char *what)
                            Py_TYPE(o)->tp_name);
 }
 
-/* The index of model o (from index_or_name); runs no Python code. */
-static int get_model(client_object *self, PyObject *o, size_t *ret)
+/* The index of model o (from hpspy_index_or_name); runs no Python code. */
+int hpspy_get_model(client_object *self, PyObject *o, size_t *ret)
 {
     PyObject *e;
 
     if (PyUnicode_Check(o)) {
         PyObject *v = PyDict_GetItemWithError(self->model_index, o);
-        if (!v && !PyErr_Occurred() && learn_models(self) == 0)
+        if (!v && !PyErr_Occurred() && hpspy_learn_models(self) == 0)
             v = PyDict_GetItemWithError(self->model_index, o);
         if (!v) {
             if (!PyErr_Occurred() && (e = hpspy_echo(o)) != NULL) {
@@ -279,7 +262,7 @@ static int get_model(client_object *self, PyObject *o, size_t *ret)
         PyErr_Clear();
         m = -1;
     }
-    if (m >= 0 && (unsigned long long)m >= self->num_models && learn_models(self) < 0)
+    if (m >= 0 && (unsigned long long)m >= self->num_models && hpspy_learn_models(self) < 0)
         return -1;
     if (m < 0 || (unsigned long long)m >= self->num_models) {
         if ((e = hpspy_echo(o)) != NULL)
@@ -292,9 +275,9 @@ static int get_model(client_object *self, PyObject *o, size_t *ret)
     return 0;
 }
 
-/* The index of table o (from index_or_name) of model m; runs no Python
+/* The index of table o (from hpspy_index_or_name) of model m; runs no Python
  * code. */
-static int get_table(client_object *self, size_t m, PyObject *o, uint32_t *ret)
+int hpspy_get_table(client_object *self, size_t m, PyObject *o, uint32_t *ret)
 {
     model_t *md = &self->models[m];
     PyObject *e;
@@ -363,9 +346,10 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
     if (hpspy_parse_args(fn, args, nargs, kwnames, names, 6, strict ? 3 : 4, a) < 0)
         return NULL;
     /* Python code of the arguments first, then the client */
-    if (!(mo = index_or_name(a[0], "model")) || !(to = index_or_name(a[1], "table")) ||
+    if (!(mo = hpspy_index_or_name(a[0], "model")) || !(to = hpspy_index_or_name(a[1], "table")) ||
         hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0 ||
-        client_enter(self) < 0 || get_model(self, mo, &m) < 0 || get_table(self, m, to, &t) < 0)
+        hpspy_client_enter(self) < 0 || hpspy_get_model(self, mo, &m) < 0 ||
+        hpspy_get_table(self, m, to, &t) < 0)
         goto done;
     uint32_t dim = self->models[m].dims[t];
     if (hpspy_arr_get(a[2], ARR_KEYS, "keys", stream, &keys) < 0)
@@ -385,7 +369,7 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
     if (!o || hpspy_arr_finish(&keys, &out) < 0)
         goto fail;
     if (keys.numel > 0) {
-        if (client_enter(self) < 0) /* the arrays' Python code may have closed it */
+        if (hpspy_client_enter(self) < 0) /* the arrays' Python code may have closed it */
             goto fail;
         hps_client_t *c = self->c;
         self->busy++;
@@ -584,9 +568,9 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
     if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 6, 3, a) < 0)
         return NULL;
     /* Python code of the arguments first, then the client */
-    if (!(mo = index_or_name(a[0], "model")) || !(nk = get_numkeys(a[2], &T)) ||
+    if (!(mo = hpspy_index_or_name(a[0], "model")) || !(nk = get_numkeys(a[2], &T)) ||
         hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0 ||
-        client_enter(self) < 0 || get_model(self, mo, &m) < 0 ||
+        hpspy_client_enter(self) < 0 || hpspy_get_model(self, mo, &m) < 0 ||
         check_numkeys(nk, T, &self->models[m], &sum, &elems) < 0)
         goto done;
     if (hpspy_arr_get(a[1], ARR_KEYS, "keys", stream, &keys) < 0)
@@ -606,7 +590,7 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
     if (!o || hpspy_arr_finish(&keys, &out) < 0)
         goto fail;
     if (sum > 0) {
-        if (client_enter(self) < 0) /* the arrays' Python code may have closed it */
+        if (hpspy_client_enter(self) < 0) /* the arrays' Python code may have closed it */
             goto fail;
         hps_client_t *c = self->c;
         self->busy++;
@@ -633,358 +617,6 @@ done:
     return o;
 }
 
-PyDoc_STRVAR(models_doc, "models() -> list of str: the models of the configuration, file order,\n"
-                         "then those added to its INI file since (read again when it changed).");
-
-static PyObject *client_models(client_object *self, PyObject *unused)
-{
-    (void)unused;
-    PyObject *l;
-
-    if (client_enter(self) < 0 || learn_models(self) < 0)
-        return NULL;
-    l = PyList_New((Py_ssize_t)self->num_models);
-    for (size_t m = 0; l && m < self->num_models; m++) {
-        Py_INCREF(self->models[m].name);
-        PyList_SET_ITEM(l, (Py_ssize_t)m, self->models[m].name);
-    }
-    return l;
-}
-
-/* Set d[key] = v (v stolen); -1 on failure. */
-static int dset(PyObject *d, const char *key, PyObject *v)
-{
-    int r = v ? PyDict_SetItemString(d, key, v) : -1;
-    Py_XDECREF(v);
-    return r;
-}
-
-PyDoc_STRVAR(tables_doc, "tables(model) -> list of dict\n"
-                         "\n"
-                         "The tables of a model, index order: name, dim, key_bytes (8 or 4),\n"
-                         "default_value, rows (in the volatile DB now; 0 before the segment is\n"
-                         "attached), max_keys_per_sample, storage_type (how the volatile DB\n"
-                         "stores the rows: 'fp32', 'fp16', 'bf16' or 'int8'; lookups return\n"
-                         "float32 whatever it is).");
-
-static PyObject *client_tables(client_object *self, PyObject *model)
-{
-    size_t m;
-    PyObject *mo, *l = NULL;
-
-    if (!(mo = index_or_name(model, "model")))
-        return NULL;
-    if (client_enter(self) < 0 || get_model(self, mo, &m) < 0)
-        goto out;
-    l = PyList_New(0);
-    for (uint32_t t = 0; l && t < self->models[m].num_tables; t++) {
-        hps_client_table_info_t ti;
-        if (client_enter(self) < 0) { /* allocations may run a finalizer that closes it */
-            Py_CLEAR(l);
-            break;
-        }
-        hps_err_t rc = hps_client_table_info(self->c, m, t, &ti);
-        PyObject *d;
-        if (rc < 0) {
-            Py_CLEAR(l);
-            hpspy_raise_c(rc);
-            break;
-        }
-        d = PyDict_New();
-        if (!d || dset(d, "name", PyUnicode_FromString(ti.name ? ti.name : "")) < 0 ||
-            dset(d, "dim", PyLong_FromUnsignedLong(ti.dim)) < 0 ||
-            dset(d, "key_bytes", PyLong_FromUnsignedLong(ti.key_bytes)) < 0 ||
-            dset(d, "default_value", PyFloat_FromDouble(ti.default_value)) < 0 ||
-            dset(d, "rows", PyLong_FromUnsignedLongLong(ti.rows)) < 0 ||
-            dset(d, "max_keys_per_sample", PyLong_FromUnsignedLong(ti.max_keys_per_sample)) < 0 ||
-            dset(d, "storage_type", PyUnicode_FromString(hps_dtype_name(ti.storage_type))) < 0 ||
-            PyList_Append(l, d) < 0) {
-            Py_XDECREF(d);
-            Py_CLEAR(l);
-            break;
-        }
-        Py_DECREF(d);
-    }
-out:
-    Py_DECREF(mo);
-    return l;
-}
-
-PyDoc_STRVAR(model_info_doc, "model_info(model) -> dict: name, num_tables, max_batch_size, "
-                             "key_bytes, gpu_cache.");
-
-static PyObject *client_model_info(client_object *self, PyObject *model)
-{
-    size_t m;
-    hps_client_model_info_t mi;
-    hps_err_t rc;
-    PyObject *mo, *name, *d;
-
-    if (!(mo = index_or_name(model, "model")))
-        return NULL;
-    int ok = client_enter(self) == 0 && get_model(self, mo, &m) == 0;
-    Py_DECREF(mo);
-    if (!ok)
-        return NULL;
-    rc = hps_client_model_info(self->c, m, &mi);
-    if (rc < 0)
-        return hpspy_raise_c(rc);
-    name = PyUnicode_FromString(mi.name); /* before anything that may close the client */
-    if (!name)
-        return NULL;
-    d = PyDict_New();
-    if (!d) {
-        Py_DECREF(name);
-        return NULL;
-    }
-    if (dset(d, "name", name) < 0 ||
-        dset(d, "num_tables", PyLong_FromUnsignedLong(mi.num_tables)) < 0 ||
-        dset(d, "max_batch_size", PyLong_FromUnsignedLong(mi.max_batch_size)) < 0 ||
-        dset(d, "key_bytes", PyLong_FromUnsignedLong(mi.key_bytes)) < 0 ||
-        dset(d, "gpu_cache", PyBool_FromLong(mi.gpu_cache)) < 0)
-        Py_CLEAR(d);
-    return d;
-}
-
-PyDoc_STRVAR(counters_doc,
-             "counters(model) -> dict\n"
-             "\n"
-             "This client's counters of a model since it opened (hps-worker's nv_hps_*\n"
-             "metrics): lookup_keys, vdb_hits, lower_hits, default_keys, miss_busy,\n"
-             "miss_timeout, lookup_ns, lookup_calls.");
-
-static PyObject *client_counters(client_object *self, PyObject *model)
-{
-    size_t m;
-    hps_client_counters_t k;
-    hps_err_t rc;
-    PyObject *mo, *d;
-
-    if (!(mo = index_or_name(model, "model")))
-        return NULL;
-    int ok = client_enter(self) == 0 && get_model(self, mo, &m) == 0;
-    Py_DECREF(mo);
-    if (!ok)
-        return NULL;
-    rc = hps_client_counters(self->c, m, &k);
-    if (rc < 0)
-        return hpspy_raise_c(rc);
-    d = PyDict_New();
-    if (!d || dset(d, "lookup_keys", PyLong_FromUnsignedLongLong(k.lookup_keys)) < 0 ||
-        dset(d, "vdb_hits", PyLong_FromUnsignedLongLong(k.vdb_hits)) < 0 ||
-        dset(d, "lower_hits", PyLong_FromUnsignedLongLong(k.lower_hits)) < 0 ||
-        dset(d, "default_keys", PyLong_FromUnsignedLongLong(k.default_keys)) < 0 ||
-        dset(d, "miss_busy", PyLong_FromUnsignedLongLong(k.miss_busy)) < 0 ||
-        dset(d, "miss_timeout", PyLong_FromUnsignedLongLong(k.miss_timeout)) < 0 ||
-        dset(d, "lookup_ns", PyLong_FromUnsignedLongLong(k.lookup_ns)) < 0 ||
-        dset(d, "lookup_calls", PyLong_FromUnsignedLongLong(k.lookup_calls)) < 0)
-        Py_CLEAR(d);
-    return d;
-}
-
-PyDoc_STRVAR(cache_stats_doc,
-             "cache_stats(model, table) -> dict\n"
-             "\n"
-             "The GPU embedding cache of a table as this client maps it: lookups, hits,\n"
-             "inserts, evictions, updates, occupied_rows, capacity_rows, full_refreshes,\n"
-             "lock_timeouts, processes (processes mapping it), refresher (bool).\n"
-             "hps.Error (code HPS_ENOTFOUND) where there is none: a host-only client,\n"
-             "gpucache = false, or not built yet.");
-
-static PyObject *client_cache_stats(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                                    PyObject *kwnames)
-{
-    static const char *const names[] = {"model", "table"};
-    PyObject *a[2], *mo = NULL, *to = NULL, *d;
-    size_t m;
-    uint32_t t;
-    hps_client_cache_stats_t s;
-    hps_err_t rc;
-
-    if (hpspy_parse_args("cache_stats", args, nargs, kwnames, names, 2, 2, a) < 0)
-        return NULL;
-    int ok = (mo = index_or_name(a[0], "model")) != NULL &&
-             (to = index_or_name(a[1], "table")) != NULL && client_enter(self) == 0 &&
-             get_model(self, mo, &m) == 0 && get_table(self, m, to, &t) == 0;
-    Py_XDECREF(mo);
-    Py_XDECREF(to);
-    if (!ok)
-        return NULL;
-    rc = hps_client_cache_stats(self->c, m, t, &s);
-    if (rc < 0)
-        return hpspy_raise_c(rc);
-    d = PyDict_New();
-    if (!d || dset(d, "lookups", PyLong_FromUnsignedLongLong(s.lookups)) < 0 ||
-        dset(d, "hits", PyLong_FromUnsignedLongLong(s.hits)) < 0 ||
-        dset(d, "inserts", PyLong_FromUnsignedLongLong(s.inserts)) < 0 ||
-        dset(d, "evictions", PyLong_FromUnsignedLongLong(s.evictions)) < 0 ||
-        dset(d, "updates", PyLong_FromUnsignedLongLong(s.updates)) < 0 ||
-        dset(d, "occupied_rows", PyLong_FromUnsignedLongLong(s.occupied_rows)) < 0 ||
-        dset(d, "capacity_rows", PyLong_FromUnsignedLongLong(s.capacity_rows)) < 0 ||
-        dset(d, "full_refreshes", PyLong_FromUnsignedLongLong(s.full_refreshes)) < 0 ||
-        dset(d, "lock_timeouts", PyLong_FromUnsignedLongLong(s.lock_timeouts)) < 0 ||
-        dset(d, "processes", PyLong_FromUnsignedLong(s.processes)) < 0 ||
-        dset(d, "refresher", PyBool_FromLong(s.refresher)) < 0)
-        Py_CLEAR(d);
-    return d;
-}
-
-PyDoc_STRVAR(ready_doc, "ready() -> bool: segment attached, every table found, the coordinator "
-                        "serving, the GPU caches built.  Never blocks.");
-
-static PyObject *client_ready(client_object *self, PyObject *unused)
-{
-    (void)unused;
-    if (client_enter(self) < 0)
-        return NULL;
-    return PyBool_FromLong(hps_client_ready(self->c));
-}
-
-PyDoc_STRVAR(coordinator_alive_doc,
-             "coordinator_alive() -> bool: whether the coordinator's heartbeat is fresh.");
-
-static PyObject *client_coordinator_alive(client_object *self, PyObject *unused)
-{
-    (void)unused;
-    if (client_enter(self) < 0)
-        return NULL;
-    return PyBool_FromLong(hps_client_coordinator_alive(self->c));
-}
-
-/* A timeout_ms argument: *ret = its value, clamped to UINT32_MAX; -1 with
- * hps.Error raised when it is not an int or negative. */
-static int timeout_arg(PyObject *o, long long *ret)
-{
-    long long ms = PyLong_AsLongLong(o);
-    if (ms == -1 && PyErr_Occurred()) {
-        hpspy_wrap_pyerr("timeout_ms");
-        return -1;
-    }
-    if (ms < 0) {
-        hpspy_raise_fmt(HPS_EINVAL, "timeout_ms must be >= 0");
-        return -1;
-    }
-    *ret = ms > UINT32_MAX ? UINT32_MAX : ms;
-    return 0;
-}
-
-PyDoc_STRVAR(wait_ready_doc,
-             "wait_ready(timeout_ms=10000) -> bool\n"
-             "\n"
-             "Wait (GIL released) until ready() or timeout_ms passed; True when ready,\n"
-             "False on timeout.  timeout_ms=0 does not wait: it tells whether the client\n"
-             "is ready now, as ready() (unlike load_model's timeout_ms=0, which means no\n"
-             "limit).  timeout_ms: an int >= 0, in milliseconds; values over 2**32 - 1\n"
-             "count as 2**32 - 1.");
-
-static PyObject *client_wait_ready(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                                   PyObject *kwnames)
-{
-    static const char *const names[] = {"timeout_ms"};
-    PyObject *a[1];
-    long long ms = 10000;
-    hps_err_t rc;
-
-    if (hpspy_parse_args("wait_ready", args, nargs, kwnames, names, 1, 0, a) < 0 ||
-        (a[0] && timeout_arg(a[0], &ms) < 0) || client_enter(self) < 0)
-        return NULL;
-    hps_client_t *c = self->c;
-    self->busy++;
-    PyThreadState *ts = PyEval_SaveThread();
-    rc = hps_client_wait_ready(c, (uint32_t)ms);
-    PyEval_RestoreThread(ts);
-    self->busy--;
-    if (rc == HPS_ETIMEDOUT)
-        Py_RETURN_FALSE;
-    if (rc < 0)
-        return hpspy_raise_c(rc);
-    Py_RETURN_TRUE;
-}
-
-PyDoc_STRVAR(load_model_doc,
-             "load_model(model, timeout_ms=600000) -> str\n"
-             "\n"
-             "Load model (a name of the INI's [model.<name>] sections) while the others\n"
-             "serve: Triton's explicit model control ([hps] model_control_mode = explicit).\n"
-             "The coordinator re-reads the INI, checks the model's files and builds a new\n"
-             "segment beside the serving one; returns the coordinator's answer once this\n"
-             "client serves from it (GIL released while waiting).  Loading a loaded model\n"
-             "reloads it (new files or version).  A model added to the INI after this\n"
-             "client opened is loaded for the other processes, not served by this one.\n"
-             "\n"
-             "model       the name (str; at most 120 bytes, no NUL character).\n"
-             "timeout_ms  how long to wait for the answer, an int >= 0 in milliseconds\n"
-             "            (values over 2**32 - 1 count as 2**32 - 1).\n"
-             "            timeout_ms=0 means no limit: the call waits until the\n"
-             "            coordinator answers (unlike wait_ready(0), which does not\n"
-             "            wait), and close() waits for it.\n"
-             "\n"
-             "hps.Error: code HPS_EUNSUPPORTED (mode none), HPS_EIO (refused or failed:\n"
-             "the message says why; nothing changed), HPS_ETIMEDOUT (no answer in\n"
-             "timeout_ms: the request may still complete), HPS_EBUSY, HPS_EINVAL (a bad\n"
-             "name).");
-
-PyDoc_STRVAR(unload_model_doc,
-             "unload_model(model, timeout_ms=600000) -> str\n"
-             "\n"
-             "Unload model (explicit model control): its shared memory and GPU caches\n"
-             "are freed (its persistent-DB rows stay, for a later load); lookups of it\n"
-             "then raise hps.Error (HPS_ENOTFOUND).  Arguments and errors as\n"
-             "load_model(): timeout_ms=0 means no limit.");
-
-static PyObject *client_control(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames, hps_model_op_t op)
-{
-    static const char *const names[] = {"model", "timeout_ms"};
-    const char *what = op == HPS_MODEL_LOAD ? "load_model" : "unload_model";
-    PyObject *a[2];
-    long long ms = 600000;
-    char msg[600];
-
-    if (hpspy_parse_args(what, args, nargs, kwnames, names, 2, 1, a) < 0 ||
-        (a[1] && timeout_arg(a[1], &ms) < 0))
-        return NULL;
-    if (!PyUnicode_Check(a[0]))
-        return hpspy_raise_fmt(HPS_EINVAL, "model must be a str, not %s", Py_TYPE(a[0])->tp_name);
-    Py_ssize_t len;
-    const char *name = PyUnicode_AsUTF8AndSize(a[0], &len); /* a str's methods are not run */
-    if (!name)
-        return hpspy_wrap_pyerr("model");
-    if (strlen(name) != (size_t)len || len > HPS_CONF_NAME_MAX) { /* libhps reads a C string */
-        PyObject *e = hpspy_echo(a[0]);
-        if (e && strlen(name) != (size_t)len)
-            hpspy_raise_fmt(HPS_EINVAL, "model name %U contains a NUL character", e);
-        else if (e)
-            hpspy_raise_fmt(HPS_EINVAL, "model name %U is too long (%zd bytes; at most %d)", e, len,
-                            HPS_CONF_NAME_MAX);
-        Py_XDECREF(e);
-        return NULL;
-    }
-    if (client_enter(self) < 0)
-        return NULL;
-    hps_client_t *c = self->c;
-    self->busy++;
-    PyThreadState *ts = PyEval_SaveThread();
-    hps_err_t rc = hps_client_model_control(c, op, name, (uint32_t)ms, msg, sizeof(msg));
-    PyEval_RestoreThread(ts);
-    self->busy--;
-    if (rc < 0)
-        return hpspy_raise_c(rc);
-    return PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
-}
-
-static PyObject *client_load_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                                   PyObject *kwnames)
-{
-    return client_control(self, args, nargs, kwnames, HPS_MODEL_LOAD);
-}
-
-static PyObject *client_unload_model(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                                     PyObject *kwnames)
-{
-    return client_control(self, args, nargs, kwnames, HPS_MODEL_UNLOAD);
-}
-
 PyDoc_STRVAR(close_doc, "close(): leave the segment and the shared GPU caches (waits for calls "
                         "in flight, and for a close() of another thread).  Idempotent; calls "
                         "not in flight yet, and later ones, raise hps.Error.");
@@ -999,7 +631,7 @@ static PyObject *client_close(client_object *self, PyObject *unused)
 static PyObject *client_enter_ctx(client_object *self, PyObject *unused)
 {
     (void)unused;
-    if (client_enter(self) < 0)
+    if (hpspy_client_enter(self) < 0)
         return NULL;
     Py_INCREF(self);
     return (PyObject *)self;
@@ -1047,21 +679,21 @@ static PyMethodDef client_methods[] = {
      lookup_any_doc},
     {"lookup_multi", (PyCFunction)(void (*)(void))client_lookup_multi,
      METH_FASTCALL | METH_KEYWORDS, lookup_multi_doc},
-    {"models", (PyCFunction)client_models, METH_NOARGS, models_doc},
-    {"tables", (PyCFunction)client_tables, METH_O, tables_doc},
-    {"model_info", (PyCFunction)client_model_info, METH_O, model_info_doc},
-    {"counters", (PyCFunction)client_counters, METH_O, counters_doc},
-    {"cache_stats", (PyCFunction)(void (*)(void))client_cache_stats, METH_FASTCALL | METH_KEYWORDS,
-     cache_stats_doc},
-    {"ready", (PyCFunction)client_ready, METH_NOARGS, ready_doc},
-    {"wait_ready", (PyCFunction)(void (*)(void))client_wait_ready, METH_FASTCALL | METH_KEYWORDS,
-     wait_ready_doc},
-    {"coordinator_alive", (PyCFunction)client_coordinator_alive, METH_NOARGS,
-     coordinator_alive_doc},
-    {"load_model", (PyCFunction)(void (*)(void))client_load_model, METH_FASTCALL | METH_KEYWORDS,
-     load_model_doc},
-    {"unload_model", (PyCFunction)(void (*)(void))client_unload_model,
-     METH_FASTCALL | METH_KEYWORDS, unload_model_doc},
+    {"models", (PyCFunction)hpspy_client_models, METH_NOARGS, hpspy_client_models_doc},
+    {"tables", (PyCFunction)hpspy_client_tables, METH_O, hpspy_client_tables_doc},
+    {"model_info", (PyCFunction)hpspy_client_model_info, METH_O, hpspy_client_model_info_doc},
+    {"counters", (PyCFunction)hpspy_client_counters, METH_O, hpspy_client_counters_doc},
+    {"cache_stats", (PyCFunction)(void (*)(void))hpspy_client_cache_stats,
+     METH_FASTCALL | METH_KEYWORDS, hpspy_client_cache_stats_doc},
+    {"ready", (PyCFunction)hpspy_client_ready, METH_NOARGS, hpspy_client_ready_doc},
+    {"wait_ready", (PyCFunction)(void (*)(void))hpspy_client_wait_ready,
+     METH_FASTCALL | METH_KEYWORDS, hpspy_client_wait_ready_doc},
+    {"coordinator_alive", (PyCFunction)hpspy_client_coordinator_alive, METH_NOARGS,
+     hpspy_client_coordinator_alive_doc},
+    {"load_model", (PyCFunction)(void (*)(void))hpspy_client_load_model,
+     METH_FASTCALL | METH_KEYWORDS, hpspy_client_load_model_doc},
+    {"unload_model", (PyCFunction)(void (*)(void))hpspy_client_unload_model,
+     METH_FASTCALL | METH_KEYWORDS, hpspy_client_unload_model_doc},
     {"close", (PyCFunction)client_close, METH_NOARGS, close_doc},
     {"__enter__", (PyCFunction)client_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, NULL},
