@@ -1,4 +1,4 @@
-/* log.c -- one-line, leveled logging to stderr for the executables. */
+/* log.c -- one-line, leveled logging to stderr for the executables and libhps. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>

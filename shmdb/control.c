@@ -51,10 +51,9 @@ static void copy_str(char *dst, size_t cap, const char *src)
     dst[n] = 0;
 }
 
-/* Claim a free slot of db and fill it in state st (PENDING, or an answer
- * with its message).  0 or HPS_EBUSY. */
-/* Claim a free slot for request id in state st, stamped stamp_ns
- * (CLOCK_REALTIME; 0: now).  0 or HPS_EBUSY (every slot in use). */
+/* Claim a free slot of db for request id and fill it in state st (PENDING,
+ * or an answer with its message), stamped stamp_ns (CLOCK_REALTIME; 0:
+ * now).  0 or HPS_EBUSY (every slot in use). */
 static hps_err_t put(hps_shmdb_t *db, uint32_t op, const char *model, uint64_t id, uint32_t st,
                      const char *message, uint64_t stamp_ns)
 {
