@@ -51,27 +51,6 @@ except ImportError:
 # ---- a minimal CUDA array with __dlpack__ (ctypes over libcudart) ---------
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
 _CAPSULE_NAME = b"dltensor"
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
@@ -127,17 +106,17 @@ class CudaArray:
 
     def __dlpack__(self, stream=None):
         shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
-        mt = _DLManagedTensor()
+        mt = H.DLManagedTensor()
         mt.dl_tensor.data = self.ptr.value
-        mt.dl_tensor.device = _DLDevice(2, self.device)
+        mt.dl_tensor.device = H.DLDevice(2, self.device)
         mt.dl_tensor.ndim = len(self.shape)
         code, bits = self._codes[self.dtype]
-        mt.dl_tensor.dtype = _DLDataType(code, bits, 1)
+        mt.dl_tensor.dtype = H.DLDataType(code, bits, 1)
         mt.dl_tensor.shape = shape
         mt.dl_tensor.strides = None
         mt.dl_tensor.byte_offset = 0
         mt.manager_ctx = None
-        mt.deleter = _DELETER()  # NULL
+        mt.deleter = H.DL_DELETER()  # NULL
         self._keep.append((mt, shape))
         return _capsule_new(ctypes.addressof(mt), _CAPSULE_NAME, None)
 

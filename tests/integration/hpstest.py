@@ -20,6 +20,7 @@ The generator port (gen_key, gen_vector) follows include/hps/gen.h
 bit-exactly; check_gen_port() compares it with `hps-gen row`.
 """
 import array
+import ctypes
 import http.client as _httpclient
 import json
 import math
@@ -864,3 +865,30 @@ def retire(procs, segment):
             os.unlink("/dev/shm/" + obj)
         except FileNotFoundError:
             pass
+
+# --------------------------------------------------------------------------
+# DLPack's C structs (dlpack.h: DLDevice, DLDataType, DLTensor,
+# DLManagedTensor), for tests that hand the module capsules of their own
+# --------------------------------------------------------------------------
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", DL_DELETER)]

@@ -784,27 +784,6 @@ def close_inside(t, cl, model, conf):
              "exit status %s; %s" % (rc, out[-1500:]))
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
 
 
 class PyCapsules:
@@ -815,17 +794,17 @@ class PyCapsules:
         self.keep, self.deleted = [], []
         self.new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
                                      ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
-        self.deleter = _DELETER(lambda p: self.deleted.append(ctypes.addressof(p.contents)))
+        self.deleter = H.DL_DELETER(lambda p: self.deleted.append(ctypes.addressof(p.contents)))
 
     def make(self, arr, code, bits, shape=None, strides=None):
         shape = list(arr.shape) if shape is None else shape
         sh = (ctypes.c_int64 * len(shape))(*shape)
         st = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
-        mt = _DLManagedTensor()
+        mt = H.DLManagedTensor()
         mt.dl_tensor.data = arr.ctypes.data
-        mt.dl_tensor.device = _DLDevice(1, 0)  # kDLCPU
+        mt.dl_tensor.device = H.DLDevice(1, 0)  # kDLCPU
         mt.dl_tensor.ndim = len(shape)
-        mt.dl_tensor.dtype = _DLDataType(code, bits, 1)
+        mt.dl_tensor.dtype = H.DLDataType(code, bits, 1)
         mt.dl_tensor.shape = sh
         if st is not None:
             mt.dl_tensor.strides = st
