@@ -141,6 +141,17 @@ bool hps_client_ready(hps_client_t *c);
  */
 hps_err_t hps_client_wait_ready(hps_client_t *c, uint32_t timeout_ms);
 
+/**
+ * @brief Make the waits in progress on c, and every later one, return at
+ *        once: hps_client_wait_ready() and hps_client_model_control() give
+ *        HPS_ETIMEDOUT (the message says the wait was cancelled; a model
+ *        control request may still complete).  For a caller that must
+ *        close c while other threads wait on it (hps_client_close needs
+ *        every call returned).  Lookups are not affected.  Thread-safe;
+ *        not undone.
+ */
+void hps_client_cancel_waits(hps_client_t *c);
+
 /** @brief Whether the coordinator's heartbeat is fresh (false: degraded). */
 bool hps_client_coordinator_alive(hps_client_t *c);
 

@@ -32,8 +32,8 @@ its own): 2 tables, dims 4 and 2.  Checks:
     the keys (refused); numpy and torch integer scalars as model and table
     indices (bool refused), also for hps.torch.LookupLayer, which checks
     them when it is built; hps.HPS.lookup of lists holding other than ints;
-    the timeout_ms docstrings; a close() while another thread's close()
-    waits for a call in flight returns once the client is closed;
+    the timeout_ms docstrings; a close() while another thread waits in
+    wait_ready(60000) ends that wait at once, and a signal interrupts it;
   - fork() with clients open: a child that looks up and closes, and one
     that drops its only reference to a client, exit at once (they hung);
     [hps] log_level = warn keeps the client's INFO lines out of stderr;
@@ -997,27 +997,48 @@ def hps_list_keys(t, model, conf):
 
 
 def concurrent_close(t, cl, model):
-    """close() while another thread's close() waits for a call in flight."""
+    """close() while another thread waits in wait_ready(60000) on a client
+    without a coordinator: the wait ends at once (False) and close()
+    returns; a second close() at the same time returns too.  And a signal
+    (Ctrl-C) interrupts wait_ready: a child process, SIGALRM after 0.3 s."""
     seg = cl.new_segment_name("nocoord")
     conf = cl.write_config("nocoord.ini", model.ini_text,
                            [("volatile_db", "shared_memory_name", seg)])
     c = hps.Client(conf, -1)  # no coordinator: wait_ready waits its whole timeout
     res = {}
-    waiter = threading.Thread(target=lambda: res.setdefault("ready", c.wait_ready(1500)))
+    waiter = threading.Thread(target=lambda: res.setdefault("ready", c.wait_ready(60000)))
     waiter.start()
-    time.sleep(0.2)
+    time.sleep(0.3)
+    t0 = time.monotonic()
     closer = threading.Thread(target=c.close)
     closer.start()
-    time.sleep(0.2)
-    t0 = time.monotonic()
     c.close()
     dt = time.monotonic() - t0
-    t.ok(c.closed and dt > 0.5, "a close() while another thread's close() waits for a call in "
-         "flight returns once the client is closed (after %.2f s)" % dt)
     waiter.join(10)
     closer.join(10)
+    t.ok(c.closed and dt < 2.0, "close() while another thread waits in wait_ready(60000) "
+         "returns in %.2f s" % dt)
     t.ok(res.get("ready") is False and not waiter.is_alive() and not closer.is_alive(),
-         "the call in flight ended (wait_ready: False); both close() returned", repr(res))
+         "the wait ended (wait_ready: False); both close() returned", repr(res))
+    prog = (
+        "import signal, time, hps\n"
+        "c = hps.Client(%r, -1)\n"
+        "def stop(*a):\n"
+        "    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGALRM, stop)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+        "t0 = time.monotonic()\n"
+        "try:\n"
+        "    c.wait_ready(30000)\n"
+        "    print('RESULT returned')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('RESULT interrupted %%.2f' %% (time.monotonic() - t0))\n" % conf)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    out = [x for x in r.stdout.splitlines() if x.startswith("RESULT")]
+    took = float(out[0].split()[2]) if out and out[0].startswith("RESULT interrupted") else None
+    t.ok(r.returncode == 0 and took is not None and took < 1.0,
+         "a signal interrupts wait_ready(30000) (KeyboardInterrupt after %s s)" % took,
+         r.stdout[-500:] + r.stderr[-1000:])
 
 
 def forked(t, model, conf, c):

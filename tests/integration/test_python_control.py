@@ -21,9 +21,14 @@ real hps-coordinator and beside an hps-worker on the same segment:
     there (unload_model("n\\0junk") once unloaded n); a name of 100,000
     characters is refused with a message that echoes 200 of them; the
     docstrings say what timeout_ms=0 means (load_model, unload_model: no
-    limit; wait_ready: no wait).
+    limit; wait_ready: no wait);
+  - close() while another thread's load_model(timeout_ms=0) waits on a
+    SIGSTOPped coordinator: the wait ends at once (HPS_ETIMEDOUT).
 """
 import os
+import time
+import threading
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -59,7 +64,7 @@ def body(t, cl):
                                 for x in (n, bad))
     conf = cl.write_config("hps.ini", text, [("hps", "model_control_mode", "explicit"),
                                              ("hps", "startup_models", "^m$")])
-    cl.start_coordinator(conf)
+    coord = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     with hps.Client(conf, -1) as c:
         t.ok(c.wait_ready(10000), "the client is ready with m loaded")
@@ -134,6 +139,32 @@ def body(t, cl):
              "%s docstring: timeout_ms=0 means no limit" % meth.__name__, meth.__doc__)
     t.ok("timeout_ms=0 does not wait" in hps.Client.wait_ready.__doc__,
          "wait_ready docstring: timeout_ms=0 does not wait", hps.Client.wait_ready.__doc__)
+    # close() while another thread's load_model(timeout_ms=0) waits on a
+    # stopped coordinator: the wait ends at once and close() returns (it
+    # waited for the answer without limit).
+    c4 = hps.Client(conf, -1)
+    c4.wait_ready(10000)
+    res = {}
+
+    def load():
+        try:
+            res["r"] = c4.load_model("n", 0)
+        except hps.Error as e:
+            res["r"] = e
+    coord.kill(signal.SIGSTOP)
+    th = threading.Thread(target=load)
+    th.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    c4.close()
+    dt = time.monotonic() - t0
+    th.join(10)
+    coord.kill(signal.SIGCONT)
+    r = res.get("r")
+    t.ok(dt < 2.0 and not th.is_alive() and isinstance(r, hps.Error) and
+         r.code == hps.HPS_ETIMEDOUT and "cancelled" in str(r),
+         "close() while load_model(timeout_ms=0) waits on a stopped coordinator: returns in "
+         "%.2f s, load_model raises HPS_ETIMEDOUT" % dt, repr(r))
     none_conf = cl.write_config("none.ini", text, [("hps", "startup_models", "^m$")])
     with hps.Client(none_conf, -1) as c2:
         raises(t, lambda: c2.load_model("n"), "mode none: load_model", hps.HPS_EUNSUPPORTED)

@@ -295,6 +295,8 @@ hps_err_t hps_client_wait_ready(hps_client_t *cl, uint32_t timeout_ms)
     uint64_t end = hps__client_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     struct timespec ts = {.tv_sec = 0, .tv_nsec = 5000000L};
     while (!hps_client_ready(cl)) {
+        if (atomic_load(&cl->cancel))
+            return hps__client_fail(HPS_ETIMEDOUT, "wait for ready cancelled: the client closes");
         if (hps__client_now_ns() >= end)
             return hps__client_fail(HPS_ETIMEDOUT,
                                     "not ready after %u ms (segment %s, coordinator %s)",
@@ -303,6 +305,12 @@ hps_err_t hps_client_wait_ready(hps_client_t *cl, uint32_t timeout_ms)
         nanosleep(&ts, NULL);
     }
     return 0;
+}
+
+void hps_client_cancel_waits(hps_client_t *cl)
+{
+    if (cl)
+        atomic_store(&cl->cancel, true);
 }
 
 int hps_client_device(const hps_client_t *cl)

@@ -143,7 +143,13 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
                      MAX_RESUBMITS);
             break;
         }
-        if ((timeout_ms && hps__client_now_ns() >= end) || atomic_load(&cl->stop)) {
+        if (atomic_load(&cl->cancel) || atomic_load(&cl->stop)) {
+            rc = HPS_ETIMEDOUT;
+            snprintf(text, sizeof(text),
+                     "the wait was cancelled (the client closes); the request may still complete");
+            break;
+        }
+        if (timeout_ms && hps__client_now_ns() >= end) {
             rc = HPS_ETIMEDOUT;
             snprintf(text, sizeof(text), "no answer within %u ms; the request may still complete",
                      timeout_ms);

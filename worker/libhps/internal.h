@@ -114,6 +114,7 @@ struct hps_client {
     pthread_t maint;
     bool maint_started;
     _Atomic bool stop;      /* set by hps_client_close() */
+    _Atomic bool cancel;    /* set by hps_client_cancel_waits(): waits return at once */
     struct client_gpu *gpu; /* GPU mode (gpu.h); NULL for host-only work */
 };
 

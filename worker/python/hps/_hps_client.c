@@ -65,6 +65,8 @@ static void client_do_close(client_object *self)
         return;
     }
     self->closing = 1;
+    if (self->busy > 0) /* waits in other threads (wait_ready, load_model) return at once */
+        hps_client_cancel_waits(c);
     while (self->busy > 0) { /* hps_client_close needs every other call returned */
         PyThreadState *ts = PyEval_SaveThread();
         usleep(1000);

@@ -257,6 +257,9 @@ static int timeout_arg(PyObject *o, long long *ret)
     return 0;
 }
 
+/* wait_ready() waits in slices of this many ms, handling signals between. */
+#define WAIT_SLICE_MS 100
+
 const char hpspy_client_wait_ready_doc[] =
     PyDoc_STR("wait_ready(timeout_ms=10000) -> bool\n"
               "\n"
@@ -264,7 +267,8 @@ const char hpspy_client_wait_ready_doc[] =
               "False on timeout.  timeout_ms=0 does not wait: it tells whether the client\n"
               "is ready now, as ready() (unlike load_model's timeout_ms=0, which means no\n"
               "limit).  timeout_ms: an int >= 0, in milliseconds; values over 2**32 - 1\n"
-              "count as 2**32 - 1.");
+              "count as 2**32 - 1.  A signal (Ctrl-C) interrupts it within 0.1 s, and a\n"
+              "close() from another thread makes it return False at once.");
 
 PyObject *hpspy_client_wait_ready(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
@@ -279,9 +283,20 @@ PyObject *hpspy_client_wait_ready(client_object *self, PyObject *const *args, Py
         return NULL;
     hps_client_t *c = self->c;
     self->busy++;
-    PyThreadState *ts = PyEval_SaveThread();
-    rc = hps_client_wait_ready(c, (uint32_t)ms);
-    PyEval_RestoreThread(ts);
+    /* in slices, so that a signal (Ctrl-C) is handled within WAIT_SLICE_MS */
+    for (long long left = ms;;) {
+        uint32_t slice = left > WAIT_SLICE_MS ? WAIT_SLICE_MS : (uint32_t)left;
+        PyThreadState *ts = PyEval_SaveThread();
+        rc = hps_client_wait_ready(c, slice);
+        PyEval_RestoreThread(ts);
+        left -= slice;
+        if (rc != HPS_ETIMEDOUT || left <= 0 || self->closing)
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            self->busy--;
+            return NULL;
+        }
+    }
     self->busy--;
     if (rc == HPS_ETIMEDOUT)
         Py_RETURN_FALSE;
@@ -306,12 +321,12 @@ const char hpspy_client_load_model_doc[] =
               "            (values over 2**32 - 1 count as 2**32 - 1).\n"
               "            timeout_ms=0 means no limit: the call waits until the\n"
               "            coordinator answers (unlike wait_ready(0), which does not\n"
-              "            wait), and close() waits for it.\n"
+              "            wait).  A close() from another thread ends the wait at once.\n"
               "\n"
               "hps.Error: code HPS_EUNSUPPORTED (mode none), HPS_EIO (refused or failed:\n"
               "the message says why; nothing changed), HPS_ETIMEDOUT (no answer in\n"
-              "timeout_ms: the request may still complete), HPS_EBUSY, HPS_EINVAL (a bad\n"
-              "name).");
+              "timeout_ms, or the client closes: the request may still complete),\n"
+              "HPS_EBUSY, HPS_EINVAL (a bad name).");
 
 const char hpspy_client_unload_model_doc[] =
     PyDoc_STR("unload_model(model, timeout_ms=600000) -> str\n"
