@@ -1,7 +1,7 @@
 /*
  * hps-conf -- check, show, query and edit HPS configuration files.
  *
- *   hps-conf check FILE
+ *   hps-conf check [--files] FILE
  *   hps-conf show FILE
  *   hps-conf get FILE SECTION.KEY
  *   hps-conf set FILE SECTION.KEY=VALUE...
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "hps/conf.h"
+#include "hps/modelfile.h"
 
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_WARNINGS = 3 };
 
@@ -28,7 +29,10 @@ static const char usage_text[] =
     "Check, show, query and edit HPS configuration files (INI).\n"
     "\n"
     "Commands:\n"
-    "  check FILE                   validate FILE; errors go to stderr\n"
+    "  check [--files] FILE         validate FILE; errors go to stderr.  --files:\n"
+    "                               also open every model's sparse_files (key and\n"
+    "                               emb_vector present, regular, sized for the\n"
+    "                               table's dimension), as hps-coordinator will\n"
     "  show FILE                    print the effective configuration: every key,\n"
     "                               those the file does not set marked \"; default\"\n"
     "  get FILE SECTION.KEY         print one effective value; a model's keys are\n"
@@ -110,13 +114,40 @@ static int load(const char *path, hps_conf_t **ret)
     return rc ? failed(rc, err) : EXIT_OK;
 }
 
-static int cmd_check(const char *path)
+/* Open every table of every model of conf (hps_modelfile_open: the files'
+ * presence, kind and sizes, not their contents); each refusal on stderr.
+ * The number of tables refused. */
+static size_t check_files(const hps_conf_t *conf, const char *path)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < conf->num_models; i++) {
+        const hps_conf_model_t *m = &conf->models[i];
+        for (size_t t = 0; t < m->num_tables; t++) {
+            char err[512] = "";
+            hps_modelfile_t *mf = NULL;
+            hps_err_t rc =
+                hps_modelfile_open(m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t],
+                                   &mf, err, sizeof(err));
+            hps_modelfile_close(mf);
+            if (rc < 0) {
+                fprintf(stderr, "hps-conf: %s: [model.%s] sparse_files entry %zu (%s): %s\n", path,
+                        m->name, t + 1, m->sparse_files[t], *err ? err : hps_strerror(rc));
+                bad++;
+            }
+        }
+    }
+    return bad;
+}
+
+static int cmd_check(const char *path, bool files)
 {
     hps_conf_t *conf = NULL;
     int st = load(path, &conf);
 
+    if (st == EXIT_OK && files && check_files(conf, path) > 0)
+        st = EXIT_INVALID;
     if (st == EXIT_OK)
-        printf("%s: OK\n", path);
+        printf("%s: OK%s\n", path, files ? " (model files too)" : "");
     hps_conf_free(conf);
     return st;
 }
@@ -327,7 +358,7 @@ static int operands(const char *cmd, int *ret_max)
     static const struct {
         const char *name;
         int min, max;
-    } cmds[] = {{"check", 1, 1},  {"show", 1, 1},         {"get", 2, 2},  {"set", 2, -1},
+    } cmds[] = {{"check", 1, 2},  {"show", 1, 1},         {"get", 2, 2},  {"set", 2, -1},
                 {"unset", 2, -1}, {"remove-model", 2, 2}, {"doc", -2, -2}};
 
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -361,8 +392,10 @@ int main(int argc, char **argv)
         return cmd_doc(argc - 2, argv + 2);
     if (argc - 2 < n || (max >= 0 && argc - 2 > max))
         return usage_error("wrong number of arguments for \"%s\"", cmd);
+    if (strcmp(cmd, "check") == 0 && argc - 2 == 2 && strcmp(argv[2], "--files") != 0)
+        return usage_error("check takes [--files] FILE, not \"%s\"", argv[2]);
     if (strcmp(cmd, "check") == 0)
-        return cmd_check(argv[2]);
+        return cmd_check(argv[argc - 1], argc - 2 == 2);
     if (strcmp(cmd, "show") == 0)
         return cmd_show(argv[2]);
     if (strcmp(cmd, "get") == 0)

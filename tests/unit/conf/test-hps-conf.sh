@@ -9,7 +9,8 @@ HPS_CONF=$(realpath "$1")
 DATA=$2
 DOC=$3
 TMP=$(mktemp -d /tmp/hps-conf-cli-XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+MF=$(mktemp -d /tmp/hps-conf-files-XXXXXX) # model files for check --files
+trap 'rm -rf "$TMP" "$MF"' EXIT
 
 # shellcheck source=tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -30,14 +31,34 @@ log_level = info ; inline comment kept
 http_port = 8000
 EOF
 printf '[volatile_db]\noverflow_resolution_target = 1.5\n' >"$TMP/bad.ini"
+# A model of one table (2 keys, dim 2) with its files, and the same with
+# an emb_vector one float short.
+mkdir -p "$MF/t0" "$MF/t1"
+head -c 16 /dev/zero >"$MF/t0/key"
+head -c 16 /dev/zero >"$MF/t0/emb_vector"
+head -c 16 /dev/zero >"$MF/t1/key"
+head -c 12 /dev/zero >"$MF/t1/emb_vector"
+model_ini() { # model_ini DIR: an INI whose model m reads DIR
+    printf '[model.m]\nsparse_files = %s\nembedding_vecsize_per_table = 2\n' "$1"
+    printf 'maxnum_catfeature_query_per_table_per_sample = 1\n'
+}
+model_ini "$MF/t0" >"$MF/files-ok.ini"
+model_ini "$MF/t1" >"$MF/files-short.ini"
 
-echo "1..47"
+echo "1..51"
 ok "--help exits 0 and documents the exit codes" \
     bash -c '"$0" --help | grep -q "^  2  usage error"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
 ok "unknown command is a usage error (2)" status 2 "$HPS_CONF" frobnicate x
 ok "wrong argument count is a usage error (2)" status 2 "$HPS_CONF" check
 ok "check of a valid file exits 0" status 0 "$HPS_CONF" check "$TMP/ok.ini"
+ok "check --files with the model's files in place exits 0" \
+    status 0 "$HPS_CONF" check --files "$MF/files-ok.ini"
+ok "check --files of an emb_vector one float short exits 1 naming model, entry and file" \
+    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] sparse_files entry 1 ($2): .*emb_vector"; [ "${PIPESTATUS[0]}" = 1 ]' \
+    "$HPS_CONF" "$MF/files-short.ini" "$MF/t1"
+ok "check without --files does not open model files" status 0 "$HPS_CONF" check "$MF/files-short.ini"
+ok "check --bogus FILE is a usage error (2)" status 2 "$HPS_CONF" check --bogus "$TMP/ok.ini"
 ok "check of an invalid file exits 1" status 1 "$HPS_CONF" check "$TMP/bad.ini"
 ok "check reports file:line, section, key, value and the rule on stderr" \
     bash -c '"$0" check "$1" 2>&1 >/dev/null | grep -qxF "hps-conf: $1:2: [volatile_db] overflow_resolution_target = 1.5: must be a number in (0, 1]"' \
