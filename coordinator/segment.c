@@ -252,6 +252,13 @@ int coord_segment_hold_serving(coord_t *c)
             ex = HPS_EXIT_SEGMENT;
         else
             hold(c, db);
+        /* This image's row becomes the coordinator's (the workers test its
+         * liveness lock) before the previous image's row dies below: left
+         * to the beat thread's first beat, the workers saw no live
+         * coordinator for a round or more under load (int-model_control,
+         * "ready throughout the load"). */
+        if (!ex)
+            hps_shmdb_heartbeat(db);
     } /* else nothing usable serves: coord_segment_open says what */
     if (handover >= 0)
         close(handover); /* the previous image's row: dead from now on, reaped */
