@@ -37,9 +37,11 @@ static uint32_t state_of(struct shm_ctl_slot *s)
     return atomic_load_explicit(&s->state, memory_order_acquire);
 }
 
-static void set_state(struct shm_ctl_slot *s, uint32_t state)
+/* Stamp s with stamp_ns (CLOCK_REALTIME; 0: now), then publish state. */
+static void set_state(struct shm_ctl_slot *s, uint32_t state, uint64_t stamp_ns)
 {
-    atomic_store_explicit(&s->stamp_ns, hps__clock_ns(CLOCK_REALTIME), memory_order_relaxed);
+    atomic_store_explicit(&s->stamp_ns, stamp_ns ? stamp_ns : hps__clock_ns(CLOCK_REALTIME),
+                          memory_order_relaxed);
     atomic_store_explicit(&s->state, state, memory_order_release);
 }
 
@@ -68,9 +70,7 @@ static hps_err_t put(hps_shmdb_t *db, uint32_t op, const char *model, uint64_t i
         atomic_store_explicit(&s->id, id, memory_order_relaxed);
         copy_str(s->model, sizeof(s->model), model);
         copy_str(s->message, sizeof(s->message), message);
-        set_state(s, st);
-        if (stamp_ns) /* carried: it ages from its answer, not from the copy */
-            atomic_store_explicit(&s->stamp_ns, stamp_ns, memory_order_relaxed);
+        set_state(s, st, stamp_ns); /* a carried answer keeps its age */
         return 0;
     }
     return HPS_EBUSY;
@@ -170,7 +170,7 @@ hps_err_t hps_shmdb_ctl_take(hps_shmdb_t *db, hps_ctl_request_t *ret)
     ret->id = atomic_load_explicit(&oldest->id, memory_order_relaxed);
     ret->op = oldest->op == HPS_MODEL_UNLOAD ? HPS_MODEL_UNLOAD : HPS_MODEL_LOAD;
     copy_str(ret->model, sizeof(ret->model), oldest->model);
-    set_state(oldest, HPS_CTL_TAKEN);
+    set_state(oldest, HPS_CTL_TAKEN, 0);
     return 0;
 }
 
@@ -181,7 +181,7 @@ hps_err_t hps_shmdb_ctl_answer(hps_shmdb_t *db, uint64_t id, bool ok, const char
     if (!s)
         return HPS_ENOTFOUND;
     copy_str(s->message, sizeof(s->message), msg ? msg : "");
-    set_state(s, ok ? HPS_CTL_DONE : HPS_CTL_FAILED);
+    set_state(s, ok ? HPS_CTL_DONE : HPS_CTL_FAILED, 0);
     return 0;
 }
 

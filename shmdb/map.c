@@ -476,14 +476,19 @@ hps_err_t hps_shmdb_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
     return hps_shmdb_lookup_ex(db, id, n, keys, values, found, ret_hits, 0);
 }
 
+/* Add to t's lookups and hits counters (relaxed: statistics). */
+static void count_lookups(struct shm_table *t, uint64_t lookups, uint64_t hits)
+{
+    atomic_fetch_add_explicit(&t->lookups, lookups, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
+}
+
 hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups, uint64_t hits)
 {
     struct shm_table *t = hps__table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
-    /* Relaxed: statistics. */
-    atomic_fetch_add_explicit(&t->lookups, lookups, memory_order_relaxed);
-    atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
+    count_lookups(t, lookups, hits);
     return 0;
 }
 
@@ -507,7 +512,7 @@ hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void
         hits = lookup_range(db, t, keys, n, values, found, j.clock);
     }
     if (!(flags & HPS_SHMDB_LOOKUP_UNCOUNTED))
-        hps_shmdb_count_lookups(db, id, n, hits);
+        count_lookups(t, n, hits);
     if (ret_hits)
         *ret_hits = hits;
     return 0;
