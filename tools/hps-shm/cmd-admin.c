@@ -98,9 +98,18 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
 {
     const char *name = t->argv[0];
     size_t live = rm_live_users(name);
-    hps_err_t err = hps_shmdb_unlink(name);
+    hps_err_t err;
     json_object *o;
 
+    /* A removed live segment keeps serving its users, but a worker or
+     * coordinator started later creates or waits for a new one: refuse. */
+    if (live > 0 && !t->force)
+        return hps__tool_fail(t, 0,
+                              "stop the coordinator, workers and clients first (hps-shm info "
+                              "NAME lists them), or pass --force",
+                              "refusing to remove segment '%s': %zu live process(es) attached",
+                              name, live);
+    err = hps_shmdb_unlink(name);
     if (err != 0)
         return hps__tool_fail(t, err, hps__tool_attach_hint(err), "cannot remove segment '%s'",
                               name);

@@ -32,6 +32,7 @@ enum {
 /** The parsed command line (options removed, positional arguments kept). */
 typedef struct hps__tool {
     bool json;         /**< --json: machine-readable output on stdout */
+    bool force;        /**< --force (rm only): remove even while processes are attached */
     const char *cmd;   /**< subcommand name ("info", ...) */
     int argc;          /**< positional arguments after the subcommand */
     char *const *argv; /**< (argc) the arguments */

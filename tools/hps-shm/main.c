@@ -50,8 +50,10 @@ static const char usage_text[] =
     "                               rows x dim, decoded from the storage type), the\n"
     "                               HugeCTR sparse model files\n"
     "  check NAME                   full consistency check; exit 1 if a problem is found\n"
-    "  rm NAME                      remove the segment (attached processes keep their\n"
-    "                               mapping until they detach)\n"
+    "  rm [--force] NAME            remove the segment; refused while processes other\n"
+    "                               than the tool are attached (a coordinator, workers,\n"
+    "                               in-process clients) unless --force: they keep\n"
+    "                               their mapping, but nothing started later finds it\n"
     "\n"
     "TABLE (get, dump) is a table's name or, if no table of MODEL has that name, its\n"
     "index among MODEL's tables: 0, 1, ... in the order info lists them (the order of\n"
@@ -59,6 +61,7 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  --json      machine-readable JSON on stdout (errors stay text on stderr)\n"
+    "  --force     rm only: remove the segment even while processes are attached\n"
     "  -h, --help  show this help\n"
     "  --version   show the version and exit\n"
     "\n"
@@ -90,6 +93,8 @@ static int parse_options(int argc, char **argv, hps__tool_t *t, bool *help, bool
             opts_done = true;
         } else if (!opts_done && strcmp(a, "--json") == 0) {
             t->json = true;
+        } else if (!opts_done && strcmp(a, "--force") == 0) {
+            t->force = true;
         } else if (!opts_done && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
             *help = true;
         } else if (!opts_done && strcmp(a, "--version") == 0) {
@@ -111,6 +116,10 @@ static int run_cmd(hps__tool_t *t, char **words, int n)
 
     if (!c) {
         fprintf(stderr, "hps-shm: unknown command '%s'\n%s", words[0], usage_text);
+        return HPS__TOOL_USAGE;
+    }
+    if (t->force && strcmp(c->name, "rm") != 0) {
+        fprintf(stderr, "hps-shm %s: --force applies to rm only\n%s", c->name, usage_text);
         return HPS__TOOL_USAGE;
     }
     t->cmd = c->name;

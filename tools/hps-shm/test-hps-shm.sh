@@ -286,6 +286,13 @@ json_assert "info --json: cache 1 creating, never published" \
     "[g['model'] == 'demo' and g['table'] == 't32' and g['device'] == 1 and g['state'] == 'creating' and g['dim'] == 3 and g['policy'] == 'lfu' and g['capacity_rows'] == 1000 and g['attached_pids'] == [] and g['creator_pid'] == $FXPID and g['hit_rate'] is None and g['counters_age_s'] is None and g['published_ns'] == 0 and g['occupied'] == 0 for g in [$G1]][0]"
 json_assert "info --json: cache 2 held by a live process" \
     "[g['table'] == 't64' and g['device'] == 2 and g['state'] == 'ready' and g['capacity_rows'] == 512 and g['bytes'] == 65536 and g['occupancy'] == 1 and g['hit_rate'] == 1 and g['inserts'] == 512 and g['creator_pid'] == $HOLDER and g['creator_alive'] and g['refresher_pid'] == $HOLDER and g['refresher_alive'] and g['attached_pids'] == [$HOLDER] for g in [$G2]][0]"
+# rm refuses a segment with a live process attached, and --force is rm's only.
+run 1 "rm while the holder lives" "$TOOL" rm "$NAME"
+err_has "rm while the holder lives: message" "refusing to remove segment '$NAME': 1 live process(es) attached"
+err_has "rm while the holder lives: hint" "or pass --force"
+check "refused rm left the object" test -e "/dev/shm/hps.$NAME"
+run 2 "--force with info" "$TOOL" --force info "$NAME"
+err_has "--force with info: message" "--force applies to rm only"
 # The holder dies: its entry has no live process left (until reclaimed).
 kill -9 "$HOLDER" 2>/dev/null
 wait "$HOLDER" 2>/dev/null # reaped: a zombie would still count as alive
@@ -438,7 +445,7 @@ check "--json error leaves stdout empty" test ! -s "$OUT"
 
 # ---- rm --------------------------------------------------------------------
 
-run 0 "rm" "$TOOL" rm "$NAME"
+run 0 "rm (--force, nobody attached)" "$TOOL" rm --force "$NAME"
 out_has "rm reports" "removed /dev/shm/hps.$NAME"
 check "rm removed the object" test ! -e "/dev/shm/hps.$NAME"
 run 0 "rm --json of the foreign object" "$TOOL" rm --json "$BAD"
