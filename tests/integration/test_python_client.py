@@ -41,9 +41,11 @@ its own): 2 tables, dims 4 and 2.  Checks:
     answers every request exactly before, during and after, and the
     coordinator reaps the dead client from the segment's process table.
 """
+import copy
 import ctypes
 import importlib
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -378,7 +380,9 @@ def with_torch(t, model, conf, c):
              "hps.torch.LookupLayer: emb_vec_size differing from the dim",
              "torch bad keys (float tensor, 2-D, non-contiguous)",
              "hps.torch.LookupLayer(dtype=torch.float16): half, the rounded vectors",
-             "hps.torch.LookupLayer(dtype=torch.int8) refused"]
+             "hps.torch.LookupLayer(dtype=torch.int8) refused",
+             "hps.torch.LookupLayer pickled and deep-copied: the copies open their own "
+             "clients, exact"]
     if torch is None:
         for n in names:
             skip(t, n, "no torch")
@@ -439,6 +443,10 @@ def with_torch(t, model, conf, c):
          names[7], repr(half))
     raises(t, lambda: ht.LookupLayer(conf, "m", 1, 8, dtype=torch.int8), names[8],
            hps.HPS_EINVAL)
+    copies = [pickle.loads(pickle.dumps(layer)), copy.deepcopy(torch.nn.Sequential(layer))[0]]
+    t.ok(all(not cp._clients and cp is not layer and
+             np.array_equal(cp(keys).reshape(-1, 8).numpy(), vecs(model, 1, ks1)) and
+             cp._clients[cp._host_device] is layer._clients[layer._host_device] for cp in copies), names[9])
 
 
 def shared_segment(t, cl, model, conf, c, w):

@@ -38,6 +38,8 @@ class LookupLayer(_torch.nn.Module):
     caches of models with gpucache = true), CPU keys on the current CUDA
     device's client (host-only where CUDA is not available).  Clients are
     shared per (configuration, device) in the process (hps.shared_client).
+    The layer pickles (torch.save, copy.deepcopy, multiprocessing) as its
+    arguments; a copy opens its own clients at its first forward().
 
     Raises hps.Error: emb_vec_size differs from the table's dim, unknown
     model or table, a model or table that is neither a name nor an index, a
@@ -75,6 +77,19 @@ class LookupLayer(_torch.nn.Module):
         if info["dim"] != self.emb_vec_size:
             raise _error("emb_vec_size %d differs from the dim %d of table %r of model %s" %
                          (self.emb_vec_size, info["dim"], info["name"], _echo(model_name)))
+
+    def __getstate__(self):
+        # Clients are per process (a shared-memory attach): pickling
+        # (torch.save of the module, copy.deepcopy, multiprocessing) keeps
+        # the layer's arguments and drops them; the copy opens its own.
+        state = self.__dict__.copy()
+        state["_clients"] = {}
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._clients = {}
+        self._host_device = _torch.cuda.current_device() if _torch.cuda.is_available() else -1
 
     def _client(self, device):
         c = self._clients.get(device)
