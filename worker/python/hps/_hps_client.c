@@ -438,7 +438,10 @@ PyDoc_STRVAR(lookup_doc,
              "Returns (n, dim) of that type where the keys live: a numpy array for host\n"
              "keys read through the buffer protocol, a torch tensor on keys.device for\n"
              "torch keys.  Keys found nowhere get the table's default value.  The output\n"
-             "is complete when the call returns.  Raises hps.Error; code HPS_EBUSY while\n"
+             "is complete when the call returns.  The call runs without the GIL: another\n"
+             "thread must not resize or free keys or out until it returns (a numpy array\n"
+             "refuses resizing while the call holds its buffer; a torch tensor does not,\n"
+             "as for any torch operation).  Raises hps.Error; code HPS_EBUSY while\n"
              "no coordinator has served the model since the client opened (every key\n"
              "would get the default).");
 
