@@ -73,6 +73,11 @@ def check_files(t, dest, man_pages):
              "paths %r" % paths)
         if paths:
             found[name] = paths[0]
+    inc = [os.path.relpath(x, dest) for v in byname.values() for x in v
+           if "/include/" in x and "/include/hps/" not in x]
+    t.ok(not inc, "every installed header is under include/hps/", "also %r" % inc)
+    t.ok(found.get("hps_conf.def", "").endswith("/include/hps/conf/hps_conf.def"),
+         "hps_conf.def installed where hps/conf.h's #include \"conf/hps_conf.def\" finds it")
     t.ok(os.path.realpath(found.get("libhps.so", "")) ==
          os.path.realpath(found.get("libhps.so.0", "-")),
          "libhps.so and libhps.so.0 are the same library")
