@@ -118,25 +118,39 @@ static hps_err_t model_control(void *ctx, hps_model_op_t op, const char *model, 
     return hps_client_model_control(w->client, op, model, CONTROL_TIMEOUT_MS, msg, len);
 }
 
-/* One counter family, one sample per model, labelled with the version the
- * model is answered from (as nv_inference_count is: kserve_metrics.c). */
-static void counter(worker_t *w, hps_kserve_text_t *x, const char *name, const char *help,
-                    size_t off, uint64_t div)
+/* One scrape's view of a model: its counters and the version it is answered
+ * from, read once so that every family of the scrape shows the same one. */
+typedef struct model_snap {
+    bool have; /* counters read (false: the model is skipped) */
+    uint32_t version;
+    hps_client_counters_t k;
+} model_snap_t;
+
+static void snap_models(worker_t *w, model_snap_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        s[i].have = hps_client_counters(w->client, i, &s[i].k) >= 0;
+        /* not attached yet: the INI's version */
+        if (hps_client_model_version(w->client, i, &s[i].version) != 0)
+            s[i].version = (uint32_t)hps_client_model_conf(w->client, i)->version;
+    }
+}
+
+/* One counter family, one sample per model of the snapshot, labelled with
+ * the version the model is answered from (as nv_inference_count is:
+ * kserve_metrics.c). */
+static void counter(worker_t *w, const model_snap_t *s, size_t n, hps_kserve_text_t *x,
+                    const char *name, const char *help, size_t off, uint64_t div)
 {
     hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
-    for (size_t i = 0; i < hps_client_num_models(w->client); i++) {
-        hps_client_counters_t k;
-        if (hps_client_counters(w->client, i, &k) < 0)
+    for (size_t i = 0; i < n; i++) {
+        if (!s[i].have)
             continue;
-        const hps_conf_model_t *c = hps_client_model_conf(w->client, i);
-        uint32_t v;
-        if (hps_client_model_version(w->client, i, &v) != 0)
-            v = (uint32_t)c->version; /* not attached yet: the INI's */
         hps_kserve_text_appendf(x, "%s{model=\"", name);
-        hps_kserve_text_append_label(x, c->name);
+        hps_kserve_text_append_label(x, hps_client_model_conf(w->client, i)->name);
         hps_kserve_text_appendf(
-            x, "\",version=\"%u\"} %llu\n", v,
-            (unsigned long long)(*(const uint64_t *)((const char *)&k + off) / div));
+            x, "\",version=\"%u\"} %llu\n", s[i].version,
+            (unsigned long long)(*(const uint64_t *)((const char *)&s[i].k + off) / div));
     }
 }
 
@@ -328,7 +342,14 @@ static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
 static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
 {
     worker_t *w = ctx;
-#define C(name, field, help) counter(w, x, name, help, offsetof(hps_client_counters_t, field), 1)
+    size_t n = hps_client_num_models(w->client);
+    model_snap_t *s = calloc(n ? n : 1, sizeof *s);
+
+    if (!s)
+        return -ENOMEM;
+    snap_models(w, s, n);
+#define C(name, field, help)                                                                       \
+    counter(w, s, n, x, name, help, offsetof(hps_client_counters_t, field), 1)
     C("nv_hps_lookup_keys", lookup_keys, "Number of keys looked up");
     C("nv_hps_volatile_db_hit_keys", vdb_hits, "Keys found in the volatile DB (shared memory)");
     C("nv_hps_persistent_db_hit_keys", lower_hits,
@@ -341,8 +362,10 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
     C("nv_hps_cpu_path_requests", cpu_path_calls,
       "Host lookups of a GPU-cached model answered from the volatile DB ([worker] lookup_path)");
 #undef C
-    counter(w, x, "nv_hps_lookup_duration_us", "Cumulative time in the embedding lookup path (us)",
+    counter(w, s, n, x, "nv_hps_lookup_duration_us",
+            "Cumulative time in the embedding lookup path (us)",
             offsetof(hps_client_counters_t, lookup_ns), 1000);
+    free(s);
     hps_kserve_text_appendf(x,
                             "# HELP nv_hps_coordinator_alive 1 if the coordinator's heartbeat "
                             "is fresh\n# TYPE nv_hps_coordinator_alive gauge\n"
