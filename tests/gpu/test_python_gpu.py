@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
 from test_worker_gpu import cache_counters, have_gpu, total  # noqa: E402
+from pyhps import mismatch, raises, skip, vecs  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -155,37 +156,6 @@ def dev_lookup(c, model, t, ks):
 
 
 # ---- helpers ------------------------------------------------------------------
-
-def vecs(model, t, keys):
-    return np.array(model.expected([[] for _ in range(t)] + [[int(k) for k in keys]]),
-                    dtype=np.float32).reshape(len(keys), model.dims[t])
-
-
-def mismatch(got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        return "shape %r, want %r" % (got.shape, want.shape)
-    bad = np.argwhere(got != want)
-    if len(bad) == 0:
-        return "equal"
-    i = tuple(bad[0])
-    return "%d elements differ; first at %r: got %r, want %r" % (len(bad), i, got[i], want[i])
-
-
-def raises(t, fn, desc):
-    try:
-        fn()
-    except hps.Error as e:
-        return t.ok(True, "%s: hps.Error (%s)" % (desc, e))
-    except Exception as e:  # noqa: BLE001
-        return t.ok(False, "%s: hps.Error" % desc, "raised %s: %s" % (type(e).__name__, e))
-    return t.ok(False, "%s: hps.Error" % desc, "no exception")
-
-
-def skip(t, desc, reason):
-    t.n += 1
-    print("ok %d - %s # SKIP %s" % (t.n, desc.replace("#", "no."), reason), flush=True)
-
 
 def procs_gauge(port):
     return [v for (tb, n), v in cache_counters(port, "m").items() if n == "processes"]

@@ -33,7 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
-from test_python_client import raises  # noqa: E402
+from pyhps import raises  # noqa: E402
 
 import numpy as np  # noqa: E402
 
