@@ -453,6 +453,11 @@ static void syntax_error(struct rd *r, const char *text, size_t len, uint32_t li
     if (n && *s == '[')
         rd_fail(r, HPS_ECONFIG, "syntax error: \"%.*s\": a section header needs a closing ']'",
                 (int)(n > 80 ? 80 : n), s);
+    else if (n && *s == '{')
+        rd_fail(r, HPS_ECONFIG,
+                "syntax error: \"%.*s\": a JSON file (HugeCTR's ps.json?), not an INI file: "
+                "convert it with 'hps-conf import FILE.json > hps.ini'",
+                (int)(n > 40 ? 40 : n), s);
     else
         rd_fail(r, HPS_ECONFIG,
                 "syntax error: \"%.*s\": expected \"key = value\", \"[section]\" or a comment",

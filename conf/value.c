@@ -583,8 +583,15 @@ static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, 
         *(char **)f = s;
         return 0;
     }
-    if (!parse_scalar(k, raw, &v, ret_auto))
-        return must_be(k, msg);
+    if (!parse_scalar(k, raw, &v, ret_auto)) {
+        hps_err_t err = must_be(k, msg);
+        /* HugeCTR's volatile_db could be a Redis Cluster: say where it went. */
+        if (k->sec == HPS__SEC_volatile_db && strcmp(k->name, "type") == 0 &&
+            (strcasecmp(raw, "redis_cluster") == 0 || strcasecmp(raw, "redis") == 0))
+            hps__buf_puts(msg, "; a Redis Cluster is [distributed_db] type = redis_cluster "
+                               "here (HugeCTR configured it as its volatile_db)");
+        return msg->oom ? -ENOMEM : err;
+    }
     memcpy(f, &v, scalar_size(k->type));
     return 0;
 }

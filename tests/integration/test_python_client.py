@@ -251,7 +251,7 @@ def basics(t, cl, model, conf, c):
     t.ok(not errors, "4 threads x 40 lookups on one client: all exact", "\n".join(errors[:3]))
 
 
-def bad_input(t, model, c):
+def bad_input(t, cl, model, conf, c):
     keys = np.array(model.file_keys[0][:10], dtype=np.int64)
     E = hps.HPS_EINVAL
     raises(t, lambda: c.lookup("m", 0, keys.astype(np.float64)), "float64 keys", E)
@@ -294,6 +294,14 @@ def bad_input(t, model, c):
     raises(t, lambda: c.tables("nope"), "tables() of an unknown model", hps.HPS_ENOTFOUND)
     raises(t, lambda: hps.Client("/nonexistent/hps.ini", -1), "Client() of a missing file")
     raises(t, lambda: hps.HPS("/nonexistent/hps.ini"), "hps.HPS() of a missing file")
+    ps_json = cl.path("ps.json")
+    with open(ps_json, "w") as f:
+        f.write('{\n  "supportlonglong": true,\n  "models": []\n}\n')
+    raises(t, lambda: hps.HPS(ps_json), "hps.HPS() of HugeCTR's ps.json: refused when it is "
+           "built, with how to convert it", hps.HPS_ECONFIG, "hps-conf import")
+    raises(t, lambda: hps.check_config(ps_json), "hps.check_config() of a ps.json",
+           hps.HPS_ECONFIG, "ps.json:1: syntax error")
+    t.ok(hps.check_config(conf) is None, "hps.check_config() of the test's INI: None")
     try:
         c.lookup("nope", 0, keys)
     except hps.Error as e:
@@ -602,7 +610,7 @@ def body(t, cl):
     t.ok(c.wait_ready(20000), "... and becomes ready once the coordinator is up")
     try:
         basics(t, cl, model, conf, c)
-        bad_input(t, model, c)
+        bad_input(t, cl, model, conf, c)
         log_level(t, cl, model)
         typed(t, model, c)
         with_torch(t, model, conf, c)

@@ -306,6 +306,15 @@ static void test_syntax_errors(void **state)
     ct_load_fails("[hps]\nlog_level info\nbogus = 1\n",
                   "t.ini:2: syntax error: \"log_level info\": expected \"key = value\", "
                   "\"[section]\" or a comment");
+    /* HugeCTR's JSON configuration: the message says how to convert it. */
+    ct_load_fails("{\n  \"supportlonglong\": true,\n  \"models\": []\n}\n",
+                  "t.ini:1: syntax error: \"{\": a JSON file (HugeCTR's ps.json?), not an INI "
+                  "file: convert it with 'hps-conf import FILE.json > hps.ini'");
+    /* [volatile_db] type = redis_cluster (HugeCTR's): where Redis goes here. */
+    ct_load_fails("[volatile_db]\ntype = redis_cluster\n",
+                  "t.ini:2: [volatile_db] type = redis_cluster: must be one of disabled, "
+                  "multi_process_hash_map; a Redis Cluster is [distributed_db] type = "
+                  "redis_cluster here (HugeCTR configured it as its volatile_db)");
     ct_load_fails("log_level = info\n",
                   "t.ini:1: log_level = info: key outside of any section (add a [section] line "
                   "above)");

@@ -33,9 +33,10 @@ import threading
 import numpy as _np
 
 from . import _hps
-from ._hps import HOST, Client, Error, strerror
+from ._hps import HOST, Client, Error, check_config, strerror
 
-__all__ = ["Client", "Error", "HPS", "HOST", "strerror", "shared_client", "version"]
+__all__ = ["Client", "Error", "HPS", "HOST", "check_config", "strerror", "shared_client",
+           "version"]
 __version__ = version = _hps.version
 
 # The error codes (include/hps/hps.h): hps.HPS_ENOTFOUND, ...
@@ -174,6 +175,8 @@ class HPS:
 
     One Client per device_id, opened on its first lookup and kept until
     close() (or the object's end).  Lookups of host keys return numpy arrays.
+    Raises hps.Error: the file is missing or not a valid configuration (a
+    HugeCTR ps.json is refused with how to convert it: hps-conf import).
     """
 
     def __init__(self, ps_config_file):
@@ -185,6 +188,7 @@ class HPS:
         if not os.path.isfile(path):
             import errno
             raise _error("HPS(%s): no such configuration file" % _echo(path), -errno.ENOENT)
+        check_config(path)  # refused here, as HugeCTR's HPS() refused it
         self.ps_config_file = path
         self._clients = {}
         self._lock = threading.Lock()

@@ -20,6 +20,7 @@
  * Every failure raises hps.Error (code: an hps_err_t, name: hps_err_name).
  */
 #include "_hps.h"
+#include "hps/conf.h"
 
 #include <string.h>
 
@@ -86,6 +87,15 @@ PyObject *hpspy_raise_c(hps_err_t rc)
     if (!m || !*m)
         m = hps_strerror(rc);
     return hpspy_raise_msg(rc, PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace"), NULL);
+}
+
+PyObject *hpspy_raise_open(hps_err_t rc, const char *err, const char *path)
+{
+    if (err[0])
+        return hpspy_raise_msg(rc, PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace"),
+                               NULL);
+    return hpspy_raise_fmt(rc, "%.200s%s: %s", path, strlen(path) > 200 ? "..." : "",
+                           hps_strerror(rc));
 }
 
 /* Turn the pending Python exception (from a producer's __dlpack__, a buffer
@@ -275,7 +285,40 @@ static PyObject *mod_strerror(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(hps_strerror((hps_err_t)code));
 }
 
+PyDoc_STRVAR(check_config_doc,
+             "check_config(path) -> None\n"
+             "\n"
+             "Parse and validate the INI configuration at path (str, bytes or\n"
+             "os.PathLike), as a Client or hps-coordinator will; the model files are\n"
+             "not opened.  Raises hps.Error (code HPS_ECONFIG, or a negative errno\n"
+             "such as -ENOENT) with the message naming file, line, key and the allowed\n"
+             "values.");
+
+static PyObject *mod_check_config(PyObject *mod, PyObject *arg)
+{
+    PyObject *path = NULL;
+    hps_conf_t *conf = NULL;
+    char err[1024] = "";
+    hps_err_t rc;
+
+    (void)mod;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return hpspy_wrap_pyerr("check_config()");
+    const char *p = PyBytes_AS_STRING(path);
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hps_conf_load(p, &conf, err, sizeof(err));
+    PyEval_RestoreThread(ts);
+    hps_conf_free(conf);
+    if (rc < 0)
+        hpspy_raise_open(rc, err, p);
+    Py_DECREF(path);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef mod_methods[] = {
+    {"check_config", mod_check_config, METH_O, check_config_doc},
     {"_set_allocators", mod_set_allocators, METH_VARARGS, set_allocators_doc},
     {"strerror", mod_strerror, METH_O, strerror_doc},
     {NULL, NULL, 0, NULL},

@@ -46,6 +46,9 @@ PyObject *hpspy_raise_msg(hps_err_t code, PyObject *msg, PyObject *cause);
 PyObject *hpspy_raise_fmt(hps_err_t code, const char *fmt, ...);
 /* hps.Error of a failed libhps call.  NULL. */
 PyObject *hpspy_raise_c(hps_err_t rc);
+/* hps.Error of a failed open of the configuration at path: err (the
+ * library's message) if not empty, else "path: hps_strerror(rc)".  NULL. */
+PyObject *hpspy_raise_open(hps_err_t rc, const char *err, const char *path);
 /* The pending Python exception as hps.Error("<what>: ..."), chained.  NULL. */
 PyObject *hpspy_wrap_pyerr(const char *what);
 /* str s (borrowed) cut to HPSPY_ECHO_MAX characters with "...": new

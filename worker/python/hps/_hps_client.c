@@ -186,11 +186,7 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     if (rc < 0) {
-        if (err[0])
-            hpspy_raise_msg(rc, PyUnicode_DecodeUTF8(err, (Py_ssize_t)strlen(err), "replace"),
-                            NULL);
-        else
-            hpspy_raise_fmt(rc, "%.200s%s: %s", p, strlen(p) > 200 ? "..." : "", hps_strerror(rc));
+        hpspy_raise_open(rc, err, p);
         Py_DECREF(path);
         return -1;
     }
