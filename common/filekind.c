@@ -1,5 +1,7 @@
 /* filekind.c -- hps_file_kind(): what a file that is not a regular file
  * is, for the messages that refuse it (INI, model files, shm keys). */
+#include <sys/stat.h>
+
 #include "hps/hps.h"
 
 const char *hps_file_kind(mode_t mode)

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/stat.h>
+#include <sys/types.h> /* mode_t, also under strict ISO C (-std=c11) */
 
 #ifdef __cplusplus
 extern "C" {

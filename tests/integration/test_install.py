@@ -277,6 +277,10 @@ def check_pkgconfig(t, dest, found, libdir, tmp):
                 '    printf("%s %d\\n", hps_version(), rc < 0);\n'
                 '    return 0;\n}\n')
     exe = os.path.join(tmp, "use_hps")
+    r = run([cc, "-std=c11", "-pedantic", "-Wall", "-Werror", "-c", src, "-o", exe + ".o"]
+            + [f for f in flags if f.startswith("-I")], env=env)
+    t.ok(r.returncode == 0, "the installed headers compile as strict ISO C11 (-std=c11 "
+         "-pedantic -Werror)", r.stderr[:2000])
     r = run([cc, src, "-o", exe] + flags, env=env)
     t.ok(r.returncode == 0, "a program using <hps/client.h> compiles and links against the "
          "installed libhps", r.stderr[:2000])
