@@ -15,6 +15,7 @@
  * or a refused model file is logged and changes nothing.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -81,6 +82,44 @@ static hps_log_level_t level_of(hps_conf_log_level_t l)
     }
 }
 
+/* The pid holding RocksDB's LOCK file in dir (an fcntl record lock, so
+ * F_GETLK names it), or 0 if none or unknown. */
+static pid_t pdb_lock_holder(const char *dir)
+{
+    char path[4096];
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    int fd;
+
+    if (snprintf(path, sizeof(path), "%s/LOCK", dir) >= (int)sizeof(path))
+        return 0;
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    if (fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK)
+        fl.l_pid = 0;
+    close(fd);
+    return fl.l_pid;
+}
+
+/* "pid N (COMM)" into buf, COMM from /proc where readable. */
+static void pid_name(pid_t pid, char *buf, size_t len)
+{
+    char path[64], comm[32] = "";
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    f = fopen(path, "re");
+    if (f) {
+        if (fgets(comm, sizeof(comm), f))
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+    }
+    if (comm[0])
+        snprintf(buf, len, "pid %d (%s)", (int)pid, comm);
+    else
+        snprintf(buf, len, "pid %d", (int)pid);
+}
+
 static int open_pdb(coord_t *c)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
@@ -94,11 +133,17 @@ static int open_pdb(coord_t *c)
     char err[512];
     hps_err_t rc = hps_pdb_open(p->path, &o, &c->pdb, err, sizeof(err));
     if (rc == HPS_EBUSY) {
-        HPS_ERROR("persistent DB %s is held by another process (hps-coordinator pid %d on "
-                  "/dev/shm/hps.%s?): %s",
-                  p->path, (int)coord_segment_holder(c), c->conf->volatile_db.shared_memory_name,
-                  err);
-        return HPS_EXIT_SEGMENT;
+        /* This coordinator holds its segment's lock already: the holder is
+         * another process, e.g. a coordinator of another segment given the
+         * same path. */
+        char who[64] = "another process";
+        pid_t holder = pdb_lock_holder(p->path);
+        if (holder > 0)
+            pid_name(holder, who, sizeof(who));
+        HPS_ERROR("persistent DB %s is held by %s (give each coordinator a [persistent_db] path "
+                  "of its own): %s",
+                  p->path, who, err);
+        return HPS_EXIT_PDB;
     }
     if (rc < 0) {
         HPS_ERROR("persistent DB %s: %s", p->path, err);

@@ -283,6 +283,15 @@ def body(t, cl):
     t.ok(rc == H.EXIT_SEGMENT and "another hps-coordinator (pid %d) holds" % c.pid in out,
          "second coordinator with another persistent_db path exits 3 naming pid %d" % c.pid, out)
     t.ok(not os.path.exists(rocks2), "and creates no RocksDB directory at %s" % rocks2)
+    # A coordinator of another segment given the same persistent_db path: the
+    # message names the process holding RocksDB's lock (it named the second
+    # coordinator itself, with exit 3).
+    conf_clash = cl.write_config("pdb-clash.ini", model.ini_text, common + [
+        ("volatile_db", "shared_memory_name", cl.new_segment_name("pdbclash"))])
+    rc, out = cl.run_coordinator(conf_clash, timeout=30)
+    t.ok(rc == H.EXIT_PDB and "is held by pid %d (hps-coordinat" % c.pid in out,
+         "a coordinator of another segment on the same persistent_db path exits 5 naming "
+         "pid %d" % c.pid, out)
     t.ok(c.alive(), "the first coordinator still runs", c.log())
     t.eq(os.stat(seg).st_ino, ino, "its segment was not replaced")
     # Stopped past worker_timeout_ms (500), its heartbeat is stale, but it
