@@ -31,6 +31,35 @@ static bool object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino)
     return true;
 }
 
+/* A refused attach is logged again this often while it lasts. */
+#define ATTACH_RELOG_NS (60ull * 1000000000ull)
+
+/* Why /dev/shm/hps.<name>, which exists, refused this process. */
+static void log_attach_error(const hps_client_t *cl, hps_err_t rc)
+{
+    const char *name = cl->conf->volatile_db.shared_memory_name;
+    char path[300];
+    struct stat st;
+
+    if (rc == HPS_EFULL) {
+        HPS_WARN("cannot attach /dev/shm/hps.%s: its process table is full (%d processes at "
+                 "most, tools and the coordinator included); trying again",
+                 name, HPS_SHMDB_MAX_PROCS);
+        return;
+    }
+    snprintf(path, sizeof(path), "/dev/shm/hps.%s", name);
+    if ((rc == -EACCES || rc == -EPERM) && stat(path, &st) == 0) {
+        HPS_ERROR("cannot attach %s: permission denied: it is owned by uid %u gid %u with mode "
+                  "%04o, and this process runs as uid %u gid %u (the coordinator's [volatile_db] "
+                  "shared_memory_mode sets the mode; run both as one user or one group); trying "
+                  "again",
+                  path, (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777),
+                  (unsigned)geteuid(), (unsigned)getegid());
+        return;
+    }
+    HPS_WARN("cannot attach %s: %s; trying again", path, hps_strerror(rc));
+}
+
 /* Table t of m, found in the segment, has the dimension and key width this
  * client serves m with: a reload may have changed the model in the INI, and
  * rows of another dimension would not fit the callers' buffers (such a
@@ -82,8 +111,10 @@ static void reattach(hps_client_t *cl)
     bool exists = object_id(cl, &dev, &ino);
     if (cl->db && exists && dev == cl->seg_dev && ino == cl->seg_ino)
         return;
-    if (!exists && !cl->db)
+    if (!exists && !cl->db) {
+        cl->attach_err = 0; /* gone: "no segment yet" is the news */
         return;
+    }
     hps_shmdb_t *fresh = NULL;
     hps_shmdb_proc_opts_t po = {.num_threads = (unsigned)cl->conf->volatile_db.num_threads,
                                 .role = HPS_ROLE_WORKER,
@@ -95,13 +126,10 @@ static void reattach(hps_client_t *cl)
         exists ? hps_shmdb_attach(cl->conf->volatile_db.shared_memory_name, &po, &fresh) : 0;
     if (rc < 0) {
         fresh = NULL;
-        if (rc != cl->attach_err && rc == HPS_EFULL)
-            HPS_WARN("cannot attach /dev/shm/hps.%s: its process table is full (%d processes "
-                     "at most, tools and the coordinator included); trying again",
-                     cl->conf->volatile_db.shared_memory_name, HPS_SHMDB_MAX_PROCS);
-        else if (rc != cl->attach_err)
-            HPS_WARN("cannot attach /dev/shm/hps.%s: %s; trying again",
-                     cl->conf->volatile_db.shared_memory_name, hps_strerror(rc));
+        if (rc != cl->attach_err || now - cl->attach_logged_ns >= ATTACH_RELOG_NS) {
+            log_attach_error(cl, rc);
+            cl->attach_logged_ns = now;
+        }
         cl->attach_err = rc;
         cl->attach_backoff_ns =
             cl->attach_backoff_ns ? cl->attach_backoff_ns * 2 : MAINT_PERIOD_MS * 1000000ull;
@@ -147,7 +175,7 @@ static void maint_round(hps_client_t *cl)
 {
     reattach(cl);
     if (!cl->db) {
-        if (!cl->logged_no_segment)
+        if (!cl->logged_no_segment && cl->attach_err == 0) /* else it exists: logged why */
             HPS_WARN("no segment /dev/shm/hps.%s yet: waiting for an hps-coordinator with "
                      "[volatile_db] shared_memory_name = %s; lookups are refused until it "
                      "serves",

@@ -85,9 +85,11 @@ struct hps_client {
     bool logged_no_segment;
     /* A segment that exists but refused this process (e.g. HPS_EFULL: its
      * process table is full): the error last logged, and when to try again
-     * (CLOCK_MONOTONIC ns; the wait doubles up to 1 s).  Maintenance
-     * thread only. */
+     * (CLOCK_MONOTONIC ns; the wait doubles up to 1 s), and when it was
+     * logged (repeated each minute while it lasts).  Maintenance thread
+     * only. */
     hps_err_t attach_err;
+    uint64_t attach_logged_ns;
     uint64_t attach_retry_ns;
     uint64_t attach_backoff_ns;
     _Atomic bool coord_alive;
