@@ -796,3 +796,44 @@ hps_err_t hps_ddb_partition_rows(hps_ddb_table_t *t, unsigned part, uint64_t *re
     cl_fini(&cl);
     return e;
 }
+
+hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *ret_highest,
+                                   char *err, size_t err_len)
+{
+    *ret_highest = -1;
+    if (probe_to <= t->np)
+        return 0;
+    size_t n = probe_to - t->np;
+    char *names = malloc(n * HPS_DDB_KEY_MAX);
+    cmdlist_t cl;
+    hps_err_t e = cl_init(&cl, n, 2 * n);
+    if (!e && !names)
+        e = -ENOMEM;
+    for (size_t i = 0; !e && i < n; i++) {
+        char *name = names + i * HPS_DDB_KEY_MAX;
+        hps_err_t len =
+            hps_ddb_key_name(t->model, t->table, t->np + (unsigned)i, 'v', name, HPS_DDB_KEY_MAX);
+        if (len < 0) {
+            e = len;
+            break;
+        }
+        hps_rcluster_cmd_t *c = &cl.c[cl.n++];
+        *c = (hps_rcluster_cmd_t){.argv = cl.argv + cl.na,
+                                  .argvlen = cl.len + cl.na,
+                                  .slot = hps_rcluster_key_slot(name, (size_t)len)};
+        cl_arg(&cl, c, "EXISTS", 6);
+        cl_arg(&cl, c, name, (size_t)len);
+    }
+    if (!e)
+        e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
+    for (size_t i = 0; !e && i < cl.n; i++) {
+        const redisReply *r = cl.c[i].reply;
+        if (!r || r->type != REDIS_REPLY_INTEGER)
+            e = reply_errors(&cl, err, err_len) ? HPS_EIO : HPS_EIO;
+        else if (r->integer > 0)
+            *ret_highest = (long)(t->np + i);
+    }
+    cl_fini(&cl);
+    free(names);
+    return e;
+}

@@ -43,6 +43,38 @@ int coord_ddb_open(coord_t *c)
     return 0;
 }
 
+/* Partition hashes probed past num_partitions: HugeCTR's counts (min(16,
+ * CPU cores)) and any other a deployment plausibly used. */
+#define PROBE_PARTITIONS 256u
+
+/* Refuse a table that Redis holds with more partitions than num_partitions:
+ * its rows outside the first num_partitions hashes would never be found
+ * (each key would get the default or the persistent DB's row, silently). */
+static int check_partitions(coord_t *c, coord_table_t *ct)
+{
+    char err[512];
+    long highest = -1;
+    hps_err_t rc = hps_ddb_extra_partitions(ct->ddb, PROBE_PARTITIONS, &highest, err, sizeof(err));
+    if (rc < 0) {
+        HPS_WARN("model %s table %s: distributed DB: cannot check for partitions past "
+                 "num_partitions: %s",
+                 ct->model->name, ct->name, err);
+        return 0;
+    }
+    if (highest < 0)
+        return 0;
+    char name[HPS_DDB_KEY_MAX];
+    hps_ddb_key_name(ct->model->name, ct->name, (unsigned)highest, 'v', name, sizeof(name));
+    HPS_ERROR("model %s table %s: Redis holds %s, partition %ld of the table, but [distributed_db] "
+              "num_partitions = %lld: its rows were written with at least %ld partitions "
+              "(HugeCTR used min(16, CPU cores)), and lookups would miss every row outside the "
+              "first %lld; set num_partitions to the count they were written with",
+              ct->model->name, ct->name, name, highest,
+              (long long)c->conf->distributed_db.num_partitions, highest + 1,
+              (long long)c->conf->distributed_db.num_partitions);
+    return HPS_EXIT_DDB;
+}
+
 int coord_ddb_table(coord_t *c, coord_table_t *ct)
 {
     if (!c->ddb)
@@ -54,7 +86,7 @@ int coord_ddb_table(coord_t *c, coord_table_t *ct)
                   hps_strerror(rc));
         return HPS_EXIT_DDB;
     }
-    return 0;
+    return check_partitions(c, ct);
 }
 
 void coord_ddb_close(coord_t *c)

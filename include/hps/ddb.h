@@ -191,6 +191,26 @@ hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const f
 hps_err_t hps_ddb_erase(hps_ddb_table_t *t, size_t n, const void *keys, char *err, size_t err_len);
 
 /**
+ * @brief Find value hashes of t beyond its partition count: the sign that
+ *        the table was written with a larger num_partitions (HugeCTR used
+ *        min(16, CPU cores)), whose rows in those hashes a lookup would
+ *        never find.
+ *
+ * Sends EXISTS for hps_et{hps_et.<model>.<table>/p<i>}v, i in
+ * [num_partitions, probe_to), in one pipelined exec.
+ *
+ * @param[in]  t            The table.
+ * @param[in]  probe_to     One past the last partition index probed.
+ * @param[out] ret_highest  The highest index found, or -1 when none.
+ * @param[out] err, err_len Message.
+ * Thread-safe.
+ * @return 0; an hps_rcluster_exec() error; HPS_EIO (an error reply);
+ *         -ENOMEM.
+ */
+hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *ret_highest,
+                                   char *err, size_t err_len);
+
+/**
  * @brief Rows in partition part (HLEN of its value hash).
  * @param[out] ret_rows  The count.  Thread-safe.
  * @return 0, HPS_EINVAL (part out of range) or an exec error.

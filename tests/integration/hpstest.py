@@ -44,7 +44,7 @@ GEN = os.environ.get("HPS_GEN", "")
 SHM = os.environ.get("HPS_SHM", "")
 
 # Exit codes of hps-coordinator (coordinator/coord.h).
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_SEGMENT, EXIT_MODEL, EXIT_PDB = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_SEGMENT, EXIT_MODEL, EXIT_PDB, EXIT_DDB = 0, 1, 2, 3, 4, 5, 6
 
 
 # --------------------------------------------------------------------------

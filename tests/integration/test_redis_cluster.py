@@ -339,6 +339,15 @@ def startup_errors(t, cl, rc, model):
         st, out = cl.run_coordinator(conf, timeout=60)
         t.ok(st != 0 and needle in out and "distributed_db" in out,
              "%s: coordinator exits %d with a clear message" % (what, st), out[-600:])
+    # The tables were written with NP partitions: fewer would miss the rows of
+    # the others (HugeCTR's silent default values), so the start is refused.
+    conf = cl.write_config("bad.ini", model.ini_text, COMMON + ddb_settings(rc) + [
+        ("distributed_db", "num_partitions", NP // 2), ("distributed_db", "num_node_connections", 1)])
+    st, out = cl.run_coordinator(conf, timeout=60)
+    want = "/p%d}v, partition %d of the table, but [distributed_db] num_partitions = %d" % (
+        NP - 1, NP - 1, NP // 2)
+    t.ok(st == H.EXIT_DDB and want in out, "num_partitions %d for tables written with %d: "
+         "coordinator exits 6 naming the highest partition found" % (NP // 2, NP), out[-600:])
 
 
 def dead_master_no_replica(t, cl, model, how):
