@@ -80,6 +80,11 @@ class Tap:
         self.ok(False, "unexpected exception: %s: %s" % (type(exc).__name__, exc),
                 traceback.format_exc())
 
+    def skip(self, desc, reason):
+        """One check not run: "ok N - desc # SKIP reason"."""
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, desc.replace("#", "no."), reason), flush=True)
+
     @staticmethod
     def skip_all(reason):
         """Skip the whole script: the plan "1..0 # SKIP <reason>", exit 0.

@@ -298,6 +298,36 @@ def check_pkgconfig(t, dest, found, libdir, tmp):
              "ldd: %r" % line)
 
 
+def check_python(t, dest, found, libdir):
+    """The package hps: installed whole in one directory, importable from
+    it, and (prefix /usr or /usr/local) in a directory that the interpreter
+    it was built for reads without PYTHONPATH."""
+    exts = [os.path.join(d, n) for d, _, fs in os.walk(dest) for n in fs
+            if n.startswith("_hps.") and n.endswith(".so")]
+    py = os.environ.get("HPS_PYTHON")  # the interpreter meson built it for
+    if not exts or not py:
+        t.skip("the Python package hps", "not built (no python3-dev, numpy or dlpack)")
+        return
+    pkg = os.path.dirname(exts[0])
+    t.ok(len(exts) == 1 and os.path.basename(pkg) == "hps" and
+         all(os.path.isfile(os.path.join(pkg, f)) for f in ("__init__.py", "torch.py")),
+         "the package hps (_hps, __init__.py, torch.py) installed in one directory", exts)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(pkg), LD_LIBRARY_PATH=libdir)
+    r = run([py, "-c", "import hps; print(hps.__version__, hps.__file__)"], env=env)
+    want = run([found["hps-conf"], "--version"]).stdout.split()[-1]
+    t.ok(r.returncode == 0 and r.stdout.split()[0] == want and r.stdout.split()[1].startswith(pkg),
+         "%s imports the installed package: hps.__version__ %s" % (py, want), r.stdout + r.stderr)
+    site = pkg[len(dest):]
+    prefix = os.path.dirname(found["hps-conf"])[len(dest):-len("/bin")]
+    r = run([py, "-c", "import sys; print('\\n'.join(sys.path))"])
+    on_path = os.path.dirname(site) in r.stdout.split()
+    if prefix in ("/usr", "/usr/local"):
+        t.ok(on_path, "prefix %s: %s is on %s's sys.path" % (prefix, os.path.dirname(site), py),
+             r.stdout)
+    else:
+        t.skip("the package on the interpreter's sys.path", "prefix %s" % prefix)
+
+
 def main():
     t = H.Tap()
     if len(sys.argv) != 2:
@@ -334,6 +364,8 @@ def main():
         check_man(t, found)
         check_systemd(t, dest, found, tmp)
         check_pkgconfig(t, dest, found, libdir, tmp)
+        if "hps-conf" in found:
+            check_python(t, dest, found, libdir)
     except Exception as e:  # noqa: BLE001
         t.exception(e)
     finally:
