@@ -60,7 +60,8 @@ static hps_err_t build_key(struct ctx *c, int ki, const struct hps__scan_sec *ss
     hps_err_t rc = hps__value_parse(k, text, base, ntables, &is_auto, &msg);
     if (rc == HPS_ECONFIG)
         hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: %s", c->name,
-                 line ? line : meta->header_line, sec_name, k->name, text, hps__buf_str(&msg));
+                 line ? line : meta->header_line, sec_name, k->name,
+                 hps__masked(k->check == HPS__CHECK_secret, text), hps__buf_str(&msg));
     else if (rc)
         oom(c);
     meta->line[ki] = line;
@@ -98,8 +99,8 @@ static hps_err_t rule_error(struct ctx *c, const hps_conf_t *conf, hps__sec_t se
     struct hps__buf va = {0}, vb = {0};
     const void *base = hps__conf_base(conf, sec, model);
 
-    hps__value_format(&hps__keys[ka], base, false, &va);
-    hps__value_format(&hps__keys[kb], base, false, &vb);
+    hps__value_format(&hps__keys[ka], base, true, &va); /* true: a secret is masked */
+    hps__value_format(&hps__keys[kb], base, true, &vb);
     if (sec == HPS__SEC_model)
         hps__msg(c->err, c->err_len, "%s:%u: [model.%s] %s = %s: %s %s (%s)", c->name, line,
                  conf->models[model].name, a, hps__buf_str(&va), rule, b, hps__buf_str(&vb));
@@ -249,14 +250,18 @@ static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *
             return rc;
     }
     hps_err_t rc = build_models(c, scan, conf);
-    /* allocation_rate's default (256 MiB) never exceeds shared_memory_size:
-     * a small segment needs no second setting.  Set in the file, it must
-     * be at most the segment (check_globals). */
+    /* allocation_rate's default (256 MiB) never exceeds half of
+     * shared_memory_size: a small segment needs no second setting.  Half,
+     * not all of it: the segment's header must fit beside one step, else
+     * hps_shmdb_create() refuses the segment (EINVAL).  Rounded down to
+     * 64 KiB, it stays above the key's minimum (64 KiB; the segment has at
+     * least 5 MiB).  Set in the file, it must be at most the segment
+     * (check_globals). */
     hps_conf_volatile_db_t *v = &conf->volatile_db;
     int ka = hps__key_find(HPS__SEC_volatile_db, "allocation_rate");
-    if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] &&
-        v->allocation_rate > v->shared_memory_size)
-        v->allocation_rate = v->shared_memory_size;
+    uint64_t half = v->shared_memory_size / 2 / 65536 * 65536;
+    if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] && v->allocation_rate > half)
+        v->allocation_rate = half;
     return rc ? rc : check_globals(c, conf);
 }
 

@@ -79,7 +79,7 @@ static size_t after_line(const char *text, const struct lines *li, uint32_t l)
 }
 
 /* The new value: trimmed; refused if inih would read it differently. */
-static hps_err_t check_value(const char *key, const char *value, char **ret, char *err,
+static hps_err_t check_value(const char *key, bool secret, const char *value, char **ret, char *err,
                              size_t err_len)
 {
     size_t n = strlen(value);
@@ -96,7 +96,7 @@ static hps_err_t check_value(const char *key, const char *value, char **ret, cha
             hps__msg(err, err_len,
                      "%s = %.*s: a value cannot contain a line break, nor a ';' "
                      "at its start or after a blank (that starts a comment)",
-                     key, (int)n, value);
+                     key, secret ? (int)strlen(HPS__MASK) : (int)n, secret ? HPS__MASK : value);
             return HPS_ECONFIG;
         }
     }
@@ -327,7 +327,8 @@ static hps_err_t edit_one(const char *text, const char *name, const hps_conf_edi
         hps__msg(err, err_len, "unknown key \"%s\" (expected section.key or model.<name>.key)",
                  e->key);
     if (!rc && e->value)
-        rc = check_value(e->key, e->value, &val, err, err_len);
+        rc = check_value(e->key, hps__keys[ki].check == HPS__CHECK_secret, e->value, &val, err,
+                         err_len);
     if (!rc)
         rc = hps__scan(text, strlen(text), name, &scan, err, err_len);
     if (!rc && e->value)

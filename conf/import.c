@@ -90,6 +90,35 @@ const char *hps__ini_unsafe(const char *s, bool list_entry)
     return NULL;
 }
 
+/* Check each entry of a list value on its own, so that a bad one is named
+ * by its index from 0, as the inputs count (ps.json: models[0].x[1],
+ * config.pbtxt: gpus: [0, 1]), not from 1 as the INI's messages do. */
+static hps_err_t check_entries(struct hps__imp *im, const struct hps__key *k, const char *raw,
+                               const char *src, const char *shown)
+{
+    size_t n;
+    bool oom;
+    struct hps__buf msg = {0};
+    char **items = hps__list_split(raw, k->type == HPS__T_REGEXES, &n, &oom);
+
+    if (oom)
+        return hps__imp_oom(im);
+    for (size_t i = 0; i < n && !im->rc; i++) {
+        hps_err_t rc = hps__value_check_entry(k, items[i], &msg);
+        bool secret = k->check == HPS__CHECK_secret;
+        if (rc == -ENOMEM)
+            hps__imp_oom(im);
+        else if (rc && !*items[i])
+            hps__imp_fail(im, "%s = %s: entry %zu is empty", src, hps__masked(secret, shown), i);
+        else if (rc)
+            hps__imp_fail(im, "%s = %s: entry %zu (%s) %s", src, hps__masked(secret, shown), i,
+                          hps__masked(secret, items[i]), hps__buf_str(&msg));
+    }
+    hps__buf_fini(&msg);
+    hps__list_free(items, n);
+    return im->rc;
+}
+
 /*
  * Check raw (an INI value) for `key` of section sec (of model m) with the
  * INI parser and store its canonical form, replacing an earlier value.
@@ -107,6 +136,10 @@ hps_err_t hps__imp_put(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *
 
     if (!scratch)
         return hps__imp_oom(im);
+    if (hps__is_list(k->type) && check_entries(im, k, raw, src, shown)) {
+        free(scratch);
+        return im->rc;
+    }
     void *base = sec == HPS__SEC_model ? scratch : hps__conf_base(scratch, sec, 0);
     hps_err_t rc = hps__value_parse(k, raw, base, m ? m->ntables : 0, &is_auto, &msg);
     if (rc == 0) {
@@ -116,7 +149,8 @@ hps_err_t hps__imp_put(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *
     }
     free(scratch);
     if (rc == HPS_ECONFIG)
-        hps__imp_fail(im, "%s = %s: %s", src, shown, hps__buf_str(&msg));
+        hps__imp_fail(im, "%s = %s: %s", src, hps__masked(k->check == HPS__CHECK_secret, shown),
+                      hps__buf_str(&msg));
     hps__buf_fini(&msg);
     char *s = rc ? NULL : strdup(src);
     if (!rc && (canon.oom || !s))

@@ -122,12 +122,14 @@ static hps_err_t map_json(struct hps__imp *im, hps__sec_t sec, struct hps__imode
 {
     const struct hps__key *k = &hps__keys[hps__key_find(sec, key)];
     enum elem e = elem_of(k);
-    struct hps__buf raw = {0};
+    struct hps__buf raw = {0}, msg = {0};
     char src[512], shown[224];
     const char *why = NULL;
 
     snprintf(src, sizeof(src), "%s: %s", im->jname, path);
     shown_json(v, shown, sizeof(shown));
+    if (k->check == HPS__CHECK_secret) /* a password: messages never show it */
+        snprintf(shown, sizeof(shown), "%s", HPS__MASK);
     hps__buf_add(&raw, "", 0);
     if (!hps__is_list(k->type)) {
         why = json_scalar(v, e, false, &raw);
@@ -137,10 +139,17 @@ static hps_err_t map_json(struct hps__imp *im, hps__sec_t sec, struct hps__imode
         for (size_t i = 0; i < json_object_array_length(v) && !why; i++) {
             json_object *x = json_object_array_get_idx(v, i);
             hps__buf_puts(&raw, i ? ", " : "");
+            size_t at = raw.len;
             why = json_scalar(x, e, true, &raw);
+            /* each entry is checked here, so a bad one is named by its JSON
+             * path (x[0], from 0), not as the INI's "entry 1" */
+            if (!why && !raw.oom && hps__value_check_entry(k, raw.p + at, &msg) == HPS_ECONFIG)
+                why = hps__buf_str(&msg);
             if (why) {
                 char xs[224];
                 shown_json(x, xs, sizeof(xs));
+                if (k->check == HPS__CHECK_secret)
+                    snprintf(xs, sizeof(xs), "%s", HPS__MASK);
                 hps__imp_fail(im, "%s[%zu] = %s: %s", src, i, xs, why);
             }
         }
@@ -151,6 +160,7 @@ static hps_err_t map_json(struct hps__imp *im, hps__sec_t sec, struct hps__imode
     else if (!rc)
         rc = raw.oom ? hps__imp_oom(im) : hps__imp_put(im, sec, m, key, raw.p, src, shown);
     hps__buf_fini(&raw);
+    hps__buf_fini(&msg); /* after its last use: why may point into it */
     return rc;
 }
 
@@ -731,6 +741,27 @@ static hps_err_t do_defaults(struct hps__imp *im, struct hps__imodel *m, json_ob
     return rc;
 }
 
+/* Table names are unique within a model; the INI's check would number the
+ * entries from 1, so the repeat is named here by JSON path (from 0). */
+static hps_err_t check_table_names(struct hps__imp *im, json_object *o, const char *path)
+{
+    json_object *v;
+
+    if (!json_object_object_get_ex(o, "embedding_table_names", &v) ||
+        !json_object_is_type(v, json_type_array))
+        return im->rc;
+    for (size_t i = 1; i < json_object_array_length(v); i++) {
+        const char *s = json_object_get_string(json_object_array_get_idx(v, i));
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(s, json_object_get_string(json_object_array_get_idx(v, j))) == 0)
+                return hps__imp_fail(im,
+                                     "%s: %s.embedding_table_names[%zu] = \"%s\": repeats "
+                                     "[%zu]; table names must be unique",
+                                     im->jname, path, i, s, j);
+    }
+    return im->rc;
+}
+
 static hps_err_t do_model(struct hps__imp *im, json_object *o, size_t i)
 {
     struct hps__imodel *m = &im->models[i];
@@ -761,7 +792,8 @@ static hps_err_t do_model(struct hps__imp *im, json_object *o, size_t i)
         return hps__imp_fail(im, "%s: %s: missing (one directory per table)", im->jname, p);
     if (do_sparse_files(im, m, v, p))
         return im->rc;
-    if (walk(im, o, path, model_keys, NKEYS(model_keys), HPS__SEC_model, m, 0, NULL))
+    if (walk(im, o, path, model_keys, NKEYS(model_keys), HPS__SEC_model, m, 0, NULL) ||
+        check_table_names(im, o, path))
         return im->rc;
     snprintf(p, sizeof(p), "%s.default_value_for_each_table", path);
     if (json_object_object_get_ex(o, "default_value_for_each_table", &v) &&
@@ -850,13 +882,21 @@ void hps__import_notes(struct hps__imp *im)
                                      HPS__SEC_persistent_db};
     const struct hps__ival *us = hps__imp_val(im, HPS__SEC_update_source, NULL, "type");
 
-    for (size_t i = 0; i < im->nmodels; i++)
-        if (!hps__imp_val(im, HPS__SEC_model, &im->models[i], "deployed_device_list")->text)
+    for (size_t i = 0; i < im->nmodels; i++) {
+        struct hps__imodel *m = &im->models[i];
+        if (!hps__imp_val(im, HPS__SEC_model, m, "deployed_device_list")->text)
             hps__imp_warn(
                 im,
                 "%s: models[%zu].deployed_device_list: missing (HugeCTR requires it): the "
                 "INI default, device 0, applies",
                 im->jname, i);
+        if (!hps__imp_val(im, HPS__SEC_model, m, "default_value_for_each_table")->text)
+            hps__imp_warn(
+                im,
+                "%s: models[%zu].default_value_for_each_table: missing (HugeCTR requires it): "
+                "the INI default, 0.0 for %s, applies",
+                im->jname, i, m->ntables == 1 ? "the table" : "every table");
+    }
     if (!us->text || strcmp(us->text, "none") == 0)
         return;
     for (size_t i = 0; i < NKEYS(dbs); i++) {

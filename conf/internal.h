@@ -125,6 +125,13 @@ bool hps__is_name(const char *s, size_t len);
 /** Nearest key of `sec` or section name to `s` (edit distance <= 2), or NULL. */
 const char *hps__suggest_key(hps__sec_t sec, const char *s);
 const char *hps__suggest_section(const char *s);
+/** What `hps-conf show` and every message print instead of a secret value. */
+#define HPS__MASK "********"
+/** Whether a key called name is a secret (HPS__CHECK_secret) in any section. */
+bool hps__secret_name(const char *name);
+/** value, or HPS__MASK if secret and value is not empty: how messages
+ *  ("key = value: ...") show the value of a secret key. */
+const char *hps__masked(bool secret, const char *value);
 /** Whether the type is a list (pointer + _len). */
 bool hps__is_list(hps__type_t t);
 /** Whether the type is a per-table list (T entries). */
@@ -176,6 +183,11 @@ typedef void *hps__base_t;
  */
 hps_err_t hps__value_parse(const struct hps__key *k, const char *raw, hps__base_t base,
                            size_t ntables, bool *ret_auto, struct hps__buf *msg);
+/** Check one entry s of list key k (INI text), as hps__value_parse() checks
+ *  each; on HPS_ECONFIG msg holds the reason ("must be ...", without "entry N"),
+ *  for callers that number entries their own way (import: from 0).  Returns 0,
+ *  HPS_ECONFIG or -ENOMEM. */
+hps_err_t hps__value_check_entry(const struct hps__key *k, const char *s, struct hps__buf *msg);
 /** Free what hps__value_parse() allocated for k (NULL-safe). */
 void hps__value_free(const struct hps__key *k, hps__base_t base);
 /** Append the value of k as show/get write it; mask hides a password. */

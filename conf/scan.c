@@ -326,6 +326,9 @@ static void unknown_key(struct rd *r, const char *name, const char *value)
     const char *hint = hps__suggest_key(r->cur->sec, name);
     const char *home = NULL;
 
+    /* A misspelt or misplaced secret key holds a secret all the same. */
+    value = hps__masked(hps__secret_name(name) || hps__secret_name(hint), value);
+
     for (int i = 0; i < HPS__NKEYS && !home; i++)
         if (strcmp(hps__keys[i].name, name) == 0)
             home = hps__keys[i].sec == HPS__SEC_model ? "model.<name>"
@@ -344,7 +347,7 @@ static int on_key(struct rd *r, const char *name, const char *value)
 {
     if (!r->cur) {
         rd_fail(r, HPS_ECONFIG, "%s = %s: key outside of any section (add a [section] line above)",
-                name, value);
+                name, hps__masked(hps__secret_name(name), value));
         return 0;
     }
     int ki = hps__key_find(r->cur->sec, name);
@@ -355,7 +358,8 @@ static int on_key(struct rd *r, const char *name, const char *value)
     struct hps__raw *raw = &r->cur->raw[ki];
     if (raw->value) {
         rd_fail(r, HPS_ECONFIG, "[%s] %s = %s: duplicate key (first set at line %u)", r->cur->name,
-                name, value, raw->first_line);
+                name, hps__masked(hps__keys[ki].check == HPS__CHECK_secret, value),
+                raw->first_line);
         return 0;
     }
     raw->value = strdup(value);
@@ -379,7 +383,7 @@ static int on_continuation(struct rd *r, const char *value)
         rd_fail(r, HPS_ECONFIG,
                 "[%s] %s: the indented line \"%s\" continues the value of %s, but only lists "
                 "may continue on indented lines (do not indent keys)",
-                r->cur->name, k->name, value, k->name);
+                r->cur->name, k->name, hps__masked(k->check == HPS__CHECK_secret, value), k->name);
         return 0;
     }
     /* inih r55 (Debian 12) keeps an inline comment on a continuation line;

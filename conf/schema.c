@@ -176,6 +176,19 @@ const char *hps__suggest_key(hps__sec_t sec, const char *s)
     return best;
 }
 
+bool hps__secret_name(const char *name)
+{
+    for (int i = 0; name && i < HPS__NKEYS; i++)
+        if (hps__keys[i].check == HPS__CHECK_secret && strcmp(hps__keys[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+const char *hps__masked(bool secret, const char *value)
+{
+    return secret && value && *value ? HPS__MASK : value;
+}
+
 const char *hps__suggest_section(const char *s)
 {
     const char *best = NULL;

@@ -31,8 +31,9 @@ static const struct {
      "the hugectr backend's dense-model (network) file; HPS serves the embeddings, configured "
      "by the ps.json"},
     {"freeze_sparse", NULL,
-     "Triton model reloads do not exist here: hps-coordinator loads the sparse files at "
-     "start-up, and online updates come from Kafka"},
+     "a reload here (SIGHUP to hps-coordinator, or a load request for a loaded model) always "
+     "rebuilds the model's databases from its files; to keep the loaded embeddings, do not "
+     "reload the model (online updates come from Kafka)"},
     {"label_dim", NULL, "an output size of the hugectr backend's dense model"},
     {"slots", NULL, "an input layout of the hugectr backend's dense model"},
     {"cat_feature_num", NULL, "an input layout of the hugectr backend's dense model"},

@@ -323,7 +323,7 @@ static void fmt_scalar(const struct hps__key *k, const void *f, bool mask, struc
         break;
     default: { /* STR */
         const char *s = *(const char *const *)f;
-        hps__buf_puts(out, mask && k->check == HPS__CHECK_secret && *s ? "********" : s);
+        hps__buf_puts(out, hps__masked(mask && k->check == HPS__CHECK_secret, s));
     }
     }
 }
@@ -715,19 +715,31 @@ static double dup_cost(const char *s)
     return cost;
 }
 
-/* Check one entry; on failure append the reason to msg. */
-static bool check_entry(const struct hps__key *k, const char *s, void *out, size_t i,
+/* "entry N (s) " (1-based, as the INI's messages count) before the reason
+ * when named; nothing for hps__value_check_entry(), whose caller names it. */
+static void entry_name(const struct hps__key *k, const char *s, size_t i, bool named,
+                       struct hps__buf *msg)
+{
+    if (named)
+        hps__buf_printf(msg, "entry %zu (%s) ", i + 1,
+                        hps__masked(k->check == HPS__CHECK_secret, s));
+}
+
+/* Check entry i (stored at out[i] for numbers); on failure append the
+ * reason to msg, after "entry N (s) " if named. */
+static bool check_entry(const struct hps__key *k, const char *s, void *out, size_t i, bool named,
                         struct hps__buf *msg)
 {
     bool ok;
 
     if (k->type == HPS__T_REGEXES) {
         if (dup_cost(s) > REGEX_MAX_COPIES) {
+            entry_name(k, s, i, named, msg);
             hps__buf_printf(msg,
-                            "entry %zu (%s) repeats too much: its '*', '+', '?' and '{m,n}' "
+                            "repeats too much: its '*', '+', '?' and '{m,n}' "
                             "multiply to more than %.0f (each counts 2, {m,n} n + 1), which "
                             "compiles slowly; simplify it",
-                            i + 1, s, REGEX_MAX_COPIES);
+                            REGEX_MAX_COPIES);
             return false;
         }
         regex_t re;
@@ -738,8 +750,8 @@ static bool check_entry(const struct hps__key *k, const char *s, void *out, size
         }
         char why[128];
         regerror(rc, &re, why, sizeof(why));
-        hps__buf_printf(msg, "entry %zu (%s) is not a valid POSIX extended regular expression: %s",
-                        i + 1, s, why);
+        entry_name(k, s, i, named, msg);
+        hps__buf_printf(msg, "is not a valid POSIX extended regular expression: %s", why);
         return false;
     }
     if (k->type == HPS__T_TSTRS)
@@ -749,10 +761,25 @@ static bool check_entry(const struct hps__key *k, const char *s, void *out, size
     else
         ok = parse_i64(s, (int64_t *)out + i) && in_range(k, (double)((int64_t *)out)[i]);
     if (!ok) {
-        hps__buf_printf(msg, "entry %zu (%s) must be ", i + 1, s);
+        entry_name(k, s, i, named, msg);
+        hps__buf_puts(msg, "must be ");
         elem_phrase(k, false, msg);
     }
     return ok;
+}
+
+hps_err_t hps__value_check_entry(const struct hps__key *k, const char *s, struct hps__buf *msg)
+{
+    union {
+        int64_t i;
+        double d;
+    } scratch;
+
+    if (!*s)
+        hps__buf_puts(msg, "must not be empty");
+    else if (check_entry(k, s, &scratch, 0, false, msg))
+        return 0;
+    return msg->oom ? -ENOMEM : HPS_ECONFIG;
 }
 
 static hps_err_t parse_entries(const struct hps__key *k, char **items, size_t n, void **ret,
@@ -766,7 +793,7 @@ static hps_err_t parse_entries(const struct hps__key *k, char **items, size_t n,
     for (size_t i = 0; i < n; i++) {
         if (!items[i][0]) {
             hps__buf_printf(msg, "entry %zu is empty", i + 1);
-        } else if (check_entry(k, items[i], out, i, msg)) {
+        } else if (check_entry(k, items[i], out, i, true, msg)) {
             continue;
         }
         free(out);

@@ -363,6 +363,34 @@ static void test_unknown_keys_and_sections(void **state)
                                 "[A-Za-z0-9_-]{1,120}");
 }
 
+/* A secret's value (show masks it) is masked in every message too: the
+ * coordinator logs them. */
+static void test_secret_values_masked(void **state)
+{
+    (void)state;
+    ct_load_fails("[distributed_db]\npassword = x\npassword = s3cret\n",
+                  "t.ini:3: [distributed_db] password = ********: duplicate key (first set at "
+                  "line 2)");
+    ct_load_fails("[distributed_db]\npasword = s3cret\n",
+                  "t.ini:2: [distributed_db] pasword = ********: unknown key (did you mean "
+                  "password?)");
+    ct_load_fails("[volatile_db]\npassword = s3cret\n",
+                  "t.ini:2: [volatile_db] password = ********: unknown key (password belongs in "
+                  "[distributed_db])");
+    ct_load_fails("password = s3cret\n[distributed_db]\n",
+                  "t.ini:1: password = ********: key outside of any section (add a [section] "
+                  "line above)");
+    ct_load_fails("[distributed_db]\npassword = s3cret\n  more\n",
+                  "t.ini:3: [distributed_db] password: the indented line \"********\" continues "
+                  "the value of password, but only lists may continue on indented lines (do not "
+                  "indent keys)");
+    /* an empty value hides nothing; other keys are shown as written */
+    ct_load_fails("[distributed_db]\npassword =\npassword =\n",
+                  "t.ini:3: [distributed_db] password = : duplicate key (first set at line 2)");
+    ct_load_fails("[distributed_db]\nuser_name = a\nuser_name = b\n",
+                  "t.ini:3: [distributed_db] user_name = b: duplicate key (first set at line 2)");
+}
+
 static void test_duplicates(void **state)
 {
     (void)state;
@@ -498,6 +526,14 @@ static void test_cross_key_rules(void **state)
     ct_load_fails("[distributed_db]\nnum_node_connections = 9\nnum_partitions = 8\n",
                   "t.ini:2: [distributed_db] num_node_connections = 9: must be at most "
                   "num_partitions (8)");
+    /* the smallest segment a coordinator starts with: the miss queue alone
+     * takes 4 MiB (shmdb), so 2 MiB failed at start-up */
+    ct_load_fails("[volatile_db]\nshared_memory_size = 2MiB\n",
+                  "t.ini:2: [volatile_db] shared_memory_size = 2MiB: must be a size of at least "
+                  "5MiB (units B, KiB, MiB, GiB, TiB)");
+    ct_load_fails("[volatile_db]\nshared_memory_size = 5242879\n",
+                  "t.ini:2: [volatile_db] shared_memory_size = 5242879: must be a size of at "
+                  "least 5MiB (units B, KiB, MiB, GiB, TiB)");
     ct_load_fails("[volatile_db]\nshared_memory_size = 128MiB\nallocation_rate = 256MiB\n",
                   "t.ini:3: [volatile_db] allocation_rate = 256MiB: must be at most "
                   "shared_memory_size (128MiB)");
@@ -510,9 +546,16 @@ static void test_cross_key_rules(void **state)
                   "table names must be unique");
     hps_conf_t *c = ct_load("[distributed_db]\nnum_partitions = 5\nnum_node_connections = 5\n");
     hps_conf_free(c);
-    /* allocation_rate not set: its default (256 MiB) shrinks to a smaller segment */
-    c = ct_load("[volatile_db]\nshared_memory_size = 1MiB\n");
-    assert_int_equal(c->volatile_db.allocation_rate, 1048576);
+    /* allocation_rate not set: its default (256 MiB) shrinks to half of a
+     * smaller segment (rounded down to 64 KiB), leaving room for the header */
+    c = ct_load("[volatile_db]\nshared_memory_size = 5MiB\n");
+    assert_int_equal(c->volatile_db.allocation_rate, 5ull << 19);
+    hps_conf_free(c);
+    c = ct_load("[volatile_db]\nshared_memory_size = 6000000\n");
+    assert_int_equal(c->volatile_db.allocation_rate, 2949120); /* 45 x 64 KiB */
+    hps_conf_free(c);
+    c = ct_load("[volatile_db]\nshared_memory_size = 256MiB\n");
+    assert_int_equal(c->volatile_db.allocation_rate, 128ull << 20);
     hps_conf_free(c);
     c = ct_load("[volatile_db]\nshared_memory_size = 1GiB\n");
     assert_int_equal(c->volatile_db.allocation_rate, 256ull << 20);
@@ -526,9 +569,9 @@ static void test_get_and_is_set(void **state)
     char buf[64];
     bool set;
     (void)state;
-    hps_conf_t *c = ct_load("[volatile_db]\nshared_memory_size = 1048576\nallocation_rate = 64K\n"
+    hps_conf_t *c = ct_load("[volatile_db]\nshared_memory_size = 5242880\nallocation_rate = 64K\n"
                             "[distributed_db]\npassword = secret\n" CT_MODEL);
-    assert_string_equal(ct_get(c, "volatile_db.shared_memory_size", buf, sizeof(buf)), "1MiB");
+    assert_string_equal(ct_get(c, "volatile_db.shared_memory_size", buf, sizeof(buf)), "5MiB");
     assert_string_equal(ct_get(c, "distributed_db.password", buf, sizeof(buf)), "secret");
     assert_string_equal(ct_get(c, "model.m.embedding_vecsize_per_table", buf, sizeof(buf)),
                         "8, 16");
@@ -675,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_issue_example_message),
         cmocka_unit_test(test_unknown_keys_and_sections),
         cmocka_unit_test(test_duplicates),
+        cmocka_unit_test(test_secret_values_masked),
         cmocka_unit_test(test_required_keys),
         cmocka_unit_test(test_list_length_mismatch),
         cmocka_unit_test(test_model_limit),

@@ -99,7 +99,7 @@ static const struct {
     {"hps.worker_timeout_ms", "2000"},
     {"hps.load_cpu_share", "0.5"},
     {"hps.model_control_mode", "none"}, /* Triton's --model-control-mode default */
-    {"hps.startup_models", ".+"},        /* not a HugeCTR key: every model */
+    {"hps.startup_models", ".+"},       /* not a HugeCTR key: every model */
     {"volatile_db.type", "multi_process_hash_map"},
     {"volatile_db.num_partitions", AUTO},
     {"volatile_db.max_batch_size", "65536"},
@@ -477,7 +477,7 @@ static void size_cases(const struct row *r, struct cases *cs)
     add_ok(cs, ct_fmt("%.0f KiB", r->lo / 1024), r->lo, fmt_size(r->lo));
     add_ok(cs, strdup("1g"), 1073741824.0, strdup("1GiB"));
     add_ok(cs, strdup("2TiB"), 2199023255552.0, strdup("2TiB"));
-    add_ok(cs, strdup("3M"), 3145728.0, strdup("3MiB"));
+    add_ok(cs, strdup("6M"), 6291456.0, strdup("6MiB"));
     add_bad(cs, ct_fmt("%.0f", r->lo - 1), must_be(r));
     add_bad(cs, strdup("1.5GiB"), must_be(r));
     add_bad(cs, strdup("1KB"), must_be(r));

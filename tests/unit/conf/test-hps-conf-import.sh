@@ -38,7 +38,7 @@ import_case() {
 }
 
 mapfile -t cases < <(grep -v '^#' "$DATA/cases")
-echo "1..$((2 * ${#cases[@]} + 23))"
+echo "1..$((2 * ${#cases[@]} + 29))"
 
 for c in "${cases[@]}"; do
     read -r -a w <<<"$c"
@@ -64,7 +64,7 @@ ok "config.pbtxt parameters are named with file:line" \
 cat >"$TMP/ok.json" <<'JSON'
 {"supportlonglong": true,
  "models": [{"model": "m", "sparse_files": ["/a", "/b"], "deployed_device_list": [0],
-             "embedding_vecsize_per_table": [8, 16],
+             "embedding_vecsize_per_table": [8, 16], "default_value_for_each_table": [0, 0],
              "maxnum_catfeature_query_per_table_per_sample": [1, 2]}]}
 JSON
 sub() { sed "s|\"model\": \"m\",|\"model\": \"m\", $1,|" "$TMP/ok.json" >"$TMP/$2"; }
@@ -77,6 +77,14 @@ sed 's/"supportlonglong": true,/"supportlonglong": true,\n "volatile_db": {"type
     "$TMP/ok.json" >"$TMP/cross.json"
 printf '{"supportlonglong": true,\n "models": [\n  {"model": "m",]\n}\n' >"$TMP/syntax.json"
 sed 's/"model": "m"/"model": "a.b"/' "$TMP/ok.json" >"$TMP/name.json"
+sed 's/\[1, 2\]/[0, 26]/' "$TMP/ok.json" >"$TMP/entry.json"
+sub '"embedding_table_names": ["t", "a.b"]' tname.json
+sub '"embedding_table_names": ["t", "t"]' tdup.json
+sed 's/ "default_value_for_each_table": \[0, 0\],//' "$TMP/ok.json" >"$TMP/nodef.json"
+sed 's/"supportlonglong": true,/"supportlonglong": true,\n "volatile_db": {"type": "redis", "password": "s3 ;cret"},/' \
+    "$TMP/ok.json" >"$TMP/pw.json"
+sed 's/"supportlonglong": true,/"supportlonglong": true,\n "volatile_db": {"type": "redis", "password": 12345},/' \
+    "$TMP/ok.json" >"$TMP/pw2.json"
 
 ok "a value out of range names the JSON file, key and range (exit 2)" \
     fails 2 "hps-conf: range.json: models[0].gpucacheper = 1.5: must be a number in [0, 1]" range.json
@@ -94,6 +102,20 @@ ok "JSON syntax errors give file:line:column" \
     fails 2 "hps-conf: syntax.json:3:17: not valid JSON: quoted object property name expected" syntax.json
 ok "a model name that is not an INI section name is refused" \
     fails 2 "hps-conf: name.json: models[0].model = \"a.b\": must be a name matching [A-Za-z0-9_-]{1,120}" name.json
+ok "a bad list entry is named by its JSON path, counted from 0" \
+    fails 2 "hps-conf: entry.json: models[0].maxnum_catfeature_query_per_table_per_sample[0] = 0: must be an integer in [1, 2147483647]" entry.json
+ok "a bad table name is named by its JSON path, counted from 0" \
+    fails 2 "hps-conf: tname.json: models[0].embedding_table_names[1] = \"a.b\": must be a name matching [A-Za-z0-9_-]{1,120}" tname.json
+ok "a repeated table name is named by JSON path, counted from 0" \
+    fails 2 "hps-conf: tdup.json: models[0].embedding_table_names[1] = \"t\": repeats [0]; table names must be unique" tdup.json
+ok "a password that cannot be imported is masked in the message" \
+    fails 2 "hps-conf: pw.json: volatile_db.password = ********: it contains \" ;\", which starts an INI comment" pw.json
+ok "a password of the wrong JSON type is masked in the message" \
+    fails 2 "hps-conf: pw2.json: volatile_db.password = ********: must be a JSON string" pw2.json
+ok "a missing default_value_for_each_table is warned about, as HugeCTR requires it" \
+    bash -c 'cd "$1" && "$0" import nodef.json >d.ini 2>d.err &&
+             grep -qxF "hps-conf: warning: nodef.json: models[0].default_value_for_each_table: missing (HugeCTR requires it): the INI default, 0.0 for every table, applies" d.err' \
+    "$HPS_CONF" "$TMP"
 
 printf 'name: "m"\nparameters { key: "gpucacheper" value { string_value: "2" } }\n' >"$TMP/range.pbtxt"
 printf 'name: "m"\nparameters {\n  key "gpucache"\n}\n' >"$TMP/syntax.pbtxt"
