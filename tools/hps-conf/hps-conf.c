@@ -32,7 +32,10 @@ static const char usage_text[] =
     "  check [--files] FILE         validate FILE; errors go to stderr.  --files:\n"
     "                               also open every model's sparse_files (key and\n"
     "                               emb_vector present, regular, sized for the\n"
-    "                               table's dimension), as hps-coordinator will\n"
+    "                               table's dimension) and read them (keys that fit\n"
+    "                               a 32-bit model; NaN/Inf values and repeated keys,\n"
+    "                               refused or warned about as nonfinite_values and\n"
+    "                               duplicate_keys say), as hps-coordinator will\n"
     "  show FILE                    print the effective configuration: every key,\n"
     "                               those the file does not set marked \"; default\"\n"
     "  get FILE SECTION.KEY         print one effective value; a model's keys are\n"
@@ -114,14 +117,72 @@ static int load(const char *path, hps_conf_t **ret)
     return rc ? failed(rc, err) : EXIT_OK;
 }
 
+/* Read model m's tables as hps-coordinator does before it loads them:
+ * keys that fit a 32-bit model (supportlonglong = false), then NaN/Inf
+ * values and keys on more than one row, refused or warned about as m's
+ * nonfinite_values / duplicate_keys say.  Each refusal and warning on
+ * stderr; the number of refusals. */
+static size_t check_contents(const hps_conf_model_t *m, const hps_modelfile_spec_t *specs,
+                             const char *path)
+{
+    unsigned refuse =
+        (m->nonfinite_values == HPS_CONF_BAD_ROWS_REFUSE ? HPS_MODELFILE_NONFINITE : 0) |
+        (m->duplicate_keys == HPS_CONF_BAD_ROWS_REFUSE ? HPS_MODELFILE_DUPLICATES : 0);
+    char err[1024], what[768];
+    size_t bad = 0;
+
+    if (m->num_tables > 0 && specs[0].key_bytes == 4 &&
+        hps_modelfile_validate_model(specs, m->num_tables, NULL, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hps-conf: %s: [model.%s] refused: %s\n", path, m->name, err);
+        return 1;
+    }
+    for (size_t t = 0; t < m->num_tables; t++) {
+        hps_modelfile_stats_t st = {0};
+        hps_err_t rc =
+            hps_modelfile_check_table(&specs[t], refuse, &st, NULL, NULL, err, sizeof(err));
+        bool nf = st.nonfinite_rows > 0, dup = st.dup_keys > 0;
+        if (rc < 0) {
+            bool rnf = nf && (refuse & HPS_MODELFILE_NONFINITE);
+            bool rdup = dup && (refuse & HPS_MODELFILE_DUPLICATES);
+            fprintf(stderr, "hps-conf: %s: [model.%s] refused: %s%s%s%s%s\n", path, m->name, err,
+                    rnf || rdup ? " (" : "", rnf ? "nonfinite_values = refuse" : "",
+                    rnf && rdup ? ", " : "",
+                    rdup  ? "duplicate_keys = refuse)"
+                    : rnf ? ")"
+                          : "");
+            bad++;
+        } else if (hps_modelfile_stats_format(&st, specs[t].dir,
+                                              HPS_MODELFILE_NONFINITE | HPS_MODELFILE_DUPLICATES,
+                                              what, sizeof(what))) {
+            fprintf(stderr,
+                    "hps-conf: %s: warning: [model.%s] table %s: %s; hps-coordinator loads%s%s%s "
+                    "(%s%s%s = warn)\n",
+                    path, m->name, specs[t].table, what,
+                    nf ? " the rows with NaN or Inf as they are" : "", nf && dup ? " and" : "",
+                    dup ? " the last row of each repeated key" : "", nf ? "nonfinite_values" : "",
+                    nf && dup ? ", " : "", dup ? "duplicate_keys" : "");
+        }
+    }
+    return bad;
+}
+
 /* Open every table of every model of conf (hps_modelfile_open: the files'
- * presence, kind and sizes, not their contents); each refusal on stderr.
- * The number of tables refused. */
+ * presence, kind and sizes), then read the contents of each model whose
+ * tables all opened (check_contents); each refusal on stderr.  The number
+ * of refusals. */
 static size_t check_files(const hps_conf_t *conf, const char *path)
 {
     size_t bad = 0;
     for (size_t i = 0; i < conf->num_models; i++) {
         const hps_conf_model_t *m = &conf->models[i];
+        hps_modelfile_spec_t specs[256];
+        size_t opened = 0;
+        if (m->num_tables > 256) { /* hps-coordinator's limit (coordinator/load.c) */
+            fprintf(stderr, "hps-conf: %s: [model.%s] has %zu tables, at most 256\n", path, m->name,
+                    m->num_tables);
+            bad++;
+            continue;
+        }
         for (size_t t = 0; t < m->num_tables; t++) {
             char err[512] = "";
             hps_modelfile_t *mf = NULL;
@@ -133,8 +194,17 @@ static size_t check_files(const hps_conf_t *conf, const char *path)
                 fprintf(stderr, "hps-conf: %s: [model.%s] sparse_files entry %zu (%s): %s\n", path,
                         m->name, t + 1, m->sparse_files[t], *err ? err : hps_strerror(rc));
                 bad++;
+            } else {
+                specs[t] =
+                    (hps_modelfile_spec_t){.table = m->embedding_table_names[t],
+                                           .dir = m->sparse_files[t],
+                                           .dim = (uint32_t)m->embedding_vecsize_per_table[t],
+                                           .key_bytes = conf->hps.supportlonglong ? 8 : 4};
+                opened++;
             }
         }
+        if (opened == m->num_tables)
+            bad += check_contents(m, specs, path);
     }
     return bad;
 }

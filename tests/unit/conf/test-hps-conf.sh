@@ -44,8 +44,22 @@ model_ini() { # model_ini DIR: an INI whose model m reads DIR
 }
 model_ini "$MF/t0" >"$MF/files-ok.ini"
 model_ini "$MF/t1" >"$MF/files-short.ini"
+# Contents (little-endian int64 keys, float32 vectors of dim 2): keys 1, 1
+# (t0's keys 0, 0 repeat too); keys 1, 2 with a NaN; keys 1, 2^32 + 5.
+mkdir -p "$MF/dup" "$MF/nan" "$MF/big"
+k1='\001\000\000\000\000\000\000\000'
+printf "$k1$k1" >"$MF/dup/key"
+head -c 16 /dev/zero >"$MF/dup/emb_vector"
+printf "$k1"'\002\000\000\000\000\000\000\000' >"$MF/nan/key"
+printf '\000\000\300\177' >"$MF/nan/emb_vector"
+head -c 12 /dev/zero >>"$MF/nan/emb_vector"
+printf "$k1"'\005\000\000\000\001\000\000\000' >"$MF/big/key"
+head -c 16 /dev/zero >"$MF/big/emb_vector"
+{ model_ini "$MF/dup"; echo "duplicate_keys = refuse"; } >"$MF/dup-refuse.ini"
+{ model_ini "$MF/nan"; echo "nonfinite_values = refuse"; } >"$MF/nan-refuse.ini"
+{ printf '[hps]\nsupportlonglong = false\n'; model_ini "$MF/big"; } >"$MF/big32.ini"
 
-echo "1..51"
+echo "1..55"
 ok "--help exits 0 and documents the exit codes" \
     bash -c '"$0" --help | grep -q "^  2  usage error"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
@@ -58,6 +72,18 @@ ok "check --files of an emb_vector one float short exits 1 naming model, entry a
     bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] sparse_files entry 1 ($2): .*emb_vector"; [ "${PIPESTATUS[0]}" = 1 ]' \
     "$HPS_CONF" "$MF/files-short.ini" "$MF/t1"
 ok "check without --files does not open model files" status 0 "$HPS_CONF" check "$MF/files-short.ini"
+ok "check --files warns about repeated keys (duplicate_keys = warn) and exits 0" \
+    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: warning: \[model.m\] table sparse_embedding0: .*2 rows overridden.*(duplicate_keys = warn)"; [ "${PIPESTATUS[0]}" = 0 ]' \
+    "$HPS_CONF" "$MF/files-ok.ini"
+ok "check --files refuses repeated keys with duplicate_keys = refuse (exit 1)" \
+    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] refused: .*key on more than one row.*(duplicate_keys = refuse)"; [ "${PIPESTATUS[0]}" = 1 ]' \
+    "$HPS_CONF" "$MF/dup-refuse.ini"
+ok "check --files refuses a NaN with nonfinite_values = refuse (exit 1)" \
+    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] refused: .*1 row with a NaN or Inf value (first: row 0, key 1) (nonfinite_values = refuse)"; [ "${PIPESTATUS[0]}" = 1 ]' \
+    "$HPS_CONF" "$MF/nan-refuse.ini"
+ok "check --files refuses a key past 2^32 in a 32-bit model (exit 1)" \
+    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] refused: .*key 4294967301 does not fit a 32-bit-key table"; [ "${PIPESTATUS[0]}" = 1 ]' \
+    "$HPS_CONF" "$MF/big32.ini"
 ok "check --bogus FILE is a usage error (2)" status 2 "$HPS_CONF" check --bogus "$TMP/ok.ini"
 ok "check of an invalid file exits 1" status 1 "$HPS_CONF" check "$TMP/bad.ini"
 ok "check reports file:line, section, key, value and the rule on stderr" \
