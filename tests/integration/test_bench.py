@@ -51,6 +51,12 @@ def bench(t, cl, port, conf, req, what, want_version):
 def body(t, cl):
     if not BENCH or not os.access(BENCH, os.X_OK):
         t.skip_all("HPS_BENCH=%r is not an executable" % BENCH)
+    r = subprocess.run([BENCH, "--version"], capture_output=True, text=True, timeout=30)
+    t.ok(r.returncode == 0 and re.fullmatch(r"hps-bench \S+\n", r.stdout),
+         "hps-bench --version prints 'hps-bench VERSION'", "%d %r" % (r.returncode, r.stdout))
+    r = subprocess.run([BENCH, "--help"], capture_output=True, text=True, timeout=30)
+    t.ok(r.returncode == 0 and "--version" in r.stdout and "-h, --help" in r.stdout,
+         "hps-bench --help lists -h, --help and --version", r.stdout)
     for version in (2, 1):
         seg = cl.new_segment_name("v%d" % version)
         m = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v%d" % version,

@@ -14,6 +14,7 @@ lookup; hps-shm check.
 """
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -279,6 +280,20 @@ def lookup32(t, cl):
          (10 + 25, 15, 14), "32-bit keys: counters (PDB-only keys elevated on first use)")
     rc, out, err = cl.shm("check", seg)
     t.ok(rc == 0, "hps-shm check %s passes" % seg, out + err)
+
+    # SIGHUP reloads hps-coordinator; a worker must survive it (an operator
+    # may HUP every hps process) and say where reloads go.
+    w.kill(signal.SIGHUP)
+    logged = H.wait_until(lambda: "SIGHUP ignored" in w.log(), 5.0)
+    t.ok(w.alive() and w.wait(0.3) is None, "worker survives SIGHUP",
+         "exit status %s" % w.p.returncode)
+    t.ok(logged and "send SIGHUP to hps-coordinator, which re-reads the INI" in w.log(),
+         "worker logs that SIGHUP is ignored and that reloads go to hps-coordinator",
+         w.log()[-2000:])
+    if w.alive():
+        _, g = H.decode_output(H.infer(w.http_port, "m32", kpt, binary=True))
+        t.ok(g == want, "after SIGHUP the worker still answers exactly",
+             H.first_mismatch(g, want, model, kpt))
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ static void usage(FILE *f)
         f,
         "usage: hps-bench --url http://HOST:PORT --config INI [--model NAME] [OPTIONS]\n"
         "                 REQUEST_FILE...\n"
+        "       hps-bench -h | --help | --version\n"
         "\n"
         "Drives a running hps-worker with the requests of each file (written by\n"
         "`hps-gen requests`; one file per batch size) over KServe v2 HTTP with binary\n"
@@ -101,6 +102,8 @@ static void usage(FILE *f)
         "  --server-pid PID       the worker's pid: report its CPU time per request\n"
         "  --wait-ready S         wait up to S s for /v2/health/ready (default 0: once)\n"
         "  --quick                smoke test: 0.5 s measurements, 0.1 s warm-up, verify 2\n"
+        "  -h, --help             print this help and exit\n"
+        "  --version              print the version and exit\n"
         "\n"
         "Exit status: 0 ok; 1 failure (errors, a failed check, or a setup error); 2 usage.\n");
 }
@@ -178,6 +181,9 @@ static void parse(int argc, char **argv, options_t *o)
             o->quick = true;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            printf("hps-bench %s\n", hps_version());
             exit(0);
         } else if (a[0] == '-') {
             fprintf(stderr, "hps-bench: unknown option %s\n", a);
