@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,12 @@ static void on_hup(int sig)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: hps-coordinator -c FILE [--log-level error|warn|info|debug]\n"
+                 "       hps-coordinator -h | --help | -V | --version\n"
+                 "\n"
+                 "  -c, --config FILE      the INI\n"
+                 "  -l, --log-level LEVEL  error, warn, info or debug; else [hps] log_level\n"
+                 "  -h, --help             print this help and exit\n"
+                 "  -V, --version          print the version and exit\n"
                  "\n"
                  "Creates or re-attaches the shared-memory volatile database of FILE's\n"
                  "[volatile_db], loads every [model.<name>] into the persistent and volatile\n"
@@ -361,6 +368,7 @@ static int parse_args(int argc, char **argv, const char **ret_conf, const char *
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
     int ch;
+    argv[0] = (char *)"hps-coordinator"; /* getopt's messages: the name, not the path */
     while ((ch = getopt_long(argc, argv, "c:l:hV", longs, NULL)) != -1) {
         switch (ch) {
         case 'c':
@@ -408,9 +416,27 @@ static int apply_level(const hps_conf_t *conf, const char *cli)
     return 0;
 }
 
+/* Signals first: a SIGHUP sent while this image starts (an execv of a
+ * reload resets the handler) must not kill it.  The previous image blocked
+ * SIGHUP across execv; one that came meanwhile is pending and is delivered
+ * here, so it reloads once more instead. */
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_signal}, hup = {.sa_handler = on_hup};
+    sigset_t set;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &hup, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL, *level = NULL;
+    install_signals();
     int ex = parse_args(argc, argv, &path, &level);
     if (ex)
         return ex;
@@ -425,11 +451,6 @@ int main(int argc, char **argv)
         hps_conf_free(conf);
         return ex;
     }
-    struct sigaction sa = {.sa_handler = on_signal}, hup = {.sa_handler = on_hup};
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &hup, NULL);
-    signal(SIGPIPE, SIG_IGN);
     coord_t c = {.conf = conf,
                  .key_bytes = conf->hps.supportlonglong ? 8 : 4,
                  .stop = &g_stop,
@@ -502,7 +523,12 @@ int main(int argc, char **argv)
         /* /proc/self/exe: the binary this process runs, even if its path moved */
         setenv(HPS_RELOAD_ENV, "1", 1);
         coord_cpus_restore(&c); /* execve keeps this thread's CPUs */
+        sigset_t hup;
+        sigemptyset(&hup);
+        sigaddset(&hup, SIGHUP); /* until the new image handles it (install_signals) */
+        pthread_sigmask(SIG_BLOCK, &hup, NULL);
         execv("/proc/self/exe", argv);
+        pthread_sigmask(SIG_UNBLOCK, &hup, NULL);
         HPS_ERROR("reload: cannot execute /proc/self/exe again: %s; workers keep serving the "
                   "segment; start hps-coordinator again",
                   strerror(errno));
