@@ -28,10 +28,13 @@ under a stream of exactly checked lookups:
       which serves it as soon as the load returns; worker 1 learns it too
       (from the INI, when it switches segments), and a worker started
       afterwards serves it;
+  (8) a 9th request while 8 wait on a stopped coordinator (SIGSTOP): 503
+      with libhps's reason; the 8 are answered once it runs again;
   and the stream on m: 0 failed requests, 0 wrong answers, throughout.
 """
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -253,6 +256,26 @@ def body(t, cl):
 
     R.stop_streams(t, streams, [1])
     t.eq(c.log().count("model control:") >= 8, True, "the coordinator logged the requests")
+
+    # ---- (8) more requests than the segment's 8 control slots ----------------------------
+    # (o is unloaded: the coordinator answers its unload at once, when it runs)
+    c.kill(signal.SIGSTOP)
+    codes = []
+    ths = [threading.Thread(target=lambda i=i: codes.append(
+        post(ports[i % 2], "/v2/repository/models/o/unload", timeout=60).status))
+        for i in range(8)]
+    for th in ths:
+        th.start()
+    time.sleep(1.0)
+    r = post(ports[0], "/v2/repository/models/o/unload")
+    c.kill(signal.SIGCONT)
+    t.ok(r.status == 503 and r.is_json_error() and
+         r.json()["error"] == "model control: 8 requests already wait; try again",
+         "a 9th request while 8 wait on a stopped coordinator: 503 saying why (it said 'busy')",
+         r.body[:300])
+    for th in ths:
+        th.join(60)
+    t.eq(sorted(codes), [200] * 8, "the 8 waiting requests are answered once it runs again")
 
 
 if __name__ == "__main__":

@@ -83,21 +83,22 @@ static int look(hps_client_t *cl, uint64_t id, hps_err_t *ret_rc, char *msg, siz
 }
 
 /* Leave request id in the segment this client serves from now. */
-static hps_err_t submit(hps_client_t *cl, hps_model_op_t op, const char *model, uint64_t id)
+/* Leave the request in the segment; why it cannot go into text (len). */
+static hps_err_t submit(hps_client_t *cl, hps_model_op_t op, const char *model, uint64_t id,
+                        char *text, size_t len)
 {
     pthread_rwlock_rdlock(&cl->seg_lock);
     hps_err_t rc = cl->db ? hps_shmdb_ctl_submit(cl->db, op, model, id) : HPS_EAGAIN;
     pthread_rwlock_unlock(&cl->seg_lock);
     if (rc == HPS_EAGAIN)
-        return hps__client_fail(rc, "model control: no segment attached (is hps-coordinator "
-                                    "running?)");
-    if (rc == HPS_EBUSY)
-        return hps__client_fail(rc, "model control: %d requests already wait; try again",
-                                HPS_SHMDB_CTL_SLOTS);
-    if (rc < 0)
-        return hps__client_fail(rc, "model control: bad model name '%.200s%s' (1 to %d characters)",
-                                model, strlen(model) > 200 ? "..." : "", HPS_SHMDB_NAME_MAX);
-    return 0;
+        snprintf(text, len, "model control: no segment attached (is hps-coordinator running?)");
+    else if (rc == HPS_EBUSY)
+        snprintf(text, len, "model control: %d requests already wait; try again",
+                 HPS_SHMDB_CTL_SLOTS);
+    else if (rc < 0)
+        snprintf(text, len, "model control: bad model name '%.200s%s' (1 to %d characters)", model,
+                 strlen(model) > 200 ? "..." : "", HPS_SHMDB_NAME_MAX);
+    return rc;
 }
 
 hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const char *model,
@@ -117,13 +118,11 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
     if (op == HPS_MODEL_LOAD && !known)
         hps_client_refresh_models(cl, NULL); /* added to the INI since it was read */
     uint64_t id = new_id();
-    hps_err_t rc = submit(cl, op, model, id);
-    if (rc < 0)
-        return rc;
+    hps_err_t rc = submit(cl, op, model, id, text, sizeof(text));
     uint64_t end = hps__client_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     struct timespec ts = {.tv_sec = 0, .tv_nsec = POLL_NS};
     int resubmits = 0;
-    for (;;) {
+    while (rc >= 0) {
         int got = look(cl, id, &rc, text, sizeof(text));
         if (got > 0)
             break;
@@ -132,8 +131,9 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
          * coordinator reads that one any more), or a coordinator was
          * killed before it carried it over.  Loads and unloads are
          * idempotent: ask again, in the current segment. */
-        if (got < 0 && resubmits++ < MAX_RESUBMITS && (rc = submit(cl, op, model, id)) < 0)
-            return rc;
+        if (got < 0 && resubmits++ < MAX_RESUBMITS &&
+            (rc = submit(cl, op, model, id, text, sizeof(text))) < 0)
+            break;
         if (got < 0 && resubmits > MAX_RESUBMITS) {
             rc = HPS_EIO;
             snprintf(text, sizeof(text),
