@@ -151,6 +151,10 @@ static hps_err_t check_opts(const hps_pdb_opts_t *o, char *err, size_t err_len)
  * which keep their bloom filters.  Without it, bench-load's 26 column
  * families were created in 0.26 s less CPU (perf, on the 2-core dev VM).
  */
+/* Info log files (LOG and LOG.old.*) RocksDB keeps in the database's
+ * directory. */
+#define PDB_INFO_LOGS_KEPT 4
+
 static rocksdb_options_t *make_options(const hps_pdb_opts_t *o)
 {
     rocksdb_options_t *opts = rocksdb_options_create();
@@ -161,6 +165,10 @@ static rocksdb_options_t *make_options(const hps_pdb_opts_t *o)
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(opts, 0.0);
     rocksdb_options_optimize_level_style_compaction(opts, LEVEL_COMPACTION_BUDGET);
     rocksdb_options_increase_parallelism(opts, (int)o->num_threads);
+    /* Each open (a start, and every reload or model load / unload, which
+     * executes the coordinator again) rotates the info log to LOG.old.*:
+     * keep a few, not RocksDB's 1000. */
+    rocksdb_options_set_keep_log_file_num(opts, PDB_INFO_LOGS_KEPT);
     return opts;
 }
 

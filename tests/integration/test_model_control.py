@@ -32,6 +32,7 @@ under a stream of exactly checked lookups:
       with libhps's reason; the 8 are answered once it runs again;
   and the stream on m: 0 failed requests, 0 wrong answers, throughout.
 """
+import glob
 import json
 import os
 import signal
@@ -276,6 +277,10 @@ def body(t, cl):
     for th in ths:
         th.join(60)
     t.eq(sorted(codes), [200] * 8, "the 8 waiting requests are answered once it runs again")
+    olds = glob.glob(os.path.join(cl.tmp, "**", "LOG.old.*"), recursive=True)
+    t.ok(len(olds) <= 4, "RocksDB keeps at most 4 old info logs after %d coordinator starts "
+         "(each load and unload starts it again): %d" % (c.log().count("persistent DB:"),
+                                                          len(olds)), olds)
 
 
 if __name__ == "__main__":
