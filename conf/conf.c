@@ -410,6 +410,31 @@ hps_err_t hps_conf_load(const char *path, hps_conf_t **ret_conf, char *err, size
     return rc;
 }
 
+hps_err_t hps_conf_read_file(const char *path, char **ret_text, char *err, size_t err_len)
+{
+    size_t len;
+
+    hps__msg(err, err_len, "%s", "");
+    if (!path || !ret_text) {
+        hps__msg(err, err_len, "hps_conf_read_file: NULL argument");
+        return HPS_EINVAL;
+    }
+    char *text;
+    hps_err_t rc = hps__read_file(path, &text, &len, err, err_len);
+    const char *nul = rc ? NULL : memchr(text, '\0', len);
+    if (nul) { /* as the scan says it: the text must load as hps_conf_load() loads it */
+        unsigned line = 1;
+        for (const char *p = text; p < nul; p++)
+            line += *p == '\n';
+        hps__msg(err, err_len, "%s:%u: the line contains a NUL byte", path, line);
+        free(text);
+        return HPS_ECONFIG;
+    }
+    if (!rc)
+        *ret_text = text;
+    return rc;
+}
+
 /* ---- Free ------------------------------------------------------------------- */
 
 void hps_conf_free(hps_conf_t *conf)

@@ -441,6 +441,67 @@ hps_err_t hps_conf_remove_section(const char *text, const char *name, const char
     return rc;
 }
 
+/* Section `section` of text as scanned: its index in scan, or scan->nsecs. */
+static size_t section_index(const struct hps__scan *scan, const char *section)
+{
+    size_t i = 0;
+    while (i < scan->nsecs && strcmp(scan->secs[i]->name, section) != 0)
+        i++;
+    return i;
+}
+
+hps_err_t hps_conf_splice_section(const char *dst, const char *src, const char *name,
+                                  const char *section, char **ret_text, char *err, size_t err_len)
+{
+    struct hps__scan ds = {0}, ss = {0};
+    struct lines dl = {0}, sl = {0};
+    struct hps__buf out = {0};
+    bool bad_model;
+
+    hps__msg(err, err_len, "%s", "");
+    if (!dst || !src || !section || !ret_text)
+        return HPS_EINVAL;
+    name = name ? name : "<string>";
+    if (hps__sec_find(section, &bad_model) < 0) {
+        hps__msg(err, err_len, "[%s]: not a section name", section);
+        return HPS_ENOTFOUND;
+    }
+    hps_err_t rc = hps__scan(dst, strlen(dst), name, &ds, err, err_len);
+    if (!rc)
+        rc = hps__scan(src, strlen(src), name, &ss, err, err_len);
+    if (!rc && (!index_lines(dst, &dl) || !index_lines(src, &sl)))
+        rc = -ENOMEM;
+    if (!rc) {
+        size_t di = section_index(&ds, section), si = section_index(&ss, section);
+        uint32_t first, last;
+        if (di < ds.nsecs) { /* dst without its section */
+            section_lines(&dl, &ds, di, &first, &last);
+            cut_lines(&out, dst, &dl, first, last);
+        } else {
+            hps__buf_puts(&out, dst);
+        }
+        if (si < ss.nsecs) { /* then src's, after a blank line */
+            section_lines(&sl, &ss, si, &first, &last);
+            if (out.len && out.p[out.len - 1] != '\n')
+                hps__buf_puts(&out, "\n");
+            if (out.len)
+                hps__buf_puts(&out, "\n");
+            size_t from = (size_t)(sl.v[first - 1].s - src);
+            while (from < strlen(src) && (src[from] == '\n' || src[from] == '\r'))
+                from++; /* the blank lines a last section owns */
+            hps__buf_add(&out, src + from, after_line(src, &sl, last) - from);
+        }
+        char *text = buf_take(&out);
+        rc = text ? finish(text, name, ret_text, err, err_len) : -ENOMEM;
+    }
+    free(dl.v);
+    free(sl.v);
+    hps__buf_fini(&out);
+    hps__scan_fini(&ds);
+    hps__scan_fini(&ss);
+    return rc;
+}
+
 /* ---- Atomic file replacement ----------------------------------------------- */
 
 static hps_err_t write_all(int fd, const char *s, size_t n)

@@ -174,6 +174,22 @@ typedef struct hps_conf {
 hps_err_t hps_conf_load(const char *path, hps_conf_t **ret_conf, char *err, size_t err_len);
 
 /**
+ * @brief Read a configuration file's text as hps_conf_load() reads it
+ *        (opened without blocking, refused unless a regular file, at most
+ *        the size hps_conf_load() takes), for hps_conf_load_string() and
+ *        the editing functions.
+ *
+ * @param[in]  path      The file.
+ * @param[out] ret_text  The text, NUL-terminated (malloc'd; the caller
+ *                       frees it).  Untouched on failure.
+ * @param[out] err       As for hps_conf_load().
+ * @param[in]  err_len   Size of @p err.
+ * @return 0; the file errors of hps_conf_load(); HPS_EINVAL for NULL
+ *         arguments.  Thread-safe.
+ */
+hps_err_t hps_conf_read_file(const char *path, char **ret_text, char *err, size_t err_len);
+
+/**
  * @brief Parse and validate a configuration held in memory (as hps_conf_load()).
  *
  * @param[in]  text      INI text, NUL-terminated; not kept after the call.
@@ -386,6 +402,34 @@ hps_err_t hps_conf_edit_many(const char *text, const char *name, const hps_conf_
  */
 hps_err_t hps_conf_remove_section(const char *text, const char *name, const char *section,
                                   char **ret_text, char *err, size_t err_len);
+
+/**
+ * @brief Give INI text @p dst the section @p section of INI text @p src:
+ *        dst's own section of that name is cut out (as
+ *        hps_conf_remove_section() cuts it) and src's lines of it appended
+ *        after a blank line; with no such section in src, dst just loses
+ *        its own.  Everything else of dst stays byte for byte.  The result
+ *        is validated (as hps_conf_load_string()) and returned only if
+ *        valid.
+ *
+ * hps-coordinator builds a model load this way: the configuration that
+ * serves, with the requested model's section as the INI file has it now.
+ *
+ * @param[in]  dst       The INI text to change, NUL-terminated.
+ * @param[in]  src       The INI text to take the section from.
+ * @param[in]  name      Name for messages (NULL: "<string>").
+ * @param[in]  section   The section's name as in its header ("model.wdl").
+ * @param[out] ret_text  On success, the new text (malloc'd, NUL-terminated;
+ *                       the caller frees it).  Untouched on failure.
+ * @param[out] err       As for hps_conf_load().
+ * @param[in]  err_len   Size of @p err.
+ * @return 0; HPS_ENOTFOUND if @p section is not a section name;
+ *         HPS_ECONFIG if either text is not structurally sound or the
+ *         result is not valid; HPS_EINVAL for NULL arguments; -ENOMEM.
+ *         Thread-safe.
+ */
+hps_err_t hps_conf_splice_section(const char *dst, const char *src, const char *name,
+                                  const char *section, char **ret_text, char *err, size_t err_len);
 
 /**
  * @brief Set and remove several keys of a configuration file, in place and

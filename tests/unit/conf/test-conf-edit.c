@@ -754,6 +754,80 @@ static void test_remove_section_file(void **state)
     tmp_remove(&t);
 }
 
+/* A model's section from another text: dst's goes, src's comes last. */
+static void test_splice_section(void **state)
+{
+    char *out = NULL, err[512];
+    const char *nb = "; new b\n"
+                     "[model.b]\n"
+                     "sparse_files = /nb1, /nb2\n"
+                     "embedding_vecsize_per_table = 4, 4\n"
+                     "maxnum_catfeature_query_per_table_per_sample = 1, 1\n";
+    char src[1024];
+    (void)state;
+    snprintf(src, sizeof(src), "[hps]\nlog_level = warn\n\n%s", nb);
+    /* replaced: the rest of dst byte for byte, its [hps] too */
+    assert_int_equal(
+        hps_conf_splice_section(rm_text, src, "t.ini", "model.b", &out, err, sizeof(err)), 0);
+    char want[4096];
+    snprintf(want, sizeof(want), "%s\n%s", RM_HEAD RM_A RM_WORKER_BODY "\n" RM_C, nb);
+    assert_string_equal(out, want);
+    hps_conf_t *c = ct_load(out);
+    assert_int_equal(c->num_models, 3);
+    assert_string_equal(c->models[2].name, "b");
+    assert_int_equal(c->models[2].embedding_vecsize_per_table[1], 4);
+    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_INFO);
+    hps_conf_free(c);
+    free(out);
+    /* added: dst without the section */
+    assert_int_equal(
+        hps_conf_splice_section(RM_HEAD RM_A, src, "t.ini", "model.b", &out, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%s\n%s", RM_HEAD RM_A, nb);
+    assert_string_equal(out, want);
+    free(out);
+    /* removed: src without it */
+    assert_int_equal(
+        hps_conf_splice_section(rm_text, "[hps]\n", "t.ini", "model.b", &out, err, sizeof(err)), 0);
+    assert_string_equal(out, RM_HEAD RM_A RM_WORKER_BODY "\n" RM_C);
+    free(out);
+    /* a section that does not validate: refused, nothing returned */
+    out = NULL;
+    assert_int_equal(hps_conf_splice_section(rm_text, "[model.b]\nsparse_files = /x\n", "t.ini",
+                                             "model.b", &out, err, sizeof(err)),
+                     HPS_ECONFIG);
+    assert_null(out);
+    assert_non_null(strstr(err, "[model.b]"));
+    assert_int_equal(
+        hps_conf_splice_section(rm_text, src, "t.ini", "model", &out, err, sizeof(err)),
+        HPS_ENOTFOUND);
+}
+
+/* hps_conf_read_file: the text hps_conf_load() would read, or its refusal. */
+static void test_read_file(void **state)
+{
+    struct tmp t;
+    char *text = NULL, err[512];
+    (void)state;
+    tmp_write(&t, rm_text, 0600);
+    assert_int_equal(hps_conf_read_file(t.path, &text, err, sizeof(err)), 0);
+    assert_string_equal(text, rm_text);
+    free(text);
+    tmp_remove(&t);
+    tmp_write(&t, "[hps]\nlog_level = info\n", 0600);
+    FILE *f = fopen(t.path, "a");
+    assert_non_null(f);
+    fputs("; x", f);
+    fputc('\0', f);
+    fputs("\n", f);
+    fclose(f);
+    text = NULL;
+    assert_int_equal(hps_conf_read_file(t.path, &text, err, sizeof(err)), HPS_ECONFIG);
+    assert_null(text);
+    assert_non_null(strstr(err, ":3: the line contains a NUL byte"));
+    tmp_remove(&t);
+    assert_int_equal(hps_conf_read_file("/nonexistent/hps.ini", &text, err, sizeof(err)), -ENOENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -779,6 +853,8 @@ int main(void)
         cmocka_unit_test(test_edit_file_new_model),
         cmocka_unit_test(test_edit_file_refused_leaves_file_unchanged),
         cmocka_unit_test(test_remove_section_file),
+        cmocka_unit_test(test_splice_section),
+        cmocka_unit_test(test_read_file),
     };
     return cmocka_run_group_tests_name("conf-edit", tests, NULL, NULL);
 }
