@@ -6,10 +6,13 @@
  * (shmdb/control.c has the slot protocol).
  *
  * A load or unload changes the loaded set the way SIGHUP changes the INI:
- * the request is checked here (the INI read again, the new set's model
- * files validated, room in /dev/shm), and then the coordinator stops and
- * executes itself again with the new set in its environment, building a
- * new segment beside the serving one (main.c, segment.c).  Nothing is
+ * the request is checked here (the INI read again for the loaded model's
+ * section, the new set's model files validated, room in /dev/shm), and
+ * then the coordinator stops and executes itself again with the new set in
+ * its environment, building a new segment beside the serving one (main.c,
+ * segment.c).  Only the requested model changes, as in Triton: the other
+ * models are built from the configuration that serves (conftext.c), not
+ * from the INI file, which may have been edited meanwhile.  Nothing is
  * written before the checks pass, and the serving segment keeps serving
  * until the new one is published in one step.  The request's answer goes
  * into the new segment before it is published, so a requester that sees
@@ -32,6 +35,7 @@
 
 #include "coord.h"
 #include "hps/log.h"
+#include "hps/modelfile.h"
 
 /* Triton's answer outside explicit mode (model_repository_manager.cc). */
 #define CONTROL_REFUSED "explicit model load / unload is not allowed if polling is enabled"
@@ -226,38 +230,107 @@ static int check_files(const coord_t *c, hps_conf_t *conf, const char *m, char *
     return ex ? -1 : 0;
 }
 
-/* The loaded set after rq, checked: *ret_next = its names (conf2, the INI
- * read again, gives the models; conf2 is used up), a loaded model's files
- * validated, room for it.  0, or why in msg. */
-static int check_request(coord_t *c, const hps_ctl_request_t *rq, hps_conf_t *conf2,
-                         char **ret_next, char *msg, size_t len)
+/* The models kept loaded (keep[i], not the requested one) can be built
+ * again: a new segment is built from every model's files, so files deleted
+ * or broken since they loaded would fail the build (and its fallback).
+ * Each table opened (presence, kind, sizes).  0, or why in msg. */
+static int check_kept(const hps_conf_t *next, const bool *keep, const hps_ctl_request_t *rq,
+                      char *msg, size_t len)
+{
+    for (size_t i = 0; i < next->num_models; i++) {
+        const hps_conf_model_t *m = &next->models[i];
+        for (size_t t = 0; keep[i] && strcmp(m->name, rq->model) != 0 && t < m->num_tables; t++) {
+            char err[512] = "";
+            hps_modelfile_t *mf = NULL;
+            hps_err_t rc =
+                hps_modelfile_open(m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t],
+                                   &mf, err, sizeof(err));
+            hps_modelfile_close(mf);
+            if (rc < 0) {
+                snprintf(msg, len,
+                         "failed to %s '%s': model '%.120s', kept loaded, cannot be built again "
+                         "from its files (every loaded model is): %.150s",
+                         rq->op == HPS_MODEL_LOAD ? "load" : "unload", rq->model, m->name,
+                         *err ? err : hps_strerror(rc));
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The loaded set after rq, checked: *ret_next = its names (next, the
+ * configuration the new image builds, gives the models; next is used up),
+ * the models kept loadable, a loaded model's files validated, room for it.
+ * 0, or why in msg. */
+static int check_request(coord_t *c, const hps_ctl_request_t *rq, hps_conf_t *next, char **ret_next,
+                         char *msg, size_t len)
 {
     bool load = rq->op == HPS_MODEL_LOAD;
-    const hps_conf_model_t *m = hps_conf_model_find(conf2, rq->model);
-    if (load && !m) {
-        snprintf(msg, len,
-                 "failed to load '%s', failed to poll from model repository: %s has no "
-                 "[model.%s]",
-                 rq->model, conf2->source, rq->model);
-        return -1;
-    }
-    uint64_t extra = load ? files_bytes(m) : 0;
+    const hps_conf_model_t *m = hps_conf_model_find(next, rq->model);
+    uint64_t extra = load && m ? files_bytes(m) : 0;
     bool keep[HPS_CONF_MAX_MODELS] = {false};
-    for (size_t i = 0; i < conf2->num_models; i++) {
-        const char *n = conf2->models[i].name;
+    for (size_t i = 0; i < next->num_models; i++) {
+        const char *n = next->models[i].name;
         bool is_m = strcmp(n, rq->model) == 0;
         keep[i] = is_m ? load : hps_conf_model_find(c->conf, n) != NULL;
     }
-    if (!(*ret_next = names_of(conf2, keep))) {
+    if (!(*ret_next = names_of(next, keep))) {
         snprintf(msg, len, "out of memory");
         return -1;
     }
-    if ((load && check_files(c, conf2, rq->model, msg, len) < 0) ||
+    if (check_kept(next, keep, rq, msg, len) < 0 ||
+        (load && check_files(c, next, rq->model, msg, len) < 0) ||
         !coord_control_room(c, extra, msg, len)) {
         free(*ret_next);
         *ret_next = NULL;
         return -1;
     }
+    return 0;
+}
+
+/* The configuration rq's new image builds (*ret_text, *ret_conf): the one
+ * that serves (c->text), with the section of a loaded model as the INI at
+ * path has it now.  0, or why in msg. */
+static int next_config(const coord_t *c, const hps_ctl_request_t *rq, const char *path,
+                       char **ret_text, hps_conf_t **ret_conf, char *msg, size_t len)
+{
+    bool load = rq->op == HPS_MODEL_LOAD;
+    char err[HPS_SHMDB_CTL_MSG_MAX], *ini = NULL, *text = NULL;
+    hps_conf_t *conf2 = NULL;
+    char section[HPS_SHMDB_NAME_MAX + 8];
+    snprintf(section, sizeof(section), "model.%s", rq->model);
+    hps_err_t rc = 0;
+    if (load) {
+        rc = hps_conf_read_file(path, &ini, err, sizeof(err));
+        if (!rc)
+            rc = hps_conf_load_string(ini, path, &conf2, err, sizeof(err));
+        if (!rc && !hps_conf_model_find(conf2, rq->model)) {
+            snprintf(msg, len,
+                     "failed to load '%s', failed to poll from model repository: %s has no "
+                     "[model.%s]",
+                     rq->model, path, rq->model);
+            rc = HPS_ENOTFOUND;
+            err[0] = 0;
+        }
+        if (!rc)
+            rc = hps_conf_splice_section(c->text, ini, path, section, &text, err, sizeof(err));
+    } else if (!(text = strdup(c->text))) {
+        rc = -ENOMEM;
+        snprintf(err, sizeof(err), "out of memory");
+    }
+    if (!rc)
+        rc = hps_conf_load_string(text, path, ret_conf, err, sizeof(err));
+    hps_conf_free(conf2);
+    free(ini);
+    if (rc < 0) {
+        if (*err)
+            snprintf(msg, len, "failed to %s '%s': %.360s", load ? "load" : "unload", rq->model,
+                     err);
+        free(text);
+        return -1;
+    }
+    *ret_text = text;
     return 0;
 }
 
@@ -278,20 +351,30 @@ bool coord_control_step(coord_t *c, const char *path)
         answer(c, &rq, true, msg);
         return false;
     }
-    hps_conf_t *conf2 = NULL;
-    char err[HPS_SHMDB_CTL_MSG_MAX];
-    if (hps_conf_load(path, &conf2, err, sizeof(err)) < 0) {
-        snprintf(msg, sizeof(msg), "failed to %s '%s': %.360s", load ? "load" : "unload", rq.model,
-                 err);
+    char *text = NULL;
+    hps_conf_t *conf = NULL;
+    if (next_config(c, &rq, path, &text, &conf, msg, sizeof(msg)) < 0) {
         answer(c, &rq, false, msg);
         return false;
     }
     char *next = NULL, *now = names_of(c->conf, NULL);
-    int rc = check_request(c, &rq, conf2, &next, msg, sizeof(msg));
-    hps_conf_free(conf2);
+    int rc = check_request(c, &rq, conf, &next, msg, sizeof(msg));
+    hps_conf_free(conf);
     if (rc == 0 && !now)
         snprintf(msg, sizeof(msg), "out of memory");
+    if (rc == 0 && now &&
+        !(coord_conf_pass(HPS_CONF_FD_ENV, text) &&
+          coord_conf_pass(HPS_PREV_CONF_FD_ENV, c->text))) {
+        snprintf(msg, sizeof(msg),
+                 "failed to %s '%s': the configuration could not be handed to "
+                 "the new image",
+                 load ? "load" : "unload", rq.model);
+        rc = -1;
+    }
+    free(text);
     if (rc != 0 || !now) {
+        unsetenv(HPS_CONF_FD_ENV);
+        unsetenv(HPS_PREV_CONF_FD_ENV);
         answer(c, &rq, false, msg);
         free(next);
         free(now);
@@ -397,9 +480,12 @@ bool coord_control_failed(coord_t *c, int ex, const char *why)
     pthread_mutex_unlock(&c->serving_lock);
     if (!serving || ex == HPS_EXIT_USAGE)
         return false;
-    /* Back to the serving segment with the set it serves. */
+    /* Back to the serving segment with the set it serves, as it was
+     * configured (not as the INI file may say now). */
     if (c->prev_models)
         setenv(HPS_MODELS_ENV, c->prev_models, 1);
+    if (c->prev_text && !coord_conf_pass(HPS_CONF_FD_ENV, c->prev_text))
+        HPS_WARN("the fallback reads %s again instead", c->conf->source);
     setenv(HPS_ADOPT_ENV, "1", 1);
     return true;
 }

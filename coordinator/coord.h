@@ -75,6 +75,11 @@ typedef struct coord {
      * (HPS_CONTROL_ENV); id 0 = none. */
     hps_ctl_request_t control;
     char *prev_models; /* HPS_PREV_MODELS_ENV: the loaded set before this reload, or NULL */
+    /* conftext.c, main thread only: the INI text conf was loaded from (what
+     * this image serves), and the text of the configuration that served
+     * before this reload (its fallback builds that), or NULL. */
+    char *text;
+    char *prev_text;
     bool adopt;   /* HPS_ADOPT_ENV: a failed reload's fallback re-attaches the serving segment */
     char *idents; /* load.c: every table's file identity, from coord_validate_models() to
                      coord_load_models(); NULL without a persistent DB */
@@ -103,6 +108,21 @@ typedef struct coord {
 #define HPS_CONTROL_ENV     "HPS_COORDINATOR_CONTROL"
 #define HPS_PREV_MODELS_ENV "HPS_COORDINATOR_PREV_MODELS"
 #define HPS_ADOPT_ENV       "HPS_COORDINATOR_ADOPT"
+/* conftext.c: memfds (by descriptor number) with the INI text the next
+ * image builds, and the text of the configuration that serves. */
+#define HPS_CONF_FD_ENV      "HPS_COORDINATOR_CONF_FD"
+#define HPS_PREV_CONF_FD_ENV "HPS_COORDINATOR_PREV_CONF_FD"
+
+/* conftext.c: the configuration this image builds: the text handed over
+ * by the previous image (HPS_CONF_FD_ENV), else path's; *ret_text is that
+ * text and *ret_prev_text the serving configuration's (HPS_PREV_CONF_FD_ENV,
+ * or NULL), both the caller's to free.  The variables and descriptors are
+ * gone after.  0, HPS_EXIT_USAGE (a bad file: logged) or HPS_EXIT_RUNTIME
+ * (a handed-over text that cannot be read: logged). */
+int coord_conf_load(const char *path, hps_conf_t **ret_conf, char **ret_text, char **ret_prev_text);
+/* conftext.c: hand text to the next image: a memfd (kept across execve)
+ * named in the environment variable env.  false if it could not (logged). */
+bool coord_conf_pass(const char *env, const char *text);
 
 /* control.c: the models this start loads.  Mode none: every model of the
  * INI.  Mode explicit: those named by HPS_MODELS_ENV when set (a reload;

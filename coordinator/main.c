@@ -227,15 +227,26 @@ static int start_heartbeat(coord_t *c)
  * within worker_timeout_ms.  Death is told by each row's liveness lock
  * (shmdb), not by the worker's pid, which names nobody here when the worker
  * runs in another PID namespace. */
-/* SIGHUP: the INI at path read again and its models' files checked as at
- * start-up (nothing written); true when both are good. */
-static bool reload_ok(const coord_t *c, const char *path)
+/* SIGHUP: the INI at path read again and the files of the models it would
+ * load checked as at start-up (nothing written): in explicit mode those
+ * loaded now (a model of the INI that is not loaded does not stop it).
+ * True when both are good; *ret_text is then the text read (what the next
+ * image builds; the caller's to free). */
+static bool reload_ok(const coord_t *c, const char *path, char **ret_text)
 {
     hps_conf_t *conf = NULL;
-    char err[1024];
-    if (hps_conf_load(path, &conf, err, sizeof(err)) < 0) {
+    char err[1024], *text = NULL;
+    if (hps_conf_read_file(path, &text, err, sizeof(err)) < 0 ||
+        hps_conf_load_string(text, path, &conf, err, sizeof(err)) < 0) {
         HPS_ERROR("SIGHUP: %s; the running configuration stays", err);
+        free(text);
         return false;
+    }
+    if (conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT) {
+        bool keep[HPS_CONF_MAX_MODELS] = {false};
+        for (size_t i = 0; i < conf->num_models; i++)
+            keep[i] = hps_conf_model_find(c->conf, conf->models[i].name) != NULL;
+        hps_conf_keep_models(conf, keep);
     }
     coord_t t = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = c->stop};
     int ex = coord_validate_models(&t);
@@ -243,19 +254,20 @@ static bool reload_ok(const coord_t *c, const char *path)
     bool same_segment =
         strcmp(conf->volatile_db.shared_memory_name, c->conf->volatile_db.shared_memory_name) == 0;
     hps_conf_free(conf);
-    if (ex) {
+    char room[512] = "";
+    if (ex)
         HPS_ERROR("SIGHUP: a model of %s was refused (above); the running configuration stays",
                   path);
-        return false;
-    }
-    char room[512];
-    if (!coord_control_room(c, 0, room, sizeof(room))) {
+    else if (!coord_control_room(c, 0, room, sizeof(room)))
         HPS_ERROR("SIGHUP: %s", room);
+    if (ex || *room) {
+        free(text);
         return false;
     }
     if (!same_segment)
         HPS_WARN("SIGHUP: [volatile_db] shared_memory_name changed: the new segment gets the new "
                  "name, and workers configured with the old one keep the old segment");
+    *ret_text = text;
     return true;
 }
 
@@ -277,11 +289,16 @@ static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_r
             HPS_INFO("SIGHUP: reading %s again", path);
             coord_kafka_stop(*kafka);
             *kafka = NULL;
-            if (reload_ok(c, path)) {
+            char *text = NULL;
+            if (reload_ok(c, path, &text) && coord_conf_pass(HPS_CONF_FD_ENV, text) &&
+                coord_conf_pass(HPS_PREV_CONF_FD_ENV, c->text)) {
+                free(text);
                 coord_control_keep_loaded(c);
                 *ret_reload = true;
                 return;
             }
+            free(text);
+            unsetenv(HPS_CONF_FD_ENV);
             if (coord_kafka_start(c, kafka) != 0)
                 HPS_ERROR("SIGHUP: the Kafka consumers did not start again: online updates "
                           "stop until the next reload or restart");
@@ -358,6 +375,8 @@ static void shutdown_all(coord_t *c, bool reload)
     free(c->tables);
     free(c->idents); /* when start-up stopped before coord_load_models() */
     free(c->prev_models);
+    free(c->text);
+    free(c->prev_text);
 }
 
 static int parse_args(int argc, char **argv, const char **ret_conf, const char **ret_level)
@@ -441,20 +460,22 @@ int main(int argc, char **argv)
     if (ex)
         return ex;
     hps_log_init("hps-coordinator", HPS_LOG_INFO);
-    char err[1024];
     hps_conf_t *conf;
-    if (hps_conf_load(path, &conf, err, sizeof(err)) < 0) {
-        HPS_ERROR("%s", err);
-        return HPS_EXIT_USAGE;
-    }
+    char *text = NULL, *prev_text = NULL;
+    if ((ex = coord_conf_load(path, &conf, &text, &prev_text)))
+        return ex;
     if ((ex = apply_level(conf, level))) {
         hps_conf_free(conf);
+        free(text);
+        free(prev_text);
         return ex;
     }
     coord_t c = {.conf = conf,
                  .key_bytes = conf->hps.supportlonglong ? 8 : 4,
                  .stop = &g_stop,
-                 .serving_lock = PTHREAD_MUTEX_INITIALIZER};
+                 .serving_lock = PTHREAD_MUTEX_INITIALIZER,
+                 .text = text,
+                 .prev_text = prev_text};
     bool reloaded = getenv(HPS_RELOAD_ENV) != NULL;
     char why[HPS_SHMDB_CTL_MSG_MAX]; /* a reload's first error: the request's answer */
     if (reloaded)
@@ -463,6 +484,8 @@ int main(int argc, char **argv)
         why[0] = 0;
     if (coord_control_init(&c, conf) != 0) {
         hps_conf_free(conf);
+        free(text);
+        free(prev_text);
         return HPS_EXIT_RUNTIME;
     }
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
