@@ -47,6 +47,21 @@ void hps__stats_failure(struct hps__kstats *s, uint64_t total_ns, enum hps__fail
     atomic_store_explicit(&s->last_inference_ms, hps__epoch_ms(), memory_order_relaxed);
 }
 
+void hps__stats_reset(struct hps__kstats *s)
+{
+    struct hps__kdur *d[] = {&s->success,       &s->fail,          &s->queue,
+                             &s->compute_input, &s->compute_infer, &s->compute_output};
+    for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++) {
+        atomic_store_explicit(&d[i]->count, 0, memory_order_relaxed);
+        atomic_store_explicit(&d[i]->ns, 0, memory_order_relaxed);
+    }
+    atomic_store_explicit(&s->inference_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->execution_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->last_inference_ms, 0, memory_order_relaxed);
+    for (int r = 0; r < HPS__FAIL_NREASONS; r++)
+        atomic_store_explicit(&s->fail_reason[r], 0, memory_order_relaxed);
+}
+
 /** One metric family: how to read its value from a model's statistics. */
 struct family {
     const char *name;

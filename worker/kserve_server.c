@@ -439,7 +439,9 @@ hps_err_t hps_kserve_set_model_version(hps_kserve_t *s, size_t model_index, uint
 {
     if (!s || model_index >= s->num_models || version == 0)
         return HPS_EINVAL;
-    atomic_store_explicit(&s->models[model_index].version_num, version, memory_order_relaxed);
+    struct hps__kmodel *m = &s->models[model_index];
+    if (atomic_exchange_explicit(&m->version_num, version, memory_order_relaxed) != version)
+        hps__stats_reset(&m->stats); /* the new version's statistics start at 0 */
     return 0;
 }
 

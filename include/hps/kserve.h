@@ -483,10 +483,13 @@ hps_err_t hps_kserve_ports(const hps_kserve_t *srv, uint16_t *ret_http_port,
  * @brief Set the version model `model_index` reports (metadata `versions`,
  * the repository index, statistics, /versions/{v} routes, metric labels):
  * the one the backend now answers from (hps-worker: the segment's, after a
- * reload).  Requests in progress keep the version they read.
+ * reload).  Requests in progress keep the version they read.  A version
+ * other than the current one starts its statistics and nv_inference_*
+ * counters at 0, as Triton's per-version ones do.
  * @param[in] version  >= 1.
  * @return 0; HPS_EINVAL (srv NULL, model_index out of range, version 0).
- * Thread-safe (one atomic store).
+ * Thread-safe (an atomic exchange; the counters are zeroed with relaxed
+ * stores, so requests finishing at that moment may count on either side).
  */
 hps_err_t hps_kserve_set_model_version(hps_kserve_t *srv, size_t model_index, uint64_t version);
 

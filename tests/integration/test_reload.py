@@ -23,7 +23,9 @@ whose version may only move forward (each worker switches once).
       (500 with the reason, logged: its rows would not fit what they
       answer), a worker started since serves the new dimension;
   (7) 400 SIGHUPs 2 ms apart: the coordinator lives and serves after them
-      (one that came while a reload's new image started killed it).
+      (one that came while a reload's new image started killed it);
+  (8) back to version 1: nv_inference_request_success, nv_hps_lookup_keys
+      and /stats count only the requests since (per-version statistics).
 In (1) the reloading coordinator runs on the highest half of its CPUs
 ([hps] load_cpu_share, logged) and every thread is back on all of them
 after publishing.
@@ -296,6 +298,26 @@ def body(t, cl):
         return r.status == 200 and H.decode_output(r)[1] == m2.expected(kpt)
     t.ok(H.wait_until(lambda: all(serves_m2(w) for w in ws), 30),
          "... and both workers serve m's version 2 exactly after it")
+
+    # ---- (8) back to version 1: its statistics start at 0 ------------------------
+    # (Triton's per-version counters; version 2's totals were carried over)
+    H.wait_until(lambda: c.log().rstrip().endswith("serving misses"), 10)
+    reload_to(t, cl, c, ws, m1.ini_text + "\n" + n8.ini_text[n8.ini_text.index("[model.n]"):],
+              SETTINGS, 1)
+    w = ws[1]
+    for _ in range(3):
+        H.infer(w.http_port, "m", kpt, binary=True)
+
+    def m_counts(name):
+        return [(lab.get("version"), v) for lab, v in H.metric_samples(w.metrics_port, name)
+                if lab.get("model") == "m"]
+    got = (m_counts("nv_inference_request_success"), m_counts("nv_hps_lookup_keys"))
+    t.eq(got, ([("1", 3)], [("1", 3 * len(kpt[0]))]),
+         "after the switch to version 1: 3 requests and their %d keys counted, only under "
+         "version=\"1\"" % (3 * len(kpt[0])))
+    st = H.http(w.http_port, "GET", "/v2/models/m/stats").json()["model_stats"][0]
+    t.eq((st["version"], st["execution_count"], st["inference_stats"]["success"]["count"]),
+         ("1", 3, 3), "/v2/models/m/stats: version 1, 3 executions, 3 successes")
 
 
 if __name__ == "__main__":

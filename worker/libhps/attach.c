@@ -60,6 +60,25 @@ static void log_attach_error(const hps_client_t *cl, hps_err_t rc)
     HPS_WARN("cannot attach %s: %s; trying again", path, hps_strerror(rc));
 }
 
+/* The version model m is answered from in db (its first table's), or 0
+ * when m is not resolved there.  Under seg_lock (write). */
+static uint32_t version_in(hps_shmdb_t *db, const client_model_t *m)
+{
+    hps_table_info_t ti;
+    if (!db || !atomic_load(&m->resolved) || hps_shmdb_table_info(db, m->vdb_ids[0], &ti) != 0)
+        return 0;
+    return ti.model_version ? ti.model_version : 1; /* 0: a segment of an older build */
+}
+
+static void counters_reset(client_counters_t *k)
+{
+    _Atomic uint64_t *f[] = {&k->lookup_keys, &k->vdb_hits,     &k->lower_hits, &k->default_keys,
+                             &k->miss_busy,   &k->miss_timeout, &k->lookup_ns,  &k->lookup_calls,
+                             &k->gpu_path,    &k->cpu_path};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        atomic_store(f[i], 0);
+}
+
 /* Table t of m, found in the segment, has the dimension and key width this
  * client serves m with: a reload may have changed the model in the INI, and
  * rows of another dimension would not fit the callers' buffers (such a
@@ -146,6 +165,9 @@ static void reattach(hps_client_t *cl)
         hps_client_refresh_models(cl, NULL);
     pthread_rwlock_wrlock(&cl->seg_lock);
     hps_shmdb_t *old = cl->db;
+    uint32_t was[HPS_CONF_MAX_MODELS] = {0};
+    for (size_t i = 0; fresh && i < cl->num_models && i < HPS_CONF_MAX_MODELS; i++)
+        was[i] = version_in(old, &cl->models[i]);
     if (fresh) {
         cl->db = fresh;
         cl->seg_dev = dev;
@@ -160,6 +182,13 @@ static void reattach(hps_client_t *cl)
                                        fresh, (uint32_t)cl->conf->hps.worker_timeout_ms, true));
         if (old)
             hps__client_gpu_switched(cl); /* cached rows may be another version's */
+        /* A model answered from another version now: its counters are the
+         * new version's, from 0 (Triton's per-version statistics). */
+        for (size_t i = 0; i < cl->num_models && i < HPS_CONF_MAX_MODELS; i++) {
+            uint32_t now = version_in(fresh, &cl->models[i]);
+            if (was[i] && now && now != was[i])
+                counters_reset(&cl->models[i].ctr);
+        }
     }
     pthread_rwlock_unlock(&cl->seg_lock);
     if (old && fresh) {
