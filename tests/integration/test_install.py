@@ -123,6 +123,15 @@ def check_units_text(t, dest, found):
              "%s: ExecStart runs the installed binary on hps/hps.ini" % unit, "got %r" % line)
         if unit.startswith("hps-worker"):
             t.ok(line and "--device %i" in line[0], "hps-worker@.service passes --device %i")
+        if unit.startswith("hps-coordinator") and line:
+            ini = line[0].split(" -c ", 1)[-1].split()[0]
+            docs = list(found.get("pages", {}).items()) + [("hps.ini.example",
+                                                           found.get("example", ""))]
+            docs = [(n, p) for n, p in docs if n in ("hps-coordinator.1", "hps-worker.1",
+                                                     "hps-conf.1", "hps.ini.example")]
+            names = [n for n, p in docs if os.path.isfile(p) and ini not in open(p).read()]
+            t.ok(docs and not names, "the man pages and hps.ini.example name the INI the units "
+                 "read, %s" % ini, "not in %r" % names)
         t.ok("RestartPreventExitStatus=2" in text and "Restart=on-failure" in text,
              "%s: restarts on failure, not on a configuration error (2)" % unit)
         for bad in ("PrivateDevices=yes", "PrivateIPC=yes", "DynamicUser=yes"):
