@@ -134,7 +134,7 @@ static void put_header(FILE *f, const gen_model_t *m)
     fprintf(f,
             "; %zu tables, %llu rows, %u-byte keys.  Row j of table t holds key\n"
             "; hps_gen_key_w(t, hps_gen_shuffle_at(j), %u) (file-order seed %llu) and\n"
-            "; its vector %s: see include/hps/gen.h.\n\n",
+            "; its vector %s (`hps-gen row` prints any).\n\n",
             m->num_tables, (unsigned long long)rows, m->key_bytes, m->key_bytes,
             (unsigned long long)m->seed, vec);
 }
