@@ -226,11 +226,12 @@ static int validate_all(coord_t *c, char (*ident)[IDENT_MAX])
                                 &nonfinite, &dup_keys);
         if (ex)
             return ex;
-        HPS_INFO("model %s: %zu tables, %llu rows, files valid; contents checked in %.2f s (rows "
-                 "with NaN or Inf: %llu, keys on more than one row: %llu) by %u threads",
-                 m->name, m->num_tables, (unsigned long long)rows, now_s() - t0,
-                 (unsigned long long)nonfinite, (unsigned long long)dup_keys,
-                 (unsigned)(m->num_tables < LOAD_THREADS ? m->num_tables : LOAD_THREADS));
+        unsigned threads = (unsigned)(m->num_tables < LOAD_THREADS ? m->num_tables : LOAD_THREADS);
+        HPS_INFO("model %s: %zu table%s, %llu rows, files valid; contents checked in %.2f s (rows "
+                 "with NaN or Inf: %llu, keys on more than one row: %llu) by %u thread%s",
+                 m->name, m->num_tables, m->num_tables == 1 ? "" : "s", (unsigned long long)rows,
+                 now_s() - t0, (unsigned long long)nonfinite, (unsigned long long)dup_keys, threads,
+                 threads == 1 ? "" : "s");
     }
     return 0;
 }

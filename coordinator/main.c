@@ -271,6 +271,36 @@ static bool reload_ok(const coord_t *c, const char *path, char **ret_text)
     return true;
 }
 
+/* Reap the dead processes of the segment and their miss-queue slots, and
+ * say which (pid and role, as their rows said). */
+static void reap(coord_t *c)
+{
+    hps_proc_info_t before[HPS_SHMDB_MAX_PROCS], after[HPS_SHMDB_MAX_PROCS];
+    size_t nb = 0, na = 0, slots = 0, dead = 0;
+    char who[256] = "";
+    hps_shmdb_procs(c->db, before, &nb, false);
+    hps_shmdb_procs(c->db, after, &na, true);
+    hps_shmdb_miss_reap(c->db, false, &slots);
+    for (size_t i = 0; i < nb; i++) {
+        bool kept = false;
+        for (size_t j = 0; j < na && !kept; j++)
+            kept = after[j].slot == before[i].slot;
+        if (kept)
+            continue;
+        size_t at = strlen(who);
+        if (dead++ < 8 && at < sizeof(who))
+            snprintf(who + at, sizeof(who) - at, "%spid %d (%s)", at ? ", " : "",
+                     (int)before[i].pid,
+                     before[i].role == HPS_ROLE_WORKER        ? "worker or client"
+                     : before[i].role == HPS_ROLE_COORDINATOR ? "coordinator"
+                                                              : "tool");
+    }
+    if (dead || slots)
+        HPS_INFO("reaped %zu dead process%s%s%s%s and %zu of their miss-queue slot%s", dead,
+                 dead == 1 ? "" : "es", dead ? ": " : "", who, dead > 8 ? ", ..." : "", slots,
+                 slots == 1 ? "" : "s");
+}
+
 /* Reap dead workers and their miss-queue slots every half
  * worker_timeout_ms; handle SIGHUP (*ret_reload: stop and execute again).
  * At SIGHUP the Kafka consumers stop first (committing what was applied):
@@ -312,14 +342,7 @@ static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_r
         if ((since_reap += step) < period)
             continue;
         since_reap = 0;
-        hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
-        size_t n, before = 0, reaped = 0;
-        hps_shmdb_procs(c->db, procs, &before, false);
-        hps_shmdb_procs(c->db, procs, &n, true);
-        hps_shmdb_miss_reap(c->db, false, &reaped);
-        if (n < before || reaped)
-            HPS_INFO("reaped %zu dead processes and %zu of their miss-queue slots", before - n,
-                     reaped);
+        reap(c);
     }
 }
 
@@ -527,7 +550,8 @@ int main(int argc, char **argv)
     }
     bool reload = false;
     if (!ex) {
-        HPS_INFO("ready: %zu models, %u tables; serving misses", conf->num_models, c.num_tables);
+        HPS_INFO("ready: %zu model%s, %u table%s; serving misses", conf->num_models,
+                 conf->num_models == 1 ? "" : "s", c.num_tables, c.num_tables == 1 ? "" : "s");
         run(&c, path, &kafka, &reload);
         if (reload)
             HPS_INFO("reloading: stopping, then starting again on %s", path);

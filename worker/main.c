@@ -338,9 +338,9 @@ static int serve(worker_t *w, const struct args *a, const struct ports *p)
     } else {
         uint16_t hp = 0, mp = 0;
         hps_kserve_ports(srv, &hp, &mp);
-        HPS_INFO("serving %zu models on http://%s:%u (metrics :%u), device %d, instance %d",
-                 w->conf->num_models, o.http_address, hp, mp, hps_client_device(w->client),
-                 a->instance);
+        HPS_INFO("serving %zu model%s on http://%s:%u (metrics :%u), device %d, instance %d",
+                 w->conf->num_models, w->conf->num_models == 1 ? "" : "s", o.http_address, hp, mp,
+                 hps_client_device(w->client), a->instance);
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
         while (!g_stop) {
             nanosleep(&ts, NULL);

@@ -134,7 +134,8 @@ def body(t, cl, prefix):
          "the coordinator reaped the killed worker %.0f ms after the kill (worker_timeout_ms %d)" %
          ((reaped_at if reaped_at is not None else -1) * 1000, WORKER_TIMEOUT_MS), coord.log())
     t.ok(not seen_alive, "hps-shm info never showed the dead worker alive", repr(seen_alive))
-    t.ok("reaped 1 dead processes" in coord.log(), "coordinator log says it reaped it",
+    t.ok("reaped 1 dead process: pid 1 (worker or client)" in coord.log(),
+         "coordinator log says it reaped it, with its pid (in its namespace) and role",
          coord.log())
 
     # ---- 3. SIGKILL the coordinator: a worker sees it at once ----------------

@@ -223,7 +223,8 @@ static void maint_round(hps_client_t *cl)
         pthread_rwlock_unlock(&cl->seg_lock);
         if (all) {
             atomic_store(&cl->resolved, true);
-            HPS_INFO("all tables of %zu models found in the volatile DB", cl->num_models);
+            HPS_INFO("all tables of %zu model%s found in the volatile DB", cl->num_models,
+                     cl->num_models == 1 ? "" : "s");
         } else if (alive) {
             atomic_store(&cl->settled, true);
         }
