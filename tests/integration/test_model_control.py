@@ -14,9 +14,9 @@ under a stream of exactly checked lookups:
       defaults at once (nobody serves the old segment's miss queue during
       the reload);
   (3) unload n through worker 1: 200, n UNAVAILABLE "unloaded", inference
-      refused, the used bytes back to (1)'s exactly; load it again: the
-      used bytes of (2) exactly (the segment does not grow); 6 more unload +
-      load pairs in a row all answer 200;
+      refused, the used bytes back to (1)'s; load it again: the used bytes
+      of (2) (both within 0.01%: the segment does not grow); 6 more unload
+      + load pairs in a row all answer 200;
   (4) refusals, nothing changed: unknown model, a config parameter, a
       model whose emb_vector is corrupt (the message names the file), an
       unload of a model never loaded; an unload of an unloaded model: 200;
@@ -61,6 +61,15 @@ def index(port):
 
 def used_bytes(cl):
     return cl.shm_info()["segment"]["used_bytes"]
+
+
+def same_size(t, got, want, what):
+    """got within 0.01% of want.  Two loads of one model differed by 640 or
+    768 bytes of 19.5 MB in 4 of 7 runs on a 16-core GPU host, never on the
+    2-core dev VM (the loader runs a thread per table, up to the cores: the
+    order they allocate in is the likely cause, not pinned down).  A
+    model's memory not reused would add its whole size (n: 596 KB)."""
+    t.ok(abs(got - want) <= want // 10000, "%s (%d, want %d)" % (what, got, want))
 
 
 def section(model):
@@ -161,13 +170,13 @@ def body(t, cl):
                                 "reason": "unloaded"}, "index: n UNAVAILABLE, reason unloaded")
     r = H.infer(ports[1], "n", [[n.file_keys[0][0]], []])
     t.eq((r.status, r.json()), (400, {"error": NO_VERSIONS % "n"}), "infer on n: 400 again")
-    t.eq(used_bytes(cl), used_m, "the used bytes are back to m's alone (%d)" % used_m)
+    same_size(t, used_bytes(cl), used_m, "the used bytes are back to m's alone")
     t.ok(H.wait_until(lambda: index(ports[0])["n"]["state"] == "UNAVAILABLE", 5),
          "worker 0's index: n UNAVAILABLE too")
     r = post(ports[0], "/v2/repository/models/n/load")
     t.eq(r.status, 200, "load n again: 200")
     check_exact(t, ports[0], n, "after the second load")
-    t.eq(used_bytes(cl), used_mn, "the used bytes of the first load exactly (%d)" % used_mn)
+    same_size(t, used_bytes(cl), used_mn, "the used bytes of the first load")
     # Answered requests do not pile up in the segment's 8 request slots
     # (each answer was carried into every later segment: the 9th operation
     # in a minute got 503 "busy").
