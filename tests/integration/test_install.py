@@ -144,8 +144,7 @@ def check_lookup(t, found, libdir):
     H.WORKER = found["hps-worker"]
     H.GEN = found["hps-gen"]
     H.SHM = found["hps-shm"]
-    os.environ["LD_LIBRARY_PATH"] = libdir + (
-        ":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
+    os.environ["LD_LIBRARY_PATH"] = lib_env(libdir)["LD_LIBRARY_PATH"]
     with H.Cluster("install") as cl:
         try:
             model = cl.gen_model("inst", rows=[500, 200], dims=[16, 8], defaults=[0.5, -2.0])
@@ -295,7 +294,7 @@ def check_pkgconfig(t, dest, found, libdir, tmp):
          "installed libhps", r.stderr[:2000])
     if r.returncode != 0:
         return
-    renv = dict(os.environ, LD_LIBRARY_PATH=libdir)
+    renv = lib_env(libdir)
     r = run([exe], env=renv)
     want = run([found["hps-conf"], "--version"]).stdout.split()[-1]
     t.eq(r.stdout.strip(), "%s 1" % want,
@@ -305,6 +304,13 @@ def check_pkgconfig(t, dest, found, libdir, tmp):
         line = [ln for ln in r.stdout.splitlines() if "libhps.so" in ln]
         t.ok(len(line) == 1 and dest in line[0], "the program loads libhps.so from the DESTDIR",
              "ldd: %r" % line)
+
+
+def lib_env(libdir):
+    """The environment with libdir first on LD_LIBRARY_PATH (the rest kept:
+    libraries outside the system's directories, as on a staged host)."""
+    rest = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
+    return dict(os.environ, LD_LIBRARY_PATH=":".join([libdir] + rest))
 
 
 def check_python(t, dest, found, libdir):
@@ -321,7 +327,7 @@ def check_python(t, dest, found, libdir):
     t.ok(len(exts) == 1 and os.path.basename(pkg) == "hps" and
          all(os.path.isfile(os.path.join(pkg, f)) for f in ("__init__.py", "torch.py")),
          "the package hps (_hps, __init__.py, torch.py) installed in one directory", exts)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(pkg), LD_LIBRARY_PATH=libdir)
+    env = dict(lib_env(libdir), PYTHONPATH=os.path.dirname(pkg))
     r = run([py, "-c", "import hps; print(hps.__version__, hps.__file__)"], env=env)
     want = run([found["hps-conf"], "--version"]).stdout.split()[-1]
     t.ok(r.returncode == 0 and r.stdout.split()[0] == want and r.stdout.split()[1].startswith(pkg),
@@ -329,8 +335,12 @@ def check_python(t, dest, found, libdir):
     site = pkg[len(dest):]
     prefix = os.path.dirname(found["hps-conf"])[len(dest):-len("/bin")]
     r = run([py, "-c", "import sys; print('\\n'.join(sys.path))"])
-    on_path = os.path.dirname(site) in r.stdout.split()
-    if prefix in ("/usr", "/usr/local"):
+    paths = r.stdout.split()
+    on_path = os.path.dirname(site) in paths
+    if not any(p.startswith(prefix + "/") and p.endswith("-packages") for p in paths):
+        t.skip("the package on the interpreter's sys.path",
+               "%s reads no site directory under %s (a virtual environment)" % (py, prefix))
+    elif prefix in ("/usr", "/usr/local"):
         t.ok(on_path, "prefix %s: %s is on %s's sys.path" % (prefix, os.path.dirname(site), py),
              r.stdout)
     else:
