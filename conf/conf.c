@@ -250,18 +250,15 @@ static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *
             return rc;
     }
     hps_err_t rc = build_models(c, scan, conf);
-    /* allocation_rate's default (256 MiB) never exceeds half of
-     * shared_memory_size: a small segment needs no second setting.  Half,
-     * not all of it: the segment's header must fit beside one step, else
-     * hps_shmdb_create() refuses the segment (EINVAL).  Rounded down to
-     * 64 KiB, it stays above the key's minimum (64 KiB; the segment has at
-     * least 5 MiB).  Set in the file, it must be at most the segment
-     * (check_globals). */
+    /* allocation_rate's default (256 MiB) never exceeds shared_memory_size:
+     * a small segment needs no second setting.  Set in the file, it must be
+     * at most the segment (check_globals); a step is cut at the segment's
+     * end. */
     hps_conf_volatile_db_t *v = &conf->volatile_db;
     int ka = hps__key_find(HPS__SEC_volatile_db, "allocation_rate");
-    uint64_t half = v->shared_memory_size / 2 / 65536 * 65536;
-    if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] && v->allocation_rate > half)
-        v->allocation_rate = half;
+    if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] &&
+        v->allocation_rate > v->shared_memory_size)
+        v->allocation_rate = v->shared_memory_size;
     return rc ? rc : check_globals(c, conf);
 }
 

@@ -466,7 +466,7 @@ static hps_err_t init_header(hps_shmdb_t *db, const hps_shmdb_opts_t *o, mode_t 
 static hps_err_t check_opts(const hps_shmdb_opts_t *o)
 {
     if (!o || o->size_bytes < MIN_SIZE_BYTES || o->size_bytes > MAX_SIZE_BYTES ||
-        o->allocation_rate < MIN_ALLOC_RATE || o->size_bytes < HDR_BYTES + o->allocation_rate)
+        o->allocation_rate < MIN_ALLOC_RATE || o->allocation_rate > o->size_bytes)
         return HPS_EINVAL;
     return 0;
 }

@@ -88,7 +88,8 @@ typedef enum hps_proc_role {
 typedef struct hps_shmdb_opts {
     /** shared_memory_size: bytes of the whole segment, a hard cap.  >= 1 MiB. */
     uint64_t size_bytes;
-    /** allocation_rate: bytes committed at a time (posix_fallocate). >= 64 KiB. */
+    /** allocation_rate: bytes committed at a time (posix_fallocate). >= 64 KiB
+     *  and at most size_bytes (a step is cut at the segment's end). */
     uint64_t allocation_rate;
     /** File mode of the shm object; 0 means 0600. */
     mode_t mode;

@@ -546,16 +546,13 @@ static void test_cross_key_rules(void **state)
                   "table names must be unique");
     hps_conf_t *c = ct_load("[distributed_db]\nnum_partitions = 5\nnum_node_connections = 5\n");
     hps_conf_free(c);
-    /* allocation_rate not set: its default (256 MiB) shrinks to half of a
-     * smaller segment (rounded down to 64 KiB), leaving room for the header */
+    /* allocation_rate not set: its default (256 MiB) shrinks to a smaller
+     * segment's size (one step commits it all) */
     c = ct_load("[volatile_db]\nshared_memory_size = 5MiB\n");
-    assert_int_equal(c->volatile_db.allocation_rate, 5ull << 19);
-    hps_conf_free(c);
-    c = ct_load("[volatile_db]\nshared_memory_size = 6000000\n");
-    assert_int_equal(c->volatile_db.allocation_rate, 2949120); /* 45 x 64 KiB */
+    assert_int_equal(c->volatile_db.allocation_rate, 5ull << 20);
     hps_conf_free(c);
     c = ct_load("[volatile_db]\nshared_memory_size = 256MiB\n");
-    assert_int_equal(c->volatile_db.allocation_rate, 128ull << 20);
+    assert_int_equal(c->volatile_db.allocation_rate, 256ull << 20);
     hps_conf_free(c);
     c = ct_load("[volatile_db]\nshared_memory_size = 1GiB\n");
     assert_int_equal(c->volatile_db.allocation_rate, 256ull << 20);

@@ -597,6 +597,15 @@ static void test_bad_names_and_options(void **state)
     o.allocation_rate = 32 << 10;
     HPS_ASSERT_ERR(hps_shmdb_create(f->name, &o, NULL, &db), HPS_EINVAL);
     T_CHECK(!path_exists(f->path), "failed create left %s behind", f->path);
+    /* A step larger than the segment is refused; the whole segment as one
+     * step (the header included) works. */
+    o = t_opts(1ULL << 20);
+    o.allocation_rate = (1ULL << 20) + (64 << 10);
+    HPS_ASSERT_ERR(hps_shmdb_create(f->name, &o, NULL, &db), HPS_EINVAL);
+    o.allocation_rate = 1ULL << 20;
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &db));
+    hps_shmdb_detach(db);
+    HPS_ASSERT_OK(hps_shmdb_unlink(f->name));
     /* The minimums themselves work. */
     o = t_opts(1ULL << 20);
     o.allocation_rate = 64 << 10;
