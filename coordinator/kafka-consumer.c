@@ -84,7 +84,8 @@ struct hps_kafka_consumer {
     /* assign_all: the filters as POSIX regexes; consumer thread only after create */
     regex_t *re;
     size_t num_re;
-    int64_t next_refresh_ms; /* CLOCK_MONOTONIC: the next metadata read */
+    int64_t next_refresh_ms;        /* CLOCK_MONOTONIC: the next metadata read */
+    hps_kafka_consumer_t *start_at; /* hps_kafka_consumer_start_at(); set before run() */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -380,6 +381,33 @@ static bool topic_matches(const hps_kafka_consumer_t *c, const char *topic)
     return false;
 }
 
+/* The offsets start_at's group has committed for parts (the beginning
+ * where it has none); parts' own group's (RD_KAFKA_OFFSET_STORED) stay if
+ * they cannot be read. */
+static void start_where(hps_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_copy(parts);
+    rd_kafka_resp_err_t e = rd_kafka_committed(c->start_at->rk, q, 5000);
+    if (e) {
+        event(c, 1,
+              "reading the offsets of the layer it was filled from: %s; starting at its "
+              "own",
+              rd_kafka_err2str(e));
+    } else {
+        for (int i = 0; i < parts->cnt; i++)
+            parts->elems[i].offset = q->elems[i].err || q->elems[i].offset < 0
+                                         ? RD_KAFKA_OFFSET_BEGINNING
+                                         : q->elems[i].offset;
+        event(c, 2, "%d partitions start where the layer it was filled from stands", parts->cnt);
+    }
+    rd_kafka_topic_partition_list_destroy(q);
+}
+
+void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *from)
+{
+    c->start_at = from;
+}
+
 /* assign_all: read the cluster's topics and assign the partitions of the
  * matching ones that are not assigned yet, each at the group's committed
  * offset.  A failed metadata read leaves the assignment as it is (tried
@@ -405,6 +433,8 @@ static void refresh_assignment(hps_kafka_consumer_t *c)
                     RD_KAFKA_OFFSET_STORED;
     }
     rd_kafka_metadata_destroy(md);
+    if (add->cnt && c->start_at)
+        start_where(c, add);
     if (add->cnt) {
         rd_kafka_error_t *err = rd_kafka_incremental_assign(c->rk, add);
         if (err) {
@@ -491,13 +521,29 @@ static void update_lag(hps_kafka_consumer_t *c)
         return;
     int64_t lag = a->cnt ? 0 : -1;
     if (a->cnt && rd_kafka_position(c->rk, a) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* A partition not fetched from yet has no position: it starts at
+         * its group's committed offset (the low watermark where none), not
+         * at the low watermark (which counted a whole topic as lag after
+         * every restart). */
+        rd_kafka_topic_partition_list_t *nopos = rd_kafka_topic_partition_list_new(4);
+        for (int i = 0; i < a->cnt; i++)
+            if (a->elems[i].offset < 0)
+                rd_kafka_topic_partition_list_add(nopos, a->elems[i].topic, a->elems[i].partition);
+        bool have = nopos->cnt && rd_kafka_committed(c->rk, nopos, 500) == 0;
         for (int i = 0; i < a->cnt; i++) {
             int64_t lo = -1, hi = -1, pos = a->elems[i].offset;
             rd_kafka_get_watermark_offsets(c->rk, a->elems[i].topic, a->elems[i].partition, &lo,
                                            &hi);
+            const rd_kafka_topic_partition_t *cp =
+                pos < 0 && have ? rd_kafka_topic_partition_list_find(nopos, a->elems[i].topic,
+                                                                     a->elems[i].partition)
+                                : NULL;
+            if (cp && !cp->err && cp->offset >= 0)
+                pos = cp->offset;
             if (hi >= 0)
                 lag += hi - (pos >= 0 ? pos : (lo >= 0 ? lo : hi));
         }
+        rd_kafka_topic_partition_list_destroy(nopos);
     }
     STAT_SET(c, lag, lag);
     rd_kafka_topic_partition_list_destroy(a);

@@ -37,6 +37,12 @@ bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c)
     return false;
 }
 
+void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *from)
+{
+    (void)c;
+    (void)from;
+}
+
 bool hps_kafka_consumer_unreachable(hps_kafka_consumer_t *c)
 {
     (void)c;

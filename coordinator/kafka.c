@@ -325,6 +325,15 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
         ex = layer_create(c, &k->layers[1], conf->persistent_db.update_filters,
                           conf->persistent_db.update_filters_len);
         k->num_layers = ex ? 1 : 2;
+        /* The volatile DB was filled from the persistent DB: it holds the
+         * updates that one applied, and not those its own consumer had
+         * applied beyond (they were in the segment this start replaced).
+         * So it reads from where the persistent consumer stands. */
+        if (!ex && c->vdb_from_pdb) {
+            hps_kafka_consumer_start_at(k->layers[0].cons, k->layers[1].cons);
+            HPS_INFO("kafka volatile: starts where kafka persistent stands (the volatile DB was "
+                     "filled from the persistent DB)");
+        }
     }
     if (!ex && c->ddb) {
         layer_t *l = &k->layers[k->num_layers];

@@ -778,6 +778,8 @@ static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *ro
         uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
         if (!ddb && !held[t])
             continue;
+        if (!ddb && want > 0)
+            c->vdb_from_pdb = true; /* with the updates the persistent DB applied */
         hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
         int ex = fill_layer(c, &c->tables[id], ddb, held[t], m->sparse_files[t],
                             dups ? &dups[t] : NULL, want, &ret[1]);

@@ -244,6 +244,18 @@ hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_ato
 bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c);
 
 /**
+ * @brief With assign_all: start c's partitions at the offsets that `from`'s
+ * group has committed (the beginning of a partition where it has none), not
+ * at c's own group's.  For a layer that was filled from another layer at
+ * this start (hps-coordinator's volatile DB, built from the persistent DB):
+ * it must read again every update that layer had not applied, even those
+ * its own group committed (re-applying an update is harmless).  Offsets are
+ * still committed to c's own group.  Call before hps_kafka_consumer_run();
+ * from must stay alive while c runs.  Not thread-safe.
+ */
+void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *from);
+
+/**
  * @brief With assign_all: the last read of the cluster's metadata failed (no
  * broker answered within 5 s), so the consumer cannot catch up for now.
  * False before the first read, and always without assign_all.  Thread-safe

@@ -11,11 +11,16 @@ deliver them again, so the restart must keep them.
    and does not ingest them again; the volatile DB, recreated, takes its rows
    from RocksDB.  The updated keys return the updated vectors (from the
    volatile DB and from RocksDB through the miss path), untouched keys the
-   model's vectors.
+   model's vectors; the consumer lag metric says 0.
 3. SIGKILL the coordinator, rewrite the model's emb_vector (a new model:
    every value v becomes 2v + 1), restart: the new model's vectors are
    served for every key, the updated ones included (the table's rows were
    replaced).
+4. The persistent layer takes no updates ([persistent_db] update_filters
+   matches no model), the volatile layer applies 50 and commits them;
+   restart: the volatile DB, filled from RocksDB, lacks them, so its
+   consumer starts where the persistent one stands and they are served
+   again (before, they were lost for good).
 """
 import array
 import os
@@ -122,6 +127,12 @@ def scenario(t, cl, mock):
          "restart: updated keys only in RocksDB keep their updates (miss path)")
     t.eq(lookup(w, kept), [H.gen_vector(0, k, DIM) for k in kept],
          "restart: untouched keys keep the model's vectors")
+    def lags():
+        return {lab.get("layer"): v for lab, v in
+                H.metric_samples(w.metrics_port, "nv_hps_update_consumer_lag")}
+    t.ok(H.wait_until(lambda: lags() == {"volatile": 0, "persistent": 0}, 10),
+         "restart with nothing new: nv_hps_update_consumer_lag 0 on both layers (it counted "
+         "the whole topic until a partition got a new message)", lags())
     rc, out, _ = cl.shm("get", cl.segment, "mA", "sparse_embedding0", str(vdb_upd[0]))
     t.ok(rc == 0 and ("%g" % new_vector(vdb_upd[0])[1]) in out,
          "hps-shm get: the volatile DB row holds the update", out)
@@ -137,6 +148,33 @@ def scenario(t, cl, mock):
         t.eq(lookup(w, keys), [model2_vector(k) for k in keys],
              "new model: %s keys return the new model's vectors" % name)
     t.ok(coord.alive(), "coordinator alive")
+
+    # 4. The persistent layer behind the volatile one at a restart (here it
+    # takes no update: its filter matches no model): the volatile DB, filled
+    # from the persistent DB, must read the updates again from where the
+    # persistent consumer stands, though its own group committed them.
+    conf4 = cl.write_config("hps-vdb-only.ini", m.ini_text, [
+        ("volatile_db", "initial_cache_rate", str(RATE)),
+        ("persistent_db", "update_filters", "nomodel"),
+        ("update_source", "type", "kafka_message_queue"),
+        ("update_source", "brokers", mock.bootstrap),
+        ("update_source", "poll_timeout_ms", "100"),
+        ("update_source", "metadata_refresh_interval_ms", "500"),
+    ])
+    coord, w = restart(cl, conf4, w, coord, signal.SIGTERM)
+    before = stats(coord, "volatile").get("applied", 0)
+    t.eq(push(mock.bootstrap, vdb_keep), 0, "hps-push: 50 updates, for the volatile DB only")
+    t.ok(wait_applied(coord, "volatile", before + 50), "volatile layer applied them",
+         stats(coord, "volatile"))
+    t.eq(lookup(w, vdb_keep), [new_vector(k) for k in vdb_keep], "served before the restart")
+    coord, w = restart(cl, conf4, w, coord, signal.SIGTERM)
+    t.ok("starts where kafka persistent stands" in coord.log(),
+         "restart: the volatile consumer starts where the persistent one stands",
+         coord.log()[-2000:])
+    t.ok(H.wait_until(lambda: lookup(w, vdb_keep) == [new_vector(k) for k in vdb_keep], 15),
+         "restart: the volatile DB, filled from the persistent DB, has the 50 updates again "
+         "(they were served stale, the model's rows, for good)",
+         [lookup(w, vdb_keep[:2])])
 
 
 if __name__ == "__main__":
