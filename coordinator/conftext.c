@@ -87,6 +87,15 @@ int coord_conf_load(const char *path, hps_conf_t **ret_conf, char **ret_text, ch
     return 0;
 }
 
+void coord_conf_unpass(const char *env)
+{
+    const char *v = getenv(env);
+    int64_t fd;
+    if (v && hps_parse_int(v, 0, 1 << 20, &fd))
+        close((int)fd);
+    unsetenv(env);
+}
+
 bool coord_conf_pass(const char *env, const char *text)
 {
     int fd = memfd_create("hps-coordinator-conf", 0); /* no CLOEXEC: for the next image */

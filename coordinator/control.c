@@ -84,15 +84,24 @@ static size_t mark_serving(const hps_conf_t *conf, bool *keep)
     size_t n = 0;
     if (hps_shmdb_attach(conf->volatile_db.shared_memory_name, &po, &db) != 0)
         return 0;
+    char gone[256] = "";
     for (uint32_t id = 0; id < hps_shmdb_table_count(db); id++) {
         hps_table_info_t ti;
-        const hps_conf_model_t *m =
-            hps_shmdb_table_info(db, id, &ti) == 0 ? hps_conf_model_find(conf, ti.model) : NULL;
+        if (hps_shmdb_table_info(db, id, &ti) != 0)
+            continue;
+        const hps_conf_model_t *m = hps_conf_model_find(conf, ti.model);
         if (m && !keep[m - conf->models]) {
             keep[m - conf->models] = true;
             n++;
+        } else if (!m && !strstr(gone, ti.model) && strlen(gone) + strlen(ti.model) + 3 < 256) {
+            strcat(gone, *gone ? ", " : "");
+            strcat(gone, ti.model);
         }
     }
+    if (*gone)
+        HPS_WARN("the serving segment holds models that %s no longer has: %s; not loaded (a start "
+                 "loads the INI file as it is now)",
+                 conf->source, gone);
     hps_shmdb_detach(db);
     return n;
 }
@@ -373,8 +382,8 @@ bool coord_control_step(coord_t *c, const char *path)
     }
     free(text);
     if (rc != 0 || !now) {
-        unsetenv(HPS_CONF_FD_ENV);
-        unsetenv(HPS_PREV_CONF_FD_ENV);
+        coord_conf_unpass(HPS_CONF_FD_ENV);
+        coord_conf_unpass(HPS_PREV_CONF_FD_ENV);
         answer(c, &rq, false, msg);
         free(next);
         free(now);

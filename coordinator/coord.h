@@ -126,6 +126,9 @@ int coord_conf_load(const char *path, hps_conf_t **ret_conf, char **ret_text, ch
 /* conftext.c: hand text to the next image: a memfd (kept across execve)
  * named in the environment variable env.  false if it could not (logged). */
 bool coord_conf_pass(const char *env, const char *text);
+/* conftext.c: take back a hand-over not used (a reload refused after
+ * coord_conf_pass()): its memfd closed, env unset. */
+void coord_conf_unpass(const char *env);
 
 /* control.c: the models this start loads.  Mode none: every model of the
  * INI.  Mode explicit: those named by HPS_MODELS_ENV when set (a reload;

@@ -35,20 +35,15 @@
  * while serving. */
 #define RELOAD_CATCH_UP_MS 30000
 
-/* The two globals, written by signal handlers: stop, and reload (SIGHUP). */
-static volatile sig_atomic_t g_stop, g_reload;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
-static void on_hup(int sig)
-{
-    (void)sig;
-    g_reload = 1;
-}
+/* Written by the signal thread (signal_loop) and read by the main thread
+ * and the loaders (through coord_t.stop): stop (SIGTERM, SIGINT, or main
+ * itself when it shuts down), a stop asked for by a signal, and reload
+ * (SIGHUP, cleared by run() when it takes it). */
+static volatile sig_atomic_t g_stop, g_term, g_reload;
+/* The signal thread; g_sig_quit (atomic) ends it. */
+static pthread_t g_sig_thread;
+static bool g_sig_running;
+static int g_sig_quit;
 
 static void usage(FILE *out)
 {
@@ -292,8 +287,9 @@ static void reap(coord_t *c)
             snprintf(who + at, sizeof(who) - at, "%spid %d (%s)", at ? ", " : "",
                      (int)before[i].pid,
                      before[i].role == HPS_ROLE_WORKER        ? "worker or client"
-                     : before[i].role == HPS_ROLE_COORDINATOR ? "coordinator"
-                                                              : "tool");
+                     : before[i].role != HPS_ROLE_COORDINATOR ? "tool"
+                     : before[i].pid == getpid() ? "a previous image of this coordinator"
+                                                 : "coordinator");
     }
     if (dead || slots)
         HPS_INFO("reaped %zu dead process%s%s%s%s and %zu of their miss-queue slot%s", dead,
@@ -328,7 +324,8 @@ static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_r
                 return;
             }
             free(text);
-            unsetenv(HPS_CONF_FD_ENV);
+            coord_conf_unpass(HPS_CONF_FD_ENV);
+            coord_conf_unpass(HPS_PREV_CONF_FD_ENV);
             if (coord_kafka_start(c, kafka) != 0)
                 HPS_ERROR("SIGHUP: the Kafka consumers did not start again: online updates "
                           "stop until the next reload or restart");
@@ -458,21 +455,85 @@ static int apply_level(const hps_conf_t *conf, const char *cli)
     return 0;
 }
 
-/* Signals first: a SIGHUP sent while this image starts (an execv of a
- * reload resets the handler) must not kill it.  The previous image blocked
- * SIGHUP across execv; one that came meanwhile is pending and is delivered
- * here, so it reloads once more instead. */
+/*
+ * Signals.  SIGHUP, SIGTERM and SIGINT are blocked in every thread (the mask
+ * is set first thing, so every thread inherits it, and execv keeps it), and
+ * one thread takes them with sigtimedwait.  A signal that comes while an
+ * image hands over to the next (or while a failing build falls back) stays
+ * pending across execv and the next image takes it: a SIGHUP reloads once
+ * more, a SIGTERM stops it.  (With handlers, execv reset SIGHUP's to
+ * terminate, and a signal taken by an image about to be replaced was lost.)
+ */
+static void signal_set(sigset_t *s)
+{
+    sigemptyset(s);
+    sigaddset(s, SIGHUP);
+    sigaddset(s, SIGTERM);
+    sigaddset(s, SIGINT);
+}
+
+static void *signal_loop(void *arg)
+{
+    sigset_t s;
+    const struct timespec tick = {.tv_nsec = 50 * 1000000L};
+    (void)arg;
+    signal_set(&s);
+    while (!__atomic_load_n(&g_sig_quit, __ATOMIC_ACQUIRE)) {
+        int sig = sigtimedwait(&s, NULL, &tick);
+        if (sig == SIGHUP) {
+            g_reload = 1;
+        } else if (sig == SIGTERM || sig == SIGINT) {
+            g_term = 1;
+            g_stop = 1;
+        }
+    }
+    return NULL;
+}
+
+static void on_signal(int sig)
+{
+    if (sig == SIGHUP) {
+        g_reload = 1;
+    } else {
+        g_term = 1;
+        g_stop = 1;
+    }
+}
+
 static void install_signals(void)
 {
-    struct sigaction sa = {.sa_handler = on_signal}, hup = {.sa_handler = on_hup};
-    sigset_t set;
+    sigset_t s;
+    signal_set(&s);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    if (pthread_create(&g_sig_thread, NULL, signal_loop, NULL) == 0) {
+        g_sig_running = true;
+        return;
+    }
+    /* No thread: handlers, as a last resort (a SIGHUP across execv may be lost). */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &hup, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+}
+
+/* Before execv: the signal thread ends, so that a signal coming from now on
+ * stays pending for the next image; a SIGHUP this image took but did not act
+ * on is made pending again.  False when a SIGTERM or SIGINT came: stop
+ * instead. */
+static bool hand_signals_over(void)
+{
+    if (g_sig_running) {
+        __atomic_store_n(&g_sig_quit, 1, __ATOMIC_RELEASE);
+        pthread_join(g_sig_thread, NULL);
+        g_sig_running = false;
+    }
+    if (g_term)
+        return false;
+    if (g_reload)
+        kill(getpid(), SIGHUP); /* blocked in every thread: pending across execv */
+    return true;
 }
 
 int main(int argc, char **argv)
@@ -566,16 +627,16 @@ int main(int argc, char **argv)
         HPS_ERROR("reload failed (exit status %d): starting again on the serving segment with "
                   "the models it serves",
                   ex);
+    if ((reload || fallback) && !hand_signals_over()) {
+        HPS_INFO("SIGTERM or SIGINT during the %s: stopping instead of starting again",
+                 fallback ? "fallback" : "reload");
+        return HPS_EXIT_OK;
+    }
     if (reload || fallback) {
         /* /proc/self/exe: the binary this process runs, even if its path moved */
         setenv(HPS_RELOAD_ENV, "1", 1);
         coord_cpus_restore(&c); /* execve keeps this thread's CPUs */
-        sigset_t hup;
-        sigemptyset(&hup);
-        sigaddset(&hup, SIGHUP); /* until the new image handles it (install_signals) */
-        pthread_sigmask(SIG_BLOCK, &hup, NULL);
         execv("/proc/self/exe", argv);
-        pthread_sigmask(SIG_UNBLOCK, &hup, NULL);
         HPS_ERROR("reload: cannot execute /proc/self/exe again: %s; workers keep serving the "
                   "segment; start hps-coordinator again",
                   strerror(errno));

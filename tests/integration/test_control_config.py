@@ -33,12 +33,17 @@ scenario has its own segment and persistent DB; vectors are checked exactly
       requests wholly version 1;
   (5) explicit mode, startup_models = ^m$; the INI also has 'bad' (never
       loaded) whose emb_vector is corrupt; m edited to version 2; SIGHUP: m
-      reloads to version 2 exactly (a model not loaded does not block it).
+      reloads to version 2 exactly (a model not loaded does not block it);
+  (6) explicit mode, a load of 'big' whose build fails (it does not fit):
+      a SIGHUP sent while it builds (the INI edited to m version 2) reloads
+      after the fallback, and a SIGTERM sent while it builds stops the
+      coordinator (exit 0); both used to be lost with the failed image.
 """
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -309,10 +314,49 @@ def scenario_unloaded_bad(t, cl):
     t.eq(index(port).get("bad"), {"name": "bad"}, "(5) index: bad still not loaded")
 
 
+# ---- (6) signals during a build that fails ----------------------------------------------
+
+def scenario_signals(t, cl):
+    seg = cl.new_segment_name("s6")
+    m1 = gen(cl, "s6", "m", ROWS, DIMS, seg, 1, "m_v1")
+    m2 = gen(cl, "s6", "m", ROWS, DIMS, seg, 2, "m_v2")
+    big = gen(cl, "s6", "big", [60000], [128], seg)  # 30 MB of rows: over 32 MiB with m
+    s = settings(cl, "s6", EXPLICIT, "^m$")
+    text1 = m1.ini_text + "\n" + section(big)
+    conf = cl.write_config("hps.ini", text1, s)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    port = w.http_port
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        res = {}
+        n_build = c.log().count("loading 2 of the 2 models")
+        th = threading.Thread(target=lambda: res.setdefault(
+            "r", try_post(port, "/v2/repository/models/big/load", timeout=60)))
+        th.start()
+        # the new image runs and builds; it fails (big does not fit)
+        H.wait_until(lambda: c.log().count("loading 2 of the 2 models") > n_build, 20, 0.002)
+        if sig == signal.SIGHUP:
+            cl.write_config("hps.ini", with_section(text1, m1, m2), s)
+        c.kill(sig)
+        th.join(60)
+        t.eq(res.get("r") and res["r"].status, 400, "(6) %s during the failing load of big: "
+             "the load answers 400" % sig.name)
+        if sig == signal.SIGHUP:
+            t.ok(H.wait_until(lambda: R.versions(port) == ["2"], 20),
+                 "(6) SIGHUP during the failing build (INI edited to m version 2): the fallback "
+                 "reloads once more, m serves version 2 (the SIGHUP was lost with the failed "
+                 "image)", R.versions(port))
+            check_exact(t, port, m2, "(6) after the SIGHUP")
+        else:
+            rc = c.wait(20)
+            t.eq(rc, 0, "(6) SIGTERM during the failing build: the coordinator stops, exit 0 "
+                 "(the fallback went on serving)")
+
+
 def body(t, cl):
     t0 = time.monotonic()
     for scenario in (scenario_edit, scenario_broken, scenario_deleted, scenario_fallback,
-                     scenario_unloaded_bad):
+                     scenario_unloaded_bad, scenario_signals):
         try:
             scenario(t, cl)
         except Exception as e:  # noqa: BLE001  (one scenario's failure: the next still runs)

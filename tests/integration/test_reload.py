@@ -25,7 +25,8 @@ whose version may only move forward (each worker switches once).
   (7) 400 SIGHUPs 2 ms apart: the coordinator lives and serves after them
       (one that came while a reload's new image started killed it);
   (8) back to version 1: nv_inference_request_success, nv_hps_lookup_keys
-      and /stats count only the requests since (per-version statistics).
+      and /stats count only the requests since (per-version statistics);
+  (9) SIGTERM 30 ms after a SIGHUP: the coordinator stops (exit 0).
 In (1) the reloading coordinator runs on the highest half of its CPUs
 ([hps] load_cpu_share, logged) and every thread is back on all of them
 after publishing.
@@ -318,6 +319,13 @@ def body(t, cl):
     st = H.http(w.http_port, "GET", "/v2/models/m/stats").json()["model_stats"][0]
     t.eq((st["version"], st["execution_count"], st["inference_stats"]["success"]["count"]),
          ("1", 3, 3), "/v2/models/m/stats: version 1, 3 executions, 3 successes")
+
+    # ---- (9) SIGTERM right after a SIGHUP: it stops ------------------------------
+    # (it used to go on starting the new image, which never saw the SIGTERM)
+    c.kill(signal.SIGHUP)
+    time.sleep(0.03)
+    c.kill(signal.SIGTERM)
+    t.eq(c.wait(20), 0, "SIGTERM 30 ms after a SIGHUP: the coordinator stops, exit 0")
 
 
 if __name__ == "__main__":
