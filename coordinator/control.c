@@ -250,11 +250,8 @@ static int check_kept(const hps_conf_t *next, const bool *keep, const hps_ctl_re
         const hps_conf_model_t *m = &next->models[i];
         for (size_t t = 0; keep[i] && strcmp(m->name, rq->model) != 0 && t < m->num_tables; t++) {
             char err[512] = "";
-            hps_modelfile_t *mf = NULL;
-            hps_err_t rc =
-                hps_modelfile_open(m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t],
-                                   &mf, err, sizeof(err));
-            hps_modelfile_close(mf);
+            hps_err_t rc = hps_modelfile_check_open(
+                m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t], err, sizeof(err));
             if (rc < 0) {
                 snprintf(msg, len,
                          "failed to %s '%s': model '%.120s', kept loaded, cannot be built again "

@@ -222,6 +222,14 @@ hps_err_t hps_modelfile_open(const char *dir, uint32_t dim, hps_modelfile_t **re
     return 0;
 }
 
+hps_err_t hps_modelfile_check_open(const char *dir, uint32_t dim, char *err, size_t err_len)
+{
+    hps_modelfile_t *mf = NULL;
+    hps_err_t rc = hps_modelfile_open(dir, dim, &mf, err, err_len);
+    hps_modelfile_close(mf);
+    return rc;
+}
+
 void hps_modelfile_close(hps_modelfile_t *mf)
 {
     if (mf == NULL)

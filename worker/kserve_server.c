@@ -299,6 +299,48 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
 /* Listeners                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* A TCP socket (type_flags: SOCK_NONBLOCK or 0) bound to addr:port with
+ * SO_REUSEADDR, as hps_kserve_start() binds its listeners.  Numeric
+ * addresses only ("localhost" = 127.0.0.1): a library call must not block
+ * on DNS.  0 or a negative errno (HPS_EINVAL: an address that does not
+ * parse). */
+static hps_err_t bind_addr(const char *addr, int port, int type_flags, int *ret_fd)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST};
+    struct addrinfo *ai = NULL;
+    char portstr[8];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if (strcmp(addr, "localhost") == 0)
+        addr = "127.0.0.1";
+    if (getaddrinfo(addr, portstr, &hints, &ai) != 0 || !ai)
+        return HPS_EINVAL;
+    hps_err_t rc = 0;
+    int one = 1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | type_flags | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0)
+        rc = -errno;
+    freeaddrinfo(ai);
+    if (rc && fd >= 0)
+        close(fd);
+    *ret_fd = rc ? -1 : fd;
+    return rc;
+}
+
+hps_err_t hps_kserve_probe_port(const char *addr, int port)
+{
+    int fd;
+    if (!addr || port < 0 || port > 65535)
+        return HPS_EINVAL;
+    if (port == 0)
+        return 0;
+    hps_err_t rc = bind_addr(addr, port, 0, &fd);
+    if (rc == 0)
+        close(fd);
+    return rc;
+}
+
 /* Bind and listen on addr:port; the socket is non-blocking (shared by the
  * pool's event loops) and close-on-exec.  defer_s > 0 sets TCP_DEFER_ACCEPT
  * (tcp(7)): the kernel hands a connection over only once its first bytes
@@ -311,25 +353,13 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
 static hps_err_t open_listener(const char *addr, int port, int defer_s, int *ret_fd,
                                uint16_t *ret_port)
 {
-    /* Numeric addresses only: a library call must not block on DNS. */
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST};
-    struct addrinfo *ai = NULL;
-    char portstr[8];
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    if (strcmp(addr, "localhost") == 0)
-        addr = "127.0.0.1";
-    if (getaddrinfo(addr, portstr, &hints, &ai) != 0 || !ai)
-        return HPS_EINVAL;
-    hps_err_t rc = 0;
-    int one = 1;
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
-        (defer_s > 0 &&
-         setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s)) != 0))
+    int fd;
+    hps_err_t rc = bind_addr(addr, port, SOCK_NONBLOCK, &fd);
+    if (rc)
+        return rc;
+    if (listen(fd, SOMAXCONN) != 0 || (defer_s > 0 && setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT,
+                                                                 &defer_s, sizeof(defer_s)) != 0))
         rc = -errno;
-    freeaddrinfo(ai);
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     if (rc == 0 && getsockname(fd, (struct sockaddr *)&ss, &len) != 0)

@@ -7,13 +7,11 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -217,43 +215,14 @@ static int check_ports(const char *path, const hps_conf_t *conf, const struct ar
     return 0;
 }
 
-/* Whether addr:port can be bound now: 0, or a negative errno (HPS_EINVAL
- * for an address that does not parse), as hps_kserve_start() binds it
- * (numeric address, "localhost" = 127.0.0.1, SO_REUSEADDR).  Port 0 (any
- * free port) always can.  A socket bound and closed without listening
- * leaves nothing behind. */
-static hps_err_t probe_port(const char *addr, long port)
-{
-    if (port == 0)
-        return 0;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST};
-    struct addrinfo *ai = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof(portstr), "%ld", port);
-    if (strcmp(addr, "localhost") == 0)
-        addr = "127.0.0.1";
-    if (getaddrinfo(addr, portstr, &hints, &ai) != 0 || !ai)
-        return HPS_EINVAL;
-    hps_err_t rc = 0;
-    int one = 1;
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0)
-        rc = -errno;
-    if (fd >= 0)
-        close(fd);
-    freeaddrinfo(ai);
-    return rc;
-}
-
 /* Probe both listeners and log, for each that cannot open, which and why;
  * rc: hps_kserve_start()'s error when it failed (logged as is when the
  * probes find nothing wrong), else 0.  Returns whether all is well. */
 static bool check_listeners(const hps_conf_worker_t *wc, const struct args *a,
                             const struct ports *p, hps_err_t rc)
 {
-    hps_err_t hr = probe_port(p->addr, p->http), mr = probe_port(p->addr, p->metrics);
+    hps_err_t hr = hps_kserve_probe_port(p->addr, (int)p->http),
+              mr = hps_kserve_probe_port(p->addr, (int)p->metrics);
     if (hr)
         HPS_ERROR("cannot serve HTTP on %s:%ld (%s): %s", p->addr, p->http, p->http_src,
                   hps_strerror(hr));

@@ -480,6 +480,17 @@ hps_err_t hps_kserve_ports(const hps_kserve_t *srv, uint16_t *ret_http_port,
                            uint16_t *ret_metrics_port);
 
 /**
+ * @brief Whether addr:port can be bound now, as hps_kserve_start() binds its
+ * listeners (numeric address or "localhost", SO_REUSEADDR): a socket is
+ * bound and closed at once, without listening.  Port 0 (any free port)
+ * always can.  For a caller that names a busy port before it starts.
+ * @return 0; HPS_EINVAL (NULL addr, port outside 0..65535, an address that
+ *         does not parse); a negative errno (-EADDRINUSE, -EACCES, ...).
+ * Thread-safe.
+ */
+hps_err_t hps_kserve_probe_port(const char *addr, int port);
+
+/**
  * @brief Set the version model `model_index` reports (metadata `versions`,
  * the repository index, statistics, /versions/{v} routes, metric labels):
  * the one the backend now answers from (hps-worker: the segment's, after a

@@ -102,6 +102,13 @@ hps_err_t hps_modelfile_open(const char *dir, uint32_t dim, hps_modelfile_t **re
                              size_t err_len);
 
 /**
+ * @brief hps_modelfile_open() and close: whether a table's files are in
+ *        place, regular and sized for dim (nothing is read but the sizes).
+ * @return As hps_modelfile_open(); err as there.  Reentrant.
+ */
+hps_err_t hps_modelfile_check_open(const char *dir, uint32_t dim, char *err, size_t err_len);
+
+/**
  * @brief Close a table opened by hps_modelfile_open().
  * @param[in] mf  The table, or NULL (no-op).  Must not be in use by another
  *                thread; the handle is invalid afterwards.

@@ -153,16 +153,21 @@ def scenario_edit(t, cl):
 
 # ---- (2) another model's section broken mid-edit ------------------------------------
 
-def scenario_broken(t, cl):
-    seg = cl.new_segment_name("s2")
-    m = gen(cl, "s2", "m", ROWS, DIMS, seg)
-    n = gen(cl, "s2", "n", [1500], [4], seg)
-    o = gen(cl, "s2", "o", [1000], [4], seg)
-    s = settings(cl, "s2", EXPLICIT, "^(m|n)$")
+def serving_m_n(cl, tag):
+    """Explicit mode, models m and n loaded and o in the INI (not loaded): the
+    three models, the settings, the INI text, the coordinator and a worker."""
+    seg = cl.new_segment_name(tag)
+    m = gen(cl, tag, "m", ROWS, DIMS, seg)
+    n = gen(cl, tag, "n", [1500], [4], seg)
+    o = gen(cl, tag, "o", [1000], [4], seg)
+    s = settings(cl, tag, EXPLICIT, "^(m|n)$")
     text = m.ini_text + "\n" + section(n) + "\n" + section(o)
     conf = cl.write_config("hps.ini", text, s)
-    c = cl.start_coordinator(conf)
-    w = cl.start_worker(conf)
+    return m, n, o, s, text, cl.start_coordinator(conf), cl.start_worker(conf)
+
+
+def scenario_broken(t, cl):
+    m, n, o, s, text, c, w = serving_m_n(cl, "s2")
     port, pid = w.http_port, c.pid
     check_exact(t, port, m, "(2) at the start")
 
@@ -180,14 +185,7 @@ def scenario_broken(t, cl):
 # ---- (3) a loaded model's files deleted ----------------------------------------------
 
 def scenario_deleted(t, cl):
-    seg = cl.new_segment_name("s3")
-    m = gen(cl, "s3", "m", ROWS, DIMS, seg)
-    n = gen(cl, "s3", "n", [1500], [4], seg)
-    o = gen(cl, "s3", "o", [1000], [4], seg)
-    s = settings(cl, "s3", EXPLICIT, "^(m|n)$")
-    conf = cl.write_config("hps.ini", m.ini_text + "\n" + section(n) + "\n" + section(o), s)
-    c = cl.start_coordinator(conf)
-    w = cl.start_worker(conf)
+    m, n, o, s, text, c, w = serving_m_n(cl, "s3")
     port, pid = w.http_port, c.pid
     check_exact(t, port, m, "(3) at the start")
 
@@ -204,13 +202,19 @@ def scenario_deleted(t, cl):
     t.eq(index(port).get("o"), {"name": "o"}, "(3) index: o never loaded")
 
 
+def two_versions_and_big(cl, tag, big_rows):
+    """Model m in versions 1 and 2, and 'big' (big_rows rows of dim 128),
+    for scenario tag's segment."""
+    seg = cl.new_segment_name(tag)
+    return (gen(cl, tag, "m", ROWS, DIMS, seg, 1, "m_v1"),
+            gen(cl, tag, "m", ROWS, DIMS, seg, 2, "m_v2"),
+            gen(cl, tag, "big", [big_rows], [128], seg))
+
+
 # ---- (4) mode none: a SIGHUP whose build fails ---------------------------------------
 
 def scenario_fallback(t, cl):
-    seg = cl.new_segment_name("s4")
-    m1 = gen(cl, "s4", "m", ROWS, DIMS, seg, 1, "m_v1")
-    m2 = gen(cl, "s4", "m", ROWS, DIMS, seg, 2, "m_v2")
-    big = gen(cl, "s4", "big", [40000], [128], seg)  # 10 MB of rows at 0.5: over 8 MiB
+    m1, m2, big = two_versions_and_big(cl, "s4", 40000)  # 10 MB of rows at 0.5: over 8 MiB
     s = settings(cl, "s4", R.SETTINGS + [("volatile_db", "initial_cache_rate", 0.5),
                                          ("volatile_db", "shared_memory_size", "8MiB"),
                                          ("worker", "miss_timeout_ms", 1000)])
@@ -317,10 +321,7 @@ def scenario_unloaded_bad(t, cl):
 # ---- (6) signals during a build that fails ----------------------------------------------
 
 def scenario_signals(t, cl):
-    seg = cl.new_segment_name("s6")
-    m1 = gen(cl, "s6", "m", ROWS, DIMS, seg, 1, "m_v1")
-    m2 = gen(cl, "s6", "m", ROWS, DIMS, seg, 2, "m_v2")
-    big = gen(cl, "s6", "big", [60000], [128], seg)  # 30 MB of rows: over 32 MiB with m
+    m1, m2, big = two_versions_and_big(cl, "s6", 60000)  # 30 MB: over 32 MiB with m
     s = settings(cl, "s6", EXPLICIT, "^m$")
     text1 = m1.ini_text + "\n" + section(big)
     conf = cl.write_config("hps.ini", text1, s)

@@ -185,11 +185,8 @@ static size_t check_files(const hps_conf_t *conf, const char *path)
         }
         for (size_t t = 0; t < m->num_tables; t++) {
             char err[512] = "";
-            hps_modelfile_t *mf = NULL;
-            hps_err_t rc =
-                hps_modelfile_open(m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t],
-                                   &mf, err, sizeof(err));
-            hps_modelfile_close(mf);
+            hps_err_t rc = hps_modelfile_check_open(
+                m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t], err, sizeof(err));
             if (rc < 0) {
                 fprintf(stderr, "hps-conf: %s: [model.%s] sparse_files entry %zu (%s): %s\n", path,
                         m->name, t + 1, m->sparse_files[t], *err ? err : hps_strerror(rc));
