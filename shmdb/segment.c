@@ -32,7 +32,7 @@ uint64_t hps__clock_ns(int clock)
 
 /* ---- names ------------------------------------------------------------- */
 
-static bool valid_segment_name(const char *name)
+bool hps_shmdb_name_ok(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
     if (n == 0 || n > HPS_SHMDB_SEGMENT_NAME_MAX)
@@ -476,7 +476,7 @@ hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
 {
     char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
     hps_shmdb_t *db = NULL;
-    if (!valid_segment_name(name) || check_opts(opts) < 0)
+    if (!hps_shmdb_name_ok(name) || check_opts(opts) < 0)
         return HPS_EINVAL;
     hps_err_t rc = handle_new(name, popts, &db);
     if (rc < 0)
@@ -568,7 +568,7 @@ static hps_err_t open_checked(const char *name, int *ret_fd, uint64_t *ret_size,
                               size_t len)
 {
     char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
-    if (!valid_segment_name(name)) {
+    if (!hps_shmdb_name_ok(name)) {
         snprintf(msg, len, "invalid segment name");
         return HPS_EINVAL;
     }
@@ -705,7 +705,7 @@ hps_err_t hps_shmdb_publish(hps_shmdb_t *db)
 hps_err_t hps_shmdb_unlink(const char *name)
 {
     char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
-    if (!valid_segment_name(name))
+    if (!hps_shmdb_name_ok(name))
         return HPS_EINVAL;
     object_name(obj, sizeof(obj), name);
     if (shm_unlink(obj) < 0)
@@ -723,7 +723,7 @@ hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n)
     struct dirent *e;
     hps_err_t rc = 0;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "hps.", 4) != 0 || !valid_segment_name(e->d_name + 4))
+        if (strncmp(e->d_name, "hps.", 4) != 0 || !hps_shmdb_name_ok(e->d_name + 4))
             continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 8;

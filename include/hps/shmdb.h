@@ -276,6 +276,13 @@ hps_err_t hps_shmdb_publish(hps_shmdb_t *db);
 hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret);
 
 /**
+ * @brief Whether name can name a segment (/dev/shm/hps.<name>): 1 to
+ * HPS_SHMDB_SEGMENT_NAME_MAX characters of [A-Za-z0-9_.-].  Pure function;
+ * thread-safe.
+ */
+bool hps_shmdb_name_ok(const char *name);
+
+/**
  * @brief Validate a segment without attaching as a user (no process-table row).
  * Same checks and errors as hps_shmdb_attach(); used by tools to explain why
  * a segment is refused.  On error, a message is written to msg (may be NULL).

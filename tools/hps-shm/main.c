@@ -130,6 +130,11 @@ static int run_cmd(hps__tool_t *t, char **words, int n)
                 usage_text);
         return HPS__TOOL_USAGE;
     }
+    if (c->min_args > 0 && !hps_shmdb_name_ok(t->argv[0])) /* every command's NAME */
+        return hps__tool_usage(t,
+                               "'%.200s' is not a segment name: 1 to %d characters of "
+                               "[A-Za-z0-9_.-], without the 'hps.' prefix",
+                               t->argv[0], HPS_SHMDB_SEGMENT_NAME_MAX);
     return c->fn(t);
 }
 

@@ -438,6 +438,14 @@ run 1 "dump on a missing segment" "$TOOL" dump "$MISSING" demo t64 "$WORK/nodump
 check "failed dump created nothing" test ! -e "$WORK/nodump/key"
 run 1 "info on a foreign object" "$TOOL" info "$BAD"
 err_has "info on a foreign object: message" "cannot attach to segment '$BAD'"
+for bad in '' 'a/b' "hps.$NAME/x"; do
+    run 2 "info of '$bad', not a segment name" "$TOOL" info "$bad"
+    err_has "info of '$bad': message" "'$bad' is not a segment name: 1 to 200 characters of [A-Za-z0-9_.-]"
+    check "info of '$bad': no attach attempted (one error line and the hint)" \
+        test "$(wc -l <"$ERR")" -eq 2
+done
+run 2 "rm of a name with a slash" "$TOOL" rm "../$NAME"
+check "the segment is still there" test -e "/dev/shm/hps.$NAME"
 run 1 "rm of a missing segment" "$TOOL" rm "$MISSING"
 err_has "rm of a missing segment: message" "cannot remove segment '$MISSING'"
 run 1 "info --json on a missing segment" "$TOOL" info --json "$MISSING"
