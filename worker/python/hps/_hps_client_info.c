@@ -16,6 +16,7 @@
  */
 #include "_hps.h"
 
+#include <stddef.h>
 #include <string.h>
 
 const char hpspy_client_models_doc[] =
@@ -43,6 +44,26 @@ static int dset(PyObject *d, const char *key, PyObject *v)
     int r = v ? PyDict_SetItemString(d, key, v) : -1;
     Py_XDECREF(v);
     return r;
+}
+
+/* One uint64_t member of a C struct: its dict key and offset. */
+typedef struct u64_field {
+    const char *name;
+    size_t off;
+} u64_field_t;
+
+/* A new dict of the n uint64_t members of the struct at base (ints), or
+ * NULL with an exception set. */
+static PyObject *u64_dict(const void *base, const u64_field_t *f, size_t n)
+{
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < n; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)base + f[i].off, sizeof(v));
+        if (dset(d, f[i].name, PyLong_FromUnsignedLongLong(v)) < 0)
+            Py_CLEAR(d);
+    }
+    return d;
 }
 
 const char hpspy_client_tables_doc[] =
@@ -146,7 +167,7 @@ PyObject *hpspy_client_counters(client_object *self, PyObject *model)
     size_t m;
     hps_client_counters_t k;
     hps_err_t rc;
-    PyObject *mo, *d;
+    PyObject *mo;
 
     if (!(mo = hpspy_index_or_name(model, "model")))
         return NULL;
@@ -157,17 +178,16 @@ PyObject *hpspy_client_counters(client_object *self, PyObject *model)
     rc = hps_client_counters(self->c, m, &k);
     if (rc < 0)
         return hpspy_raise_c(rc);
-    d = PyDict_New();
-    if (!d || dset(d, "lookup_keys", PyLong_FromUnsignedLongLong(k.lookup_keys)) < 0 ||
-        dset(d, "vdb_hits", PyLong_FromUnsignedLongLong(k.vdb_hits)) < 0 ||
-        dset(d, "lower_hits", PyLong_FromUnsignedLongLong(k.lower_hits)) < 0 ||
-        dset(d, "default_keys", PyLong_FromUnsignedLongLong(k.default_keys)) < 0 ||
-        dset(d, "miss_busy", PyLong_FromUnsignedLongLong(k.miss_busy)) < 0 ||
-        dset(d, "miss_timeout", PyLong_FromUnsignedLongLong(k.miss_timeout)) < 0 ||
-        dset(d, "lookup_ns", PyLong_FromUnsignedLongLong(k.lookup_ns)) < 0 ||
-        dset(d, "lookup_calls", PyLong_FromUnsignedLongLong(k.lookup_calls)) < 0)
-        Py_CLEAR(d);
-    return d;
+#define F(type, field)                                                                             \
+    {                                                                                              \
+#field, offsetof(type, field)                                                              \
+    }
+    static const u64_field_t fields[] = {
+        F(hps_client_counters_t, lookup_keys), F(hps_client_counters_t, vdb_hits),
+        F(hps_client_counters_t, lower_hits),  F(hps_client_counters_t, default_keys),
+        F(hps_client_counters_t, miss_busy),   F(hps_client_counters_t, miss_timeout),
+        F(hps_client_counters_t, lookup_ns),   F(hps_client_counters_t, lookup_calls)};
+    return u64_dict(&k, fields, sizeof(fields) / sizeof(fields[0]));
 }
 
 const char hpspy_client_cache_stats_doc[] =
@@ -201,18 +221,16 @@ PyObject *hpspy_client_cache_stats(client_object *self, PyObject *const *args, P
     rc = hps_client_cache_stats(self->c, m, t, &s);
     if (rc < 0)
         return hpspy_raise_c(rc);
-    d = PyDict_New();
-    if (!d || dset(d, "lookups", PyLong_FromUnsignedLongLong(s.lookups)) < 0 ||
-        dset(d, "hits", PyLong_FromUnsignedLongLong(s.hits)) < 0 ||
-        dset(d, "inserts", PyLong_FromUnsignedLongLong(s.inserts)) < 0 ||
-        dset(d, "evictions", PyLong_FromUnsignedLongLong(s.evictions)) < 0 ||
-        dset(d, "updates", PyLong_FromUnsignedLongLong(s.updates)) < 0 ||
-        dset(d, "occupied_rows", PyLong_FromUnsignedLongLong(s.occupied_rows)) < 0 ||
-        dset(d, "capacity_rows", PyLong_FromUnsignedLongLong(s.capacity_rows)) < 0 ||
-        dset(d, "full_refreshes", PyLong_FromUnsignedLongLong(s.full_refreshes)) < 0 ||
-        dset(d, "lock_timeouts", PyLong_FromUnsignedLongLong(s.lock_timeouts)) < 0 ||
-        dset(d, "processes", PyLong_FromUnsignedLong(s.processes)) < 0 ||
-        dset(d, "refresher", PyBool_FromLong(s.refresher)) < 0)
+    static const u64_field_t fields[] = {
+        F(hps_client_cache_stats_t, lookups),       F(hps_client_cache_stats_t, hits),
+        F(hps_client_cache_stats_t, inserts),       F(hps_client_cache_stats_t, evictions),
+        F(hps_client_cache_stats_t, updates),       F(hps_client_cache_stats_t, occupied_rows),
+        F(hps_client_cache_stats_t, capacity_rows), F(hps_client_cache_stats_t, full_refreshes),
+        F(hps_client_cache_stats_t, lock_timeouts)};
+#undef F
+    d = u64_dict(&s, fields, sizeof(fields) / sizeof(fields[0]));
+    if (d && (dset(d, "processes", PyLong_FromUnsignedLong(s.processes)) < 0 ||
+              dset(d, "refresher", PyBool_FromLong(s.refresher)) < 0))
         Py_CLEAR(d);
     return d;
 }
