@@ -33,11 +33,12 @@ static char *take_text(const char *env, bool *ret_err)
 {
     const char *v = getenv(env);
     int64_t fd;
-    if (!v)
-        return NULL;
     char *text = NULL;
     struct stat st;
-    if (hps_parse_int(v, 0, 1 << 20, &fd) && fstat((int)fd, &st) == 0 && st.st_size >= 0 &&
+    if (!v)
+        return NULL;
+    bool is_fd = hps_parse_int(v, 0, 1 << 20, &fd);
+    if (is_fd && fstat((int)fd, &st) == 0 && st.st_size >= 0 &&
         (text = malloc((size_t)st.st_size + 1))) {
         size_t got = 0;
         while (got < (size_t)st.st_size) {
@@ -54,7 +55,7 @@ static char *take_text(const char *env, bool *ret_err)
     }
     if (!text)
         *ret_err = true;
-    if (hps_parse_int(v, 0, 1 << 20, &fd))
+    if (is_fd)
         close((int)fd);
     unsetenv(env);
     return text;
