@@ -86,6 +86,9 @@ struct hps_kafka_consumer {
     size_t num_re;
     int64_t next_refresh_ms;        /* CLOCK_MONOTONIC: the next metadata read */
     hps_kafka_consumer_t *start_at; /* hps_kafka_consumer_start_at(); set before run() */
+    /* update_lag, consumer thread only: the group's committed offsets of
+     * assigned partitions not fetched from yet, read once per assignment. */
+    rd_kafka_topic_partition_list_t *starts;
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -340,6 +343,10 @@ static void track_assigned(hps_kafka_consumer_t *c, const rd_kafka_topic_partiti
     for (int i = 0; i < parts->cnt; i++)
         rd_kafka_topic_partition_list_add(c->assigned, parts->elems[i].topic,
                                           parts->elems[i].partition);
+    if (c->starts) { /* a new assignment: its starts are read again */
+        rd_kafka_topic_partition_list_destroy(c->starts);
+        c->starts = NULL;
+    }
     c->eof_left += parts->cnt;
     update_caught_up(c);
 }
@@ -524,26 +531,31 @@ static void update_lag(hps_kafka_consumer_t *c)
         /* A partition not fetched from yet has no position: it starts at
          * its group's committed offset (the low watermark where none), not
          * at the low watermark (which counted a whole topic as lag after
-         * every restart). */
-        rd_kafka_topic_partition_list_t *nopos = rd_kafka_topic_partition_list_new(4);
-        for (int i = 0; i < a->cnt; i++)
-            if (a->elems[i].offset < 0)
-                rd_kafka_topic_partition_list_add(nopos, a->elems[i].topic, a->elems[i].partition);
-        bool have = nopos->cnt && rd_kafka_committed(c->rk, nopos, 500) == 0;
+         * every restart).  Those offsets are read from the broker once per
+         * assignment, not on every call of this consumer thread. */
+        if (!c->starts) {
+            rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_new(4);
+            for (int i = 0; i < a->cnt; i++)
+                if (a->elems[i].offset < 0)
+                    rd_kafka_topic_partition_list_add(q, a->elems[i].topic, a->elems[i].partition);
+            if (q->cnt && rd_kafka_committed(c->rk, q, 500) == 0)
+                c->starts = q;
+            else
+                rd_kafka_topic_partition_list_destroy(q);
+        }
         for (int i = 0; i < a->cnt; i++) {
             int64_t lo = -1, hi = -1, pos = a->elems[i].offset;
             rd_kafka_get_watermark_offsets(c->rk, a->elems[i].topic, a->elems[i].partition, &lo,
                                            &hi);
             const rd_kafka_topic_partition_t *cp =
-                pos < 0 && have ? rd_kafka_topic_partition_list_find(nopos, a->elems[i].topic,
-                                                                     a->elems[i].partition)
-                                : NULL;
+                pos < 0 && c->starts ? rd_kafka_topic_partition_list_find(
+                                           c->starts, a->elems[i].topic, a->elems[i].partition)
+                                     : NULL;
             if (cp && !cp->err && cp->offset >= 0)
                 pos = cp->offset;
             if (hi >= 0)
                 lag += hi - (pos >= 0 ? pos : (lo >= 0 ? lo : hi));
         }
-        rd_kafka_topic_partition_list_destroy(nopos);
     }
     STAT_SET(c, lag, lag);
     rd_kafka_topic_partition_list_destroy(a);
@@ -817,6 +829,8 @@ void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c)
         rd_kafka_topic_partition_list_destroy(c->pending);
     if (c->assigned)
         rd_kafka_topic_partition_list_destroy(c->assigned);
+    if (c->starts)
+        rd_kafka_topic_partition_list_destroy(c->starts);
     for (size_t i = 0; i < c->num_re; i++)
         regfree(&c->re[i]);
     free(c->re);
