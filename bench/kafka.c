@@ -263,7 +263,8 @@ typedef struct ours {
     _Atomic double t0, t1; /* first message (resolve), the apply reaching target */
 } ours_t;
 
-static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret_vs)
+static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret_vs,
+                    bool *ret_refuse_nonfinite)
 {
     ours_t *o = ctx;
     (void)topic;
@@ -271,6 +272,7 @@ static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret
         o->t0 = now_s();
     *ret_sink = ctx;
     *ret_vs = DIM * 4;
+    *ret_refuse_nonfinite = false;
     return true;
 }
 

@@ -456,3 +456,28 @@ hps_err_t hps_dtype_decode(hps_dtype_t dtype, uint32_t dim, size_t n, const void
     }
     return 0;
 }
+
+/*
+ * Whether any of n floats is NaN or +-Inf (exponent bits all ones), two at a
+ * time in 64-bit words: per 32-bit lane, (bits & 0x7fffffff) + 0x00800000
+ * reaches bit 31 exactly when the magnitude bits are >= 0x7f800000, and a
+ * lane's sum stays below 2^32, so no carry crosses into the next lane.
+ */
+bool hps_f32_any_nonfinite(const void *v, size_t n)
+{
+    const uint64_t mag = UINT64_C(0x7fffffff7fffffff), one_exp = UINT64_C(0x0080000000800000);
+    uint64_t acc = 0;
+    size_t i = 0;
+
+    for (; i + 2 <= n; i += 2) {
+        uint64_t x;
+        memcpy(&x, (const char *)v + 4 * i, 8);
+        acc |= (x & mag) + one_exp;
+    }
+    if (i < n) {
+        uint32_t x;
+        memcpy(&x, (const char *)v + 4 * i, 4);
+        acc |= (uint64_t)((x & 0x7fffffffu) + 0x00800000u);
+    }
+    return (acc & UINT64_C(0x8000000080000000)) != 0;
+}

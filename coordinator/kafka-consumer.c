@@ -40,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hps/dtype.h"
 #include "hps/kafka.h"
 
 #define STAT_ADD(c, f, v) __atomic_fetch_add(&(c)->st.f, (v), __ATOMIC_RELAXED)
@@ -52,13 +53,15 @@
 
 typedef struct topic_buf {
     char name[HPS_KAFKA_TOPIC_MAX];
-    bool known;          /* resolve() accepted it */
-    void *sink;          /* resolve()'s handle */
-    uint32_t value_size; /* bytes per value */
-    uint8_t *keys;       /* (max_batch_size, key_bytes) */
-    float *values;       /* (max_batch_size, value_size / 4) */
-    size_t n;            /* rows in the batch */
-    unsigned failures;   /* consecutive failed applies of this batch */
+    bool known;            /* resolve() accepted it */
+    void *sink;            /* resolve()'s handle */
+    uint32_t value_size;   /* bytes per value */
+    bool refuse_nonfinite; /* drop updates with a NaN or +-Inf element (resolve()) */
+    bool nonfinite_seen;   /* one warning per topic for such updates */
+    uint8_t *keys;         /* (max_batch_size, key_bytes) */
+    float *values;         /* (max_batch_size, value_size / 4) */
+    size_t n;              /* rows in the batch */
+    unsigned failures;     /* consecutive failed applies of this batch */
 } topic_buf_t;
 
 struct hps_kafka_consumer {
@@ -241,7 +244,7 @@ static topic_buf_t *topic_new(hps_kafka_consumer_t *c, const char *name)
     }
     c->topics = grown;
     snprintf(t->name, sizeof(t->name), "%s", name);
-    t->known = c->o.resolve(c->o.ctx, name, &t->sink, &t->value_size);
+    t->known = c->o.resolve(c->o.ctx, name, &t->sink, &t->value_size, &t->refuse_nonfinite);
     if (t->known) {
         size_t rows = (size_t)c->o.max_batch_size;
         t->keys = malloc(rows * c->o.model_key_bytes);
@@ -292,18 +295,24 @@ static bool key_to_model(uint8_t *dst, const uint8_t *w, uint32_t wb, uint32_t m
 }
 
 /* Copy the records into the batch (keys in the model's width), applying
- * each time it fills up.  *ret_dropped: records whose key the model's
- * width cannot hold. */
+ * each time it fills up.  *ret_narrow: records dropped because the model's
+ * key width cannot hold their key; *ret_nonfinite: records with a NaN or
+ * +-Inf value, dropped where t->refuse_nonfinite, else copied as the rest. */
 static bool append(hps_kafka_consumer_t *c, topic_buf_t *t, const hps_kafka_msg_t *m,
-                   size_t *ret_dropped)
+                   size_t *ret_narrow, size_t *ret_nonfinite)
 {
     uint32_t wb = c->o.key_bytes, mb = c->o.model_key_bytes;
     size_t floats = t->value_size / sizeof(float);
     const uint8_t *r = m->records;
-    *ret_dropped = 0;
+    *ret_narrow = *ret_nonfinite = 0;
     for (size_t i = 0; i < m->count; i++, r += m->record_size) {
+        if (hps_f32_any_nonfinite(r + wb, floats)) {
+            ++*ret_nonfinite;
+            if (t->refuse_nonfinite)
+                continue;
+        }
         if (!key_to_model(t->keys + t->n * mb, r, wb, mb)) {
-            ++*ret_dropped;
+            ++*ret_narrow;
             continue;
         }
         memcpy(t->values + t->n * floats, r + wb, t->value_size);
@@ -494,15 +503,27 @@ static void on_message(hps_kafka_consumer_t *c, const rd_kafka_message_t *m)
         v = hps_kafka_parse(m->payload, m->len, m->key_len, c->o.key_bytes, t->value_size, &msg);
     if (v == HPS_KAFKA_OK) {
         STAT_ADD(c, received, msg.count);
-        size_t dropped;
-        if (!append(c, t, &msg, &dropped))
+        size_t narrow, nonfinite;
+        if (!append(c, t, &msg, &narrow, &nonfinite))
             return;
-        if (dropped) {
-            STAT_ADD(c, errors, dropped);
+        STAT_ADD(c, errors, narrow + (t->refuse_nonfinite ? nonfinite : 0));
+        if (nonfinite) {
+            STAT_ADD(c, nonfinite, nonfinite);
+            if (!t->nonfinite_seen) {
+                t->nonfinite_seen = true;
+                event(c, 1,
+                      "%s [%d] offset %lld: %zu of %zu updates have a NaN or Inf value: %s "
+                      "(nonfinite_values = %s; later ones are only counted)",
+                      name, (int)m->partition, (long long)m->offset, nonfinite, msg.count,
+                      t->refuse_nonfinite ? "dropped" : "applied as they are",
+                      t->refuse_nonfinite ? "refuse" : "warn");
+            }
+        }
+        if (narrow) {
             event(c, 1,
                   "%s [%d] offset %lld: %zu of %zu keys do not fit the model's 32-bit keys: "
                   "dropped",
-                  name, (int)m->partition, (long long)m->offset, dropped, msg.count);
+                  name, (int)m->partition, (long long)m->offset, narrow, msg.count);
         }
         rd_kafka_timestamp_type_t tt;
         int64_t ts = rd_kafka_message_timestamp(m, &tt);
@@ -793,6 +814,7 @@ void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret)
     hps_kafka_stats_t s;
     s.messages = STAT_GET(c, messages);
     s.received = STAT_GET(c, received);
+    s.nonfinite = STAT_GET(c, nonfinite);
     s.applied = STAT_GET(c, applied);
     for (int i = 0; i < HPS_KAFKA_NUM_VERDICTS; i++)
         s.skipped[i] = STAT_GET(c, skipped[i]);

@@ -88,7 +88,8 @@ static bool model_matches(const layer_t *l, const char *model)
     return false;
 }
 
-static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret_value_size)
+static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret_value_size,
+                    bool *ret_refuse_nonfinite)
 {
     layer_t *l = ctx;
     char model[HPS_KAFKA_TOPIC_MAX], table[HPS_KAFKA_TOPIC_MAX];
@@ -102,6 +103,7 @@ static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret
             return false;
         *ret_sink = t;
         *ret_value_size = t->dim * (uint32_t)sizeof(float);
+        *ret_refuse_nonfinite = t->model->nonfinite_values == HPS_CONF_BAD_ROWS_REFUSE;
         HPS_INFO("kafka %s: topic %s -> table %u (dim %u)", l->name, topic, t->vdb_id, t->dim);
         return true;
     }
@@ -226,6 +228,7 @@ static void publish_stats(layer_t *l, const hps_kafka_stats_t *s)
     hps_update_stats_t u = {
         .messages = s->messages,
         .received = s->received,
+        .nonfinite = s->nonfinite,
         .applied = s->applied,
         .beacons = s->beacons,
         .errors = s->errors,
@@ -257,11 +260,12 @@ static void log_stats(layer_t *l, bool force)
         if (hps_update_reason_name(r))
             n += (size_t)snprintf(sk + n, sizeof(sk) - n, "%s%s=%llu", n ? " " : "",
                                   hps_update_reason_name(r), (unsigned long long)s.skipped[r]);
-    HPS_INFO("kafka %s: messages=%llu received=%llu applied=%llu skipped: %s "
+    HPS_INFO("kafka %s: messages=%llu received=%llu nonfinite=%llu applied=%llu skipped: %s "
              "beacons=%llu lag=%lld errors=%llu commits=%llu newest_applied_age_ms=%lld",
              l->name, (unsigned long long)s.messages, (unsigned long long)s.received,
-             (unsigned long long)s.applied, sk, (unsigned long long)s.beacons, (long long)s.lag,
-             (unsigned long long)s.errors, (unsigned long long)s.commits,
+             (unsigned long long)s.nonfinite, (unsigned long long)s.applied, sk,
+             (unsigned long long)s.beacons, (long long)s.lag, (unsigned long long)s.errors,
+             (unsigned long long)s.commits,
              s.newest_applied_ms ? (long long)(now_ms() - s.newest_applied_ms) : -1LL);
 }
 

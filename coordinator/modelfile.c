@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hps/dtype.h"
 #include "hps/modelfile.h"
 
 /** Longest model or table name (HugeCTR: [a-zA-Z0-9_-]{1,120}). */
@@ -616,39 +617,14 @@ static hps_err_t scan_keys(scan_t *sc, const int64_t *keys, size_t n, uint64_t f
     return 0;
 }
 
-/*
- * Whether any of n floats is NaN or +-Inf (exponent bits all ones), two at a
- * time in 64-bit words: per 32-bit lane, (bits & 0x7fffffff) + 0x00800000
- * reaches bit 31 exactly when the magnitude bits are >= 0x7f800000, and a
- * lane's sum stays below 2^32, so no carry crosses into the next lane.
- */
-static bool any_nonfinite(const float *v, size_t n)
-{
-    const uint64_t mag = UINT64_C(0x7fffffff7fffffff), one_exp = UINT64_C(0x0080000000800000);
-    uint64_t acc = 0;
-    size_t i = 0;
-
-    for (; i + 2 <= n; i += 2) {
-        uint64_t x;
-        memcpy(&x, v + i, 8);
-        acc |= (x & mag) + one_exp;
-    }
-    if (i < n) {
-        uint32_t x;
-        memcpy(&x, v + i, 4);
-        acc |= (uint64_t)((x & 0x7fffffffu) + 0x00800000u);
-    }
-    return (acc & UINT64_C(0x8000000080000000)) != 0;
-}
-
 /* Count the rows of a piece with a NaN or Inf; cheap when there is none. */
 static void scan_vectors(scan_t *sc, const int64_t *keys, const float *vecs, size_t n, uint32_t dim,
                          uint64_t first_row)
 {
-    if (!any_nonfinite(vecs, n * dim))
+    if (!hps_f32_any_nonfinite(vecs, n * dim))
         return;
     for (size_t i = 0; i < n; i++) {
-        if (!any_nonfinite(vecs + i * dim, dim))
+        if (!hps_f32_any_nonfinite(vecs + i * dim, dim))
             continue;
         if (sc->st.nonfinite_rows++ == 0) {
             sc->st.first_nonfinite_row = first_row + i;

@@ -81,6 +81,7 @@ hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_
     struct shm_ustat *d = &u->layer[layer];
     ST(d->messages, s->messages);
     ST(d->received, s->received);
+    ST(d->nonfinite, s->nonfinite);
     ST(d->applied, s->applied);
     for (int i = 0; i < HPS_SHMDB_UPDATE_REASONS; i++)
         ST(d->skipped[i], s->skipped[i]);
@@ -103,6 +104,7 @@ hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update
     struct shm_ustat *d = &u->layer[layer];
     ret->messages = LD(d->messages);
     ret->received = LD(d->received);
+    ret->nonfinite = LD(d->nonfinite);
     ret->applied = LD(d->applied);
     for (int i = 0; i < HPS_SHMDB_UPDATE_REASONS; i++)
         ret->skipped[i] = LD(d->skipped[i]);

@@ -220,6 +220,9 @@ static void update_metrics(worker_t *w, hps_kserve_text_t *x)
 #define F(name, field, help)                                                                       \
     update_family(x, st, have, name, "counter", help, offsetof(hps_update_stats_t, field))
     F("nv_hps_updates_received", received, "Updates (key, vector) received from Kafka");
+    F("nv_hps_updates_nonfinite", nonfinite,
+      "Updates received whose vector has a NaN or Inf element (applied, or dropped and counted "
+      "in nv_hps_update_errors where the model's nonfinite_values is refuse)");
     F("nv_hps_updates_applied", applied, "Updates applied to the layer");
     F("nv_hps_update_errors", errors,
       "Kafka consumer errors, and updates dropped (keys too wide for the model, or a layer's "

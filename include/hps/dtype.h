@@ -245,6 +245,16 @@ uint16_t hps_bf16_from_float(float x);
 /** @brief bfloat16 bits to binary32 (the bits shifted up 16; exact).  Pure. */
 float hps_bf16_to_float(uint16_t h);
 
+/**
+ * @brief Whether any of n binary32 values is NaN or +-Inf (all exponent bits
+ *        set).  Branch-free over the values; cheap enough to run on every
+ *        row a model file or a Kafka message brings.  Pure.
+ * @param[in] v  n binary32 values, host memory, any alignment (read with
+ *               memcpy: Kafka records are not aligned).
+ * @param[in] n  Number of values; 0 gives false.
+ */
+bool hps_f32_any_nonfinite(const void *v, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

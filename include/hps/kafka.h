@@ -111,12 +111,14 @@ int32_t hps_kafka_partition_of(uint32_t group, int32_t partition_count);
 
 /**
  * Resolve a topic to a sink.  Return true and set *ret_sink (opaque, passed
- * back to apply) and *ret_value_size (dim * 4) for a table to update; false
- * for a topic that this consumer must skip (HPS_KAFKA_SKIP_UNKNOWN).
- * Called on the consumer thread, once per topic.
+ * back to apply), *ret_value_size (dim * 4) and *ret_refuse_nonfinite (true:
+ * updates whose vector has a NaN or +-Inf element are dropped, the model's
+ * `nonfinite_values = refuse`; false: they are applied as they are) for a
+ * table to update; false for a topic that this consumer must skip
+ * (HPS_KAFKA_SKIP_UNKNOWN).  Called on the consumer thread, once per topic.
  */
 typedef bool (*hps_kafka_resolve_fn)(void *ctx, const char *topic, void **ret_sink,
-                                     uint32_t *ret_value_size);
+                                     uint32_t *ret_value_size, bool *ret_refuse_nonfinite);
 
 /**
  * Apply n updates: keys (n) of key_bytes each, values (n, value_size / 4)
@@ -170,6 +172,7 @@ typedef struct hps_kafka_consumer_opts {
 typedef struct hps_kafka_stats {
     uint64_t messages;                        /**< messages received (not errors) */
     uint64_t received;                        /**< updates (pairs) in accepted messages */
+    uint64_t nonfinite;                       /**< of those, with a NaN / Inf value (resolve) */
     uint64_t applied;                         /**< updates applied to the sink */
     uint64_t skipped[HPS_KAFKA_NUM_VERDICTS]; /**< messages skipped, by verdict */
     uint64_t beacons;                         /**< header-only messages */

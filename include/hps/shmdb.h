@@ -873,6 +873,7 @@ hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret);
 typedef struct hps_update_stats {
     uint64_t messages;                          /**< messages received */
     uint64_t received;                          /**< updates in accepted messages */
+    uint64_t nonfinite;                         /**< of those, with a NaN / Inf value */
     uint64_t applied;                           /**< updates applied to the layer */
     uint64_t skipped[HPS_SHMDB_UPDATE_REASONS]; /**< messages skipped, by reason index */
     uint64_t beacons;                           /**< header-only messages */

@@ -32,6 +32,8 @@ RATE = 0.5
 TOPIC_A = "hps_et.mA.sparse_embedding0"
 TOPIC_B = "hps_et.mB.sparse_embedding0"
 TOPIC_C = "hps_et.mC.sparse_embedding0"
+TOPIC_W = "hps_et.mW.sparse_embedding0"
+TOPIC_R = "hps_et.mR.sparse_embedding0"
 
 
 def new_vector(key, gen):
@@ -97,9 +99,10 @@ def lookup(worker, model, keys):
 
 
 def body(t, cl):
-    mock = Mock([TOPIC_A, TOPIC_B, TOPIC_C])
+    mock = Mock([TOPIC_A, TOPIC_B, TOPIC_C, TOPIC_W, TOPIC_R])
     try:
         narrow_keys(t, cl, mock)
+        nonfinite(t, cl, mock)
         scenario(t, cl, mock)
     finally:
         mock.close()
@@ -264,6 +267,77 @@ def narrow_keys(t, cl, mock):
          "do not fit the model's 32-bit keys" in coord.log(),
          "the key over 2^32 - 1 is dropped and counted", coord.log())
     for p in (w, coord):  # leave the consumer groups cleanly for the next scenario
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+
+
+def nonfinite(t, cl, mock):
+    """Updates whose vector has a NaN or +-Inf element: counted per layer (the
+    stats line and nv_hps_updates_nonfinite); model mW (nonfinite_values =
+    warn, the default) applies them as they are, served bit for bit; model mR
+    (refuse) drops them, keeps the rows it had and counts them in errors."""
+    seg = cl.new_segment_name("nf")
+    mW = cl.gen_model("mW", [ROWS], [DIM], subdir="mW", segment=seg)
+    mR = cl.gen_model("mR", [ROWS], [DIM], subdir="mR", segment=seg)
+    text = mW.ini_text + "\n" + mR.ini_text[mR.ini_text.index("[model.mR]"):]
+    conf = cl.write_config("nf.ini", text, [
+        ("model.mR", "nonfinite_values", "refuse"),
+        ("volatile_db", "update_filters", "m[WR]"),
+        ("persistent_db", "update_filters", "m[WR]"),
+        ("update_source", "type", "kafka_message_queue"),
+        ("update_source", "brokers", mock.bootstrap),
+        ("update_source", "poll_timeout_ms", "100"),
+        ("update_source", "metadata_refresh_interval_ms", "500")])
+    coord = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    bad = {0: float("nan"), 3: float("inf"), 7: float("-inf")}  # key index -> element 0
+
+    def vec(m, i, k):
+        v = new_vector(k, 4)
+        if i in bad:
+            v[0] = bad[i]
+        return v
+
+    def bits(vectors):
+        return [struct.pack("<%df" % DIM, *v) for v in vectors]
+
+    for m in (mW, mR):
+        keys = m.file_keys[0][:10]
+        data = b"".join(struct.pack("<q%df" % DIM, k, *vec(m, i, k)) for i, k in enumerate(keys))
+        rc, out = push(mock.bootstrap, m.name, data)
+        t.ok(rc == 0, "hps-push of 10 updates (3 with NaN / Inf) to %s" % m.name, out)
+    for layer in ("volatile", "persistent"):
+        t.ok(H.wait_until(lambda: stats(coord, layer).get("received", 0) >= 20 and
+                          stats(coord, layer).get("applied", 0) >= 17, 60, 0.1),
+             "%s: 20 updates received, 17 applied" % layer, stats(coord, layer))
+        st = stats(coord, layer)
+        t.eq([st.get("nonfinite"), st.get("applied"), st.get("errors")], [6, 17, 3],
+             "%s: 6 updates with NaN / Inf counted, mR's 3 dropped as errors" % layer)
+
+    def served(m, keys):
+        _, vals = H.decode_output(H.infer(w.http_port, m.name, [keys], binary=True))
+        return bits([vals[i * DIM:(i + 1) * DIM] for i in range(len(keys))])
+
+    keys = mW.file_keys[0][:10]
+    t.eq(served(mW, keys), bits([vec(mW, i, k) for i, k in enumerate(keys)]),
+         "mW (warn): every update applied, NaN / Inf served bit for bit")
+    keys = mR.file_keys[0][:10]
+    want = [H.gen_vector(0, k, DIM) if i in bad else vec(mR, i, k) for i, k in enumerate(keys)]
+    t.eq(served(mR, keys), bits(want), "mR (refuse): the 7 finite updates applied, the "
+         "3 keys with NaN / Inf keep the model's rows")
+    log = coord.log()
+    t.ok("have a NaN or Inf value: dropped (nonfinite_values = refuse" in log and
+         "have a NaN or Inf value: applied as they are" in log,
+         "one warning per topic names the policy", log[-3000:])
+    got = {}
+
+    def metric_match():
+        got.update(update_metrics(w))
+        return all(got.get('nv_hps_updates_nonfinite{layer="%s"}' % layer) == 6
+                   for layer in ("volatile", "persistent"))
+    t.ok(H.wait_until(metric_match, 10, 0.2), "worker /metrics: nv_hps_updates_nonfinite 6 per "
+         "layer", {k: v for k, v in got.items() if "nonfinite" in k})
+    for p in (w, coord):
         p.kill(signal.SIGTERM)
         p.wait(30)
 
