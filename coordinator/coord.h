@@ -23,7 +23,7 @@ enum {
     HPS_EXIT_USAGE = 2,   /* bad command line or configuration */
     HPS_EXIT_SEGMENT = 3, /* shared memory: another live coordinator, incompatible segment */
     HPS_EXIT_MODEL = 4,   /* a model was refused (bad files) or could not be loaded */
-    HPS_EXIT_PDB = 5,     /* the persistent database could not be opened */
+    HPS_EXIT_PDB = 5,     /* the persistent database cannot be opened or failed */
     HPS_EXIT_DDB = 6,     /* the distributed database (Redis) could not be opened */
 };
 

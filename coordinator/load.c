@@ -436,16 +436,18 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
         rc = c->key_bytes == 8
                  ? hps_modelfile_read(mf, row, n, keys, vecs, err, sizeof(err))
                  : hps_modelfile_read_u32(mf, row, n, (uint32_t *)keys, vecs, err, sizeof(err));
+        bool pdb_failed = false;
         if (rc == 0 && from_pdb)
-            rc = values_from_pdb(c, ct, n, keys, vecs, err, sizeof(err));
+            pdb_failed = (rc = values_from_pdb(c, ct, n, keys, vecs, err, sizeof(err))) < 0;
         else if (rc == 0 && want < hps_modelfile_rows(mf))
             rc = last_rows(mf, dups, want, c->key_bytes, n, keys, vecs, err, sizeof(err));
         if (rc == 0)
             rc = put_rows(c, ct, ddb, n, keys, vecs, err, sizeof(err));
         if (rc < 0) {
-            HPS_ERROR("%s: loading into the %s DB: %s", dir, layer,
+            HPS_ERROR("%s: loading into the %s DB%s: %s", dir, layer,
+                      pdb_failed ? " (reading the persistent DB)" : "",
                       err[0] ? err : hps_strerror(rc));
-            ex = ddb ? HPS_EXIT_DDB : HPS_EXIT_MODEL;
+            ex = pdb_failed ? HPS_EXIT_PDB : ddb ? HPS_EXIT_DDB : HPS_EXIT_MODEL;
         }
         progress(ct->name, row + n, want);
         *ret_bytes += n * (8 + ct->dim * sizeof(float));
@@ -629,10 +631,15 @@ static hps_err_t vdb_put(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_
     return rc;
 }
 
-/* One chunk: read it, ingest it, upsert it; the step times go to j. */
-static hps_err_t load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_t n,
-                            load_buf_t *b, char *err, size_t err_len)
+/* One chunk: read it, ingest it, upsert it; the step times go to j, the
+ * message of a failure to j->err.  0; HPS_EXIT_PDB when the persistent DB
+ * failed (a full disk, an I/O error: not the model's fault, so the service
+ * manager may start the coordinator again); HPS_EXIT_MODEL otherwise (the
+ * files, or a volatile DB too small for the model). */
+static int load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_t n, load_buf_t *b,
+                      char *err, size_t err_len)
 {
+    int ex = HPS_EXIT_MODEL;
     double t0 = now_s(), t1, t2;
     const char *step = "reading the model files";
     hps_err_t rc = read_rows(mf, j->c->key_bytes, row, n, b->keys, b->vecs, err, err_len);
@@ -641,6 +648,8 @@ static hps_err_t load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, si
         step = "loading into the persistent DB";
         rc = hps_pdb_bulk_load(j->ct->pdb, n, b->keys, j->c->key_bytes, b->vecs, j->ct->dim, err,
                                err_len);
+        if (rc < 0)
+            ex = HPS_EXIT_PDB;
     }
     t2 = now_s();
     if (rc == 0) {
@@ -650,10 +659,11 @@ static hps_err_t load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, si
     j->read_s += t1 - t0;
     j->pdb_s += t2 - t1;
     j->vdb_s += now_s() - t2;
-    if (rc < 0)
-        snprintf(j->err, sizeof(j->err), "model %s table %s: %s: %s", j->ct->model->name,
-                 j->ct->name, step, err[0] ? err : hps_strerror(rc));
-    return rc;
+    if (rc == 0)
+        return 0;
+    snprintf(j->err, sizeof(j->err), "model %s table %s: %s: %s", j->ct->model->name, j->ct->name,
+             step, err[0] ? err : hps_strerror(rc));
+    return ex;
 }
 
 /* par_fn of the pass: job i of the load_pass_t ctx. */
@@ -678,8 +688,7 @@ static void run_job(void *ctx, size_t i, load_buf_t *b)
         n = end - row < chunk ? end - row : chunk;
         if (atomic_load_explicit(&lp->failed, memory_order_relaxed))
             break;
-        if (load_chunk(j, mf, row, (size_t)n, b, err, sizeof(err)) < 0)
-            j->ex = HPS_EXIT_MODEL;
+        j->ex = load_chunk(j, mf, row, (size_t)n, b, err, sizeof(err));
         uint64_t done = atomic_fetch_add_explicit(&lp->done, n, memory_order_relaxed) + n;
         progress(j->ct->model->name, done, lp->total);
     }

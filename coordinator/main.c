@@ -66,7 +66,8 @@ static void usage(FILE *out)
                  "Exit status:\n"
                  "  0  clean shutdown          3  shared memory busy or unusable\n"
                  "  1  runtime failure         4  a model was refused or failed to load\n"
-                 "  2  usage or configuration  5  persistent database could not be opened\n"
+                 "  2  usage or configuration  5  persistent database unusable (cannot be opened,\n"
+                 "                                or failed while loading: full disk, I/O error)\n"
                  "                             6  distributed database (Redis) unusable\n");
 }
 

@@ -26,7 +26,10 @@ import glob
 import os
 import json
 import re
+import resource
+import signal
 import shutil
+import subprocess
 import struct
 import sys
 import time
@@ -335,6 +338,32 @@ def body(t, cl):
          H.first_mismatch(g, fixed.expected(kpt), fixed, kpt))
     shutil.rmtree(os.path.join(good.dir, "rocksdb"), ignore_errors=True)
     contents_cases(t, cl, good)
+    full_disk(t, cl, good)
+
+
+def full_disk(t, cl, good):
+    """A persistent DB that cannot be written while the files are ingested
+    (here RLIMIT_FSIZE, with SIGXFSZ ignored: each write past the limit fails
+    with EFBIG, as ENOSPC would on a full disk) is not the model's fault:
+    exit 5, which the service unit restarts, not 4, which it does not."""
+    big = cl.gen_model("big", rows=[60000], dims=[64], subdir="big")
+    text = base_ini(cl, good, cl.path("rocks-full"))
+    seg = "%s-full" % cl.segment
+    cl.extra_segments.append(seg)
+    text = H.ini_set(text, "volatile_db", "shared_memory_name", seg)
+    text = H.ini_set(text, "volatile_db", "shared_memory_size", "8MiB")
+    text = H.ini_set(text, "volatile_db", "initial_cache_rate", "0.1")
+    conf = cl.write_config("full.ini", text + "\n" + model_section("big", big), [])
+    limit = 12 << 20  # above the 8 MiB segment, below the 15.8 MB of rows
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    r = subprocess.run([H.COORDINATOR, "-c", conf], capture_output=True, text=True, timeout=60,
+                       cwd=cl.tmp, preexec_fn=small_files)
+    out = r.stdout + r.stderr
+    t.eq(r.returncode, H.EXIT_PDB, "persistent DB not writable during ingestion: exit 5")
+    t.ok("loading into the persistent DB" in out, "the message names the persistent DB", out)
 
 
 if __name__ == "__main__":
