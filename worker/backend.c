@@ -455,11 +455,10 @@ void worker_backend(worker_t *w, hps_kserve_backend_t *ret)
     ret->lookup_nowait = lookup_nowait;
     ret->lookup_device = lookup_device;
     ret->ready = ready;
-    if (w->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT) {
-        ret->model_loaded = model_loaded;
-        ret->model_state = model_state;
+    ret->model_loaded = model_loaded; /* in mode none too: SIGHUP adds and removes models */
+    ret->model_state = model_state;
+    if (w->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT)
         ret->model_control = model_control;
-    }
     ret->refresh_models = refresh_models;
     ret->metrics = metrics;
     ret->pin_output = pin_output;

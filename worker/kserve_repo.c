@@ -8,9 +8,11 @@
  *   POST /v2/repository/{repo}/...                 501 for a named repository
  *
  * Model control mode `none` (the backend has no model_control): the models
- * are those of the INI file, loaded by hps-coordinator at its start, and a
- * load or unload request gets Triton's answer for that mode (503,
- * "explicit model load / unload is not allowed if polling is enabled").
+ * are those of the INI file, loaded by hps-coordinator at its start and on
+ * SIGHUP (a model added to the INI shows by name only until a reload loads
+ * it; one a reload removed, as "unloaded"), and a load or unload request
+ * gets Triton's answer for that mode (503, "explicit model load / unload is
+ * not allowed if polling is enabled").
  * Mode `explicit`: the request is checked here (its body, the model), then
  * the backend's model_control runs it on the lookup pool (kserve_http.c)
  * and the answer is 200 when the model serves (or is gone), 400 with the

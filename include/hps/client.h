@@ -162,8 +162,9 @@ int hps_client_device(const hps_client_t *c);
  * @brief Model @p model's state, as the repository index shows it.
  * READY: its tables are in the segment and the coordinator serves;
  * UNAVAILABLE: loaded, but no segment or coordinator now; LOADING /
- * UNLOADING: a model control request for it waits or runs; UNLOADED
- * (explicit model control only): not in the segment.
+ * UNLOADING: a model control request for it waits or runs; UNLOADED:
+ * not in the segment its coordinator serves (unloaded by explicit model
+ * control or by a SIGHUP reload without it, or never loaded).
  * @param[out] ret_state   The state.
  * @param[out] ret_served  Whether this client has seen the model loaded
  *                         since it opened (Triton lists models never
@@ -175,10 +176,10 @@ hps_err_t hps_client_model_state(hps_client_t *c, size_t model, hps_model_state_
                                  bool *ret_served);
 
 /**
- * @brief Whether model @p model is loaded: false only under explicit model
- *        control, once the segment served by a coordinator was searched and
- *        the model's tables are not in it (lookups then fail with
- *        HPS_ENOTFOUND).  Lock-free; false for a bad argument.
+ * @brief Whether model @p model is loaded: false once the segment served
+ *        by a coordinator was searched and the model's tables are not in it
+ *        (lookups then fail with HPS_ENOTFOUND), whichever the model control
+ *        mode.  Lock-free; false for a bad argument.
  */
 bool hps_client_model_loaded(const hps_client_t *c, size_t model);
 

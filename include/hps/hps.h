@@ -155,7 +155,7 @@ typedef enum hps_model_state {
     HPS_MODEL_UNAVAILABLE = 1, /**< loaded, but not served now (no segment or coordinator) */
     HPS_MODEL_LOADING = 2,     /**< a load is waiting or in progress */
     HPS_MODEL_UNLOADING = 3,   /**< an unload is waiting or in progress */
-    HPS_MODEL_UNLOADED = 4,    /**< not loaded (explicit mode): unloaded, or never loaded */
+    HPS_MODEL_UNLOADED = 4,    /**< not in the serving segment: unloaded, or never loaded */
 } hps_model_state_t;
 
 /** Prefix of every table tag, topic and database name (HugeCTR v24.06). */

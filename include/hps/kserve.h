@@ -328,7 +328,7 @@ typedef struct hps_kserve_backend {
 
     /**
      * @brief Optional (NULL = every model is loaded): whether model mi is
-     *        loaded (explicit model control unloads models).  A model that
+     *        loaded (explicit model control and SIGHUP reloads unload models).  A model that
      *        is not gets Triton's answer for a model without versions (400
      *        "Request for unknown model: 'x' has no available versions") on
      *        inference, metadata, config and ready.  Must be cheap and never

@@ -14,11 +14,15 @@ whose version may only move forward (each worker switches once).
   (2) SIGHUP with a broken INI: logged, nothing changes, still version 2;
   (3) SIGHUP with a version 3 whose emb_vector is corrupt: refused before
       anything is written, still version 2;
-  (4) SIGHUP with a second model added: its tables load into the new
-      segment beside m, which keeps serving; the running workers learn it
-      from the INI and serve it;
+  (4) SIGHUP with a second model added: before the SIGHUP the workers,
+      which see it in the INI, list it by name only and answer 400 for it
+      (it was listed READY); after, its tables load into the new segment
+      beside m, which keeps serving; the running workers learn it from the
+      INI and serve it;
   (5) SIGHUP with it removed: the new segment holds only m (used bytes
-      fall); added again: the same segment size and used bytes as in (4);
+      fall); the workers stay ready (they went not ready for good) and show
+      n "unloaded", answering 400 for it; added again: the same segment
+      size and used bytes as in (4);
   (6) SIGHUP with n's dimension changed: the running workers refuse n
       (500 with the reason, logged: its rows would not fit what they
       answer), a worker started since serves the new dimension;
@@ -155,6 +159,13 @@ def sighup(t, c, what, want_reload=True, timeout=60):
     t.ok(c.alive(), "%s: the coordinator is alive (pid %d)" % (what, c.pid))
 
 
+def index_states(w):
+    """The repository index of worker w: {name: (version, state, reason) or None}."""
+    r = H.http(w.http_port, "POST", "/v2/repository/index", b"{}")
+    return {e["name"]: (e["version"], e["state"], e.get("reason")) if "state" in e else None
+            for e in json.loads(r.body)}
+
+
 def thread_cpus(pid):
     """The Cpus_allowed_list of every thread of process pid."""
     out = set()
@@ -232,6 +243,11 @@ def body(t, cl):
     n = cl.gen_model("n", rows=[5000], dims=[4], subdir="n_v1")
     text = m2.ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]
     cl.write_config("hps.ini", text, SETTINGS)
+    idx = [index_states(w) for w in ws]
+    t.eq(idx, [{"m": ("2", "READY", None), "n": None}] * 2,
+         "n in the INI before the SIGHUP: listed by name only, m READY")
+    t.eq([H.infer(w.http_port, "n", [n.file_keys[0][:3]]).status for w in ws], [400, 400],
+         "n in the INI before the SIGHUP: 400 (unknown model), not answered from nothing")
     sighup(t, c, "model n added")
     t.eq(shm_versions(cl), [("m", 2), ("n", 1)], "hps-shm info: models m (2) and n (1)")
     seg = cl.shm_info()["segment"]
@@ -251,6 +267,13 @@ def body(t, cl):
     cl.write_config("hps.ini", m2.ini_text, SETTINGS)
     sighup(t, c, "model n removed")
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m (2) only")
+    t.ok(H.wait_until(lambda: all(H.http(w.http_port, "GET", "/v2/health/ready").status == 200
+                                  for w in ws), 5), "n removed: both workers stay ready")
+    t.eq([index_states(w) for w in ws],
+         [{"m": ("2", "READY", None), "n": ("1", "UNAVAILABLE", "unloaded")}] * 2,
+         "n removed: the index shows it unloaded")
+    t.eq([H.infer(w.http_port, "n", kpt_n).status for w in ws], [400, 400],
+         "n removed: 400 (unknown model)")
     seg_m = cl.shm_info()["segment"]
     t.ok(seg_m["used_bytes"] < seg["used_bytes"],
          "the segment's used bytes fell without n: %d -> %d"

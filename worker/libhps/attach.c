@@ -122,6 +122,17 @@ static bool resolve(hps_client_t *cl)
     return all;
 }
 
+/* The segment was searched while its coordinator served (settled): name
+ * the models of this process that are not in it, once per segment. */
+static void log_not_loaded(hps_client_t *cl)
+{
+    for (size_t i = 0; i < cl->num_models; i++)
+        if (!atomic_load(&cl->models[i].resolved) && !atomic_load(&cl->models[i].misfit))
+            HPS_INFO("model %s: not in /dev/shm/hps.%s, whose coordinator serves: not loaded "
+                     "(requests for it are answered as for an unknown model)",
+                     cl->models[i].conf->name, cl->conf->volatile_db.shared_memory_name);
+}
+
 /* Attach if not attached, or if the object was replaced; under the write lock. */
 static void reattach(hps_client_t *cl)
 {
@@ -180,6 +191,8 @@ static void reattach(hps_client_t *cl)
         atomic_store(&cl->resolved, resolve(cl));
         atomic_store(&cl->settled, hps_shmdb_coordinator_alive(
                                        fresh, (uint32_t)cl->conf->hps.worker_timeout_ms, true));
+        if (atomic_load(&cl->settled) && !atomic_load(&cl->resolved))
+            log_not_loaded(cl);
         if (old)
             hps__client_gpu_switched(cl); /* cached rows may be another version's */
         /* A model answered from another version now: its counters are the
@@ -227,6 +240,7 @@ static void maint_round(hps_client_t *cl)
                      cl->num_models == 1 ? "" : "s");
         } else if (alive) {
             atomic_store(&cl->settled, true);
+            log_not_loaded(cl);
         }
     }
     hps_shmdb_proc_heartbeat(cl->db);

@@ -604,8 +604,16 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
     hps_err_t rc;
     client_model_t *m = &cl->models[mi];
     pthread_rwlock_rdlock(&cl->seg_lock);
+    if (atomic_load(&m->misfit)) {
+        pthread_rwlock_unlock(&cl->seg_lock);
+        return hps__client_fail(HPS_ENOTFOUND,
+                                "model %s: the segment holds it with other dimensions than this "
+                                "process serves (its INI changed since the process started): "
+                                "start the process again",
+                                m->conf->name);
+    }
     if (!atomic_load(&m->resolved) && cl->db && hps__client_models_known(cl)) {
-        pthread_rwlock_unlock(&cl->seg_lock); /* explicit model control: not loaded */
+        pthread_rwlock_unlock(&cl->seg_lock); /* unloaded, or never loaded */
         return hps__client_fail(HPS_ENOTFOUND, "model %s is not loaded", m->conf->name);
     }
     if (!atomic_load(&m->served)) { /* defaults for every key would pass for an answer */
@@ -614,14 +622,6 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
                                 "model %s is not ready: its tables were not found in "
                                 "/dev/shm/hps.%s yet (is an hps-coordinator serving it there?)",
                                 m->conf->name, cl->conf->volatile_db.shared_memory_name);
-    }
-    if (atomic_load(&m->misfit)) {
-        pthread_rwlock_unlock(&cl->seg_lock);
-        return hps__client_fail(HPS_ENOTFOUND,
-                                "model %s: the segment holds it with other dimensions than this "
-                                "process serves (its INI changed since the process started): "
-                                "start the process again",
-                                m->conf->name);
     }
     int path = -1;
     /* only a client with GPU caches chooses a path (lookup_locked) */

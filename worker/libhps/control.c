@@ -39,7 +39,7 @@ hps_err_t hps_client_model_state(hps_client_t *cl, size_t mi, hps_model_state_t 
         *ret_state = op == HPS_MODEL_UNLOAD ? HPS_MODEL_UNLOADING : HPS_MODEL_LOADING;
     else if (resolved && alive)
         *ret_state = HPS_MODEL_READY;
-    else if (!resolved && known && explicit_mode(cl))
+    else if (!resolved && known && !atomic_load(&m->misfit))
         *ret_state = HPS_MODEL_UNLOADED;
     else
         *ret_state = HPS_MODEL_UNAVAILABLE;
@@ -52,7 +52,10 @@ bool hps_client_model_loaded(const hps_client_t *cl, size_t mi)
 {
     if (!cl || mi >= cl->num_models)
         return false;
-    return atomic_load(&cl->models[mi].resolved) || !hps__client_models_known(cl);
+    /* A misfit (the segment holds another dimension) stays "loaded": its
+     * lookups fail with the message that says why. */
+    return atomic_load(&cl->models[mi].resolved) || atomic_load(&cl->models[mi].misfit) ||
+           !hps__client_models_known(cl);
 }
 
 /* A request id no other process on the host picks: the pid, a per-process

@@ -98,8 +98,10 @@ struct hps_client {
     _Atomic bool misses_served;
     _Atomic bool resolved; /* every model's tables found */
     /* The segment was searched while its coordinator served: the models not
-     * found in it are not loaded (explicit model control); cleared by a
-     * switch.  Maintenance thread writes, any thread reads. */
+     * found in it are not loaded (explicit model control unloaded them, or
+     * a SIGHUP reload removed them from the coordinator's INI, or they were
+     * added to this process's INI and no coordinator loaded them); cleared
+     * by a switch.  Maintenance thread writes, any thread reads. */
     _Atomic bool settled;
     /* The models: HPS_CONF_MAX_MODELS entries, never moved; [0, num_models)
      * in use.  An entry is written once, under models_lock, before
@@ -173,13 +175,13 @@ uint64_t hps__client_now_ns(void);
 hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/** The models of the segment are known: every one found, or (explicit
- *  model control) the segment searched while its coordinator served. */
+/** The models of the segment are known: every one found, or the segment
+ *  searched while its coordinator served (in either model control mode: the
+ *  coordinator's INI, not this process's, says which models serve). */
 static inline bool hps__client_models_known(const hps_client_t *cl)
 {
     return atomic_load(&((hps_client_t *)cl)->resolved) ||
-           (cl->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT &&
-            atomic_load(&((hps_client_t *)cl)->settled));
+           atomic_load(&((hps_client_t *)cl)->settled);
 }
 
 /* ---- attach.c: the maintenance thread -------------------------------------- */
