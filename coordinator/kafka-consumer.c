@@ -89,6 +89,9 @@ struct hps_kafka_consumer {
     size_t num_re;
     int64_t next_refresh_ms;        /* CLOCK_MONOTONIC: the next metadata read */
     hps_kafka_consumer_t *start_at; /* hps_kafka_consumer_start_at(); set before run() */
+    /* start_at's group's committed offsets, read when start_at was called
+     * (before either consumer ran); NULL when they could not be read. */
+    rd_kafka_topic_partition_list_t *start_offsets;
     /* update_lag, consumer thread only: the group's committed offsets of
      * assigned partitions not fetched from yet, read once per assignment. */
     rd_kafka_topic_partition_list_t *starts;
@@ -397,31 +400,53 @@ static bool topic_matches(const hps_kafka_consumer_t *c, const char *topic)
     return false;
 }
 
-/* The offsets start_at's group has committed for parts (the beginning
- * where it has none); parts' own group's (RD_KAFKA_OFFSET_STORED) stay if
- * they cannot be read. */
+/* Where parts start: the offsets start_at's group had committed when
+ * hps_kafka_consumer_start_at() was called, i.e. when the layer was filled
+ * from it, not the ones it commits since (its consumer runs meanwhile: a
+ * later read skips the updates it applied after the fill).  A partition
+ * without one (none committed then, unknown then, or unreadable) starts at
+ * the beginning: replaying is harmless, skipping is not. */
 static void start_where(hps_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *parts)
 {
-    rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_copy(parts);
-    rd_kafka_resp_err_t e = rd_kafka_committed(c->start_at->rk, q, 5000);
-    if (e) {
-        event(c, 1,
-              "reading the offsets of the layer it was filled from: %s; starting at its "
-              "own",
-              rd_kafka_err2str(e));
-    } else {
-        for (int i = 0; i < parts->cnt; i++)
-            parts->elems[i].offset = q->elems[i].err || q->elems[i].offset < 0
-                                         ? RD_KAFKA_OFFSET_BEGINNING
-                                         : q->elems[i].offset;
-        event(c, 2, "%d partitions start where the layer it was filled from stands", parts->cnt);
+    for (int i = 0; i < parts->cnt; i++) {
+        const rd_kafka_topic_partition_t *s =
+            c->start_offsets
+                ? rd_kafka_topic_partition_list_find(c->start_offsets, parts->elems[i].topic,
+                                                     parts->elems[i].partition)
+                : NULL;
+        parts->elems[i].offset =
+            s && !s->err && s->offset >= 0 ? s->offset : RD_KAFKA_OFFSET_BEGINNING;
     }
-    rd_kafka_topic_partition_list_destroy(q);
+    event(c, 2, "%d partitions start where the layer it was filled from stood", parts->cnt);
 }
 
 void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *from)
 {
     c->start_at = from;
+    /* Read from's committed offsets now, before from's consumer runs. */
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(from->rk, 1, NULL, &md, 5000);
+    rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_new(16);
+    for (int i = 0; !e && i < md->topic_cnt; i++) {
+        const rd_kafka_metadata_topic_t *t = &md->topics[i];
+        if (t->err || !topic_matches(c, t->topic))
+            continue;
+        for (int j = 0; j < t->partition_cnt; j++)
+            rd_kafka_topic_partition_list_add(q, t->topic, t->partitions[j].id);
+    }
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (!e && q->cnt)
+        e = rd_kafka_committed(from->rk, q, 5000);
+    if (e) {
+        event(c, 1,
+              "reading the offsets of the layer it was filled from: %s; its partitions "
+              "are read from the beginning",
+              rd_kafka_err2str(e));
+        rd_kafka_topic_partition_list_destroy(q);
+        return;
+    }
+    c->start_offsets = q;
 }
 
 /* assign_all: read the cluster's topics and assign the partitions of the
@@ -614,6 +639,8 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
     hps_kafka_consumer_t *c = rd_kafka_opaque(rk);
     if (c && level <= 3) /* syslog error and worse; the rest is librdkafka chatter */
         event(c, 1, "librdkafka %s: %s", fac, buf);
+    else if (c && level == 4 && strcmp(fac, "OFFSET") == 0) /* an offset reset: */
+        event(c, 1, "librdkafka %s: %s", fac, buf);         /* messages may have been skipped */
 }
 
 /* ---- life cycle --------------------------------------------------------- */
@@ -853,6 +880,8 @@ void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c)
         rd_kafka_topic_partition_list_destroy(c->assigned);
     if (c->starts)
         rd_kafka_topic_partition_list_destroy(c->starts);
+    if (c->start_offsets)
+        rd_kafka_topic_partition_list_destroy(c->start_offsets);
     for (size_t i = 0; i < c->num_re; i++)
         regfree(&c->re[i]);
     free(c->re);

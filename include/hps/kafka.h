@@ -248,13 +248,17 @@ bool hps_kafka_consumer_caught_up(hps_kafka_consumer_t *c);
 
 /**
  * @brief With assign_all: start c's partitions at the offsets that `from`'s
- * group has committed (the beginning of a partition where it has none), not
- * at c's own group's.  For a layer that was filled from another layer at
- * this start (hps-coordinator's volatile DB, built from the persistent DB):
- * it must read again every update that layer had not applied, even those
- * its own group committed (re-applying an update is harmless).  Offsets are
- * still committed to c's own group.  Call before hps_kafka_consumer_run();
- * from must stay alive while c runs.  Not thread-safe.
+ * group has committed AS OF THIS CALL (read now: metadata and committed
+ * offsets, up to 5 s each), not at c's own group's.  For a layer that was
+ * filled from another layer at this start (hps-coordinator's volatile DB,
+ * built from the persistent DB): it must read again every update that layer
+ * had not applied when it was read, even those its own group committed
+ * (re-applying an update is harmless), and none of those from's consumer
+ * applies later (reading from's offsets at c's first assignment, as this
+ * did, skipped those).  A partition without such an offset (none
+ * committed, a topic created since, or the read failed: logged) starts at
+ * the beginning.  Offsets are still committed to c's own group.  Call
+ * before either consumer runs (hps_kafka_consumer_run()).  Not thread-safe.
  */
 void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *from);
 
