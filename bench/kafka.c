@@ -255,7 +255,7 @@ typedef struct ours {
     uint32_t id;
     hps_kafka_consumer_t *cons;
     pthread_t thread;
-    volatile sig_atomic_t stop;
+    atomic_int stop;
     int fetch_wait_ms; /* 0: librdkafka's default */
     /* Throughput passes, written on the consumer thread: */
     size_t target;         /* updates of the pass */
@@ -317,7 +317,7 @@ static void ours_start(const char *bootstrap, const char *group, const char *mod
         .fetch_wait_max_ms = o->fetch_wait_ms,
     };
     char err[512];
-    o->stop = 0;
+    atomic_store(&o->stop, 0);
     o->done = 0;
     o->t0 = o->t1 = 0;
     if (hps_kafka_consumer_create(&opts, &o->cons, err, sizeof(err)) < 0)
@@ -327,7 +327,7 @@ static void ours_start(const char *bootstrap, const char *group, const char *mod
 
 static void ours_stop(ours_t *o)
 {
-    o->stop = 1;
+    atomic_store(&o->stop, 1);
     pthread_join(o->thread, NULL);
     hps_kafka_consumer_destroy(o->cons);
 }

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,7 +65,7 @@ typedef struct coord {
     unsigned num_miss_threads;
     struct coord_inserter *inserter; /* serve.c: [distributed_db] cache_missed_embeddings
                                         writes to Redis, off the answer path; NULL if off */
-    volatile sig_atomic_t *stop;
+    atomic_int *stop;                /* main.c's stop flag (set by the signal thread or main) */
     /* Reload (HPS_RELOAD_ENV): the segment that serves while the new one is
      * built (segment.c keeps it attached; the heartbeat thread beats on it
      * too, so workers stay ready), detached after publishing.  serving_lock

@@ -74,7 +74,7 @@ struct hps_kafka_consumer {
     rd_kafka_queue_t *commit_q;               /* results of asynchronous commits */
     int commits_in_flight;                    /* sent, result not yet served */
     int msg_count;                            /* messages since the last commit */
-    const volatile sig_atomic_t *stop;
+    const atomic_int *stop;                   /* run()'s; read with acquire loads */
     hps_kafka_stats_t st; /* updated with relaxed atomics (read by other threads) */
     /* Catch-up tracking, consumer thread only: the partitions assigned (an
      * element's opaque is non-NULL once it reached EOF) and how many have
@@ -154,7 +154,7 @@ static bool deliver(hps_kafka_consumer_t *c, topic_buf_t *t)
             event(c, 1, "%s: applying %zu updates failed %u time%s (%s); retrying in %ld ms",
                   t->name, t->n, f, f == 1 ? "" : "s", hps_strerror(rc), wait);
         for (long slept = 0; slept < wait; slept += 50) { /* a stop is seen within 50 ms */
-            if (*c->stop)
+            if (atomic_load_explicit(c->stop, memory_order_acquire))
                 return false;
             sleep_ms(wait - slept < 50 ? (int)(wait - slept) : 50);
         }
@@ -813,13 +813,13 @@ static void step(hps_kafka_consumer_t *c, int64_t *idle_ms)
     rd_kafka_message_destroy(m);
 }
 
-hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop)
+hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const atomic_int *stop)
 {
     c->stop = stop;
     int64_t idle_ms = 0, next_lag = 0;
     if (c->o.num_filters == 0)
         update_caught_up(c); /* subscribed to nothing: nothing to catch up on */
-    while (!*stop) {
+    while (!atomic_load_explicit(stop, memory_order_acquire)) {
         int64_t now = now_ms(CLOCK_MONOTONIC);
         if (c->o.assign_all && c->o.num_filters && now >= c->next_refresh_ms) {
             refresh_assignment(c);

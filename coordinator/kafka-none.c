@@ -24,7 +24,7 @@ hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *opts,
     return HPS_EUNSUPPORTED;
 }
 
-hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop)
+hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const atomic_int *stop)
 {
     (void)c;
     (void)stop;

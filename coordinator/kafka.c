@@ -55,16 +55,16 @@ typedef struct layer {
     hps_kafka_consumer_t *cons;
     pthread_t thread;
     bool running;
-    hps_kafka_stats_t logged;          /* last counters written to the log */
-    bool updlog_warned;                /* append failure logged once */
-    bool publish_warned;               /* stats publication failure logged once */
-    const volatile sig_atomic_t *stop; /* the owner's stop flag */
+    hps_kafka_stats_t logged; /* last counters written to the log */
+    bool updlog_warned;       /* append failure logged once */
+    bool publish_warned;      /* stats publication failure logged once */
+    const atomic_int *stop;   /* the owner's stop flag */
 } layer_t;
 
 struct coord_kafka {
     layer_t layers[3];
     size_t num_layers;
-    volatile sig_atomic_t stop;
+    atomic_int stop; /* set by coord_kafka_stop, read by the consumer and stats threads */
     pthread_t stats_thread;
     bool stats_running;
 };
@@ -272,8 +272,8 @@ static void log_stats(layer_t *l, bool force)
 static void *stats_loop(void *arg)
 {
     coord_kafka_t *k = arg;
-    while (!k->stop) {
-        for (int i = 0; i < 10 && !k->stop; i++)
+    while (!atomic_load(&k->stop)) {
+        for (int i = 0; i < 10 && !atomic_load(&k->stop); i++)
             usleep(100000);
         for (size_t i = 0; i < k->num_layers; i++)
             log_stats(&k->layers[i], false);
@@ -393,7 +393,7 @@ void coord_kafka_stop(coord_kafka_t *k)
 {
     if (!k)
         return;
-    k->stop = 1;
+    atomic_store(&k->stop, 1);
     if (k->stats_running)
         pthread_join(k->stats_thread, NULL);
     for (size_t i = 0; i < 3; i++) {

@@ -39,7 +39,8 @@
  * and the loaders (through coord_t.stop): stop (SIGTERM, SIGINT, or main
  * itself when it shuts down), a stop asked for by a signal, and reload
  * (SIGHUP, cleared by run() when it takes it). */
-static volatile sig_atomic_t g_stop, g_term, g_reload;
+static atomic_int g_stop, g_term, g_reload; /* C11 atomics: threads, and lock-free
+                                             * in a signal handler too */
 /* The signal thread; g_sig_quit (atomic) ends it. */
 static pthread_t g_sig_thread;
 static bool g_sig_running;
@@ -309,10 +310,9 @@ static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_r
     long period = (long)c->conf->hps.worker_timeout_ms / 2, since_reap = 0;
     period = period > 1000 ? 1000 : period < 50 ? 50 : period;
     long step = period < 100 ? period : 100;
-    while (!g_stop) {
+    while (!atomic_load(&g_stop)) {
         sleep_ms(step);
-        if (g_reload) {
-            g_reload = 0;
+        if (atomic_exchange(&g_reload, 0)) {
             HPS_INFO("SIGHUP: reading %s again", path);
             coord_kafka_stop(*kafka);
             *kafka = NULL;
@@ -482,10 +482,10 @@ static void *signal_loop(void *arg)
     while (!__atomic_load_n(&g_sig_quit, __ATOMIC_ACQUIRE)) {
         int sig = sigtimedwait(&s, NULL, &tick);
         if (sig == SIGHUP) {
-            g_reload = 1;
+            atomic_store(&g_reload, 1);
         } else if (sig == SIGTERM || sig == SIGINT) {
-            g_term = 1;
-            g_stop = 1;
+            atomic_store(&g_term, 1);
+            atomic_store(&g_stop, 1);
         }
     }
     return NULL;
@@ -494,10 +494,10 @@ static void *signal_loop(void *arg)
 static void on_signal(int sig)
 {
     if (sig == SIGHUP) {
-        g_reload = 1;
+        atomic_store(&g_reload, 1);
     } else {
-        g_term = 1;
-        g_stop = 1;
+        atomic_store(&g_term, 1);
+        atomic_store(&g_stop, 1);
     }
 }
 
@@ -530,9 +530,9 @@ static bool hand_signals_over(void)
         pthread_join(g_sig_thread, NULL);
         g_sig_running = false;
     }
-    if (g_term)
+    if (atomic_load(&g_term))
         return false;
-    if (g_reload)
+    if (atomic_load(&g_reload))
         kill(getpid(), SIGHUP); /* blocked in every thread: pending across execv */
     return true;
 }
@@ -620,7 +620,7 @@ int main(int argc, char **argv)
         else
             HPS_INFO("shutting down");
     }
-    g_stop = 1;
+    atomic_store(&g_stop, 1);
     coord_kafka_stop(kafka); /* commits what was applied: the new one goes on from there */
     shutdown_all(&c, reload || fallback);
     hps_conf_free(conf);

@@ -350,7 +350,7 @@ static void *insert_loop(void *arg)
 static void *serve_loop(void *arg)
 {
     server_t s = {.c = arg};
-    while (!*s.c->stop) {
+    while (!atomic_load_explicit(s.c->stop, memory_order_acquire)) {
         hps_err_t rc = hps_shmdb_miss_serve(s.c->db, 100, answer, &s, NULL);
         /* every request it took is answered (DONE): now the inserts */
         flush_vdb(&s);

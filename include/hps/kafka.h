@@ -19,7 +19,7 @@
 #ifndef HPS_KAFKA_H
 #define HPS_KAFKA_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -232,7 +232,7 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
  * them.  On return everything applied has been committed (best effort).
  * @return 0.
  */
-hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const volatile sig_atomic_t *stop);
+hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const atomic_int *stop);
 
 /**
  * @brief Whether the consumer has caught up: every partition assigned to it

@@ -286,8 +286,8 @@ bool hps_client_coordinator_alive(hps_client_t *cl)
 
 bool hps_client_ready(hps_client_t *cl)
 {
-    return cl->db && hps__client_models_known(cl) && atomic_load(&cl->coord_alive) &&
-           hps__client_gpu_ready(cl);
+    return hps__client_attached(cl) && hps__client_models_known(cl) &&
+           atomic_load(&cl->coord_alive) && hps__client_gpu_ready(cl);
 }
 
 hps_err_t hps_client_wait_ready(hps_client_t *cl, uint32_t timeout_ms)
@@ -300,7 +300,7 @@ hps_err_t hps_client_wait_ready(hps_client_t *cl, uint32_t timeout_ms)
         if (hps__client_now_ns() >= end)
             return hps__client_fail(HPS_ETIMEDOUT,
                                     "not ready after %u ms (segment %s, coordinator %s)",
-                                    timeout_ms, cl->db ? "attached" : "not found",
+                                    timeout_ms, hps__client_attached(cl) ? "attached" : "not found",
                                     atomic_load(&cl->coord_alive) ? "serving" : "not serving");
         nanosleep(&ts, NULL);
     }

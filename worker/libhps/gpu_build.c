@@ -483,7 +483,8 @@ static void rebuild_stale(struct client_gpu *g, gctx_t *c)
 
 static bool can_build(hps_client_t *cl)
 {
-    return cl->db && hps__client_models_known(cl) && atomic_load(&cl->coord_alive);
+    return hps__client_attached(cl) && hps__client_models_known(cl) &&
+           atomic_load(&cl->coord_alive);
 }
 
 static void *gpu_thread(void *arg)

@@ -175,6 +175,16 @@ uint64_t hps__client_now_ns(void);
 hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/** Whether a segment is attached (cl->db, read under seg_lock: the
+ *  maintenance thread attaches and switches). */
+static inline bool hps__client_attached(hps_client_t *cl)
+{
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    bool attached = cl->db != NULL;
+    pthread_rwlock_unlock(&cl->seg_lock);
+    return attached;
+}
+
 /** The models of the segment are known: every one found, or the segment
  *  searched while its coordinator served (in either model control mode: the
  *  coordinator's INI, not this process's, says which models serve). */
