@@ -85,8 +85,9 @@ typedef struct coord {
     bool vdb_from_pdb; /* load.c: a volatile-DB table took its values from the persistent DB
                           at this start (kafka.c: its consumer starts where the persistent
                           DB's stands); main thread only, before coord_kafka_start() */
-    char *idents;      /* load.c: every table's file identity, from coord_validate_models() to
-                          coord_load_models(); NULL without a persistent DB */
+    struct coord_ident *idents; /* load.c: every table's file identities, from
+                                   coord_validate_models() to coord_load_models(); NULL
+                                   without a persistent or distributed DB */
     /* cpus.c, main thread only: the CPUs the process may use, saved while its
      * threads are confined to [hps] load_cpu_share of them. */
     cpu_set_t cpus_all;

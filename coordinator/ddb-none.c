@@ -19,7 +19,7 @@ void hps_ddb_opts_init(hps_ddb_opts_t *o)
 hps_err_t hps_ddb_key_name(const char *model, const char *table, unsigned part, char kind,
                            char *buf, size_t buf_len)
 {
-    if ((kind != 'v' && kind != 't') || !model || !table || !buf)
+    if ((kind != 'v' && kind != 't' && kind != 'r') || !model || !table || !buf)
         return HPS_EINVAL;
     int n = snprintf(buf, buf_len, "hps_et{hps_et.%s.%s/p%u}%c", model, table, part, kind);
     return n < 0 || (size_t)n >= buf_len ? HPS_EINVAL : n;
@@ -85,4 +85,22 @@ void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret)
 {
     (void)db;
     *ret = (hps_ddb_stats_t){0};
+}
+
+hps_err_t hps_ddb_record_get(hps_ddb_table_t *t, char *buf, size_t len, char *err, size_t err_len)
+{
+    (void)t, (void)buf, (void)len, (void)err, (void)err_len;
+    return HPS_EUNSUPPORTED;
+}
+
+hps_err_t hps_ddb_record_set(hps_ddb_table_t *t, const char *rec, char *err, size_t err_len)
+{
+    (void)t, (void)rec, (void)err, (void)err_len;
+    return HPS_EUNSUPPORTED;
+}
+
+hps_err_t hps_ddb_drop(hps_ddb_table_t *t, char *err, size_t err_len)
+{
+    (void)t, (void)err, (void)err_len;
+    return HPS_EUNSUPPORTED;
 }

@@ -190,7 +190,7 @@ void hps_ddb_opts_init(hps_ddb_opts_t *o)
 hps_err_t hps_ddb_key_name(const char *model, const char *table, unsigned part, char kind,
                            char *buf, size_t buf_len)
 {
-    if ((kind != 'v' && kind != 't') || !model || !table || !buf)
+    if ((kind != 'v' && kind != 't' && kind != 'r') || !model || !table || !buf)
         return HPS_EINVAL;
     int n = snprintf(buf, buf_len, HPS_TABLE_TAG_PREFIX "{" HPS_TABLE_TAG_PREFIX ".%s.%s/p%u}%c",
                      model, table, part, kind);
@@ -835,5 +835,71 @@ hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *
     }
     cl_fini(&cl);
     free(names);
+    return e;
+}
+
+/* ---- the table's record: which model files its rows came from ----------- */
+
+/* One command on t's record key (partition 0's slot): verb, the key, and
+ * val when given.  The reply stays in cl (cl_fini frees it). */
+static hps_err_t record_cmd(hps_ddb_table_t *t, cmdlist_t *cl, char *name, const char *verb,
+                            const char *val, char *err, size_t err_len)
+{
+    hps_err_t len = hps_ddb_key_name(t->model, t->table, 0, 'r', name, HPS_DDB_KEY_MAX);
+    hps_err_t e = len < 0 ? len : cl_init(cl, 1, 3);
+    if (e)
+        return e;
+    hps_rcluster_cmd_t *c = &cl->c[cl->n++];
+    *c = (hps_rcluster_cmd_t){.argv = cl->argv, .argvlen = cl->len, .slot = t->slot[0]};
+    cl_arg(cl, c, verb, strlen(verb));
+    cl_arg(cl, c, name, (size_t)len);
+    if (val)
+        cl_arg(cl, c, val, strlen(val));
+    e = hps_rcluster_exec(t->db->rc, 1, cl->c, err, err_len);
+    if (!e && (!c->reply || c->reply->type == REDIS_REPLY_ERROR))
+        e = reply_errors(cl, err, err_len) ? HPS_EIO : HPS_EIO;
+    return e;
+}
+
+hps_err_t hps_ddb_record_get(hps_ddb_table_t *t, char *buf, size_t len, char *err, size_t err_len)
+{
+    char name[HPS_DDB_KEY_MAX];
+    cmdlist_t cl = {0};
+    hps_err_t e = record_cmd(t, &cl, name, "GET", NULL, err, err_len);
+    if (!e) {
+        const redisReply *r = cl.c[0].reply;
+        if (r->type == REDIS_REPLY_NIL)
+            e = HPS_ENOTFOUND;
+        else if (r->type != REDIS_REPLY_STRING || r->len >= len)
+            e = HPS_EIO;
+        else
+            memcpy(buf, r->str, r->len + 1);
+    }
+    cl_fini(&cl);
+    return e;
+}
+
+hps_err_t hps_ddb_record_set(hps_ddb_table_t *t, const char *rec, char *err, size_t err_len)
+{
+    char name[HPS_DDB_KEY_MAX];
+    cmdlist_t cl = {0};
+    hps_err_t e = record_cmd(t, &cl, name, rec ? "SET" : "DEL", rec, err, err_len);
+    cl_fini(&cl);
+    return e;
+}
+
+hps_err_t hps_ddb_drop(hps_ddb_table_t *t, char *err, size_t err_len)
+{
+    cmdlist_t cl;
+    hps_err_t e = cl_init(&cl, 2 * (size_t)t->np, 4 * (size_t)t->np);
+    for (unsigned p = 0; !e && p < t->np; p++) {
+        cl_begin(&cl, t, p, "UNLINK", 'v');
+        cl_begin(&cl, t, p, "UNLINK", 't');
+    }
+    if (!e)
+        e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
+    if (!e)
+        e = reply_errors(&cl, err, err_len);
+    cl_fini(&cl);
     return e;
 }

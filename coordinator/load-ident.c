@@ -18,9 +18,10 @@
 
 #include "load-internal.h"
 
-#define FILE_ID_MAX 1400       /* one file's part of an identity */
-#define PATH_ID_MAX 1200       /* longer paths are named by their hash in it */
-#define HASH_SPAN   (1u << 20) /* bytes hashed at each end of a file */
+#define FILE_ID_MAX    1400       /* one file's part of an identity */
+#define CONTENT_ID_MAX 64         /* one file's contents part */
+#define PATH_ID_MAX    1200       /* longer paths are named by their hash in it */
+#define HASH_SPAN      (1u << 20) /* bytes hashed at each end of a file */
 
 #define FNV_PRIME 0x100000001b3ULL
 
@@ -67,8 +68,10 @@ static bool hash_ends(int fd, off_t size, size_t span, uint64_t *head, uint64_t 
 
 /* "<path> size=S mtime=SEC.NSEC head=H tail=T" of one file; a path longer
  * than PATH_ID_MAX is written "path-fnv1a=<hash of the path>" so that every
- * valid path fits the persistent DB's record.  false with errno set. */
-static bool file_ident(const char *path, char *buf, size_t len)
+ * valid path fits the persistent DB's record.  Its contents part, "size=S
+ * head=H tail=T", into content (CONTENT_ID_MAX bytes).  false with errno
+ * set. */
+static bool file_ident(const char *path, char *buf, size_t len, char *content)
 {
     /* O_NONBLOCK: a FIFO put in place since validation must not hang here */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -95,6 +98,8 @@ static bool file_ident(const char *path, char *buf, size_t len)
     int n = snprintf(buf, len, "%s size=%lld mtime=%lld.%09ld head=%016" PRIx64 " tail=%016" PRIx64,
                      strlen(path) > PATH_ID_MAX ? named : path, (long long)st.st_size,
                      (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, head, tail);
+    snprintf(content, CONTENT_ID_MAX, "size=%lld head=%016" PRIx64 " tail=%016" PRIx64,
+             (long long)st.st_size, head, tail);
     if (!ok)
         errno = EIO;
     else if (n <= 0 || (size_t)n >= len)
@@ -102,16 +107,22 @@ static bool file_ident(const char *path, char *buf, size_t len)
     return ok && n > 0 && (size_t)n < len;
 }
 
-/* The identity of table t's files (see the top of this file). */
-bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len)
+/* The identity of table t's files (see the top of this file); their
+ * contents' identity into content when it is not NULL. */
+bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len,
+                       char *content)
 {
     char key[PATH_MAX + 16], vec[PATH_MAX + 16], kid[FILE_ID_MAX], vid[FILE_ID_MAX];
+    char kc[CONTENT_ID_MAX], vc[CONTENT_ID_MAX];
     snprintf(key, sizeof(key), "%s/key", m->sparse_files[t]);
     snprintf(vec, sizeof(vec), "%s/emb_vector", m->sparse_files[t]);
-    if (!file_ident(key, kid, sizeof(kid)) || !file_ident(vec, vid, sizeof(vid)))
+    if (!file_ident(key, kid, sizeof(kid), kc) || !file_ident(vec, vid, sizeof(vid), vc))
         return false;
-    int n = snprintf(buf, len, "v1 dim=%d key_bytes=%u; %s; %s",
-                     (int)m->embedding_vecsize_per_table[t], c->key_bytes, kid, vid);
+    int dim = (int)m->embedding_vecsize_per_table[t];
+    if (content)
+        snprintf(content, CONTENT_IDENT_MAX, "v1 dim=%d key_bytes=%u; key %s; emb_vector %s", dim,
+                 c->key_bytes, kc, vc);
+    int n = snprintf(buf, len, "v1 dim=%d key_bytes=%u; %s; %s", dim, c->key_bytes, kid, vid);
     if (n <= 0 || (size_t)n >= len)
         errno = ENAMETOOLONG;
     return n > 0 && (size_t)n < len;

@@ -17,6 +17,17 @@
 #define LOAD_THREADS 2
 /* A table's file identity, with the NUL (< HPS_PDB_META_MAX). */
 #define IDENT_MAX 3072
+/* Its contents' identity (no path, no mtime), with the NUL. */
+#define CONTENT_IDENT_MAX 192
+
+/* The identities of one table's model files (coord_table_ident): `files`
+ * for the persistent DB's record (this host's files: paths and mtimes), and
+ * `content` for the distributed DB's (shared by hosts whose copies of the
+ * files sit at other paths: sizes and hashes only). */
+typedef struct coord_ident {
+    char files[IDENT_MAX];
+    char content[CONTENT_IDENT_MAX];
+} coord_ident_t;
 
 /* A thread's chunk buffer, keys then vectors, grown on demand and reused
  * across its tables (fresh memory costs a page fault per page at first
@@ -46,10 +57,13 @@ size_t coord_load_par_run(par_fn fn, void *ctx, size_t n);
 
 /* The identity of table t of model m's files into buf (len bytes, at most
  * IDENT_MAX needed): "v1 dim=D key_bytes=K; <key file>; <emb_vector file>",
- * each file "<path> size=S mtime=SEC.NSEC head=H tail=T" (load-ident.c).
- * false with errno set (a file missing, not regular, unreadable: EIO;
- * too long: ENAMETOOLONG).  Opens the files O_NONBLOCK. */
-bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf,
-                       size_t len);
+ * each file "<path> size=S mtime=SEC.NSEC head=H tail=T" (load-ident.c);
+ * and, when content is not NULL, their contents' identity into it
+ * (CONTENT_IDENT_MAX bytes): "v1 dim=D key_bytes=K; key size=S head=H
+ * tail=T; emb_vector size=S head=H tail=T".  false with errno set (a file
+ * missing, not regular, unreadable: EIO; too long: ENAMETOOLONG).  Opens
+ * the files O_NONBLOCK. */
+bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len,
+                       char *content);
 
 #endif

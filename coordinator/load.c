@@ -125,8 +125,8 @@ typedef struct check_ctx {
     const hps_conf_model_t *m;
     const hps_modelfile_spec_t *specs;
     unsigned refuse;
-    table_dups_t *dups;       /* m's entries of g_dups */
-    char (*ident)[IDENT_MAX]; /* m's identities; NULL without a persistent DB */
+    table_dups_t *dups;   /* m's entries of g_dups */
+    coord_ident_t *ident; /* m's identities; NULL without a persistent or distributed DB */
     check_res_t *res;
 } check_ctx_t;
 
@@ -137,7 +137,8 @@ static void check_job(void *ctx, size_t t, load_buf_t *b)
     (void)b;
     r->rc = hps_modelfile_check_table(&k->specs[t], k->refuse, &r->st, &k->dups[t].d, &k->dups[t].n,
                                       r->err, sizeof(r->err));
-    if (r->rc == 0 && k->ident && !coord_table_ident(k->c, k->m, t, k->ident[t], IDENT_MAX))
+    if (r->rc == 0 && k->ident &&
+        !coord_table_ident(k->c, k->m, t, k->ident[t].files, IDENT_MAX, k->ident[t].content))
         r->ident_errno = errno ? errno : EIO;
 }
 
@@ -147,7 +148,7 @@ static void check_job(void *ctx, size_t t, load_buf_t *b)
  * in order), else log one warning per table with bad rows. */
 static int check_contents(const coord_t *c, const hps_conf_model_t *m,
                           const hps_modelfile_spec_t *specs, table_dups_t *dups,
-                          char (*ident)[IDENT_MAX], uint64_t *ret_nonfinite, uint64_t *ret_dup_keys)
+                          coord_ident_t *ident, uint64_t *ret_nonfinite, uint64_t *ret_dup_keys)
 {
     bool refuse_nf = m->nonfinite_values == HPS_CONF_BAD_ROWS_REFUSE;
     bool refuse_dup = m->duplicate_keys == HPS_CONF_BAD_ROWS_REFUSE;
@@ -202,7 +203,7 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
 
 /* Refuse the whole start-up if any table of any model is malformed.  With
  * ident (a persistent DB), the identities of every model's tables, in order. */
-static int validate_all(coord_t *c, char (*ident)[IDENT_MAX])
+static int validate_all(coord_t *c, coord_ident_t *ident)
 {
     char err[512];
     for (size_t i = 0, first = 0; i < c->conf->num_models;
@@ -462,14 +463,14 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
  * DB holds exactly them (plus the updates applied since), and what loading
  * must do to its column family. */
 typedef struct model_state {
-    char (*ident)[IDENT_MAX];
+    coord_ident_t *ident;
     bool *current; /* the PDB holds these files (after the pass: all ingested) */
     bool *held;    /* ... and did before this start: values come from the PDB */
     bool *has_rec; /* the PDB has a record of this table (maybe another's files) */
     bool *had_cf;  /* the column family existed before this start */
 } model_state_t;
 
-static int model_state_init(model_state_t *st, size_t n, char (*ident)[IDENT_MAX])
+static int model_state_init(model_state_t *st, size_t n, coord_ident_t *ident)
 {
     bool *b = calloc(n ? 4 * n : 1, sizeof(bool));
     *st = (model_state_t){
@@ -506,11 +507,11 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
             return HPS_EXIT_PDB;
         }
         st->has_rec[t] = rc == 0;
-        st->current[t] = st->held[t] = rc == 0 && strcmp(rec, st->ident[t]) == 0;
+        st->current[t] = st->held[t] = rc == 0 && strcmp(rec, st->ident[t].files) == 0;
         if (rc == 0 && !st->current[t])
             HPS_INFO("model %s table %s: the model files changed since the persistent DB "
                      "ingested them (was: %s; now: %s)",
-                     m->name, m->embedding_table_names[t], rec, st->ident[t]);
+                     m->name, m->embedding_table_names[t], rec, st->ident[t].files);
     }
     return 0;
 }
@@ -764,7 +765,7 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
         if (st->current[t])
             continue;
         coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
-        if (hps_pdb_meta_put(c->pdb, name, st->ident[t], err, sizeof(err)) < 0) {
+        if (hps_pdb_meta_put(c->pdb, name, st->ident[t].files, err, sizeof(err)) < 0) {
             HPS_ERROR("model %s: persistent DB: recording the ingested files: %s", m->name, err);
             return HPS_EXIT_PDB;
         }
@@ -835,10 +836,78 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
                  lt->vdb_s);
 }
 
+/* The distributed DB's copy of table t of m (created by create_table). */
+static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
+{
+    uint32_t id = 0;
+    hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+    return &c->tables[id];
+}
+
+/*
+ * Before the distributed DB is filled with m's tables: a table whose record
+ * (hps_ddb_record_get) names other model files, another version or changed
+ * files, loses its rows first, so that no request is answered partly from
+ * the old rows (Redis keeps every row the fill does not overwrite, and
+ * serves them to cache_missed_embeddings' misses too).  The record goes
+ * before the rows: a start killed in between drops them again.  A table
+ * without a record keeps its rows (HugeCTR wrote none: data it wrote is
+ * taken for these files'), as does one whose record matches (with the
+ * updates applied to it since).  The record names the files' contents, not
+ * their paths: hosts that share the cluster may keep their copies anywhere.
+ */
+static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
+{
+    for (size_t t = 0; st->ident && t < m->num_tables; t++) {
+        coord_table_t *ct = table_of(c, m, t);
+        char rec[1024], err[512] = "";
+        hps_err_t rc = hps_ddb_record_get(ct->ddb, rec, sizeof(rec), err, sizeof(err));
+        if (rc == HPS_ENOTFOUND) {
+            HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
+                     "rows came from (HugeCTR's data, or none yet): taken for these files'",
+                     m->name, ct->name);
+            continue;
+        }
+        if (rc == 0 && strcmp(rec, st->ident[t].content) == 0)
+            continue;
+        if (rc == 0) {
+            HPS_INFO("model %s table %s: the distributed DB holds the rows of other model files "
+                     "(%s; now %s): removing them before loading",
+                     m->name, ct->name, rec, st->ident[t].content);
+            rc = hps_ddb_record_set(ct->ddb, NULL, err, sizeof(err));
+        }
+        if (rc == 0)
+            rc = hps_ddb_drop(ct->ddb, err, sizeof(err));
+        if (rc < 0) {
+            HPS_ERROR("model %s table %s: distributed DB: %s", m->name, ct->name,
+                      err[0] ? err : hps_strerror(rc));
+            return HPS_EXIT_DDB;
+        }
+    }
+    return 0;
+}
+
+/* After the fill: record which files the distributed DB's tables hold. */
+static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
+{
+    for (size_t t = 0; st->ident && t < m->num_tables; t++) {
+        coord_table_t *ct = table_of(c, m, t);
+        char err[512] = "";
+        hps_err_t rc = hps_ddb_record_set(ct->ddb, st->ident[t].content, err, sizeof(err));
+        if (rc < 0) {
+            HPS_ERROR("model %s table %s: distributed DB: recording the loaded files: %s", m->name,
+                      ct->name, err[0] ? err : hps_strerror(rc));
+            return HPS_EXIT_DDB;
+        }
+    }
+    return 0;
+}
+
 /* ident: the identities of m's tables (validate_all), NULL without a
- * persistent DB; dups: m's entries of g_dups (NULL: none known). */
-static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused,
-                      char (*ident)[IDENT_MAX], const table_dups_t *dups)
+ * persistent or distributed DB; dups: m's entries of g_dups (NULL: none
+ * known). */
+static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, coord_ident_t *ident,
+                      const table_dups_t *dups)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
     bool ingest = c->pdb && !p->read_only && p->initialize_after_startup;
@@ -869,7 +938,10 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused,
         ex = load_files(c, m, &st, rows, ingest, !vdb_reused, dups, &lt);
     uint64_t ddb[2] = {0}, vdb[2] = {0};
     double t1 = now_s();
-    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, dups, true, ddb)))
+    if (!ex && c->ddb)
+        ex = ddb_prepare(c, m, &st);
+    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, dups, true, ddb)) &&
+        !(ex = ddb_record(c, m, &st)))
         HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s",
                  m->name, (unsigned long long)ddb[0], c->conf->distributed_db.initial_cache_rate,
                  now_s() - t1);
@@ -891,20 +963,20 @@ int coord_validate_models(coord_t *c)
     for (size_t i = 0; i < c->conf->num_models; i++)
         total += c->conf->models[i].num_tables;
     free(c->idents);
-    c->idents = c->pdb && total ? calloc(total, IDENT_MAX) : NULL;
-    if (c->pdb && total && !c->idents)
+    c->idents = (c->pdb || c->ddb) && total ? calloc(total, sizeof(coord_ident_t)) : NULL;
+    if ((c->pdb || c->ddb) && total && !c->idents)
         return HPS_EXIT_RUNTIME;
     free_dups();
     g_dups = calloc(total ? total : 1, sizeof(*g_dups));
     if (!g_dups)
         return HPS_EXIT_RUNTIME;
     g_dups_len = total;
-    return validate_all(c, (char(*)[IDENT_MAX])c->idents);
+    return validate_all(c, c->idents);
 }
 
 int coord_load_models(coord_t *c, bool vdb_reused)
 {
-    char(*ident)[IDENT_MAX] = (char(*)[IDENT_MAX])c->idents;
+    coord_ident_t *ident = c->idents;
     int ex = coord_ddb_open(c); /* no-op when main.c opened it already */
     if (!ex && !(c->tables = calloc(HPS_SHMDB_MAX_TABLES, sizeof(coord_table_t))))
         ex = HPS_EXIT_RUNTIME;

@@ -102,10 +102,11 @@ void hps_ddb_opts_init(hps_ddb_opts_t *opts);
 
 /**
  * @brief Name of partition part's value ('v') or metadata ('t') hash:
- *        "hps_et{hps_et.<model>.<table>/p<part>}v".
+ *        "hps_et{hps_et.<model>.<table>/p<part>}v", or of the table's
+ *        record ('r', part 0: hps_ddb_record_get()).
  * @param[out] buf      Output, NUL-terminated (HPS_DDB_KEY_MAX bytes fit).
  * @param[in]  buf_len  Size of buf.
- * @return The length written (without NUL), or HPS_EINVAL (kind not 'v'/'t',
+ * @return The length written (without NUL), or HPS_EINVAL (kind not 'v'/'t'/'r',
  *         or buf too small).  Pure; thread-safe.
  */
 hps_err_t hps_ddb_key_name(const char *model, const char *table, unsigned part, char kind,
@@ -217,6 +218,33 @@ hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *
  */
 hps_err_t hps_ddb_partition_rows(hps_ddb_table_t *t, unsigned part, uint64_t *ret_rows, char *err,
                                  size_t err_len);
+
+/**
+ * @brief The table's record: the identity of the model files its rows were
+ *        loaded from (hps-coordinator writes it after filling the table and
+ *        compares it at the next start or reload).  A string key beside the
+ *        hashes, in partition 0's hash slot: "hps_et{hps_et.<model>.<table>/
+ *        p0}r" (not HugeCTR's: HugeCTR wrote none, and ignores it).
+ * @param[out] buf  The record, NUL-terminated (len bytes).
+ * @return 0; HPS_ENOTFOUND (no record); HPS_EIO (an error reply, or longer
+ *         than len); an hps_rcluster_exec() error.  Thread-safe.
+ */
+hps_err_t hps_ddb_record_get(hps_ddb_table_t *t, char *buf, size_t len, char *err, size_t err_len);
+
+/**
+ * @brief Write the table's record (SET), or remove it (rec NULL: DEL).
+ * @return 0; HPS_EIO (an error reply); an hps_rcluster_exec() error.
+ *         Thread-safe.
+ */
+hps_err_t hps_ddb_record_set(hps_ddb_table_t *t, const char *rec, char *err, size_t err_len);
+
+/**
+ * @brief Remove every row of the table: each partition's value and
+ *        metadata hash (UNLINK, one pipelined exec; the record stays).
+ * @return 0; HPS_EIO (an error reply); an hps_rcluster_exec() error.
+ *         Thread-safe, but a concurrent insert may leave rows behind.
+ */
+hps_err_t hps_ddb_drop(hps_ddb_table_t *t, char *err, size_t err_len);
 
 /** @brief Copy the counters.  Thread-safe (relaxed reads). */
 void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret);

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""
+int-redis_reload: a model whose files change (a reload to a new version, a
+restart on other files) never serves the rows Redis kept of the old files
+(issue 20: every request answered wholly from one version).  Redis keeps
+every row a fill does not overwrite, so before the table's record
+(hps_et{hps_et.<model>.<table>/p0}r: the identity of the files its rows came
+from) the coordinator removes a table whose record names other files.
+
+Three masters (requirepass), model m version 1 (4000 rows; [distributed_db]
+initial_cache_rate 0.5, cache_missed_embeddings: every key looked up once
+puts the other half into Redis too), then:
+  (1) SIGHUP to version 2 (new vectors, the last 1000 keys gone): every key
+      answers version 2's vector or, for the keys it dropped, the default
+      (the audit saw 2000 of 4000 keys answer version 1 here, and the
+      dropped keys their version 1 vectors); the log says why;
+  (2) a restart on the same files keeps Redis's rows: a row changed in
+      Redis (as an online update to the layer would) is still served;
+  (3) data without a record (written by HugeCTR, which writes none) is kept
+      too, and the record is written.
+Skips without redis-server / redis-cli.
+"""
+import os
+import signal
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+import test_redis_cluster as R  # noqa: E402
+
+ROWS, DIM, DEFAULT = 4000, 8, 0.25
+TABLE = "sparse_embedding0"
+
+
+def record(rc):
+    return R.redis_cmd(rc.alive_ports()[0], "GET", R.hname("m", TABLE, 0, "r"))
+
+
+def answers(w, keys):
+    out = []
+    for i in range(0, len(keys), 500):
+        _, vals = H.decode_output(H.infer(w.http_port, "m", [keys[i:i + 500]], binary=True))
+        out.extend(vals[j * DIM:(j + 1) * DIM] for j in range(len(vals) // DIM))
+    return out
+
+
+def start(cl, rc, model, rate, name):
+    conf = cl.write_config(name, model.ini_text, R.COMMON + R.ddb_settings(
+        rc, initial_cache_rate=rate, cache_missed_embeddings="true"))
+    return conf, cl.start_coordinator(conf), cl.start_worker(conf)
+
+
+def stop(*procs):
+    for p in procs:
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+
+
+def body(t, cl):
+    rc = R.RedisCluster(cl.tmp, n=3, replicas=0)
+    try:
+        scenario(t, cl, rc)
+    finally:
+        rc.stop()
+
+
+def scenario(t, cl, rc):
+    v1 = cl.gen_model("m", rows=[ROWS], dims=[DIM], defaults=[DEFAULT], subdir="v1", version=1)
+    v2 = cl.gen_model("m", rows=[ROWS - 1000], dims=[DIM], defaults=[DEFAULT], subdir="v2",
+                      version=2)
+    keys = v1.file_keys[0]
+    conf, coord, w = start(cl, rc, v1, 0.5, "hps.ini")
+    t.eq(answers(w, keys), [H.gen_vector(0, k, DIM, 1) for k in keys], "v1: every key exact")
+    t.ok(H.wait_until(lambda: R.total_rows(rc, "m", TABLE) == ROWS, 10, 0.1),
+         "Redis holds all %d rows of v1 (half loaded, half inserted after misses)" % ROWS,
+         R.total_rows(rc, "m", TABLE))
+    rec1 = record(rc)
+    t.ok(isinstance(rec1, bytes) and rec1.startswith(b"v1 dim=8 key_bytes=8; key size="),
+         "the table's record names the files' contents", rec1)
+
+    # (1) version 2 by SIGHUP
+    n_ready = coord.log().count("serving misses")
+    cl.write_config("hps.ini", v2.ini_text, R.COMMON + R.ddb_settings(
+        rc, initial_cache_rate=0.5, cache_missed_embeddings="true"))
+    coord.kill(signal.SIGHUP)
+    t.ok(H.wait_until(lambda: coord.log().count("serving misses") > n_ready and
+                      '"2"' in H.http(w.http_port, "GET", "/v2/models/m").body.decode(), 60, 0.1),
+         "reload to version 2 published")
+    v2keys = set(v2.file_keys[0])
+    want = [H.gen_vector(0, k, DIM, 2) if k in v2keys else [DEFAULT] * DIM for k in keys]
+    got = answers(w, keys)
+    wrong = sum(1 for a, b in zip(got, want) if a != b)
+    t.eq(wrong, 0, "v2: every key answers its v2 vector or the default, none a v1 row kept in "
+         "Redis (%d of %d wrong)" % (wrong, len(keys)))
+    t.ok("the distributed DB holds the rows of other model files" in coord.log(),
+         "the log says the old rows were removed")
+    rec2 = record(rc)
+    t.ok(rec2 and rec2 != rec1, "the record names v2's files now")
+
+    # (2) restart on the same files: Redis's rows (and an update to them) are kept
+    k = v2.file_keys[0][0]
+    marker = [7.0 + d for d in range(DIM)]
+    R.redis_cmd(rc.alive_ports()[0], "HSET", R.hname("m", TABLE, R.part_of(k)),
+                struct.pack("<q", k), struct.pack("<%df" % DIM, *marker))
+    stop(w, coord)
+    conf, coord, w = start(cl, rc, v2, 0.0, "hps.ini")
+    t.eq(answers(w, [k]), [marker], "restart on the same files: a row changed in Redis is "
+         "still served (the table was kept)")
+    t.ok("holds the rows of other model files" not in coord.log(),
+         "nothing removed at that restart")
+
+    # (3) rows without a record (HugeCTR's data): kept, then recorded
+    R.redis_cmd(rc.alive_ports()[0], "DEL", R.hname("m", TABLE, 0, "r"))
+    stop(w, coord)
+    conf, coord, w = start(cl, rc, v2, 0.0, "hps.ini")
+    t.eq(answers(w, [k]), [marker], "rows without a record (as HugeCTR wrote them): kept")
+    t.ok("has no record of the model files its rows came from" in coord.log(),
+         "the log says the rows were taken for these files'")
+    t.eq(record(rc), rec2, "and the record is written")
+    stop(w, coord)
+
+
+if __name__ == "__main__":
+    if not R.have_redis():
+        H.Tap.skip_all("redis-server or redis-cli not installed")
+    H.run_main("redis_reload", body)
