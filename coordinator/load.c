@@ -516,6 +516,14 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
     return 0;
 }
 
+/* Table t of m (its layers' handles) (created by create_table). */
+static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
+{
+    uint32_t id = 0;
+    hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+    return &c->tables[id];
+}
+
 /* Before re-ingesting table t: forget its record (a crash from here on
  * re-ingests), then drop its rows (a new model replaces the old one).  A
  * table without a record has none to forget, and a column family created
@@ -523,10 +531,8 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, size_t t)
 {
     char name[320], err[512];
-    uint32_t id;
     coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
-    hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-    coord_table_t *ct = &c->tables[id];
+    coord_table_t *ct = table_of(c, m, t);
     if ((st->has_rec[t] && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
         (st->had_cf[t] &&
          (hps_pdb_drop(ct->pdb, err, sizeof(err)) < 0 ||
@@ -834,14 +840,6 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
                  m->name, total_s, lt->create_s, (double)lt->bytes / 1e6, lt->threads, lt->pass_s,
                  lt->pass_s > 0 ? (double)lt->bytes / lt->pass_s / 1e6 : 0.0, lt->read_s, lt->pdb_s,
                  lt->vdb_s);
-}
-
-/* The distributed DB's copy of table t of m (created by create_table). */
-static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
-{
-    uint32_t id = 0;
-    hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-    return &c->tables[id];
 }
 
 /*
