@@ -87,28 +87,45 @@ static hps_err_t build_section(struct ctx *c, hps__sec_t sec, const struct hps__
 
 /* ---- Cross-key rules ------------------------------------------------------ */
 
-/* Report that key a of a section breaks a rule involving key b: at a's line,
- * else b's, else the section header. */
+/*
+ * Report that keys a and b of a section break a rule: a must be `rel` b,
+ * i.e. b must be `converse` a ("at most" / "at least", "different from").
+ * The key at fault is the one the file sets: a, unless only b is set (a
+ * then has its default, which the message says, as the user never wrote
+ * it).  The message names the file, that key's line (else the section
+ * header's), the key, its value and what it may be: its own range and the
+ * rule, e.g. "t.ini:2: [distributed_db] num_partitions = 2: must be an
+ * integer in [1, 256] and at least num_node_connections (5, its default: the
+ * file does not set num_node_connections)".
+ */
 static hps_err_t rule_error(struct ctx *c, const hps_conf_t *conf, hps__sec_t sec, size_t model,
-                            const char *a, const char *b, const char *rule)
+                            const char *a, const char *b, const char *rel, const char *converse)
 {
     const struct hps__inst_meta *m =
         sec == HPS__SEC_model ? &conf->meta->model[model] : &conf->meta->global[sec];
     int ka = hps__key_find(sec, a), kb = hps__key_find(sec, b);
-    uint32_t line = m->line[ka] ? m->line[ka] : m->line[kb] ? m->line[kb] : m->header_line;
-    struct hps__buf va = {0}, vb = {0};
+    bool blame_b = !m->line[ka] && m->line[kb];
+    int kx = blame_b ? kb : ka, ky = blame_b ? ka : kb;
+    uint32_t line = m->line[kx] ? m->line[kx] : m->line[ky] ? m->line[ky] : m->header_line;
+    struct hps__buf vx = {0}, vy = {0}, allowed = {0};
     const void *base = hps__conf_base(conf, sec, model);
+    char sec_name[160];
 
-    hps__value_format(&hps__keys[ka], base, true, &va); /* true: a secret is masked */
-    hps__value_format(&hps__keys[kb], base, true, &vb);
     if (sec == HPS__SEC_model)
-        hps__msg(c->err, c->err_len, "%s:%u: [model.%s] %s = %s: %s %s (%s)", c->name, line,
-                 conf->models[model].name, a, hps__buf_str(&va), rule, b, hps__buf_str(&vb));
+        snprintf(sec_name, sizeof(sec_name), "model.%s", conf->models[model].name);
     else
-        hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: %s %s (%s)", c->name, line,
-                 hps__sections[sec].name, a, hps__buf_str(&va), rule, b, hps__buf_str(&vb));
-    hps__buf_fini(&va);
-    hps__buf_fini(&vb);
+        snprintf(sec_name, sizeof(sec_name), "%s", hps__sections[sec].name);
+    hps__value_format(&hps__keys[kx], base, true, &vx); /* true: a secret is masked */
+    hps__value_format(&hps__keys[ky], base, true, &vy);
+    hps__value_allowed(&hps__keys[kx], &allowed);
+    hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: must be %s and %s %s (%s%s%s)", c->name,
+             line, sec_name, hps__keys[kx].name, hps__buf_str(&vx), hps__buf_str(&allowed),
+             blame_b ? converse : rel, hps__keys[ky].name, hps__buf_str(&vy),
+             m->line[ky] ? "" : ", its default: the file does not set ",
+             m->line[ky] ? "" : hps__keys[ky].name);
+    hps__buf_fini(&vx);
+    hps__buf_fini(&vy);
+    hps__buf_fini(&allowed);
     return HPS_ECONFIG;
 }
 
@@ -116,10 +133,10 @@ static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
 {
     if (conf->distributed_db.num_node_connections > conf->distributed_db.num_partitions)
         return rule_error(c, conf, HPS__SEC_distributed_db, 0, "num_node_connections",
-                          "num_partitions", "must be at most");
+                          "num_partitions", "at most", "at least");
     if (conf->volatile_db.allocation_rate > conf->volatile_db.shared_memory_size)
         return rule_error(c, conf, HPS__SEC_volatile_db, 0, "allocation_rate", "shared_memory_size",
-                          "must be at most");
+                          "at most", "at least");
     if (conf->update_source.key_bytes != 4 && conf->update_source.key_bytes != 8) {
         int ki = hps__key_find(HPS__SEC_update_source, "key_bytes");
         hps__msg(c->err, c->err_len, "%s:%u: [update_source] key_bytes = %lld: must be 4 or 8",
@@ -129,7 +146,7 @@ static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
     }
     if (conf->worker.metrics_port == conf->worker.http_port)
         return rule_error(c, conf, HPS__SEC_worker, 0, "metrics_port", "http_port",
-                          "must differ from");
+                          "different from", "different from");
     return 0;
 }
 

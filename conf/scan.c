@@ -372,14 +372,15 @@ static int on_key(struct rd *r, const char *name, const char *value)
     return 1;
 }
 
-/* An indented line after a key line: more entries of that key's list. */
+/* An indented line after a key line: more entries of that key's list (a
+ * list type, or a host:port list such as [distributed_db] address). */
 static int on_continuation(struct rd *r, const char *value)
 {
     const struct hps__key *k = &hps__keys[r->last_key];
     struct hps__raw *raw = &r->cur->raw[r->last_key];
     struct hps__buf b = {0};
 
-    if (!hps__is_list(k->type)) {
+    if (!hps__is_list(k->type) && k->check != HPS__CHECK_hostports) {
         rd_fail(r, HPS_ECONFIG,
                 "[%s] %s: the indented line \"%s\" continues the value of %s, but only lists "
                 "may continue on indented lines (do not indent keys)",

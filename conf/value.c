@@ -214,11 +214,15 @@ static bool is_hostport(const char *s, size_t n)
     return is_ip(s, hl, AF_INET) || is_hostname(s, hl);
 }
 
+/* A comma-separated list of host:port; like every list, it may end in a
+ * comma (hostports_dup() drops it). */
 static bool is_hostports(const char *s)
 {
-    for (;;) {
+    for (bool first = true;; first = false) {
         while (*s == ' ' || *s == '\t')
             s++;
+        if (!first && !*s)
+            return true; /* a trailing comma */
         size_t n = strcspn(s, ",");
         size_t t = n;
         while (t > 0 && (s[t - 1] == ' ' || s[t - 1] == '\t'))
@@ -229,6 +233,20 @@ static bool is_hostports(const char *s)
             return true;
         s += n + 1;
     }
+}
+
+/* A copy of a valid host:port list without its trailing comma, if any. */
+static char *hostports_dup(const char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    if (n && s[n - 1] == ',') {
+        n--;
+        while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+            n--;
+    }
+    return hps__strndup(s, n);
 }
 
 static bool check_string(hps__check_t check, const char *s)
@@ -403,7 +421,8 @@ static void string_phrase(hps__check_t check, bool plural, struct hps__buf *out)
         hps__buf_puts(out, "a host name or an IP address");
         break;
     case HPS__CHECK_hostports:
-        hps__buf_puts(out, "a comma-separated list of host:port (IPv6 as [addr]:port)");
+        hps__buf_puts(
+            out, "a comma-separated list of host:port (port in [1, 65535]; IPv6 as [addr]:port)");
         break;
     case HPS__CHECK_shm_name:
         hps__buf_puts(out, "a name matching [A-Za-z0-9_.-]{1,200}");
@@ -577,7 +596,7 @@ static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, 
     if (k->type == HPS__T_STR) {
         if (!check_string(k->check, raw))
             return must_be(k, msg);
-        char *s = strdup(raw);
+        char *s = k->check == HPS__CHECK_hostports ? hostports_dup(raw) : strdup(raw);
         if (!s)
             return -ENOMEM;
         *(char **)f = s;
@@ -643,6 +662,9 @@ static char *trimmed_dup(const char *s, size_t n)
     return hps__strndup(s, n);
 }
 
+/* See internal.h.  Also: a trailing comma ends the list ("a, b," is two
+ * entries, as "a,\n    b," on continuation lines is); "," alone is one
+ * empty entry, which the callers refuse. */
 char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom)
 {
     char **v = NULL;
@@ -670,6 +692,8 @@ char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom
             break;
         s = e + 1;
     }
+    if (n > 1 && !v[n - 1][0]) /* a trailing comma ends the list */
+        free(v[--n]);
     *ret_n = n;
     return v;
 }
@@ -782,6 +806,23 @@ hps_err_t hps__value_check_entry(const struct hps__key *k, const char *s, struct
     return msg->oom ? -ENOMEM : HPS_ECONFIG;
 }
 
+/* The first empty entry of a list (a comma at its start or after another
+ * comma: hps__list_split() drops a trailing one), reported into msg. */
+static bool empty_entry(const struct hps__key *k, char **items, size_t n, struct hps__buf *msg)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (items[i][0])
+            continue;
+        hps__buf_printf(msg,
+                        "entry %zu is empty (a comma may end the list, but not start it nor "
+                        "follow another comma); must be ",
+                        i + 1);
+        hps__value_allowed(k, msg);
+        return true;
+    }
+    return false;
+}
+
 static hps_err_t parse_entries(const struct hps__key *k, char **items, size_t n, void **ret,
                                struct hps__buf *msg)
 {
@@ -791,11 +832,8 @@ static hps_err_t parse_entries(const struct hps__key *k, char **items, size_t n,
     if (!strings && !out)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        if (!items[i][0]) {
-            hps__buf_printf(msg, "entry %zu is empty", i + 1);
-        } else if (check_entry(k, items[i], out, i, true, msg)) {
+        if (check_entry(k, items[i], out, i, true, msg))
             continue;
-        }
         free(out);
         return msg->oom ? -ENOMEM : HPS_ECONFIG;
     }
@@ -815,6 +853,10 @@ static hps_err_t set_list(const struct hps__key *k, const char *raw, hps__base_t
         return -ENOMEM;
     if (n == 0)
         return must_be(k, msg);
+    if (empty_entry(k, items, n, msg)) { /* before the count: "a,,b" is not 3 entries */
+        hps__list_free(items, n);
+        return msg->oom ? -ENOMEM : HPS_ECONFIG;
+    }
     if (hps__is_tlist(k->type) && ntables && n != ntables) {
         hps__buf_printf(msg, "has %zu %s, but sparse_files has %zu (one per table)", n,
                         n == 1 ? "entry" : "entries", ntables);

@@ -222,9 +222,13 @@ int coord_load_models(coord_t *c, bool vdb_reused);
 /* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
  * [distributed_db] type = redis_cluster (no-op otherwise or when already
  * open; HPS_EXIT_DDB with a logged message on failure); coord_ddb_table()
- * sets ct->ddb; coord_ddb_close() closes it (after the miss service stopped). */
+ * sets ct->ddb (and refuses partitions beyond num_partitions);
+ * coord_ddb_check_rows() refuses rows that this configuration would not
+ * find (for rows that are kept: load.c); coord_ddb_close() closes it (after
+ * the miss service stopped). */
 int coord_ddb_open(coord_t *c);
 int coord_ddb_table(coord_t *c, coord_table_t *ct);
+int coord_ddb_check_rows(coord_t *c, coord_table_t *ct);
 void coord_ddb_close(coord_t *c);
 
 /* serve.c: miss-queue service threads; cache_missed_embeddings inserts run

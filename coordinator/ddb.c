@@ -35,6 +35,7 @@ struct hps_ddb_table {
     size_t *klen;                  /* (np) name lengths (same for v and t) */
     uint16_t *slot;                /* (np) hash slot of the partition */
     pthread_mutex_t *evict_mu;     /* (np) one overflow resolution at a time */
+    int64_t bad_warned_s;          /* take_hmget: monotonic s + 1 of the last warn, 0: none */
 };
 
 struct hps_ddb {
@@ -339,6 +340,7 @@ void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret)
     ret->evicted_rows = __atomic_load_n(&db->st.evicted_rows, __ATOMIC_RELAXED);
     ret->errors = __atomic_load_n(&db->st.errors, __ATOMIC_RELAXED);
     ret->touches_dropped = __atomic_load_n(&db->st.touches_dropped, __ATOMIC_RELAXED);
+    ret->bad_values = __atomic_load_n(&db->st.bad_values, __ATOMIC_RELAXED);
 }
 
 /* ---- metadata (access tracking) ----------------------------------------- */
@@ -483,22 +485,178 @@ static void touch_stop(hps_ddb_t *db)
 
 static hps_err_t reply_errors(const struct cmdlist *cl, char *err, size_t err_len);
 
-/* Copy one HMGET reply's hits into values/found. */
-static size_t take_hmget(const hps_ddb_table_t *t, const redisReply *r, const size_t *idx, size_t m,
+/* Count n stored values of len bytes (not dim * 4) met by a lookup of t,
+ * and tell opts.warn at most once per table per HPS_DDB_WARN_INTERVAL_S. */
+static void bad_values(hps_ddb_table_t *t, size_t n, size_t len)
+{
+    hps_ddb_t *db = t->db;
+    uint64_t total = STAT_ADD(db, bad_values, n) + n;
+    if (!db->o.warn)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec + 1; /* + 1: 0 means "never warned" */
+    int64_t last = __atomic_load_n(&t->bad_warned_s, __ATOMIC_RELAXED);
+    if ((last && now - last < HPS_DDB_WARN_INTERVAL_S) ||
+        !__atomic_compare_exchange_n(&t->bad_warned_s, &last, now, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return; /* warned lately, or another thread warns now */
+    char msg[1024];
+    snprintf(msg, sizeof(msg),
+             "model %s table %s: Redis holds values of %zu bytes (%zu in one reply), but the "
+             "table's vectors are %u floats (%zu bytes): they are answered as misses, from the "
+             "layer below or the default (%llu such values met so far, all tables; this warning "
+             "repeats at most every %d s per table); the rows were written for another "
+             "dimension (another model, or the table's embedding_vecsize_per_table changed): "
+             "delete them or write them again",
+             t->model, t->table, len, n, t->dim, (size_t)t->dim * sizeof(float),
+             (unsigned long long)total, HPS_DDB_WARN_INTERVAL_S);
+    db->o.warn(db->o.warn_ctx, msg);
+}
+
+/* Copy one HMGET reply's hits into values/found; a value of the wrong
+ * length is a miss, counted and reported (bad_values). */
+static size_t take_hmget(hps_ddb_table_t *t, const redisReply *r, const size_t *idx, size_t m,
                          float *values, bool *found)
 {
-    size_t hits = 0, vb = (size_t)t->dim * sizeof(float);
+    size_t hits = 0, bad = 0, bad_len = 0, vb = (size_t)t->dim * sizeof(float);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != m)
         return 0;
     for (size_t j = 0; j < m; j++) {
         const redisReply *e = r->element[j];
-        if (e->type != REDIS_REPLY_STRING || (size_t)e->len != vb)
+        if (e->type != REDIS_REPLY_STRING)
+            continue; /* nil: not stored */
+        if ((size_t)e->len != vb) {
+            if (bad++ == 0)
+                bad_len = (size_t)e->len;
             continue;
+        }
         memcpy(values + idx[j] * t->dim, e->str, vb);
         found[idx[j]] = true;
         hits++;
     }
+    if (bad)
+        bad_values(t, bad, bad_len);
     return hits;
+}
+
+/* The smallest partition count in [from, 1024] under which every sampled
+ * key (keys[i] in the hash of partition parts[i]) is in its hash; 0: none. */
+static unsigned likely_partitions(const uint64_t *keys, const unsigned *parts, size_t n,
+                                  unsigned from)
+{
+    for (unsigned np = from < 2 ? 2 : from; n && np <= 1024; np++) {
+        size_t i = 0;
+        while (i < n && hps_rrxmrrxmsx_0(keys[i]) % np == parts[i])
+            i++;
+        if (i == n)
+            return np;
+    }
+    return 0;
+}
+
+/* Check the fields of one HSCAN reply (partition p) into *s; the keys of
+ * the right width are appended to keys/parts (*nk of them). */
+static void sample_reply(const hps_ddb_table_t *t, unsigned p, const redisReply *r,
+                         unsigned per_partition, hps_ddb_sample_t *s, uint64_t *keys,
+                         unsigned *parts, size_t *nk)
+{
+    const redisReply *a = r->element[1];
+    size_t vb = (size_t)t->dim * sizeof(float), before = s->fields;
+    for (size_t i = 0; i + 1 < a->elements && i / 2 < per_partition; i += 2) {
+        const redisReply *f = a->element[i], *v = a->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        s->fields++;
+        hps_ddb_sample_fault_t fault = HPS_DDB_SAMPLE_OK;
+        size_t found = 0, want = 0;
+        uint64_t key = 0;
+        unsigned kp = 0;
+        if ((size_t)f->len != t->key_bytes) {
+            fault = HPS_DDB_SAMPLE_KEY_BYTES;
+            found = (size_t)f->len;
+            want = t->key_bytes;
+        } else {
+            key = key_at(t, f->str, 0);
+            kp = (unsigned)(hps_rrxmrrxmsx_0(key) % t->np);
+            keys[*nk] = key;
+            parts[(*nk)++] = p;
+            if ((size_t)v->len != vb) {
+                fault = HPS_DDB_SAMPLE_VALUE_BYTES;
+                found = (size_t)v->len;
+                want = vb;
+            } else if (kp != p)
+                fault = HPS_DDB_SAMPLE_PARTITION;
+        }
+        if (fault == HPS_DDB_SAMPLE_OK || (s->fault && s->fault != fault))
+            continue;
+        if (!s->fault)
+            *s = (hps_ddb_sample_t){.fault = fault,
+                                    .part = p,
+                                    .found_bytes = found,
+                                    .want_bytes = want,
+                                    .key = key,
+                                    .key_part = kp,
+                                    .fields = s->fields,
+                                    .hashes = s->hashes};
+        s->bad++;
+    }
+    if (s->fields > before)
+        s->hashes++;
+}
+
+hps_err_t hps_ddb_check_sample(hps_ddb_table_t *t, unsigned per_partition, hps_ddb_sample_t *ret,
+                               char *err, size_t err_len)
+{
+    if (!t || !ret || per_partition < 1 || per_partition > 1024)
+        return HPS_EINVAL;
+    *ret = (hps_ddb_sample_t){0};
+    char count[16];
+    snprintf(count, sizeof(count), "%u", per_partition);
+    uint64_t *keys = NULL;
+    unsigned *parts = NULL;
+    size_t nk = 0, cap = 0;
+    cmdlist_t cl;
+    hps_err_t e = cl_init(&cl, t->np, 5 * (size_t)t->np);
+    for (unsigned p = 0; !e && p < t->np; p++) {
+        hps_rcluster_cmd_t *c = cl_begin(&cl, t, p, "HSCAN", 'v');
+        cl_arg(&cl, c, "0", 1);
+        cl_arg(&cl, c, "COUNT", 5);
+        cl_arg(&cl, c, count, strlen(count));
+    }
+    if (!e)
+        e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
+    if (!e)
+        e = reply_errors(&cl, err, err_len);
+    for (unsigned p = 0; !e && p < t->np; p++) {
+        const redisReply *r = cl.c[p].reply;
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            set_err(err, err_len, "HSCAN: unexpected reply");
+            e = HPS_EIO;
+        } else {
+            size_t n = r->element[1]->elements / 2;
+            cap += n < per_partition ? n : per_partition;
+        }
+    }
+    if (!e) {
+        keys = malloc((cap ? cap : 1) * sizeof(*keys));
+        parts = malloc((cap ? cap : 1) * sizeof(*parts));
+        if (!keys || !parts)
+            e = -ENOMEM;
+    }
+    for (unsigned p = 0; !e && p < t->np; p++)
+        sample_reply(t, p, cl.c[p].reply, per_partition, ret, keys, parts, &nk);
+    if (!e && ret->fault == HPS_DDB_SAMPLE_PARTITION) {
+        unsigned top = 0;
+        for (size_t i = 0; i < nk; i++)
+            top = parts[i] > top ? parts[i] : top;
+        ret->likely_partitions = likely_partitions(keys, parts, nk, top + 1);
+    }
+    cl_fini(&cl);
+    free(keys);
+    free(parts);
+    return e;
 }
 
 hps_err_t hps_ddb_lookup(hps_ddb_table_t *t, size_t n, const void *keys, float *values, bool *found,

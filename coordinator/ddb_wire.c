@@ -6,6 +6,15 @@
  */
 #include "coord.h"
 #include "hps/log.h"
+#include "hps_build_config.h"
+
+/* hps_ddb_opts_t.warn: the library never prints; its rate-limited warnings
+ * (values of the wrong length met by lookups) are logged here. */
+static void ddb_lib_warn(void *ctx, const char *msg)
+{
+    (void)ctx;
+    HPS_WARN("distributed DB: %s", msg);
+}
 
 int coord_ddb_open(coord_t *c)
 {
@@ -25,6 +34,7 @@ int coord_ddb_open(coord_t *c)
     o.overflow_resolution_target = d->overflow_resolution_target;
     o.enable_tls = d->enable_tls;
     o.lookup_timeout_ms = (unsigned)d->lookup_timeout_ms;
+    o.warn = ddb_lib_warn;
     if (d->lookup_timeout_ms >= c->conf->worker.miss_timeout_ms)
         HPS_WARN("[distributed_db] lookup_timeout_ms = %lld is not under [worker] "
                  "miss_timeout_ms = %lld: a hung Redis node makes workers answer default values "
@@ -74,6 +84,91 @@ static int check_partitions(coord_t *c, coord_table_t *ct)
               (long long)c->conf->distributed_db.num_partitions);
     return HPS_EXIT_DDB;
 }
+
+/* Fields sampled per partition hash by coord_ddb_check_rows(). */
+#define SAMPLE_FIELDS 16u
+
+#if HPS_HAVE_REDIS
+/* Refuse a table whose rows in Redis do not fit this configuration: a
+ * sample of each partition hash (one HSCAN page) must hold keys of the
+ * model's width, vectors of the table's dimension, and keys of that
+ * partition under num_partitions.  Rows written with fewer partitions
+ * (HugeCTR's min(16, CPU cores) on a small host), another dimension or
+ * another key width would otherwise be lookup misses without a word. */
+int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
+{
+    const hps_conf_t *conf = c->conf;
+    long long np = (long long)conf->distributed_db.num_partitions;
+    char err[512];
+    hps_ddb_sample_t s;
+    hps_err_t rc = hps_ddb_check_sample(ct->ddb, SAMPLE_FIELDS, &s, err, sizeof(err));
+    if (rc < 0) {
+        HPS_WARN("model %s table %s: distributed DB: cannot check a sample of its rows: %s",
+                 ct->model->name, ct->name, err);
+        return 0;
+    }
+    if (s.fault == HPS_DDB_SAMPLE_OK)
+        return 0;
+    char name[HPS_DDB_KEY_MAX];
+    hps_ddb_key_name(ct->model->name, ct->name, s.part, 'v', name, sizeof(name));
+    const char *m = ct->model->name, *t = ct->name;
+    char clear[HPS_DDB_KEY_MAX + 160];
+    snprintf(clear, sizeof(clear),
+             "delete the table's hashes (hps_et{hps_et.%s.%s/p<i>}v and ...}t, every i) so that "
+             "they are written again",
+             m, t);
+    switch (s.fault) {
+    case HPS_DDB_SAMPLE_KEY_BYTES:
+        HPS_ERROR("model %s table %s: Redis holds %s with keys of %zu bytes (%zu of %zu fields "
+                  "sampled), but the model's keys are %zu bytes ([hps] supportlonglong = %s): "
+                  "lookups would miss every row; set supportlonglong = %s if the rows are this "
+                  "model's, or %s",
+                  m, t, name, s.found_bytes, s.bad, s.fields, s.want_bytes,
+                  conf->hps.supportlonglong ? "true" : "false",
+                  s.found_bytes == 8   ? "true"
+                  : s.found_bytes == 4 ? "false"
+                                       : "(none fits)",
+                  clear);
+        break;
+    case HPS_DDB_SAMPLE_VALUE_BYTES: {
+        char fix[96] = "the rows are not float32 vectors";
+        if (s.found_bytes % 4 == 0)
+            snprintf(fix, sizeof(fix),
+                     "set the table's embedding_vecsize_per_table to %zu if the rows are this "
+                     "table's",
+                     s.found_bytes / 4);
+        HPS_ERROR("model %s table %s: Redis holds %s with vectors of %zu bytes (%zu of %zu "
+                  "fields sampled), but [model.%s] embedding_vecsize_per_table gives the table "
+                  "%u floats (%zu bytes): lookups would miss every such row; %s, or %s",
+                  m, t, name, s.found_bytes, s.bad, s.fields, m, ct->dim, s.want_bytes, fix, clear);
+        break;
+    }
+    default: {
+        char fix[96] = "set num_partitions to the count they were written with";
+        if (s.likely_partitions)
+            snprintf(fix, sizeof(fix),
+                     "set num_partitions = %u (the sample fits that count) if the rows are "
+                     "this table's",
+                     s.likely_partitions);
+        HPS_ERROR("model %s table %s: Redis holds %s, partition %u of the table, but its key "
+                  "%lld is in partition %u under [distributed_db] num_partitions = %lld (%zu of "
+                  "%zu fields sampled in %u hashes are in another partition's hash): the rows "
+                  "were written with another num_partitions (HugeCTR used min(16, CPU cores)), "
+                  "and lookups would miss them; %s, or %s",
+                  m, t, name, s.part,
+                  c->key_bytes == 8 ? (long long)(int64_t)s.key : (long long)s.key, s.key_part, np,
+                  s.bad, s.fields, s.hashes, fix, clear);
+    }
+    }
+    return HPS_EXIT_DDB;
+}
+#else
+int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
+{
+    (void)c, (void)ct;
+    return 0;
+}
+#endif
 
 int coord_ddb_table(coord_t *c, coord_table_t *ct)
 {

@@ -851,7 +851,9 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * before the rows: a start killed in between drops them again.  A table
  * without a record keeps its rows (HugeCTR wrote none: data it wrote is
  * taken for these files'), as does one whose record matches (with the
- * updates applied to it since).  The record names the files' contents, not
+ * updates applied to it since); kept rows must fit the configuration
+ * (coord_ddb_check_rows: partitions, dimension, key width), dropped ones
+ * need not (a new version may change the dimension).  The record names the files' contents, not
  * their paths: hosts that share the cluster may keep their copies anywhere.
  */
 static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
@@ -860,14 +862,16 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
         coord_table_t *ct = table_of(c, m, t);
         char rec[1024], err[512] = "";
         hps_err_t rc = hps_ddb_record_get(ct->ddb, rec, sizeof(rec), err, sizeof(err));
-        if (rc == HPS_ENOTFOUND) {
+        if (rc == HPS_ENOTFOUND)
             HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
                      m->name, ct->name);
+        if (rc == HPS_ENOTFOUND || (rc == 0 && strcmp(rec, st->ident[t].content) == 0)) {
+            int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
+            if (ex)
+                return ex;
             continue;
         }
-        if (rc == 0 && strcmp(rec, st->ident[t].content) == 0)
-            continue;
         if (rc == 0) {
             HPS_INFO("model %s table %s: the distributed DB holds the rows of other model files "
                      "(%s; now %s): removing them before loading",

@@ -83,12 +83,27 @@ typedef struct hps_ddb_opts {
      *  connects and slot-map refreshes included); 0: timeout_ms.  A node that
      *  lets it pass is skipped for a back-off period (see rcluster.h). */
     unsigned lookup_timeout_ms;
+    /** Called with a one-line message (NUL-terminated, valid during the
+     *  call) when hps_ddb_lookup() meets a stored value whose length is not
+     *  dim * 4 bytes (answered as a miss, counted in bad_values): at most
+     *  once per table per HPS_DDB_WARN_INTERVAL_S seconds, from the looking-up
+     *  thread (so it must be thread-safe).  NULL: no call.  The library never
+     *  prints; the caller logs. */
+    void (*warn)(void *warn_ctx, const char *msg);
+    void *warn_ctx; /**< passed to warn */
 } hps_ddb_opts_t;
+
+/** Least time between two hps_ddb_opts_t.warn calls for one table. */
+#define HPS_DDB_WARN_INTERVAL_S 60
 
 /** Counters since open (see hps_ddb_stats()). */
 typedef struct hps_ddb_stats {
     uint64_t lookup_keys, lookup_hits, insert_rows, evicted_rows, errors;
     uint64_t touches_dropped; /**< hit keys not tracked: the touch queue was full */
+    /** Stored values of another length than the table's dim * 4 bytes met
+     *  by lookups (written for another dimension or by another writer):
+     *  each is answered as a miss (see hps_ddb_opts_t.warn). */
+    uint64_t bad_values;
 } hps_ddb_stats_t;
 
 /**
@@ -157,7 +172,8 @@ hps_err_t hps_ddb_table(hps_ddb_t *db, const char *model, const char *table, uin
  * @param[out] ret_hits  Number found (may be NULL).
  * @param[out] err       Message (may be NULL).
  * @param[in]  err_len   Size of err.
- * Thread-safe.  A stored value of the wrong size is a miss.
+ * Thread-safe.  A stored value of the wrong size is a miss, counted in the
+ * stats' bad_values and reported to opts.warn (rate-limited per table).
  * @return 0; or an hps_rcluster_exec() error when some partitions did not
  *         answer, or HPS_EIO with Redis's text in err when one answered
  *         with an error reply (e.g. WRONGTYPE: its hash replaced by another
@@ -210,6 +226,54 @@ hps_err_t hps_ddb_erase(hps_ddb_table_t *t, size_t n, const void *keys, char *er
  */
 hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *ret_highest,
                                    char *err, size_t err_len);
+
+/** What hps_ddb_check_sample() found wrong first (HPS_DDB_SAMPLE_OK: nothing). */
+typedef enum hps_ddb_sample_fault {
+    HPS_DDB_SAMPLE_OK = 0,
+    HPS_DDB_SAMPLE_KEY_BYTES,   /**< a field is not key_bytes long */
+    HPS_DDB_SAMPLE_VALUE_BYTES, /**< a value is not dim * 4 bytes long */
+    HPS_DDB_SAMPLE_PARTITION,   /**< a key is in another partition's hash */
+} hps_ddb_sample_fault_t;
+
+/** Result of hps_ddb_check_sample(). */
+typedef struct hps_ddb_sample {
+    hps_ddb_sample_fault_t fault; /**< the first fault, by partition then field */
+    unsigned part;                /**< the partition whose hash holds it */
+    size_t found_bytes;           /**< KEY_BYTES: the field's length; VALUE_BYTES: the value's */
+    size_t want_bytes;            /**< KEY_BYTES: key_bytes; VALUE_BYTES: dim * 4 */
+    uint64_t key;                 /**< PARTITION: the key (uint32 keys zero-extended) */
+    unsigned key_part;            /**< PARTITION: the key's partition under num_partitions */
+    size_t bad;                   /**< sampled fields with this fault */
+    size_t fields;                /**< sampled fields, all partitions */
+    unsigned hashes;              /**< partitions whose value hash held fields */
+    /** PARTITION: the smallest partition count in [2, 1024] that puts every
+     *  sampled key (of the right width) in the hash that holds it, the count
+     *  the rows were likely written with; 0 when none does. */
+    unsigned likely_partitions;
+} hps_ddb_sample_t;
+
+/**
+ * @brief Check a sample of the rows Redis already holds for t against its
+ *        layout: each sampled field is key_bytes long, each value dim * 4
+ *        bytes, and each key is in partition rrxmrrxmsx_0(key) %
+ *        num_partitions.  Rows written with fewer partitions (HugeCTR used
+ *        min(16, CPU cores)), another dimension or another key width would
+ *        otherwise be lookup misses without a word.
+ *
+ * Sends one HSCAN <value hash> 0 COUNT per_partition per partition, in one
+ * pipelined exec (one round trip per node), and checks at most per_partition
+ * fields of each reply.  Absent or empty hashes are fine.
+ *
+ * @param[in]  t              The table.
+ * @param[in]  per_partition  Fields sampled per partition, 1..1024.
+ * @param[out] ret            What was found (fault HPS_DDB_SAMPLE_OK: nothing wrong).
+ * @param[out] err, err_len   Message.
+ * Thread-safe.
+ * @return 0 (whatever the fault); HPS_EINVAL; an hps_rcluster_exec() error;
+ *         HPS_EIO (an error reply, e.g. WRONGTYPE); -ENOMEM.
+ */
+hps_err_t hps_ddb_check_sample(hps_ddb_table_t *t, unsigned per_partition, hps_ddb_sample_t *ret,
+                               char *err, size_t err_len);
 
 /**
  * @brief Rows in partition part (HLEN of its value hash).

@@ -14,7 +14,10 @@ overflow policy keeps every partition at or under overflow_margin; a wrong
 password, an unreachable address and enable_tls give a clear start-up error;
 a stopped (hung) master costs each lookup at most [distributed_db]
 lookup_timeout_ms, and rows fetched meanwhile from RocksDB still reach the
-volatile DB (cache_missed_embeddings, now after the answer).
+volatile DB (cache_missed_embeddings, now after the answer); rows that
+Redis holds in another layout (fewer partitions, another dimension, 32-bit
+keys) stop the start with exit 6 and a message, and values of the wrong
+length met by lookups are misses that the coordinator logs.
 Skips (TAP "1..0 # SKIP") without redis-server or redis-cli.
 """
 import os
@@ -350,6 +353,96 @@ def startup_errors(t, cl, rc, model):
          "coordinator exits 6 naming the highest partition found" % (NP // 2, NP), out[-600:])
 
 
+def hugectr_write(rc, model, table, keys, dim, np_=NP, key_bytes=8):
+    """Write keys with their generator vectors (table 0's) as HugeCTR's
+    RedisClusterBackend did with num_partitions np_: per partition one HSET
+    of raw LE keys (key_bytes wide) to raw float32 vectors of dim floats."""
+    by = {}
+    for k in keys:
+        by.setdefault(part_of(k, np_), []).append(k)
+    for p, ks in sorted(by.items()):
+        args = []
+        for k in ks:
+            args += [struct.pack("<I", k & 0xFFFFFFFF) if key_bytes == 4 else struct.pack("<q", k),
+                     struct.pack("<%df" % dim, *H.gen_vector(0, k, dim))]
+        r = redis_cmd(rc.alive_ports()[0], "HSET", hname(model, table, p), *args)
+        if isinstance(r, Exception):
+            raise r
+
+
+def start_status(cl, conf, timeout=60):
+    """(exit status, log) of a coordinator that stops during start-up, or
+    (None, log) of one that got to serve (then stopped here)."""
+    p = cl.start_coordinator(conf, wait_ready=False)
+    H.wait_until(lambda: not p.alive() or "serving misses" in p.log(), timeout)
+    if p.alive():
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+        return None, p.log()
+    return p.p.returncode, p.log()
+
+
+def foreign_rows(t, cl, rc):
+    """Rows that Redis holds in another layout than the INI's: written (as
+    HugeCTR did) with fewer partitions (HugeCTR's default was min(16, CPU
+    cores): 4 on a 4-core host), another dimension or 32-bit keys.  They used
+    to be lookup misses without a word (the probe for extra partitions only
+    sees more partitions); the coordinator now samples each partition hash at
+    start and exits 6 naming the hash, what it holds, what the INI says and
+    what to do.  The same rows in the INI's layout are served.  A value of
+    the wrong length written after the start is a miss (RocksDB answers) and
+    is logged, once per table per interval."""
+    cases = [("fewer partitions (4)", dict(np_=4),
+              ["but its key", "under [distributed_db] num_partitions = %d" % NP,
+               "set num_partitions = 4 (the sample fits"]),
+             ("another dimension (16)", dict(dim=16),
+              ["with vectors of 64 bytes", "embedding_vecsize_per_table gives the table 8 floats",
+               "embedding_vecsize_per_table to 16"]),
+             ("32-bit keys", dict(key_bytes=4),
+              ["with keys of 4 bytes", "keys are 8 bytes", "set supportlonglong = false"]),
+             ("the INI's layout", {}, None)]
+    for i, (what, kw, needles) in enumerate(cases):
+        name = "fr%d" % i
+        m = cl.gen_model(name, rows=[1500], dims=[8], segment=cl.new_segment_name(name))
+        hugectr_write(rc, name, "sparse_embedding0", m.file_keys[0], kw.get("dim", 8),
+                      kw.get("np_", NP), kw.get("key_bytes", 8))
+        conf = cl.write_config(name + ".ini", m.ini_text,
+                               COMMON + ddb_settings(rc, initial_cache_rate=0.0))
+        st, log = start_status(cl, conf)
+        if needles is None:
+            t.ok(st is None, "rows written by HugeCTR in the INI's layout: the coordinator "
+                 "serves", log[-1500:])
+            continue
+        err = [ln for ln in log.splitlines() if " ERROR " in ln]
+        t.ok(st == H.EXIT_DDB and err and "hps_et{hps_et.%s.sparse_embedding0/p" % name in err[0]
+             and all(n in err[0] for n in needles) and "delete the table's hashes" in err[0],
+             "rows in Redis written with %s: the coordinator exits 6 (got %s) naming the hash, "
+             "what it holds and the fix" % (what, st), log[-1500:])
+    # values of the wrong length met by lookups: misses, logged once per table
+    name = "bv"
+    m = cl.gen_model(name, rows=[500], dims=[8], segment=cl.new_segment_name(name))
+    conf = cl.write_config(name + ".ini", m.ini_text,
+                           COMMON + ddb_settings(rc, initial_cache_rate=0.0))
+    coord = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    keys = m.file_keys[0][:40]
+    hugectr_write(rc, name, "sparse_embedding0", keys, 16)  # after the start-up check
+    ok = True
+    for batch in (keys[:20], keys[20:]):  # volatile-DB misses both times: Redis is asked
+        got = H.decode_output(H.infer(w.http_port, name, [batch], binary=True))[1]
+        ok = ok and got == m.expected([batch])
+    t.ok(ok, "values of 16 floats in Redis for a table of 8: misses, answered by RocksDB")
+    H.wait_until(lambda: "values of 64 bytes" in coord.log(), 5)
+    warns = [ln for ln in coord.log().splitlines() if "values of 64 bytes" in ln]
+    t.ok(len(warns) == 1 and " WARN " in warns[0] and "model bv table sparse_embedding0" in warns[0]
+         and "8 floats (32 bytes)" in warns[0],
+         "they are logged: one warning naming the table for two lookups (%d)" % len(warns),
+         coord.log()[-1500:])
+    w.kill(signal.SIGTERM)
+    coord.kill(signal.SIGTERM)
+    coord.wait(30)
+
+
 def dead_master_no_replica(t, cl, model, how):
     """Three masters, no replica, one killed (how = "kill") or stopped
     ("stop", SIGSTOP: it accepts connections and answers nothing).  With the
@@ -475,6 +568,7 @@ def body(t, cl):
         coord.kill(signal.SIGTERM)
         coord.wait(30)
         startup_errors(t, cl, rc, model)
+        foreign_rows(t, cl, rc)
         overflow(t, cl, rc)
     finally:
         rc.stop()

@@ -17,7 +17,9 @@ puts the other half into Redis too), then:
   (2) a restart on the same files keeps Redis's rows: a row changed in
       Redis (as an online update to the layer would) is still served;
   (3) data without a record (written by HugeCTR, which writes none) is kept
-      too, and the record is written.
+      too, and the record is written;
+  (4) SIGHUP to a version 3 of another dimension: the rows of version 2 are
+      removed, not refused as rows that do not fit, and version 3 serves.
 Skips without redis-server / redis-cli.
 """
 import os
@@ -118,7 +120,23 @@ def scenario(t, cl, rc):
     t.ok("has no record of the model files its rows came from" in coord.log(),
          "the log says the rows were taken for these files'")
     t.eq(record(rc), rec2, "and the record is written")
-    stop(w, coord)
+
+    # (4) a version of another dimension: the old rows are removed, not
+    # refused as rows that do not fit (they are not kept)
+    v3 = cl.gen_model("m", rows=[ROWS], dims=[2 * DIM], defaults=[DEFAULT], subdir="v3",
+                      version=3)
+    n_ready = coord.log().count("serving misses")
+    cl.write_config("hps.ini", v3.ini_text, R.COMMON + R.ddb_settings(
+        rc, initial_cache_rate=0.5, cache_missed_embeddings="true"))
+    coord.kill(signal.SIGHUP)
+    t.ok(H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.1) and
+         coord.alive() and "reload failed" not in coord.log(),
+         "reload to version 3 (dimension 16) published", coord.log()[-2000:])
+    w3 = cl.start_worker(cl.path("hps.ini"), instance=1)
+    kk = v3.file_keys[0][:500] + v3.file_keys[0][-500:]
+    _, got = H.decode_output(H.infer(w3.http_port, "m", [kk], binary=True))
+    t.ok(got == v3.expected([kk]), "a worker started since serves version 3 exactly")
+    stop(w3, w, coord)
 
 
 if __name__ == "__main__":

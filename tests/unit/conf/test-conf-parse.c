@@ -242,6 +242,40 @@ static void test_continuation_lines(void **state)
     hps_conf_free(c);
 }
 
+/* docs/configuration.md: lists may end in a comma, on one line or on the
+ * last continuation line; host:port lists (address, brokers) are lists too.
+ * These were refused ("entry 2 is empty", "must be a comma-separated list
+ * of host:port", "only lists may continue"). */
+static void test_trailing_comma(void **state)
+{
+    (void)state;
+    hps_conf_t *c = ct_load("[distributed_db]\n"
+                            "update_filters = a,\n"
+                            "address = 10.0.0.1:7000,\n"
+                            "    10.0.0.2:7000,\n"
+                            "[update_source]\n"
+                            "brokers = b:9092,\n"
+                            "[model.m]\n"
+                            "sparse_files = /a,\n"
+                            "    /b,\n"
+                            "embedding_vecsize_per_table = 4, 8,\n"
+                            "maxnum_catfeature_query_per_table_per_sample = 1, 1\n");
+    assert_int_equal(c->distributed_db.update_filters_len, 1);
+    assert_string_equal(c->distributed_db.update_filters[0], "a");
+    assert_string_equal(c->distributed_db.address, "10.0.0.1:7000, 10.0.0.2:7000");
+    assert_string_equal(c->update_source.brokers, "b:9092");
+    assert_int_equal(c->models[0].num_tables, 2);
+    assert_int_equal(c->models[0].embedding_vecsize_per_table[1], 8);
+    hps_conf_free(c);
+    ct_load_fails("[distributed_db]\nupdate_filters = a,,b\n",
+                  "t.ini:2: [distributed_db] update_filters = a,,b: entry 2 is empty (a comma "
+                  "may end the list, but not start it nor follow another comma); must be a "
+                  "comma-separated list of POSIX extended regular expressions");
+    ct_load_fails("[distributed_db]\naddress = a:1,,b:2\n",
+                  "t.ini:2: [distributed_db] address = a:1,,b:2: must be a comma-separated list "
+                  "of host:port (port in [1, 65535]; IPv6 as [addr]:port)");
+}
+
 static void test_continuation_of_scalar_is_error(void **state)
 {
     (void)state;
@@ -520,12 +554,24 @@ static void test_model_name_length(void **state)
 static void test_cross_key_rules(void **state)
 {
     (void)state;
+    /* Only num_partitions is set: it is the key at fault for the user, and
+     * num_node_connections' value is its default (it used to blame
+     * "num_node_connections = 5", a key the file does not have). */
     ct_load_fails("[distributed_db]\nnum_partitions = 4\n",
-                  "t.ini:2: [distributed_db] num_node_connections = 5: must be at most "
-                  "num_partitions (4)");
+                  "t.ini:2: [distributed_db] num_partitions = 4: must be an integer in [1, 256] "
+                  "and at least num_node_connections (5, its default: the file does not set "
+                  "num_node_connections)");
+    ct_load_fails("[distributed_db]\ntype = redis_cluster\nnum_partitions = 2\n",
+                  "t.ini:3: [distributed_db] num_partitions = 2: must be an integer in [1, 256] "
+                  "and at least num_node_connections (5, its default: the file does not set "
+                  "num_node_connections)");
     ct_load_fails("[distributed_db]\nnum_node_connections = 9\nnum_partitions = 8\n",
-                  "t.ini:2: [distributed_db] num_node_connections = 9: must be at most "
-                  "num_partitions (8)");
+                  "t.ini:2: [distributed_db] num_node_connections = 9: must be an integer in "
+                  "[1, 256] and at most num_partitions (8)");
+    ct_load_fails("[distributed_db]\nnum_node_connections = 9\n",
+                  "t.ini:2: [distributed_db] num_node_connections = 9: must be an integer in "
+                  "[1, 256] and at most num_partitions (8, its default: the file does not set "
+                  "num_partitions)");
     /* the smallest segment a coordinator starts with: the miss queue alone
      * takes 4 MiB (shmdb), so 2 MiB failed at start-up */
     ct_load_fails("[volatile_db]\nshared_memory_size = 2MiB\n",
@@ -535,10 +581,16 @@ static void test_cross_key_rules(void **state)
                   "t.ini:2: [volatile_db] shared_memory_size = 5242879: must be a size of at "
                   "least 5MiB (units B, KiB, MiB, GiB, TiB)");
     ct_load_fails("[volatile_db]\nshared_memory_size = 128MiB\nallocation_rate = 256MiB\n",
-                  "t.ini:3: [volatile_db] allocation_rate = 256MiB: must be at most "
-                  "shared_memory_size (128MiB)");
+                  "t.ini:3: [volatile_db] allocation_rate = 256MiB: must be a size of at least "
+                  "64KiB (units B, KiB, MiB, GiB, TiB) and at most shared_memory_size (128MiB)");
     ct_load_fails("[worker]\nmetrics_port = 8000\n",
-                  "t.ini:2: [worker] metrics_port = 8000: must differ from http_port (8000)");
+                  "t.ini:2: [worker] metrics_port = 8000: must be an integer in [1, 65535] and "
+                  "different from http_port (8000, its default: the file does not set "
+                  "http_port)");
+    ct_load_fails("[worker]\nhttp_port = 8002\n",
+                  "t.ini:2: [worker] http_port = 8002: must be an integer in [1, 65535] and "
+                  "different from metrics_port (8002, its default: the file does not set "
+                  "metrics_port)");
     ct_load_fails("[model.m]\nsparse_files = /a, /b\nembedding_vecsize_per_table = 8, 16\n"
                   "maxnum_catfeature_query_per_table_per_sample = 1, 1\n"
                   "embedding_table_names = t, t\n",
@@ -709,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_numbers_ignore_process_locale),
         cmocka_unit_test(test_comments_blank_lines_colon_bom_crlf),
         cmocka_unit_test(test_continuation_lines),
+        cmocka_unit_test(test_trailing_comma),
         cmocka_unit_test(test_continuation_of_scalar_is_error),
         cmocka_unit_test(test_long_lines),
         cmocka_unit_test(test_syntax_errors),

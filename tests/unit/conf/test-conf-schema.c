@@ -341,7 +341,8 @@ static char *string_phrase(const char *extra, bool plural)
     if (strcmp(extra, "host") == 0)
         return strdup("a host name or an IP address");
     if (strcmp(extra, "hostports") == 0)
-        return strdup("a comma-separated list of host:port (IPv6 as [addr]:port)");
+        return strdup(
+            "a comma-separated list of host:port (port in [1, 65535]; IPv6 as [addr]:port)");
     if (strcmp(extra, "shm_name") == 0)
         return strdup("a name matching [A-Za-z0-9_.-]{1,200}");
     if (strcmp(extra, "name") == 0)
@@ -420,6 +421,17 @@ static char *entry_must_be(const struct row *r, int i, const char *v)
     char *e = elem_phrase(r, false);
     char *s = ct_fmt("entry %d (%s) must be %s", i, v, e);
     free(e);
+    return s;
+}
+
+/* Entry i is empty: two commas in a row, or a leading one. */
+static char *entry_empty(const struct row *r, int i)
+{
+    char *m = must_be(r);
+    char *s = ct_fmt("entry %d is empty (a comma may end the list, but not start it nor follow "
+                     "another comma); %s",
+                     i, m);
+    free(m);
     return s;
 }
 
@@ -599,7 +611,9 @@ static const struct {
     {"hostports", "h:0", false},
     {"hostports", "h:65536", false},
     {"hostports", "::1:7000", false},
-    {"hostports", "h:1,", false},
+    {"hostports", "h:1,,h:2", false},
+    {"hostports", ",", false},
+    {"hostports", "h:1, ,", false},
     {"hostports", "", false},
     {"shm_name", "a", true},
     {"shm_name", "hps.test-1_x", true},
@@ -625,6 +639,12 @@ static void string_cases(const struct row *r, struct cases *cs)
         else
             add_bad(cs, strdup(string_samples[i].value), must_be(r));
     }
+    if (strcmp(r->extra, "hostports") == 0) {
+        /* a trailing comma ends the list (the docs' list syntax); the value
+         * is kept without it */
+        add_ok(cs, strdup("h:1,"), NAN, strdup("h:1"));
+        add_ok(cs, strdup("h:1, [::1]:2 , "), NAN, strdup("h:1, [::1]:2"));
+    }
     if (strcmp(r->extra, "shm_name") == 0) {
         char long_name[202];
         memset(long_name, 'a', 201);
@@ -645,7 +665,11 @@ static void list_cases(const struct row *r, struct cases *cs)
                 strdup("entry 1 (a() is not a valid POSIX extended regular "
                        "expression: "));
         cs->c[cs->n - 1].prefix = true;
-        add_bad(cs, strdup(".+, "), strdup("entry 2 is empty"));
+        /* a trailing comma ends the list; an empty entry between commas is an error */
+        add_ok(cs, strdup(".+, "), 1, strdup(".+"));
+        add_ok(cs, strdup("a, b,"), 2, strdup("a, b"));
+        add_bad(cs, strdup(".+,, x"), entry_empty(r, 2));
+        add_bad(cs, strdup(",x"), entry_empty(r, 1));
         /* Nested duplications glibc's regcomp would expand to minutes of
          * work (the fuzz-conf finding) are refused before compiling; an
          * escaped '+' duplicates nothing. */
@@ -682,7 +706,10 @@ static void list_cases(const struct row *r, struct cases *cs)
         add_bad(cs, ct_fmt("%.0f, %.0f", r->lo, r->hi + 1), entry_must_be_num(r, 2, r->hi + 1));
         add_bad(cs, ct_fmt("%.0f, %.0f", r->lo - 1, r->lo), entry_must_be_num(r, 1, r->lo - 1));
         add_bad(cs, ct_fmt("%.0f, 1.5", r->lo), entry_must_be(r, 2, "1.5"));
-        add_bad(cs, ct_fmt("%.0f, ", r->lo), strdup("entry 2 is empty"));
+        add_ok(cs, ct_fmt("%.0f, %.0f,", r->lo, r->hi), 2, ct_fmt("%.0f, %.0f", r->lo, r->hi));
+        add_bad(cs, ct_fmt("%.0f, ", r->lo),
+                strdup("has 1 entry, but sparse_files has 2 (one per table)"));
+        add_bad(cs, ct_fmt("%.0f,, %.0f", r->lo, r->hi), entry_empty(r, 2));
         break;
     case T_TREALS:
         add_ok(cs, strdup("-1.5, 2"), 2, strdup("-1.5, 2.0"));
@@ -692,7 +719,8 @@ static void list_cases(const struct row *r, struct cases *cs)
     default: /* T_TSTRS */
         if (strcmp(r->extra, "path") == 0) {
             add_ok(cs, strdup("/x,/y"), 2, strdup("/x, /y"));
-            add_bad(cs, strdup("/x, "), strdup("entry 2 is empty"));
+            add_ok(cs, strdup("/x, /y,"), 2, strdup("/x, /y"));
+            add_bad(cs, strdup("/x,, /y"), entry_empty(r, 2));
         } else {
             add_ok(cs, strdup("t0, t_1-x"), 2, strdup("t0, t_1-x"));
             add_bad(cs, strdup("t0"),

@@ -97,7 +97,7 @@ ok "a value of the wrong JSON type is named" \
 ok "a per-table list of the wrong length is named" \
     fails 2 "hps-conf: len.json: models[0].embedding_vecsize_per_table = [8]: has 1 entry, but sparse_files has 2 (one per table)" len.json
 ok "a cross-key rule of the INI leads back to the JSON key" \
-    fails 2 "hps-conf: cross.json: volatile_db.num_node_connections: [distributed_db] num_node_connections = 4: must be at most num_partitions (2)" cross.json
+    fails 2 "hps-conf: cross.json: volatile_db.num_node_connections: [distributed_db] num_node_connections = 4: must be an integer in [1, 256] and at most num_partitions (2)" cross.json
 ok "JSON syntax errors give file:line:column" \
     fails 2 "hps-conf: syntax.json:3:17: not valid JSON: quoted object property name expected" syntax.json
 ok "a model name that is not an INI section name is refused" \

@@ -12,6 +12,10 @@
  *    every lookup stays exact, and the target node counts ASKING calls;
  *  - overflow: concurrent inserters into one table never leave a partition
  *    over its margin (all three policies);
+ *  - hps_ddb_check_sample() finds rows written with fewer partitions,
+ *    another dimension or another key width; a lookup that meets values of
+ *    the wrong length counts them (bad_values) and reports them to
+ *    opts.warn once per table per interval;
  *  - a wrong password is refused with -EACCES and a message;
  *  - a hung master (SIGSTOP: it accepts connections and answers nothing)
  *    costs a lookup lookup_timeout_ms (50 ms here), not the 1 s deadline
@@ -448,6 +452,186 @@ static void test_wrongtype(void **state)
     hps_ddb_close(db);
 }
 
+/* ---- rows in another layout --------------------------------------------- */
+
+/* A handle like open_db()'s with np partitions and a warn callback. */
+static hps_ddb_t *open_db_np(unsigned np, void (*warn)(void *, const char *), void *ctx)
+{
+    hps_ddb_opts_t o;
+    hps_ddb_t *db = NULL;
+    hps_ddb_opts_init(&o);
+    o.address = g_addr;
+    o.password = g_pw;
+    o.num_partitions = np;
+    o.max_batch_size = 64;
+    o.timeout_ms = 5000;
+    o.lookup_timeout_ms = 5000;
+    o.warn = warn;
+    o.warn_ctx = ctx;
+    if (hps_ddb_open(&o, &db, g_msg, sizeof(g_msg)) < 0)
+        fail_msg("open: %s", g_msg);
+    return db;
+}
+
+/* n rows of gen table 7 written into live.name through db (with its
+ * partition count), as dim floats and kb-byte keys; erased at the end by
+ * the caller with the returned table. */
+static hps_ddb_table_t *write_rows(hps_ddb_t *db, const char *name, uint32_t dim, uint32_t kb,
+                                   size_t n, void **ret_keys)
+{
+    hps_ddb_table_t *t;
+    assert_int_equal(hps_ddb_table(db, "live", name, dim, kb, &t), 0);
+    void *keys = make_keys(kb, 7, n, 0);
+    float *v = make_vals(7, keys, kb, n, dim);
+    if (hps_ddb_insert(t, n, keys, v, g_msg, sizeof(g_msg)) < 0)
+        fail_msg("insert: %s", g_msg);
+    free(v);
+    *ret_keys = keys;
+    return t;
+}
+
+static hps_ddb_sample_t sample(hps_ddb_table_t *t)
+{
+    hps_ddb_sample_t s;
+    if (hps_ddb_check_sample(t, 16, &s, g_msg, sizeof(g_msg)) < 0)
+        fail_msg("check_sample: %s", g_msg);
+    return s;
+}
+
+/* hps_ddb_check_sample(): the INI's layout passes (absent hashes too);
+ * rows written with fewer partitions, another dimension or another key
+ * width are found, with what the first faulty field holds. */
+static void test_check_sample(void **state)
+{
+    (void)state;
+    hps_ddb_t *db = open_db_np(4, NULL, NULL), *db2 = open_db_np(2, NULL, NULL),
+              *other = open_db_np(4, NULL, NULL);
+    size_t n = 300;
+    hps_ddb_table_t *t;
+    void *keys;
+
+    assert_int_equal(hps_ddb_table(db, "live", "cs_empty", 8, 8, &t), 0);
+    hps_ddb_sample_t s = sample(t);
+    assert_int_equal(s.fault, HPS_DDB_SAMPLE_OK);
+    assert_int_equal(s.fields, 0);
+
+    hps_ddb_table_t *w = write_rows(db, "cs_ok", 8, 8, n, &keys);
+    s = sample(w);
+    assert_int_equal(s.fault, HPS_DDB_SAMPLE_OK);
+    assert_int_equal(s.hashes, 4);
+    assert_true(s.fields >= 4 && s.fields <= 4 * 16);
+    hps_ddb_erase(w, n, keys, NULL, 0);
+    free(keys);
+
+    /* written with 2 partitions, read with 4: half the keys of p0 and p1
+     * belong to p2 and p3 */
+    w = write_rows(db2, "cs_np", 8, 8, n, &keys);
+    assert_int_equal(hps_ddb_table(db, "live", "cs_np", 8, 8, &t), 0);
+    s = sample(t);
+    assert_int_equal(s.fault, HPS_DDB_SAMPLE_PARTITION);
+    assert_true(s.part < 2);
+    assert_int_equal(s.key_part, hps_rrxmrrxmsx_0(s.key) % 4);
+    assert_int_not_equal(s.key_part, s.part);
+    assert_int_equal(s.hashes, 2);
+    assert_true(s.bad >= 1 && s.bad <= s.fields);
+    assert_int_equal(s.likely_partitions, 2);
+    hps_ddb_erase(w, n, keys, NULL, 0);
+    free(keys);
+
+    /* another dimension */
+    w = write_rows(other, "cs_dim", 16, 8, n, &keys);
+    assert_int_equal(hps_ddb_table(db, "live", "cs_dim", 8, 8, &t), 0);
+    s = sample(t);
+    assert_int_equal(s.fault, HPS_DDB_SAMPLE_VALUE_BYTES);
+    assert_int_equal(s.found_bytes, 64);
+    assert_int_equal(s.want_bytes, 32);
+    assert_int_equal(s.bad, s.fields);
+    hps_ddb_erase(w, n, keys, NULL, 0);
+    free(keys);
+
+    /* 32-bit keys in a table of 64-bit keys */
+    w = write_rows(other, "cs_kb", 8, 4, n, &keys);
+    assert_int_equal(hps_ddb_table(db, "live", "cs_kb", 8, 8, &t), 0);
+    s = sample(t);
+    assert_int_equal(s.fault, HPS_DDB_SAMPLE_KEY_BYTES);
+    assert_int_equal(s.found_bytes, 4);
+    assert_int_equal(s.want_bytes, 8);
+    hps_ddb_erase(w, n, keys, NULL, 0);
+    free(keys);
+
+    assert_int_equal(hps_ddb_check_sample(t, 0, &s, NULL, 0), HPS_EINVAL);
+    hps_ddb_close(db);
+    hps_ddb_close(db2);
+    hps_ddb_close(other);
+}
+
+typedef struct warned {
+    pthread_mutex_t mu;
+    int calls;
+    char last[1024];
+} warned_t;
+
+static void on_warn(void *ctx, const char *msg)
+{
+    warned_t *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    w->calls++;
+    snprintf(w->last, sizeof(w->last), "%s", msg);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Stored values of the wrong length: misses, counted in bad_values, and
+ * reported to opts.warn once per table per interval (they used to be
+ * skipped without a trace). */
+static void test_bad_values(void **state)
+{
+    (void)state;
+    warned_t wn = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    hps_ddb_t *db = open_db_np(4, on_warn, &wn), *other = open_db_np(4, NULL, NULL);
+    size_t n = 100;
+    void *keys, *keys2;
+    hps_ddb_table_t *w = write_rows(other, "bv", 16, 8, n, &keys);
+    hps_ddb_table_t *w2 = write_rows(other, "bv2", 16, 8, n, &keys2);
+    hps_ddb_table_t *t, *t2;
+    assert_int_equal(hps_ddb_table(db, "live", "bv", 8, 8, &t), 0);
+    assert_int_equal(hps_ddb_table(db, "live", "bv2", 8, 8, &t2), 0);
+    float *out = calloc(n * 8, sizeof(float));
+    bool *found = calloc(n, sizeof(bool));
+    size_t hits = 1;
+    hps_ddb_stats_t st0, st;
+    hps_ddb_stats(db, &st0);
+
+    assert_int_equal(hps_ddb_lookup(t, n, keys, out, found, &hits, g_msg, sizeof(g_msg)), 0);
+    assert_int_equal(hits, 0);
+    hps_ddb_stats(db, &st);
+    assert_int_equal(st.bad_values - st0.bad_values, n);
+    assert_int_equal(st.lookup_hits - st0.lookup_hits, 0);
+    assert_int_equal(wn.calls, 1);
+    assert_non_null(strstr(wn.last, "model live table bv:"));
+    assert_non_null(strstr(wn.last, "values of 64 bytes"));
+    assert_non_null(strstr(wn.last, "8 floats (32 bytes)"));
+
+    /* the same table again: counted, not reported within the interval */
+    assert_int_equal(hps_ddb_lookup(t, n, keys, out, found, &hits, g_msg, sizeof(g_msg)), 0);
+    hps_ddb_stats(db, &st);
+    assert_int_equal(st.bad_values - st0.bad_values, 2 * n);
+    assert_int_equal(wn.calls, 1);
+
+    /* another table has its own interval */
+    assert_int_equal(hps_ddb_lookup(t2, n, keys2, out, found, &hits, g_msg, sizeof(g_msg)), 0);
+    assert_int_equal(wn.calls, 2);
+    assert_non_null(strstr(wn.last, "model live table bv2:"));
+
+    hps_ddb_erase(w, n, keys, NULL, 0);
+    hps_ddb_erase(w2, n, keys2, NULL, 0);
+    free(keys);
+    free(keys2);
+    free(out);
+    free(found);
+    hps_ddb_close(db);
+    hps_ddb_close(other);
+}
+
 /* ---- a hung master: the lookup deadline --------------------------------- */
 
 static double now_ms(void)
@@ -656,6 +840,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_overflow),
         cmocka_unit_test(test_touch),
         cmocka_unit_test(test_wrongtype),
+        cmocka_unit_test(test_check_sample),
+        cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_wrong_password),
         cmocka_unit_test(test_hung_master_lookup_deadline),
     };
