@@ -123,9 +123,13 @@ static bool resolve(hps_client_t *cl)
 }
 
 /* The segment was searched while its coordinator served (settled): name
- * the models of this process that are not in it, once per segment. */
+ * the models of this process that are not in it, once per segment, in
+ * model control mode none (where its INI and the coordinator's differ, or
+ * a SIGHUP is pending; in explicit mode, models not loaded are the rule). */
 static void log_not_loaded(hps_client_t *cl)
 {
+    if (cl->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT)
+        return;
     for (size_t i = 0; i < cl->num_models; i++)
         if (!atomic_load(&cl->models[i].resolved) && !atomic_load(&cl->models[i].misfit))
             HPS_INFO("model %s: not in /dev/shm/hps.%s, whose coordinator serves: not loaded "
