@@ -456,7 +456,15 @@ static void freshness(const char *bs, ours_t *o, struct fresh *f, uint32_t round
     snprintf(group, sizeof(group), "bench.fresh.%u", round);
     o->fetch_wait_ms = fetch_wait_ms;
     ours_start(bs, group, "fresh", o);
-    usleep(3000000); /* group join and assignment before the first probe */
+    /* Group join and assignment, and the earlier rounds' probes read, before
+     * the first probe: a fixed 3 s wait was sometimes shorter than the join,
+     * and a whole setting then saw 0 of its probes. */
+    for (double t0 = now_s(); !hps_kafka_consumer_caught_up(o->cons); usleep(10000))
+        if (now_s() - t0 > DEADLINE_S) {
+            fprintf(stderr, "bench-kafka: freshness consumer not assigned after %d s\n",
+                    (int)DEADLINE_S);
+            cleanup_and_exit(1);
+        }
     double t = now_s();
     double *lat = calloc(probes, sizeof(double));
     size_t got = probe(bs, f, round, probes, lat);
