@@ -42,6 +42,10 @@ typedef struct coord_table {
     uint32_t vdb_id;      /* id in the segment */
     hps_pdb_table_t *pdb; /* NULL without a persistent DB */
     hps_ddb_table_t *ddb; /* NULL without a distributed DB */
+    /* serve.c ddb_warn: CLOCK_MONOTONIC second of this table's last Redis
+     * failure warning (at most one a second per table); CAS by the miss
+     * service threads and the inserter. */
+    _Atomic long ddb_warned_s;
 } coord_table_t;
 
 typedef struct coord {
@@ -230,6 +234,11 @@ int coord_ddb_open(coord_t *c);
 int coord_ddb_table(coord_t *c, coord_table_t *ct);
 int coord_ddb_check_rows(coord_t *c, coord_table_t *ct);
 void coord_ddb_close(coord_t *c);
+/* ddb_wire.c: copy the distributed DB's counters (hps_ddb_stats) into the
+ * segment for the workers' /metrics (nv_hps_distributed_db_*); no-op
+ * without a distributed DB.  main.c calls it about once a second while
+ * serving, and once when the miss service has stopped.  One thread. */
+void coord_ddb_publish(coord_t *c);
 
 /* serve.c: miss-queue service threads; cache_missed_embeddings inserts run
  * after each answer is published (see serve.c).  coord_serve_stop() drains

@@ -2,8 +2,11 @@
  * ddb_wire.c -- the distributed DB (Redis Cluster) in hps-coordinator:
  * opening it from [distributed_db], and the per-table handles.  Model loading
  * (load.c) writes initial_cache_rate of each table into it; the miss service
- * (serve.c) reads it before the persistent DB.
+ * (serve.c) reads it before the persistent DB.  Its counters are published
+ * in the segment for the workers' /metrics (coord_ddb_publish).
  */
+#include <time.h>
+
 #include "coord.h"
 #include "hps/log.h"
 #include "hps_build_config.h"
@@ -182,6 +185,33 @@ int coord_ddb_table(coord_t *c, coord_table_t *ct)
         return HPS_EXIT_DDB;
     }
     return check_partitions(c, ct);
+}
+
+void coord_ddb_publish(coord_t *c)
+{
+    static bool warned; /* one thread (see coord.h) */
+    if (!c->ddb || !c->db)
+        return;
+    hps_ddb_stats_t d;
+    hps_ddb_stats(c->ddb, &d);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    hps_shmdb_ddb_stats_t s = {
+        .lookup_keys = d.lookup_keys,
+        .lookup_hits = d.lookup_hits,
+        .insert_rows = d.insert_rows,
+        .evicted_rows = d.evicted_rows,
+        .errors = d.errors,
+        .touches_dropped = d.touches_dropped,
+        .bad_values = d.bad_values,
+        .published_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+    };
+    hps_err_t rc = hps_shmdb_ddb_stats_set(c->db, &s);
+    if (rc < 0 && !warned) {
+        warned = true;
+        HPS_WARN("distributed DB: cannot publish its statistics in the segment: %s",
+                 hps_strerror(rc));
+    }
 }
 
 void coord_ddb_close(coord_t *c)

@@ -307,11 +307,16 @@ static void reap(coord_t *c)
  * refused they start again where they stopped. */
 static void run(coord_t *c, const char *path, coord_kafka_t **kafka, bool *ret_reload)
 {
-    long period = (long)c->conf->hps.worker_timeout_ms / 2, since_reap = 0;
+    long period = (long)c->conf->hps.worker_timeout_ms / 2, since_reap = 0, since_publish = 0;
     period = period > 1000 ? 1000 : period < 50 ? 50 : period;
     long step = period < 100 ? period : 100;
+    coord_ddb_publish(c); /* what loading wrote, before the first second */
     while (!atomic_load(&g_stop)) {
         sleep_ms(step);
+        if ((since_publish += step) >= 1000) { /* Redis counters for /metrics, once a second */
+            since_publish = 0;
+            coord_ddb_publish(c);
+        }
         if (atomic_exchange(&g_reload, 0)) {
             HPS_INFO("SIGHUP: reading %s again", path);
             coord_kafka_stop(*kafka);
@@ -380,7 +385,8 @@ static void release_segment(coord_t *c, bool reload)
 static void shutdown_all(coord_t *c, bool reload)
 {
     coord_serve_stop(c);
-    coord_ddb_close(c); /* flushes queued LFU/LRU access updates */
+    coord_ddb_publish(c); /* the last lookups and inserts, for the workers still attached */
+    coord_ddb_close(c);   /* flushes queued LFU/LRU access updates */
     char err[256];
     if (c->pdb && hps_pdb_close(c->pdb, err, sizeof(err)) < 0)
         HPS_WARN("closing the persistent DB: %s", err);

@@ -121,11 +121,15 @@ static bool warn_now(_Atomic long *last)
     return ts.tv_sec != prev && atomic_compare_exchange_strong(last, &prev, (long)ts.tv_sec);
 }
 
+/* At most once a second per table: with one timestamp for all of them, a
+ * failure of several tables named only the one that warned first. */
 static void ddb_warn(const coord_table_t *ct, const char *what, size_t n, const char *err)
 {
-    static _Atomic long last; /* a hint shared by the service threads */
-    if (warn_now(&last))
-        HPS_WARN("table %s: distributed DB %s of %zu keys: %s", ct->name, what, n, err);
+    /* The table's timestamp is the one field written while serving; the
+     * tables themselves are calloc'd (load.c), not const objects. */
+    if (warn_now(&((coord_table_t *)ct)->ddb_warned_s))
+        HPS_WARN("model %s table %s: distributed DB %s of %zu keys: %s", ct->model->name, ct->name,
+                 what, n, err);
 }
 
 /* Copy the found rows of a request, to be inserted into the volatile DB

@@ -337,8 +337,15 @@ struct shm_hdr {
      * builds before it: every allocation is then cleared.  Trusted only by
      * the process that created the object (hps_shmdb_t.created). */
     uint64_t zero_from;
-    uint64_t reserved[8];
-    struct shm_ctl ctl;                               /* model control requests (control.c) */
+    /* struct shm_ddbstats (the distributed DB's counters), 0 = absent.  Taken
+     * from the reserved words below (reserved[8] before it), which no build
+     * ever wrote: a segment of an older build holds 0 here (its header is
+     * the zeros of a new object) and an older reader never looks, so the
+     * header's size, the format word and the layout version stay as they
+     * were and both builds keep attaching each other's segments. */
+    uint64_t ddbstats_off;
+    uint64_t reserved[7]; /* 0; later parts of the format take words from here */
+    struct shm_ctl ctl;   /* model control requests (control.c) */
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];
@@ -361,6 +368,20 @@ _Static_assert(sizeof(struct shm_ustat) == 192, "update stats must fill three ca
 struct shm_ustats {
     struct shm_ustat layer[HPS_SHMDB_UPDATE_LAYERS];
 };
+
+/* Counters of the coordinator's distributed DB (hps_ddb_stats_t of
+ * include/hps/ddb.h; hdr->ddbstats_off, created on first publication), each
+ * word atomic, stored relaxed.  `valid` is set (release) after the first
+ * publication.  New counters go into the pad (0 from a coordinator that
+ * predates them), so the size never changes. */
+struct shm_ddbstats {
+    _Atomic uint64_t valid;
+    _Atomic uint64_t lookup_keys, lookup_hits, insert_rows, evicted_rows, errors;
+    _Atomic uint64_t touches_dropped, bad_values;
+    _Atomic int64_t published_ms;
+    uint8_t pad[56];
+};
+_Static_assert(sizeof(struct shm_ddbstats) == 128, "DDB stats must fill two cache lines");
 
 /* Update log directory (hdr->updlog_off): one ring offset per table. */
 struct shm_updlog_dir {

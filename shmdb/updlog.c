@@ -2,7 +2,8 @@
  * updlog.c -- what the coordinator tells the workers about online updates:
  * the update statistics of each layer (for /metrics) and the per-table
  * update logs (DESIGN.md: changed keys with a sequence number; a reader
- * lapped by the log does a full refresh).
+ * lapped by the log does a full refresh); and, published the same way, the
+ * distributed DB's counters (for /metrics).
  *
  * Update log: a ring of cap slots per table, one writer (the coordinator).
  * Key number s (s = 0, 1, ...) goes to slot s & (cap - 1), which is
@@ -112,6 +113,58 @@ hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update
     ret->errors = LD(d->errors);
     ret->lag = LD(d->lag);
     ret->newest_applied_ms = LD(d->newest_applied_ms);
+    ret->published_ms = LD(d->published_ms);
+    return 0;
+}
+
+/* ---- Distributed-DB statistics ------------------------------------------ */
+
+/* An area of its own (hdr->ddbstats_off, a word taken from the header's
+ * reserved ones) rather than more fields in struct shm_ustats: these are
+ * not update counters, and a segment of an older build has ustats_off set
+ * with no room for them.  See layout.h (struct shm_hdr) for why no layout
+ * version changes. */
+static struct shm_ddbstats *ddbstats(hps_shmdb_t *db)
+{
+    return hps__area(db, &db->hdr->ddbstats_off, sizeof(struct shm_ddbstats));
+}
+
+hps_err_t hps_shmdb_ddb_stats_set(hps_shmdb_t *db, const hps_shmdb_ddb_stats_t *s)
+{
+    if (!db || !s)
+        return HPS_EINVAL;
+    struct shm_ddbstats *d = ddbstats(db);
+    if (!d) {
+        hps_err_t rc = hps__area_create(db, &db->hdr->ddbstats_off, sizeof(struct shm_ddbstats));
+        if (rc < 0 || !(d = ddbstats(db)))
+            return rc < 0 ? rc : HPS_ENOSPC;
+    }
+    ST(d->lookup_keys, s->lookup_keys);
+    ST(d->lookup_hits, s->lookup_hits);
+    ST(d->insert_rows, s->insert_rows);
+    ST(d->evicted_rows, s->evicted_rows);
+    ST(d->errors, s->errors);
+    ST(d->touches_dropped, s->touches_dropped);
+    ST(d->bad_values, s->bad_values);
+    ST(d->published_ms, s->published_ms);
+    atomic_store_explicit(&d->valid, 1, memory_order_release);
+    return 0;
+}
+
+hps_err_t hps_shmdb_ddb_stats_get(hps_shmdb_t *db, hps_shmdb_ddb_stats_t *ret)
+{
+    if (!db || !ret)
+        return HPS_EINVAL;
+    struct shm_ddbstats *d = ddbstats(db);
+    if (!d || !atomic_load_explicit(&d->valid, memory_order_acquire))
+        return HPS_ENOTFOUND;
+    ret->lookup_keys = LD(d->lookup_keys);
+    ret->lookup_hits = LD(d->lookup_hits);
+    ret->insert_rows = LD(d->insert_rows);
+    ret->evicted_rows = LD(d->evicted_rows);
+    ret->errors = LD(d->errors);
+    ret->touches_dropped = LD(d->touches_dropped);
+    ret->bad_values = LD(d->bad_values);
     ret->published_ms = LD(d->published_ms);
     return 0;
 }

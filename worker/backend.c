@@ -232,6 +232,42 @@ static void update_metrics(worker_t *w, hps_kserve_text_t *x)
     update_gauges(x, st, have);
 }
 
+/* The coordinator's distributed-DB (Redis) counters, from the segment: one
+ * unlabelled sample per family (totals of every table); nothing when no
+ * distributed DB publishes.  Its hits are part of
+ * nv_hps_persistent_db_hit_keys, which counts every layer below the
+ * volatile DB. */
+static void ddb_metrics(worker_t *w, hps_kserve_text_t *x)
+{
+    hps_client_ddb_stats_t s;
+    if (hps_client_ddb_stats(w->client, &s) < 0)
+        return;
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } f[] = {
+        {"nv_hps_distributed_db_lookup_keys",
+         "Keys looked up in the distributed DB (Redis): volatile-DB misses of every worker",
+         s.lookup_keys},
+        {"nv_hps_distributed_db_hit_keys", "Keys found in the distributed DB (Redis)", s.hit_keys},
+        {"nv_hps_distributed_db_insert_rows",
+         "Rows written to the distributed DB (loading, cache_missed_embeddings)", s.insert_rows},
+        {"nv_hps_distributed_db_evicted_rows",
+         "Rows evicted from the distributed DB (overflow_margin)", s.evicted_rows},
+        {"nv_hps_distributed_db_errors",
+         "Failed distributed-DB calls (lookups, inserts, access-tracking batches)", s.errors},
+        {"nv_hps_distributed_db_touches_dropped",
+         "Distributed-DB hits whose LFU/LRU access was not recorded (queue full)",
+         s.touches_dropped},
+        {"nv_hps_distributed_db_bad_values",
+         "Distributed-DB values of the wrong length for their table, answered as misses",
+         s.bad_values},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", f[i].name,
+                                f[i].help, f[i].name, f[i].name, (unsigned long long)f[i].v);
+}
+
 /* The GPU caches' families: one sample per (model, table) with a cache. */
 static const struct {
     const char *name, *type, *help;
@@ -378,6 +414,7 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
                             (int)hps_client_coordinator_alive(w->client),
                             (int)hps_client_ready(w->client));
     update_metrics(w, x);
+    ddb_metrics(w, x);
     gpu_metrics(w, x);
     return 0;
 }

@@ -481,6 +481,36 @@ hps_err_t hps_client_gpu_stats(const hps_client_t *c, hps_client_gpu_stats_t *re
  */
 hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, void *ret);
 
+/** The coordinator's distributed-DB (Redis Cluster) counters, as it last
+ *  published them (about once a second): totals of every table since the
+ *  coordinator opened the distributed DB (a coordinator that starts again
+ *  counts from 0). */
+typedef struct hps_client_ddb_stats {
+    /** Keys looked up in Redis: the keys that missed the volatile DB, of
+     *  every worker and client of the segment. */
+    uint64_t lookup_keys;
+    uint64_t hit_keys;        /**< of those, found in Redis */
+    uint64_t insert_rows;     /**< rows written (loading, cache_missed_embeddings) */
+    uint64_t evicted_rows;    /**< rows removed by overflow handling (overflow_margin) */
+    uint64_t errors;          /**< failed calls: lookups, inserts, access-tracking batches */
+    uint64_t touches_dropped; /**< hits whose LFU/LRU access was not recorded (queue full) */
+    /** Stored values of another length than the table's dim * 4 bytes met
+     *  by lookups: each was answered as a miss. */
+    uint64_t bad_values;
+    int64_t published_ms; /**< wall clock (ms, CLOCK_REALTIME) of the publication */
+} hps_client_ddb_stats_t;
+
+/**
+ * @brief The coordinator's distributed-DB counters, read from the segment
+ * (lock-free: each field whole, not necessarily one snapshot of all).
+ * Thread-safe.
+ * @param[out] ret  Filled on success only.
+ * @return 0; HPS_EINVAL (NULL); HPS_ENOTFOUND (not attached, no
+ *         [distributed_db] configured, or a coordinator that publishes
+ *         none: not yet, or of a build before it).
+ */
+hps_err_t hps_client_ddb_stats(hps_client_t *c, hps_client_ddb_stats_t *ret);
+
 /**
  * @brief Page-lock a host buffer the caller reuses for outputs
  * (cudaHostRegister, portable), so lookups copy rows from the device

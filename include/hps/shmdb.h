@@ -908,6 +908,44 @@ hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_
 hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update_stats_t *ret);
 
 /* ------------------------------------------------------------------------ */
+/* Distributed-DB statistics: the coordinator's Redis counters, for workers */
+/* ------------------------------------------------------------------------ */
+
+/** Counters of the coordinator's distributed DB (Redis Cluster) since it
+ *  opened it: hps_ddb_stats_t of include/hps/ddb.h (monotonic unless noted). */
+typedef struct hps_shmdb_ddb_stats {
+    uint64_t lookup_keys;     /**< keys looked up (the misses of the volatile DB) */
+    uint64_t lookup_hits;     /**< of those, found */
+    uint64_t insert_rows;     /**< rows written (loading, cache_missed_embeddings) */
+    uint64_t evicted_rows;    /**< rows removed by overflow handling */
+    uint64_t errors;          /**< failed calls: lookups, inserts, access-tracking batches */
+    uint64_t touches_dropped; /**< hits not tracked (LFU/LRU): the touch queue was full */
+    uint64_t bad_values;      /**< stored values of another length than dim * 4: misses */
+    int64_t published_ms;     /**< wall clock (ms) of this snapshot */
+} hps_shmdb_ddb_stats_t;
+
+/**
+ * @brief Publish the distributed DB's counters in the segment (the
+ *        coordinator, about once a second, when a distributed DB is
+ *        configured).  The area is created on first use (dir_lock).  Each
+ *        field is stored with a relaxed atomic store: readers see every
+ *        field whole, not necessarily one consistent snapshot.
+ * @param[in] s  Host struct; s->published_ms is taken as given.
+ * @return 0; HPS_EINVAL (NULL); HPS_ENOSPC if the segment is full.
+ * Process-safe for one writer.
+ */
+hps_err_t hps_shmdb_ddb_stats_set(hps_shmdb_t *db, const hps_shmdb_ddb_stats_t *s);
+
+/**
+ * @brief Read the distributed DB's published counters (relaxed atomic loads).
+ * @param[out] ret  Host struct.
+ * @return 0; HPS_EINVAL (NULL); HPS_ENOTFOUND when none was published (no
+ *         distributed DB, or a coordinator of a build before it).
+ * Lock-free; thread- and process-safe.
+ */
+hps_err_t hps_shmdb_ddb_stats_get(hps_shmdb_t *db, hps_shmdb_ddb_stats_t *ret);
+
+/* ------------------------------------------------------------------------ */
 /* Update logs: per-table rings of changed keys, for refreshing caches       */
 /* ------------------------------------------------------------------------ */
 

@@ -7,7 +7,10 @@ requirepass), started and removed by this script.
 Checks: initial_cache_rate of the rows land in Redis in HugeCTR's layout
 (hps_et{hps_et.<model>.<table>/p<i>}v, raw key -> raw floats); lookups give
 the generator's exact vectors (Redis half, RocksDB-only half, unknown keys);
-RocksDB hits are inserted into Redis (cache_missed_embeddings); a master
+RocksDB hits are inserted into Redis (cache_missed_embeddings); the
+worker's /metrics shows the coordinator's Redis counters
+(nv_hps_distributed_db_lookup_keys, _hit_keys, _insert_rows ...) with the
+exact counts of those lookups and inserts; a master
 killed while a client streams lookups costs zero failed or wrong answers,
 and its promoted replica serves HMGETs once the cluster settles; each
 overflow policy keeps every partition at or under overflow_margin; a wrong
@@ -254,7 +257,50 @@ def lookups(t, cl, rc, model):
                     struct.pack("<q", k))
     t.eq(list(struct.unpack("<8f", raw)) if raw else None, H.gen_vector(1, k, 8),
          "a missed row is in Redis with its exact vector (HGET)")
+    ddb_metrics(t, w, model, kpt, loaded=10000 + 2500, inserted=60 + 30)
     return coord, w
+
+
+def ddb_counter(w, name):
+    """nv_hps_distributed_db_<name> of the worker's /metrics (one sample
+    without labels), None when the family is absent."""
+    s = H.metric_samples(w.metrics_port, "nv_hps_distributed_db_" + name)
+    return int(s[0][1]) if len(s) == 1 and s[0][0] == {} else None
+
+
+def ddb_metrics(t, w, model, kpt, loaded, inserted):
+    """The coordinator's Redis counters, published in the segment once a
+    second, in the worker's /metrics: every key that missed the volatile DB
+    (none is cached there: initial_cache_rate 0, no cache_missed_embeddings)
+    was looked up in Redis, and once the RocksDB hits are in Redis (the
+    caller waited for them) a lookup of kpt finds every known key there.
+    They used to be nowhere: the worker's persistent_db_hit_keys counts
+    Redis and RocksDB hits together."""
+    c = H.hps_counters(w.metrics_port, "m")
+    missed, asked = c["lookup_keys"] - c["volatile_db_hit_keys"], sum(map(len, kpt))
+    H.wait_until(lambda: ddb_counter(w, "lookup_keys") == missed, 5)
+    n0, h0 = ddb_counter(w, "lookup_keys"), ddb_counter(w, "hit_keys")
+    t.ok(n0 == missed == 2 * asked,
+         "nv_hps_distributed_db_lookup_keys %s: the %d keys of two lookups that missed the "
+         "volatile DB" % (n0, missed))
+    got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1]
+    H.wait_until(lambda: ddb_counter(w, "lookup_keys") == missed + asked, 5)
+    n1, h1 = ddb_counter(w, "lookup_keys"), ddb_counter(w, "hit_keys")
+    d = H.diff(H.hps_counters(w.metrics_port, "m"), c)
+    files = [set(ks) for ks in model.file_keys]
+    known = sum(k in files[i] for i, ks in enumerate(kpt) for k in ks)
+    dn = None if n1 is None else n1 - missed
+    dh = None if None in (h0, h1) else h1 - h0
+    t.ok(got == model.expected(kpt) and dn == asked and dh == d["persistent_db_hit_keys"] == known,
+         "a third lookup of %d keys: nv_hps_distributed_db_lookup_keys +%s, _hit_keys +%s (want "
+         "%d, every known key: the RocksDB rows are in Redis now; the worker's "
+         "persistent_db_hit_keys +%d)" % (asked, dn, dh, known, d["persistent_db_hit_keys"]))
+    got = {n: ddb_counter(w, n) for n in ("insert_rows", "evicted_rows", "errors",
+                                          "touches_dropped", "bad_values")}
+    t.eq(got, {"insert_rows": loaded + inserted, "evicted_rows": 0, "errors": 0,
+               "touches_dropped": 0, "bad_values": 0},
+         "nv_hps_distributed_db_*: %d rows loaded + %d inserted after misses, no eviction, "
+         "error or bad value" % (loaded, inserted))
 
 
 def kill_master(t, cl, rc, model, w):
@@ -449,7 +495,9 @@ def dead_master_no_replica(t, cl, model, how):
     default miss_timeout_ms (50) lookups are still exact, from RocksDB.  The
     client used to back off 10 + 20 + 40 + 80 ms inside each lookup of a
     cluster that is down, and to wait its whole 1 s deadline on a stopped
-    node in every call, so the worker's miss timeout answered defaults."""
+    node in every call, so the worker's miss timeout answered defaults.
+    With the master dead, the coordinator's warnings name both tables (one
+    timestamp for all tables named only the first to fail)."""
     rc = RedisCluster(os.path.join(cl.tmp, "nr-" + how), n=3, replicas=0)
     try:
         conf = cl.write_config("nr.ini", model.ini_text, COMMON + [
@@ -480,6 +528,12 @@ def dead_master_no_replica(t, cl, model, how):
         t.ok(not bad, "with a master %s and no replica, 5 of 5 lookups exact from RocksDB "
              "(miss timeout 50 ms; wrong ones took %s s)" % (
                  "dead" if how == "kill" else "stopped", bad), coord.log()[-2000:])
+        if how == "kill":  # both tables have hashes on the dead master: both fail
+            named = [tb for tb in ("sparse_embedding0", "sparse_embedding1")
+                     if "table %s: distributed DB lookup" % tb in coord.log()]
+            t.eq(named, ["sparse_embedding0", "sparse_embedding1"],
+                 "the coordinator's Redis failure warnings name each failing table (rate-limited "
+                 "per table, not one timestamp for all)")
         if how == "stop":
             rc.procs[victim].send_signal(signal.SIGCONT)
         w.kill(signal.SIGTERM)

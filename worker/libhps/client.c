@@ -783,6 +783,29 @@ hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, void *ret)
     return rc;
 }
 
+hps_err_t hps_client_ddb_stats(hps_client_t *cl, hps_client_ddb_stats_t *ret)
+{
+    if (!cl || !ret)
+        return hps__client_fail(HPS_EINVAL, "distributed DB statistics: bad argument");
+    hps_shmdb_ddb_stats_t s;
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    bool attached = cl->db != NULL;
+    hps_err_t rc = attached ? hps_shmdb_ddb_stats_get(cl->db, &s) : HPS_ENOTFOUND;
+    pthread_rwlock_unlock(&cl->seg_lock);
+    if (rc < 0)
+        return hps__client_fail(rc, "distributed DB statistics: %s",
+                                attached ? "none published" : "not attached");
+    *ret = (hps_client_ddb_stats_t){.lookup_keys = s.lookup_keys,
+                                    .hit_keys = s.lookup_hits,
+                                    .insert_rows = s.insert_rows,
+                                    .evicted_rows = s.evicted_rows,
+                                    .errors = s.errors,
+                                    .touches_dropped = s.touches_dropped,
+                                    .bad_values = s.bad_values,
+                                    .published_ms = s.published_ms};
+    return 0;
+}
+
 hps_err_t hps_client_host_register(hps_client_t *cl, void *buf, size_t bytes)
 {
     hps_err_t rc = hps__client_gpu_pin(cl, buf, bytes);

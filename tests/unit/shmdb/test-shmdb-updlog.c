@@ -3,8 +3,8 @@
  * statistics: keys come back in append order with their sequence numbers, a
  * reader older than the ring is told it was lapped, 4-byte keys keep their
  * width, a reader racing a writer in another process never sees a key under
- * a wrong sequence (torn), and update statistics round-trip between
- * processes.
+ * a wrong sequence (torn), and update statistics and the distributed DB's
+ * counters round-trip between processes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -271,6 +271,54 @@ static void test_update_stats(void **state)
     HPS_ASSERT_EQ(strcmp(hps_shmdb_update_layer_name(2), "distributed"), 0);
 }
 
+/* The distributed DB's counters: absent until published, then the same in
+ * another process (every field, the published time included); a second
+ * publication overwrites the first. */
+static void test_ddb_stats(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_ddb_stats_t s = {.lookup_keys = 218,
+                               .lookup_hits = 120,
+                               .insert_rows = 12590,
+                               .evicted_rows = 7,
+                               .errors = 3,
+                               .touches_dropped = 11,
+                               .bad_values = 40,
+                               .published_ms = 1700000000789LL},
+                          r;
+    HPS_ASSERT_ERR(hps_shmdb_ddb_stats_get(f->db, &r), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_ddb_stats_get(f->db, NULL), HPS_EINVAL);
+    HPS_ASSERT_ERR(hps_shmdb_ddb_stats_set(f->db, NULL), HPS_EINVAL);
+    /* the update statistics are another area: publishing them adds no DDB stats */
+    hps_update_stats_t u = {.messages = 1};
+    HPS_ASSERT_OK(hps_shmdb_update_stats_set(f->db, 2, &u));
+    HPS_ASSERT_ERR(hps_shmdb_ddb_stats_get(f->db, &r), HPS_ENOTFOUND);
+    hps_shmdb_ddb_stats_t first = s;
+    first.lookup_keys = 1;
+    HPS_ASSERT_OK(hps_shmdb_ddb_stats_set(f->db, &first));
+    HPS_ASSERT_OK(hps_shmdb_ddb_stats_set(f->db, &s)); /* the area exists: overwritten */
+    HPS_ASSERT_OK(hps_shmdb_ddb_stats_get(f->db, &r));
+    HPS_ASSERT_EQ(memcmp(&r, &s, sizeof(r)), 0);
+    pid_t pid = t_fork();
+    if (pid == 0) { /* a worker reads them through its own mapping */
+        t_child_mode();
+        hps_shmdb_t *db;
+        if (hps_shmdb_attach(f->name, NULL, &db) != 0)
+            _exit(T_CHILD_FAIL);
+        memset(&r, 0, sizeof(r));
+        HPS_ASSERT_OK(hps_shmdb_ddb_stats_get(db, &r));
+        HPS_ASSERT_EQ(memcmp(&r, &s, sizeof(r)), 0);
+        hps_update_stats_t ur;
+        HPS_ASSERT_OK(hps_shmdb_update_stats_get(db, 2, &ur));
+        HPS_ASSERT_EQ(ur.messages, 1);
+        hps_shmdb_detach(db);
+        _exit(0);
+    }
+    int st;
+    HPS_ASSERT_EQ(t_wait_timeout(pid, 10000, &st), 1);
+    HPS_ASSERT_EQ(WIFEXITED(st) && WEXITSTATUS(st) == 0, 1);
+}
+
 int main(void)
 {
     t_install_cleanup();
@@ -281,6 +329,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_narrow_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_update_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ddb_stats, setup, teardown),
     };
     return cmocka_run_group_tests_name("shmdb-updlog", tests, NULL, NULL);
 }
