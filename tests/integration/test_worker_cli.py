@@ -10,7 +10,8 @@ equal --http-port and --metrics-port are a usage error (exit 2); a port
 that the instance pushes past 65535 is a configuration error (exit 2)
 naming the key, the instance and the port; a port in use (HTTP or metrics,
 from an option or from [worker] + instance) exits 3 naming that listener,
-without a "ready" line first (beside a serving coordinator).
+without a "ready" line first (beside a serving coordinator); a worker of
+another user than the segment's owner logs why it cannot attach (as root).
 """
 import os
 import re
@@ -153,6 +154,40 @@ def ports_in_use(t, cl, model):
              "exit %d: %s" % (rc, err))
     finally:
         s.close()
+    attach_denied(t, cl, conf)
+
+
+def attach_denied(t, cl, conf):
+    """A worker of another user than the segment's owner (the coordinator's
+    shared_memory_mode, 0600 by default) logs who owns it, the mode and its
+    own uid, and keeps trying (it does not exit)."""
+    if os.geteuid() != 0:
+        t.skip("a worker of another user: permission denied, named", "not root")
+        return
+    nobody = 65534
+    os.chmod(cl.tmp, 0o755)  # the worker reads the INI
+    os.chmod(conf, 0o644)
+    log_path = cl.path("nobody.log")
+
+    def as_nobody():
+        os.setgid(nobody)
+        os.setuid(nobody)
+    with open(log_path, "wb") as log:
+        p = subprocess.Popen([H.WORKER, "-c", conf, "--device", "0", "--http-port", "0",
+                              "--metrics-port", "0"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, preexec_fn=as_nobody)
+    try:
+        def text():
+            with open(log_path, errors="replace") as f:
+                return f.read()
+        want = re.compile(r"cannot attach /dev/shm/hps\.\S+: permission denied: it is owned by "
+                          r"uid 0 gid 0 with mode 0600, and this process runs as uid 65534 ")
+        got = H.wait_until(lambda: want.search(text()), 10, 0.05)
+        t.ok(got and p.poll() is None, "a worker of another user: permission denied, naming the "
+             "owner, the mode and its uid; it keeps trying", text())
+    finally:
+        p.kill()
+        p.wait(10)
 
 
 def body(t, cl):
