@@ -219,16 +219,18 @@ static enum MHD_Result h_all_stats(hps_kserve_t *s, struct MHD_Connection *c)
     return hps__http_send_json(s, c, 200, &t);
 }
 
-/* Durations of one successful request, per hps_kserve_lookup_stats_t's rule. */
+/* Durations of one successful request, per hps_kserve_lookup_stats_t's
+ * rule; ls->queue_ns includes the wait for the lookup pool (infer_job_run),
+ * which the lookup span stamp[1]..stamp[2] holds too. */
 static void request_times(struct hps__ktimes *t, const hps_kserve_lookup_stats_t *ls,
                           const uint64_t stamp[4])
 {
-    bool reported =
-        ls->queue_ns | ls->compute_input_ns | ls->compute_infer_ns | ls->compute_output_ns;
+    bool reported = ls->compute_input_ns | ls->compute_infer_ns | ls->compute_output_ns;
+    uint64_t span = stamp[2] - stamp[1];
     t->total_ns = stamp[3] - stamp[0];
     t->queue_ns = ls->queue_ns;
     t->input_ns = ls->compute_input_ns + (stamp[1] - stamp[0]);
-    t->infer_ns = reported ? ls->compute_infer_ns : stamp[2] - stamp[1];
+    t->infer_ns = reported ? ls->compute_infer_ns : span > ls->queue_ns ? span - ls->queue_ns : 0;
     t->output_ns = ls->compute_output_ns + (stamp[3] - stamp[2]);
 }
 
@@ -373,7 +375,11 @@ static void infer_job_run(struct hps__job *job)
     struct infer_job *j = (struct infer_job *)job;
     hps_kserve_lookup_stats_t ls;
     bool on_device = false;
+    uint64_t start = hps__now_ns();
     hps_err_t rc = run_lookup(j->s, j->mi, &j->req, j->out, &ls, &on_device);
+    /* Queue time (Triton's): from the lookup's first try on the event loop
+     * (stamp[1]; lookup_nowait found misses) to its start on the pool. */
+    ls.queue_ns += start - j->stamp[1];
     hps__http_park(&j->q->parked);
     infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp, j->q->resp_enc);
     hps__http_park(NULL);

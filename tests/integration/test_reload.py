@@ -267,11 +267,12 @@ def body(t, cl):
     cl.write_config("hps.ini", m2.ini_text, SETTINGS)
     sighup(t, c, "model n removed")
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m (2) only")
-    t.ok(H.wait_until(lambda: all(H.http(w.http_port, "GET", "/v2/health/ready").status == 200
-                                  for w in ws), 5), "n removed: both workers stay ready")
-    t.eq([index_states(w) for w in ws],
-         [{"m": ("2", "READY", None), "n": ("1", "UNAVAILABLE", "unloaded")}] * 2,
-         "n removed: the index shows it unloaded")
+    # the workers switch to the new segment within a maintenance round
+    want = [{"m": ("2", "READY", None), "n": ("1", "UNAVAILABLE", "unloaded")}] * 2
+    t.ok(H.wait_until(lambda: [index_states(w) for w in ws] == want, 5, 0.02),
+         "n removed: the index shows it unloaded", [index_states(w) for w in ws])
+    t.ok(all(H.http(w.http_port, "GET", "/v2/health/ready").status == 200 for w in ws),
+         "n removed: both workers stay ready")
     t.eq([H.infer(w.http_port, "n", kpt_n).status for w in ws], [400, 400],
          "n removed: 400 (unknown model)")
     seg_m = cl.shm_info()["segment"]

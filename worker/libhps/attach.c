@@ -115,8 +115,13 @@ static bool resolve(hps_client_t *cl)
                                       &m->vdb_ids[t]) == 0 &&
                  table_fits(cl, m, t);
         atomic_store(&m->resolved, ok);
-        if (ok)
+        if (ok) {
             atomic_store(&m->served, true);
+            uint32_t v = version_in(cl->db, m);
+            if (m->ctr_version && v != m->ctr_version) /* from 0: the new version's counters */
+                counters_reset(&m->ctr);
+            m->ctr_version = v;
+        }
         all &= ok;
     }
     return all;
@@ -180,9 +185,6 @@ static void reattach(hps_client_t *cl)
         hps_client_refresh_models(cl, NULL);
     pthread_rwlock_wrlock(&cl->seg_lock);
     hps_shmdb_t *old = cl->db;
-    uint32_t was[HPS_CONF_MAX_MODELS] = {0};
-    for (size_t i = 0; fresh && i < cl->num_models && i < HPS_CONF_MAX_MODELS; i++)
-        was[i] = version_in(old, &cl->models[i]);
     if (fresh) {
         cl->db = fresh;
         cl->seg_dev = dev;
@@ -199,13 +201,6 @@ static void reattach(hps_client_t *cl)
             log_not_loaded(cl);
         if (old)
             hps__client_gpu_switched(cl); /* cached rows may be another version's */
-        /* A model answered from another version now: its counters are the
-         * new version's, from 0 (Triton's per-version statistics). */
-        for (size_t i = 0; i < cl->num_models && i < HPS_CONF_MAX_MODELS; i++) {
-            uint32_t now = version_in(fresh, &cl->models[i]);
-            if (was[i] && now && now != was[i])
-                counters_reset(&cl->models[i].ctr);
-        }
     }
     pthread_rwlock_unlock(&cl->seg_lock);
     if (old && fresh) {
