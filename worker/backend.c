@@ -397,10 +397,14 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
     C("nv_hps_default_value_keys", default_keys, "Keys answered with the table's default value");
     C("nv_hps_miss_queue_busy", miss_busy, "Miss-queue requests refused because it was full");
     C("nv_hps_miss_queue_timeouts", miss_timeout, "Miss-queue requests past miss_timeout_ms");
-    C("nv_hps_gpu_path_requests", gpu_path_calls,
-      "Host lookups of a GPU-cached model answered by the GPU cache ([worker] lookup_path)");
-    C("nv_hps_cpu_path_requests", cpu_path_calls,
-      "Host lookups of a GPU-cached model answered from the volatile DB ([worker] lookup_path)");
+    hps_client_gpu_stats_t gs;
+    if (hps_client_gpu_stats(w->client, &gs) == 0) { /* a worker with GPU caches only */
+        C("nv_hps_gpu_path_requests", gpu_path_calls,
+          "Host lookups of a GPU-cached model answered by the GPU cache ([worker] lookup_path)");
+        C("nv_hps_cpu_path_requests", cpu_path_calls,
+          "Host lookups of a GPU-cached model answered from the volatile DB ([worker] "
+          "lookup_path)");
+    }
 #undef C
     counter(w, s, n, x, "nv_hps_lookup_duration_us",
             "Cumulative time in the embedding lookup path (us)",

@@ -10,7 +10,8 @@ mean (an auditor's findings).
       stayed 0: that wait was counted nowhere);
   (2) failed requests (bad JSON, NUMKEYS not matching KEYS) add to
       nv_inference_request_failure only, not to the request duration
-      (Triton's; an average latency of duration / success counted them);
+      (Triton's; an average latency of duration / success counted them); a
+      worker without GPU caches has no GPU/CPU path families (they showed 0);
   (3) explicit model control: n version 1 answers 3 requests, is unloaded,
       the INI names version 2, n is loaded: nv_inference_request_success
       and nv_hps_lookup_keys of version 2 both start at 0 (the latter kept
@@ -76,6 +77,9 @@ def failures(t, w):
          "failed requests add nothing to the request duration (nor to success)")
     t.ok(sample(port, "nv_inference_request_failure", reason="OTHER", **labels) >= 2,
          "and count as failures")
+    body = H.http(port, "GET", "/metrics").body.decode()
+    t.ok("nv_hps_gpu_path_requests" not in body and "nv_hps_cpu_path_requests" not in body,
+         "a worker without GPU caches has no GPU/CPU path families")
 
 
 def control_version(t, cl):
