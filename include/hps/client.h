@@ -328,14 +328,20 @@ hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
  * @param[in] stream      cudaStream_t of the caller (NULL: the legacy
  *                        default stream); unused for host-only work.
  * @return 0 (keys found nowhere have the table's default value: that is
- *         not an error); HPS_EINVAL (bad index, T, negative numkeys, a
+ *         not an error; nor is it while no coordinator answers misses:
+ *         keys outside shared memory then get the default, after
+ *         miss_timeout_ms while the coordinator is stalled, at once while
+ *         it is dead (hps_client_coordinator_alive() false) or while a
+ *         SIGHUP reload or a model load builds the next segment);
+ *         HPS_EINVAL (bad index, T, negative numkeys, a
  *         location that is not HPS_HOST or the client's device, device
  *         memory on a host-only client); HPS_EBUSY (the model's tables have
  *         not been found in the segment since the client opened: no
  *         coordinator has served it yet, and every key would get the
  *         default; once found, a coordinator's death or restart no longer
- *         refuses lookups); HPS_ENOTFOUND (explicit model control: the
- *         model is not loaded; or the segment holds it with other
+ *         refuses lookups); HPS_ENOTFOUND (the model is not in the
+ *         segment its coordinator serves: unloaded, removed by a reload,
+ *         or never loaded; or the segment holds it with other
  *         dimensions); HPS_EIO (a CUDA error; message says which);
  *         -ENOMEM.  Thread-safe.
  */
