@@ -108,18 +108,23 @@ def body(t, cl):
         mock.close()
 
 
+def kafka_settings(bootstrap, vdb_filters, pdb_filters):
+    """Kafka ingestion from bootstrap into both per-host layers, each with
+    its update_filters, polling fast (the scenarios' INI settings)."""
+    return [("volatile_db", "update_filters", vdb_filters),
+            ("persistent_db", "update_filters", pdb_filters),
+            ("update_source", "type", "kafka_message_queue"),
+            ("update_source", "brokers", bootstrap),
+            ("update_source", "poll_timeout_ms", "100"),
+            ("update_source", "metadata_refresh_interval_ms", "500")]
+
+
 def make_conf(cl, mA, mB, name, init_pdb="true"):
     text = mA.ini_text + "\n" + mB.ini_text[mB.ini_text.index("[model.mB]"):]
     return cl.write_config(name, text, [
         ("volatile_db", "initial_cache_rate", str(RATE)),
-        ("volatile_db", "update_filters", "mA"),
-        ("persistent_db", "update_filters", "m[AB]"),
         ("persistent_db", "initialize_after_startup", init_pdb),
-        ("update_source", "type", "kafka_message_queue"),
-        ("update_source", "brokers", cl.bootstrap),
-        ("update_source", "poll_timeout_ms", "100"),
-        ("update_source", "metadata_refresh_interval_ms", "500"),
-    ])
+    ] + kafka_settings(cl.bootstrap, "mA", "m[AB]"))
 
 
 def wait_applied(proc, layer, n, timeout=60):
@@ -247,13 +252,7 @@ def narrow_keys(t, cl, mock):
     record sizes, applied as garbage.)"""
     seg = cl.new_segment_name("c32")
     mC = cl.gen_model("mC", [ROWS], [DIM], subdir="mC", key_bytes=4, segment=seg)
-    conf = cl.write_config("c32.ini", mC.ini_text, [
-        ("volatile_db", "update_filters", "mC"),
-        ("persistent_db", "update_filters", "mC"),
-        ("update_source", "type", "kafka_message_queue"),
-        ("update_source", "brokers", mock.bootstrap),
-        ("update_source", "poll_timeout_ms", "100"),
-        ("update_source", "metadata_refresh_interval_ms", "500")])
+    conf = cl.write_config("c32.ini", mC.ini_text, kafka_settings(mock.bootstrap, "mC", "mC"))
     coord = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     keys = mC.file_keys[0][:50]
@@ -280,14 +279,8 @@ def nonfinite(t, cl, mock):
     mW = cl.gen_model("mW", [ROWS], [DIM], subdir="mW", segment=seg)
     mR = cl.gen_model("mR", [ROWS], [DIM], subdir="mR", segment=seg)
     text = mW.ini_text + "\n" + mR.ini_text[mR.ini_text.index("[model.mR]"):]
-    conf = cl.write_config("nf.ini", text, [
-        ("model.mR", "nonfinite_values", "refuse"),
-        ("volatile_db", "update_filters", "m[WR]"),
-        ("persistent_db", "update_filters", "m[WR]"),
-        ("update_source", "type", "kafka_message_queue"),
-        ("update_source", "brokers", mock.bootstrap),
-        ("update_source", "poll_timeout_ms", "100"),
-        ("update_source", "metadata_refresh_interval_ms", "500")])
+    conf = cl.write_config("nf.ini", text, [("model.mR", "nonfinite_values", "refuse")] +
+                           kafka_settings(mock.bootstrap, "m[WR]", "m[WR]"))
     coord = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     bad = {0: float("nan"), 3: float("inf"), 7: float("-inf")}  # key index -> element 0
