@@ -104,3 +104,10 @@ hps_err_t hps_ddb_drop(hps_ddb_table_t *t, char *err, size_t err_len)
     (void)t, (void)err, (void)err_len;
     return HPS_EUNSUPPORTED;
 }
+
+hps_err_t hps_ddb_check_sample(hps_ddb_table_t *t, unsigned per_partition, hps_ddb_sample_t *ret,
+                               char *err, size_t err_len)
+{
+    (void)t, (void)per_partition, (void)ret, (void)err, (void)err_len;
+    return HPS_EUNSUPPORTED;
+}

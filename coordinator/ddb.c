@@ -948,7 +948,7 @@ hps_err_t hps_ddb_partition_rows(hps_ddb_table_t *t, unsigned part, uint64_t *re
         e = hps_rcluster_exec(t->db->rc, 1, cl.c, err, err_len);
     }
     if (!e && cl.c[0].reply->type != REDIS_REPLY_INTEGER)
-        e = reply_errors(&cl, err, err_len) ? HPS_EIO : HPS_EIO; /* message if any */
+        e = (reply_errors(&cl, err, err_len), HPS_EIO); /* reply_errors: the message, if any */
     if (!e)
         *ret_rows = (uint64_t)cl.c[0].reply->integer;
     cl_fini(&cl);
@@ -987,7 +987,7 @@ hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *
     for (size_t i = 0; !e && i < cl.n; i++) {
         const redisReply *r = cl.c[i].reply;
         if (!r || r->type != REDIS_REPLY_INTEGER)
-            e = reply_errors(&cl, err, err_len) ? HPS_EIO : HPS_EIO;
+            e = (reply_errors(&cl, err, err_len), HPS_EIO); /* the message, if any */
         else if (r->integer > 0)
             *ret_highest = (long)(t->np + i);
     }
@@ -1015,7 +1015,7 @@ static hps_err_t record_cmd(hps_ddb_table_t *t, cmdlist_t *cl, char *name, const
         cl_arg(cl, c, val, strlen(val));
     e = hps_rcluster_exec(t->db->rc, 1, cl->c, err, err_len);
     if (!e && (!c->reply || c->reply->type == REDIS_REPLY_ERROR))
-        e = reply_errors(cl, err, err_len) ? HPS_EIO : HPS_EIO;
+        e = (reply_errors(cl, err, err_len), HPS_EIO); /* the message, if any */
     return e;
 }
 

@@ -9,7 +9,6 @@
 
 #include "coord.h"
 #include "hps/log.h"
-#include "hps_build_config.h"
 
 /* hps_ddb_opts_t.warn: the library never prints; its rate-limited warnings
  * (values of the wrong length met by lookups) are logged here. */
@@ -91,7 +90,6 @@ static int check_partitions(coord_t *c, coord_table_t *ct)
 /* Fields sampled per partition hash by coord_ddb_check_rows(). */
 #define SAMPLE_FIELDS 16u
 
-#if HPS_HAVE_REDIS
 /* Refuse a table whose rows in Redis do not fit this configuration: a
  * sample of each partition hash (one HSCAN page) must hold keys of the
  * model's width, vectors of the table's dimension, and keys of that
@@ -102,12 +100,12 @@ int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
 {
     const hps_conf_t *conf = c->conf;
     long long np = (long long)conf->distributed_db.num_partitions;
-    char err[512];
+    char err[512] = "";
     hps_ddb_sample_t s;
     hps_err_t rc = hps_ddb_check_sample(ct->ddb, SAMPLE_FIELDS, &s, err, sizeof(err));
     if (rc < 0) {
         HPS_WARN("model %s table %s: distributed DB: cannot check a sample of its rows: %s",
-                 ct->model->name, ct->name, err);
+                 ct->model->name, ct->name, err[0] ? err : hps_strerror(rc));
         return 0;
     }
     if (s.fault == HPS_DDB_SAMPLE_OK)
@@ -165,13 +163,6 @@ int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
     }
     return HPS_EXIT_DDB;
 }
-#else
-int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
-{
-    (void)c, (void)ct;
-    return 0;
-}
-#endif
 
 int coord_ddb_table(coord_t *c, coord_table_t *ct)
 {

@@ -516,7 +516,7 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
     return 0;
 }
 
-/* Table t of m (its layers' handles) (created by create_table). */
+/* Table t of m: its handles in every layer (create_table made it). */
 static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
 {
     uint32_t id = 0;
@@ -853,8 +853,9 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * taken for these files'), as does one whose record matches (with the
  * updates applied to it since); kept rows must fit the configuration
  * (coord_ddb_check_rows: partitions, dimension, key width), dropped ones
- * need not (a new version may change the dimension).  The record names the files' contents, not
- * their paths: hosts that share the cluster may keep their copies anywhere.
+ * need not (a new version may change the dimension).  The record names the
+ * files' contents, not their paths: hosts that share the cluster may keep
+ * their copies anywhere.
  */
 static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
 {

@@ -340,11 +340,8 @@ static void shard_metrics(worker_t *w, hps_kserve_text_t *x)
     }
 }
 
-static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
+static void gpu_metrics(worker_t *w, hps_kserve_text_t *x, const hps_client_gpu_stats_t *gs)
 {
-    hps_client_gpu_stats_t gs;
-    if (hps_client_gpu_stats(w->client, &gs) < 0)
-        return;
     size_t nf = sizeof(cache_families) / sizeof(cache_families[0]);
     for (size_t f = 0; f < nf; f++) {
         hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", cache_families[f].name,
@@ -371,12 +368,12 @@ static void gpu_metrics(worker_t *w, hps_kserve_text_t *x)
                             "# HELP nv_hps_embedding_cache_dropped_inserts Background inserts "
                             "dropped (queue full)\n# TYPE nv_hps_embedding_cache_dropped_inserts "
                             "counter\nnv_hps_embedding_cache_dropped_inserts %llu\n",
-                            (unsigned long long)gs.dropped_inserts);
+                            (unsigned long long)gs->dropped_inserts);
     hps_kserve_text_appendf(x,
                             "# HELP nv_hps_pinned_output_bytes Bytes of OUTPUT0 buffers "
                             "page-locked for direct copies from the GPU\n# TYPE "
                             "nv_hps_pinned_output_bytes gauge\nnv_hps_pinned_output_bytes %llu\n",
-                            (unsigned long long)gs.pinned_bytes);
+                            (unsigned long long)gs->pinned_bytes);
 }
 
 static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
@@ -398,7 +395,8 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
     C("nv_hps_miss_queue_busy", miss_busy, "Miss-queue requests refused because it was full");
     C("nv_hps_miss_queue_timeouts", miss_timeout, "Miss-queue requests past miss_timeout_ms");
     hps_client_gpu_stats_t gs;
-    if (hps_client_gpu_stats(w->client, &gs) == 0) { /* a worker with GPU caches only */
+    bool gpu = hps_client_gpu_stats(w->client, &gs) == 0; /* a worker with GPU caches */
+    if (gpu) {
         C("nv_hps_gpu_path_requests", gpu_path_calls,
           "Host lookups of a GPU-cached model answered by the GPU cache ([worker] lookup_path)");
         C("nv_hps_cpu_path_requests", cpu_path_calls,
@@ -420,7 +418,8 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
                             (int)hps_client_ready(w->client));
     update_metrics(w, x);
     ddb_metrics(w, x);
-    gpu_metrics(w, x);
+    if (gpu)
+        gpu_metrics(w, x, &gs);
     return 0;
 }
 
