@@ -76,6 +76,14 @@ typedef struct coord {
      * guards the pointer between the heartbeat thread and the main thread. */
     hps_shmdb_t *serving;
     pthread_mutex_t serving_lock;
+    /* serve.c: the service of the serving segment's misses during a reload
+     * (coord_prev_start), or NULL; main thread only.  prev_answering: it
+     * runs, or the previous image handed the segment over RELOADING_SERVED
+     * (segment.c) and coord_prev_start has not yet decided, so the
+     * heartbeat thread leaves the serving segment's pending requests alone
+     * (written by the main thread, read by the heartbeat). */
+    struct coord_prev *prev;
+    atomic_bool prev_answering;
     /* control.c: the model control request this start was made for
      * (HPS_CONTROL_ENV); id 0 = none. */
     hps_ctl_request_t control;
@@ -245,5 +253,21 @@ void coord_ddb_publish(coord_t *c);
  * the Redis inserts. */
 int coord_serve_start(coord_t *c);
 void coord_serve_stop(coord_t *c);
+/* serve.c: during a reload, answer the serving segment's misses from the
+ * persistent DB's column families of the serving version, held across the
+ * build's drops (see serve.c); marks the segment RELOADING_SERVED (or,
+ * not starting, RELOADING, dropping what was asked since the hand-over).  After
+ * open_pdb, before anything is dropped; a no-op without a serving segment,
+ * a persistent DB, or when the serving configuration used another one.
+ * Always 0: without it the serving segment's misses get their defaults, as
+ * before.  coord_prev_stop() (no-op when not running; coord_serve_stop()
+ * and coord_segment_serving_release() call it) marks it RELOADING again,
+ * stops the threads and releases the holds. */
+int coord_prev_start(coord_t *c);
+void coord_prev_stop(coord_t *c);
+/* serve.c: after publishing, keep answering the serving segment until its
+ * workers have moved to the new one (none attached but this process), at
+ * most 1 s.  No-op when not running. */
+void coord_prev_drain(coord_t *c);
 
 #endif

@@ -175,7 +175,8 @@ static void *beat_loop(void *arg)
         pthread_mutex_lock(&c->serving_lock);
         if (c->serving) { /* a reload: its workers stay ready while the new one loads */
             hps_shmdb_heartbeat(c->serving);
-            hps_shmdb_miss_drop_pending(c->serving); /* nobody serves its misses */
+            if (!atomic_load(&c->prev_answering))
+                hps_shmdb_miss_drop_pending(c->serving); /* nobody serves its misses */
         }
         pthread_mutex_unlock(&c->serving_lock);
         sleep_ms((long)c->conf->hps.heartbeat_interval_ms);
@@ -355,10 +356,16 @@ static void release_segment(coord_t *c, bool reload)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
     size_t others = hps_shmdb_other_procs(c->db);
-    /* A reload: the next coordinator beats on it while it builds; its rows
-     * serve, misses are not asked for meanwhile. */
-    hps_shmdb_set_coord_state(c->db, reload ? HPS_COORD_RELOADING : HPS_COORD_NONE);
-    if (reload)
+    /* A reload: the next coordinator beats on it while it builds and its
+     * rows serve.  With a persistent DB the next image answers its misses
+     * from the column families it was built from (coord_prev_start): what
+     * is asked meanwhile waits for it (within miss_timeout_ms); otherwise
+     * nothing is asked and what was gets its defaults at once. */
+    bool answered = reload && !c->staged && c->conf->persistent_db.type == HPS_CONF_PDB_ROCKS_DB;
+    hps_shmdb_set_coord_state(c->db, answered ? HPS_COORD_RELOADING_SERVED
+                                     : reload ? HPS_COORD_RELOADING
+                                              : HPS_COORD_NONE);
+    if (reload && !answered)
         hps_shmdb_miss_drop_pending(c->db); /* the miss service has stopped */
     if (reload && !c->staged) {
         /* The serving segment: this process's liveness lock on it is kept
@@ -587,6 +594,8 @@ int main(int argc, char **argv)
     if (!ex)
         ex = open_pdb(&c); /* RocksDB's lock: coordinators of two segments on one path */
     if (!ex)
+        ex = coord_prev_start(&c); /* a reload: the serving version's misses, answered */
+    if (!ex)
         ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
     if (!ex)
         ex = coord_validate_models(&c); /* a bad model file stops start-up before the segment */
@@ -612,6 +621,7 @@ int main(int argc, char **argv)
     hps_log_capture(NULL, 0);
     bool fallback = ex && coord_control_failed(&c, ex, why);
     if (!ex) {
+        coord_prev_drain(&c);              /* its misses answered until they have moved */
         coord_segment_serving_release(&c); /* published: the workers move to the new one */
         coord_cpus_restore(&c);
         coord_control_after_publish(&c);

@@ -29,12 +29,14 @@ struct hps__pdb_counters {
     _Atomic uint64_t errors;
 };
 
-/* One column family.  Immutable after creation except t_next (db_lock). */
+/* One column family.  Immutable after creation except the fields under
+ * db_lock. */
 struct hps_pdb_table {
     hps_pdb_t *t_db;
     rocksdb_column_family_handle_t *t_cf;
-    char *t_name; /* the column family name (tag) */
-    struct hps_pdb_table *t_next;
+    char *t_name;                 /* the column family name (tag) */
+    struct hps_pdb_table *t_next; /* db_tables, or db_retired once dropped while held; db_lock */
+    unsigned t_holds;             /* hps_pdb_table_hold() count; db_lock */
 };
 
 struct hps_pdb {
@@ -47,8 +49,9 @@ struct hps_pdb {
     rocksdb_column_family_handle_t *db_default_cf;
     char *db_path;
     hps_pdb_opts_t db_cfg;
-    pthread_mutex_t db_lock;    /* guards db_tables */
-    hps_pdb_table_t *db_tables; /* every non-default column family */
+    pthread_mutex_t db_lock;     /* guards db_tables */
+    hps_pdb_table_t *db_tables;  /* every non-default column family */
+    hps_pdb_table_t *db_retired; /* dropped while held: freed at their last release; db_lock */
     struct hps__pdb_counters db_cnt;
 };
 

@@ -100,6 +100,16 @@ hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len)
     return unsupported(err, err_len);
 }
 
+void hps_pdb_table_hold(hps_pdb_table_t *t)
+{
+    (void)t;
+}
+
+void hps_pdb_table_release(hps_pdb_table_t *t)
+{
+    (void)t;
+}
+
 hps_err_t hps_pdb_rows_estimate(hps_pdb_table_t *t, uint64_t *ret_rows)
 {
     (void)t, (void)ret_rows;

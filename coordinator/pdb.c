@@ -360,14 +360,18 @@ static hps_err_t cf_register(hps_pdb_t *db, cf_list_t *l)
     return rc;
 }
 
-/* Destroy all column family handles and close RocksDB. */
+/* Destroy all column family handles (the dropped ones still held too)
+ * and close RocksDB. */
 static void db_close_rocksdb(hps_pdb_t *db)
 {
-    while (db->db_tables != NULL) {
-        hps_pdb_table_t *t = db->db_tables;
-        db->db_tables = t->t_next;
-        table_free(t);
-    }
+    hps_pdb_table_t **lists[] = {&db->db_tables, &db->db_retired};
+
+    for (size_t i = 0; i < 2; i++)
+        while (*lists[i] != NULL) {
+            hps_pdb_table_t *t = *lists[i];
+            *lists[i] = t->t_next;
+            table_free(t);
+        }
     if (db->db_default_cf != NULL)
         rocksdb_column_family_handle_destroy(db->db_default_cf);
     db->db_default_cf = NULL;
@@ -554,12 +558,12 @@ const char *hps_pdb_table_name(const hps_pdb_table_t *t)
     return t->t_name;
 }
 
-/* Unlink t from the registry (db_lock held). */
-static void table_unlink_locked(hps_pdb_t *db, hps_pdb_table_t *t)
+/* Unlink t from list *head (db_lock held). */
+static void table_unlink_locked(hps_pdb_table_t **head, hps_pdb_table_t *t)
 {
     hps_pdb_table_t **pp;
 
-    for (pp = &db->db_tables; *pp != NULL; pp = &(*pp)->t_next) {
+    for (pp = head; *pp != NULL; pp = &(*pp)->t_next) {
         if (*pp == t) {
             *pp = t->t_next;
             return;
@@ -572,6 +576,7 @@ hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len)
     char *rerr = NULL;
     hps_pdb_t *db;
     hps_err_t rc;
+    bool held = false;
 
     if (t == NULL) {
         hps__pdb_err(err, err_len, "hps_pdb_drop: NULL table");
@@ -584,12 +589,47 @@ hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len)
     pthread_mutex_lock(&db->db_lock);
     rocksdb_drop_column_family(db->db_rdb, t->t_cf, &rerr);
     rc = hps__pdb_rerr(rerr, t->t_name, err, err_len);
-    if (rc == 0)
-        table_unlink_locked(db, t);
+    if (rc == 0) {
+        table_unlink_locked(&db->db_tables, t);
+        held = t->t_holds > 0;
+        if (held) { /* readable by its holders until the last release */
+            t->t_next = db->db_retired;
+            db->db_retired = t;
+        }
+    }
     pthread_mutex_unlock(&db->db_lock);
-    if (rc == 0)
+    if (rc == 0 && !held)
         table_free(t);
     return hps__pdb_fail(db, rc);
+}
+
+void hps_pdb_table_hold(hps_pdb_table_t *t)
+{
+    pthread_mutex_lock(&t->t_db->db_lock);
+    t->t_holds++;
+    pthread_mutex_unlock(&t->t_db->db_lock);
+}
+
+void hps_pdb_table_release(hps_pdb_table_t *t)
+{
+    hps_pdb_t *db;
+    bool gone = false;
+    hps_pdb_table_t *r;
+
+    if (t == NULL)
+        return;
+    db = t->t_db;
+    pthread_mutex_lock(&db->db_lock);
+    if (t->t_holds > 0 && --t->t_holds == 0) {
+        for (r = db->db_retired; r != NULL && r != t; r = r->t_next)
+            ;
+        gone = r != NULL; /* dropped while held */
+        if (gone)
+            table_unlink_locked(&db->db_retired, t);
+    }
+    pthread_mutex_unlock(&db->db_lock);
+    if (gone)
+        table_free(t); /* RocksDB deletes the dropped family's files */
 }
 
 /* ------------------------------------------------------------------------ */

@@ -60,6 +60,7 @@ static int create_fresh(coord_t *c, const char *name)
 
 void coord_segment_serving_release(coord_t *c)
 {
+    coord_prev_stop(c); /* before its segment goes */
     pthread_mutex_lock(&c->serving_lock);
     hps_shmdb_t *old = c->serving;
     c->serving = NULL;
@@ -218,10 +219,16 @@ static bool other_coordinator(coord_t *c, hps_shmdb_t *db, const char *name)
 }
 
 /* Keep db (the serving segment of a reload) attached: beaten on, told the
- * answer if the build fails. */
+ * answer if the build fails.  Handed over RELOADING_SERVED (the previous
+ * image had a persistent DB), it stays so, its requests pending, until
+ * coord_prev_start() answers them or gives up. */
 static void hold(coord_t *c, hps_shmdb_t *db)
 {
-    hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING);
+    hps_segment_info_t si;
+    if (hps_shmdb_segment_info(db, &si) == 0 && si.coord_state == HPS_COORD_RELOADING_SERVED)
+        atomic_store(&c->prev_answering, true);
+    else
+        hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING);
     pthread_mutex_lock(&c->serving_lock);
     c->serving = db;
     pthread_mutex_unlock(&c->serving_lock);

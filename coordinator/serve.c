@@ -213,13 +213,12 @@ static hps_err_t below_ddb(server_t *s, const coord_table_t *ct, size_t n, const
  * allocation per row or per request once it has).  fp32 is the identity
  * and is left alone.
  */
-static hps_err_t as_stored(server_t *s, const coord_table_t *ct, size_t n, float *values,
+static hps_err_t as_stored(server_t *s, hps_dtype_t dt, uint32_t dim, size_t n, float *values,
                            const uint8_t *found)
 {
-    hps_dtype_t dt = (hps_dtype_t)ct->model->storage_type;
     if (dt == HPS_DTYPE_FP32)
         return 0;
-    size_t rb = hps_dtype_row_bytes(dt, ct->dim);
+    size_t rb = hps_dtype_row_bytes(dt, dim);
     if (rb > s->row_cap) {
         uint8_t *p = realloc(s->row, rb);
         if (!p)
@@ -230,10 +229,10 @@ static hps_err_t as_stored(server_t *s, const coord_table_t *ct, size_t n, float
     for (size_t i = 0; i < n; i++) {
         if (!found[i])
             continue;
-        float *v = values + i * ct->dim;
-        hps_err_t rc = hps_dtype_encode(dt, ct->dim, 1, v, s->row);
+        float *v = values + i * dim;
+        hps_err_t rc = hps_dtype_encode(dt, dim, 1, v, s->row);
         if (rc == 0)
-            rc = hps_dtype_decode(dt, ct->dim, 1, s->row, v);
+            rc = hps_dtype_decode(dt, dim, 1, s->row, v);
         if (rc < 0)
             return rc;
     }
@@ -266,7 +265,7 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
         return rc;
     if (c->conf->volatile_db.cache_missed_embeddings)
         elevate_later(s, ct, n, keys, values, found); /* copies the fp32 rows */
-    return as_stored(s, ct, n, values, found);
+    return as_stored(s, (hps_dtype_t)ct->model->storage_type, ct->dim, n, values, found);
 }
 
 /* ---- after the answers ---------------------------------------------------- */
@@ -411,6 +410,195 @@ static void inserter_stop(coord_t *c)
     c->inserter = NULL;
 }
 
+/* ---- the serving segment of a reload ------------------------------------- */
+
+/*
+ * While a reload builds the next segment, the workers go on serving from
+ * the segment that served (c->serving), and its misses (keys outside shared
+ * memory) are answered here, from the persistent DB's column families of
+ * the version that serves.  They are held (hps_pdb_table_hold) before the
+ * build drops and re-ingests any of them, so they read the rows that
+ * version was built from, with the updates applied before the reload, until
+ * the workers switch: a request is answered wholly from the serving version
+ * (issue 20) instead of with its tables' defaults.  Redis is not asked (a
+ * build rewrites its rows in place), and found rows are not inserted into
+ * the serving segment (the reload replaces it).
+ */
+typedef struct prev_table {
+    hps_pdb_table_t *pdb; /* held; NULL: the table is not answered (no column family) */
+    uint32_t dim;
+    uint32_t key_bytes;
+    hps_dtype_t storage_type;
+} prev_table_t;
+
+struct coord_prev {
+    hps_shmdb_t *db; /* c->serving; detached only after coord_prev_stop() */
+    uint32_t num_tables;
+    prev_table_t *tables; /* by the serving segment's table id; read-only while threads run */
+    atomic_bool stop;
+    pthread_t threads[HPS_COORD_MISS_THREADS];
+    unsigned num_threads;
+    _Atomic long warned_s; /* warn_now(): persistent DB failures */
+};
+
+static hps_err_t answer_prev(void *ctx, uint32_t table, size_t n, const void *keys, float *values,
+                             uint8_t *found)
+{
+    server_t *s = ctx;
+    struct coord_prev *p = s->c->prev;
+    if (table >= p->num_tables)
+        return HPS_ENOTFOUND;
+    const prev_table_t *pt = &p->tables[table];
+    if (!pt->pdb)
+        return 0; /* every key missing: the table's default */
+    char err[256];
+    hps_err_t rc = hps_pdb_lookup(pt->pdb, n, keys, pt->key_bytes, pt->dim, values, (bool *)found,
+                                  NULL, err, sizeof(err));
+    if (rc < 0) {
+        if (warn_now(&p->warned_s))
+            HPS_WARN("reload: persistent DB lookup of %zu keys for the serving segment: %s", n,
+                     err);
+        return rc;
+    }
+    return as_stored(s, pt->storage_type, pt->dim, n, values, found);
+}
+
+static void *prev_loop(void *arg)
+{
+    server_t s = {.c = arg};
+    struct coord_prev *p = s.c->prev;
+    while (!atomic_load_explicit(&p->stop, memory_order_acquire)) {
+        hps_err_t rc = hps_shmdb_miss_serve(p->db, 100, answer_prev, &s, NULL);
+        if (rc < 0) {
+            HPS_WARN("reload: the serving segment's miss service stopped: %s", hps_strerror(rc));
+            break;
+        }
+    }
+    free(s.row);
+    return NULL;
+}
+
+/* Whether the persistent DB this image opened is the one the serving
+ * version was built from and read (same type and path in the serving
+ * configuration's text): the column families of another would hold other
+ * rows under the same names. */
+static bool prev_same_pdb(const coord_t *c)
+{
+    hps_conf_t *prev = NULL;
+    if (!c->prev_text || hps_conf_load_string(c->prev_text, "(serving)", &prev, NULL, 0) < 0)
+        return false;
+    const hps_conf_persistent_db_t *a = &prev->persistent_db, *b = &c->conf->persistent_db;
+    bool same = a->type == b->type && a->path && b->path && strcmp(a->path, b->path) == 0;
+    hps_conf_free(prev);
+    return same;
+}
+
+/* No service for the serving segment after all (or no more): RELOADING,
+ * and what its workers asked meanwhile gets its defaults at once.  A no-op
+ * unless the previous image handed the segment over RELOADING_SERVED. */
+static void prev_give_up(coord_t *c)
+{
+    if (!atomic_exchange(&c->prev_answering, false))
+        return;
+    pthread_mutex_lock(&c->serving_lock);
+    if (c->serving) {
+        hps_shmdb_set_coord_state(c->serving, HPS_COORD_RELOADING);
+        hps_shmdb_miss_drop_pending(c->serving);
+    }
+    pthread_mutex_unlock(&c->serving_lock);
+}
+
+static void prev_free(struct coord_prev *p)
+{
+    for (uint32_t i = 0; i < p->num_tables; i++)
+        hps_pdb_table_release(p->tables[i].pdb);
+    free(p->tables);
+    free(p);
+}
+
+int coord_prev_start(coord_t *c)
+{
+    hps_shmdb_t *db = c->serving;
+    if (!db || !c->pdb || c->prev || !prev_same_pdb(c)) {
+        prev_give_up(c);
+        return 0;
+    }
+    struct coord_prev *p = calloc(1, sizeof(*p));
+    uint32_t n = hps_shmdb_table_count(db), answered = 0;
+    if (!p || !(p->tables = calloc(n ? n : 1, sizeof(*p->tables)))) {
+        free(p);
+        prev_give_up(c); /* the reload goes on; the serving segment's misses get defaults */
+        return 0;
+    }
+    p->db = db;
+    p->num_tables = n;
+    for (uint32_t i = 0; i < n; i++) {
+        hps_table_info_t ti;
+        hps_pdb_table_t *t;
+        if (hps_shmdb_table_info(db, i, &ti) < 0 ||
+            hps_pdb_table(c->pdb, ti.model, ti.table, false, &t, NULL, 0) < 0)
+            continue;
+        hps_pdb_table_hold(t);
+        p->tables[i] = (prev_table_t){
+            .pdb = t, .dim = ti.dim, .key_bytes = ti.key_bytes, .storage_type = ti.storage_type};
+        answered++;
+    }
+    if (!answered) {
+        prev_free(p);
+        prev_give_up(c);
+        return 0;
+    }
+    c->prev = p;
+    for (unsigned i = 0; i < HPS_COORD_MISS_THREADS; i++) {
+        if (pthread_create(&p->threads[i], NULL, prev_loop, c) != 0)
+            break;
+        p->num_threads++;
+    }
+    if (!p->num_threads) {
+        c->prev = NULL;
+        prev_free(p);
+        prev_give_up(c);
+        return 0;
+    }
+    /* Before the state: the heartbeat thread leaves its requests to us. */
+    atomic_store(&c->prev_answering, true);
+    hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING_SERVED);
+    HPS_INFO("reload: the serving segment's misses are answered from the persistent DB "
+             "(%u of %u table%s) while the new version builds",
+             answered, n, n == 1 ? "" : "s");
+    return 0;
+}
+
+void coord_prev_drain(coord_t *c)
+{
+    /* Workers move within a maintenance round (50 ms); the bound is for a
+     * process that never does (a tool attached by hand). */
+    struct coord_prev *p = c->prev;
+    struct timespec ts = {.tv_nsec = 5 * 1000000L};
+    for (long waited = 0; p && hps_shmdb_other_procs(p->db) > 0 && waited < 1000; waited += 5)
+        nanosleep(&ts, NULL);
+}
+
+void coord_prev_stop(coord_t *c)
+{
+    struct coord_prev *p = c->prev;
+    if (!p) {
+        prev_give_up(c); /* handed over RELOADING_SERVED, and stopped before answering */
+        return;
+    }
+    /* Workers stop asking (they read the state at their next check), the
+     * threads stop, and what was asked meanwhile gets its defaults at once. */
+    hps_shmdb_set_coord_state(p->db, HPS_COORD_RELOADING);
+    atomic_store_explicit(&p->stop, true, memory_order_release);
+    hps_shmdb_miss_wake(p->db);
+    for (unsigned i = 0; i < p->num_threads; i++)
+        pthread_join(p->threads[i], NULL);
+    atomic_store(&c->prev_answering, false);
+    hps_shmdb_miss_drop_pending(p->db);
+    c->prev = NULL;
+    prev_free(p); /* the last holds: dropped column families are deleted */
+}
+
 int coord_serve_start(coord_t *c)
 {
     if (inserter_start(c))
@@ -427,6 +615,9 @@ int coord_serve_start(coord_t *c)
 
 void coord_serve_stop(coord_t *c)
 {
+    coord_prev_stop(c); /* a build that failed or was stopped */
+    if (c->num_miss_threads && c->db)
+        hps_shmdb_miss_wake(c->db); /* they see the stop flag now, not after their wait */
     for (unsigned i = 0; i < c->num_miss_threads; i++)
         pthread_join(c->miss_threads[i], NULL);
     c->num_miss_threads = 0;

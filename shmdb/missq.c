@@ -509,6 +509,15 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
     return 0;
 }
 
+void hps_shmdb_miss_wake(hps_shmdb_t *db)
+{
+    struct shm_missq *q = missq(db);
+    if (!q)
+        return;
+    atomic_fetch_add_explicit(&q->doorbell, 1, memory_order_release);
+    futex(&q->doorbell, FUTEX_WAKE, INT32_MAX, NULL);
+}
+
 size_t hps_shmdb_miss_drop_pending(hps_shmdb_t *db)
 {
     struct shm_missq *q = missq(db);

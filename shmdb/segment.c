@@ -759,7 +759,8 @@ bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serv
     /* The row's lock, not the pid: the coordinator may run in another PID
      * namespace, where its pid names nobody or somebody else. */
     if (si.coord_pid <= 0 || si.coord_heartbeat_ns == 0 ||
-        (serving && si.coord_state != HPS_COORD_SERVING && si.coord_state != HPS_COORD_RELOADING) ||
+        (serving && si.coord_state != HPS_COORD_SERVING && si.coord_state != HPS_COORD_RELOADING &&
+         si.coord_state != HPS_COORD_RELOADING_SERVED) ||
         !ident_alive(db, LD(db->hdr->coord_proc)))
         return false;
     return (hps__clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;

@@ -332,7 +332,9 @@ hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
  *         keys outside shared memory then get the default, after
  *         miss_timeout_ms while the coordinator is stalled, at once while
  *         it is dead (hps_client_coordinator_alive() false) or while a
- *         SIGHUP reload or a model load builds the next segment);
+ *         SIGHUP reload or a model load builds the next segment without
+ *         a persistent DB; with one, the reloading coordinator answers
+ *         them from the serving version's rows);
  *         HPS_EINVAL (bad index, T, negative numkeys, a
  *         location that is not HPS_HOST or the client's device, device
  *         memory on a host-only client); HPS_EBUSY (the model's tables have

@@ -28,12 +28,13 @@
  * concurrently (RocksDB's DB object is thread-safe; the table registry has
  * its own mutex).  Exceptions: hps_pdb_close() must be the last call on the
  * handle, and hps_pdb_drop() must not run while another thread uses the
- * same table handle.  Concurrent writes of the same key: one of them wins.
- * Do not use a handle in a child after fork().
+ * same table handle, unless that thread holds it (hps_pdb_table_hold()).  Concurrent writes of the
+ * same key: one of them wins. Do not use a handle in a child after fork().
  *
  * Memory.  Every key, value and mask buffer is host memory owned by the
  * caller.  Table handles (hps_pdb_table_t) are owned by the hps_pdb_t and
- * stay valid until hps_pdb_drop() of that table or hps_pdb_close().
+ * stay valid until hps_pdb_drop() of that table (its last release, when
+ * held) or hps_pdb_close().
  *
  * Errors.  Every fallible function returns 0 or an hps_err_t code and, when
  * err is not NULL, writes a NUL-terminated explanation (RocksDB's own status
@@ -348,18 +349,56 @@ hps_err_t hps_pdb_erase(hps_pdb_table_t *t, size_t n, const void *keys, uint32_t
                         char *err, size_t err_len);
 
 /**
- * @brief Drop a table: DropColumnFamily, then free its handle.
+ * @brief Drop a table: DropColumnFamily, then free its handle, or, while
+ *        the handle is held (hps_pdb_table_hold()), keep it readable until
+ *        its last hps_pdb_table_release().
  *
- * @param[in]  t        A table of a read-write PDB.  Invalid afterwards, on
- *                      success; no other thread may use it during the call.
- *                      hps_pdb_table() with create can make the table anew.
+ * RocksDB keeps a dropped column family's data for as long as a handle of
+ * it exists, and a column family of the same name can be created beside
+ * it: a held handle goes on reading the rows it had (the table of a model
+ * version that still serves), whatever the new table of that name gets.
+ * Writes through a dropped handle are not refused by RocksDB but vanish
+ * with it: do not write through one.
+ *
+ * @param[in]  t        A table of a read-write PDB.  Unheld: invalid
+ *                      afterwards, on success; no other thread may use it
+ *                      during the call.  Held: still valid for lookups by
+ *                      its holders, no longer found by hps_pdb_table() or
+ *                      hps_pdb_foreach_table().  hps_pdb_table() with create
+ *                      can make the table anew either way.
  * @param[out] err      Message buffer (may be NULL).
  * @param[in]  err_len  Size of err.
- * Thread-safe with respect to other tables.
+ * Thread-safe with respect to other tables, and to holders of t.
  * @return 0; HPS_EINVAL (NULL t); -EROFS; HPS_EIO (RocksDB).  On error the
  *         handle stays valid.
  */
 hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len);
+
+/**
+ * @brief Hold a table handle: hps_pdb_drop() of it then keeps it readable
+ *        (a dropped column family's rows, as they were) until the matching
+ *        hps_pdb_table_release().
+ *
+ * Used by hps-coordinator while it builds a new model version: the version
+ * that serves goes on answering its misses from the rows it was built
+ * from, while the new version's files are ingested into a new column family
+ * of the same name.
+ *
+ * @param[in] t  A table of an open PDB.  Holds nest (a count).
+ * Thread-safe (the registry's lock).  hps_pdb_close() frees held handles
+ * too: release every hold, or stop using them, before it.
+ */
+void hps_pdb_table_hold(hps_pdb_table_t *t);
+
+/**
+ * @brief Release a hold of hps_pdb_table_hold(): the last release of a
+ *        dropped table frees its handle (and RocksDB then deletes its rows).
+ *
+ * @param[in] t  A held table, or NULL (no-op).  Invalid afterwards when it
+ *               was dropped and this was its last hold.
+ * Thread-safe.
+ */
+void hps_pdb_table_release(hps_pdb_table_t *t);
 
 /**
  * @brief Estimated number of rows of a table (RocksDB property

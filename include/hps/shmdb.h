@@ -210,6 +210,12 @@ typedef enum hps_coord_state {
     /** A reload (SIGHUP, model control) builds the next segment: this one's
      *  rows still serve (workers stay ready), its miss queue is not served. */
     HPS_COORD_RELOADING = 3,
+    /** As RELOADING, and the reloading coordinator answers this segment's
+     *  misses from the rows its model versions were built from (the
+     *  persistent DB's column families, held while the next version is
+     *  ingested beside them).  Builds before it never set it, and treat it
+     *  as RELOADING. */
+    HPS_COORD_RELOADING_SERVED = 4,
 } hps_coord_state_t;
 
 /** Segment header values (a snapshot). */
@@ -458,7 +464,8 @@ size_t hps_shmdb_other_procs(hps_shmdb_t *db);
  * row of the coordinator that beat last still holds its liveness lock (the
  * same process: the row was not taken again since), and its heartbeat
  * (hps_shmdb_heartbeat) is younger than timeout_ms (worker_timeout_ms);
- * with serving, it must also have said SERVING or RELOADING.  A killed coordinator is
+ * with serving, it must also have said SERVING, RELOADING or
+ * RELOADING_SERVED.  A killed coordinator is
  * seen at once, in any PID namespace; a stopped or hung one when its
  * heartbeat ages out.  Lock-free (a few fcntl calls), any process.
  */
@@ -854,6 +861,14 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
  *        reload.  Coordinator only.  Returns how many.
  */
 size_t hps_shmdb_miss_drop_pending(hps_shmdb_t *db);
+
+/**
+ * @brief Wake every thread waiting in hps_shmdb_miss_serve() on db (of any
+ *        process) at once, as a request would: a service that stops then
+ *        sees its stop flag without waiting out its wait_ms.  Coordinator
+ *        only; no-op without a queue.  Process-safe.
+ */
+void hps_shmdb_miss_wake(hps_shmdb_t *db);
 
 /** @brief Miss-queue counters.  @return 0; HPS_ENOTFOUND if there is no queue. */
 hps_err_t hps_shmdb_miss_stats(hps_shmdb_t *db, hps_missq_info_t *ret);

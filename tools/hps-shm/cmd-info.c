@@ -35,6 +35,8 @@ static const char *coord_state_name(hps_coord_state_t st)
         return "serving";
     case HPS_COORD_RELOADING:
         return "reloading";
+    case HPS_COORD_RELOADING_SERVED:
+        return "reloading (misses answered)";
     default:
         return "stopped";
     }

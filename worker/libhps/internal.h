@@ -98,7 +98,7 @@ struct hps_client {
     uint64_t attach_retry_ns;
     uint64_t attach_backoff_ns;
     _Atomic bool coord_alive;
-    /* The coordinator answers the miss queue (SERVING, not RELOADING):
+    /* The coordinator answers the miss queue (SERVING or RELOADING_SERVED):
      * misses are asked for; maintenance thread writes, any thread reads. */
     _Atomic bool misses_served;
     _Atomic bool resolved; /* every model's tables found */

@@ -238,6 +238,53 @@ static void test_tables_drop_and_estimate(void **state)
     free(v);
 }
 
+/* A held table dropped and made anew (a reload re-ingesting a model while
+ * its serving version answers misses): the held handle reads the rows it
+ * had, flushed (SST) and in the memtable alike, the new table its own;
+ * releases nest; close frees a table still held. */
+static void test_held_table_outlives_drop(void **state)
+{
+    pfx_t *f = *state;
+    hps_pdb_table_t *old = NULL, *neu = NULL, *again = NULL, *b = NULL;
+    int64_t keys[64];
+    size_t i;
+
+    for (i = 0; i < 64; i++)
+        keys[i] = (int64_t)i * 7 - 100;
+    float *v1 = p_vectors(1, keys, 64, 8, 4), *v2 = p_vectors(2, keys, 32, 8, 4);
+    f->db = p_open(f->path, false, 0);
+    T_OK(hps_pdb_table(f->db, "m", "t", true, &old, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_bulk_load(old, 32, keys, 8, v1, 4, t_msg, sizeof(t_msg))); /* an SST */
+    T_OK(hps_pdb_insert(old, 32, keys + 32, 8, v1 + 32 * 4, 4, t_msg, sizeof(t_msg)));
+    hps_pdb_table_hold(old);
+    hps_pdb_table_hold(old);
+    T_OK(hps_pdb_drop(old, t_msg, sizeof(t_msg)));
+    T_ERR(hps_pdb_table(f->db, "m", "t", false, &again, t_msg, sizeof(t_msg)), HPS_ENOTFOUND);
+    T_OK(hps_pdb_table(f->db, "m", "t", true, &neu, t_msg, sizeof(t_msg)));
+    assert_ptr_not_equal(neu, old);
+    T_OK(hps_pdb_bulk_load(neu, 32, keys, 8, v2, 4, t_msg, sizeof(t_msg)));
+    p_check(old, keys, 64, 8, 4, 1, NULL); /* every row it had, none of the new ones */
+    bool first_half[64];
+    for (i = 0; i < 64; i++)
+        first_half[i] = i < 32;
+    p_check(neu, keys, 64, 8, 4, 2, first_half);
+    hps_pdb_table_release(old);
+    p_check(old, keys, 64, 8, 4, 1, NULL); /* one hold left */
+    hps_pdb_table_release(old);            /* freed: old is gone from here on */
+    p_check(neu, keys, 64, 8, 4, 2, first_half);
+    /* an unheld drop still frees at once; a table held at close is freed by it */
+    T_OK(hps_pdb_table(f->db, "m", "b", true, &b, t_msg, sizeof(t_msg)));
+    hps_pdb_table_hold(b);
+    hps_pdb_table_release(b);
+    T_OK(hps_pdb_drop(b, t_msg, sizeof(t_msg)));
+    hps_pdb_table_hold(neu);
+    T_OK(hps_pdb_drop(neu, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_close(f->db, t_msg, sizeof(t_msg))); /* ASan: nothing leaks */
+    f->db = NULL;
+    free(v1);
+    free(v2);
+}
+
 typedef struct reader {
     hps_pdb_table_t *t;
     const int64_t *keys;
@@ -305,6 +352,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrong_value_size_is_corrupt, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_tables_drop_and_estimate, p_setup, p_teardown),
+        cmocka_unit_test_setup_teardown(test_held_table_outlives_drop, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_lookups, p_setup, p_teardown),
     };
 

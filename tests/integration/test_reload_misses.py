@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""
+int-reload_misses: while a SIGHUP reload builds the next model version,
+keys outside shared memory are answered from the version that serves, not
+with their table's default (issue 20: loading never disturbs what is
+serving).
+
+Model m (versions 1 and 2: hps-gen --model-version changes every vector)
+with a persistent DB whose path both versions share, initial_cache_rate
+0.1 and cache_missed_embeddings off, so that nine keys in ten are misses
+answered by the coordinator.  A worker serves a stream of exactly checked
+lookups while the INI switches versions four times (2, 1, 2, 1), each by
+SIGHUP: the reloading coordinator drops and re-ingests m's column family
+for the new files, and it holds the serving version's one (RocksDB keeps a
+dropped column family readable through its handle) to answer the serving
+segment's misses meanwhile.
+  - every answer is wholly version 1 or wholly version 2: 0 defaults, 0
+    mixed answers, 0 failed requests (before: the misses of every request
+    during a build got the defaults);
+  - requests were answered while the builds ran (the stream counted them
+    between each SIGHUP and the publish), and `hps-shm info` showed the
+    serving segment "reloading (misses answered)";
+  - the coordinator logged the answering for each reload, and the workers
+    switched to the new version each time.
+"""
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+ROWS = [150000]
+DIMS = [32]
+DEFAULTS = [0.25]
+
+
+class Stream(threading.Thread):
+    """Lookups of random file keys, back to back; each answer must be one
+    version's rows entirely.  Counts the answers while `building` is set."""
+
+    def __init__(self, port, models, building):
+        super().__init__(daemon=True)
+        self.port, self.models, self.building = port, models, building
+        self.keys = models[1].file_keys[0]
+        self.rng = random.Random(11)
+        self.stop_ev = threading.Event()
+        self.requests = self.failed = self.wrong = self.during_build = 0
+        self.first_problem = ""
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            kpt = [self.rng.sample(self.keys, 32)]
+            during = self.building.is_set()
+            try:
+                r = H.infer(self.port, "m", kpt, binary=True, timeout=10)
+                _, got = H.decode_output(r)
+            except Exception as e:  # noqa: BLE001
+                self.failed += 1
+                self.first_problem = self.first_problem or "%s: %s" % (type(e).__name__, e)
+                continue
+            self.requests += 1
+            if not any(got == m.expected(kpt) for m in self.models.values()):
+                self.wrong += 1
+                self.first_problem = self.first_problem or H.first_mismatch(
+                    got, self.models[1].expected(kpt), self.models[1], kpt)
+            elif during and self.building.is_set():
+                self.during_build += 1
+
+
+class StatePoller(threading.Thread):
+    """hps-shm info's coordinator_state, every 20 ms: the states seen."""
+
+    def __init__(self, cl):
+        super().__init__(daemon=True)
+        self.cl, self.seen, self.stop_ev = cl, set(), threading.Event()
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            try:
+                self.seen.add(self.cl.shm_info()["segment"]["coordinator_state"])
+            except Exception:  # noqa: BLE001  (the segment is replaced meanwhile)
+                pass
+            time.sleep(0.02)
+
+
+def body(t, cl):
+    settings = [("volatile_db", "initial_cache_rate", 0.1),
+                ("volatile_db", "cache_missed_embeddings", "false"),
+                ("volatile_db", "shared_memory_auto_remove", "false"),
+                ("persistent_db", "path", cl.path("rocksdb")),
+                ("hps", "heartbeat_interval_ms", 50),
+                ("hps", "worker_timeout_ms", 500),
+                ("worker", "miss_timeout_ms", 2000)]
+    models = {v: cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS,
+                              subdir="m_v%d" % v, version=v) for v in (1, 2)}
+    conf = cl.write_config("hps.ini", models[1].ini_text, settings)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    building = threading.Event()
+    s, poll = Stream(w.http_port, models, building), StatePoller(cl)
+    s.start()
+    poll.start()
+    time.sleep(0.5)
+    t.ok(s.requests > 10 and s.wrong == 0,
+         "version 1 serves, misses included (%d requests, %d wrong)" % (s.requests, s.wrong))
+    for i, v in enumerate((2, 1, 2, 1)):
+        cl.write_config("hps.ini", models[v].ini_text, settings)
+        n_pub = c.log().count("published /dev/shm/hps.")
+        n_ans = c.log().count("misses are answered from the persistent DB")
+        before = s.during_build
+        building.set()
+        c.kill(signal.SIGHUP)
+        ok = H.wait_until(lambda: c.log().count("published /dev/shm/hps.") > n_pub, 60, 0.005)
+        building.clear()
+        t.ok(ok, "reload %d (version %d): published" % (i + 1, v), c.log()[-2000:])
+        t.ok(c.log().count("misses are answered from the persistent DB") > n_ans,
+             "reload %d: the coordinator answered the serving segment's misses while it "
+             "built (logged)" % (i + 1))
+        t.ok(H.wait_until(lambda: H.http(w.http_port, "GET", "/v2/models/m").json()
+                          .get("versions") == [str(v)], 10),
+             "reload %d: the worker switched to version %d" % (i + 1, v))
+        t.diag("reload %d: %d requests answered during the build"
+               % (i + 1, s.during_build - before))
+        time.sleep(0.3)
+    s.stop_ev.set()
+    poll.stop_ev.set()
+    s.join(30)
+    poll.join(5)
+    t.ok(s.during_build > 0, "requests were answered while the builds ran (%d)" % s.during_build)
+    t.eq((s.failed, s.wrong), (0, 0),
+         "%d requests, 9 keys in 10 outside shared memory: 0 failed, 0 defaults or mixed "
+         "answers" % s.requests)
+    if s.first_problem:
+        t.diag("first problem: %s" % s.first_problem)
+    t.ok("reloading (misses answered)" in poll.seen,
+         "hps-shm info showed the serving segment \"reloading (misses answered)\"",
+         sorted(poll.seen))
+
+
+if __name__ == "__main__":
+    H.run_main("reload_misses", body)
