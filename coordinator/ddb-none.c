@@ -61,6 +61,12 @@ hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const f
     return HPS_EUNSUPPORTED;
 }
 
+hps_err_t hps_ddb_insert_missing(hps_ddb_table_t *t, size_t n, const void *keys,
+                                 const float *values, char *err, size_t err_len)
+{
+    return hps_ddb_insert(t, n, keys, values, err, err_len);
+}
+
 hps_err_t hps_ddb_erase(hps_ddb_table_t *t, size_t n, const void *keys, char *err, size_t err_len)
 {
     (void)t, (void)n, (void)keys, (void)err, (void)err_len;

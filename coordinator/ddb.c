@@ -841,18 +841,34 @@ static hps_err_t reply_errors(const cmdlist_t *cl, char *err, size_t err_len)
     return 0;
 }
 
+/* The commands that write rows order[a, b) of partition p: one HSET of
+ * them all, or (missing) one HSETNX each, which leaves a row that exists. */
 static void insert_cmds(cmdlist_t *cl, hps_ddb_table_t *t, unsigned p, const void *keys,
                         const float *values, const size_t *order, size_t a, size_t b,
-                        const int64_t *now)
+                        const int64_t *now, bool missing)
 {
     size_t kb = t->key_bytes, vb = (size_t)t->dim * sizeof(float);
     meta_cmds(cl, t, p, keys, order, a, b, now);
-    hps_rcluster_cmd_t *c = cl_begin(cl, t, p, "HSET", 'v');
+    hps_rcluster_cmd_t *c = missing ? NULL : cl_begin(cl, t, p, "HSET", 'v');
     for (size_t j = a; j < b; j++) {
+        if (missing)
+            c = cl_begin(cl, t, p, "HSETNX", 'v');
         cl_arg(cl, c, (const char *)keys + order[j] * kb, kb);
         cl_arg(cl, c, values + order[j] * t->dim, vb);
     }
     cl_begin(cl, t, p, "HLEN", 'v');
+}
+
+/* Rows an insert wrote: n, or (missing) the HSETNX replies of 1. */
+static size_t rows_written(const cmdlist_t *cl, size_t n, bool missing)
+{
+    if (!missing)
+        return n;
+    size_t w = 0;
+    for (size_t i = 0; i < cl->n; i++)
+        w += cl->c[i].argvlen[0] == 6 && !memcmp(cl->c[i].argv[0], "HSETNX", 6) && cl->c[i].reply &&
+             cl->c[i].reply->type == REDIS_REPLY_INTEGER && cl->c[i].reply->integer == 1;
+    return w;
 }
 
 /* Resolve every partition whose last HLEN reply exceeds the margin. */
@@ -876,10 +892,10 @@ static hps_err_t resolve_all(hps_ddb_table_t *t, const cmdlist_t *cl, char *err,
     return e;
 }
 
-hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const float *values,
-                         char *err, size_t err_len)
+static hps_err_t insert_rows(hps_ddb_table_t *t, size_t n, const void *keys, const float *values,
+                             bool missing, char *err, size_t err_len)
 {
-    size_t *order, *start, B = t->db->o.max_batch_size;
+    size_t *order, *start, B = t->db->o.max_batch_size, written = 0;
     if (n == 0)
         return 0;
     hps_err_t e = bucket(t, n, keys, &order, &start);
@@ -888,24 +904,38 @@ hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const f
     size_t nb = num_batches(t, start);
     int64_t now = (int64_t)time(NULL);
     cmdlist_t cl;
-    if ((e = cl_init(&cl, n + 3 * nb, 8 * n + 8 * nb)) == 0) {
+    if ((e = cl_init(&cl, 2 * n + 3 * nb, 12 * n + 8 * nb)) == 0) {
         for (unsigned p = 0; p < t->np; p++)
             for (size_t a = start[p]; a < start[p + 1]; a += B)
                 insert_cmds(&cl, t, p, keys, values, order, a,
-                            a + B < start[p + 1] ? a + B : start[p + 1], &now);
+                            a + B < start[p + 1] ? a + B : start[p + 1], &now, missing);
         e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
         if (!e)
             e = reply_errors(&cl, err, err_len);
+        if (!e)
+            written = rows_written(&cl, n, missing);
         if (!e)
             e = resolve_all(t, &cl, err, err_len);
     }
     cl_fini(&cl);
     free(order);
     free(start);
-    STAT_ADD(t->db, insert_rows, e ? 0 : n);
+    STAT_ADD(t->db, insert_rows, written);
     if (e)
         STAT_ADD(t->db, errors, 1);
     return e;
+}
+
+hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const float *values,
+                         char *err, size_t err_len)
+{
+    return insert_rows(t, n, keys, values, false, err, err_len);
+}
+
+hps_err_t hps_ddb_insert_missing(hps_ddb_table_t *t, size_t n, const void *keys,
+                                 const float *values, char *err, size_t err_len)
+{
+    return insert_rows(t, n, keys, values, true, err, err_len);
 }
 
 hps_err_t hps_ddb_erase(hps_ddb_table_t *t, size_t n, const void *keys, char *err, size_t err_len)

@@ -13,7 +13,9 @@
  *    returns, before it waits for the next requests (shared memory: no
  *    more than the copy, and the next lookup of those keys finds them);
  *  - [distributed_db] cache_missed_embeddings: the persistent-DB hits go to
- *    one inserter thread that writes them to Redis, so that a slow or hung
+ *    one inserter thread that writes those Redis still lacks (HSETNX: an
+ *    online update that reached Redis after the persistent DB was read is
+ *    not overwritten by the older row), so that a slow or hung
  *    node (writes have a 1 s deadline) never holds a serving thread.  Its
  *    queue is bounded (INS_QUEUE_BYTES); when full, rows are dropped and
  *    counted (they stay in the persistent DB and come back on the next
@@ -336,7 +338,9 @@ static void *insert_loop(void *arg)
         in->bytes -= batch_bytes(c, b);
         pthread_mutex_unlock(&in->mu);
         char err[256];
-        hps_err_t rc = hps_ddb_insert(b->ct->ddb, b->n, b->keys, b->values, err, sizeof(err));
+        /* HSETNX: an update that reached Redis since the read stays */
+        hps_err_t rc =
+            hps_ddb_insert_missing(b->ct->ddb, b->n, b->keys, b->values, err, sizeof(err));
         if (rc < 0)
             ddb_warn(b->ct, "insert (cache_missed_embeddings)", b->n, err);
         pthread_mutex_lock(&in->mu);

@@ -201,6 +201,21 @@ hps_err_t hps_ddb_insert(hps_ddb_table_t *t, size_t n, const void *keys, const f
                          char *err, size_t err_len);
 
 /**
+ * @brief Insert the rows whose keys the table does not hold (one HSETNX
+ *        each), leave the others as they are; metadata and overflow as
+ *        hps_ddb_insert().
+ *
+ * For rows read from a lower layer after a miss (cache_missed_embeddings):
+ * an online update of a key that reached Redis between the lower layer's
+ * read and this insert is kept, where hps_ddb_insert() would overwrite it
+ * with the older row.  Slower than hps_ddb_insert() (a command per row).
+ * Parameters, thread safety and errors as hps_ddb_insert(); the stats'
+ * insert_rows count the rows written.
+ */
+hps_err_t hps_ddb_insert_missing(hps_ddb_table_t *t, size_t n, const void *keys,
+                                 const float *values, char *err, size_t err_len);
+
+/**
  * @brief Delete n keys from the value and metadata hashes.
  * Parameters as hps_ddb_insert().  Thread-safe.
  * @return 0 or an error as hps_ddb_insert().

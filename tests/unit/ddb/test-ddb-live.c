@@ -149,6 +149,46 @@ static void roundtrip(hps_ddb_t *db, uint32_t kb, uint32_t dim)
     free(v);
 }
 
+/* cache_missed_embeddings' insert (hps_ddb_insert_missing): rows Redis
+ * holds stay as they are (an online update that came after the lower
+ * layer was read), the missing ones are written; insert_rows counts the
+ * written ones only. */
+static void test_insert_missing(void **state)
+{
+    (void)state;
+    hps_ddb_t *db = open_db(HPS_EVICT_LEAST_USED, UINT64_MAX);
+    hps_ddb_table_t *t;
+    size_t n = 300, dim = 8;
+    assert_int_equal(hps_ddb_table(db, "live", "nx", (uint32_t)dim, 8, &t), 0);
+    void *keys = make_keys(8, 5, n, 0);
+    float *newer = make_vals(5, keys, 8, n, (uint32_t)dim);            /* the update's rows */
+    float *older = make_vals(6, keys, 8, n, (uint32_t)dim);            /* the lower layer's */
+    if (hps_ddb_insert(t, 100, keys, newer, g_msg, sizeof(g_msg)) < 0) /* keys [0, 100) */
+        fail_msg("insert: %s", g_msg);
+    hps_ddb_stats_t before, after;
+    hps_ddb_stats(db, &before);
+    if (hps_ddb_insert_missing(t, n, keys, older, g_msg, sizeof(g_msg)) < 0)
+        fail_msg("insert_missing: %s", g_msg);
+    hps_ddb_stats(db, &after);
+    assert_int_equal(after.insert_rows - before.insert_rows, n - 100);
+    float *got = calloc(n * dim, sizeof(float));
+    bool *found = calloc(n, 1);
+    size_t hits = 0;
+    if (hps_ddb_lookup(t, n, keys, got, found, &hits, g_msg, sizeof(g_msg)) < 0)
+        fail_msg("lookup: %s", g_msg);
+    assert_int_equal(hits, n);
+    for (size_t i = 0; i < n; i++) /* the update's row kept; the others written */
+        assert_memory_equal(got + i * dim, (i < 100 ? newer : older) + i * dim,
+                            dim * sizeof(float));
+    hps_ddb_erase(t, n, keys, NULL, 0);
+    free(got);
+    free(found);
+    free(keys);
+    free(newer);
+    free(older);
+    hps_ddb_close(db);
+}
+
 static void test_roundtrip(void **state)
 {
     (void)state;
@@ -836,6 +876,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_insert_missing),
         cmocka_unit_test(test_migration_ask_moved),
         cmocka_unit_test(test_concurrent_overflow),
         cmocka_unit_test(test_touch),
