@@ -21,7 +21,9 @@ segment's misses meanwhile.
     between each SIGHUP and the publish), and `hps-shm info` showed the
     serving segment "reloading (misses answered)";
   - the coordinator logged the answering for each reload, and the workers
-    switched to the new version each time.
+    switched to the new version each time;
+  - a fifth reload adds a model n: m's column family is kept as it is (no
+    re-ingestion) and answers m's misses while n loads, as above.
 """
 import os
 import random
@@ -107,8 +109,13 @@ def body(t, cl):
     time.sleep(0.5)
     t.ok(s.requests > 10 and s.wrong == 0,
          "version 1 serves, misses included (%d requests, %d wrong)" % (s.requests, s.wrong))
-    for i, v in enumerate((2, 1, 2, 1)):
-        cl.write_config("hps.ini", models[v].ini_text, settings)
+    n = cl.gen_model("n", rows=[5000], dims=[4], subdir="n_v1")
+    with_n = models[1].ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]
+    # four version changes (m's column family re-ingested), then a model
+    # added (m's kept as it is, and answered from while n loads)
+    for i, (v, text) in enumerate([(v, models[v].ini_text) for v in (2, 1, 2, 1)] +
+                                  [(1, with_n)]):
+        cl.write_config("hps.ini", text, settings)
         n_pub = c.log().count("published /dev/shm/hps.")
         n_ans = c.log().count("misses are answered from the persistent DB")
         before = s.during_build
@@ -131,6 +138,10 @@ def body(t, cl):
     s.join(30)
     poll.join(5)
     t.ok(s.during_build > 0, "requests were answered while the builds ran (%d)" % s.during_build)
+    kpt_n = [n.file_keys[0][:20]]
+    r = H.infer(w.http_port, "n", kpt_n, binary=True)
+    t.ok(r.status == 200 and H.decode_output(r)[1] == n.expected(kpt_n),
+         "the added model n serves its vectors exactly")
     t.eq((s.failed, s.wrong), (0, 0),
          "%d requests, 9 keys in 10 outside shared memory: 0 failed, 0 defaults or mixed "
          "answers" % s.requests)
