@@ -8,7 +8,10 @@
  *      (cluster mode, no persistence; 1 master: CLUSTER ADDSLOTSRANGE 0
  *      16383; 3: redis-cli --cluster create, no replicas), in a temp dir.
  *   2. Insert `rows` rows of hps-gen's table 0 (int64 keys, dim floats) in
- *      HugeCTR's layout through hps_ddb_insert() (num_partitions 8).
+ *      HugeCTR's layout through hps_ddb_insert() (num_partitions 8), timed,
+ *      and the same rows into a second table through
+ *      hps_ddb_insert_missing() (one HSETNX per row, as the coordinator's
+ *      cache_missed_embeddings inserter), timed.
  *   3. The same precomputed batches of `batch` keys drawn uniformly from the
  *      loaded keys, one thread.  ours = hps_ddb_lookup() of a batch (one
  *      HMGET per partition, pipelined per node, all nodes driven at once);
@@ -222,7 +225,10 @@ typedef struct run {
     size_t *argl, *order;
 } run_t;
 
-static int load(hps_ddb_table_t *t, const options_t *o)
+/* Insert every row of hps-gen's table 0 into t, in chunks of 8,192: with
+ * hps_ddb_insert (one HSET per partition and chunk) or, missing, with
+ * hps_ddb_insert_missing (one HSETNX per row: cache_missed_embeddings'). */
+static int load(hps_ddb_table_t *t, const options_t *o, bool missing)
 {
     size_t chunk = 8192;
     int64_t *k = malloc(chunk * 8);
@@ -235,7 +241,7 @@ static int load(hps_ddb_table_t *t, const options_t *o)
             k[i] = hps_gen_key(0, r + i);
             hps_gen_vector(0, k[i], o->dim, v + i * o->dim);
         }
-        if (hps_ddb_insert(t, n, k, v, err, sizeof(err)) < 0) {
+        if ((missing ? hps_ddb_insert_missing : hps_ddb_insert)(t, n, k, v, err, sizeof(err)) < 0) {
             fprintf(stderr, "insert: %s\n", err);
             rc = -1;
         }
@@ -276,12 +282,15 @@ static double timed(run_t *r, hps_ddb_table_t *t, bare_t *b, bool *ok)
     return (double)rows / (t1 - t0);
 }
 
+/* ret_ins: rows/s of the load with hps_ddb_insert, then of the same rows
+ * into a fresh table with hps_ddb_insert_missing. */
 static int bench_masters(const options_t *o, unsigned masters, int base_port, double *ret_ours,
-                         double *ret_bare)
+                         double *ret_bare, double ret_ins[2])
 {
     cluster_t c = {0};
     hps_ddb_t *db = NULL;
-    hps_ddb_table_t *t = NULL;
+    hps_ddb_table_t *t = NULL, *t2 = NULL;
+    double t0 = 0, t1 = 0, t2s = 0;
     bare_t b = {0};
     char err[512], addr[64];
     int rc = -1;
@@ -300,12 +309,20 @@ static int bench_masters(const options_t *o, unsigned masters, int base_port, do
     opts.address = addr;
     opts.num_partitions = NP;
     opts.timeout_ms = 10000;
-    if (hps_ddb_open(&opts, &db, err, sizeof(err)) < 0 ||
-        hps_ddb_table(db, MODEL, TABLE, o->dim, 8, &t) < 0 || load(t, o) < 0 ||
-        bare_open(&b, &c) < 0) {
+    bool up = hps_ddb_open(&opts, &db, err, sizeof(err)) == 0 &&
+              hps_ddb_table(db, MODEL, TABLE, o->dim, 8, &t) == 0 &&
+              hps_ddb_table(db, MODEL, TABLE "_nx", o->dim, 8, &t2) == 0;
+    t0 = now_s();
+    up = up && load(t, o, false) == 0;
+    t1 = now_s();
+    up = up && load(t2, o, true) == 0;
+    t2s = now_s();
+    if (!up || bare_open(&b, &c) < 0) {
         fprintf(stderr, "setup: %s\n", err);
         goto out;
     }
+    ret_ins[0] = (double)o->rows / (t1 - t0);
+    ret_ins[1] = (double)o->rows / (t2s - t1);
     run_t r = {.o = o};
     r.queries = malloc((size_t)o->nbatches * o->batch * 8);
     r.out = malloc((size_t)o->batch * o->dim * 4);
@@ -358,14 +375,17 @@ int main(int argc, char **argv)
     printf("bench-redis (%s): %llu rows, dim %u, int64 keys, %d partitions, batches of %u keys, "
            "1 client thread, best of %u x %.1f s\n",
            BENCH_VCS, (unsigned long long)o.rows, o.dim, NP, o.batch, o.reps, o.seconds);
-    double ours[2], bare[2];
+    double ours[2], bare[2], ins[2][2];
     unsigned ms[2] = {1, 3};
     for (int i = 0; i < 2; i++) {
-        if (bench_masters(&o, ms[i], base + 4 * i, &ours[i], &bare[i]) < 0)
+        if (bench_masters(&o, ms[i], base + 4 * i, &ours[i], &bare[i], ins[i]) < 0)
             return 1;
         printf("  %u master%s: hps_ddb_lookup %10.0f rows/s   bare hiredis %10.0f rows/s   "
                "ratio %.2f (target >= %.1f)\n",
                ms[i], ms[i] > 1 ? "s" : " ", ours[i], bare[i], ours[i] / bare[i], TARGET);
+        printf("  %u master%s: inserts, hps_ddb_insert (HSET) %10.0f rows/s, "
+               "hps_ddb_insert_missing (HSETNX, cache_missed_embeddings) %10.0f rows/s: %.2fx\n",
+               ms[i], ms[i] > 1 ? "s" : " ", ins[i][0], ins[i][1], ins[i][1] / ins[i][0]);
     }
     printf("  3 masters vs 1: hps_ddb_lookup %.2fx, bare hiredis %.2fx\n", ours[1] / ours[0],
            bare[1] / bare[0]);
