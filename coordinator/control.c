@@ -484,8 +484,8 @@ bool coord_control_failed(coord_t *c, int ex, const char *why)
         hps_shmdb_ctl_answer(c->serving, c->control.id, false, msg);
     }
     pthread_mutex_unlock(&c->serving_lock);
-    if (!serving || ex == HPS_EXIT_USAGE)
-        return false;
+    if (!serving || c->serving_restart || ex == HPS_EXIT_USAGE)
+        return false; /* a restart's build failed: it stops, as it would have */
     /* Back to the serving segment with the set it serves, as it was
      * configured (not as the INI file may say now). */
     if (c->prev_models)

@@ -94,9 +94,14 @@ typedef struct coord {
     char *text;
     char *prev_text;
     bool adopt; /* HPS_ADOPT_ENV: a failed reload's fallback re-attaches the serving segment */
-    bool vdb_from_pdb; /* load.c: a volatile-DB table took its values from the persistent DB
-                          at this start (kafka.c: its consumer starts where the persistent
-                          DB's stands); main thread only, before coord_kafka_start() */
+    /* serve.c: serving is a dead coordinator's segment that this restart
+     * answers the misses of while it builds (coord_prev_restart); a failed
+     * build then just stops (no fallback).  Main thread only. */
+    bool serving_restart;
+    bool pdb_token_renewed; /* load-ident.c: this image renewed the token; main thread */
+    bool vdb_from_pdb;      /* load.c: a volatile-DB table took its values from the persistent DB
+                               at this start (kafka.c: its consumer starts where the persistent
+                               DB's stands); main thread only, before coord_kafka_start() */
     struct coord_ident *idents; /* load.c: every table's file identities, from
                                    coord_validate_models() to coord_load_models(); NULL
                                    without a persistent or distributed DB */
@@ -181,6 +186,19 @@ bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_
  * (buf of len bytes; names of at most HPS_SHMDB_NAME_MAX bytes fit in
  * 2 * HPS_SHMDB_NAME_MAX + 32). */
 void coord_ident_name(const char *model, const char *table, char *buf, size_t len);
+/* load-ident.c: the persistent DB's contents token (metadata entry
+ * "contents"): a random word renewed (synced) before a build first replaces
+ * any table's rows there (coord_pdb_token_renew: 0 or HPS_EXIT_PDB,
+ * logged), and recorded in each segment built (hps_shmdb_set_pdb_token).
+ * A segment whose token equals the persistent DB's was built from the rows
+ * the persistent DB holds (online updates aside, which both get).
+ * coord_pdb_token: 0 without a persistent DB or a token. */
+uint64_t coord_pdb_token(coord_t *c);
+int coord_pdb_token_renew(coord_t *c);
+/* load-ident.c: write the persistent DB's token into c->db, once its
+ * tables are built (a first token for a persistent DB without one, unless
+ * read-only); no-op without a persistent DB. */
+void coord_pdb_token_record(coord_t *c);
 
 /* cpus.c: workers serve from a segment while this coordinator loads: every
  * thread of the process (and those it starts later, which inherit it) runs
@@ -258,13 +276,22 @@ void coord_serve_stop(coord_t *c);
  * build's drops (see serve.c); marks the segment RELOADING_SERVED (or,
  * not starting, RELOADING, dropping what was asked since the hand-over).  After
  * open_pdb, before anything is dropped; a no-op without a serving segment,
- * a persistent DB, or when the serving configuration used another one.
+ * a persistent DB, or when the serving configuration used another one
+ * (another path, and not the contents token of the serving segment).
  * Always 0: without it the serving segment's misses get their defaults, as
  * before.  coord_prev_stop() (no-op when not running; coord_serve_stop()
  * and coord_segment_serving_release() call it) marks it RELOADING again,
  * stops the threads and releases the holds. */
 int coord_prev_start(coord_t *c);
 void coord_prev_stop(coord_t *c);
+/* serve.c: a restart found db, the segment a dead coordinator served (and
+ * initialize_after_startup = true): when the persistent DB still holds the
+ * rows db was built from (hps_shmdb_pdb_token(db) equals the persistent
+ * DB's token), db becomes c->serving (serving_restart), this process its
+ * coordinator (beaten on: its workers are ready again), and its misses are
+ * answered as during a reload; true.  Else false (logged), nothing held:
+ * the caller detaches db. */
+bool coord_prev_restart(coord_t *c, hps_shmdb_t *db);
 /* serve.c: after publishing, keep answering the serving segment until its
  * workers have moved to the new one (none attached but this process), at
  * most 1 s.  No-op when not running. */

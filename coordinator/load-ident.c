@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hps/log.h"
 #include "load-internal.h"
 
 #define FILE_ID_MAX    1400       /* one file's part of an identity */
@@ -131,4 +133,46 @@ bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, ch
 void coord_ident_name(const char *model, const char *table, char *buf, size_t len)
 {
     snprintf(buf, len, "loaded.hps_et.%s.%s", model, table);
+}
+
+/* ---- the persistent DB's contents token --------------------------------- */
+
+#define TOKEN_NAME "contents" /* metadata entry "hps.meta.contents": 16 hex digits */
+
+uint64_t coord_pdb_token(coord_t *c)
+{
+    char buf[32];
+    if (!c->pdb || hps_pdb_meta_get(c->pdb, TOKEN_NAME, buf, sizeof(buf), NULL, 0) < 0)
+        return 0;
+    return strtoull(buf, NULL, 16);
+}
+
+int coord_pdb_token_renew(coord_t *c)
+{
+    uint64_t t = 0;
+    char buf[32], err[512];
+    while (t == 0)
+        if (getrandom(&t, sizeof(t), 0) != (ssize_t)sizeof(t)) {
+            HPS_ERROR("persistent DB: no random bytes for its contents token: %s", strerror(errno));
+            return HPS_EXIT_PDB;
+        }
+    snprintf(buf, sizeof(buf), "%016" PRIx64, t);
+    if (hps_pdb_meta_put(c->pdb, TOKEN_NAME, buf, err, sizeof(err)) < 0) {
+        HPS_ERROR("persistent DB: recording its contents token: %s", err);
+        return HPS_EXIT_PDB;
+    }
+    c->pdb_token_renewed = true;
+    return 0;
+}
+
+void coord_pdb_token_record(coord_t *c)
+{
+    if (!c->pdb)
+        return;
+    uint64_t t = coord_pdb_token(c);
+    /* A persistent DB without one (new, or written by an older build) holds
+     * what this segment was built from now: its first token. */
+    if (!t && !c->conf->persistent_db.read_only && coord_pdb_token_renew(c) == 0)
+        t = coord_pdb_token(c);
+    hps_shmdb_set_pdb_token(c->db, t);
 }

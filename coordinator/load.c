@@ -524,8 +524,9 @@ static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
     return &c->tables[id];
 }
 
-/* Before re-ingesting table t: forget its record (a crash from here on
- * re-ingests), then drop its rows (a new model replaces the old one).  A
+/* Before re-ingesting table t: renew the contents token (once per image),
+ * forget its record (a crash from here on re-ingests), then drop its rows
+ * (a new model replaces the old one).  A
  * table without a record has none to forget, and a column family created
  * by this start is empty: neither costs a synced RocksDB write then. */
 static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, size_t t)
@@ -533,6 +534,12 @@ static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_st
     char name[320], err[512];
     coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
     coord_table_t *ct = table_of(c, m, t);
+    /* First the contents token: a segment built before no longer matches
+     * what the persistent DB holds (coord_prev_restart must not answer
+     * from here on a restart). */
+    int ex = c->pdb_token_renewed ? 0 : coord_pdb_token_renew(c);
+    if (ex)
+        return ex;
     if ((st->has_rec[t] && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
         (st->had_cf[t] &&
          (hps_pdb_drop(ct->pdb, err, sizeof(err)) < 0 ||

@@ -614,6 +614,7 @@ int main(int argc, char **argv)
     if (!ex && reloaded) /* the updates produced since the old consumers stopped */
         coord_kafka_catch_up(kafka, RELOAD_CATCH_UP_MS);
     if (!ex) {
+        coord_pdb_token_record(&c); /* what a later restart or reload checks */
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
         coord_control_before_publish(&c);
         ex = coord_segment_publish(&c);

@@ -324,11 +324,10 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded "
                  "(%s); its workers serve from it meanwhile",
                  name, reload ? "reload" : "initialize_after_startup = true");
-        if (reload) { /* kept: beaten on, and told the answer if the build fails */
+        if (reload) /* kept: beaten on, and told the answer if the build fails */
             hold(c, c->db);
-        } else {
+        else if (!coord_prev_restart(c, c->db)) /* kept: its misses answered meanwhile */
             hps_shmdb_detach(c->db);
-        }
         c->db = NULL;
     } else if (rc == HPS_EBADMAGIC && unfinished(name)) {
         HPS_WARN("replacing /dev/shm/hps.%s: never initialized (magic 0), left by a coordinator "

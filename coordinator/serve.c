@@ -520,19 +520,16 @@ static void prev_free(struct coord_prev *p)
     free(p);
 }
 
-int coord_prev_start(coord_t *c)
+/* Hold the column families of db's tables and start the threads that
+ * answer db's misses from them; true when they run (db is then marked
+ * RELOADING_SERVED).  what: "reload" or "restart", for the log. */
+static bool prev_run(coord_t *c, hps_shmdb_t *db, const char *what)
 {
-    hps_shmdb_t *db = c->serving;
-    if (!db || !c->pdb || c->prev || !prev_same_pdb(c)) {
-        prev_give_up(c);
-        return 0;
-    }
     struct coord_prev *p = calloc(1, sizeof(*p));
     uint32_t n = hps_shmdb_table_count(db), answered = 0;
     if (!p || !(p->tables = calloc(n ? n : 1, sizeof(*p->tables)))) {
         free(p);
-        prev_give_up(c); /* the reload goes on; the serving segment's misses get defaults */
-        return 0;
+        return false;
     }
     p->db = db;
     p->num_tables = n;
@@ -547,13 +544,8 @@ int coord_prev_start(coord_t *c)
             .pdb = t, .dim = ti.dim, .key_bytes = ti.key_bytes, .storage_type = ti.storage_type};
         answered++;
     }
-    if (!answered) {
-        prev_free(p);
-        prev_give_up(c);
-        return 0;
-    }
     c->prev = p;
-    for (unsigned i = 0; i < HPS_COORD_MISS_THREADS; i++) {
+    for (unsigned i = 0; answered && i < HPS_COORD_MISS_THREADS; i++) {
         if (pthread_create(&p->threads[i], NULL, prev_loop, c) != 0)
             break;
         p->num_threads++;
@@ -561,16 +553,50 @@ int coord_prev_start(coord_t *c)
     if (!p->num_threads) {
         c->prev = NULL;
         prev_free(p);
-        prev_give_up(c);
-        return 0;
+        return false;
     }
     /* Before the state: the heartbeat thread leaves its requests to us. */
     atomic_store(&c->prev_answering, true);
     hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING_SERVED);
-    HPS_INFO("reload: the serving segment's misses are answered from the persistent DB "
-             "(%u of %u table%s) while the new version builds",
-             answered, n, n == 1 ? "" : "s");
+    HPS_INFO("%s: the serving segment's misses are answered from the persistent DB (%u of %u "
+             "table%s) while the new one builds",
+             what, answered, n, n == 1 ? "" : "s");
+    return true;
+}
+
+int coord_prev_start(coord_t *c)
+{
+    hps_shmdb_t *db = c->serving;
+    uint64_t token = db ? hps_shmdb_pdb_token(db) : 0;
+    bool same = db && c->pdb && (prev_same_pdb(c) || (token && token == coord_pdb_token(c)));
+    if (!same || c->prev || !prev_run(c, db, "reload"))
+        prev_give_up(c); /* the reload goes on; the serving segment's misses get defaults */
     return 0;
+}
+
+bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
+{
+    uint64_t token = hps_shmdb_pdb_token(db);
+    if (!c->pdb || c->prev)
+        return false;
+    if (!token || token != coord_pdb_token(c)) {
+        HPS_INFO("restart: the persistent DB holds other rows than the serving segment was "
+                 "built from (or its build predates the record): its workers answer keys "
+                 "outside shared memory with defaults until the new segment is published");
+        return false;
+    }
+    pthread_mutex_lock(&c->serving_lock);
+    c->serving = db;
+    pthread_mutex_unlock(&c->serving_lock);
+    if (!prev_run(c, db, "restart")) {
+        pthread_mutex_lock(&c->serving_lock);
+        c->serving = NULL;
+        pthread_mutex_unlock(&c->serving_lock);
+        return false;
+    }
+    hps_shmdb_heartbeat(db); /* this process is its coordinator from now on */
+    c->serving_restart = true;
+    return true;
 }
 
 void coord_prev_drain(coord_t *c)

@@ -344,7 +344,11 @@ struct shm_hdr {
      * header's size, the format word and the layout version stay as they
      * were and both builds keep attaching each other's segments. */
     uint64_t ddbstats_off;
-    uint64_t reserved[7]; /* 0; later parts of the format take words from here */
+    /* The persistent DB contents token its tables were built from
+     * (hps_shmdb_set_pdb_token), 0 = unknown; taken from the reserved words
+     * like ddbstats_off, so 0 in segments of older builds. */
+    _Atomic uint64_t pdb_token;
+    uint64_t reserved[6]; /* 0; later parts of the format take words from here */
     struct shm_ctl ctl;   /* model control requests (control.c) */
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */

@@ -352,6 +352,16 @@ hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state)
     return 0;
 }
 
+void hps_shmdb_set_pdb_token(hps_shmdb_t *db, uint64_t token)
+{
+    atomic_store_explicit(&db->hdr->pdb_token, token, memory_order_release);
+}
+
+uint64_t hps_shmdb_pdb_token(hps_shmdb_t *db)
+{
+    return atomic_load_explicit(&db->hdr->pdb_token, memory_order_acquire);
+}
+
 size_t hps_shmdb_other_procs(hps_shmdb_t *db)
 {
     bool own[HPS_SHMDB_MAX_PROCS];

@@ -336,6 +336,21 @@ hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n);
 hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret);
 
 /**
+ * @brief Record which contents of the persistent DB the segment's tables
+ *        were built from: the token hps-coordinator keeps in the persistent
+ *        DB (renewed before any table's rows are replaced there).  A later
+ *        coordinator that finds the same token in the persistent DB may
+ *        answer this segment's misses from it (a restart, a reload).
+ * @param[in] token  Opaque, 0 = unknown (what older builds' segments hold).
+ * Atomic store (release); coordinator only.
+ */
+void hps_shmdb_set_pdb_token(hps_shmdb_t *db, uint64_t token);
+
+/** @brief The token of hps_shmdb_set_pdb_token(), 0 if none.  Atomic load;
+ *  any process. */
+uint64_t hps_shmdb_pdb_token(hps_shmdb_t *db);
+
+/**
  * @brief Publish the coordinator's state (workers report ready only while it
  *        is HPS_COORD_SERVING and its heartbeat is fresh).  Atomic store;
  *        thread- and process-safe.  Returns 0.

@@ -23,7 +23,14 @@ segment's misses meanwhile.
   - the coordinator logged the answering for each reload, and the workers
     switched to the new version each time;
   - a fifth reload adds a model n: m's column family is kept as it is (no
-    re-ingestion) and answers m's misses while n loads, as above.
+    re-ingestion) and answers m's misses while n loads, as above;
+  - two restarts (SIGTERM, then a new coordinator, initialize_after_startup
+    = true, on the other version's files): the new coordinator finds the
+    persistent DB's contents token equal to the serving segment's, answers
+    its misses while it builds (logged), and publishes; answers are wholly
+    one version except while no coordinator ran at all (counted apart);
+  - a restart on another persistent DB path does not answer from it
+    (logged).
 """
 import os
 import random
@@ -44,9 +51,10 @@ class Stream(threading.Thread):
     """Lookups of random file keys, back to back; each answer must be one
     version's rows entirely.  Counts the answers while `building` is set."""
 
-    def __init__(self, port, models, building):
+    def __init__(self, port, models, building, down):
         super().__init__(daemon=True)
-        self.port, self.models, self.building = port, models, building
+        self.port, self.models, self.building, self.down = port, models, building, down
+        self.down_defaults = 0  # answered while no coordinator ran at all (a restart's gap)
         self.keys = models[1].file_keys[0]
         self.rng = random.Random(11)
         self.stop_ev = threading.Event()
@@ -56,7 +64,7 @@ class Stream(threading.Thread):
     def run(self):
         while not self.stop_ev.is_set():
             kpt = [self.rng.sample(self.keys, 32)]
-            during = self.building.is_set()
+            during, down = self.building.is_set(), self.down.is_set()
             try:
                 r = H.infer(self.port, "m", kpt, binary=True, timeout=10)
                 _, got = H.decode_output(r)
@@ -66,6 +74,9 @@ class Stream(threading.Thread):
                 continue
             self.requests += 1
             if not any(got == m.expected(kpt) for m in self.models.values()):
+                if down or self.down.is_set():
+                    self.down_defaults += 1
+                    continue
                 self.wrong += 1
                 self.first_problem = self.first_problem or H.first_mismatch(
                     got, self.models[1].expected(kpt), self.models[1], kpt)
@@ -102,8 +113,8 @@ def body(t, cl):
     conf = cl.write_config("hps.ini", models[1].ini_text, settings)
     c = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
-    building = threading.Event()
-    s, poll = Stream(w.http_port, models, building), StatePoller(cl)
+    building, down = threading.Event(), threading.Event()
+    s, poll = Stream(w.http_port, models, building, down), StatePoller(cl)
     s.start()
     poll.start()
     time.sleep(0.5)
@@ -133,18 +144,66 @@ def body(t, cl):
         t.diag("reload %d: %d requests answered during the build"
                % (i + 1, s.during_build - before))
         time.sleep(0.3)
+    kpt_n = [n.file_keys[0][:20]]
+    r = H.infer(w.http_port, "n", kpt_n, binary=True)
+    t.ok(r.status == 200 and H.decode_output(r)[1] == n.expected(kpt_n),
+         "the added model n serves its vectors exactly")
+
+    # ---- restarts (initialize_after_startup = true) --------------------------
+    # The new coordinator finds the persistent DB holding the rows the serving
+    # segment was built from (its contents token) and answers that segment's
+    # misses while it builds its own: the worker is ready again and answers
+    # wholly from the serving version.  Only between the old one's exit and
+    # that moment do keys outside shared memory get defaults (no coordinator).
+    for i, (v, text) in enumerate([(2, models[2].ini_text), (1, models[1].ini_text)]):
+        cl.write_config("hps.ini", text, settings)
+        down.set()
+        building.set()
+        c.kill(signal.SIGTERM)
+        t.eq(c.wait(20), 0, "restart %d: the coordinator stops (SIGTERM, exit 0)" % (i + 1))
+        c = cl.start_coordinator(conf, wait_ready=False)
+        answering = H.wait_until(lambda: "restart: the serving segment's misses are answered"
+                                 in c.log() or "published /dev/shm" in c.log(), 60, 0.002)
+        answering = answering and "published /dev/shm" not in c.log().split(
+            "restart: the serving segment's misses are answered")[0]
+        t.ok(answering, "restart %d: the new coordinator answers the serving segment's misses "
+             "before it publishes its own (logged)" % (i + 1), c.log()[-2000:])
+        # the worker sees a live coordinator again at its next maintenance round
+        t.ok(H.wait_until(lambda: H.ready_status(w.http_port) == 200, 5, 0.002),
+             "restart %d: the worker is ready again" % (i + 1))
+        down.clear()
+        t.diag("restart %d: ready again %s the new segment was published" % (
+            i + 1, "after" if "published /dev/shm" in c.log() else "before"))
+        t.ok(H.wait_until(lambda: "serving misses" in c.log(), 60),
+             "restart %d (version %d): the new coordinator serves" % (i + 1, v))
+        building.clear()
+        t.ok(H.wait_until(lambda: H.http(w.http_port, "GET", "/v2/models/m").json()
+                          .get("versions") == [str(v)], 10),
+             "restart %d: the worker switched to version %d" % (i + 1, v))
+        time.sleep(0.3)
+    # another persistent DB: its rows may be another version's, so the
+    # restart does not answer from it (logged), and serves as before
+    other = settings + [("persistent_db", "path", cl.path("rocksdb-other"))]
+    cl.write_config("hps.ini", models[1].ini_text, other)
+    down.set()
+    c.kill(signal.SIGTERM)
+    c.wait(20)
+    c = cl.start_coordinator(conf)
+    down.clear()
+    t.ok("the persistent DB holds other rows than the serving segment was built from"
+         in c.log() and "misses are answered" not in c.log(),
+         "a restart on another persistent DB does not answer from it (logged)", c.log()[-2000:])
+    time.sleep(0.3)
+
     s.stop_ev.set()
     poll.stop_ev.set()
     s.join(30)
     poll.join(5)
     t.ok(s.during_build > 0, "requests were answered while the builds ran (%d)" % s.during_build)
-    kpt_n = [n.file_keys[0][:20]]
-    r = H.infer(w.http_port, "n", kpt_n, binary=True)
-    t.ok(r.status == 200 and H.decode_output(r)[1] == n.expected(kpt_n),
-         "the added model n serves its vectors exactly")
     t.eq((s.failed, s.wrong), (0, 0),
          "%d requests, 9 keys in 10 outside shared memory: 0 failed, 0 defaults or mixed "
-         "answers" % s.requests)
+         "answers (%d with defaults while no coordinator ran, in the restarts' gaps)"
+         % (s.requests, s.down_defaults))
     if s.first_problem:
         t.diag("first problem: %s" % s.first_problem)
     t.ok("reloading (misses answered)" in poll.seen,
