@@ -248,6 +248,14 @@ int coord_validate_models(coord_t *c);
 /* load.c: create the tables and load every model (PDB, then VDB); after
  * coord_validate_models().  Frees c->idents. */
 int coord_load_models(coord_t *c, bool vdb_reused);
+/* load.c: whether db, a segment initialize_after_startup = false would
+ * keep, holds rows this start does not serve: the persistent DB's rows
+ * were replaced since it was built (its contents token differs), a model's
+ * version differs, or a table's files differ from those the persistent DB
+ * ingested (this start re-ingests them).  Its rows would then mix with the
+ * persistent DB's in one answer.  why: the reason, when true.  After
+ * coord_validate_models(). */
+bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len);
 
 /* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
  * [distributed_db] type = redis_cluster (no-op otherwise or when already

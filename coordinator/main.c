@@ -179,7 +179,11 @@ static void *beat_loop(void *arg)
                 hps_shmdb_miss_drop_pending(c->serving); /* nobody serves its misses */
         }
         pthread_mutex_unlock(&c->serving_lock);
-        sleep_ms((long)c->conf->hps.heartbeat_interval_ms);
+        /* In slices: shutdown_all joins this thread on the way to a
+         * reload's execv, while the serving segment's misses wait. */
+        for (long left = (long)c->conf->hps.heartbeat_interval_ms;
+             left > 0 && !__atomic_load_n(&c->beat_stop, __ATOMIC_ACQUIRE); left -= 10)
+            sleep_ms(left < 10 ? left : 10);
     }
     return NULL;
 }
@@ -365,8 +369,8 @@ static void release_segment(coord_t *c, bool reload)
     hps_shmdb_set_coord_state(c->db, answered ? HPS_COORD_RELOADING_SERVED
                                      : reload ? HPS_COORD_RELOADING
                                               : HPS_COORD_NONE);
-    if (reload && !answered)
-        hps_shmdb_miss_drop_pending(c->db); /* the miss service has stopped */
+    if (!answered) /* the miss service has stopped: defaults at once, not after miss_timeout_ms */
+        hps_shmdb_miss_drop_pending(c->db);
     if (reload && !c->staged) {
         /* The serving segment: this process's liveness lock on it is kept
          * across execve() until the new image holds the segment, so that
@@ -392,6 +396,10 @@ static void release_segment(coord_t *c, bool reload)
 static void shutdown_all(coord_t *c, bool reload)
 {
     coord_serve_stop(c);
+    if (!reload && c->db) { /* a stop: workers stop asking, what they asked is answered now */
+        hps_shmdb_set_coord_state(c->db, HPS_COORD_NONE);
+        hps_shmdb_miss_drop_pending(c->db);
+    }
     coord_ddb_publish(c); /* the last lookups and inserts, for the workers still attached */
     coord_ddb_close(c);   /* flushes queued LFU/LRU access updates */
     char err[256];
@@ -489,7 +497,8 @@ static void signal_set(sigset_t *s)
 static void *signal_loop(void *arg)
 {
     sigset_t s;
-    const struct timespec tick = {.tv_nsec = 50 * 1000000L};
+    /* hand_signals_over() waits for a tick on the way to a reload's execv */
+    const struct timespec tick = {.tv_nsec = 10 * 1000000L};
     (void)arg;
     signal_set(&s);
     while (!__atomic_load_n(&g_sig_quit, __ATOMIC_ACQUIRE)) {
@@ -639,18 +648,21 @@ int main(int argc, char **argv)
     }
     atomic_store(&g_stop, 1);
     coord_kafka_stop(kafka); /* commits what was applied: the new one goes on from there */
-    shutdown_all(&c, reload || fallback);
+    /* Decided before the segment is released: handed over for a next
+     * image (its misses left pending for it), or released as on a stop. */
+    bool again = (reload || fallback) && hand_signals_over();
+    shutdown_all(&c, again);
     hps_conf_free(conf);
-    if (fallback)
-        HPS_ERROR("reload failed (exit status %d): starting again on the serving segment with "
-                  "the models it serves",
-                  ex);
-    if ((reload || fallback) && !hand_signals_over()) {
+    if ((reload || fallback) && !again) {
         HPS_INFO("SIGTERM or SIGINT during the %s: stopping instead of starting again",
                  fallback ? "fallback" : "reload");
         return HPS_EXIT_OK;
     }
-    if (reload || fallback) {
+    if (fallback)
+        HPS_ERROR("reload failed (exit status %d): starting again on the serving segment with "
+                  "the models it serves",
+                  ex);
+    if (again) {
         /* /proc/self/exe: the binary this process runs, even if its path moved */
         setenv(HPS_RELOAD_ENV, "1", 1);
         coord_cpus_restore(&c); /* execve keeps this thread's CPUs */

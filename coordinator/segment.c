@@ -301,6 +301,15 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     }
     if (rc == 0) /* its workers serve from it while this process loads */
         coord_cpus_confine(c);
+    char stale[512];
+    bool was_stale = false;
+    if (rc == 0 && keep && !c->adopt && coord_kept_segment_stale(c, c->db, stale, sizeof(stale))) {
+        HPS_WARN("not keeping the rows of /dev/shm/hps.%s (initialize_after_startup = false): "
+                 "%s; a new segment is built beside it",
+                 name, stale);
+        keep = false;
+        was_stale = true;
+    }
     if (rc == 0 && keep) {
         /* A coordinator killed while loading leaves LOADING: its tables may
          * be incomplete, so they are filled again (upserts: idempotent). */
@@ -323,10 +332,14 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
          * published (issue 20: a restart never disturbs what is serving). */
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded "
                  "(%s); its workers serve from it meanwhile",
-                 name, reload ? "reload" : "initialize_after_startup = true");
-        if (reload) /* kept: beaten on, and told the answer if the build fails */
+                 name,
+                 reload      ? "reload"
+                 : was_stale ? "its rows are not this configuration's"
+                             : "initialize_after_startup = true");
+        if (reload) { /* kept: beaten on, and told the answer if the build fails */
             hold(c, c->db);
-        else if (!coord_prev_restart(c, c->db)) /* kept: its misses answered meanwhile */
+            coord_prev_start(c); /* not held from the start: its misses answered from here */
+        } else if (!coord_prev_restart(c, c->db)) /* kept: its misses answered meanwhile */
             hps_shmdb_detach(c->db);
         c->db = NULL;
     } else if (rc == HPS_EBADMAGIC && unfinished(name)) {

@@ -457,11 +457,14 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
         return HPS_ENOTFOUND;
     size_t served = 0;
     uint64_t deadline = deadline_ns(wait_ms);
+    bool rung = false; /* the doorbell moved since the last scan */
     for (;;) {
         uint32_t bell = atomic_load_explicit(&q->doorbell, memory_order_acquire);
         for (uint32_t i = 0; i < q->nslots; i++)
             served += serve_slot(db, q, &q->slots[i], fn, ctx);
-        if (served > 0)
+        /* Rung and nothing to serve: hps_shmdb_miss_wake() (or a request
+         * another thread took): back to the caller, which may be stopping. */
+        if (served > 0 || rung)
             break;
         uint64_t now = hps__clock_ns(CLOCK_MONOTONIC);
         if (now >= deadline)
@@ -469,6 +472,7 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
         struct timespec ts = {.tv_sec = (time_t)((deadline - now) / 1000000000ULL),
                               .tv_nsec = (long)((deadline - now) % 1000000000ULL)};
         futex(&q->doorbell, FUTEX_WAIT, bell, &ts);
+        rung = atomic_load_explicit(&q->doorbell, memory_order_acquire) != bell;
     }
     if (ret_served)
         *ret_served = served;

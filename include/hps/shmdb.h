@@ -854,7 +854,9 @@ typedef hps_err_t (*hps_shmdb_miss_fn)(void *ctx, uint32_t table, size_t n, cons
 
 /**
  * @brief Serve pending miss requests: wait up to wait_ms (futex, no polling)
- *        for at least one, answer every pending one through fn, return.
+ *        for at least one, answer every pending one through fn, return;
+ *        also return, having served none, when the doorbell rang and
+ *        another thread took the request (or hps_shmdb_miss_wake()).
  * @param[out] ret_served  Requests answered, or NULL.
  * @return 0; HPS_ENOTFOUND if there is no queue.  Several threads may serve
  *         at once (each request is taken by exactly one).

@@ -30,7 +30,10 @@ segment's misses meanwhile.
     its misses while it builds (logged), and publishes; answers are wholly
     one version except while no coordinator ran at all (counted apart);
   - a restart on another persistent DB path does not answer from it
-    (logged).
+    (logged);
+  - a restart with initialize_after_startup = false onto version 2 does not
+    keep the version 1 segment (its rows would mix with RocksDB's version 2
+    rows in one answer: before, they did, for good) and builds beside it.
 """
 import os
 import random
@@ -189,11 +192,29 @@ def body(t, cl):
     c.kill(signal.SIGTERM)
     c.wait(20)
     c = cl.start_coordinator(conf)
+    H.wait_until(lambda: H.ready_status(w.http_port) == 200, 5, 0.002)
     down.clear()
     t.ok("the persistent DB holds other rows than the serving segment was built from"
          in c.log() and "misses are answered" not in c.log(),
          "a restart on another persistent DB does not answer from it (logged)", c.log()[-2000:])
     time.sleep(0.3)
+    # initialize_after_startup = false on version 2's files: the segment's
+    # rows are version 1's (and of another persistent DB), so it is not
+    # kept (its rows would mix with version 2's from RocksDB in one answer)
+    keep = settings + [("volatile_db", "initialize_after_startup", "false")]
+    cl.write_config("hps.ini", models[2].ini_text, keep)
+    down.set()
+    c.kill(signal.SIGTERM)
+    c.wait(20)
+    c = cl.start_coordinator(conf)
+    t.ok("not keeping the rows of" in c.log(),
+         "initialize_after_startup = false with other files: the segment is not kept (logged)",
+         c.log()[-2000:])
+    t.ok(H.wait_until(lambda: H.http(w.http_port, "GET", "/v2/models/m").json()
+                      .get("versions") == ["2"] and H.ready_status(w.http_port) == 200, 10),
+         "then version 2 serves")
+    down.clear()
+    time.sleep(0.5)
 
     s.stop_ev.set()
     poll.stop_ev.set()
