@@ -228,15 +228,22 @@ static int check_files(const coord_t *c, hps_conf_t *conf, const char *m, char *
     for (size_t i = 0; i < conf->num_models; i++)
         keep[i] = strcmp(conf->models[i].name, m) == 0;
     hps_conf_keep_models(conf, keep);
-    coord_t t = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = c->stop};
+    /* pdb: identities are taken (coord_pdb_room); nothing is written */
+    coord_t t = {.conf = conf,
+                 .key_bytes = conf->hps.supportlonglong ? 8 : 4,
+                 .stop = c->stop,
+                 .pdb = c->pdb};
     hps_log_capture(why, sizeof(why));
     int ex = coord_validate_models(&t);
     hps_log_capture(NULL, 0);
+    bool room = ex || coord_pdb_room(c, &t, why, sizeof(why));
     free(t.idents);
     if (ex)
         snprintf(msg, len, "failed to load '%s': %.360s", m,
                  *why ? why : "its files were refused (see hps-coordinator's log)");
-    return ex ? -1 : 0;
+    else if (!room)
+        snprintf(msg, len, "failed to load '%s': %.360s", m, why);
+    return ex || !room ? -1 : 0;
 }
 
 /* The models kept loaded (keep[i], not the requested one) can be built

@@ -248,7 +248,7 @@ int coord_validate_models(coord_t *c);
 /* load.c: create the tables and load every model (PDB, then VDB); after
  * coord_validate_models().  Frees c->idents. */
 int coord_load_models(coord_t *c, bool vdb_reused);
-/* load.c: whether db, a segment initialize_after_startup = false would
+/* load-ident.c: whether db, a segment initialize_after_startup = false would
  * keep, holds rows this start does not serve: the persistent DB's rows
  * were replaced since it was built (its contents token differs), a model's
  * version differs, or a table's files differ from those the persistent DB
@@ -256,6 +256,12 @@ int coord_load_models(coord_t *c, bool vdb_reused);
  * persistent DB's in one answer.  why: the reason, when true.  After
  * coord_validate_models(). */
 bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len);
+/* load-ident.c: whether the persistent DB's file system has room for the
+ * tables a build of next (its idents: after coord_validate_models) would
+ * ingest anew, beside those that serve (held until the switch), as c's
+ * records tell; else false with the reason in msg.  True without a
+ * persistent DB that ingests, or when it cannot tell. */
+bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len);
 
 /* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
  * [distributed_db] type = redis_cluster (no-op otherwise or when already

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "hps/log.h"
@@ -175,4 +176,105 @@ void coord_pdb_token_record(coord_t *c)
     if (!t && !c->conf->persistent_db.read_only && coord_pdb_token_renew(c) == 0)
         t = coord_pdb_token(c);
     hps_shmdb_set_pdb_token(c->db, t);
+}
+
+/* ---- what a build would do to the persistent DB ------------------------- */
+
+bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len)
+{
+    const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
+    bool ingest = c->pdb && !p->read_only && p->initialize_after_startup;
+    uint64_t token = hps_shmdb_pdb_token(db);
+    if (c->pdb && token && token != coord_pdb_token(c)) {
+        snprintf(why, len,
+                 "the persistent DB's rows were replaced since it was built (a reload "
+                 "or restart that stopped after re-ingesting)");
+        return true;
+    }
+    for (size_t i = 0, k = 0; i < c->conf->num_models; i++) {
+        const hps_conf_model_t *m = &c->conf->models[i];
+        for (size_t t = 0; t < m->num_tables; t++, k++) {
+            uint32_t id;
+            hps_table_info_t ti;
+            char name[320], rec[HPS_PDB_META_MAX];
+            if (hps_shmdb_table_find(db, m->name, m->embedding_table_names[t], &id) < 0 ||
+                hps_shmdb_table_info(db, id, &ti) < 0)
+                continue; /* not in it: created and filled by this start */
+            if (ti.model_version != (uint32_t)m->version) {
+                snprintf(why, len, "model %s is version %u in it and %lld in the configuration",
+                         m->name, ti.model_version, (long long)m->version);
+                return true;
+            }
+            coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
+            if (ingest && c->idents &&
+                (hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), NULL, 0) < 0 ||
+                 strcmp(rec, c->idents[k].files) != 0)) {
+                snprintf(why, len,
+                         "model %s table %s: its files are not those the persistent DB "
+                         "ingested, which it ingests now",
+                         m->name, m->embedding_table_names[t]);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Free bytes of the file system of path, or of its nearest existing
+ * parent (RocksDB creates the directory); false when none can be told. */
+static bool fs_avail(const char *path, uint64_t *ret)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s", path);
+    for (;;) {
+        struct statvfs fs;
+        if (statvfs(p, &fs) == 0) {
+            *ret = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize;
+            return true;
+        }
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p)
+            return false;
+        *slash = '\0';
+    }
+}
+
+bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len)
+{
+    const hps_conf_persistent_db_t *p = &next->conf->persistent_db;
+    if (p->type != HPS_CONF_PDB_ROCKS_DB || p->read_only || !p->initialize_after_startup ||
+        !next->idents)
+        return true;
+    bool same = c->pdb && strcmp(c->conf->persistent_db.path, p->path) == 0;
+    uint64_t need = 0, avail;
+    for (size_t i = 0, k = 0; i < next->conf->num_models; i++) {
+        const hps_conf_model_t *m = &next->conf->models[i];
+        for (size_t t = 0; t < m->num_tables; t++, k++) {
+            char name[320], rec[HPS_PDB_META_MAX], f[PATH_MAX];
+            coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
+            if (same && hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), NULL, 0) == 0 &&
+                strcmp(rec, next->idents[k].files) == 0)
+                continue; /* held as it is: not ingested again */
+            static const char *const parts[] = {"key", "emb_vector"};
+            for (int j = 0; j < 2; j++) {
+                struct stat st;
+                snprintf(f, sizeof(f), "%s/%s", m->sparse_files[t], parts[j]);
+                if (stat(f, &st) == 0)
+                    need += (uint64_t)st.st_size;
+            }
+        }
+    }
+    /* The rows' bytes and an eighth for the SST files' own (index, filter,
+     * block framing); RocksDB's logs are not counted: a build that still
+     * runs out falls back to what serves. */
+    need += need / 8;
+    if (need == 0 || !fs_avail(p->path, &avail) || avail >= need)
+        return true;
+    snprintf(msg, len,
+             "not enough disk for the persistent DB: %s has %" PRIu64
+             " MiB free, and the tables ingested anew need about %" PRIu64
+             " MiB beside the rows that serve (kept until the workers switch); the serving "
+             "models stay as they are",
+             p->path, avail >> 20, need >> 20);
+    return false;
 }

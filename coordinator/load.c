@@ -516,46 +516,6 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
     return 0;
 }
 
-bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len)
-{
-    const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
-    bool ingest = c->pdb && !p->read_only && p->initialize_after_startup;
-    uint64_t token = hps_shmdb_pdb_token(db);
-    if (c->pdb && token && token != coord_pdb_token(c)) {
-        snprintf(why, len,
-                 "the persistent DB's rows were replaced since it was built (a reload "
-                 "or restart that stopped after re-ingesting)");
-        return true;
-    }
-    for (size_t i = 0, k = 0; i < c->conf->num_models; i++) {
-        const hps_conf_model_t *m = &c->conf->models[i];
-        for (size_t t = 0; t < m->num_tables; t++, k++) {
-            uint32_t id;
-            hps_table_info_t ti;
-            char name[320], rec[HPS_PDB_META_MAX];
-            if (hps_shmdb_table_find(db, m->name, m->embedding_table_names[t], &id) < 0 ||
-                hps_shmdb_table_info(db, id, &ti) < 0)
-                continue; /* not in it: created and filled by this start */
-            if (ti.model_version != (uint32_t)m->version) {
-                snprintf(why, len, "model %s is version %u in it and %lld in the configuration",
-                         m->name, ti.model_version, (long long)m->version);
-                return true;
-            }
-            coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
-            if (ingest && c->idents &&
-                (hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), NULL, 0) < 0 ||
-                 strcmp(rec, c->idents[k].files) != 0)) {
-                snprintf(why, len,
-                         "model %s table %s: its files are not those the persistent DB "
-                         "ingested, which it ingests now",
-                         m->name, m->embedding_table_names[t]);
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
 /* Table t of m: its handles in every layer (create_table made it). */
 static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
 {

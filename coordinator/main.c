@@ -250,17 +250,23 @@ static bool reload_ok(const coord_t *c, const char *path, char **ret_text)
             keep[i] = hps_conf_model_find(c->conf, conf->models[i].name) != NULL;
         hps_conf_keep_models(conf, keep);
     }
-    coord_t t = {.conf = conf, .key_bytes = conf->hps.supportlonglong ? 8 : 4, .stop = c->stop};
+    /* pdb: identities are taken (coord_pdb_room); nothing is written */
+    coord_t t = {.conf = conf,
+                 .key_bytes = conf->hps.supportlonglong ? 8 : 4,
+                 .stop = c->stop,
+                 .pdb = c->pdb};
     int ex = coord_validate_models(&t);
+    char room[512] = "";
+    if (!ex)
+        coord_pdb_room(c, &t, room, sizeof(room));
     free(t.idents);
     bool same_segment =
         strcmp(conf->volatile_db.shared_memory_name, c->conf->volatile_db.shared_memory_name) == 0;
     hps_conf_free(conf);
-    char room[512] = "";
     if (ex)
         HPS_ERROR("SIGHUP: a model of %s was refused (above); the running configuration stays",
                   path);
-    else if (!coord_control_room(c, 0, room, sizeof(room)))
+    else if (*room || !coord_control_room(c, 0, room, sizeof(room)))
         HPS_ERROR("SIGHUP: %s", room);
     if (ex || *room) {
         free(text);

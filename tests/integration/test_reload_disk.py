@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""
+int-reload_disk: a reload whose new tables would not fit the persistent
+DB's disk is refused before anything is written (issue 20: not enough room
+for the new version beside the old fails with a message naming what is
+short, and the old version keeps serving).
+
+The serving version's column families are held until the workers switch
+(they answer the serving segment's misses meanwhile), so a table ingested
+anew needs its bytes beside them.  The persistent DB lives on a tmpfs of
+its own (mount needs CAP_SYS_ADMIN: skipped without it); a ballast file
+leaves less room than version 2's files:
+  - SIGHUP to version 2: refused at once (logged: the path, MiB free, MiB
+    needed), nothing re-ingested, version 1 serves, its RocksDB record
+    unchanged;
+  - the ballast removed, SIGHUP again: version 2 loads and serves.
+"""
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+
+def versions(port):
+    r = H.http(port, "GET", "/v2/models/m")
+    return r.json().get("versions") if r.status == 200 else None
+
+
+def body(t, cl):
+    mnt = cl.path("pdbfs")
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        H.Tap.skip_all("cannot mount a tmpfs for the persistent DB: %s" % r.stderr.strip())
+    try:
+        run(t, cl, mnt)
+    finally:
+        for p in cl.procs:
+            if p.alive():
+                p.kill(signal.SIGKILL)
+                p.wait(10)
+        subprocess.run(["umount", "-l", mnt])
+
+
+def run(t, cl, mnt):
+    settings = [("persistent_db", "path", os.path.join(mnt, "rocksdb")),
+                ("volatile_db", "initial_cache_rate", 0.5)]
+    models = {v: cl.gen_model("m", rows=[200000], dims=[32], subdir="m_v%d" % v, version=v)
+              for v in (1, 2)}
+    conf = cl.write_config("hps.ini", models[1].ini_text, settings)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    files_mib = sum(os.path.getsize(os.path.join(models[2].table_dirs[0], f))
+                    for f in ("key", "emb_vector")) >> 20
+    st = os.statvfs(mnt)
+    free = st.f_bavail * st.f_frsize
+    ballast = os.path.join(mnt, "ballast")
+    with open(ballast, "wb") as f:  # leave half of version 2's bytes
+        f.write(b"\0" * max(0, free - (files_mib << 20) // 2))
+    kpt = [models[1].file_keys[0][:64]]
+
+    cl.write_config("hps.ini", models[2].ini_text, settings)
+    n = c.log().count("SIGHUP: reading")
+    c.kill(signal.SIGHUP)
+    refused = H.wait_until(lambda: c.log().count("SIGHUP: reading") > n and
+                           "not enough disk for the persistent DB" in c.log(), 20)
+    line = next((x for x in c.log().splitlines() if "not enough disk" in x), "")
+    t.ok(refused and os.path.join(mnt, "rocksdb") in line and "MiB free" in line,
+         "SIGHUP to version 2 with too little disk: refused, naming the path and the MiB "
+         "free and needed", c.log()[-1500:])
+    t.ok("ingested into the persistent DB" not in c.log().split("SIGHUP: reading")[-1],
+         "nothing was ingested")
+    r = H.infer(w.http_port, "m", kpt, binary=True)
+    t.ok(versions(w.http_port) == ["1"] and r.status == 200 and
+         H.decode_output(r)[1] == models[1].expected(kpt),
+         "version 1 serves exactly, keys outside shared memory included")
+
+    os.unlink(ballast)
+    n_pub = c.log().count("published /dev/shm/hps.")
+    c.kill(signal.SIGHUP)
+    t.ok(H.wait_until(lambda: c.log().count("published /dev/shm/hps.") > n_pub, 60),
+         "with the room back, the reload to version 2 builds and publishes", c.log()[-1500:])
+    t.ok(H.wait_until(lambda: versions(w.http_port) == ["2"], 10), "version 2 serves")
+    r = H.infer(w.http_port, "m", kpt, binary=True)
+    t.ok(r.status == 200 and H.decode_output(r)[1] == models[2].expected(kpt),
+         "version 2's vectors, exactly")
+
+
+if __name__ == "__main__":
+    H.run_main("reload_disk", body)
