@@ -353,6 +353,20 @@ def infer_binary_body(keys_per_table, req_id="1", numkeys_binary=False, output_b
     return j + kbytes + nbytes, {"inference-header-content-length": str(len(j))}
 
 
+def stream_infer(stream, model, kpt, binary=True, timeout=10):
+    """One request of a checking stream thread (an object with port, failed
+    and first_problem): OUTPUT0's floats and the response, or (None, None)
+    after counting a failure (an exception or a non-200 answer) in
+    stream.failed and keeping the first one's text in stream.first_problem."""
+    try:
+        r = infer(stream.port, model, kpt, binary=binary, timeout=timeout)
+        return decode_output(r)[1], r
+    except Exception as e:  # noqa: BLE001
+        stream.failed += 1
+        stream.first_problem = stream.first_problem or "%s: %s" % (type(e).__name__, e)
+        return None, None
+
+
 def decode_output(resp):
     """OUTPUT0 of a 200 response (JSON or binary) -> (header dict, list of floats)."""
     if resp.status != 200:
