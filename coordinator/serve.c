@@ -548,6 +548,10 @@ static bool prev_run(coord_t *c, hps_shmdb_t *db, const char *what)
     for (unsigned i = 0; answered && i < HPS_COORD_MISS_THREADS; i++) {
         if (pthread_create(&p->threads[i], NULL, prev_loop, c) != 0)
             break;
+        /* Serving, not loading: on every CPU the workers have, not on the
+         * load_cpu_share the loader threads are confined to (cpus.c). */
+        if (c->cpus_confined)
+            pthread_setaffinity_np(p->threads[i], sizeof(c->cpus_all), &c->cpus_all);
         p->num_threads++;
     }
     if (!p->num_threads) {
