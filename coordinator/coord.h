@@ -224,6 +224,14 @@ int coord_segment_open(coord_t *c, bool *ret_reused);
  * the caller).  0 (nothing to hold is not an error: coord_segment_open
  * decides) or HPS_EXIT_SEGMENT (logged: another coordinator holds the name). */
 int coord_segment_hold_serving(coord_t *c);
+/* segment.c: a start with initialize_after_startup = true and a persistent
+ * DB, right after RocksDB opened (before the model files are checked):
+ * the segment a stopped or dead coordinator left is taken over when the
+ * persistent DB still holds its rows (coord_prev_restart), so its workers
+ * are ready again for the whole build.  0 (nothing taken over is not an
+ * error: coord_segment_open decides) or HPS_EXIT_SEGMENT (logged: a live
+ * coordinator on it). */
+int coord_segment_take_over(coord_t *c);
 /* segment.c: a new segment built beside the serving one (coord_segment_open
  * creates new segments staged) becomes the one under its name, in one
  * atomic rename; workers re-attach to it.  0 or HPS_EXIT_SEGMENT (logged);

@@ -611,6 +611,8 @@ int main(int argc, char **argv)
     if (!ex)
         ex = coord_prev_start(&c); /* a reload: the serving version's misses, answered */
     if (!ex)
+        ex = coord_segment_take_over(&c); /* a restart: likewise, when RocksDB has its rows */
+    if (!ex)
         ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
     if (!ex)
         ex = coord_validate_models(&c); /* a bad model file stops start-up before the segment */

@@ -272,6 +272,25 @@ int coord_segment_hold_serving(coord_t *c)
     return ex;
 }
 
+int coord_segment_take_over(coord_t *c)
+{
+    const char *name = c->conf->volatile_db.shared_memory_name;
+    if (c->serving || c->adopt || !c->pdb || !c->conf->volatile_db.initialize_after_startup ||
+        getenv(HPS_RELOAD_ENV))
+        return 0;
+    hps_shmdb_proc_opts_t po = proc_opts(c);
+    hps_shmdb_t *db = NULL;
+    int ex = coord_segment_lock(c);
+    if (ex || hps_shmdb_attach(name, &po, &db) != 0)
+        return ex; /* nothing usable: coord_segment_open says what */
+    if (other_coordinator(c, db, name))
+        return HPS_EXIT_SEGMENT;
+    coord_cpus_confine(c); /* its workers serve from it while this process loads */
+    if (!coord_prev_restart(c, db))
+        hps_shmdb_detach(db); /* coord_segment_open attaches it again and decides */
+    return 0;
+}
+
 int coord_segment_open(coord_t *c, bool *ret_reused)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
@@ -287,10 +306,10 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     int ex = coord_segment_lock(c);
     if (ex)
         return ex;
-    if (c->serving) { /* held from the start (coord_segment_hold_serving) */
-        HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded (reload); "
+    if (c->serving) { /* held from the start (coord_segment_hold_serving, _take_over) */
+        HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded (%s); "
                  "its workers serve from it meanwhile",
-                 name);
+                 name, c->serving_restart ? "restart" : "reload");
         ex = create_fresh(c, name);
         return ex ? ex : init_missq(c);
     }

@@ -27,7 +27,8 @@ segment's misses meanwhile.
   - two restarts (SIGTERM, then a new coordinator, initialize_after_startup
     = true, on the other version's files): the new coordinator finds the
     persistent DB's contents token equal to the serving segment's, answers
-    its misses while it builds (logged), and publishes; answers are wholly
+    its misses while it builds (logged: from right after RocksDB opens,
+    before the model files are checked), and publishes; answers are wholly
     one version except while no coordinator ran at all (counted apart);
   - a restart on another persistent DB path does not answer from it
     (logged);
@@ -167,6 +168,10 @@ def body(t, cl):
             "restart: the serving segment's misses are answered")[0]
         t.ok(answering, "restart %d: the new coordinator answers the serving segment's misses "
              "before it publishes its own (logged)" % (i + 1), c.log()[-2000:])
+        t.ok(H.wait_until(lambda: "files valid" in c.log(), 30) and "files valid" not in
+             c.log().split("restart: the serving segment's misses are answered")[0],
+             "restart %d: from before it checks the model files (right after RocksDB opens)"
+             % (i + 1), c.log()[-2000:])
         # the worker sees a live coordinator again at its next maintenance round
         t.ok(H.wait_until(lambda: H.ready_status(w.http_port) == 200, 5, 0.002),
              "restart %d: the worker is ready again" % (i + 1))
