@@ -98,6 +98,7 @@ typedef struct coord {
      * answers the misses of while it builds (coord_prev_restart); a failed
      * build then just stops (no fallback).  Main thread only. */
     bool serving_restart;
+    bool restart_tried;     /* serve.c: coord_prev_restart decided once; main thread */
     bool pdb_token_renewed; /* load-ident.c: this image renewed the token; main thread */
     bool vdb_from_pdb;      /* load.c: a volatile-DB table took its values from the persistent DB
                                at this start (kafka.c: its consumer starts where the persistent

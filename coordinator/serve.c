@@ -581,8 +581,9 @@ int coord_prev_start(coord_t *c)
 bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
 {
     uint64_t token = hps_shmdb_pdb_token(db);
-    if (!c->pdb || c->prev)
+    if (!c->pdb || c->prev || c->restart_tried)
         return false;
+    c->restart_tried = true; /* one verdict (and log line) per start */
     if (!token || token != coord_pdb_token(c)) {
         HPS_INFO("restart: the persistent DB holds other rows than the serving segment was "
                  "built from (or its build predates the record): its workers answer keys "
@@ -592,6 +593,13 @@ bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
     pthread_mutex_lock(&c->serving_lock);
     c->serving = db;
     pthread_mutex_unlock(&c->serving_lock);
+    /* What the dead coordinator was answering is asked again, for us. */
+    size_t requeued = 0;
+    hps_shmdb_miss_reap(db, true, &requeued);
+    if (requeued)
+        HPS_INFO("restart: %zu miss-queue slot%s the previous coordinator held reclaimed "
+                 "(requests still waited for are answered now)",
+                 requeued, requeued == 1 ? "" : "s");
     if (!prev_run(c, db, "restart")) {
         pthread_mutex_lock(&c->serving_lock);
         c->serving = NULL;

@@ -498,16 +498,23 @@ hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t 
         uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
         uint32_t st = STATE(w);
         bool stale = coordinator_restart && (st == MS_SERVING || st == MS_ABANDONED);
-        if (st == MS_FREE || (!stale && !owner_gone(db, atomic_load(&s->owner))))
+        bool gone = owner_gone(db, atomic_load(&s->owner));
+        if (st == MS_FREE || (!stale && !gone))
             continue;
-        /* A dead worker's slot in SERVING is left to the coordinator serving it. */
-        uint64_t to =
-            st == MS_SERVING && !stale ? WORD(SEQ(w), MS_ABANDONED) : WORD(SEQ(w), MS_FREE);
+        /* A dead worker's slot in SERVING is left to the coordinator serving it;
+         * one a dead coordinator was serving for a live worker still waiting
+         * is asked again (its keys are intact: the coordinator only writes
+         * values), for the next coordinator to answer. */
+        uint64_t to = st == MS_SERVING && !stale  ? WORD(SEQ(w), MS_ABANDONED)
+                      : st == MS_SERVING && !gone ? WORD(SEQ(w), MS_PENDING)
+                                                  : WORD(SEQ(w), MS_FREE);
         if (atomic_compare_exchange_strong(&s->word, &w, to)) {
             wake_all(&s->word);
             n++;
         }
     }
+    if (n && q) /* what was asked again: to the servers at once */
+        hps_shmdb_miss_wake(db);
     if (ret_reaped)
         *ret_reaped = n;
     return 0;

@@ -866,7 +866,11 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
 
 /**
  * @brief Reclaim the slots of dead workers; with coordinator_restart, also
- *        the slots a dead coordinator was serving (call once at start).
+ *        the slots a dead coordinator was serving (call once at start, or
+ *        when taking over a dead coordinator's segment): a request whose
+ *        worker still waits is made PENDING again (the next serve answers
+ *        it, within the worker's miss_timeout_ms), the others are freed.
+ * @param[out] ret_reaped  Slots reclaimed (freed or asked again), or NULL.
  * @return 0.
  */
 hps_err_t hps_shmdb_miss_reap(hps_shmdb_t *db, bool coordinator_restart, size_t *ret_reaped);

@@ -295,6 +295,48 @@ static void test_coordinator_restart(void **state)
     stop(srv);
 }
 
+/* One lookup of key 12 with a long deadline, on a thread of its own. */
+struct waiter {
+    struct fixture *f;
+    hps_err_t rc;
+    size_t hits;
+    float v[DIM];
+};
+
+static void *waiter_run(void *arg)
+{
+    struct waiter *w = arg;
+    int64_t k = 12;
+    w->rc = hps_shmdb_miss_lookup(w->f->db, w->f->id, 1, &k, w->v, NULL, 10000, &w->hits);
+    return NULL;
+}
+
+/* A coordinator killed while serving a request its worker still waits for:
+ * the next one (a restart taking the segment over) asks it again instead of
+ * freeing it, and the worker gets the answer, not its timeout. */
+static void test_coordinator_restart_requeues(void **state)
+{
+    struct fixture *f = *state;
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 1, 8192));
+    pid_t srv = start_server(f->name, 10000, 5000); /* takes the request, then hangs */
+    struct waiter w = {.f = f};
+    pthread_t th;
+    HPS_ASSERT_EQ(pthread_create(&th, NULL, waiter_run, &w), 0);
+    t_sleep_ns(200000000);
+    stop(srv); /* dies in the middle of serving; the worker waits on */
+    size_t reaped = 0;
+    HPS_ASSERT_OK(hps_shmdb_miss_reap(f->db, true, &reaped));
+    HPS_ASSERT_EQ(reaped, 1);
+    uint64_t t0 = t_now_ns();
+    srv = start_server(f->name, 5000, 0);
+    pthread_join(th, NULL);
+    HPS_ASSERT_OK(w.rc);
+    HPS_ASSERT_EQ(w.hits, 1);
+    HPS_ASSERT_EQ(w.v[0], expected(12, 0));
+    HPS_ASSERT_LT(t_now_ns() - t0, 3000000000ULL); /* answered, not its 10 s deadline */
+    stop(srv);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Batched requests: hps_shmdb_miss_lookup_many                              */
 /* ------------------------------------------------------------------------ */
@@ -643,6 +685,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_late_answer_discarded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_and_reap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coordinator_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_coordinator_restart_requeues, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_chunked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_timeout_one_deadline, setup, teardown),
