@@ -5,15 +5,21 @@
  * key and emb_vector files.  The format and the hashes must never change:
  * an existing persistent DB whose record stops matching re-ingests its
  * tables and loses the online updates applied since.
+ *
+ * Also what identifies the persistent DB's contents as a whole (a token
+ * renewed before any table's rows are replaced, recorded in each segment
+ * built), and what those identities tell before a build: whether a segment
+ * initialize_after_startup = false would keep still matches, and whether
+ * the disk has room for the tables ingested anew.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/random.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
