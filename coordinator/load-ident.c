@@ -186,6 +186,15 @@ void coord_pdb_token_record(coord_t *c)
 
 /* ---- what a build would do to the persistent DB ------------------------- */
 
+/* Whether pdb's record of table <model>.<table> names files: it holds them
+ * and a build does not ingest them again. */
+static bool pdb_holds(hps_pdb_t *pdb, const char *model, const char *table, const char *files)
+{
+    char name[320], rec[HPS_PDB_META_MAX];
+    coord_ident_name(model, table, name, sizeof(name));
+    return hps_pdb_meta_get(pdb, name, rec, sizeof(rec), NULL, 0) == 0 && strcmp(rec, files) == 0;
+}
+
 bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
@@ -202,7 +211,6 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
         for (size_t t = 0; t < m->num_tables; t++, k++) {
             uint32_t id;
             hps_table_info_t ti;
-            char name[320], rec[HPS_PDB_META_MAX];
             if (hps_shmdb_table_find(db, m->name, m->embedding_table_names[t], &id) < 0 ||
                 hps_shmdb_table_info(db, id, &ti) < 0)
                 continue; /* not in it: created and filled by this start */
@@ -211,10 +219,8 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
                          m->name, ti.model_version, (long long)m->version);
                 return true;
             }
-            coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
             if (ingest && c->idents &&
-                (hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), NULL, 0) < 0 ||
-                 strcmp(rec, c->idents[k].files) != 0)) {
+                !pdb_holds(c->pdb, m->name, m->embedding_table_names[t], c->idents[k].files)) {
                 snprintf(why, len,
                          "model %s table %s: its files are not those the persistent DB "
                          "ingested, which it ingests now",
@@ -256,10 +262,9 @@ bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len
     for (size_t i = 0, k = 0; i < next->conf->num_models; i++) {
         const hps_conf_model_t *m = &next->conf->models[i];
         for (size_t t = 0; t < m->num_tables; t++, k++) {
-            char name[320], rec[HPS_PDB_META_MAX], f[PATH_MAX];
-            coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
-            if (same && hps_pdb_meta_get(c->pdb, name, rec, sizeof(rec), NULL, 0) == 0 &&
-                strcmp(rec, next->idents[k].files) == 0)
+            char f[PATH_MAX];
+            if (same &&
+                pdb_holds(c->pdb, m->name, m->embedding_table_names[t], next->idents[k].files))
                 continue; /* held as it is: not ingested again */
             static const char *const parts[] = {"key", "emb_vector"};
             for (int j = 0; j < 2; j++) {

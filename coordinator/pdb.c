@@ -558,17 +558,18 @@ const char *hps_pdb_table_name(const hps_pdb_table_t *t)
     return t->t_name;
 }
 
-/* Unlink t from list *head (db_lock held). */
-static void table_unlink_locked(hps_pdb_table_t **head, hps_pdb_table_t *t)
+/* Unlink t from list *head (db_lock held); false when t is not on it. */
+static bool table_unlink_locked(hps_pdb_table_t **head, hps_pdb_table_t *t)
 {
     hps_pdb_table_t **pp;
 
     for (pp = head; *pp != NULL; pp = &(*pp)->t_next) {
         if (*pp == t) {
             *pp = t->t_next;
-            return;
+            return true;
         }
     }
+    return false;
 }
 
 hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len)
@@ -614,19 +615,13 @@ void hps_pdb_table_release(hps_pdb_table_t *t)
 {
     hps_pdb_t *db;
     bool gone = false;
-    hps_pdb_table_t *r;
 
     if (t == NULL)
         return;
     db = t->t_db;
     pthread_mutex_lock(&db->db_lock);
-    if (t->t_holds > 0 && --t->t_holds == 0) {
-        for (r = db->db_retired; r != NULL && r != t; r = r->t_next)
-            ;
-        gone = r != NULL; /* dropped while held */
-        if (gone)
-            table_unlink_locked(&db->db_retired, t);
-    }
+    if (t->t_holds > 0 && --t->t_holds == 0) /* on db_retired: dropped while held */
+        gone = table_unlink_locked(&db->db_retired, t);
     pthread_mutex_unlock(&db->db_lock);
     if (gone)
         table_free(t); /* RocksDB deletes the dropped family's files */
