@@ -121,7 +121,7 @@ static hps_err_t model_control(void *ctx, hps_model_op_t op, const char *model, 
 /* One scrape's view of a model: its counters and the version it is answered
  * from, read once so that every family of the scrape shows the same one. */
 typedef struct model_snap {
-    bool have; /* counters read (false: the model is skipped) */
+    bool have; /* loaded and its counters read (false: the model is skipped) */
     uint32_t version;
     hps_client_counters_t k;
 } model_snap_t;
@@ -129,7 +129,9 @@ typedef struct model_snap {
 static void snap_models(worker_t *w, model_snap_t *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        s[i].have = hps_client_counters(w->client, i, &s[i].k) >= 0;
+        /* an unloaded model has no samples, as kserve_metrics.c's families */
+        s[i].have = hps_client_model_loaded(w->client, i) &&
+                    hps_client_counters(w->client, i, &s[i].k) >= 0;
         /* not attached yet: the INI's version */
         if (hps_client_model_version(w->client, i, &s[i].version) != 0)
             s[i].version = (uint32_t)hps_client_model_conf(w->client, i)->version;
@@ -322,7 +324,7 @@ static void shard_metrics(worker_t *w, hps_kserve_text_t *x)
         hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s gauge\n", names[f], helps[f], names[f]);
         for (size_t i = 0; i < hps_client_num_models(w->client); i++) {
             const hps_conf_model_t *mc = hps_client_model_conf(w->client, i);
-            for (uint32_t t = 0; t < mc->num_tables; t++) {
+            for (uint32_t t = 0; hps_client_model_loaded(w->client, i) && t < mc->num_tables; t++) {
                 hps_client_cache_stats_t s;
                 if (hps_client_cache_stats(w->client, i, t, &s) < 0 || s.num_shards < 2)
                     continue;
@@ -349,7 +351,7 @@ static void gpu_metrics(worker_t *w, hps_kserve_text_t *x, const hps_client_gpu_
                                 cache_families[f].type);
         for (size_t i = 0; i < hps_client_num_models(w->client); i++) {
             const hps_conf_model_t *mc = hps_client_model_conf(w->client, i);
-            for (uint32_t t = 0; t < mc->num_tables; t++) {
+            for (uint32_t t = 0; hps_client_model_loaded(w->client, i) && t < mc->num_tables; t++) {
                 hps_client_cache_stats_t s;
                 if (hps_client_cache_stats(w->client, i, t, &s) < 0)
                     continue;

@@ -833,7 +833,7 @@ static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
 {
     hps__text_t t;
     hps__text_init(&t);
-    hps__metrics_render(&t, s->models, s->num_models);
+    hps__metrics_render(&t, s->models, s->num_models, &s->backend);
     pthread_mutex_lock(&s->conns.mu);
     unsigned open_conns = s->conns.count;
     pthread_mutex_unlock(&s->conns.mu);

@@ -189,12 +189,16 @@ void hps__stats_success(struct hps__kstats *s, const struct hps__ktimes *t, uint
 /** Count a failed request. */
 void hps__stats_failure(struct hps__kstats *s, uint64_t total_ns, enum hps__fail_reason reason);
 /** Zero s's counters (not the pending gauge): the model is answered from
- *  another version now, whose statistics start at 0 (Triton's, per
- *  version).  Counts of requests in flight meanwhile may land on either. */
+ *  another version now, or was unloaded, and its statistics start at 0
+ *  (Triton's, per version and per load).  Counts of requests in flight
+ *  meanwhile may land on either side. */
 void hps__stats_reset(struct hps__kstats *s);
 
-/** Append Triton's nv_inference_* families for every model. */
-void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models);
+/** Append Triton's nv_inference_* families: a sample per model that b's
+ *  model_loaded says is loaded (every model without that callback).  Sets
+ *  t->oom on an allocation failure. */
+void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models,
+                         const hps_kserve_backend_t *b);
 
 /* ------------------------------------------------------------------------ */
 /* Router (kserve_route.c)                                                   */

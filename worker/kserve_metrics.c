@@ -5,9 +5,12 @@
  *
  * Semantics (Triton's): request counters count HTTP inference requests;
  * nv_inference_count counts inferences (HPS: NumSample); exec_count counts
- * backend executions; durations are cumulative microseconds.
+ * backend executions; durations are cumulative microseconds.  A model that
+ * is not loaded has no samples (Triton drops an unloaded model's metrics;
+ * hps_kserve_model_unloaded starts its counters again at 0).
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "worker/kserve_internal.h"
 
@@ -171,10 +174,12 @@ static void sample(hps__text_t *t, const char *name, const struct hps__kmodel *m
 }
 
 static void render_family(hps__text_t *t, const struct family *f, const struct hps__kmodel *models,
-                          size_t num_models)
+                          const bool *shown, size_t num_models)
 {
     hps__text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
     for (size_t i = 0; i < num_models; i++) {
+        if (!shown[i])
+            continue;
         const struct hps__kstats *s = &models[i].stats;
         if (f->value) {
             sample(t, f->name, &models[i], NULL, f->value(s));
@@ -185,8 +190,19 @@ static void render_family(hps__text_t *t, const struct family *f, const struct h
     }
 }
 
-void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models)
+void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models,
+                         const hps_kserve_backend_t *b)
 {
+    /* Which models have samples, asked once so that every family of the
+     * scrape lists the same ones. */
+    bool *shown = malloc(num_models ? num_models : 1);
+    if (!shown) {
+        t->oom = true;
+        return;
+    }
+    for (size_t i = 0; i < num_models; i++)
+        shown[i] = !b->model_loaded || b->model_loaded(b->ctx, i);
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
-        render_family(t, &families[i], models, num_models);
+        render_family(t, &families[i], models, shown, num_models);
+    free(shown);
 }

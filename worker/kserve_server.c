@@ -475,6 +475,14 @@ hps_err_t hps_kserve_set_model_version(hps_kserve_t *s, size_t model_index, uint
     return 0;
 }
 
+hps_err_t hps_kserve_model_unloaded(hps_kserve_t *s, size_t model_index)
+{
+    if (!s || model_index >= s->num_models)
+        return HPS_EINVAL;
+    hps__stats_reset(&s->models[model_index].stats);
+    return 0;
+}
+
 /* Wait until no request is in progress, at most drain_timeout_ms. */
 static void drain(hps_kserve_t *s)
 {

@@ -257,9 +257,10 @@ static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **
     }
 }
 
-/* Follow the client: the models it learned (added to the INI since), and
- * the version each model is answered from (it changes when the coordinator
- * reloads and the client switches segments). */
+/* Follow the client: the models it learned (added to the INI since), the
+ * version each model is answered from (it changes when the coordinator
+ * reloads and the client switches segments), and unloads (the model's
+ * Triton statistics start again at 0 for its next load). */
 static void follow_models(worker_t *w, hps_kserve_t *srv)
 {
     worker_sync_models(w);
@@ -267,6 +268,10 @@ static void follow_models(worker_t *w, hps_kserve_t *srv)
         uint32_t v;
         if (hps_client_model_version(w->client, i, &v) == 0)
             hps_kserve_set_model_version(srv, i, v);
+        bool loaded = hps_client_model_loaded(w->client, i);
+        if (w->was_loaded[i] && !loaded)
+            hps_kserve_model_unloaded(srv, i);
+        w->was_loaded[i] = loaded;
     }
 }
 

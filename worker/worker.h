@@ -26,6 +26,9 @@ typedef struct worker {
      * client's models: worker_sync_models). */
     hps_kserve_t *srv;
     pthread_mutex_t sync_mu; /* serializes worker_sync_models */
+    /* Model i was loaded at the last look of serve()'s loop (main.c's
+     * follow_models; that thread only): an unload is seen as a change. */
+    bool was_loaded[HPS_CONF_MAX_MODELS];
 } worker_t;
 
 /* backend.c: the KServe backend over the client. */

@@ -425,8 +425,8 @@ const char *hps_client_last_error(void);
 /* ---- Counters (the nv_hps_* metrics of hps-worker) ---------------------- */
 
 /** Per-model counters of one client since it opened, or since the model
- *  was last answered from another version (a reload: they restart at 0, as
- *  Triton's per-version statistics do). */
+ *  was last answered from another version (a reload) or unloaded: they
+ *  restart at 0, as Triton's per-version statistics do. */
 typedef struct hps_client_counters {
     uint64_t lookup_keys;  /**< keys looked up */
     uint64_t vdb_hits;     /**< found in the volatile DB (shared memory) */

@@ -505,6 +505,17 @@ hps_err_t hps_kserve_probe_port(const char *addr, int port);
 hps_err_t hps_kserve_set_model_version(hps_kserve_t *srv, size_t model_index, uint64_t version);
 
 /**
+ * @brief Tell the server that model `model_index` was unloaded: its
+ * statistics and nv_inference_* counters start again at 0, so its next load
+ * counts from 0, as Triton's do (they go with the unloaded model).  While
+ * the backend's model_loaded says false, /metrics has no sample of the
+ * model (Triton's metrics of an unloaded model disappear likewise).
+ * @return 0; HPS_EINVAL (srv NULL, model_index out of range).
+ * Thread-safe (relaxed stores, as hps_kserve_set_model_version's).
+ */
+hps_err_t hps_kserve_model_unloaded(hps_kserve_t *srv, size_t model_index);
+
+/**
  * @brief Stop gracefully: stop accepting connections, wait up to
  *        drain_timeout_ms for requests in progress to be answered, then
  *        close every connection and join every thread.

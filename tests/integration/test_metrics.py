@@ -15,7 +15,10 @@ mean (an auditor's findings).
   (3) explicit model control: n version 1 answers 3 requests, is unloaded,
       the INI names version 2, n is loaded: nv_inference_request_success
       and nv_hps_lookup_keys of version 2 both start at 0 (the latter kept
-      version 1's 30 keys), and count 10 after one request of 10 keys.
+      version 1's 30 keys), and count 10 after one request of 10 keys; while
+      unloaded, n has no samples in any family (they stayed, at their
+      last values), and the same version unloaded and loaded again counts
+      from 0 (it went on from 1 and 10).
 """
 import os
 import signal
@@ -97,6 +100,13 @@ def control_version(t, cl):
          "version 1: 30 keys looked up")
     r = H.http(w.http_port, "POST", "/v2/repository/models/n/unload", b"{}", timeout=60)
     t.eq(r.status, 200, "unload n")
+
+    def series_of_n():
+        body = H.http(w.metrics_port, "GET", "/metrics").body.decode()
+        return sorted({ln.split("{")[0] for ln in body.splitlines()
+                       if 'model="n"' in ln and not ln.startswith("#")})
+    t.ok(H.wait_until(lambda: series_of_n() == [], 5, 0.05),
+         "an unloaded model has no samples (Triton drops its metrics)", series_of_n())
     cl.write_config("c.ini", n2.ini_text, s)
     r = H.http(w.http_port, "POST", "/v2/repository/models/n/load", b"{}", timeout=60)
     t.eq(r.status, 200, "load n: version 2")
@@ -108,6 +118,15 @@ def control_version(t, cl):
          "version 2's request and key counters start at 0", counts())
     H.infer(w.http_port, "n", [n2.file_keys[0][:10]])
     t.eq(counts(), [1, 10], "one request of 10 keys on version 2: 1 and 10")
+    # The same version unloaded and loaded again counts from 0 as well.
+    for op in ("unload", "load"):
+        r = H.http(w.http_port, "POST", "/v2/repository/models/n/" + op, b"{}", timeout=60)
+        t.eq(r.status, 200, op + " n (version 2 again)")
+        if op == "unload":
+            t.ok(H.wait_until(lambda: series_of_n() == [], 5, 0.05),
+                 "no samples of n while it is unloaded", series_of_n())
+    t.ok(H.wait_until(lambda: counts() == [0, 0], 5, 0.05),
+         "version 2 loaded again: its counters start at 0", counts())
 
 
 def body(t, cl):

@@ -127,6 +127,21 @@ static bool resolve(hps_client_t *cl)
     return all;
 }
 
+/* The segment was searched while its coordinator served (settled): the
+ * models not in it are unloaded, and their counters start again at 0 for
+ * their next load (Triton's statistics go with an unloaded model).  Under
+ * seg_lock (write), as resolve(). */
+static void forget_unloaded(hps_client_t *cl)
+{
+    for (size_t i = 0; i < cl->num_models; i++) {
+        client_model_t *m = &cl->models[i];
+        if (!atomic_load(&m->resolved) && !atomic_load(&m->misfit) && m->ctr_version) {
+            counters_reset(&m->ctr);
+            m->ctr_version = 0;
+        }
+    }
+}
+
 /* The segment was searched while its coordinator served (settled): name
  * the models of this process that are not in it, once per segment, in
  * model control mode none (where its INI and the coordinator's differ, or
@@ -197,8 +212,10 @@ static void reattach(hps_client_t *cl)
         atomic_store(&cl->resolved, resolve(cl));
         atomic_store(&cl->settled, hps_shmdb_coordinator_alive(
                                        fresh, (uint32_t)cl->conf->hps.worker_timeout_ms, true));
-        if (atomic_load(&cl->settled) && !atomic_load(&cl->resolved))
+        if (atomic_load(&cl->settled) && !atomic_load(&cl->resolved)) {
+            forget_unloaded(cl);
             log_not_loaded(cl);
+        }
         if (old)
             hps__client_gpu_switched(cl); /* cached rows may be another version's */
     }
@@ -232,6 +249,8 @@ static void maint_round(hps_client_t *cl)
     if (!atomic_load(&cl->resolved) && !atomic_load(&cl->settled)) {
         pthread_rwlock_wrlock(&cl->seg_lock);
         bool all = resolve(cl);
+        if (!all && alive)
+            forget_unloaded(cl);
         pthread_rwlock_unlock(&cl->seg_lock);
         if (all) {
             atomic_store(&cl->resolved, true);

@@ -59,10 +59,11 @@ typedef struct client_model {
     _Atomic bool misfit;
     bool dim_warned; /* the misfit was logged for this segment (maintenance thread) */
     client_counters_t ctr;
-    /* The model version ctr counts (0: none yet): a segment that answers
-     * the model from another version resets ctr (Triton's per-version
-     * statistics), whether it follows a reload or an unload and a load.
-     * Written under seg_lock (write), by resolve(). */
+    /* The model version ctr counts (0: none yet, or unloaded since): a
+     * segment that answers the model from another version resets ctr
+     * (Triton's per-version statistics), and so does an unload
+     * (forget_unloaded), so that the next load counts from 0.  Written under
+     * seg_lock (write), by resolve() and forget_unloaded(). */
     uint32_t ctr_version;
     client_pathsel_t path;   /* calls with keys of several tables */
     client_pathsel_t *tpath; /* (T) calls with keys of table t only; immutable pointer */

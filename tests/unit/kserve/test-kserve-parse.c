@@ -475,6 +475,13 @@ static void test_public_text(void **state)
     hps__text_fini(&t);
 }
 
+/* A backend's model_loaded for the metrics test: model 0 only. */
+static bool only_model0_loaded(void *ctx, size_t mi)
+{
+    (void)ctx;
+    return mi == 0;
+}
+
 static void test_responses(void **state)
 {
     (void)state;
@@ -505,7 +512,8 @@ static void test_responses(void **state)
     KS_CHECK(j && strstr(t.data, "KIND_CPU"), "%s", t.data);
     json_object_put(j);
     t.len = 0;
-    hps__metrics_render(&t, m, 2);
+    hps_kserve_backend_t be = {0}; /* no model_loaded: every model is shown */
+    hps__metrics_render(&t, m, 2, &be);
     KS_CHECK(strstr(t.data, "nv_inference_request_success{model=\"b\\\"q\",version=\"1\"} 0\n"),
              "escaped label: %s", t.data);
     KS_CHECK(
@@ -514,6 +522,13 @@ static void test_responses(void **state)
     KS_CHECK(strstr(t.data, "nv_inference_request_failure{model=\"hps_wdl\",reason=\"BACKEND\","
                             "version=\"1\"} 1\n"),
              "failure reason");
+    /* An unloaded model has no samples; the families stay. */
+    t.len = 0;
+    be.model_loaded = only_model0_loaded;
+    hps__metrics_render(&t, m, 2, &be);
+    KS_CHECK(!strstr(t.data, "model=\"b\\\"q\"") && strstr(t.data, "model=\"hps_wdl\"") &&
+                 strstr(t.data, "# TYPE nv_inference_count counter\n"),
+             "unloaded model hidden: %s", t.data);
     hps__text_fini(&t);
 }
 
