@@ -1,12 +1,13 @@
 /*
  * rcluster-internal.h -- private structures and functions of the Redis
  * Cluster client, shared by rcluster.c (nodes, connections, create /
- * destroy, exec) and rcluster-slots.c (key hashing, the slot map and its
- * refresh).  Not installed.
+ * destroy, exec), rcluster-slots.c (key hashing, the slot map and its
+ * refresh) and rcluster-resolve.c (node host names).  Not installed.
  */
 #ifndef HPS_COORDINATOR_RCLUSTER_INTERNAL_H
 #define HPS_COORDINATOR_RCLUSTER_INTERNAL_H
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,6 +33,12 @@ typedef struct node {
     pthread_mutex_t down_mu; /* guards retry_at_ms and backoff_ms */
     uint64_t retry_at_ms;    /* connect attempts skipped until then */
     unsigned backoff_ms;     /* written atomically under down_mu; read unlocked */
+    /* The host's numeric address (rcluster-resolve.c). */
+    bool numeric;                  /* host is an IP literal (immutable after creation) */
+    pthread_mutex_t addr_mu;       /* guards addr, addr_ms and gai */
+    char addr[INET6_ADDRSTRLEN];   /* the resolved address, "" = none yet */
+    uint64_t addr_ms;              /* when it was resolved (monotonic ms), 0 = stale */
+    struct hps__rcluster_gai *gai; /* a resolution in flight, NULL = none */
 } node_t;
 
 struct hps_rcluster {
@@ -44,6 +51,26 @@ struct hps_rcluster {
     uint64_t last_refresh_ms;
     pthread_mutex_t refresh_mu; /* one refresh at a time */
 };
+
+/* ---- rcluster-resolve.c ------------------------------------------------- */
+
+/* Set up / tear down nd's address state (after nd->host is set; fini
+ * before nd is freed, with no call in progress). */
+void hps__rcluster_addr_init(node_t *nd);
+void hps__rcluster_addr_fini(node_t *nd);
+
+/* nd's numeric address (IPv4 or IPv6, at most INET6_ADDRSTRLEN bytes with
+ * the NUL) into out: the host itself if it is one, else the resolved one,
+ * waiting for a resolution until deadline (monotonic ms) at most.  Returns
+ * 0; HPS_ETIMEDOUT (no answer by deadline: the resolution goes on);
+ * -ECONNREFUSED (the name does not resolve); -ENOMEM.  err says why.
+ * Thread-safe (addr_mu). */
+hps_err_t hps__rcluster_addr(node_t *nd, uint64_t deadline, char *out, size_t len, char *err,
+                             size_t err_len);
+
+/* A connect to nd's address failed: resolve the name again at the next
+ * call (the old address is used until the answer comes).  Thread-safe. */
+void hps__rcluster_addr_stale(node_t *nd);
 
 /* ---- rcluster.c --------------------------------------------------------- */
 

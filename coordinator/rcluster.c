@@ -81,6 +81,7 @@ unsigned hps__rcluster_node_get_locked(hps_rcluster_t *rc, const char *host, int
     nd->port = port;
     nd->conns = cs;
     pthread_mutex_init(&nd->down_mu, NULL);
+    hps__rcluster_addr_init(nd);
     for (unsigned i = 0; i < rc->o.conns_per_node; i++)
         pthread_mutex_init(&cs[i].mu, NULL);
     rc->nodes[rc->num_nodes] = nd;
@@ -302,14 +303,32 @@ hps_err_t hps__rcluster_conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, 
     if (left > rc->o.connect_timeout_ms)
         left = rc->o.connect_timeout_ms;
     uint64_t fair = call_ms / 2 < rc->o.connect_timeout_ms ? call_ms / 2 : rc->o.connect_timeout_ms;
+    /* The host name is resolved within the same window (hiredis's own
+     * resolving would block without a bound): a numeric address only. */
+    char addr[INET6_ADDRSTRLEN];
+    hps_err_t e = hps__rcluster_addr(nd, now + left, addr, sizeof(addr), err, err_len);
+    if (e) {
+        if (e != HPS_ETIMEDOUT)
+            node_backoff(nd, true);
+        return e;
+    }
+    uint64_t after = hps__rcluster_now_ms();
+    left = now + left > after ? now + left - after : 0;
+    if (left == 0) {
+        hps__rcluster_set_err(err, err_len, "%s:%d: deadline passed while resolving", nd->host,
+                              nd->port);
+        return HPS_ETIMEDOUT;
+    }
     struct timeval tv = {.tv_sec = (time_t)(left / 1000), .tv_usec = (long)(left % 1000) * 1000};
-    redisContext *ctx = redisConnectWithTimeout(nd->host, nd->port, tv);
+    redisContext *ctx = redisConnectWithTimeout(addr, nd->port, tv);
     if (!ctx || ctx->err) {
         hps__rcluster_set_err(err, err_len, "%s:%d: %s", nd->host, nd->port,
                               ctx ? ctx->errstr : "out of memory");
         bool timed_out = ctx && strstr(ctx->errstr, "timed out");
         if (ctx)
             redisFree(ctx);
+        if (ctx)
+            hps__rcluster_addr_stale(nd); /* the name may point elsewhere now */
         if (ctx && (!timed_out || left >= fair))
             node_backoff(nd, true);
         return ctx ? -ECONNREFUSED : -ENOMEM;
@@ -324,7 +343,7 @@ hps_err_t hps__rcluster_conn_ensure(hps_rcluster_t *rc, node_t *nd, conn_t *cn, 
     uint64_t auth_by = now + rc->o.connect_timeout_ms;
     if (deadline < auth_by)
         auth_by = deadline;
-    hps_err_t e = ctx_auth(rc, ctx, auth_by, msg, sizeof(msg));
+    e = ctx_auth(rc, ctx, auth_by, msg, sizeof(msg));
     if (e) {
         hps__rcluster_set_err(err, err_len, "%s:%d: %s", nd->host, nd->port, msg);
         redisFree(ctx);
@@ -480,6 +499,7 @@ void hps_rcluster_destroy(hps_rcluster_t *rc)
             pthread_mutex_destroy(&nd->conns[k].mu);
         }
         pthread_mutex_destroy(&nd->down_mu);
+        hps__rcluster_addr_fini(nd);
         free(nd->conns);
         free(nd);
     }
