@@ -192,8 +192,8 @@ bool hps_client_model_loaded(const hps_client_t *c, size_t model);
  * publishes it in one step.  Returns when that is done and this client
  * serves from it, or when the request was refused or failed (the serving
  * models are then as they were).  Loading a loaded model reloads it (new
- * files or version).  Unloading frees the model's shared memory, RocksDB
- * column families stay (its rows are kept for a later load).
+ * files or version).  Unloading frees the model's shared memory and drops
+ * its RocksDB column families (a later load ingests its files again).
  * A model that this client was not opened with (added to the INI later) is
  * loaded for the other processes, but this client does not serve it.
  * @param[in]  op          HPS_MODEL_LOAD or HPS_MODEL_UNLOAD.

@@ -87,11 +87,13 @@ static const char usage_text[] =
     "Exit status:\n"
     "  0  success (check: the file is valid; import: the INI was written, warnings\n"
     "     may have been printed on stderr)\n"
-    "  1  the configuration is invalid, or a file cannot be read or written\n"
-    "  2  usage error: bad command line, or an unknown section or key (unset: a\n"
-    "     key the file does not set; remove-model: a model the file lacks); import: an\n"
-    "     input that cannot be imported (not JSON or protobuf text, a missing required\n"
-    "     key, a value of the wrong type or out of range, named with its file and key)\n"
+    "  1  the configuration is invalid (an unknown section or key in the file\n"
+    "     included), or a file cannot be read or written\n"
+    "  2  usage error: bad command line, or a section or key named on it that is\n"
+    "     unknown (unset: a key the file does not set; remove-model: a model the file\n"
+    "     lacks); import: an input that cannot be imported (not JSON or protobuf text,\n"
+    "     a missing required key, a value of the wrong type or out of range, named\n"
+    "     with its file and key)\n"
     "  3  import --strict: warnings were printed, nothing was written\n";
 
 static int usage_error(const char *fmt, const char *arg)

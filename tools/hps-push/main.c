@@ -68,7 +68,8 @@ static void usage(FILE *out)
             "  --send-buffer-size B bytes per message (default 262144)\n"
             "  --num-send-buffers N messages in flight at most (default 1024)\n"
             "  --timeout-ms T       delivery timeout per message (default 60000)\n"
-            "  --quiet              no progress lines\n"
+            "  -q, --quiet          no progress lines\n"
+            "  -h, --help           show this help and exit\n"
             "  --version            show the version and exit\n"
             "Exit status: 0 all delivered, 1 a message was not delivered, 2 usage.\n");
 }
@@ -113,7 +114,7 @@ static int parse_args(int argc, char **argv, push_opts_t *o)
     int ch;
     int64_t v = 0;
     bool bad = false;
-    while ((ch = getopt_long(argc, argv, "b:m:t:d:q", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "b:m:t:d:qh", longs, NULL)) != -1) {
         switch (ch) {
         case 'b':
             o->brokers = optarg;
