@@ -94,6 +94,12 @@ typedef struct coord {
     char *text;
     char *prev_text;
     bool adopt; /* HPS_ADOPT_ENV: a failed reload's fallback re-attaches the serving segment */
+    /* main.c, main thread only: this failed build hands the serving segment
+     * (whose misses it answered, coord_prev_start) to its fallback as a
+     * reload hands its own: RELOADING_SERVED, requests pending, this
+     * process alive to the workers until the fallback attaches
+     * (coord_prev_stop, coord_segment_serving_release). */
+    bool fallback_handover;
     /* serve.c: serving is a dead coordinator's segment that this restart
      * answers the misses of while it builds (coord_prev_restart); a failed
      * build then just stops (no fallback).  Main thread only. */

@@ -12,9 +12,10 @@
  * hashes of the first and the last MiB).  A later start with the same files
  * does not ingest them again, so the online updates applied (and committed)
  * since are kept: Kafka would not deliver them again.  Changed files are a
- * new model: the table's rows are dropped and the new files ingested.  The
- * record is deleted before and written after (synced) a re-ingestion, so a
- * crash in between re-ingests at the next start.  Whenever the persistent DB
+ * new model: the table's rows are dropped and the new files ingested, once
+ * every model of the start has been loaded (STAGING).  The record is
+ * deleted before and written after (synced) a re-ingestion, so a crash in
+ * between re-ingests at the next start.  Whenever the persistent DB
  * held the current files before this start (recorded identity = the
  * files'), the volatile DB and Redis, when they are filled, take the same
  * rows (the files' first initial_cache_rate keys) with the values from the
@@ -464,7 +465,7 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
  * must do to its column family. */
 typedef struct model_state {
     coord_ident_t *ident;
-    bool *current; /* the PDB holds these files (after the pass: all ingested) */
+    bool *current; /* the PDB holds these files (else staged by the pass) */
     bool *held;    /* ... and did before this start: values come from the PDB */
     bool *has_rec; /* the PDB has a record of this table (maybe another's files) */
     bool *had_cf;  /* the column family existed before this start */
@@ -524,29 +525,102 @@ static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
     return &c->tables[id];
 }
 
-/* Before re-ingesting table t: renew the contents token (once per image),
- * forget its record (a crash from here on re-ingests), then drop its rows
- * (a new model replaces the old one).  A
+/*
+ * STAGING.  A table whose files the persistent DB does not hold gets its
+ * new rows as SST files in a stage (hps_pdb_stage_t) during the pass; its
+ * column family keeps the rows it had until every model of this start has
+ * been loaded, and only then are they replaced (pdb_commit): the contents
+ * token renewed once, the table's record forgotten, its column family
+ * dropped and made anew, the stage ingested, the record written.  So a
+ * reload that fails or is killed while it builds leaves the persistent DB
+ * as the serving version had it: the fallback (or the restart) finds its
+ * tables and contents token unchanged, keeps them, and answers the serving
+ * segment's misses from them meanwhile (serve.c), instead of ingesting them
+ * again with those misses answered by defaults.  What remains is the time
+ * from the first replacement to the publish (the ingestions, each a move
+ * of files, and the Kafka catch-up).
+ */
+typedef struct staged {
+    const hps_conf_model_t *m;
+    size_t t;
+    coord_table_t *ct;
+    hps_pdb_stage_t *stage;
+    bool has_rec, had_cf; /* model_state_t's, at staging */
+    char *files;          /* the identity to record (coord_ident_t.files) */
+} staged_t;
+
+/* The stages of this start, in load order: main thread only, committed or
+ * closed by coord_load_models(). */
+static staged_t *g_staged;
+static size_t g_staged_len, g_staged_cap;
+
+static void staged_free(void)
+{
+    for (size_t i = 0; i < g_staged_len; i++) {
+        hps_pdb_stage_close(g_staged[i].stage);
+        free(g_staged[i].files);
+    }
+    free(g_staged);
+    g_staged = NULL;
+    g_staged_len = g_staged_cap = 0;
+}
+
+/* Table t of m staged: its entry (the stage stays the caller's until the
+ * entry is added by staged_add). */
+static int staged_add(const staged_t *e)
+{
+    if (g_staged_len == g_staged_cap) {
+        size_t cap = g_staged_cap ? 2 * g_staged_cap : 64;
+        staged_t *n = realloc(g_staged, cap * sizeof(*n));
+        if (!n)
+            return HPS_EXIT_RUNTIME;
+        g_staged = n;
+        g_staged_cap = cap;
+    }
+    g_staged[g_staged_len++] = *e;
+    return 0;
+}
+
+/* Replace staged table e's rows: renew the contents token (once per image:
+ * a segment built before no longer matches what the persistent DB holds,
+ * so coord_prev_restart must not answer from here on a restart), forget
+ * its record (a crash from here on ingests it again), drop its rows (a new
+ * model replaces the old one), ingest the stage, record the files.  A
  * table without a record has none to forget, and a column family created
  * by this start is empty: neither costs a synced RocksDB write then. */
-static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, size_t t)
+static int pdb_replace(coord_t *c, staged_t *e)
 {
-    char name[320], err[512];
-    coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
-    coord_table_t *ct = table_of(c, m, t);
-    /* First the contents token: a segment built before no longer matches
-     * what the persistent DB holds (coord_prev_restart must not answer
-     * from here on a restart). */
+    char name[320], err[512] = "";
+    coord_ident_name(e->m->name, e->m->embedding_table_names[e->t], name, sizeof(name));
+    coord_table_t *ct = e->ct;
     int ex = c->pdb_token_renewed ? 0 : coord_pdb_token_renew(c);
     if (ex)
         return ex;
-    if ((st->has_rec[t] && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
-        (st->had_cf[t] &&
+    if ((e->has_rec && hps_pdb_meta_put(c->pdb, name, NULL, err, sizeof(err)) < 0) ||
+        (e->had_cf &&
          (hps_pdb_drop(ct->pdb, err, sizeof(err)) < 0 ||
-          hps_pdb_table(c->pdb, m->name, ct->name, true, &ct->pdb, err, sizeof(err)) < 0))) {
-        HPS_ERROR("model %s table %s: persistent DB: %s", m->name, ct->name, err);
+          hps_pdb_table(c->pdb, e->m->name, ct->name, true, &ct->pdb, err, sizeof(err)) < 0)) ||
+        hps_pdb_stage_ingest(e->stage, ct->pdb, err, sizeof(err)) < 0 ||
+        hps_pdb_meta_put(c->pdb, name, e->files, err, sizeof(err)) < 0) {
+        HPS_ERROR("model %s table %s: persistent DB: %s", e->m->name, ct->name, err);
         return HPS_EXIT_PDB;
     }
+    return 0;
+}
+
+/* Every model loaded: the staged tables' rows replace the old ones. */
+static int pdb_commit(coord_t *c)
+{
+    double t0 = now_s();
+    for (size_t i = 0; i < g_staged_len; i++) {
+        int ex = pdb_replace(c, &g_staged[i]);
+        if (ex)
+            return ex;
+    }
+    if (g_staged_len)
+        HPS_INFO("persistent DB: the new rows of %zu table%s replaced the old ones in %.3f s "
+                 "(staged while those served)",
+                 g_staged_len, g_staged_len == 1 ? "" : "s", now_s() - t0);
     return 0;
 }
 
@@ -556,9 +630,10 @@ static int pdb_reset_table(coord_t *c, const hps_conf_model_t *m, const model_st
  * THE LOAD PASS.  A table whose rows go to the persistent DB (the PDB does
  * not hold its files) or to the volatile DB from the files is read once:
  * each chunk of up to SST_BYTES of rows is read with large sequential
- * preads, sorted, written as one SST file and ingested (hps_pdb_bulk_load();
- * one SST per table up to that size: HugeCTR's ten chunks per table made
- * overlapping SSTs that RocksDB then compacted), and its first rows (up to
+ * preads, sorted and written as one SST file of the table's stage
+ * (hps_pdb_stage_rows(), ingested after every model by pdb_commit: STAGING
+ * above; one SST per table up to that size: HugeCTR's ten chunks per table
+ * made overlapping SSTs that RocksDB then compacted), and its first rows (up to
  * initial_cache_rate of the table) are upserted into the volatile DB from
  * the same buffers.  Filling the volatile DB from the files rather than
  * reading the freshly ingested rows back from RocksDB gives the same values:
@@ -588,7 +663,8 @@ typedef struct load_job {
     const char *dir;
     const table_dups_t *dups; /* NULL: none known */
     uint64_t rows;            /* of the files */
-    bool pdb;                 /* ingest into the persistent DB */
+    bool pdb;                 /* stage for the persistent DB */
+    hps_pdb_stage_t *stage;   /* ... there (the job's until the pass ends) */
     uint64_t vdb_want;        /* upsert the first vdb_want rows into the volatile DB */
     int ex;                   /* 0, or the exit status of a failure (err says why) */
     char err[640];
@@ -659,9 +735,9 @@ static int load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_t n
     hps_err_t rc = read_rows(mf, j->c->key_bytes, row, n, b->keys, b->vecs, err, err_len);
     t1 = now_s();
     if (rc == 0 && j->pdb) {
-        step = "loading into the persistent DB";
-        rc = hps_pdb_bulk_load(j->ct->pdb, n, b->keys, j->c->key_bytes, b->vecs, j->ct->dim, err,
-                               err_len);
+        step = "writing the persistent DB's SST files";
+        rc = hps_pdb_stage_rows(j->stage, n, b->keys, j->c->key_bytes, b->vecs, j->ct->dim, err,
+                                err_len);
         if (rc < 0)
             ex = HPS_EXIT_PDB;
     }
@@ -726,8 +802,8 @@ typedef struct load_times {
     uint64_t vdb_rows, vdb_bytes, bytes; /* bytes: read by the pass */
 } load_times_t;
 
-/* The pass over m's tables: reset the column families to re-ingest, read
- * the files once into both DBs, record the ingested files' identities. */
+/* The pass over m's tables: read the files once into both DBs (the
+ * persistent DB's rows staged: pdb_commit ingests them after every model). */
 static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
                       const uint64_t *rows, bool ingest, bool vdb, const table_dups_t *dups,
                       load_times_t *lt)
@@ -739,17 +815,23 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
         uint32_t id;
         bool pdb = ingest && !st->current[t], from_files = vdb && !st->held[t];
         uint64_t want = from_files ? (uint64_t)ceil((double)rows[t] * rate) : 0;
-        if (pdb)
-            ex = pdb_reset_table(c, m, st, t);
-        if (ex || (!pdb && want == 0))
+        if (!pdb && want == 0)
             continue;
         hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+        hps_pdb_stage_t *stage = NULL;
+        char err[512] = "";
+        if (pdb && hps_pdb_stage_open(c->pdb, c->tables[id].name, &stage, err, sizeof(err)) < 0) {
+            HPS_ERROR("model %s table %s: persistent DB: %s", m->name, c->tables[id].name, err);
+            ex = HPS_EXIT_PDB;
+            break;
+        }
         lp.jobs[lp.njobs++] = (load_job_t){.c = c,
                                            .ct = &c->tables[id],
                                            .dir = m->sparse_files[t],
                                            .dups = dups ? &dups[t] : NULL,
                                            .rows = rows[t],
                                            .pdb = pdb,
+                                           .stage = stage,
                                            .vdb_want = want};
         lp.total += pdb ? rows[t] : want;
         lt->ingested += pdb;
@@ -771,19 +853,27 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
             ex = lp.jobs[i].ex;
         }
     }
+    for (size_t i = 0; lp.jobs && i < lp.njobs; i++) {
+        load_job_t *j = &lp.jobs[i];
+        if (!j->stage)
+            continue;
+        size_t t = j->ct->index;
+        staged_t e = {.m = m,
+                      .t = t,
+                      .ct = j->ct,
+                      .stage = j->stage,
+                      .has_rec = st->has_rec[t],
+                      .had_cf = st->had_cf[t],
+                      .files = strdup(st->ident[t].files)};
+        if (ex == 0 && (!e.files || staged_add(&e) != 0))
+            ex = HPS_EXIT_RUNTIME;
+        else if (ex == 0)
+            continue;
+        hps_pdb_stage_close(e.stage); /* a failed pass: the old rows stay */
+        free(e.files);
+    }
     free(lp.jobs);
     lt->pass_s = now_s() - t0;
-    for (size_t t = 0; ex == 0 && ingest && t < m->num_tables; t++) {
-        char name[320], err[512];
-        if (st->current[t])
-            continue;
-        coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
-        if (hps_pdb_meta_put(c->pdb, name, st->ident[t].files, err, sizeof(err)) < 0) {
-            HPS_ERROR("model %s: persistent DB: recording the ingested files: %s", m->name, err);
-            return HPS_EXIT_PDB;
-        }
-        st->current[t] = true;
-    }
     return ex;
 }
 
@@ -994,6 +1084,9 @@ int coord_load_models(coord_t *c, bool vdb_reused)
          first += c->conf->models[i++].num_tables)
         ex = load_model(c, &c->conf->models[i], vdb_reused, ident ? ident + first : NULL,
                         g_dups ? g_dups + first : NULL);
+    if (!ex)
+        ex = pdb_commit(c);
+    staged_free(); /* after a failure: the stages' files go, the old rows stay */
     free(c->idents);
     c->idents = NULL;
     free_dups();

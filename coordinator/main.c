@@ -213,7 +213,7 @@ static int hold_serving(coord_t *c)
 static int start_heartbeat(coord_t *c)
 {
     hps_shmdb_heartbeat(c->db);
-    if (!c->adopt) /* the serving segment of a failed reload: it stays SERVING */
+    if (!c->adopt) /* the serving segment of a failed reload: its state stays */
         hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
     __atomic_store_n(&c->beat_db, c->db, __ATOMIC_RELEASE);
     int ex = start_beat_thread(c);
@@ -659,6 +659,13 @@ int main(int argc, char **argv)
     /* Decided before the segment is released: handed over for a next
      * image (its misses left pending for it), or released as on a stop. */
     bool again = (reload || fallback) && hand_signals_over();
+    /* A fallback re-attaches the serving segment and answers its misses
+     * once it serves (the persistent DB's rows are still the serving
+     * version's unless this build replaced them: load.c, STAGING; then the
+     * fallback ingests them again first): requests wait for it (within
+     * miss_timeout_ms), as across a reload's execve(), instead of getting
+     * their defaults at once. */
+    c.fallback_handover = fallback && again && c.prev != NULL;
     shutdown_all(&c, again);
     hps_conf_free(conf);
     if ((reload || fallback) && !again) {

@@ -237,33 +237,11 @@ static hps_err_t make_ingest_dir(const char *path, char **ret_dir, char *err, si
     return 0;
 }
 
-/* Write s as one SST file in a private directory and ingest it into t. */
-static hps_err_t ingest_sorted(hps_pdb_table_t *t, const bulk_src_t *s, char *err, size_t err_len)
-{
-    char *dir = NULL, *file = NULL;
-    hps_err_t rc;
-
-    rc = make_ingest_dir(t->t_db->db_path, &dir, err, err_len);
-    if (rc != 0)
-        return rc;
-    if (asprintf(&file, "%s/load.sst", dir) < 0) {
-        rmdir(dir);
-        free(dir);
-        return -ENOMEM;
-    }
-    rc = sst_write(t->t_db, s, file, err, err_len);
-    if (rc == 0)
-        rc = sst_ingest(t, file, err, err_len);
-    /* move_files removes our link on success; either way nothing stays. */
-    unlink(file);
-    rmdir(dir);
-    free(file);
-    free(dir);
-    return rc;
-}
-
-static hps_err_t bulk_load_rows(hps_pdb_table_t *t, size_t n, const void *keys, uint32_t kb,
-                                const float *values, uint32_t dim, char *err, size_t err_len)
+/* Sort rows (n) and write the distinct ones as SST file `file`; *ret_m:
+ * how many. */
+static hps_err_t write_rows_sst(hps_pdb_t *db, const char *what, size_t n, const void *keys,
+                                uint32_t kb, const float *values, uint32_t dim, const char *file,
+                                size_t *ret_m, char *err, size_t err_len)
 {
     bulk_src_t s = {.keys = keys, .kb = kb, .values = values, .dim = dim};
     sort_ent_t *buf = NULL, *rows = NULL;
@@ -271,14 +249,39 @@ static hps_err_t bulk_load_rows(hps_pdb_table_t *t, size_t n, const void *keys, 
 
     rc = sort_rows(keys, n, kb, &buf, &rows, &s.m);
     if (rc == -ENOMEM)
-        hps__pdb_err(err, err_len, "%s: out of memory sorting %zu rows", t->t_name, n);
+        hps__pdb_err(err, err_len, "%s: out of memory sorting %zu rows", what, n);
     if (rc != 0)
         return rc;
     s.rows = rows;
-    rc = ingest_sorted(t, &s, err, err_len);
+    rc = sst_write(db, &s, file, err, err_len);
     free(buf);
+    *ret_m = s.m;
+    return rc;
+}
+
+static hps_err_t bulk_load_rows(hps_pdb_table_t *t, size_t n, const void *keys, uint32_t kb,
+                                const float *values, uint32_t dim, char *err, size_t err_len)
+{
+    char *dir = NULL, *file = NULL;
+    size_t m = 0;
+    hps_err_t rc = make_ingest_dir(t->t_db->db_path, &dir, err, err_len);
+    if (rc != 0)
+        return rc;
+    if (asprintf(&file, "%s/load.sst", dir) < 0) {
+        rmdir(dir);
+        free(dir);
+        return -ENOMEM;
+    }
+    rc = write_rows_sst(t->t_db, t->t_name, n, keys, kb, values, dim, file, &m, err, err_len);
+    if (rc == 0)
+        rc = sst_ingest(t, file, err, err_len);
+    /* move_files removes our link on success; either way nothing stays. */
+    unlink(file);
+    rmdir(dir);
+    free(file);
+    free(dir);
     if (rc == 0) {
-        HPS__PDB_COUNT(t->t_db, bulk_rows, s.m);
+        HPS__PDB_COUNT(t->t_db, bulk_rows, m);
         HPS__PDB_COUNT(t->t_db, sst_files, 1);
     }
     return rc;
@@ -405,7 +408,119 @@ hps_err_t hps_pdb_load_model(hps_pdb_t *db, const char *model, const hps_modelfi
 /* Leftovers of crashed bulk loads                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Remove a directory holding plain files only (what ingest_sorted makes). */
+/* ------------------------------------------------------------------------ */
+/* Staged rows: SST files written now, ingested later                        */
+/* ------------------------------------------------------------------------ */
+
+struct hps_pdb_stage {
+    hps_pdb_t *st_db;
+    char *st_what; /* for messages: the table the rows are for */
+    char *st_dir;  /* <db path>/.hps-ingest-XXXXXX: removed at the next open if left */
+    size_t st_files, st_ingested; /* chunk-<i>.sst for i < st_files; the first st_ingested moved */
+    uint64_t st_rows;             /* distinct rows of each file, summed */
+};
+
+hps_err_t hps_pdb_stage_open(hps_pdb_t *db, const char *what, hps_pdb_stage_t **ret, char *err,
+                             size_t err_len)
+{
+    if (db == NULL || what == NULL || ret == NULL) {
+        hps__pdb_err(err, err_len, "hps_pdb_stage_open: NULL argument");
+        return HPS_EINVAL;
+    }
+    hps_err_t rc = hps__pdb_check_writable(db, what, err, err_len);
+    if (rc != 0)
+        return rc;
+    hps_pdb_stage_t *s = calloc(1, sizeof(*s));
+    if (s == NULL || (s->st_what = strdup(what)) == NULL) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->st_db = db;
+    rc = make_ingest_dir(db->db_path, &s->st_dir, err, err_len);
+    if (rc != 0) {
+        free(s->st_what);
+        free(s);
+        return rc;
+    }
+    *ret = s;
+    return 0;
+}
+
+static char *stage_file(const hps_pdb_stage_t *s, size_t i)
+{
+    char *file = NULL;
+    return asprintf(&file, "%s/chunk-%06zu.sst", s->st_dir, i) < 0 ? NULL : file;
+}
+
+hps_err_t hps_pdb_stage_rows(hps_pdb_stage_t *s, size_t n, const void *keys, uint32_t key_bytes,
+                             const float *values, uint32_t dim, char *err, size_t err_len)
+{
+    if (s == NULL) {
+        hps__pdb_err(err, err_len, "hps_pdb_stage_rows: NULL stage");
+        return HPS_EINVAL;
+    }
+    /* the checks need a table only to be non-NULL: any will do */
+    static const hps_pdb_table_t any;
+    hps_err_t rc = hps__pdb_check_rows(&any, n, keys, key_bytes, values, dim, "hps_pdb_stage_rows",
+                                       err, err_len);
+    if (rc != 0 || n == 0)
+        return rc;
+    char *file = stage_file(s, s->st_files);
+    if (file == NULL)
+        return -ENOMEM;
+    size_t m = 0;
+    rc = write_rows_sst(s->st_db, s->st_what, n, keys, key_bytes, values, dim, file, &m, err,
+                        err_len);
+    if (rc == 0) {
+        s->st_files++;
+        s->st_rows += m;
+    } else {
+        unlink(file);
+    }
+    free(file);
+    return hps__pdb_fail(s->st_db, rc);
+}
+
+hps_err_t hps_pdb_stage_ingest(hps_pdb_stage_t *s, hps_pdb_table_t *t, char *err, size_t err_len)
+{
+    if (s == NULL || t == NULL || t->t_db != s->st_db) {
+        hps__pdb_err(err, err_len, "hps_pdb_stage_ingest: NULL argument or another database");
+        return HPS_EINVAL;
+    }
+    hps_err_t rc = hps__pdb_check_writable(t->t_db, t->t_name, err, err_len);
+    while (rc == 0 && s->st_ingested < s->st_files) {
+        char *file = stage_file(s, s->st_ingested);
+        if (file == NULL)
+            return -ENOMEM;
+        rc = sst_ingest(t, file, err, err_len); /* in order: a later chunk's rows win */
+        free(file);
+        if (rc == 0) {
+            s->st_ingested++;
+            HPS__PDB_COUNT(t->t_db, sst_files, 1);
+        }
+    }
+    if (rc == 0)
+        HPS__PDB_COUNT(t->t_db, bulk_rows, s->st_rows);
+    return hps__pdb_fail(t->t_db, rc);
+}
+
+void hps_pdb_stage_close(hps_pdb_stage_t *s)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = s->st_ingested; i < s->st_files; i++) {
+        char *file = stage_file(s, i);
+        if (file != NULL)
+            unlink(file);
+        free(file);
+    }
+    rmdir(s->st_dir);
+    free(s->st_dir);
+    free(s->st_what);
+    free(s);
+}
+
+/* Remove a directory holding plain files only (what bulk loads and stages make). */
 static void rm_flat_dir(const char *dir)
 {
     DIR *d = opendir(dir);

@@ -57,6 +57,31 @@ hps_err_t hps_pdb_insert(hps_pdb_table_t *t, size_t n, const void *keys, uint32_
     return unsupported(err, err_len);
 }
 
+hps_err_t hps_pdb_stage_open(hps_pdb_t *db, const char *what, hps_pdb_stage_t **ret, char *err,
+                             size_t err_len)
+{
+    (void)db, (void)what, (void)ret;
+    return unsupported(err, err_len);
+}
+
+hps_err_t hps_pdb_stage_rows(hps_pdb_stage_t *s, size_t n, const void *keys, uint32_t key_bytes,
+                             const float *values, uint32_t dim, char *err, size_t err_len)
+{
+    (void)s, (void)n, (void)keys, (void)key_bytes, (void)values, (void)dim;
+    return unsupported(err, err_len);
+}
+
+hps_err_t hps_pdb_stage_ingest(hps_pdb_stage_t *s, hps_pdb_table_t *t, char *err, size_t err_len)
+{
+    (void)s, (void)t;
+    return unsupported(err, err_len);
+}
+
+void hps_pdb_stage_close(hps_pdb_stage_t *s)
+{
+    (void)s;
+}
+
 hps_err_t hps_pdb_bulk_load(hps_pdb_table_t *t, size_t n, const void *keys, uint32_t key_bytes,
                             const float *values, uint32_t dim, char *err, size_t err_len)
 {

@@ -625,18 +625,24 @@ void coord_prev_stop(coord_t *c)
 {
     struct coord_prev *p = c->prev;
     if (!p) {
-        prev_give_up(c); /* handed over RELOADING_SERVED, and stopped before answering */
+        if (!c->fallback_handover) /* else it goes on to the fallback as it is */
+            prev_give_up(c);       /* handed over RELOADING_SERVED, and stopped before answering */
         return;
     }
     /* Workers stop asking (they read the state at their next check), the
-     * threads stop, and what was asked meanwhile gets its defaults at once. */
-    hps_shmdb_set_coord_state(p->db, HPS_COORD_RELOADING);
+     * threads stop, and what was asked meanwhile gets its defaults at once;
+     * unless the segment goes to a fallback that answers it (it stays
+     * RELOADING_SERVED, its requests pending for the fallback). */
+    if (!c->fallback_handover)
+        hps_shmdb_set_coord_state(p->db, HPS_COORD_RELOADING);
     atomic_store_explicit(&p->stop, true, memory_order_release);
     hps_shmdb_miss_wake(p->db);
     for (unsigned i = 0; i < p->num_threads; i++)
         pthread_join(p->threads[i], NULL);
-    atomic_store(&c->prev_answering, false);
-    hps_shmdb_miss_drop_pending(p->db);
+    if (!c->fallback_handover) { /* else the heartbeat thread leaves them too */
+        atomic_store(&c->prev_answering, false);
+        hps_shmdb_miss_drop_pending(p->db);
+    }
     c->prev = NULL;
     prev_free(p); /* the last holds: dropped column families are deleted */
 }

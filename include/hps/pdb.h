@@ -251,6 +251,57 @@ hps_err_t hps_pdb_bulk_load(hps_pdb_table_t *t, size_t n, const void *keys, uint
                             const float *values, uint32_t dim, char *err, size_t err_len);
 
 /**
+ * @brief Staged rows: a table's new contents written as SST files now and
+ *        ingested later (hps_pdb_stage_ingest()), so that the rows the
+ *        table holds meanwhile stay as they were -- for a model reload,
+ *        whose new version is built while the old one serves, and which
+ *        must leave the old rows in place if it fails or is killed before
+ *        the new version is ready.  The files live in a private directory
+ *        under the database path (`.hps-ingest-*`: removed by
+ *        hps_pdb_open() when a process died with one).
+ *
+ * One stage is used by one thread at a time; stages are independent.
+ */
+typedef struct hps_pdb_stage hps_pdb_stage_t;
+
+/**
+ * @brief Open an empty stage in db's directory.
+ * @param[in]  what  The table it is for, for messages (copied).
+ * @param[out] ret   The stage; hps_pdb_stage_close() frees it.
+ * @return 0; HPS_EINVAL (NULL argument); -EROFS (db read-only); -errno
+ *         (creating the directory, e.g. -ENOSPC); -ENOMEM.
+ */
+hps_err_t hps_pdb_stage_open(hps_pdb_t *db, const char *what, hps_pdb_stage_t **ret, char *err,
+                             size_t err_len);
+
+/**
+ * @brief Write rows as the stage's next SST file (sorted, one row per
+ *        distinct key, the last row of a repeated key winning, as
+ *        hps_pdb_bulk_load()); keys, key_bytes, values and dim as there
+ *        (host memory, (n) keys, (n, dim) float32).  Later calls' rows win
+ *        over earlier ones' at ingestion.  n == 0 writes nothing.
+ * @return 0; HPS_EINVAL (NULL argument, bad key_bytes or dim); HPS_EIO
+ *         (the SST writer, e.g. a full disk); -ENOMEM.
+ */
+hps_err_t hps_pdb_stage_rows(hps_pdb_stage_t *s, size_t n, const void *keys, uint32_t key_bytes,
+                             const float *values, uint32_t dim, char *err, size_t err_len);
+
+/**
+ * @brief Ingest the stage's files into t, in the order they were written
+ *        (RocksDB moves them: no copy).  Meant for a table just created or
+ *        emptied: rows t holds are shadowed where keys repeat and kept
+ *        elsewhere.  A failure leaves the files ingested so far in t and
+ *        the rest in the stage (calling again goes on from there).
+ * @param[in] t  A table of the stage's database.
+ * @return 0; HPS_EINVAL (NULL, or a table of another database); -EROFS;
+ *         HPS_EIO / HPS_ECORRUPT (ingestion); -ENOMEM.
+ */
+hps_err_t hps_pdb_stage_ingest(hps_pdb_stage_t *s, hps_pdb_table_t *t, char *err, size_t err_len);
+
+/** @brief Remove the stage's files not ingested and its directory; free it.  NULL: no-op. */
+void hps_pdb_stage_close(hps_pdb_stage_t *s);
+
+/**
  * @brief Bulk load a whole sparse model table (validated by
  *        hps_modelfile_open()) into t, chunk by chunk through
  *        hps_pdb_bulk_load().

@@ -25,6 +25,7 @@ import http.client as _httpclient
 import json
 import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -33,6 +34,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -365,6 +367,44 @@ def stream_infer(stream, model, kpt, binary=True, timeout=10):
         stream.failed += 1
         stream.first_problem = stream.first_problem or "%s: %s" % (type(e).__name__, e)
         return None, None
+
+
+class VersionStream(threading.Thread):
+    """Lookups of 32 random file keys of table 0 of model "m", back to back,
+    on port; each answer must be wholly one version's rows (models: version
+    -> Model).  Counts requests, failed ones (stream_infer), wrong ones
+    (first_problem says the first), the answers while `building` (an Event)
+    is set, and apart, the wrong ones while `down` is set (no coordinator
+    at all: defaults are expected then)."""
+
+    def __init__(self, port, models, building, down, seed=11):
+        super().__init__(daemon=True)
+        self.port, self.models, self.building, self.down = port, models, building, down
+        self.down_defaults = 0
+        self.keys = models[min(models)].file_keys[0]
+        self.rng = random.Random(seed)
+        self.stop_ev = threading.Event()
+        self.requests = self.failed = self.wrong = self.during_build = 0
+        self.first_problem = ""
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            kpt = [self.rng.sample(self.keys, 32)]
+            during, down = self.building.is_set(), self.down.is_set()
+            got, _ = stream_infer(self, "m", kpt)
+            if got is None:
+                continue
+            self.requests += 1
+            if not any(got == m.expected(kpt) for m in self.models.values()):
+                if down or self.down.is_set():
+                    self.down_defaults += 1
+                    continue
+                self.wrong += 1
+                first = self.models[min(self.models)]
+                self.first_problem = self.first_problem or first_mismatch(
+                    got, first.expected(kpt), first, kpt)
+            elif during and self.building.is_set():
+                self.during_build += 1
 
 
 def decode_output(resp):

@@ -37,7 +37,6 @@ segment's misses meanwhile.
     rows in one answer: before, they did, for good) and builds beside it.
 """
 import os
-import random
 import signal
 import sys
 import threading
@@ -49,39 +48,6 @@ import hpstest as H  # noqa: E402
 ROWS = [150000]
 DIMS = [32]
 DEFAULTS = [0.25]
-
-
-class Stream(threading.Thread):
-    """Lookups of random file keys, back to back; each answer must be one
-    version's rows entirely.  Counts the answers while `building` is set."""
-
-    def __init__(self, port, models, building, down):
-        super().__init__(daemon=True)
-        self.port, self.models, self.building, self.down = port, models, building, down
-        self.down_defaults = 0  # answered while no coordinator ran at all (a restart's gap)
-        self.keys = models[1].file_keys[0]
-        self.rng = random.Random(11)
-        self.stop_ev = threading.Event()
-        self.requests = self.failed = self.wrong = self.during_build = 0
-        self.first_problem = ""
-
-    def run(self):
-        while not self.stop_ev.is_set():
-            kpt = [self.rng.sample(self.keys, 32)]
-            during, down = self.building.is_set(), self.down.is_set()
-            got, _ = H.stream_infer(self, "m", kpt)
-            if got is None:
-                continue
-            self.requests += 1
-            if not any(got == m.expected(kpt) for m in self.models.values()):
-                if down or self.down.is_set():
-                    self.down_defaults += 1
-                    continue
-                self.wrong += 1
-                self.first_problem = self.first_problem or H.first_mismatch(
-                    got, self.models[1].expected(kpt), self.models[1], kpt)
-            elif during and self.building.is_set():
-                self.during_build += 1
 
 
 class StatePoller(threading.Thread):
@@ -114,7 +80,7 @@ def body(t, cl):
     c = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     building, down = threading.Event(), threading.Event()
-    s, poll = Stream(w.http_port, models, building, down), StatePoller(cl)
+    s, poll = H.VersionStream(w.http_port, models, building, down), StatePoller(cl)
     s.start()
     poll.start()
     time.sleep(0.5)

@@ -2,8 +2,8 @@
  * test-pdb-bulk.c -- bulk loading through SST files and ingestion: unsorted
  * input with negative int64 keys and keys >= 256 (RocksDB's bytewise order
  * of little-endian bytes is not numeric order), duplicates (last wins),
- * ingestion over existing rows, no leftover temporary files, and chunked
- * loading of sparse model files.
+ * ingestion over existing rows, no leftover temporary files, chunked
+ * loading of sparse model files, and staged rows ingested later.
  */
 #include <dirent.h>
 
@@ -121,6 +121,56 @@ static void test_bulk_over_existing_rows(void **state)
     free(vb);
 }
 
+/*
+ * A stage: the table keeps its rows while rows are staged (two files whose
+ * keys overlap: the later one's rows win), until hps_pdb_stage_ingest()
+ * into the table dropped and made anew; a stage closed without ingesting
+ * leaves no file and changes nothing.
+ */
+static void test_stage(void **state)
+{
+    pfx_t *f = *state;
+    hps_pdb_table_t *t = NULL;
+    int64_t old[3] = {1, 2, 3}, a[3] = {2, 10, 11}, b[2] = {11, 12};
+    float *vo = p_vectors(1, old, 3, 8, 4), *va = p_vectors(2, a, 3, 8, 4),
+          *vb = p_vectors(3, b, 2, 8, 4);
+
+    f->db = p_open(f->path, false, 0);
+    T_OK(hps_pdb_table(f->db, "m", "t", true, &t, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_bulk_load(t, 3, old, 8, vo, 4, t_msg, sizeof(t_msg)));
+    hps_pdb_stage_t *s = NULL;
+    T_OK(hps_pdb_stage_open(f->db, "hps_et.m.t", &s, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_stage_rows(s, 3, a, 8, va, 4, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_stage_rows(s, 2, b, 8, vb, 4, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_stage_rows(s, 0, NULL, 8, NULL, 4, t_msg, sizeof(t_msg)));
+    assert_int_equal(count_entries(f->path, ".hps-ingest-"), 1);
+    p_check(t, old, 3, 8, 4, 1, NULL); /* staged rows are not the table's yet */
+    bool none[2] = {false, false};
+    p_check(t, b, 2, 8, 4, 3, none);
+    T_OK(hps_pdb_drop(t, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_table(f->db, "m", "t", true, &t, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_stage_ingest(s, t, t_msg, sizeof(t_msg)));
+    int64_t from_a[2] = {2, 10};
+    p_check(t, from_a, 2, 8, 4, 2, NULL);
+    p_check(t, b, 2, 8, 4, 3, NULL); /* 11: the later file's row */
+    bool gone[2] = {false, false};
+    int64_t dropped[2] = {1, 3};
+    p_check(t, dropped, 2, 8, 4, 1, gone);
+    hps_pdb_stage_close(s);
+    assert_int_equal(count_entries(f->path, ".hps-ingest-"), 0);
+
+    /* closed without ingesting: no file left, the table as it was */
+    T_OK(hps_pdb_stage_open(f->db, "hps_et.m.t", &s, t_msg, sizeof(t_msg)));
+    T_OK(hps_pdb_stage_rows(s, 3, old, 8, vo, 4, t_msg, sizeof(t_msg)));
+    hps_pdb_stage_close(s);
+    assert_int_equal(count_entries(f->path, ".hps-ingest-"), 0);
+    p_check(t, from_a, 2, 8, 4, 2, NULL);
+    hps_pdb_stage_close(NULL);
+    free(vo);
+    free(va);
+    free(vb);
+}
+
 static void test_load_modelfile_chunks(void **state)
 {
     pfx_t *f = *state;
@@ -177,6 +227,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bytewise_order_uint32, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_large_random_with_duplicates, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_bulk_over_existing_rows, p_setup, p_teardown),
+        cmocka_unit_test_setup_teardown(test_stage, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_load_modelfile_chunks, p_setup, p_teardown),
     };
 

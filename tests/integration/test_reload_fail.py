@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""
+int-reload_fail: a reload that is killed, or fails, while it builds leaves
+the persistent DB as the serving version had it, so keys outside shared
+memory keep their serving version's answers (issue 20: a failed or killed
+load leaves the serving state as it was).
+
+Model m, versions 1 and 2 (hps-gen --model-version changes every vector),
+600,000 rows of dim 32, one persistent DB path, initial_cache_rate 0.1 and
+cache_missed_embeddings off: nine keys in ten are misses that the
+coordinator answers from RocksDB.  A worker serves a stream of exactly
+checked lookups throughout (hpstest.VersionStream).
+
+  (1) killed: SIGHUP to version 2, and SIGKILL of the new image once it
+      writes version 2's SST files (its .hps-ingest-* directory appears).
+      A coordinator started again on the same INI (as systemd would) finds
+      the persistent DB's contents token equal to the serving segment's,
+      answers that segment's misses from version 1's rows while it builds
+      (logged), then publishes version 2.  After the restart answered,
+      every answer is wholly version 1 or 2: 0 defaults (before: the killed
+      build had renewed the token and dropped version 1's rows, so the
+      restart answered nothing and each miss got its default until the
+      publish).
+  (2) failed (the persistent DB on a tmpfs of its own; skipped where mount
+      is not permitted): SIGHUP back to version 1, and the tmpfs filled up
+      (a ballast leaving 8 MiB) once the new image stages version 1's SST
+      files: the build fails (the SST writer's ENOSPC), the fallback image
+      keeps version 2's column family as it is (logged: "already holds
+      these model files") and answers the serving segment's misses
+      meanwhile: every answer is version 2's, 0 defaults (before: the failed
+      build had dropped version 2's rows; the fallback ingested them again,
+      with defaults meanwhile, here onto the full disk); no staging
+      directory is left.
+"""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hpstest as H  # noqa: E402
+
+ROWS = [600000]
+DIMS = [32]
+
+
+def versions(port):
+    r = H.http(port, "GET", "/v2/models/m")
+    return r.json().get("versions") if r.status == 200 else None
+
+
+def staging(pdb):
+    return glob.glob(os.path.join(pdb, ".hps-ingest-*"))
+
+
+def settings_for(cl, pdb):
+    return [("volatile_db", "initial_cache_rate", 0.1),
+            ("volatile_db", "cache_missed_embeddings", "false"),
+            ("persistent_db", "path", pdb),
+            ("hps", "heartbeat_interval_ms", 50),
+            ("hps", "worker_timeout_ms", 500),
+            ("worker", "miss_timeout_ms", 2000)]
+
+
+def start_stream(w, models):
+    building, down = threading.Event(), threading.Event()
+    s = H.VersionStream(w.http_port, models, building, down)
+    s.start()
+    return s
+
+
+def stop_stream(t, s, what):
+    s.stop_ev.set()
+    s.join(30)
+    t.ok(s.requests > 20 and s.wrong == 0 and s.failed == 0,
+         "%s: %d requests, %d wrong, %d failed; %d with defaults while no coordinator ran"
+         % (what, s.requests, s.wrong, s.failed, s.down_defaults), s.first_problem)
+
+
+def killed(t, cl):
+    pdb = cl.path("rocksdb")
+    settings = settings_for(cl, pdb)
+    models = {v: cl.gen_model("m", rows=ROWS, dims=DIMS, subdir="m_v%d" % v, version=v)
+              for v in (1, 2)}
+    conf = cl.write_config("hps.ini", models[1].ini_text, settings)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    s = start_stream(w, models)
+    time.sleep(0.3)
+    cl.write_config("hps.ini", models[2].ini_text, settings)
+    c.kill(signal.SIGHUP)
+    H.wait_until(lambda: "SIGHUP: reading" in c.log(), 10, 0.001)
+    staged = H.wait_until(lambda: staging(pdb) or "published /dev/shm" in
+                          c.log().split("SIGHUP: reading")[-1], 60, 0.001)
+    s.down.set()  # from here until the restart answers: no coordinator
+    c.kill(signal.SIGKILL)
+    c.wait(10)
+    t.ok(staged and "published /dev/shm" not in c.log().split("SIGHUP: reading")[-1],
+         "the reload to version 2 was killed while it wrote its SST files", c.log()[-1500:])
+    c = cl.start_coordinator(conf, wait_ready=False)
+    t.ok(H.wait_until(lambda: "restart: the serving segment's misses are answered" in c.log(),
+                      30, 0.002),
+         "the restarted coordinator finds version 1's rows in the persistent DB and answers "
+         "the serving segment's misses from them (logged)", c.log()[-2000:])
+    H.wait_until(lambda: H.ready_status(w.http_port) == 200, 5, 0.002)
+    s.down.clear()
+    before = s.requests
+    t.ok(H.wait_until(lambda: versions(w.http_port) == ["2"], 60),
+         "the restart publishes version 2", c.log()[-1500:])
+    t.diag("%d requests answered between the restart's takeover and the switch"
+           % (s.requests - before))
+    time.sleep(0.3)
+    stop_stream(t, s, "killed reload")
+
+
+def failed(t, cl):
+    mnt = cl.path("pdbfs")
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        for what in ("the failed reload falls back", "the fallback keeps the column family",
+                     "version 2 serves", "failed reload: the stream", "no staging left"):
+            t.skip(what, "cannot mount a tmpfs for the persistent DB: %s" % r.stderr.strip())
+        return
+    try:
+        failed_on(t, cl, mnt)
+    finally:
+        for p in cl.procs:
+            if p.alive():
+                p.kill(signal.SIGKILL)
+                p.wait(10)
+        subprocess.run(["umount", "-l", mnt])
+
+
+def failed_on(t, cl, mnt):
+    pdb = os.path.join(mnt, "rocksdb")
+    seg = cl.new_segment_name("fail")
+    settings = settings_for(cl, pdb)
+    models = {v: cl.gen_model("m", rows=ROWS, dims=DIMS, subdir="f_v%d" % v, version=v,
+                              segment=seg) for v in (1, 2)}
+    conf = cl.write_config("fail.ini", models[2].ini_text, settings)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    s = start_stream(w, {2: models[2]})
+    time.sleep(0.3)
+    cl.write_config("fail.ini", models[1].ini_text, settings)
+    c.kill(signal.SIGHUP)
+    H.wait_until(lambda: staging(pdb), 60, 0.001)
+    st = os.statvfs(mnt)
+    ballast = os.path.join(mnt, "ballast")
+    with open(ballast, "wb") as f:  # leaves 8 MiB: less than the SST file being written
+        os.posix_fallocate(f.fileno(), 0, max(0, st.f_bavail * st.f_frsize - (8 << 20)))
+    ok = H.wait_until(lambda: "starting again on the serving segment" in c.log(), 60)
+    t.ok(ok, "the reload to version 1 fails on the full disk and falls back", c.log()[-2000:])
+    fb = c.log().split("starting again on the serving segment")[-1]
+    t.ok(H.wait_until(lambda: "serving misses" in c.log().split(
+        "starting again on the serving segment")[-1], 60) and
+        "already holds these model files" in c.log().split(
+            "starting again on the serving segment")[-1] and
+        "ingested into the persistent DB" not in c.log().split(
+            "starting again on the serving segment")[-1],
+        "the fallback keeps version 2's column family as it was (not ingested again) and "
+        "serves", fb[-2000:])
+    os.unlink(ballast)
+    time.sleep(0.3)
+    t.ok(versions(w.http_port) == ["2"], "version 2 serves")
+    stop_stream(t, s, "failed reload")
+    t.eq(staging(pdb), [], "no staging directory is left")
+
+
+def body(t, cl):
+    killed(t, cl)
+    failed(t, cl)
+
+
+if __name__ == "__main__":
+    H.run_main("reload_fail", body)
