@@ -618,8 +618,8 @@ static int pdb_commit(coord_t *c)
             return ex;
     }
     if (g_staged_len)
-        HPS_INFO("persistent DB: the new rows of %zu table%s replaced the old ones in %.3f s "
-                 "(staged while those served)",
+        HPS_INFO("persistent DB: the staged rows of %zu table%s ingested in %.3f s (every model "
+                 "loaded: only now do they replace what the tables held)",
                  g_staged_len, g_staged_len == 1 ? "" : "s", now_s() - t0);
     return 0;
 }

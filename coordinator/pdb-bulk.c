@@ -459,10 +459,8 @@ hps_err_t hps_pdb_stage_rows(hps_pdb_stage_t *s, size_t n, const void *keys, uin
         hps__pdb_err(err, err_len, "hps_pdb_stage_rows: NULL stage");
         return HPS_EINVAL;
     }
-    /* the checks need a table only to be non-NULL: any will do */
-    static const hps_pdb_table_t any;
-    hps_err_t rc = hps__pdb_check_rows(&any, n, keys, key_bytes, values, dim, "hps_pdb_stage_rows",
-                                       err, err_len);
+    hps_err_t rc =
+        hps__pdb_check_args(n, keys, key_bytes, values, dim, "hps_pdb_stage_rows", err, err_len);
     if (rc != 0 || n == 0)
         return rc;
     char *file = stage_file(s, s->st_files);

@@ -77,6 +77,10 @@ hps_err_t hps__pdb_rerr(char *rerr, const char *what, char *err, size_t err_len)
 hps_err_t hps__pdb_fail(hps_pdb_t *db, hps_err_t rc);
 
 /* Common argument checks of the row operations (key_bytes, dim, pointers). */
+hps_err_t hps__pdb_check_args(size_t n, const void *keys, uint32_t key_bytes, const void *values,
+                              uint32_t dim, const char *what, char *err, size_t err_len);
+
+/* hps__pdb_check_args(), and t not NULL. */
 hps_err_t hps__pdb_check_rows(const hps_pdb_table_t *t, size_t n, const void *keys,
                               uint32_t key_bytes, const void *values, uint32_t dim,
                               const char *what, char *err, size_t err_len);

@@ -95,11 +95,10 @@ hps_err_t hps__pdb_check_writable(const hps_pdb_t *db, const char *what, char *e
     return -EROFS;
 }
 
-hps_err_t hps__pdb_check_rows(const hps_pdb_table_t *t, size_t n, const void *keys,
-                              uint32_t key_bytes, const void *values, uint32_t dim,
-                              const char *what, char *err, size_t err_len)
+hps_err_t hps__pdb_check_args(size_t n, const void *keys, uint32_t key_bytes, const void *values,
+                              uint32_t dim, const char *what, char *err, size_t err_len)
 {
-    if (t == NULL || (n > 0 && (keys == NULL || values == NULL))) {
+    if (n > 0 && (keys == NULL || values == NULL)) {
         hps__pdb_err(err, err_len, "%s: NULL argument", what);
         return HPS_EINVAL;
     }
@@ -112,6 +111,17 @@ hps_err_t hps__pdb_check_rows(const hps_pdb_table_t *t, size_t n, const void *ke
         return HPS_EINVAL;
     }
     return 0;
+}
+
+hps_err_t hps__pdb_check_rows(const hps_pdb_table_t *t, size_t n, const void *keys,
+                              uint32_t key_bytes, const void *values, uint32_t dim,
+                              const char *what, char *err, size_t err_len)
+{
+    if (t == NULL) {
+        hps__pdb_err(err, err_len, "%s: NULL argument", what);
+        return HPS_EINVAL;
+    }
+    return hps__pdb_check_args(n, keys, key_bytes, values, dim, what, err, err_len);
 }
 
 /* ------------------------------------------------------------------------ */
