@@ -639,8 +639,11 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
     hps_kafka_consumer_t *c = rd_kafka_opaque(rk);
     if (c && level <= 3) /* syslog error and worse; the rest is librdkafka chatter */
         event(c, 1, "librdkafka %s: %s", fac, buf);
-    else if (c && level == 4 && strcmp(fac, "OFFSET") == 0) /* an offset reset: */
-        event(c, 1, "librdkafka %s: %s", fac, buf);         /* messages may have been skipped */
+    else if (c && level == 4 && strcmp(fac, "OFFSET") == 0) { /* an offset reset: */
+        event(c, 1, "librdkafka %s: %s", fac, buf);           /* messages may have been skipped */
+        if (strstr(buf, "offset reset"))
+            STAT_ADD(c, offset_resets, 1);
+    }
 }
 
 /* ---- life cycle --------------------------------------------------------- */
@@ -853,6 +856,7 @@ void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret)
     s.lag = STAT_GET(c, lag);
     s.newest_applied_ms = STAT_GET(c, newest_applied_ms);
     s.newest_applied_msg_ms = STAT_GET(c, newest_applied_msg_ms);
+    s.offset_resets = STAT_GET(c, offset_resets);
     *ret = s;
 }
 

@@ -235,6 +235,7 @@ static void publish_stats(layer_t *l, const hps_kafka_stats_t *s)
         .lag = s->lag,
         .newest_applied_ms = s->newest_applied_ms,
         .published_ms = now_ms(),
+        .offset_resets = s->offset_resets,
     };
     for (int i = 0; i < HPS_KAFKA_NUM_VERDICTS; i++)
         u.skipped[i] = s->skipped[i];

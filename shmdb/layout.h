@@ -364,8 +364,9 @@ struct shm_ustat {
     _Atomic uint64_t skipped[HPS_SHMDB_UPDATE_REASONS];
     _Atomic uint64_t beacons, errors;
     _Atomic int64_t lag, newest_applied_ms, published_ms;
-    _Atomic uint64_t nonfinite; /* added in the pad: 0 from a coordinator that predates it */
-    uint8_t pad[48];
+    _Atomic uint64_t nonfinite;     /* added in the pad: 0 from a coordinator that predates it */
+    _Atomic uint64_t offset_resets; /* likewise */
+    uint8_t pad[40];
 };
 _Static_assert(sizeof(struct shm_ustat) == 192, "update stats must fill three cache lines");
 

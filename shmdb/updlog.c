@@ -83,6 +83,7 @@ hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_
     ST(d->messages, s->messages);
     ST(d->received, s->received);
     ST(d->nonfinite, s->nonfinite);
+    ST(d->offset_resets, s->offset_resets);
     ST(d->applied, s->applied);
     for (int i = 0; i < HPS_SHMDB_UPDATE_REASONS; i++)
         ST(d->skipped[i], s->skipped[i]);
@@ -106,6 +107,7 @@ hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update
     ret->messages = LD(d->messages);
     ret->received = LD(d->received);
     ret->nonfinite = LD(d->nonfinite);
+    ret->offset_resets = LD(d->offset_resets);
     ret->applied = LD(d->applied);
     for (int i = 0; i < HPS_SHMDB_UPDATE_REASONS; i++)
         ret->skipped[i] = LD(d->skipped[i]);

@@ -226,6 +226,9 @@ static void update_metrics(worker_t *w, hps_kserve_text_t *x)
       "Updates received whose vector has a NaN or Inf element (applied, or dropped and counted "
       "in nv_hps_update_errors where the model's nonfinite_values is refuse)");
     F("nv_hps_updates_applied", applied, "Updates applied to the layer");
+    F("nv_hps_update_offset_resets", offset_resets,
+      "Kafka offset resets after an offset the broker no longer had (retention): the messages "
+      "between it and where reading went on may never have been applied");
     F("nv_hps_update_errors", errors,
       "Kafka consumer errors, and updates dropped (keys too wide for the model, or a layer's "
       "copy that cannot take them)");

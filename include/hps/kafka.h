@@ -182,6 +182,12 @@ typedef struct hps_kafka_stats {
     int64_t lag;                   /**< sum over assigned partitions, -1 unknown */
     int64_t newest_applied_ms;     /**< wall clock (ms since epoch) of the last apply, 0 none */
     int64_t newest_applied_msg_ms; /**< producer timestamp of the newest applied message */
+    /** Offset resets after an offset the broker no longer has (or never
+     *  had): librdkafka's auto.offset.reset moved the read position, so
+     *  messages between the two may never have been read (retention deleted
+     *  them before they were consumed).  A partition without a committed
+     *  offset (a new group) starts at the beginning without one. */
+    uint64_t offset_resets;
 } hps_kafka_stats_t;
 
 typedef struct hps_kafka_consumer hps_kafka_consumer_t;

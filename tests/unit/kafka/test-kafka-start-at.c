@@ -24,6 +24,11 @@
  *                              partition 1, although P commits the ends before
  *                              V runs
  *
+ *   offset_reset_counted       a committed offset the broker does not have:
+ *                              read again from the beginning, and counted
+ *                              as an offset reset (messages may have been
+ *                              skipped); a partition never committed is not
+ *
  * Offsets are taken from the producer's delivery reports, not assumed.  The
  * waits are deadlines on the consumers' own signals (caught_up, counters),
  * never fixed sleeps.  Skipped (exit 77) in a build without librdkafka.
@@ -448,11 +453,38 @@ static void test_snapshot_at_committed(void **state)
     assert_int_equal(st.applied, (uint64_t)nwant);
 }
 
+/* P's group had committed an offset past the end of partition 0 (the
+ * broker no longer has it, as after retention deleted unread messages):
+ * librdkafka resets it to the beginning (auto.offset.reset smallest), and
+ * the consumer counts the reset (nv_hps_update_offset_resets); partition 1,
+ * without a committed offset, starts at the beginning without one. */
+static void test_offset_reset_counted(void **state)
+{
+    world_t *w = *state;
+    produce(w);
+    rd_kafka_t *rk = group_handle(w, w->group_p);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->topic, 0)->offset = 1000;
+    assert_int_equal(rd_kafka_commit(rk, l, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_topic_partition_list_destroy(l);
+    close_handle(rk);
+    consumer(w, w->group_p, &w->sp, &w->p);
+    assert_true(run_until_caught_up(w->p, N));
+    bool want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = true;
+    assert_applied(&w->sp, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(w->p, &st);
+    assert_int_equal(st.offset_resets, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_snapshot_before_from_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_at_committed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_offset_reset_counted, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
