@@ -277,6 +277,14 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
  * records tell; else false with the reason in msg.  True without a
  * persistent DB that ingests, or when it cannot tell. */
 bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len);
+/* Free bytes a build needs on the persistent DB's disk once its tables are
+ * staged, to replace the serving rows with them (RocksDB's logs and
+ * metadata; load.c pdb_commit): counted by coord_pdb_room too. */
+#define HPS_COORD_PDB_COMMIT_ROOM (64ULL << 20)
+/* load-ident.c: free bytes (*ret) of the file system of path, or of its
+ * nearest existing parent (RocksDB creates the directory); false when none
+ * can be told. */
+bool coord_pdb_avail(const char *path, uint64_t *ret);
 
 /* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
  * [distributed_db] type = redis_cluster (no-op otherwise or when already
@@ -323,7 +331,7 @@ void coord_prev_stop(coord_t *c);
 bool coord_prev_restart(coord_t *c, hps_shmdb_t *db);
 /* serve.c: after publishing, keep answering the serving segment until its
  * workers have moved to the new one (none attached but this process), at
- * most 1 s.  No-op when not running. */
+ * most 3 s.  No-op when not running. */
 void coord_prev_drain(coord_t *c);
 
 #endif

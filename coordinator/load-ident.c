@@ -232,9 +232,7 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
     return false;
 }
 
-/* Free bytes of the file system of path, or of its nearest existing
- * parent (RocksDB creates the directory); false when none can be told. */
-static bool fs_avail(const char *path, uint64_t *ret)
+bool coord_pdb_avail(const char *path, uint64_t *ret)
 {
     char p[PATH_MAX];
     snprintf(p, sizeof(p), "%s", path);
@@ -276,10 +274,10 @@ bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len
         }
     }
     /* The rows' bytes and an eighth for the SST files' own (index, filter,
-     * block framing); RocksDB's logs are not counted: a build that still
-     * runs out falls back to what serves. */
-    need += need / 8;
-    if (need == 0 || !fs_avail(p->path, &avail) || avail >= need)
+     * block framing), and the room the replacement keeps for RocksDB's logs
+     * and metadata; a build that still runs out falls back to what serves. */
+    need = need ? need + need / 8 + HPS_COORD_PDB_COMMIT_ROOM : 0;
+    if (need == 0 || !coord_pdb_avail(p->path, &avail) || avail >= need)
         return true;
     snprintf(msg, len,
              "not enough disk for the persistent DB: %s has %" PRIu64

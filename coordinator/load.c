@@ -608,9 +608,24 @@ static int pdb_replace(coord_t *c, staged_t *e)
     return 0;
 }
 
-/* Every model loaded: the staged tables' rows replace the old ones. */
+/* Every model loaded: the staged tables' rows replace the old ones.  The
+ * ingestions move files (no room needed), but the token, the records and
+ * the column families are synced RocksDB writes: with its disk full, one
+ * of them fails midway (and the system's RocksDB may abort on the next:
+ * an assertion after a failed log write), so the replacement does not
+ * start without HPS_COORD_PDB_COMMIT_ROOM free, and the build fails with
+ * the persistent DB as it was. */
 static int pdb_commit(coord_t *c)
 {
+    uint64_t avail;
+    if (g_staged_len && coord_pdb_avail(c->conf->persistent_db.path, &avail) &&
+        avail < HPS_COORD_PDB_COMMIT_ROOM) {
+        HPS_ERROR("persistent DB: %s has %llu MiB free, less than the %llu MiB replacing the "
+                  "tables' rows needs (RocksDB's logs and metadata): nothing replaced",
+                  c->conf->persistent_db.path, (unsigned long long)(avail >> 20),
+                  HPS_COORD_PDB_COMMIT_ROOM >> 20);
+        return HPS_EXIT_PDB;
+    }
     double t0 = now_s();
     for (size_t i = 0; i < g_staged_len; i++) {
         int ex = pdb_replace(c, &g_staged[i]);

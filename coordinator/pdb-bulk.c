@@ -216,7 +216,7 @@ static hps_err_t sst_ingest(hps_pdb_table_t *t, const char *file, char *err, siz
     rocksdb_ingestexternalfileoptions_set_move_files(io, 1);
     rocksdb_ingest_external_file_cf(t->t_db->db_rdb, t->t_cf, files, 1, io, &rerr);
     rocksdb_ingestexternalfileoptions_destroy(io);
-    return hps__pdb_rerr(rerr, t->t_name, err, err_len);
+    return hps__pdb_wrote(t->t_db, hps__pdb_rerr(rerr, t->t_name, err, err_len));
 }
 
 /* Make <path>/.hps-ingest-XXXXXX; *ret_dir is malloc'd. */

@@ -53,6 +53,12 @@ struct hps_pdb {
     hps_pdb_table_t *db_tables;  /* every non-default column family */
     hps_pdb_table_t *db_retired; /* dropped while held: freed at their last release; db_lock */
     struct hps__pdb_counters db_cnt;
+    /* A write, WAL flush, ingestion or column-family change failed (a full
+     * disk, an I/O error): RocksDB's log writer is then unusable, and the
+     * system library asserts (aborts) on its next use, so no further write
+     * is made until the database is opened again (hps__pdb_check_writable)
+     * and close does not flush.  Set by hps__pdb_wrote; __atomic, relaxed. */
+    bool db_write_failed;
 };
 
 /** Prefix of the private bulk-load directories under the DB path. */
@@ -85,7 +91,12 @@ hps_err_t hps__pdb_check_rows(const hps_pdb_table_t *t, size_t n, const void *ke
                               uint32_t key_bytes, const void *values, uint32_t dim,
                               const char *what, char *err, size_t err_len);
 
-/* -EROFS with a message when db is read-only, else 0. */
+/* rc of a RocksDB write, WAL flush, ingestion or column-family change of
+ * db: an error marks db (db_write_failed).  Returns rc. */
+hps_err_t hps__pdb_wrote(hps_pdb_t *db, hps_err_t rc);
+
+/* -EROFS with a message when db is read-only, HPS_EIO when a write failed
+ * since it was opened (db_write_failed), else 0. */
 hps_err_t hps__pdb_check_writable(const hps_pdb_t *db, const char *what, char *err, size_t err_len);
 
 /* Remove leftover bulk-load directories under the DB path (best effort). */

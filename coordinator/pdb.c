@@ -87,8 +87,22 @@ hps_err_t hps__pdb_fail(hps_pdb_t *db, hps_err_t rc)
     return rc;
 }
 
+hps_err_t hps__pdb_wrote(hps_pdb_t *db, hps_err_t rc)
+{
+    if (rc != 0 && db != NULL)
+        __atomic_store_n(&db->db_write_failed, true, __ATOMIC_RELAXED);
+    return rc;
+}
+
 hps_err_t hps__pdb_check_writable(const hps_pdb_t *db, const char *what, char *err, size_t err_len)
 {
+    if (__atomic_load_n(&db->db_write_failed, __ATOMIC_RELAXED)) {
+        hps__pdb_err(err, err_len,
+                     "%s: an earlier write to %s failed (a full disk?): no more writes until it "
+                     "is opened again",
+                     what, db->db_path);
+        return HPS_EIO;
+    }
     if (!db->db_cfg.read_only)
         return 0;
     hps__pdb_err(err, err_len, "%s: %s is open read-only", what, db->db_path);
@@ -164,6 +178,7 @@ static hps_err_t check_opts(const hps_pdb_opts_t *o, char *err, size_t err_len)
 /* Info log files (LOG and LOG.old.*) RocksDB keeps in the database's
  * directory. */
 #define PDB_INFO_LOGS_KEPT 4
+#define PDB_INFO_LOG_LEVEL 4 /* InfoLogLevel::FATAL_LEVEL (rocksdb/env.h) */
 
 static rocksdb_options_t *make_options(const hps_pdb_opts_t *o)
 {
@@ -179,6 +194,13 @@ static rocksdb_options_t *make_options(const hps_pdb_opts_t *o)
      * executes the coordinator again) rotates the info log to LOG.old.*:
      * keep a few, not RocksDB's 1000. */
     rocksdb_options_set_keep_log_file_num(opts, PDB_INFO_LOGS_KEPT);
+    /* Fatal messages only in that LOG (its options header is written at
+     * every open): on a full disk a failed append to it makes the next
+     * message abort the process (Debian's library keeps RocksDB's
+     * assertions), and its INFO lines come from every ingestion, column
+     * family change and flush.  What fails reaches our log through the
+     * calls' errors. */
+    rocksdb_options_set_info_log_level(opts, PDB_INFO_LOG_LEVEL);
     return opts;
 }
 
@@ -459,6 +481,16 @@ hps_err_t hps_pdb_close(hps_pdb_t *db, char *err, size_t err_len)
 
     if (db == NULL)
         return 0;
+    if (__atomic_load_n(&db->db_write_failed, __ATOMIC_RELAXED)) {
+        /* The log writer is unusable (see db_write_failed): closing would
+         * flush it, which the system library turns into an abort.  Left
+         * open, as a killed process leaves it: the next open recovers what
+         * the WAL holds; the handle and its memory go with the process. */
+        hps__pdb_err(err, err_len,
+                     "%s: not closed after a failed write (recovered at the next open)",
+                     db->db_path);
+        return HPS_EIO;
+    }
     if (!db->db_cfg.read_only && db->db_rdb != NULL)
         rc = db_flush_all(db, err, err_len);
     db_close_rocksdb(db);
@@ -493,7 +525,7 @@ static hps_err_t table_create_locked(hps_pdb_t *db, const char *tag, hps_pdb_tab
 
     cf = rocksdb_create_column_family(db->db_rdb, db->db_opts, tag, &rerr);
     if (rerr != NULL)
-        return hps__pdb_rerr(rerr, tag, err, err_len);
+        return hps__pdb_wrote(db, hps__pdb_rerr(rerr, tag, err, err_len));
     rc = table_add(db, cf, tag, ret);
     if (rc != 0) {
         /* Keep RocksDB and the registry in step: the family exists but we
@@ -599,7 +631,7 @@ hps_err_t hps_pdb_drop(hps_pdb_table_t *t, char *err, size_t err_len)
         return hps__pdb_fail(db, rc);
     pthread_mutex_lock(&db->db_lock);
     rocksdb_drop_column_family(db->db_rdb, t->t_cf, &rerr);
-    rc = hps__pdb_rerr(rerr, t->t_name, err, err_len);
+    rc = hps__pdb_wrote(db, hps__pdb_rerr(rerr, t->t_name, err, err_len));
     if (rc == 0) {
         table_unlink_locked(&db->db_tables, t);
         held = t->t_holds > 0;
@@ -715,7 +747,7 @@ hps_err_t hps_pdb_meta_put(hps_pdb_t *db, const char *name, const char *value, c
         rocksdb_flush_wal(db->db_rdb, 1, &rerr); /* synced, whatever sync_wal says */
         rc = hps__pdb_rerr(rerr, key, err, err_len);
     }
-    return hps__pdb_fail(db, rc);
+    return hps__pdb_fail(db, hps__pdb_wrote(db, rc));
 }
 
 hps_err_t hps_pdb_rows_estimate(hps_pdb_table_t *t, uint64_t *ret_rows)
@@ -744,7 +776,7 @@ static hps_err_t write_batch(hps_pdb_t *db, rocksdb_writebatch_t *b, const char 
     rocksdb_write(db->db_rdb, db->db_wopts, b, &rerr);
     rocksdb_writebatch_clear(b);
     HPS__PDB_COUNT(db, write_batches, 1);
-    return hps__pdb_rerr(rerr, tag, err, err_len);
+    return hps__pdb_wrote(db, hps__pdb_rerr(rerr, tag, err, err_len));
 }
 
 static hps_err_t flush_wal(hps_pdb_t *db, const char *tag, char *err, size_t err_len)
@@ -752,7 +784,7 @@ static hps_err_t flush_wal(hps_pdb_t *db, const char *tag, char *err, size_t err
     char *rerr = NULL;
 
     rocksdb_flush_wal(db->db_rdb, db->db_cfg.sync_wal ? 1 : 0, &rerr);
-    return hps__pdb_rerr(rerr, tag, err, err_len);
+    return hps__pdb_wrote(db, hps__pdb_rerr(rerr, tag, err, err_len));
 }
 
 /*

@@ -613,11 +613,13 @@ bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
 
 void coord_prev_drain(coord_t *c)
 {
-    /* Workers move within a maintenance round (50 ms); the bound is for a
-     * process that never does (a tool attached by hand). */
+    /* Workers move within a maintenance round (50 ms), or after their
+     * attach back-off (at most 1 s: a segment that refused them, e.g. its
+     * process table full); the bound is for a process that never does (a
+     * tool attached by hand). */
     struct coord_prev *p = c->prev;
     struct timespec ts = {.tv_nsec = 5 * 1000000L};
-    for (long waited = 0; p && hps_shmdb_other_procs(p->db) > 0 && waited < 1000; waited += 5)
+    for (long waited = 0; p && hps_shmdb_other_procs(p->db) > 0 && waited < 3000; waited += 5)
         nanosleep(&ts, NULL);
 }
 

@@ -147,12 +147,18 @@ hps_err_t hps_pdb_open(const char *path, const hps_pdb_opts_t *opts, hps_pdb_t *
  *        (read-write only), destroy the handles and close RocksDB.
  *
  * The handle and all its table handles are freed even when the flush fails.
+ * After a failed write (a full disk, an I/O error; every later write was
+ * refused with HPS_EIO) nothing is flushed, closed or freed: RocksDB's log
+ * writer is unusable then, and Debian's library aborts when it is closed.
+ * The database is left as a killed process leaves it (its WAL recovered at
+ * the next open); the caller should exit or execute a new image soon.
  *
  * @param[in]  db       The handle, or NULL (no-op, returns 0).  Must not be
  *                      in use by any other thread.
  * @param[out] err      Message buffer (may be NULL).
  * @param[in]  err_len  Size of err.
- * @return 0, or the first flush error (HPS_EIO, ...); the DB is closed anyway.
+ * @return 0, or the first flush error (HPS_EIO, ...); the DB is closed anyway;
+ *         HPS_EIO after a failed write (not closed, as above).
  */
 hps_err_t hps_pdb_close(hps_pdb_t *db, char *err, size_t err_len);
 

@@ -363,7 +363,8 @@ def full_disk(t, cl, good):
                        cwd=cl.tmp, preexec_fn=small_files)
     out = r.stdout + r.stderr
     t.eq(r.returncode, H.EXIT_PDB, "persistent DB not writable during ingestion: exit 5")
-    t.ok("loading into the persistent DB" in out, "the message names the persistent DB", out)
+    t.ok("writing the persistent DB's SST files" in out, "the message names the persistent DB",
+         out)
 
 
 if __name__ == "__main__":

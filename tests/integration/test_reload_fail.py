@@ -30,7 +30,10 @@ checked lookups throughout (hpstest.VersionStream).
       meanwhile: every answer is version 2's, 0 defaults (before: the failed
       build had dropped version 2's rows; the fallback ingested them again,
       with defaults meanwhile, here onto the full disk); no staging
-      directory is left.
+      directory is left.  Then the same with the disk filled while the
+      stage is written so that it still fits, but the replacement finds
+      less than the 64 MiB it keeps for RocksDB's logs and metadata: refused
+      before anything is replaced ("nothing replaced"), the same fallback.
 """
 import glob
 import os
@@ -122,8 +125,10 @@ def failed(t, cl):
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", mnt],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        for what in ("the failed reload falls back", "the fallback keeps the column family",
-                     "version 2 serves", "failed reload: the stream", "no staging left"):
+        for what in ["ENOSPC: falls back", "ENOSPC: the fallback keeps the column family",
+                     "ENOSPC: version 2 serves", "room: falls back",
+                     "room: the fallback keeps the column family", "room: version 2 serves",
+                     "failed reloads: the stream", "no staging left"]:
             t.skip(what, "cannot mount a tmpfs for the persistent DB: %s" % r.stderr.strip())
         return
     try:
@@ -142,33 +147,42 @@ def failed_on(t, cl, mnt):
     settings = settings_for(cl, pdb)
     models = {v: cl.gen_model("m", rows=ROWS, dims=DIMS, subdir="f_v%d" % v, version=v,
                               segment=seg) for v in (1, 2)}
+    files = sum(os.path.getsize(os.path.join(models[1].table_dirs[0], f))
+                for f in ("key", "emb_vector"))
     conf = cl.write_config("fail.ini", models[2].ini_text, settings)
     c = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     s = start_stream(w, {2: models[2]})
     time.sleep(0.3)
-    cl.write_config("fail.ini", models[1].ini_text, settings)
-    c.kill(signal.SIGHUP)
-    H.wait_until(lambda: staging(pdb), 60, 0.001)
-    st = os.statvfs(mnt)
-    ballast = os.path.join(mnt, "ballast")
-    with open(ballast, "wb") as f:  # leaves 8 MiB: less than the SST file being written
-        os.posix_fallocate(f.fileno(), 0, max(0, st.f_bavail * st.f_frsize - (8 << 20)))
-    ok = H.wait_until(lambda: "starting again on the serving segment" in c.log(), 60)
-    t.ok(ok, "the reload to version 1 fails on the full disk and falls back", c.log()[-2000:])
-    fb = c.log().split("starting again on the serving segment")[-1]
-    t.ok(H.wait_until(lambda: "serving misses" in c.log().split(
-        "starting again on the serving segment")[-1], 60) and
-        "already holds these model files" in c.log().split(
-            "starting again on the serving segment")[-1] and
-        "ingested into the persistent DB" not in c.log().split(
-            "starting again on the serving segment")[-1],
-        "the fallback keeps version 2's column family as it was (not ingested again) and "
-        "serves", fb[-2000:])
-    os.unlink(ballast)
-    time.sleep(0.3)
-    t.ok(versions(w.http_port) == ["2"], "version 2 serves")
-    stop_stream(t, s, "failed reload")
+    fb_mark = "starting again on the serving segment"
+    # leave: the bytes the ballast leaves free once the stage directory is
+    # there: 8 MiB fail the SST writer; the files and 16 MiB let the stage be
+    # written, and the replacement then finds less than its 64 MiB
+    for what, leave, says in (("the SST writer's ENOSPC", 8 << 20, "No space left"),
+                              ("too little room left to replace the rows", files + (16 << 20),
+                               "nothing replaced")):
+        cl.write_config("fail.ini", models[1].ini_text, settings)
+        n = c.log().count(fb_mark)
+        c.kill(signal.SIGHUP)
+        H.wait_until(lambda: staging(pdb), 60, 0.001)
+        st = os.statvfs(mnt)
+        ballast = os.path.join(mnt, "ballast")
+        with open(ballast, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, max(1, st.f_bavail * st.f_frsize - leave))
+        ok = H.wait_until(lambda: c.log().count(fb_mark) > n, 60)
+        before = c.log().split(fb_mark)[-2] if ok else ""
+        t.ok(ok and says in before, "the reload to version 1 fails (%s) and falls back" % what,
+             c.log()[-2000:])
+        after = lambda: c.log().split(fb_mark)[-1]  # noqa: E731
+        t.ok(H.wait_until(lambda: "serving misses" in after(), 60) and
+             "already holds these model files" in after() and
+             "ingested into the persistent DB" not in after(),
+             "%s: the fallback keeps version 2's column family as it was (not ingested again) "
+             "and serves" % what, after()[-2000:])
+        os.unlink(ballast)
+        time.sleep(0.3)
+        t.ok(versions(w.http_port) == ["2"], "%s: version 2 serves" % what)
+    stop_stream(t, s, "failed reloads")
     t.eq(staging(pdb), [], "no staging directory is left")
 
 

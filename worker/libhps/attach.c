@@ -174,8 +174,8 @@ static void reattach(hps_client_t *cl)
                                 .role = HPS_ROLE_WORKER,
                                 .device = cl->device};
     uint64_t now = hps__client_now_ns();
-    if (now < cl->attach_retry_ns)
-        return;
+    if (now < cl->attach_retry_ns && dev == cl->attach_fail_dev && ino == cl->attach_fail_ino)
+        return; /* the object that refused us: not before its back-off */
     hps_err_t rc =
         exists ? hps_shmdb_attach(cl->conf->volatile_db.shared_memory_name, &po, &fresh) : 0;
     if (rc < 0) {
@@ -185,6 +185,8 @@ static void reattach(hps_client_t *cl)
             cl->attach_logged_ns = now;
         }
         cl->attach_err = rc;
+        cl->attach_fail_dev = dev;
+        cl->attach_fail_ino = ino;
         cl->attach_backoff_ns =
             cl->attach_backoff_ns ? cl->attach_backoff_ns * 2 : MAINT_PERIOD_MS * 1000000ull;
         if (cl->attach_backoff_ns > 1000000000ull)

@@ -92,9 +92,12 @@ struct hps_client {
     /* A segment that exists but refused this process (e.g. HPS_EFULL: its
      * process table is full): the error last logged, and when to try again
      * (CLOCK_MONOTONIC ns; the wait doubles up to 1 s), and when it was
-     * logged (repeated each minute while it lasts).  Maintenance thread
+     * logged (repeated each minute while it lasts); the object that refused
+     * (another one, newly published, is tried at once).  Maintenance thread
      * only. */
     hps_err_t attach_err;
+    dev_t attach_fail_dev;
+    ino_t attach_fail_ino;
     uint64_t attach_logged_ns;
     uint64_t attach_retry_ns;
     uint64_t attach_backoff_ns;

@@ -2,9 +2,12 @@
  * test-pdb-persist.c -- the persistent DB across opens: data kept after
  * close and reopen, read-only opens (work, refuse every write), a database
  * laid out by HugeCTR's HPS (built here with the raw RocksDB C API) read
- * through our API, the lock against a second opener, and removal of a
- * crashed bulk load's leftovers.
+ * through our API, the lock against a second opener, removal of a crashed
+ * bulk load's leftovers, and no write (nor flush at close) after a failed
+ * one.
  */
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <rocksdb/c.h>
@@ -265,10 +268,75 @@ static int try_open(const char *path)
     return rc == HPS_EBUSY && db == NULL ? 0 : 1;
 }
 
+/*
+ * Child of test_failed_write_refuses_more: writes a few rows, then, with
+ * files limited to 1 MiB (RLIMIT_FSIZE, SIGXFSZ ignored: each write past it
+ * fails with EFBIG, as on a full disk), rows until a write fails; then
+ * every write is refused with HPS_EIO without reaching RocksDB, and close
+ * returns HPS_EIO without flushing (Debian's RocksDB aborts when its log
+ * writer is used after a failed write).  Exit status: 0 as expected, else
+ * the step that was not.
+ */
+static int fail_writes(const char *path)
+{
+    hps_pdb_t *db = NULL;
+    hps_pdb_table_t *t = NULL;
+    char msg[512] = "";
+    enum { DIM = 256, N = 1024 };
+    int64_t *keys = calloc(N, sizeof(int64_t));
+    float *v = calloc((size_t)N * DIM, sizeof(float));
+    if (!keys || !v || hps_pdb_open(path, NULL, &db, msg, sizeof(msg)) != 0 ||
+        hps_pdb_table(db, "m", "t", true, &t, msg, sizeof(msg)) != 0)
+        return 10;
+    for (int64_t i = 0; i < N; i++)
+        keys[i] = i;
+    if (hps_pdb_insert(t, 8, keys, 8, v, DIM, msg, sizeof(msg)) != 0)
+        return 11;
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {1 << 20, 1 << 20};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 12;
+    hps_err_t rc = 0;
+    for (int i = 0; i < 64 && rc == 0; i++)
+        rc = hps_pdb_insert(t, N, keys, 8, v, DIM, msg, sizeof(msg));
+    if (rc == 0)
+        return 13; /* never failed */
+    if (hps_pdb_insert(t, 1, keys, 8, v, DIM, msg, sizeof(msg)) != HPS_EIO ||
+        !strstr(msg, "an earlier write"))
+        return 14;
+    if (hps_pdb_meta_put(db, "k", "v", msg, sizeof(msg)) != HPS_EIO)
+        return 15;
+    if (hps_pdb_close(db, msg, sizeof(msg)) != HPS_EIO || !strstr(msg, "not closed"))
+        return 16;
+    return 0;
+}
+
+/* After a failed write the database refuses further writes and is not
+ * flushed at close (fail_writes, in a child process); opened again, it has
+ * the rows written before. */
+static void test_failed_write_refuses_more(void **state)
+{
+    pfx_t *f = *state;
+    int status = p_run_self("test-pdb-persist", "--fail-writes", f->path);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    f->db = p_open(f->path, false, 0);
+    hps_pdb_table_t *t = NULL;
+    T_OK(hps_pdb_table(f->db, "m", "t", false, &t, t_msg, sizeof(t_msg)));
+    int64_t k[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    float got[8 * 256];
+    bool found[8];
+    size_t hits = 0;
+    T_OK(hps_pdb_lookup(t, 8, k, 8, 256, got, found, &hits, t_msg, sizeof(t_msg)));
+    assert_int_equal(hits, 8);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--try-open") == 0)
         return try_open(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--fail-writes") == 0)
+        return fail_writes(argv[2]);
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reopen_keeps_data, p_setup, p_teardown),
@@ -277,6 +345,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_hugectr_layout_compat, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_written_layout_is_hugectr, p_setup, p_teardown),
         cmocka_unit_test_setup_teardown(test_leftover_ingest_dir_removed, p_setup, p_teardown),
+        cmocka_unit_test_setup_teardown(test_failed_write_refuses_more, p_setup, p_teardown),
     };
 
     return cmocka_run_group_tests_name("pdb-persist", tests, NULL, NULL);
