@@ -321,6 +321,11 @@ void coord_serve_stop(coord_t *c);
  * stops the threads and releases the holds. */
 int coord_prev_start(coord_t *c);
 void coord_prev_stop(coord_t *c);
+/* serve.c: a failed build's fallback (c->adopt) takes the serving segment
+ * it held as its own (c->db; c->serving NULL): the answering stops, its
+ * requests stay pending and the segment RELOADING_SERVED for the miss
+ * service this image starts once it serves. */
+void coord_prev_adopt(coord_t *c);
 /* serve.c: a restart found db, the segment a dead coordinator served (and
  * initialize_after_startup = true): when the persistent DB still holds the
  * rows db was built from (hps_shmdb_pdb_token(db) equals the persistent

@@ -603,7 +603,7 @@ int main(int argc, char **argv)
     }
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
     bool reused = false;
-    ex = reloaded && !c.adopt ? hold_serving(&c) : 0;
+    ex = reloaded ? hold_serving(&c) : 0; /* a fallback's too (adopt: coord_prev_adopt) */
     if (!ex)
         ex = coord_segment_lock(&c); /* a second coordinator stops here, having opened nothing */
     if (!ex)

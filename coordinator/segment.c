@@ -307,23 +307,25 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     const char *name = c->conf->volatile_db.shared_memory_name;
     bool reload = getenv(HPS_RELOAD_ENV) != NULL;
     bool keep = c->adopt || (!c->conf->volatile_db.initialize_after_startup && !reload);
-    unsetenv(HPS_RELOAD_ENV); /* not for the processes it may start */
-    /* When not held by coord_segment_hold_serving: a failed build's
-     * fallback (adopt) keeps the previous image alive to the workers until
-     * it beats on the segment itself (coord_segment_serving_release). */
-    int handover = take_handover_fd();
-    if (handover >= 0 && !c->adopt) {
+    unsetenv(HPS_RELOAD_ENV);          /* not for the processes it may start */
+    int handover = take_handover_fd(); /* when not held by coord_segment_hold_serving */
+    if (handover >= 0)
         close(handover);
-        handover = -1;
-    }
     hps_shmdb_proc_opts_t po = proc_opts(c);
     char why[256];
     *ret_reused = false;
     int ex = coord_segment_lock(c);
-    if (ex) {
-        if (handover >= 0)
-            close(handover);
+    if (ex)
         return ex;
+    if (c->serving && c->adopt) {
+        /* A failed build's fallback: the segment it held from the start
+         * (its misses answered meanwhile) is the one it serves again. */
+        coord_prev_adopt(c);
+        HPS_INFO("re-attached /dev/shm/hps.%s and kept its rows (the fallback of a failed "
+                 "build)",
+                 name);
+        *ret_reused = true;
+        return init_missq(c);
     }
     if (c->serving) { /* held from the start (coord_segment_hold_serving, _take_over) */
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded (%s); "
@@ -333,11 +335,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         return ex ? ex : init_missq(c);
     }
     hps_err_t rc = hps_shmdb_attach(name, &po, &c->db);
-    if (rc == 0 && handover >= 0)
-        hps_shmdb_heartbeat(c->db); /* this image is its coordinator now (hold_serving's order) */
-    if (handover >= 0)
-        close(handover); /* the previous image's row: dead from now on, reaped */
-    if (rc == 0 && handover < 0 && other_coordinator(c, c->db, name)) {
+    if (rc == 0 && other_coordinator(c, c->db, name)) {
         c->db = NULL;
         return HPS_EXIT_SEGMENT;
     }

@@ -623,30 +623,48 @@ void coord_prev_drain(coord_t *c)
         nanosleep(&ts, NULL);
 }
 
-void coord_prev_stop(coord_t *c)
+/* Stop answering the serving segment.  keep: its misses are answered
+ * again soon (a fallback, or this process adopting the segment): it stays
+ * RELOADING_SERVED with its requests pending (prev_answering stays set, so
+ * the heartbeat thread leaves them too). */
+static void prev_stop(coord_t *c, bool keep)
 {
     struct coord_prev *p = c->prev;
     if (!p) {
-        if (!c->fallback_handover) /* else it goes on to the fallback as it is */
-            prev_give_up(c);       /* handed over RELOADING_SERVED, and stopped before answering */
+        if (!keep)           /* else it goes on as it is */
+            prev_give_up(c); /* handed over RELOADING_SERVED, and stopped before answering */
         return;
     }
     /* Workers stop asking (they read the state at their next check), the
-     * threads stop, and what was asked meanwhile gets its defaults at once;
-     * unless the segment goes to a fallback that answers it (it stays
-     * RELOADING_SERVED, its requests pending for the fallback). */
-    if (!c->fallback_handover)
+     * threads stop, and what was asked meanwhile gets its defaults at once. */
+    if (!keep)
         hps_shmdb_set_coord_state(p->db, HPS_COORD_RELOADING);
     atomic_store_explicit(&p->stop, true, memory_order_release);
     hps_shmdb_miss_wake(p->db);
     for (unsigned i = 0; i < p->num_threads; i++)
         pthread_join(p->threads[i], NULL);
-    if (!c->fallback_handover) { /* else the heartbeat thread leaves them too */
+    if (!keep) {
         atomic_store(&c->prev_answering, false);
         hps_shmdb_miss_drop_pending(p->db);
     }
     c->prev = NULL;
     prev_free(p); /* the last holds: dropped column families are deleted */
+}
+
+void coord_prev_stop(coord_t *c)
+{
+    prev_stop(c, c->fallback_handover);
+}
+
+void coord_prev_adopt(coord_t *c)
+{
+    prev_stop(c, true);
+    pthread_mutex_lock(&c->serving_lock);
+    c->db = c->serving;
+    c->serving = NULL;
+    pthread_mutex_unlock(&c->serving_lock);
+    atomic_store(&c->prev_answering, false); /* nothing held for the heartbeat thread */
+    __atomic_store_n(&c->beat_db, c->db, __ATOMIC_RELEASE);
 }
 
 int coord_serve_start(coord_t *c)

@@ -369,6 +369,29 @@ def stream_infer(stream, model, kpt, binary=True, timeout=10):
         return None, None
 
 
+def on_tmpfs(cl, name, size_mib, fn):
+    """fn(mnt) with mnt a tmpfs of size_mib MiB of its own under cl's
+    directory (a persistent DB whose disk a test fills); afterwards every
+    process of cl still alive is SIGKILLed (they may hold the mount) and the
+    tmpfs unmounted.  Needs CAP_SYS_ADMIN: returns mount's error message
+    where it fails (the caller skips), else None."""
+    mnt = cl.path(name)
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mib, "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return "cannot mount a tmpfs for the persistent DB: %s" % r.stderr.strip()
+    try:
+        fn(mnt)
+    finally:
+        for p in cl.procs:
+            if p.alive():
+                p.kill(signal.SIGKILL)
+                p.wait(10)
+        subprocess.run(["umount", "-l", mnt])
+    return None
+
+
 class VersionStream(threading.Thread):
     """Lookups of 32 random file keys of table 0 of model "m", back to back,
     on port; each answer must be wholly one version's rows (models: version

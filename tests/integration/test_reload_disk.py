@@ -17,7 +17,6 @@ leaves less room than version 2's files:
 """
 import os
 import signal
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,20 +29,9 @@ def versions(port):
 
 
 def body(t, cl):
-    mnt = cl.path("pdbfs")
-    os.makedirs(mnt)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", mnt],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        H.Tap.skip_all("cannot mount a tmpfs for the persistent DB: %s" % r.stderr.strip())
-    try:
-        run(t, cl, mnt)
-    finally:
-        for p in cl.procs:
-            if p.alive():
-                p.kill(signal.SIGKILL)
-                p.wait(10)
-        subprocess.run(["umount", "-l", mnt])
+    why = H.on_tmpfs(cl, "pdbfs", 400, lambda mnt: run(t, cl, mnt))
+    if why:
+        H.Tap.skip_all(why)
 
 
 def run(t, cl, mnt):
