@@ -93,7 +93,9 @@ typedef struct coord {
      * before this reload (its fallback builds that), or NULL. */
     char *text;
     char *prev_text;
-    bool adopt; /* HPS_ADOPT_ENV: a failed reload's fallback re-attaches the serving segment */
+    /* HPS_ADOPT_ENV: a failed reload's fallback, which serves the serving
+     * segment it holds again (coord_prev_adopt); main thread only */
+    bool adopt;
     /* main.c, main thread only: this failed build hands the serving segment
      * (whose misses it answered, coord_prev_start) to its fallback as a
      * reload hands its own: RELOADING_SERVED, requests pending, this

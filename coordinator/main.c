@@ -659,10 +659,10 @@ int main(int argc, char **argv)
     /* Decided before the segment is released: handed over for a next
      * image (its misses left pending for it), or released as on a stop. */
     bool again = (reload || fallback) && hand_signals_over();
-    /* A fallback re-attaches the serving segment and answers its misses
-     * once it serves (the persistent DB's rows are still the serving
-     * version's unless this build replaced them: load.c, STAGING; then the
-     * fallback ingests them again first): requests wait for it (within
+    /* A fallback holds the serving segment from its start and answers its
+     * misses (from the persistent DB, whose rows are still the serving
+     * version's unless this build replaced them: load.c, STAGING; else once
+     * it has ingested them again): requests wait for it (within
      * miss_timeout_ms), as across a reload's execve(), instead of getting
      * their defaults at once. */
     c.fallback_handover = fallback && again && c.prev != NULL;
