@@ -164,6 +164,32 @@ static void lower_layers(hps_client_t *cl, client_model_t *m, const client_fetch
         free(req);
 }
 
+/* Whether misses are asked for.  Believed not (no coordinator answered at
+ * the last maintenance round, up to 50 ms ago), the segment is looked at
+ * again, at most once a millisecond per client: a coordinator that took the
+ * segment over since (a restart answering what its workers miss) is asked
+ * at once instead of the rest of the round getting defaults.  cl->db
+ * attached, under seg_lock (read). */
+static bool misses_served(hps_client_t *cl)
+{
+    if (atomic_load_explicit(&cl->misses_served, memory_order_relaxed))
+        return true;
+    uint64_t now = hps__client_now_ns();
+    uint64_t last = atomic_load_explicit(&cl->served_checked_ns, memory_order_relaxed);
+    if (now - last < 1000000u ||
+        !atomic_compare_exchange_strong_explicit(&cl->served_checked_ns, &last, now,
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return false;
+    hps_segment_info_t si;
+    bool served =
+        hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true) &&
+        hps_shmdb_segment_info(cl->db, &si) == 0 &&
+        (si.coord_state == HPS_COORD_SERVING || si.coord_state == HPS_COORD_RELOADING_SERVED);
+    if (served) /* the next maintenance round says the same, or better */
+        atomic_store_explicit(&cl->misses_served, true, memory_order_relaxed);
+    return served;
+}
+
 int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, size_t nf, bool count,
                       bool nowait)
 {
@@ -175,11 +201,14 @@ int hps__client_fetch(hps_client_t *cl, client_model_t *m, client_fetch_t *f, si
     int rc = 0;
     for (size_t i = 0; i < nf && rc == 0; i++)
         rc = vdb_part(cl, m, &f[i], &p[i], attached);
-    bool ask =
-        rc == 0 && attached && atomic_load_explicit(&cl->misses_served, memory_order_relaxed);
     size_t missing = 0;
-    for (size_t i = 0; ask && i < nf; i++)
+    for (size_t i = 0; rc == 0 && attached && i < nf; i++)
         missing += p[i].miss;
+    bool ask = rc == 0 && attached &&
+               (missing ? misses_served(cl)
+                        : atomic_load_explicit(&cl->misses_served, memory_order_relaxed));
+    if (!ask)
+        missing = 0;
     if (nowait && missing) { /* the caller asks again where it may wait */
         for (size_t i = 0; i < nf; i++)
             part_free(&p[i]);

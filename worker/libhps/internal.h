@@ -103,8 +103,12 @@ struct hps_client {
     uint64_t attach_backoff_ns;
     _Atomic bool coord_alive;
     /* The coordinator answers the miss queue (SERVING or RELOADING_SERVED):
-     * misses are asked for; maintenance thread writes, any thread reads. */
+     * misses are asked for; maintenance thread writes, any thread reads; a
+     * lookup that finds it false looks at the segment itself, at most once
+     * a millisecond (served_checked_ns, CLOCK_MONOTONIC), and sets it when
+     * a coordinator answers again (fetch.c: misses_served). */
     _Atomic bool misses_served;
+    _Atomic uint64_t served_checked_ns;
     _Atomic bool resolved; /* every model's tables found */
     /* The segment was searched while its coordinator served: the models not
      * found in it are not loaded (explicit model control unloaded them, or
