@@ -1,6 +1,7 @@
 /*
  * pdb-bulk.c -- bulk loading of the persistent database through SST files
- * and external-file ingestion, and loading of whole sparse models.
+ * and external-file ingestion, loading of whole sparse models, and staged
+ * rows (SST files written now and ingested later, hps_pdb_stage_*).
  *
  * Why the sort is not numeric.  RocksDB's default comparator orders keys by
  * memcmp of their bytes, and our keys are the raw little-endian bytes of an
@@ -405,10 +406,6 @@ hps_err_t hps_pdb_load_model(hps_pdb_t *db, const char *model, const hps_modelfi
 }
 
 /* ------------------------------------------------------------------------ */
-/* Leftovers of crashed bulk loads                                           */
-/* ------------------------------------------------------------------------ */
-
-/* ------------------------------------------------------------------------ */
 /* Staged rows: SST files written now, ingested later                        */
 /* ------------------------------------------------------------------------ */
 
@@ -517,6 +514,10 @@ void hps_pdb_stage_close(hps_pdb_stage_t *s)
     free(s->st_what);
     free(s);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Leftovers of crashed bulk loads                                           */
+/* ------------------------------------------------------------------------ */
 
 /* Remove a directory holding plain files only (what bulk loads and stages make). */
 static void rm_flat_dir(const char *dir)
