@@ -917,8 +917,7 @@ typedef struct hps_update_stats {
     int64_t lag;                                /**< gauge: consumer lag (messages), -1 unknown */
     int64_t newest_applied_ms;                  /**< wall clock (ms) of the last apply, 0 none */
     int64_t published_ms;                       /**< wall clock (ms) of this snapshot */
-    uint64_t
-        offset_resets; /**< offset resets: messages may have been skipped (hps_kafka_stats_t) */
+    uint64_t offset_resets;                     /**< offset resets (hps_kafka_stats_t) */
 } hps_update_stats_t;
 
 /** @brief Name of a layer index ("volatile", "persistent", "distributed"), NULL if out of range. */

@@ -266,8 +266,7 @@ static void maint_round(hps_client_t *cl)
     hps_shmdb_proc_heartbeat(cl->db);
     hps_segment_info_t si;
     hps_shmdb_segment_info(cl->db, &si);
-    atomic_store(&cl->misses_served, alive && (si.coord_state == HPS_COORD_SERVING ||
-                                               si.coord_state == HPS_COORD_RELOADING_SERVED));
+    atomic_store(&cl->misses_served, alive && hps__client_state_answers(si.coord_state));
     atomic_store(&cl->coord_alive, alive);
     bool ready = alive && hps__client_models_known(cl);
     if (ready != cl->logged_ready)

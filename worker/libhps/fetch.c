@@ -183,8 +183,7 @@ static bool misses_served(hps_client_t *cl)
     hps_segment_info_t si;
     bool served =
         hps_shmdb_coordinator_alive(cl->db, (uint32_t)cl->conf->hps.worker_timeout_ms, true) &&
-        hps_shmdb_segment_info(cl->db, &si) == 0 &&
-        (si.coord_state == HPS_COORD_SERVING || si.coord_state == HPS_COORD_RELOADING_SERVED);
+        hps_shmdb_segment_info(cl->db, &si) == 0 && hps__client_state_answers(si.coord_state);
     if (served) /* the next maintenance round says the same, or better */
         atomic_store_explicit(&cl->misses_served, true, memory_order_relaxed);
     return served;

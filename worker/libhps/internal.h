@@ -135,6 +135,13 @@ struct hps_client {
     struct client_gpu *gpu; /* GPU mode (gpu.h); NULL for host-only work */
 };
 
+/* Whether a coordinator in state st answers the miss queue (misses_served:
+ * attach.c's maintenance round, fetch.c's look in between). */
+static inline bool hps__client_state_answers(hps_coord_state_t st)
+{
+    return st == HPS_COORD_SERVING || st == HPS_COORD_RELOADING_SERVED;
+}
+
 /* ---- fetch.c: below the GPU cache ----------------------------------------- */
 
 /** One table's part of a fetch (hps__client_fetch). */
