@@ -880,10 +880,10 @@ static int load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st,
                       .has_rec = st->has_rec[t],
                       .had_cf = st->had_cf[t],
                       .files = strdup(st->ident[t].files)};
-        if (ex == 0 && (!e.files || staged_add(&e) != 0))
+        if (ex == 0 && e.files && staged_add(&e) == 0)
+            continue; /* committed or closed by coord_load_models() */
+        if (ex == 0)
             ex = HPS_EXIT_RUNTIME;
-        else if (ex == 0)
-            continue;
         hps_pdb_stage_close(e.stage); /* a failed pass: the old rows stay */
         free(e.files);
     }
