@@ -221,11 +221,17 @@ static bool unshare_works(bool userns)
     return system(cmd) == 0;
 }
 
-/* Remove g_dir and what the cases wrote there. */
+/* Remove g_dir and what the cases wrote there. hosts2 was mounted over
+ * hosts1's mount of /etc/hosts, which makes hosts1 a mount point that unlink
+ * refuses (EBUSY): the binds are undone first. */
 static void cleanup(void)
 {
     const char *names[] = {"resolv.conf", "hosts1", "hosts2"};
     char path[PATH_MAX];
+    while (umount2("/etc/hosts", MNT_DETACH) == 0)
+        ;
+    while (umount2("/etc/resolv.conf", MNT_DETACH) == 0)
+        ;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", g_dir, names[i]);
         unlink(path);
