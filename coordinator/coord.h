@@ -201,8 +201,10 @@ void coord_ident_name(const char *model, const char *table, char *buf, size_t le
  * logged), and recorded in each segment built (hps_shmdb_set_pdb_token).
  * A segment whose token equals the persistent DB's was built from the rows
  * the persistent DB holds (online updates aside, which both get).
- * coord_pdb_token: 0 without a persistent DB or a token. */
+ * coord_pdb_token: 0 without a persistent DB or a token; coord_pdb_token_of
+ * likewise for another handle (a previous persistent DB, serve.c). */
 uint64_t coord_pdb_token(coord_t *c);
+uint64_t coord_pdb_token_of(hps_pdb_t *pdb);
 int coord_pdb_token_renew(coord_t *c);
 /* load-ident.c: write the persistent DB's token into c->db, once its
  * tables are built (a first token for a persistent DB without one, unless

@@ -146,12 +146,17 @@ void coord_ident_name(const char *model, const char *table, char *buf, size_t le
 
 #define TOKEN_NAME "contents" /* metadata entry "hps.meta.contents": 16 hex digits */
 
-uint64_t coord_pdb_token(coord_t *c)
+uint64_t coord_pdb_token_of(hps_pdb_t *pdb)
 {
     char buf[32];
-    if (!c->pdb || hps_pdb_meta_get(c->pdb, TOKEN_NAME, buf, sizeof(buf), NULL, 0) < 0)
+    if (!pdb || hps_pdb_meta_get(pdb, TOKEN_NAME, buf, sizeof(buf), NULL, 0) < 0)
         return 0;
     return strtoull(buf, NULL, 16);
+}
+
+uint64_t coord_pdb_token(coord_t *c)
+{
+    return coord_pdb_token_of(c->pdb);
 }
 
 int coord_pdb_token_renew(coord_t *c)

@@ -443,6 +443,10 @@ struct coord_prev {
     pthread_t threads[HPS_COORD_MISS_THREADS];
     unsigned num_threads;
     _Atomic long warned_s; /* warn_now(): persistent DB failures */
+    /* The serving configuration's persistent DB, opened read-only, where
+     * the reload moved to another path (prev_open_old); closed by
+     * prev_free after the tables' holds.  NULL: the tables are c->pdb's. */
+    hps_pdb_t *old_pdb;
 };
 
 static hps_err_t answer_prev(void *ctx, uint32_t table, size_t n, const void *keys, float *values,
@@ -482,19 +486,70 @@ static void *prev_loop(void *arg)
     return NULL;
 }
 
+/* The serving configuration (c->prev_text, parsed), or NULL. */
+static hps_conf_t *prev_conf(const coord_t *c)
+{
+    hps_conf_t *prev = NULL;
+    if (!c->prev_text || hps_conf_load_string(c->prev_text, "(serving)", &prev, NULL, 0) < 0)
+        return NULL;
+    return prev;
+}
+
 /* Whether the persistent DB this image opened is the one the serving
  * version was built from and read (same type and path in the serving
  * configuration's text): the column families of another would hold other
  * rows under the same names. */
 static bool prev_same_pdb(const coord_t *c)
 {
-    hps_conf_t *prev = NULL;
-    if (!c->prev_text || hps_conf_load_string(c->prev_text, "(serving)", &prev, NULL, 0) < 0)
+    hps_conf_t *prev = prev_conf(c);
+    if (!prev)
         return false;
     const hps_conf_persistent_db_t *a = &prev->persistent_db, *b = &c->conf->persistent_db;
     bool same = a->type == b->type && a->path && b->path && strcmp(a->path, b->path) == 0;
     hps_conf_free(prev);
     return same;
+}
+
+/* A reload that moves the persistent DB ([persistent_db] path changed, or
+ * the type changed to none): the serving configuration's RocksDB, opened
+ * read-only (no lock: nobody writes it any more, and a coordinator that
+ * does would have renewed its contents token), when its contents token is
+ * the one the serving segment was built from; NULL otherwise (logged).
+ * Its rows answer the serving segment's misses while the new one builds,
+ * as c->pdb's do where the path stays. */
+static hps_pdb_t *prev_open_old(const coord_t *c, uint64_t token)
+{
+    hps_conf_t *prev = prev_conf(c);
+    if (!prev)
+        return NULL;
+    const hps_conf_persistent_db_t *a = &prev->persistent_db;
+    hps_pdb_t *old = NULL;
+    char err[512] = "";
+    if (a->type == HPS_CONF_PDB_ROCKS_DB && a->path && token) {
+        hps_pdb_opts_t o;
+        hps_pdb_opts_init(&o);
+        o.read_only = true;
+        o.num_threads = (unsigned)a->num_threads;
+        o.max_batch_size = (size_t)a->max_batch_size;
+        if (hps_pdb_open(a->path, &o, &old, err, sizeof(err)) < 0)
+            old = NULL;
+        else if (coord_pdb_token_of(old) != token) {
+            snprintf(err, sizeof(err), "it holds other rows than the serving segment was built "
+                                       "from (its contents token differs)");
+            hps_pdb_close(old, NULL, 0);
+            old = NULL;
+        }
+        if (old)
+            HPS_INFO("reload: the persistent DB moves; the serving version's misses are read "
+                     "from its previous one, %s, opened read-only",
+                     a->path);
+        else
+            HPS_WARN("reload: the persistent DB moves, and its previous one, %s, cannot answer "
+                     "the serving segment's misses: %s",
+                     a->path, err);
+    }
+    hps_conf_free(prev);
+    return old;
 }
 
 /* No service for the serving segment after all (or no more): RELOADING,
@@ -517,27 +572,33 @@ static void prev_free(struct coord_prev *p)
     for (uint32_t i = 0; i < p->num_tables; i++)
         hps_pdb_table_release(p->tables[i].pdb);
     free(p->tables);
+    if (p->old_pdb)
+        hps_pdb_close(p->old_pdb, NULL, 0);
     free(p);
 }
 
-/* Hold the column families of db's tables and start the threads that
- * answer db's misses from them; true when they run (db is then marked
- * RELOADING_SERVED).  what: "reload" or "restart", for the log. */
-static bool prev_run(coord_t *c, hps_shmdb_t *db, const char *what)
+/* Hold the column families of db's tables in pdb (c->pdb, or the previous
+ * one of prev_open_old, which this takes whatever it returns) and start the
+ * threads that answer db's misses from them; true when they run (db is then
+ * marked RELOADING_SERVED).  what: "reload" or "restart", for the log. */
+static bool prev_run(coord_t *c, hps_shmdb_t *db, hps_pdb_t *pdb, const char *what)
 {
     struct coord_prev *p = calloc(1, sizeof(*p));
     uint32_t n = hps_shmdb_table_count(db), answered = 0;
     if (!p || !(p->tables = calloc(n ? n : 1, sizeof(*p->tables)))) {
         free(p);
+        if (pdb != c->pdb)
+            hps_pdb_close(pdb, NULL, 0);
         return false;
     }
     p->db = db;
+    p->old_pdb = pdb != c->pdb ? pdb : NULL;
     p->num_tables = n;
     for (uint32_t i = 0; i < n; i++) {
         hps_table_info_t ti;
         hps_pdb_table_t *t;
         if (hps_shmdb_table_info(db, i, &ti) < 0 ||
-            hps_pdb_table(c->pdb, ti.model, ti.table, false, &t, NULL, 0) < 0)
+            hps_pdb_table(pdb, ti.model, ti.table, false, &t, NULL, 0) < 0)
             continue;
         hps_pdb_table_hold(t);
         p->tables[i] = (prev_table_t){
@@ -573,7 +634,10 @@ int coord_prev_start(coord_t *c)
     hps_shmdb_t *db = c->serving;
     uint64_t token = db ? hps_shmdb_pdb_token(db) : 0;
     bool same = db && c->pdb && (prev_same_pdb(c) || (token && token == coord_pdb_token(c)));
-    if (!same || c->prev || !prev_run(c, db, "reload"))
+    hps_pdb_t *pdb = same ? c->pdb : NULL;
+    if (db && !same && !c->prev)
+        pdb = prev_open_old(c, token);
+    if (!pdb || c->prev || !prev_run(c, db, pdb, "reload"))
         prev_give_up(c); /* the reload goes on; the serving segment's misses get defaults */
     return 0;
 }
@@ -600,7 +664,7 @@ bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
         HPS_INFO("restart: %zu miss-queue slot%s the previous coordinator held reclaimed "
                  "(requests still waited for are answered now)",
                  requeued, requeued == 1 ? "" : "s");
-    if (!prev_run(c, db, "restart")) {
+    if (!prev_run(c, db, c->pdb, "restart")) {
         pthread_mutex_lock(&c->serving_lock);
         c->serving = NULL;
         pthread_mutex_unlock(&c->serving_lock);

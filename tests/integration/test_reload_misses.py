@@ -24,6 +24,10 @@ segment's misses meanwhile.
     switched to the new version each time;
   - a fifth reload adds a model n: m's column family is kept as it is (no
     re-ingestion) and answers m's misses while n loads, as above;
+  - a sixth and a seventh move the persistent DB to another path (version
+    2) and back (version 1): the serving version's misses are read from
+    the previous path, opened read-only (before: defaults while the new
+    path's column families were ingested);
   - two restarts (SIGTERM, then a new coordinator, initialize_after_startup
     = true, on the other version's files): the new coordinator finds the
     persistent DB's contents token equal to the serving segment's, answers
@@ -89,10 +93,15 @@ def body(t, cl):
     n = cl.gen_model("n", rows=[5000], dims=[4], subdir="n_v1")
     with_n = models[1].ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]
     # four version changes (m's column family re-ingested), then a model
-    # added (m's kept as it is, and answered from while n loads)
-    for i, (v, text) in enumerate([(v, models[v].ini_text) for v in (2, 1, 2, 1)] +
-                                  [(1, with_n)]):
-        cl.write_config("hps.ini", text, settings)
+    # added (m's kept as it is, and answered from while n loads), then the
+    # persistent DB moved to another path and back (the serving version's
+    # misses read from the previous one, opened read-only)
+    moved = settings + [("persistent_db", "path", cl.path("rocksdb-moved"))]
+    steps = ([(v, models[v].ini_text, settings) for v in (2, 1, 2, 1)] +
+             [(1, with_n, settings), (2, models[2].ini_text, moved), (1, with_n, settings)])
+    for i, (v, text, sets) in enumerate(steps):
+        cl.write_config("hps.ini", text, sets)
+        n_ro = c.log().count("opened read-only")
         n_pub = c.log().count("published /dev/shm/hps.")
         n_ans = c.log().count("misses are answered from the persistent DB")
         before = s.during_build
@@ -103,7 +112,11 @@ def body(t, cl):
         t.ok(ok, "reload %d (version %d): published" % (i + 1, v), c.log()[-2000:])
         t.ok(c.log().count("misses are answered from the persistent DB") > n_ans,
              "reload %d: the coordinator answered the serving segment's misses while it "
-             "built (logged)" % (i + 1))
+             "built (logged)" % (i + 1), c.log()[-2000:])
+        if i >= 5:
+            t.ok(c.log().count("opened read-only") > n_ro,
+                 "reload %d: the persistent DB moved: its previous one answered, opened "
+                 "read-only (logged)" % (i + 1), c.log()[-2000:])
         t.ok(H.wait_until(lambda: H.http(w.http_port, "GET", "/v2/models/m").json()
                           .get("versions") == [str(v)], 10),
              "reload %d: the worker switched to version %d" % (i + 1, v))
