@@ -534,8 +534,9 @@ static hps_pdb_t *prev_open_old(const coord_t *c, uint64_t token)
         if (hps_pdb_open(a->path, &o, &old, err, sizeof(err)) < 0)
             old = NULL;
         else if (coord_pdb_token_of(old) != token) {
-            snprintf(err, sizeof(err), "it holds other rows than the serving segment was built "
-                                       "from (its contents token differs)");
+            snprintf(err, sizeof(err),
+                     "it holds other rows than the serving segment was built "
+                     "from (its contents token differs)");
             hps_pdb_close(old, NULL, 0);
             old = NULL;
         }
