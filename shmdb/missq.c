@@ -122,12 +122,19 @@ static uint64_t slab_need(const struct shm_table *t, uint64_t n)
     return hps__round_up(n * t->key_bytes, 64) + hps__round_up(n, 64) + n * t->dim * sizeof(float);
 }
 
+/* Keys of one chunk at most, whatever a slab would hold: a large request's
+ * answers come back chunk by chunk (the coordinator's threads take them in
+ * parallel), so that what was answered before the deadline is the caller's
+ * (hps_shmdb_miss_lookup_many) instead of one slab-sized chunk still being
+ * read when it passes.  A few milliseconds of RocksDB reads. */
+enum { CHUNK_KEYS_MAX = 4096 };
+
 static uint64_t max_keys(const struct shm_missq *q, const struct shm_table *t)
 {
     uint64_t n = q->slab_bytes / (t->key_bytes + 1 + (uint64_t)t->dim * sizeof(float));
     while (n > 0 && slab_need(t, n) > q->slab_bytes)
         n--;
-    return n;
+    return n < CHUNK_KEYS_MAX ? n : CHUNK_KEYS_MAX;
 }
 
 struct slab_view {
@@ -310,8 +317,12 @@ static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
         if (rq->rc == 0)
             chunks += rq->n / per + (rq->n % per != 0);
     }
-    /* At most the queue's slots are ours at once: a ring of chunks in flight. */
-    size_t cap = chunks == 0 ? 0 : chunks < q->nslots ? chunks : q->nslots;
+    /* At most half the queue's slots are ours at once (a ring of chunks in
+     * flight): a large call goes in waves and leaves the other half to the
+     * requests of other threads and processes, instead of making them
+     * HPS_EBUSY until it is done. */
+    size_t share = q ? (q->nslots + 1) / 2 : 0;
+    size_t cap = chunks < share ? chunks : share;
     struct flight stack[FLIGHT_STACK], *fl = stack;
     if (cap > FLIGHT_STACK && !(fl = malloc(cap * sizeof(*fl)))) {
         for (size_t r = 0; r < nreq; r++)

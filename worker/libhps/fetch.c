@@ -147,7 +147,10 @@ static void lower_layers(hps_client_t *cl, client_model_t *m, const client_fetch
         busy |= q->rc == HPS_EBUSY;
         late |= q->rc == HPS_ETIMEDOUT;
         uint32_t dim = m->dims[f[i].table];
-        for (size_t j = 0; q->rc == 0 && j < p[i].miss; j++) {
+        /* Whatever was answered, also when the deadline cut the rest off
+         * (mfound is set only for the keys of answered chunks): the rows
+         * the coordinator found are the caller's, the rest get defaults. */
+        for (size_t j = 0; j < p[i].miss; j++) {
             if (!p[i].mfound[j])
                 continue;
             memcpy(f[i].rows + p[i].midx[j] * dim, p[i].mrows + j * dim, dim * sizeof(float));

@@ -492,7 +492,9 @@ static void test_many_chunked(void **state)
 
 /* No coordinator: 26 tables time out together at the one deadline (not 26
  * deadlines one after another), and every slot, still PENDING, is taken
- * back by the call itself: none is left in use, no reap needed. */
+ * back by the call itself: none is left in use, no reap needed.  The call
+ * holds at most half the queue's 32 slots: 16 chunks were posted (and
+ * counted as timeouts), the other 10 found no time left to be asked. */
 static void test_many_timeout_one_deadline(void **state)
 {
     struct fixture *f = *state;
@@ -515,7 +517,7 @@ static void test_many_timeout_one_deadline(void **state)
     hps_missq_info_t mi;
     HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
     HPS_ASSERT_EQ(mi.in_use, 0);
-    HPS_ASSERT_EQ(mi.timeouts, NT);
+    HPS_ASSERT_EQ(mi.timeouts, 16);
     HPS_ASSERT_EQ(mi.busy, 0);
     batch_free(&b);
 }
@@ -585,7 +587,7 @@ static void test_many_more_than_slots(void **state)
     batch_free(&b);
 }
 
-/* A caller holding every slot of the queue (no coordinator answering). */
+/* A caller holding its share of the queue's slots (no coordinator answering). */
 struct hog {
     hps_shmdb_t *db;
     struct batch *b;
@@ -599,42 +601,90 @@ static void *hog_run(void *arg)
     return NULL;
 }
 
-/* A queue full of another caller's requests: busy at once, counted once per
- * chunk, no wait for the other caller's deadline. */
+/* Start hogs[i] on tables first + 2i and + 2i + 1 (5 keys each), and wait
+ * until the queue has `slots` slots in use. */
+static void start_hogs(struct fixture *f, const uint32_t *ids, struct hog *hogs, struct batch *hb,
+                       pthread_t *th, size_t n, uint32_t first, uint32_t slots)
+{
+    for (size_t i = 0; i < n; i++) {
+        batch_add(&hb[i], ids[first + 2 * i], 5);
+        batch_add(&hb[i], ids[first + 2 * i + 1], 5);
+        hogs[i] = (struct hog){.db = f->db, .b = &hb[i]};
+        HPS_ASSERT_EQ(pthread_create(&th[i], NULL, hog_run, &hogs[i]), 0);
+    }
+    hps_missq_info_t mi;
+    for (int i = 0; i < 500; i++) {
+        HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+        if (mi.in_use == slots)
+            break;
+        usleep(1000);
+    }
+    HPS_ASSERT_EQ(mi.in_use, slots);
+}
+
+static void join_hogs(struct hog *hogs, struct batch *hb, pthread_t *th, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        HPS_ASSERT_ERR(hogs[i].rc, HPS_ETIMEDOUT);
+        batch_free(&hb[i]);
+    }
+}
+
+/* A queue full of other callers' requests (two, each holding its half):
+ * busy at once, counted once per chunk, no wait for their deadline. */
 static void test_many_busy(void **state)
 {
     struct fixture *f = *state;
     uint32_t ids[NT];
     make_tables(f, ids);
     HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
-    struct batch hb = {0}, b = {0};
-    for (uint32_t i = 0; i < 4; i++)
-        batch_add(&hb, ids[i], 5);
+    struct batch hb[2] = {{0}}, b = {0};
+    struct hog hogs[2];
+    pthread_t th[2];
+    start_hogs(f, ids, hogs, hb, th, 2, 0, 4);
     batch_add(&b, ids[5], 5);
     batch_add(&b, ids[6], 5);
-    struct hog h = {.db = f->db, .b = &hb};
-    pthread_t th;
-    HPS_ASSERT_EQ(pthread_create(&th, NULL, hog_run, &h), 0);
-    hps_missq_info_t mi;
-    for (int i = 0; i < 500; i++) { /* until the hog holds every slot */
-        HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
-        if (mi.in_use == 4)
-            break;
-        usleep(1000);
-    }
-    HPS_ASSERT_EQ(mi.in_use, 4);
     uint64_t t0 = t_now_ns();
     HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 5000), HPS_EBUSY);
     HPS_ASSERT_LT(t_now_ns() - t0, 200000000ULL);
     HPS_ASSERT_EQ(b.req[0].rc, HPS_EBUSY);
     HPS_ASSERT_EQ(b.req[1].rc, HPS_EBUSY);
+    hps_missq_info_t mi;
     HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
     HPS_ASSERT_EQ(mi.busy, 2);
-    pthread_join(th, NULL);
-    HPS_ASSERT_ERR(h.rc, HPS_ETIMEDOUT);
+    join_hogs(hogs, hb, th, 2);
     HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
     HPS_ASSERT_EQ(mi.in_use, 0);
-    batch_free(&hb);
+    batch_free(&b);
+}
+
+/* One caller with more chunks than half the queue holds only its half: a
+ * second caller still finds slots (it waits for its answer, here until its
+ * deadline, instead of being refused as busy). */
+static void test_many_half_queue(void **state)
+{
+    struct fixture *f = *state;
+    uint32_t ids[NT];
+    make_tables(f, ids);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
+    struct batch hb[1] = {{0}}, b = {0};
+    struct hog hogs[1];
+    pthread_t th[1];
+    batch_add(&hb[0], ids[2], 5); /* 4 chunks: 2 posted, 2 in a second wave */
+    batch_add(&hb[0], ids[3], 5);
+    start_hogs(f, ids, hogs, hb, th, 1, 0, 2);
+    batch_add(&b, ids[5], 5);
+    batch_add(&b, ids[6], 5);
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 100), HPS_ETIMEDOUT);
+    HPS_ASSERT_EQ(b.req[0].rc, HPS_ETIMEDOUT);
+    HPS_ASSERT_EQ(b.req[1].rc, HPS_ETIMEDOUT);
+    hps_missq_info_t mi;
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.busy, 0);
+    join_hogs(hogs, hb, th, 1);
+    HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
+    HPS_ASSERT_EQ(mi.in_use, 0);
     batch_free(&b);
 }
 
@@ -692,6 +742,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_late_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_more_than_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_half_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_errors, setup, teardown),
     };
     return cmocka_run_group_tests_name("shmdb-missq", tests, NULL, NULL);
