@@ -276,6 +276,14 @@ static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *
     if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] &&
         v->allocation_rate > v->shared_memory_size)
         v->allocation_rate = v->shared_memory_size;
+    /* type = disabled (HugeCTR's volatile DB turned off, e.g. Redis only):
+     * the shared-memory volatile DB that every lookup goes through holds no
+     * rows of its own, whatever the section's other keys say (HugeCTR
+     * applied them to the database that is off). */
+    if (v->type == HPS_CONF_VDB_DISABLED) {
+        v->initial_cache_rate = 0;
+        v->cache_missed_embeddings = false;
+    }
     return rc ? rc : check_globals(c, conf);
 }
 

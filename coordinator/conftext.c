@@ -67,9 +67,11 @@ static char *take_text(const char *env, bool *ret_err)
 static void warn_unsupported(const hps_conf_t *conf)
 {
     if (conf->volatile_db.type == HPS_CONF_VDB_DISABLED)
-        HPS_WARN("[volatile_db] type = disabled: accepted for HugeCTR configurations, but this "
-                 "HPS always serves from the shared-memory volatile DB (multi_process_hash_map); "
-                 "initial_cache_rate sets how many rows it holds");
+        HPS_WARN("[volatile_db] type = disabled: the shared-memory volatile DB, which every "
+                 "lookup goes through, holds no rows at start and keeps none of the misses "
+                 "(initial_cache_rate 0, cache_missed_embeddings false): each key is asked of "
+                 "the coordinator (the distributed DB, then the persistent DB); Kafka updates "
+                 "still go into it");
     for (size_t i = 0; i < conf->num_models; i++) {
         const hps_conf_model_t *m = &conf->models[i];
         static const char *const kinds[] = {[HPS_CONF_CACHE_DYNAMIC] = "dynamic",

@@ -174,9 +174,14 @@ static void test_vdb_disabled_aliases(void **state)
     static const char *const names[] = {"disabled", "disable", "none"};
     (void)state;
     for (size_t i = 0; i < 3; i++) {
-        char *t = ct_fmt("[volatile_db]\ntype = %s\n", names[i]);
+        char *t = ct_fmt("[volatile_db]\ntype = %s\ninitial_cache_rate = 0.5\n"
+                         "cache_missed_embeddings = true\n",
+                         names[i]);
         hps_conf_t *c = ct_load(t);
         assert_int_equal(c->volatile_db.type, HPS_CONF_VDB_DISABLED);
+        /* disabled: the shared-memory volatile DB holds no rows of its own */
+        assert_true(c->volatile_db.initial_cache_rate == 0.0);
+        assert_false(c->volatile_db.cache_missed_embeddings);
         hps_conf_free(c);
         free(t);
     }
