@@ -292,6 +292,13 @@ static int check_request(coord_t *c, const hps_ctl_request_t *rq, hps_conf_t *ne
         snprintf(msg, len, "out of memory");
         return -1;
     }
+    char why[HPS_SHMDB_CTL_MSG_MAX];
+    if (load && !coord_reload_shape_ok(c, next, why, sizeof(why))) {
+        snprintf(msg, len, "failed to load '%s': %.340s", rq->model, why);
+        free(*ret_next);
+        *ret_next = NULL;
+        return -1;
+    }
     if (check_kept(next, keep, rq, msg, len) < 0 ||
         (load && check_files(c, next, rq->model, msg, len) < 0) ||
         !coord_control_room(c, extra, msg, len)) {

@@ -250,6 +250,13 @@ static bool reload_ok(const coord_t *c, const char *path, char **ret_text)
             keep[i] = hps_conf_model_find(c->conf, conf->models[i].name) != NULL;
         hps_conf_keep_models(conf, keep);
     }
+    char why[1024];
+    if (!coord_reload_check(c, conf, why, sizeof(why))) {
+        HPS_ERROR("SIGHUP: %s; the running configuration stays", why);
+        hps_conf_free(conf);
+        free(text);
+        return false;
+    }
     /* pdb: identities are taken (coord_pdb_room); nothing is written */
     coord_t t = {.conf = conf,
                  .key_bytes = conf->hps.supportlonglong ? 8 : 4,
@@ -272,9 +279,9 @@ static bool reload_ok(const coord_t *c, const char *path, char **ret_text)
         free(text);
         return false;
     }
-    if (!same_segment)
+    if (!same_segment) /* no worker attached: coord_reload_check */
         HPS_WARN("SIGHUP: [volatile_db] shared_memory_name changed: the new segment gets the new "
-                 "name, and workers configured with the old one keep the old segment");
+                 "name; workers started with the old one would keep the old segment");
     *ret_text = text;
     return true;
 }

@@ -138,6 +138,17 @@ void hps_shmdb_ctl_release(hps_shmdb_t *db, uint64_t id)
                                                 memory_order_relaxed);
 }
 
+bool hps_shmdb_ctl_withdraw(hps_shmdb_t *db, uint64_t id)
+{
+    uint32_t st;
+    struct shm_ctl_slot *s = find(db, id, 1u << HPS_CTL_PENDING, &st);
+    if (!s || !atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FREE,
+                                                       memory_order_acq_rel, memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&s->id, 0, memory_order_relaxed);
+    return true;
+}
+
 bool hps_shmdb_ctl_busy(hps_shmdb_t *db, const char *model, hps_model_op_t *ret_op)
 {
     for (int i = 0; i < HPS_SHMDB_CTL_SLOTS; i++) {
@@ -155,23 +166,32 @@ bool hps_shmdb_ctl_busy(hps_shmdb_t *db, const char *model, hps_model_op_t *ret_
 
 hps_err_t hps_shmdb_ctl_take(hps_shmdb_t *db, hps_ctl_request_t *ret)
 {
-    struct shm_ctl_slot *oldest = NULL;
-    uint64_t oldest_ns = UINT64_MAX;
-    for (int i = 0; i < HPS_SHMDB_CTL_SLOTS; i++) {
-        struct shm_ctl_slot *s = &ctl(db)->slot[i];
-        uint64_t ns = atomic_load_explicit(&s->stamp_ns, memory_order_relaxed);
-        if (state_of(s) == HPS_CTL_PENDING && ns < oldest_ns) {
-            oldest = s;
-            oldest_ns = ns;
+    for (;;) {
+        struct shm_ctl_slot *oldest = NULL;
+        uint64_t oldest_ns = UINT64_MAX;
+        for (int i = 0; i < HPS_SHMDB_CTL_SLOTS; i++) {
+            struct shm_ctl_slot *s = &ctl(db)->slot[i];
+            uint64_t ns = atomic_load_explicit(&s->stamp_ns, memory_order_relaxed);
+            if (state_of(s) == HPS_CTL_PENDING && ns < oldest_ns) {
+                oldest = s;
+                oldest_ns = ns;
+            }
+        }
+        if (!oldest)
+            return HPS_ENOTFOUND;
+        ret->id = atomic_load_explicit(&oldest->id, memory_order_relaxed);
+        ret->op = oldest->op == HPS_MODEL_UNLOAD ? HPS_MODEL_UNLOAD : HPS_MODEL_LOAD;
+        copy_str(ret->model, sizeof(ret->model), oldest->model);
+        /* PENDING -> TAKEN by CAS: its requester may withdraw it meanwhile
+         * (hps_shmdb_ctl_withdraw), and then it is not ours (look again). */
+        uint32_t st = HPS_CTL_PENDING;
+        if (atomic_compare_exchange_strong_explicit(&oldest->state, &st, HPS_CTL_TAKEN,
+                                                    memory_order_acq_rel, memory_order_acquire)) {
+            atomic_store_explicit(&oldest->stamp_ns, hps__clock_ns(CLOCK_REALTIME),
+                                  memory_order_relaxed);
+            return 0;
         }
     }
-    if (!oldest)
-        return HPS_ENOTFOUND;
-    ret->id = atomic_load_explicit(&oldest->id, memory_order_relaxed);
-    ret->op = oldest->op == HPS_MODEL_UNLOAD ? HPS_MODEL_UNLOAD : HPS_MODEL_LOAD;
-    copy_str(ret->model, sizeof(ret->model), oldest->model);
-    set_state(oldest, HPS_CTL_TAKEN, 0);
-    return 0;
 }
 
 hps_err_t hps_shmdb_ctl_answer(hps_shmdb_t *db, uint64_t id, bool ok, const char *msg)

@@ -204,8 +204,12 @@ bool hps_client_model_loaded(const hps_client_t *c, size_t model);
  *                         may be NULL.
  * @return 0 (done); HPS_EUNSUPPORTED (model control mode none); HPS_EIO
  *         (refused or failed: msg says why); HPS_EBUSY (8 requests already
- *         wait); HPS_EAGAIN (no segment attached); HPS_ETIMEDOUT (no answer
- *         in time: the request may still complete); HPS_EINVAL.
+ *         wait); HPS_EAGAIN (no segment attached, or no coordinator serves
+ *         it: gone, or stopped past worker_timeout_ms, for 200 ms of the
+ *         wait); HPS_ETIMEDOUT (no answer in time, or the client closes);
+ *         HPS_EINVAL.  A wait that ends unanswered takes the request back
+ *         if no coordinator took it yet (msg says "withdrawn: nothing
+ *         changed"), else msg says it may still complete.
  *         Thread-safe; blocks the calling thread only.
  */
 hps_err_t hps_client_model_control(hps_client_t *c, hps_model_op_t op, const char *model,

@@ -414,6 +414,15 @@ hps_err_t hps_shmdb_ctl_status(hps_shmdb_t *db, uint64_t id, hps_ctl_state_t *re
  *         Lock-free; process-safe. */
 void hps_shmdb_ctl_release(hps_shmdb_t *db, uint64_t id);
 
+/** @brief Take request id back while it is still PENDING (no coordinator
+ *         took it): its slot is freed and the request is never carried
+ *         out.  For a requester that stops waiting (its deadline, or no
+ *         live coordinator).  Lock-free; process-safe (a CAS against the
+ *         coordinator's take: exactly one of the two wins).
+ *  @return true when withdrawn; false when it was taken (it may still
+ *          complete), answered or is not in this segment. */
+bool hps_shmdb_ctl_withdraw(hps_shmdb_t *db, uint64_t id);
+
 /**
  * @brief Whether a request for model is waiting or being worked on
  *        (PENDING or TAKEN), and which (*ret_op, may be NULL).  For

@@ -37,7 +37,12 @@ scenario has its own segment and persistent DB; vectors are checked exactly
   (6) explicit mode, a load of 'big' whose build fails (it does not fit):
       a SIGHUP sent while it builds (the INI edited to m version 2) reloads
       after the fallback, and a SIGTERM sent while it builds stops the
-      coordinator (exit 0); both used to be lost with the failed image.
+      coordinator (exit 0); both used to be lost with the failed image;
+  (7) while a worker serves, reloads it could not follow are refused with
+      the reason, and serving goes on exactly: in explicit mode a SIGHUP
+      whose INI lost a loaded model's section, a load of m with another
+      dimension (400), a SIGHUP to another shared_memory_name, and in mode
+      none one to an INI without models.
 """
 import os
 import shutil
@@ -354,10 +359,62 @@ def scenario_signals(t, cl):
                  "(the fallback went on serving)")
 
 
+# ---- (7) what a reload may not change while workers serve -----------------------------
+
+def refused_hup(t, c, what, says):
+    """SIGHUP c: refused, the running configuration stays, the reason logged."""
+    n_hup = c.log().count("SIGHUP: reading")
+    c.kill(signal.SIGHUP)
+    log = after_hup(c, n_hup, lambda x: "configuration stays" in x or "published" in x)
+    t.ok("configuration stays" in log and says in log and "published" not in log,
+         "(7) %s: SIGHUP refused, the reason logged (%r)" % (what, says), log[-1500:])
+
+
+def scenario_unfollowable(t, cl):
+    m, n, o, s, text, c, w = serving_m_n(cl, "s7")
+    port, pid = w.http_port, c.pid
+    # explicit mode: a loaded model's section gone from the INI
+    cl.write_config("hps.ini", text.replace(section(n), ""), s)
+    refused_hup(t, c, "explicit mode, loaded n's section removed",
+                "model n is loaded and its [model.n] section is gone")
+    check_exact(t, port, n, "(7) n still loaded")
+    # a load of m with another dimension: 400 with the reason, m as it was
+    m16 = gen(cl, "s7", "m", ROWS, [16, 4], cl.segment, sub="m_dim16")
+    cl.write_config("hps.ini", with_section(text, m, m16), s)
+    r = try_post(port, "/v2/repository/models/m/load")
+    err = error_of(r)
+    t.ok(r.status == 400 and "dimension 8 with 8-byte keys is served, the INI has dimension 16"
+         in err and "running worker" in err,
+         "(7) load of m with its first table's dimension 8 -> 16 while a worker serves it: 400 "
+         "naming the table and both dimensions", "%d %r" % (r.status, r.body[:500]))
+    check_alive(t, c, pid, [w], "(7) after the refused load")
+    check_exact(t, port, m, "(7) after the refused load, m at dimension 8")
+    # another shared_memory_name: the worker could not follow
+    cl.write_config("hps.ini", text, s + [("volatile_db", "shared_memory_name",
+                                           cl.new_segment_name("s7-other"))])
+    refused_hup(t, c, "another shared_memory_name", "cannot follow")
+    check_alive(t, c, pid, [w], "(7) after the refused SIGHUPs")
+    for x in (m, n):
+        check_exact(t, port, x, "(7) after the refused SIGHUPs")
+    for p in cl.procs:
+        p.kill()
+        p.wait(10)
+    # mode none: an INI with no model at all (cut short by an editor)
+    seg = cl.new_segment_name("s7n")
+    m = gen(cl, "s7n", "m", ROWS, DIMS, seg)
+    s = settings(cl, "s7n", R.SETTINGS)
+    conf = cl.write_config("hps.ini", m.ini_text, s)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    cl.write_config("hps.ini", "", s + [("volatile_db", "shared_memory_name", seg)])
+    refused_hup(t, c, "mode none, an INI without models", "no [model.<name>] section")
+    check_exact(t, w.http_port, m, "(7) mode none, after the refused SIGHUP")
+
+
 def body(t, cl):
     t0 = time.monotonic()
     for scenario in (scenario_edit, scenario_broken, scenario_deleted, scenario_fallback,
-                     scenario_unloaded_bad, scenario_signals):
+                     scenario_unloaded_bad, scenario_signals, scenario_unfollowable):
         try:
             scenario(t, cl)
         except Exception as e:  # noqa: BLE001  (one scenario's failure: the next still runs)

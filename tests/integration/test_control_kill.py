@@ -14,11 +14,16 @@ is submitted again by the client) and n must then serve exactly on both
 workers; then n is unloaded (200) for the next round.  Then n is loaded
 once more and the coordinator SIGKILLed after the load completed: the next
 coordinator loads n again, since the serving segment holds it (a restart
-never unloads what serves).  Over the whole run: m's stream sees 0 failed
-requests and 0 wrong answers.
+never unloads what serves).  Then the coordinator SIGSTOPped, and later
+SIGKILLed: an unload of n is answered 503 within 5 s (it waited 10
+minutes), the request withdrawn, and once a coordinator serves again n is
+still loaded.  Over the whole run: m's stream sees 0 failed requests and 0
+wrong answers (the stream tolerates the stopped coordinator: m's keys are
+all in shared memory).
 """
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -94,6 +99,29 @@ def body(t, cl):
          c.log()[-3000:])
     t.ok("holds models loaded since the start" in c.log(), "its log says why n stays loaded",
          c.log()[-3000:])
+
+    # No coordinator to answer (stopped, then dead): an unload of n is
+    # answered 503 at once and taken back, so nothing happens later.
+    for sig, what in ((signal.SIGSTOP, "stopped"), (signal.SIGKILL, "killed")):
+        c.kill(sig)
+        t0 = time.monotonic()
+        u = H.http(ws[0].http_port, "POST", "/v2/repository/models/n/unload", body=b"{}",
+                   timeout=120)
+        secs = time.monotonic() - t0
+        err = u.json().get("error", "") if u.is_json_error() else ""
+        t.ok(u.status == 503 and "no hps-coordinator serves" in err and "withdrawn" in err
+             and secs < 5, "coordinator %s: unload n answers 503 in %.2f s, the request "
+             "withdrawn (it waited up to 10 minutes)" % (what, secs), "%d %r" % (u.status, u.body))
+        if sig == signal.SIGSTOP:
+            c.kill(signal.SIGCONT)
+        else:
+            c.wait(10)
+            c = cl.start_coordinator(conf)
+        time.sleep(1.0)
+        t.ok(H.wait_until(lambda: all(serves_n(w) for w in ws), 10) and
+             "model control: unload n" not in c.log(),
+             "coordinator %s, then serving again: the withdrawn unload never ran, n serves on "
+             "both workers" % what, c.log()[-2000:])
     R.stop_streams(t, streams, [1])
 
 

@@ -29,7 +29,9 @@ under a stream of exactly checked lookups:
       (from the INI, when it switches segments), and a worker started
       afterwards serves it;
   (8) a 9th request while 8 wait on a stopped coordinator (SIGSTOP): 503
-      with libhps's reason; the 8 are answered once it runs again;
+      with libhps's reason; the 8 are answered 503 once the coordinator has
+      looked gone for 200 ms past worker_timeout_ms, each taken back, and
+      the coordinator, running again, carries out none of them;
   and the stream on m: 0 failed requests, 0 wrong answers, throughout.
 """
 import glob
@@ -269,23 +271,36 @@ def body(t, cl):
 
     # ---- (8) more requests than the segment's 8 control slots ----------------------------
     # (o is unloaded: the coordinator answers its unload at once, when it runs)
+    # (the waits end once the coordinator has looked gone for 200 ms past
+    # worker_timeout_ms, 500 ms here: the 9th comes before)
     c.kill(signal.SIGSTOP)
-    codes = []
-    ths = [threading.Thread(target=lambda i=i: codes.append(
-        post(ports[i % 2], "/v2/repository/models/o/unload", timeout=60).status))
+    t0 = time.monotonic()
+    answers = []
+    ths = [threading.Thread(target=lambda i=i: answers.append(
+        post(ports[i % 2], "/v2/repository/models/o/unload", timeout=60)))
         for i in range(8)]
     for th in ths:
         th.start()
-    time.sleep(1.0)
+    time.sleep(0.3)
     r = post(ports[0], "/v2/repository/models/o/unload")
-    c.kill(signal.SIGCONT)
     t.ok(r.status == 503 and r.is_json_error() and
          r.json()["error"] == "model control: 8 requests already wait; try again",
          "a 9th request while 8 wait on a stopped coordinator: 503 saying why (it said 'busy')",
          r.body[:300])
     for th in ths:
         th.join(60)
-    t.eq(sorted(codes), [200] * 8, "the 8 waiting requests are answered once it runs again")
+    secs = time.monotonic() - t0
+    c.kill(signal.SIGCONT)
+    t.ok(sorted(a.status for a in answers) == [503] * 8 and secs < 5 and
+         all("withdrawn: nothing changed" in a.body.decode() for a in answers),
+         "the 8 waiting requests: 503 within %.1f s, each withdrawn (before, they waited "
+         "for the coordinator, up to 10 minutes)" % secs, [a.body[:200] for a in answers])
+    time.sleep(0.5)
+    n_ctl = c.log().count("model control:")
+    r = post(ports[1], "/v2/repository/models/o/unload")
+    t.ok(r.status == 200 and c.log().count("model control:") == n_ctl + 1,
+         "running again, the coordinator carries out none of the withdrawn requests, and "
+         "answers a new one", c.log()[-1500:])
     olds = glob.glob(os.path.join(cl.tmp, "**", "LOG.old.*"), recursive=True)
     t.ok(len(olds) <= 4, "RocksDB keeps at most 4 old info logs after %d coordinator starts "
          "(each load and unload starts it again): %d" % (c.log().count("persistent DB:"),

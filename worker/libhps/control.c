@@ -16,6 +16,21 @@
 
 #define POLL_NS       10000000L /* 10 ms between looks at the answer */
 #define MAX_RESUBMITS 3         /* times a request not found is asked again */
+/* How long the coordinator must look gone (no liveness lock, or no
+ * heartbeat for worker_timeout_ms: the maintenance round's verdict, every
+ * 50 ms) before a wait for its answer ends: a few rounds, so that one
+ * stale verdict of a client that just attached does not end it. */
+#define GONE_NS 200000000ull
+
+/* Stop waiting for request id: take it back if no coordinator took it yet
+ * (it is then never carried out); true when withdrawn. */
+static bool withdraw(hps_client_t *cl, uint64_t id)
+{
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    bool w = cl->db && hps_shmdb_ctl_withdraw(cl->db, id);
+    pthread_rwlock_unlock(&cl->seg_lock);
+    return w;
+}
 
 static bool explicit_mode(const hps_client_t *cl)
 {
@@ -125,6 +140,7 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
     uint64_t end = hps__client_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     struct timespec ts = {.tv_sec = 0, .tv_nsec = POLL_NS};
     int resubmits = 0;
+    uint64_t gone_since = 0;
     while (rc >= 0) {
         int got = look(cl, id, &rc, text, sizeof(text));
         if (got > 0)
@@ -146,16 +162,26 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
                      MAX_RESUBMITS);
             break;
         }
+        uint64_t now = hps__client_now_ns();
+        gone_since = atomic_load(&cl->coord_alive) ? 0 : gone_since ? gone_since : now;
+        const char *why = NULL;
+        char late[48];
         if (atomic_load(&cl->cancel) || atomic_load(&cl->stop)) {
             rc = HPS_ETIMEDOUT;
-            snprintf(text, sizeof(text),
-                     "the wait was cancelled (the client closes); the request may still complete");
-            break;
-        }
-        if (timeout_ms && hps__client_now_ns() >= end) {
+            why = "the wait was cancelled (the client closes)";
+        } else if (gone_since && now - gone_since >= GONE_NS) {
+            rc = HPS_EAGAIN;
+            why = "no hps-coordinator serves (gone or stopped)";
+        } else if (timeout_ms && now >= end) {
             rc = HPS_ETIMEDOUT;
-            snprintf(text, sizeof(text), "no answer within %u ms; the request may still complete",
-                     timeout_ms);
+            snprintf(late, sizeof(late), "no answer within %u ms", timeout_ms);
+            why = late;
+        }
+        if (why) {
+            /* Withdrawn, it never happens; taken, a coordinator works on it. */
+            snprintf(text, sizeof(text), "%s; %s", why,
+                     withdraw(cl, id) ? "the request was withdrawn: nothing changed"
+                                      : "the request may still complete");
             break;
         }
         nanosleep(&ts, NULL);
