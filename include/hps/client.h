@@ -479,15 +479,44 @@ typedef struct hps_client_gpu_stats {
 /** @brief Client-wide GPU figures.  @return 0; HPS_ENOTFOUND (no GPU). */
 hps_err_t hps_client_gpu_stats(const hps_client_t *c, hps_client_gpu_stats_t *ret);
 
+/** Layers whose online-update counters hps_client_update_stats() reads:
+ *  0 volatile DB, 1 persistent DB, 2 distributed DB (the segment's
+ *  HPS_SHMDB_UPDATE_LAYERS, include/hps/shmdb.h). */
+#define HPS_CLIENT_UPDATE_LAYERS 3
+/** Skipped-message counters of hps_client_update_stats_t, by reason index
+ *  (the segment's HPS_SHMDB_UPDATE_REASONS); the update source names them
+ *  (hps-worker's nv_hps_updates_skipped{reason=...}). */
+#define HPS_CLIENT_UPDATE_REASONS 8
+
+/** The coordinator's online-update (Kafka ingestion) counters of one
+ *  layer, as it last published them (once per stats tick): totals since
+ *  the coordinator started consuming (a coordinator that starts again
+ *  counts from 0).  Monotonic unless noted. */
+typedef struct hps_client_update_stats {
+    uint64_t messages;                           /**< messages received */
+    uint64_t received;                           /**< updates in accepted messages */
+    uint64_t nonfinite;                          /**< of those, with a NaN / Inf value */
+    uint64_t applied;                            /**< updates applied to the layer */
+    uint64_t skipped[HPS_CLIENT_UPDATE_REASONS]; /**< messages skipped, by reason index */
+    uint64_t beacons;                            /**< header-only messages */
+    uint64_t errors;                             /**< consumer errors and updates dropped */
+    int64_t lag;                                 /**< gauge: consumer lag (messages), -1 unknown */
+    int64_t newest_applied_ms; /**< wall clock (ms, CLOCK_REALTIME) of the last apply, 0 none */
+    int64_t published_ms;      /**< wall clock (ms, CLOCK_REALTIME) of the publication */
+    uint64_t offset_resets;    /**< offsets reset after the broker dropped them (retention) */
+} hps_client_update_stats_t;
+
 /**
- * @brief The coordinator's online-update counters of one layer (Kafka
- * ingestion), read from the segment.
- * @param[in] layer  0 .. HPS_SHMDB_UPDATE_LAYERS-1 (include/hps/shmdb.h).
- * @param[out] ret   hps_update_stats_t of include/hps/shmdb.h.
+ * @brief The coordinator's online-update counters of one layer, read from
+ * the segment (lock-free: each field whole, not necessarily one snapshot
+ * of all).  Thread-safe (under the client's segment read lock).
+ * @param[in]  layer  0 .. HPS_CLIENT_UPDATE_LAYERS-1.
+ * @param[out] ret    Host struct; filled on success only.
  * @return 0; HPS_EINVAL (NULL, layer out of range); HPS_ENOTFOUND (not
- *         attached, or the layer publishes none).
+ *         attached, or the layer never published: no update ingestion
+ *         configured, or not for this layer).
  */
-hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, void *ret);
+hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, hps_client_update_stats_t *ret);
 
 /** The coordinator's distributed-DB (Redis Cluster) counters, as it last
  *  published them (about once a second): totals of every table since the
