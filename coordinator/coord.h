@@ -33,14 +33,17 @@ enum {
 #define HPS_COORD_MISS_SLAB_BYTES (1u << 20)
 #define HPS_COORD_MISS_THREADS    2
 
-/* One embedding table as the coordinator knows it. */
+/* One embedding table as the coordinator knows it.  Filled by the main
+ * thread (load.c: coord_load_models) before coord_serve_start() starts the
+ * miss-service threads (pthread_create orders the writes before their
+ * reads) and read-only while they run, ddb_warned_s excepted. */
 typedef struct coord_table {
     const hps_conf_model_t *model;
     uint32_t index;   /* table index within the model */
     const char *name; /* embedding_table_names[index] */
     uint32_t dim;
-    uint32_t vdb_id;      /* id in the segment */
-    hps_pdb_table_t *pdb; /* NULL without a persistent DB */
+    uint32_t vdb_id;      /* id in the segment; set once (see above) */
+    hps_pdb_table_t *pdb; /* NULL without a persistent DB; set once (see above) */
     hps_ddb_table_t *ddb; /* NULL without a distributed DB */
     /* serve.c ddb_warn: CLOCK_MONOTONIC second of this table's last Redis
      * failure warning (at most one a second per table); CAS by the miss
@@ -48,25 +51,30 @@ typedef struct coord_table {
     _Atomic long ddb_warned_s;
 } coord_table_t;
 
+/* hps-coordinator's state.  Fields without a guard of their own are
+ * written by the main thread only, and those the other threads read (db,
+ * pdb, ddb, tables, num_tables, key_bytes, conf) are set before
+ * coord_serve_start() / coord_kafka_start() start them and not changed
+ * until coord_serve_stop() has joined them. */
 typedef struct coord {
     const hps_conf_t *conf;
-    hps_shmdb_t *db;
+    hps_shmdb_t *db;      /* main thread writes (segment.c, serve.c coord_prev_adopt); see above */
     hps_shmdb_t *beat_db; /* the segment the heartbeat thread beats on: db once it is open
                            * (main.c start_heartbeat); atomic (release / acquire) */
-    hps_pdb_t *pdb;
-    hps_ddb_t *ddb; /* Redis Cluster; NULL when [distributed_db] is disabled */
+    hps_pdb_t *pdb;       /* main.c open_pdb, before the segment; closed by shutdown_all */
+    hps_ddb_t *ddb;       /* Redis Cluster; NULL when [distributed_db] is disabled */
     uint32_t key_bytes;
-    coord_table_t *tables; /* by VDB id (index == vdb_id) */
-    uint32_t num_tables;
+    coord_table_t *tables; /* by VDB id (index == vdb_id); main thread fills (load.c) */
+    uint32_t num_tables;   /* main thread (load.c), before the miss threads start */
     pthread_t beat_thread; /* heartbeat, from segment open (a reload: from serving
                               segment hold) to shutdown */
-    bool beating;
-    int beat_stop; /* set (atomic, release) by shutdown_all to end the heartbeat thread */
-    int lock_fd;   /* the segment name's coordinator lock (segment.c), while locked */
-    bool locked;
-    bool staged; /* db is a new segment not yet published under its name (segment.c) */
+    bool beating;          /* beat_thread runs (to join): main thread only */
+    int beat_stop;         /* set (atomic, release) by shutdown_all to end the heartbeat thread */
+    int lock_fd;           /* the segment name's coordinator lock (segment.c), while locked */
+    bool locked;           /* lock_fd holds the lock: main thread only (segment.c) */
+    bool staged;           /* db is a new segment not yet published under its name (segment.c) */
     pthread_t miss_threads[HPS_COORD_MISS_THREADS];
-    unsigned num_miss_threads;
+    unsigned num_miss_threads;       /* started, to join: main thread only (serve.c) */
     struct coord_inserter *inserter; /* serve.c: [distributed_db] cache_missed_embeddings
                                         writes to Redis, off the answer path; NULL if off */
     atomic_int *stop;                /* main.c's stop flag (set by the signal thread or main) */
@@ -298,13 +306,16 @@ bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len
  * can be told. */
 bool coord_pdb_avail(const char *path, uint64_t *ret);
 
-/* ddb_wire.c: the distributed DB.  coord_ddb_open() opens it when
- * [distributed_db] type = redis_cluster (no-op otherwise or when already
- * open; HPS_EXIT_DDB with a logged message on failure); coord_ddb_table()
- * sets ct->ddb (and refuses partitions beyond num_partitions);
- * coord_ddb_check_rows() refuses rows that this configuration would not
- * find (for rows that are kept: load.c); coord_ddb_close() closes it (after
- * the miss service stopped). */
+/* ddb_wire.c: the distributed DB, main thread only.  coord_ddb_open()
+ * opens it when [distributed_db] type = redis_cluster (0; a no-op otherwise
+ * or when already open; HPS_EXIT_DDB with a logged message on failure);
+ * coord_ddb_table() sets ct->ddb (NULL without a distributed DB; 0, or
+ * HPS_EXIT_DDB, logged, for a table it cannot register or partitions
+ * beyond num_partitions); coord_ddb_check_rows() refuses rows that this
+ * configuration would not find (for rows that are kept: load.c; 0 or
+ * HPS_EXIT_DDB, logged); coord_ddb_close() closes it (after the
+ * miss service stopped; flushes the queued access updates; no-op without
+ * one). */
 int coord_ddb_open(coord_t *c);
 int coord_ddb_table(coord_t *c, coord_table_t *ct);
 int coord_ddb_check_rows(coord_t *c, coord_table_t *ct);
@@ -316,8 +327,12 @@ void coord_ddb_close(coord_t *c);
 void coord_ddb_publish(coord_t *c);
 
 /* serve.c: miss-queue service threads; cache_missed_embeddings inserts run
- * after each answer is published (see serve.c).  coord_serve_stop() drains
- * the Redis inserts. */
+ * after each answer is published (see serve.c).  coord_serve_start():
+ * the Redis inserter (when on) and HPS_COORD_MISS_THREADS threads serving
+ * c->db's miss queue; 0 or HPS_EXIT_RUNTIME (logged; what started is
+ * stopped by coord_serve_stop).  coord_serve_stop() stops coord_prev_start's
+ * service, wakes and joins the miss threads, then drains the Redis
+ * inserts; a no-op for what was not started.  Main thread only. */
 int coord_serve_start(coord_t *c);
 void coord_serve_stop(coord_t *c);
 /* serve.c: during a reload, answer the serving segment's misses from the

@@ -20,9 +20,12 @@
 #define MAX_NODES 256     /* size of the node table (it never shrinks) */
 #define NO_NODE   0xffffu /* no node: unserved slot, no ASK target */
 
+/* One connection of a node.  mu is held for as long as one call uses it
+ * (hps__rcluster_conn_take locks it, the call unlocks it when done), so
+ * one thread at a time talks on ctx. */
 typedef struct conn {
     pthread_mutex_t mu;
-    redisContext *ctx; /* NULL: not connected */
+    redisContext *ctx; /* NULL: not connected; read and replaced under mu (destroy: none) */
 } conn_t;
 
 typedef struct node {

@@ -17,20 +17,28 @@
 
 typedef struct hps_pool hps_pool_t;
 
-/* The handle: pointers live here, never in the segment. */
+/* The handle: pointers live here, never in the segment.  Unless a field
+ * says otherwise it is set while the handle is built (create or attach,
+ * one thread, before the handle is returned) and read-only afterwards. */
 struct hps_shmdb {
     uint8_t *base;       /* mapping of the whole object */
     uint64_t size;       /* bytes mapped */
     struct shm_hdr *hdr; /* == base */
-    int fd;
+    int fd;              /* the object (shm_open); closed by detach, the last call */
     int live_fd;   /* own descriptor of the object holding the row's liveness lock, -1 if none */
     int proc_slot; /* row in hdr->procs, -1 if none */
     dev_t dev;     /* the object's identity: handles of one segment in this process */
     ino_t ino;
-    struct hps_shmdb *next_handle; /* this process's handles (segment.c) */
-    hps_pool_t *pool;              /* NULL: batches run in the caller */
-    unsigned nthreads;
-    bool staged;  /* the object is still /dev/shm/.hps.<name>.new (hps_shmdb_publish) */
+    /* This process's handles (segment.c: g_handles): linked, unlinked and
+     * walked (live_fd closed by the fork child handler) under
+     * g_handles_lock only. */
+    struct hps_shmdb *next_handle;
+    hps_pool_t *pool;  /* NULL: batches run in the caller */
+    unsigned nthreads; /* threads of a batch: pool's threads, or 1 */
+    /* The object is still /dev/shm/.hps.<name>.new: set at create, cleared
+     * by hps_shmdb_publish, which is not thread-safe with other calls on
+     * the handle (no lock: the coordinator's main thread only). */
+    bool staged;
     bool created; /* this handle created the object (init_header): only then is the
                    * header's zero_from trusted, never in a segment found on attach,
                    * whose never-used bytes may be anything (corruption) */

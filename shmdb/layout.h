@@ -104,36 +104,56 @@ _Static_assert(sizeof(struct shm_bucket) == 64, "bucket must be one cache line")
 
 /* A partition: the robust writer mutex, a seqlock (gen) over the geometry,
  * and the geometry itself.  Readers snapshot (blk, nb) between two even
- * reads of gen. */
+ * reads of gen.
+ *
+ * Guards ("lock" = this partition's mutex; every write under it, by the
+ * process holding it; docs/architecture.md's table of shared state).  The
+ * whole struct is first written by the table's creator under dir_lock
+ * (table.c: create_partitions), before the release store of
+ * shm_hdr.num_tables publishes the table. */
 struct shm_part {
-    pthread_mutex_t lock; /* process-shared, robust */
+    pthread_mutex_t lock; /* process-shared, robust: the writers' lock */
     /* Geometry, one word so it is never torn: (block offset / 64) << 30 | nb.
      * Readers validate a lookup by re-reading gen, which grows by 2 at every
      * change of geometry (rehash), so a block freed and reused under a slow
-     * reader is detected. */
+     * reader is detected.  Both written under lock with release stores
+     * (write.c: hps__wgrow); readers load them lock-free (map.c). */
     _Atomic uint64_t geom;
     _Atomic uint32_t gen;
     uint32_t pad0;
+    /* Bytes of the block geom names: lock.  (hps_shmdb_partition_info
+     * reads it without the lock, a statistic.) */
     uint64_t blk_bytes;
-    uint64_t pending;      /* block under construction (freed by repair) */
-    _Atomic uint64_t rows; /* live rows */
-    _Atomic uint64_t evictions;
-    _Atomic uint64_t repairs;
-    uint64_t rng; /* xorshift state for evict_random */
+    uint64_t pending; /* block under construction (freed by repair): lock */
+    /* Live rows: written under lock (relaxed atomic); read lock-free as a
+     * statistic and by writers under lock. */
+    _Atomic uint64_t rows;
+    _Atomic uint64_t evictions; /* added under lock (relaxed); read lock-free */
+    _Atomic uint64_t repairs;   /* added under lock after EOWNERDEAD; read lock-free */
+    uint64_t rng;               /* xorshift state for evict_random: lock */
     /* Indirect storage: row id = page << HPS_PAGE_SHIFT | index. */
-    uint64_t pagetab;        /* offset of struct shm_page[HPS_MAX_ROW_PAGES] */
-    _Atomic uint32_t npages; /* pages allocated */
-    uint32_t last_fill;      /* rows handed out from the last page */
-    uint32_t free_row;       /* head of the free-row list, HPS_NO_ROW if empty */
+    /* Offset of struct shm_page[HPS_MAX_ROW_PAGES]: set once at creation
+     * (see above), then read-only; readers bounds-check it. */
+    uint64_t pagetab;
+    /* Pages allocated: written under lock with a release store after the
+     * page's entry (write.c: add_page); read by writers under lock. */
+    _Atomic uint32_t npages;
+    uint32_t last_fill; /* rows handed out from the last page: lock */
+    uint32_t free_row;  /* head of the free-row list, HPS_NO_ROW if empty: lock */
     uint32_t pad1;
-    uint64_t page_bytes; /* bytes of all row pages */
+    /* Bytes of all row pages: lock.  (hps_shmdb_partition_info reads it
+     * without the lock, a statistic.) */
+    uint64_t page_bytes;
     uint8_t reserved[56];
 };
 _Static_assert(sizeof(struct shm_part) % HPS_CACHELINE == 0, "partition must fill cache lines");
 
-/* A table descriptor, in the header's directory. */
+/* A table descriptor, in the header's directory.  dim .. source_rows (and
+ * dtype) are written once while the descriptor is built (state 1, dir_lock
+ * held, table.c: fill_descriptor), before the release store of
+ * shm_hdr.num_tables publishes it; read-only afterwards (plain loads). */
 struct shm_table {
-    _Atomic uint32_t state; /* 0 free, 1 being created, 2 ready */
+    _Atomic uint32_t state; /* 0 free, 1 being created, 2 ready; written under dir_lock */
     uint32_t dim;
     uint32_t key_bytes;
     uint32_t num_partitions;
@@ -302,12 +322,18 @@ struct shm_ctl {
     char result_message[HPS_SHMDB_CTL_MSG_MAX];
 };
 
+/* The header.  Unless a field says otherwise, it is written once by the
+ * creator (segment.c: init_header) before the release fence that precedes
+ * the store of magic, and read-only afterwards. */
 struct shm_hdr {
-    uint64_t magic;      /* 0: HPS_SHM_MAGIC */
+    uint64_t magic;      /* 0: HPS_SHM_MAGIC; stored last by init_header (release fence) */
     uint32_t format;     /* 8: HPS_SHM_FORMAT */
     uint32_t hdr_bytes;  /* 12 */
     uint64_t size_bytes; /* 16: object size = shared_memory_size */
     uint64_t allocation_rate;
+    /* Allocator (alloc.c): written under seg_lock; committed, bump and
+     * free_bytes are atomics (relaxed) so that statistics read them
+     * lock-free; free_head is read and written under seg_lock only. */
     _Atomic uint64_t committed; /* bytes fallocated, from 0 */
     _Atomic uint64_t bump;      /* next unallocated offset */
     _Atomic uint64_t free_bytes;
@@ -315,27 +341,43 @@ struct shm_hdr {
     int32_t creator_pid;
     uint32_t mode;
     uint64_t created_ns;
+    /* The serving coordinator's heartbeat (CLOCK_MONOTONIC ns) and pid:
+     * relaxed stores by the coordinator only (hps_shmdb_heartbeat, one
+     * writer: the flock of the segment name), lock-free readers that only
+     * compare ages. */
     _Atomic uint64_t coord_heartbeat_ns;
     _Atomic int32_t coord_pid;
+    /* Tables published: written under dir_lock with a release store after
+     * the descriptor (table.c); readers load it (acquire) lock-free. */
     _Atomic uint32_t num_tables;
-    _Atomic uint64_t repairs;
+    _Atomic uint64_t repairs; /* robust-mutex repairs, any process (relaxed add) */
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 8];
-    /* Reserved for later parts of the format (0 = absent): miss queue,
-     * GPU-cache registry, update logs. */
+    /* Offsets of optional areas, 0 = absent: each set once, under dir_lock,
+     * by a release store after the area is built (missq.c, hps__area_create
+     * in updlog.c), then never changed; read lock-free with acquire loads
+     * (hence plain uint64_t accessed through _Atomic casts) and
+     * bounds-checked.  Miss queue, GPU-cache registry, update logs. */
     uint64_t missq_off;
     uint64_t gpureg_off;
     uint64_t updlog_off;
-    _Atomic uint32_t coord_state; /* hps_coord_state_t */
+    /* hps_coord_state_t: the coordinator's release stores
+     * (hps_shmdb_set_coord_state), lock-free readers. */
+    _Atomic uint32_t coord_state;
     uint32_t pad_state;
-    uint64_t ustats_off; /* struct shm_ustats (update statistics), 0 = absent */
+    uint64_t ustats_off; /* struct shm_ustats (update statistics), 0 = absent; as missq_off */
     /* Process-table rows of the coordinator that beat last and of the
-     * creator, as gen << 32 | (slot + 1); 0 = none (segment.c, own_ident). */
+     * creator, as gen << 32 | (slot + 1); 0 = none (segment.c, own_ident).
+     * coord_proc: relaxed stores by the coordinator (as coord_pid).
+     * creator_proc: a plain store by the creator once, after magic is
+     * published (hps_shmdb_create), then read-only; a process attaching in
+     * between reads 0 (creator not attached). */
     _Atomic uint64_t coord_proc;
     uint64_t creator_proc;
     /* Offsets at and above it were never handed out by hps__alloc, so their
      * pages are still the zeros tmpfs gives (seg_lock); 0 in segments of
      * builds before it: every allocation is then cleared.  Trusted only by
-     * the process that created the object (hps_shmdb_t.created). */
+     * the process that created the object (hps_shmdb_t.created).  Read and
+     * written under seg_lock (alloc.c: hps__alloc). */
     uint64_t zero_from;
     /* struct shm_ddbstats (the distributed DB's counters), 0 = absent.  Taken
      * from the reserved words below (reserved[8] before it), which no build
@@ -343,7 +385,7 @@ struct shm_hdr {
      * the zeros of a new object) and an older reader never looks, so the
      * header's size, the format word and the layout version stay as they
      * were and both builds keep attaching each other's segments. */
-    uint64_t ddbstats_off;
+    uint64_t ddbstats_off; /* as ustats_off */
     /* The persistent DB contents token its tables were built from
      * (hps_shmdb_set_pdb_token), 0 = unknown; taken from the reserved words
      * like ddbstats_off, so 0 in segments of older builds. */
@@ -402,7 +444,10 @@ struct shm_updslot {
 
 /* A table's ring: head = sequence of the next key; slot of s = s & (cap-1). */
 struct shm_updlog {
-    _Atomic uint64_t head;
+    _Atomic uint64_t head; /* one writer (the coordinator), release stores */
+    /* cap and key_bytes: written once under dir_lock before the release
+     * store of the ring's offset in shm_updlog_dir (updlog.c: ring_create),
+     * then read-only; readers validate cap. */
     uint32_t cap;
     uint32_t key_bytes;
     uint8_t pad[48];

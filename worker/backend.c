@@ -164,9 +164,10 @@ static int64_t wall_ms(void)
 }
 
 /* One family of the coordinator's update statistics (a field of
- * hps_update_stats_t at off), one sample per layer that published. */
-static void update_family(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have,
-                          const char *name, const char *type, const char *help, size_t off)
+ * hps_client_update_stats_t at off), one sample per layer that published. */
+static void update_family(hps_kserve_text_t *x, const hps_client_update_stats_t *st,
+                          const bool *have, const char *name, const char *type, const char *help,
+                          size_t off)
 {
     hps_kserve_text_appendf(x, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
@@ -176,7 +177,8 @@ static void update_family(hps_kserve_text_t *x, const hps_update_stats_t *st, co
                                     *(const unsigned long long *)((const char *)&st[l] + off));
 }
 
-static void update_skipped(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have)
+static void update_skipped(hps_kserve_text_t *x, const hps_client_update_stats_t *st,
+                           const bool *have)
 {
     hps_kserve_text_appendf(x, "# HELP nv_hps_updates_skipped Update messages skipped, by reason\n"
                                "# TYPE nv_hps_updates_skipped counter\n");
@@ -191,7 +193,8 @@ static void update_skipped(hps_kserve_text_t *x, const hps_update_stats_t *st, c
 
 /* Gauges: consumer lag and the age of the newest applied update (layers
  * where they are known). */
-static void update_gauges(hps_kserve_text_t *x, const hps_update_stats_t *st, const bool *have)
+static void update_gauges(hps_kserve_text_t *x, const hps_client_update_stats_t *st,
+                          const bool *have)
 {
     hps_kserve_text_appendf(x, "# HELP nv_hps_update_consumer_lag Kafka messages not yet consumed\n"
                                "# TYPE nv_hps_update_consumer_lag gauge\n");
@@ -213,14 +216,14 @@ static void update_gauges(hps_kserve_text_t *x, const hps_update_stats_t *st, co
  * no layer published (no Kafka ingestion). */
 static void update_metrics(worker_t *w, hps_kserve_text_t *x)
 {
-    hps_update_stats_t st[HPS_SHMDB_UPDATE_LAYERS];
+    hps_client_update_stats_t st[HPS_SHMDB_UPDATE_LAYERS];
     bool have[HPS_SHMDB_UPDATE_LAYERS], any = false;
     for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
         any |= have[l] = hps_client_update_stats(w->client, l, &st[l]) == 0;
     if (!any)
         return;
 #define F(name, field, help)                                                                       \
-    update_family(x, st, have, name, "counter", help, offsetof(hps_update_stats_t, field))
+    update_family(x, st, have, name, "counter", help, offsetof(hps_client_update_stats_t, field))
     F("nv_hps_updates_received", received, "Updates (key, vector) received from Kafka");
     F("nv_hps_updates_nonfinite", nonfinite,
       "Updates received whose vector has a NaN or Inf element (applied, or dropped and counted "

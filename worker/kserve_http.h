@@ -59,7 +59,7 @@ struct hps_kserve {
      * it by num_models (atomic, release); entries are never removed. */
     struct hps__kmodel *models;
     _Atomic size_t num_models;
-    size_t model_cap;
+    size_t model_cap; /* set by hps_kserve_create, then read-only */
     pthread_mutex_t models_mu;
 
     /* Listeners; valid while running. */
@@ -69,6 +69,9 @@ struct hps_kserve {
     int metrics_fd;
     uint16_t bound_http_port;
     uint16_t bound_metrics_port;
+    /* Listeners started: written by hps_kserve_start / _stop, read by
+     * them and hps_kserve_ports; no lock (the caller serializes start,
+     * stop and destroy of one server, include/hps/kserve.h). */
     bool running;
     /* Set while hps_kserve_stop() drains: responses carry Connection: close
      * and the accept policy closes new connections.  Relaxed: a connection

@@ -395,9 +395,10 @@ int hps__shm_write(struct hps__shm_region *r, char *ptr, const void *src, size_t
 /** Large OUTPUT0 buffers kept for reuse (fresh pages cost more than lookups),
  *  page-locked by the backend's pin_output when it has one. */
 struct hps__outpool {
-    pthread_mutex_t mu;
-    float *buf[HPS__OUTPOOL_SLOTS];
-    size_t bytes;
+    pthread_mutex_t mu;             /* guards buf and bytes */
+    float *buf[HPS__OUTPOOL_SLOTS]; /* kept buffers, NULL: an empty slot; mu */
+    size_t bytes;                   /* capacity of the kept buffers, summed; mu */
+    /* Set by hps__outpool_init, then read-only (called outside mu). */
     hps_err_t (*pin)(void *ctx, void *buf, size_t bytes); /* NULL: none */
     void (*unpin)(void *ctx, void *buf, size_t bytes);
     void *ctx;

@@ -38,6 +38,14 @@
  * client to have returned.  Errors: every function returns an hps_err_t
  * (hps/hps.h); hps_client_last_error() gives the calling thread's message
  * of its last failed call.
+ *
+ * NULL: only these take a NULL client: hps_client_close and
+ * hps_client_cancel_waits (no-op), hps_client_model_conf (NULL),
+ * hps_client_model_loaded (false), and hps_client_refresh_models,
+ * _model_state, _model_control, _model_version, _update_stats and
+ * _ddb_stats (HPS_EINVAL).  Every other function dereferences it
+ * (undefined behaviour); likewise a NULL output pointer, unless the
+ * function's comment says it may be NULL or refuses it (HPS_EINVAL).
  */
 #ifndef HPS_CLIENT_H
 #define HPS_CLIENT_H
@@ -108,10 +116,21 @@ hps_err_t hps_client_open(const char *config_file, int device, hps_client_t **re
 
 /**
  * @brief Open a client on a loaded configuration (hps-worker's way).
- * @param[in] conf  Loaded configuration; borrowed: must outlive the client.
- * @param[in] o     Options; NULL = defaults (device 0).
- * @param[out] ret  The client.
- * @return 0; HPS_EINVAL; -ENOMEM; HPS_EIO (a thread could not start).
+ * Sets the process's default log level to the INI's [hps] log_level
+ * unless the program chose one (hps_log_default_level).
+ * @param[in] conf  Loaded configuration; borrowed: must outlive the client
+ *                  (the names of hps_client_model_info() and
+ *                  hps_client_table_info() point into it).  Not modified.
+ * @param[in] o     Options, read during the call only; NULL = a zeroed
+ *                  struct (device 0, instance 0, max_concurrent default).
+ * @param[out] ret  On success the client, owned by the caller until
+ *                  hps_client_close(); on failure not written (the
+ *                  partly opened client is closed before the return, and
+ *                  hps_client_last_error() says why).
+ * @return 0; HPS_EINVAL (conf or ret NULL, o->device < -1); -ENOMEM (also
+ *         when the GPU state or its thread cannot be made); HPS_EIO (the
+ *         maintenance thread could not start).  Thread-safe (no shared
+ *         state but the log level).
  */
 hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_t *o,
                                hps_client_t **ret);
@@ -131,13 +150,16 @@ void hps_client_close(hps_client_t *c);
  * @brief Whether the client is ready: segment attached, every table of
  * every model found, the coordinator serving, the GPU caches built.
  * Lookups are answered before that too (from what is there, else the
- * defaults).  Never blocks.
+ * defaults).  Never blocks for long (takes the client's segment read lock
+ * a moment).  c must not be NULL.  Thread-safe.
  */
 bool hps_client_ready(hps_client_t *c);
 
 /**
- * @brief Wait until hps_client_ready() or timeout_ms passed.
- * @return 0 ready; HPS_ETIMEDOUT.
+ * @brief Wait until hps_client_ready() or timeout_ms passed (polls every
+ * 5 ms).  c must not be NULL.  Thread-safe; blocks the calling thread only.
+ * @return 0 ready; HPS_ETIMEDOUT (also at once after
+ *         hps_client_cancel_waits()).
  */
 hps_err_t hps_client_wait_ready(hps_client_t *c, uint32_t timeout_ms);
 
@@ -152,10 +174,14 @@ hps_err_t hps_client_wait_ready(hps_client_t *c, uint32_t timeout_ms);
  */
 void hps_client_cancel_waits(hps_client_t *c);
 
-/** @brief Whether the coordinator's heartbeat is fresh (false: degraded). */
+/** @brief Whether the coordinator's heartbeat is fresh (false: degraded):
+ *  the client's maintenance thread's last look, an atomic read.  c must not
+ *  be NULL.  Thread-safe, lock-free. */
 bool hps_client_coordinator_alive(hps_client_t *c);
 
-/** @brief The client's CUDA device, or -1 for a host-only client. */
+/** @brief The client's CUDA device as opened (also one that does not exist,
+ *  see hps_client_open), or -1 for a host-only client.  c must not be NULL.
+ *  Thread-safe (immutable after open). */
 int hps_client_device(const hps_client_t *c);
 
 /**
@@ -279,7 +305,11 @@ hps_err_t hps_client_model_find(const hps_client_t *c, const char *name, size_t 
 hps_err_t hps_client_table_find(const hps_client_t *c, size_t model, const char *name,
                                 uint32_t *ret_table);
 
-/** A model as the client serves it (strings owned by the client). */
+/** A model as the client serves it.  name points into the configuration
+ *  (the caller's of hps_client_open_conf, the client's own otherwise, or
+ *  the INI read again by hps_client_refresh_models): valid until
+ *  hps_client_close(), across SIGHUP reloads and model control (a client
+ *  never replaces a model's configuration once it knows it); do not free. */
 typedef struct hps_client_model_info {
     const char *name;
     uint32_t num_tables;
@@ -288,12 +318,16 @@ typedef struct hps_client_model_info {
     bool gpu_cache;     /**< served from GPU caches on this client's device (once built) */
 } hps_client_model_info_t;
 
-/** @brief Describe model @p model.  @return 0; HPS_EINVAL (index out of range). */
+/** @brief Describe model @p model.  c and ret must not be NULL.
+ *  Thread-safe, lock-free (the model's entry is immutable once
+ *  hps_client_num_models() counts it; gpu_cache is an atomic read).
+ *  @return 0; HPS_EINVAL (index out of range; ret untouched). */
 hps_err_t hps_client_model_info(const hps_client_t *c, size_t model, hps_client_model_info_t *ret);
 
 /** A table of a model. */
 typedef struct hps_client_table_info {
-    const char *name;             /**< embedding_table_names[t], owned by the client */
+    /** embedding_table_names[t]: the lifetime of hps_client_model_info_t.name */
+    const char *name;
     uint32_t dim;                 /**< embedding_vecsize_per_table[t]: floats per row */
     uint32_t key_bytes;           /**< 8 or 4 */
     uint32_t max_keys_per_sample; /**< maxnum_catfeature_query_per_table_per_sample[t] */
@@ -307,7 +341,10 @@ typedef struct hps_client_table_info {
     hps_dtype_t storage_type;
 } hps_client_table_info_t;
 
-/** @brief Describe table @p table of model @p model.  @return 0; HPS_EINVAL. */
+/** @brief Describe table @p table of model @p model.  c and ret must not be
+ *  NULL.  Thread-safe (takes the client's segment read lock for rows and
+ *  storage_type).  @return 0; HPS_EINVAL (model or table index out of
+ *  range; ret untouched). */
 hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
                                 hps_client_table_info_t *ret);
 
@@ -483,15 +520,44 @@ typedef struct hps_client_gpu_stats {
 /** @brief Client-wide GPU figures.  @return 0; HPS_ENOTFOUND (no GPU). */
 hps_err_t hps_client_gpu_stats(const hps_client_t *c, hps_client_gpu_stats_t *ret);
 
+/** Layers whose online-update counters hps_client_update_stats() reads:
+ *  0 volatile DB, 1 persistent DB, 2 distributed DB (the segment's
+ *  HPS_SHMDB_UPDATE_LAYERS, include/hps/shmdb.h). */
+#define HPS_CLIENT_UPDATE_LAYERS 3
+/** Skipped-message counters of hps_client_update_stats_t, by reason index
+ *  (the segment's HPS_SHMDB_UPDATE_REASONS); the update source names them
+ *  (hps-worker's nv_hps_updates_skipped{reason=...}). */
+#define HPS_CLIENT_UPDATE_REASONS 8
+
+/** The coordinator's online-update (Kafka ingestion) counters of one
+ *  layer, as it last published them (once per stats tick): totals since
+ *  the coordinator started consuming (a coordinator that starts again
+ *  counts from 0).  Monotonic unless noted. */
+typedef struct hps_client_update_stats {
+    uint64_t messages;                           /**< messages received */
+    uint64_t received;                           /**< updates in accepted messages */
+    uint64_t nonfinite;                          /**< of those, with a NaN / Inf value */
+    uint64_t applied;                            /**< updates applied to the layer */
+    uint64_t skipped[HPS_CLIENT_UPDATE_REASONS]; /**< messages skipped, by reason index */
+    uint64_t beacons;                            /**< header-only messages */
+    uint64_t errors;                             /**< consumer errors and updates dropped */
+    int64_t lag;                                 /**< gauge: consumer lag (messages), -1 unknown */
+    int64_t newest_applied_ms; /**< wall clock (ms, CLOCK_REALTIME) of the last apply, 0 none */
+    int64_t published_ms;      /**< wall clock (ms, CLOCK_REALTIME) of the publication */
+    uint64_t offset_resets;    /**< offsets reset after the broker dropped them (retention) */
+} hps_client_update_stats_t;
+
 /**
- * @brief The coordinator's online-update counters of one layer (Kafka
- * ingestion), read from the segment.
- * @param[in] layer  0 .. HPS_SHMDB_UPDATE_LAYERS-1 (include/hps/shmdb.h).
- * @param[out] ret   hps_update_stats_t of include/hps/shmdb.h.
+ * @brief The coordinator's online-update counters of one layer, read from
+ * the segment (lock-free: each field whole, not necessarily one snapshot
+ * of all).  Thread-safe (under the client's segment read lock).
+ * @param[in]  layer  0 .. HPS_CLIENT_UPDATE_LAYERS-1.
+ * @param[out] ret    Host struct; filled on success only.
  * @return 0; HPS_EINVAL (NULL, layer out of range); HPS_ENOTFOUND (not
- *         attached, or the layer publishes none).
+ *         attached, or the layer never published: no update ingestion
+ *         configured, or not for this layer).
  */
-hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, void *ret);
+hps_err_t hps_client_update_stats(hps_client_t *c, uint32_t layer, hps_client_update_stats_t *ret);
 
 /** The coordinator's distributed-DB (Redis Cluster) counters, as it last
  *  published them (about once a second): totals of every table since the
@@ -527,13 +593,28 @@ hps_err_t hps_client_ddb_stats(hps_client_t *c, hps_client_ddb_stats_t *ret);
  * @brief Page-lock a host buffer the caller reuses for outputs
  * (cudaHostRegister, portable), so lookups copy rows from the device
  * straight into it.
- * @param[in] buf  Host memory, bytes long, not in use by a lookup.
+ * @param[in] buf  Host memory, bytes long, not in use by a lookup; stays
+ *                 the caller's: unregister it with
+ *                 hps_client_host_unregister() before freeing it.
  * @return 0; HPS_EUNSUPPORTED (host-only client, no GPU cache); HPS_EIO
- *         (CUDA refused; the buffer stays usable, pageable).
+ *         (CUDA refused, e.g. already registered; the buffer stays
+ *         usable, pageable).  Thread-safe.
  */
 hps_err_t hps_client_host_register(hps_client_t *c, void *buf, size_t bytes);
 
-/** @brief Undo a successful hps_client_host_register() of buf (bytes long). */
+/**
+ * @brief Undo a successful hps_client_host_register() of buf (cudaHostUnregister).
+ * @param[in] buf    The pointer passed to hps_client_host_register().
+ * @param[in] bytes  The length registered: only subtracted from
+ *                   hps_client_gpu_stats_t.pinned_bytes.
+ * No lookup may be using buf as its output (CUDA's rule: unregistering
+ * memory that a copy in flight targets is undefined); lookups that start
+ * afterwards see it pageable and copy through a staging buffer.  A buf
+ * that was not registered (or twice unregistered) makes CUDA refuse: that
+ * is logged, and pinned_bytes is still reduced by bytes.  No-op on a
+ * client without GPU caches.  Errors are not returned.  Thread-safe
+ * (CUDA's registration is, and the counter is atomic).
+ */
 void hps_client_host_unregister(hps_client_t *c, void *buf, size_t bytes);
 
 #ifdef __cplusplus

@@ -142,7 +142,16 @@ hps_err_t hps_ddb_key_name(const char *model, const char *table, unsigned part, 
  */
 hps_err_t hps_ddb_open(const hps_ddb_opts_t *opts, hps_ddb_t **ret, char *err, size_t err_len);
 
-/** @brief Close the handle and its tables.  NULL: no-op.  Last call. */
+/**
+ * @brief Close the handle: stop the access-tracking thread after it has
+ *        written the touches still queued (each a pipelined exec bounded by
+ *        timeout_ms, so this may block that long per batch), free every
+ *        table (each hps_ddb_table_t of db becomes invalid) and close the
+ *        cluster connections.  No Redis data is changed beyond those
+ *        touches.  NULL: no-op.
+ * Not thread-safe: the last call on db; no other call on db or its tables
+ * may be running or follow.
+ */
 void hps_ddb_close(hps_ddb_t *db);
 
 /**
@@ -325,7 +334,14 @@ hps_err_t hps_ddb_record_set(hps_ddb_table_t *t, const char *rec, char *err, siz
  */
 hps_err_t hps_ddb_drop(hps_ddb_table_t *t, char *err, size_t err_len);
 
-/** @brief Copy the counters.  Thread-safe (relaxed reads). */
+/**
+ * @brief Copy the counters since hps_ddb_open() into *ret (every field).
+ * @param[in]  db   An open DDB (not NULL).
+ * @param[out] ret  Host struct (not NULL).
+ * Thread-safe, lock-free: relaxed atomic loads, each field whole, not one
+ * snapshot of all (a lookup in flight may be counted in lookup_keys and not
+ * yet in lookup_hits).
+ */
 void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret);
 
 #ifdef __cplusplus

@@ -356,7 +356,13 @@ uint64_t hps_gcache_num_sets(const hps_gcache_t *cache);
  */
 hps_err_t hps_gcache_ws_create(hps_gcache_t *cache, uint64_t max_keys, hps_gcache_ws_t **ret_ws);
 
-/** @brief Free a workspace (NULL is a no-op); synchronizes the device first. */
+/**
+ * @brief Free a workspace (NULL is a no-op).  Synchronizes the whole device
+ * first (cudaDeviceSynchronize: every stream of this process), so lookups
+ * enqueued with ws have completed.  Reads ws's cache: call it BEFORE
+ * hps_gcache_destroy() of that cache.  No other call may be using ws
+ * (enqueuing with it) at the same time.
+ */
 void hps_gcache_ws_destroy(hps_gcache_ws_t *ws);
 
 /**
@@ -413,7 +419,14 @@ hps_err_t hps_gcache_lookup_stored(hps_gcache_t *cache, hps_gcache_ws_t *ws, con
 hps_err_t hps_gcache_set_create(hps_gcache_t *const *caches, uint32_t num_tables,
                                 hps_gcache_set_t **ret);
 
-/** @brief Free a set (NULL is a no-op); synchronizes the device first. */
+/**
+ * @brief Free a set (NULL is a no-op).  Synchronizes the whole device first
+ * (cudaDeviceSynchronize), so lookups enqueued with set have completed.
+ * It reads none of the caches, so it may come before or after their
+ * hps_gcache_destroy(); but the set must not be used for a lookup once any
+ * of its caches is destroyed (its device copy points into their memory).
+ * No other call may be using set at the same time.
+ */
 void hps_gcache_set_destroy(hps_gcache_set_t *set);
 
 /**

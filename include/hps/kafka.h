@@ -101,10 +101,21 @@ hps_err_t hps_kafka_model_regex(const char *filter, char *buf, size_t len);
 hps_err_t hps_kafka_group_name(const char *layer, bool shared, const char *host, char *buf,
                                size_t len);
 
-/** @brief Producer key group of a key: rrxmrrxmsx_0((u64)key) % num_groups (num_groups >= 1). */
+/**
+ * @brief Producer key group of a key: hps_rrxmrrxmsx_0(key) % num_groups
+ *        (include/hps/hps.h: HugeCTR's mixer, so groups match HugeCTR's
+ *        producers).  32-bit keys zero-extended, int64 keys reinterpreted.
+ * @param[in] num_groups  >= 1; 0 is taken as 1 (every key in group 0).
+ * @return 0 .. num_groups-1.  Pure; thread-safe.
+ */
 uint32_t hps_kafka_key_group(uint64_t key, uint32_t num_groups);
 
-/** @brief HugeCTR's kafka_key_group_partitioner: (group & 0x7fffffff) % partition_count. */
+/**
+ * @brief HugeCTR's kafka_key_group_partitioner (HugeCTR v24.06,
+ *        message_sink kafka): (group & 0x7fffffff) % partition_count.
+ * @return 0 .. partition_count-1; 0 for partition_count <= 0 (not an
+ *         error).  Pure; thread-safe.
+ */
 int32_t hps_kafka_partition_of(uint32_t group, int32_t partition_count);
 
 /* ---- Consumer ------------------------------------------------------------ */
@@ -276,10 +287,23 @@ void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *
  */
 bool hps_kafka_consumer_unreachable(hps_kafka_consumer_t *c);
 
-/** @brief Snapshot of the counters.  Thread-safe (relaxed reads). */
+/**
+ * @brief Copy the counters into *ret (every field; c and ret not NULL).
+ * Thread-safe, lock-free: relaxed atomic loads, each field whole, not one
+ * snapshot of all.  Without librdkafka: zeros, lag -1.
+ */
 void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret);
 
-/** @brief Close (leaves the group) and free; NULL is a no-op.  Not while run() is running. */
+/**
+ * @brief Close and free: wait up to 5 s for the asynchronous commits in
+ *        flight, leave the group (rd_kafka_consumer_close: a revocation
+ *        commits what was applied), then free.  Blocks while librdkafka
+ *        closes (bounded by its own timeouts).  Errors are not reported
+ *        (a lost commit only means messages are read again).  NULL: no-op.
+ * Not thread-safe: hps_kafka_consumer_run() must have returned, and no
+ * other call on c may be running or follow; a consumer named as @p from of
+ * hps_kafka_consumer_start_at() may be destroyed once that call returned.
+ */
 void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c);
 
 #endif

@@ -109,9 +109,13 @@ hps_err_t hps_modelfile_open(const char *dir, uint32_t dim, hps_modelfile_t **re
 hps_err_t hps_modelfile_check_open(const char *dir, uint32_t dim, char *err, size_t err_len);
 
 /**
- * @brief Close a table opened by hps_modelfile_open().
- * @param[in] mf  The table, or NULL (no-op).  Must not be in use by another
- *                thread; the handle is invalid afterwards.
+ * @brief Close a table opened by hps_modelfile_open(): close its two file
+ *        descriptors (key and vector files; the files are not changed) and
+ *        free the handle.  close(2) errors are ignored (the files were only
+ *        read).  The string of hps_modelfile_dir() is freed with it.
+ * @param[in] mf  The table, or NULL (no-op).  No other call on mf may be
+ *                running (a hps_modelfile_read() of another thread
+ *                included); the handle is invalid afterwards.
  */
 void hps_modelfile_close(hps_modelfile_t *mf);
 

@@ -304,7 +304,15 @@ hps_err_t hps_pdb_stage_rows(hps_pdb_stage_t *s, size_t n, const void *keys, uin
  */
 hps_err_t hps_pdb_stage_ingest(hps_pdb_stage_t *s, hps_pdb_table_t *t, char *err, size_t err_len);
 
-/** @brief Remove the stage's files not ingested and its directory; free it.  NULL: no-op. */
+/**
+ * @brief Remove the stage's files not ingested and its directory; free it.
+ *        Files already ingested belong to their table and stay.  Failures
+ *        to remove (unlink, rmdir) are ignored, not reported: what is left
+ *        is removed by the next hps_pdb_open() of the path.  The database
+ *        is not touched, so this may also follow hps_pdb_close().
+ *        NULL: no-op.  No other call on s may be running (stages are
+ *        independent; one thread at a time each).
+ */
 void hps_pdb_stage_close(hps_pdb_stage_t *s);
 
 /**

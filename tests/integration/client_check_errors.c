@@ -168,13 +168,13 @@ void cc_check_errors(hps_client_t *c, const char *config)
                HPS_EINVAL);
     hps_model_state_t mstate;
     uint32_t version;
-    uint64_t ustats[512]; /* hps_update_stats_t (shmdb.h), untouched by the refusal */
+    hps_client_update_stats_t ustats;
     expect_err("hps_client_model_state model index SIZE_MAX",
                hps_client_model_state(c, SIZE_MAX, &mstate, NULL), HPS_EINVAL);
     expect_err("hps_client_model_version model index SIZE_MAX",
                hps_client_model_version(c, SIZE_MAX, &version), HPS_EINVAL);
     expect_err("hps_client_update_stats layer UINT32_MAX",
-               hps_client_update_stats(c, UINT32_MAX, ustats), HPS_EINVAL);
+               hps_client_update_stats(c, UINT32_MAX, &ustats), HPS_EINVAL);
     expect_err("hps_client_refresh_models NULL client", hps_client_refresh_models(NULL, NULL),
                HPS_EINVAL);
     expect_err("hps_client_table_info model index = num_models",

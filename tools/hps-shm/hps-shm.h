@@ -40,11 +40,27 @@ typedef struct hps__tool {
 
 /* ---- subcommands (each returns an exit status) --------------------------- */
 
+/* Each takes the parsed command line; main.c has checked the number of
+ * positional arguments (its command table) and that argv[0], where there
+ * is one, is a valid segment NAME.  Each returns HPS__TOOL_OK, or
+ * HPS__TOOL_FAIL after printing the error (stderr, text) as described at
+ * the top of this file; output goes to stdout (text, or one JSON document
+ * with t->json).  The segment is attached as HPS_ROLE_TOOL for the call
+ * and detached before it returns.  Main thread only (the tool is single
+ * threaded).  What each does is main.c's usage text: */
+/** ls: list /dev/shm's segments and their status (no argument). */
 int hps__tool_cmd_ls(const hps__tool_t *t);
+/** info NAME: header, tables, processes and GPU caches of one segment. */
 int hps__tool_cmd_info(const hps__tool_t *t);
+/** get NAME MODEL TABLE KEY...: the vector of each key (counts as lookups). */
 int hps__tool_cmd_get(const hps__tool_t *t);
+/** dump NAME MODEL TABLE DIR: write DIR/key and DIR/emb_vector (HugeCTR's
+ *  sparse model files; fp32, decoded from the storage type). */
 int hps__tool_cmd_dump(const hps__tool_t *t);
+/** check NAME: full consistency walk; HPS__TOOL_FAIL when a problem is found. */
 int hps__tool_cmd_check(const hps__tool_t *t);
+/** rm NAME: remove the segment; refused (HPS__TOOL_FAIL) while other
+ *  processes are attached, unless t->force. */
 int hps__tool_cmd_rm(const hps__tool_t *t);
 
 /**

@@ -768,19 +768,37 @@ hps_err_t hps_client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *r
     return rc;
 }
 
-hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, void *ret)
+_Static_assert(HPS_CLIENT_UPDATE_LAYERS == HPS_SHMDB_UPDATE_LAYERS, "update layers differ");
+_Static_assert(HPS_CLIENT_UPDATE_REASONS == HPS_SHMDB_UPDATE_REASONS, "update reasons differ");
+
+hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, hps_client_update_stats_t *ret)
 {
     if (!cl || !ret || layer >= HPS_SHMDB_UPDATE_LAYERS)
         return hps__client_fail(HPS_EINVAL, "update statistics: bad argument (layer %u of %d)",
                                 layer, HPS_SHMDB_UPDATE_LAYERS);
+    hps_update_stats_t s;
     pthread_rwlock_rdlock(&cl->seg_lock);
-    hps_err_t rc = cl->db ? hps_shmdb_update_stats_get(cl->db, layer, ret) : HPS_ENOTFOUND;
+    bool attached = cl->db != NULL;
+    hps_err_t rc = attached ? hps_shmdb_update_stats_get(cl->db, layer, &s) : HPS_ENOTFOUND;
     pthread_rwlock_unlock(&cl->seg_lock);
     if (rc < 0)
-        hps__client_fail(rc, "update statistics of the %s layer: %s",
-                         hps_shmdb_update_layer_name(layer),
-                         cl->db ? "none published" : "not attached");
-    return rc;
+        return hps__client_fail(rc, "update statistics of the %s layer: %s",
+                                hps_shmdb_update_layer_name(layer),
+                                attached ? "none published" : "not attached");
+    /* Field by field: the segment's struct (include/hps/shmdb.h, not
+     * installed) may grow without changing the installed one. */
+    *ret = (hps_client_update_stats_t){.messages = s.messages,
+                                       .received = s.received,
+                                       .nonfinite = s.nonfinite,
+                                       .applied = s.applied,
+                                       .beacons = s.beacons,
+                                       .errors = s.errors,
+                                       .lag = s.lag,
+                                       .newest_applied_ms = s.newest_applied_ms,
+                                       .published_ms = s.published_ms,
+                                       .offset_resets = s.offset_resets};
+    memcpy(ret->skipped, s.skipped, sizeof(ret->skipped));
+    return 0;
 }
 
 hps_err_t hps_client_ddb_stats(hps_client_t *cl, hps_client_ddb_stats_t *ret)

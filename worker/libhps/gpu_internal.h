@@ -150,14 +150,17 @@ struct client_gpu {
      * client's models: those it knew at start, then those it learned from
      * its INI (hps__client_gpu_learned fills the entry under mu, then
      * publishes the count; entries never move).  ws_slots: workspace slots
-     * of every GPU-cached model's tables so far (under mu). */
+     * of every GPU-cached model's tables so far: written under mu
+     * (model_slots), read under mu (hps__client_ctx_slots, and
+     * hps__client_ctx_new from hps__client_ctx_get), except the GPU thread's
+     * own first context (gpu_build.c gpu_thread), which reads it without mu. */
     gmodel_t *models;
     _Atomic size_t num_models;
     size_t ws_slots;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     gctx_t *free_ctx;
-    gctx_t *all_ctx; /* every context, for stop (linked by next while free) */
+    gctx_t *all_ctx; /* unused: no code reads or writes it (contexts are in ctxs) */
     gctx_t **ctxs;
     size_t num_ctx, max_ctx;
     job_t queue[QUEUE_SLOTS];
@@ -168,7 +171,7 @@ struct client_gpu {
     _Atomic bool ready;
     _Atomic bool stop;
     pthread_t thread;
-    bool started;
+    bool started; /* thread runs: set by hps__client_gpu_start (open), read by stop (close) */
     /* update-log follower (GPU thread only) */
     void *upd_raw;       /* UPD_BATCH keys of the table's width */
     uint32_t *upd_k32;   /* UPD_BATCH narrowed keys */

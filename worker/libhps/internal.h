@@ -52,7 +52,10 @@ typedef struct client_model {
     float *defaults;       /* (T), immutable after open */
     uint32_t *vdb_ids;     /* (T) table ids in the segment; written under seg_lock (write) */
     _Atomic bool resolved; /* every table found in the segment; written under seg_lock (write) */
-    _Atomic bool served;   /* resolved at least once (Triton lists never-loaded models by name) */
+    /* Resolved at least once (Triton lists never-loaded models by name):
+     * set, never cleared, under seg_lock (write) by resolve(); read
+     * lock-free by any thread. */
+    _Atomic bool served;
     /* The segment holds the model with other dimensions or key width than
      * this client serves (its INI changed): lookups fail instead of answering
      * defaults.  Written under seg_lock (write), with resolved. */
@@ -69,14 +72,16 @@ typedef struct client_model {
     client_pathsel_t *tpath; /* (T) calls with keys of table t only; immutable pointer */
 } client_model_t;
 
+/* Fields marked "immutable" are set by hps_client_open_conf before the
+ * client is returned (and before its threads start) and only read after. */
 struct hps_client {
-    const hps_conf_t *conf;
-    hps_conf_t *own_conf; /* loaded by hps_client_open(), freed by close; else NULL */
-    int device;           /* CUDA device, or -1: host only */
-    int instance;
+    const hps_conf_t *conf; /* immutable (borrowed, or own_conf) */
+    hps_conf_t *own_conf;   /* loaded by hps_client_open(), freed by close; else NULL; immutable */
+    int device;             /* CUDA device, or -1: host only; immutable */
+    int instance;           /* immutable */
     pid_t pid; /* the process that opened the client (a forked child is not it); immutable */
-    unsigned max_concurrent;
-    uint32_t key_bytes; /* 8 (supportlonglong) or 4; immutable */
+    unsigned max_concurrent; /* immutable */
+    uint32_t key_bytes;      /* 8 (supportlonglong) or 4; immutable */
     /* The segment; swapped by the maintenance thread when a new coordinator
      * recreates it.  Lookups hold seg_lock for reading, the swap and table
      * resolution for writing. */
@@ -101,6 +106,8 @@ struct hps_client {
     uint64_t attach_logged_ns;
     uint64_t attach_retry_ns;
     uint64_t attach_backoff_ns;
+    /* The coordinator's heartbeat is fresh: maintenance thread writes
+     * (attach.c, each round), any thread reads. */
     _Atomic bool coord_alive;
     /* The coordinator answers the miss queue (SERVING or RELOADING_SERVED):
      * misses are asked for; maintenance thread writes, any thread reads; a
@@ -128,6 +135,8 @@ struct hps_client {
     hps_conf_t **learned;
     size_t num_learned;
     struct stat conf_stat;
+    /* The maintenance thread: set by hps__client_maint_start (open), read
+     * and cleared by hps__client_maint_stop (close, after stop is set). */
     pthread_t maint;
     bool maint_started;
     _Atomic bool stop;      /* set by hps_client_close() */

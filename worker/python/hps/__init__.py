@@ -228,6 +228,11 @@ class HPS:
                                            out_tensor_capsule)
 
     def close(self):
+        """Close every Client this object opened (Client.close(): leave the
+        segment and the GPU caches, after the calls in flight on them).
+        Idempotent; thread-safe.  A later lookup opens a new Client for its
+        device_id.  Arrays returned by earlier lookups stay valid (they own
+        their memory)."""
         with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()

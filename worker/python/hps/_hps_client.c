@@ -629,6 +629,11 @@ static PyObject *client_close(client_object *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(enter_doc, "__enter__() -> self: for `with hps.Client(...) as c:`.  Raises "
+                        "hps.Error (HPS_EINVAL) when the client is closed.");
+PyDoc_STRVAR(exit_doc, "__exit__(*exc_info) -> False: close() (the exception, if any, "
+                       "propagates).");
+
 static PyObject *client_enter_ctx(client_object *self, PyObject *unused)
 {
     (void)unused;
@@ -696,8 +701,8 @@ static PyMethodDef client_methods[] = {
     {"unload_model", (PyCFunction)(void (*)(void))hpspy_client_unload_model,
      METH_FASTCALL | METH_KEYWORDS, hpspy_client_unload_model_doc},
     {"close", (PyCFunction)client_close, METH_NOARGS, close_doc},
-    {"__enter__", (PyCFunction)client_enter_ctx, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, NULL},
+    {"__enter__", (PyCFunction)client_enter_ctx, METH_NOARGS, enter_doc},
+    {"__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, exit_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -99,6 +99,22 @@ class LookupLayer(_torch.nn.Module):
         return c
 
     def forward(self, keys):
+        """forward(keys) -> tensor of shape keys.shape + (emb_vec_size,).
+
+        keys: int64 or int32 keys of any shape, a torch tensor (CPU, or CUDA
+        on any device) or anything torch.as_tensor takes; flattened (a copy
+        only when not contiguous).  Returns a new tensor (not requiring
+        grad) on keys.device, float32 or the layer's dtype, owned by the
+        caller.  CUDA keys: the lookup is enqueued on
+        torch.cuda.current_stream(keys.device) after the work already there
+        and complete when forward returns.  Opens the device's shared client
+        on first use (hps.shared_client) and reopens one that was closed.
+        Keys found nowhere get the table's default value.  Raises hps.Error
+        as hps.Client.lookup: bad keys (dtype, alignment of device keys),
+        HPS_EBUSY before the coordinator first served the model,
+        HPS_ENOTFOUND once it is not loaded, HPS_EIO (a CUDA error).  May be
+        called from several threads (the clients are thread-safe).
+        """
         if not isinstance(keys, _torch.Tensor):
             keys = _torch.as_tensor(keys)
         flat = keys.reshape(-1)
