@@ -1,16 +1,20 @@
 /*
  * benchutil.h -- what every benchmark prints about the machine it ran on,
  * and the helpers the bench/ programs share: a monotonic clock, fatal
- * errors that clean up first, aligned allocation (header-only; bench/
- * programs and tools/hps-bench).
+ * errors that clean up first, aligned allocation, removal of a directory
+ * tree, sort comparators and percentiles (header-only; bench/ programs and
+ * tools/hps-bench).
  */
 #ifndef HPS_BENCHUTIL_H
 #define HPS_BENCHUTIL_H
 
+#include <ftw.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* The CPU's "model name" from /proc/cpuinfo into buf (n bytes), or "unknown". */
@@ -40,6 +44,14 @@ static inline void bench_loadavg(char *buf, size_t n)
         buf[strcspn(buf, "\n")] = 0;
     if (f)
         fclose(f);
+}
+
+/* "load average <when>: <the line of /proc/loadavg>" on stdout. */
+static inline void bench_print_loadavg(const char *when)
+{
+    char buf[128];
+    bench_loadavg(buf, sizeof(buf));
+    printf("load average %s: %s\n", when, buf);
 }
 
 /* Seconds on CLOCK_MONOTONIC. */
@@ -94,6 +106,48 @@ static inline void *bench_xmalloc(size_t n)
     if (posix_memalign(&p, 64, n ? n : 64) != 0)
         bench_die("out of memory (%zu bytes)", n);
     return p;
+}
+
+static inline int bench__rm_entry(const char *path, const struct stat *st, int flag,
+                                  struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Remove path and everything under it (symbolic links not followed);
+ * nftw's result: 0 when every entry was removed. */
+static inline int bench_rm_tree(const char *path)
+{
+    return nftw(path, bench__rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* qsort comparators, ascending. */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static inline int bench_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The index of the q-quantile (0 < q <= 1) in n sorted values (n > 0), by
+ * the nearest-rank definition: the smallest value with at least q * n
+ * values at or below it, index ceil(q * n) - 1 (p50 of 4 values is the
+ * 2nd, p99 of 50 the 50th).  Every bench/ percentile is this one. */
+static inline size_t bench_rank(size_t n, double q)
+{
+    double x = q * (double)n;
+    size_t k = (size_t)x;
+    if ((double)k < x)
+        k++; /* ceil without libm */
+    if (k > n)
+        k = n;
+    return k ? k - 1 : 0;
 }
 
 #endif

@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -44,6 +43,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench/benchutil.h"
 #include "hps/gen.h"
 
 #define MAX_FILES 16
@@ -164,19 +164,6 @@ static void b64(const unsigned char *src, size_t n, char *dst)
     dst[o] = 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct reqs {
     uint32_t T, B;
     uint64_t C;
@@ -283,7 +270,7 @@ int main(int argc, char **argv)
         uint64_t i = 0, nlat = 0;
         size_t cap = 1 << 16;
         uint64_t *lat = malloc(cap * sizeof(uint64_t));
-        double t0 = now_s(), start = 0, end = 0;
+        double t0 = bench_now_s(), start = 0, end = 0;
         int phase = 0; /* 0 probe, 1 warm-up, 2 timed */
         for (;;) {
             if (hl == 0) {
@@ -326,7 +313,7 @@ int main(int argc, char **argv)
                 out_bytes = strtoull(s + 1, NULL, 10) * sizeof(float);
                 hl = 0;
                 phase = 1;
-                t0 = now_s();
+                t0 = bench_now_s();
                 continue;
             }
             double tb = (double)b.tv_sec + (double)b.tv_nsec * 1e-9;
@@ -348,9 +335,9 @@ int main(int argc, char **argv)
         double sum = 0;
         for (uint64_t j = 0; j < nlat; j++)
             sum += (double)lat[j];
-        qsort(lat, nlat, sizeof(*lat), cmp_u64);
-        double p50 = (double)lat[(size_t)ceil(0.5 * (double)nlat) - 1] / 1e3;
-        double p99 = (double)lat[(size_t)ceil(0.99 * (double)nlat) - 1] / 1e3;
+        qsort(lat, nlat, sizeof(*lat), bench_cmp_u64);
+        double p50 = (double)lat[bench_rank(nlat, 0.50)] / 1e3;
+        double p99 = (double)lat[bench_rank(nlat, 0.99)] / 1e3;
         double keys_s = (double)nlat * (double)per / (end - start);
         /* check the last answer (request i-1) from the region */
         uint32_t dim = (uint32_t)(out_bytes / sizeof(float) / per);

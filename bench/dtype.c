@@ -73,12 +73,6 @@ static void parse_args(int argc, char **argv, options_t *o)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* What one timed operation does; the context holds the buffers. */
 typedef struct ctx {
     const options_t *o;
@@ -119,7 +113,7 @@ static double measure(ctx_t *c, op_fn op)
         op(c);
         rate[r] = gb / (bench_now_s() - t0);
     }
-    qsort(rate, c->o->reps, sizeof(double), cmp_double);
+    qsort(rate, c->o->reps, sizeof(double), bench_cmp_double);
     return rate[c->o->reps / 2];
 }
 

@@ -47,7 +47,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <limits.h>
@@ -134,12 +133,6 @@ static rd_kafka_t *g_mock_host, *g_producer;
 /* Cleanup and errors                                                        */
 /* ------------------------------------------------------------------------ */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 /* SIGTERM, then SIGKILL after STOP_WAIT_S; reaps the child. */
 static void stop_child(pid_t *pid)
 {
@@ -166,7 +159,7 @@ static void cleanup(void)
         hps_shmdb_unlink(g_seg);
     g_seg[0] = 0;
     if (g_tmp[0] && !g_keep)
-        nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        bench_rm_tree(g_tmp);
     else if (g_tmp[0])
         fprintf(stderr, "bench-freshness: kept %s\n", g_tmp);
     g_tmp[0] = 0;
@@ -648,12 +641,6 @@ static void pump_until(rd_kafka_t *p, double t, atomic_llong *last, long long wa
 /* Report                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct lat {
     size_t seen, lost;
     double p50, p99, max;
@@ -670,10 +657,10 @@ static lat_t latencies(const double *sent, const double *seen, size_t first, siz
         if (seen[i] > 0)
             l[r.seen++] = (seen[i] - sent[i]) * 1e3;
     r.lost = n - first - r.seen;
-    qsort(l, r.seen, sizeof(double), cmp_double);
+    qsort(l, r.seen, sizeof(double), bench_cmp_double);
     if (r.seen) {
-        r.p50 = l[r.seen / 2];
-        r.p99 = l[(size_t)((double)(r.seen - 1) * 0.99)];
+        r.p50 = l[bench_rank(r.seen, 0.50)];
+        r.p99 = l[bench_rank(r.seen, 0.99)];
         r.max = l[r.seen - 1];
     }
     free(l);

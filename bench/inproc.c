@@ -41,7 +41,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +51,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench/benchutil.h"
 #include "hps/client.h"
 #include "hps/gen.h"
 
@@ -91,13 +91,6 @@ static uint32_t key_bytes;
 static uint64_t dim_sum;
 static cudaStream_t stream;
 static int device;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -181,12 +174,6 @@ static int reqs_open(const char *path, reqs_t *r)
     return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Sum of the model's GPU cache counters (hits, lookups); 0, 0 without caches. */
 static void cache_sum(uint64_t *hits, uint64_t *lookups)
 {
@@ -257,9 +244,9 @@ static void measure(const opts_t *o, const int64_t *keys, uint32_t B, uint64_t C
         nk[t] = (int32_t)B;
 
     uint64_t i = 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     unsigned wmin = 5;
-    while (now_s() - t0 < o->warmup || wmin) {
+    while (bench_now_s() - t0 < o->warmup || wmin) {
         lookup_or_die(nk, d_keys + (i++ % C) * per, d_out);
         if (wmin)
             wmin--;
@@ -268,7 +255,7 @@ static void measure(const opts_t *o, const int64_t *keys, uint32_t B, uint64_t C
     cache_sum(&h0, &l0);
     size_t cap = 1 << 16, n = 0;
     uint64_t *lat = malloc(cap * sizeof(uint64_t));
-    double start = now_s(), end = start;
+    double start = bench_now_s(), end = start;
     while (n < o->min_calls || end - start < o->duration) {
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
@@ -286,10 +273,10 @@ static void measure(const opts_t *o, const int64_t *keys, uint32_t B, uint64_t C
     double sum = 0;
     for (size_t j = 0; j < n; j++)
         sum += (double)lat[j];
-    qsort(lat, n, sizeof(*lat), cmp_u64);
+    qsort(lat, n, sizeof(*lat), bench_cmp_u64);
     s->calls = n;
-    s->p50 = (double)lat[(size_t)ceil(0.50 * (double)n) - 1] / 1e3;
-    s->p99 = (double)lat[(size_t)ceil(0.99 * (double)n) - 1] / 1e3;
+    s->p50 = (double)lat[bench_rank(n, 0.50)] / 1e3;
+    s->p99 = (double)lat[bench_rank(n, 0.99)] / 1e3;
     s->mean = sum / (double)n / 1e3;
     s->keys_s = (double)n * (double)per / (end - start);
     s->hit = l1 > l0 ? (double)(h1 - h0) / (double)(l1 - l0) : -1;
@@ -394,7 +381,7 @@ int main(int argc, char **argv)
     CK(cudaGetDeviceProperties(&prop, o.device));
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
-    double t0 = now_s();
+    double t0 = bench_now_s();
     hps_err_t rc = hps_client_open(o.ini, o.device, &cl, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "bench-inproc: hps_client_open: %s\n", err);
@@ -404,7 +391,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-inproc: client not ready after 120 s\n");
         return 1;
     }
-    double t_ready = now_s() - t0;
+    double t_ready = bench_now_s() - t0;
     if (o.model) {
         if (hps_client_model_find(cl, o.model, &mi) < 0) {
             fprintf(stderr, "bench-inproc: %s\n", hps_client_last_error());

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/benchutil.h"
 #include "hps/kafka.h"
 #include "hps/shmdb.h"
 
@@ -54,13 +55,6 @@
 #define PROBE_KEY  1000000000
 #define MAX_PROBES 10000
 #define DEADLINE_S 120.0
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* What a signal or an early exit must not leave behind (a program, not a
  * library: file-scope state is fine here). */
@@ -223,10 +217,10 @@ static double bare(const char *bootstrap, const char *group, size_t msgs)
 {
     rd_kafka_t *c = bare_consumer(bootstrap, group);
     size_t got = 0;
-    double t0 = 0, start = now_s();
+    double t0 = 0, start = bench_now_s();
     volatile uint64_t sink = 0;
     while (got < msgs) {
-        if (now_s() - start > DEADLINE_S) {
+        if (bench_now_s() - start > DEADLINE_S) {
             fprintf(stderr, "bench-kafka: bare consumer got %zu of %zu messages\n", got, msgs);
             cleanup_and_exit(1);
         }
@@ -237,12 +231,12 @@ static double bare(const char *bootstrap, const char *group, size_t msgs)
             fprintf(stderr, "bench-kafka: bare consumer: %s\n", rd_kafka_message_errstr(m));
         if (!m->err && m->len) {
             if (!got++)
-                t0 = now_s();
+                t0 = bench_now_s();
             sink += touch(m->payload, m->len);
         }
         rd_kafka_message_destroy(m);
     }
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     rd_kafka_consumer_close(c);
     rd_kafka_destroy(c);
     return dt;
@@ -269,7 +263,7 @@ static bool resolve(void *ctx, const char *topic, void **ret_sink, uint32_t *ret
     ours_t *o = ctx;
     (void)topic;
     if (o->t0 == 0) /* called at the topic's first message */
-        o->t0 = now_s();
+        o->t0 = bench_now_s();
     *ret_sink = ctx;
     *ret_vs = DIM * 4;
     *ret_refuse_nonfinite = false;
@@ -284,7 +278,7 @@ static hps_err_t apply(void *ctx, void *sink, size_t n, const void *keys, const 
     if (rc == 0)
         rc = hps_shmdb_updlog_append(o->db, o->id, n, keys);
     if (rc == 0 && (o->done += n) >= o->target && o->t1 == 0)
-        o->t1 = now_s();
+        o->t1 = bench_now_s();
     return rc;
 }
 
@@ -338,9 +332,9 @@ static double ours(const char *bootstrap, const char *group, size_t n, ours_t *o
 {
     o->target = n;
     ours_start(bootstrap, group, "bench", o);
-    double start = now_s();
+    double start = bench_now_s();
     while (o->t1 == 0) {
-        if (now_s() - start > DEADLINE_S) {
+        if (bench_now_s() - start > DEADLINE_S) {
             fprintf(stderr, "bench-kafka: hps consumer applied %zu of %zu\n", (size_t)o->done, n);
             cleanup_and_exit(1);
         }
@@ -392,7 +386,7 @@ static void reader(const char *seg, uint32_t id, struct fresh *f)
         while (!f->done) {
             hps_shmdb_lookup(db, id, np, keys, v, found, NULL);
             f->lookups++;
-            double t = now_s();
+            double t = bench_now_s();
             for (size_t i = 0; i < np; i++)
                 if (found[i] && f->seen[i] == 0 && v[i * DIM] == (float)(base + (double)i))
                     f->seen[i] = t;
@@ -403,12 +397,6 @@ static void reader(const char *seg, uint32_t id, struct fresh *f)
     }
     hps_shmdb_detach(db);
     _exit(0);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* One round: produce probe i (key PROBE_KEY + i) every 20 ms, while the
@@ -428,10 +416,10 @@ static size_t probe(const char *bootstrap, struct fresh *f, uint32_t round, size
     double base = 1e6 + (double)round * MAX_PROBES;
     for (size_t i = 0; i < probes; i++) {
         put_record(buf + 8, PROBE_KEY + (int64_t)i, (float)(base + (double)i));
-        f->sent[i] = now_s();
+        f->sent[i] = bench_now_s();
         produce(p, FTOPIC, 0, buf, sizeof(buf));
         double until = f->sent[i] + 0.02; /* 50 probes/s */
-        while (now_s() < until)
+        while (bench_now_s() < until)
             rd_kafka_poll(p, 1);
     }
     usleep(1000000); /* the last probes' grace */
@@ -444,7 +432,7 @@ static size_t probe(const char *bootstrap, struct fresh *f, uint32_t round, size
     for (size_t i = 0; i < probes; i++)
         if (f->seen[i] > 0)
             lat[n++] = (f->seen[i] - f->sent[i]) * 1e3;
-    qsort(lat, n, sizeof(*lat), cmp_double);
+    qsort(lat, n, sizeof(*lat), bench_cmp_double);
     return n;
 }
 
@@ -459,25 +447,26 @@ static void freshness(const char *bs, ours_t *o, struct fresh *f, uint32_t round
     /* Group join and assignment, and the earlier rounds' probes read, before
      * the first probe: a fixed 3 s wait was sometimes shorter than the join,
      * and a whole setting then saw 0 of its probes. */
-    for (double t0 = now_s(); !hps_kafka_consumer_caught_up(o->cons); usleep(10000))
-        if (now_s() - t0 > DEADLINE_S) {
+    for (double t0 = bench_now_s(); !hps_kafka_consumer_caught_up(o->cons); usleep(10000))
+        if (bench_now_s() - t0 > DEADLINE_S) {
             fprintf(stderr, "bench-kafka: freshness consumer not assigned after %d s\n",
                     (int)DEADLINE_S);
             cleanup_and_exit(1);
         }
-    double t = now_s();
+    double t = bench_now_s();
     double *lat = calloc(probes, sizeof(double));
     size_t got = probe(bs, f, round, probes, lat);
-    t = now_s() - t;
+    t = bench_now_s() - t;
     ours_stop(o);
-    double p99 = got ? lat[(size_t)((double)(got - 1) * 0.99)] : -1.0;
+    double p50 = got ? lat[bench_rank(got, 0.50)] : -1.0;
+    double p99 = got ? lat[bench_rank(got, 0.99)] : -1.0;
     char fw[32] = "default (500)";
     if (fetch_wait_ms)
         snprintf(fw, sizeof(fw), "%d", fetch_wait_ms);
     printf("  freshness, fetch.wait.max.ms %-13s: %zu/%zu seen, %.0f lookups/s; p50 %.2f ms "
            "p99 %.2f ms max %.2f ms (target p99 < 100 ms) %s\n",
-           fw, got, probes, (double)f->lookups / t, got ? lat[got / 2] : -1.0, p99,
-           got ? lat[got - 1] : -1.0, got == probes && p99 < 100 ? "PASS" : "FAIL");
+           fw, got, probes, (double)f->lookups / t, p50, p99, got ? lat[got - 1] : -1.0,
+           got == probes && p99 < 100 ? "PASS" : "FAIL");
     fflush(stdout);
     free(lat);
 }
@@ -529,7 +518,7 @@ static double median(const double *v, size_t n)
 {
     double *c = malloc(n * sizeof(*c));
     memcpy(c, v, n * sizeof(*c));
-    qsort(c, n, sizeof(*c), cmp_double);
+    qsort(c, n, sizeof(*c), bench_cmp_double);
     double m = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
     free(c);
     return m;
@@ -630,9 +619,9 @@ int main(int argc, char **argv)
     const char *bs = rd_kafka_mock_cluster_bootstraps(mc);
 
     fprintf(stderr, "bench-kafka: producing %zu updates...\n", n);
-    double tp = now_s();
+    double tp = bench_now_s();
     size_t msgs = produce_all(bs, n);
-    tp = now_s() - tp;
+    tp = bench_now_s() - tp;
     printf("bench-kafka: %zu updates dim %d in %zu messages (%d partitions, mock cluster), "
            "%zu rounds\n",
            n, DIM, msgs, PARTS, rounds);

@@ -71,12 +71,6 @@ static char *g_files[MAX_FILES];
 static size_t g_nfiles;
 static uint64_t g_bytes;
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static void cleanup(void)
 {
     char shm[128];
@@ -90,7 +84,7 @@ static void cleanup(void)
         unlink(shm);
     }
     if (g_work[0] && !g_opt.keep)
-        nftw(g_work, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        bench_rm_tree(g_work);
     g_work[0] = 0;
 }
 
@@ -324,13 +318,6 @@ static void coordinator_load(const char *ini, load_result_t *r)
 /* Report                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static void loadavg(const char *when)
-{
-    char buf[128];
-    bench_loadavg(buf, sizeof(buf));
-    printf("load average %s: %s\n", when, buf);
-}
-
 static void print_log(const char *what, const load_result_t *r)
 {
     printf("  hps-coordinator log (%s):\n", what);
@@ -526,7 +513,7 @@ int main(int argc, char **argv)
            " the files\n",
            hps_version(), BENCH_VCS);
     printf("machine: nproc %ld, CPU %s\n", sysconf(_SC_NPROCESSORS_ONLN), cpu);
-    loadavg("at start");
+    bench_print_loadavg("at start");
     printf("work directory: %s\n", g_work);
     printf("\n-- hps-gen model --shape criteo-1tb --scale %s --dim %s\n", scale, dim);
     char *gen_argv[] = {(char *)g_opt.gen, "model",      "--out",   model, "--model", "load",
@@ -548,12 +535,12 @@ int main(int argc, char **argv)
     coordinator_load(ini, &cold);
     print_log("cold", &cold);
     /* Warm: fresh RocksDB directory, files now cached. */
-    nftw(rdb, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(rdb);
     printf("\n-- warm load: fresh RocksDB directory, files in the page cache\n");
     coordinator_load(ini, &warm);
     print_log("warm", &warm);
     if (!g_opt.keep) /* --keep leaves the warm load's RocksDB for inspection */
-        nftw(rdb, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        bench_rm_tree(rdb);
 
     /* Floors. */
     bool direct_ok, dummy;
@@ -596,7 +583,7 @@ int main(int argc, char **argv)
         bad++;
     }
     printf("\n");
-    loadavg("at end");
+    bench_print_loadavg("at end");
     printf("overall: %d failure(s)\n", bad);
     for (size_t i = 0; i < g_nfiles; i++)
         free(g_files[i]);

@@ -66,16 +66,10 @@ typedef struct options {
 static options_t g_opt;
 static char g_dir[4096];
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static void cleanup(void)
 {
     if (g_dir[0] && !g_opt.keep)
-        nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        bench_rm_tree(g_dir);
     g_dir[0] = 0;
 }
 
@@ -308,19 +302,13 @@ typedef struct size_result {
     bool check;
 } size_result_t;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median over reps of ours/raw of the same rep (runs adjacent in time). */
 static double paired_median(const size_result_t *r)
 {
     double q[16];
     for (unsigned i = 0; i < g_opt.reps; i++)
         q[i] = r->ours_all[i] / r->raw_all[i];
-    qsort(q, g_opt.reps, sizeof(double), cmp_double);
+    qsort(q, g_opt.reps, sizeof(double), bench_cmp_double);
     return g_opt.reps % 2 ? q[g_opt.reps / 2] : (q[g_opt.reps / 2 - 1] + q[g_opt.reps / 2]) / 2;
 }
 
@@ -368,13 +356,6 @@ static void run_size(hps_pdb_table_t *t, raw_t *raw, unsigned batch, size_result
 /* ------------------------------------------------------------------------ */
 /* Main                                                                      */
 /* ------------------------------------------------------------------------ */
-
-static void loadavg(const char *when)
-{
-    char buf[128];
-    bench_loadavg(buf, sizeof(buf));
-    printf("load average %s: %s\n", when, buf);
-}
 
 static void usage(FILE *f)
 {
@@ -466,7 +447,7 @@ int main(int argc, char **argv)
            hps_version(), BENCH_VCS);
     printf("machine: nproc %ld, CPU %s; RocksDB %s\n", sysconf(_SC_NPROCESSORS_ONLN), cpu,
            BENCH_ROCKSDB_VERSION);
-    loadavg("at start");
+    bench_print_loadavg("at start");
     printf("database: %s, one table hps_et." MODEL "." TABLE ", %" PRIu64 " rows x dim %u"
            " (%.1f MB of keys + vectors), int64 keys hps_gen_key(0, i), vectors"
            " hps_gen_vector\n",
@@ -550,7 +531,7 @@ int main(int argc, char **argv)
     if (hps_pdb_close(db, err, sizeof(err)) < 0)
         bench_die("hps_pdb_close: %s", err);
     printf("\n");
-    loadavg("at end");
+    bench_print_loadavg("at end");
     printf("overall: %u of %u targets missed; %u correctness failure(s)\n", miss_targets,
            g_opt.nsizes, failures);
     return failures ? 1 : 0; /* targets are reported, not enforced */

@@ -38,6 +38,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bench/benchutil.h"
 #include "bench_vcs.h"
 #include "hps/ddb.h"
 #include "hps/gen.h"
@@ -61,13 +62,6 @@ typedef struct cluster {
     int ports[3];
     unsigned n;
 } cluster_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
@@ -268,7 +262,7 @@ static double timed(run_t *r, hps_ddb_table_t *t, bare_t *b, bool *ok)
 {
     const options_t *o = r->o;
     size_t rows = 0, i = 0;
-    double t0 = now_s(), t1;
+    double t0 = bench_now_s(), t1;
     do {
         size_t bi = i++ % o->nbatches;
         const int64_t *q = r->queries + bi * o->batch;
@@ -278,7 +272,7 @@ static double timed(run_t *r, hps_ddb_table_t *t, bare_t *b, bool *ok)
             bare_lookup(b, o->batch, q, o->dim, r->out, r->found, r->argv, r->argl, r->order);
         *ok &= check(r, bi);
         rows += o->batch;
-    } while ((t1 = now_s()) - t0 < o->seconds);
+    } while ((t1 = bench_now_s()) - t0 < o->seconds);
     return (double)rows / (t1 - t0);
 }
 
@@ -312,11 +306,11 @@ static int bench_masters(const options_t *o, unsigned masters, int base_port, do
     bool up = hps_ddb_open(&opts, &db, err, sizeof(err)) == 0 &&
               hps_ddb_table(db, MODEL, TABLE, o->dim, 8, &t) == 0 &&
               hps_ddb_table(db, MODEL, TABLE "_nx", o->dim, 8, &t2) == 0;
-    t0 = now_s();
+    t0 = bench_now_s();
     up = up && load(t, o, false) == 0;
-    t1 = now_s();
+    t1 = bench_now_s();
     up = up && load(t2, o, true) == 0;
-    t2s = now_s();
+    t2s = bench_now_s();
     if (!up || bare_open(&b, &c) < 0) {
         fprintf(stderr, "setup: %s\n", err);
         goto out;

@@ -664,13 +664,6 @@ def redis_chaos(ctx, rng, n):
 # The run
 # --------------------------------------------------------------------------
 
-def pct(xs, p):
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100.0 * len(xs)))]
-
-
 def fmt_req(d):
     return ", ".join("%s=%s" % (k, v) for k, v in d.items())
 
@@ -864,8 +857,8 @@ def run(t, cl, args, master, redis):
     for f in ctx.coord_start_failures[:5]:
         t.diag("  start-up exit: " + f)
     t.diag("latency, live worker (%d): p50 %.1f ms, p99 %.1f ms, max %.1f ms; all requests: "
-           "max %.1f ms" % (len(st.lat_live), pct(st.lat_live, 50) * 1000,
-                            pct(st.lat_live, 99) * 1000, max(st.lat_live or [0]) * 1000,
+           "max %.1f ms" % (len(st.lat_live), H.pct(st.lat_live, 0.50) * 1000,
+                            H.pct(st.lat_live, 0.99) * 1000, max(st.lat_live or [0]) * 1000,
                             max(st.lat_all or [0]) * 1000))
     t.diag("slowest request to a live worker, by the coordinator's state: %s" % ", ".join(
         "%s %.1f ms" % (k, v * 1000) for k, v in sorted(st.max_live.items())))

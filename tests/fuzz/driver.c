@@ -6,10 +6,14 @@
  *
  *   fuzz-replay-TARGET PATH...
  *
- * Each PATH is a file or a directory (its regular files, sorted by name;
- * a missing directory is skipped).  Output is TAP: one "ok" per input.  A
- * crash or a sanitizer report ends the run with the input's name printed
- * just before.  Exit status 0 when every input ran.
+ * Each PATH is a file or a directory (its regular files not starting with
+ * '.', sorted by name).  A directory may be empty (regress/TARGET holds
+ * only a .gitkeep until a fuzz run finds something), but a PATH that does
+ * not exist fails: a path renamed in meson.build must not turn the replay
+ * into a run of nothing.  So do no inputs at all: every target has seeds.
+ * Output is TAP: one "ok" per input.  A crash or a sanitizer report ends
+ * the run with the input's name printed just before.  Exit status 0 when
+ * every PATH existed and every input ran.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -39,11 +43,19 @@ static int cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static char **missing;
+static size_t nmissing;
+
 static void collect(const char *path)
 {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return; /* no regression inputs yet */
+    if (stat(path, &st) != 0) {
+        missing = realloc(missing, (nmissing + 1) * sizeof(*missing));
+        if (!missing)
+            abort();
+        missing[nmissing++] = strdup(path);
+        return;
+    }
     if (!S_ISDIR(st.st_mode)) {
         add(path);
         return;
@@ -86,15 +98,25 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         collect(argv[i]);
-    printf("1..%zu\n", nfiles ? nfiles : 1);
-    if (nfiles == 0)
-        printf("ok 1 # SKIP no inputs\n");
+    /* The missing paths first, then "no inputs" or one line per input. */
+    size_t n = nmissing + (nfiles ? nfiles : 1);
+    printf("1..%zu\n", n);
     int bad = 0;
+    for (size_t i = 0; i < nmissing; i++) {
+        printf("not ok %zu %s: no such file or directory\n", i + 1, missing[i]);
+        free(missing[i]);
+        bad = 1;
+    }
+    free(missing);
+    if (nfiles == 0) {
+        printf("not ok %zu no inputs (every target has seeds in corpus/TARGET)\n", nmissing + 1);
+        bad = 1;
+    }
     for (size_t i = 0; i < nfiles; i++) {
-        size_t len = 0;
+        size_t num = nmissing + i + 1, len = 0;
         uint8_t *buf = slurp(files[i], &len);
         if (!buf) {
-            printf("not ok %zu %s: cannot read\n", i + 1, files[i]);
+            printf("not ok %zu %s: cannot read\n", num, files[i]);
             bad = 1;
             continue;
         }
@@ -106,7 +128,7 @@ int main(int argc, char **argv)
         LLVMFuzzerTestOneInput(in, len);
         free(in);
         free(buf);
-        printf("ok %zu %s\n", i + 1, files[i]);
+        printf("ok %zu %s\n", num, files[i]);
         free(files[i]);
     }
     free(files);

@@ -19,14 +19,17 @@
  *   load OFFSET PATH       the bytes of file PATH -> device at OFFSET
  *   quit                   free the memory and exit 0 (so does end of input)
  *
- * Exit status 77 (and "NODEVICE <why>") when no CUDA device is usable, so
- * the test can skip; 1 on other failures.
+ * Exit status 77 (and "NODEVICE <why>") when there is no CUDA device or no
+ * driver (gpucheck.h), or DEVICE is not one of them, so the test can skip;
+ * "ERR <why>" and exit status 1 on any other CUDA error.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
+
+#include "gpucheck.h"
 
 #define LINE_MAX_LEN 4200
 
@@ -112,11 +115,15 @@ int main(int argc, char **argv)
     size_t size = strtoull(argv[1], NULL, 10);
     int device = argc > 2 ? atoi(argv[2]) : 0;
     int count = 0;
-    cudaError_t ce = cudaGetDeviceCount(&count);
-    if (ce != cudaSuccess || count <= device) {
-        printf("NODEVICE %s\n", ce != cudaSuccess ? cudaGetErrorString(ce) : "no such device");
-        return 77;
+    const char *why;
+    int rc = hps_gpu_probe(&count, &why);
+    if (rc == 0 && count <= device)
+        rc = 77, why = "no such device";
+    if (rc != 0) {
+        printf("%s %s\n", rc == 77 ? "NODEVICE" : "ERR", why);
+        return rc;
     }
+    cudaError_t ce;
     char *mem = NULL;
     cudaIpcMemHandle_t h;
     if ((ce = cudaSetDevice(device)) != cudaSuccess ||

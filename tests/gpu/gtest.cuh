@@ -1,8 +1,9 @@
 /*
  * gtest.cuh -- what the GPU cache's test programs (test-gcache*.cu) share:
  * the failure count and assertions, a seeded generator, host <-> device
- * copies, and deterministic rows inserted by key and version.  One program
- * includes it once.
+ * copies, and deterministic rows inserted by key and version; with
+ * gpucheck.h, hps_gpu_require() (exit 77 without a usable device).  One
+ * program includes it once.
  */
 #ifndef HPS_TESTS_GPU_GTEST_CUH
 #define HPS_TESTS_GPU_GTEST_CUH
@@ -14,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpucheck.h"
 #include "hps/gcache.h"
 
 static int failures;

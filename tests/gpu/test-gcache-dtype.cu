@@ -237,11 +237,7 @@ static void test_tables(void)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("1..0 # SKIP no CUDA device\n");
-        return 77;
-    }
+    hps_gpu_require();
     hps_gcache_t *c = NULL;
     HPS_ASSERT_EQ(hps_gcache_create(64, 8, (hps_dtype_t)9, HPS_GCACHE_LRU, 0, &c), HPS_EINVAL);
     HPS_ASSERT_EQ(hps_gcache_rows_within(1ull << 30, 8, (hps_dtype_t)9, 1), 0);

@@ -257,11 +257,7 @@ static void test_tables(void)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("1..0 # SKIP no CUDA device\n");
-        return 77;
-    }
+    hps_gpu_require();
     test_tables();
     printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -826,6 +826,23 @@ def wait_until(pred, timeout, step=0.05):
         time.sleep(step)
 
 
+def pct(xs, q):
+    """The q-quantile (0 < q <= 1) of the values xs, nearest rank: the
+    smallest value with at least q * len(xs) values at or below it (the
+    definition of bench/benchutil.h's bench_rank); nan when xs is empty."""
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs), max(1, math.ceil(q * len(xs)))) - 1]
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (kernel-chosen)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def have_gpu():
     """Whether nvidia-smi lists a GPU (the gpu suite's tests skip without)."""
     try:

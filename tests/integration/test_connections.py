@@ -80,11 +80,6 @@ class Trickler(threading.Thread):
             s.close()
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
-
-
 def body(t, cl):
     model = cl.gen_model("m", rows=[2000], dims=[8])
     conf = cl.write_config("hps.ini", model.ini_text, [
@@ -130,8 +125,8 @@ def body(t, cl):
     flood.finish()
     m = H.metrics(w.metrics_port)
     t.diag("flood of %d trickling connections: %d valid requests, p50 %.1f ms, p99 %.1f ms; "
-           "evicted %s, open at most %d" % (opened, len(lat), pct(lat, 0.5) * 1000,
-                                            pct(lat, 0.99) * 1000,
+           "evicted %s, open at most %d" % (opened, len(lat), H.pct(lat, 0.5) * 1000,
+                                            H.pct(lat, 0.99) * 1000,
                                             m.get("nv_hps_http_connections_evicted"), peak))
     t.ok(ok and len(lat) > 10, "every valid request answered exactly during the flood "
          "(%d requests)" % len(lat), detail)

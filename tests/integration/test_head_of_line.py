@@ -27,11 +27,6 @@ MISS_TIMEOUT_MS = 800
 STOP_S = 5.0
 
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
-
-
 def body(t, cl):
     model = cl.gen_model("m", rows=[4000, 2000], dims=[8, 4], defaults=[0.5, -2.0])
     conf = cl.write_config("hps.ini", model.ini_text, [
@@ -93,7 +88,7 @@ def body(t, cl):
         stop.set()
     for th in threads:
         th.join(15)
-    p50, p99 = pct(lat, 0.5) * 1000, pct(lat, 0.99) * 1000
+    p50, p99 = H.pct(lat, 0.5) * 1000, H.pct(lat, 0.99) * 1000
     t.diag("shared-memory requests while misses wait: %d, p50 %.2f ms, p99 %.2f ms, max %.2f ms"
            % (len(lat), p50, p99, max(lat or [0]) * 1000))
     t.ok(ok and len(lat) > 20, "shared-memory requests exact while the coordinator is stopped "

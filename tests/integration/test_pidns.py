@@ -106,7 +106,8 @@ def body(t, cl, prefix):
     # ---- 1. both up, in two namespaces --------------------------------------
     coord = cl.start_coordinator(conf)
     w0 = cl.start_worker(conf, instance=0)  # waits until ready: it sees the coordinator
-    t.ok(True, "worker (its own PID namespace) ready: it sees the coordinator alive")
+    t.eq(H.ready_status(w0.http_port), 200,
+         "worker (its own PID namespace) ready: it sees the coordinator alive")
     c_in, w_in = child_of(coord.pid), child_of(w0.pid)
     t.ok(c_in and w_in, "found the coordinator (%s) and worker (%s) under unshare" % (c_in, w_in))
     seg, procs = rows(cl)

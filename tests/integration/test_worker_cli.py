@@ -41,13 +41,6 @@ def busy_port():
     return s, s.getsockname()[1]
 
 
-def free_port():
-    """A port free a moment ago (kernel-chosen)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ready_line(text):
     """The worker's "ready" or "serving" line ("already in use" is neither)."""
     return re.search(r"\bready\b|serving \d+ models", text)
@@ -145,7 +138,7 @@ def ports_in_use(t, cl, model):
                  "no 'ready' or 'serving' line before the port error", err)
         conf2 = cl.write_config("busy.ini", model.ini_text,
                                 [("worker", "http_port", port - 1),
-                                 ("worker", "metrics_port", free_port() - 1)])
+                                 ("worker", "metrics_port", H.free_port() - 1)])
         rc, out, err = run([H.WORKER, "-c", conf2, "--device", "0", "--instance", "1"])
         msg = ("cannot serve HTTP on 127.0.0.1:%d ([worker] http_port %d + instance 1): "
                "Address already in use" % (port, port - 1))

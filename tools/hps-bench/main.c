@@ -235,13 +235,6 @@ static void print_versions(const hb_model_t *m)
     }
 }
 
-static void loadavg(const char *when)
-{
-    char buf[128];
-    bench_loadavg(buf, sizeof(buf));
-    printf("load average %s: %s\n", when, buf);
-}
-
 static void print_header(const options_t *o, const hb_model_t *m, const hb_http_target_t *tg)
 {
     char cpu[256];
@@ -251,7 +244,7 @@ static void print_header(const options_t *o, const hb_model_t *m, const hb_http_
            hps_version(), HPS_BENCH_VCS);
     printf("machine: nproc %ld, CPU %s; client, worker and redis-server share it\n",
            sysconf(_SC_NPROCESSORS_ONLN), cpu);
-    loadavg("at start");
+    bench_print_loadavg("at start");
     uint32_t d0 = m->tables[0].dim;
     bool same = true;
     for (uint32_t t = 1; t < m->num_tables; t++)
@@ -518,7 +511,7 @@ int main(int argc, char **argv)
     }
     print_table(rows, nrows, o.redis);
     printf("\n");
-    loadavg("at end");
+    bench_print_loadavg("at end");
     printf("overall: %u failure(s) (failed checks, runs with errors or without a request)\n",
            g_failures);
     hb_redis_stop(&g_redis);

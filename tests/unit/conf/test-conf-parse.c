@@ -187,8 +187,8 @@ static void test_vdb_disabled_aliases(void **state)
     }
 }
 
-/* Numbers use '.' even if the process switched to a ',' locale (nothing to
- * check where no such locale is installed). */
+/* Numbers use '.' even if the process switched to a ',' locale (skipped
+ * where no such locale is installed). */
 static void test_numbers_ignore_process_locale(void **state)
 {
     static const char *const locales[] = {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8",
@@ -206,8 +206,8 @@ static void test_numbers_ignore_process_locale(void **state)
         setlocale(LC_NUMERIC, "C");
         return;
     }
-    /* cmocka 1.1's TAP output of skip() reads as a failure to meson. */
-    print_message("# no locale with a ',' decimal point installed: nothing to check\n");
+    print_message("# no locale with a ',' decimal point installed (de_DE, fr_FR or ru_RU)\n");
+    skip();
 }
 
 /* ---- Syntax --------------------------------------------------------------------- */
