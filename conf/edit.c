@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -581,8 +582,33 @@ out:
 typedef hps_err_t (*text_edit_fn)(const char *text, const char *name, const void *arg,
                                   char **ret_text, char *err, size_t err_len);
 
+/* Lock the file at real against other hps-conf edits (flock, exclusive,
+ * waiting for the holder): the open descriptor of the file the path names
+ * once the lock is held.  An edit replaces the file (rename), so a waiter
+ * that gets the lock of the replaced one looks again.  -errno on failure. */
+static int lock_file(const char *real)
+{
+    for (;;) {
+        int fd = open(real, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        struct stat held, now;
+        if (fd < 0)
+            return -errno;
+        if (flock(fd, LOCK_EX) != 0 || fstat(fd, &held) != 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        if (stat(real, &now) == 0 && now.st_dev == held.st_dev && now.st_ino == held.st_ino)
+            return fd;
+        close(fd); /* replaced meanwhile: lock the new one */
+    }
+}
+
 /* Read path, change its text with fn, write the result back atomically if it
- * differs.  name (messages) is path as given; a link is followed. */
+ * differs.  name (messages) is path as given; a link is followed.  Two
+ * edits of one file (two hps-conf processes) run one after the other: each
+ * holds the file's lock (lock_file) from its read to its rename, so neither
+ * loses the other's change. */
 static hps_err_t edit_file(const char *path, text_edit_fn fn, const void *arg, char *err,
                            size_t err_len)
 {
@@ -597,6 +623,12 @@ static hps_err_t edit_file(const char *path, text_edit_fn fn, const void *arg, c
         hps__msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
         return rc;
     }
+    int lock = lock_file(real);
+    if (lock < 0) {
+        hps__msg(err, err_len, "cannot lock %s: %s", path, hps_strerror(lock));
+        free(real);
+        return lock;
+    }
     rc = hps__read_file(real, &old, &len, err, err_len);
     if (!rc && stat(real, &st) != 0) {
         rc = -errno;
@@ -610,6 +642,7 @@ static hps_err_t edit_file(const char *path, text_edit_fn fn, const void *arg, c
         rc = fn(old, path, arg, &new_text, err, err_len);
     if (!rc && strcmp(new_text, old) != 0)
         rc = replace_file(real, new_text, &st, err, err_len);
+    close(lock); /* after the rename: a waiter then finds the new file */
     free(new_text);
     free(old);
     free(real);

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "conftest.h"
@@ -695,6 +696,48 @@ static void test_edit_file_new_model(void **state)
     tmp_remove(&t);
 }
 
+/* Edits of one file by several processes at once (hps-conf set run in
+ * parallel): each adds its own model, none is lost (each edit holds the
+ * file's lock from its read to its rename; before, most were lost). */
+static void test_edit_file_concurrent(void **state)
+{
+    enum { PROCS = 12 };
+    struct tmp t;
+    char err[512];
+    (void)state;
+    tmp_write(&t, base, 0640);
+    pid_t kids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        kids[i] = fork();
+        assert_true(kids[i] >= 0);
+        if (kids[i] == 0) {
+            char k1[64], k2[64], k3[96];
+            snprintf(k1, sizeof(k1), "model.x%d.sparse_files", i);
+            snprintf(k2, sizeof(k2), "model.x%d.embedding_vecsize_per_table", i);
+            snprintf(k3, sizeof(k3), "model.x%d.maxnum_catfeature_query_per_table_per_sample", i);
+            const hps_conf_edit_t e[] = {{k1, "/m/x"}, {k2, "4"}, {k3, "1"}};
+            _exit(hps_conf_edit_file(t.path, e, 3, err, sizeof(err)) == 0 ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < PROCS; i++) {
+        int st = -1;
+        assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    hps_conf_t *c = NULL;
+    assert_int_equal(hps_conf_load(t.path, &c, err, sizeof(err)), 0);
+    int found = 0;
+    for (int i = 0; i < PROCS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "x%d", i);
+        found += hps_conf_model_find(c, name) != NULL;
+    }
+    assert_int_equal(found, PROCS);
+    hps_conf_free(c);
+    assert_int_equal(dir_entries(t.dir), 1); /* no temporary file left */
+    tmp_remove(&t);
+}
+
 /* Refused edits and removals leave the file as it was: same bytes, inode, mtime. */
 static void test_edit_file_refused_leaves_file_unchanged(void **state)
 {
@@ -851,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_set_file_follows_symlink),
         cmocka_unit_test(test_set_file_errors),
         cmocka_unit_test(test_edit_file_new_model),
+        cmocka_unit_test(test_edit_file_concurrent),
         cmocka_unit_test(test_edit_file_refused_leaves_file_unchanged),
         cmocka_unit_test(test_remove_section_file),
         cmocka_unit_test(test_splice_section),
