@@ -324,9 +324,24 @@ static hps_err_t edit_one(const char *text, const char *name, const hps_conf_edi
     struct hps__scan scan = {0};
     hps_err_t rc = hps__dotted_split(e->key, &sec, &sec_name, &ki);
 
-    if (rc == HPS_ENOTFOUND)
-        hps__msg(err, err_len, "unknown key \"%s\" (expected section.key or model.<name>.key)",
-                 e->key);
+    if (rc == HPS_ENOTFOUND) {
+        /* model.<name>.key with a name no section can have: say so */
+        const char *dot = strrchr(e->key, '.');
+        bool bad_model = false;
+        char *sec = dot && strncmp(e->key, "model.", 6) == 0 && dot > e->key + 6
+                        ? hps__strndup(e->key, (size_t)(dot - e->key))
+                        : NULL;
+        if (sec)
+            hps__sec_find(sec, &bad_model);
+        free(sec);
+        if (bad_model)
+            hps__msg(err, err_len,
+                     "\"%s\": not a model name (a model name matches [A-Za-z0-9_-]{1,120})",
+                     e->key);
+        else
+            hps__msg(err, err_len, "unknown key \"%s\" (expected section.key or model.<name>.key)",
+                     e->key);
+    }
     if (!rc && e->value)
         rc = check_value(e->key, hps__keys[ki].check == HPS__CHECK_secret, e->value, &val, err,
                          err_len);

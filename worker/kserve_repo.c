@@ -50,11 +50,18 @@ static int parse_object(const char *body, size_t len, json_object **ret_root, hp
         return hps__kerr_set(err, 500, "out of memory");
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
     json_object *root = json_tokener_parse_ex(tok, body, (int)len);
-    bool whole =
-        root && json_tokener_get_error(tok) == json_tokener_success && tok->char_offset == (int)len;
+    enum json_tokener_error e = json_tokener_get_error(tok);
+    bool whole = root && e == json_tokener_success && tok->char_offset == (int)len;
     json_tokener_free(tok);
     if (!whole || !json_object_is_type(root, json_type_object)) {
         json_object_put(root);
+        if (e == json_tokener_error_depth)
+            return hps__kerr_set(err, 400,
+                                 "failed to parse the request JSON buffer: nested deeper than 8 "
+                                 "levels");
+        if (e != json_tokener_success)
+            return hps__kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
+                                 json_tokener_error_desc(e));
         return hps__kerr_set(err, 400,
                              "failed to parse the request JSON buffer: expected an object");
     }
@@ -165,7 +172,9 @@ static int control_body(const char *body, size_t len, bool load, hps__kerr_t *er
         }
         json_object_object_foreach(params, key, val)
         {
-            (void)val;
+            if (rc == 0 && !load && strcmp(key, "unload_dependents") == 0 &&
+                !json_object_is_type(val, json_type_boolean))
+                rc = hps__kerr_set(err, 400, "expected a boolean for 'unload_dependents'");
             if (rc == 0 && load && (strcmp(key, "config") == 0 || strncmp(key, "file:", 5) == 0))
                 rc = hps__kerr_set(err, 400,
                                    "load parameter '%s' is not supported: the models are the "

@@ -200,6 +200,13 @@ def body(t, cl):
     r = post(ports[0], "/v2/repository/models/o/load", b'{"parameters": 5}')
     t.ok(r.status == 400 and "expected an object for 'parameters'" in r.json().get("error", ""),
          "load with parameters not an object: 400", r.body)
+    r = post(ports[0], "/v2/repository/models/o/load", b'{"a":' * 20 + b'1' + b'}' * 20)
+    t.ok(r.status == 400 and "nested deeper than 8 levels" in r.json().get("error", ""),
+         "load with a body nested 20 deep: 400 saying so (it said 'expected an object')", r.body)
+    r = post(ports[0], "/v2/repository/models/n/unload", b'{"parameters": {"unload_dependents": '
+             b'"x"}}')
+    t.ok(r.status == 400 and "expected a boolean for 'unload_dependents'" in
+         r.json().get("error", ""), "unload with unload_dependents not a boolean: 400", r.body)
     r = post(ports[0], "/v2/repository/models/bad/load")
     err = r.json().get("error", "") if r.is_json_error() else ""
     t.ok(r.status == 400 and "failed to load 'bad'" in err and "emb_vector" in err,

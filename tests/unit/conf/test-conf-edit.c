@@ -139,6 +139,9 @@ static void test_invalid_edits(void **state)
                "model.<name>.key)");
     edit_fails(base, "nosuch.key", "1", HPS_ENOTFOUND,
                "unknown key \"nosuch.key\" (expected section.key or model.<name>.key)");
+    edit_fails(base, "model.a/b.sparse_files", "/a", HPS_ENOTFOUND,
+               "\"model.a/b.sparse_files\": not a model name (a model name matches "
+               "[A-Za-z0-9_-]{1,120})");
     edit_fails(base, "model.m.sparse_files", "/a, /b, /c", HPS_ECONFIG,
                "t.ini:15: [model.m] embedding_vecsize_per_table = 8, 16: has 2 entries, but "
                "sparse_files has 3 (one per table)");
