@@ -300,7 +300,14 @@ def bad_input(t, cl, model, conf, c):
     raises(t, lambda: hps.HPS(ps_json), "hps.HPS() of HugeCTR's ps.json: refused when it is "
            "built, with how to convert it", hps.HPS_ECONFIG, "hps-conf import")
     raises(t, lambda: hps.check_config(ps_json), "hps.check_config() of a ps.json",
-           hps.HPS_ECONFIG, "ps.json:1: syntax error")
+           hps.HPS_ECONFIG, 'ps.json:1: "{": a JSON file')
+    # Minified on one line it reads as "key: value" to an INI parser: the
+    # same hint, the line quoted as written.
+    with open(ps_json, "w") as f:
+        f.write('{"supportlonglong": true, "models": []}\n')
+    raises(t, lambda: hps.HPS(ps_json), "hps.HPS() of a minified one-line ps.json: the JSON hint",
+           hps.HPS_ECONFIG, 'ps.json:1: "{"supportlonglong": true, "models": []}": a JSON file '
+           "(HugeCTR's ps.json?), not an INI file: convert it with 'hps-conf import")
     t.ok(hps.check_config(conf) is None, "hps.check_config() of the test's INI: None")
     try:
         c.lookup("nope", 0, keys)

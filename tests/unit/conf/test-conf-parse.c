@@ -347,8 +347,19 @@ static void test_syntax_errors(void **state)
                   "\"[section]\" or a comment");
     /* HugeCTR's JSON configuration: the message says how to convert it. */
     ct_load_fails("{\n  \"supportlonglong\": true,\n  \"models\": []\n}\n",
-                  "t.ini:1: syntax error: \"{\": a JSON file (HugeCTR's ps.json?), not an INI "
+                  "t.ini:1: \"{\": a JSON file (HugeCTR's ps.json?), not an INI "
                   "file: convert it with 'hps-conf import FILE.json > hps.ini'");
+    /* Minified on one line it reads as "key: value" to inih: the same hint,
+     * the line quoted as written (':' not rewritten as '='), cut at 40. */
+    ct_load_fails("{\"supportlonglong\": true, \"models\": []}\n",
+                  "t.ini:1: \"{\"supportlonglong\": true, \"models\": []}\": a JSON file "
+                  "(HugeCTR's ps.json?), not an INI file: convert it with 'hps-conf import "
+                  "FILE.json > hps.ini'");
+    ct_load_fails(
+        "\xEF\xBB\xBF\n  \n {\"supportlonglong\": true, \"models\": [{\"model\": \"m\"}]}",
+        "t.ini:3: \"{\"supportlonglong\": true, \"models\": [{\"m...\": a JSON "
+        "file (HugeCTR's ps.json?), not an INI file: convert it with 'hps-conf "
+        "import FILE.json > hps.ini'");
     /* [volatile_db] type = redis_cluster (HugeCTR's): where Redis goes here. */
     ct_load_fails("[volatile_db]\ntype = redis_cluster\n",
                   "t.ini:2: [volatile_db] type = redis_cluster: must be one of disabled, "
