@@ -116,6 +116,7 @@ static const char doc_intro[] =
     "- Integers are decimal; `shared_memory_mode` is octal (`0600`).\n"
     "- Sizes: an integer and an optional unit, `B`, `KiB` (or `K`), `MiB` (`M`), `GiB` (`G`)\n"
     "  or `TiB` (`T`), in any case; binary multiples (`64KiB` = 65536 bytes). No unit: bytes.\n"
+    "  SI units (`MB` = 10^6 bytes) are refused, not read as binary. At most 2^64 - 1 bytes.\n"
     "- Lists (the `host:port` lists `address` and `brokers` included): comma separated;\n"
     "  blanks around entries are ignored, and a trailing comma is allowed (`a, b,`), but an\n"
     "  empty entry between two commas is an error. A long list may continue on indented\n"
