@@ -141,7 +141,8 @@ static const char doc_intro[] =
     "configuration (defaults marked), `hps-conf get FILE section.key` prints one value and\n"
     "`hps-conf set FILE section.key=value` edits a file in place, keeping its comments.\n"
     "`hps-conf import ps.json [--pbtxt config.pbtxt ...]` converts a HugeCTR HPS\n"
-    "configuration (and the HPS parameters of Triton model configurations) to this INI.\n"
+    "configuration (and the HPS parameters of Triton model configurations) to this INI\n"
+    "(`hps-conf import ps.json | hps-conf check -` checks it: `-` is standard input).\n"
     "Model keys are addressed as `model.<name>.key`.\n";
 
 /* Markdown table cell: '|' escaped, line breaks flattened. */
