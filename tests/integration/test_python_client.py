@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
@@ -126,6 +127,31 @@ def basics(t, cl, model, conf, c):
     mi = c.model_info("m")
     t.eq((mi["name"], mi["num_tables"], mi["key_bytes"]), ("m", 3, 8), "model_info()")
     t.eq(c.device, -1, "a host-only client reports device -1")
+    # A device that does not exist (no machine has 1024 GPUs): a host-only
+    # client, .device -1, with a RuntimeWarning (whether or not a model has
+    # gpucache = true; this one has not).
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        nd = hps.Client(conf, device=1023)
+    try:
+        msgs = [str(x.message) for x in ws if issubclass(x.category, RuntimeWarning)]
+        t.ok(nd.device == -1 and "device=-1" in repr(nd) and len(msgs) == 1 and
+             "CUDA device 1023 cannot be used" in msgs[0] and "host-only" in msgs[0],
+             "Client(device=1023) that does not exist: .device -1, repr device=-1, one "
+             "RuntimeWarning", "device %r, repr %r, warnings %r" % (nd.device, repr(nd), msgs))
+        nd.wait_ready(10000)
+        ks = np.array(model.file_keys[0][:5], dtype=np.int64)
+        t.ok(np.array_equal(nd.lookup("m", 0, ks), vecs(model, 0, list(ks))),
+             "... and it looks up from host memory")
+    finally:
+        nd.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            hps.Client(conf, device=1023)
+            t.ok(False, "python -W error: Client(device=1023) raises the RuntimeWarning")
+        except RuntimeWarning:
+            t.ok(True, "python -W error: Client(device=1023) raises the RuntimeWarning")
 
     # numpy int64: VDB, PDB-only and unknown keys, each table.
     for i in range(3):

@@ -193,7 +193,17 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
     self->config = PyUnicode_DecodeFSDefault(p);
     Py_DECREF(path);
     self->c = c;
-    self->device = hps_client_device(c);
+    /* What the client is: -1 where the device asked for does not exist (or
+     * the build has no CUDA), which libhps also logs. */
+    self->device = hps_client_gpu_device(c);
+    if (self->config && device >= 0 && self->device < 0 &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "hps.Client: CUDA device %d cannot be used (no such device, or libhps "
+                         "was built without CUDA): the client is host-only (device -1)",
+                         device) < 0) {
+        client_do_close(self);
+        return -1; /* warnings are errors (python -W error) */
+    }
     if (!self->config || load_models(self) < 0) {
         client_do_close(self);
         free_models(self);
@@ -722,8 +732,9 @@ PyDoc_STRVAR(client_doc,
              "background as soon as the coordinator creates it; wait_ready() waits).\n"
              "device: a CUDA device ordinal (the GPU caches of models with gpucache =\n"
              "true, shared with the other processes of that device), or -1 for a\n"
-             "host-only client; a device that does not exist gives a host-only client\n"
-             "with a warning.  The client is a worker of the segment (hps-shm info lists\n"
+             "host-only client; a device that cannot be used (it does not exist, or\n"
+             "libhps has no CUDA) gives a host-only client, .device -1, with a\n"
+             "RuntimeWarning.  The client is a worker of the segment (hps-shm info lists\n"
              "it) until close().  Methods may be called from any thread; lookups run\n"
              "with the GIL released.  A context manager (close() on exit).\n"
              "Raises hps.Error.");
