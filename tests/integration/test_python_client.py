@@ -320,6 +320,21 @@ def bad_input(t, cl, model, conf, c):
     raises(t, lambda: c.tables("nope"), "tables() of an unknown model", hps.HPS_ENOTFOUND)
     raises(t, lambda: hps.Client("/nonexistent/hps.ini", -1), "Client() of a missing file")
     raises(t, lambda: hps.HPS("/nonexistent/hps.ini"), "hps.HPS() of a missing file")
+    # Every code has a name: HPS_E... and negative errnos (hps_err_name()).
+    names = []
+    for fn in (lambda: hps.HPS("/nonexistent/hps.ini"),
+               lambda: hps.Client("/nonexistent/hps.ini", -1)):
+        try:
+            fn()
+        except hps.Error as e:
+            names.append((e.code, e.name))
+    import errno
+    t.eq(names, [(-errno.ENOENT, "ENOENT")] * 2,
+         "hps.HPS() and hps.Client() of a missing file: .code -ENOENT, .name ENOENT")
+    t.ok(all(hps.err_name(getattr(hps, n)) == n for n in dir(hps) if n.startswith("HPS_E")) and
+         hps.err_name(-errno.EACCES) == "EACCES" and hps.err_name(0) == "OK" and
+         hps.err_name(10 ** 30) == "UNKNOWN",
+         "hps.err_name(): the HPS_E constants, errno names, OK, UNKNOWN")
     ps_json = cl.path("ps.json")
     with open(ps_json, "w") as f:
         f.write('{\n  "supportlonglong": true,\n  "models": []\n}\n')

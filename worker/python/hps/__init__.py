@@ -33,18 +33,16 @@ import threading
 import numpy as _np
 
 from . import _hps
-from ._hps import HOST, Client, Error, check_config, strerror
+from ._hps import HOST, Client, Error, check_config, err_name, strerror
 
-__all__ = ["Client", "Error", "HPS", "HOST", "check_config", "strerror", "shared_client",
-           "version"]
+__all__ = ["Client", "Error", "HPS", "HOST", "check_config", "err_name", "strerror",
+           "shared_client", "version"]
 __version__ = version = _hps.version
 
 # The error codes (include/hps/hps.h): hps.HPS_ENOTFOUND, ...
-_ERR_NAMES = {}
 for _name in dir(_hps):
     if _name.startswith("HPS_E"):
         globals()[_name] = getattr(_hps, _name)
-        _ERR_NAMES[getattr(_hps, _name)] = _name
         __all__.append(_name)
 del _name
 
@@ -55,7 +53,7 @@ def _error(msg, code=None):
     """An hps.Error raised from Python (code: HPS_EINVAL unless given)."""
     e = Error(msg)
     e.code = _hps.HPS_EINVAL if code is None else code
-    e.name = _ERR_NAMES.get(e.code)
+    e.name = err_name(e.code)  # as the C extension names them: ENOENT for -ENOENT
     return e
 
 
