@@ -193,6 +193,16 @@ def basics(t, cl, model, conf, c):
     got = c.lookup("m", 0, k32)
     t.ok(np.array_equal(got, c.lookup("m", 0, k32.astype(np.int64))),
          "int32 keys on a 64-bit model equal the same values as int64 keys")
+    # uint64 keys (HugeCTR's long long keys as unsigned): the int64 bits.
+    ku = np.array(ks + [2 ** 64 - 1], dtype=np.uint64)
+    got = c.lookup("m", 2, ku)
+    t.ok(np.array_equal(got, c.lookup("m", 2, ku.view(np.int64))) and
+         np.array_equal(got[:-1], vecs(model, 2, ks)),
+         "uint64 keys on a 64-bit model equal their int64 bits", mismatch(got[:-1],
+                                                                        vecs(model, 2, ks)))
+    raises(t, lambda: c.lookup("m", 2, np.array([1, 2 ** 31], dtype=np.uint32)),
+           "uint32 keys on a 64-bit model (sign extension would change keys >= 2^31)",
+           hps.HPS_EINVAL, "keys are uint32, but model 'm' has 64-bit keys")
 
     # out=: written in place and returned.
     out = np.full((40, 4), 7.0, dtype=np.float32)
@@ -573,8 +583,24 @@ def model32(t, cl):
         t.ok(np.array_equal(got, vecs(model, 1, big)),
              "32-bit model, int32 keys carrying uint32 keys >= 2^31 (bit pattern) exact",
              mismatch(got, vecs(model, 1, big)))
+        got = c.lookup("m32", 1, np.array(small + big, dtype=np.uint32))
+        t.ok(np.array_equal(got, vecs(model, 1, small + big)),
+             "32-bit model, numpy uint32 keys (HugeCTR's unsigned int) exact",
+             mismatch(got, vecs(model, 1, small + big)))
+        h = hps.HPS(conf)
+        try:
+            got = h.lookup(np.array(big, dtype=np.uint32), "m32", 1, device_id=-1)
+            t.ok(np.array_equal(got, vecs(model, 1, big)),
+                 "32-bit model: hps.HPS.lookup of uint32 keys >= 2^31 exact")
+        finally:
+            h.close()
         kpt = [ks, small + big]
         keys, numkeys = H.split_keys(kpt)
+        ku = [[k for k in x if 0 <= k < 2 ** 32] for x in kpt]
+        keys_u, numkeys_u = H.split_keys(ku)
+        got = c.lookup_multi("m32", np.array(keys_u, dtype=np.uint32), numkeys_u)
+        t.ok(np.array_equal(got, flat(model, ku)), "32-bit model: lookup_multi of uint32 keys",
+             mismatch(got, flat(model, ku)))
         got = c.lookup_multi("m32", np.array(keys, dtype=np.int64), numkeys)
         t.ok(np.array_equal(got, flat(model, kpt)), "32-bit model: lookup_multi exact",
              mismatch(got, flat(model, kpt)))
