@@ -381,7 +381,9 @@ def with_torch(t, model, conf, c):
              "hps.torch.LookupLayer(dtype=torch.float16): half, the rounded vectors",
              "hps.torch.LookupLayer(dtype=torch.int8) refused",
              "hps.torch.LookupLayer pickled and deep-copied: the copies open their own "
-             "clients, exact"]
+             "clients, exact",
+             "hps.torch.LookupLayer on non-contiguous keys (keys[::2], transposed): copied, "
+             "exact"]
     if torch is None:
         for n in names:
             skip(t, n, "no torch")
@@ -435,6 +437,14 @@ def with_torch(t, model, conf, c):
         except hps.Error:
             pass
     t.ok(ok, names[6])
+    wide = torch.tensor([k for k in ks1 for _ in (0, 1)], dtype=torch.int64)
+    nc1 = wide[::2]
+    nc2 = torch.tensor(ks1, dtype=torch.int64).reshape(6, 4).t()
+    g1, g2 = layer(nc1), layer(nc2)
+    t.ok(not nc1.is_contiguous() and not nc2.is_contiguous() and
+         np.array_equal(g1.numpy(), vecs(model, 1, ks1)) and tuple(g2.shape) == (4, 6, 8) and
+         np.array_equal(g2.reshape(-1, 8).numpy(),
+                        vecs(model, 1, [int(k) for k in nc2.reshape(-1)])), names[10])
     half = ht.LookupLayer(conf, "m", 1, 8, dtype=torch.float16)
     got = half(keys)
     t.ok(got.dtype == torch.float16 and tuple(got.shape) == (4, 6, 8) and
