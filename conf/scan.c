@@ -458,15 +458,38 @@ static void syntax_error(struct rd *r, const char *text, size_t len, uint32_t li
     if (n && *s == '[')
         rd_fail(r, HPS_ECONFIG, "syntax error: \"%.*s\": a section header needs a closing ']'",
                 (int)(n > 80 ? 80 : n), s);
-    else if (n && *s == '{')
-        rd_fail(r, HPS_ECONFIG,
-                "syntax error: \"%.*s\": a JSON file (HugeCTR's ps.json?), not an INI file: "
-                "convert it with 'hps-conf import FILE.json > hps.ini'",
-                (int)(n > 40 ? 40 : n), s);
     else
         rd_fail(r, HPS_ECONFIG,
                 "syntax error: \"%.*s\": expected \"key = value\", \"[section]\" or a comment",
                 (int)(n > 80 ? 80 : n), s);
+}
+
+/* A JSON file (HugeCTR's ps.json) instead of an INI file: its first
+ * non-blank character is '{', which no INI line starts with.  Checked before
+ * inih sees the text, because a minified one-line file such as
+ * {"supportlonglong": true, "models": []} reads to inih as "key: value", not
+ * as a syntax error.  The message quotes the line as written. */
+static bool json_text(struct rd *r, const char *text, size_t len)
+{
+    const char *s = text, *end = text + len;
+    uint32_t lineno = 1;
+
+    if (len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
+        s += 3;
+    for (; s < end && isspace((unsigned char)*s); s++)
+        lineno += *s == '\n';
+    if (s == end || *s != '{')
+        return false;
+    const char *nl = memchr(s, '\n', (size_t)(end - s));
+    size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    r->lineno = lineno;
+    rd_fail(r, HPS_ECONFIG,
+            "\"%.*s%s\": a JSON file (HugeCTR's ps.json?), not an INI file: convert it with "
+            "'hps-conf import FILE.json > hps.ini'",
+            (int)(n > 40 ? 40 : n), s, n > 40 ? "..." : "");
+    return true;
 }
 
 void hps__scan_fini(struct hps__scan *scan)
@@ -493,6 +516,8 @@ hps_err_t hps__scan(const char *text, size_t len, const char *name, struct hps__
                    .err_len = err_len};
 
     *scan = (struct hps__scan){0};
+    if (json_text(&r, text, len))
+        return r.rc;
     int rc = ini_parse_stream(rd_line, &r, on_kv, &r);
     if (rc == -2) {
         r.rc = 0;

@@ -116,6 +116,7 @@ static const char doc_intro[] =
     "- Integers are decimal; `shared_memory_mode` is octal (`0600`).\n"
     "- Sizes: an integer and an optional unit, `B`, `KiB` (or `K`), `MiB` (`M`), `GiB` (`G`)\n"
     "  or `TiB` (`T`), in any case; binary multiples (`64KiB` = 65536 bytes). No unit: bytes.\n"
+    "  SI units (`MB` = 10^6 bytes) are refused, not read as binary. At most 2^64 - 1 bytes.\n"
     "- Lists (the `host:port` lists `address` and `brokers` included): comma separated;\n"
     "  blanks around entries are ignored, and a trailing comma is allowed (`a, b,`), but an\n"
     "  empty entry between two commas is an error. A long list may continue on indented\n"
@@ -140,7 +141,8 @@ static const char doc_intro[] =
     "configuration (defaults marked), `hps-conf get FILE section.key` prints one value and\n"
     "`hps-conf set FILE section.key=value` edits a file in place, keeping its comments.\n"
     "`hps-conf import ps.json [--pbtxt config.pbtxt ...]` converts a HugeCTR HPS\n"
-    "configuration (and the HPS parameters of Triton model configurations) to this INI.\n"
+    "configuration (and the HPS parameters of Triton model configurations) to this INI\n"
+    "(`hps-conf import ps.json | hps-conf check -` checks it: `-` is standard input).\n"
     "Model keys are addressed as `model.<name>.key`.\n";
 
 /* Markdown table cell: '|' escaped, line breaks flattened. */

@@ -45,7 +45,19 @@ static const struct {
 
 #define IO_WHY                                                                                     \
     "hps-worker's inputs are always KEYS (TYPE_INT64) and NUMKEYS (TYPE_INT32), its output "       \
-    "OUTPUT0 (TYPE_FP32)"
+    "OUTPUT0 (TYPE_FP32), each with dims [ -1 ]"
+
+/* The tensors hps-worker serves: a config.pbtxt that declares exactly these
+ * (HugeCTR's hps backend's own) is silent; any other input or output is
+ * named in a warning, since it is not what a client of hps-worker gets. */
+static const struct {
+    const char *field, *name, *type;
+} io_served[] = {
+    {"input", "KEYS", "TYPE_INT64"},
+    {"input", "NUMKEYS", "TYPE_INT32"},
+    {"output", "OUTPUT0", "TYPE_FP32"},
+};
+#define NIO (sizeof(io_served) / sizeof(io_served[0]))
 
 static void note(struct hps__buf *warn, const char *file, uint32_t line, const char *what,
                  const char *why)
@@ -111,6 +123,9 @@ static hps_err_t do_instance_group(struct hps__triton *t, const struct hps__pb_m
         } else if (strcmp(f->name, "kind") == 0 && f->text && strcmp(f->text, "KIND_GPU") == 0) {
             continue;
         } else if (strcmp(f->name, "count") == 0) {
+            /* One instance per device is what one hps-worker per device is. */
+            if (f->kind == HPS__PB_SCALAR && strcmp(f->text, "1") == 0)
+                continue;
             note(warn, file, f->line, "instance_group.count",
                  "the number of hps-worker processes per device is the number started "
                  "(hps-worker --device N --instance K)");
@@ -198,6 +213,8 @@ static hps_err_t do_top(struct hps__triton *t, const struct hps__pb_msg *m, size
     }
     if ((strcmp(f->name, "instance_group") == 0 || strcmp(f->name, "parameters") == 0) && !msg)
         return bad(err, err_len, file, f->line, "%s: expected a message { ... }", f->name);
+    if (strcmp(f->name, "input") == 0 || strcmp(f->name, "output") == 0)
+        return 0; /* check_io() */
     if (strcmp(f->name, "instance_group") == 0)
         return do_instance_group(t, f->msg, file, warn, err, err_len);
     if (strcmp(f->name, "parameters") == 0)
@@ -205,11 +222,68 @@ static hps_err_t do_top(struct hps__triton *t, const struct hps__pb_msg *m, size
     for (size_t i = 0; i < fi; i++)
         if (strcmp(m->fields[i].name, f->name) == 0)
             return 0;
-    note(warn, file, f->line, f->name,
-         strcmp(f->name, "input") == 0 || strcmp(f->name, "output") == 0
-             ? IO_WHY
-             : "a Triton setting that hps-worker does not have");
+    note(warn, file, f->line, f->name, "a Triton setting that hps-worker does not have");
     return 0;
+}
+
+/* The io_served[] entry that the `input` or `output` element f declares
+ * (name, data_type and dims [ -1 ] or no dims, nothing else), or -1. */
+static int io_entry(const struct hps__pb_field *f)
+{
+    const struct hps__pb_field *name = f->msg ? hps__pb_find(f->msg, "name") : NULL;
+    const struct hps__pb_field *type = f->msg ? hps__pb_find(f->msg, "data_type") : NULL;
+    int e = -1;
+
+    if (!name || name->kind != HPS__PB_STRING || !type || type->kind != HPS__PB_SCALAR)
+        return -1;
+    for (size_t i = 0; i < NIO; i++)
+        if (strcmp(f->name, io_served[i].field) == 0 &&
+            strcmp(name->text, io_served[i].name) == 0 &&
+            strcmp(type->text, io_served[i].type) == 0)
+            e = (int)i;
+    size_t ndims = 0;
+    for (size_t i = 0; e >= 0 && i < f->msg->n; i++) {
+        const struct hps__pb_field *x = &f->msg->fields[i];
+        if (strcmp(x->name, "dims") == 0 && x->kind == HPS__PB_SCALAR && strcmp(x->text, "-1") == 0)
+            ndims++;
+        else if (x != name && x != type)
+            return -1;
+    }
+    return ndims <= 1 ? e : -1;
+}
+
+/* The `input` and `output` elements: a warning for each one that is not a
+ * tensor hps-worker serves (or declares one twice), and for a served tensor
+ * missing where the file declares others of its kind. */
+static void check_io(const struct hps__pb_msg *m, const char *file, struct hps__buf *warn)
+{
+    uint32_t seen[NIO] = {0}, first[2] = {0};
+
+    for (size_t i = 0; i < m->n; i++) {
+        const struct hps__pb_field *f = &m->fields[i];
+        int out = strcmp(f->name, "output") == 0;
+        if (!out && strcmp(f->name, "input") != 0)
+            continue;
+        first[out] = first[out] ? first[out] : f->line;
+        const struct hps__pb_field *name = f->msg ? hps__pb_find(f->msg, "name") : NULL;
+        const char *what = name && name->kind == HPS__PB_STRING ? name->text : NULL;
+        int e = io_entry(f);
+        if (e >= 0 && !seen[e]) {
+            seen[e] = f->line;
+            continue;
+        }
+        hps__buf_printf(warn, "%s:%u: %s%s%s%s: not imported: %s%s\n", file,
+                        what ? name->line : f->line, f->name, what ? " \"" : "", what ? what : "",
+                        what ? "\"" : "", e >= 0 ? "declared twice; " : "", IO_WHY);
+    }
+    for (size_t i = 0; i < NIO; i++) {
+        int out = strcmp(io_served[i].field, "output") == 0;
+        if (first[out] && !seen[i])
+            hps__buf_printf(warn,
+                            "%s:%u: %s: no %s \"%s\" (%s): hps-worker serves it all the same: %s\n",
+                            file, first[out], io_served[i].field, io_served[i].field,
+                            io_served[i].name, io_served[i].type, IO_WHY);
+    }
 }
 
 hps_err_t hps__triton_read(const char *path, struct hps__triton *t, struct hps__buf *warn,
@@ -227,6 +301,8 @@ hps_err_t hps__triton_read(const char *path, struct hps__triton *t, struct hps__
     free(text);
     for (size_t i = 0; !rc && i < m->n; i++)
         rc = do_top(t, m, i, path, warn, err, err_len);
+    if (!rc)
+        check_io(m, path, warn);
     hps__pb_free(m);
     if (!rc && !t->name && !(t->name = dir_name(path)))
         rc = bad(err, err_len, path, 1,

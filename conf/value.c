@@ -581,6 +581,64 @@ static hps_err_t must_be(const struct hps__key *k, struct hps__buf *msg)
     return msg->oom ? -ENOMEM : HPS_ECONFIG;
 }
 
+/*
+ * Why a SIZE or MARGIN value that looks like a number was refused, after
+ * "must be ...": a unit that is not one of the units (SI units such as MB
+ * are refused: sizes are binary, and M alone already means MiB), or a number
+ * past the largest value accepted.  These two types have no upper bound of
+ * their own, so the description states none; the bound is 2^64 - 1.
+ */
+static void why_refused(const struct hps__key *k, const char *raw, struct hps__buf *msg)
+{
+    const char *u = raw;
+
+    if ((k->type != HPS__T_SIZE && k->type != HPS__T_MARGIN) || !isdigit((unsigned char)*raw))
+        return;
+    while (isdigit((unsigned char)*u))
+        u++;
+    const char *digits_end = u;
+    while (k->type == HPS__T_SIZE && (*u == ' ' || *u == '\t'))
+        u++;
+    unsigned shift = 0;
+    bool unit = k->type == HPS__T_MARGIN && !*u;
+    for (size_t i = 0; k->type == HPS__T_SIZE && i < sizeof(size_units) / sizeof(size_units[0]);
+         i++) {
+        if (strcasecmp(u, size_units[i].name) == 0) {
+            unit = true;
+            shift = size_units[i].shift;
+        }
+    }
+    if (!unit) {
+        for (const char *c = u; *c; c++)
+            if (!isalpha((unsigned char)*c))
+                return; /* not a unit: "1.5GiB", "64 KiB x" */
+        if (k->type != HPS__T_SIZE)
+            return;
+        hps__buf_printf(msg, "; \"%s\" is not one of the units", u);
+        const char *si = strlen(u) == 2 && (u[1] == 'B' || u[1] == 'b')
+                             ? strchr("kmgt", tolower((unsigned char)u[0]))
+                             : NULL;
+        if (si && *si) {
+            unsigned n = (unsigned)(si - "kmgt") + 1; /* k: 1 ... t: 4 */
+            int nd = (int)(digits_end - raw);
+            hps__buf_printf(msg,
+                            " (sizes are binary: %.*s%ciB is %.*s x 2^%u bytes; SI units such as "
+                            "%cB = 10^%u bytes are not accepted)",
+                            nd, raw, toupper((unsigned char)*si), nd, raw, 10 * n,
+                            toupper((unsigned char)*si), 3 * n);
+        }
+        return;
+    }
+    uint64_t v;
+    const char *end;
+    if (parse_u64_prefix(raw, &v, &end) && (!shift || v <= (UINT64_MAX >> shift)))
+        return; /* a number in range: refused by the lower bound, stated */
+    hps__buf_printf(msg, "; %.*s is too large: the largest %s accepted is %" PRIu64 "%s", 40, raw,
+                    k->type == HPS__T_SIZE ? "size" : "integer", UINT64_MAX,
+                    k->type == HPS__T_SIZE ? " bytes (2^64 - 1, a little under 16777216TiB)"
+                                           : " (2^64 - 1, the same as max)");
+}
+
 static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, bool *ret_auto,
                             struct hps__buf *msg)
 {
@@ -605,6 +663,7 @@ static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, 
     if (!parse_scalar(k, raw, &v, ret_auto)) {
         hps_err_t err = must_be(k, msg);
         /* HugeCTR's volatile_db could be a Redis Cluster: say where it went. */
+        why_refused(k, raw, msg);
         if (k->sec == HPS__SEC_volatile_db && strcmp(k->name, "type") == 0 &&
             (strcasecmp(raw, "redis_cluster") == 0 || strcasecmp(raw, "redis") == 0))
             hps__buf_puts(msg, "; a Redis Cluster is [distributed_db] type = redis_cluster "

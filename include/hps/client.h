@@ -99,9 +99,10 @@ typedef struct hps_client_options {
  * @param[in]  config_file  INI path, host string.
  * @param[in]  device       CUDA device ordinal, or -1 for a host-only client.
  *                          With a device that does not exist, or in a build
- *                          without CUDA, the client serves every model from
- *                          the host path (a warning per gpucache model) and
- *                          refuses device memory (HPS_EINVAL);
+ *                          without CUDA, the client is host-only (one
+ *                          warning): it serves every model from the host
+ *                          path and refuses device memory (HPS_EINVAL);
+ *                          hps_client_gpu_device() says -1, and
  *                          hps_client_device() still says the ordinal
  *                          asked for (hps-worker reports it as DeviceID).
  * @param[out] ret          The client; close it with hps_client_close().
@@ -179,10 +180,17 @@ void hps_client_cancel_waits(hps_client_t *c);
  *  be NULL.  Thread-safe, lock-free. */
 bool hps_client_coordinator_alive(hps_client_t *c);
 
-/** @brief The client's CUDA device as opened (also one that does not exist,
- *  see hps_client_open), or -1 for a host-only client.  c must not be NULL.
- *  Thread-safe (immutable after open). */
+/** @brief The CUDA device the client was opened with (-1: host-only asked
+ *  for), even where that device does not exist (hps-worker reports it as
+ *  its DeviceID); hps_client_gpu_device() says what it uses.  c must not be
+ *  NULL.  Thread-safe (immutable after open). */
 int hps_client_device(const hps_client_t *c);
+
+/** @brief The CUDA device the client uses (its GPU caches, device memory
+ *         accepted): hps_client_device(), or -1 for a host-only client,
+ *         also one opened with a device that does not exist or in a build
+ *         without CUDA. */
+int hps_client_gpu_device(const hps_client_t *c);
 
 /**
  * @brief Model @p model's state, as the repository index shows it.

@@ -240,6 +240,24 @@ void cc_check_errors(hps_client_t *c, const char *config)
     err[0] = 0;
     rc = hps_client_open(config, -2, &c2, err, sizeof(err));
     cc_ok(rc == HPS_EINVAL, "hps_client_open(device -2) -> HPS_EINVAL (got %d: %s)", rc, err);
+    /* A device that does not exist (no machine has 1024 GPUs): a host-only
+     * client that still reports the ordinal asked for as its DeviceID. */
+    err[0] = 0;
+    hps_client_t *nd = NULL;
+    rc = hps_client_open(config, 1023, &nd, err, sizeof(err));
+    if (cc_ok(rc == 0 && nd, "hps_client_open(device 1023) succeeds (got %d: %s)", rc, err)) {
+        cc_ok(hps_client_device(nd) == 1023 && hps_client_gpu_device(nd) == -1,
+              "device 1023 that does not exist: hps_client_device 1023, hps_client_gpu_device -1 "
+              "(got %d, %d)",
+              hps_client_device(nd), hps_client_gpu_device(nd));
+        cc_ok(hps_client_wait_ready(nd, 30000) == 0, "the host-only client gets ready");
+        int32_t nk = 1;
+        int64_t k1 = 1;
+        expect_err("hps_client_lookup keys_loc 1023 (the device that does not exist)",
+                   hps_client_lookup(nd, 0, 1, &nk, &k1, HPS_KEY_INT64, 1023, out, HPS_HOST, NULL),
+                   HPS_EINVAL);
+        hps_client_close(nd);
+    }
     err[0] = 0;
     rc = hps_client_open("/nonexistent/hps-client-check.ini", -1, &c2, err, sizeof(err));
     cc_ok(rc < 0 && rc > -4096 && err[0],

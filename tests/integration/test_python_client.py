@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
@@ -126,6 +127,31 @@ def basics(t, cl, model, conf, c):
     mi = c.model_info("m")
     t.eq((mi["name"], mi["num_tables"], mi["key_bytes"]), ("m", 3, 8), "model_info()")
     t.eq(c.device, -1, "a host-only client reports device -1")
+    # A device that does not exist (no machine has 1024 GPUs): a host-only
+    # client, .device -1, with a RuntimeWarning (whether or not a model has
+    # gpucache = true; this one has not).
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        nd = hps.Client(conf, device=1023)
+    try:
+        msgs = [str(x.message) for x in ws if issubclass(x.category, RuntimeWarning)]
+        t.ok(nd.device == -1 and "device=-1" in repr(nd) and len(msgs) == 1 and
+             "CUDA device 1023 cannot be used" in msgs[0] and "host-only" in msgs[0],
+             "Client(device=1023) that does not exist: .device -1, repr device=-1, one "
+             "RuntimeWarning", "device %r, repr %r, warnings %r" % (nd.device, repr(nd), msgs))
+        nd.wait_ready(10000)
+        ks = np.array(model.file_keys[0][:5], dtype=np.int64)
+        t.ok(np.array_equal(nd.lookup("m", 0, ks), vecs(model, 0, list(ks))),
+             "... and it looks up from host memory")
+    finally:
+        nd.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            hps.Client(conf, device=1023)
+            t.ok(False, "python -W error: Client(device=1023) raises the RuntimeWarning")
+        except RuntimeWarning:
+            t.ok(True, "python -W error: Client(device=1023) raises the RuntimeWarning")
 
     # numpy int64: VDB, PDB-only and unknown keys, each table.
     for i in range(3):
@@ -167,6 +193,16 @@ def basics(t, cl, model, conf, c):
     got = c.lookup("m", 0, k32)
     t.ok(np.array_equal(got, c.lookup("m", 0, k32.astype(np.int64))),
          "int32 keys on a 64-bit model equal the same values as int64 keys")
+    # uint64 keys (HugeCTR's long long keys as unsigned): the int64 bits.
+    ku = np.array(ks + [2 ** 64 - 1], dtype=np.uint64)
+    got = c.lookup("m", 2, ku)
+    t.ok(np.array_equal(got, c.lookup("m", 2, ku.view(np.int64))) and
+         np.array_equal(got[:-1], vecs(model, 2, ks)),
+         "uint64 keys on a 64-bit model equal their int64 bits", mismatch(got[:-1],
+                                                                        vecs(model, 2, ks)))
+    raises(t, lambda: c.lookup("m", 2, np.array([1, 2 ** 31], dtype=np.uint32)),
+           "uint32 keys on a 64-bit model (sign extension would change keys >= 2^31)",
+           hps.HPS_EINVAL, "keys are uint32, but model 'm' has 64-bit keys")
 
     # out=: written in place and returned.
     out = np.full((40, 4), 7.0, dtype=np.float32)
@@ -294,13 +330,35 @@ def bad_input(t, cl, model, conf, c):
     raises(t, lambda: c.tables("nope"), "tables() of an unknown model", hps.HPS_ENOTFOUND)
     raises(t, lambda: hps.Client("/nonexistent/hps.ini", -1), "Client() of a missing file")
     raises(t, lambda: hps.HPS("/nonexistent/hps.ini"), "hps.HPS() of a missing file")
+    # Every code has a name: HPS_E... and negative errnos (hps_err_name()).
+    names = []
+    for fn in (lambda: hps.HPS("/nonexistent/hps.ini"),
+               lambda: hps.Client("/nonexistent/hps.ini", -1)):
+        try:
+            fn()
+        except hps.Error as e:
+            names.append((e.code, e.name))
+    import errno
+    t.eq(names, [(-errno.ENOENT, "ENOENT")] * 2,
+         "hps.HPS() and hps.Client() of a missing file: .code -ENOENT, .name ENOENT")
+    t.ok(all(hps.err_name(getattr(hps, n)) == n for n in dir(hps) if n.startswith("HPS_E")) and
+         hps.err_name(-errno.EACCES) == "EACCES" and hps.err_name(0) == "OK" and
+         hps.err_name(10 ** 30) == "UNKNOWN",
+         "hps.err_name(): the HPS_E constants, errno names, OK, UNKNOWN")
     ps_json = cl.path("ps.json")
     with open(ps_json, "w") as f:
         f.write('{\n  "supportlonglong": true,\n  "models": []\n}\n')
     raises(t, lambda: hps.HPS(ps_json), "hps.HPS() of HugeCTR's ps.json: refused when it is "
            "built, with how to convert it", hps.HPS_ECONFIG, "hps-conf import")
     raises(t, lambda: hps.check_config(ps_json), "hps.check_config() of a ps.json",
-           hps.HPS_ECONFIG, "ps.json:1: syntax error")
+           hps.HPS_ECONFIG, 'ps.json:1: "{": a JSON file')
+    # Minified on one line it reads as "key: value" to an INI parser: the
+    # same hint, the line quoted as written.
+    with open(ps_json, "w") as f:
+        f.write('{"supportlonglong": true, "models": []}\n')
+    raises(t, lambda: hps.HPS(ps_json), "hps.HPS() of a minified one-line ps.json: the JSON hint",
+           hps.HPS_ECONFIG, 'ps.json:1: "{"supportlonglong": true, "models": []}": a JSON file '
+           "(HugeCTR's ps.json?), not an INI file: convert it with 'hps-conf import")
     t.ok(hps.check_config(conf) is None, "hps.check_config() of the test's INI: None")
     try:
         c.lookup("nope", 0, keys)
@@ -323,7 +381,9 @@ def with_torch(t, model, conf, c):
              "hps.torch.LookupLayer(dtype=torch.float16): half, the rounded vectors",
              "hps.torch.LookupLayer(dtype=torch.int8) refused",
              "hps.torch.LookupLayer pickled and deep-copied: the copies open their own "
-             "clients, exact"]
+             "clients, exact",
+             "hps.torch.LookupLayer on non-contiguous keys (keys[::2], transposed): copied, "
+             "exact"]
     if torch is None:
         for n in names:
             skip(t, n, "no torch")
@@ -377,6 +437,14 @@ def with_torch(t, model, conf, c):
         except hps.Error:
             pass
     t.ok(ok, names[6])
+    wide = torch.tensor([k for k in ks1 for _ in (0, 1)], dtype=torch.int64)
+    nc1 = wide[::2]
+    nc2 = torch.tensor(ks1, dtype=torch.int64).reshape(6, 4).t()
+    g1, g2 = layer(nc1), layer(nc2)
+    t.ok(not nc1.is_contiguous() and not nc2.is_contiguous() and
+         np.array_equal(g1.numpy(), vecs(model, 1, ks1)) and tuple(g2.shape) == (4, 6, 8) and
+         np.array_equal(g2.reshape(-1, 8).numpy(),
+                        vecs(model, 1, [int(k) for k in nc2.reshape(-1)])), names[10])
     half = ht.LookupLayer(conf, "m", 1, 8, dtype=torch.float16)
     got = half(keys)
     t.ok(got.dtype == torch.float16 and tuple(got.shape) == (4, 6, 8) and
@@ -525,8 +593,24 @@ def model32(t, cl):
         t.ok(np.array_equal(got, vecs(model, 1, big)),
              "32-bit model, int32 keys carrying uint32 keys >= 2^31 (bit pattern) exact",
              mismatch(got, vecs(model, 1, big)))
+        got = c.lookup("m32", 1, np.array(small + big, dtype=np.uint32))
+        t.ok(np.array_equal(got, vecs(model, 1, small + big)),
+             "32-bit model, numpy uint32 keys (HugeCTR's unsigned int) exact",
+             mismatch(got, vecs(model, 1, small + big)))
+        h = hps.HPS(conf)
+        try:
+            got = h.lookup(np.array(big, dtype=np.uint32), "m32", 1, device_id=-1)
+            t.ok(np.array_equal(got, vecs(model, 1, big)),
+                 "32-bit model: hps.HPS.lookup of uint32 keys >= 2^31 exact")
+        finally:
+            h.close()
         kpt = [ks, small + big]
         keys, numkeys = H.split_keys(kpt)
+        ku = [[k for k in x if 0 <= k < 2 ** 32] for x in kpt]
+        keys_u, numkeys_u = H.split_keys(ku)
+        got = c.lookup_multi("m32", np.array(keys_u, dtype=np.uint32), numkeys_u)
+        t.ok(np.array_equal(got, flat(model, ku)), "32-bit model: lookup_multi of uint32 keys",
+             mismatch(got, flat(model, ku)))
         got = c.lookup_multi("m32", np.array(keys, dtype=np.int64), numkeys)
         t.ok(np.array_equal(got, flat(model, kpt)), "32-bit model: lookup_multi exact",
              mismatch(got, flat(model, kpt)))

@@ -249,8 +249,15 @@ def dlpack_deleters(t, model, c):
     oc, oa = P.make(out, 2, 32, shape=[10, 17])
     failing("out capsule of the wrong shape, Python deleters",
             lambda: c.lookup("m", 0, kc, out=oc), "shape")
+    kc, ka = P.make(k64, 1, 16)
+    failing("uint16 keys capsule, Python deleter", lambda: c.lookup("m", 0, kc), "int64", 1)
+    # uint64 keys are taken (the bits of int64 keys): exact, deleter called
+    P.deleted.clear()
     kc, ka = P.make(k64, 1, 64)
-    failing("uint64 keys capsule, Python deleter", lambda: c.lookup("m", 0, kc), "int64", 1)
+    got = c.lookup("m", 0, kc)
+    t.ok(np.array_equal(got, want) and P.deleted == [ka],
+         "uint64 keys capsule, Python deleter: exact, the deleter called once",
+         "deleter calls %r" % P.deleted)
     kc, ka = P.make(k64, 0, 64, shape=[-5])
     failing("keys capsule of shape (-5,)", lambda: c.lookup("m", 0, kc), "negative", 1)
     kc, ka = P.make(k64, 0, 64, strides=[-1])

@@ -1,7 +1,7 @@
 /*
  * hps-conf -- check, show, query and edit HPS configuration files.
  *
- *   hps-conf check [--files] FILE
+ *   hps-conf check [--files] FILE|-
  *   hps-conf show FILE
  *   hps-conf get FILE SECTION.KEY
  *   hps-conf set FILE SECTION.KEY=VALUE...
@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "hps/conf.h"
 #include "hps/modelfile.h"
@@ -29,7 +30,10 @@ static const char usage_text[] =
     "Check, show, query and edit HPS configuration files (INI).\n"
     "\n"
     "Commands:\n"
-    "  check [--files] FILE         validate FILE; errors go to stderr.  --files:\n"
+    "  check [--files] FILE         validate FILE (- : standard input, read to its\n"
+    "                               end; other pipes and FIFOs are refused, as\n"
+    "                               hps-coordinator refuses them); errors go to\n"
+    "                               stderr.  --files:\n"
     "                               also open every model's sparse_files (key and\n"
     "                               emb_vector present, regular, sized for the\n"
     "                               table's dimension) and read them (keys that fit\n"
@@ -208,10 +212,75 @@ static size_t check_files(const hps_conf_t *conf, const char *path)
     return bad;
 }
 
+/** Largest INI read from standard input: hps_conf_load()'s file limit. */
+#define STDIN_MAX (16u << 20)
+
+/*
+ * `check -`: the INI from standard input, read to its end, for a pipe such
+ * as `hps-conf import ps.json | hps-conf check -`.  hps_conf_load() refuses
+ * FIFOs on purpose (a FIFO given as the coordinator's INI used to hang it);
+ * here the user asked for standard input, so waiting for it is expected.
+ * Messages name it <stdin>.
+ */
+static int load_stdin(hps_conf_t **ret)
+{
+    char err[1024], *text = NULL;
+    size_t len = 0, cap = 0;
+
+    for (;;) {
+        if (len >= STDIN_MAX) {
+            free(text);
+            fprintf(stderr, "hps-conf: <stdin>: larger than %u MiB, not a configuration file\n",
+                    STDIN_MAX >> 20);
+            return EXIT_INVALID;
+        }
+        if (len + 1 >= cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *n = realloc(text, cap);
+            if (!n) {
+                free(text);
+                return failed(-ENOMEM, "");
+            }
+            text = n;
+        }
+        size_t n = fread(text + len, 1, cap - len - 1, stdin);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    if (ferror(stdin)) {
+        int e = errno;
+        free(text);
+        fprintf(stderr, "hps-conf: cannot read <stdin>: %s\n", strerror(e));
+        return EXIT_INVALID;
+    }
+    text[len] = '\0';
+    const char *nul = memchr(text, '\0', len);
+    if (nul) { /* as hps_conf_read_file() says it for a file */
+        unsigned line = 1;
+        for (const char *p = text; p < nul; p++)
+            line += *p == '\n';
+        free(text);
+        fprintf(stderr, "hps-conf: <stdin>:%u: the line contains a NUL byte\n", line);
+        return EXIT_INVALID;
+    }
+    hps_err_t rc = hps_conf_load_string(text, "<stdin>", ret, err, sizeof(err));
+    free(text);
+    return rc ? failed(rc, err) : EXIT_OK;
+}
+
 static int cmd_check(const char *path, bool files)
 {
     hps_conf_t *conf = NULL;
-    int st = load(path, &conf);
+    bool in = strcmp(path, "-") == 0;
+    int st = in ? load_stdin(&conf) : load(path, &conf);
+
+    struct stat sb;
+    if (in)
+        path = "<stdin>";
+    else if (st != EXIT_OK && stat(path, &sb) == 0 &&
+             (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)))
+        fputs("hps-conf: to check standard input (a pipe), name it -: hps-conf check -\n", stderr);
 
     if (st == EXIT_OK && files && check_files(conf, path) > 0)
         st = EXIT_INVALID;

@@ -209,6 +209,14 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
     /* the INI's level, unless the program chose one (hps-worker does) */
     hps_log_default_level((hps_log_level_t)conf->hps.log_level);
     cl->device = o->device;
+    cl->gpu_device = o->device >= 0 && hps__client_gpu_exists(o->device) ? o->device : -1;
+    if (o->device >= 0 && cl->gpu_device < 0)
+        HPS_WARN("device %d: %s: the client is host-only (device memory is refused; models "
+                 "with gpucache = true are served from the CPU path)",
+                 o->device,
+                 HPS_HAVE_CUDA ? "no such CUDA device"
+                               : "this build has no CUDA (meson "
+                                 "-Dcuda=enabled)");
     cl->instance = o->instance;
     cl->pid = getpid();
     cl->max_concurrent = o->max_concurrent
@@ -219,13 +227,8 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
     int rc = init_models(cl);
     if (rc == 0)
         rc = hps__client_maint_start(cl);
-    if (rc == 0 && cl->device >= 0)
+    if (rc == 0 && cl->gpu_device >= 0)
         rc = hps__client_gpu_start(cl);
-    for (size_t i = 0; rc == 0 && !HPS_HAVE_CUDA && cl->device >= 0 && i < cl->num_models; i++)
-        if (cl->models[i].conf->gpucache) /* the CUDA build warns of a missing device alike */
-            HPS_WARN("model %s: gpucache = true, but this build has no CUDA (meson "
-                     "-Dcuda=enabled): serving it from the CPU path",
-                     cl->models[i].conf->name);
     if (rc < 0) {
         hps__client_fail(rc, "hps_client_open: %s", hps_strerror(rc));
         hps_client_close(cl);
@@ -316,6 +319,11 @@ void hps_client_cancel_waits(hps_client_t *cl)
 int hps_client_device(const hps_client_t *cl)
 {
     return cl->device;
+}
+
+int hps_client_gpu_device(const hps_client_t *cl)
+{
+    return cl->gpu_device;
 }
 
 /* ---- models and tables ------------------------------------------------------ */
@@ -422,9 +430,9 @@ static hps_err_t check_loc(const hps_client_t *cl, int loc, const char *what)
 {
     if (loc == HPS_HOST)
         return 0;
-    if (loc >= 0 && loc == cl->device && HPS_HAVE_CUDA)
+    if (loc >= 0 && loc == cl->gpu_device)
         return 0;
-    if (cl->device < 0 || !HPS_HAVE_CUDA)
+    if (cl->gpu_device < 0)
         return hps__client_fail(HPS_EINVAL,
                                 "%s in device memory (device %d), but the client is "
                                 "host-only",

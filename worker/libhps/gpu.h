@@ -52,6 +52,9 @@
 struct hps_client;
 
 #if HPS_HAVE_CUDA
+/** Whether CUDA device `device` (>= 0) exists and can be used. */
+bool hps__client_gpu_exists(int device);
+
 /** Start GPU mode (no-op without gpucache models or without the device).
  *  0, or HPS_EIO / -ENOMEM. */
 int hps__client_gpu_start(struct hps_client *cl);
@@ -132,6 +135,11 @@ void hps__client_gpu_scratch_free(struct hps_client *cl, void *p, void *stream);
 int hps__client_gpu_convert(struct hps_client *cl, const float *d_src, void *d_dst, size_t n,
                             hps_dtype_t dtype, void *stream);
 #else
+static inline bool hps__client_gpu_exists(int device)
+{
+    (void)device;
+    return false;
+}
 static inline int hps__client_gpu_start(struct hps_client *cl)
 {
     (void)cl;

@@ -514,8 +514,7 @@ static void *gpu_thread(void *arg)
 
 /* ---- start, stop, metrics ---------------------------------------------- */
 
-/** The device exists: else the worker stays in CPU mode. */
-static bool have_device(int device)
+bool hps__client_gpu_exists(int device)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || device >= n) {
@@ -618,10 +617,8 @@ int hps__client_gpu_start(hps_client_t *cl)
         any |= cl->models[i].conf->gpucache;
     if (!any)
         return 0;
-    if (!have_device(cl->device)) {
-        HPS_WARN("gpucache = true but no CUDA device %d: serving from the CPU path", cl->device);
-        return 0;
-    }
+    if (cl->gpu_device < 0)
+        return 0; /* no such device: hps_client_open_conf() warned */
     struct client_gpu *g = calloc(1, sizeof(*g));
     if (!g)
         return -ENOMEM;

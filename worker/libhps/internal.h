@@ -77,7 +77,8 @@ typedef struct client_model {
 struct hps_client {
     const hps_conf_t *conf; /* immutable (borrowed, or own_conf) */
     hps_conf_t *own_conf;   /* loaded by hps_client_open(), freed by close; else NULL; immutable */
-    int device;             /* CUDA device, or -1: host only; immutable */
+    int device;             /* CUDA device asked for, or -1: host only; immutable */
+    int gpu_device;         /* device if it exists in a CUDA build, else -1; immutable */
     int instance;           /* immutable */
     pid_t pid; /* the process that opened the client (a forked child is not it); immutable */
     unsigned max_concurrent; /* immutable */

@@ -347,8 +347,19 @@ static void test_syntax_errors(void **state)
                   "\"[section]\" or a comment");
     /* HugeCTR's JSON configuration: the message says how to convert it. */
     ct_load_fails("{\n  \"supportlonglong\": true,\n  \"models\": []\n}\n",
-                  "t.ini:1: syntax error: \"{\": a JSON file (HugeCTR's ps.json?), not an INI "
+                  "t.ini:1: \"{\": a JSON file (HugeCTR's ps.json?), not an INI "
                   "file: convert it with 'hps-conf import FILE.json > hps.ini'");
+    /* Minified on one line it reads as "key: value" to inih: the same hint,
+     * the line quoted as written (':' not rewritten as '='), cut at 40. */
+    ct_load_fails("{\"supportlonglong\": true, \"models\": []}\n",
+                  "t.ini:1: \"{\"supportlonglong\": true, \"models\": []}\": a JSON file "
+                  "(HugeCTR's ps.json?), not an INI file: convert it with 'hps-conf import "
+                  "FILE.json > hps.ini'");
+    ct_load_fails(
+        "\xEF\xBB\xBF\n  \n {\"supportlonglong\": true, \"models\": [{\"model\": \"m\"}]}",
+        "t.ini:3: \"{\"supportlonglong\": true, \"models\": [{\"m...\": a JSON "
+        "file (HugeCTR's ps.json?), not an INI file: convert it with 'hps-conf "
+        "import FILE.json > hps.ini'");
     /* [volatile_db] type = redis_cluster (HugeCTR's): where Redis goes here. */
     ct_load_fails("[volatile_db]\ntype = redis_cluster\n",
                   "t.ini:2: [volatile_db] type = redis_cluster: must be one of disabled, "
@@ -585,6 +596,38 @@ static void test_cross_key_rules(void **state)
     ct_load_fails("[volatile_db]\nshared_memory_size = 5242879\n",
                   "t.ini:2: [volatile_db] shared_memory_size = 5242879: must be a size of at "
                   "least 5MiB (units B, KiB, MiB, GiB, TiB)");
+    /* An SI unit is named, with the binary unit to write instead. */
+    ct_load_fails("[volatile_db]\nshared_memory_size = 79MB\n",
+                  "t.ini:2: [volatile_db] shared_memory_size = 79MB: must be a size of at least "
+                  "5MiB (units B, KiB, MiB, GiB, TiB); \"MB\" is not one of the units (sizes are "
+                  "binary: 79MiB is 79 x 2^20 bytes; SI units such as MB = 10^6 bytes are not "
+                  "accepted)");
+    ct_load_fails("[worker]\nmax_body_size = 2 gb\n",
+                  "t.ini:2: [worker] max_body_size = 2 gb: must be a size of at least 1KiB (units "
+                  "B, KiB, MiB, GiB, TiB); \"gb\" is not one of the units (sizes are binary: 2GiB "
+                  "is 2 x 2^30 bytes; SI units such as GB = 10^9 bytes are not accepted)");
+    ct_load_fails("[volatile_db]\nshared_memory_size = 64XiB\n",
+                  "t.ini:2: [volatile_db] shared_memory_size = 64XiB: must be a size of at least "
+                  "5MiB (units B, KiB, MiB, GiB, TiB); \"XiB\" is not one of the units");
+    /* Sizes and margins have no upper bound of their own: past 2^64 - 1,
+     * the message states the largest value accepted. */
+    ct_load_fails("[volatile_db]\nshared_memory_size = 16777216TiB\n",
+                  "t.ini:2: [volatile_db] shared_memory_size = 16777216TiB: must be a size of at "
+                  "least 5MiB (units B, KiB, MiB, GiB, TiB); 16777216TiB is too large: the "
+                  "largest size accepted is 18446744073709551615 bytes (2^64 - 1, a little under "
+                  "16777216TiB)");
+    ct_load_fails("[worker]\nmax_body_size = 18446744073709551616\n",
+                  "t.ini:2: [worker] max_body_size = 18446744073709551616: must be a size "
+                  "of at least 1KiB (units B, KiB, MiB, GiB, TiB); 18446744073709551616 is too "
+                  "large: the largest size accepted is 18446744073709551615 bytes (2^64 - 1, a "
+                  "little under 16777216TiB)");
+    ct_load_fails("[volatile_db]\noverflow_margin = 10000000000000000000000\n",
+                  "t.ini:2: [volatile_db] overflow_margin = 10000000000000000000000: must be max "
+                  "(unbounded) or an integer >= 1; 10000000000000000000000 is too large: the "
+                  "largest integer accepted is 18446744073709551615 (2^64 - 1, the same as max)");
+    ct_load_fails("[volatile_db]\noverflow_margin = 0\n",
+                  "t.ini:2: [volatile_db] overflow_margin = 0: must be max (unbounded) or an "
+                  "integer >= 1");
     ct_load_fails("[volatile_db]\nshared_memory_size = 128MiB\nallocation_rate = 256MiB\n",
                   "t.ini:3: [volatile_db] allocation_rate = 256MiB: must be a size of at least "
                   "64KiB (units B, KiB, MiB, GiB, TiB) and at most shared_memory_size (128MiB)");

@@ -492,10 +492,18 @@ static void size_cases(const struct row *r, struct cases *cs)
     add_ok(cs, strdup("6M"), 6291456.0, strdup("6MiB"));
     add_bad(cs, ct_fmt("%.0f", r->lo - 1), must_be(r));
     add_bad(cs, strdup("1.5GiB"), must_be(r));
-    add_bad(cs, strdup("1KB"), must_be(r));
+    char *m = must_be(r);
+    add_bad(cs, strdup("1KB"),
+            ct_fmt("%s; \"KB\" is not one of the units (sizes are binary: 1KiB is 1 x 2^10 "
+                   "bytes; SI units such as KB = 10^3 bytes are not accepted)",
+                   m));
     add_bad(cs, strdup("-1"), must_be(r));
     add_bad(cs, strdup("GiB"), must_be(r));
-    add_bad(cs, strdup("99999999999TiB"), must_be(r));
+    add_bad(cs, strdup("99999999999TiB"),
+            ct_fmt("%s; 99999999999TiB is too large: the largest size accepted is "
+                   "18446744073709551615 bytes (2^64 - 1, a little under 16777216TiB)",
+                   m));
+    free(m);
     add_bad(cs, strdup(""), must_be(r));
 }
 
@@ -555,6 +563,12 @@ static void scalar_cases(const struct row *r, struct cases *cs)
         add_bad(cs, strdup("-1"), must_be(r));
         add_bad(cs, strdup("1.5"), must_be(r));
         add_bad(cs, strdup("inf"), must_be(r));
+        char *m = must_be(r);
+        add_bad(cs, strdup("18446744073709551616"),
+                ct_fmt("%s; 18446744073709551616 is too large: the largest integer accepted is "
+                       "18446744073709551615 (2^64 - 1, the same as max)",
+                       m));
+        free(m);
         break;
     case T_MODE:
         add_ok(cs, ct_fmt("%04o", (unsigned)r->lo), r->lo, ct_fmt("%04o", (unsigned)r->lo));

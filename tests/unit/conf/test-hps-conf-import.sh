@@ -38,7 +38,7 @@ import_case() {
 }
 
 mapfile -t cases < <(grep -v '^#' "$DATA/cases")
-echo "1..$((2 * ${#cases[@]} + 29))"
+echo "1..$((2 * ${#cases[@]} + 31))"
 
 for c in "${cases[@]}"; do
     read -r -a w <<<"$c"
@@ -152,6 +152,42 @@ ok "--strict with warnings exits 3 and writes nothing" \
 ok "without warnings, import exits 0 and prints nothing on stderr" \
     bash -c 'cd "$1" && "$0" import ok.json --strict >q.ini 2>q.err && [ ! -s q.err ] && "$0" check q.ini' \
     "$HPS_CONF" "$TMP"
+# The tensors and instance count of HugeCTR's hps backend are what hps-worker
+# serves: --strict accepts them; any difference is named.
+cat >"$TMP/served.pbtxt" <<'PBTXT'
+name: "m"
+backend: "hps"
+input [
+  { name: "KEYS" data_type: TYPE_INT64 dims: [ -1 ] },
+  { name: "NUMKEYS" data_type: TYPE_INT32 dims: [ -1 ] }
+]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1, kind: KIND_GPU, gpus: [0] } ]
+PBTXT
+cat >"$TMP/differ.pbtxt" <<'PBTXT'
+name: "m"
+input [
+  { name: "KEYS" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "KEYS" data_type: TYPE_INT64 dims: [ -1 ] },
+  { name: "KEYS" data_type: TYPE_INT64 dims: [ -1 ] }
+]
+output { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }
+instance_group [ { count: 2 kind: KIND_GPU gpus: [0] } ]
+PBTXT
+ok "--strict accepts the inputs, output and count: 1 of HugeCTR's hps backend" \
+    bash -c 'cd "$1" && "$0" import ok.json --pbtxt served.pbtxt --strict >v.ini 2>v.err && [ ! -s v.err ]' \
+    "$HPS_CONF" "$TMP"
+why="hps-worker's inputs are always KEYS (TYPE_INT64) and NUMKEYS (TYPE_INT32), its output OUTPUT0 (TYPE_FP32), each with dims [ -1 ]"
+ok "inputs, outputs and counts that differ from what hps-worker serves are warned about" \
+    bash -c 'cd "$1" && "$0" import ok.json --pbtxt differ.pbtxt >x.ini 2>x.err; printf "%s\n" \
+      "differ.pbtxt:8: instance_group.count: not imported: the number of hps-worker processes per device is the number started (hps-worker --device N --instance K)" \
+      "differ.pbtxt:3: input \"KEYS\": not imported: $2" \
+      "differ.pbtxt:5: input \"KEYS\": not imported: declared twice; $2" \
+      "differ.pbtxt:7: output \"OUT\": not imported: $2" \
+      "differ.pbtxt:2: input: no input \"NUMKEYS\" (TYPE_INT32): hps-worker serves it all the same: $2" \
+      "differ.pbtxt:7: output: no output \"OUTPUT0\" (TYPE_FP32): hps-worker serves it all the same: $2" |
+      diff -u - <(sed "s/^hps-conf: warning: //" x.err)' \
+    "$HPS_CONF" "$TMP" "$why"
 ok "--help documents import and its exit codes" \
     bash -c '"$0" --help | grep -q "^  import FILE.json" && "$0" --help | grep -q "^  3  import --strict"' "$HPS_CONF"
 

@@ -59,9 +59,9 @@ head -c 16 /dev/zero >"$MF/big/emb_vector"
 { model_ini "$MF/nan"; echo "nonfinite_values = refuse"; } >"$MF/nan-refuse.ini"
 { printf '[hps]\nsupportlonglong = false\n'; model_ini "$MF/big"; } >"$MF/big32.ini"
 
-echo "1..55"
-ok "--help exits 0 and documents the exit codes" \
-    bash -c '"$0" --help | grep -q "^  2  usage error"' "$HPS_CONF"
+echo "1..60"
+ok "--help exits 0 and documents the exit codes and check -" \
+    bash -c '"$0" --help | grep -q "^  2  usage error" && "$0" --help | grep -qF "(- : standard input"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
 ok "unknown command is a usage error (2)" status 2 "$HPS_CONF" frobnicate x
 ok "wrong argument count is a usage error (2)" status 2 "$HPS_CONF" check
@@ -126,6 +126,23 @@ ok "check of a FIFO exits 1 at once" status 1 timeout 10 "$HPS_CONF" check "$TMP
 ok "check of a FIFO names the file and says it is not a regular file" \
     bash -c 'timeout 10 "$0" check "$1" 2>&1 >/dev/null | grep -qxF "hps-conf: cannot read $1: not a regular file (a FIFO)"' \
     "$HPS_CONF" "$TMP/fifo/hps.ini"
+ok "check of a FIFO says that standard input is named -" \
+    bash -c 'timeout 10 "$0" check "$1" 2>&1 >/dev/null | grep -qxF "hps-conf: to check standard input (a pipe), name it -: hps-conf check -"' \
+    "$HPS_CONF" "$TMP/fifo/hps.ini"
+
+# check -: the INI from standard input (a pipe from hps-conf import).
+ok "check - reads a valid INI from a pipe: exit 0, <stdin>: OK" \
+    bash -c 'cat "$1" | timeout 10 "$0" check - | grep -qxF "<stdin>: OK" && [ "${PIPESTATUS[1]}" = 0 ]' \
+    "$HPS_CONF" "$TMP/ok.ini"
+ok "check - of an invalid INI exits 1 and names <stdin> and the line" \
+    bash -c 'timeout 10 "$0" check - <"$1" 2>&1 >/dev/null | grep -qxF "hps-conf: <stdin>:2: [volatile_db] overflow_resolution_target = 1.5: must be a number in (0, 1]" && [ "${PIPESTATUS[0]}" = 1 ]' \
+    "$HPS_CONF" "$TMP/bad.ini"
+ok "check - refuses a NUL byte with its line, as for a file" \
+    bash -c 'printf "[hps]\n\0\n" | timeout 10 "$0" check - 2>&1 >/dev/null | grep -qxF "hps-conf: <stdin>:2: the line contains a NUL byte"' \
+    "$HPS_CONF"
+ok "check - refuses more than 16 MiB, as for a file" \
+    bash -c 'head -c 16777216 /dev/zero | tr "\0" "#" | timeout 10 "$0" check - 2>&1 >/dev/null | grep -qxF "hps-conf: <stdin>: larger than 16 MiB, not a configuration file"' \
+    "$HPS_CONF"
 
 # ---- set of several keys (a new model), unset, remove-model -----------------
 M=$TMP/models

@@ -13,8 +13,9 @@ device with the other processes there, and is reaped if the process dies.
         vecs = c.lookup("wdl", 0, np.array([1, 2, 3], dtype=np.int64))   # (3, dim) float32
         flat = c.lookup_multi("wdl", keys, [n0, n1])                   # KEYS / NUMKEYS form
 
-Keys are 1-D int64 or int32 arrays: numpy (or any buffer), or objects with
-__dlpack__ (torch tensors on the CPU or on the client's CUDA device); the
+Keys are 1-D int64 or int32 arrays, or uint64 (the bits of int64 keys) and,
+for a 32-bit model (supportlonglong = false), uint32: HugeCTR's long long and
+unsigned int keys.  Numpy (or any buffer), or objects with __dlpack__ (torch tensors on the CPU or on the client's CUDA device); the
 output is float32 (n, dim) in the same kind of memory (numpy for numpy keys,
 a torch tensor on keys.device for torch keys), or the caller's out=.
 
@@ -33,18 +34,16 @@ import threading
 import numpy as _np
 
 from . import _hps
-from ._hps import HOST, Client, Error, check_config, strerror
+from ._hps import HOST, Client, Error, check_config, err_name, strerror
 
-__all__ = ["Client", "Error", "HPS", "HOST", "check_config", "strerror", "shared_client",
-           "version"]
+__all__ = ["Client", "Error", "HPS", "HOST", "check_config", "err_name", "strerror",
+           "shared_client", "version"]
 __version__ = version = _hps.version
 
 # The error codes (include/hps/hps.h): hps.HPS_ENOTFOUND, ...
-_ERR_NAMES = {}
 for _name in dir(_hps):
     if _name.startswith("HPS_E"):
         globals()[_name] = getattr(_hps, _name)
-        _ERR_NAMES[getattr(_hps, _name)] = _name
         __all__.append(_name)
 del _name
 
@@ -55,7 +54,7 @@ def _error(msg, code=None):
     """An hps.Error raised from Python (code: HPS_EINVAL unless given)."""
     e = Error(msg)
     e.code = _hps.HPS_EINVAL if code is None else code
-    e.name = _ERR_NAMES.get(e.code)
+    e.name = err_name(e.code)  # as the C extension names them: ENOENT for -ENOENT
     return e
 
 
@@ -207,7 +206,8 @@ class HPS:
     def lookup(self, h_keys, model_name, table_id, device_id=0):
         """lookup(h_keys, model_name, table_id, device_id=0) -> numpy (n, emb) float32.
 
-        h_keys: 1-D int64 (or int32) keys, a numpy array, or a list (or tuple)
+        h_keys: 1-D int64 (or int32; uint64; uint32 for a 32-bit model) keys, a
+        numpy array, or a list (or tuple)
         of ints (Python ints or numpy integers in the int64 range; anything
         else raises hps.Error HPS_EINVAL), converted to int64.  table_id: the
         table's index (or its name)."""
@@ -222,8 +222,9 @@ class HPS:
 
         keys and out as DLPack capsules (torch.utils.dlpack.to_dlpack(t)) or
         objects with __dlpack__, on the CPU or on CUDA device device_id: keys
-        int64 (or int32) 1-D, out float32 C-contiguous holding n * emb
-        elements (e.g. torch.empty((n, emb))), written in place."""
+        int64 (or int32; uint64; uint32 for a 32-bit model) 1-D, out float32
+        C-contiguous holding n * emb elements (e.g. torch.empty((n, emb))),
+        written in place."""
         self.client(device_id)._lookup_any(model_name, table_id, keys_capsule,
                                            out_tensor_capsule)
 

@@ -22,6 +22,7 @@
 #include "_hps.h"
 #include "hps/conf.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* ---- module state ------------------------------------------------------- */
@@ -285,6 +286,25 @@ static PyObject *mod_strerror(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(hps_strerror((hps_err_t)code));
 }
 
+PyDoc_STRVAR(err_name_doc,
+             "err_name(code) -> str: hps_err_name() of an error code, the name that\n"
+             "hps.Error.name carries: HPS_E... for the library's own codes, the errno\n"
+             "name (ENOENT, ...) for a negative errno, OK for 0, UNKNOWN otherwise.");
+
+static PyObject *mod_err_name(PyObject *mod, PyObject *arg)
+{
+    int overflow = 0;
+    long code = PyLong_AsLongAndOverflow(arg, &overflow);
+
+    (void)mod;
+
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || code < INT_MIN || code > INT_MAX)
+        return PyUnicode_FromString("UNKNOWN");
+    return PyUnicode_FromString(hps_err_name((hps_err_t)code));
+}
+
 PyDoc_STRVAR(check_config_doc,
              "check_config(path) -> None\n"
              "\n"
@@ -321,6 +341,7 @@ static PyMethodDef mod_methods[] = {
     {"check_config", mod_check_config, METH_O, check_config_doc},
     {"_set_allocators", mod_set_allocators, METH_VARARGS, set_allocators_doc},
     {"strerror", mod_strerror, METH_O, strerror_doc},
+    {"err_name", mod_err_name, METH_O, err_name_doc},
     {NULL, NULL, 0, NULL},
 };
 

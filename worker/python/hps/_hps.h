@@ -122,6 +122,7 @@ typedef struct arr {
     int dl_device_type;      /* kDLCPU for buffers */
     int is_torch;            /* a torch.Tensor */
     hps_key_type_t key_type; /* keys */
+    int key_unsigned;        /* keys: uint32 / uint64 (hpspy_check_key_width) */
     hps_dtype_t out_type;    /* outputs: fp32, fp16 or bf16 */
 } arr_t;
 

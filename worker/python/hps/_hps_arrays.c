@@ -55,9 +55,10 @@ const char *hpspy_loc_str(int loc, char *buf, size_t len)
 /* The output types of a lookup, by hps_dtype_t. */
 static const char *const type_names[] = {"float32", "float16", "bfloat16"};
 
-/* Buffer format of a signed integer (int32 / int64 by itemsize: the
- * hps_key_type_t) or of an output (float32 / float16: the hps_dtype_t). */
-static int fmt_kind(const char *f, Py_ssize_t itemsize, int want)
+/* Buffer format of an integer (int32 / int64 by itemsize: the
+ * hps_key_type_t; uint32 / uint64 too, *ret_unsigned set) or of an output
+ * (float32 / float16: the hps_dtype_t). */
+static int fmt_kind(const char *f, Py_ssize_t itemsize, int want, int *ret_unsigned)
 {
     if (!f)
         f = "B";
@@ -66,8 +67,9 @@ static int fmt_kind(const char *f, Py_ssize_t itemsize, int want)
     if (f[0] == '\0' || f[1] != '\0')
         return -1;
     if (want == ARR_KEYS) {
-        if (!strchr("ilqn", f[0]))
+        if (!strchr("ilqnILQN", f[0]))
             return -1;
+        *ret_unsigned = f[0] >= 'A' && f[0] <= 'Z';
         return itemsize == 8 ? HPS_KEY_INT64 : itemsize == 4 ? HPS_KEY_INT32 : -1;
     }
     if (f[0] == 'f' && itemsize == 4)
@@ -94,10 +96,10 @@ static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
                         kind == ARR_KEYS ? "1-D" : "1-D or 2-D", v->ndim);
         return -1;
     }
-    int k = fmt_kind(v->format, v->itemsize, kind);
+    int k = fmt_kind(v->format, v->itemsize, kind, &a->key_unsigned);
     if (k < 0) {
         hpspy_raise_fmt(HPS_EINVAL, "%s must be %s, got buffer format '%s' (itemsize %zd)", what,
-                        kind == ARR_KEYS ? "int64 or int32" : "float32 or float16",
+                        kind == ARR_KEYS ? "int64, int32, uint64 or uint32" : "float32 or float16",
                         v->format ? v->format : "B", v->itemsize);
         return -1;
     }
@@ -200,14 +202,16 @@ static int from_dlpack(PyObject *o, PyObject *cap, int kind, const char *what, v
         return -1;
     }
     if (kind == ARR_KEYS) {
-        if (t->dtype.code != kDLInt || t->dtype.lanes != 1 ||
+        if ((t->dtype.code != kDLInt && t->dtype.code != kDLUInt) || t->dtype.lanes != 1 ||
             (t->dtype.bits != 64 && t->dtype.bits != 32)) {
             hpspy_raise_fmt(HPS_EINVAL,
-                            "%s must be int64 or int32, got DLPack dtype code %d bits %d", what,
-                            (int)t->dtype.code, (int)t->dtype.bits);
+                            "%s must be int64, int32, uint64 or uint32, got DLPack dtype code %d "
+                            "bits %d",
+                            what, (int)t->dtype.code, (int)t->dtype.bits);
             return -1;
         }
         a->key_type = t->dtype.bits == 64 ? HPS_KEY_INT64 : HPS_KEY_INT32;
+        a->key_unsigned = t->dtype.code == kDLUInt;
     } else if (t->dtype.lanes == 1 && t->dtype.code == kDLFloat &&
                (t->dtype.bits == 32 || t->dtype.bits == 16)) {
         a->out_type = t->dtype.bits == 32 ? HPS_DTYPE_FP32 : HPS_DTYPE_FP16;
@@ -445,7 +449,7 @@ int hpspy_arr_get(PyObject *o, int kind, const char *what, void *stream, arr_t *
                     "%s must be %s (a numpy array, or an object with __dlpack__ such as a torch "
                     "tensor), not %s",
                     what,
-                    kind == ARR_KEYS ? "a 1-D int64 or int32 array"
+                    kind == ARR_KEYS ? "a 1-D int64 or int32 (or uint64, uint32) array"
                                      : "a float32, float16 or bfloat16 array",
                     Py_TYPE(o)->tp_name);
     return -1;

@@ -193,7 +193,17 @@ static int client_init(client_object *self, PyObject *args, PyObject *kwds)
     self->config = PyUnicode_DecodeFSDefault(p);
     Py_DECREF(path);
     self->c = c;
-    self->device = hps_client_device(c);
+    /* What the client is: -1 where the device asked for does not exist (or
+     * the build has no CUDA), which libhps also logs. */
+    self->device = hps_client_gpu_device(c);
+    if (self->config && device >= 0 && self->device < 0 &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "hps.Client: CUDA device %d cannot be used (no such device, or libhps "
+                         "was built without CUDA): the client is host-only (device -1)",
+                         device) < 0) {
+        client_do_close(self);
+        return -1; /* warnings are errors (python -W error) */
+    }
     if (!self->config || load_models(self) < 0) {
         client_do_close(self);
         free_models(self);
@@ -329,6 +339,23 @@ static int check_loc(client_object *self, const arr_t *a, const char *what)
     return -1;
 }
 
+/* Unsigned keys: uint64 keys are the bits of int64 ones (HugeCTR's long
+ * long), for any model; uint32 keys are HugeCTR's unsigned int, the keys
+ * of a 32-bit model (supportlonglong = false), which libhps zero-extends.
+ * A 64-bit model sign-extends 32-bit keys (int32 values), so uint32 keys of
+ * 2^31 and above would change: refused there. */
+static int check_key_width(const arr_t *keys, const model_t *md)
+{
+    if (!keys->key_unsigned || keys->key_type != HPS_KEY_INT32 || md->key_bytes == 4)
+        return 0;
+    hpspy_raise_fmt(HPS_EINVAL,
+                    "keys are uint32, but model '%U' has 64-bit keys (supportlonglong = true): "
+                    "uint32 keys are taken for 32-bit models only; pass int64 or uint64 "
+                    "(int32 keys are sign-extended)",
+                    md->name);
+    return -1;
+}
+
 static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames, int strict, const char *fn)
 {
@@ -356,6 +383,8 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
         hpspy_raise_fmt(HPS_EINVAL, "keys must be 1-D, got %d dimensions", keys.ndim);
         goto done;
     }
+    if (check_key_width(&keys, &self->models[m]) < 0)
+        goto done;
     if (check_loc(self, &keys, "keys") < 0)
         goto done;
     if (keys.numel > INT32_MAX) {
@@ -415,7 +444,9 @@ PyDoc_STRVAR(lookup_doc,
              "table   index (HugeCTR's table_id) or name (str, embedding_table_names).\n"
              "        An index is an int or anything with __index__ (numpy and torch\n"
              "        integer scalars), not a bool.\n"
-             "keys    1-D contiguous int64 or int32 array of n keys: a numpy array (or any\n"
+             "keys    1-D contiguous int64 or int32 array of n keys (also uint64, the bits\n"
+             "        of int64 keys, and for a 32-bit model, supportlonglong = false,\n"
+             "        uint32: HugeCTR's unsigned int keys): a numpy array (or any\n"
              "        buffer), or an object with __dlpack__ (a torch tensor on the CPU or on\n"
              "        the client's CUDA device), or a DLPack capsule.  Host keys at an\n"
              "        address not a multiple of their size (a numpy view at an odd\n"
@@ -542,7 +573,8 @@ PyDoc_STRVAR(lookup_multi_doc,
              "Embedding vectors of the keys of tables 0 .. T-1 of one model in one call\n"
              "(the Triton hps backend's KEYS / NUMKEYS form).\n"
              "\n"
-             "keys     1-D int64 or int32 array of N keys, table-major (table 0's first).\n"
+             "keys     1-D int64 or int32 (uint64, uint32: as lookup()) array of N keys,\n"
+             "         table-major (table 0's first).\n"
              "numkeys  sequence of T ints (T <= the model's tables), summing to N: ints\n"
              "         or anything with __index__, not bools.\n"
              "out      None or a C-contiguous float32 (float16, bfloat16) array of shape\n"
@@ -580,6 +612,8 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
         hpspy_raise_fmt(HPS_EINVAL, "keys must be 1-D, got %d dimensions", keys.ndim);
         goto done;
     }
+    if (check_key_width(&keys, &self->models[m]) < 0)
+        goto done;
     if (keys.numel != sum) {
         hpspy_raise_fmt(HPS_EINVAL, "numkeys sum to %lld but keys has %lld elements",
                         (long long)sum, (long long)keys.numel);
@@ -722,8 +756,9 @@ PyDoc_STRVAR(client_doc,
              "background as soon as the coordinator creates it; wait_ready() waits).\n"
              "device: a CUDA device ordinal (the GPU caches of models with gpucache =\n"
              "true, shared with the other processes of that device), or -1 for a\n"
-             "host-only client; a device that does not exist gives a host-only client\n"
-             "with a warning.  The client is a worker of the segment (hps-shm info lists\n"
+             "host-only client; a device that cannot be used (it does not exist, or\n"
+             "libhps has no CUDA) gives a host-only client, .device -1, with a\n"
+             "RuntimeWarning.  The client is a worker of the segment (hps-shm info lists\n"
              "it) until close().  Methods may be called from any thread; lookups run\n"
              "with the GIL released.  A context manager (close() on exit).\n"
              "Raises hps.Error.");

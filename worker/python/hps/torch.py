@@ -33,8 +33,9 @@ class LookupLayer(_torch.nn.Module):
     half precision): the embedding vectors of table table_id (index or
     name) of model_name (name or index); an index is an int or anything with
     __index__ (numpy and torch integer scalars), not a bool, and both are
-    checked when the layer is built.  Keys of any shape are flattened (int64
-    or int32).  CUDA keys are looked up on their device (through the GPU
+    checked when the layer is built.  Keys of any shape and layout are
+    flattened (int64 or int32; non-contiguous keys, such as keys[::2] or a
+    transposed tensor, are copied first).  CUDA keys are looked up on their device (through the GPU
     caches of models with gpucache = true), CPU keys on the current CUDA
     device's client (host-only where CUDA is not available).  Clients are
     shared per (configuration, device) in the process (hps.shared_client).
@@ -117,7 +118,9 @@ class LookupLayer(_torch.nn.Module):
         """
         if not isinstance(keys, _torch.Tensor):
             keys = _torch.as_tensor(keys)
-        flat = keys.reshape(-1)
+        # a view where it can be; keys[::2] and the like are copied (the
+        # client takes contiguous keys only)
+        flat = keys.reshape(-1).contiguous()
         if flat.is_cuda:
             dev = flat.device
             out = self._client(dev.index).lookup(
