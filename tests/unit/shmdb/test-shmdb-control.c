@@ -9,27 +9,12 @@
 
 #include "testutil.h"
 
-struct fixture {
-    char name[64];
-    hps_shmdb_t *db;
-};
-
+/* The fixture: a segment of the test's own (testutil.h). */
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    hps_shmdb_opts_t o = t_opts(16u << 20);
-    t_segname(f->name, "ctl");
-    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    hps_shmdb_detach(f->db);
-    hps_shmdb_unlink(f->name);
-    free(f);
+    if (t_seg_setup(state, "ctl") != 0)
+        return -1;
+    t_seg_create(*state, 16u << 20);
     return 0;
 }
 
@@ -45,7 +30,7 @@ static hps_ctl_state_t state_of(hps_shmdb_t *db, uint64_t id)
  * longer be withdrawn. */
 static void test_take_answer(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     HPS_ASSERT_OK(hps_shmdb_ctl_submit(f->db, HPS_MODEL_LOAD, "m", 7));
     HPS_ASSERT_EQ(state_of(f->db, 7), HPS_CTL_PENDING);
     hps_ctl_request_t rq;
@@ -70,7 +55,7 @@ static void test_take_answer(void **state)
 /* Withdrawn while PENDING: gone, never taken, its slot free again. */
 static void test_withdraw_pending(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     for (uint64_t id = 1; id <= HPS_SHMDB_CTL_SLOTS; id++)
         HPS_ASSERT_OK(hps_shmdb_ctl_submit(f->db, HPS_MODEL_UNLOAD, "n", id));
     HPS_ASSERT_ERR(hps_shmdb_ctl_submit(f->db, HPS_MODEL_UNLOAD, "n", 99), HPS_EBUSY);
@@ -111,7 +96,7 @@ static void *taker(void *arg)
 
 static void test_withdraw_races_take(void **state)
 {
-    struct fixture *f = *state;
+    struct t_seg_fixture *f = *state;
     struct race r = {.db = f->db};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, taker, &r), 0);
@@ -143,9 +128,9 @@ static void test_withdraw_races_take(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_take_answer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_withdraw_pending, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_withdraw_races_take, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_take_answer, setup, t_seg_teardown),
+        cmocka_unit_test_setup_teardown(test_withdraw_pending, setup, t_seg_teardown),
+        cmocka_unit_test_setup_teardown(test_withdraw_races_take, setup, t_seg_teardown),
     };
     return cmocka_run_group_tests_name("shmdb-control", tests, NULL, NULL);
 }
