@@ -15,7 +15,10 @@
  *   buf.c     a growable string buffer and message helpers
  *   import.c  hps_conf_import(): values checked and stored, config.pbtxt
  *             applied, the INI written and validated
- *   import_json.c  the ps.json's keys (json-c) for import.c
+ *   import_json.c  the ps.json's keys (json-c) for import.c: its values,
+ *             models and root; import_json_keys.c its key tables,
+ *             import_json_db.c its database and update source objects
+ *             (shared through the private import_json.h)
  *   pbtxt.c   a reader of protobuf text format (Triton's config.pbtxt)
  *   triton.c  what a Triton config.pbtxt of the hps backend says (for import.c)
  */

@@ -275,8 +275,8 @@ pid_t coord_segment_holder(const coord_t *c);
  * exit, after the segment is detached); no-op when not locked. */
 void coord_segment_unlock(coord_t *c);
 
-/* load.c: validate every model's files (a FIFO, a directory, a short file...
- * refuses the start-up with HPS_EXIT_MODEL and a message naming the file)
+/* load-check.c: validate every model's files (a FIFO, a directory, a short
+ * file... refuses the start-up with HPS_EXIT_MODEL and a message naming the file)
  * and, with a persistent DB, take their identities into c->idents.  Called
  * before the segment is created, so a bad model writes nothing. */
 int coord_validate_models(coord_t *c);
@@ -299,7 +299,8 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
 bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len);
 /* Free bytes a build needs on the persistent DB's disk once its tables are
  * staged, to replace the serving rows with them (RocksDB's logs and
- * metadata; load.c pdb_commit): counted by coord_pdb_room too. */
+ * metadata; load-stage.c coord_load_pdb_commit): counted by coord_pdb_room
+ * too. */
 #define HPS_COORD_PDB_COMMIT_ROOM (64ULL << 20)
 /* load-ident.c: free bytes (*ret) of the file system of path, or of its
  * nearest existing parent (RocksDB creates the directory); false when none

@@ -1,7 +1,9 @@
 /*
  * load-internal.h -- what the model loader's files share (load.c: the
- * loading; load-par.c: its threads; load-ident.c: the identity of a table's
- * files).  Private to hps-coordinator.
+ * loading; load-check.c: the content check; load-pass.c: the pass over the
+ * files; load-stage.c: the persistent DB's staged tables; load-par.c: its
+ * threads; load-ident.c: the identity of a table's files).  Private to
+ * hps-coordinator.
  */
 #ifndef HPS_COORD_LOAD_INTERNAL_H
 #define HPS_COORD_LOAD_INTERNAL_H
@@ -11,6 +13,7 @@
 #include <stdint.h>
 
 #include "coord.h"
+#include "hps/modelfile.h"
 
 /* Loading runs on LOAD_THREADS threads, the caller and LOAD_THREADS - 1
  * more, whatever the machine (load-par.c). */
@@ -65,5 +68,78 @@ size_t coord_load_par_run(par_fn fn, void *ctx, size_t n);
  * the files O_NONBLOCK. */
 bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len,
                        char *content);
+
+/* load.c: seconds on CLOCK_MONOTONIC. */
+double coord_load_now_s(void);
+
+/* load.c: the progress line "what: done / total rows" on stderr, when it
+ * is a terminal. */
+void coord_load_progress(const char *what, uint64_t done, uint64_t total);
+
+/* The keys a table's files give on more than one row, each with the row
+ * that wins (its last), sorted by key. */
+typedef struct table_dups {
+    hps_modelfile_dup_t *d;
+    size_t n;
+} table_dups_t;
+
+/* load-check.c: the duplicate keys of the tables of every model from the
+ * model whose first table is the first-th of all (c->idents' order), as
+ * coord_validate_models found them; NULL when none are known.  Main thread
+ * only. */
+const table_dups_t *coord_load_dups(size_t first);
+/* load-check.c: forget them.  Main thread only. */
+void coord_load_dups_free(void);
+
+/* load-check.c: a fill of the first `want` rows only: give each of the n
+ * rows whose key the files repeat after row `want` the vector of the key's
+ * last row, so that the last row wins here too. */
+hps_err_t coord_load_last_rows(hps_modelfile_t *mf, const table_dups_t *dups, uint64_t want,
+                               uint32_t key_bytes, size_t n, const void *keys, float *vecs,
+                               char *err, size_t err_len);
+
+/* Per table of a model: the identity of its files, whether the persistent
+ * DB holds exactly them (plus the updates applied since), and what loading
+ * must do to its column family. */
+typedef struct model_state {
+    coord_ident_t *ident;
+    bool *current; /* the PDB holds these files (else staged by the pass) */
+    bool *held;    /* ... and did before this start: values come from the PDB */
+    bool *has_rec; /* the PDB has a record of this table (maybe another's files) */
+    bool *had_cf;  /* the column family existed before this start */
+} model_state_t;
+
+/* Outcome of a model's load, for its log lines. */
+typedef struct load_times {
+    double create_s, pass_s, read_s, pdb_s, vdb_s; /* wall times; step times summed over threads */
+    size_t ingested, vdb_tables, threads;
+    uint64_t vdb_rows, vdb_bytes, bytes; /* bytes: read by the pass */
+} load_times_t;
+
+/* A table staged for the persistent DB (load-stage.c: STAGING). */
+typedef struct staged {
+    const hps_conf_model_t *m;
+    size_t t;
+    coord_table_t *ct;
+    hps_pdb_stage_t *stage;
+    bool has_rec, had_cf; /* model_state_t's, at staging */
+    char *files;          /* the identity to record (coord_ident_t.files) */
+} staged_t;
+
+/* load-stage.c: table t of m staged: its entry (the stage stays the
+ * caller's until the entry is added).  Main thread only. */
+int coord_load_staged_add(const staged_t *e);
+/* load-stage.c: close the stages not committed and forget every entry.
+ * Main thread only. */
+void coord_load_staged_free(void);
+/* load-stage.c: every model loaded: the staged tables' rows replace the old
+ * ones.  Main thread only. */
+int coord_load_pdb_commit(coord_t *c);
+
+/* load-pass.c: the pass over m's tables: read the files once into both DBs
+ * (the persistent DB's rows staged: coord_load_pdb_commit ingests them after
+ * every model). */
+int coord_load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st, const uint64_t *rows,
+                     bool ingest, bool vdb, const table_dups_t *dups, load_times_t *lt);
 
 #endif

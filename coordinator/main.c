@@ -668,8 +668,8 @@ int main(int argc, char **argv)
     bool again = (reload || fallback) && hand_signals_over();
     /* A fallback holds the serving segment from its start and answers its
      * misses (from the persistent DB, whose rows are still the serving
-     * version's unless this build replaced them: load.c, STAGING; else once
-     * it has ingested them again): requests wait for it (within
+     * version's unless this build replaced them: load-stage.c, STAGING; else
+     * once it has ingested them again): requests wait for it (within
      * miss_timeout_ms), as across a reload's execve(), instead of getting
      * their defaults at once. */
     c.fallback_handover = fallback && again && c.prev != NULL;

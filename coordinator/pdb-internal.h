@@ -1,7 +1,9 @@
 /*
  * pdb-internal.h -- private structures of the RocksDB persistent database,
- * shared by pdb.c (handle, tables, point operations) and pdb-bulk.c (sorted
- * SST ingestion, model loading).  Not installed.
+ * shared by pdb.c (options, handle, counters), pdb-err.c (errors, argument
+ * checks), pdb-table.c (column families, metadata), pdb-rows.c (point
+ * operations) and pdb-bulk.c (sorted SST ingestion, model loading).  Not
+ * installed.
  */
 #ifndef HPS_COORDINATOR_PDB_INTERNAL_H
 #define HPS_COORDINATOR_PDB_INTERNAL_H
@@ -98,6 +100,20 @@ hps_err_t hps__pdb_wrote(hps_pdb_t *db, hps_err_t rc);
 /* -EROFS with a message when db is read-only, HPS_EIO when a write failed
  * since it was opened (db_write_failed), else 0. */
 hps_err_t hps__pdb_check_writable(const hps_pdb_t *db, const char *what, char *err, size_t err_len);
+
+/* pdb-err.c: whether s begins with prefix. */
+bool hps__pdb_starts_with(const char *s, const char *prefix);
+
+/* pdb-err.c: the code of a RocksDB status string (Status::ToString()). */
+hps_err_t hps__pdb_map_status(const char *s);
+
+/* pdb-table.c: register column family cf as table name of db (db_tables);
+ * *ret (when not NULL) is the new table.  -ENOMEM. */
+hps_err_t hps__pdb_table_add(hps_pdb_t *db, rocksdb_column_family_handle_t *cf, const char *name,
+                             hps_pdb_table_t **ret);
+
+/* pdb-table.c: destroy t's column family handle and free t (unlinked). */
+void hps__pdb_table_free(hps_pdb_table_t *t);
 
 /* Remove leftover bulk-load directories under the DB path (best effort). */
 void hps__pdb_clean_ingest_dirs(const char *path);

@@ -530,7 +530,7 @@ hps_err_t hps_client_gpu_stats(const hps_client_t *c, hps_client_gpu_stats_t *re
 
 /** Layers whose online-update counters hps_client_update_stats() reads:
  *  0 volatile DB, 1 persistent DB, 2 distributed DB (the segment's
- *  HPS_SHMDB_UPDATE_LAYERS, include/hps/shmdb.h). */
+ *  HPS_SHMDB_UPDATE_LAYERS, include/hps/shmdb_stats.h). */
 #define HPS_CLIENT_UPDATE_LAYERS 3
 /** Skipped-message counters of hps_client_update_stats_t, by reason index
  *  (the segment's HPS_SHMDB_UPDATE_REASONS); the update source names them

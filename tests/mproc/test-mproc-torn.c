@@ -14,7 +14,7 @@
  * Readers: batch lookups of 1..256 random keys (duplicates too) and, every
  *   few hundred batches, a full iterate; every found row must verify, and
  *   the output row of every missing key must hold the table's default value
- *   (the buffer is filled with a sentinel before each call; shmdb.h: "Rows
+ *   (the buffer is filled with a sentinel before each call; shmdb_table.h: "Rows
  *   of missing keys are filled with the table's default value").  They
  *   also count "regressions" (a key seen at an older version than this
  *   reader saw before), which are reported but not failed on: the design

@@ -793,7 +793,7 @@ hps_err_t hps_client_update_stats(hps_client_t *cl, uint32_t layer, hps_client_u
         return hps__client_fail(rc, "update statistics of the %s layer: %s",
                                 hps_shmdb_update_layer_name(layer),
                                 attached ? "none published" : "not attached");
-    /* Field by field: the segment's struct (include/hps/shmdb.h, not
+    /* Field by field: the segment's struct (include/hps/shmdb_stats.h, not
      * installed) may grow without changing the installed one. */
     *ret = (hps_client_update_stats_t){.messages = s.messages,
                                        .received = s.received,

@@ -350,7 +350,7 @@ static inline const char *t_status_str(int status, char *buf, size_t len)
 /* ------------------------------------------------------------------------ */
 
 /* Default value of tables made by t_spec: lookups fill the rows of missing
- * keys with it (shmdb.h), and an odd value tells them from zeroed memory. */
+ * keys with it (shmdb_table.h), and an odd value tells them from zeroed memory. */
 #define T_DEFAULT_VALUE (-7.25f)
 
 static inline hps_table_spec_t t_spec(const char *model, const char *table, uint32_t dim,
