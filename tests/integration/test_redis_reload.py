@@ -18,8 +18,10 @@ puts the other half into Redis too), then:
       Redis (as an online update to the layer would) is still served;
   (3) data without a record (written by HugeCTR, which writes none) is kept
       too, and the record is written;
-  (4) SIGHUP to a version 3 of another dimension: the rows of version 2 are
-      removed, not refused as rows that do not fit, and version 3 serves.
+  (4) SIGHUP to a version 3 of another dimension (its worker stopped first:
+      the coordinator refuses the reload while a worker serves the model):
+      the rows of version 2 are removed, not refused as rows that do not
+      fit, and version 3 serves.
 Skips without redis-server / redis-cli.
 """
 import os
@@ -128,6 +130,7 @@ def scenario(t, cl, rc):
     n_ready = coord.log().count("serving misses")
     cl.write_config("hps.ini", v3.ini_text, R.COMMON + R.ddb_settings(
         rc, initial_cache_rate=0.5, cache_missed_embeddings="true"))
+    stop(w)  # a reload to another dimension is refused while workers serve the model
     coord.kill(signal.SIGHUP)
     t.ok(H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.1) and
          coord.alive() and "reload failed" not in coord.log(),
@@ -136,7 +139,7 @@ def scenario(t, cl, rc):
     kk = v3.file_keys[0][:500] + v3.file_keys[0][-500:]
     _, got = H.decode_output(H.infer(w3.http_port, "m", [kk], binary=True))
     t.ok(got == v3.expected([kk]), "a worker started since serves version 3 exactly")
-    stop(w3, w, coord)
+    stop(w3, coord)
 
 
 if __name__ == "__main__":
