@@ -54,11 +54,10 @@ hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_by
  *         HPS_ETIMEDOUT at the deadline; HPS_ENOTFOUND if the table or the
  *         queue does not exist; or the coordinator's error for the request.
  * Thread- and process-safe.  Each request holds one slot.  A batch larger
- * than one slot's slab goes one slot at a time (each freed before the next
- * is claimed, so any size fits any queue); the first failing one ends the
- * call.  Errors as hps_shmdb_miss_lookup_many() (keys or values NULL with
- * n > 0: HPS_EINVAL); *ret_hits is set only when it returns 0; found is
- * left untouched when the table or the queue is missing.
+ * than one chunk (as hps_shmdb_miss_lookup_many()) goes one slot at a time (each freed before the
+ * next is claimed, so any size fits any queue); the first failing one ends the call.  Errors as
+ * hps_shmdb_miss_lookup_many() (keys or values NULL with n > 0: HPS_EINVAL); *ret_hits is set only
+ * when it returns 0; found is left untouched when the table or the queue is missing.
  */
 hps_err_t hps_shmdb_miss_lookup(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                                 float *values, uint8_t *found, uint32_t timeout_ms,
@@ -80,12 +79,14 @@ typedef struct hps_miss_req {
  * @brief Ask the coordinator for the missing keys of several tables in one
  *        round trip, bounded by one deadline.
  *
- * Every chunk of every request is posted first (a request larger than one
- * slot's slab is split into chunks of as many keys as a slab holds), the
- * doorbell is rung once, then every posted slot is awaited against the one
- * deadline computed at entry (now + timeout_ms).  When the queue is full
- * while chunks remain, the call rings for what it posted and waits for its
- * own oldest chunk, reusing that slot (so a call larger than the queue goes
+ * Every chunk of every request is posted first (a request is split into
+ * chunks of at most 4096 keys, fewer where a slab holds fewer, so that a
+ * large request's answers come back piece by piece), the doorbell is rung
+ * once, then every posted slot is awaited against the one deadline
+ * computed at entry (now + timeout_ms).  A call holds at most half of the
+ * queue's slots at once (the rest stay free for other callers): when it
+ * holds its share while chunks remain, it rings for what it posted and
+ * waits for its own oldest chunk, reusing that slot (so a large call goes
  * through in waves, all under the one deadline).  Once the deadline has
  * passed, each slot still outstanding is taken back (PENDING -> FREE) or
  * abandoned to the coordinator (SERVING -> ABANDONED, freed when it
