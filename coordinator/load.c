@@ -125,13 +125,6 @@ static void warn_changed(coord_t *c, const hps_table_spec_t *s, uint32_t id)
                  hps_overflow_policy_name(s->overflow_policy), s->overflow_resolution_target);
 }
 
-/* [model.<name>] storage_type's constants are hps_dtype_t's, in its order. */
-_Static_assert((int)HPS_CONF_STORAGE_FP32 == (int)HPS_DTYPE_FP32 &&
-                   (int)HPS_CONF_STORAGE_FP16 == (int)HPS_DTYPE_FP16 &&
-                   (int)HPS_CONF_STORAGE_BF16 == (int)HPS_DTYPE_BF16 &&
-                   (int)HPS_CONF_STORAGE_INT8 == (int)HPS_DTYPE_INT8,
-               "storage_type and hps_dtype_t must agree");
-
 static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint64_t rows)
 {
     const hps_conf_volatile_db_t *v = &c->conf->volatile_db;
@@ -148,7 +141,7 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                           .expected_rows = (uint64_t)want,
                           .source_rows = rows,
                           .model_version = (uint32_t)m->version,
-                          .storage_type = (hps_dtype_t)m->storage_type};
+                          .storage_type = m->storage_type};
     uint32_t id;
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
     hps_segment_info_t si;

@@ -72,20 +72,6 @@ static void usage(FILE *out)
                  "                             6  distributed database (Redis) unusable\n");
 }
 
-static hps_log_level_t level_of(hps_conf_log_level_t l)
-{
-    switch (l) {
-    case HPS_CONF_LOG_ERROR:
-        return HPS_LOG_ERROR;
-    case HPS_CONF_LOG_WARN:
-        return HPS_LOG_WARN;
-    case HPS_CONF_LOG_DEBUG:
-        return HPS_LOG_DEBUG;
-    default:
-        return HPS_LOG_INFO;
-    }
-}
-
 /* The pid holding RocksDB's LOCK file in dir (an fcntl record lock, so
  * F_GETLK names it), or 0 if none or unknown. */
 static pid_t pdb_lock_holder(const char *dir)
@@ -475,7 +461,7 @@ static int parse_args(int argc, char **argv, const char **ret_conf, const char *
 
 static int apply_level(const hps_conf_t *conf, const char *cli)
 {
-    hps_log_level_t l = level_of(conf->hps.log_level);
+    hps_log_level_t l = conf->hps.log_level;
     static const char *names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; cli && i < 4; i++)
         if (strcmp(cli, names[i]) == 0) {

@@ -267,7 +267,7 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
         return rc;
     if (c->conf->volatile_db.cache_missed_embeddings)
         elevate_later(s, ct, n, keys, values, found); /* copies the fp32 rows */
-    return as_stored(s, (hps_dtype_t)ct->model->storage_type, ct->dim, n, values, found);
+    return as_stored(s, ct->model->storage_type, ct->dim, n, values, found);
 }
 
 /* ---- after the answers ---------------------------------------------------- */

@@ -373,7 +373,7 @@ int main(int argc, char **argv)
     }
     /* --log-level, else [hps] log_level (as hps-coordinator) */
     hps_log_init("hps-worker", a.log_level >= 0 ? (hps_log_level_t)a.log_level
-                                                : (hps_log_level_t)conf->hps.log_level);
+                                                : conf->hps.log_level);
     struct ports ports;
     effective_ports(conf, &a, &ports);
     if ((ex = check_ports(a.conf, conf, &a, &ports))) {

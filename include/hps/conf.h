@@ -55,6 +55,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hps/dtype.h"
 #include "hps/hps.h"
 #include "conf/hps_conf.def"
 
@@ -76,11 +77,13 @@ extern "C" {
 
 /* ---- Generated from conf/hps_conf.def ---------------------------------- */
 
-/** The enumerations: hps_conf_log_level_t, hps_conf_vdb_type_t,
+/** The enumerations of this module: hps_conf_vdb_type_t,
  *  hps_conf_ddb_type_t, hps_conf_pdb_type_t, hps_conf_update_source_type_t,
- *  hps_conf_cache_type_t (constants and names in hps_conf.def; the first
- *  constant of each is 0).  overflow_policy keys are hps_overflow_policy_t
- *  (include/hps/hps.h), with the same INI names. */
+ *  hps_conf_cache_type_t, ... (HPS_CONF_OWN_ENUMS; constants and names in
+ *  hps_conf.def; the first constant of each is 0).  log_level keys are
+ *  hps_log_level_t and overflow_policy keys hps_overflow_policy_t
+ *  (include/hps/hps.h), storage_type keys hps_dtype_t (include/hps/dtype.h),
+ *  with the INI names in hps_conf.def. */
 #define HPS__CONF_EV(e, c, n) c,
 #define HPS__CONF_EA(e, c, n)
 #define HPS__CONF_ENUM_TYPE(e)                                                                     \

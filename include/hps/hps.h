@@ -114,6 +114,18 @@ static inline uint64_t hps_rrxmrrxmsx_0(uint64_t x)
 }
 
 /**
+ * Log level of every program and of libhps ([hps] log_level, the
+ * `--log-level` options; include/hps/log.h logs at it).  The one enum of
+ * the concept, for the logger and conf alike.
+ */
+typedef enum hps_log_level {
+    HPS_LOG_ERROR = 0, /**< error */
+    HPS_LOG_WARN = 1,  /**< warn (also "warning") */
+    HPS_LOG_INFO = 2,  /**< info */
+    HPS_LOG_DEBUG = 3, /**< debug */
+} hps_log_level_t;
+
+/**
  * Overflow policy of a volatile-DB or distributed-DB table ([volatile_db] and
  * [distributed_db] overflow_policy): which rows go when a partition would
  * exceed overflow_margin.  The one enum of the concept, for shmdb, ddb and

@@ -15,12 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-typedef enum hps_log_level {
-    HPS_LOG_ERROR = 0,
-    HPS_LOG_WARN = 1,
-    HPS_LOG_INFO = 2,
-    HPS_LOG_DEBUG = 3,
-} hps_log_level_t;
+#include "hps/hps.h" /* hps_log_level_t */
 
 /** @brief Set the program name shown in each line and the level (not thread-safe: call first). */
 void hps_log_init(const char *prog, hps_log_level_t level);

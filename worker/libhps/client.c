@@ -207,7 +207,7 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
         return hps__client_fail(-ENOMEM, "hps_client_open: out of memory");
     cl->conf = conf;
     /* the INI's level, unless the program chose one (hps-worker does) */
-    hps_log_default_level((hps_log_level_t)conf->hps.log_level);
+    hps_log_default_level(conf->hps.log_level);
     cl->device = o->device;
     cl->gpu_device = o->device >= 0 && hps__client_gpu_exists(o->device) ? o->device : -1;
     if (o->device >= 0 && cl->gpu_device < 0)
@@ -410,7 +410,7 @@ hps_err_t hps_client_table_info(hps_client_t *cl, size_t model, uint32_t table,
         .max_keys_per_sample =
             (uint32_t)m->conf->maxnum_catfeature_query_per_table_per_sample[table],
         .default_value = m->defaults[table],
-        .storage_type = (hps_dtype_t)m->conf->storage_type};
+        .storage_type = m->conf->storage_type};
     /* Attached: the segment's type, which lookups decode and the GPU caches
      * store, also where this process's INI says another. */
     hps_table_info_t ti;

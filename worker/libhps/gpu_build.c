@@ -287,7 +287,7 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
     hps_table_info_t ti;
     gt->dtype = hps_shmdb_table_info(g->cl->db, m->vdb_ids[t], &ti) == 0
                     ? ti.storage_type
-                    : (hps_dtype_t)m->conf->storage_type;
+                    : m->conf->storage_type;
     /* A cache of a few VMM granules cannot be cut (it lies on the device of
      * its last piece): rotating each table's device list by its segment
      * table id spreads the small tables of a model over the devices.  Every

@@ -281,7 +281,7 @@ static void test_many_new_model(void **state)
     assert_int_equal(n->embedding_vecsize_per_table[1], 4);
     assert_int_equal(n->maxnum_catfeature_query_per_table_per_sample[0], 3);
     assert_false(n->gpucache);
-    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_DEBUG);
+    assert_int_equal(c->hps.log_level, HPS_LOG_DEBUG);
     assert_string_equal(ct_get(c, "model.n.gpucacheper", buf, sizeof(buf)), "0.2"); /* default */
     hps_conf_free(c);
     free(out);
@@ -599,7 +599,7 @@ static void test_set_file_keeps_mode_and_is_atomic(void **state)
     assert_int_equal(dir_entries(t.dir), 1); /* no temporary file left */
     hps_conf_t *c = NULL;
     assert_int_equal(hps_conf_load(t.path, &c, err, sizeof(err)), 0);
-    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_DEBUG);
+    assert_int_equal(c->hps.log_level, HPS_LOG_DEBUG);
     hps_conf_free(c);
     free(text);
     tmp_remove(&t);
@@ -822,7 +822,7 @@ static void test_splice_section(void **state)
     assert_int_equal(c->num_models, 3);
     assert_string_equal(c->models[2].name, "b");
     assert_int_equal(c->models[2].embedding_vecsize_per_table[1], 4);
-    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_INFO);
+    assert_int_equal(c->hps.log_level, HPS_LOG_INFO);
     hps_conf_free(c);
     free(out);
     /* added: dst without the section */

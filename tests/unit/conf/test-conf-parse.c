@@ -18,7 +18,7 @@ static void test_empty_file_gives_defaults(void **state)
     (void)state;
     hps_conf_t *c = ct_load("");
     assert_true(c->hps.supportlonglong);
-    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_INFO);
+    assert_int_equal(c->hps.log_level, HPS_LOG_INFO);
     assert_int_equal(c->volatile_db.type, HPS_CONF_VDB_MULTI_PROCESS_HASH_MAP);
     assert_true(c->volatile_db.shared_memory_size == UINT64_C(16) << 30);
     assert_true(c->volatile_db.allocation_rate == UINT64_C(256) << 20);
@@ -107,7 +107,7 @@ static void test_value_syntax(void **state)
     assert_string_equal(c->volatile_db.update_filters[1], "dcn_.*");
     assert_int_equal(c->volatile_db.num_partitions, 7);
     assert_false(c->hps.supportlonglong);
-    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_WARN);
+    assert_int_equal(c->hps.log_level, HPS_LOG_WARN);
     assert_int_equal(c->update_source.type, HPS_CONF_UPDATE_KAFKA);
     assert_int_equal(c->persistent_db.type, HPS_CONF_PDB_ROCKS_DB);
     assert_int_equal(c->distributed_db.type, HPS_CONF_DDB_REDIS_CLUSTER);
@@ -222,7 +222,7 @@ static void test_comments_blank_lines_colon_bom_crlf(void **state)
                             "  heartbeat_interval_ms = 250\r\n"
                             "log_level: debug ; inline comment\r\n"
                             "worker_timeout_ms=3000\r\n");
-    assert_int_equal(c->hps.log_level, HPS_CONF_LOG_DEBUG);
+    assert_int_equal(c->hps.log_level, HPS_LOG_DEBUG);
     assert_int_equal(c->hps.heartbeat_interval_ms, 250);
     assert_int_equal(c->hps.worker_timeout_ms, 3000);
     hps_conf_free(c);
