@@ -763,9 +763,11 @@ hps_err_t hps_client_model_version(hps_client_t *cl, size_t mi, uint32_t *ret)
                        ? hps_shmdb_table_info(cl->db, cl->models[mi].vdb_ids[0], &ti)
                        : HPS_ENOTFOUND;
     pthread_rwlock_unlock(&cl->seg_lock);
-    if (rc == 0)
-        *ret = ti.model_version ? ti.model_version : 1; /* 0: a segment of an older build */
-    return rc;
+    if (rc < 0)
+        return hps__client_fail(rc, "model version: model %s is not loaded",
+                                cl->models[mi].conf->name);
+    *ret = ti.model_version ? ti.model_version : 1; /* 0: a segment of an older build */
+    return 0;
 }
 
 hps_err_t hps_client_gpu_stats(const hps_client_t *cl, hps_client_gpu_stats_t *ret)

@@ -285,9 +285,8 @@ static int build_table(struct client_gpu *g, gctx_t *c, size_t mi, uint32_t t)
      * volatile DB's bytes, and every process on the table's registry entry
      * then maps a cache of one layout. */
     hps_table_info_t ti;
-    gt->dtype = hps_shmdb_table_info(g->cl->db, m->vdb_ids[t], &ti) == 0
-                    ? ti.storage_type
-                    : m->conf->storage_type;
+    gt->dtype = hps_shmdb_table_info(g->cl->db, m->vdb_ids[t], &ti) == 0 ? ti.storage_type
+                                                                         : m->conf->storage_type;
     /* A cache of a few VMM granules cannot be cut (it lies on the device of
      * its last piece): rotating each table's device list by its segment
      * table id spreads the small tables of a model over the devices.  Every
@@ -495,8 +494,12 @@ static void *gpu_thread(void *arg)
     while (!atomic_load(&g->stop) && !can_build(cl))
         nanosleep(&ts, NULL);
     gctx_t *c = NULL;
-    if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess &&
-        (c = hps__client_ctx_new(g))) {
+    if (!atomic_load(&g->stop) && cudaSetDevice(g->device) == cudaSuccess) {
+        pthread_mutex_lock(&g->mu); /* ws_slots: hps__client_gpu_learned may grow it */
+        c = hps__client_ctx_new(g);
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (c) {
         pthread_rwlock_rdlock(&cl->seg_lock);
         for (size_t mi = 0; mi < g->num_models && !atomic_load(&g->stop); mi++)
             if (g->models[mi].tables && atomic_load(&cl->models[mi].resolved))

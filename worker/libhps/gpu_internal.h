@@ -152,8 +152,8 @@ struct client_gpu {
      * publishes the count; entries never move).  ws_slots: workspace slots
      * of every GPU-cached model's tables so far: written under mu
      * (model_slots), read under mu (hps__client_ctx_slots, and
-     * hps__client_ctx_new from hps__client_ctx_get), except the GPU thread's
-     * own first context (gpu_build.c gpu_thread), which reads it without mu. */
+     * hps__client_ctx_new from hps__client_ctx_get and from the GPU
+     * thread's own first context, gpu_build.c gpu_thread). */
     gmodel_t *models;
     _Atomic size_t num_models;
     size_t ws_slots;

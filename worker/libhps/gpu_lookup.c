@@ -983,6 +983,8 @@ void hps__client_gpu_unpin(hps_client_t *cl, void *buf, size_t bytes)
     if (!g)
         return;
     cudaSetDevice(g->device);
-    hps__client_ck(cudaHostUnregister(buf), "unpin an output buffer");
-    atomic_fetch_sub_explicit(&g->pinned_bytes, bytes, memory_order_relaxed);
+    /* Counted out only when it was pinned: a buffer never registered (or
+     * registered elsewhere) leaves pinned_bytes as it is. */
+    if (hps__client_ck(cudaHostUnregister(buf), "unpin an output buffer") == 0)
+        atomic_fetch_sub_explicit(&g->pinned_bytes, bytes, memory_order_relaxed);
 }
