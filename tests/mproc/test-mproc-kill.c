@@ -94,14 +94,6 @@ static uint64_t key_of(uint32_t i)
     return row_mix(0xC0FFEEULL + i) ^ 0x8000000000000000ULL;
 }
 
-static hps_shmdb_t *child_attach(hps_proc_role_t role)
-{
-    hps_shmdb_t *db = NULL;
-    hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = role, .device = -1};
-    HPS_ASSERT_OK(hps_shmdb_attach(seg_name, &po, &db));
-    return db;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Writer                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -109,7 +101,7 @@ static hps_shmdb_t *child_attach(hps_proc_role_t role)
 static void writer_main(int round, int ready_fd, uint64_t seed)
 {
     t_child_mode();
-    hps_shmdb_t *db = child_attach(HPS_ROLE_COORDINATOR);
+    hps_shmdb_t *db = t_attach(seg_name, HPS_ROLE_COORDINATOR);
     uint32_t base = (uint32_t)round << 16;
     uint32_t cnt = 1;
     static float vals[128 * DIM];
@@ -168,7 +160,7 @@ static void reader_main(struct shared *sh, int r)
 {
     t_child_mode();
     struct reader_stats *st = &sh->rs[r];
-    hps_shmdb_t *db = child_attach(HPS_ROLE_WORKER);
+    hps_shmdb_t *db = t_attach(seg_name, HPS_ROLE_WORKER);
     uint64_t rng = sh->seed + 104729 * (uint64_t)(r + 1);
     enum { MAXB = 64 };
     static int64_t keys[MAXB];
@@ -263,7 +255,7 @@ static int verify_fn(void *ctx, uint64_t key, const float *value)
 static void checker_main(int round)
 {
     t_child_mode();
-    hps_shmdb_t *db = child_attach(HPS_ROLE_TOOL);
+    hps_shmdb_t *db = t_attach(seg_name, HPS_ROLE_TOOL);
     uint64_t problems = t_check(db, "checker");
     struct verify_ctx c = {0, 0, ""};
     HPS_ASSERT_OK(hps_shmdb_iterate(db, 0, verify_fn, &c));

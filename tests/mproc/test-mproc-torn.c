@@ -75,21 +75,13 @@ static uint64_t key_of(uint32_t t, uint32_t i)
     return row_mix(((uint64_t)t << 32) | i) ^ 0x8000000000000000ULL;
 }
 
-static hps_shmdb_t *child_attach(void)
-{
-    hps_shmdb_t *db = NULL;
-    hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = HPS_ROLE_WORKER, .device = -1};
-    HPS_ASSERT_OK(hps_shmdb_attach(seg_name, &po, &db));
-    return db;
-}
-
 /* ------------------------------------------------------------------------ */
 
 static void writer_main(struct shared *sh)
 {
     t_child_mode();
     struct child_stats *st = &sh->st[READERS];
-    hps_shmdb_t *db = child_attach();
+    hps_shmdb_t *db = t_attach(seg_name, HPS_ROLE_WORKER);
     uint64_t rng = sh->seed ^ 0xA5A5A5A5ULL;
     static uint32_t ver[NTABLES][NKEYS];
     static uint8_t present[NTABLES][NKEYS];
@@ -190,7 +182,7 @@ static void reader_main(struct shared *sh, int r)
 {
     t_child_mode();
     struct child_stats *st = &sh->st[r];
-    hps_shmdb_t *db = child_attach();
+    hps_shmdb_t *db = t_attach(seg_name, HPS_ROLE_WORKER);
     uint64_t rng = sh->seed + 7919 * (uint64_t)(r + 1);
     static uint32_t last[NTABLES][NKEYS];
     enum { MAXB = 256 };

@@ -439,6 +439,16 @@ static inline void t_seg_create(struct t_seg_fixture *f, uint64_t size)
     HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
 }
 
+/** Attach segment name as a process of role (one thread, no device);
+ *  fails the test (or the forked child) when it cannot. */
+static inline hps_shmdb_t *t_attach(const char *name, hps_proc_role_t role)
+{
+    hps_shmdb_t *db = NULL;
+    hps_shmdb_proc_opts_t po = {.num_threads = 1, .role = role, .device = -1};
+    HPS_ASSERT_OK(hps_shmdb_attach(name, &po, &db));
+    return db;
+}
+
 /** Element d of a test row of key (integers below 2^24: exact in fp32). */
 static inline void t_value_of(uint64_t key, uint32_t dim, float *v)
 {
