@@ -61,30 +61,11 @@ static char *take_text(const char *env, bool *ret_err)
     return text;
 }
 
-/* HugeCTR keys that this HPS accepts but has no such thing for: said once
- * per start, so that a HugeCTR configuration's intent is not silently
- * dropped (docs/configuration.md says the same). */
-static void warn_unsupported(const hps_conf_t *conf)
+/* hps_conf_notes' notes, as warnings of this start. */
+static void warn_note(void *ctx, const char *note)
 {
-    if (conf->volatile_db.type == HPS_CONF_VDB_DISABLED)
-        HPS_WARN("[volatile_db] type = disabled: the shared-memory volatile DB, which every "
-                 "lookup goes through, holds no rows at start and keeps none of the misses "
-                 "(initial_cache_rate 0, cache_missed_embeddings false): each key is asked of "
-                 "the coordinator (the distributed DB, then the persistent DB); Kafka updates "
-                 "still go into it");
-    for (size_t i = 0; i < conf->num_models; i++) {
-        const hps_conf_model_t *m = &conf->models[i];
-        static const char *const kinds[] = {[HPS_CONF_CACHE_DYNAMIC] = "dynamic",
-                                            [HPS_CONF_CACHE_STATIC] = "static",
-                                            [HPS_CONF_CACHE_UVM] = "uvm",
-                                            [HPS_CONF_CACHE_STOCHASTIC] = "stochastic"};
-        if (m->embedding_cache_type != HPS_CONF_CACHE_DYNAMIC || m->use_static_table)
-            HPS_WARN("model %s: embedding_cache_type = %s%s: this HPS has the dynamic GPU "
-                     "embedding cache only (gpucacheper sets its size; 1.0 holds the whole "
-                     "table)",
-                     m->name, kinds[m->embedding_cache_type],
-                     m->use_static_table ? ", use_static_table = true" : "");
-    }
+    (void)ctx;
+    HPS_WARN("%s", note);
 }
 
 int coord_conf_load(const char *path, hps_conf_t **ret_conf, char **ret_text, char **ret_prev_text)
@@ -111,7 +92,7 @@ int coord_conf_load(const char *path, hps_conf_t **ret_conf, char **ret_text, ch
         return HPS_EXIT_USAGE;
     }
     *ret_text = text;
-    warn_unsupported(*ret_conf);
+    hps_conf_notes(*ret_conf, warn_note, NULL);
     return 0;
 }
 

@@ -277,6 +277,23 @@ hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set
  */
 hps_err_t hps_conf_show(const hps_conf_t *conf, FILE *out);
 
+/** A note of hps_conf_notes(): one line of text, valid during the call. */
+typedef void (*hps_conf_note_fn)(void *ctx, const char *note);
+
+/**
+ * @brief Say what a loaded configuration asks that this HPS serves
+ *        otherwise: HugeCTR keys accepted but with no such thing here
+ *        ([volatile_db] type = disabled, embedding_cache_type other than
+ *        dynamic, use_static_table).  hps-coordinator logs each as a warning
+ *        at start; `hps-conf check` prints them.
+ *
+ * @param[in] conf  A loaded configuration (NULL: nothing).
+ * @param[in] fn    Called once per note, in file order (NULL: nothing).
+ * @param[in] ctx   Passed to fn.
+ * Thread-safe with respect to conf.
+ */
+void hps_conf_notes(const hps_conf_t *conf, hps_conf_note_fn fn, void *ctx);
+
 /**
  * @brief Write the reference of every section and key (markdown), as checked
  *        in at docs/configuration.md.

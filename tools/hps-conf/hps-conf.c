@@ -269,6 +269,12 @@ static int load_stdin(hps_conf_t **ret)
     return rc ? failed(rc, err) : EXIT_OK;
 }
 
+/* A note of hps_conf_notes: a warning of `check` (its exit status stays). */
+static void print_note(void *ctx, const char *note)
+{
+    fprintf(stderr, "hps-conf: %s: warning: %s\n", (const char *)ctx, note);
+}
+
 static int cmd_check(const char *path, bool files)
 {
     hps_conf_t *conf = NULL;
@@ -284,6 +290,8 @@ static int cmd_check(const char *path, bool files)
 
     if (st == EXIT_OK && files && check_files(conf, path) > 0)
         st = EXIT_INVALID;
+    if (st == EXIT_OK)
+        hps_conf_notes(conf, print_note, (void *)path);
     if (st == EXIT_OK)
         printf("%s: OK%s\n", path, files ? " (model files too)" : "");
     hps_conf_free(conf);

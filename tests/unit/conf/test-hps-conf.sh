@@ -59,7 +59,7 @@ head -c 16 /dev/zero >"$MF/big/emb_vector"
 { model_ini "$MF/nan"; echo "nonfinite_values = refuse"; } >"$MF/nan-refuse.ini"
 { printf '[hps]\nsupportlonglong = false\n'; model_ini "$MF/big"; } >"$MF/big32.ini"
 
-echo "1..60"
+echo "1..61"
 ok "--help exits 0 and documents the exit codes and check -" \
     bash -c '"$0" --help | grep -q "^  2  usage error" && "$0" --help | grep -qF "(- : standard input"' "$HPS_CONF"
 ok "no command is a usage error (2)" status 2 "$HPS_CONF"
@@ -72,6 +72,10 @@ ok "check --files of an emb_vector one float short exits 1 naming model, entry a
     bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] sparse_files entry 1 ($2): .*emb_vector"; [ "${PIPESTATUS[0]}" = 1 ]' \
     "$HPS_CONF" "$MF/files-short.ini" "$MF/t1"
 ok "check without --files does not open model files" status 0 "$HPS_CONF" check "$MF/files-short.ini"
+printf '[volatile_db]\ntype = disabled\n' >"$MF/vdb-off.ini"
+ok "check of [volatile_db] type = disabled exits 0 and says what it means (hps_conf_notes)" \
+    bash -c '"$0" check "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: warning: \[volatile_db\] type = disabled: .* holds no rows at start"; [ "${PIPESTATUS[0]}" = 0 ]' \
+    "$HPS_CONF" "$MF/vdb-off.ini"
 ok "check --files warns about repeated keys (duplicate_keys = warn) and exits 0" \
     bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: warning: \[model.m\] table sparse_embedding0: .*2 rows overridden.*(duplicate_keys = warn)"; [ "${PIPESTATUS[0]}" = 0 ]' \
     "$HPS_CONF" "$MF/files-ok.ini"
