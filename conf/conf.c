@@ -601,3 +601,14 @@ hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set
     *ret_set = meta->line[ki] != 0;
     return 0;
 }
+
+uint32_t hps_conf_key_line(const hps_conf_t *conf, const char *key)
+{
+    const void *base;
+    const struct hps__inst_meta *meta;
+    int ki;
+
+    if (!conf || !key || lookup(conf, key, &base, &meta, &ki) != 0)
+        return 0;
+    return meta->line[ki];
+}

@@ -79,6 +79,21 @@ static void check_job(void *ctx, size_t t, load_buf_t *b)
         r->ident_errno = errno ? errno : EIO;
 }
 
+/* Where model m's files are named, for a refusal: "FILE:LINE: [model.m]
+ * sparse_files" (the INI's line, hps_conf_key_line; no line where the
+ * configuration came from elsewhere). */
+static const char *files_key(const coord_t *c, const hps_conf_model_t *m, char *buf, size_t len)
+{
+    char key[HPS_CONF_NAME_MAX + 32];
+    snprintf(key, sizeof(key), "model.%s.sparse_files", m->name);
+    uint32_t line = hps_conf_key_line(c->conf, key);
+    if (line)
+        snprintf(buf, len, "%s:%u: [model.%s] sparse_files", c->conf->source, line, m->name);
+    else
+        snprintf(buf, len, "[model.%s] sparse_files", m->name);
+    return buf;
+}
+
 /* Check the contents of m's tables (NaN/Inf values, duplicate keys) and,
  * with ident, take their identities, on the loader threads: refuse the
  * model as its nonfinite_values / duplicate_keys say (the first bad table
@@ -97,7 +112,7 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
                      .refuse = (refuse_nf ? HPS_MODELFILE_NONFINITE : 0) |
                                (refuse_dup ? HPS_MODELFILE_DUPLICATES : 0),
                      .res = calloc(m->num_tables, sizeof(check_res_t))};
-    char what[768], hint[320];
+    char what[768], hint[320], where[HPS_CONF_NAME_MAX + 4200];
     int ex = k.res ? 0 : HPS_EXIT_RUNTIME;
     if (!ex)
         coord_load_par_run(check_job, &k, m->num_tables);
@@ -109,7 +124,8 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
             if ((refuse_nf && nf) || (refuse_dup && dup))
                 snprintf(hint, sizeof(hint), " ([model.%s] %s = refuse)", m->name,
                          bad_row_keys(refuse_nf && nf, refuse_dup && dup));
-            HPS_ERROR("model %s refused, nothing was loaded: %s%s", m->name, r->err, hint);
+            HPS_ERROR("%s: model %s refused, nothing was loaded: %s%s",
+                      files_key(c, m, where, sizeof(where)), m->name, r->err, hint);
             ex = HPS_EXIT_MODEL;
             break;
         }
@@ -128,10 +144,10 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
     for (size_t t = 0; !ex && t < m->num_tables; t++) {
         if (!k.res[t].ident_errno)
             continue;
-        HPS_ERROR("model %s refused, nothing was loaded: table %s: cannot take the identity of "
-                  "%s/key and emb_vector: %s",
-                  m->name, m->embedding_table_names[t], m->sparse_files[t],
-                  strerror(k.res[t].ident_errno));
+        HPS_ERROR("%s: model %s refused, nothing was loaded: table %s: cannot take the "
+                  "identity of %s/key and emb_vector: %s",
+                  files_key(c, m, where, sizeof(where)), m->name, m->embedding_table_names[t],
+                  m->sparse_files[t], strerror(k.res[t].ident_errno));
         ex = HPS_EXIT_MODEL;
     }
     free(k.res);
@@ -142,7 +158,7 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
  * ident (a persistent DB), the identities of every model's tables, in order. */
 static int validate_all(coord_t *c, coord_ident_t *ident)
 {
-    char err[512];
+    char err[512], where[HPS_CONF_NAME_MAX + 4200];
     for (size_t i = 0, first = 0; i < c->conf->num_models;
          first += c->conf->models[i++].num_tables) {
         const hps_conf_model_t *m = &c->conf->models[i];
@@ -155,7 +171,8 @@ static int validate_all(coord_t *c, coord_ident_t *ident)
         specs_of(c, m, specs);
         hps_err_t rc = hps_modelfile_validate_model(specs, m->num_tables, &rows, err, sizeof(err));
         if (rc < 0) {
-            HPS_ERROR("model %s refused, nothing was loaded: %s", m->name, err);
+            HPS_ERROR("%s: model %s refused, nothing was loaded: %s",
+                      files_key(c, m, where, sizeof(where)), m->name, err);
             return HPS_EXIT_MODEL;
         }
         uint64_t nonfinite = 0, dup_keys = 0;

@@ -250,6 +250,11 @@ def contents_cases(t, cl, good):
                "refuse)" % (table, named, what, key))
         t.ok(msg in out, "%s: the message names the model, table, file, count and first row "
              "and key" % tag, "want: %s\n%s" % (msg, out))
+        where = "%s:%d: [model.dupm] sparse_files: " % (conf, 1 + next(
+            i for i, x in enumerate(open(conf).read().split("\n"))
+            if x.startswith("sparse_files") and "dupm" in x))
+        t.ok(where + msg in out, "%s: ... after the INI's file, line and key" % tag,
+             "want: %s\n%s" % (where + msg, out))
         cfs = [c for c in rocksdb_column_families(rocks) if c.startswith("hps_et.")]
         ssts = glob.glob(os.path.join(rocks, "*.sst"))
         t.ok(not cfs and not ssts, "%s: RocksDB has no hps_et.* column family nor SST file" %

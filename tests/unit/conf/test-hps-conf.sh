@@ -69,7 +69,7 @@ ok "check of a valid file exits 0" status 0 "$HPS_CONF" check "$TMP/ok.ini"
 ok "check --files with the model's files in place exits 0" \
     status 0 "$HPS_CONF" check --files "$MF/files-ok.ini"
 ok "check --files of an emb_vector one float short exits 1 naming model, entry and file" \
-    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1: \[model.m\] sparse_files entry 1 ($2): .*emb_vector"; [ "${PIPESTATUS[0]}" = 1 ]' \
+    bash -c '"$0" check --files "$1" 2>&1 >/dev/null | grep -q "^hps-conf: $1:[0-9][0-9]*: \[model.m\] sparse_files entry 1 ($2): .*emb_vector"; [ "${PIPESTATUS[0]}" = 1 ]' \
     "$HPS_CONF" "$MF/files-short.ini" "$MF/t1"
 ok "check without --files does not open model files" status 0 "$HPS_CONF" check "$MF/files-short.ini"
 printf '[volatile_db]\ntype = disabled\n' >"$MF/vdb-off.ini"
