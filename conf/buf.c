@@ -10,7 +10,7 @@
 
 #include "conf/internal.h"
 
-static bool buf_reserve(struct hps__buf *b, size_t more)
+static bool buf_reserve(struct hps__conf_buf *b, size_t more)
 {
     if (b->oom)
         return false;
@@ -29,7 +29,7 @@ static bool buf_reserve(struct hps__buf *b, size_t more)
     return true;
 }
 
-void hps__buf_add(struct hps__buf *b, const char *s, size_t n)
+void hps__conf_buf_add(struct hps__conf_buf *b, const char *s, size_t n)
 {
     if (!buf_reserve(b, n))
         return;
@@ -38,12 +38,12 @@ void hps__buf_add(struct hps__buf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-void hps__buf_puts(struct hps__buf *b, const char *s)
+void hps__conf_buf_puts(struct hps__conf_buf *b, const char *s)
 {
-    hps__buf_add(b, s, strlen(s));
+    hps__conf_buf_add(b, s, strlen(s));
 }
 
-void hps__buf_printf(struct hps__buf *b, const char *fmt, ...)
+void hps__conf_buf_printf(struct hps__conf_buf *b, const char *fmt, ...)
 {
     va_list ap;
     char small[256];
@@ -54,7 +54,7 @@ void hps__buf_printf(struct hps__buf *b, const char *fmt, ...)
     if (n < 0)
         return;
     if ((size_t)n < sizeof(small)) {
-        hps__buf_add(b, small, (size_t)n);
+        hps__conf_buf_add(b, small, (size_t)n);
         return;
     }
     if (!buf_reserve(b, (size_t)n))
@@ -65,18 +65,18 @@ void hps__buf_printf(struct hps__buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-const char *hps__buf_str(const struct hps__buf *b)
+const char *hps__conf_buf_str(const struct hps__conf_buf *b)
 {
     return b->p ? b->p : "";
 }
 
-void hps__buf_fini(struct hps__buf *b)
+void hps__conf_buf_fini(struct hps__conf_buf *b)
 {
     free(b->p);
-    *b = (struct hps__buf){0};
+    *b = (struct hps__conf_buf){0};
 }
 
-void hps__msg(char *err, size_t err_len, const char *fmt, ...)
+void hps__conf_msg(char *err, size_t err_len, const char *fmt, ...)
 {
     va_list ap;
 
@@ -87,13 +87,13 @@ void hps__msg(char *err, size_t err_len, const char *fmt, ...)
     va_end(ap);
 }
 
-void hps__cloc_enter(struct hps__cloc *l)
+void hps__conf_cloc_enter(struct hps__conf_cloc *l)
 {
     l->c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     l->old = l->c ? uselocale(l->c) : (locale_t)0;
 }
 
-void hps__cloc_leave(struct hps__cloc *l)
+void hps__conf_cloc_leave(struct hps__conf_cloc *l)
 {
     if (!l->c)
         return;
@@ -101,7 +101,7 @@ void hps__cloc_leave(struct hps__cloc *l)
     freelocale(l->c);
 }
 
-char *hps__strndup(const char *s, size_t n)
+char *hps__conf_strndup(const char *s, size_t n)
 {
     char *p = malloc(n + 1);
 

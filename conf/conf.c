@@ -19,66 +19,68 @@ struct ctx {
     size_t err_len;
 };
 
-void *hps__conf_base(const hps_conf_t *conf, hps__sec_t sec, size_t model)
+void *hps__conf_base(const hps_conf_t *conf, hps__conf_sec_t sec, size_t model)
 {
-    if (sec == HPS__SEC_model)
+    if (sec == HPS__CONF_SEC_model)
         return &conf->models[model];
-    return (char *)conf + hps__sections[sec].offset;
+    return (char *)conf + hps__conf_sections[sec].offset;
 }
 
 static hps_err_t oom(struct ctx *c)
 {
-    hps__msg(c->err, c->err_len, "%s: out of memory", c->name);
+    hps__conf_msg(c->err, c->err_len, "%s: out of memory", c->name);
     return -ENOMEM;
 }
 
 /* ---- One key -------------------------------------------------------------- */
 
 /* Parse the value of key ki (from the file, else its default) into base. */
-static hps_err_t build_key(struct ctx *c, int ki, const struct hps__scan_sec *ss,
+static hps_err_t build_key(struct ctx *c, int ki, const struct hps__conf_scan_sec *ss,
                            const char *sec_name, void *base, size_t ntables,
-                           struct hps__inst_meta *meta)
+                           struct hps__conf_inst_meta *meta)
 {
-    const struct hps__key *k = &hps__keys[ki];
-    const struct hps__raw *raw = ss ? &ss->raw[ki] : NULL;
+    const struct hps__conf_key *k = &hps__conf_keys[ki];
+    const struct hps__conf_raw *raw = ss ? &ss->raw[ki] : NULL;
     bool is_auto = false, no_mem = false;
     char *dflt = NULL;
-    struct hps__buf msg = {0};
+    struct hps__conf_buf msg = {0};
 
     if (!raw || !raw->value) {
-        dflt = hps__value_default(k, ntables, &no_mem);
+        dflt = hps__conf_value_default(k, ntables, &no_mem);
         if (no_mem)
             return oom(c);
         if (!dflt) {
-            hps__msg(c->err, c->err_len, "%s:%u: [%s] %s: missing required key", c->name,
-                     meta->header_line, sec_name, k->name);
+            hps__conf_msg(c->err, c->err_len, "%s:%u: [%s] %s: missing required key", c->name,
+                          meta->header_line, sec_name, k->name);
             return HPS_ECONFIG;
         }
     }
     const char *text = dflt ? dflt : raw->value;
     uint32_t line = dflt ? 0 : raw->first_line;
-    hps_err_t rc = hps__value_parse(k, text, base, ntables, &is_auto, &msg);
+    hps_err_t rc = hps__conf_value_parse(k, text, base, ntables, &is_auto, &msg);
     if (rc == HPS_ECONFIG)
-        hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: %s", c->name,
-                 line ? line : meta->header_line, sec_name, k->name,
-                 hps__masked(k->check == HPS__CHECK_secret, text), hps__buf_str(&msg));
+        hps__conf_msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: %s", c->name,
+                      line ? line : meta->header_line, sec_name, k->name,
+                      hps__conf_masked(k->check == HPS__CONF_CHECK_secret, text),
+                      hps__conf_buf_str(&msg));
     else if (rc)
         oom(c);
     meta->line[ki] = line;
     meta->is_auto[ki] = is_auto;
-    hps__buf_fini(&msg);
+    hps__conf_buf_fini(&msg);
     free(dflt);
     return rc;
 }
 
-static hps_err_t build_section(struct ctx *c, hps__sec_t sec, const struct hps__scan_sec *ss,
-                               void *base, struct hps__inst_meta *meta)
+static hps_err_t build_section(struct ctx *c, hps__conf_sec_t sec,
+                               const struct hps__conf_scan_sec *ss, void *base,
+                               struct hps__conf_inst_meta *meta)
 {
     meta->header_line = ss ? ss->header_line : 0;
-    for (int ki = 0; ki < HPS__NKEYS; ki++) {
-        if (hps__keys[ki].sec != sec)
+    for (int ki = 0; ki < HPS__CONF_NKEYS; ki++) {
+        if (hps__conf_keys[ki].sec != sec)
             continue;
-        hps_err_t rc = build_key(c, ki, ss, hps__sections[sec].name, base, 0, meta);
+        hps_err_t rc = build_key(c, ki, ss, hps__conf_sections[sec].name, base, 0, meta);
         if (rc)
             return rc;
     }
@@ -98,54 +100,56 @@ static hps_err_t build_section(struct ctx *c, hps__sec_t sec, const struct hps__
  * integer in [1, 256] and at least num_node_connections (5, its default: the
  * file does not set num_node_connections)".
  */
-static hps_err_t rule_error(struct ctx *c, const hps_conf_t *conf, hps__sec_t sec, size_t model,
-                            const char *a, const char *b, const char *rel, const char *converse)
+static hps_err_t rule_error(struct ctx *c, const hps_conf_t *conf, hps__conf_sec_t sec,
+                            size_t model, const char *a, const char *b, const char *rel,
+                            const char *converse)
 {
-    const struct hps__inst_meta *m =
-        sec == HPS__SEC_model ? &conf->meta->model[model] : &conf->meta->global[sec];
-    int ka = hps__key_find(sec, a), kb = hps__key_find(sec, b);
+    const struct hps__conf_inst_meta *m =
+        sec == HPS__CONF_SEC_model ? &conf->meta->model[model] : &conf->meta->global[sec];
+    int ka = hps__conf_key_find(sec, a), kb = hps__conf_key_find(sec, b);
     bool blame_b = !m->line[ka] && m->line[kb];
     int kx = blame_b ? kb : ka, ky = blame_b ? ka : kb;
     uint32_t line = m->line[kx] ? m->line[kx] : m->line[ky] ? m->line[ky] : m->header_line;
-    struct hps__buf vx = {0}, vy = {0}, allowed = {0};
+    struct hps__conf_buf vx = {0}, vy = {0}, allowed = {0};
     const void *base = hps__conf_base(conf, sec, model);
     char sec_name[160];
 
-    if (sec == HPS__SEC_model)
+    if (sec == HPS__CONF_SEC_model)
         snprintf(sec_name, sizeof(sec_name), "model.%s", conf->models[model].name);
     else
-        snprintf(sec_name, sizeof(sec_name), "%s", hps__sections[sec].name);
-    hps__value_format(&hps__keys[kx], base, true, &vx); /* true: a secret is masked */
-    hps__value_format(&hps__keys[ky], base, true, &vy);
-    hps__value_allowed(&hps__keys[kx], &allowed);
-    hps__msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: must be %s and %s %s (%s%s%s)", c->name,
-             line, sec_name, hps__keys[kx].name, hps__buf_str(&vx), hps__buf_str(&allowed),
-             blame_b ? converse : rel, hps__keys[ky].name, hps__buf_str(&vy),
-             m->line[ky] ? "" : ", its default: the file does not set ",
-             m->line[ky] ? "" : hps__keys[ky].name);
-    hps__buf_fini(&vx);
-    hps__buf_fini(&vy);
-    hps__buf_fini(&allowed);
+        snprintf(sec_name, sizeof(sec_name), "%s", hps__conf_sections[sec].name);
+    hps__conf_value_format(&hps__conf_keys[kx], base, true, &vx); /* true: a secret is masked */
+    hps__conf_value_format(&hps__conf_keys[ky], base, true, &vy);
+    hps__conf_value_allowed(&hps__conf_keys[kx], &allowed);
+    hps__conf_msg(c->err, c->err_len, "%s:%u: [%s] %s = %s: must be %s and %s %s (%s%s%s)", c->name,
+                  line, sec_name, hps__conf_keys[kx].name, hps__conf_buf_str(&vx),
+                  hps__conf_buf_str(&allowed), blame_b ? converse : rel, hps__conf_keys[ky].name,
+                  hps__conf_buf_str(&vy),
+                  m->line[ky] ? "" : ", its default: the file does not set ",
+                  m->line[ky] ? "" : hps__conf_keys[ky].name);
+    hps__conf_buf_fini(&vx);
+    hps__conf_buf_fini(&vy);
+    hps__conf_buf_fini(&allowed);
     return HPS_ECONFIG;
 }
 
 static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
 {
     if (conf->distributed_db.num_node_connections > conf->distributed_db.num_partitions)
-        return rule_error(c, conf, HPS__SEC_distributed_db, 0, "num_node_connections",
+        return rule_error(c, conf, HPS__CONF_SEC_distributed_db, 0, "num_node_connections",
                           "num_partitions", "at most", "at least");
     if (conf->volatile_db.allocation_rate > conf->volatile_db.shared_memory_size)
-        return rule_error(c, conf, HPS__SEC_volatile_db, 0, "allocation_rate", "shared_memory_size",
-                          "at most", "at least");
+        return rule_error(c, conf, HPS__CONF_SEC_volatile_db, 0, "allocation_rate",
+                          "shared_memory_size", "at most", "at least");
     if (conf->update_source.key_bytes != 4 && conf->update_source.key_bytes != 8) {
-        int ki = hps__key_find(HPS__SEC_update_source, "key_bytes");
-        hps__msg(c->err, c->err_len, "%s:%u: [update_source] key_bytes = %lld: must be 4 or 8",
-                 c->name, conf->meta->global[HPS__SEC_update_source].line[ki],
-                 (long long)conf->update_source.key_bytes);
+        int ki = hps__conf_key_find(HPS__CONF_SEC_update_source, "key_bytes");
+        hps__conf_msg(c->err, c->err_len, "%s:%u: [update_source] key_bytes = %lld: must be 4 or 8",
+                      c->name, conf->meta->global[HPS__CONF_SEC_update_source].line[ki],
+                      (long long)conf->update_source.key_bytes);
         return HPS_ECONFIG;
     }
     if (conf->worker.metrics_port == conf->worker.http_port)
-        return rule_error(c, conf, HPS__SEC_worker, 0, "metrics_port", "http_port",
+        return rule_error(c, conf, HPS__CONF_SEC_worker, 0, "metrics_port", "http_port",
                           "different from", "different from");
     return 0;
 }
@@ -159,15 +163,17 @@ static hps_err_t check_table_count(struct ctx *c, const hps_conf_t *conf, size_t
     if (total <= HPS_CONF_MAX_TABLES)
         return 0;
     const hps_conf_model_t *m = &conf->models[mi];
-    uint32_t line = conf->meta->model[mi].line[hps__key_find(HPS__SEC_model, "sparse_files")];
+    uint32_t line =
+        conf->meta->model[mi].line[hps__conf_key_find(HPS__CONF_SEC_model, "sparse_files")];
     char above[64] = "";
     if (total > m->num_tables)
         snprintf(above, sizeof(above), ", %zu with the models above it", total);
-    hps__msg(c->err, c->err_len,
-             "%s:%u: [model.%s] sparse_files: %zu tables%s: the models of a file may have at most "
-             "%d tables in all (the volatile DB's table directory)",
-             c->name, line ? line : conf->meta->model[mi].header_line, m->name, m->num_tables,
-             above, HPS_CONF_MAX_TABLES);
+    hps__conf_msg(
+        c->err, c->err_len,
+        "%s:%u: [model.%s] sparse_files: %zu tables%s: the models of a file may have at most "
+        "%d tables in all (the volatile DB's table directory)",
+        c->name, line ? line : conf->meta->model[mi].header_line, m->name, m->num_tables, above,
+        HPS_CONF_MAX_TABLES);
     return HPS_ECONFIG;
 }
 
@@ -175,7 +181,7 @@ static hps_err_t check_table_count(struct ctx *c, const hps_conf_t *conf, size_t
 static hps_err_t check_model(struct ctx *c, const hps_conf_t *conf, size_t mi)
 {
     const hps_conf_model_t *m = &conf->models[mi];
-    int ki = hps__key_find(HPS__SEC_model, "embedding_table_names");
+    int ki = hps__conf_key_find(HPS__CONF_SEC_model, "embedding_table_names");
     if (check_table_count(c, conf, mi))
         return HPS_ECONFIG;
 
@@ -184,14 +190,15 @@ static hps_err_t check_model(struct ctx *c, const hps_conf_t *conf, size_t mi)
             if (strcmp(m->embedding_table_names[i], m->embedding_table_names[j]) != 0)
                 continue;
             uint32_t line = conf->meta->model[mi].line[ki];
-            struct hps__buf v = {0};
-            hps__value_format(&hps__keys[ki], m, false, &v);
-            hps__msg(c->err, c->err_len,
-                     "%s:%u: [model.%s] embedding_table_names = %s: entry %zu (%s) repeats entry "
-                     "%zu; table names must be unique",
-                     c->name, line ? line : conf->meta->model[mi].header_line, m->name,
-                     hps__buf_str(&v), i + 1, m->embedding_table_names[i], j + 1);
-            hps__buf_fini(&v);
+            struct hps__conf_buf v = {0};
+            hps__conf_value_format(&hps__conf_keys[ki], m, false, &v);
+            hps__conf_msg(
+                c->err, c->err_len,
+                "%s:%u: [model.%s] embedding_table_names = %s: entry %zu (%s) repeats entry "
+                "%zu; table names must be unique",
+                c->name, line ? line : conf->meta->model[mi].header_line, m->name,
+                hps__conf_buf_str(&v), i + 1, m->embedding_table_names[i], j + 1);
+            hps__conf_buf_fini(&v);
             return HPS_ECONFIG;
         }
     }
@@ -201,10 +208,10 @@ static hps_err_t check_model(struct ctx *c, const hps_conf_t *conf, size_t mi)
 /* ---- Models ---------------------------------------------------------------- */
 
 /* sparse_files first: its length is T, which every per-table list must match. */
-static hps_err_t build_model(struct ctx *c, const struct hps__scan_sec *ss, hps_conf_model_t *m,
-                             struct hps__inst_meta *meta)
+static hps_err_t build_model(struct ctx *c, const struct hps__conf_scan_sec *ss,
+                             hps_conf_model_t *m, struct hps__conf_inst_meta *meta)
 {
-    int sf = hps__key_find(HPS__SEC_model, "sparse_files");
+    int sf = hps__conf_key_find(HPS__CONF_SEC_model, "sparse_files");
 
     meta->header_line = ss->header_line;
     m->name = strdup(ss->name + strlen("model."));
@@ -214,8 +221,8 @@ static hps_err_t build_model(struct ctx *c, const struct hps__scan_sec *ss, hps_
     if (rc)
         return rc;
     m->num_tables = m->sparse_files_len;
-    for (int ki = 0; ki < HPS__NKEYS; ki++) {
-        if (hps__keys[ki].sec != HPS__SEC_model || ki == sf)
+    for (int ki = 0; ki < HPS__CONF_NKEYS; ki++) {
+        if (hps__conf_keys[ki].sec != HPS__CONF_SEC_model || ki == sf)
             continue;
         rc = build_key(c, ki, ss, ss->name, m, m->num_tables, meta);
         if (rc)
@@ -224,7 +231,7 @@ static hps_err_t build_model(struct ctx *c, const struct hps__scan_sec *ss, hps_
     return 0;
 }
 
-static hps_err_t build_models(struct ctx *c, const struct hps__scan *scan, hps_conf_t *conf)
+static hps_err_t build_models(struct ctx *c, const struct hps__conf_scan *scan, hps_conf_t *conf)
 {
     if (scan->nmodels == 0)
         return 0;
@@ -235,7 +242,7 @@ static hps_err_t build_models(struct ctx *c, const struct hps__scan *scan, hps_c
     conf->num_models = scan->nmodels;
     size_t mi = 0;
     for (size_t i = 0; i < scan->nsecs; i++) {
-        if (scan->secs[i]->sec != HPS__SEC_model)
+        if (scan->secs[i]->sec != HPS__CONF_SEC_model)
             continue;
         hps_err_t rc = build_model(c, scan->secs[i], &conf->models[mi], &conf->meta->model[mi]);
         if (!rc)
@@ -249,7 +256,8 @@ static hps_err_t build_models(struct ctx *c, const struct hps__scan *scan, hps_c
 
 /* ---- Loading ---------------------------------------------------------------- */
 
-static const struct hps__scan_sec *find_global(const struct hps__scan *scan, hps__sec_t sec)
+static const struct hps__conf_scan_sec *find_global(const struct hps__conf_scan *scan,
+                                                    hps__conf_sec_t sec)
 {
     for (size_t i = 0; i < scan->nsecs; i++)
         if (scan->secs[i]->sec == sec)
@@ -257,12 +265,12 @@ static const struct hps__scan_sec *find_global(const struct hps__scan *scan, hps
     return NULL;
 }
 
-static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *conf)
+static hps_err_t build(struct ctx *c, const struct hps__conf_scan *scan, hps_conf_t *conf)
 {
-    for (int s = 0; s < HPS__NGLOBAL; s++) {
+    for (int s = 0; s < HPS__CONF_NGLOBAL; s++) {
         hps_err_t rc =
-            build_section(c, (hps__sec_t)s, find_global(scan, (hps__sec_t)s),
-                          hps__conf_base(conf, (hps__sec_t)s, 0), &conf->meta->global[s]);
+            build_section(c, (hps__conf_sec_t)s, find_global(scan, (hps__conf_sec_t)s),
+                          hps__conf_base(conf, (hps__conf_sec_t)s, 0), &conf->meta->global[s]);
         if (rc)
             return rc;
     }
@@ -272,8 +280,8 @@ static hps_err_t build(struct ctx *c, const struct hps__scan *scan, hps_conf_t *
      * at most the segment (check_globals); a step is cut at the segment's
      * end. */
     hps_conf_volatile_db_t *v = &conf->volatile_db;
-    int ka = hps__key_find(HPS__SEC_volatile_db, "allocation_rate");
-    if (!conf->meta->global[HPS__SEC_volatile_db].line[ka] &&
+    int ka = hps__conf_key_find(HPS__CONF_SEC_volatile_db, "allocation_rate");
+    if (!conf->meta->global[HPS__CONF_SEC_volatile_db].line[ka] &&
         v->allocation_rate > v->shared_memory_size)
         v->allocation_rate = v->shared_memory_size;
     /* type = disabled (HugeCTR's volatile DB turned off, e.g. Redis only):
@@ -291,11 +299,11 @@ static hps_err_t load_text(const char *text, size_t len, const char *name, hps_c
                            char *err, size_t err_len)
 {
     struct ctx c = {.name = name, .err = err, .err_len = err_len};
-    struct hps__scan scan;
-    struct hps__cloc loc;
+    struct hps__conf_scan scan;
+    struct hps__conf_cloc loc;
     hps_conf_t *conf = NULL;
 
-    hps_err_t rc = hps__scan(text, len, name, &scan, err, err_len);
+    hps_err_t rc = hps__conf_scan(text, len, name, &scan, err, err_len);
     if (rc)
         return rc;
     conf = calloc(1, sizeof(*conf));
@@ -303,10 +311,10 @@ static hps_err_t load_text(const char *text, size_t len, const char *name, hps_c
         conf->meta = calloc(1, sizeof(*conf->meta));
         conf->source = strdup(name);
     }
-    hps__cloc_enter(&loc);
+    hps__conf_cloc_enter(&loc);
     rc = conf && conf->meta && conf->source ? build(&c, &scan, conf) : oom(&c);
-    hps__cloc_leave(&loc);
-    hps__scan_fini(&scan);
+    hps__conf_cloc_leave(&loc);
+    hps__conf_scan_fini(&scan);
     if (rc) {
         hps_conf_free(conf);
         return rc;
@@ -318,9 +326,9 @@ static hps_err_t load_text(const char *text, size_t len, const char *name, hps_c
 hps_err_t hps_conf_load_string(const char *text, const char *name, hps_conf_t **ret_conf, char *err,
                                size_t err_len)
 {
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!text || !ret_conf) {
-        hps__msg(err, err_len, "hps_conf_load_string: NULL argument");
+        hps__conf_msg(err, err_len, "hps_conf_load_string: NULL argument");
         return HPS_EINVAL;
     }
     return load_text(text, strlen(text), name ? name : "<string>", ret_conf, err, err_len);
@@ -396,21 +404,21 @@ out:
     return 0;
 }
 
-hps_err_t hps__read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
-                         size_t err_len)
+hps_err_t hps__conf_read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
+                              size_t err_len)
 {
     const char *kind = "";
     hps_err_t rc = read_file(path, ret_text, ret_len, &kind);
 
     if (rc == -ENODEV)
-        hps__msg(err, err_len, "cannot read %s: a device, not a configuration file", path);
+        hps__conf_msg(err, err_len, "cannot read %s: a device, not a configuration file", path);
     else if (rc == -EINVAL)
-        hps__msg(err, err_len, "cannot read %s: not a regular file (%s)", path, kind);
+        hps__conf_msg(err, err_len, "cannot read %s: not a regular file (%s)", path, kind);
     else if (rc == -EFBIG)
-        hps__msg(err, err_len, "cannot read %s: larger than %u MiB, not a configuration file", path,
-                 CONF_FILE_MAX >> 20);
+        hps__conf_msg(err, err_len, "cannot read %s: larger than %u MiB, not a configuration file",
+                      path, CONF_FILE_MAX >> 20);
     else if (rc)
-        hps__msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
+        hps__conf_msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
     return rc;
 }
 
@@ -419,12 +427,12 @@ hps_err_t hps_conf_load(const char *path, hps_conf_t **ret_conf, char *err, size
     char *text;
     size_t len;
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!path || !ret_conf) {
-        hps__msg(err, err_len, "hps_conf_load: NULL argument");
+        hps__conf_msg(err, err_len, "hps_conf_load: NULL argument");
         return HPS_EINVAL;
     }
-    hps_err_t rc = hps__read_file(path, &text, &len, err, err_len);
+    hps_err_t rc = hps__conf_read_file(path, &text, &len, err, err_len);
     if (rc)
         return rc;
     rc = load_text(text, len, path, ret_conf, err, err_len);
@@ -436,19 +444,19 @@ hps_err_t hps_conf_read_file(const char *path, char **ret_text, char *err, size_
 {
     size_t len;
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!path || !ret_text) {
-        hps__msg(err, err_len, "hps_conf_read_file: NULL argument");
+        hps__conf_msg(err, err_len, "hps_conf_read_file: NULL argument");
         return HPS_EINVAL;
     }
     char *text;
-    hps_err_t rc = hps__read_file(path, &text, &len, err, err_len);
+    hps_err_t rc = hps__conf_read_file(path, &text, &len, err, err_len);
     const char *nul = rc ? NULL : memchr(text, '\0', len);
     if (nul) { /* as the scan says it: the text must load as hps_conf_load() loads it */
         unsigned line = 1;
         for (const char *p = text; p < nul; p++)
             line += *p == '\n';
-        hps__msg(err, err_len, "%s:%u: the line contains a NUL byte", path, line);
+        hps__conf_msg(err, err_len, "%s:%u: the line contains a NUL byte", path, line);
         free(text);
         return HPS_ECONFIG;
     }
@@ -463,14 +471,14 @@ void hps_conf_free(hps_conf_t *conf)
 {
     if (!conf)
         return;
-    for (int ki = 0; ki < HPS__NKEYS; ki++) {
-        const struct hps__key *k = &hps__keys[ki];
-        if (k->sec != HPS__SEC_model) {
-            hps__value_free(k, hps__conf_base(conf, k->sec, 0));
+    for (int ki = 0; ki < HPS__CONF_NKEYS; ki++) {
+        const struct hps__conf_key *k = &hps__conf_keys[ki];
+        if (k->sec != HPS__CONF_SEC_model) {
+            hps__conf_value_free(k, hps__conf_base(conf, k->sec, 0));
             continue;
         }
         for (size_t m = 0; m < conf->num_models; m++)
-            hps__value_free(k, &conf->models[m]);
+            hps__conf_value_free(k, &conf->models[m]);
     }
     for (size_t m = 0; m < conf->num_models; m++)
         free((char *)conf->models[m].name);
@@ -487,9 +495,9 @@ void hps_conf_keep_models(hps_conf_t *conf, const bool *keep)
     size_t n = 0;
     for (size_t m = 0; m < conf->num_models; m++) {
         if (!keep[m]) {
-            for (int ki = 0; ki < HPS__NKEYS; ki++)
-                if (hps__keys[ki].sec == HPS__SEC_model)
-                    hps__value_free(&hps__keys[ki], &conf->models[m]);
+            for (int ki = 0; ki < HPS__CONF_NKEYS; ki++)
+                if (hps__conf_keys[ki].sec == HPS__CONF_SEC_model)
+                    hps__conf_value_free(&hps__conf_keys[ki], &conf->models[m]);
             free((char *)conf->models[m].name);
             continue;
         }
@@ -509,8 +517,8 @@ const hps_conf_model_t *hps_conf_model_find(const hps_conf_t *conf, const char *
     return NULL;
 }
 
-hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_sec_name,
-                            int *ret_key)
+hps_err_t hps__conf_dotted_split(const char *dotted, hps__conf_sec_t *ret_sec, char **ret_sec_name,
+                                 int *ret_key)
 {
     bool model = strncmp(dotted, "model.", 6) == 0;
     const char *dot = model ? strrchr(dotted, '.') : strchr(dotted, '.');
@@ -518,16 +526,16 @@ hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_
 
     if (!dot || dot == dotted + 5)
         return HPS_ENOTFOUND;
-    char *sec_name = hps__strndup(dotted, (size_t)(dot - dotted));
+    char *sec_name = hps__conf_strndup(dotted, (size_t)(dot - dotted));
     if (!sec_name)
         return -ENOMEM;
-    int sec = hps__sec_find(sec_name, &bad_model);
-    int ki = sec < 0 ? -1 : hps__key_find((hps__sec_t)sec, dot + 1);
+    int sec = hps__conf_sec_find(sec_name, &bad_model);
+    int ki = sec < 0 ? -1 : hps__conf_key_find((hps__conf_sec_t)sec, dot + 1);
     if (ki < 0) {
         free(sec_name);
         return HPS_ENOTFOUND;
     }
-    *ret_sec = (hps__sec_t)sec;
+    *ret_sec = (hps__conf_sec_t)sec;
     *ret_sec_name = sec_name;
     *ret_key = ki;
     return 0;
@@ -535,16 +543,16 @@ hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_
 
 /* Resolve a dotted key against a loaded configuration. */
 static hps_err_t lookup(const hps_conf_t *conf, const char *dotted, const void **ret_base,
-                        const struct hps__inst_meta **ret_meta, int *ret_key)
+                        const struct hps__conf_inst_meta **ret_meta, int *ret_key)
 {
-    hps__sec_t sec;
+    hps__conf_sec_t sec;
     char *sec_name;
     int ki;
-    hps_err_t rc = hps__dotted_split(dotted, &sec, &sec_name, &ki);
+    hps_err_t rc = hps__conf_dotted_split(dotted, &sec, &sec_name, &ki);
 
     if (rc)
         return rc;
-    if (sec != HPS__SEC_model) {
+    if (sec != HPS__CONF_SEC_model) {
         *ret_base = hps__conf_base(conf, sec, 0);
         *ret_meta = &conf->meta->global[sec];
     } else {
@@ -564,33 +572,33 @@ static hps_err_t lookup(const hps_conf_t *conf, const char *dotted, const void *
 hps_err_t hps_conf_get(const hps_conf_t *conf, const char *key, char *buf, size_t len)
 {
     const void *base;
-    const struct hps__inst_meta *meta;
+    const struct hps__conf_inst_meta *meta;
     int ki;
-    struct hps__buf v = {0};
+    struct hps__conf_buf v = {0};
 
     if (!conf || !key || !buf || len == 0)
         return HPS_EINVAL;
     hps_err_t rc = lookup(conf, key, &base, &meta, &ki);
     if (rc)
         return rc;
-    struct hps__cloc loc;
-    hps__cloc_enter(&loc);
-    hps__value_format(&hps__keys[ki], base, false, &v);
-    hps__cloc_leave(&loc);
+    struct hps__conf_cloc loc;
+    hps__conf_cloc_enter(&loc);
+    hps__conf_value_format(&hps__conf_keys[ki], base, false, &v);
+    hps__conf_cloc_leave(&loc);
     if (v.oom) {
-        hps__buf_fini(&v);
+        hps__conf_buf_fini(&v);
         return -ENOMEM;
     }
-    snprintf(buf, len, "%s", hps__buf_str(&v));
+    snprintf(buf, len, "%s", hps__conf_buf_str(&v));
     rc = v.len >= len ? -ERANGE : 0;
-    hps__buf_fini(&v);
+    hps__conf_buf_fini(&v);
     return rc;
 }
 
 hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set)
 {
     const void *base;
-    const struct hps__inst_meta *meta;
+    const struct hps__conf_inst_meta *meta;
     int ki;
 
     if (!conf || !key || !ret_set)

@@ -94,19 +94,20 @@ static hps_err_t check_value(const char *key, bool secret, const char *value, ch
     for (size_t i = 0; i < n; i++) {
         if (value[i] == '\n' || value[i] == '\r' ||
             (value[i] == ';' && (i == 0 || isspace((unsigned char)value[i - 1])))) {
-            hps__msg(err, err_len,
-                     "%s = %.*s: a value cannot contain a line break, nor a ';' "
-                     "at its start or after a blank (that starts a comment)",
-                     key, secret ? (int)strlen(HPS__MASK) : (int)n, secret ? HPS__MASK : value);
+            hps__conf_msg(err, err_len,
+                          "%s = %.*s: a value cannot contain a line break, nor a ';' "
+                          "at its start or after a blank (that starts a comment)",
+                          key, secret ? (int)strlen(HPS__CONF_MASK) : (int)n,
+                          secret ? HPS__CONF_MASK : value);
             return HPS_ECONFIG;
         }
     }
-    *ret = hps__strndup(value, n);
+    *ret = hps__conf_strndup(value, n);
     return *ret ? 0 : -ENOMEM;
 }
 
 /* prefix + value + suffix, a long list wrapped onto indented lines. */
-static void emit(struct hps__buf *out, const struct hps__key *k, const char *prefix,
+static void emit(struct hps__conf_buf *out, const struct hps__conf_key *k, const char *prefix,
                  size_t prefix_len, const char *value, const char *suffix, size_t suffix_len,
                  const char *eol)
 {
@@ -114,25 +115,25 @@ static void emit(struct hps__buf *out, const struct hps__key *k, const char *pre
     bool oom = false;
     char **items = NULL;
 
-    if (hps__is_list(k->type) && prefix_len + strlen(value) > WRAP_COLUMNS)
-        items = hps__list_split(value, k->type == HPS__T_REGEXES, &n, &oom);
-    hps__buf_add(out, prefix, prefix_len);
+    if (hps__conf_is_list(k->type) && prefix_len + strlen(value) > WRAP_COLUMNS)
+        items = hps__conf_list_split(value, k->type == HPS__CONF_T_REGEXES, &n, &oom);
+    hps__conf_buf_add(out, prefix, prefix_len);
     if (!items)
-        hps__buf_puts(out, value);
+        hps__conf_buf_puts(out, value);
     for (size_t i = 0; i < n; i++) {
         if (i)
-            hps__buf_printf(out, ",%s    ", eol);
-        hps__buf_puts(out, items[i]);
+            hps__conf_buf_printf(out, ",%s    ", eol);
+        hps__conf_buf_puts(out, items[i]);
     }
-    hps__buf_add(out, suffix, suffix_len);
+    hps__conf_buf_add(out, suffix, suffix_len);
     out->oom |= oom;
-    hps__list_free(items, n);
+    hps__conf_list_free(items, n);
 }
 
 /* Replace the lines of an existing key; keep the first line's layout. */
-static void replace_key(struct hps__buf *out, const char *text, const struct lines *li,
-                        const struct hps__raw *raw, const struct hps__key *k, const char *value,
-                        const char *eol)
+static void replace_key(struct hps__conf_buf *out, const char *text, const struct lines *li,
+                        const struct hps__conf_raw *raw, const struct hps__conf_key *k,
+                        const char *value, const char *eol)
 {
     const struct line *x = &li->v[raw->first_line - 1];
     const char *s = x->s, *e = x->s + x->len;
@@ -151,31 +152,32 @@ static void replace_key(struct hps__buf *out, const char *text, const struct lin
         vend--;
     while (vstart < vend && isspace((unsigned char)*vstart))
         vstart++;
-    hps__buf_add(out, text, (size_t)(s - text));
-    struct hps__buf prefix = {0};
-    hps__buf_add(&prefix, s, (size_t)(vstart - s));
+    hps__conf_buf_add(out, text, (size_t)(s - text));
+    struct hps__conf_buf prefix = {0};
+    hps__conf_buf_add(&prefix, s, (size_t)(vstart - s));
     if (vstart == vend && vstart == sep + 1 && *value)
-        hps__buf_puts(&prefix, " ");
-    emit(out, k, hps__buf_str(&prefix), prefix.len, value, vend, (size_t)(e - vend), eol);
+        hps__conf_buf_puts(&prefix, " ");
+    emit(out, k, hps__conf_buf_str(&prefix), prefix.len, value, vend, (size_t)(e - vend), eol);
     out->oom |= prefix.oom;
-    hps__buf_fini(&prefix);
+    hps__conf_buf_fini(&prefix);
     size_t rest = (size_t)(li->v[raw->last_line - 1].s - text) + li->v[raw->last_line - 1].len;
-    hps__buf_puts(out, text + rest);
+    hps__conf_buf_puts(out, text + rest);
 }
 
-static void new_key_line(struct hps__buf *out, const struct hps__key *k, const char *value,
-                         const char *eol)
+static void new_key_line(struct hps__conf_buf *out, const struct hps__conf_key *k,
+                         const char *value, const char *eol)
 {
-    struct hps__buf prefix = {0};
+    struct hps__conf_buf prefix = {0};
 
-    hps__buf_printf(&prefix, "%s =%s", k->name, *value ? " " : "");
-    emit(out, k, hps__buf_str(&prefix), prefix.len, value, eol, strlen(eol), eol);
+    hps__conf_buf_printf(&prefix, "%s =%s", k->name, *value ? " " : "");
+    emit(out, k, hps__conf_buf_str(&prefix), prefix.len, value, eol, strlen(eol), eol);
     out->oom |= prefix.oom;
-    hps__buf_fini(&prefix);
+    hps__conf_buf_fini(&prefix);
 }
 
 /* The section called sec_name in the scan, or NULL. */
-static const struct hps__scan_sec *find_section(const struct hps__scan *scan, const char *sec_name)
+static const struct hps__conf_scan_sec *find_section(const struct hps__conf_scan *scan,
+                                                     const char *sec_name)
 {
     for (size_t i = 0; i < scan->nsecs; i++)
         if (strcmp(scan->secs[i]->name, sec_name) == 0)
@@ -184,20 +186,21 @@ static const struct hps__scan_sec *find_section(const struct hps__scan *scan, co
 }
 
 /* HPS_ENOTFOUND: "t.ini: no section [model.x] (the models are a, b)". */
-static hps_err_t no_section(const struct hps__scan *scan, const char *name, const char *sec_name,
-                            char *err, size_t err_len)
+static hps_err_t no_section(const struct hps__conf_scan *scan, const char *name,
+                            const char *sec_name, char *err, size_t err_len)
 {
-    struct hps__buf models = {0};
+    struct hps__conf_buf models = {0};
 
     if (strncmp(sec_name, "model.", 6) == 0) {
         for (size_t i = 0; i < scan->nsecs; i++)
-            if (scan->secs[i]->sec == HPS__SEC_model)
-                hps__buf_printf(&models, "%s%s", models.len ? ", " : " (the models are ",
-                                scan->secs[i]->name + 6);
-        hps__buf_puts(&models, models.len ? ")" : " (there is no model)");
+            if (scan->secs[i]->sec == HPS__CONF_SEC_model)
+                hps__conf_buf_printf(&models, "%s%s", models.len ? ", " : " (the models are ",
+                                     scan->secs[i]->name + 6);
+        hps__conf_buf_puts(&models, models.len ? ")" : " (there is no model)");
     }
-    hps__msg(err, err_len, "%s: no section [%s]%s", name, sec_name, hps__buf_str(&models));
-    hps__buf_fini(&models);
+    hps__conf_msg(err, err_len, "%s: no section [%s]%s", name, sec_name,
+                  hps__conf_buf_str(&models));
+    hps__conf_buf_fini(&models);
     return HPS_ENOTFOUND;
 }
 
@@ -210,10 +213,11 @@ static const char *file_eol(const char *text)
 }
 
 /* Build into out the text with key ki of section sec_name set to value. */
-static void edit_splice(struct hps__buf *out, const char *text, const struct hps__scan *scan,
-                        const char *sec_name, int ki, const char *value)
+static void edit_splice(struct hps__conf_buf *out, const char *text,
+                        const struct hps__conf_scan *scan, const char *sec_name, int ki,
+                        const char *value)
 {
-    const struct hps__scan_sec *ss = find_section(scan, sec_name);
+    const struct hps__conf_scan_sec *ss = find_section(scan, sec_name);
     struct lines li;
     const char *eol = file_eol(text);
 
@@ -222,47 +226,47 @@ static void edit_splice(struct hps__buf *out, const char *text, const struct hps
         return;
     }
     if (ss && ss->raw[ki].value) {
-        replace_key(out, text, &li, &ss->raw[ki], &hps__keys[ki], value, eol);
+        replace_key(out, text, &li, &ss->raw[ki], &hps__conf_keys[ki], value, eol);
     } else if (ss) {
         size_t at = after_line(text, &li, ss->last_line);
-        hps__buf_add(out, text, at);
+        hps__conf_buf_add(out, text, at);
         if (at == 0 || text[at - 1] != '\n')
-            hps__buf_puts(out, eol);
-        new_key_line(out, &hps__keys[ki], value, eol);
-        hps__buf_puts(out, text + at);
+            hps__conf_buf_puts(out, eol);
+        new_key_line(out, &hps__conf_keys[ki], value, eol);
+        hps__conf_buf_puts(out, text + at);
     } else {
         size_t n = strlen(text);
-        hps__buf_add(out, text, n);
+        hps__conf_buf_add(out, text, n);
         if (n && text[n - 1] != '\n')
-            hps__buf_puts(out, eol);
-        hps__buf_printf(out, "%s[%s]%s", n ? eol : "", sec_name, eol);
-        new_key_line(out, &hps__keys[ki], value, eol);
+            hps__conf_buf_puts(out, eol);
+        hps__conf_buf_printf(out, "%s[%s]%s", n ? eol : "", sec_name, eol);
+        new_key_line(out, &hps__conf_keys[ki], value, eol);
     }
     free(li.v);
 }
 
 /* Copy text into out without lines first..last (1-based, inclusive). */
-static void cut_lines(struct hps__buf *out, const char *text, const struct lines *li,
+static void cut_lines(struct hps__conf_buf *out, const char *text, const struct lines *li,
                       uint32_t first, uint32_t last)
 {
-    hps__buf_add(out, text, (size_t)(li->v[first - 1].s - text));
-    hps__buf_puts(out, text + after_line(text, li, last));
+    hps__conf_buf_add(out, text, (size_t)(li->v[first - 1].s - text));
+    hps__conf_buf_puts(out, text + after_line(text, li, last));
 }
 
 /* Build into out the text without key ki of section sec_name (its value
  * line and continuation lines); HPS_ENOTFOUND if the file does not set it. */
-static hps_err_t unset_splice(struct hps__buf *out, const char *text, const struct hps__scan *scan,
-                              const char *name, const char *sec_name, int ki, char *err,
-                              size_t err_len)
+static hps_err_t unset_splice(struct hps__conf_buf *out, const char *text,
+                              const struct hps__conf_scan *scan, const char *name,
+                              const char *sec_name, int ki, char *err, size_t err_len)
 {
-    const struct hps__scan_sec *ss = find_section(scan, sec_name);
+    const struct hps__conf_scan_sec *ss = find_section(scan, sec_name);
     struct lines li;
 
     if (!ss)
         return no_section(scan, name, sec_name, err, err_len);
     if (!ss->raw[ki].value) {
-        hps__msg(err, err_len, "%s: [%s] %s is not set (nothing to remove)", name, sec_name,
-                 hps__keys[ki].name);
+        hps__conf_msg(err, err_len, "%s: [%s] %s is not set (nothing to remove)", name, sec_name,
+                      hps__conf_keys[ki].name);
         return HPS_ENOTFOUND;
     }
     if (!index_lines(text, &li))
@@ -298,7 +302,7 @@ static uint32_t comments_above(const struct lines *li, uint32_t l)
 }
 
 /* The lines section i of the scan owns (the rule in the file comment). */
-static void section_lines(const struct lines *li, const struct hps__scan *scan, size_t i,
+static void section_lines(const struct lines *li, const struct hps__conf_scan *scan, size_t i,
                           uint32_t *ret_first, uint32_t *ret_last)
 {
     uint32_t first = comments_above(li, scan->secs[i]->header_line);
@@ -316,51 +320,51 @@ static void section_lines(const struct lines *li, const struct hps__scan *scan, 
 /* Apply one edit (set, or remove if e->value is NULL) to text, into out;
  * the result is not validated. */
 static hps_err_t edit_one(const char *text, const char *name, const hps_conf_edit_t *e,
-                          struct hps__buf *out, char *err, size_t err_len)
+                          struct hps__conf_buf *out, char *err, size_t err_len)
 {
-    hps__sec_t sec;
+    hps__conf_sec_t sec;
     char *sec_name = NULL, *val = NULL;
     int ki;
-    struct hps__scan scan = {0};
-    hps_err_t rc = hps__dotted_split(e->key, &sec, &sec_name, &ki);
+    struct hps__conf_scan scan = {0};
+    hps_err_t rc = hps__conf_dotted_split(e->key, &sec, &sec_name, &ki);
 
     if (rc == HPS_ENOTFOUND) {
         /* model.<name>.key with a name no section can have: say so */
         const char *dot = strrchr(e->key, '.');
         bool bad_model = false;
         char *sec = dot && strncmp(e->key, "model.", 6) == 0 && dot > e->key + 6
-                        ? hps__strndup(e->key, (size_t)(dot - e->key))
+                        ? hps__conf_strndup(e->key, (size_t)(dot - e->key))
                         : NULL;
         if (sec)
-            hps__sec_find(sec, &bad_model);
+            hps__conf_sec_find(sec, &bad_model);
         free(sec);
         if (bad_model)
-            hps__msg(err, err_len,
-                     "\"%s\": not a model name (a model name matches [A-Za-z0-9_-]{1,120})",
-                     e->key);
+            hps__conf_msg(err, err_len,
+                          "\"%s\": not a model name (a model name matches [A-Za-z0-9_-]{1,120})",
+                          e->key);
         else
-            hps__msg(err, err_len, "unknown key \"%s\" (expected section.key or model.<name>.key)",
-                     e->key);
+            hps__conf_msg(err, err_len,
+                          "unknown key \"%s\" (expected section.key or model.<name>.key)", e->key);
     }
     if (!rc && e->value)
-        rc = check_value(e->key, hps__keys[ki].check == HPS__CHECK_secret, e->value, &val, err,
-                         err_len);
+        rc = check_value(e->key, hps__conf_keys[ki].check == HPS__CONF_CHECK_secret, e->value, &val,
+                         err, err_len);
     if (!rc)
-        rc = hps__scan(text, strlen(text), name, &scan, err, err_len);
+        rc = hps__conf_scan(text, strlen(text), name, &scan, err, err_len);
     if (!rc && e->value)
         edit_splice(out, text, &scan, sec_name, ki, val);
     else if (!rc)
         rc = unset_splice(out, text, &scan, name, sec_name, ki, err, err_len);
     if (!rc && out->oom)
         rc = -ENOMEM;
-    hps__scan_fini(&scan);
+    hps__conf_scan_fini(&scan);
     free(val);
     free(sec_name);
     return rc;
 }
 
 /* The text of out, taken from it ("" if empty); NULL on ENOMEM. */
-static char *buf_take(struct hps__buf *out)
+static char *buf_take(struct hps__conf_buf *out)
 {
     char *p = out->oom ? NULL : out->p ? out->p : strdup("");
 
@@ -386,7 +390,7 @@ static hps_err_t finish(char *text, const char *name, char **ret_text, char *err
 hps_err_t hps_conf_edit_many(const char *text, const char *name, const hps_conf_edit_t *edits,
                              size_t n, char **ret_text, char *err, size_t err_len)
 {
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!text || !edits || n == 0 || !ret_text)
         return HPS_EINVAL;
     for (size_t i = 0; i < n; i++)
@@ -396,12 +400,12 @@ hps_err_t hps_conf_edit_many(const char *text, const char *name, const hps_conf_
     char *cur = strdup(text);
     hps_err_t rc = cur ? 0 : -ENOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
-        struct hps__buf out = {0};
+        struct hps__conf_buf out = {0};
         rc = edit_one(cur, name, &edits[i], &out, err, err_len);
         free(cur);
         cur = rc ? NULL : buf_take(&out);
         rc = rc ? rc : cur ? 0 : -ENOMEM;
-        hps__buf_fini(&out);
+        hps__conf_buf_fini(&out);
     }
     return rc ? rc : finish(cur, name, ret_text, err, err_len);
 }
@@ -411,7 +415,7 @@ hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *k
 {
     const hps_conf_edit_t edit = {key, value};
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!value)
         return HPS_EINVAL;
     return hps_conf_edit_many(text, name, &edit, 1, ret_text, err, err_len);
@@ -421,22 +425,23 @@ hps_err_t hps_conf_remove_section(const char *text, const char *name, const char
                                   char **ret_text, char *err, size_t err_len)
 {
     bool bad_model;
-    struct hps__scan scan = {0};
-    struct hps__buf out = {0};
+    struct hps__conf_scan scan = {0};
+    struct hps__conf_buf out = {0};
     struct lines li = {0};
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!text || !section || !ret_text)
         return HPS_EINVAL;
     name = name ? name : "<string>";
-    if (hps__sec_find(section, &bad_model) < 0) {
-        hps__msg(err, err_len,
-                 bad_model ? "[%s]: no such section (a model name matches [A-Za-z0-9_-]{1,120})"
-                           : "[%s]: unknown section",
-                 section);
+    if (hps__conf_sec_find(section, &bad_model) < 0) {
+        hps__conf_msg(err, err_len,
+                      bad_model
+                          ? "[%s]: no such section (a model name matches [A-Za-z0-9_-]{1,120})"
+                          : "[%s]: unknown section",
+                      section);
         return HPS_ENOTFOUND;
     }
-    hps_err_t rc = hps__scan(text, strlen(text), name, &scan, err, err_len);
+    hps_err_t rc = hps__conf_scan(text, strlen(text), name, &scan, err, err_len);
     size_t i = 0;
     while (!rc && i < scan.nsecs && strcmp(scan.secs[i]->name, section) != 0)
         i++;
@@ -452,13 +457,13 @@ hps_err_t hps_conf_remove_section(const char *text, const char *name, const char
         rc = cut ? finish(cut, name, ret_text, err, err_len) : -ENOMEM;
     }
     free(li.v);
-    hps__buf_fini(&out);
-    hps__scan_fini(&scan);
+    hps__conf_buf_fini(&out);
+    hps__conf_scan_fini(&scan);
     return rc;
 }
 
 /* Section `section` of text as scanned: its index in scan, or scan->nsecs. */
-static size_t section_index(const struct hps__scan *scan, const char *section)
+static size_t section_index(const struct hps__conf_scan *scan, const char *section)
 {
     size_t i = 0;
     while (i < scan->nsecs && strcmp(scan->secs[i]->name, section) != 0)
@@ -469,22 +474,22 @@ static size_t section_index(const struct hps__scan *scan, const char *section)
 hps_err_t hps_conf_splice_section(const char *dst, const char *src, const char *name,
                                   const char *section, char **ret_text, char *err, size_t err_len)
 {
-    struct hps__scan ds = {0}, ss = {0};
+    struct hps__conf_scan ds = {0}, ss = {0};
     struct lines dl = {0}, sl = {0};
-    struct hps__buf out = {0};
+    struct hps__conf_buf out = {0};
     bool bad_model;
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!dst || !src || !section || !ret_text)
         return HPS_EINVAL;
     name = name ? name : "<string>";
-    if (hps__sec_find(section, &bad_model) < 0) {
-        hps__msg(err, err_len, "[%s]: not a section name", section);
+    if (hps__conf_sec_find(section, &bad_model) < 0) {
+        hps__conf_msg(err, err_len, "[%s]: not a section name", section);
         return HPS_ENOTFOUND;
     }
-    hps_err_t rc = hps__scan(dst, strlen(dst), name, &ds, err, err_len);
+    hps_err_t rc = hps__conf_scan(dst, strlen(dst), name, &ds, err, err_len);
     if (!rc)
-        rc = hps__scan(src, strlen(src), name, &ss, err, err_len);
+        rc = hps__conf_scan(src, strlen(src), name, &ss, err, err_len);
     if (!rc && (!index_lines(dst, &dl) || !index_lines(src, &sl)))
         rc = -ENOMEM;
     if (!rc) {
@@ -494,27 +499,27 @@ hps_err_t hps_conf_splice_section(const char *dst, const char *src, const char *
             section_lines(&dl, &ds, di, &first, &last);
             cut_lines(&out, dst, &dl, first, last);
         } else {
-            hps__buf_puts(&out, dst);
+            hps__conf_buf_puts(&out, dst);
         }
         if (si < ss.nsecs) { /* then src's, after a blank line */
             section_lines(&sl, &ss, si, &first, &last);
             if (out.len && out.p[out.len - 1] != '\n')
-                hps__buf_puts(&out, "\n");
+                hps__conf_buf_puts(&out, "\n");
             if (out.len)
-                hps__buf_puts(&out, "\n");
+                hps__conf_buf_puts(&out, "\n");
             size_t from = (size_t)(sl.v[first - 1].s - src);
             while (from < strlen(src) && (src[from] == '\n' || src[from] == '\r'))
                 from++; /* the blank lines a last section owns */
-            hps__buf_add(&out, src + from, after_line(src, &sl, last) - from);
+            hps__conf_buf_add(&out, src + from, after_line(src, &sl, last) - from);
         }
         char *text = buf_take(&out);
         rc = text ? finish(text, name, ret_text, err, err_len) : -ENOMEM;
     }
     free(dl.v);
     free(sl.v);
-    hps__buf_fini(&out);
-    hps__scan_fini(&ds);
-    hps__scan_fini(&ss);
+    hps__conf_buf_fini(&out);
+    hps__conf_scan_fini(&ds);
+    hps__conf_scan_fini(&ss);
     return rc;
 }
 
@@ -564,14 +569,14 @@ static hps_err_t replace_file(const char *path, const char *text, const struct s
                               size_t err_len)
 {
     char *d = strdup(path), *b = strdup(path);
-    struct hps__buf tmp = {0};
+    struct hps__conf_buf tmp = {0};
     hps_err_t rc = -ENOMEM;
     int fd = -1;
 
     if (!d || !b)
         goto out;
     const char *dir = dirname(d);
-    hps__buf_printf(&tmp, "%s/.%s.XXXXXX", dir, basename(b));
+    hps__conf_buf_printf(&tmp, "%s/.%s.XXXXXX", dir, basename(b));
     if (tmp.oom)
         goto out;
     fd = mkostemp(tmp.p, O_CLOEXEC);
@@ -586,8 +591,8 @@ static hps_err_t replace_file(const char *path, const char *text, const struct s
         rc = fsync_dir(dir);
 out:
     if (rc)
-        hps__msg(err, err_len, "cannot write %s: %s", path, hps_strerror(rc));
-    hps__buf_fini(&tmp);
+        hps__conf_msg(err, err_len, "cannot write %s: %s", path, hps_strerror(rc));
+    hps__conf_buf_fini(&tmp);
     free(d);
     free(b);
     return rc;
@@ -635,22 +640,22 @@ static hps_err_t edit_file(const char *path, text_edit_fn fn, const void *arg, c
     real = realpath(path, NULL);
     if (!real) {
         rc = -errno;
-        hps__msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
+        hps__conf_msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
         return rc;
     }
     int lock = lock_file(real);
     if (lock < 0) {
-        hps__msg(err, err_len, "cannot lock %s: %s", path, hps_strerror(lock));
+        hps__conf_msg(err, err_len, "cannot lock %s: %s", path, hps_strerror(lock));
         free(real);
         return lock;
     }
-    rc = hps__read_file(real, &old, &len, err, err_len);
+    rc = hps__conf_read_file(real, &old, &len, err, err_len);
     if (!rc && stat(real, &st) != 0) {
         rc = -errno;
-        hps__msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
+        hps__conf_msg(err, err_len, "cannot read %s: %s", path, hps_strerror(rc));
     }
     if (!rc && memchr(old, '\0', len)) {
-        hps__msg(err, err_len, "%s: the file contains a NUL byte", path);
+        hps__conf_msg(err, err_len, "%s: the file contains a NUL byte", path);
         rc = HPS_ECONFIG;
     }
     if (!rc)
@@ -688,7 +693,7 @@ hps_err_t hps_conf_edit_file(const char *path, const hps_conf_edit_t *edits, siz
 {
     const struct edits e = {edits, n};
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!path || !edits || n == 0)
         return HPS_EINVAL;
     for (size_t i = 0; i < n; i++)
@@ -702,7 +707,7 @@ hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value
 {
     const hps_conf_edit_t edit = {key, value};
 
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!path || !key || !value)
         return HPS_EINVAL;
     return hps_conf_edit_file(path, &edit, 1, err, err_len);
@@ -711,7 +716,7 @@ hps_err_t hps_conf_set_file(const char *path, const char *key, const char *value
 hps_err_t hps_conf_remove_section_file(const char *path, const char *section, char *err,
                                        size_t err_len)
 {
-    hps__msg(err, err_len, "%s", "");
+    hps__conf_msg(err, err_len, "%s", "");
     if (!path || !section)
         return HPS_EINVAL;
     return edit_file(path, apply_remove, section, err, err_len);

@@ -34,19 +34,19 @@ struct jkey {
 #define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
 
 /* import_json_keys.c: the keys of each JSON object, with their counts. */
-extern const struct jkey hps__imp_top_keys[];
-extern const size_t hps__imp_top_keys_n;
-extern const struct jkey hps__imp_vdb_keys[];
-extern const size_t hps__imp_vdb_keys_n;
-extern const struct jkey hps__imp_pdb_keys[];
-extern const size_t hps__imp_pdb_keys_n;
-extern const struct jkey hps__imp_us_keys[];
-extern const size_t hps__imp_us_keys_n;
-extern const struct jkey hps__imp_model_keys[];
-extern const size_t hps__imp_model_keys_n;
+extern const struct jkey hps__conf_imp_top_keys[];
+extern const size_t hps__conf_imp_top_keys_n;
+extern const struct jkey hps__conf_imp_vdb_keys[];
+extern const size_t hps__conf_imp_vdb_keys_n;
+extern const struct jkey hps__conf_imp_pdb_keys[];
+extern const size_t hps__conf_imp_pdb_keys_n;
+extern const struct jkey hps__conf_imp_us_keys[];
+extern const size_t hps__conf_imp_us_keys_n;
+extern const struct jkey hps__conf_imp_model_keys[];
+extern const size_t hps__conf_imp_model_keys_n;
 
 /* import_json_keys.c: the entry of name in tab (n entries), or NULL. */
-const struct jkey *hps__imp_jkey_find(const struct jkey *tab, size_t n, const char *name);
+const struct jkey *hps__conf_imp_jkey_find(const struct jkey *tab, size_t n, const char *name);
 /*
  * import_json_keys.c: walk the keys of object o (at `path`): J_MAP keys go
  * to section sec (or [volatile_db] / [distributed_db] for the keys of one
@@ -54,27 +54,28 @@ const struct jkey *hps__imp_jkey_find(const struct jkey *tab, size_t n, const ch
  * (kind: ONLY_* bits) gets its keys listed instead.  J_CODE keys are the
  * caller's.
  */
-hps_err_t hps__imp_walk(struct hps__imp *im, json_object *o, const char *path,
-                        const struct jkey *tab, size_t n, hps__sec_t sec, struct hps__imodel *m,
-                        unsigned kind, const char *off_why);
+hps_err_t hps__conf_imp_walk(struct hps__conf_imp *im, json_object *o, const char *path,
+                             const struct jkey *tab, size_t n, hps__conf_sec_t sec,
+                             struct hps__conf_imodel *m, unsigned kind, const char *off_why);
 
 /* import_json.c: the JSON text of v, for messages (at most ~200 bytes). */
-void hps__imp_shown_json(json_object *v, char *buf, size_t len);
+void hps__conf_imp_shown_json(json_object *v, char *buf, size_t len);
 /* import_json.c: map JSON value v (at `path`) to `key` of section sec (of
  * model m). */
-hps_err_t hps__imp_map_json(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *m,
-                            const char *key, json_object *v, const char *path);
+hps_err_t hps__conf_imp_map_json(struct hps__conf_imp *im, hps__conf_sec_t sec,
+                                 struct hps__conf_imodel *m, const char *key, json_object *v,
+                                 const char *path);
 /* import_json.c: the string value of v, or NULL after reporting that it is
  * not one. */
-const char *hps__imp_json_str(struct hps__imp *im, json_object *v, const char *path);
+const char *hps__conf_imp_json_str(struct hps__conf_imp *im, json_object *v, const char *path);
 
 /* import_json_db.c: a volatile DB object (volatile_db, or v3.3's
  * cpu_memory_db / distributed_db): see there. */
-hps_err_t hps__imp_do_vdb(struct hps__imp *im, json_object *o, const char *path, unsigned kinds,
-                          bool sole);
+hps_err_t hps__conf_imp_do_vdb(struct hps__conf_imp *im, json_object *o, const char *path,
+                               unsigned kinds, bool sole);
 /* import_json_db.c: the persistent_db object. */
-hps_err_t hps__imp_do_pdb(struct hps__imp *im, json_object *o);
+hps_err_t hps__conf_imp_do_pdb(struct hps__conf_imp *im, json_object *o);
 /* import_json_db.c: the update_source object. */
-hps_err_t hps__imp_do_update_source(struct hps__imp *im, json_object *o);
+hps_err_t hps__conf_imp_do_update_source(struct hps__conf_imp *im, json_object *o);
 
 #endif

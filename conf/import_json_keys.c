@@ -16,7 +16,7 @@
 #define OLD_BATCH                                                                                  \
     "a name from before HugeCTR v3.9, which since ignored it: set max_batch_size (not imported)"
 
-const struct jkey hps__imp_top_keys[] = {
+const struct jkey hps__conf_imp_top_keys[] = {
     {"supportlonglong", J_CODE, 0, NULL},
     {"volatile_db", J_CODE, 0, NULL},
     {"persistent_db", J_CODE, 0, NULL},
@@ -31,9 +31,9 @@ const struct jkey hps__imp_top_keys[] = {
      "HugeCTR's database choice before v3.3 (\"local\", \"rocksdb\", \"redis\", \"hierarchy\"), "
      "replaced by volatile_db and persistent_db: set their types instead (not imported)"},
 };
-const size_t hps__imp_top_keys_n = NKEYS(hps__imp_top_keys);
+const size_t hps__conf_imp_top_keys_n = NKEYS(hps__conf_imp_top_keys);
 
-const struct jkey hps__imp_vdb_keys[] = {
+const struct jkey hps__conf_imp_vdb_keys[] = {
     {"type", J_CODE, 0, NULL},
     {"num_partitions", J_MAP, 0, NULL},
     {"max_batch_size", J_MAP, 0, NULL},
@@ -60,9 +60,9 @@ const struct jkey hps__imp_vdb_keys[] = {
     {"max_get_batch_size", J_OBSOLETE, 0, OLD_BATCH},
     {"max_set_batch_size", J_OBSOLETE, 0, OLD_BATCH},
 };
-const size_t hps__imp_vdb_keys_n = NKEYS(hps__imp_vdb_keys);
+const size_t hps__conf_imp_vdb_keys_n = NKEYS(hps__conf_imp_vdb_keys);
 
-const struct jkey hps__imp_pdb_keys[] = {
+const struct jkey hps__conf_imp_pdb_keys[] = {
     {"type", J_CODE, 0, NULL},
     {"path", J_MAP, 0, NULL},
     {"num_threads", J_MAP, 0, NULL},
@@ -73,9 +73,9 @@ const struct jkey hps__imp_pdb_keys[] = {
     {"max_get_batch_size", J_OBSOLETE, 0, OLD_BATCH},
     {"max_set_batch_size", J_OBSOLETE, 0, OLD_BATCH},
 };
-const size_t hps__imp_pdb_keys_n = NKEYS(hps__imp_pdb_keys);
+const size_t hps__conf_imp_pdb_keys_n = NKEYS(hps__conf_imp_pdb_keys);
 
-const struct jkey hps__imp_us_keys[] = {
+const struct jkey hps__conf_imp_us_keys[] = {
     {"type", J_CODE, 0, NULL},
     {"brokers", J_CODE, 0, NULL},
     {"metadata_refresh_interval_ms", J_MAP, 0, NULL},
@@ -85,11 +85,11 @@ const struct jkey hps__imp_us_keys[] = {
     {"failure_backoff_ms", J_MAP, 0, NULL},
     {"max_commit_interval", J_MAP, 0, NULL},
 };
-const size_t hps__imp_us_keys_n = NKEYS(hps__imp_us_keys);
+const size_t hps__conf_imp_us_keys_n = NKEYS(hps__conf_imp_us_keys);
 
 #define NOT_READ "HugeCTR's HPS did not read it either (documented, never parsed)"
 
-const struct jkey hps__imp_model_keys[] = {
+const struct jkey hps__conf_imp_model_keys[] = {
     {"model", J_CODE, 0, NULL},
     {"sparse_files", J_CODE, 0, NULL},
     {"default_value_for_each_table", J_CODE, 0, NULL},
@@ -126,7 +126,7 @@ const struct jkey hps__imp_model_keys[] = {
     {"label_dim", J_SKIP, 0, NOT_READ},
     {"slot_num", J_SKIP, 0, NOT_READ},
 };
-const size_t hps__imp_model_keys_n = NKEYS(hps__imp_model_keys);
+const size_t hps__conf_imp_model_keys_n = NKEYS(hps__conf_imp_model_keys);
 
 /* HugeCTR's Python keyword arguments, which its JSON reader ignored. */
 static const struct {
@@ -171,12 +171,12 @@ static int distance(const char *a, const char *b)
     return row[lb] > 3 ? 3 : row[lb];
 }
 
-static void unknown_key(struct hps__imp *im, const char *path, const char *key,
+static void unknown_key(struct hps__conf_imp *im, const char *path, const char *key,
                         const struct jkey *tab, size_t n)
 {
     for (size_t i = 0; i < NKEYS(python_names); i++) {
         if (strcmp(key, python_names[i].python) == 0) {
-            hps__imp_warn(
+            hps__conf_imp_warn(
                 im,
                 "%s: %s: unknown key, not imported (HugeCTR's Python name of %s; its JSON "
                 "reader ignored it)",
@@ -194,13 +194,13 @@ static void unknown_key(struct hps__imp *im, const char *path, const char *key,
         }
     }
     if (best)
-        hps__imp_warn(im, "%s: %s: unknown key, not imported (did you mean %s?)", im->jname, path,
-                      best);
+        hps__conf_imp_warn(im, "%s: %s: unknown key, not imported (did you mean %s?)", im->jname,
+                           path, best);
     else
-        hps__imp_warn(im, "%s: %s: unknown key, not imported", im->jname, path);
+        hps__conf_imp_warn(im, "%s: %s: unknown key, not imported", im->jname, path);
 }
 
-const struct jkey *hps__imp_jkey_find(const struct jkey *tab, size_t n, const char *name)
+const struct jkey *hps__conf_imp_jkey_find(const struct jkey *tab, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(tab[i].name, name) == 0)
@@ -210,14 +210,14 @@ const struct jkey *hps__imp_jkey_find(const struct jkey *tab, size_t n, const ch
 
 /* A note on update_filters entries with anchors (HugeCTR wrapped each filter
  * in ^hps_et\.FILTER\..+$, so an anchor inside never matched). */
-static void check_filters(struct hps__imp *im, json_object *v, const char *path)
+static void check_filters(struct hps__conf_imp *im, json_object *v, const char *path)
 {
     for (size_t i = 0; json_object_is_type(v, json_type_array) && i < json_object_array_length(v);
          i++) {
         const char *s = json_object_get_string(json_object_array_get_idx(v, i));
         size_t n = s ? strlen(s) : 0;
         if (n && (s[0] == '^' || s[n - 1] == '$'))
-            hps__imp_warn(
+            hps__conf_imp_warn(
                 im,
                 "%s: %s[%zu]: \"%s\" has an anchor: HugeCTR embedded each filter in "
                 "^hps_et\\.FILTER\\..+$, where it never matched; here filters match model "
@@ -232,34 +232,35 @@ static void check_filters(struct hps__imp *im, json_object *v, const char *path)
  * database that is off (off_why) or of another kind (kind: ONLY_* bits)
  * gets its keys listed instead.  J_CODE keys are the caller's.
  */
-hps_err_t hps__imp_walk(struct hps__imp *im, json_object *o, const char *path,
-                        const struct jkey *tab, size_t n, hps__sec_t sec, struct hps__imodel *m,
-                        unsigned kind, const char *off_why)
+hps_err_t hps__conf_imp_walk(struct hps__conf_imp *im, json_object *o, const char *path,
+                             const struct jkey *tab, size_t n, hps__conf_sec_t sec,
+                             struct hps__conf_imodel *m, unsigned kind, const char *off_why)
 {
     char p[512];
 
     json_object_object_foreach(o, key, v)
     {
-        const struct jkey *jk = hps__imp_jkey_find(tab, n, key);
+        const struct jkey *jk = hps__conf_imp_jkey_find(tab, n, key);
         snprintf(p, sizeof(p), "%s%s%s", path, *path ? "." : "", key);
         if (!jk) {
             unknown_key(im, p, key, tab, n);
         } else if (jk->act == J_SKIP) {
-            hps__imp_warn(im, "%s: %s: no meaning here, not imported: %s", im->jname, p, jk->why);
+            hps__conf_imp_warn(im, "%s: %s: no meaning here, not imported: %s", im->jname, p,
+                               jk->why);
         } else if (jk->act == J_OBSOLETE) {
-            hps__imp_warn(im, "%s: %s: obsolete: %s", im->jname, p, jk->why);
+            hps__conf_imp_warn(im, "%s: %s: obsolete: %s", im->jname, p, jk->why);
         } else if (jk->act == J_MAP && off_why) {
-            hps__imp_warn(im, "%s: %s: not imported: %s", im->jname, p, off_why);
+            hps__conf_imp_warn(im, "%s: %s: not imported: %s", im->jname, p, off_why);
         } else if (jk->act == J_MAP && jk->only && !(jk->only & kind)) {
-            hps__imp_warn(im, "%s: %s: not imported: it applies to %s only, and %s.type is %s",
-                          im->jname, p,
-                          jk->only == ONLY_REDIS ? "redis_cluster" : "the hash-map types", path,
-                          kind == ONLY_REDIS ? "redis_cluster" : "a hash map");
+            hps__conf_imp_warn(im, "%s: %s: not imported: it applies to %s only, and %s.type is %s",
+                               im->jname, p,
+                               jk->only == ONLY_REDIS ? "redis_cluster" : "the hash-map types",
+                               path, kind == ONLY_REDIS ? "redis_cluster" : "a hash map");
         } else if (jk->act == J_MAP) {
-            hps__sec_t s = jk->only == ONLY_REDIS  ? HPS__SEC_distributed_db
-                           : jk->only == ONLY_HASH ? HPS__SEC_volatile_db
-                                                   : sec;
-            if (hps__imp_map_json(im, s, m, key, v, p))
+            hps__conf_sec_t s = jk->only == ONLY_REDIS  ? HPS__CONF_SEC_distributed_db
+                                : jk->only == ONLY_HASH ? HPS__CONF_SEC_volatile_db
+                                                        : sec;
+            if (hps__conf_imp_map_json(im, s, m, key, v, p))
                 return im->rc;
             if (strcmp(key, "update_filters") == 0)
                 check_filters(im, v, p);

@@ -36,67 +36,67 @@
 /* ---- Schema ------------------------------------------------------------- */
 
 /** Section ids: the global sections in order, then model. */
-typedef enum hps__sec {
-#define HPS__SEC_ID(id, doc) HPS__SEC_##id,
-    HPS_CONF_GLOBAL_SECTIONS(HPS__SEC_ID)
-#undef HPS__SEC_ID
-        HPS__SEC_model,
-    HPS__SEC_COUNT
-} hps__sec_t;
-#define HPS__NGLOBAL ((int)HPS__SEC_model)
+typedef enum hps__conf_sec {
+#define HPS__CONF_SEC_ID(id, doc) HPS__CONF_SEC_##id,
+    HPS_CONF_GLOBAL_SECTIONS(HPS__CONF_SEC_ID)
+#undef HPS__CONF_SEC_ID
+        HPS__CONF_SEC_model,
+    HPS__CONF_SEC_COUNT
+} hps__conf_sec_t;
+#define HPS__CONF_NGLOBAL ((int)HPS__CONF_SEC_model)
 
 /** Value types (the `type` column of hps_conf.def). */
-typedef enum hps__type {
-    HPS__T_BOOL,
-    HPS__T_INT,
-    HPS__T_AUTO,
-    HPS__T_SIZE,
-    HPS__T_MARGIN,
-    HPS__T_REAL,
-    HPS__T_REAL_GT,
-    HPS__T_MODE,
-    HPS__T_ENUM,
-    HPS__T_STR,
-    HPS__T_REGEXES,
-    HPS__T_INTS,
-    HPS__T_TSTRS,
-    HPS__T_TINTS,
-    HPS__T_TREALS,
-} hps__type_t;
+typedef enum hps__conf_type {
+    HPS__CONF_T_BOOL,
+    HPS__CONF_T_INT,
+    HPS__CONF_T_AUTO,
+    HPS__CONF_T_SIZE,
+    HPS__CONF_T_MARGIN,
+    HPS__CONF_T_REAL,
+    HPS__CONF_T_REAL_GT,
+    HPS__CONF_T_MODE,
+    HPS__CONF_T_ENUM,
+    HPS__CONF_T_STR,
+    HPS__CONF_T_REGEXES,
+    HPS__CONF_T_INTS,
+    HPS__CONF_T_TSTRS,
+    HPS__CONF_T_TINTS,
+    HPS__CONF_T_TREALS,
+} hps__conf_type_t;
 
 /** String checks (the `extra` column of STR and TSTRS rows). */
-typedef enum hps__check {
-    HPS__CHECK__ = 0, /* no string */
-    HPS__CHECK_any,
-    HPS__CHECK_secret, /* any text; show masks it */
-    HPS__CHECK_path,
-    HPS__CHECK_host,
-    HPS__CHECK_hostports,
-    HPS__CHECK_shm_name,
-    HPS__CHECK_name,
-} hps__check_t;
+typedef enum hps__conf_check {
+    HPS__CONF_CHECK__ = 0, /* no string */
+    HPS__CONF_CHECK_any,
+    HPS__CONF_CHECK_secret, /* any text; show masks it */
+    HPS__CONF_CHECK_path,
+    HPS__CONF_CHECK_host,
+    HPS__CONF_CHECK_hostports,
+    HPS__CONF_CHECK_shm_name,
+    HPS__CONF_CHECK_name,
+} hps__conf_check_t;
 
 /** One accepted spelling of an enum value. */
-struct hps__enum_name {
+struct hps__conf_enum_name {
     const char *name;
     int value;
     bool canonical; /* the name show/get print for value */
 };
 
 /** An enumeration: its names, canonical ones first in value order. */
-struct hps__enum {
-    const struct hps__enum_name *names;
+struct hps__conf_enum {
+    const struct hps__conf_enum_name *names;
     size_t count;
 };
 
 /** One CFG() row. */
-struct hps__key {
-    hps__sec_t sec;
+struct hps__conf_key {
+    hps__conf_sec_t sec;
     const char *name;
-    hps__type_t type;
-    const struct hps__enum *en; /* ENUM */
-    hps__check_t check;         /* STR, TSTRS */
-    const char *dflt;           /* NULL: required */
+    hps__conf_type_t type;
+    const struct hps__conf_enum *en; /* ENUM */
+    hps__conf_check_t check;         /* STR, TSTRS */
+    const char *dflt;                /* NULL: required */
     double lo, hi;
     const char *unit;
     const char *doc;
@@ -105,77 +105,77 @@ struct hps__key {
 };
 
 /** One section kind. */
-struct hps__section {
+struct hps__conf_section {
     const char *name; /* "hps", ..., "model" */
     const char *doc;
     size_t offset; /* of the section struct in hps_conf_t (globals only) */
 };
 
-#define HPS__COUNT1(...) +1
-enum { HPS__NKEYS = 0 HPS_CONF_KEYS(HPS__COUNT1) };
+#define HPS__CONF_COUNT1(...) +1
+enum { HPS__CONF_NKEYS = 0 HPS_CONF_KEYS(HPS__CONF_COUNT1) };
 
-extern const struct hps__key hps__keys[HPS__NKEYS];
-extern const struct hps__section hps__sections[HPS__SEC_COUNT];
+extern const struct hps__conf_key hps__conf_keys[HPS__CONF_NKEYS];
+extern const struct hps__conf_section hps__conf_sections[HPS__CONF_SEC_COUNT];
 
 /** Key index of `name` in section kind `sec`, or -1. */
-int hps__key_find(hps__sec_t sec, const char *name);
+int hps__conf_key_find(hps__conf_sec_t sec, const char *name);
 /** Section kind of a section name ("volatile_db", "model.x"), or -1.  For
  *  "model.<name>" also checks the name; *ret_bad_model is set when the
  *  prefix is right but the name is not [A-Za-z0-9_-]{1,120}. */
-int hps__sec_find(const char *name, bool *ret_bad_model);
+int hps__conf_sec_find(const char *name, bool *ret_bad_model);
 /** Whether s is a model or table name: [A-Za-z0-9_-]{1,120}. */
-bool hps__is_name(const char *s, size_t len);
+bool hps__conf_is_name(const char *s, size_t len);
 /** Nearest key of `sec` or section name to `s` (edit distance <= 2), or NULL. */
-const char *hps__suggest_key(hps__sec_t sec, const char *s);
-const char *hps__suggest_section(const char *s);
+const char *hps__conf_suggest_key(hps__conf_sec_t sec, const char *s);
+const char *hps__conf_suggest_section(const char *s);
 /** What `hps-conf show` and every message print instead of a secret value. */
-#define HPS__MASK "********"
-/** Whether a key called name is a secret (HPS__CHECK_secret) in any section. */
-bool hps__secret_name(const char *name);
-/** value, or HPS__MASK if secret and value is not empty: how messages
+#define HPS__CONF_MASK "********"
+/** Whether a key called name is a secret (HPS__CONF_CHECK_secret) in any section. */
+bool hps__conf_secret_name(const char *name);
+/** value, or HPS__CONF_MASK if secret and value is not empty: how messages
  *  ("key = value: ...") show the value of a secret key. */
-const char *hps__masked(bool secret, const char *value);
+const char *hps__conf_masked(bool secret, const char *value);
 /** Whether the type is a list (pointer + _len). */
-bool hps__is_list(hps__type_t t);
+bool hps__conf_is_list(hps__conf_type_t t);
 /** Whether the type is a per-table list (T entries). */
-bool hps__is_tlist(hps__type_t t);
+bool hps__conf_is_tlist(hps__conf_type_t t);
 
 /* ---- Growable string buffer -------------------------------------------- */
 
-struct hps__buf {
+struct hps__conf_buf {
     char *p;    /* NUL-terminated once anything was added; NULL before */
     size_t len; /* bytes, without the NUL */
     size_t cap;
     bool oom; /* an append failed; p holds what fit */
 };
 
-void hps__buf_add(struct hps__buf *b, const char *s, size_t n);
-void hps__buf_puts(struct hps__buf *b, const char *s);
-void hps__buf_printf(struct hps__buf *b, const char *fmt, ...)
+void hps__conf_buf_add(struct hps__conf_buf *b, const char *s, size_t n);
+void hps__conf_buf_puts(struct hps__conf_buf *b, const char *s);
+void hps__conf_buf_printf(struct hps__conf_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-const char *hps__buf_str(const struct hps__buf *b); /* "" if empty */
-void hps__buf_fini(struct hps__buf *b);
+const char *hps__conf_buf_str(const struct hps__conf_buf *b); /* "" if empty */
+void hps__conf_buf_fini(struct hps__conf_buf *b);
 
 /** Numbers are read and written in the C locale ('.' decimal point), even in
  *  a process that called setlocale(): every entry point that parses or
  *  formats numbers switches the calling thread to it (uselocale(), which is
  *  per thread) and back.  If the locale cannot be created, nothing changes. */
-struct hps__cloc {
+struct hps__conf_cloc {
     locale_t c, old;
 };
-void hps__cloc_enter(struct hps__cloc *l);
-void hps__cloc_leave(struct hps__cloc *l);
+void hps__conf_cloc_enter(struct hps__conf_cloc *l);
+void hps__conf_cloc_leave(struct hps__conf_cloc *l);
 
 /** snprintf into the caller's error buffer (NULL or 0 length: nothing). */
-void hps__msg(char *err, size_t err_len, const char *fmt, ...)
+void hps__conf_msg(char *err, size_t err_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /** Duplicate n bytes as a NUL-terminated string; NULL on ENOMEM. */
-char *hps__strndup(const char *s, size_t n);
+char *hps__conf_strndup(const char *s, size_t n);
 
 /* ---- Values ------------------------------------------------------------- */
 
 /** Where a value lives: the section struct (hps_conf_hps_t, ...). */
-typedef void *hps__base_t;
+typedef void *hps__conf_base_t;
 
 /**
  * Parse `raw` for key k into the section struct at base (which must hold
@@ -184,55 +184,58 @@ typedef void *hps__base_t;
  * "key = value: " ("must be ...").  ret_auto: set when "auto" was given.
  * Returns 0, HPS_ECONFIG or -ENOMEM.
  */
-hps_err_t hps__value_parse(const struct hps__key *k, const char *raw, hps__base_t base,
-                           size_t ntables, bool *ret_auto, struct hps__buf *msg);
-/** Check one entry s of list key k (INI text), as hps__value_parse() checks
+hps_err_t hps__conf_value_parse(const struct hps__conf_key *k, const char *raw,
+                                hps__conf_base_t base, size_t ntables, bool *ret_auto,
+                                struct hps__conf_buf *msg);
+/** Check one entry s of list key k (INI text), as hps__conf_value_parse() checks
  *  each; on HPS_ECONFIG msg holds the reason ("must be ...", without "entry N"),
  *  for callers that number entries their own way (import: from 0).  Returns 0,
  *  HPS_ECONFIG or -ENOMEM. */
-hps_err_t hps__value_check_entry(const struct hps__key *k, const char *s, struct hps__buf *msg);
-/** Free what hps__value_parse() allocated for k (NULL-safe). */
-void hps__value_free(const struct hps__key *k, hps__base_t base);
+hps_err_t hps__conf_value_check_entry(const struct hps__conf_key *k, const char *s,
+                                      struct hps__conf_buf *msg);
+/** Free what hps__conf_value_parse() allocated for k (NULL-safe). */
+void hps__conf_value_free(const struct hps__conf_key *k, hps__conf_base_t base);
 /** Append the value of k as show/get write it; mask hides a password. */
-void hps__value_format(const struct hps__key *k, const void *base, bool mask, struct hps__buf *out);
+void hps__conf_value_format(const struct hps__conf_key *k, const void *base, bool mask,
+                            struct hps__conf_buf *out);
 /** Append entry i of list key k as show/get write it. */
-void hps__value_format_entry(const struct hps__key *k, const void *base, size_t i,
-                             struct hps__buf *out);
+void hps__conf_value_format_entry(const struct hps__conf_key *k, const void *base, size_t i,
+                                  struct hps__conf_buf *out);
 /** Number of entries of list key k. */
-size_t hps__value_count(const struct hps__key *k, const void *base);
+size_t hps__conf_value_count(const struct hps__conf_key *k, const void *base);
 /** Append what k accepts, as a noun phrase ("an integer in [1, 256]"). */
-void hps__value_allowed(const struct hps__key *k, struct hps__buf *out);
+void hps__conf_value_allowed(const struct hps__conf_key *k, struct hps__conf_buf *out);
 /** The default text of k for T tables (T-lists repeat the entry); NULL for
  *  a required key. Caller frees. Sets *ret_oom on ENOMEM. */
-char *hps__value_default(const struct hps__key *k, size_t ntables, bool *ret_oom);
+char *hps__conf_value_default(const struct hps__conf_key *k, size_t ntables, bool *ret_oom);
 /** Split a list value at top-level commas (regex lists: not inside (), [],
  *  {}, nor after a backslash); entries are trimmed.  *ret_n entries, each a
  *  malloc'd string in the malloc'd array; returns NULL with *ret_n = 0 for
  *  an empty value, NULL with *ret_oom on ENOMEM. */
-char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom);
-void hps__list_free(char **v, size_t n);
+char **hps__conf_list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom);
+void hps__conf_list_free(char **v, size_t n);
 /** min(online CPU cores, 16), at least 1: the value of "auto". */
-int64_t hps__auto_value(void);
+int64_t hps__conf_auto_value(void);
 
 /* ---- Scan: INI text -> raw values -------------------------------------- */
 
 /** A key as written: value (continuations joined) and lines. */
-struct hps__raw {
+struct hps__conf_raw {
     char *value; /* NULL: not in the file */
     uint32_t first_line, last_line;
 };
 
 /** One [section] of the file. */
-struct hps__scan_sec {
+struct hps__conf_scan_sec {
     char *name; /* as written between the brackets */
-    hps__sec_t sec;
+    hps__conf_sec_t sec;
     uint32_t header_line;
     uint32_t last_line; /* of its last key line (header_line if none) */
-    struct hps__raw raw[HPS__NKEYS];
+    struct hps__conf_raw raw[HPS__CONF_NKEYS];
 };
 
-struct hps__scan {
-    struct hps__scan_sec **secs; /* in file order */
+struct hps__conf_scan {
+    struct hps__conf_scan_sec **secs; /* in file order */
     size_t nsecs;
     size_t nmodels;
 };
@@ -243,86 +246,87 @@ struct hps__scan {
  * continuation lines only for lists.  Returns 0, HPS_ECONFIG (message in
  * err) or -ENOMEM.  On failure *scan is empty.
  */
-hps_err_t hps__scan(const char *text, size_t len, const char *name, struct hps__scan *scan,
-                    char *err, size_t err_len);
-void hps__scan_fini(struct hps__scan *scan);
+hps_err_t hps__conf_scan(const char *text, size_t len, const char *name,
+                         struct hps__conf_scan *scan, char *err, size_t err_len);
+void hps__conf_scan_fini(struct hps__conf_scan *scan);
 
 /** Read a whole file (NUL-terminated, malloc'd); on failure a message
  *  "cannot read <path>: <reason>" and a negative errno value. */
-hps_err_t hps__read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
-                         size_t err_len);
+hps_err_t hps__conf_read_file(const char *path, char **ret_text, size_t *ret_len, char *err,
+                              size_t err_len);
 
 /* ---- Private part of hps_conf_t ---------------------------------------- */
 
 /** Where the values of one section instance came from. */
-struct hps__inst_meta {
-    uint32_t header_line;      /* 0: section not in the file */
-    uint32_t line[HPS__NKEYS]; /* line of the key; 0: default */
-    bool is_auto[HPS__NKEYS];  /* AUTO key given or defaulted as "auto" */
+struct hps__conf_inst_meta {
+    uint32_t header_line;           /* 0: section not in the file */
+    uint32_t line[HPS__CONF_NKEYS]; /* line of the key; 0: default */
+    bool is_auto[HPS__CONF_NKEYS];  /* AUTO key given or defaulted as "auto" */
 };
 
 struct hps__conf_meta {
-    struct hps__inst_meta global[HPS__NGLOBAL];
-    struct hps__inst_meta *model; /* num_models */
+    struct hps__conf_inst_meta global[HPS__CONF_NGLOBAL];
+    struct hps__conf_inst_meta *model; /* num_models */
 };
 
 /** Section struct of a global section, or of model i (sec == model). */
-void *hps__conf_base(const hps_conf_t *conf, hps__sec_t sec, size_t model);
+void *hps__conf_base(const hps_conf_t *conf, hps__conf_sec_t sec, size_t model);
 /** Split "section.key" / "model.<name>.key"; finds the section kind, the
  *  model index (for loaded confs) and the key index.  Returns 0 or
  *  HPS_ENOTFOUND. sec_name receives the section name (caller frees). */
-hps_err_t hps__dotted_split(const char *dotted, hps__sec_t *ret_sec, char **ret_sec_name,
-                            int *ret_key);
+hps_err_t hps__conf_dotted_split(const char *dotted, hps__conf_sec_t *ret_sec, char **ret_sec_name,
+                                 int *ret_key);
 
 /* ---- Protobuf text format (pbtxt.c) ------------------------------------ */
 
 /** What a field holds. */
-typedef enum hps__pb_kind {
-    HPS__PB_SCALAR,  /* a number or identifier, as written (text) */
-    HPS__PB_STRING,  /* a string, decoded (text; adjacent literals joined) */
-    HPS__PB_MESSAGE, /* a nested message (msg) */
-} hps__pb_kind_t;
+typedef enum hps__conf_pb_kind {
+    HPS__CONF_PB_SCALAR,  /* a number or identifier, as written (text) */
+    HPS__CONF_PB_STRING,  /* a string, decoded (text; adjacent literals joined) */
+    HPS__CONF_PB_MESSAGE, /* a nested message (msg) */
+} hps__conf_pb_kind_t;
 
 /** One field of a message; a list `f: [a, b]` is read as two fields f. */
-struct hps__pb_field {
+struct hps__conf_pb_field {
     char *name;
     uint32_t line;       /* of the field name */
     uint32_t value_line; /* of the value (scalars and strings) */
-    hps__pb_kind_t kind;
-    char *text;              /* SCALAR, STRING: NUL-terminated, never holds a NUL */
-    struct hps__pb_msg *msg; /* MESSAGE */
+    hps__conf_pb_kind_t kind;
+    char *text;                   /* SCALAR, STRING: NUL-terminated, never holds a NUL */
+    struct hps__conf_pb_msg *msg; /* MESSAGE */
 };
 
 /** A message: its fields in file order. */
-struct hps__pb_msg {
-    struct hps__pb_field *fields;
+struct hps__conf_pb_msg {
+    struct hps__conf_pb_field *fields;
     size_t n, cap;
 };
 
 /**
  * Parse protobuf text format (the subset of Triton's config.pbtxt; see the
  * grammar in pbtxt.c).  name is used in messages ("name:line: ...").
- * Returns 0 with *ret (free with hps__pb_free()), HPS_ECONFIG with the
+ * Returns 0 with *ret (free with hps__conf_pb_free()), HPS_ECONFIG with the
  * message in err, or -ENOMEM.
  */
-hps_err_t hps__pb_parse(const char *text, size_t len, const char *name, struct hps__pb_msg **ret,
-                        char *err, size_t err_len);
+hps_err_t hps__conf_pb_parse(const char *text, size_t len, const char *name,
+                             struct hps__conf_pb_msg **ret, char *err, size_t err_len);
 /** Free a parsed message (NULL-safe). */
-void hps__pb_free(struct hps__pb_msg *m);
+void hps__conf_pb_free(struct hps__conf_pb_msg *m);
 /** The first field called name in m, or NULL. */
-const struct hps__pb_field *hps__pb_find(const struct hps__pb_msg *m, const char *name);
+const struct hps__conf_pb_field *hps__conf_pb_find(const struct hps__conf_pb_msg *m,
+                                                   const char *name);
 
 /* ---- Triton config.pbtxt (triton.c) ------------------------------------- */
 
 /** A `parameters` entry that sets an INI key. */
-struct hps__triton_param {
+struct hps__conf_triton_param {
     char *key, *value; /* as in the file (value: the string_value) */
     const char *ini;   /* the [model.<name>] key it sets, or "hps.supportlonglong" */
     uint32_t line;     /* of the value */
 };
 
 /** What a config.pbtxt says about HPS. */
-struct hps__triton {
+struct hps__conf_triton {
     char *name; /* model name: the `name` field, else the directory's name */
     uint32_t name_line;
     char *backend; /* NULL if absent */
@@ -332,7 +336,7 @@ struct hps__triton {
     int64_t *gpus; /* instance_group gpus, each once, in file order */
     size_t ngpus;
     uint32_t gpus_line;
-    struct hps__triton_param *params;
+    struct hps__conf_triton_param *params;
     size_t nparams;
 };
 
@@ -341,69 +345,71 @@ struct hps__triton {
  * max_batch_size, instance_group gpus and the parameters that set INI keys.
  * Every other setting, and parameters with no meaning here, are appended
  * to warn ("file:line: what: not imported: why" lines).  Returns 0 (free t
- * with hps__triton_fini()), HPS_ECONFIG (message in err), a negative errno
+ * with hps__conf_triton_fini()), HPS_ECONFIG (message in err), a negative errno
  * value if the file cannot be read, or -ENOMEM; on failure t is empty.
  */
-hps_err_t hps__triton_read(const char *path, struct hps__triton *t, struct hps__buf *warn,
-                           char *err, size_t err_len);
-void hps__triton_fini(struct hps__triton *t);
+hps_err_t hps__conf_triton_read(const char *path, struct hps__conf_triton *t,
+                                struct hps__conf_buf *warn, char *err, size_t err_len);
+void hps__conf_triton_fini(struct hps__conf_triton *t);
 
 /* ---- Import (import.c, import_json.c) ------------------------------------ */
 
 /** One imported value: canonical INI text, and the input it came from. */
-struct hps__ival {
+struct hps__conf_ival {
     char *text; /* NULL: not set (the INI default applies) */
     char *src;  /* "ps.json: models[0].gpucacheper", "config.pbtxt:12: parameters gpucacheper" */
 };
 
 /** The values of one section instance, by key index. */
-struct hps__isec {
-    struct hps__ival v[HPS__NKEYS];
+struct hps__conf_isec {
+    struct hps__conf_ival v[HPS__CONF_NKEYS];
 };
 
 /** One model of the ps.json. */
-struct hps__imodel {
+struct hps__conf_imodel {
     char *name;
     size_t ntables; /* entries of sparse_files */
     bool has_pbtxt; /* a config.pbtxt was applied */
-    struct hps__isec s;
+    struct hps__conf_isec s;
 };
 
 /** An import in progress. */
-struct hps__imp {
+struct hps__conf_imp {
     const char *jname; /* the ps.json's name */
-    struct hps__isec g[HPS__NGLOBAL];
-    struct hps__imodel *models;
+    struct hps__conf_isec g[HPS__CONF_NGLOBAL];
+    struct hps__conf_imodel *models;
     size_t nmodels;
-    struct hps__buf warn; /* warning lines */
-    hps_err_t rc;         /* the first error; later steps are skipped */
+    struct hps__conf_buf warn; /* warning lines */
+    hps_err_t rc;              /* the first error; later steps are skipped */
     char *err;
     size_t err_len;
 };
 
 /** Record an input error (HPS_ECONFIG; the first only); returns im->rc. */
-hps_err_t hps__imp_fail(struct hps__imp *im, const char *fmt, ...)
+hps_err_t hps__conf_imp_fail(struct hps__conf_imp *im, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /** Record -ENOMEM; returns im->rc. */
-hps_err_t hps__imp_oom(struct hps__imp *im);
+hps_err_t hps__conf_imp_oom(struct hps__conf_imp *im);
 /** Append one warning line (the '\n' is added). */
-void hps__imp_warn(struct hps__imp *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hps__conf_imp_warn(struct hps__conf_imp *im, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /** The value slot of key of section sec (of model m when sec is model). */
-struct hps__ival *hps__imp_val(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *m,
-                               const char *key);
+struct hps__conf_ival *hps__conf_imp_val(struct hps__conf_imp *im, hps__conf_sec_t sec,
+                                         struct hps__conf_imodel *m, const char *key);
 /** Why s cannot be written as an INI value (list_entry: a list entry), or NULL. */
-const char *hps__ini_unsafe(const char *s, bool list_entry);
+const char *hps__conf_ini_unsafe(const char *s, bool list_entry);
 /**
  * Check raw (INI value text) for key of section sec (of model m) with the
  * INI's value parser and store its canonical form, replacing an earlier
  * value.  src names the input, shown is the value as the input wrote it
  * (for the message "src = shown: must be ...").  Returns im->rc.
  */
-hps_err_t hps__imp_put(struct hps__imp *im, hps__sec_t sec, struct hps__imodel *m, const char *key,
-                       const char *raw, const char *src, const char *shown);
+hps_err_t hps__conf_imp_put(struct hps__conf_imp *im, hps__conf_sec_t sec,
+                            struct hps__conf_imodel *m, const char *key, const char *raw,
+                            const char *src, const char *shown);
 /** Read and map the ps.json at path (import_json.c); returns im->rc. */
-hps_err_t hps__import_json(struct hps__imp *im, const char *path);
+hps_err_t hps__conf_import_json(struct hps__conf_imp *im, const char *path);
 /** Warnings on HugeCTR defaults the INI does not repeat (after all inputs). */
-void hps__import_notes(struct hps__imp *im);
+void hps__conf_import_notes(struct hps__conf_imp *im);
 
 #endif /* HPS_CONF_INTERNAL_H */

@@ -75,7 +75,7 @@ static void fail(struct lex *lx, uint32_t line, const char *fmt, ...)
 static void nomem(struct lex *lx)
 {
     if (!lx->rc)
-        hps__msg(lx->err, lx->err_len, "%s: out of memory", lx->name);
+        hps__conf_msg(lx->err, lx->err_len, "%s: out of memory", lx->name);
     lx->rc = -ENOMEM;
 }
 
@@ -232,7 +232,7 @@ static void expected(struct lex *lx, const char *what)
 }
 
 /* Decode the string literal t (quotes included), appending to out. */
-static void decode_string(struct lex *lx, const struct tok *t, struct hps__buf *out)
+static void decode_string(struct lex *lx, const struct tok *t, struct hps__conf_buf *out)
 {
     static const char esc_in[] = "abfnrtv\\'\"?", esc_out[] = "\a\b\f\n\r\t\v\\'\"?";
     const char *s = t->s + 1, *e = t->s + t->n - 1;
@@ -242,7 +242,7 @@ static void decode_string(struct lex *lx, const struct tok *t, struct hps__buf *
         if (c != '\\') {
             if (c == '\0')
                 fail(lx, t->line, "NUL byte in a string");
-            hps__buf_add(out, &c, 1);
+            hps__conf_buf_add(out, &c, 1);
             continue;
         }
         c = *s++;
@@ -269,18 +269,18 @@ static void decode_string(struct lex *lx, const struct tok *t, struct hps__buf *
             return;
         }
         char b = (char)v;
-        hps__buf_add(out, &b, 1);
+        hps__conf_buf_add(out, &b, 1);
     }
 }
 
 /* ---- Messages --------------------------------------------------------------- */
 
-static struct hps__pb_field *add_field(struct lex *lx, struct hps__pb_msg *m,
-                                       const struct tok *name)
+static struct hps__conf_pb_field *add_field(struct lex *lx, struct hps__conf_pb_msg *m,
+                                            const struct tok *name)
 {
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 8;
-        struct hps__pb_field *f = realloc(m->fields, cap * sizeof(*f));
+        struct hps__conf_pb_field *f = realloc(m->fields, cap * sizeof(*f));
         if (!f) {
             nomem(lx);
             return NULL;
@@ -288,9 +288,9 @@ static struct hps__pb_field *add_field(struct lex *lx, struct hps__pb_msg *m,
         m->fields = f;
         m->cap = cap;
     }
-    struct hps__pb_field *f = &m->fields[m->n];
+    struct hps__conf_pb_field *f = &m->fields[m->n];
     memset(f, 0, sizeof(*f));
-    f->name = hps__strndup(name->s, name->n);
+    f->name = hps__conf_strndup(name->s, name->n);
     if (!f->name) {
         nomem(lx);
         return NULL;
@@ -300,10 +300,10 @@ static struct hps__pb_field *add_field(struct lex *lx, struct hps__pb_msg *m,
     return f;
 }
 
-static void parse_message(struct lex *lx, struct hps__pb_msg *m, char close, int depth);
+static void parse_message(struct lex *lx, struct hps__conf_pb_msg *m, char close, int depth);
 
 /* A '{' or '<' message value (the opening token is current). */
-static void parse_sub(struct lex *lx, struct hps__pb_field *f, int depth)
+static void parse_sub(struct lex *lx, struct hps__conf_pb_field *f, int depth)
 {
     char close = lx->cur.s[0] == '{' ? '}' : '>';
 
@@ -311,7 +311,7 @@ static void parse_sub(struct lex *lx, struct hps__pb_field *f, int depth)
         fail(lx, lx->cur.line, "messages nested deeper than %d", PB_MAX_DEPTH);
         return;
     }
-    f->kind = HPS__PB_MESSAGE;
+    f->kind = HPS__CONF_PB_MESSAGE;
     f->msg = calloc(1, sizeof(*f->msg));
     if (!f->msg) {
         nomem(lx);
@@ -322,21 +322,21 @@ static void parse_sub(struct lex *lx, struct hps__pb_field *f, int depth)
 }
 
 /* A scalar value: the current token is a string, number or identifier. */
-static void parse_scalar(struct lex *lx, struct hps__pb_field *f)
+static void parse_scalar(struct lex *lx, struct hps__conf_pb_field *f)
 {
-    struct hps__buf b = {0};
+    struct hps__conf_buf b = {0};
 
     f->value_line = lx->cur.line;
     if (lx->cur.kind != TK_STR) {
-        f->kind = HPS__PB_SCALAR;
-        f->text = hps__strndup(lx->cur.s, lx->cur.n);
+        f->kind = HPS__CONF_PB_SCALAR;
+        f->text = hps__conf_strndup(lx->cur.s, lx->cur.n);
         if (!f->text)
             nomem(lx);
         advance(lx);
         return;
     }
-    f->kind = HPS__PB_STRING;
-    hps__buf_add(&b, "", 0);
+    f->kind = HPS__CONF_PB_STRING;
+    hps__conf_buf_add(&b, "", 0);
     while (!lx->rc && lx->cur.kind == TK_STR) {
         decode_string(lx, &lx->cur, &b);
         advance(lx);
@@ -352,8 +352,8 @@ static bool is_scalar(const struct tok *t)
 }
 
 /* NAME [':'] '[' ... ']' with the '[' current: one field per element. */
-static void parse_list(struct lex *lx, struct hps__pb_msg *m, const struct tok *name, bool colon,
-                       int depth)
+static void parse_list(struct lex *lx, struct hps__conf_pb_msg *m, const struct tok *name,
+                       bool colon, int depth)
 {
     advance(lx);
     if (is_punct(&lx->cur, ']')) {
@@ -367,7 +367,7 @@ static void parse_list(struct lex *lx, struct hps__pb_msg *m, const struct tok *
                      colon ? "a value or '{' in the list" : "'{' (a list of scalars needs ':')");
             return;
         }
-        struct hps__pb_field *f = add_field(lx, m, name);
+        struct hps__conf_pb_field *f = add_field(lx, m, name);
         if (!f)
             return;
         if (sub)
@@ -389,7 +389,7 @@ static void parse_list(struct lex *lx, struct hps__pb_msg *m, const struct tok *
 }
 
 /* Fields up to `close` ('\0': end of file), which is consumed. */
-static void parse_message(struct lex *lx, struct hps__pb_msg *m, char close, int depth)
+static void parse_message(struct lex *lx, struct hps__conf_pb_msg *m, char close, int depth)
 {
     while (!lx->rc) {
         if (close ? is_punct(&lx->cur, close) : lx->cur.kind == TK_EOF) {
@@ -410,11 +410,11 @@ static void parse_message(struct lex *lx, struct hps__pb_msg *m, char close, int
         if (is_punct(&lx->cur, '[')) {
             parse_list(lx, m, &name, colon, depth);
         } else if (is_punct(&lx->cur, '{') || is_punct(&lx->cur, '<')) {
-            struct hps__pb_field *f = add_field(lx, m, &name);
+            struct hps__conf_pb_field *f = add_field(lx, m, &name);
             if (f)
                 parse_sub(lx, f, depth);
         } else if (colon && is_scalar(&lx->cur)) {
-            struct hps__pb_field *f = add_field(lx, m, &name);
+            struct hps__conf_pb_field *f = add_field(lx, m, &name);
             if (f)
                 parse_scalar(lx, f);
         } else {
@@ -430,28 +430,28 @@ static void parse_message(struct lex *lx, struct hps__pb_msg *m, char close, int
     }
 }
 
-void hps__pb_free(struct hps__pb_msg *m)
+void hps__conf_pb_free(struct hps__conf_pb_msg *m)
 {
     if (!m)
         return;
     for (size_t i = 0; i < m->n; i++) {
         free(m->fields[i].name);
         free(m->fields[i].text);
-        hps__pb_free(m->fields[i].msg);
+        hps__conf_pb_free(m->fields[i].msg);
     }
     free(m->fields);
     free(m);
 }
 
-hps_err_t hps__pb_parse(const char *text, size_t len, const char *name, struct hps__pb_msg **ret,
-                        char *err, size_t err_len)
+hps_err_t hps__conf_pb_parse(const char *text, size_t len, const char *name,
+                             struct hps__conf_pb_msg **ret, char *err, size_t err_len)
 {
     struct lex lx = {
         .p = text, .end = text + len, .name = name, .line = 1, .err = err, .err_len = err_len};
-    struct hps__pb_msg *m = calloc(1, sizeof(*m));
+    struct hps__conf_pb_msg *m = calloc(1, sizeof(*m));
 
     if (!m) {
-        hps__msg(err, err_len, "%s: out of memory", name);
+        hps__conf_msg(err, err_len, "%s: out of memory", name);
         return -ENOMEM;
     }
     if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) /* UTF-8 byte order mark */
@@ -459,14 +459,15 @@ hps_err_t hps__pb_parse(const char *text, size_t len, const char *name, struct h
     advance(&lx);
     parse_message(&lx, m, '\0', 0);
     if (lx.rc) {
-        hps__pb_free(m);
+        hps__conf_pb_free(m);
         return lx.rc;
     }
     *ret = m;
     return 0;
 }
 
-const struct hps__pb_field *hps__pb_find(const struct hps__pb_msg *m, const char *name)
+const struct hps__conf_pb_field *hps__conf_pb_find(const struct hps__conf_pb_msg *m,
+                                                   const char *name)
 {
     for (size_t i = 0; m && i < m->n; i++)
         if (strcmp(m->fields[i].name, name) == 0)

@@ -54,9 +54,9 @@ struct rd {
     bool prev_name;      /* mirrors inih: a key line since the last section */
     bool cont;           /* this line is a continuation (inih's multi-line) */
     char *long_value;    /* value of a line too long for inih (see above) */
-    struct hps__scan *scan;
-    struct hps__scan_sec *cur; /* current section, NULL before the first */
-    int last_key;              /* key index of the last key line in cur */
+    struct hps__conf_scan *scan;
+    struct hps__conf_scan_sec *cur; /* current section, NULL before the first */
+    int last_key;                   /* key index of the last key line in cur */
     hps_err_t rc;
     uint32_t err_line;
     char *err;
@@ -115,18 +115,18 @@ static void rstrip(char *s, char *end)
 
 static void unknown_section(struct rd *r, const char *name)
 {
-    struct hps__buf all = {0};
-    const char *hint = hps__suggest_section(name);
+    struct hps__conf_buf all = {0};
+    const char *hint = hps__conf_suggest_section(name);
 
-    for (int s = 0; s < HPS__NGLOBAL; s++)
-        hps__buf_printf(&all, "%s, ", hps__sections[s].name);
+    for (int s = 0; s < HPS__CONF_NGLOBAL; s++)
+        hps__conf_buf_printf(&all, "%s, ", hps__conf_sections[s].name);
     if (strcmp(name, "model") == 0)
         rd_fail(r, HPS_ECONFIG, "[model]: a model section needs a name: [model.<name>]");
     else
         rd_fail(r, HPS_ECONFIG, "[%s]: unknown section%s%s%s; the sections are %smodel.<name>",
                 name, hint ? " (did you mean " : "", hint ? hint : "", hint ? "?)" : "",
-                hps__buf_str(&all));
-    hps__buf_fini(&all);
+                hps__conf_buf_str(&all));
+    hps__conf_buf_fini(&all);
 }
 
 static bool check_new_section(struct rd *r, const char *name, int sec, bool bad_model)
@@ -146,7 +146,7 @@ static bool check_new_section(struct rd *r, const char *name, int sec, bool bad_
             return false;
         }
     }
-    if (sec == HPS__SEC_model && r->scan->nmodels >= HPS_CONF_MAX_MODELS) {
+    if (sec == HPS__CONF_SEC_model && r->scan->nmodels >= HPS_CONF_MAX_MODELS) {
         rd_fail(r, HPS_ECONFIG, "[%s]: too many models (at most %d)", name, HPS_CONF_MAX_MODELS);
         return false;
     }
@@ -157,8 +157,8 @@ static bool check_new_section(struct rd *r, const char *name, int sec, bool bad_
 static bool open_section(struct rd *r, char *name)
 {
     bool bad_model;
-    int sec = hps__sec_find(name, &bad_model);
-    struct hps__scan_sec *s = NULL, **v = NULL;
+    int sec = hps__conf_sec_find(name, &bad_model);
+    struct hps__conf_scan_sec *s = NULL, **v = NULL;
 
     if (!check_new_section(r, name, sec, bad_model))
         goto fail;
@@ -171,10 +171,10 @@ static bool open_section(struct rd *r, char *name)
         goto fail;
     }
     s->name = name;
-    s->sec = (hps__sec_t)sec;
+    s->sec = (hps__conf_sec_t)sec;
     s->header_line = s->last_line = r->lineno;
     r->scan->secs[r->scan->nsecs++] = s;
-    r->scan->nmodels += sec == HPS__SEC_model;
+    r->scan->nmodels += sec == HPS__CONF_SEC_model;
     r->cur = s;
     r->last_key = -1;
     return true;
@@ -195,7 +195,7 @@ static bool section_line(struct rd *r, char *s)
         rd_fail(r, HPS_ECONFIG, "[%.*s]: unexpected text after ']'", (int)(e - s - 1), s + 1);
         return false;
     }
-    char *name = hps__strndup(s + 1, (size_t)(e - s - 1));
+    char *name = hps__conf_strndup(s + 1, (size_t)(e - s - 1));
     if (!name) {
         rd_fail(r, -ENOMEM, "out of memory");
         return false;
@@ -274,7 +274,7 @@ static bool stand_in(struct rd *r, char *line, char *str, size_t num)
 
 static char *long_line(struct rd *r, char *str, size_t num, const char *line, size_t len)
 {
-    char *copy = hps__strndup(line, len);
+    char *copy = hps__conf_strndup(line, len);
 
     if (!copy) {
         rd_fail(r, -ENOMEM, "out of memory");
@@ -323,16 +323,17 @@ static char *rd_line(char *str, int num, void *stream)
 
 static void unknown_key(struct rd *r, const char *name, const char *value)
 {
-    const char *hint = hps__suggest_key(r->cur->sec, name);
+    const char *hint = hps__conf_suggest_key(r->cur->sec, name);
     const char *home = NULL;
 
     /* A misspelt or misplaced secret key holds a secret all the same. */
-    value = hps__masked(hps__secret_name(name) || hps__secret_name(hint), value);
+    value = hps__conf_masked(hps__conf_secret_name(name) || hps__conf_secret_name(hint), value);
 
-    for (int i = 0; i < HPS__NKEYS && !home; i++)
-        if (strcmp(hps__keys[i].name, name) == 0)
-            home = hps__keys[i].sec == HPS__SEC_model ? "model.<name>"
-                                                      : hps__sections[hps__keys[i].sec].name;
+    for (int i = 0; i < HPS__CONF_NKEYS && !home; i++)
+        if (strcmp(hps__conf_keys[i].name, name) == 0)
+            home = hps__conf_keys[i].sec == HPS__CONF_SEC_model
+                       ? "model.<name>"
+                       : hps__conf_sections[hps__conf_keys[i].sec].name;
     if (hint)
         rd_fail(r, HPS_ECONFIG, "[%s] %s = %s: unknown key (did you mean %s?)", r->cur->name, name,
                 value, hint);
@@ -347,18 +348,18 @@ static int on_key(struct rd *r, const char *name, const char *value)
 {
     if (!r->cur) {
         rd_fail(r, HPS_ECONFIG, "%s = %s: key outside of any section (add a [section] line above)",
-                name, hps__masked(hps__secret_name(name), value));
+                name, hps__conf_masked(hps__conf_secret_name(name), value));
         return 0;
     }
-    int ki = hps__key_find(r->cur->sec, name);
+    int ki = hps__conf_key_find(r->cur->sec, name);
     if (ki < 0) {
         unknown_key(r, name, value);
         return 0;
     }
-    struct hps__raw *raw = &r->cur->raw[ki];
+    struct hps__conf_raw *raw = &r->cur->raw[ki];
     if (raw->value) {
         rd_fail(r, HPS_ECONFIG, "[%s] %s = %s: duplicate key (first set at line %u)", r->cur->name,
-                name, hps__masked(hps__keys[ki].check == HPS__CHECK_secret, value),
+                name, hps__conf_masked(hps__conf_keys[ki].check == HPS__CONF_CHECK_secret, value),
                 raw->first_line);
         return 0;
     }
@@ -376,15 +377,16 @@ static int on_key(struct rd *r, const char *name, const char *value)
  * list type, or a host:port list such as [distributed_db] address). */
 static int on_continuation(struct rd *r, const char *value)
 {
-    const struct hps__key *k = &hps__keys[r->last_key];
-    struct hps__raw *raw = &r->cur->raw[r->last_key];
-    struct hps__buf b = {0};
+    const struct hps__conf_key *k = &hps__conf_keys[r->last_key];
+    struct hps__conf_raw *raw = &r->cur->raw[r->last_key];
+    struct hps__conf_buf b = {0};
 
-    if (!hps__is_list(k->type) && k->check != HPS__CHECK_hostports) {
+    if (!hps__conf_is_list(k->type) && k->check != HPS__CONF_CHECK_hostports) {
         rd_fail(r, HPS_ECONFIG,
                 "[%s] %s: the indented line \"%s\" continues the value of %s, but only lists "
                 "may continue on indented lines (do not indent keys)",
-                r->cur->name, k->name, hps__masked(k->check == HPS__CHECK_secret, value), k->name);
+                r->cur->name, k->name, hps__conf_masked(k->check == HPS__CONF_CHECK_secret, value),
+                k->name);
         return 0;
     }
     /* inih r55 (Debian 12) keeps an inline comment on a continuation line;
@@ -393,11 +395,11 @@ static int on_continuation(struct rd *r, const char *value)
     while (end > value && isspace((unsigned char)end[-1]))
         end--;
     size_t n = strlen(raw->value);
-    hps__buf_puts(&b, raw->value);
-    hps__buf_puts(&b, n == 0 ? "" : raw->value[n - 1] == ',' ? " " : ", ");
-    hps__buf_add(&b, value, (size_t)(end - value));
+    hps__conf_buf_puts(&b, raw->value);
+    hps__conf_buf_puts(&b, n == 0 ? "" : raw->value[n - 1] == ',' ? " " : ", ");
+    hps__conf_buf_add(&b, value, (size_t)(end - value));
     if (b.oom) {
-        hps__buf_fini(&b);
+        hps__conf_buf_fini(&b);
         rd_fail(r, -ENOMEM, "out of memory");
         return 0;
     }
@@ -492,20 +494,20 @@ static bool json_text(struct rd *r, const char *text, size_t len)
     return true;
 }
 
-void hps__scan_fini(struct hps__scan *scan)
+void hps__conf_scan_fini(struct hps__conf_scan *scan)
 {
     for (size_t i = 0; i < scan->nsecs; i++) {
-        for (int k = 0; k < HPS__NKEYS; k++)
+        for (int k = 0; k < HPS__CONF_NKEYS; k++)
             free(scan->secs[i]->raw[k].value);
         free(scan->secs[i]->name);
         free(scan->secs[i]);
     }
     free(scan->secs);
-    *scan = (struct hps__scan){0};
+    *scan = (struct hps__conf_scan){0};
 }
 
-hps_err_t hps__scan(const char *text, size_t len, const char *name, struct hps__scan *scan,
-                    char *err, size_t err_len)
+hps_err_t hps__conf_scan(const char *text, size_t len, const char *name,
+                         struct hps__conf_scan *scan, char *err, size_t err_len)
 {
     struct rd r = {.p = text,
                    .end = text + len,
@@ -515,7 +517,7 @@ hps_err_t hps__scan(const char *text, size_t len, const char *name, struct hps__
                    .err = err,
                    .err_len = err_len};
 
-    *scan = (struct hps__scan){0};
+    *scan = (struct hps__conf_scan){0};
     if (json_text(&r, text, len))
         return r.rc;
     int rc = ini_parse_stream(rd_line, &r, on_kv, &r);
@@ -527,6 +529,6 @@ hps_err_t hps__scan(const char *text, size_t len, const char *name, struct hps__
     }
     free(r.long_value);
     if (r.rc)
-        hps__scan_fini(scan);
+        hps__conf_scan_fini(scan);
     return r.rc;
 }

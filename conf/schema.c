@@ -9,113 +9,113 @@
 
 /* ---- Enumerations -------------------------------------------------------- */
 
-#define HPS__EN_V(e, c, n) {#n, c, true},
-#define HPS__EN_A(e, c, n) {#n, c, false},
-#define HPS__EN_TABLE(e)                                                                           \
-    static const struct hps__enum_name hps__names_##e[] = {                                        \
-        HPS_CONF_ENUM_##e(HPS__EN_V, HPS__EN_A)};                                                  \
-    static const struct hps__enum hps__enum_##e = {hps__names_##e, sizeof(hps__names_##e) /        \
-                                                                       sizeof(hps__names_##e[0])}; \
+#define HPS__CONF_EN_V(e, c, n) {#n, c, true},
+#define HPS__CONF_EN_A(e, c, n) {#n, c, false},
+#define HPS__CONF_EN_TABLE(e)                                                                      \
+    static const struct hps__conf_enum_name hps__conf_names_##e[] = {                              \
+        HPS_CONF_ENUM_##e(HPS__CONF_EN_V, HPS__CONF_EN_A)};                                        \
+    static const struct hps__conf_enum hps__conf_enum_##e = {                                      \
+        hps__conf_names_##e, sizeof(hps__conf_names_##e) / sizeof(hps__conf_names_##e[0])};        \
     _Static_assert(sizeof(HPS_CONF_CTYPE_##e) == sizeof(int), "enum " #e " is stored as an int");
-HPS_CONF_ENUMS(HPS__EN_TABLE)
+HPS_CONF_ENUMS(HPS__CONF_EN_TABLE)
 
 /* ---- Keys ---------------------------------------------------------------- */
 
 /* Per-type parts of a row: the enum or string check named by `extra`, and
  * the offset of the count of a list. */
-#define HPS__X_ENUM(x)    .en = &hps__enum_##x,
-#define HPS__X_STR(x)     .check = HPS__CHECK_##x,
-#define HPS__X_TSTRS(x)   .check = HPS__CHECK_##x,
-#define HPS__X_BOOL(x)    /* nothing */
-#define HPS__X_INT(x)     /* nothing */
-#define HPS__X_AUTO(x)    /* nothing */
-#define HPS__X_SIZE(x)    /* nothing */
-#define HPS__X_MARGIN(x)  /* nothing */
-#define HPS__X_REAL(x)    /* nothing */
-#define HPS__X_REAL_GT(x) /* nothing */
-#define HPS__X_MODE(x)    /* nothing */
-#define HPS__X_REGEXES(x) /* nothing */
-#define HPS__X_INTS(x)    /* nothing */
-#define HPS__X_TINTS(x)   /* nothing */
-#define HPS__X_TREALS(x)  /* nothing */
+#define HPS__CONF_X_ENUM(x)    .en = &hps__conf_enum_##x,
+#define HPS__CONF_X_STR(x)     .check = HPS__CONF_CHECK_##x,
+#define HPS__CONF_X_TSTRS(x)   .check = HPS__CONF_CHECK_##x,
+#define HPS__CONF_X_BOOL(x)    /* nothing */
+#define HPS__CONF_X_INT(x)     /* nothing */
+#define HPS__CONF_X_AUTO(x)    /* nothing */
+#define HPS__CONF_X_SIZE(x)    /* nothing */
+#define HPS__CONF_X_MARGIN(x)  /* nothing */
+#define HPS__CONF_X_REAL(x)    /* nothing */
+#define HPS__CONF_X_REAL_GT(x) /* nothing */
+#define HPS__CONF_X_MODE(x)    /* nothing */
+#define HPS__CONF_X_REGEXES(x) /* nothing */
+#define HPS__CONF_X_INTS(x)    /* nothing */
+#define HPS__CONF_X_TINTS(x)   /* nothing */
+#define HPS__CONF_X_TREALS(x)  /* nothing */
 
-#define HPS__LEN(s, k)       .len_offset = offsetof(hps_conf_##s##_t, k##_len),
-#define HPS__L_REGEXES(s, k) HPS__LEN(s, k)
-#define HPS__L_INTS(s, k)    HPS__LEN(s, k)
-#define HPS__L_TSTRS(s, k)   HPS__LEN(s, k)
-#define HPS__L_TINTS(s, k)   HPS__LEN(s, k)
-#define HPS__L_TREALS(s, k)  HPS__LEN(s, k)
-#define HPS__L_BOOL(s, k)    /* not a list */
-#define HPS__L_INT(s, k)     /* not a list */
-#define HPS__L_AUTO(s, k)    /* not a list */
-#define HPS__L_SIZE(s, k)    /* not a list */
-#define HPS__L_MARGIN(s, k)  /* not a list */
-#define HPS__L_REAL(s, k)    /* not a list */
-#define HPS__L_REAL_GT(s, k) /* not a list */
-#define HPS__L_MODE(s, k)    /* not a list */
-#define HPS__L_ENUM(s, k)    /* not a list */
-#define HPS__L_STR(s, k)     /* not a list */
+#define HPS__CONF_LEN(s, k)       .len_offset = offsetof(hps_conf_##s##_t, k##_len),
+#define HPS__CONF_L_REGEXES(s, k) HPS__CONF_LEN(s, k)
+#define HPS__CONF_L_INTS(s, k)    HPS__CONF_LEN(s, k)
+#define HPS__CONF_L_TSTRS(s, k)   HPS__CONF_LEN(s, k)
+#define HPS__CONF_L_TINTS(s, k)   HPS__CONF_LEN(s, k)
+#define HPS__CONF_L_TREALS(s, k)  HPS__CONF_LEN(s, k)
+#define HPS__CONF_L_BOOL(s, k)    /* not a list */
+#define HPS__CONF_L_INT(s, k)     /* not a list */
+#define HPS__CONF_L_AUTO(s, k)    /* not a list */
+#define HPS__CONF_L_SIZE(s, k)    /* not a list */
+#define HPS__CONF_L_MARGIN(s, k)  /* not a list */
+#define HPS__CONF_L_REAL(s, k)    /* not a list */
+#define HPS__CONF_L_REAL_GT(s, k) /* not a list */
+#define HPS__CONF_L_MODE(s, k)    /* not a list */
+#define HPS__CONF_L_ENUM(s, k)    /* not a list */
+#define HPS__CONF_L_STR(s, k)     /* not a list */
 
-#define HPS__ROW(s_, k_, t_, x_, d_, lo_, hi_, u_, doc_)                                           \
-    {.sec = HPS__SEC_##s_,                                                                         \
+#define HPS__CONF_ROW(s_, k_, t_, x_, d_, lo_, hi_, u_, doc_)                                      \
+    {.sec = HPS__CONF_SEC_##s_,                                                                    \
      .name = #k_,                                                                                  \
-     .type = HPS__T_##t_,                                                                          \
+     .type = HPS__CONF_T_##t_,                                                                     \
      .dflt = d_,                                                                                   \
      .lo = lo_,                                                                                    \
      .hi = hi_,                                                                                    \
      .unit = u_,                                                                                   \
      .doc = doc_,                                                                                  \
      .offset = offsetof(hps_conf_##s_##_t, k_),                                                    \
-     HPS__L_##t_(s_, k_) HPS__X_##t_(x_)},
+     HPS__CONF_L_##t_(s_, k_) HPS__CONF_X_##t_(x_)},
 
-const struct hps__key hps__keys[HPS__NKEYS] = {HPS_CONF_KEYS(HPS__ROW)};
+const struct hps__conf_key hps__conf_keys[HPS__CONF_NKEYS] = {HPS_CONF_KEYS(HPS__CONF_ROW)};
 
 /* ---- Sections ------------------------------------------------------------ */
 
-#define HPS__SEC_ROW(id, doc) {#id, doc, offsetof(hps_conf_t, id)},
-const struct hps__section hps__sections[HPS__SEC_COUNT] = {
-    HPS_CONF_GLOBAL_SECTIONS(HPS__SEC_ROW){"model", HPS_CONF_MODEL_SECTION_DOC, 0}};
+#define HPS__CONF_SEC_ROW(id, doc) {#id, doc, offsetof(hps_conf_t, id)},
+const struct hps__conf_section hps__conf_sections[HPS__CONF_SEC_COUNT] = {
+    HPS_CONF_GLOBAL_SECTIONS(HPS__CONF_SEC_ROW){"model", HPS_CONF_MODEL_SECTION_DOC, 0}};
 
 /* ---- Lookups ------------------------------------------------------------- */
 
-int hps__key_find(hps__sec_t sec, const char *name)
+int hps__conf_key_find(hps__conf_sec_t sec, const char *name)
 {
-    for (int i = 0; i < HPS__NKEYS; i++)
-        if (hps__keys[i].sec == sec && strcmp(hps__keys[i].name, name) == 0)
+    for (int i = 0; i < HPS__CONF_NKEYS; i++)
+        if (hps__conf_keys[i].sec == sec && strcmp(hps__conf_keys[i].name, name) == 0)
             return i;
     return -1;
 }
 
-bool hps__is_name(const char *s, size_t len)
+bool hps__conf_is_name(const char *s, size_t len)
 {
     if (len == 0 || len > HPS_CONF_NAME_MAX)
         return false;
     return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") >= len;
 }
 
-int hps__sec_find(const char *name, bool *ret_bad_model)
+int hps__conf_sec_find(const char *name, bool *ret_bad_model)
 {
     *ret_bad_model = false;
-    for (int s = 0; s < HPS__NGLOBAL; s++)
-        if (strcmp(hps__sections[s].name, name) == 0)
+    for (int s = 0; s < HPS__CONF_NGLOBAL; s++)
+        if (strcmp(hps__conf_sections[s].name, name) == 0)
             return s;
     if (strncmp(name, "model.", 6) != 0)
         return -1;
-    if (!hps__is_name(name + 6, strlen(name + 6))) {
+    if (!hps__conf_is_name(name + 6, strlen(name + 6))) {
         *ret_bad_model = true;
         return -1;
     }
-    return HPS__SEC_model;
+    return HPS__CONF_SEC_model;
 }
 
-bool hps__is_list(hps__type_t t)
+bool hps__conf_is_list(hps__conf_type_t t)
 {
-    return t == HPS__T_REGEXES || t == HPS__T_INTS || hps__is_tlist(t);
+    return t == HPS__CONF_T_REGEXES || t == HPS__CONF_T_INTS || hps__conf_is_tlist(t);
 }
 
-bool hps__is_tlist(hps__type_t t)
+bool hps__conf_is_tlist(hps__conf_type_t t)
 {
-    return t == HPS__T_TSTRS || t == HPS__T_TINTS || t == HPS__T_TREALS;
+    return t == HPS__CONF_T_TSTRS || t == HPS__CONF_T_TINTS || t == HPS__CONF_T_TREALS;
 }
 
 /* How far apart a typo s is from name: the Levenshtein distance, capped at
@@ -159,46 +159,47 @@ static unsigned distance(const char *s, const char *name)
     return edit_distance(s, name);
 }
 
-const char *hps__suggest_key(hps__sec_t sec, const char *s)
+const char *hps__conf_suggest_key(hps__conf_sec_t sec, const char *s)
 {
     const char *best = NULL;
     unsigned best_d = 3;
 
-    for (int i = 0; i < HPS__NKEYS; i++) {
-        if (hps__keys[i].sec != sec)
+    for (int i = 0; i < HPS__CONF_NKEYS; i++) {
+        if (hps__conf_keys[i].sec != sec)
             continue;
-        unsigned d = distance(s, hps__keys[i].name);
+        unsigned d = distance(s, hps__conf_keys[i].name);
         if (d < best_d) {
             best_d = d;
-            best = hps__keys[i].name;
+            best = hps__conf_keys[i].name;
         }
     }
     return best;
 }
 
-bool hps__secret_name(const char *name)
+bool hps__conf_secret_name(const char *name)
 {
-    for (int i = 0; name && i < HPS__NKEYS; i++)
-        if (hps__keys[i].check == HPS__CHECK_secret && strcmp(hps__keys[i].name, name) == 0)
+    for (int i = 0; name && i < HPS__CONF_NKEYS; i++)
+        if (hps__conf_keys[i].check == HPS__CONF_CHECK_secret &&
+            strcmp(hps__conf_keys[i].name, name) == 0)
             return true;
     return false;
 }
 
-const char *hps__masked(bool secret, const char *value)
+const char *hps__conf_masked(bool secret, const char *value)
 {
-    return secret && value && *value ? HPS__MASK : value;
+    return secret && value && *value ? HPS__CONF_MASK : value;
 }
 
-const char *hps__suggest_section(const char *s)
+const char *hps__conf_suggest_section(const char *s)
 {
     const char *best = NULL;
     unsigned best_d = 3;
 
-    for (int i = 0; i < HPS__NGLOBAL; i++) {
-        unsigned d = distance(s, hps__sections[i].name);
+    for (int i = 0; i < HPS__CONF_NGLOBAL; i++) {
+        unsigned d = distance(s, hps__conf_sections[i].name);
         if (d < best_d) {
             best_d = d;
-            best = hps__sections[i].name;
+            best = hps__conf_sections[i].name;
         }
     }
     return best;

@@ -14,73 +14,73 @@
 
 /* ---- show ------------------------------------------------------------------- */
 
-static void show_key(const struct hps__key *k, int ki, const void *base,
-                     const struct hps__inst_meta *meta, struct hps__buf *out)
+static void show_key(const struct hps__conf_key *k, int ki, const void *base,
+                     const struct hps__conf_inst_meta *meta, struct hps__conf_buf *out)
 {
-    struct hps__buf v = {0};
+    struct hps__conf_buf v = {0};
     const char *note = meta->line[ki] ? (meta->is_auto[ki] ? " ; auto" : "")
                                       : (meta->is_auto[ki] ? " ; default (auto)" : " ; default");
 
-    hps__value_format(k, base, true, &v);
-    if (hps__is_list(k->type) && strlen(k->name) + 3 + v.len > WRAP_COLUMNS) {
-        hps__buf_printf(out, "%s = ", k->name);
-        for (size_t i = 0; i < hps__value_count(k, base); i++) {
-            hps__buf_puts(out, i ? ",\n    " : "");
-            hps__value_format_entry(k, base, i, out);
+    hps__conf_value_format(k, base, true, &v);
+    if (hps__conf_is_list(k->type) && strlen(k->name) + 3 + v.len > WRAP_COLUMNS) {
+        hps__conf_buf_printf(out, "%s = ", k->name);
+        for (size_t i = 0; i < hps__conf_value_count(k, base); i++) {
+            hps__conf_buf_puts(out, i ? ",\n    " : "");
+            hps__conf_value_format_entry(k, base, i, out);
         }
     } else {
-        hps__buf_printf(out, "%s =%s%s", k->name, v.len ? " " : "", hps__buf_str(&v));
+        hps__conf_buf_printf(out, "%s =%s%s", k->name, v.len ? " " : "", hps__conf_buf_str(&v));
     }
-    hps__buf_printf(out, "%s\n", note);
+    hps__conf_buf_printf(out, "%s\n", note);
     out->oom |= v.oom;
-    hps__buf_fini(&v);
+    hps__conf_buf_fini(&v);
 }
 
-static void show_section(hps__sec_t sec, const char *title, const void *base,
-                         const struct hps__inst_meta *meta, struct hps__buf *out)
+static void show_section(hps__conf_sec_t sec, const char *title, const void *base,
+                         const struct hps__conf_inst_meta *meta, struct hps__conf_buf *out)
 {
-    hps__buf_printf(out, "\n[%s]\n", title);
-    for (int ki = 0; ki < HPS__NKEYS; ki++)
-        if (hps__keys[ki].sec == sec)
-            show_key(&hps__keys[ki], ki, base, meta, out);
+    hps__conf_buf_printf(out, "\n[%s]\n", title);
+    for (int ki = 0; ki < HPS__CONF_NKEYS; ki++)
+        if (hps__conf_keys[ki].sec == sec)
+            show_key(&hps__conf_keys[ki], ki, base, meta, out);
 }
 
-static hps_err_t write_out(struct hps__buf *b, FILE *out)
+static hps_err_t write_out(struct hps__conf_buf *b, FILE *out)
 {
     hps_err_t rc = 0;
 
     if (b->oom)
         rc = -ENOMEM;
-    else if (fwrite(hps__buf_str(b), 1, b->len, out) != b->len || fflush(out) != 0)
+    else if (fwrite(hps__conf_buf_str(b), 1, b->len, out) != b->len || fflush(out) != 0)
         rc = -EIO;
-    hps__buf_fini(b);
+    hps__conf_buf_fini(b);
     return rc;
 }
 
 hps_err_t hps_conf_show(const hps_conf_t *conf, FILE *out)
 {
-    struct hps__buf b = {0};
-    struct hps__cloc loc;
+    struct hps__conf_buf b = {0};
+    struct hps__conf_cloc loc;
 
     if (!conf || !out)
         return HPS_EINVAL;
-    hps__cloc_enter(&loc);
-    hps__buf_printf(&b,
-                    "; Effective configuration of %s (hps-conf show).\n"
-                    "; \"; default\" marks the keys that the file does not set.\n",
-                    conf->source);
-    for (int s = 0; s < HPS__NGLOBAL; s++)
-        show_section((hps__sec_t)s, hps__sections[s].name, hps__conf_base(conf, s, 0),
+    hps__conf_cloc_enter(&loc);
+    hps__conf_buf_printf(&b,
+                         "; Effective configuration of %s (hps-conf show).\n"
+                         "; \"; default\" marks the keys that the file does not set.\n",
+                         conf->source);
+    for (int s = 0; s < HPS__CONF_NGLOBAL; s++)
+        show_section((hps__conf_sec_t)s, hps__conf_sections[s].name, hps__conf_base(conf, s, 0),
                      &conf->meta->global[s], &b);
     for (size_t m = 0; m < conf->num_models; m++) {
-        struct hps__buf title = {0};
-        hps__buf_printf(&title, "model.%s", conf->models[m].name);
-        show_section(HPS__SEC_model, hps__buf_str(&title), &conf->models[m], &conf->meta->model[m],
-                     &b);
+        struct hps__conf_buf title = {0};
+        hps__conf_buf_printf(&title, "model.%s", conf->models[m].name);
+        show_section(HPS__CONF_SEC_model, hps__conf_buf_str(&title), &conf->models[m],
+                     &conf->meta->model[m], &b);
         b.oom |= title.oom;
-        hps__buf_fini(&title);
+        hps__conf_buf_fini(&title);
     }
-    hps__cloc_leave(&loc);
+    hps__conf_cloc_leave(&loc);
     return write_out(&b, out);
 }
 
@@ -146,70 +146,70 @@ static const char doc_intro[] =
     "Model keys are addressed as `model.<name>.key`.\n";
 
 /* Markdown table cell: '|' escaped, line breaks flattened. */
-static void cell(struct hps__buf *out, const char *s)
+static void cell(struct hps__conf_buf *out, const char *s)
 {
     for (; *s; s++) {
         if (*s == '|')
-            hps__buf_puts(out, "\\|");
+            hps__conf_buf_puts(out, "\\|");
         else
-            hps__buf_add(out, *s == '\n' ? " " : s, 1);
+            hps__conf_buf_add(out, *s == '\n' ? " " : s, 1);
     }
 }
 
-static void doc_default(const struct hps__key *k, struct hps__buf *out)
+static void doc_default(const struct hps__conf_key *k, struct hps__conf_buf *out)
 {
     if (!k->dflt)
-        hps__buf_puts(out, "**required**");
+        hps__conf_buf_puts(out, "**required**");
     else if (!*k->dflt)
-        hps__buf_puts(out, "(empty)");
+        hps__conf_buf_puts(out, "(empty)");
     else
-        hps__buf_printf(
+        hps__conf_buf_printf(
             out, "`%s`%s", k->dflt,
-            hps__is_tlist(k->type)
+            hps__conf_is_tlist(k->type)
                 ? (strstr(k->dflt, "{t}") ? " per table ({t} = table index)" : " per table")
                 : "");
 }
 
-static void doc_key(const struct hps__key *k, struct hps__buf *out)
+static void doc_key(const struct hps__conf_key *k, struct hps__conf_buf *out)
 {
-    struct hps__buf allowed = {0};
+    struct hps__conf_buf allowed = {0};
 
-    hps__value_allowed(k, &allowed);
-    hps__buf_printf(out, "| `%s` | ", k->name);
+    hps__conf_value_allowed(k, &allowed);
+    hps__conf_buf_printf(out, "| `%s` | ", k->name);
     doc_default(k, out);
-    hps__buf_puts(out, " | ");
-    cell(out, hps__buf_str(&allowed));
-    hps__buf_printf(out, " | %s | ", k->unit);
+    hps__conf_buf_puts(out, " | ");
+    cell(out, hps__conf_buf_str(&allowed));
+    hps__conf_buf_printf(out, " | %s | ", k->unit);
     cell(out, k->doc);
-    hps__buf_puts(out, " |\n");
+    hps__conf_buf_puts(out, " |\n");
     out->oom |= allowed.oom;
-    hps__buf_fini(&allowed);
+    hps__conf_buf_fini(&allowed);
 }
 
-static void doc_section(hps__sec_t sec, struct hps__buf *out)
+static void doc_section(hps__conf_sec_t sec, struct hps__conf_buf *out)
 {
-    hps__buf_printf(out, "\n## `[%s]`\n\n%s\n\n",
-                    sec == HPS__SEC_model ? "model.<name>" : hps__sections[sec].name,
-                    hps__sections[sec].doc);
-    hps__buf_puts(out, "| Key | Default | Allowed | Unit | Description |\n"
-                       "|---|---|---|---|---|\n");
-    for (int ki = 0; ki < HPS__NKEYS; ki++)
-        if (hps__keys[ki].sec == sec)
-            doc_key(&hps__keys[ki], out);
+    hps__conf_buf_printf(out, "\n## `[%s]`\n\n%s\n\n",
+                         sec == HPS__CONF_SEC_model ? "model.<name>" : hps__conf_sections[sec].name,
+                         hps__conf_sections[sec].doc);
+    hps__conf_buf_puts(out, "| Key | Default | Allowed | Unit | Description |\n"
+                            "|---|---|---|---|---|\n");
+    for (int ki = 0; ki < HPS__CONF_NKEYS; ki++)
+        if (hps__conf_keys[ki].sec == sec)
+            doc_key(&hps__conf_keys[ki], out);
 }
 
 hps_err_t hps_conf_doc(FILE *out)
 {
-    struct hps__buf b = {0};
-    struct hps__cloc loc;
+    struct hps__conf_buf b = {0};
+    struct hps__conf_cloc loc;
 
     if (!out)
         return HPS_EINVAL;
-    hps__cloc_enter(&loc);
-    hps__buf_puts(&b, doc_intro);
-    for (int s = 0; s < HPS__SEC_COUNT; s++)
-        doc_section((hps__sec_t)s, &b);
-    hps__cloc_leave(&loc);
+    hps__conf_cloc_enter(&loc);
+    hps__conf_buf_puts(&b, doc_intro);
+    for (int s = 0; s < HPS__CONF_SEC_COUNT; s++)
+        doc_section((hps__conf_sec_t)s, &b);
+    hps__conf_cloc_leave(&loc);
     return write_out(&b, out);
 }
 
@@ -225,13 +225,13 @@ hps_err_t hps_conf_doc(FILE *out)
 
 /* Roff output: escapes and the start-of-line state. */
 struct roff {
-    struct hps__buf *out;
+    struct hps__conf_buf *out;
     bool bol; /* at the start of an output line */
 };
 
 static void roff_raw(struct roff *r, const char *s)
 {
-    hps__buf_puts(r->out, s);
+    hps__conf_buf_puts(r->out, s);
     if (*s)
         r->bol = s[strlen(s) - 1] == '\n';
 }
@@ -242,13 +242,13 @@ static void roff_raw(struct roff *r, const char *s)
 static void roff_char(struct roff *r, char c)
 {
     if (r->bol && (c == '.' || c == '\''))
-        hps__buf_puts(r->out, "\\&");
+        hps__conf_buf_puts(r->out, "\\&");
     if (c == '\\')
-        hps__buf_puts(r->out, "\\e");
+        hps__conf_buf_puts(r->out, "\\e");
     else if (c == '-')
-        hps__buf_puts(r->out, "\\-");
+        hps__conf_buf_puts(r->out, "\\-");
     else
-        hps__buf_add(r->out, &c, 1);
+        hps__conf_buf_add(r->out, &c, 1);
     r->bol = c == '\n';
 }
 
@@ -349,17 +349,17 @@ static void roff_blocks(struct roff *r, const char *md)
     }
 }
 
-static void man_key(struct roff *r, const struct hps__key *k)
+static void man_key(struct roff *r, const struct hps__conf_key *k)
 {
-    struct hps__buf allowed = {0};
+    struct hps__conf_buf allowed = {0};
 
-    hps__value_allowed(k, &allowed);
+    hps__conf_value_allowed(k, &allowed);
     roff_raw(r, ".TP\n.B ");
     roff_plain(r, k->name, strlen(k->name));
     roff_raw(r, "\n");
     roff_inline_str(r, k->doc);
     roff_raw(r, "\n.br\nType and range: ");
-    roff_plain(r, hps__buf_str(&allowed), allowed.len);
+    roff_plain(r, hps__conf_buf_str(&allowed), allowed.len);
     roff_raw(r, "\n.br\nDefault: ");
     if (!k->dflt) {
         roff_raw(r, "none (\\fIrequired\\fR)");
@@ -369,7 +369,7 @@ static void man_key(struct roff *r, const struct hps__key *k)
         roff_raw(r, "\\fB");
         roff_plain(r, k->dflt, strlen(k->dflt));
         roff_raw(r, "\\fR");
-        if (hps__is_tlist(k->type))
+        if (hps__conf_is_tlist(k->type))
             roff_raw(r, strstr(k->dflt, "{t}") ? " for each table (\\fB{t}\\fR is the table index)"
                                                : " for each table");
     }
@@ -380,7 +380,7 @@ static void man_key(struct roff *r, const struct hps__key *k)
         roff_raw(r, "\n");
     }
     r->out->oom |= allowed.oom;
-    hps__buf_fini(&allowed);
+    hps__conf_buf_fini(&allowed);
 }
 
 /**
@@ -394,16 +394,16 @@ static void man_key(struct roff *r, const struct hps__key *k)
  */
 hps_err_t hps_conf_doc_man(FILE *out)
 {
-    struct hps__buf b = {0};
+    struct hps__conf_buf b = {0};
     struct roff r = {.out = &b, .bol = true};
-    struct hps__cloc loc;
+    struct hps__conf_cloc loc;
 
     if (!out)
         return HPS_EINVAL;
-    hps__cloc_enter(&loc);
+    hps__conf_cloc_enter(&loc);
     roff_raw(&r, ".\\\" Generated by `hps-conf doc --format man` from conf/hps_conf.def; "
                  "do not edit.\n");
-    hps__buf_printf(&b, ".TH HPS.INI 5 \"\" \"HPS %s\" \"HPS Manual\"\n", hps_version());
+    hps__conf_buf_printf(&b, ".TH HPS.INI 5 \"\" \"HPS %s\" \"HPS Manual\"\n", hps_version());
     roff_raw(&r, ".SH NAME\nhps.ini \\- configuration file of the HPS processes\n"
                  ".SH SYNOPSIS\n"
                  ".I /etc/hps/hps.ini\n.br\n"
@@ -413,16 +413,16 @@ hps_err_t hps_conf_doc_man(FILE *out)
     roff_blocks(&r, doc_intro);
     roff_raw(&r, ".SH SECTIONS AND KEYS\n"
                  "Each key is listed with what it accepts, its default and its unit.\n");
-    for (int s = 0; s < HPS__SEC_COUNT; s++) {
-        const char *name = s == HPS__SEC_model ? "model.<name>" : hps__sections[s].name;
+    for (int s = 0; s < HPS__CONF_SEC_COUNT; s++) {
+        const char *name = s == HPS__CONF_SEC_model ? "model.<name>" : hps__conf_sections[s].name;
         roff_raw(&r, ".SS [");
         roff_plain(&r, name, strlen(name));
         roff_raw(&r, "]\n");
-        roff_inline_str(&r, hps__sections[s].doc);
+        roff_inline_str(&r, hps__conf_sections[s].doc);
         roff_raw(&r, "\n");
-        for (int ki = 0; ki < HPS__NKEYS; ki++)
-            if (hps__keys[ki].sec == (hps__sec_t)s)
-                man_key(&r, &hps__keys[ki]);
+        for (int ki = 0; ki < HPS__CONF_NKEYS; ki++)
+            if (hps__conf_keys[ki].sec == (hps__conf_sec_t)s)
+                man_key(&r, &hps__conf_keys[ki]);
     }
     roff_raw(&r, ".SH EXAMPLES\n"
                  "An annotated example, valid under \\fBhps\\-conf check\\fR, is installed as\n"
@@ -432,6 +432,6 @@ hps_err_t hps_conf_doc_man(FILE *out)
                  ".SH SEE ALSO\n"
                  ".BR hps\\-conf (1),\n.BR hps\\-coordinator (1),\n.BR hps\\-worker (1),\n"
                  ".BR hps\\-shm (1),\n.BR hps\\-gen (1)\n");
-    hps__cloc_leave(&loc);
+    hps__conf_cloc_leave(&loc);
     return write_out(&b, out);
 }

@@ -59,10 +59,10 @@ static const struct {
 };
 #define NIO (sizeof(io_served) / sizeof(io_served[0]))
 
-static void note(struct hps__buf *warn, const char *file, uint32_t line, const char *what,
+static void note(struct hps__conf_buf *warn, const char *file, uint32_t line, const char *what,
                  const char *why)
 {
-    hps__buf_printf(warn, "%s:%u: %s: not imported: %s\n", file, line, what, why);
+    hps__conf_buf_printf(warn, "%s:%u: %s: not imported: %s\n", file, line, what, why);
 }
 
 static hps_err_t bad(char *err, size_t err_len, const char *file, uint32_t line, const char *fmt,
@@ -89,13 +89,13 @@ static char *dir_name(const char *path)
     return strdup(basename(buf));
 }
 
-static hps_err_t add_gpu(struct hps__triton *t, const struct hps__pb_field *f, const char *file,
-                         char *err, size_t err_len)
+static hps_err_t add_gpu(struct hps__conf_triton *t, const struct hps__conf_pb_field *f,
+                         const char *file, char *err, size_t err_len)
 {
     char *end;
-    long long g = f->kind == HPS__PB_SCALAR ? strtoll(f->text, &end, 10) : -1;
+    long long g = f->kind == HPS__CONF_PB_SCALAR ? strtoll(f->text, &end, 10) : -1;
 
-    if (f->kind != HPS__PB_SCALAR || *end || g < 0 || g > INT32_MAX)
+    if (f->kind != HPS__CONF_PB_SCALAR || *end || g < 0 || g > INT32_MAX)
         return bad(err, err_len, file, f->value_line,
                    "instance_group gpus: %s is not a device number", f->text ? f->text : "{...}");
     for (size_t i = 0; i < t->ngpus; i++)
@@ -110,12 +110,12 @@ static hps_err_t add_gpu(struct hps__triton *t, const struct hps__pb_field *f, c
     return 0;
 }
 
-static hps_err_t do_instance_group(struct hps__triton *t, const struct hps__pb_msg *g,
-                                   const char *file, struct hps__buf *warn, char *err,
+static hps_err_t do_instance_group(struct hps__conf_triton *t, const struct hps__conf_pb_msg *g,
+                                   const char *file, struct hps__conf_buf *warn, char *err,
                                    size_t err_len)
 {
     for (size_t i = 0; i < g->n; i++) {
-        const struct hps__pb_field *f = &g->fields[i];
+        const struct hps__conf_pb_field *f = &g->fields[i];
         if (strcmp(f->name, "gpus") == 0) {
             hps_err_t rc = add_gpu(t, f, file, err, err_len);
             if (rc)
@@ -124,44 +124,46 @@ static hps_err_t do_instance_group(struct hps__triton *t, const struct hps__pb_m
             continue;
         } else if (strcmp(f->name, "count") == 0) {
             /* One instance per device is what one hps-worker per device is. */
-            if (f->kind == HPS__PB_SCALAR && strcmp(f->text, "1") == 0)
+            if (f->kind == HPS__CONF_PB_SCALAR && strcmp(f->text, "1") == 0)
                 continue;
             note(warn, file, f->line, "instance_group.count",
                  "the number of hps-worker processes per device is the number started "
                  "(hps-worker --device N --instance K)");
         } else {
-            hps__buf_printf(warn, "%s:%u: instance_group.%s: not imported: %s\n", file, f->line,
-                            f->name,
-                            strcmp(f->name, "kind") == 0
-                                ? "hps-worker serves CUDA devices (KIND_GPU); for lookups "
-                                  "without a GPU cache set gpucache = false"
-                                : "a Triton setting that hps-worker does not have");
+            hps__conf_buf_printf(warn, "%s:%u: instance_group.%s: not imported: %s\n", file,
+                                 f->line, f->name,
+                                 strcmp(f->name, "kind") == 0
+                                     ? "hps-worker serves CUDA devices (KIND_GPU); for lookups "
+                                       "without a GPU cache set gpucache = false"
+                                     : "a Triton setting that hps-worker does not have");
         }
     }
     return 0;
 }
 
 /* One `parameters { key: "k" value: { string_value: "v" } }` entry. */
-static hps_err_t do_parameter(struct hps__triton *t, const struct hps__pb_field *f,
-                              const char *file, struct hps__buf *warn, char *err, size_t err_len)
+static hps_err_t do_parameter(struct hps__conf_triton *t, const struct hps__conf_pb_field *f,
+                              const char *file, struct hps__conf_buf *warn, char *err,
+                              size_t err_len)
 {
-    const struct hps__pb_field *k = hps__pb_find(f->msg, "key");
-    const struct hps__pb_field *v = hps__pb_find(f->msg, "value");
-    const struct hps__pb_field *s = v && v->msg ? hps__pb_find(v->msg, "string_value") : NULL;
+    const struct hps__conf_pb_field *k = hps__conf_pb_find(f->msg, "key");
+    const struct hps__conf_pb_field *v = hps__conf_pb_find(f->msg, "value");
+    const struct hps__conf_pb_field *s =
+        v && v->msg ? hps__conf_pb_find(v->msg, "string_value") : NULL;
 
-    if (f->kind != HPS__PB_MESSAGE || !k || k->kind != HPS__PB_STRING || !s ||
-        s->kind != HPS__PB_STRING)
+    if (f->kind != HPS__CONF_PB_MESSAGE || !k || k->kind != HPS__CONF_PB_STRING || !s ||
+        s->kind != HPS__CONF_PB_STRING)
         return bad(err, err_len, file, f->line,
                    "parameters: expected { key: \"...\" value: { string_value: \"...\" } }%s", "");
     for (size_t i = 0; i < sizeof(params) / sizeof(params[0]); i++) {
         if (strcmp(k->text, params[i].param) != 0)
             continue;
         if (!params[i].ini) {
-            hps__buf_printf(warn, "%s:%u: parameters %s: no meaning here, not imported: %s\n", file,
-                            k->line, k->text, params[i].why);
+            hps__conf_buf_printf(warn, "%s:%u: parameters %s: no meaning here, not imported: %s\n",
+                                 file, k->line, k->text, params[i].why);
             return 0;
         }
-        struct hps__triton_param *n = realloc(t->params, (t->nparams + 1) * sizeof(*n));
+        struct hps__conf_triton_param *n = realloc(t->params, (t->nparams + 1) * sizeof(*n));
         if (!n)
             return -ENOMEM;
         t->params = n;
@@ -178,18 +180,18 @@ static hps_err_t do_parameter(struct hps__triton *t, const struct hps__pb_field 
         t->nparams++;
         return 0;
     }
-    hps__buf_printf(warn, "%s:%u: parameters %s: unknown parameter, not imported\n", file, k->line,
-                    k->text);
+    hps__conf_buf_printf(warn, "%s:%u: parameters %s: unknown parameter, not imported\n", file,
+                         k->line, k->text);
     return 0;
 }
 
 /* Field f of a message (fields of the same name but f's are listed once). */
-static hps_err_t do_top(struct hps__triton *t, const struct hps__pb_msg *m, size_t fi,
-                        const char *file, struct hps__buf *warn, char *err, size_t err_len)
+static hps_err_t do_top(struct hps__conf_triton *t, const struct hps__conf_pb_msg *m, size_t fi,
+                        const char *file, struct hps__conf_buf *warn, char *err, size_t err_len)
 {
-    const struct hps__pb_field *f = &m->fields[fi];
+    const struct hps__conf_pb_field *f = &m->fields[fi];
 
-    bool str = f->kind == HPS__PB_STRING, msg = f->kind == HPS__PB_MESSAGE;
+    bool str = f->kind == HPS__CONF_PB_STRING, msg = f->kind == HPS__CONF_PB_MESSAGE;
 
     if (strcmp(f->name, "name") == 0 || strcmp(f->name, "backend") == 0) {
         if (!str)
@@ -204,7 +206,7 @@ static hps_err_t do_top(struct hps__triton *t, const struct hps__pb_msg *m, size
         return *dst ? 0 : -ENOMEM;
     }
     if (strcmp(f->name, "max_batch_size") == 0) {
-        if (f->kind != HPS__PB_SCALAR)
+        if (f->kind != HPS__CONF_PB_SCALAR)
             return bad(err, err_len, file, f->line, "%s: expected a number", f->name);
         free(t->max_batch_size);
         t->max_batch_size = strdup(f->text);
@@ -228,13 +230,13 @@ static hps_err_t do_top(struct hps__triton *t, const struct hps__pb_msg *m, size
 
 /* The io_served[] entry that the `input` or `output` element f declares
  * (name, data_type and dims [ -1 ] or no dims, nothing else), or -1. */
-static int io_entry(const struct hps__pb_field *f)
+static int io_entry(const struct hps__conf_pb_field *f)
 {
-    const struct hps__pb_field *name = f->msg ? hps__pb_find(f->msg, "name") : NULL;
-    const struct hps__pb_field *type = f->msg ? hps__pb_find(f->msg, "data_type") : NULL;
+    const struct hps__conf_pb_field *name = f->msg ? hps__conf_pb_find(f->msg, "name") : NULL;
+    const struct hps__conf_pb_field *type = f->msg ? hps__conf_pb_find(f->msg, "data_type") : NULL;
     int e = -1;
 
-    if (!name || name->kind != HPS__PB_STRING || !type || type->kind != HPS__PB_SCALAR)
+    if (!name || name->kind != HPS__CONF_PB_STRING || !type || type->kind != HPS__CONF_PB_SCALAR)
         return -1;
     for (size_t i = 0; i < NIO; i++)
         if (strcmp(f->name, io_served[i].field) == 0 &&
@@ -243,8 +245,9 @@ static int io_entry(const struct hps__pb_field *f)
             e = (int)i;
     size_t ndims = 0;
     for (size_t i = 0; e >= 0 && i < f->msg->n; i++) {
-        const struct hps__pb_field *x = &f->msg->fields[i];
-        if (strcmp(x->name, "dims") == 0 && x->kind == HPS__PB_SCALAR && strcmp(x->text, "-1") == 0)
+        const struct hps__conf_pb_field *x = &f->msg->fields[i];
+        if (strcmp(x->name, "dims") == 0 && x->kind == HPS__CONF_PB_SCALAR &&
+            strcmp(x->text, "-1") == 0)
             ndims++;
         else if (x != name && x != type)
             return -1;
@@ -255,55 +258,56 @@ static int io_entry(const struct hps__pb_field *f)
 /* The `input` and `output` elements: a warning for each one that is not a
  * tensor hps-worker serves (or declares one twice), and for a served tensor
  * missing where the file declares others of its kind. */
-static void check_io(const struct hps__pb_msg *m, const char *file, struct hps__buf *warn)
+static void check_io(const struct hps__conf_pb_msg *m, const char *file, struct hps__conf_buf *warn)
 {
     uint32_t seen[NIO] = {0}, first[2] = {0};
 
     for (size_t i = 0; i < m->n; i++) {
-        const struct hps__pb_field *f = &m->fields[i];
+        const struct hps__conf_pb_field *f = &m->fields[i];
         int out = strcmp(f->name, "output") == 0;
         if (!out && strcmp(f->name, "input") != 0)
             continue;
         first[out] = first[out] ? first[out] : f->line;
-        const struct hps__pb_field *name = f->msg ? hps__pb_find(f->msg, "name") : NULL;
-        const char *what = name && name->kind == HPS__PB_STRING ? name->text : NULL;
+        const struct hps__conf_pb_field *name = f->msg ? hps__conf_pb_find(f->msg, "name") : NULL;
+        const char *what = name && name->kind == HPS__CONF_PB_STRING ? name->text : NULL;
         int e = io_entry(f);
         if (e >= 0 && !seen[e]) {
             seen[e] = f->line;
             continue;
         }
-        hps__buf_printf(warn, "%s:%u: %s%s%s%s: not imported: %s%s\n", file,
-                        what ? name->line : f->line, f->name, what ? " \"" : "", what ? what : "",
-                        what ? "\"" : "", e >= 0 ? "declared twice; " : "", IO_WHY);
+        hps__conf_buf_printf(warn, "%s:%u: %s%s%s%s: not imported: %s%s\n", file,
+                             what ? name->line : f->line, f->name, what ? " \"" : "",
+                             what ? what : "", what ? "\"" : "", e >= 0 ? "declared twice; " : "",
+                             IO_WHY);
     }
     for (size_t i = 0; i < NIO; i++) {
         int out = strcmp(io_served[i].field, "output") == 0;
         if (first[out] && !seen[i])
-            hps__buf_printf(warn,
-                            "%s:%u: %s: no %s \"%s\" (%s): hps-worker serves it all the same: %s\n",
-                            file, first[out], io_served[i].field, io_served[i].field,
-                            io_served[i].name, io_served[i].type, IO_WHY);
+            hps__conf_buf_printf(
+                warn, "%s:%u: %s: no %s \"%s\" (%s): hps-worker serves it all the same: %s\n", file,
+                first[out], io_served[i].field, io_served[i].field, io_served[i].name,
+                io_served[i].type, IO_WHY);
     }
 }
 
-hps_err_t hps__triton_read(const char *path, struct hps__triton *t, struct hps__buf *warn,
-                           char *err, size_t err_len)
+hps_err_t hps__conf_triton_read(const char *path, struct hps__conf_triton *t,
+                                struct hps__conf_buf *warn, char *err, size_t err_len)
 {
-    struct hps__pb_msg *m = NULL;
+    struct hps__conf_pb_msg *m = NULL;
     char *text;
     size_t len;
 
     memset(t, 0, sizeof(*t));
-    hps_err_t rc = hps__read_file(path, &text, &len, err, err_len);
+    hps_err_t rc = hps__conf_read_file(path, &text, &len, err, err_len);
     if (rc)
         return rc;
-    rc = hps__pb_parse(text, len, path, &m, err, err_len);
+    rc = hps__conf_pb_parse(text, len, path, &m, err, err_len);
     free(text);
     for (size_t i = 0; !rc && i < m->n; i++)
         rc = do_top(t, m, i, path, warn, err, err_len);
     if (!rc)
         check_io(m, path, warn);
-    hps__pb_free(m);
+    hps__conf_pb_free(m);
     if (!rc && !t->name && !(t->name = dir_name(path)))
         rc = bad(err, err_len, path, 1,
                  "no `name` field, and the model's name cannot be taken from the directory%s", "");
@@ -311,13 +315,13 @@ hps_err_t hps__triton_read(const char *path, struct hps__triton *t, struct hps__
         rc = bad(err, err_len, path, t->backend_line,
                  "backend \"%s\": not a model of HugeCTR's hps (or hugectr) backend", t->backend);
     if (rc == -ENOMEM)
-        hps__msg(err, err_len, "%s: out of memory", path);
+        hps__conf_msg(err, err_len, "%s: out of memory", path);
     if (rc)
-        hps__triton_fini(t);
+        hps__conf_triton_fini(t);
     return rc;
 }
 
-void hps__triton_fini(struct hps__triton *t)
+void hps__conf_triton_fini(struct hps__conf_triton *t)
 {
     for (size_t i = 0; i < t->nparams; i++) {
         free(t->params[i].key);

@@ -131,14 +131,14 @@ static bool parse_bool(const char *s, bool *ret)
     return false;
 }
 
-static bool in_range(const struct hps__key *k, double v)
+static bool in_range(const struct hps__conf_key *k, double v)
 {
-    if (k->type == HPS__T_REAL_GT ? v <= k->lo : v < k->lo)
+    if (k->type == HPS__CONF_T_REAL_GT ? v <= k->lo : v < k->lo)
         return false;
     return v <= k->hi;
 }
 
-int64_t hps__auto_value(void)
+int64_t hps__conf_auto_value(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -246,25 +246,25 @@ static char *hostports_dup(const char *s)
         while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
             n--;
     }
-    return hps__strndup(s, n);
+    return hps__conf_strndup(s, n);
 }
 
-static bool check_string(hps__check_t check, const char *s)
+static bool check_string(hps__conf_check_t check, const char *s)
 {
     size_t n = strlen(s);
 
     switch (check) {
-    case HPS__CHECK_path:
+    case HPS__CONF_CHECK_path:
         return n > 0;
-    case HPS__CHECK_host:
+    case HPS__CONF_CHECK_host:
         return is_host(s, n);
-    case HPS__CHECK_hostports:
+    case HPS__CONF_CHECK_hostports:
         return is_hostports(s);
-    case HPS__CHECK_shm_name:
+    case HPS__CONF_CHECK_shm_name:
         return n >= 1 && n <= HPS_CONF_SHM_NAME_MAX &&
                strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
-    case HPS__CHECK_name:
-        return hps__is_name(s, n);
+    case HPS__CONF_CHECK_name:
+        return hps__conf_is_name(s, n);
     default:
         return true;
     }
@@ -273,7 +273,7 @@ static bool check_string(hps__check_t check, const char *s)
 /* ---- Formatting ----------------------------------------------------------- */
 
 /* Shortest text that reads back as exactly v; integral values keep a ".0". */
-static void fmt_real(double v, struct hps__buf *out)
+static void fmt_real(double v, struct hps__conf_buf *out)
 {
     char s[40];
 
@@ -284,25 +284,25 @@ static void fmt_real(double v, struct hps__buf *out)
     }
     if (!strpbrk(s, ".eEn"))
         strcat(s, ".0");
-    hps__buf_puts(out, s);
+    hps__conf_buf_puts(out, s);
 }
 
 /* Bytes with the largest unit that divides them exactly. */
-static void fmt_size(uint64_t v, struct hps__buf *out)
+static void fmt_size(uint64_t v, struct hps__conf_buf *out)
 {
     static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
 
     for (int i = 0; i < 4 && v; i++) {
         unsigned sh = 40 - 10 * (unsigned)i;
         if ((v & ((UINT64_C(1) << sh) - 1)) == 0) {
-            hps__buf_printf(out, "%" PRIu64 "%s", v >> sh, units[i]);
+            hps__conf_buf_printf(out, "%" PRIu64 "%s", v >> sh, units[i]);
             return;
         }
     }
-    hps__buf_printf(out, "%" PRIu64, v);
+    hps__conf_buf_printf(out, "%" PRIu64, v);
 }
 
-static const char *enum_name(const struct hps__enum *en, int v)
+static const char *enum_name(const struct hps__conf_enum *en, int v)
 {
     for (size_t i = 0; i < en->count; i++)
         if (en->names[i].canonical && en->names[i].value == v)
@@ -310,185 +310,188 @@ static const char *enum_name(const struct hps__enum *en, int v)
     return "?";
 }
 
-static void fmt_scalar(const struct hps__key *k, const void *f, bool mask, struct hps__buf *out)
+static void fmt_scalar(const struct hps__conf_key *k, const void *f, bool mask,
+                       struct hps__conf_buf *out)
 {
     switch (k->type) {
-    case HPS__T_BOOL:
-        hps__buf_puts(out, *(const bool *)f ? "true" : "false");
+    case HPS__CONF_T_BOOL:
+        hps__conf_buf_puts(out, *(const bool *)f ? "true" : "false");
         break;
-    case HPS__T_INT:
-    case HPS__T_AUTO:
-        hps__buf_printf(out, "%" PRId64, *(const int64_t *)f);
+    case HPS__CONF_T_INT:
+    case HPS__CONF_T_AUTO:
+        hps__conf_buf_printf(out, "%" PRId64, *(const int64_t *)f);
         break;
-    case HPS__T_SIZE:
+    case HPS__CONF_T_SIZE:
         fmt_size(*(const uint64_t *)f, out);
         break;
-    case HPS__T_MARGIN:
+    case HPS__CONF_T_MARGIN:
         if (*(const uint64_t *)f == HPS_CONF_UNBOUNDED)
-            hps__buf_puts(out, "max");
+            hps__conf_buf_puts(out, "max");
         else
-            hps__buf_printf(out, "%" PRIu64, *(const uint64_t *)f);
+            hps__conf_buf_printf(out, "%" PRIu64, *(const uint64_t *)f);
         break;
-    case HPS__T_REAL:
-    case HPS__T_REAL_GT:
+    case HPS__CONF_T_REAL:
+    case HPS__CONF_T_REAL_GT:
         fmt_real(*(const double *)f, out);
         break;
-    case HPS__T_MODE:
-        hps__buf_printf(out, "%04" PRIo32, *(const uint32_t *)f);
+    case HPS__CONF_T_MODE:
+        hps__conf_buf_printf(out, "%04" PRIo32, *(const uint32_t *)f);
         break;
-    case HPS__T_ENUM:
-        hps__buf_puts(out, enum_name(k->en, *(const int *)f));
+    case HPS__CONF_T_ENUM:
+        hps__conf_buf_puts(out, enum_name(k->en, *(const int *)f));
         break;
     default: { /* STR */
         const char *s = *(const char *const *)f;
-        hps__buf_puts(out, hps__masked(mask && k->check == HPS__CHECK_secret, s));
+        hps__conf_buf_puts(out, hps__conf_masked(mask && k->check == HPS__CONF_CHECK_secret, s));
     }
     }
 }
 
-void hps__value_format_entry(const struct hps__key *k, const void *base, size_t i,
-                             struct hps__buf *out)
+void hps__conf_value_format_entry(const struct hps__conf_key *k, const void *base, size_t i,
+                                  struct hps__conf_buf *out)
 {
     const void *f = FIELD(k, base);
 
-    if (k->type == HPS__T_TINTS || k->type == HPS__T_INTS)
-        hps__buf_printf(out, "%" PRId64, (*(int64_t *const *)f)[i]);
-    else if (k->type == HPS__T_TREALS)
+    if (k->type == HPS__CONF_T_TINTS || k->type == HPS__CONF_T_INTS)
+        hps__conf_buf_printf(out, "%" PRId64, (*(int64_t *const *)f)[i]);
+    else if (k->type == HPS__CONF_T_TREALS)
         fmt_real((*(double *const *)f)[i], out);
     else
-        hps__buf_puts(out, (*(const char *const *const *)f)[i]);
+        hps__conf_buf_puts(out, (*(const char *const *const *)f)[i]);
 }
 
-size_t hps__value_count(const struct hps__key *k, const void *base)
+size_t hps__conf_value_count(const struct hps__conf_key *k, const void *base)
 {
-    return hps__is_list(k->type) ? *LENPTR(k, base) : 1;
+    return hps__conf_is_list(k->type) ? *LENPTR(k, base) : 1;
 }
 
-void hps__value_format(const struct hps__key *k, const void *base, bool mask, struct hps__buf *out)
+void hps__conf_value_format(const struct hps__conf_key *k, const void *base, bool mask,
+                            struct hps__conf_buf *out)
 {
-    if (!hps__is_list(k->type)) {
+    if (!hps__conf_is_list(k->type)) {
         fmt_scalar(k, FIELD(k, base), mask, out);
         return;
     }
     for (size_t i = 0; i < *LENPTR(k, base); i++) {
         if (i)
-            hps__buf_puts(out, ", ");
-        hps__value_format_entry(k, base, i, out);
+            hps__conf_buf_puts(out, ", ");
+        hps__conf_value_format_entry(k, base, i, out);
     }
 }
 
 /* ---- Descriptions ----------------------------------------------------------- */
 
 /* A bound of k as the user writes it. */
-static void fmt_bound(const struct hps__key *k, double v, struct hps__buf *out)
+static void fmt_bound(const struct hps__conf_key *k, double v, struct hps__conf_buf *out)
 {
-    if (k->type == HPS__T_SIZE)
+    if (k->type == HPS__CONF_T_SIZE)
         fmt_size((uint64_t)v, out);
-    else if (k->type == HPS__T_MODE)
-        hps__buf_printf(out, "%04o", (unsigned)v);
+    else if (k->type == HPS__CONF_T_MODE)
+        hps__conf_buf_printf(out, "%04o", (unsigned)v);
     else if (v != floor(v) || fabs(v) > 1e15)
         fmt_real(v, out); /* a fractional bound of a REAL */
-    else if (k->type == HPS__T_REAL || k->type == HPS__T_REAL_GT || k->type == HPS__T_TREALS)
-        hps__buf_printf(out, "%.0f", v); /* (0, 1], not (0.0, 1.0] */
+    else if (k->type == HPS__CONF_T_REAL || k->type == HPS__CONF_T_REAL_GT ||
+             k->type == HPS__CONF_T_TREALS)
+        hps__conf_buf_printf(out, "%.0f", v); /* (0, 1], not (0.0, 1.0] */
     else
-        hps__buf_printf(out, "%" PRId64, (int64_t)v);
+        hps__conf_buf_printf(out, "%" PRId64, (int64_t)v);
 }
 
 /* " in [lo, hi]", " in (lo, hi]", " >= lo" or "" (no bounds). */
-static void range_phrase(const struct hps__key *k, struct hps__buf *out)
+static void range_phrase(const struct hps__conf_key *k, struct hps__conf_buf *out)
 {
     if (isinf(k->lo) && isinf(k->hi))
         return;
     if (isinf(k->hi)) {
-        hps__buf_puts(out, k->type == HPS__T_SIZE ? " of at least " : " >= ");
+        hps__conf_buf_puts(out, k->type == HPS__CONF_T_SIZE ? " of at least " : " >= ");
         fmt_bound(k, k->lo, out);
         return;
     }
-    hps__buf_puts(out, k->type == HPS__T_REAL_GT ? " in (" : " in [");
+    hps__conf_buf_puts(out, k->type == HPS__CONF_T_REAL_GT ? " in (" : " in [");
     fmt_bound(k, k->lo, out);
-    hps__buf_puts(out, ", ");
+    hps__conf_buf_puts(out, ", ");
     fmt_bound(k, k->hi, out);
-    hps__buf_puts(out, "]");
+    hps__conf_buf_puts(out, "]");
 }
 
-static void string_phrase(hps__check_t check, bool plural, struct hps__buf *out)
+static void string_phrase(hps__conf_check_t check, bool plural, struct hps__conf_buf *out)
 {
     switch (check) {
-    case HPS__CHECK_path:
-        hps__buf_puts(out, plural ? "non-empty paths" : "a non-empty path");
+    case HPS__CONF_CHECK_path:
+        hps__conf_buf_puts(out, plural ? "non-empty paths" : "a non-empty path");
         break;
-    case HPS__CHECK_host:
-        hps__buf_puts(out, "a host name or an IP address");
+    case HPS__CONF_CHECK_host:
+        hps__conf_buf_puts(out, "a host name or an IP address");
         break;
-    case HPS__CHECK_hostports:
-        hps__buf_puts(
+    case HPS__CONF_CHECK_hostports:
+        hps__conf_buf_puts(
             out, "a comma-separated list of host:port (port in [1, 65535]; IPv6 as [addr]:port)");
         break;
-    case HPS__CHECK_shm_name:
-        hps__buf_puts(out, "a name matching [A-Za-z0-9_.-]{1,200}");
+    case HPS__CONF_CHECK_shm_name:
+        hps__conf_buf_puts(out, "a name matching [A-Za-z0-9_.-]{1,200}");
         break;
-    case HPS__CHECK_name:
-        hps__buf_puts(out, plural ? "names" : "a name");
-        hps__buf_puts(out, " matching [A-Za-z0-9_-]{1,120}");
+    case HPS__CONF_CHECK_name:
+        hps__conf_buf_puts(out, plural ? "names" : "a name");
+        hps__conf_buf_puts(out, " matching [A-Za-z0-9_-]{1,120}");
         break;
     default:
-        hps__buf_puts(out, "any text");
+        hps__conf_buf_puts(out, "any text");
     }
 }
 
-static void enum_phrase(const struct hps__enum *en, struct hps__buf *out)
+static void enum_phrase(const struct hps__conf_enum *en, struct hps__conf_buf *out)
 {
     bool first = true;
 
-    hps__buf_puts(out, "one of ");
+    hps__conf_buf_puts(out, "one of ");
     for (size_t i = 0; i < en->count; i++) {
         if (!en->names[i].canonical)
             continue;
-        hps__buf_printf(out, "%s%s", first ? "" : ", ", en->names[i].name);
+        hps__conf_buf_printf(out, "%s%s", first ? "" : ", ", en->names[i].name);
         first = false;
     }
 }
 
 /* What one value (or one list entry) may be. */
-static void elem_phrase(const struct hps__key *k, bool plural, struct hps__buf *out)
+static void elem_phrase(const struct hps__conf_key *k, bool plural, struct hps__conf_buf *out)
 {
     switch (k->type) {
-    case HPS__T_BOOL:
-        hps__buf_puts(out, "true or false (also yes/no, on/off, 1/0)");
+    case HPS__CONF_T_BOOL:
+        hps__conf_buf_puts(out, "true or false (also yes/no, on/off, 1/0)");
         return;
-    case HPS__T_AUTO:
-        hps__buf_puts(out, "auto or an integer");
+    case HPS__CONF_T_AUTO:
+        hps__conf_buf_puts(out, "auto or an integer");
         break;
-    case HPS__T_INT:
-    case HPS__T_INTS:
-    case HPS__T_TINTS:
-        hps__buf_puts(out, plural ? "integers" : "an integer");
+    case HPS__CONF_T_INT:
+    case HPS__CONF_T_INTS:
+    case HPS__CONF_T_TINTS:
+        hps__conf_buf_puts(out, plural ? "integers" : "an integer");
         break;
-    case HPS__T_SIZE:
-        hps__buf_puts(out, "a size");
+    case HPS__CONF_T_SIZE:
+        hps__conf_buf_puts(out, "a size");
         range_phrase(k, out);
-        hps__buf_puts(out, " (units B, KiB, MiB, GiB, TiB)");
+        hps__conf_buf_puts(out, " (units B, KiB, MiB, GiB, TiB)");
         return;
-    case HPS__T_MARGIN:
-        hps__buf_puts(out, "max (unbounded) or an integer");
+    case HPS__CONF_T_MARGIN:
+        hps__conf_buf_puts(out, "max (unbounded) or an integer");
         break;
-    case HPS__T_REAL:
-    case HPS__T_REAL_GT:
-    case HPS__T_TREALS:
+    case HPS__CONF_T_REAL:
+    case HPS__CONF_T_REAL_GT:
+    case HPS__CONF_T_TREALS:
         if (isinf(k->lo) && isinf(k->hi))
-            hps__buf_puts(out, plural ? "finite numbers" : "a finite number");
+            hps__conf_buf_puts(out, plural ? "finite numbers" : "a finite number");
         else
-            hps__buf_puts(out, plural ? "numbers" : "a number");
+            hps__conf_buf_puts(out, plural ? "numbers" : "a number");
         break;
-    case HPS__T_MODE:
-        hps__buf_puts(out, "an octal mode");
+    case HPS__CONF_T_MODE:
+        hps__conf_buf_puts(out, "an octal mode");
         break;
-    case HPS__T_ENUM:
+    case HPS__CONF_T_ENUM:
         enum_phrase(k->en, out);
         return;
-    case HPS__T_REGEXES:
-        hps__buf_puts(out, plural ? "POSIX extended regular expressions"
-                                  : "a POSIX extended regular expression");
+    case HPS__CONF_T_REGEXES:
+        hps__conf_buf_puts(out, plural ? "POSIX extended regular expressions"
+                                       : "a POSIX extended regular expression");
         return;
     default: /* STR, TSTRS */
         string_phrase(k->check, plural, out);
@@ -497,21 +500,21 @@ static void elem_phrase(const struct hps__key *k, bool plural, struct hps__buf *
     range_phrase(k, out);
 }
 
-void hps__value_allowed(const struct hps__key *k, struct hps__buf *out)
+void hps__conf_value_allowed(const struct hps__conf_key *k, struct hps__conf_buf *out)
 {
-    if (!hps__is_list(k->type)) {
+    if (!hps__conf_is_list(k->type)) {
         elem_phrase(k, false, out);
         return;
     }
-    hps__buf_puts(out, "a comma-separated list of ");
+    hps__conf_buf_puts(out, "a comma-separated list of ");
     elem_phrase(k, true, out);
-    if (hps__is_tlist(k->type))
-        hps__buf_puts(out, ", one per table");
+    if (hps__conf_is_tlist(k->type))
+        hps__conf_buf_puts(out, ", one per table");
 }
 
 /* ---- Parsing: scalars ------------------------------------------------------ */
 
-static bool parse_enum(const struct hps__enum *en, const char *s, int *ret)
+static bool parse_enum(const struct hps__conf_enum *en, const char *s, int *ret)
 {
     for (size_t i = 0; i < en->count; i++) {
         if (strcmp(en->names[i].name, s) == 0) {
@@ -523,24 +526,24 @@ static bool parse_enum(const struct hps__enum *en, const char *s, int *ret)
 }
 
 /* Parse a scalar into *v (a union big enough for any scalar field). */
-static bool parse_scalar(const struct hps__key *k, const char *raw, void *v, bool *ret_auto)
+static bool parse_scalar(const struct hps__conf_key *k, const char *raw, void *v, bool *ret_auto)
 {
     switch (k->type) {
-    case HPS__T_BOOL:
+    case HPS__CONF_T_BOOL:
         return parse_bool(raw, v);
-    case HPS__T_AUTO:
+    case HPS__CONF_T_AUTO:
         if (strcasecmp(raw, "auto") == 0) {
-            int64_t a = hps__auto_value();
+            int64_t a = hps__conf_auto_value();
             *(int64_t *)v = a < k->lo ? (int64_t)k->lo : a > k->hi ? (int64_t)k->hi : a;
             *ret_auto = true;
             return true;
         }
         /* fall through */
-    case HPS__T_INT:
+    case HPS__CONF_T_INT:
         return parse_i64(raw, v) && in_range(k, (double)*(int64_t *)v);
-    case HPS__T_SIZE:
+    case HPS__CONF_T_SIZE:
         return parse_size(raw, v) && in_range(k, (double)*(uint64_t *)v);
-    case HPS__T_MARGIN: {
+    case HPS__CONF_T_MARGIN: {
         const char *end;
         if (strcasecmp(raw, "max") == 0 || strcasecmp(raw, "unbounded") == 0) {
             *(uint64_t *)v = HPS_CONF_UNBOUNDED;
@@ -548,36 +551,36 @@ static bool parse_scalar(const struct hps__key *k, const char *raw, void *v, boo
         }
         return parse_u64_prefix(raw, v, &end) && !*end && in_range(k, (double)*(uint64_t *)v);
     }
-    case HPS__T_REAL:
-    case HPS__T_REAL_GT:
+    case HPS__CONF_T_REAL:
+    case HPS__CONF_T_REAL_GT:
         return parse_real(raw, v) && in_range(k, *(double *)v);
-    case HPS__T_MODE:
+    case HPS__CONF_T_MODE:
         return parse_mode(raw, v) && in_range(k, *(uint32_t *)v);
-    case HPS__T_ENUM:
+    case HPS__CONF_T_ENUM:
         return parse_enum(k->en, raw, v);
     default:
         return false;
     }
 }
 
-static size_t scalar_size(hps__type_t t)
+static size_t scalar_size(hps__conf_type_t t)
 {
     switch (t) {
-    case HPS__T_BOOL:
+    case HPS__CONF_T_BOOL:
         return sizeof(bool);
-    case HPS__T_MODE:
+    case HPS__CONF_T_MODE:
         return sizeof(uint32_t);
-    case HPS__T_ENUM:
+    case HPS__CONF_T_ENUM:
         return sizeof(int);
     default:
         return 8; /* int64_t, uint64_t, double */
     }
 }
 
-static hps_err_t must_be(const struct hps__key *k, struct hps__buf *msg)
+static hps_err_t must_be(const struct hps__conf_key *k, struct hps__conf_buf *msg)
 {
-    hps__buf_puts(msg, "must be ");
-    hps__value_allowed(k, msg);
+    hps__conf_buf_puts(msg, "must be ");
+    hps__conf_value_allowed(k, msg);
     return msg->oom ? -ENOMEM : HPS_ECONFIG;
 }
 
@@ -588,21 +591,22 @@ static hps_err_t must_be(const struct hps__key *k, struct hps__buf *msg)
  * past the largest value accepted.  These two types have no upper bound of
  * their own, so the description states none; the bound is 2^64 - 1.
  */
-static void why_refused(const struct hps__key *k, const char *raw, struct hps__buf *msg)
+static void why_refused(const struct hps__conf_key *k, const char *raw, struct hps__conf_buf *msg)
 {
     const char *u = raw;
 
-    if ((k->type != HPS__T_SIZE && k->type != HPS__T_MARGIN) || !isdigit((unsigned char)*raw))
+    if ((k->type != HPS__CONF_T_SIZE && k->type != HPS__CONF_T_MARGIN) ||
+        !isdigit((unsigned char)*raw))
         return;
     while (isdigit((unsigned char)*u))
         u++;
     const char *digits_end = u;
-    while (k->type == HPS__T_SIZE && (*u == ' ' || *u == '\t'))
+    while (k->type == HPS__CONF_T_SIZE && (*u == ' ' || *u == '\t'))
         u++;
     unsigned shift = 0;
-    bool unit = k->type == HPS__T_MARGIN && !*u;
-    for (size_t i = 0; k->type == HPS__T_SIZE && i < sizeof(size_units) / sizeof(size_units[0]);
-         i++) {
+    bool unit = k->type == HPS__CONF_T_MARGIN && !*u;
+    for (size_t i = 0;
+         k->type == HPS__CONF_T_SIZE && i < sizeof(size_units) / sizeof(size_units[0]); i++) {
         if (strcasecmp(u, size_units[i].name) == 0) {
             unit = true;
             shift = size_units[i].shift;
@@ -612,20 +616,21 @@ static void why_refused(const struct hps__key *k, const char *raw, struct hps__b
         for (const char *c = u; *c; c++)
             if (!isalpha((unsigned char)*c))
                 return; /* not a unit: "1.5GiB", "64 KiB x" */
-        if (k->type != HPS__T_SIZE)
+        if (k->type != HPS__CONF_T_SIZE)
             return;
-        hps__buf_printf(msg, "; \"%s\" is not one of the units", u);
+        hps__conf_buf_printf(msg, "; \"%s\" is not one of the units", u);
         const char *si = strlen(u) == 2 && (u[1] == 'B' || u[1] == 'b')
                              ? strchr("kmgt", tolower((unsigned char)u[0]))
                              : NULL;
         if (si && *si) {
             unsigned n = (unsigned)(si - "kmgt") + 1; /* k: 1 ... t: 4 */
             int nd = (int)(digits_end - raw);
-            hps__buf_printf(msg,
-                            " (sizes are binary: %.*s%ciB is %.*s x 2^%u bytes; SI units such as "
-                            "%cB = 10^%u bytes are not accepted)",
-                            nd, raw, toupper((unsigned char)*si), nd, raw, 10 * n,
-                            toupper((unsigned char)*si), 3 * n);
+            hps__conf_buf_printf(
+                msg,
+                " (sizes are binary: %.*s%ciB is %.*s x 2^%u bytes; SI units such as "
+                "%cB = 10^%u bytes are not accepted)",
+                nd, raw, toupper((unsigned char)*si), nd, raw, 10 * n, toupper((unsigned char)*si),
+                3 * n);
         }
         return;
     }
@@ -633,14 +638,15 @@ static void why_refused(const struct hps__key *k, const char *raw, struct hps__b
     const char *end;
     if (parse_u64_prefix(raw, &v, &end) && (!shift || v <= (UINT64_MAX >> shift)))
         return; /* a number in range: refused by the lower bound, stated */
-    hps__buf_printf(msg, "; %.*s is too large: the largest %s accepted is %" PRIu64 "%s", 40, raw,
-                    k->type == HPS__T_SIZE ? "size" : "integer", UINT64_MAX,
-                    k->type == HPS__T_SIZE ? " bytes (2^64 - 1, a little under 16777216TiB)"
-                                           : " (2^64 - 1, the same as max)");
+    hps__conf_buf_printf(msg, "; %.*s is too large: the largest %s accepted is %" PRIu64 "%s", 40,
+                         raw, k->type == HPS__CONF_T_SIZE ? "size" : "integer", UINT64_MAX,
+                         k->type == HPS__CONF_T_SIZE
+                             ? " bytes (2^64 - 1, a little under 16777216TiB)"
+                             : " (2^64 - 1, the same as max)");
 }
 
-static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, bool *ret_auto,
-                            struct hps__buf *msg)
+static hps_err_t set_scalar(const struct hps__conf_key *k, const char *raw, void *f, bool *ret_auto,
+                            struct hps__conf_buf *msg)
 {
     union {
         bool b;
@@ -651,10 +657,10 @@ static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, 
         int e;
     } v = {0};
 
-    if (k->type == HPS__T_STR) {
+    if (k->type == HPS__CONF_T_STR) {
         if (!check_string(k->check, raw))
             return must_be(k, msg);
-        char *s = k->check == HPS__CHECK_hostports ? hostports_dup(raw) : strdup(raw);
+        char *s = k->check == HPS__CONF_CHECK_hostports ? hostports_dup(raw) : strdup(raw);
         if (!s)
             return -ENOMEM;
         *(char **)f = s;
@@ -664,10 +670,10 @@ static hps_err_t set_scalar(const struct hps__key *k, const char *raw, void *f, 
         hps_err_t err = must_be(k, msg);
         /* HugeCTR's volatile_db could be a Redis Cluster: say where it went. */
         why_refused(k, raw, msg);
-        if (k->sec == HPS__SEC_volatile_db && strcmp(k->name, "type") == 0 &&
+        if (k->sec == HPS__CONF_SEC_volatile_db && strcmp(k->name, "type") == 0 &&
             (strcasecmp(raw, "redis_cluster") == 0 || strcasecmp(raw, "redis") == 0))
-            hps__buf_puts(msg, "; a Redis Cluster is [distributed_db] type = redis_cluster "
-                               "here (HugeCTR configured it as its volatile_db)");
+            hps__conf_buf_puts(msg, "; a Redis Cluster is [distributed_db] type = redis_cluster "
+                                    "here (HugeCTR configured it as its volatile_db)");
         return msg->oom ? -ENOMEM : err;
     }
     memcpy(f, &v, scalar_size(k->type));
@@ -718,13 +724,13 @@ static char *trimmed_dup(const char *s, size_t n)
     }
     while (n && isspace((unsigned char)s[n - 1]))
         n--;
-    return hps__strndup(s, n);
+    return hps__conf_strndup(s, n);
 }
 
 /* See internal.h.  Also: a trailing comma ends the list ("a, b," is two
  * entries, as "a,\n    b," on continuation lines is); "," alone is one
  * empty entry, which the callers refuse. */
-char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom)
+char **hps__conf_list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom)
 {
     char **v = NULL;
     size_t n = 0;
@@ -742,7 +748,7 @@ char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom
         if (nv)
             v = nv;
         if (!item) {
-            hps__list_free(v, n);
+            hps__conf_list_free(v, n);
             *ret_oom = true;
             return NULL;
         }
@@ -757,7 +763,7 @@ char **hps__list_split(const char *raw, bool regex, size_t *ret_n, bool *ret_oom
     return v;
 }
 
-void hps__list_free(char **v, size_t n)
+void hps__conf_list_free(char **v, size_t n)
 {
     for (size_t i = 0; v && i < n; i++)
         free(v[i]);
@@ -799,30 +805,30 @@ static double dup_cost(const char *s)
 }
 
 /* "entry N (s) " (1-based, as the INI's messages count) before the reason
- * when named; nothing for hps__value_check_entry(), whose caller names it. */
-static void entry_name(const struct hps__key *k, const char *s, size_t i, bool named,
-                       struct hps__buf *msg)
+ * when named; nothing for hps__conf_value_check_entry(), whose caller names it. */
+static void entry_name(const struct hps__conf_key *k, const char *s, size_t i, bool named,
+                       struct hps__conf_buf *msg)
 {
     if (named)
-        hps__buf_printf(msg, "entry %zu (%s) ", i + 1,
-                        hps__masked(k->check == HPS__CHECK_secret, s));
+        hps__conf_buf_printf(msg, "entry %zu (%s) ", i + 1,
+                             hps__conf_masked(k->check == HPS__CONF_CHECK_secret, s));
 }
 
 /* Check entry i (stored at out[i] for numbers); on failure append the
  * reason to msg, after "entry N (s) " if named. */
-static bool check_entry(const struct hps__key *k, const char *s, void *out, size_t i, bool named,
-                        struct hps__buf *msg)
+static bool check_entry(const struct hps__conf_key *k, const char *s, void *out, size_t i,
+                        bool named, struct hps__conf_buf *msg)
 {
     bool ok;
 
-    if (k->type == HPS__T_REGEXES) {
+    if (k->type == HPS__CONF_T_REGEXES) {
         if (dup_cost(s) > REGEX_MAX_COPIES) {
             entry_name(k, s, i, named, msg);
-            hps__buf_printf(msg,
-                            "repeats too much: its '*', '+', '?' and '{m,n}' "
-                            "multiply to more than %.0f (each counts 2, {m,n} n + 1), which "
-                            "compiles slowly; simplify it",
-                            REGEX_MAX_COPIES);
+            hps__conf_buf_printf(msg,
+                                 "repeats too much: its '*', '+', '?' and '{m,n}' "
+                                 "multiply to more than %.0f (each counts 2, {m,n} n + 1), which "
+                                 "compiles slowly; simplify it",
+                                 REGEX_MAX_COPIES);
             return false;
         }
         regex_t re;
@@ -834,24 +840,25 @@ static bool check_entry(const struct hps__key *k, const char *s, void *out, size
         char why[128];
         regerror(rc, &re, why, sizeof(why));
         entry_name(k, s, i, named, msg);
-        hps__buf_printf(msg, "is not a valid POSIX extended regular expression: %s", why);
+        hps__conf_buf_printf(msg, "is not a valid POSIX extended regular expression: %s", why);
         return false;
     }
-    if (k->type == HPS__T_TSTRS)
+    if (k->type == HPS__CONF_T_TSTRS)
         ok = check_string(k->check, s);
-    else if (k->type == HPS__T_TREALS)
+    else if (k->type == HPS__CONF_T_TREALS)
         ok = parse_real(s, (double *)out + i) && in_range(k, ((double *)out)[i]);
     else
         ok = parse_i64(s, (int64_t *)out + i) && in_range(k, (double)((int64_t *)out)[i]);
     if (!ok) {
         entry_name(k, s, i, named, msg);
-        hps__buf_puts(msg, "must be ");
+        hps__conf_buf_puts(msg, "must be ");
         elem_phrase(k, false, msg);
     }
     return ok;
 }
 
-hps_err_t hps__value_check_entry(const struct hps__key *k, const char *s, struct hps__buf *msg)
+hps_err_t hps__conf_value_check_entry(const struct hps__conf_key *k, const char *s,
+                                      struct hps__conf_buf *msg)
 {
     union {
         int64_t i;
@@ -859,33 +866,34 @@ hps_err_t hps__value_check_entry(const struct hps__key *k, const char *s, struct
     } scratch;
 
     if (!*s)
-        hps__buf_puts(msg, "must not be empty");
+        hps__conf_buf_puts(msg, "must not be empty");
     else if (check_entry(k, s, &scratch, 0, false, msg))
         return 0;
     return msg->oom ? -ENOMEM : HPS_ECONFIG;
 }
 
 /* The first empty entry of a list (a comma at its start or after another
- * comma: hps__list_split() drops a trailing one), reported into msg. */
-static bool empty_entry(const struct hps__key *k, char **items, size_t n, struct hps__buf *msg)
+ * comma: hps__conf_list_split() drops a trailing one), reported into msg. */
+static bool empty_entry(const struct hps__conf_key *k, char **items, size_t n,
+                        struct hps__conf_buf *msg)
 {
     for (size_t i = 0; i < n; i++) {
         if (items[i][0])
             continue;
-        hps__buf_printf(msg,
-                        "entry %zu is empty (a comma may end the list, but not start it nor "
-                        "follow another comma); must be ",
-                        i + 1);
-        hps__value_allowed(k, msg);
+        hps__conf_buf_printf(msg,
+                             "entry %zu is empty (a comma may end the list, but not start it nor "
+                             "follow another comma); must be ",
+                             i + 1);
+        hps__conf_value_allowed(k, msg);
         return true;
     }
     return false;
 }
 
-static hps_err_t parse_entries(const struct hps__key *k, char **items, size_t n, void **ret,
-                               struct hps__buf *msg)
+static hps_err_t parse_entries(const struct hps__conf_key *k, char **items, size_t n, void **ret,
+                               struct hps__conf_buf *msg)
 {
-    bool strings = k->type == HPS__T_TSTRS || k->type == HPS__T_REGEXES;
+    bool strings = k->type == HPS__CONF_T_TSTRS || k->type == HPS__CONF_T_REGEXES;
     void *out = strings ? NULL : calloc(n, 8);
 
     if (!strings && !out)
@@ -900,26 +908,26 @@ static hps_err_t parse_entries(const struct hps__key *k, char **items, size_t n,
     return 0;
 }
 
-static hps_err_t set_list(const struct hps__key *k, const char *raw, hps__base_t base,
-                          size_t ntables, struct hps__buf *msg)
+static hps_err_t set_list(const struct hps__conf_key *k, const char *raw, hps__conf_base_t base,
+                          size_t ntables, struct hps__conf_buf *msg)
 {
     size_t n;
     bool oom;
     void *v;
-    char **items = hps__list_split(raw, k->type == HPS__T_REGEXES, &n, &oom);
+    char **items = hps__conf_list_split(raw, k->type == HPS__CONF_T_REGEXES, &n, &oom);
 
     if (oom)
         return -ENOMEM;
     if (n == 0)
         return must_be(k, msg);
     if (empty_entry(k, items, n, msg)) { /* before the count: "a,,b" is not 3 entries */
-        hps__list_free(items, n);
+        hps__conf_list_free(items, n);
         return msg->oom ? -ENOMEM : HPS_ECONFIG;
     }
-    if (hps__is_tlist(k->type) && ntables && n != ntables) {
-        hps__buf_printf(msg, "has %zu %s, but sparse_files has %zu (one per table)", n,
-                        n == 1 ? "entry" : "entries", ntables);
-        hps__list_free(items, n);
+    if (hps__conf_is_tlist(k->type) && ntables && n != ntables) {
+        hps__conf_buf_printf(msg, "has %zu %s, but sparse_files has %zu (one per table)", n,
+                             n == 1 ? "entry" : "entries", ntables);
+        hps__conf_list_free(items, n);
         return msg->oom ? -ENOMEM : HPS_ECONFIG;
     }
     hps_err_t rc = parse_entries(k, items, n, &v, msg);
@@ -928,55 +936,56 @@ static hps_err_t set_list(const struct hps__key *k, const char *raw, hps__base_t
         *LENPTR(k, base) = n;
     }
     if (rc || v != (void *)items)
-        hps__list_free(items, n);
+        hps__conf_list_free(items, n);
     return rc;
 }
 
-hps_err_t hps__value_parse(const struct hps__key *k, const char *raw, hps__base_t base,
-                           size_t ntables, bool *ret_auto, struct hps__buf *msg)
+hps_err_t hps__conf_value_parse(const struct hps__conf_key *k, const char *raw,
+                                hps__conf_base_t base, size_t ntables, bool *ret_auto,
+                                struct hps__conf_buf *msg)
 {
-    if (hps__is_list(k->type))
+    if (hps__conf_is_list(k->type))
         return set_list(k, raw, base, ntables, msg);
     return set_scalar(k, raw, FIELD(k, base), ret_auto, msg);
 }
 
-void hps__value_free(const struct hps__key *k, hps__base_t base)
+void hps__conf_value_free(const struct hps__conf_key *k, hps__conf_base_t base)
 {
     void *f = FIELD(k, base);
 
-    if (k->type == HPS__T_STR) {
+    if (k->type == HPS__CONF_T_STR) {
         free(*(char **)f);
-    } else if (k->type == HPS__T_TSTRS || k->type == HPS__T_REGEXES) {
-        hps__list_free(*(char ***)f, *LENPTR(k, base));
-    } else if (hps__is_list(k->type)) {
+    } else if (k->type == HPS__CONF_T_TSTRS || k->type == HPS__CONF_T_REGEXES) {
+        hps__conf_list_free(*(char ***)f, *LENPTR(k, base));
+    } else if (hps__conf_is_list(k->type)) {
         free(*(void **)f);
     }
 }
 
 /* ---- Defaults ---------------------------------------------------------------- */
 
-char *hps__value_default(const struct hps__key *k, size_t ntables, bool *ret_oom)
+char *hps__conf_value_default(const struct hps__conf_key *k, size_t ntables, bool *ret_oom)
 {
-    struct hps__buf b = {0};
+    struct hps__conf_buf b = {0};
     const char *t = k->dflt ? strstr(k->dflt, "{t}") : NULL;
 
     *ret_oom = false;
     if (!k->dflt)
         return NULL;
-    hps__buf_add(&b, "", 0);
-    if (!hps__is_tlist(k->type))
-        hps__buf_puts(&b, k->dflt);
-    for (size_t i = 0; hps__is_tlist(k->type) && i < ntables; i++) {
-        hps__buf_puts(&b, i ? ", " : "");
+    hps__conf_buf_add(&b, "", 0);
+    if (!hps__conf_is_tlist(k->type))
+        hps__conf_buf_puts(&b, k->dflt);
+    for (size_t i = 0; hps__conf_is_tlist(k->type) && i < ntables; i++) {
+        hps__conf_buf_puts(&b, i ? ", " : "");
         if (!t) {
-            hps__buf_puts(&b, k->dflt);
+            hps__conf_buf_puts(&b, k->dflt);
             continue;
         }
-        hps__buf_add(&b, k->dflt, (size_t)(t - k->dflt));
-        hps__buf_printf(&b, "%zu%s", i, t + 3);
+        hps__conf_buf_add(&b, k->dflt, (size_t)(t - k->dflt));
+        hps__conf_buf_printf(&b, "%zu%s", i, t + 3);
     }
     if (b.oom) {
-        hps__buf_fini(&b);
+        hps__conf_buf_fini(&b);
         *ret_oom = true;
         return NULL;
     }

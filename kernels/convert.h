@@ -33,8 +33,8 @@ extern "C" {
  * @param stream      enqueued on it; nothing waits on the host.
  * @return 0, HPS_EINVAL (another dtype, a NULL pointer) or HPS_EIO.
  */
-hps_err_t hps__convert_f32(const float *d_src, void *d_dst, size_t n, hps_dtype_t dtype,
-                           cudaStream_t stream);
+hps_err_t hps__gcache_convert_f32(const float *d_src, void *d_dst, size_t n, hps_dtype_t dtype,
+                                  cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@ __global__ void k_dump(hps_table_ref_t t, uint64_t first, uint64_t last, int64_t
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t s = first + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < last;
          s += stride) {
-        int64_t k = __ldcg(&hps__key(t, s));
+        int64_t k = __ldcg(&hps__gcache_key(t, s));
         if (k != HPS_GCACHE_EMPTY_KEY)
             out[atomicAdd(count, 1u)] = k; /* why: compaction across blocks */
     }

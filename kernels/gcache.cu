@@ -17,8 +17,8 @@ __global__ void k_init(hps_table_ref_t t)
     uint64_t slots = t.num_sets * HPS_GCACHE_WAYS;
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += stride) {
-        hps__key(t, s) = HPS_GCACHE_EMPTY_KEY;
-        hps__stamp(t, s) = 0;
+        hps__gcache_key(t, s) = HPS_GCACHE_EMPTY_KEY;
+        hps__gcache_stamp(t, s) = 0;
     }
 }
 
@@ -26,8 +26,8 @@ __global__ void k_occupancy(hps_table_ref_t t, uint64_t lo, uint64_t hi, unsigne
 {
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x, mine = 0;
     for (uint64_t s = lo + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < hi; s += stride)
-        mine += __ldcg(&hps__key(t, s)) != HPS_GCACHE_EMPTY_KEY;
-    hps__block_add((uint64_t *)count, mine);
+        mine += __ldcg(&hps__gcache_key(t, s)) != HPS_GCACHE_EMPTY_KEY;
+    hps__gcache_block_add((uint64_t *)count, mine);
 }
 
 static unsigned gc_blocks(const hps_table_ref_t *t)
@@ -50,11 +50,11 @@ extern "C" hps_err_t hps_k_occupancy(const hps_table_ref_t *ref, uint64_t lo, ui
     return 0;
 }
 
-/* Point t's arrays into base (hps__gc_offsets); returns the bytes needed. */
+/* Point t's arrays into base (hps__gcache_gc_offsets); returns the bytes needed. */
 static uint64_t gc_layout(hps_table_ref_t *t, char *base)
 {
     uint64_t off[6];
-    hps__gc_offsets(t->num_sets, t->rwords, off);
+    hps__gcache_gc_offsets(t->num_sets, t->rwords, off);
     if (base) {
         t->rec = (uint64_t *)(base + off[0]);
         t->tags = (uint8_t *)(base + off[1]);
@@ -101,7 +101,7 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
     c->ref.num_sets = sets;
     c->ref.dim = dim;
     c->ref.dtype = dtype;
-    c->ref.rwords = hps__gc_row_words(dtype, dim);
+    c->ref.rwords = hps__gcache_gc_row_words(dtype, dim);
     c->ref.policy = policy;
     c->ref.lru_window = ~(uint64_t)(HPS_GCACHE_LRU_RESOLUTION - 1);
     c->bytes = gc_layout(&c->ref, NULL);
@@ -126,7 +126,7 @@ static hps_err_t gc_new(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
         e = cudaMalloc((void **)&c->d_occ, sizeof(*c->d_occ));
     if (e != cudaSuccess) {
         gc_handle_free(c);
-        return hps__cuda_err(e);
+        return hps__gcache_cuda_err(e);
     }
     *ret_cache = c;
     return 0;
@@ -138,7 +138,7 @@ static hps_err_t gc_init(hps_gcache_t *c)
     gc_layout(&c->ref, c->base);
     HPS_CUDA_TRY(cudaMemset(c->base, 0, c->bytes));
     hps_err_t err = hps_k_init(&c->ref, 0);
-    return err ? err : hps__cuda_err(cudaDeviceSynchronize());
+    return err ? err : hps__gcache_cuda_err(cudaDeviceSynchronize());
 }
 
 extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps_dtype_t dtype,
@@ -149,7 +149,7 @@ extern "C" hps_err_t hps_gcache_create(uint64_t capacity_rows, uint32_t dim, hps
     hps_err_t err = gc_new(capacity_rows, dim, dtype, policy, device, &c);
     if (err)
         return err;
-    err = hps__cuda_err(cudaMalloc((void **)&c->base, c->bytes));
+    err = hps__gcache_cuda_err(cudaMalloc((void **)&c->base, c->bytes));
     if (!err)
         err = gc_init(c);
     if (err) {
@@ -176,7 +176,7 @@ static hps_err_t gc_create_vmm(uint64_t capacity_rows, uint32_t dim, hps_dtype_t
         c->num_shards = shards->num_devices;
         memcpy(c->shard_dev, shards->devices, shards->num_devices * sizeof(int));
     }
-    err = hps__vmm_create(c, fds);
+    err = hps__gcache_vmm_create(c, fds);
     if (!err)
         err = gc_init(c);
     if (err) {
@@ -205,7 +205,7 @@ static hps_err_t gc_import_vmm(const int *fds, uint32_t num_fds, uint64_t capaci
         c->num_shards = shards->num_devices;
         memcpy(c->shard_dev, shards->devices, shards->num_devices * sizeof(int));
     }
-    err = hps__vmm_import(c, fds, num_fds);
+    err = hps__gcache_vmm_import(c, fds, num_fds);
     if (err) {
         gc_handle_free(c);
         return err;
@@ -292,15 +292,15 @@ extern "C" hps_err_t hps_gcache_shard_stats(hps_gcache_t *c, uint32_t shard, int
     unsigned long long occ = 0;
     cudaStream_t st = c->stats_stream;
     pthread_mutex_lock(&c->stats_mu);
-    hps_err_t err = hps__cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
+    hps_err_t err = hps__gcache_cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
     if (!err)
         err = hps_k_occupancy(&c->ref, c->shard_set[shard] * HPS_GCACHE_WAYS,
                               c->shard_set[shard + 1] * HPS_GCACHE_WAYS, c->d_occ, st);
     if (!err)
-        err =
-            hps__cuda_err(cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
+        err = hps__gcache_cuda_err(
+            cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
     if (!err)
-        err = hps__cuda_err(cudaStreamSynchronize(st));
+        err = hps__gcache_cuda_err(cudaStreamSynchronize(st));
     pthread_mutex_unlock(&c->stats_mu);
     if (err)
         return err;
@@ -316,14 +316,14 @@ extern "C" uint64_t hps_gcache_rows_within(uint64_t max_bytes, uint32_t dim, hps
     if (dim == 0 || dim > HPS_GCACHE_MAX_DIM || !dtype_ok(dtype) || num_devices == 0 ||
         num_devices > HPS_GCACHE_MAX_SHARDS)
         return 0;
-    uint64_t g = hps__vmm_granularity(0);
-    uint32_t rw = hps__gc_row_words(dtype, dim);
+    uint64_t g = hps__gcache_vmm_granularity(0);
+    uint32_t rw = hps__gcache_gc_row_words(dtype, dim);
     uint64_t lo = 0, hi = max_bytes / ((4ull * rw + 17) * HPS_GCACHE_WAYS) * num_devices + 1;
     if (hi > UINT32_MAX / HPS_GCACHE_WAYS - 1) /* slots are 32-bit (gc_new) */
         hi = UINT32_MAX / HPS_GCACHE_WAYS - 1;
     while (lo < hi) { /* the most sets whose largest shard fits */
         uint64_t mid = (lo + hi + 1) / 2;
-        if (hps__vmm_max_shard_bytes(mid, rw, num_devices, g) <= max_bytes)
+        if (hps__gcache_vmm_max_shard_bytes(mid, rw, num_devices, g) <= max_bytes)
             lo = mid;
         else
             hi = mid - 1;
@@ -343,7 +343,7 @@ extern "C" void hps_gcache_destroy(hps_gcache_t *c)
     if (cudaSetDevice(c->device) == cudaSuccess)
         cudaDeviceSynchronize();
     if (c->shared)
-        hps__vmm_release(c);
+        hps__gcache_vmm_release(c);
     else
         cudaFree(c->base);
     gc_handle_free(c);
@@ -429,7 +429,7 @@ extern "C" hps_err_t hps_gcache_ws_create(hps_gcache_t *c, uint64_t max_keys,
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
-        hps_err_t err = hps__cuda_err(e);
+        hps_err_t err = hps__gcache_cuda_err(e);
         hps_gcache_ws_destroy(ws);
         return err;
     }
@@ -570,17 +570,17 @@ extern "C" hps_err_t hps_gcache_stats(hps_gcache_t *c, hps_gcache_stats_t *ret)
     uint64_t ctr[HPS_GC_NCTR];
     cudaStream_t st = c->stats_stream;
     pthread_mutex_lock(&c->stats_mu);
-    hps_err_t err = hps__cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
+    hps_err_t err = hps__gcache_cuda_err(cudaMemsetAsync(c->d_occ, 0, sizeof(occ), st));
     if (!err)
         err = hps_k_occupancy(&c->ref, 0, c->ref.num_sets * HPS_GCACHE_WAYS, c->d_occ, st);
     if (!err)
-        err =
-            hps__cuda_err(cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
+        err = hps__gcache_cuda_err(
+            cudaMemcpyAsync(&occ, c->d_occ, sizeof(occ), cudaMemcpyDeviceToHost, st));
     if (!err)
-        err = hps__cuda_err(
+        err = hps__gcache_cuda_err(
             cudaMemcpyAsync(ctr, c->ref.ctr, sizeof(ctr), cudaMemcpyDeviceToHost, st));
     if (!err)
-        err = hps__cuda_err(cudaStreamSynchronize(st));
+        err = hps__gcache_cuda_err(cudaStreamSynchronize(st));
     pthread_mutex_unlock(&c->stats_mu);
     if (err)
         return err;

@@ -15,7 +15,7 @@
 #include "hps/gcache.h"
 
 /* Clear and map a CUDA error: out-of-memory to -ENOMEM, anything else HPS_EIO. */
-static inline hps_err_t hps__cuda_err(cudaError_t e)
+static inline hps_err_t hps__gcache_cuda_err(cudaError_t e)
 {
     if (e == cudaSuccess)
         return 0;
@@ -26,9 +26,9 @@ static inline hps_err_t hps__cuda_err(cudaError_t e)
 /* Evaluate a CUDA call; on failure clear the error and return its hps_err_t. */
 #define HPS_CUDA_TRY(call)                                                                         \
     do {                                                                                           \
-        cudaError_t hps__e = (call);                                                               \
-        if (hps__e != cudaSuccess)                                                                 \
-            return hps__cuda_err(hps__e);                                                          \
+        cudaError_t hps__gcache_e = (call);                                                        \
+        if (hps__gcache_e != cudaSuccess)                                                          \
+            return hps__gcache_cuda_err(hps__gcache_e);                                            \
     } while (0)
 
 /* Device counters of one cache (uint64 words, atomically added). */
@@ -39,8 +39,8 @@ enum {
     HPS_GC_EVICTIONS,
     HPS_GC_UPDATES,
     HPS_GC_LOCK_TIMEOUTS, /* writes skipped: a set stayed locked (a killed writer) */
-    HPS_GC_WR_BEGUN,      /* writer blocks started (hps__writer_begin) */
-    HPS_GC_WR_ENDED,      /* writer blocks finished (hps__writer_end) */
+    HPS_GC_WR_BEGUN,      /* writer blocks started (hps__gcache_writer_begin) */
+    HPS_GC_WR_ENDED,      /* writer blocks finished (hps__gcache_writer_end) */
     HPS_GC_NCTR
 };
 
@@ -67,17 +67,17 @@ enum {
 
 /* What a kernel needs of a cache: passed by value. */
 typedef struct hps_table_ref {
-    uint64_t *rec;   /* [num_sets * 32][2]: each slot's key and LRU/LFU stamp side by side,
-                      * so the sector of the key check also brings the stamp (hps__key) */
-    uint8_t *tags;   /* [num_sets * 32] key fingerprints (hps__tag), 0 = free */
-    float *vals;     /* [num_sets * 32][rwords]: each slot's stored row (hps__gc_row_words) */
-    uint32_t *ver;   /* [num_sets] seqlock words */
+    uint64_t *rec; /* [num_sets * 32][2]: each slot's key and LRU/LFU stamp side by side,
+                    * so the sector of the key check also brings the stamp (hps__gcache_key) */
+    uint8_t *tags; /* [num_sets * 32] key fingerprints (hps__gcache_tag), 0 = free */
+    float *vals;   /* [num_sets * 32][rwords]: each slot's stored row (hps__gcache_gc_row_words) */
+    uint32_t *ver; /* [num_sets] seqlock words */
     uint64_t *clock; /* LRU clock, bumped once per lookup */
     uint64_t *ctr;   /* [HPS_GC_NCTR] */
     uint64_t num_sets;
     uint32_t dim;    /* elements per output row (a lookup's d_out stride); the stored
                       * lookup sets it to rwords (its output is the stored rows) */
-    uint32_t rwords; /* 4-byte words per slot row (hps__gc_row_words of dtype, dim) */
+    uint32_t rwords; /* 4-byte words per slot row (hps__gcache_gc_row_words of dtype, dim) */
     int dtype;       /* hps_dtype_t of the slot rows; the stored lookup launches as fp32 */
     int policy;
     uint64_t lru_window; /* LRU: ~(resolution - 1); a hit restamps a slot whose stamp
@@ -108,7 +108,7 @@ struct hps_gcache {
     char *base;     /* the one allocation holding every array of ref */
     uint64_t bytes; /* its size (rounded to the VMM granularity when shared) */
     int shared;     /* 1: CUDA VMM allocation (create_shared / import), 0: cudaMalloc */
-    /* VMM pieces when shared (hps__vmm_plan): part p spans [part_off[p],
+    /* VMM pieces when shared (hps__gcache_vmm_plan): part p spans [part_off[p],
      * part_off[p + 1]) of base, backed by device shard_dev[part_shard[p]]
      * through part_handle[p] (CUmemGenericAllocationHandle; 0 = not mapped).
      * One part on `device` unless sharded. */
@@ -147,17 +147,17 @@ struct hps_gcache_ws {
 #ifdef __CUDACC__
 
 /* The key and the stamp of a slot (set * 32 + way). */
-__device__ __forceinline__ int64_t &hps__key(const hps_table_ref_t &t, uint64_t slot)
+__device__ __forceinline__ int64_t &hps__gcache_key(const hps_table_ref_t &t, uint64_t slot)
 {
     return *(int64_t *)&t.rec[2 * slot];
 }
 
-__device__ __forceinline__ uint64_t &hps__stamp(const hps_table_ref_t &t, uint64_t slot)
+__device__ __forceinline__ uint64_t &hps__gcache_stamp(const hps_table_ref_t &t, uint64_t slot)
 {
     return t.rec[2 * slot + 1];
 }
 
-__device__ __forceinline__ uint64_t hps__mix64(uint64_t x)
+__device__ __forceinline__ uint64_t hps__gcache_mix64(uint64_t x)
 {
     /* splitmix64 finalizer: every key bit reaches every output bit. */
     x ^= x >> 30;
@@ -168,15 +168,15 @@ __device__ __forceinline__ uint64_t hps__mix64(uint64_t x)
     return x;
 }
 
-__device__ __forceinline__ uint64_t hps__set_of(const hps_table_ref_t &t, int64_t key)
+__device__ __forceinline__ uint64_t hps__gcache_set_of(const hps_table_ref_t &t, int64_t key)
 {
     /* Lemire's multiply-shift range reduction: no 64-bit division. */
-    return __umul64hi(hps__mix64((uint64_t)key), t.num_sets);
+    return __umul64hi(hps__gcache_mix64((uint64_t)key), t.num_sets);
 }
 
 /* Acquire-release fence at GPU scope: orders the loads of a seqlock read
  * against the version re-read, and a writer's stores against its release. */
-__device__ __forceinline__ void hps__fence(void)
+__device__ __forceinline__ void hps__gcache_fence(void)
 {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
@@ -184,19 +184,19 @@ __device__ __forceinline__ void hps__fence(void)
 /* An opaque zero: v & zero where zero is a kernel argument that is always 0.
  * Adding it to an address makes the load wait for v (an address
  * dependency), which orders it after the load of v at no other cost. */
-__device__ __forceinline__ uint64_t hps__dep(uint32_t v, uint32_t zero)
+__device__ __forceinline__ uint64_t hps__gcache_dep(uint32_t v, uint32_t zero)
 {
     return (uint64_t)(v & zero);
 }
 
 /* Relaxed load that bypasses L1: another SM may have written the word. */
-__device__ __forceinline__ uint32_t hps__ld_ver(const uint32_t *p)
+__device__ __forceinline__ uint32_t hps__gcache_ld_ver(const uint32_t *p)
 {
     return *(const volatile uint32_t *)p;
 }
 
 /* Relaxed 64-bit load that bypasses L1 (the writer epoch counters). */
-__device__ __forceinline__ uint64_t hps__ld_u64(const uint64_t *p)
+__device__ __forceinline__ uint64_t hps__gcache_ld_u64(const uint64_t *p)
 {
     return *(const volatile uint64_t *)p;
 }
@@ -214,22 +214,23 @@ __device__ __forceinline__ uint64_t hps__ld_u64(const uint64_t *p)
  * always validate per set, which is correct, only slower.
  * Both functions must be called by every thread of the block.
  */
-__device__ __forceinline__ void hps__writer_begin(const hps_table_ref_t &t)
+__device__ __forceinline__ void hps__gcache_writer_begin(const hps_table_ref_t &t)
 {
     if (threadIdx.x == 0) {
         atomicAdd((unsigned long long *)&t.ctr[HPS_GC_WR_BEGUN], 1ull);
-        hps__fence(); /* why: the count is visible before any write of the block */
+        hps__gcache_fence(); /* why: the count is visible before any write of the block */
     }
     __syncthreads();
-    hps__fence(); /* why: each thread's writes follow the count (cumulativity made explicit) */
+    hps__gcache_fence(); /* why: each thread's writes follow the count (cumulativity made explicit)
+                          */
 }
 
-__device__ __forceinline__ void hps__writer_end(const hps_table_ref_t &t)
+__device__ __forceinline__ void hps__gcache_writer_end(const hps_table_ref_t &t)
 {
-    hps__fence(); /* why: this thread's writes precede the count */
+    hps__gcache_fence(); /* why: this thread's writes precede the count */
     __syncthreads();
     if (threadIdx.x == 0) {
-        hps__fence();
+        hps__gcache_fence();
         atomicAdd((unsigned long long *)&t.ctr[HPS_GC_WR_ENDED], 1ull);
     }
 }
@@ -240,14 +241,14 @@ __device__ __forceinline__ void hps__writer_end(const hps_table_ref_t &t)
  * returns once the kernels this one depends on have completed and their
  * memory is visible; a kernel launched without the attribute returns at
  * once. */
-__device__ __forceinline__ void hps__pdl_trigger(void)
+__device__ __forceinline__ void hps__gcache_pdl_trigger(void)
 {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
-__device__ __forceinline__ void hps__pdl_wait(void)
+__device__ __forceinline__ void hps__gcache_pdl_wait(void)
 {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -256,10 +257,10 @@ __device__ __forceinline__ void hps__pdl_wait(void)
 
 /* Wait until the set's version is even (unlocked); false after
  * HPS_GC_READ_SPINS tries (a stuck lock: the caller answers miss). */
-__device__ __forceinline__ bool hps__wait_even(const uint32_t *p, uint32_t *ret_v)
+__device__ __forceinline__ bool hps__gcache_wait_even(const uint32_t *p, uint32_t *ret_v)
 {
     uint32_t v;
-    for (uint32_t i = 0; ((v = hps__ld_ver(p)) & 1u); i++) {
+    for (uint32_t i = 0; ((v = hps__gcache_ld_ver(p)) & 1u); i++) {
         if (i == HPS_GC_READ_SPINS)
             return false;
         __nanosleep(32);
@@ -271,7 +272,7 @@ __device__ __forceinline__ bool hps__wait_even(const uint32_t *p, uint32_t *ret_
 /* An L2 evict-first policy (createpolicy) and a 16-byte load that carries
  * it; .cg: not cached in L1 (other SMs write these lines).  sm_80 and
  * later; older GPUs take a plain ld.global.cg. */
-__device__ __forceinline__ uint64_t hps__pol_evict_first(void)
+__device__ __forceinline__ uint64_t hps__gcache_pol_evict_first(void)
 {
     uint64_t p = 0;
 #if __CUDA_ARCH__ >= 800
@@ -280,7 +281,7 @@ __device__ __forceinline__ uint64_t hps__pol_evict_first(void)
     return p;
 }
 
-__device__ __forceinline__ float4 hps__ld_f4_pol(const float4 *a, uint64_t pol)
+__device__ __forceinline__ float4 hps__gcache_ld_f4_pol(const float4 *a, uint64_t pol)
 {
 #if __CUDA_ARCH__ >= 800
     float4 r;
@@ -304,7 +305,7 @@ __device__ __forceinline__ float4 hps__ld_f4_pol(const float4 *a, uint64_t pol)
  * 4,575, 1M 4,732-4,734 against 4,759.  Stamps also stored evict-last: the
  * same (16K 2,131 against 2,134); tags also loaded evict-last: 256K 4,408,
  * 1M 4,604-4,606. */
-__device__ __forceinline__ ulonglong2 hps__ld_rec(const uint64_t *rec)
+__device__ __forceinline__ ulonglong2 hps__gcache_ld_rec(const uint64_t *rec)
 {
 #if __CUDA_ARCH__ >= 800
     uint64_t pol;
@@ -321,17 +322,17 @@ __device__ __forceinline__ ulonglong2 hps__ld_rec(const uint64_t *rec)
 
 /* One-byte fingerprint of a key (never 0, which marks a free way); bits of
  * the hash that the set index does not use. */
-__device__ __forceinline__ uint8_t hps__tag(int64_t key)
+__device__ __forceinline__ uint8_t hps__gcache_tag(int64_t key)
 {
-    uint32_t x = (uint32_t)(hps__mix64((uint64_t)key) >> 8) & 0xffu;
+    uint32_t x = (uint32_t)(hps__gcache_mix64((uint64_t)key) >> 8) & 0xffu;
     return x ? (uint8_t)x : (uint8_t)1;
 }
 
 /* The ways among the 32 tag bytes a, b (ways 0-15, 16-31) whose tag is
  * key's: bit w set for way w. */
-__device__ __forceinline__ uint32_t hps__tag_mask(int64_t key, uint4 a, uint4 b)
+__device__ __forceinline__ uint32_t hps__gcache_tag_mask(int64_t key, uint4 a, uint4 b)
 {
-    uint32_t rep = hps__tag(key) * 0x01010101u;
+    uint32_t rep = hps__gcache_tag(key) * 0x01010101u;
     uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     uint32_t mask = 0;
 #pragma unroll
@@ -345,13 +346,14 @@ __device__ __forceinline__ uint32_t hps__tag_mask(int64_t key, uint4 a, uint4 b)
 /* The way among the candidate ways of mask whose key is key (each slot's
  * 16-byte record loaded address-dependent on dep), or -1; *seen receives
  * the matching slot's stamp, which arrives in the same record. */
-__device__ __forceinline__ int hps__match_rec(const hps_table_ref_t &t, uint64_t set, int64_t key,
-                                              uint32_t mask, uint64_t dep, uint64_t *seen)
+__device__ __forceinline__ int hps__gcache_match_rec(const hps_table_ref_t &t, uint64_t set,
+                                                     int64_t key, uint32_t mask, uint64_t dep,
+                                                     uint64_t *seen)
 {
     while (mask) {
         int way = __ffs(mask) - 1;
         mask &= mask - 1;
-        ulonglong2 rec = hps__ld_rec(&t.rec[2 * (set * HPS_GCACHE_WAYS + way + dep)]);
+        ulonglong2 rec = hps__gcache_ld_rec(&t.rec[2 * (set * HPS_GCACHE_WAYS + way + dep)]);
         if ((int64_t)rec.x == key) {
             *seen = rec.y;
             return way;
@@ -360,31 +362,32 @@ __device__ __forceinline__ int hps__match_rec(const hps_table_ref_t &t, uint64_t
     return -1;
 }
 
-/* hps__match_rec without the stamp. */
-__device__ __forceinline__ int hps__match_mask(const hps_table_ref_t &t, uint64_t set, int64_t key,
-                                               uint32_t mask, uint64_t dep)
+/* hps__gcache_match_rec without the stamp. */
+__device__ __forceinline__ int hps__gcache_match_mask(const hps_table_ref_t &t, uint64_t set,
+                                                      int64_t key, uint32_t mask, uint64_t dep)
 {
     uint64_t seen;
-    return hps__match_rec(t, set, key, mask, dep, &seen);
+    return hps__gcache_match_rec(t, set, key, mask, dep, &seen);
 }
 
 /* Single-thread probe of one set through its 32 tag bytes (two 16-byte
  * loads, address-dependent on dep), then the key of each way whose tag
  * matches (one on average, 1 + 31/255 with false positives).  Moves about
  * 64 bytes instead of the slab's 256.  Returns the way or -1. */
-__device__ __forceinline__ int hps__probe_tagged(const hps_table_ref_t &t, uint64_t set,
-                                                 int64_t key, uint64_t dep)
+__device__ __forceinline__ int hps__gcache_probe_tagged(const hps_table_ref_t &t, uint64_t set,
+                                                        int64_t key, uint64_t dep)
 {
     const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS + dep);
-    return hps__match_mask(t, set, key, hps__tag_mask(key, __ldcg(tp), __ldcg(tp + 1)), dep);
+    return hps__gcache_match_mask(t, set, key,
+                                  hps__gcache_tag_mask(key, __ldcg(tp), __ldcg(tp + 1)), dep);
 }
 
 /* Warp-cooperative probe of one set: returns the way holding key, or -1.
  * All 32 lanes must call it with the same key and set. */
-__device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set, int64_t key,
-                                          int lane)
+__device__ __forceinline__ int hps__gcache_probe(const hps_table_ref_t &t, uint64_t set,
+                                                 int64_t key, int lane)
 {
-    int64_t k = __ldcg(&hps__key(t, set * HPS_GCACHE_WAYS + lane));
+    int64_t k = __ldcg(&hps__gcache_key(t, set * HPS_GCACHE_WAYS + lane));
     unsigned m = __ballot_sync(0xffffffffu, k == key);
     return m ? __ffs(m) - 1 : -1;
 }
@@ -393,21 +396,23 @@ __device__ __forceinline__ int hps__probe(const hps_table_ref_t &t, uint64_t set
  * LFU).  LRU: store the clock unless the stamp is already in now's window
  * (exact resolution: unless it is now; hot rows are then read, not
  * rewritten); LFU: count one use. */
-__device__ __forceinline__ void hps__touch_seen(const hps_table_ref_t &t, uint64_t slot,
-                                                uint64_t now, uint64_t seen)
+__device__ __forceinline__ void hps__gcache_touch_seen(const hps_table_ref_t &t, uint64_t slot,
+                                                       uint64_t now, uint64_t seen)
 {
     if (t.policy == HPS_GCACHE_LFU) {
         /* why atomic: concurrent readers count */
-        atomicAdd((unsigned long long *)&hps__stamp(t, slot), 1ull);
+        atomicAdd((unsigned long long *)&hps__gcache_stamp(t, slot), 1ull);
     } else if (seen < (now & t.lru_window)) {
-        hps__stamp(t, slot) = now; /* racing readers store equal-or-close clocks: benign */
+        hps__gcache_stamp(t, slot) = now; /* racing readers store equal-or-close clocks: benign */
     }
 }
 
-/* Mark slot as used now (hps__touch_seen, the stamp loaded here). */
-__device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t slot, uint64_t now)
+/* Mark slot as used now (hps__gcache_touch_seen, the stamp loaded here). */
+__device__ __forceinline__ void hps__gcache_touch(const hps_table_ref_t &t, uint64_t slot,
+                                                  uint64_t now)
 {
-    hps__touch_seen(t, slot, now, t.policy == HPS_GCACHE_LFU ? 0 : __ldcg(&hps__stamp(t, slot)));
+    hps__gcache_touch_seen(t, slot, now,
+                           t.policy == HPS_GCACHE_LFU ? 0 : __ldcg(&hps__gcache_stamp(t, slot)));
 }
 
 /*
@@ -415,20 +420,20 @@ __device__ __forceinline__ void hps__touch(const hps_table_ref_t &t, uint64_t sl
  * (include/hps/dtype.h's layouts) as fp32.  chunk(row, c): output elements
  * 4c .. 4c + 3 as a float4, for dim % 4 == 0 (the vectorized kernels; the
  * row is 16-byte aligned for fp32, 8 for fp16/bf16, 4 for int8, by the
- * slot stride of hps__gc_row_words); one(row, j): element j, any dim.
+ * slot stride of hps__gcache_gc_row_words); one(row, j): element j, any dim.
  * Decoding is exact for fp16 and bf16 (widening), and for int8 is the one
  * fp32 multiply q * scale of hps_dtype_decode (__fmul_rn: never contracted),
  * so a row decodes here to the same bits as on the host.  pol: an L2
- * policy for the row's loads (hps__pol_evict_first), or 0 for a plain .cg
+ * policy for the row's loads (hps__gcache_pol_evict_first), or 0 for a plain .cg
  * load.
  */
-template <int DT> struct hps__codec;
+template <int DT> struct hps__gcache_codec;
 
-template <> struct hps__codec<HPS_DTYPE_FP32> {
+template <> struct hps__gcache_codec<HPS_DTYPE_FP32> {
     static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
     {
         const float4 *a = (const float4 *)row + c;
-        return pol ? hps__ld_f4_pol(a, pol) : __ldcg(a);
+        return pol ? hps__gcache_ld_f4_pol(a, pol) : __ldcg(a);
     }
     static __device__ __forceinline__ float one(const float *row, uint32_t j)
     {
@@ -441,7 +446,7 @@ template <> struct hps__codec<HPS_DTYPE_FP32> {
  * cross unchanged (cvt.f32.f16 may canonicalize a NaN).  A subnormal
  * becomes the int conversion of its mantissa with 24 taken off the
  * exponent: exact, as em < 2^10. */
-__device__ __forceinline__ float hps__h2f(uint32_t h)
+__device__ __forceinline__ float hps__gcache_h2f(uint32_t h)
 {
     uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
     uint32_t r = em >= 0x7c00u  ? (em << 13) | 0x7f800000u
@@ -451,7 +456,7 @@ __device__ __forceinline__ float hps__h2f(uint32_t h)
     return __uint_as_float(sign | r);
 }
 
-__device__ __forceinline__ uint2 hps__ld_u2(const uint2 *a, uint64_t pol)
+__device__ __forceinline__ uint2 hps__gcache_ld_u2(const uint2 *a, uint64_t pol)
 {
 #if __CUDA_ARCH__ >= 800
     if (pol) {
@@ -466,7 +471,7 @@ __device__ __forceinline__ uint2 hps__ld_u2(const uint2 *a, uint64_t pol)
     return __ldcg(a);
 }
 
-__device__ __forceinline__ uint32_t hps__ld_u1(const uint32_t *a, uint64_t pol)
+__device__ __forceinline__ uint32_t hps__gcache_ld_u1(const uint32_t *a, uint64_t pol)
 {
 #if __CUDA_ARCH__ >= 800
     if (pol) {
@@ -479,23 +484,23 @@ __device__ __forceinline__ uint32_t hps__ld_u1(const uint32_t *a, uint64_t pol)
     return __ldcg(a);
 }
 
-template <> struct hps__codec<HPS_DTYPE_FP16> {
+template <> struct hps__gcache_codec<HPS_DTYPE_FP16> {
     static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
     {
-        uint2 u = hps__ld_u2((const uint2 *)row + c, pol);
-        return make_float4(hps__h2f(u.x & 0xffffu), hps__h2f(u.x >> 16), hps__h2f(u.y & 0xffffu),
-                           hps__h2f(u.y >> 16));
+        uint2 u = hps__gcache_ld_u2((const uint2 *)row + c, pol);
+        return make_float4(hps__gcache_h2f(u.x & 0xffffu), hps__gcache_h2f(u.x >> 16),
+                           hps__gcache_h2f(u.y & 0xffffu), hps__gcache_h2f(u.y >> 16));
     }
     static __device__ __forceinline__ float one(const float *row, uint32_t j)
     {
-        return hps__h2f(__ldcg((const unsigned short *)row + j));
+        return hps__gcache_h2f(__ldcg((const unsigned short *)row + j));
     }
 };
 
-template <> struct hps__codec<HPS_DTYPE_BF16> {
+template <> struct hps__gcache_codec<HPS_DTYPE_BF16> {
     static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
     {
-        uint2 u = hps__ld_u2((const uint2 *)row + c, pol);
+        uint2 u = hps__gcache_ld_u2((const uint2 *)row + c, pol);
         return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
                            __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
     }
@@ -507,11 +512,11 @@ template <> struct hps__codec<HPS_DTYPE_BF16> {
 
 /* int8: word 0 is the scale, the q bytes follow (element 4c's byte is the
  * low byte of word 1 + c: little-endian, as the host wrote it). */
-template <> struct hps__codec<HPS_DTYPE_INT8> {
+template <> struct hps__gcache_codec<HPS_DTYPE_INT8> {
     static __device__ __forceinline__ float4 chunk(const float *row, uint32_t c, uint64_t pol)
     {
         float s = __ldcg(row);
-        uint32_t w = hps__ld_u1((const uint32_t *)row + 1 + c, pol);
+        uint32_t w = hps__gcache_ld_u1((const uint32_t *)row + 1 + c, pol);
         return make_float4(__fmul_rn((float)(int8_t)(w & 0xffu), s),
                            __fmul_rn((float)(int8_t)((w >> 8) & 0xffu), s),
                            __fmul_rn((float)(int8_t)((w >> 16) & 0xffu), s),
@@ -525,21 +530,21 @@ template <> struct hps__codec<HPS_DTYPE_INT8> {
 
 /* Copy one slot row to dim fp32 outputs with the lanes of a warp. */
 template <int DT>
-__device__ __forceinline__ void hps__copy_row(float *dst, const float *src, uint32_t dim, int lane,
-                                              bool vec4)
+__device__ __forceinline__ void hps__gcache_copy_row(float *dst, const float *src, uint32_t dim,
+                                                     int lane, bool vec4)
 {
     if (vec4) {
         float4 *d = (float4 *)dst;
         for (uint32_t c = lane; c < dim / 4; c += 32)
-            d[c] = hps__codec<DT>::chunk(src, c, 0);
+            d[c] = hps__gcache_codec<DT>::chunk(src, c, 0);
     } else {
         for (uint32_t c = lane; c < dim; c += 32)
-            dst[c] = hps__codec<DT>::one(src, c);
+            dst[c] = hps__gcache_codec<DT>::one(src, c);
     }
 }
 
 /* The slot row of slot. */
-__device__ __forceinline__ const float *hps__row(const hps_table_ref_t &t, uint64_t slot)
+__device__ __forceinline__ const float *hps__gcache_row(const hps_table_ref_t &t, uint64_t slot)
 {
     return t.vals + slot * t.rwords;
 }
@@ -550,40 +555,40 @@ __device__ __forceinline__ const float *hps__row(const hps_table_ref_t &t, uint6
  * Returns the slot or -1 (then dst is untouched).
  */
 template <int DT>
-__device__ __forceinline__ int64_t hps__read_key(const hps_table_ref_t &t, int64_t key, float *dst,
-                                                 int lane, bool vec4)
+__device__ __forceinline__ int64_t hps__gcache_read_key(const hps_table_ref_t &t, int64_t key,
+                                                        float *dst, int lane, bool vec4)
 {
-    uint64_t set = hps__set_of(t, key);
+    uint64_t set = hps__gcache_set_of(t, key);
     for (;;) {
         uint32_t v1 = 0;
-        if (!__all_sync(0xffffffffu, hps__wait_even(&t.ver[set], &v1)))
-            return -1; /* why: stuck lock of a killed writer; the CPU path answers */
-        hps__fence();  /* why: the probe and row loads must not pass the version load */
-        int way = hps__probe(t, set, key, lane);
+        if (!__all_sync(0xffffffffu, hps__gcache_wait_even(&t.ver[set], &v1)))
+            return -1;       /* why: stuck lock of a killed writer; the CPU path answers */
+        hps__gcache_fence(); /* why: the probe and row loads must not pass the version load */
+        int way = hps__gcache_probe(t, set, key, lane);
         uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
         if (way >= 0)
-            hps__copy_row<DT>(dst, hps__row(t, slot), t.dim, lane, vec4);
-        hps__fence(); /* why: the re-read must see any writer that overlapped the copy */
-        uint32_t v2 = hps__ld_ver(&t.ver[set]);
+            hps__gcache_copy_row<DT>(dst, hps__gcache_row(t, slot), t.dim, lane, vec4);
+        hps__gcache_fence(); /* why: the re-read must see any writer that overlapped the copy */
+        uint32_t v2 = hps__gcache_ld_ver(&t.ver[set]);
         if (__all_sync(0xffffffffu, v1 == v2))
             return way >= 0 ? (int64_t)slot : -1;
     }
 }
 
-/* hps__read_key of the table's own storage type (chosen at run time: for
+/* hps__gcache_read_key of the table's own storage type (chosen at run time: for
  * kernels that serve tables of several types, k_lookup_tables). */
-__device__ __forceinline__ int64_t hps__read_key_any(const hps_table_ref_t &t, int64_t key,
-                                                     float *dst, int lane, bool vec4)
+__device__ __forceinline__ int64_t hps__gcache_read_key_any(const hps_table_ref_t &t, int64_t key,
+                                                            float *dst, int lane, bool vec4)
 {
     switch (t.dtype) {
     case HPS_DTYPE_FP16:
-        return hps__read_key<HPS_DTYPE_FP16>(t, key, dst, lane, vec4);
+        return hps__gcache_read_key<HPS_DTYPE_FP16>(t, key, dst, lane, vec4);
     case HPS_DTYPE_BF16:
-        return hps__read_key<HPS_DTYPE_BF16>(t, key, dst, lane, vec4);
+        return hps__gcache_read_key<HPS_DTYPE_BF16>(t, key, dst, lane, vec4);
     case HPS_DTYPE_INT8:
-        return hps__read_key<HPS_DTYPE_INT8>(t, key, dst, lane, vec4);
+        return hps__gcache_read_key<HPS_DTYPE_INT8>(t, key, dst, lane, vec4);
     default:
-        return hps__read_key<HPS_DTYPE_FP32>(t, key, dst, lane, vec4);
+        return hps__gcache_read_key<HPS_DTYPE_FP32>(t, key, dst, lane, vec4);
     }
 }
 
@@ -592,7 +597,7 @@ __device__ __forceinline__ int64_t hps__read_key_any(const hps_table_ref_t &t, i
  * 64-bit ones are compare-and-swap loops that serialize a whole block).
  * Every thread of the block must call it (it synchronizes the block);
  * blockDim.x a multiple of 32. */
-__device__ __forceinline__ uint64_t hps__block_sum(uint64_t v)
+__device__ __forceinline__ uint64_t hps__gcache_block_sum(uint64_t v)
 {
     __shared__ unsigned long long part[32];
 #pragma unroll
@@ -610,9 +615,9 @@ __device__ __forceinline__ uint64_t hps__block_sum(uint64_t v)
 
 /* Block-aggregated counter add: lane values summed per block, one atomic.
  * Every thread of the block must call it (it synchronizes the block). */
-__device__ __forceinline__ void hps__block_add(uint64_t *ctr, uint64_t v)
+__device__ __forceinline__ void hps__gcache_block_add(uint64_t *ctr, uint64_t v)
 {
-    uint64_t tot = hps__block_sum(v);
+    uint64_t tot = hps__gcache_block_sum(v);
     if (threadIdx.x == 0 && tot)
         atomicAdd((unsigned long long *)ctr, (unsigned long long)tot);
 }
@@ -654,20 +659,20 @@ hps_err_t hps_k_repair(const hps_table_ref_t *ref, const uint32_t *d_snapshot,
  * out: c->bytes rounded to the granularity, the parts, c->shard_set,
  * c->base.  create writes c->num_parts descriptors to ret_fds
  * (HPS_GCACHE_MAX_PARTS); import takes the creator's, num_fds of them. */
-hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fds);
-hps_err_t hps__vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds);
-void hps__vmm_release(hps_gcache_t *c);
-/* The most device bytes one shard takes (the plan of hps__vmm_create at
+hps_err_t hps__gcache_vmm_create(hps_gcache_t *c, int *ret_fds);
+hps_err_t hps__gcache_vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds);
+void hps__gcache_vmm_release(hps_gcache_t *c);
+/* The most device bytes one shard takes (the plan of hps__gcache_vmm_create at
  * granularity g); the granularity of a device. */
-uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords, uint32_t num_shards,
-                                  uint64_t g);
-uint64_t hps__vmm_granularity(int device);
+uint64_t hps__gcache_vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords, uint32_t num_shards,
+                                         uint64_t g);
+uint64_t hps__gcache_vmm_granularity(int device);
 /* 4-byte words of one slot row: fp32 exactly dim (the layout of before
  * storage types); the compact types' stored row (hps_dtype_row_bytes)
  * rounded up to 16 bytes, so that the stored lookup copies whole rows with
  * 16-byte loads where its row count allows (int8 at dim 128: 132 -> 144
  * bytes), and the decoding loads of every type stay aligned. */
-static inline uint32_t hps__gc_row_words(int dtype, uint32_t dim)
+static inline uint32_t hps__gcache_gc_row_words(int dtype, uint32_t dim)
 {
     if (dtype == HPS_DTYPE_FP32)
         return dim;
@@ -678,7 +683,7 @@ static inline uint32_t hps__gc_row_words(int dtype, uint32_t dim)
  * allocation, in this order, each 256-byte aligned: (key, stamp) records,
  * tags, vals, ver, clock + counters.  off[i] is array i's offset, off[5] the
  * total.  Every process that maps a shared cache derives the same offsets. */
-static inline void hps__gc_offsets(uint64_t num_sets, uint32_t rwords, uint64_t off[6])
+static inline void hps__gcache_gc_offsets(uint64_t num_sets, uint32_t rwords, uint64_t off[6])
 {
     uint64_t slots = num_sets * HPS_GCACHE_WAYS;
     uint64_t sizes[5] = {slots * 2 * sizeof(uint64_t), slots, slots * rwords * sizeof(float),

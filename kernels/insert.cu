@@ -13,7 +13,7 @@
  * The row, key and stamp are written, a release fence orders them before the
  * unlock store of v + 2.  Readers that overlapped see the version change.
  * Duplicate keys in one call serialize on the set lock; the last wins.
- * Each block counts itself in the writer epoch (hps__writer_begin / end).
+ * Each block counts itself in the writer epoch (hps__gcache_writer_begin / end).
  * Rows arrive in the cache's storage type, encoded by the caller
  * (hps_dtype_encode's packed layout): the kernel copies bytes and never
  * converts, so a slot holds exactly the bytes the volatile DB holds.
@@ -31,7 +31,7 @@ __device__ static bool ins_lock(const hps_table_ref_t &t, uint64_t set, int lane
     if (lane == 0) {
         unsigned ns = 32;
         for (uint32_t i = 0; i < HPS_GC_WRITE_SPINS; i++) {
-            v = hps__ld_ver(&t.ver[set]);
+            v = hps__gcache_ld_ver(&t.ver[set]);
             /* why: even -> odd claims the set for this writer alone */
             if (!(v & 1u) && atomicCAS(&t.ver[set], v, v + 1) == v) {
                 ok = 1;
@@ -44,14 +44,14 @@ __device__ static bool ins_lock(const hps_table_ref_t &t, uint64_t set, int lane
     }
     *ret_v = __shfl_sync(0xffffffffu, v, 0);
     ok = __shfl_sync(0xffffffffu, ok, 0);
-    hps__fence(); /* why: probe and writes happen after the lock is taken */
+    hps__gcache_fence(); /* why: probe and writes happen after the lock is taken */
     return ok;
 }
 
 __device__ static void ins_unlock(const hps_table_ref_t &t, uint64_t set, uint32_t v, int lane)
 {
     __syncwarp();
-    hps__fence(); /* why: key, row and stamp are visible before the version is even again */
+    hps__gcache_fence(); /* why: key, row and stamp are visible before the version is even again */
     if (lane == 0)
         atomicExch(&t.ver[set], v + 2);
 }
@@ -103,19 +103,19 @@ __global__ void __launch_bounds__(INS_THREADS)
     uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     uint64_t now = *(volatile uint64_t *)t.clock; /* lookups stamp clock + 1 */
     uint64_t written = 0, evicted = 0, timeouts = 0;
-    hps__writer_begin(t);
+    hps__gcache_writer_begin(t);
     for (uint64_t i = warp; i < n; i += nwarps) {
         int64_t key = keys[i];
         if (key == HPS_GCACHE_EMPTY_KEY)
             continue;
-        uint64_t set = hps__set_of(t, key);
+        uint64_t set = hps__gcache_set_of(t, key);
         uint32_t v;
         if (!ins_lock(t, set, lane, &v)) {
             timeouts += lane == 0;
             continue;
         }
         uint64_t base = set * HPS_GCACHE_WAYS;
-        int64_t k = *(volatile int64_t *)&hps__key(t, base + lane);
+        int64_t k = *(volatile int64_t *)&hps__gcache_key(t, base + lane);
         unsigned m = __ballot_sync(0xffffffffu, k == key);
         int way = -1;
         bool fresh = false, evict = false;
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(INS_THREADS)
             if (e) {
                 way = __ffs(e) - 1;
             } else {
-                way = ins_victim(*(volatile uint64_t *)&hps__stamp(t, base + lane), lane);
+                way = ins_victim(*(volatile uint64_t *)&hps__gcache_stamp(t, base + lane), lane);
                 evict = true;
             }
         }
@@ -135,22 +135,22 @@ __global__ void __launch_bounds__(INS_THREADS)
             uint64_t slot = base + (uint64_t)way;
             ins_copy((char *)(t.vals + slot * t.rwords), vals + i * rb, rb, unit, lane);
             if (lane == 0) {
-                hps__key(t, slot) = key;
-                t.tags[slot] = hps__tag(key);
+                hps__gcache_key(t, slot) = key;
+                t.tags[slot] = hps__gcache_tag(key);
                 if (t.policy == HPS_GCACHE_LRU)
-                    hps__stamp(t, slot) = now;
+                    hps__gcache_stamp(t, slot) = now;
                 else if (fresh)
-                    hps__stamp(t, slot) = 1;
+                    hps__gcache_stamp(t, slot) = 1;
                 written++;
                 evicted += evict;
             }
         }
         ins_unlock(t, set, v, lane);
     }
-    hps__block_add(&t.ctr[update_only ? HPS_GC_UPDATES : HPS_GC_INSERTS], written);
-    hps__block_add(&t.ctr[HPS_GC_EVICTIONS], evicted);
-    hps__block_add(&t.ctr[HPS_GC_LOCK_TIMEOUTS], timeouts);
-    hps__writer_end(t);
+    hps__gcache_block_add(&t.ctr[update_only ? HPS_GC_UPDATES : HPS_GC_INSERTS], written);
+    hps__gcache_block_add(&t.ctr[HPS_GC_EVICTIONS], evicted);
+    hps__gcache_block_add(&t.ctr[HPS_GC_LOCK_TIMEOUTS], timeouts);
+    hps__gcache_writer_end(t);
 }
 
 extern "C" hps_err_t hps_k_insert(const hps_table_ref_t *ref, const int64_t *d_keys,

@@ -47,7 +47,7 @@
 __device__ static void lk_finish(const hps_table_ref_t &t, const hps_ws_ref_t &w, uint64_t hits,
                                  uint32_t *d_missing_count)
 {
-    uint64_t s_hits = hps__block_sum(hits);
+    uint64_t s_hits = hps__gcache_block_sum(hits);
     if (threadIdx.x != 0)
         return;
     __threadfence(); /* why: this block's miss-counter atomics precede its ticket */
@@ -81,7 +81,7 @@ template <int DT>
 __device__ __forceinline__ int64_t lk_slow_read(const hps_table_ref_t &t, int64_t key, float *dst,
                                                 int lane)
 {
-    return hps__read_key<DT>(t, key, dst, lane, true);
+    return hps__gcache_read_key<DT>(t, key, dst, lane, true);
 }
 
 /* Lane 0 records the outcome of input key i. */
@@ -108,10 +108,10 @@ __global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t 
         int64_t key = keys[i];
         int64_t slot = -1;
         if (key != HPS_GCACHE_EMPTY_KEY)
-            slot = hps__read_key<DT>(t, key, out + i * t.dim, lane, vec4);
+            slot = hps__gcache_read_key<DT>(t, key, out + i * t.dim, lane, vec4);
         if (lane == 0) {
             if (slot >= 0) {
-                hps__touch(t, (uint64_t)slot, now);
+                hps__gcache_touch(t, (uint64_t)slot, now);
                 hits++;
             }
             lk_outcome(w, i, slot >= 0, d_hit_mask, d_missing_index);
@@ -123,10 +123,10 @@ __global__ void k_lookup_fused(hps_table_ref_t t, hps_ws_ref_t w, const int64_t 
 /*
  * Fused, vectorized (dim % 4 == 0, dim <= 128, aligned output): a warp takes
  * LK_UNROLL keys per step and keeps their version loads, probes and row
- * loads in flight together.  Validation per key as in hps__read_key, which
+ * loads in flight together.  Validation per key as in hps__gcache_read_key, which
  * also serves as the slow path.  Ordering: STRICT uses fence.acq_rel between
  * the phases (the PTX memory model's formal seqlock); otherwise each later
- * load's address depends on the earlier loaded value (hps__dep), which
+ * load's address depends on the earlier loaded value (hps__gcache_dep), which
  * orders the loads without a fence waiting for this warp's earlier stores.
  * Lane u (< LK_UNROLL) owns key u's stamp and outcome.
  */
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     bool mine = (uint32_t)lane < t.dim / 4;
-    hps__pdl_trigger(); /* as in k_lookup_block */
+    hps__gcache_pdl_trigger(); /* as in k_lookup_block */
     uint64_t now = lk_start(t, n);
     uint64_t hits = 0;
     int64_t next[LK_UNROLL]; /* keys of the warp's next step, loaded one step ahead */
@@ -161,17 +161,18 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
         }
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
-            set[u] = hps__set_of(t, key[u]);
-            v1[u] = key[u] != HPS_GCACHE_EMPTY_KEY ? hps__ld_ver(&t.ver[set[u]]) : 0;
+            set[u] = hps__gcache_set_of(t, key[u]);
+            v1[u] = key[u] != HPS_GCACHE_EMPTY_KEY ? hps__gcache_ld_ver(&t.ver[set[u]]) : 0;
         }
         if (STRICT)
-            hps__fence(); /* why: probes and row loads must not pass the version loads */
+            hps__gcache_fence(); /* why: probes and row loads must not pass the version loads */
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
-            int64_t k = key[u] != HPS_GCACHE_EMPTY_KEY
-                            ? __ldcg(&hps__key(t, set[u] * HPS_GCACHE_WAYS + lane +
-                                                      (STRICT ? 0 : hps__dep(v1[u], zero))))
-                            : HPS_GCACHE_EMPTY_KEY;
+            int64_t k =
+                key[u] != HPS_GCACHE_EMPTY_KEY
+                    ? __ldcg(&hps__gcache_key(t, set[u] * HPS_GCACHE_WAYS + lane +
+                                                     (STRICT ? 0 : hps__gcache_dep(v1[u], zero))))
+                    : HPS_GCACHE_EMPTY_KEY;
             unsigned m = __ballot_sync(0xffffffffu, k == key[u] && k != HPS_GCACHE_EMPTY_KEY);
             way[u] = m ? __ffs(m) - 1 : -1;
         }
@@ -181,15 +182,17 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
         for (int u = 0; u < LK_UNROLL; u++) {
             uint64_t slot = set[u] * HPS_GCACHE_WAYS + (uint64_t)way[u];
             if (way[u] >= 0 && mine)
-                v[u] = hps__codec<DT>::chunk(hps__row(t, slot), lane, 0);
+                v[u] = hps__gcache_codec<DT>::chunk(hps__gcache_row(t, slot), lane, 0);
             if (lane == u && way[u] >= 0)
                 pre_slot = slot;
         }
         if (pre_slot != UINT64_MAX && t.policy == HPS_GCACHE_LRU)
-            pre_stamp = __ldcg(&hps__stamp(t, pre_slot));
+            pre_stamp = __ldcg(&hps__gcache_stamp(t, pre_slot));
         if (STRICT)
-            hps__fence(); /* why: the row loads must complete before the versions are re-read */
-        hps__pdl_wait();  /* why: outputs and workspace after the previous kernel on the stream */
+            hps__gcache_fence(); /* why: the row loads must complete before the versions are re-read
+                                  */
+        hps__gcache_pdl_wait();  /* why: outputs and workspace after the previous kernel on the
+                                    stream */
         int my_hit = 0;
         uint64_t my_slot = 0;
 #pragma unroll
@@ -200,7 +203,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
             int64_t slot = -1;
             if (key[u] != HPS_GCACHE_EMPTY_KEY) {
                 uint32_t d = mine && !STRICT ? __float_as_uint(v[u].x) : 0u;
-                uint32_t v2 = hps__ld_ver(&t.ver[set[u] + hps__dep(d, zero)]);
+                uint32_t v2 = hps__gcache_ld_ver(&t.ver[set[u] + hps__gcache_dep(d, zero)]);
                 bool same = __all_sync(0xffffffffu, v2 == v1[u]);
                 if ((v1[u] & 1u) || !same) { /* a writer overlapped: full seqlock read */
                     slot = lk_slow_read<DT>(t, key[u], out + i * t.dim, lane);
@@ -219,13 +222,13 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
         }
         if (my_hit) { /* lanes 0..LK_UNROLL-1: one stamp each, loaded in parallel above */
             if (my_slot == pre_slot)
-                hps__touch_seen(t, my_slot, now, pre_stamp);
+                hps__gcache_touch_seen(t, my_slot, now, pre_stamp);
             else
-                hps__touch(t, my_slot, now);
+                hps__gcache_touch(t, my_slot, now);
             hits++;
         }
     }
-    hps__pdl_wait(); /* why: warps without keys, before the workspace's ticket */
+    hps__gcache_pdl_wait(); /* why: warps without keys, before the workspace's ticket */
     lk_finish(t, w, hits, d_missing_count);
 }
 
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  *   3. a warp per position copies the row (4 or 8 positions in flight per
  *      warp);
  *   4. after a barrier: EPOCH, if no writer block ran since the chunk
- *      started (the writer epoch, hps__writer_begin), every copy was whole
+ *      started (the writer epoch, hps__gcache_writer_begin), every copy was whole
  *      and nothing is re-read; if one did and step 2 read no versions,
  *      every hit entry is marked RETRY.  Otherwise a thread per unique key
  *      re-reads the version: unchanged means every copy of that key's row
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
  * Overlap (programmatic dependent launch, sm_90+, hps_gcache_set_overlap):
  * steps 1-2 read only the keys and the cache, and write only shared memory
  * and stamps, so they may run while the previous kernel on the stream is
- * still copying; the block waits for that kernel (hps__pdl_wait) before
+ * still copying; the block waits for that kernel (hps__gcache_pdl_wait) before
  * step 3.  Every block triggers its dependents at its start, so the next
  * call's blocks fill the SMs as this call's blocks leave them.  Hence one
  * chunk per block and as many blocks as chunks (several waves above 4
@@ -309,17 +312,17 @@ template <bool EPOCH>
 __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t key, uint64_t e0,
                                              bool ver, uint64_t now, uint32_t zero)
 {
-    uint64_t set = hps__set_of(t, key);
+    uint64_t set = hps__gcache_set_of(t, key);
     uint32_t v = 0;
     const uint4 *tp = (const uint4 *)(t.tags + set * HPS_GCACHE_WAYS);
     uint4 ta = __ldcg(tp), tb = __ldcg(tp + 1);
     int way = -1;
     uint64_t seen = 0; /* the slot's stamp, from the record of the key check */
-    if (!ver || hps__wait_even(&t.ver[set + hps__dep((uint32_t)e0, zero)], &v)) {
-        uint64_t dep = hps__dep(ver ? v : (uint32_t)e0, zero);
-        way = hps__match_rec(t, set, key, hps__tag_mask(key, ta, tb), dep, &seen);
+    if (!ver || hps__gcache_wait_even(&t.ver[set + hps__gcache_dep((uint32_t)e0, zero)], &v)) {
+        uint64_t dep = hps__gcache_dep(ver ? v : (uint32_t)e0, zero);
+        way = hps__gcache_match_rec(t, set, key, hps__gcache_tag_mask(key, ta, tb), dep, &seen);
         if (way < 0) {
-            way = hps__probe_tagged(t, set, key, dep);
+            way = hps__gcache_probe_tagged(t, set, key, dep);
             seen = 0; /* rare (a stale hint): LRU stores the clock */
         }
     }
@@ -327,7 +330,7 @@ __device__ __forceinline__ uint64_t bk_probe(const hps_table_ref_t &t, int64_t k
         return HPS_RES_MISS;
     uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
     if (EPOCH) /* a slot that a writer then replaces is marked used: benign */
-        hps__touch_seen(t, slot, now, seen);
+        hps__gcache_touch_seen(t, slot, now, seen);
     return (uint64_t)v << 32 | slot;
 }
 
@@ -346,10 +349,10 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
     __shared__ unsigned sver; /* step 2 reads set versions (see bk_probe) */
     __shared__ uint64_t se0;  /* ctr[HPS_GC_WR_ENDED] at the chunk's start */
     int tid = threadIdx.x, lane = tid & 31, wib = tid >> 5;
-    uint64_t pol_first = hps__pol_evict_first();
+    uint64_t pol_first = hps__gcache_pol_evict_first();
     /* why so early: the next call's blocks start only where this call's
      * have left room on an SM, and wait (step 3) before they write */
-    hps__pdl_trigger();
+    hps__gcache_pdl_trigger();
     uint64_t now = lk_start(t, n);
     uint64_t hits = 0;
     uint32_t tmask = BK_TAB - 1; /* a table of >= 2 chunk entries: less to initialize */
@@ -369,10 +372,10 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
         uint32_t j = tid + q * NT;
         k[q] = j < cnt ? keys[base + j] : HPS_GCACHE_EMPTY_KEY;
     }
-    /* the chunk's writer epoch (hps__writer_begin), loaded with the
+    /* the chunk's writer epoch (hps__gcache_writer_begin), loaded with the
      * keys: no round of its own; begun too, to see a writer in flight */
-    uint64_t ep = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_ENDED]) : 0;
-    uint64_t bg = EPOCH && tid == 0 ? hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) : 0;
+    uint64_t ep = EPOCH && tid == 0 ? hps__gcache_ld_u64(&t.ctr[HPS_GC_WR_ENDED]) : 0;
+    uint64_t bg = EPOCH && tid == 0 ? hps__gcache_ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) : 0;
 #pragma unroll
     for (int q = 0; q < BK_CHUNK / NT; q++) {
         uint32_t j = tid + q * NT;
@@ -382,7 +385,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             spos[j] = BK_NONE;
             continue;
         }
-        uint32_t h = (uint32_t)hps__mix64((uint64_t)k[q]) & tmask;
+        uint32_t h = (uint32_t)hps__gcache_mix64((uint64_t)k[q]) & tmask;
         for (;;) {
             /* why: claims the entry for this key, or finds its claimant */
             unsigned long long prev =
@@ -406,7 +409,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
         se0 = ep;
         sver = !EPOCH || bg != ep;
         if (t.strict)
-            hps__fence(); /* why: the probes and row loads must not pass the epoch load */
+            hps__gcache_fence(); /* why: the probes and row loads must not pass the epoch load */
     }
     __syncthreads();
     uint32_t nu = ucount;
@@ -420,7 +423,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
      * above touched.  Outputs and the workspace wait for the previous
      * kernel on the stream (it may be the last call, writing the same
      * output). */
-    hps__pdl_wait();
+    hps__gcache_pdl_wait();
     /* 3. a warp per position, BU positions in flight; rows of q < 32
      * 16-byte chunks go 32 / q to a warp, side by side (a stored int8 row
      * of dim 128 is 9 chunks: 3 rows per load instead of 1; fp32 at dim
@@ -440,8 +443,8 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
             uint32_t e = act && j < cnt ? spos[j] : BK_NONE;
             sl[u] = e != BK_NONE ? (uint32_t)sres[e] : UINT32_MAX;
             if (sl[u] != UINT32_MAX)
-                v[u] =
-                    hps__codec<DT>::chunk(hps__row(t, sl[u]), c, rows_evict_first ? pol_first : 0);
+                v[u] = hps__gcache_codec<DT>::chunk(hps__gcache_row(t, sl[u]), c,
+                                                    rows_evict_first ? pol_first : 0);
         }
 #pragma unroll
         for (int u = 0; u < BU; u++) {
@@ -456,7 +459,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
      * barrier orders those stores before the re-reads; strict mode adds
      * the formal fence (which also waits for the stores). */
     if (t.strict)
-        hps__fence(); /* why: this thread's row loads precede the re-reads below */
+        hps__gcache_fence(); /* why: this thread's row loads precede the re-reads below */
     __syncthreads();
     /* 4. EPOCH: nothing to do if no writer ran since e0.  Else re-read
      * each unique key's version, or without versions (step 2) read every
@@ -465,7 +468,7 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
      * one L2 slice. */
     if (EPOCH) {
         if (tid == 0)
-            quiet = hps__ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
+            quiet = hps__gcache_ld_u64(&t.ctr[HPS_GC_WR_BEGUN]) == se0;
         __syncthreads();
     }
     if (!EPOCH || !quiet) {
@@ -476,11 +479,11 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
                 continue;
             /* no version was read: every hit is read again */
             if (!sver ||
-                hps__ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
+                hps__gcache_ld_ver(&t.ver[(uint32_t)r / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32)) {
                 sres[e] = BK_RETRY;
                 retry = 1; /* why no atomic: every writer stores the same value */
             } else if (!EPOCH) {
-                hps__touch(t, r & 0xffffffffu, now); /* its load overlaps the version's */
+                hps__gcache_touch(t, r & 0xffffffffu, now); /* its load overlaps the version's */
             }
         }
         __syncthreads();
@@ -490,7 +493,8 @@ __global__ void __launch_bounds__(NT, 1024 / NT)
         for (uint32_t j = wib; j < cnt; j += NT / 32) {
             uint32_t e = spos[j];
             if (e != BK_NONE && sres[e] == BK_RETRY) {
-                int64_t slot = hps__read_key<DT>(t, skey[e], out + (base + j) * t.dim, lane, true);
+                int64_t slot =
+                    hps__gcache_read_key<DT>(t, skey[e], out + (base + j) * t.dim, lane, true);
                 if (lane == 0)
                     shit[j] = slot >= 0;
             }
@@ -519,7 +523,7 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
         bool rep = false;
         if (key != HPS_GCACHE_EMPTY_KEY) {
             uint64_t dk = (uint64_t)key ^ HPS_DKEY_XOR;
-            uint64_t h = hps__mix64((uint64_t)key ^ 0x9e3779b97f4a7c15ull) & w.cap_mask;
+            uint64_t h = hps__gcache_mix64((uint64_t)key ^ 0x9e3779b97f4a7c15ull) & w.cap_mask;
             for (;;) {
                 /* a plain load first: duplicates of hot keys skip the atomic */
                 uint64_t seen = __ldcg(&w.dkeys[h]);
@@ -544,17 +548,17 @@ __global__ void k_dedup_probe(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
         if (i < n)
             w.inv[i] = p;
         if (rep) { /* one thread per unique key: tag bytes, then the matching key */
-            uint64_t set = hps__set_of(t, key);
+            uint64_t set = hps__gcache_set_of(t, key);
             uint32_t v = 0;
             /* why the dependency: the probe must not pass the version load;
              * a stuck lock (killed writer) answers miss */
-            int way = hps__wait_even(&t.ver[set], &v)
-                          ? hps__probe_tagged(t, set, key, hps__dep(v, zero))
+            int way = hps__gcache_wait_even(&t.ver[set], &v)
+                          ? hps__gcache_probe_tagged(t, set, key, hps__gcache_dep(v, zero))
                           : -1;
             uint64_t slot = set * HPS_GCACHE_WAYS + (uint64_t)way;
             w.dres[p] = way >= 0 ? ((uint64_t)v << 32 | slot) : HPS_RES_MISS;
             if (way >= 0)
-                hps__touch(t, slot, now);
+                hps__gcache_touch(t, slot, now);
         }
     }
 }
@@ -593,9 +597,11 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++)
             if (r[u] != HPS_RES_MISS && mine)
-                v[u] = hps__codec<DT>::chunk(hps__row(t, r[u] & 0xffffffffu), lane, 0);
+                v[u] =
+                    hps__gcache_codec<DT>::chunk(hps__gcache_row(t, r[u] & 0xffffffffu), lane, 0);
         if (STRICT)
-            hps__fence(); /* why: the row loads must complete before the versions are re-read */
+            hps__gcache_fence(); /* why: the row loads must complete before the versions are re-read
+                                  */
 #pragma unroll
         for (int u = 0; u < LK_UNROLL; u++) {
             uint64_t i = base + u;
@@ -605,7 +611,8 @@ __global__ void __launch_bounds__(LK_THREADS, LK_MIN_BLOCKS)
             if (hit) {
                 uint32_t slot = (uint32_t)r[u];
                 uint32_t d = mine && !STRICT ? __float_as_uint(v[u].x) : 0u;
-                uint32_t now_v = hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS + hps__dep(d, zero)]);
+                uint32_t now_v =
+                    hps__gcache_ld_ver(&t.ver[slot / HPS_GCACHE_WAYS + hps__gcache_dep(d, zero)]);
                 if (__all_sync(0xffffffffu, now_v == (uint32_t)(r[u] >> 32))) {
                     if (mine)
                         __stcs((float4 *)(out + i * t.dim) + lane,
@@ -641,10 +648,10 @@ __global__ void k_scatter_any(hps_table_ref_t t, hps_ws_ref_t w, const int64_t *
         bool hit = r != HPS_RES_MISS;
         if (hit) {
             uint32_t slot = (uint32_t)r;
-            hps__copy_row<DT>(out + i * t.dim, hps__row(t, slot), t.dim, lane, vec4);
-            hps__fence(); /* why: the copy must complete before the version is re-read */
-            if (hps__ld_ver(&t.ver[slot / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32))
-                hit = hps__read_key<DT>(t, keys[i], out + i * t.dim, lane, vec4) >= 0;
+            hps__gcache_copy_row<DT>(out + i * t.dim, hps__gcache_row(t, slot), t.dim, lane, vec4);
+            hps__gcache_fence(); /* why: the copy must complete before the version is re-read */
+            if (hps__gcache_ld_ver(&t.ver[slot / HPS_GCACHE_WAYS]) != (uint32_t)(r >> 32))
+                hit = hps__gcache_read_key<DT>(t, keys[i], out + i * t.dim, lane, vec4) >= 0;
         }
         if (lane == 0) {
             if (p != HPS_INV_NONE)
@@ -680,7 +687,7 @@ static int lk_occ(const hps_table_ref_t *t, int k)
 }
 
 /* Launch fn<<<grid, block, 0, stream>>>(args), with pdl as a programmatic
- * dependent of the previous kernel on the stream (hps__pdl_wait). */
+ * dependent of the previous kernel on the stream (hps__gcache_pdl_wait). */
 template <typename... P, typename... A>
 static cudaError_t lk_launch(void (*fn)(P...), unsigned grid, unsigned block, cudaStream_t stream,
                              int pdl, A... args)

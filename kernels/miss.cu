@@ -50,28 +50,27 @@ __global__ void __launch_bounds__(GM_THREADS)
     for (uint32_t t = blockIdx.x; t < nt; t += gridDim.x) {
         uint32_t s = 0;
         for (uint32_t u = threadIdx.x; u < t; u += GM_THREADS)
-            s += hps__gm_count(key_off, mcount, u);
+            s += hps__gcache_gm_count(key_off, mcount, u);
         uint32_t base = gm_block_sum(s, part);
         uint32_t k0 = key_off[t], n = key_off[t + 1] - k0;
-        uint32_t mc = hps__gm_count(key_off, mcount, t);
-        bool sync = hps__gm_sync(mc, n, threshold);
-        hps__gm_records(nt, t, k0, mc, sync, base, keys, midx, head, rec);
+        uint32_t mc = hps__gcache_gm_count(key_off, mcount, t);
+        bool sync = hps__gcache_gm_sync(mc, n, threshold);
+        hps__gcache_gm_records(nt, t, k0, mc, sync, base, keys, midx, head, rec);
         if (sync)
             continue;
         float v = defs[t];
         uint32_t dim = dims[t];
         float *o = out + out_off[t];
         for (uint32_t j = warp; j < mc; j += GM_WARPS)
-            hps__gm_fill_row(o + (uint64_t)midx[k0 + j] * dim, dim, v, lane);
+            hps__gcache_gm_fill_row(o + (uint64_t)midx[k0 + j] * dim, dim, v, lane);
     }
 }
 
-extern "C" hps_err_t hps__gmiss_gather(uint32_t nt, const uint32_t *d_key_off,
-                                       const uint64_t *d_out_off, const uint32_t *d_dim,
-                                       const float *d_def, double threshold, const int64_t *d_keys,
-                                       const uint32_t *d_midx, const uint32_t *d_mcount,
-                                       float *d_out, uint32_t *d_head, hps_gmiss_t *d_rec,
-                                       cudaStream_t stream)
+extern "C" hps_err_t
+hps__gcache_gmiss_gather(uint32_t nt, const uint32_t *d_key_off, const uint64_t *d_out_off,
+                         const uint32_t *d_dim, const float *d_def, double threshold,
+                         const int64_t *d_keys, const uint32_t *d_midx, const uint32_t *d_mcount,
+                         float *d_out, uint32_t *d_head, hps_gmiss_t *d_rec, cudaStream_t stream)
 {
     if (nt == 0 || !d_key_off || !d_out_off || !d_dim || !d_def || !d_keys || !d_midx ||
         !d_mcount || !d_out || !d_head || !d_rec)

@@ -1,9 +1,9 @@
 /*
  * miss.cuh -- device helpers of the device-side miss split (kernels/miss.h),
  * shared by its two forms: the kernel of its own that runs after the
- * caches' lookups (miss.cu: hps__gmiss_gather, a block per table), and the
+ * caches' lookups (miss.cu: hps__gcache_gmiss_gather, a block per table), and the
  * tail of the one-launch lookup over every table (multi.cu:
- * hps__gmiss_lookup_tables), where the last block to finish splits the
+ * hps__gcache_gmiss_lookup_tables), where the last block to finish splits the
  * misses, so that a call pays no launch of its own for them.
  */
 #ifndef HPS_KERNELS_MISS_CUH
@@ -16,21 +16,21 @@
 /* Misses of table t: 0 for a table without keys (its count is not written
  * by the per-table lookups).  Read through L2 (__ldcg): in the one-launch
  * form the counts were bumped by other blocks of the same grid. */
-__device__ __forceinline__ uint32_t hps__gm_count(const uint32_t *key_off, const uint32_t *mcount,
-                                                  uint32_t t)
+__device__ __forceinline__ uint32_t hps__gcache_gm_count(const uint32_t *key_off,
+                                                         const uint32_t *mcount, uint32_t t)
 {
     return key_off[t + 1] > key_off[t] ? __ldcg(&mcount[t]) : 0u;
 }
 
 /* Whether table t's m misses of n keys are fetched now: HugeCTR's rule,
  * the host's expression in IEEE double (no contraction possible). */
-__device__ __forceinline__ bool hps__gm_sync(uint32_t m, uint32_t n, double threshold)
+__device__ __forceinline__ bool hps__gcache_gm_sync(uint32_t m, uint32_t n, double threshold)
 {
     return m && 1.0 - (double)m / (double)n < threshold;
 }
 
 /* The default value v into row d (dim floats): the lanes of one warp. */
-__device__ __forceinline__ void hps__gm_fill_row(float *d, uint32_t dim, float v, int lane)
+__device__ __forceinline__ void hps__gcache_gm_fill_row(float *d, uint32_t dim, float v, int lane)
 {
     if ((dim & 3u) == 0 && ((uintptr_t)d & 15u) == 0) {
         float4 v4 = make_float4(v, v, v, v);
@@ -47,11 +47,11 @@ __device__ __forceinline__ void hps__gm_fill_row(float *d, uint32_t dim, float v
  * rec[base ..], and its head entries (count, flags): the threads of one
  * block.  midx is read through L2, for the same reason as the counts.
  */
-__device__ __forceinline__ void hps__gm_records(uint32_t nt, uint32_t t, uint32_t k0, uint32_t m,
-                                                bool sync, uint32_t base,
-                                                const int64_t *__restrict__ keys,
-                                                const uint32_t *midx, uint32_t *head,
-                                                hps_gmiss_t *rec)
+__device__ __forceinline__ void hps__gcache_gm_records(uint32_t nt, uint32_t t, uint32_t k0,
+                                                       uint32_t m, bool sync, uint32_t base,
+                                                       const int64_t *__restrict__ keys,
+                                                       const uint32_t *midx, uint32_t *head,
+                                                       hps_gmiss_t *rec)
 {
     if (threadIdx.x == 0) {
         head[t] = m;
@@ -83,11 +83,10 @@ __device__ __forceinline__ void hps__gm_records(uint32_t nt, uint32_t t, uint32_
  * fences again before it reads them (the classic last-block pattern).
  * Needs blockDim.x a multiple of 32, at most 1024.
  */
-__device__ __forceinline__ void hps__gm_split_last(uint32_t nt, const uint32_t *key_off,
-                                                   const int64_t *__restrict__ keys,
-                                                   const uint32_t *midx, const uint32_t *mcount,
-                                                   double threshold, uint32_t *ticket,
-                                                   uint32_t *head, hps_gmiss_t *rec)
+__device__ __forceinline__ void
+hps__gcache_gm_split_last(uint32_t nt, const uint32_t *key_off, const int64_t *__restrict__ keys,
+                          const uint32_t *midx, const uint32_t *mcount, double threshold,
+                          uint32_t *ticket, uint32_t *head, hps_gmiss_t *rec)
 {
     __shared__ bool last;
     __shared__ uint32_t wsum[32], s_base[1024], s_m[1024];
@@ -124,7 +123,7 @@ __device__ __forceinline__ void hps__gm_split_last(uint32_t nt, const uint32_t *
         s_m[threadIdx.x] = m;
         if (t < nt) {
             head[t] = m;
-            head[nt + t] = hps__gm_sync(m, n, threshold) ? HPS_GMISS_SYNC : 0u;
+            head[nt + t] = hps__gcache_gm_sync(m, n, threshold) ? HPS_GMISS_SYNC : 0u;
         }
         __syncthreads();
         for (uint32_t i = 0; i < blockDim.x && c0 + i < nt; i++) {

@@ -5,11 +5,11 @@
  * serialization cost more than their few probes).
  *
  * A warp per input key: the key's table is found by binary search over the
- * key offsets, then the seqlock read of hps__read_key copies the row into the
+ * key offsets, then the seqlock read of hps__gcache_read_key copies the row into the
  * table's output region.  No de-duplication (a duplicate re-reads a row from
  * L2).  Per-table counters and LRU clocks are bumped by block 0.
  *
- * The same kernel with the miss split as its tail (hps__gmiss_lookup_tables,
+ * The same kernel with the miss split as its tail (hps__gcache_gmiss_lookup_tables,
  * kernels/miss.h): a missed row gets its table's default value from the warp
  * that missed it, and the last block to finish writes the per-table head and
  * the miss records.  libhps's device-output calls use it, so that a call
@@ -58,7 +58,7 @@ extern "C" hps_err_t hps_gcache_set_create(hps_gcache_t *const *caches, uint32_t
     if (e != cudaSuccess) {
         cudaFree(s->d_refs);
         free(s);
-        return hps__cuda_err(e);
+        return hps__gcache_cuda_err(e);
     }
     *ret = s;
     return 0;
@@ -122,21 +122,21 @@ __global__ void __launch_bounds__(MT_THREADS)
         int64_t key = keys[i];
         int64_t slot = -1;
         if (key != HPS_GCACHE_EMPTY_KEY)
-            slot = hps__read_key_any(r, key, dst, lane, vec4);
+            slot = hps__gcache_read_key_any(r, key, dst, lane, vec4);
         if (SPLIT && slot < 0)
-            hps__gm_fill_row(dst, r.dim, __ldg(&sp.def[t]), lane);
+            hps__gcache_gm_fill_row(dst, r.dim, __ldg(&sp.def[t]), lane);
         if (lane != 0)
             continue;
         if (slot >= 0) {
-            hps__touch(r, (uint64_t)slot, *(volatile uint64_t *)r.clock + 1);
+            hps__gcache_touch(r, (uint64_t)slot, *(volatile uint64_t *)r.clock + 1);
             atomicAdd((unsigned long long *)&r.ctr[HPS_GC_HITS], 1ull);
         } else {
             d_missing_index[key_off[t] + atomicAdd(&d_missing_count[t], 1u)] = (uint32_t)j;
         }
     }
     if (SPLIT)
-        hps__gm_split_last(nt, key_off, keys, d_missing_index, d_missing_count, sp.threshold,
-                           sp.ticket, sp.head, sp.rec);
+        hps__gcache_gm_split_last(nt, key_off, keys, d_missing_index, d_missing_count, sp.threshold,
+                                  sp.ticket, sp.head, sp.rec);
 }
 
 /* Blocks of a lookup of n keys: a warp per key, at most a full device. */
@@ -164,13 +164,13 @@ extern "C" hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *s, const int64_t
     return 0;
 }
 
-extern "C" hps_err_t hps__gmiss_lookup_tables(hps_gcache_set_t *s, const int64_t *d_keys,
-                                              uint64_t n, const uint32_t *d_key_off,
-                                              const uint64_t *d_out_off, const float *d_def,
-                                              double threshold, float *d_out, uint32_t *d_midx,
-                                              uint32_t *d_mcount, uint32_t *d_ticket,
-                                              uint32_t *d_head, hps_gmiss_t *d_rec,
-                                              cudaStream_t stream)
+extern "C" hps_err_t hps__gcache_gmiss_lookup_tables(hps_gcache_set_t *s, const int64_t *d_keys,
+                                                     uint64_t n, const uint32_t *d_key_off,
+                                                     const uint64_t *d_out_off, const float *d_def,
+                                                     double threshold, float *d_out,
+                                                     uint32_t *d_midx, uint32_t *d_mcount,
+                                                     uint32_t *d_ticket, uint32_t *d_head,
+                                                     hps_gmiss_t *d_rec, cudaStream_t stream)
 {
     if (!s || !d_key_off || !d_out_off || !d_def || !d_midx || !d_mcount || !d_ticket || !d_head ||
         !d_rec || (n && (!d_keys || !d_out)) || n > UINT32_MAX)

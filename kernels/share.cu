@@ -37,7 +37,7 @@ static hps_err_t vmm_sym(const char *name, void **fn)
     cudaDriverEntryPointQueryResult q;
     cudaError_t e = cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q);
     if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !*fn)
-        return e == cudaSuccess ? HPS_EIO : hps__cuda_err(e);
+        return e == cudaSuccess ? HPS_EIO : hps__gcache_cuda_err(e);
     return 0;
 }
 
@@ -100,7 +100,7 @@ static void vmm_plan(hps_gcache_t *c, uint64_t g)
 {
     uint64_t off[6], cuts[4 * HPS_GCACHE_MAX_SHARDS + 2];
     uint32_t n = 0, d = c->num_shards;
-    hps__gc_offsets(c->ref.num_sets, c->ref.rwords, off);
+    hps__gcache_gc_offsets(c->ref.num_sets, c->ref.rwords, off);
     cuts[n++] = 0;
     cuts[n++] = c->bytes;
     for (int a = 0; a < 4; a++)
@@ -150,14 +150,14 @@ static void vmm_plan(hps_gcache_t *c, uint64_t g)
 
 /* The most bytes one device holds of a cache of num_sets sets of rwords-word
  * rows sharded over num_shards devices (1: the whole, rounded to g). */
-extern "C" uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords,
-                                             uint32_t num_shards, uint64_t g)
+extern "C" uint64_t hps__gcache_vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords,
+                                                    uint32_t num_shards, uint64_t g)
 {
     hps_gcache_t *c = (hps_gcache_t *)calloc(1, sizeof(*c));
     if (!c)
         return UINT64_MAX;
     uint64_t off[6], most = 0;
-    hps__gc_offsets(num_sets, rwords, off);
+    hps__gcache_gc_offsets(num_sets, rwords, off);
     c->ref.num_sets = num_sets;
     c->ref.rwords = rwords;
     c->num_shards = num_shards;
@@ -174,7 +174,7 @@ extern "C" uint64_t hps__vmm_max_shard_bytes(uint64_t num_sets, uint32_t rwords,
 }
 
 /* The VMM granularity of device (2 MiB on current GPUs, if it cannot be asked). */
-extern "C" uint64_t hps__vmm_granularity(int device)
+extern "C" uint64_t hps__gcache_vmm_granularity(int device)
 {
     vmm_api a;
     size_t g = 0;
@@ -284,17 +284,17 @@ static hps_err_t vmm_setup(hps_gcache_t *c, const int *fds_in, uint32_t num_fds,
     return 0;
 }
 
-extern "C" hps_err_t hps__vmm_create(hps_gcache_t *c, int *ret_fds)
+extern "C" hps_err_t hps__gcache_vmm_create(hps_gcache_t *c, int *ret_fds)
 {
     return vmm_setup(c, NULL, 0, ret_fds);
 }
 
-extern "C" hps_err_t hps__vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds)
+extern "C" hps_err_t hps__gcache_vmm_import(hps_gcache_t *c, const int *fds, uint32_t num_fds)
 {
     return vmm_setup(c, fds, num_fds, NULL);
 }
 
-extern "C" void hps__vmm_release(hps_gcache_t *c)
+extern "C" void hps__gcache_vmm_release(hps_gcache_t *c)
 {
     vmm_api a;
     if (vmm_load(&a))
@@ -308,22 +308,22 @@ extern "C" void hps__vmm_release(hps_gcache_t *c)
 __global__ void k_repair(hps_table_ref_t t, const uint32_t *snap, unsigned long long *count)
 {
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x, mine = 0;
-    hps__writer_begin(t);
+    hps__gcache_writer_begin(t);
     for (uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; s < t.num_sets;
          s += stride) {
-        uint32_t v = hps__ld_ver(&t.ver[s]);
+        uint32_t v = hps__gcache_ld_ver(&t.ver[s]);
         if (!(v & 1u) || v != snap[s])
             continue;
         for (int w = 0; w < HPS_GCACHE_WAYS; w++) {
-            hps__key(t, s * HPS_GCACHE_WAYS + w) = HPS_GCACHE_EMPTY_KEY;
+            hps__gcache_key(t, s * HPS_GCACHE_WAYS + w) = HPS_GCACHE_EMPTY_KEY;
             t.tags[s * HPS_GCACHE_WAYS + w] = 0;
-            hps__stamp(t, s * HPS_GCACHE_WAYS + w) = 0;
+            hps__gcache_stamp(t, s * HPS_GCACHE_WAYS + w) = 0;
         }
-        hps__fence(); /* why: the emptied set is visible before it is unlocked */
+        hps__gcache_fence(); /* why: the emptied set is visible before it is unlocked */
         mine += atomicCAS(&t.ver[s], v, v + 1) == v;
     }
-    hps__block_add((uint64_t *)count, mine);
-    hps__writer_end(t);
+    hps__gcache_block_add((uint64_t *)count, mine);
+    hps__gcache_writer_end(t);
 }
 
 /* Count dead writer blocks as ended (launched after k_repair on its stream,
@@ -366,16 +366,16 @@ extern "C" hps_err_t hps_gcache_repair(hps_gcache_t *c, unsigned wait_ms, uint64
     uint32_t *snap = NULL;
     unsigned long long *d_count = NULL, count = 0;
     uint64_t bytes = c->ref.num_sets * sizeof(uint32_t);
-    hps_err_t err = hps__cuda_err(cudaMalloc((void **)&snap, bytes));
+    hps_err_t err = hps__gcache_cuda_err(cudaMalloc((void **)&snap, bytes));
     if (!err)
-        err = hps__cuda_err(cudaMalloc((void **)&d_count, sizeof(*d_count)));
+        err = hps__gcache_cuda_err(cudaMalloc((void **)&d_count, sizeof(*d_count)));
     if (!err)
-        err = hps__cuda_err(cudaMemset(d_count, 0, sizeof(*d_count)));
+        err = hps__gcache_cuda_err(cudaMemset(d_count, 0, sizeof(*d_count)));
     uint64_t ep0[2], ep1[2];
     if (!err)
         err = read_epoch(c, ep0);
     if (!err)
-        err = hps__cuda_err(cudaMemcpy(snap, c->ref.ver, bytes, cudaMemcpyDeviceToDevice));
+        err = hps__gcache_cuda_err(cudaMemcpy(snap, c->ref.ver, bytes, cudaMemcpyDeviceToDevice));
     if (!err) {
         sleep_ms(wait_ms); /* a live writer holds a set for microseconds */
         err = read_epoch(c, ep1);
@@ -386,7 +386,8 @@ extern "C" hps_err_t hps_gcache_repair(hps_gcache_t *c, unsigned wait_ms, uint64
         err = hps_k_repair(&c->ref, snap, d_count, idle ? ep1[0] - ep1[1] : 0, 0);
     }
     if (!err)
-        err = hps__cuda_err(cudaMemcpy(&count, d_count, sizeof(count), cudaMemcpyDeviceToHost));
+        err = hps__gcache_cuda_err(
+            cudaMemcpy(&count, d_count, sizeof(count), cudaMemcpyDeviceToHost));
     cudaFree(snap);
     cudaFree(d_count);
     if (!err)

@@ -1,7 +1,7 @@
 /*
  * alloc.c -- the block allocator of the shared-memory object: the segment
  * lock and its repair, committing the object's pages, the address-ordered
- * free list, hps__alloc and hps__free.
+ * free list, hps__shmdb_alloc and hps__shmdb_free.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,19 +16,19 @@
 /* The segment lock guards the allocator and the table directory.  A dead
  * holder can at worst leak the block it was carving, because the free list
  * and the bump pointer are each updated by one final store. */
-/* The list is kept in address order (hps__free inserts in order, a split
+/* The list is kept in address order (hps__shmdb_free inserts in order, a split
  * leaves its tail in place): a link that does not go up is corrupt (it
  * could close a cycle) and is cut.  Called under the segment lock. */
 static struct shm_free *free_next_checked(hps_shmdb_t *db, uint64_t off)
 {
-    struct shm_free *f = hps__ptr(db, off);
+    struct shm_free *f = hps__shmdb_ptr(db, off);
     if (f->next && f->next <= off)
         f->next = 0;
     return f;
 }
 
 /* A free-list entry that can be followed: past the header, below the bump
- * pointer, cache-line aligned (every block is: hps__alloc rounds), and its
+ * pointer, cache-line aligned (every block is: hps__shmdb_alloc rounds), and its
  * size a whole number of lines inside the segment.  A corrupt segment may
  * hold anything there; following such an entry would read a misaligned or
  * out-of-bounds struct shm_free (the fuzz-shmdb target's finding).
@@ -37,9 +37,9 @@ static bool free_entry_ok(const hps_shmdb_t *db, uint64_t off)
 {
     uint64_t bump = atomic_load_explicit(&db->hdr->bump, memory_order_relaxed);
     if (off < HDR_BYTES || off >= bump || (off & (HPS_CACHELINE - 1)) ||
-        !hps__in_bounds(db, off, sizeof(struct shm_free)))
+        !hps__shmdb_in_bounds(db, off, sizeof(struct shm_free)))
         return false;
-    const struct shm_free *f = hps__ptr(db, off);
+    const struct shm_free *f = hps__shmdb_ptr(db, off);
     return f->bytes >= HPS_CACHELINE && !(f->bytes & (HPS_CACHELINE - 1)) && f->bytes <= bump - off;
 }
 
@@ -64,10 +64,10 @@ static void seg_repair(hps_shmdb_t *db)
 
 static int seg_lock(hps_shmdb_t *db)
 {
-    int rc = hps__lock(&db->hdr->seg_lock);
+    int rc = hps__shmdb_lock(&db->hdr->seg_lock);
     if (rc == 1) {
         seg_repair(db);
-        hps__lock_consistent(db, &db->hdr->seg_lock);
+        hps__shmdb_lock_consistent(db, &db->hdr->seg_lock);
         rc = 0;
     }
     return rc;
@@ -83,7 +83,7 @@ static hps_err_t commit_to(hps_shmdb_t *db, uint64_t end)
     uint64_t c = atomic_load_explicit(&h->committed, memory_order_relaxed);
     if (end <= c)
         return 0;
-    uint64_t to = hps__round_up(end, h->allocation_rate);
+    uint64_t to = hps__shmdb_round_up(end, h->allocation_rate);
     if (to > h->size_bytes)
         to = h->size_bytes;
     int rc = posix_fallocate(db->fd, (off_t)c, (off_t)(to - c));
@@ -92,7 +92,7 @@ static hps_err_t commit_to(hps_shmdb_t *db, uint64_t end)
     /* why: a load writes every new page once; mapping them in one call costs
      * a fraction of one page fault each (Linux >= 5.14; elsewhere the
      * pages fault in on first touch, as before) */
-    (void)madvise(hps__ptr(db, c), to - c, HPS__MADV_POPULATE_WRITE);
+    (void)madvise(hps__shmdb_ptr(db, c), to - c, HPS__SHMDB_MADV_POPULATE_WRITE);
     atomic_store_explicit(&h->committed, to, memory_order_relaxed);
     return 0;
 }
@@ -111,7 +111,7 @@ static bool alloc_from_free_list(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_
             uint64_t off = *link;
             if (f->bytes - bytes >= 4096) { /* split: keep the tail free */
                 uint64_t tail = off + bytes;
-                struct shm_free *t = hps__ptr(db, tail);
+                struct shm_free *t = hps__shmdb_ptr(db, tail);
                 t->bytes = f->bytes - bytes;
                 t->next = f->next;
                 *link = tail;
@@ -128,10 +128,10 @@ static bool alloc_from_free_list(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_
     return false;
 }
 
-hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
+hps_err_t hps__shmdb_alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
 {
     struct shm_hdr *h = db->hdr;
-    bytes = hps__round_up(bytes ? bytes : 1, HPS_CACHELINE);
+    bytes = hps__shmdb_round_up(bytes ? bytes : 1, HPS_CACHELINE);
     int rc = seg_lock(db);
     if (rc < 0)
         return rc;
@@ -139,12 +139,12 @@ hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
     if (!alloc_from_free_list(db, bytes, &off)) {
         uint64_t b = atomic_load_explicit(&h->bump, memory_order_relaxed);
         if (bytes > h->size_bytes - b) {
-            hps__unlock(&h->seg_lock);
+            hps__shmdb_unlock(&h->seg_lock);
             return HPS_ENOSPC;
         }
         rc = commit_to(db, b + bytes);
         if (rc < 0) {
-            hps__unlock(&h->seg_lock);
+            hps__shmdb_unlock(&h->seg_lock);
             return rc;
         }
         off = b;
@@ -157,27 +157,27 @@ hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off)
         if (zf != 0 && zf < b + bytes) /* kept by every allocator */
             h->zero_from = b + bytes;
     }
-    hps__unlock(&h->seg_lock);
-    memset(hps__ptr(db, off), 0, clear);
+    hps__shmdb_unlock(&h->seg_lock);
+    memset(hps__shmdb_ptr(db, off), 0, clear);
     *ret_off = off;
     return 0;
 }
 
 static struct shm_free *free_block(hps_shmdb_t *db, uint64_t off)
 {
-    return hps__ptr(db, off);
+    return hps__shmdb_ptr(db, off);
 }
 
 /* Return a block.  The free list is kept in address order and adjacent
  * blocks are merged, so that row pages and hash blocks of different sizes,
  * freed by growth and clears, do not fragment the segment; a free block
  * that ends at the bump pointer goes back to it. */
-void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
+void hps__shmdb_free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
 {
     struct shm_hdr *h = db->hdr;
     if (!off || !bytes)
         return;
-    bytes = hps__round_up(bytes, HPS_CACHELINE);
+    bytes = hps__shmdb_round_up(bytes, HPS_CACHELINE);
     if (seg_lock(db) < 0)
         return; /* leak rather than corrupt */
     uint64_t pp = 0, prev = 0, cur = h->free_head;
@@ -220,5 +220,5 @@ void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes)
         atomic_fetch_sub_explicit(&h->free_bytes, f->bytes, memory_order_relaxed);
         atomic_store_explicit(&h->bump, off, memory_order_relaxed);
     }
-    hps__unlock(&h->seg_lock);
+    hps__shmdb_unlock(&h->seg_lock);
 }

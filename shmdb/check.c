@@ -38,13 +38,13 @@ static void check_header(hps_shmdb_t *db, struct checker *c)
     for (uint64_t off = h->free_head; off; n++) {
         /* Blocks are 64-byte aligned: a misaligned entry is corrupt (and
          * must not be read as a struct shm_free). */
-        if (!hps__in_bounds(db, off, sizeof(struct shm_free)) || (off & (HPS_CACHELINE - 1)) ||
-            off >= bump || n > (1u << 24)) {
+        if (!hps__shmdb_in_bounds(db, off, sizeof(struct shm_free)) ||
+            (off & (HPS_CACHELINE - 1)) || off >= bump || n > (1u << 24)) {
             problem(c, "allocator: free-list entry %llu out of bounds or misaligned",
                     (unsigned long long)off);
             break;
         }
-        struct shm_free *f = hps__ptr(db, off);
+        struct shm_free *f = hps__shmdb_ptr(db, off);
         free_sum += f->bytes;
         off = f->next;
     }
@@ -62,7 +62,7 @@ static void check_ovf(const struct wview *w, struct checker *c, const char *wher
     if (!want)
         return;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        for (unsigned m = hps__occ(BKT(w, bi)); m; m &= m - 1) {
+        for (unsigned m = hps__shmdb_occ(BKT(w, bi)); m; m &= m - 1) {
             uint64_t key = atomic_load(&BKT(w, bi)->key[__builtin_ctz(m)]);
             uint64_t h = hps_rrxmrrxmsx_0(key);
             for (uint32_t x = (uint32_t)(((h >> 32) * (uint64_t)w->nb) >> 32); x != bi;
@@ -82,27 +82,27 @@ static void check_ovf(const struct wview *w, struct checker *c, const char *wher
 static void check_rows(const struct wview *w, struct checker *c, const char *where)
 {
     struct rowmap rm;
-    if (!hps__rowmap_init(&rm, w))
+    if (!hps__shmdb_rowmap_init(&rm, w))
         return;
     uint64_t used = 0, freed = 0;
     for (uint32_t bi = 0; bi < w->nb; bi++)
-        for (unsigned m = hps__occ(BKT(w, bi)); m; m &= m - 1) {
+        for (unsigned m = hps__shmdb_occ(BKT(w, bi)); m; m &= m - 1) {
             uint32_t r = atomic_load(ROWID(w, (uint64_t)bi * HPS_BUCKET_SLOTS + __builtin_ctz(m)));
-            if (!hps__row_valid(w, r))
+            if (!hps__shmdb_row_valid(w, r))
                 problem(c, "%s bucket %u: row id 0x%x out of range", where, bi, r);
-            else if (hps__rowmap_set(&rm, r))
+            else if (hps__shmdb_rowmap_set(&rm, r))
                 problem(c, "%s bucket %u: row id 0x%x used twice", where, bi, r);
             else
                 used++;
         }
     for (uint32_t r = w->p->free_row; r != HPS_NO_ROW; freed++) {
-        if (!hps__row_valid(w, r) || hps__rowmap_set(&rm, r)) {
+        if (!hps__shmdb_row_valid(w, r) || hps__shmdb_rowmap_set(&rm, r)) {
             problem(c, "%s: free-row list entry 0x%x invalid or in use", where, r);
             break;
         }
         memcpy(&r,
-               hps__ptr(w->db, w->pages[r >> HPS_PAGE_SHIFT].off +
-                                   (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->vbytes),
+               hps__shmdb_ptr(w->db, w->pages[r >> HPS_PAGE_SHIFT].off +
+                                         (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->vbytes),
                sizeof(r));
     }
     uint32_t np = atomic_load(&w->p->npages);
@@ -119,7 +119,7 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
     char where[300];
     struct wview w;
     snprintf(where, sizeof(where), "table %s.%s partition %u", t->model, t->table, pi);
-    if (!hps__wview_current(db, t, p, &w)) {
+    if (!hps__shmdb_wview_current(db, t, p, &w)) {
         problem(c, "%s: hash block out of bounds", where);
         return;
     }
@@ -128,7 +128,7 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
         struct shm_bucket *b = BKT(&w, bi);
         if (atomic_load(&b->ver) & 1)
             problem(c, "%s bucket %u: version odd (writer inside)", where, bi);
-        for (unsigned m = hps__occ(b); m; m &= m - 1) {
+        for (unsigned m = hps__shmdb_occ(b); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint64_t key = atomic_load(&b->key[s]);
             uint32_t fb;
@@ -136,7 +136,7 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
             if (hps_rrxmrrxmsx_0(key) % t->num_partitions != pi)
                 problem(c, "%s bucket %u: key %lld belongs to another partition", where, bi,
                         (long long)key);
-            if (hps__wfind(&w, key, &fb) != s || fb != bi)
+            if (hps__shmdb_wfind(&w, key, &fb) != s || fb != bi)
                 problem(c, "%s bucket %u: key %lld unreachable or duplicated", where, bi,
                         (long long)key);
         }
@@ -148,7 +148,7 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
         problem(c, "%s: %llu rows above overflow_margin %llu", where, (unsigned long long)rows,
                 (unsigned long long)t->margin);
     check_ovf(&w, c, where);
-    if (w.rowid && !hps__pages_ok(&w))
+    if (w.rowid && !hps__shmdb_pages_ok(&w))
         problem(c, "%s: row pages out of bounds", where);
     else if (w.rowid)
         check_rows(&w, c, where);
@@ -161,18 +161,18 @@ hps_err_t hps_shmdb_check(hps_shmdb_t *db, hps_shmdb_report_fn report, void *ctx
     check_header(db, &c);
     uint32_t n = hps_shmdb_table_count(db);
     for (uint32_t id = 0; id < n && id < HPS_SHMDB_MAX_TABLES; id++) {
-        struct shm_table *t = hps__table(db, id);
+        struct shm_table *t = hps__shmdb_table(db, id);
         if (!t) {
             problem(&c, "table %u: descriptor out of bounds", id);
             continue;
         }
         for (uint32_t pi = 0; pi < t->num_partitions; pi++) {
-            struct shm_part *p = &hps__parts(db, t)[pi];
-            int rc = hps__part_lock(db, t, p);
+            struct shm_part *p = &hps__shmdb_parts(db, t)[pi];
+            int rc = hps__shmdb_part_lock(db, t, p);
             if (rc < 0)
                 return rc;
             check_part(db, t, p, pi, &c);
-            hps__unlock(&p->lock);
+            hps__shmdb_unlock(&p->lock);
         }
     }
     *ret_problems = c.problems;

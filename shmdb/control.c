@@ -40,7 +40,7 @@ static uint32_t state_of(struct shm_ctl_slot *s)
 /* Stamp s with stamp_ns (CLOCK_REALTIME; 0: now), then publish state. */
 static void set_state(struct shm_ctl_slot *s, uint32_t state, uint64_t stamp_ns)
 {
-    atomic_store_explicit(&s->stamp_ns, stamp_ns ? stamp_ns : hps__clock_ns(CLOCK_REALTIME),
+    atomic_store_explicit(&s->stamp_ns, stamp_ns ? stamp_ns : hps__shmdb_clock_ns(CLOCK_REALTIME),
                           memory_order_relaxed);
     atomic_store_explicit(&s->state, state, memory_order_release);
 }
@@ -65,7 +65,8 @@ static hps_err_t put(hps_shmdb_t *db, uint32_t op, const char *model, uint64_t i
         if (!atomic_compare_exchange_strong_explicit(&s->state, &free_state, HPS_CTL_CLAIMED,
                                                      memory_order_acquire, memory_order_relaxed))
             continue;
-        atomic_store_explicit(&s->stamp_ns, hps__clock_ns(CLOCK_REALTIME), memory_order_relaxed);
+        atomic_store_explicit(&s->stamp_ns, hps__shmdb_clock_ns(CLOCK_REALTIME),
+                              memory_order_relaxed);
         s->op = op;
         atomic_store_explicit(&s->id, id, memory_order_relaxed);
         copy_str(s->model, sizeof(s->model), model);
@@ -187,7 +188,7 @@ hps_err_t hps_shmdb_ctl_take(hps_shmdb_t *db, hps_ctl_request_t *ret)
         uint32_t st = HPS_CTL_PENDING;
         if (atomic_compare_exchange_strong_explicit(&oldest->state, &st, HPS_CTL_TAKEN,
                                                     memory_order_acq_rel, memory_order_acquire)) {
-            atomic_store_explicit(&oldest->stamp_ns, hps__clock_ns(CLOCK_REALTIME),
+            atomic_store_explicit(&oldest->stamp_ns, hps__shmdb_clock_ns(CLOCK_REALTIME),
                                   memory_order_relaxed);
             return 0;
         }
@@ -244,7 +245,7 @@ size_t hps_shmdb_ctl_carry(hps_shmdb_t *from, hps_shmdb_t *to)
 size_t hps_shmdb_ctl_reap(hps_shmdb_t *db, uint64_t max_age_ns)
 {
     size_t n = 0;
-    uint64_t now = hps__clock_ns(CLOCK_REALTIME);
+    uint64_t now = hps__shmdb_clock_ns(CLOCK_REALTIME);
     for (int i = 0; i < HPS_SHMDB_CTL_SLOTS; i++) {
         struct shm_ctl_slot *s = &ctl(db)->slot[i];
         uint32_t st = state_of(s);
@@ -269,7 +270,7 @@ size_t hps_shmdb_ctl_abandon(hps_shmdb_t *db, const char *msg)
         copy_str(s->message, sizeof(s->message), msg ? msg : "");
         if (atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FAILED,
                                                     memory_order_acq_rel, memory_order_relaxed)) {
-            atomic_store_explicit(&s->stamp_ns, hps__clock_ns(CLOCK_REALTIME),
+            atomic_store_explicit(&s->stamp_ns, hps__shmdb_clock_ns(CLOCK_REALTIME),
                                   memory_order_relaxed);
             n++;
         }

@@ -39,7 +39,7 @@ static uint64_t evict_random(struct wview *w, uint64_t target)
         unsigned pick = (unsigned)((r >> 40) % (unsigned)__builtin_popcount(occ));
         while (pick--)
             occ &= occ - 1;
-        hps__wremove(w, bi, __builtin_ctz(occ));
+        hps__shmdb_wremove(w, bi, __builtin_ctz(occ));
         n++;
     }
     return n;
@@ -89,7 +89,7 @@ static uint64_t evict_below(struct wview *w, uint32_t th, uint64_t k)
                 uint32_t st = atomic_load_explicit(
                     &w->stamp[(uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s], memory_order_relaxed);
                 if (pass == 0 ? st < th : st == th) {
-                    hps__wremove(w, bi, s);
+                    hps__shmdb_wremove(w, bi, s);
                     n++;
                 }
             }
@@ -133,7 +133,7 @@ static uint64_t evict_ranked(struct wview *w, uint64_t target)
     return evicted;
 }
 
-uint64_t hps__wevict(struct wview *w, uint64_t target_rows)
+uint64_t hps__shmdb_wevict(struct wview *w, uint64_t target_rows)
 {
     uint64_t rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
     if (rows <= target_rows)

@@ -17,12 +17,12 @@
 
 #include "internal.h"
 
-_Static_assert(sizeof(hps_gcache_counters_t) == HPS__GCACHE_NCTR * sizeof(uint64_t),
+_Static_assert(sizeof(hps_gcache_counters_t) == HPS__SHMDB_GCACHE_NCTR * sizeof(uint64_t),
                "counters are stored word by word in struct shm_gcache");
 
 static struct shm_gpureg *reg(hps_shmdb_t *db)
 {
-    return hps__area(db, &db->hdr->gpureg_off, sizeof(struct shm_gpureg));
+    return hps__shmdb_area(db, &db->hdr->gpureg_off, sizeof(struct shm_gpureg));
 }
 
 /* The registry (created on first use) with the directory lock held. */
@@ -30,17 +30,17 @@ static hps_err_t reg_lock(hps_shmdb_t *db, struct shm_gpureg **ret)
 {
     struct shm_gpureg *r = reg(db);
     if (!r) {
-        hps_err_t rc = hps__area_create(db, &db->hdr->gpureg_off, sizeof(struct shm_gpureg));
+        hps_err_t rc = hps__shmdb_area_create(db, &db->hdr->gpureg_off, sizeof(struct shm_gpureg));
         if (rc < 0)
             return rc;
         if (!(r = reg(db)))
             return HPS_ENOSPC;
     }
-    int lr = hps__lock(&db->hdr->dir_lock);
+    int lr = hps__shmdb_lock(&db->hdr->dir_lock);
     if (lr < 0)
         return lr;
     if (lr == 1) /* every change below is a single store: nothing to repair */
-        hps__lock_consistent(db, &db->hdr->dir_lock);
+        hps__shmdb_lock_consistent(db, &db->hdr->dir_lock);
     *ret = r;
     return 0;
 }
@@ -50,7 +50,7 @@ static uint32_t live_pids(struct shm_gcache *e, pid_t *out)
     uint32_t n = 0;
     for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++) {
         pid_t p = LD(e->pids[i]);
-        if (p > 0 && hps__pid_alive(p)) {
+        if (p > 0 && hps__shmdb_pid_alive(p)) {
             if (out)
                 out[n] = p;
             n++;
@@ -75,7 +75,7 @@ static void snapshot(struct shm_gcache *e, uint32_t index, hps_gcache_reg_t *r)
     r->refresher_pid = LD(e->refresher_pid);
     r->num_pids = live_pids(e, r->pids);
     uint64_t *c = (uint64_t *)&r->counters;
-    for (size_t i = 0; i < HPS__GCACHE_NCTR; i++)
+    for (size_t i = 0; i < HPS__SHMDB_GCACHE_NCTR; i++)
         c[i] = LD(e->ctr[i]);
     r->num_shards = e->num_shards;
     r->num_parts = e->num_parts;
@@ -108,7 +108,7 @@ static bool list_add(struct shm_gcache *e, pid_t pid)
             return true;
     for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++) {
         pid_t p = LD(e->pids[i]);
-        if (p <= 0 || !hps__pid_alive(p)) {
+        if (p <= 0 || !hps__shmdb_pid_alive(p)) {
             ST(e->pids[i], pid);
             return true;
         }
@@ -127,7 +127,7 @@ static void entry_claim(struct shm_gcache *e, const hps_gcache_reg_t *w, pid_t m
     e->bytes = w->bytes;
     for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++)
         ST(e->pids[i], i == 0 ? me : 0);
-    for (size_t i = 0; i < HPS__GCACHE_NCTR; i++)
+    for (size_t i = 0; i < HPS__SHMDB_GCACHE_NCTR; i++)
         ST(e->ctr[i], 0);
     bool sharded = w->device == HPS_SHMDB_GCACHE_SHARDED;
     e->num_shards = sharded ? w->num_shards : 1;
@@ -214,7 +214,7 @@ hps_err_t hps_shmdb_gcache_claim(hps_shmdb_t *db, const hps_gcache_reg_t *want,
         snapshot(e, index, ret);
         *ret_creator = creator;
     }
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return rc;
 }
 
@@ -227,7 +227,7 @@ static struct shm_gcache *entry_locked(hps_shmdb_t *db, uint32_t index, uint64_t
         return NULL;
     struct shm_gcache *e = &r->e[index];
     if (LD(e->generation) != gen || LD(e->state) == HPS_GCACHE_FREE) {
-        hps__unlock(&db->hdr->dir_lock);
+        hps__shmdb_unlock(&db->hdr->dir_lock);
         *rc = HPS_ENOTFOUND;
         return NULL;
     }
@@ -244,7 +244,7 @@ hps_err_t hps_shmdb_gcache_ready(hps_shmdb_t *db, uint32_t index, uint64_t gener
     e->capacity_rows = capacity_rows;
     e->bytes = bytes;
     atomic_store_explicit(&e->state, HPS_GCACHE_READY, memory_order_release);
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return 0;
 }
 
@@ -260,7 +260,7 @@ hps_err_t hps_shmdb_gcache_parts(hps_shmdb_t *db, uint32_t index, uint64_t gener
     e->num_parts = num_parts;
     for (uint32_t i = 0; i < e->num_shards && i < HPS_SHMDB_GCACHE_SHARDS; i++)
         e->shard_bytes[i] = shard_bytes[i];
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return 0;
 }
 
@@ -281,7 +281,7 @@ hps_err_t hps_shmdb_gcache_leave(hps_shmdb_t *db, uint32_t index, uint64_t gener
         ST(e->refresher_pid, 0);
     if (live_pids(e, NULL) == 0)
         atomic_store_explicit(&e->state, HPS_GCACHE_FREE, memory_order_release);
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return rc;
 }
 
@@ -295,15 +295,15 @@ hps_err_t hps_shmdb_gcache_prune(hps_shmdb_t *db, uint32_t index, uint64_t gener
     uint32_t dropped = 0;
     for (int i = 0; i < HPS_SHMDB_GCACHE_PROCS; i++) {
         pid_t p = LD(e->pids[i]);
-        if (p > 0 && !hps__pid_alive(p)) {
+        if (p > 0 && !hps__shmdb_pid_alive(p)) {
             ST(e->pids[i], 0);
             dropped++;
         }
     }
     pid_t me = getpid(), ref = LD(e->refresher_pid);
-    if (ref <= 0 || !hps__pid_alive(ref))
+    if (ref <= 0 || !hps__shmdb_pid_alive(ref))
         ST(e->refresher_pid, ref = me);
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     if (ret_dropped)
         *ret_dropped = dropped;
     if (ret_refresher)
@@ -320,7 +320,7 @@ hps_err_t hps_shmdb_gcache_publish(hps_shmdb_t *db, uint32_t index, uint64_t gen
     if (!r || LD(r->e[index].generation) != generation || LD(r->e[index].state) == HPS_GCACHE_FREE)
         return HPS_ENOTFOUND;
     const uint64_t *v = (const uint64_t *)c;
-    for (size_t i = 0; i < HPS__GCACHE_NCTR; i++)
+    for (size_t i = 0; i < HPS__SHMDB_GCACHE_NCTR; i++)
         ST(r->e[index].ctr[i], v[i]);
     return 0;
 }

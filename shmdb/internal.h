@@ -15,7 +15,7 @@
 #include "hps/shmdb.h"
 #include "layout.h"
 
-typedef struct hps_pool hps_pool_t;
+typedef struct hps__shmdb_pool hps__shmdb_pool_t;
 
 /* The handle: pointers live here, never in the segment.  Unless a field
  * says otherwise it is set while the handle is built (create or attach,
@@ -33,8 +33,8 @@ struct hps_shmdb {
      * walked (live_fd closed by the fork child handler) under
      * g_handles_lock only. */
     struct hps_shmdb *next_handle;
-    hps_pool_t *pool;  /* NULL: batches run in the caller */
-    unsigned nthreads; /* threads of a batch: pool's threads, or 1 */
+    hps__shmdb_pool_t *pool; /* NULL: batches run in the caller */
+    unsigned nthreads;       /* threads of a batch: pool's threads, or 1 */
     /* The object is still /dev/shm/.hps.<name>.new: set at create, cleared
      * by hps_shmdb_publish, which is not thread-safe with other calls on
      * the handle (no lock: the coordinator's main thread only). */
@@ -44,8 +44,8 @@ struct hps_shmdb {
                    * whose never-used bytes may be anything (corruption) */
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 1];
     /* How this handle's large upserts write new rows (ops.c, BULK ROWS):
-     * 0 until the first one chooses, then HPS__ROWS_MAPPING or
-     * HPS__ROWS_PWRITE.  Relaxed atomic: set once; two threads that race
+     * 0 until the first one chooses, then HPS__SHMDB_ROWS_MAPPING or
+     * HPS__SHMDB_ROWS_PWRITE.  Relaxed atomic: set once; two threads that race
      * to choose measure the same machine. */
     _Atomic int row_writes;
 };
@@ -53,27 +53,27 @@ struct hps_shmdb {
 /* madvise() advice that maps (and allocates) a range's pages for writing in
  * one call, Linux >= 5.14: commit_to, and the probe of ops.c. */
 #ifdef MADV_POPULATE_WRITE
-#define HPS__MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#define HPS__SHMDB_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
 #else
-#define HPS__MADV_POPULATE_WRITE 23 /* <linux/mman.h>; older libcs lack the name */
+#define HPS__SHMDB_MADV_POPULATE_WRITE 23 /* <linux/mman.h>; older libcs lack the name */
 #endif
 
-#define HPS__ROWS_MAPPING 1
-#define HPS__ROWS_PWRITE  2
+#define HPS__SHMDB_ROWS_MAPPING 1
+#define HPS__SHMDB_ROWS_PWRITE  2
 
 /* Offset -> pointer; the caller has bounds-checked the offset. */
-static inline void *hps__ptr(const hps_shmdb_t *db, uint64_t off)
+static inline void *hps__shmdb_ptr(const hps_shmdb_t *db, uint64_t off)
 {
     return db->base + off;
 }
 
 /* True if [off, off + len) lies inside the mapping (no overflow). */
-static inline bool hps__in_bounds(const hps_shmdb_t *db, uint64_t off, uint64_t len)
+static inline bool hps__shmdb_in_bounds(const hps_shmdb_t *db, uint64_t off, uint64_t len)
 {
     return off <= db->size && len <= db->size - off;
 }
 
-static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
+static inline uint64_t hps__shmdb_round_up(uint64_t v, uint64_t a)
 {
     return (v + a - 1) / a * a;
 }
@@ -81,9 +81,9 @@ static inline uint64_t hps__round_up(uint64_t v, uint64_t a)
 /* The header's bytes, a whole number of pages: the first block's offset
  * (segment.c writes it into the header and validates it, alloc.c bounds
  * the free list by it). */
-#define HDR_BYTES hps__round_up(sizeof(struct shm_hdr), 4096)
+#define HDR_BYTES hps__shmdb_round_up(sizeof(struct shm_hdr), 4096)
 
-uint64_t hps__clock_ns(int clock);
+uint64_t hps__shmdb_clock_ns(int clock);
 
 /* Relaxed loads and stores of counters and published words (the readers
  * that need ordering use acquire/release explicitly). */
@@ -94,47 +94,48 @@ uint64_t hps__clock_ns(int clock);
  * right inside one PID namespace: the process table's liveness is
  * hps_shmdb_pid_alive() (a row's liveness lock, segment.c); this one is
  * left for the GPU-cache registry's pid lists (gpureg.c). */
-bool hps__pid_alive(pid_t pid);
+bool hps__shmdb_pid_alive(pid_t pid);
 
 /* Areas published at a header offset word (updlog.c): the block at *slot if
  * set and in bounds, else NULL; create allocates a zeroed block once (under
  * dir_lock). */
-void *hps__area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
-hps_err_t hps__area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
+void *hps__shmdb_area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
+hps_err_t hps__shmdb_area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
 
-/* Robust process-shared mutexes.  hps__lock returns 0, or 1 when the
+/* Robust process-shared mutexes.  hps__shmdb_lock returns 0, or 1 when the
  * previous owner died (the caller must repair and then call
- * hps__lock_consistent), or -errno. */
-hps_err_t hps__mutex_init(pthread_mutex_t *m);
-int hps__lock(pthread_mutex_t *m);
-void hps__lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m);
-void hps__unlock(pthread_mutex_t *m);
+ * hps__shmdb_lock_consistent), or -errno. */
+hps_err_t hps__shmdb_mutex_init(pthread_mutex_t *m);
+int hps__shmdb_lock(pthread_mutex_t *m);
+void hps__shmdb_lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m);
+void hps__shmdb_unlock(pthread_mutex_t *m);
 
 /* Allocator (alloc.c; segment lock held by the callee). Blocks are 64-byte
  * aligned and zero-filled. */
-hps_err_t hps__alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off);
-void hps__free(hps_shmdb_t *db, uint64_t off, uint64_t bytes);
+hps_err_t hps__shmdb_alloc(hps_shmdb_t *db, uint64_t bytes, uint64_t *ret_off);
+void hps__shmdb_free(hps_shmdb_t *db, uint64_t off, uint64_t bytes);
 
 /* Table access. */
-struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id);
-struct shm_part *hps__parts(hps_shmdb_t *db, const struct shm_table *t);
+struct shm_table *hps__shmdb_table(hps_shmdb_t *db, uint32_t id);
+struct shm_part *hps__shmdb_parts(hps_shmdb_t *db, const struct shm_table *t);
 
 /* Partition operations (map.c, write.c). */
 /* Rows each partition of t is sized for: expected_rows over the partitions,
  * at most the overflow margin; 0 for an unsized table. */
-uint64_t hps__part_expected(const struct shm_table *t);
-/* Hash block sized for hps__part_expected(t) rows and, for paged layouts,
+uint64_t hps__shmdb_part_expected(const struct shm_table *t);
+/* Hash block sized for hps__shmdb_part_expected(t) rows and, for paged layouts,
  * the page table and the first row page (write.c, next_page_rows). */
-hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
-int hps__part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
-void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
-uint64_t hps__part_check(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
-                         uint32_t pi, hps_shmdb_report_fn report, void *ctx);
+hps_err_t hps__shmdb_part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
+int hps__shmdb_part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
+void hps__shmdb_part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p);
+uint64_t hps__shmdb_part_check(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                               uint32_t pi, hps_shmdb_report_fn report, void *ctx);
 
 /* Thread pool (pool.c): run fn(arg, i) for i in [0, n), spread over the
  * pool's threads and the caller; returns when all are done. */
-hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret);
-void hps__pool_destroy(hps_pool_t *pool);
-void hps__pool_run(hps_pool_t *pool, unsigned n, void (*fn)(void *arg, unsigned i), void *arg);
+hps_err_t hps__shmdb_pool_create(unsigned nthreads, hps__shmdb_pool_t **ret);
+void hps__shmdb_pool_destroy(hps__shmdb_pool_t *pool);
+void hps__shmdb_pool_run(hps__shmdb_pool_t *pool, unsigned n, void (*fn)(void *arg, unsigned i),
+                         void *arg);
 
 #endif

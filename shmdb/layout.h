@@ -27,7 +27,7 @@
  *
  * A value slot holds one row in the table's storage type (hps_dtype_t,
  * include/hps/dtype.h): hps_dtype_row_bytes(dtype, dim) bytes, rounded up
- * to a multiple of 4 (hps__vbytes) so that every row starts 4-byte aligned
+ * to a multiple of 4 (hps__shmdb_vbytes) so that every row starts 4-byte aligned
  * (the fp16/bf16 decoders need 2, an int8 row's scale is then aligned too,
  * and a free row can hold the 32-bit link of the free-row list).  Writers
  * encode from fp32 before the bucket's version turns odd and copy the
@@ -61,7 +61,7 @@
 #define HPS_CACHELINE          64
 #define HPS_BUCKET_SLOTS       7
 /* Layouts of a partition's hash block, chosen by the bytes of a stored row
- * (hps__vbytes; 4 * dim for fp32) so that a lookup touches as few pages as
+ * (hps__shmdb_vbytes; 4 * dim for fp32) so that a lookup touches as few pages as
  * possible while a row stays close to its raw size:
  *  SOA  (<= 16 B):  [buckets (nb x 64 B)][values (nb x 7 slots)], densest;
  *  AOS  (<= 64 B):  per bucket [bucket][its 7 values], one page per key;
@@ -117,7 +117,7 @@ struct shm_part {
      * Readers validate a lookup by re-reading gen, which grows by 2 at every
      * change of geometry (rehash), so a block freed and reused under a slow
      * reader is detected.  Both written under lock with release stores
-     * (write.c: hps__wgrow); readers load them lock-free (map.c). */
+     * (write.c: hps__shmdb_wgrow); readers load them lock-free (map.c). */
     _Atomic uint64_t geom;
     _Atomic uint32_t gen;
     uint32_t pad0;
@@ -171,7 +171,7 @@ struct shm_table {
     /* Storage type of every row (hps_dtype_t; 0 = fp32, also in segments of
      * builds before it).  Written once while the descriptor is built (state
      * 1, dir_lock held), before the release store of num_tables publishes
-     * it; read-only afterwards, so readers load it plainly.  hps__table()
+     * it; read-only afterwards, so readers load it plainly.  hps__shmdb_table()
      * refuses a value that is no type (corrupt segment). */
     uint32_t dtype;
     uint32_t pad1;
@@ -206,7 +206,7 @@ _Static_assert(sizeof(struct shm_proc) == 64, "proc slot must be one cache line"
 
 /* An entry of a partition's row-page table. */
 struct shm_page {
-    uint64_t off;  /* offset of rows * vbytes bytes (hps__vbytes) */
+    uint64_t off;  /* offset of rows * vbytes bytes (hps__shmdb_vbytes) */
     uint32_t rows; /* rows the page holds */
     uint32_t pad;
 };
@@ -228,7 +228,7 @@ struct shm_geo {
  * (hps_dtype_row_bytes, computed inline: every lookup's snapshot of every
  * partition needs it), rounded up to 4 (see the top of this file); 0 for
  * dim 0 or a dtype that is no type. */
-static inline uint32_t hps__vbytes(uint32_t dtype, uint32_t dim)
+static inline uint32_t hps__shmdb_vbytes(uint32_t dtype, uint32_t dim)
 {
     uint64_t rb = dtype == HPS_DTYPE_FP32                              ? 4ull * dim
                   : dtype == HPS_DTYPE_FP16 || dtype == HPS_DTYPE_BF16 ? 2ull * dim
@@ -238,7 +238,7 @@ static inline uint32_t hps__vbytes(uint32_t dtype, uint32_t dim)
 }
 
 /* Layout for value slots of vbytes bytes of storage type dtype. */
-static inline uint32_t hps__layout_for(uint32_t dtype, uint32_t vbytes)
+static inline uint32_t hps__shmdb_layout_for(uint32_t dtype, uint32_t vbytes)
 {
     return vbytes <= HPS_SOA_MAX_BYTES      ? HPS_LAYOUT_SOA
            : vbytes <= HPS_INLINE_MAX_BYTES ? HPS_LAYOUT_AOS
@@ -247,15 +247,15 @@ static inline uint32_t hps__layout_for(uint32_t dtype, uint32_t vbytes)
 }
 
 /* True for the layouts whose rows live in row pages (slots hold row ids). */
-static inline int hps__layout_paged(uint32_t layout)
+static inline int hps__shmdb_layout_paged(uint32_t layout)
 {
     return layout == HPS_LAYOUT_ROWS || layout == HPS_LAYOUT_ROWS_SOA;
 }
 
 /* Geometry of a hash block of nb buckets whose value slots are vbytes
- * bytes (hps__vbytes). */
-static inline struct shm_geo hps__geo(uint32_t layout, uint32_t vbytes, uint32_t policy,
-                                      uint32_t nb)
+ * bytes (hps__shmdb_vbytes). */
+static inline struct shm_geo hps__shmdb_geo(uint32_t layout, uint32_t vbytes, uint32_t policy,
+                                            uint32_t nb)
 {
     struct shm_geo g;
     uint64_t vals = (uint64_t)HPS_BUCKET_SLOTS * vbytes;
@@ -353,7 +353,7 @@ struct shm_hdr {
     _Atomic uint64_t repairs; /* robust-mutex repairs, any process (relaxed add) */
     char name[HPS_SHMDB_SEGMENT_NAME_MAX + 8];
     /* Offsets of optional areas, 0 = absent: each set once, under dir_lock,
-     * by a release store after the area is built (missq.c, hps__area_create
+     * by a release store after the area is built (missq.c, hps__shmdb_area_create
      * in updlog.c), then never changed; read lock-free with acquire loads
      * (hence plain uint64_t accessed through _Atomic casts) and
      * bounds-checked.  Miss queue, GPU-cache registry, update logs. */
@@ -373,11 +373,11 @@ struct shm_hdr {
      * between reads 0 (creator not attached). */
     _Atomic uint64_t coord_proc;
     uint64_t creator_proc;
-    /* Offsets at and above it were never handed out by hps__alloc, so their
+    /* Offsets at and above it were never handed out by hps__shmdb_alloc, so their
      * pages are still the zeros tmpfs gives (seg_lock); 0 in segments of
      * builds before it: every allocation is then cleared.  Trusted only by
      * the process that created the object (hps_shmdb_t.created).  Read and
-     * written under seg_lock (alloc.c: hps__alloc). */
+     * written under seg_lock (alloc.c: hps__shmdb_alloc). */
     uint64_t zero_from;
     /* struct shm_ddbstats (the distributed DB's counters), 0 = absent.  Taken
      * from the reserved words below (reserved[8] before it), which no build
@@ -457,7 +457,7 @@ _Static_assert(sizeof(struct shm_updlog) == 64, "update log header must be one c
 
 /* GPU-cache registry (hdr->gpureg_off), changed under dir_lock; read
  * lock-free by tools.  Counters are published by the cache's refresher. */
-#define HPS__GCACHE_NCTR (sizeof(hps_gcache_counters_t) / sizeof(uint64_t))
+#define HPS__SHMDB_GCACHE_NCTR (sizeof(hps_gcache_counters_t) / sizeof(uint64_t))
 struct shm_gcache {
     _Atomic uint32_t state; /* hps_gcache_state_t */
     uint32_t table_id;
@@ -471,7 +471,7 @@ struct shm_gcache {
     _Atomic int32_t creator_pid;
     _Atomic int32_t refresher_pid;
     _Atomic int32_t pids[HPS_SHMDB_GCACHE_PROCS];
-    _Atomic uint64_t ctr[HPS__GCACHE_NCTR]; /* hps_gcache_counters_t, in its order */
+    _Atomic uint64_t ctr[HPS__SHMDB_GCACHE_NCTR]; /* hps_gcache_counters_t, in its order */
     /* Sharding (set at claim: num_shards, shard_dev; by the creator before
      * READY: num_parts, shard_bytes); read by importers after READY. */
     uint32_t num_shards;
@@ -486,13 +486,14 @@ struct shm_gpureg {
     struct shm_gcache e[HPS_SHMDB_MAX_GCACHES];
 };
 
-#define HPS__SZ6(s) ((uint32_t)((sizeof(s) / HPS_CACHELINE) & 0x3f))
+#define HPS__SHMDB_SZ6(s) ((uint32_t)((sizeof(s) / HPS_CACHELINE) & 0x3f))
 /* Format word: layout version and the sizes of the on-shm structs, so two
  * builds that disagree on any of them refuse each other (LMDB's
  * MDB_LOCK_FORMAT). */
 #define HPS_SHM_FORMAT                                                                             \
-    ((HPS_SHM_LAYOUT_VERSION << 24) | (HPS__SZ6(struct shm_part) << 18) |                          \
-     (HPS__SZ6(struct shm_table) << 12) | (((uint32_t)sizeof(pthread_mutex_t) & 0x3f) << 6) |      \
+    ((HPS_SHM_LAYOUT_VERSION << 24) | (HPS__SHMDB_SZ6(struct shm_part) << 18) |                    \
+     (HPS__SHMDB_SZ6(struct shm_table) << 12) |                                                    \
+     (((uint32_t)sizeof(pthread_mutex_t) & 0x3f) << 6) |                                           \
      (uint32_t)((sizeof(struct shm_hdr) >> 12) & 0x3f))
 
 #endif /* HPS_SHMDB_LAYOUT_H */

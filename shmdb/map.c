@@ -54,11 +54,11 @@ static bool make_view(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
 {
     uint64_t blk = HPS_GEOM_BLK(g);
     uint32_t nb = HPS_GEOM_NB(g);
-    if (nb == 0 || !hps__in_bounds(db, blk, hps__block_bytes(t, nb)))
+    if (nb == 0 || !hps__shmdb_in_bounds(db, blk, hps__shmdb_block_bytes(t, nb)))
         return false;
-    hps__wview(db, t, p, blk, nb, v);
-    if (hps__layout_paged(t->layout) &&
-        !hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page)))
+    hps__shmdb_wview(db, t, p, blk, nb, v);
+    if (hps__shmdb_layout_paged(t->layout) &&
+        !hps__shmdb_in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page)))
         v->pages = NULL;
     return true;
 }
@@ -145,13 +145,13 @@ static int read_once(const struct wview *v, uint64_t key, uint64_t h, void *out,
         unsigned ovf = atomic_load_explicit(&b->ovf, memory_order_relaxed);
         if (s >= 0) {
             uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
-            const uint8_t *src = hps__row(v, slot);
+            const uint8_t *src = hps__shmdb_row(v, slot);
             if (!src)
                 return -1;
             if (raw)
                 memcpy(out, src, v->vbytes);
             else
-                hps__decode_row(v, src, out);
+                hps__shmdb_decode_row(v, src, out);
             *ret_slot = (int64_t)slot;
         }
         /* Acquire fence: the copies above complete before the re-read. */
@@ -192,7 +192,7 @@ static int read_key(hps_shmdb_t *db, const struct shm_table *t, uint64_t key, vo
                     uint32_t clock)
 {
     uint64_t h = hps_rrxmrrxmsx_0(key);
-    struct shm_part *p = &hps__parts(db, t)[h % t->num_partitions];
+    struct shm_part *p = &hps__shmdb_parts(db, t)[h % t->num_partitions];
     for (int tries = 0; tries < READ_RETRIES; tries++) {
         struct wview v;
         uint32_t gen;
@@ -335,7 +335,7 @@ static void stage_b(struct wview *views, struct flight *f)
     f->slot = find_in_bucket(b, f->key);
     if (f->slot >= 0) {
         const char *r =
-            (const char *)hps__row(v, (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)f->slot);
+            (const char *)hps__shmdb_row(v, (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)f->slot);
         if (!r) {
             f->slot = -2;
             return;
@@ -366,11 +366,11 @@ static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct wview *vie
     int r = f->slot >= 0 ? 1 : (f->slot == -1 ? 0 : -1);
     uint64_t s = (uint64_t)f->bi * HPS_BUCKET_SLOTS + (unsigned)(f->slot >= 0 ? f->slot : 0);
     if (r == 1) {
-        const uint8_t *src = hps__row(v, s);
+        const uint8_t *src = hps__shmdb_row(v, s);
         if (src && v->dtype == HPS_DTYPE_FP32)
             copy_row(out, (const float *)src, v->dim);
         else if (src)
-            hps__decode_row(v, src, out);
+            hps__shmdb_decode_row(v, src, out);
         /* Acquire fence: the copy completes before the version re-read. */
         atomic_thread_fence(memory_order_acquire);
         if (!src || atomic_load_explicit(&b->ver, memory_order_relaxed) != f->ver)
@@ -380,7 +380,7 @@ static int stage_c(hps_shmdb_t *db, const struct shm_table *t, struct wview *vie
         if (atomic_load_explicit(&b->ver, memory_order_relaxed) != f->ver)
             r = -1;
     }
-    if (r >= 0 && !gen_same(&hps__parts(db, t)[f->pi], gens[f->pi]))
+    if (r >= 0 && !gen_same(&hps__shmdb_parts(db, t)[f->pi], gens[f->pi]))
         r = -1;
     if (r < 0)
         return read_key(db, t, f->key, out, false, clock);
@@ -440,7 +440,7 @@ static size_t lookup_range(hps_shmdb_t *db, const struct shm_table *t, const voi
 {
     struct wview views[HPS_SHMDB_MAX_PARTITIONS];
     uint32_t gens[HPS_SHMDB_MAX_PARTITIONS];
-    struct shm_part *parts = hps__parts(db, t);
+    struct shm_part *parts = hps__shmdb_parts(db, t);
     bool ok = true;
     for (uint32_t i = 0; i < t->num_partitions && ok; i++)
         ok = snapshot(db, t, &parts[i], &gens[i], &views[i]);
@@ -485,7 +485,7 @@ static void count_lookups(struct shm_table *t, uint64_t lookups, uint64_t hits)
 
 hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups, uint64_t hits)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     count_lookups(t, lookups, hits);
@@ -495,7 +495,7 @@ hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups
 hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                               float *values, uint8_t *found, size_t *ret_hits, unsigned flags)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     struct lookup_job j = {
@@ -505,7 +505,7 @@ hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void
     size_t hits = 0;
     if (db->pool && n >= 64) {
         j.parts = db->nthreads < 64 ? db->nthreads : 64;
-        hps__pool_run(db->pool, j.parts, lookup_task, &j);
+        hps__shmdb_pool_run(db->pool, j.parts, lookup_task, &j);
         for (unsigned i = 0; i < j.parts; i++)
             hits += j.hits[i];
     } else {
@@ -521,7 +521,7 @@ hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void
 hps_err_t hps_shmdb_lookup_stored(hps_shmdb_t *db, uint32_t id, uint64_t key, void *out,
                                   size_t out_len, bool *ret_found)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     size_t rb = hps_dtype_row_bytes((hps_dtype_t)t->dtype, t->dim);
@@ -533,7 +533,7 @@ hps_err_t hps_shmdb_lookup_stored(hps_shmdb_t *db, uint32_t id, uint64_t key, vo
     }
     /* A row of vbytes (>= rb): the copy lands here first, so out is
      * written only with a validated row. */
-    uint8_t *buf = malloc(hps__vbytes(t->dtype, t->dim));
+    uint8_t *buf = malloc(hps__shmdb_vbytes(t->dtype, t->dim));
     if (!buf)
         return -ENOMEM;
     int r = read_key(db, t, key, buf, true, 0);

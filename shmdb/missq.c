@@ -74,10 +74,11 @@ static struct shm_missq *missq(hps_shmdb_t *db)
 {
     uint64_t off =
         atomic_load_explicit((_Atomic uint64_t *)&db->hdr->missq_off, memory_order_acquire);
-    if (!off || !hps__in_bounds(db, off, sizeof(struct shm_missq)) || (off & (HPS_CACHELINE - 1)))
+    if (!off || !hps__shmdb_in_bounds(db, off, sizeof(struct shm_missq)) ||
+        (off & (HPS_CACHELINE - 1)))
         return NULL; /* blocks are 64-byte aligned: anything else is corrupt */
-    struct shm_missq *q = hps__ptr(db, off);
-    if (!hps__in_bounds(db, off, sizeof(*q) + (uint64_t)q->nslots * sizeof(struct shm_mslot)))
+    struct shm_missq *q = hps__shmdb_ptr(db, off);
+    if (!hps__shmdb_in_bounds(db, off, sizeof(*q) + (uint64_t)q->nslots * sizeof(struct shm_mslot)))
         return NULL;
     return q;
 }
@@ -88,21 +89,21 @@ hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_by
         return HPS_EINVAL;
     if (missq(db))
         return 0;
-    int lr = hps__lock(&db->hdr->dir_lock);
+    int lr = hps__shmdb_lock(&db->hdr->dir_lock);
     if (lr < 0)
         return lr;
     if (lr == 1)
-        hps__lock_consistent(db, &db->hdr->dir_lock);
+        hps__shmdb_lock_consistent(db, &db->hdr->dir_lock);
     hps_err_t rc = 0;
     if (!missq(db)) {
         uint64_t off, slab0;
-        slab_bytes = hps__round_up(slab_bytes, HPS_CACHELINE);
-        rc = hps__alloc(db, sizeof(struct shm_missq) + (uint64_t)slots * sizeof(struct shm_mslot),
-                        &off);
+        slab_bytes = hps__shmdb_round_up(slab_bytes, HPS_CACHELINE);
+        rc = hps__shmdb_alloc(
+            db, sizeof(struct shm_missq) + (uint64_t)slots * sizeof(struct shm_mslot), &off);
         if (rc == 0)
-            rc = hps__alloc(db, (uint64_t)slots * slab_bytes, &slab0);
+            rc = hps__shmdb_alloc(db, (uint64_t)slots * slab_bytes, &slab0);
         if (rc == 0) {
-            struct shm_missq *q = hps__ptr(db, off);
+            struct shm_missq *q = hps__shmdb_ptr(db, off);
             q->nslots = slots;
             q->slab_bytes = slab_bytes;
             for (uint32_t i = 0; i < slots; i++)
@@ -112,14 +113,15 @@ hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_by
                                   memory_order_release);
         }
     }
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return rc;
 }
 
 /* Bytes a request of n keys needs in a slab, for a table. */
 static uint64_t slab_need(const struct shm_table *t, uint64_t n)
 {
-    return hps__round_up(n * t->key_bytes, 64) + hps__round_up(n, 64) + n * t->dim * sizeof(float);
+    return hps__shmdb_round_up(n * t->key_bytes, 64) + hps__shmdb_round_up(n, 64) +
+           n * t->dim * sizeof(float);
 }
 
 /* Keys of one chunk at most, whatever a slab would hold: a large request's
@@ -146,21 +148,21 @@ struct slab_view {
 static struct slab_view slab_of(hps_shmdb_t *db, const struct shm_table *t,
                                 const struct shm_mslot *s, uint32_t n)
 {
-    uint8_t *base = hps__ptr(db, s->slab);
+    uint8_t *base = hps__shmdb_ptr(db, s->slab);
     struct slab_view v = {.keys = base};
-    v.found = base + hps__round_up((uint64_t)n * t->key_bytes, 64);
-    v.values = (float *)(v.found + hps__round_up(n, 64));
+    v.found = base + hps__shmdb_round_up((uint64_t)n * t->key_bytes, 64);
+    v.values = (float *)(v.found + hps__shmdb_round_up(n, 64));
     return v;
 }
 
 static uint64_t deadline_ns(uint32_t timeout_ms)
 {
-    return hps__clock_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ULL;
+    return hps__shmdb_clock_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000ULL;
 }
 
 static bool wait_until(_Atomic uint64_t *word, uint64_t seen, uint64_t deadline)
 {
-    uint64_t now = hps__clock_ns(CLOCK_MONOTONIC);
+    uint64_t now = hps__shmdb_clock_ns(CLOCK_MONOTONIC);
     if (now >= deadline)
         return false;
     uint64_t left = deadline - now;
@@ -228,7 +230,7 @@ enum { FLIGHT_STACK = 64 };
 static hps_err_t check(hps_shmdb_t *db, struct shm_missq *q, const hps_miss_req_t *r,
                        const struct shm_table **ret_t, uint64_t *ret_per)
 {
-    const struct shm_table *t = db ? hps__table(db, r->table) : NULL;
+    const struct shm_table *t = db ? hps__shmdb_table(db, r->table) : NULL;
     if (!db)
         return HPS_EINVAL;
     if (!t || !q)
@@ -343,7 +345,7 @@ static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
         for (size_t off = 0; off < rq->n; off += per) {
             uint32_t m = (uint32_t)(rq->n - off < per ? rq->n - off : per);
             for (;;) {
-                if (hps__clock_ns(CLOCK_MONOTONIC) >= deadline) {
+                if (hps__shmdb_clock_ns(CLOCK_MONOTONIC) >= deadline) {
                     rq->rc = rq->rc ? rq->rc : HPS_ETIMEDOUT; /* no time left to ask */
                     break;
                 }
@@ -439,7 +441,7 @@ static bool serve_slot(hps_shmdb_t *db, struct shm_missq *q, struct shm_mslot *s
     if (!atomic_compare_exchange_strong_explicit(&s->word, &w, WORD(SEQ(w), MS_SERVING),
                                                  memory_order_acquire, memory_order_relaxed))
         return false;
-    struct shm_table *t = hps__table(db, s->table);
+    struct shm_table *t = hps__shmdb_table(db, s->table);
     uint32_t n = s->n;
     hps_err_t rc = HPS_ENOTFOUND;
     if (t && slab_need(t, n) <= q->slab_bytes) {
@@ -477,7 +479,7 @@ hps_err_t hps_shmdb_miss_serve(hps_shmdb_t *db, uint32_t wait_ms, hps_shmdb_miss
          * another thread took): back to the caller, which may be stopping. */
         if (served > 0 || rung)
             break;
-        uint64_t now = hps__clock_ns(CLOCK_MONOTONIC);
+        uint64_t now = hps__shmdb_clock_ns(CLOCK_MONOTONIC);
         if (now >= deadline)
             break;
         struct timespec ts = {.tv_sec = (time_t)((deadline - now) / 1000000000ULL),

@@ -14,13 +14,13 @@
 
 /* ---- lock and repair --------------------------------------------------- */
 
-int hps__part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
+int hps__shmdb_part_lock(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
 {
-    int rc = hps__lock(&p->lock);
+    int rc = hps__shmdb_lock(&p->lock);
     if (rc == 1) {
-        hps__part_repair(db, t, p);
+        hps__shmdb_part_repair(db, t, p);
         atomic_fetch_add_explicit(&p->repairs, 1, memory_order_relaxed);
-        hps__lock_consistent(db, &p->lock);
+        hps__shmdb_lock_consistent(db, &p->lock);
         rc = 0;
     }
     return rc;
@@ -33,20 +33,20 @@ static inline uint32_t home_of(uint64_t key, uint32_t nb)
 }
 
 /* Rows handed out from page pg. */
-uint32_t hps__page_used(const struct wview *w, uint32_t pg)
+uint32_t hps__shmdb_page_used(const struct wview *w, uint32_t pg)
 {
     uint32_t n = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
     return pg + 1 == n ? w->p->last_fill : w->pages[pg].rows;
 }
 
-bool hps__row_valid(const struct wview *w, uint32_t r)
+bool hps__shmdb_row_valid(const struct wview *w, uint32_t r)
 {
     uint32_t pg = r >> HPS_PAGE_SHIFT;
     return pg < atomic_load_explicit(&w->p->npages, memory_order_relaxed) &&
-           (r & (HPS_PAGE_MAX_ROWS - 1)) < hps__page_used(w, pg);
+           (r & (HPS_PAGE_MAX_ROWS - 1)) < hps__shmdb_page_used(w, pg);
 }
 
-bool hps__pages_ok(const struct wview *w)
+bool hps__shmdb_pages_ok(const struct wview *w)
 {
     uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
     uint64_t row_bytes = w->vbytes;
@@ -55,24 +55,24 @@ bool hps__pages_ok(const struct wview *w)
     for (uint32_t pg = 0; pg < np; pg++) {
         const struct shm_page *pe = &w->pages[pg];
         if (pe->rows > HPS_PAGE_MAX_ROWS || (pe->off & 3) ||
-            !hps__in_bounds(w->db, pe->off, (uint64_t)pe->rows * row_bytes))
+            !hps__shmdb_in_bounds(w->db, pe->off, (uint64_t)pe->rows * row_bytes))
             return false;
     }
     return np == 0 || w->p->last_fill <= w->pages[np - 1].rows;
 }
 
-bool hps__rowmap_init(struct rowmap *rm, const struct wview *w)
+bool hps__shmdb_rowmap_init(struct rowmap *rm, const struct wview *w)
 {
     uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
     rm->prefix[0] = 0;
     for (uint32_t pg = 0; pg < np; pg++)
-        rm->prefix[pg + 1] = rm->prefix[pg] + hps__page_used(w, pg);
+        rm->prefix[pg + 1] = rm->prefix[pg] + hps__shmdb_page_used(w, pg);
     rm->bits = calloc(rm->prefix[np] / 8 + 1, 1);
     return rm->bits != NULL;
 }
 
 /* Mark row r used; true if it already was. */
-bool hps__rowmap_set(struct rowmap *rm, uint32_t r)
+bool hps__shmdb_rowmap_set(struct rowmap *rm, uint32_t r)
 {
     uint64_t i = rm->prefix[r >> HPS_PAGE_SHIFT] + (r & (HPS_PAGE_MAX_ROWS - 1));
     bool was = rm->bits[i >> 3] & (1u << (i & 7));
@@ -85,16 +85,16 @@ bool hps__rowmap_set(struct rowmap *rm, uint32_t r)
 static void repair_rows(struct wview *w)
 {
     struct rowmap rm;
-    if (!hps__pages_ok(w) || !hps__rowmap_init(&rm, w))
+    if (!hps__shmdb_pages_ok(w) || !hps__shmdb_rowmap_init(&rm, w))
         return; /* row pages themselves corrupt: nothing sound to rebuild from */
     for (uint32_t bi = 0; bi < w->nb; bi++) {
         struct shm_bucket *b = BKT(w, bi);
-        unsigned occ = hps__occ(b);
+        unsigned occ = hps__shmdb_occ(b);
         for (unsigned m = occ; m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint32_t r = atomic_load_explicit(
                 ROWID(w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s), memory_order_relaxed);
-            if (!hps__row_valid(w, r) || hps__rowmap_set(&rm, r))
+            if (!hps__shmdb_row_valid(w, r) || hps__shmdb_rowmap_set(&rm, r))
                 occ &= ~(1u << s);
         }
         atomic_store_explicit(&b->occ, (uint8_t)occ, memory_order_relaxed);
@@ -102,10 +102,10 @@ static void repair_rows(struct wview *w)
     w->p->free_row = HPS_NO_ROW;
     uint32_t np = atomic_load_explicit(&w->p->npages, memory_order_relaxed);
     for (uint32_t pg = 0; pg < np; pg++)
-        for (uint32_t i = 0; i < hps__page_used(w, pg); i++) {
+        for (uint32_t i = 0; i < hps__shmdb_page_used(w, pg); i++) {
             uint32_t r = (pg << HPS_PAGE_SHIFT) | i;
-            if (!hps__rowmap_set(&rm, r)) {
-                uint8_t *row = hps__ptr(w->db, w->pages[pg].off + (uint64_t)i * w->vbytes);
+            if (!hps__shmdb_rowmap_set(&rm, r)) {
+                uint8_t *row = hps__shmdb_ptr(w->db, w->pages[pg].off + (uint64_t)i * w->vbytes);
                 memcpy(row, &w->p->free_row, sizeof(uint32_t));
                 w->p->free_row = r;
             }
@@ -121,9 +121,9 @@ static void rebuild_counts(struct wview *w)
         atomic_store_explicit(&BKT(w, bi)->ovf, 0, memory_order_relaxed);
     for (uint32_t bi = 0; bi < w->nb; bi++) {
         struct shm_bucket *b = BKT(w, bi);
-        for (unsigned m = hps__occ(b); m; m &= m - 1) {
+        for (unsigned m = hps__shmdb_occ(b); m; m &= m - 1) {
             uint64_t key = atomic_load_explicit(&b->key[__builtin_ctz(m)], memory_order_relaxed);
-            hps__ovf_walk(w, key, bi, +1);
+            hps__shmdb_ovf_walk(w, key, bi, +1);
             rows++;
         }
     }
@@ -156,22 +156,23 @@ static bool pages_hit_part(const struct wview *w)
     return false;
 }
 
-void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
+void hps__shmdb_part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
 {
     struct wview w;
     uint64_t blk = HPS_GEOM_BLK(atomic_load_explicit(&p->geom, memory_order_relaxed));
-    uint64_t pend = p->pending, bytes = hps__round_up(p->blk_bytes, HPS_CACHELINE);
+    uint64_t pend = p->pending, bytes = hps__shmdb_round_up(p->blk_bytes, HPS_CACHELINE);
     /* Freed only if it can be a block: in a corrupt segment, pending may
-     * point anywhere, and hps__free writes there. */
+     * point anywhere, and hps__shmdb_free writes there. */
     if (pend && pend != blk && !(pend & (HPS_CACHELINE - 1)) && pend >= db->hdr->hdr_bytes &&
-        hps__in_bounds(db, pend, bytes) && !hits_part(db, p, pend, bytes) &&
+        hps__shmdb_in_bounds(db, pend, bytes) && !hits_part(db, p, pend, bytes) &&
         pend + bytes <= atomic_load_explicit(&db->hdr->bump, memory_order_relaxed))
-        hps__free(db, pend, p->blk_bytes); /* size unknown: at most a leak */
+        hps__shmdb_free(db, pend, p->blk_bytes); /* size unknown: at most a leak */
     p->pending = 0;
     /* The view's own extent, not blk_bytes: both are segment words, and a
      * corrupt blk_bytes smaller than the block let a bucket's version or
      * occupancy land on the held lock (found by fuzz-shmdb). */
-    if (!hps__wview_current(db, t, p, &w) || hits_part(db, p, blk, hps__block_bytes(t, w.nb)))
+    if (!hps__shmdb_wview_current(db, t, p, &w) ||
+        hits_part(db, p, blk, hps__shmdb_block_bytes(t, w.nb)))
         return;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
         struct shm_bucket *b = BKT(&w, bi);
@@ -182,7 +183,7 @@ void hps__part_repair(hps_shmdb_t *db, const struct shm_table *t, struct shm_par
             atomic_store_explicit(&b->ver, v + 1, memory_order_release);
         }
     }
-    if (w.rowid && hps__pages_ok(&w) && !pages_hit_part(&w))
+    if (w.rowid && hps__shmdb_pages_ok(&w) && !pages_hit_part(&w))
         repair_rows(&w);
     rebuild_counts(&w);
 }
@@ -215,11 +216,11 @@ static void update_row(struct wview *w, uint32_t bi, int s, const void *stored, 
 {
     struct shm_bucket *b = BKT(w, bi);
     uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
-    hps__bucket_begin(b);
-    memcpy(hps__row(w, slot), stored, w->vbytes);
+    hps__shmdb_bucket_begin(b);
+    memcpy(hps__shmdb_row(w, slot), stored, w->vbytes);
     if (w->stamp && w->t->policy == HPS_EVICT_OLDEST)
         atomic_store_explicit(&w->stamp[slot], clock, memory_order_relaxed);
-    hps__bucket_end(b);
+    hps__shmdb_bucket_end(b);
 }
 
 static uint64_t evict_target(uint64_t rows, double target)
@@ -235,7 +236,7 @@ static void make_room(struct wview *w)
     if (rows >= t->margin) {
         /* Down to margin * target, and at least one row (target 1.0). */
         uint64_t to = evict_target(t->margin, t->target);
-        hps__wevict(w, to < t->margin ? to : t->margin - 1);
+        hps__shmdb_wevict(w, to < t->margin ? to : t->margin - 1);
         rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
     }
     if ((double)(rows + 1) <= (double)w->nb * HPS_BUCKET_SLOTS * HPS_MAX_LOAD)
@@ -246,18 +247,18 @@ static void make_room(struct wview *w)
         if (nb > need)
             nb = need > w->nb ? need : (uint64_t)w->nb + 1;
     }
-    if (nb >= (1u << 30) || hps__wgrow(w, (uint32_t)nb) < 0) /* segment full: evict instead */
-        hps__wevict(w, evict_target(rows, t->target));
+    if (nb >= (1u << 30) || hps__shmdb_wgrow(w, (uint32_t)nb) < 0) /* segment full: evict instead */
+        hps__shmdb_wevict(w, evict_target(rows, t->target));
 }
 
 static hps_err_t insert_row(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
 {
     make_room(w);
-    hps_err_t rc = hps__winsert(w, key, stored, stamp);
+    hps_err_t rc = hps__shmdb_winsert(w, key, stored, stamp);
     if (rc < 0) { /* no row page could be allocated: evict, try once more */
-        hps__wevict(
+        hps__shmdb_wevict(
             w, evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed), w->t->target));
-        rc = hps__winsert(w, key, stored, stamp);
+        rc = hps__shmdb_winsert(w, key, stored, stamp);
     }
     return rc;
 }
@@ -335,14 +336,14 @@ static bool probe_writes(double *ret_map, double *ret_fd)
         posix_fallocate(fd, 0, 2 * (off_t)PROBE_BYTES) == 0 &&
         (p = mmap(NULL, PROBE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED;
     if (ok) {
-        (void)madvise(p, PROBE_BYTES, HPS__MADV_POPULATE_WRITE); /* as commit_to */
-        uint64_t t0 = hps__clock_ns(CLOCK_MONOTONIC);
+        (void)madvise(p, PROBE_BYTES, HPS__SHMDB_MADV_POPULATE_WRITE); /* as commit_to */
+        uint64_t t0 = hps__shmdb_clock_ns(CLOCK_MONOTONIC);
         for (size_t off = 0; off < PROBE_BYTES; off += src_len)
             memcpy(p + off, src, src_len);
-        uint64_t t1 = hps__clock_ns(CLOCK_MONOTONIC);
+        uint64_t t1 = hps__shmdb_clock_ns(CLOCK_MONOTONIC);
         for (size_t off = 0; ok && off < PROBE_BYTES; off += src_len)
             ok = pwrite(fd, src, src_len, (off_t)(PROBE_BYTES + off)) == (ssize_t)src_len;
-        uint64_t t2 = hps__clock_ns(CLOCK_MONOTONIC);
+        uint64_t t2 = hps__shmdb_clock_ns(CLOCK_MONOTONIC);
         *ret_map = (double)(t1 - t0) * 1e-9;
         *ret_fd = (double)(t2 - t1) * 1e-9;
         munmap(p, PROBE_BYTES);
@@ -363,14 +364,14 @@ static bool rows_by_fd(hps_shmdb_t *db)
         const char *e = getenv("HPS_SHMDB_ROW_WRITES");
         double map_s, fd_s;
         if (e && strcmp(e, "pwrite") == 0)
-            m = HPS__ROWS_PWRITE;
+            m = HPS__SHMDB_ROWS_PWRITE;
         else if ((e && strcmp(e, "mapping") == 0) || !probe_writes(&map_s, &fd_s))
-            m = HPS__ROWS_MAPPING;
+            m = HPS__SHMDB_ROWS_MAPPING;
         else
-            m = map_s > 2 * fd_s ? HPS__ROWS_PWRITE : HPS__ROWS_MAPPING;
+            m = map_s > 2 * fd_s ? HPS__SHMDB_ROWS_PWRITE : HPS__SHMDB_ROWS_MAPPING;
         atomic_store_explicit(&db->row_writes, m, memory_order_relaxed);
     }
-    return m == HPS__ROWS_PWRITE;
+    return m == HPS__SHMDB_ROWS_PWRITE;
 }
 
 /* Write len bytes of staged rows at segment offset off; through the
@@ -387,7 +388,7 @@ static void stage_out(hps_shmdb_t *db, const uint8_t *buf, size_t len, uint64_t 
         done += (size_t)r;
     }
     if (done < len)
-        memcpy(hps__ptr(db, off + done), buf + done, len - done);
+        memcpy(hps__shmdb_ptr(db, off + done), buf + done, len - done);
 }
 
 /* Write the pending rows, then publish their keys. */
@@ -398,7 +399,7 @@ static void bulk_flush(struct bulk *k, uint32_t fresh)
     size_t len = 0;
     uint64_t off0 = 0;
     for (size_t q = 0; q < k->n; q++) {
-        uint64_t off = hps__wrow_off(w, k->pend[q].row);
+        uint64_t off = hps__shmdb_wrow_off(w, k->pend[q].row);
         if (len && off != off0 + len) {
             stage_out(w->db, k->stage, len, off0);
             len = 0;
@@ -417,22 +418,23 @@ static void bulk_flush(struct bulk *k, uint32_t fresh)
     for (size_t q = 0; q < k->n; q++) {
         const struct pend *e = &k->pend[q];
         uint32_t bi;
-        int s = hps__wfind(w, e->key, &bi);
+        int s = hps__shmdb_wfind(w, e->key, &bi);
         if (s >= 0) { /* a later row of a key published above */
             update_row(w, bi, s, stored_row(w, j->values + e->i * j->t->dim, k->scratch), j->clock);
-            hps__wfree_row(w, e->row);
+            hps__shmdb_wfree_row(w, e->row);
             k->upd++;
             continue;
         }
         make_room(w);
-        hps_err_t rc = hps__winsert_row(w, e->key, e->row, fresh);
+        hps_err_t rc = hps__shmdb_winsert_row(w, e->key, e->row, fresh);
         if (rc < 0) { /* as insert_row: evict, try once more */
-            hps__wevict(w, evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed),
-                                        w->t->target));
-            rc = hps__winsert_row(w, e->key, e->row, fresh);
+            hps__shmdb_wevict(w,
+                              evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed),
+                                           w->t->target));
+            rc = hps__shmdb_winsert_row(w, e->key, e->row, fresh);
         }
         if (rc < 0)
-            hps__wfree_row(w, e->row);
+            hps__shmdb_wfree_row(w, e->row);
         else
             k->ins++;
     }
@@ -465,14 +467,14 @@ static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *
         size_t i = j->order[o];
         uint64_t key = key_at(j->keys, t->key_bytes, i);
         uint32_t bi, row;
-        int s = hps__wfind(w, key, &bi);
-        if (s < 0 && hps__walloc_row(w, &row) == 0) {
+        int s = hps__shmdb_wfind(w, key, &bi);
+        if (s < 0 && hps__shmdb_walloc_row(w, &row) == 0) {
             k.pend[k.n++] = (struct pend){.key = key, .i = i, .row = row};
             continue;
         }
         if (s < 0) { /* no row page: end the cycle, then the memcpy path evicts for room */
             bulk_flush(&k, fresh);
-            s = hps__wfind(w, key, &bi);
+            s = hps__shmdb_wfind(w, key, &bi);
         }
         const void *stored = stored_row(w, j->values + i * t->dim, scratch);
         if (s >= 0) {
@@ -494,23 +496,23 @@ static void upsert_task(void *arg, unsigned pi)
 {
     struct batch *j = arg;
     const struct shm_table *t = j->t;
-    struct shm_part *p = &hps__parts(j->db, t)[pi];
+    struct shm_part *p = &hps__shmdb_parts(j->db, t)[pi];
     struct wview w;
     size_t ins = 0, upd = 0;
     uint8_t *scratch = NULL; /* the row being written, encoded (non-fp32 tables) */
     if (j->start[pi] == j->start[pi + 1])
         return;
-    if (t->dtype != HPS_DTYPE_FP32 && !(scratch = calloc(1, hps__vbytes(t->dtype, t->dim)))) {
+    if (t->dtype != HPS_DTYPE_FP32 && !(scratch = calloc(1, hps__shmdb_vbytes(t->dtype, t->dim)))) {
         j->rc[pi] = -ENOMEM;
         return;
     }
-    int rc = hps__part_lock(j->db, t, p);
+    int rc = hps__shmdb_part_lock(j->db, t, p);
     if (rc < 0) {
         j->rc[pi] = rc;
         free(scratch);
         return;
     }
-    if (!hps__wview_current(j->db, t, p, &w)) {
+    if (!hps__shmdb_wview_current(j->db, t, p, &w)) {
         j->rc[pi] = HPS_ECORRUPT;
         goto out;
     }
@@ -527,7 +529,7 @@ static void upsert_task(void *arg, unsigned pi)
         uint64_t key = key_at(j->keys, t->key_bytes, i);
         const void *stored = stored_row(&w, j->values + i * t->dim, scratch);
         uint32_t bi;
-        int s = hps__wfind(&w, key, &bi);
+        int s = hps__shmdb_wfind(&w, key, &bi);
         if (s >= 0) {
             update_row(&w, bi, s, stored, j->clock);
             upd++;
@@ -536,7 +538,7 @@ static void upsert_task(void *arg, unsigned pi)
         }
     }
 out:
-    hps__unlock(&p->lock);
+    hps__shmdb_unlock(&p->lock);
     free(scratch);
     j->count[pi] = ins;
     struct shm_table *mt = (struct shm_table *)t;
@@ -591,7 +593,7 @@ static hps_err_t batch_run(struct batch *j, void (*fn)(void *, unsigned), size_t
 {
     uint32_t P = j->t->num_partitions;
     if (j->db->pool)
-        hps__pool_run(j->db->pool, P, fn, j);
+        hps__shmdb_pool_run(j->db->pool, P, fn, j);
     else
         for (uint32_t p = 0; p < P; p++)
             fn(j, p);
@@ -610,7 +612,7 @@ static hps_err_t batch_run(struct batch *j, void (*fn)(void *, unsigned), size_t
 hps_err_t hps_shmdb_upsert(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                            const float *values, size_t *ret_inserted)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     struct batch j;
@@ -629,26 +631,26 @@ hps_err_t hps_shmdb_upsert(hps_shmdb_t *db, uint32_t id, size_t n, const void *k
 static void erase_task(void *arg, unsigned pi)
 {
     struct batch *j = arg;
-    struct shm_part *p = &hps__parts(j->db, j->t)[pi];
+    struct shm_part *p = &hps__shmdb_parts(j->db, j->t)[pi];
     struct wview w;
     if (j->start[pi] == j->start[pi + 1])
         return;
-    int rc = hps__part_lock(j->db, j->t, p);
+    int rc = hps__shmdb_part_lock(j->db, j->t, p);
     if (rc < 0) {
         j->rc[pi] = rc;
         return;
     }
-    if (hps__wview_current(j->db, j->t, p, &w)) {
+    if (hps__shmdb_wview_current(j->db, j->t, p, &w)) {
         for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
             uint32_t bi;
-            int s = hps__wfind(&w, key_at(j->keys, j->t->key_bytes, j->order[o]), &bi);
+            int s = hps__shmdb_wfind(&w, key_at(j->keys, j->t->key_bytes, j->order[o]), &bi);
             if (s >= 0) {
-                hps__wremove(&w, bi, s);
+                hps__shmdb_wremove(&w, bi, s);
                 j->count[pi]++;
             }
         }
     }
-    hps__unlock(&p->lock);
+    hps__shmdb_unlock(&p->lock);
     atomic_fetch_add_explicit(&((struct shm_table *)j->t)->erased, j->count[pi],
                               memory_order_relaxed);
 }
@@ -656,7 +658,7 @@ static void erase_task(void *arg, unsigned pi)
 hps_err_t hps_shmdb_erase(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                           size_t *ret_erased)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     struct batch j;
@@ -672,17 +674,17 @@ hps_err_t hps_shmdb_erase(hps_shmdb_t *db, uint32_t id, size_t n, const void *ke
 static void clear_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
 {
     struct wview w;
-    if (!hps__wview_current(db, t, p, &w))
+    if (!hps__shmdb_wview_current(db, t, p, &w))
         return;
     for (uint32_t bi = 0; bi < w.nb; bi++) {
         struct shm_bucket *b = BKT(&w, bi);
         if (!atomic_load_explicit(&b->occ, memory_order_relaxed) &&
             !atomic_load_explicit(&b->ovf, memory_order_relaxed))
             continue;
-        hps__bucket_begin(b);
+        hps__shmdb_bucket_begin(b);
         atomic_store_explicit(&b->occ, 0, memory_order_relaxed);
         atomic_store_explicit(&b->ovf, 0, memory_order_relaxed);
-        hps__bucket_end(b);
+        hps__shmdb_bucket_end(b);
     }
     atomic_store_explicit(&p->rows, 0, memory_order_relaxed);
     if (!w.rowid)
@@ -690,8 +692,8 @@ static void clear_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
     uint32_t np = atomic_load_explicit(&p->npages, memory_order_relaxed);
     for (uint32_t pg = 1; pg < np; pg++) {
         uint64_t bytes = (uint64_t)w.pages[pg].rows * w.vbytes;
-        hps__free(db, w.pages[pg].off, bytes);
-        p->page_bytes -= hps__round_up(bytes, HPS_CACHELINE);
+        hps__shmdb_free(db, w.pages[pg].off, bytes);
+        p->page_bytes -= hps__shmdb_round_up(bytes, HPS_CACHELINE);
     }
     if (np > 1)
         atomic_store_explicit(&p->npages, 1, memory_order_release);
@@ -701,16 +703,16 @@ static void clear_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
 
 hps_err_t hps_shmdb_clear(hps_shmdb_t *db, uint32_t id)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     for (uint32_t i = 0; i < t->num_partitions; i++) {
-        struct shm_part *p = &hps__parts(db, t)[i];
-        int rc = hps__part_lock(db, t, p);
+        struct shm_part *p = &hps__shmdb_parts(db, t)[i];
+        int rc = hps__shmdb_part_lock(db, t, p);
         if (rc < 0)
             return rc;
         clear_part(db, t, p);
-        hps__unlock(&p->lock);
+        hps__shmdb_unlock(&p->lock);
     }
     return 0;
 }
@@ -722,7 +724,7 @@ hps_err_t hps_shmdb_clear(hps_shmdb_t *db, uint32_t id)
  * table stored in another type than fp32 are decoded into one buffer. */
 hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, void *ctx)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     float *buf = malloc((size_t)t->dim * sizeof(float));
@@ -730,32 +732,33 @@ hps_err_t hps_shmdb_iterate(hps_shmdb_t *db, uint32_t id, hps_shmdb_row_fn fn, v
         return -ENOMEM;
     hps_err_t ret = 0;
     for (uint32_t i = 0; i < t->num_partitions; i++) {
-        struct shm_part *p = &hps__parts(db, t)[i];
+        struct shm_part *p = &hps__shmdb_parts(db, t)[i];
         struct wview w;
-        int rc = hps__part_lock(db, t, p);
+        int rc = hps__shmdb_part_lock(db, t, p);
         if (rc < 0) {
             ret = rc;
             break;
         }
-        if (hps__wview_current(db, t, p, &w)) {
+        if (hps__shmdb_wview_current(db, t, p, &w)) {
             for (uint32_t bi = 0; bi < w.nb && rc == 0; bi++) {
                 struct shm_bucket *b = BKT(&w, bi);
-                for (unsigned m = hps__occ(b); m && rc == 0; m &= m - 1) {
+                for (unsigned m = hps__shmdb_occ(b); m && rc == 0; m &= m - 1) {
                     int s = __builtin_ctz(m);
                     uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
-                    const uint8_t *v = hps__row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s);
+                    const uint8_t *v =
+                        hps__shmdb_row(&w, (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s);
                     if (!v) /* a row id out of range, only in a corrupt segment */
                         continue;
                     if (w.dtype == HPS_DTYPE_FP32) {
                         rc = fn(ctx, key, (const float *)v);
                     } else {
-                        hps__decode_row(&w, v, buf);
+                        hps__shmdb_decode_row(&w, v, buf);
                         rc = fn(ctx, key, buf);
                     }
                 }
             }
         }
-        hps__unlock(&p->lock);
+        hps__shmdb_unlock(&p->lock);
         if (rc != 0) {
             ret = rc;
             break;

@@ -1,7 +1,7 @@
 /*
  * pool.c -- a small fork-join thread pool for batch lookups and upserts.
  *
- * hps__pool_run() publishes a job (fn, arg, n tasks) by bumping a
+ * hps__shmdb_pool_run() publishes a job (fn, arg, n tasks) by bumping a
  * generation counter; workers and the caller take task indices from an
  * atomic counter until none is left.  Workers spin briefly (with pause) on
  * the generation before sleeping on a condition variable, because batches
@@ -26,7 +26,7 @@
 #define cpu_relax() ((void)0)
 #endif
 
-struct hps_pool {
+struct hps__shmdb_pool {
     pid_t pid; /* the process whose threads these are; immutable */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -48,7 +48,7 @@ struct hps_pool {
 
 #define WORD(gen, n, i) ((((gen)&0xffffffffULL) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(i))
 
-static void take_tasks(struct hps_pool *p, uint64_t gen)
+static void take_tasks(struct hps__shmdb_pool *p, uint64_t gen)
 {
     for (;;) {
         uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
@@ -68,7 +68,7 @@ static void take_tasks(struct hps_pool *p, uint64_t gen)
 
 static void *worker(void *arg)
 {
-    struct hps_pool *p = arg;
+    struct hps__shmdb_pool *p = arg;
     uint64_t seen = 0;
     for (;;) {
         uint64_t g;
@@ -92,9 +92,9 @@ static void *worker(void *arg)
     }
 }
 
-hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret)
+hps_err_t hps__shmdb_pool_create(unsigned nthreads, hps__shmdb_pool_t **ret)
 {
-    struct hps_pool *p = calloc(1, sizeof(*p));
+    struct hps__shmdb_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
     p->pid = getpid();
@@ -103,13 +103,13 @@ hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret)
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc(nthreads, sizeof(pthread_t));
     if (!p->threads) {
-        hps__pool_destroy(p);
+        hps__shmdb_pool_destroy(p);
         return -ENOMEM;
     }
     for (unsigned i = 0; i + 1 < nthreads; i++) {
         int rc = pthread_create(&p->threads[i], NULL, worker, p);
         if (rc != 0) {
-            hps__pool_destroy(p);
+            hps__shmdb_pool_destroy(p);
             return -rc;
         }
         p->nworkers++;
@@ -118,7 +118,7 @@ hps_err_t hps__pool_create(unsigned nthreads, hps_pool_t **ret)
     return 0;
 }
 
-void hps__pool_destroy(hps_pool_t *p)
+void hps__shmdb_pool_destroy(hps__shmdb_pool_t *p)
 {
     if (!p)
         return;
@@ -143,7 +143,8 @@ void hps__pool_destroy(hps_pool_t *p)
     free(p);
 }
 
-void hps__pool_run(hps_pool_t *p, unsigned n, void (*fn)(void *arg, unsigned i), void *arg)
+void hps__shmdb_pool_run(hps__shmdb_pool_t *p, unsigned n, void (*fn)(void *arg, unsigned i),
+                         void *arg)
 {
     if (n > 0xffff) /* callers use at most 256 tasks */
         n = 0xffff;

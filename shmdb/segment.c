@@ -23,7 +23,7 @@
 #define MIN_ALLOC_RATE (64ULL << 10)
 #define MAX_SIZE_BYTES (1ULL << 40) /* 1 TiB: HPS_GEOM packs block offsets in 34 bits */
 
-uint64_t hps__clock_ns(int clock)
+uint64_t hps__shmdb_clock_ns(int clock)
 {
     struct timespec ts;
     clock_gettime(clock, &ts);
@@ -70,7 +70,7 @@ static void handle_object(const hps_shmdb_t *db, char *buf, size_t len)
 
 /* ---- robust mutexes ---------------------------------------------------- */
 
-hps_err_t hps__mutex_init(pthread_mutex_t *m)
+hps_err_t hps__shmdb_mutex_init(pthread_mutex_t *m)
 {
     pthread_mutexattr_t a;
     int rc = pthread_mutexattr_init(&a);
@@ -84,7 +84,7 @@ hps_err_t hps__mutex_init(pthread_mutex_t *m)
     return -rc;
 }
 
-int hps__lock(pthread_mutex_t *m)
+int hps__shmdb_lock(pthread_mutex_t *m)
 {
     int rc = pthread_mutex_lock(m);
     if (rc == 0)
@@ -94,21 +94,21 @@ int hps__lock(pthread_mutex_t *m)
     return -rc; /* ENOTRECOVERABLE: a repairer died too; nothing safe to do */
 }
 
-void hps__lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m)
+void hps__shmdb_lock_consistent(hps_shmdb_t *db, pthread_mutex_t *m)
 {
     /* Relaxed: a statistic only. */
     atomic_fetch_add_explicit(&db->hdr->repairs, 1, memory_order_relaxed);
     pthread_mutex_consistent(m);
 }
 
-void hps__unlock(pthread_mutex_t *m)
+void hps__shmdb_unlock(pthread_mutex_t *m)
 {
     pthread_mutex_unlock(m);
 }
 
 /* ---- process table ----------------------------------------------------- */
 
-bool hps__pid_alive(pid_t pid)
+bool hps__shmdb_pid_alive(pid_t pid)
 {
     return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
@@ -277,8 +277,8 @@ static int proc_register(hps_shmdb_t *db, const hps_shmdb_proc_opts_t *po)
             /* The row is ours: nobody else writes it while we hold its lock. */
             s->role = po->role;
             s->device = po->device;
-            s->attached_ns = hps__clock_ns(CLOCK_REALTIME);
-            atomic_store_explicit(&s->heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
+            s->attached_ns = hps__shmdb_clock_ns(CLOCK_REALTIME);
+            atomic_store_explicit(&s->heartbeat_ns, hps__shmdb_clock_ns(CLOCK_MONOTONIC),
                                   memory_order_relaxed);
             atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
             /* Release: a reader that sees our pid sees the row filled. */
@@ -328,7 +328,7 @@ hps_err_t hps_shmdb_proc_heartbeat(hps_shmdb_t *db)
 {
     if (db->proc_slot >= 0)
         atomic_store_explicit(&db->hdr->procs[db->proc_slot].heartbeat_ns,
-                              hps__clock_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+                              hps__shmdb_clock_ns(CLOCK_MONOTONIC), memory_order_relaxed);
     return 0;
 }
 
@@ -339,7 +339,7 @@ hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db)
      * heartbeat with the previous coordinator's row sees it dead once. */
     atomic_store_explicit(&db->hdr->coord_proc, own_ident(db), memory_order_relaxed);
     atomic_store_explicit(&db->hdr->coord_pid, getpid(), memory_order_relaxed);
-    atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__clock_ns(CLOCK_MONOTONIC),
+    atomic_store_explicit(&db->hdr->coord_heartbeat_ns, hps__shmdb_clock_ns(CLOCK_MONOTONIC),
                           memory_order_relaxed);
     return hps_shmdb_proc_heartbeat(db);
 }
@@ -435,7 +435,7 @@ static hps_err_t handle_new(const char *name, const hps_shmdb_proc_opts_t *popts
     snprintf(db->name, sizeof(db->name), "%s", name);
     db->nthreads = popts && popts->num_threads > 1 ? popts->num_threads : 1;
     if (db->nthreads > 1) {
-        hps_err_t rc = hps__pool_create(db->nthreads, &db->pool);
+        hps_err_t rc = hps__shmdb_pool_create(db->nthreads, &db->pool);
         if (rc < 0) {
             free(db);
             return rc;
@@ -453,15 +453,15 @@ static hps_err_t init_header(hps_shmdb_t *db, const hps_shmdb_opts_t *o, mode_t 
     h->allocation_rate = o->allocation_rate;
     h->creator_pid = getpid();
     h->mode = mode;
-    h->created_ns = hps__clock_ns(CLOCK_REALTIME);
+    h->created_ns = hps__shmdb_clock_ns(CLOCK_REALTIME);
     snprintf(h->name, sizeof(h->name), "%s", db->name);
     atomic_store(&h->committed, HDR_BYTES);
     atomic_store(&h->bump, HDR_BYTES);
     h->zero_from = HDR_BYTES; /* a new object: zeros from here on */
     db->created = true;
-    hps_err_t rc = hps__mutex_init(&h->seg_lock);
+    hps_err_t rc = hps__shmdb_mutex_init(&h->seg_lock);
     if (rc == 0)
-        rc = hps__mutex_init(&h->dir_lock);
+        rc = hps__shmdb_mutex_init(&h->dir_lock);
     for (int i = 0; rc == 0 && i < HPS_SHMDB_MAX_TABLES; i++)
         atomic_store(&h->tables[i].state, 0);
     if (rc < 0)
@@ -670,7 +670,7 @@ void hps_shmdb_detach(hps_shmdb_t *db)
         handle_object(db, obj, sizeof(obj));
         shm_unlink(obj);
     }
-    hps__pool_destroy(db->pool);
+    hps__shmdb_pool_destroy(db->pool);
     free(db);
 }
 
@@ -773,7 +773,7 @@ bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serv
          si.coord_state != HPS_COORD_RELOADING_SERVED) ||
         !ident_alive(db, LD(db->hdr->coord_proc)))
         return false;
-    return (hps__clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;
+    return (hps__shmdb_clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;
 }
 
 hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret)

@@ -45,7 +45,7 @@ static hps_err_t check_spec(const hps_table_spec_t *s)
     return 0;
 }
 
-struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id)
+struct shm_table *hps__shmdb_table(hps_shmdb_t *db, uint32_t id)
 {
     /* Acquire: pairs with the release store of num_tables in create. */
     uint32_t n = atomic_load_explicit(&db->hdr->num_tables, memory_order_acquire);
@@ -54,16 +54,16 @@ struct shm_table *hps__table(hps_shmdb_t *db, uint32_t id)
     struct shm_table *t = &db->hdr->tables[id];
     uint64_t bytes = (uint64_t)t->num_partitions * sizeof(struct shm_part);
     if (t->num_partitions == 0 || t->num_partitions > HPS_SHMDB_MAX_PARTITIONS ||
-        !hps__in_bounds(db, t->parts, bytes) || (t->parts & (HPS_CACHELINE - 1)) || t->dim == 0 ||
-        t->dim > HPS_SHMDB_MAX_DIM || t->dtype >= HPS_DTYPE_COUNT ||
+        !hps__shmdb_in_bounds(db, t->parts, bytes) || (t->parts & (HPS_CACHELINE - 1)) ||
+        t->dim == 0 || t->dim > HPS_SHMDB_MAX_DIM || t->dtype >= HPS_DTYPE_COUNT ||
         t->layout > HPS_LAYOUT_ROWS_SOA)
         return NULL;
     return t;
 }
 
-struct shm_part *hps__parts(hps_shmdb_t *db, const struct shm_table *t)
+struct shm_part *hps__shmdb_parts(hps_shmdb_t *db, const struct shm_table *t)
 {
-    return hps__ptr(db, t->parts);
+    return hps__shmdb_ptr(db, t->parts);
 }
 
 uint32_t hps_shmdb_table_count(hps_shmdb_t *db)
@@ -94,7 +94,7 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
     t->policy = (uint32_t)s->overflow_policy;
     t->default_value = s->default_value;
     t->dtype = (uint32_t)s->storage_type;
-    t->layout = hps__layout_for(t->dtype, hps__vbytes(t->dtype, s->dim));
+    t->layout = hps__shmdb_layout_for(t->dtype, hps__shmdb_vbytes(t->dtype, s->dim));
     t->margin = s->overflow_margin;
     t->target = s->overflow_resolution_target;
     t->expected_rows = s->expected_rows;
@@ -106,16 +106,17 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
 
 static hps_err_t create_partitions(hps_shmdb_t *db, struct shm_table *t)
 {
-    hps_err_t rc = hps__alloc(db, (uint64_t)t->num_partitions * sizeof(struct shm_part), &t->parts);
+    hps_err_t rc =
+        hps__shmdb_alloc(db, (uint64_t)t->num_partitions * sizeof(struct shm_part), &t->parts);
     if (rc < 0)
         return rc;
-    struct shm_part *p = hps__parts(db, t);
+    struct shm_part *p = hps__shmdb_parts(db, t);
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         /* Different seeds so random eviction differs between partitions. */
         p[i].rng = 0x9E3779B97F4A7C15ULL * (i + 1) ^ (uint64_t)(uintptr_t)t;
-        if ((rc = hps__mutex_init(&p[i].lock)) < 0)
+        if ((rc = hps__shmdb_mutex_init(&p[i].lock)) < 0)
             return rc;
-        if ((rc = hps__part_init(db, t, &p[i])) < 0)
+        if ((rc = hps__shmdb_part_init(db, t, &p[i])) < 0)
             return rc;
     }
     return 0;
@@ -146,11 +147,11 @@ hps_err_t hps_shmdb_table_create(hps_shmdb_t *db, const hps_table_spec_t *spec, 
         return rc;
     /* The directory lock serializes creators for the whole creation; the
      * allocator takes its own lock inside. */
-    int lr = hps__lock(&h->dir_lock);
+    int lr = hps__shmdb_lock(&h->dir_lock);
     if (lr < 0)
         return lr;
     if (lr == 1) /* a creator died: its half-built slot is rebuilt below, its blocks leak */
-        hps__lock_consistent(db, &h->dir_lock);
+        hps__shmdb_lock_consistent(db, &h->dir_lock);
     uint32_t id = atomic_load_explicit(&h->num_tables, memory_order_relaxed);
     rc = open_existing(db, spec, ret_id); /* lost a race with another creator? */
     if (rc != HPS_ENOTFOUND)
@@ -172,16 +173,16 @@ hps_err_t hps_shmdb_table_create(hps_shmdb_t *db, const hps_table_spec_t *spec, 
     atomic_store_explicit(&h->num_tables, id + 1, memory_order_release);
     *ret_id = id;
 out:
-    hps__unlock(&h->dir_lock);
+    hps__shmdb_unlock(&h->dir_lock);
     return rc;
 }
 
 hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_info_t *parts)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
-    struct shm_part *p = hps__parts(db, t);
+    struct shm_part *p = hps__shmdb_parts(db, t);
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         uint64_t pages = 0;
         if (p[i].pagetab)
@@ -200,7 +201,7 @@ hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_i
 
 hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *ret)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     hps_partition_info_t parts[HPS_SHMDB_MAX_PARTITIONS];
@@ -220,7 +221,7 @@ hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *r
     ret->model_version = t->model_version;
     ret->storage_type = (hps_dtype_t)t->dtype;
     ret->row_bytes = (uint32_t)hps_dtype_row_bytes((hps_dtype_t)t->dtype, t->dim);
-    ret->slot_bytes = hps__vbytes(t->dtype, t->dim);
+    ret->slot_bytes = hps__shmdb_vbytes(t->dtype, t->dim);
     for (uint32_t i = 0; i < t->num_partitions; i++) {
         ret->rows += parts[i].rows;
         ret->capacity += parts[i].capacity;
@@ -238,10 +239,10 @@ hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *r
 
 hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows)
 {
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
-    struct shm_part *p = hps__parts(db, t);
+    struct shm_part *p = hps__shmdb_parts(db, t);
     uint64_t n = 0;
     for (uint32_t i = 0; i < t->num_partitions; i++)
         n += atomic_load_explicit(&p[i].rows, memory_order_relaxed);
@@ -251,13 +252,13 @@ hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows)
 
 double hps_shmdb_bytes_per_slot_of(uint32_t dim, hps_overflow_policy_t policy, hps_dtype_t dtype)
 {
-    uint32_t vbytes = hps__vbytes((uint32_t)dtype, dim);
+    uint32_t vbytes = hps__shmdb_vbytes((uint32_t)dtype, dim);
     if (vbytes == 0)
         return 0.0;
-    uint32_t layout = hps__layout_for((uint32_t)dtype, vbytes);
-    struct shm_geo g = hps__geo(layout, vbytes, (uint32_t)policy, 1u << 16);
+    uint32_t layout = hps__shmdb_layout_for((uint32_t)dtype, vbytes);
+    struct shm_geo g = hps__shmdb_geo(layout, vbytes, (uint32_t)policy, 1u << 16);
     double b = (double)g.bytes / ((1u << 16) * HPS_BUCKET_SLOTS);
-    if (hps__layout_paged(layout))
+    if (hps__shmdb_layout_paged(layout))
         b += vbytes; /* the row, in a row page */
     return b;
 }

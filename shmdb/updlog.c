@@ -35,30 +35,30 @@ const char *hps_shmdb_update_layer_name(uint32_t layer)
 /* ---- Area creation ------------------------------------------------------ */
 
 /* The block at *slot (a header offset word), if set and in bounds. */
-void *hps__area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
+void *hps__shmdb_area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 {
     uint64_t off = atomic_load_explicit((_Atomic uint64_t *)slot, memory_order_acquire);
-    if (!off || !hps__in_bounds(db, off, bytes) || (off & (HPS_CACHELINE - 1)))
+    if (!off || !hps__shmdb_in_bounds(db, off, bytes) || (off & (HPS_CACHELINE - 1)))
         return NULL; /* blocks are 64-byte aligned: anything else is corrupt */
-    return hps__ptr(db, off);
+    return hps__shmdb_ptr(db, off);
 }
 
 /* Allocate a zeroed block of `bytes` and publish it at *slot, once. */
-hps_err_t hps__area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
+hps_err_t hps__shmdb_area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 {
-    int lr = hps__lock(&db->hdr->dir_lock);
+    int lr = hps__shmdb_lock(&db->hdr->dir_lock);
     if (lr < 0)
         return lr;
     if (lr == 1)
-        hps__lock_consistent(db, &db->hdr->dir_lock);
+        hps__shmdb_lock_consistent(db, &db->hdr->dir_lock);
     hps_err_t rc = 0;
-    if (!hps__area(db, slot, bytes)) {
+    if (!hps__shmdb_area(db, slot, bytes)) {
         uint64_t off;
-        rc = hps__alloc(db, bytes, &off);
+        rc = hps__shmdb_alloc(db, bytes, &off);
         if (rc == 0) /* release: the block is zeroed before anyone finds it */
             atomic_store_explicit((_Atomic uint64_t *)slot, off, memory_order_release);
     }
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return rc;
 }
 
@@ -66,7 +66,7 @@ hps_err_t hps__area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 
 static struct shm_ustats *ustats(hps_shmdb_t *db)
 {
-    return hps__area(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
+    return hps__shmdb_area(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
 }
 
 hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_update_stats_t *s)
@@ -75,7 +75,7 @@ hps_err_t hps_shmdb_update_stats_set(hps_shmdb_t *db, uint32_t layer, const hps_
         return HPS_EINVAL;
     struct shm_ustats *u = ustats(db);
     if (!u) {
-        hps_err_t rc = hps__area_create(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
+        hps_err_t rc = hps__shmdb_area_create(db, &db->hdr->ustats_off, sizeof(struct shm_ustats));
         if (rc < 0 || !(u = ustats(db)))
             return rc < 0 ? rc : HPS_ENOSPC;
     }
@@ -128,7 +128,7 @@ hps_err_t hps_shmdb_update_stats_get(hps_shmdb_t *db, uint32_t layer, hps_update
  * version changes. */
 static struct shm_ddbstats *ddbstats(hps_shmdb_t *db)
 {
-    return hps__area(db, &db->hdr->ddbstats_off, sizeof(struct shm_ddbstats));
+    return hps__shmdb_area(db, &db->hdr->ddbstats_off, sizeof(struct shm_ddbstats));
 }
 
 hps_err_t hps_shmdb_ddb_stats_set(hps_shmdb_t *db, const hps_shmdb_ddb_stats_t *s)
@@ -137,7 +137,8 @@ hps_err_t hps_shmdb_ddb_stats_set(hps_shmdb_t *db, const hps_shmdb_ddb_stats_t *
         return HPS_EINVAL;
     struct shm_ddbstats *d = ddbstats(db);
     if (!d) {
-        hps_err_t rc = hps__area_create(db, &db->hdr->ddbstats_off, sizeof(struct shm_ddbstats));
+        hps_err_t rc =
+            hps__shmdb_area_create(db, &db->hdr->ddbstats_off, sizeof(struct shm_ddbstats));
         if (rc < 0 || !(d = ddbstats(db)))
             return rc < 0 ? rc : HPS_ENOSPC;
     }
@@ -175,7 +176,7 @@ hps_err_t hps_shmdb_ddb_stats_get(hps_shmdb_t *db, hps_shmdb_ddb_stats_t *ret)
 
 static struct shm_updlog_dir *updlog_dir(hps_shmdb_t *db)
 {
-    return hps__area(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
+    return hps__shmdb_area(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
 }
 
 static uint64_t ring_bytes(uint64_t cap)
@@ -190,11 +191,12 @@ static struct shm_updlog *ring(hps_shmdb_t *db, uint32_t id)
     if (!d || id >= HPS_SHMDB_MAX_TABLES)
         return NULL;
     uint64_t off = atomic_load_explicit(&d->ring[id], memory_order_acquire);
-    if (!off || !hps__in_bounds(db, off, sizeof(struct shm_updlog)) || (off & (HPS_CACHELINE - 1)))
+    if (!off || !hps__shmdb_in_bounds(db, off, sizeof(struct shm_updlog)) ||
+        (off & (HPS_CACHELINE - 1)))
         return NULL;
-    struct shm_updlog *r = hps__ptr(db, off);
+    struct shm_updlog *r = hps__shmdb_ptr(db, off);
     uint32_t cap = r->cap;
-    if (cap == 0 || (cap & (cap - 1)) || !hps__in_bounds(db, off, ring_bytes(cap)))
+    if (cap == 0 || (cap & (cap - 1)) || !hps__shmdb_in_bounds(db, off, ring_bytes(cap)))
         return NULL;
     return r;
 }
@@ -202,23 +204,23 @@ static struct shm_updlog *ring(hps_shmdb_t *db, uint32_t id)
 static hps_err_t ring_create(hps_shmdb_t *db, struct shm_updlog_dir *d, uint32_t id, uint32_t cap,
                              uint32_t key_bytes)
 {
-    int lr = hps__lock(&db->hdr->dir_lock);
+    int lr = hps__shmdb_lock(&db->hdr->dir_lock);
     if (lr < 0)
         return lr;
     if (lr == 1)
-        hps__lock_consistent(db, &db->hdr->dir_lock);
+        hps__shmdb_lock_consistent(db, &db->hdr->dir_lock);
     hps_err_t rc = 0;
     if (!atomic_load_explicit(&d->ring[id], memory_order_acquire)) {
         uint64_t off;
-        rc = hps__alloc(db, ring_bytes(cap), &off);
+        rc = hps__shmdb_alloc(db, ring_bytes(cap), &off);
         if (rc == 0) {
-            struct shm_updlog *r = hps__ptr(db, off);
+            struct shm_updlog *r = hps__shmdb_ptr(db, off);
             r->cap = cap;
             r->key_bytes = key_bytes;
             atomic_store_explicit(&d->ring[id], off, memory_order_release);
         }
     }
-    hps__unlock(&db->hdr->dir_lock);
+    hps__shmdb_unlock(&db->hdr->dir_lock);
     return rc;
 }
 
@@ -226,14 +228,15 @@ hps_err_t hps_shmdb_updlog_init(hps_shmdb_t *db, uint32_t id, uint32_t capacity)
 {
     if (capacity < 64 || capacity > (1u << 30) || (capacity & (capacity - 1)))
         return HPS_EINVAL;
-    struct shm_table *t = hps__table(db, id);
+    struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
     if (ring(db, id))
         return 0;
     struct shm_updlog_dir *d = updlog_dir(db);
     if (!d) {
-        hps_err_t rc = hps__area_create(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
+        hps_err_t rc =
+            hps__shmdb_area_create(db, &db->hdr->updlog_off, sizeof(struct shm_updlog_dir));
         if (rc < 0 || !(d = updlog_dir(db)))
             return rc < 0 ? rc : HPS_ENOSPC;
     }

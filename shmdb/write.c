@@ -17,7 +17,7 @@
 
 /* ---- bucket write protocol --------------------------------------------- */
 
-void hps__bucket_begin(struct shm_bucket *b)
+void hps__shmdb_bucket_begin(struct shm_bucket *b)
 {
     uint32_t v = atomic_load_explicit(&b->ver, memory_order_relaxed);
     atomic_store_explicit(&b->ver, v + 1, memory_order_relaxed);
@@ -26,7 +26,7 @@ void hps__bucket_begin(struct shm_bucket *b)
     atomic_thread_fence(memory_order_release);
 }
 
-void hps__bucket_end(struct shm_bucket *b)
+void hps__shmdb_bucket_end(struct shm_bucket *b)
 {
     uint32_t v = atomic_load_explicit(&b->ver, memory_order_relaxed);
     /* Release: the row and key writes happen before the even version. */
@@ -35,17 +35,17 @@ void hps__bucket_end(struct shm_bucket *b)
 
 /* ---- geometry ---------------------------------------------------------- */
 
-uint64_t hps__block_bytes(const struct shm_table *t, uint32_t nb)
+uint64_t hps__shmdb_block_bytes(const struct shm_table *t, uint32_t nb)
 {
-    return hps__geo(t->layout, hps__vbytes(t->dtype, t->dim), t->policy, nb).bytes;
+    return hps__shmdb_geo(t->layout, hps__shmdb_vbytes(t->dtype, t->dim), t->policy, nb).bytes;
 }
 
-void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t blk,
-                uint32_t nb, struct wview *w)
+void hps__shmdb_wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, uint64_t blk,
+                      uint32_t nb, struct wview *w)
 {
-    uint32_t vbytes = hps__vbytes(t->dtype, t->dim);
-    struct shm_geo g = hps__geo(t->layout, vbytes, t->policy, nb);
-    uint8_t *base = hps__ptr(db, blk);
+    uint32_t vbytes = hps__shmdb_vbytes(t->dtype, t->dim);
+    struct shm_geo g = hps__shmdb_geo(t->layout, vbytes, t->policy, nb);
+    uint8_t *base = hps__shmdb_ptr(db, blk);
     w->db = db;
     w->t = t;
     w->p = p;
@@ -56,24 +56,25 @@ void hps__wview(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p, 
     w->vbytes = vbytes;
     w->gstride = g.gstride;
     w->vstride = g.vstride;
-    w->vals = !hps__layout_paged(t->layout) ? base + g.voff : NULL;
-    w->rowid = hps__layout_paged(t->layout) ? (_Atomic uint32_t *)(base + g.voff) : NULL;
+    w->vals = !hps__shmdb_layout_paged(t->layout) ? base + g.voff : NULL;
+    w->rowid = hps__shmdb_layout_paged(t->layout) ? (_Atomic uint32_t *)(base + g.voff) : NULL;
     w->stamp = t->policy != HPS_EVICT_RANDOM ? (_Atomic uint32_t *)(base + g.stamp_off) : NULL;
-    w->pages = p->pagetab && !(p->pagetab & 7) &&
-                       hps__in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page))
-                   ? hps__ptr(db, p->pagetab)
-                   : NULL;
+    w->pages =
+        p->pagetab && !(p->pagetab & 7) &&
+                hps__shmdb_in_bounds(db, p->pagetab, HPS_MAX_ROW_PAGES * sizeof(struct shm_page))
+            ? hps__shmdb_ptr(db, p->pagetab)
+            : NULL;
 }
 
-bool hps__wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
-                        struct wview *w)
+bool hps__shmdb_wview_current(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p,
+                              struct wview *w)
 {
     uint64_t g = atomic_load_explicit(&p->geom, memory_order_relaxed);
     uint64_t blk = HPS_GEOM_BLK(g);
     uint32_t nb = HPS_GEOM_NB(g);
-    if (nb == 0 || !hps__in_bounds(db, blk, hps__block_bytes(t, nb)))
+    if (nb == 0 || !hps__shmdb_in_bounds(db, blk, hps__shmdb_block_bytes(t, nb)))
         return false;
-    hps__wview(db, t, p, blk, nb, w);
+    hps__shmdb_wview(db, t, p, blk, nb, w);
     return true;
 }
 
@@ -93,8 +94,8 @@ static inline uint32_t next_bucket(uint32_t b, uint32_t nb)
 static uint8_t *row_by_id(const struct wview *w, uint32_t r)
 {
     struct shm_page *pe = &w->pages[r >> HPS_PAGE_SHIFT];
-    return (uint8_t *)hps__ptr(w->db,
-                               pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->vbytes);
+    return (uint8_t *)hps__shmdb_ptr(w->db,
+                                     pe->off + (uint64_t)(r & (HPS_PAGE_MAX_ROWS - 1)) * w->vbytes);
 }
 
 /*
@@ -107,7 +108,7 @@ static uint8_t *row_by_id(const struct wview *w, uint32_t r)
  * growth, so an unsized partition wastes at most a fifth and stays far
  * below HPS_MAX_ROW_PAGES.
  *
- * Sized table: each partition is sized for e rows (hps__part_expected).
+ * Sized table: each partition is sized for e rows (hps__shmdb_part_expected).
  * Keys hash uniformly to the P partitions, so when the table holds its
  * expected N = e * P rows a partition holds Binomial(N, 1/P) of them: mean
  * e, sigma = sqrt(e * (1 - 1/P)), 0 for P = 1.  Relative to e the spread
@@ -142,7 +143,7 @@ static uint8_t *row_by_id(const struct wview *w, uint32_t r)
 #define PAGE_MIN_OVERFLOW  64  /* least rows of a sized partition's overflow page */
 #define PAGE_SPREAD_SIGMAS 4   /* small overflow pages up to e + 4 sigma (+ 4 pages) */
 
-uint64_t hps__part_expected(const struct shm_table *t)
+uint64_t hps__shmdb_part_expected(const struct shm_table *t)
 {
     uint64_t e = t->num_partitions ? t->expected_rows / t->num_partitions : 0;
     return t->margin != UINT64_MAX && e > t->margin ? t->margin : e;
@@ -179,7 +180,7 @@ static uint64_t page_rows(const struct wview *w)
 static uint32_t next_page_rows(const struct wview *w)
 {
     const struct shm_table *t = w->t;
-    uint64_t e = hps__part_expected(t), have = page_rows(w), rows;
+    uint64_t e = hps__shmdb_part_expected(t), have = page_rows(w), rows;
     uint64_t sigma = e ? isqrt64(e - e / t->num_partitions) : 0;
     uint64_t small = sigma / 2 > PAGE_MIN_OVERFLOW ? sigma / 2 : PAGE_MIN_OVERFLOW;
     if (e == 0 && have == 0) {
@@ -210,12 +211,12 @@ static hps_err_t add_page(struct wview *w)
         return HPS_ENOSPC;
     uint32_t rows = next_page_rows(w);
     uint64_t off, bytes = (uint64_t)rows * w->vbytes;
-    hps_err_t rc = hps__alloc(w->db, bytes, &off);
+    hps_err_t rc = hps__shmdb_alloc(w->db, bytes, &off);
     if (rc < 0)
         return rc;
     uint32_t n = atomic_load_explicit(&p->npages, memory_order_relaxed);
     w->pages[n] = (struct shm_page){.off = off, .rows = rows};
-    p->page_bytes += hps__round_up(bytes, HPS_CACHELINE);
+    p->page_bytes += hps__shmdb_round_up(bytes, HPS_CACHELINE);
     p->last_fill = 0;
     /* Release: the page entry is visible before a row id can point into it. */
     atomic_store_explicit(&p->npages, n + 1, memory_order_release);
@@ -258,34 +259,34 @@ static uint32_t buckets_for(uint64_t rows)
     return nb > (1u << 29) ? (1u << 29) : (uint32_t)nb;
 }
 
-hps_err_t hps__part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
+hps_err_t hps__shmdb_part_init(hps_shmdb_t *db, const struct shm_table *t, struct shm_part *p)
 {
-    uint32_t nb = buckets_for(hps__part_expected(t));
-    uint64_t blk, bytes = hps__block_bytes(t, nb);
-    hps_err_t rc = hps__alloc(db, bytes, &blk);
+    uint32_t nb = buckets_for(hps__shmdb_part_expected(t));
+    uint64_t blk, bytes = hps__shmdb_block_bytes(t, nb);
+    hps_err_t rc = hps__shmdb_alloc(db, bytes, &blk);
     if (rc < 0)
         return rc;
     p->blk_bytes = bytes;
     p->free_row = HPS_NO_ROW;
     atomic_store_explicit(&p->geom, HPS_GEOM(blk, nb), memory_order_release);
-    if (!hps__layout_paged(t->layout))
+    if (!hps__shmdb_layout_paged(t->layout))
         return 0;
-    rc = hps__alloc(db, HPS_MAX_ROW_PAGES * sizeof(struct shm_page), &p->pagetab);
+    rc = hps__shmdb_alloc(db, HPS_MAX_ROW_PAGES * sizeof(struct shm_page), &p->pagetab);
     if (rc < 0)
         return rc;
     struct wview w;
-    hps__wview(db, t, p, blk, nb, &w);
+    hps__shmdb_wview(db, t, p, blk, nb, &w);
     return add_page(&w);
 }
 
 /* ---- slots ------------------------------------------------------------- */
 
-int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
+int hps__shmdb_wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
 {
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
         struct shm_bucket *b = BKT(w, bi);
-        for (unsigned m = hps__occ(b); m; m &= m - 1) {
+        for (unsigned m = hps__shmdb_occ(b); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             if (atomic_load_explicit(&b->key[s], memory_order_relaxed) == key) {
                 *ret_bucket = bi;
@@ -300,7 +301,7 @@ int hps__wfind(const struct wview *w, uint64_t key, uint32_t *ret_bucket)
 
 /* Adjust the overflow counts of the buckets from key's home up to (not
  * including) bucket `to`.  Saturated counts stay saturated (until rehash). */
-void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
+void hps__shmdb_ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
 {
     for (uint32_t bi = home_of(key, w->nb); bi != to; bi = next_bucket(bi, w->nb)) {
         _Atomic uint8_t *o = &BKT(w, bi)->ovf;
@@ -317,7 +318,7 @@ void hps__ovf_walk(const struct wview *w, uint64_t key, uint32_t to, int delta)
 /* Place a new key (not present) into the table.  Its row is copied from
  * stored (vbytes bytes, already in the table's storage type), or, with
  * stored NULL (paged tables only), is row id `row`, which the caller
- * allocated (hps__walloc_row) and wrote.  Fails only with HPS_EFULL (no
+ * allocated (hps__shmdb_walloc_row) and wrote.  Fails only with HPS_EFULL (no
  * free slot) or a row-page error; a caller's row stays the caller's then. */
 static hps_err_t insert(struct wview *w, uint64_t key, const void *stored, uint32_t row,
                         uint32_t stamp)
@@ -325,7 +326,7 @@ static hps_err_t insert(struct wview *w, uint64_t key, const void *stored, uint3
     uint32_t bi = home_of(key, w->nb);
     for (uint32_t step = 0; step < w->nb; step++, bi = next_bucket(bi, w->nb)) {
         struct shm_bucket *b = BKT(w, bi);
-        unsigned occ = hps__occ(b);
+        unsigned occ = hps__shmdb_occ(b);
         if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
             continue;
         int s = __builtin_ctz(~occ);
@@ -336,8 +337,8 @@ static hps_err_t insert(struct wview *w, uint64_t key, const void *stored, uint3
                 return rc;
         }
         /* Count the probe before the key becomes visible. */
-        hps__ovf_walk(w, key, bi, +1);
-        hps__bucket_begin(b);
+        hps__shmdb_ovf_walk(w, key, bi, +1);
+        hps__shmdb_bucket_begin(b);
         if (w->rowid) {
             if (stored)
                 memcpy(row_by_id(w, row), stored, w->vbytes);
@@ -349,51 +350,51 @@ static hps_err_t insert(struct wview *w, uint64_t key, const void *stored, uint3
             atomic_store_explicit(&w->stamp[slot], stamp, memory_order_relaxed);
         atomic_store_explicit(&b->key[s], key, memory_order_relaxed);
         atomic_store_explicit(&b->occ, (uint8_t)(occ | (1u << s)), memory_order_relaxed);
-        hps__bucket_end(b);
+        hps__shmdb_bucket_end(b);
         atomic_fetch_add_explicit(&w->p->rows, 1, memory_order_relaxed);
         return 0;
     }
     return HPS_EFULL;
 }
 
-hps_err_t hps__winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
+hps_err_t hps__shmdb_winsert(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
 {
     return insert(w, key, stored, 0, stamp);
 }
 
-hps_err_t hps__winsert_row(struct wview *w, uint64_t key, uint32_t row, uint32_t stamp)
+hps_err_t hps__shmdb_winsert_row(struct wview *w, uint64_t key, uint32_t row, uint32_t stamp)
 {
     return insert(w, key, NULL, row, stamp);
 }
 
-hps_err_t hps__walloc_row(struct wview *w, uint32_t *ret)
+hps_err_t hps__shmdb_walloc_row(struct wview *w, uint32_t *ret)
 {
     return alloc_row(w, ret);
 }
 
-void hps__wfree_row(struct wview *w, uint32_t r)
+void hps__shmdb_wfree_row(struct wview *w, uint32_t r)
 {
     free_row(w, r);
 }
 
-uint64_t hps__wrow_off(const struct wview *w, uint32_t r)
+uint64_t hps__shmdb_wrow_off(const struct wview *w, uint32_t r)
 {
     return (uint64_t)(row_by_id(w, r) - w->db->base);
 }
 
 /* Remove the key in slot s of bucket bi. */
-void hps__wremove(struct wview *w, uint32_t bi, int s)
+void hps__shmdb_wremove(struct wview *w, uint32_t bi, int s)
 {
     struct shm_bucket *b = BKT(w, bi);
     uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
     uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
     unsigned occ = atomic_load_explicit(&b->occ, memory_order_relaxed);
-    hps__bucket_begin(b);
+    hps__shmdb_bucket_begin(b);
     atomic_store_explicit(&b->occ, (uint8_t)(occ & ~(1u << s)), memory_order_relaxed);
     if (w->rowid)
         free_row(w, atomic_load_explicit(ROWID(w, slot), memory_order_relaxed));
-    hps__bucket_end(b);
-    hps__ovf_walk(w, key, bi, -1);
+    hps__shmdb_bucket_end(b);
+    hps__shmdb_ovf_walk(w, key, bi, -1);
     atomic_fetch_sub_explicit(&w->p->rows, 1, memory_order_relaxed);
 }
 
@@ -401,26 +402,26 @@ void hps__wremove(struct wview *w, uint32_t bi, int s)
 
 /* Rehash the partition into a block of nb buckets.  The old block stays
  * readable until the new geometry is published; row pages do not move. */
-hps_err_t hps__wgrow(struct wview *w, uint32_t nb)
+hps_err_t hps__shmdb_wgrow(struct wview *w, uint32_t nb)
 {
     hps_shmdb_t *db = w->db;
     const struct shm_table *t = w->t;
     struct shm_part *p = w->p;
-    uint64_t blk, bytes = hps__block_bytes(t, nb);
-    hps_err_t rc = hps__alloc(db, bytes, &blk);
+    uint64_t blk, bytes = hps__shmdb_block_bytes(t, nb);
+    hps_err_t rc = hps__shmdb_alloc(db, bytes, &blk);
     if (rc < 0)
         return rc;
     p->pending = blk;
     struct wview n;
-    hps__wview(db, t, p, blk, nb, &n);
+    hps__shmdb_wview(db, t, p, blk, nb, &n);
     uint64_t rows = atomic_load_explicit(&p->rows, memory_order_relaxed);
     for (uint32_t bi = 0; bi < w->nb; bi++) {
         struct shm_bucket *b = BKT(w, bi);
-        for (unsigned m = hps__occ(b); m; m &= m - 1) {
+        for (unsigned m = hps__shmdb_occ(b); m; m &= m - 1) {
             int s = __builtin_ctz(m);
             uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
             uint64_t key = atomic_load_explicit(&b->key[s], memory_order_relaxed);
-            hps__wplace(&n, key, w, slot);
+            hps__shmdb_wplace(&n, key, w, slot);
         }
     }
     atomic_store_explicit(&p->rows, rows, memory_order_relaxed); /* wplace does not count */
@@ -432,24 +433,24 @@ hps_err_t hps__wgrow(struct wview *w, uint32_t nb)
     /* Release: readers that started on the old block see gen move and retry. */
     atomic_fetch_add_explicit(&p->gen, 2, memory_order_release);
     p->pending = 0;
-    hps__free(db, old, old_bytes);
+    hps__shmdb_free(db, old, old_bytes);
     *w = n;
     return 0;
 }
 
 /* Move one slot's key, row (or row id) and stamp from view `from` into the
  * private, unpublished view n. */
-void hps__wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot)
+void hps__shmdb_wplace(struct wview *n, uint64_t key, const struct wview *from, uint64_t fslot)
 {
     uint32_t bi = home_of(key, n->nb);
     for (;; bi = next_bucket(bi, n->nb)) {
         struct shm_bucket *b = BKT(n, bi);
-        unsigned occ = hps__occ(b);
+        unsigned occ = hps__shmdb_occ(b);
         if (occ == (1u << HPS_BUCKET_SLOTS) - 1)
             continue;
         int s = __builtin_ctz(~occ);
         uint64_t slot = (uint64_t)bi * HPS_BUCKET_SLOTS + (unsigned)s;
-        hps__ovf_walk(n, key, bi, +1);
+        hps__shmdb_ovf_walk(n, key, bi, +1);
         if (n->rowid)
             atomic_store_explicit(ROWID(n, slot),
                                   atomic_load_explicit(ROWID(from, fslot), memory_order_relaxed),

@@ -43,7 +43,7 @@
 
 enum { CONN_FRESH, CONN_HEADER, CONN_BUSY, CONN_IDLE };
 
-static void unlink_conn(struct hps__conns *cs, struct hps__kconn *k)
+static void unlink_conn(struct hps__kserve_conns *cs, struct hps__kserve_kconn *k)
 {
     k->prev->next = k->next;
     k->next->prev = k->prev;
@@ -51,7 +51,7 @@ static void unlink_conn(struct hps__conns *cs, struct hps__kconn *k)
 }
 
 /* Shut k's socket down (conns->mu held). */
-static void evict(struct hps__kconn *k, _Atomic uint64_t *counter)
+static void evict(struct hps__kserve_kconn *k, _Atomic uint64_t *counter)
 {
     if (k->closing)
         return;
@@ -75,7 +75,7 @@ static void evict(struct hps__kconn *k, _Atomic uint64_t *counter)
  * its request waiting, so this check is what protects it. */
 #define SENT_AT_ONCE 16
 
-static bool sent_at_once(const struct hps__kconn *k)
+static bool sent_at_once(const struct hps__kserve_kconn *k)
 {
     int n = 0;
     return ioctl(k->fd, FIONREAD, &n) == 0 && n >= SENT_AT_ONCE;
@@ -84,12 +84,12 @@ static bool sent_at_once(const struct hps__kconn *k)
 /* The connection to close for room: the oldest FRESH / HEADER one past
  * GRACE_NS, else the oldest IDLE one, else the oldest FRESH / HEADER one
  * without a request waiting to be read (SENT_AT_ONCE); NULL when none. */
-static struct hps__kconn *victim(struct hps__conns *cs)
+static struct hps__kserve_kconn *victim(struct hps__kserve_conns *cs)
 {
-    struct hps__kconn *best = NULL;
+    struct hps__kserve_kconn *best = NULL;
     int rank = 3; /* 0: FRESH or HEADER past the grace, 1: IDLE, 2: FRESH or HEADER */
-    uint64_t young = hps__now_ns() - GRACE_NS;
-    for (struct hps__kconn *k = cs->head.next; k != &cs->head; k = k->next) {
+    uint64_t young = hps__kserve_now_ns() - GRACE_NS;
+    for (struct hps__kserve_kconn *k = cs->head.next; k != &cs->head; k = k->next) {
         int r = k->closing || k->state == CONN_BUSY ? 3
                 : k->state == CONN_IDLE             ? 1
                 : k->since_ns > young               ? 2
@@ -107,12 +107,12 @@ static struct hps__kconn *victim(struct hps__conns *cs)
     return rank < 3 ? best : NULL;
 }
 
-void hps__conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
-                      enum MHD_ConnectionNotificationCode toe)
+void hps__kserve_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe)
 {
     hps_kserve_t *s = cls;
-    struct hps__conns *cs = &s->conns;
-    struct hps__kconn *k = *socket_context;
+    struct hps__kserve_conns *cs = &s->conns;
+    struct hps__kserve_kconn *k = *socket_context;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         if (!k)
             return;
@@ -129,14 +129,14 @@ void hps__conn_notify(void *cls, struct MHD_Connection *c, void **socket_context
         return; /* untracked: only libmicrohttpd's own timeouts apply */
     k->fd = ci->connect_fd;
     k->state = CONN_FRESH;
-    k->since_ns = hps__now_ns();
+    k->since_ns = hps__kserve_now_ns();
     pthread_mutex_lock(&cs->mu);
     k->next = &cs->head;
     k->prev = cs->head.prev;
     k->prev->next = k;
     cs->head.prev = k;
     if (++cs->count > cs->high) {
-        struct hps__kconn *v = victim(cs);
+        struct hps__kserve_kconn *v = victim(cs);
         if (v && v != k)
             evict(v, &cs->evicted);
     }
@@ -149,28 +149,28 @@ static void set_state(hps_kserve_t *s, struct MHD_Connection *c, int st)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    struct hps__kconn *k = ci ? ci->socket_context : NULL;
+    struct hps__kserve_kconn *k = ci ? ci->socket_context : NULL;
     if (!k)
         return;
     pthread_mutex_lock(&s->conns.mu);
     k->state = st;
-    k->since_ns = hps__now_ns();
+    k->since_ns = hps__kserve_now_ns();
     pthread_mutex_unlock(&s->conns.mu);
 }
 
-void *hps__conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c)
+void *hps__kserve_conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c)
 {
     (void)uri;
     set_state(cls, c, CONN_HEADER);
     return NULL; /* the access handler still sees *req_cls == NULL first */
 }
 
-void hps__conn_busy(hps_kserve_t *s, struct MHD_Connection *c)
+void hps__kserve_conn_busy(hps_kserve_t *s, struct MHD_Connection *c)
 {
     set_state(s, c, CONN_BUSY);
 }
 
-void hps__conn_idle(hps_kserve_t *s, struct MHD_Connection *c)
+void hps__kserve_conn_idle(hps_kserve_t *s, struct MHD_Connection *c)
 {
     set_state(s, c, CONN_IDLE);
 }
@@ -178,11 +178,11 @@ void hps__conn_idle(hps_kserve_t *s, struct MHD_Connection *c)
 static void *reaper(void *arg)
 {
     hps_kserve_t *s = arg;
-    struct hps__conns *cs = &s->conns;
+    struct hps__kserve_conns *cs = &s->conns;
     pthread_mutex_lock(&cs->mu);
     while (!cs->stop) {
-        uint64_t now = hps__now_ns();
-        for (struct hps__kconn *k = cs->head.next; k != &cs->head; k = k->next)
+        uint64_t now = hps__kserve_now_ns();
+        for (struct hps__kserve_kconn *k = cs->head.next; k != &cs->head; k = k->next)
             if ((k->state == CONN_FRESH || k->state == CONN_HEADER) &&
                 now - k->since_ns > cs->header_ns)
                 evict(k, &cs->header_timeouts);
@@ -197,9 +197,9 @@ static void *reaper(void *arg)
     return NULL;
 }
 
-hps_err_t hps__conns_start(hps_kserve_t *s)
+hps_err_t hps__kserve_conns_start(hps_kserve_t *s)
 {
-    struct hps__conns *cs = &s->conns;
+    struct hps__kserve_conns *cs = &s->conns;
     cs->head.next = cs->head.prev = &cs->head;
     cs->count = 0;
     cs->stop = false;
@@ -211,9 +211,9 @@ hps_err_t hps__conns_start(hps_kserve_t *s)
     return 0;
 }
 
-void hps__conns_stop(hps_kserve_t *s)
+void hps__kserve_conns_stop(hps_kserve_t *s)
 {
-    struct hps__conns *cs = &s->conns;
+    struct hps__kserve_conns *cs = &s->conns;
     if (!cs->started)
         return;
     pthread_mutex_lock(&cs->mu);

@@ -4,7 +4,7 @@
  * it, copy to and from it; plus the base64 decoder of raw_handle.b64.
  *
  * Only builds with CUDA (HPS_HAVE_CUDA) do anything; without CUDA the
- * functions say so (501 / 500) and hps__cuda_ipc_supported() is false, so
+ * functions say so (501 / 500) and hps__kserve_cuda_ipc_supported() is false, so
  * the server keeps answering /v2/cudasharedmemory with 501.
  *
  * Size of a region.  cudaPointerGetAttributes does not give the size of an
@@ -16,7 +16,7 @@
  * HTTP thread and restores the previous one.  Each region has its own
  * non-blocking stream, so its copies never wait for (or make wait) the work
  * the GPU embedding cache queues on the same device; a copy is polled with
- * cudaStreamQuery until done or HPS__CUDA_COPY_TIMEOUT_MS have passed.
+ * cudaStreamQuery until done or HPS__KSERVE_CUDA_COPY_TIMEOUT_MS have passed.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -74,7 +74,7 @@ static int b64_group(const char *g, bool last, unsigned char out[3])
     return 3 - pad;
 }
 
-long hps__b64_decode(const char *src, size_t n, unsigned char *dst, size_t cap)
+long hps__kserve_b64_decode(const char *src, size_t n, unsigned char *dst, size_t cap)
 {
     if (n % 4 != 0 || n / 4 * 3 > (size_t)LONG_MAX)
         return -1;
@@ -96,13 +96,13 @@ long hps__b64_decode(const char *src, size_t n, unsigned char *dst, size_t cap)
 /* CUDA                                                                      */
 /* ------------------------------------------------------------------------ */
 
-_Static_assert(sizeof(cudaIpcMemHandle_t) == HPS__CUDA_IPC_HANDLE_BYTES,
+_Static_assert(sizeof(cudaIpcMemHandle_t) == HPS__KSERVE_CUDA_IPC_HANDLE_BYTES,
                "cudaIpcMemHandle_t is not 64 bytes");
 
 /* cuMemGetAddressRange (the _v2 ABI, CUDA 3.2 on). */
 typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
 
-bool hps__cuda_ipc_supported(void)
+bool hps__kserve_cuda_ipc_supported(void)
 {
     return true;
 }
@@ -122,34 +122,35 @@ static void leave(int prev)
 }
 
 /* Bytes from p to the end of its allocation; the device is current. */
-static int alloc_avail(const char *name, void *p, uint64_t *ret, hps__kerr_t *err)
+static int alloc_avail(const char *name, void *p, uint64_t *ret, hps__kserve_kerr_t *err)
 {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     cudaError_t ce =
         cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault, &q);
     if (ce != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn)
-        return hps__kerr_set(err, 500,
-                             "failed to register CUDA shared memory region '%.128s': the driver "
-                             "has no cuMemGetAddressRange (%s)",
-                             name, cudaGetErrorString(ce));
+        return hps__kserve_kerr_set(
+            err, 500,
+            "failed to register CUDA shared memory region '%.128s': the driver "
+            "has no cuMemGetAddressRange (%s)",
+            name, cudaGetErrorString(ce));
     get_range_fn get_range;
     memcpy(&get_range, &fn, sizeof(get_range));
     CUdeviceptr base = 0;
     size_t size = 0;
     CUresult cr = get_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
     if (cr != CUDA_SUCCESS)
-        return hps__kerr_set(err, 400,
-                             "failed to register CUDA shared memory region '%.128s': "
-                             "cuMemGetAddressRange failed with CUresult %d",
-                             name, (int)cr);
+        return hps__kserve_kerr_set(err, 400,
+                                    "failed to register CUDA shared memory region '%.128s': "
+                                    "cuMemGetAddressRange failed with CUresult %d",
+                                    name, (int)cr);
     *ret = (uint64_t)(base + size - (CUdeviceptr)(uintptr_t)p);
     return 0;
 }
 
 /* Open the handle on the current device and check byte_size against it. */
 static int open_checked(const char *name, const unsigned char *handle, uint64_t byte_size,
-                        struct hps__cuda_ipc *m, hps__kerr_t *err)
+                        struct hps__kserve_cuda_ipc *m, hps__kserve_kerr_t *err)
 {
     cudaIpcMemHandle_t h;
     memcpy(&h, handle, sizeof(h));
@@ -157,33 +158,36 @@ static int open_checked(const char *name, const unsigned char *handle, uint64_t 
     cudaError_t ce = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     if (ce != cudaSuccess) {
         cudaGetLastError();
-        return hps__kerr_set(err, 400,
-                             "failed to register CUDA shared memory region '%.128s': failed to "
-                             "open CUDA IPC handle: %s",
-                             name, cudaGetErrorString(ce));
+        return hps__kserve_kerr_set(
+            err, 400,
+            "failed to register CUDA shared memory region '%.128s': failed to "
+            "open CUDA IPC handle: %s",
+            name, cudaGetErrorString(ce));
     }
     m->base = p;
     if (alloc_avail(name, p, &m->avail, err))
         return -1;
     if (byte_size > m->avail)
-        return hps__kerr_set(err, 400,
-                             "failed to register CUDA shared memory region '%.128s': invalid "
-                             "args: byte_size %llu is larger than the CUDA allocation (%llu "
-                             "bytes)",
-                             name, (unsigned long long)byte_size, (unsigned long long)m->avail);
+        return hps__kserve_kerr_set(
+            err, 400,
+            "failed to register CUDA shared memory region '%.128s': invalid "
+            "args: byte_size %llu is larger than the CUDA allocation (%llu "
+            "bytes)",
+            name, (unsigned long long)byte_size, (unsigned long long)m->avail);
     cudaStream_t st;
     ce = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     if (ce != cudaSuccess)
-        return hps__kerr_set(err, 500,
-                             "failed to register CUDA shared memory region '%.128s': "
-                             "cudaStreamCreateWithFlags: %s",
-                             name, cudaGetErrorString(ce));
+        return hps__kserve_kerr_set(err, 500,
+                                    "failed to register CUDA shared memory region '%.128s': "
+                                    "cudaStreamCreateWithFlags: %s",
+                                    name, cudaGetErrorString(ce));
     m->stream = st;
     return 0;
 }
 
-int hps__cuda_ipc_open(const char *name, const unsigned char *handle, int64_t device_id,
-                       uint64_t byte_size, struct hps__cuda_ipc *ret, hps__kerr_t *err)
+int hps__kserve_cuda_ipc_open(const char *name, const unsigned char *handle, int64_t device_id,
+                              uint64_t byte_size, struct hps__kserve_cuda_ipc *ret,
+                              hps__kserve_kerr_t *err)
 {
     memset(ret, 0, sizeof(*ret));
     int count = 0;
@@ -192,36 +196,39 @@ int hps__cuda_ipc_open(const char *name, const unsigned char *handle, int64_t de
         count = 0;
     }
     if (device_id < 0 || device_id >= count)
-        return hps__kerr_set(err, 400,
-                             "failed to register CUDA shared memory region '%.128s': invalid "
-                             "device_id %lld: this server sees %d CUDA device(s)",
-                             name, (long long)device_id, count);
+        return hps__kserve_kerr_set(
+            err, 400,
+            "failed to register CUDA shared memory region '%.128s': invalid "
+            "device_id %lld: this server sees %d CUDA device(s)",
+            name, (long long)device_id, count);
     int prev;
     cudaError_t ce = enter((int)device_id, &prev);
     if (ce != cudaSuccess) {
         leave(prev);
-        return hps__kerr_set(err, 400,
-                             "failed to register CUDA shared memory region '%.128s': cannot use "
-                             "CUDA device %lld: %s",
-                             name, (long long)device_id, cudaGetErrorString(ce));
+        return hps__kserve_kerr_set(
+            err, 400,
+            "failed to register CUDA shared memory region '%.128s': cannot use "
+            "CUDA device %lld: %s",
+            name, (long long)device_id, cudaGetErrorString(ce));
     }
     ret->device = (int)device_id;
     int rc = open_checked(name, handle, byte_size, ret, err);
     leave(prev);
     if (rc)
-        hps__cuda_ipc_close(ret);
+        hps__kserve_cuda_ipc_close(ret);
     return rc;
 }
 
-/* Wait for the stream, at most HPS__CUDA_COPY_TIMEOUT_MS. */
+/* Wait for the stream, at most HPS__KSERVE_CUDA_COPY_TIMEOUT_MS. */
 static cudaError_t wait_stream(cudaStream_t st)
 {
-    uint64_t deadline = hps__now_ns() + (uint64_t)HPS__CUDA_COPY_TIMEOUT_MS * 1000000u;
+    uint64_t deadline =
+        hps__kserve_now_ns() + (uint64_t)HPS__KSERVE_CUDA_COPY_TIMEOUT_MS * 1000000u;
     for (unsigned i = 0;; i++) {
         cudaError_t ce = cudaStreamQuery(st);
         if (ce != cudaErrorNotReady)
             return ce;
-        if (hps__now_ns() > deadline)
+        if (hps__kserve_now_ns() > deadline)
             return cudaErrorTimeout;
         if (i >= 64) {
             struct timespec ts = {0, 20000};
@@ -230,7 +237,7 @@ static cudaError_t wait_stream(cudaStream_t st)
     }
 }
 
-void hps__cuda_ipc_close(struct hps__cuda_ipc *m)
+void hps__kserve_cuda_ipc_close(struct hps__kserve_cuda_ipc *m)
 {
     if (!m->base)
         return;
@@ -249,8 +256,8 @@ void hps__cuda_ipc_close(struct hps__cuda_ipc *m)
 }
 
 /* One copy on the region's stream, waited for. */
-static int copy(const struct hps__cuda_ipc *m, void *dst, const void *src, size_t n,
-                enum cudaMemcpyKind kind, hps__kerr_t *err)
+static int copy(const struct hps__kserve_cuda_ipc *m, void *dst, const void *src, size_t n,
+                enum cudaMemcpyKind kind, hps__kserve_kerr_t *err)
 {
     int prev;
     cudaError_t ce = enter(m->device, &prev);
@@ -262,55 +269,56 @@ static int copy(const struct hps__cuda_ipc *m, void *dst, const void *src, size_
     if (ce == cudaSuccess)
         return 0;
     cudaGetLastError();
-    return hps__kerr_set(err, 500, "CUDA shared memory: copy of %zu bytes %s device %d failed: %s",
-                         n, kind == cudaMemcpyHostToDevice ? "to" : "from", m->device,
-                         cudaGetErrorString(ce));
+    return hps__kserve_kerr_set(
+        err, 500, "CUDA shared memory: copy of %zu bytes %s device %d failed: %s", n,
+        kind == cudaMemcpyHostToDevice ? "to" : "from", m->device, cudaGetErrorString(ce));
 }
 
-int hps__cuda_ipc_read(const struct hps__cuda_ipc *m, uint64_t off, void *dst, size_t n,
-                       hps__kerr_t *err)
+int hps__kserve_cuda_ipc_read(const struct hps__kserve_cuda_ipc *m, uint64_t off, void *dst,
+                              size_t n, hps__kserve_kerr_t *err)
 {
     return n ? copy(m, dst, m->base + off, n, cudaMemcpyDeviceToHost, err) : 0;
 }
 
-int hps__cuda_ipc_write(const struct hps__cuda_ipc *m, uint64_t off, const void *src, size_t n,
-                        hps__kerr_t *err)
+int hps__kserve_cuda_ipc_write(const struct hps__kserve_cuda_ipc *m, uint64_t off, const void *src,
+                               size_t n, hps__kserve_kerr_t *err)
 {
     return n ? copy(m, m->base + off, src, n, cudaMemcpyHostToDevice, err) : 0;
 }
 
 #else /* !HPS_HAVE_CUDA */
 
-bool hps__cuda_ipc_supported(void)
+bool hps__kserve_cuda_ipc_supported(void)
 {
     return false;
 }
 
-int hps__cuda_ipc_open(const char *name, const unsigned char *handle, int64_t device_id,
-                       uint64_t byte_size, struct hps__cuda_ipc *ret, hps__kerr_t *err)
+int hps__kserve_cuda_ipc_open(const char *name, const unsigned char *handle, int64_t device_id,
+                              uint64_t byte_size, struct hps__kserve_cuda_ipc *ret,
+                              hps__kserve_kerr_t *err)
 {
     (void)name, (void)handle, (void)device_id, (void)byte_size;
     memset(ret, 0, sizeof(*ret));
-    return hps__kerr_set(err, 501, "CUDA shared memory is not supported by this server");
+    return hps__kserve_kerr_set(err, 501, "CUDA shared memory is not supported by this server");
 }
 
-void hps__cuda_ipc_close(struct hps__cuda_ipc *m)
+void hps__kserve_cuda_ipc_close(struct hps__kserve_cuda_ipc *m)
 {
     (void)m;
 }
 
-int hps__cuda_ipc_read(const struct hps__cuda_ipc *m, uint64_t off, void *dst, size_t n,
-                       hps__kerr_t *err)
+int hps__kserve_cuda_ipc_read(const struct hps__kserve_cuda_ipc *m, uint64_t off, void *dst,
+                              size_t n, hps__kserve_kerr_t *err)
 {
     (void)m, (void)off, (void)dst, (void)n;
-    return hps__kerr_set(err, 500, "CUDA shared memory is not supported by this server");
+    return hps__kserve_kerr_set(err, 500, "CUDA shared memory is not supported by this server");
 }
 
-int hps__cuda_ipc_write(const struct hps__cuda_ipc *m, uint64_t off, const void *src, size_t n,
-                        hps__kerr_t *err)
+int hps__kserve_cuda_ipc_write(const struct hps__kserve_cuda_ipc *m, uint64_t off, const void *src,
+                               size_t n, hps__kserve_kerr_t *err)
 {
     (void)m, (void)off, (void)src, (void)n;
-    return hps__kerr_set(err, 500, "CUDA shared memory is not supported by this server");
+    return hps__kserve_kerr_set(err, 500, "CUDA shared memory is not supported by this server");
 }
 
 #endif /* HPS_HAVE_CUDA */

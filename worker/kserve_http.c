@@ -25,7 +25,7 @@
  * answers inline what it can; otherwise the connection is suspended, the
  * lookup and the response run on the lookup pool (kserve_pool.c), which
  * parks the response in the request state (kserve_send.c: queue() sees
- * the thread's `parked` request, named by hps__http_park()) and resumes
+ * the thread's `parked` request, named by hps__kserve_http_park()) and resumes
  * the connection; libmicrohttpd then calls the access handler again, which
  * queues the parked response.
  */
@@ -52,9 +52,9 @@ struct kreq {
     bool responded; /* answered in the first call */
     bool store;     /* keep the body (inference) */
     bool too_large;
-    bool busy;               /* the server's body budget was spent: 503 */
-    struct hps__inflate *z;  /* a gzip or deflate body: its decoder, else NULL */
-    enum hps__zenc resp_enc; /* the coding of a successful inference answer */
+    bool busy;                      /* the server's body budget was spent: 503 */
+    struct hps__kserve_inflate *z;  /* a gzip or deflate body: its decoder, else NULL */
+    enum hps__kserve_zenc resp_enc; /* the coding of a successful inference answer */
     char *body;
     size_t len;
     size_t cap;
@@ -63,7 +63,7 @@ struct kreq {
      * response is parked by the pool thread before it resumes the
      * connection, and queued by the next access-handler call. */
     bool deferred;
-    struct hps__http_parked parked;
+    struct hps__kserve_http_parked parked;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -83,73 +83,74 @@ static bool model_loaded(const hps_kserve_t *s, size_t mi)
 
 /* Triton's answer for a model without a loaded version. */
 static enum MHD_Result send_unloaded(const hps_kserve_t *s, struct MHD_Connection *c,
-                                     const struct hps__kmodel *m)
+                                     const struct hps__kserve_kmodel *m)
 {
     char msg[HPS_KSERVE_NAME_MAX + 80];
     snprintf(msg, sizeof(msg), "Request for unknown model: '%s' has no available versions",
              m->name);
-    return hps__http_send_error(s, c, 400, msg);
+    return hps__kserve_http_send_error(s, c, 400, msg);
 }
 
 static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
 {
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_server_meta(&t, s->server_name, s->server_version, s->limits.shm != NULL,
-                          s->shm.cuda);
-    return hps__http_send_json(s, c, 200, &t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_server_meta(&t, s->server_name, s->server_version, s->limits.shm != NULL,
+                                 s->shm.cuda);
+    return hps__kserve_http_send_json(s, c, 200, &t);
 }
 
 /* The model a request names.  A name not in the registry has the backend
  * look for models added to its configuration since (refresh_models), then
  * is looked up once more. */
-static long route_model(hps_kserve_t *s, const struct hps__route *r, hps__kerr_t *err)
+static long route_model(hps_kserve_t *s, const struct hps__kserve_route *r, hps__kserve_kerr_t *err)
 {
-    long mi = hps__route_model(r, s->models, s->num_models, err);
+    long mi = hps__kserve_route_model(r, s->models, s->num_models, err);
     if (mi == -2 && s->backend.refresh_models && s->backend.refresh_models(s->backend.ctx) > 0)
-        mi = hps__route_model(r, s->models, s->num_models, err);
+        mi = hps__kserve_route_model(r, s->models, s->num_models, err);
     return mi;
 }
 
 /* Model endpoints other than infer: metadata, ready, config, stats. */
 static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
-                               const struct hps__route *r)
+                               const struct hps__kserve_route *r)
 {
-    hps__kerr_t err;
+    hps__kserve_kerr_t err;
     long mi = route_model(s, r, &err);
     if (mi < 0)
-        return hps__http_send_error(s, c, err.status, err.msg);
-    const struct hps__kmodel *m = &s->models[mi];
-    if (r->kind != HPS__R_MODEL_STATS && !model_loaded(s, (size_t)mi))
+        return hps__kserve_http_send_error(s, c, err.status, err.msg);
+    const struct hps__kserve_kmodel *m = &s->models[mi];
+    if (r->kind != HPS__KSERVE_R_MODEL_STATS && !model_loaded(s, (size_t)mi))
         return send_unloaded(s, c, m);
-    if (r->kind == HPS__R_MODEL_READY)
-        return backend_ready(s) ? hps__http_send_empty(s, c, 200)
-                                : hps__http_send_error(s, c, 400, "Model version not ready");
-    hps__text_t t;
-    hps__text_init(&t);
-    if (r->kind == HPS__R_MODEL_META)
-        hps__resp_model_meta(&t, m);
-    else if (r->kind == HPS__R_MODEL_CONFIG)
-        hps__resp_model_config(&t, m);
+    if (r->kind == HPS__KSERVE_R_MODEL_READY)
+        return backend_ready(s) ? hps__kserve_http_send_empty(s, c, 200)
+                                : hps__kserve_http_send_error(s, c, 400, "Model version not ready");
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    if (r->kind == HPS__KSERVE_R_MODEL_META)
+        hps__kserve_resp_model_meta(&t, m);
+    else if (r->kind == HPS__KSERVE_R_MODEL_CONFIG)
+        hps__kserve_resp_model_config(&t, m);
     else
-        hps__resp_stats(&t, m, 1);
-    return hps__http_send_json(s, c, 200, &t);
+        hps__kserve_resp_stats(&t, m, 1);
+    return hps__kserve_http_send_json(s, c, 200, &t);
 }
 
 /* Suspend the connection and run job on the lookup pool: the job parks the
- * response (hps__http_park) and resumes the connection; the access handler then
- * queues it (hps__http_on_request). */
-static void to_pool(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, struct hps__job *job)
+ * response (hps__kserve_http_park) and resumes the connection; the access handler then
+ * queues it (hps__kserve_http_on_request). */
+static void to_pool(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
+                    struct hps__kserve_job *job)
 {
     q->deferred = true;
     q->parked.r = NULL;
     MHD_suspend_connection(c);
-    hps__pool_submit(s->pool, job);
+    hps__kserve_pool_submit(s->pool, job);
 }
 
 /* A load or unload on the pool: it blocks until the model serves or failed. */
 struct control_job {
-    struct hps__job job; /* first: the pool's handle */
+    struct hps__kserve_job job; /* first: the pool's handle */
     hps_kserve_t *s;
     struct MHD_Connection *c;
     struct kreq *q;
@@ -157,18 +158,19 @@ struct control_job {
     char model[HPS_KSERVE_NAME_MAX + 1];
 };
 
-static void control_job_run(struct hps__job *job)
+static void control_job_run(struct hps__kserve_job *job)
 {
     struct control_job *j = (struct control_job *)job;
     char msg[600] = "";
     hps_err_t rc =
         j->s->backend.model_control(j->s->backend.ctx, j->op, j->model, msg, sizeof(msg));
-    hps__http_park(&j->q->parked);
+    hps__kserve_http_park(&j->q->parked);
     if (rc == 0)
-        hps__http_send_empty(j->s, j->c, 200);
+        hps__kserve_http_send_empty(j->s, j->c, 200);
     else
-        hps__http_send_error(j->s, j->c, rc == HPS_EIO ? 400 : 503, *msg ? msg : hps_strerror(rc));
-    hps__http_park(NULL);
+        hps__kserve_http_send_error(j->s, j->c, rc == HPS_EIO ? 400 : 503,
+                                    *msg ? msg : hps_strerror(rc));
+    hps__kserve_http_park(NULL);
     struct MHD_Connection *c = j->c;
     free(j);
     MHD_resume_connection(c); /* j->q may be gone once the event loop answers */
@@ -176,53 +178,56 @@ static void control_job_run(struct hps__job *job)
 
 /* The model repository extension (kserve_repo.c). */
 static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
-                              const struct hps__route *r)
+                              const struct hps__kserve_route *r)
 {
-    hps__kerr_t err;
-    if (r->kind == HPS__R_REPO_NAMED)
-        return hps__http_send_error(s, c, 501, "'repository_name' specification is not supported");
-    if (r->kind != HPS__R_REPO_INDEX) {
+    hps__kserve_kerr_t err;
+    if (r->kind == HPS__KSERVE_R_REPO_NAMED)
+        return hps__kserve_http_send_error(s, c, 501,
+                                           "'repository_name' specification is not supported");
+    if (r->kind != HPS__KSERVE_R_REPO_INDEX) {
         struct control_job *j = calloc(1, sizeof(*j));
         if (!j)
-            return hps__http_send_error(s, c, 500, "out of memory");
-        if (hps__repo_control(r, s->models, s->num_models, &s->backend, q->body ? q->body : "",
-                              q->len, j->model, sizeof(j->model), &err) < 0 ||
-            (!s->pool && hps__kerr_set(&err, 503, "no lookup pool to run the request on") < 0)) {
+            return hps__kserve_http_send_error(s, c, 500, "out of memory");
+        if (hps__kserve_repo_control(r, s->models, s->num_models, &s->backend,
+                                     q->body ? q->body : "", q->len, j->model, sizeof(j->model),
+                                     &err) < 0 ||
+            (!s->pool &&
+             hps__kserve_kerr_set(&err, 503, "no lookup pool to run the request on") < 0)) {
             free(j);
-            return hps__http_send_error(s, c, err.status, err.msg);
+            return hps__kserve_http_send_error(s, c, err.status, err.msg);
         }
         j->job.run = control_job_run;
         j->s = s;
         j->c = c;
         j->q = q;
-        j->op = r->kind == HPS__R_REPO_LOAD ? HPS_MODEL_LOAD : HPS_MODEL_UNLOAD;
+        j->op = r->kind == HPS__KSERVE_R_REPO_LOAD ? HPS_MODEL_LOAD : HPS_MODEL_UNLOAD;
         to_pool(s, c, q, &j->job);
         return MHD_YES;
     }
-    hps__text_t t;
-    hps__text_init(&t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
     if (s->backend.refresh_models) /* Triton lists the repository as it is now */
         s->backend.refresh_models(s->backend.ctx);
-    if (hps__repo_index(s->models, s->num_models, &s->backend, backend_ready(s),
-                        q->body ? q->body : "", q->len, &t, &err) < 0) {
-        hps__text_fini(&t);
-        return hps__http_send_error(s, c, err.status, err.msg);
+    if (hps__kserve_repo_index(s->models, s->num_models, &s->backend, backend_ready(s),
+                               q->body ? q->body : "", q->len, &t, &err) < 0) {
+        hps__kserve_text_fini(&t);
+        return hps__kserve_http_send_error(s, c, err.status, err.msg);
     }
-    return hps__http_send_json(s, c, 200, &t);
+    return hps__kserve_http_send_json(s, c, 200, &t);
 }
 
 static enum MHD_Result h_all_stats(hps_kserve_t *s, struct MHD_Connection *c)
 {
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_stats(&t, s->models, s->num_models);
-    return hps__http_send_json(s, c, 200, &t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_stats(&t, s->models, s->num_models);
+    return hps__kserve_http_send_json(s, c, 200, &t);
 }
 
 /* Durations of one successful request, per hps_kserve_lookup_stats_t's
  * rule; ls->queue_ns includes the wait for the lookup pool (infer_job_run),
  * which the lookup span stamp[1]..stamp[2] holds too. */
-static void request_times(struct hps__ktimes *t, const hps_kserve_lookup_stats_t *ls,
+static void request_times(struct hps__kserve_ktimes *t, const hps_kserve_lookup_stats_t *ls,
                           const uint64_t stamp[4])
 {
     bool reported = ls->compute_input_ns | ls->compute_infer_ns | ls->compute_output_ns;
@@ -234,21 +239,22 @@ static void request_times(struct hps__ktimes *t, const hps_kserve_lookup_stats_t
     t->output_ns = ls->compute_output_ns + (stamp[3] - stamp[2]);
 }
 
-static enum MHD_Result infer_failed(const hps_kserve_t *s, struct hps__kmodel *m,
+static enum MHD_Result infer_failed(const hps_kserve_t *s, struct hps__kserve_kmodel *m,
                                     struct MHD_Connection *c, uint64_t t0,
-                                    enum hps__fail_reason reason, unsigned status, const char *msg)
+                                    enum hps__kserve_fail_reason reason, unsigned status,
+                                    const char *msg)
 {
-    hps__stats_failure(&m->stats, hps__now_ns() - t0, reason);
-    return hps__http_send_error(s, c, status, msg);
+    hps__kserve_stats_failure(&m->stats, hps__kserve_now_ns() - t0, reason);
+    return hps__kserve_http_send_error(s, c, status, msg);
 }
 
 /* Call the backend; on failure answer and return false. */
 /* OUTPUT0 into a CUDA region, straight from the backend's device memory:
  * HPS_EUNSUPPORTED when the backend cannot (then lookup + copy). */
-static hps_err_t lookup_device(hps_kserve_t *s, size_t mi, const struct hps__infer_req *req,
+static hps_err_t lookup_device(hps_kserve_t *s, size_t mi, const struct hps__kserve_infer_req *req,
                                hps_kserve_lookup_stats_t *ls)
 {
-    int dev = req->out_cuda ? hps__shm_device(req->held[HPS__HELD_OUTPUT]) : -1;
+    int dev = req->out_cuda ? hps__kserve_shm_device(req->held[HPS__KSERVE_HELD_OUTPUT]) : -1;
     if (dev < 0 || !s->backend.lookup_device || ((uintptr_t)req->out_shm & 3) != 0)
         return HPS_EUNSUPPORTED;
     hps_err_t rc = s->backend.lookup_device(
@@ -261,7 +267,7 @@ static hps_err_t lookup_device(hps_kserve_t *s, size_t mi, const struct hps__inf
 
 /* The blocking lookup (on the pool): straight into a CUDA output region
  * when the backend can, else into out; *on_device says which. */
-static hps_err_t run_lookup(hps_kserve_t *s, size_t mi, const struct hps__infer_req *req,
+static hps_err_t run_lookup(hps_kserve_t *s, size_t mi, const struct hps__kserve_infer_req *req,
                             float *out, hps_kserve_lookup_stats_t *ls, bool *on_device)
 {
     memset(ls, 0, sizeof(*ls));
@@ -277,13 +283,13 @@ static hps_err_t run_lookup(hps_kserve_t *s, size_t mi, const struct hps__infer_
 static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
                                      hps_err_t rc, hps_kserve_lookup_stats_t *ls, uint64_t t0)
 {
-    struct hps__kmodel *m = &s->models[mi];
+    struct hps__kserve_kmodel *m = &s->models[mi];
     ls->message[sizeof(ls->message) - 1] = '\0';
-    char msg[HPS__KERR_MSG_MAX];
+    char msg[HPS__KSERVE_KERR_MSG_MAX];
     snprintf(msg, sizeof(msg), "lookup failed for model '%s': %s", m->name,
              ls->message[0] ? ls->message : hps_strerror(rc));
     bool busy = rc == HPS_EBUSY;
-    return infer_failed(s, m, c, t0, busy ? HPS__FAIL_REJECTED : HPS__FAIL_BACKEND,
+    return infer_failed(s, m, c, t0, busy ? HPS__KSERVE_FAIL_REJECTED : HPS__KSERVE_FAIL_BACKEND,
                         busy ? 503 : 500, msg);
 }
 
@@ -292,98 +298,100 @@ static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, 
  * stamp[0..2] are the request start, lookup start and lookup end.
  */
 static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connection *c,
-                                     struct hps__kmodel *m, const struct hps__infer_req *req,
-                                     float *out, const hps_kserve_lookup_stats_t *ls,
-                                     uint64_t stamp[4], enum hps__zenc enc)
+                                     struct hps__kserve_kmodel *m,
+                                     const struct hps__kserve_infer_req *req, float *out,
+                                     const hps_kserve_lookup_stats_t *ls, uint64_t stamp[4],
+                                     enum hps__kserve_zenc enc)
 {
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_infer(&t, m, req, out);
-    stamp[3] = hps__now_ns();
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_infer(&t, m, req, out);
+    stamp[3] = hps__kserve_now_ns();
     if (t.oom) {
-        hps__text_fini(&t);
-        hps__outpool_put(s->outpool, out);
-        return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
+        hps__kserve_text_fini(&t);
+        hps__kserve_outpool_put(s->outpool, out);
+        return infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_OTHER, 500, "out of memory");
     }
-    struct hps__ktimes times;
+    struct hps__kserve_ktimes times;
     request_times(&times, ls, stamp);
-    hps__stats_success(&m->stats, &times, req->num_samples);
+    hps__kserve_stats_success(&m->stats, &times, req->num_samples);
     if (req->binary_output)
-        return hps__http_send_binary(s, c, &t, out, req->out_len, enc);
-    hps__outpool_put(s->outpool, out);
-    return hps__http_send_infer_json(s, c, &t, enc);
+        return hps__kserve_http_send_binary(s, c, &t, out, req->out_len, enc);
+    hps__kserve_outpool_put(s->outpool, out);
+    return hps__kserve_http_send_infer_json(s, c, &t, enc);
 }
 
 /* Where the backend writes OUTPUT0: a system output region in place when
  * it is 4-byte aligned, else a heap buffer; NULL when out of memory. */
-static float *out_buffer(const hps_kserve_t *s, const struct hps__infer_req *req)
+static float *out_buffer(const hps_kserve_t *s, const struct hps__kserve_infer_req *req)
 {
     if (req->out_shm && !req->out_cuda && ((uintptr_t)req->out_shm & 3) == 0)
         return (float *)(void *)req->out_shm;
-    return hps__outpool_get(s->outpool, (size_t)req->out_len * sizeof(float));
+    return hps__kserve_outpool_get(s->outpool, (size_t)req->out_len * sizeof(float));
 }
 
-/* The lookup is over (and hps__infer_store_output() ran if it succeeded):
+/* The lookup is over (and hps__kserve_infer_store_output() ran if it succeeded):
  * free a heap buffer of an output region.  Returns what infer_respond()
  * takes: the buffer to send and free, or NULL when the data went to the
  * region. */
-static float *out_done(const hps_kserve_t *s, const struct hps__infer_req *req, float *out, bool ok)
+static float *out_done(const hps_kserve_t *s, const struct hps__kserve_infer_req *req, float *out,
+                       bool ok)
 {
     if (!req->out_shm && ok)
         return out;
     if ((char *)out != req->out_shm)
-        hps__outpool_put(s->outpool, out);
+        hps__kserve_outpool_put(s->outpool, out);
     return NULL;
 }
 
 /* After the lookup (result rc): the output region, then the answer
  * (compressed with enc). */
 static enum MHD_Result infer_finish(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
-                                    const struct hps__infer_req *req, float *out,
+                                    const struct hps__kserve_infer_req *req, float *out,
                                     hps_kserve_lookup_stats_t *ls, hps_err_t rc, bool on_device,
-                                    uint64_t stamp[4], enum hps__zenc enc)
+                                    uint64_t stamp[4], enum hps__kserve_zenc enc)
 {
-    struct hps__kmodel *m = &s->models[mi];
-    hps__kerr_t err;
+    struct hps__kserve_kmodel *m = &s->models[mi];
+    hps__kserve_kerr_t err;
     if (rc < 0) {
         out_done(s, req, out, false);
         return lookup_failed(s, c, mi, rc, ls, stamp[0]);
     }
-    if (!on_device && hps__infer_store_output(req, out, &err)) {
+    if (!on_device && hps__kserve_infer_store_output(req, out, &err)) {
         out_done(s, req, out, false);
-        return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
+        return infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_OTHER, err.status, err.msg);
     }
-    stamp[2] = hps__now_ns();
+    stamp[2] = hps__kserve_now_ns();
     out = out_done(s, req, out, true);
     return infer_respond(s, c, m, req, out, ls, stamp, enc);
 }
 
 /* An inference request whose lookup runs on the pool. */
 struct infer_job {
-    struct hps__job job; /* first: the pool's handle */
+    struct hps__kserve_job job; /* first: the pool's handle */
     hps_kserve_t *s;
     struct MHD_Connection *c;
     struct kreq *q;
     size_t mi;
-    struct hps__infer_req req;
+    struct hps__kserve_infer_req req;
     float *out;
     uint64_t stamp[4];
 };
 
-static void infer_job_run(struct hps__job *job)
+static void infer_job_run(struct hps__kserve_job *job)
 {
     struct infer_job *j = (struct infer_job *)job;
     hps_kserve_lookup_stats_t ls;
     bool on_device = false;
-    uint64_t start = hps__now_ns();
+    uint64_t start = hps__kserve_now_ns();
     hps_err_t rc = run_lookup(j->s, j->mi, &j->req, j->out, &ls, &on_device);
     /* Queue time (Triton's): from the lookup's first try on the event loop
      * (stamp[1]; lookup_nowait found misses) to its start on the pool. */
     ls.queue_ns += start - j->stamp[1];
-    hps__http_park(&j->q->parked);
+    hps__kserve_http_park(&j->q->parked);
     infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp, j->q->resp_enc);
-    hps__http_park(NULL);
-    hps__infer_req_fini(&j->req);
+    hps__kserve_http_park(NULL);
+    hps__kserve_infer_req_fini(&j->req);
     atomic_fetch_sub_explicit(&j->s->models[j->mi].stats.pending, 1, memory_order_relaxed);
     struct MHD_Connection *c = j->c;
     free(j);
@@ -392,7 +400,7 @@ static void infer_job_run(struct hps__job *job)
 
 /* Hand the lookup to the pool: false (nothing changed) when out of memory. */
 static bool defer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, size_t mi,
-                  struct hps__infer_req *req, float *out, const uint64_t stamp[4])
+                  struct hps__kserve_infer_req *req, float *out, const uint64_t stamp[4])
 {
     struct infer_job *j = malloc(sizeof(*j));
     if (!j)
@@ -409,28 +417,28 @@ static bool defer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, siz
 static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
                                    size_t mi, bool *deferred)
 {
-    struct hps__kmodel *m = &s->models[mi];
-    uint64_t stamp[4] = {hps__now_ns(), 0, 0, 0};
-    hps__kerr_t err;
-    struct hps__infer_req req;
+    struct hps__kserve_kmodel *m = &s->models[mi];
+    uint64_t stamp[4] = {hps__kserve_now_ns(), 0, 0, 0};
+    hps__kserve_kerr_t err;
+    struct hps__kserve_infer_req req;
     const char *hlen =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-    if (hps__infer_parse(&s->limits, m, q->body ? q->body : "", q->len, hlen, &req, &err))
-        return infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, err.status, err.msg);
+    if (hps__kserve_infer_parse(&s->limits, m, q->body ? q->body : "", q->len, hlen, &req, &err))
+        return infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_OTHER, err.status, err.msg);
     enum MHD_Result ret;
     hps_kserve_lookup_stats_t ls;
     memset(&ls, 0, sizeof(ls));
     float *out = out_buffer(s, &req);
-    stamp[1] = hps__now_ns();
+    stamp[1] = hps__kserve_now_ns();
     if (!out) {
-        ret = infer_failed(s, m, c, stamp[0], HPS__FAIL_OTHER, 500, "out of memory");
-        hps__infer_req_fini(&req);
+        ret = infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_OTHER, 500, "out of memory");
+        hps__kserve_infer_req_fini(&req);
         return ret;
     }
     /* Inline what answers at once; the rest on the pool.  A CUDA output
      * region (4-byte aligned) is written where it is. */
     hps_err_t rc = req.num_keys == 0 ? 0 : HPS_EAGAIN;
-    int dev = req.out_cuda ? hps__shm_device(req.held[HPS__HELD_OUTPUT]) : -1;
+    int dev = req.out_cuda ? hps__kserve_shm_device(req.held[HPS__KSERVE_HELD_OUTPUT]) : -1;
     bool in_region = req.out_cuda && dev >= 0 && ((uintptr_t)req.out_shm & 3) == 0;
     if (rc == HPS_EAGAIN && s->backend.lookup_nowait && (!req.out_cuda || in_region)) {
         rc = s->backend.lookup_nowait(s->backend.ctx, mi, m->num_tables, req.numkeys, req.keys,
@@ -447,17 +455,17 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
     if (rc == HPS_EAGAIN)
         rc = run_lookup(s, mi, &req, out, &ls, &on_device);
     ret = infer_finish(s, c, mi, &req, out, &ls, rc, on_device, stamp, q->resp_enc);
-    hps__infer_req_fini(&req);
+    hps__kserve_infer_req_fini(&req);
     return ret;
 }
 
 static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
-                               const struct hps__route *r)
+                               const struct hps__kserve_route *r)
 {
-    hps__kerr_t err;
+    hps__kserve_kerr_t err;
     long mi = route_model(s, r, &err);
     if (mi < 0)
-        return hps__http_send_error(s, c, err.status, err.msg);
+        return hps__kserve_http_send_error(s, c, err.status, err.msg);
     if (!model_loaded(s, (size_t)mi))
         return send_unloaded(s, c, &s->models[mi]);
     _Atomic int64_t *pending = &s->models[mi].stats.pending;
@@ -473,36 +481,36 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
 static enum MHD_Result h_shm_status(hps_kserve_t *s, struct MHD_Connection *c, bool cuda,
                                     const char *name)
 {
-    hps__kerr_t err;
-    hps__text_t t;
-    hps__text_init(&t);
-    if (hps__shm_status(&s->shm, cuda, name, &t, &err) == 0)
-        return hps__http_send_json(s, c, 200, &t);
-    hps__text_fini(&t);
-    return hps__http_send_error(s, c, err.status, err.msg);
+    hps__kserve_kerr_t err;
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    if (hps__kserve_shm_status(&s->shm, cuda, name, &t, &err) == 0)
+        return hps__kserve_http_send_json(s, c, 200, &t);
+    hps__kserve_text_fini(&t);
+    return hps__kserve_http_send_error(s, c, err.status, err.msg);
 }
 
 /* The shared-memory endpoints, system or CUDA (r->cuda); CUDA ones were
  * answered by begin() when the server has no CUDA shared memory. */
 static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
-                             const struct hps__route *r)
+                             const struct hps__kserve_route *r)
 {
     char *name = r->region ? strndup(r->region, r->region_len) : NULL;
     if (r->region && !name)
-        return hps__http_send_error(s, c, 500, "out of memory");
+        return hps__kserve_http_send_error(s, c, 500, "out of memory");
     enum MHD_Result ret;
-    hps__kerr_t err;
+    hps__kserve_kerr_t err;
     const char *body = q->body ? q->body : "";
-    if (r->kind == HPS__R_SHM_STATUS) {
+    if (r->kind == HPS__KSERVE_R_SHM_STATUS) {
         ret = h_shm_status(s, c, r->cuda, name);
-    } else if (r->kind == HPS__R_SHM_UNREGISTER) {
-        hps__shm_unregister(&s->shm, r->cuda, name);
-        ret = hps__http_send_empty(s, c, 200);
-    } else if ((r->cuda ? hps__shm_register_cuda(&s->shm, name, body, q->len, &err)
-                        : hps__shm_register(&s->shm, name, body, q->len, &err)) == 0) {
-        ret = hps__http_send_empty(s, c, 200);
+    } else if (r->kind == HPS__KSERVE_R_SHM_UNREGISTER) {
+        hps__kserve_shm_unregister(&s->shm, r->cuda, name);
+        ret = hps__kserve_http_send_empty(s, c, 200);
+    } else if ((r->cuda ? hps__kserve_shm_register_cuda(&s->shm, name, body, q->len, &err)
+                        : hps__kserve_shm_register(&s->shm, name, body, q->len, &err)) == 0) {
+        ret = hps__kserve_http_send_empty(s, c, 200);
     } else {
-        ret = hps__http_send_error(s, c, err.status, err.msg);
+        ret = hps__kserve_http_send_error(s, c, err.status, err.msg);
     }
     free(name);
     return ret;
@@ -512,15 +520,15 @@ static enum MHD_Result h_shm(hps_kserve_t *s, struct MHD_Connection *c, struct k
 static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const char *url)
 {
     hps_kserve_t *s = q->srv;
-    struct hps__route r;
-    hps__route_parse(url, &r);
+    struct hps__kserve_route r;
+    hps__kserve_route_parse(url, &r);
     if (q->busy) {
         char msg[200];
         snprintf(msg, sizeof(msg),
                  "server busy: the request bodies being received exceed %zu bytes in all; "
                  "retry later",
                  s->max_buffered);
-        return hps__http_send_error(s, c, 503, msg);
+        return hps__kserve_http_send_error(s, c, 503, msg);
     }
     if (q->too_large) {
         char msg[160];
@@ -528,39 +536,40 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
                  "request body of more than %zu bytes exceeds the maximum allowed "
                  "value of %zu bytes",
                  s->max_body, s->max_body);
-        return hps__http_send_error(s, c, 400, msg);
+        return hps__kserve_http_send_error(s, c, 400, msg);
     }
     if (q->z) { /* left only when it failed: corrupt, truncated, too large */
-        const hps__kerr_t *e = hps__inflate_error(q->z);
-        return hps__http_send_error(s, c, e->status, e->msg);
+        const hps__kserve_kerr_t *e = hps__kserve_inflate_error(q->z);
+        return hps__kserve_http_send_error(s, c, e->status, e->msg);
     }
     switch (r.kind) {
-    case HPS__R_LIVE:
-        return hps__http_send_empty(s, c, 200);
-    case HPS__R_READY:
-        return hps__http_send_empty(s, c, backend_ready(s) ? 200 : 400);
-    case HPS__R_SERVER_META:
+    case HPS__KSERVE_R_LIVE:
+        return hps__kserve_http_send_empty(s, c, 200);
+    case HPS__KSERVE_R_READY:
+        return hps__kserve_http_send_empty(s, c, backend_ready(s) ? 200 : 400);
+    case HPS__KSERVE_R_SERVER_META:
         return h_server_meta(s, c);
-    case HPS__R_ALL_STATS:
+    case HPS__KSERVE_R_ALL_STATS:
         return h_all_stats(s, c);
-    case HPS__R_INFER:
+    case HPS__KSERVE_R_INFER:
         return h_infer(s, c, q, &r);
-    case HPS__R_MODEL_META:
-    case HPS__R_MODEL_READY:
-    case HPS__R_MODEL_CONFIG:
-    case HPS__R_MODEL_STATS:
+    case HPS__KSERVE_R_MODEL_META:
+    case HPS__KSERVE_R_MODEL_READY:
+    case HPS__KSERVE_R_MODEL_CONFIG:
+    case HPS__KSERVE_R_MODEL_STATS:
         return h_model(s, c, &r);
-    case HPS__R_SHM_STATUS:
-    case HPS__R_SHM_REGISTER:
-    case HPS__R_SHM_UNREGISTER:
+    case HPS__KSERVE_R_SHM_STATUS:
+    case HPS__KSERVE_R_SHM_REGISTER:
+    case HPS__KSERVE_R_SHM_UNREGISTER:
         return h_shm(s, c, q, &r);
-    case HPS__R_REPO_INDEX:
-    case HPS__R_REPO_LOAD:
-    case HPS__R_REPO_UNLOAD:
-    case HPS__R_REPO_NAMED:
+    case HPS__KSERVE_R_REPO_INDEX:
+    case HPS__KSERVE_R_REPO_LOAD:
+    case HPS__KSERVE_R_REPO_UNLOAD:
+    case HPS__KSERVE_R_REPO_NAMED:
         return h_repo(s, c, q, &r);
     default:
-        return hps__http_send_error(s, c, 404, "Not Found"); /* unreachable: begin() answered */
+        return hps__kserve_http_send_error(s, c, 404,
+                                           "Not Found"); /* unreachable: begin() answered */
     }
 }
 
@@ -632,24 +641,24 @@ static void inflate_free(struct kreq *q)
 {
     if (!q->z)
         return;
-    hps__inflate_destroy(q->z);
+    hps__kserve_inflate_destroy(q->z);
     q->z = NULL;
-    budget_give(q->srv, HPS__INFLATE_STATE_BYTES);
+    budget_give(q->srv, HPS__KSERVE_INFLATE_STATE_BYTES);
 }
 
-/* Bytes inflated from a compressed body (hps__zsink_t; the decoder keeps
+/* Bytes inflated from a compressed body (hps__kserve_zsink_t; the decoder keeps
  * the total within max_body). */
-static int inflated(void *ctx, const char *data, size_t n, hps__kerr_t *err)
+static int inflated(void *ctx, const char *data, size_t n, hps__kserve_kerr_t *err)
 {
     struct kreq *q = ctx;
     int rc = body_grow(q, n, q->srv->max_body);
     if (rc > 0) {
         q->busy = true; /* answered with 503 */
         body_free(q);
-        return hps__kerr_set(err, 503, "server busy");
+        return hps__kserve_kerr_set(err, 503, "server busy");
     }
     if (rc < 0)
-        return hps__kerr_set(err, 500, "out of memory");
+        return hps__kserve_kerr_set(err, 500, "out of memory");
     memcpy(q->body + q->len, data, n);
     q->len += n;
     return 0;
@@ -662,39 +671,41 @@ static enum MHD_Result begin_infer(struct kreq *q, struct MHD_Connection *c)
     hps_kserve_t *s = q->srv;
     const char *encv =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
-    enum hps__zenc enc = hps__zenc_parse(encv);
+    enum hps__kserve_zenc enc = hps__kserve_zenc_parse(encv);
     char msg[200];
     q->responded = true;
-    if (enc == HPS__ZENC_UNKNOWN) {
+    if (enc == HPS__KSERVE_ZENC_UNKNOWN) {
         snprintf(msg, sizeof(msg), "unsupported Content-Encoding '%.64s'", encv);
-        return hps__http_send_error(s, c, 400, msg);
+        return hps__kserve_http_send_error(s, c, 400, msg);
     }
     uint64_t cl = content_length(c);
-    if (cl != UINT64_MAX && enc == HPS__ZENC_IDENTITY && cl > s->max_body) {
+    if (cl != UINT64_MAX && enc == HPS__KSERVE_ZENC_IDENTITY && cl > s->max_body) {
         snprintf(msg, sizeof(msg),
                  "request body of %llu bytes exceeds the maximum allowed value of "
                  "%zu bytes",
                  (unsigned long long)cl, s->max_body);
-        return hps__http_send_error(s, c, 400, msg);
+        return hps__kserve_http_send_error(s, c, 400, msg);
     }
-    if (cl != UINT64_MAX && enc != HPS__ZENC_IDENTITY && cl > hps__zbound(s->max_body)) {
+    if (cl != UINT64_MAX && enc != HPS__KSERVE_ZENC_IDENTITY &&
+        cl > hps__kserve_zbound(s->max_body)) {
         snprintf(msg, sizeof(msg),
                  "compressed request body of %llu bytes exceeds the maximum allowed value of "
                  "%llu bytes (%zu bytes once decompressed)",
-                 (unsigned long long)cl, (unsigned long long)hps__zbound(s->max_body), s->max_body);
-        return hps__http_send_error(s, c, 400, msg);
+                 (unsigned long long)cl, (unsigned long long)hps__kserve_zbound(s->max_body),
+                 s->max_body);
+        return hps__kserve_http_send_error(s, c, 400, msg);
     }
     q->responded = false;
     q->store = true;
     q->resp_enc =
-        hps__zenc_accept(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding"));
-    if (enc != HPS__ZENC_IDENTITY) {
-        if (!budget_take(s, HPS__INFLATE_STATE_BYTES)) {
+        hps__kserve_zenc_accept(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding"));
+    if (enc != HPS__KSERVE_ZENC_IDENTITY) {
+        if (!budget_take(s, HPS__KSERVE_INFLATE_STATE_BYTES)) {
             q->busy = true;
             return MHD_YES;
         }
-        if (hps__inflate_create(enc, s->max_body, inflated, q, &q->z) != 0) {
-            budget_give(s, HPS__INFLATE_STATE_BYTES);
+        if (hps__kserve_inflate_create(enc, s->max_body, inflated, q, &q->z) != 0) {
+            budget_give(s, HPS__KSERVE_INFLATE_STATE_BYTES);
             return MHD_NO;
         }
     }
@@ -718,29 +729,30 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
         return MHD_NO;
     q->srv = s;
     *req_cls = q;
-    hps__conn_busy(s, c);
+    hps__kserve_conn_busy(s, c);
     atomic_fetch_add_explicit(&s->inflight, 1, memory_order_relaxed);
-    struct hps__route r;
-    hps__route_parse(url, &r);
-    const char *want = hps__route_method(r.kind);
+    struct hps__kserve_route r;
+    hps__kserve_route_parse(url, &r);
+    const char *want = hps__kserve_route_method(r.kind);
     q->responded = true;
     if (!want)
-        return hps__http_send_error(s, c, 404, "Not Found");
+        return hps__kserve_http_send_error(s, c, 404, "Not Found");
     if (strcmp(method, want) != 0)
-        return hps__http_send_error(s, c, 405, "Method Not Allowed");
-    if (r.kind == HPS__R_SHM_STATUS || r.kind == HPS__R_SHM_REGISTER ||
-        r.kind == HPS__R_SHM_UNREGISTER) {
+        return hps__kserve_http_send_error(s, c, 405, "Method Not Allowed");
+    if (r.kind == HPS__KSERVE_R_SHM_STATUS || r.kind == HPS__KSERVE_R_SHM_REGISTER ||
+        r.kind == HPS__KSERVE_R_SHM_UNREGISTER) {
         if (r.cuda && !s->shm.cuda)
-            return hps__http_send_error(s, c, 501,
-                                        "CUDA shared memory is not supported by this server (use "
-                                        "system shared memory)");
+            return hps__kserve_http_send_error(
+                s, c, 501,
+                "CUDA shared memory is not supported by this server (use "
+                "system shared memory)");
         if (!s->limits.shm)
-            return hps__http_send_error(s, c, 501, SHM_DISABLED_MSG);
+            return hps__kserve_http_send_error(s, c, 501, SHM_DISABLED_MSG);
     }
     q->responded = false;
-    bool body = r.kind == HPS__R_INFER || r.kind == HPS__R_SHM_REGISTER ||
-                r.kind == HPS__R_REPO_INDEX || r.kind == HPS__R_REPO_LOAD ||
-                r.kind == HPS__R_REPO_UNLOAD;
+    bool body = r.kind == HPS__KSERVE_R_INFER || r.kind == HPS__KSERVE_R_SHM_REGISTER ||
+                r.kind == HPS__KSERVE_R_REPO_INDEX || r.kind == HPS__KSERVE_R_REPO_LOAD ||
+                r.kind == HPS__KSERVE_R_REPO_UNLOAD;
     return body ? begin_infer(q, c) : MHD_YES;
 }
 
@@ -749,12 +761,12 @@ static bool absorb(struct kreq *q, const char *data, size_t n)
 {
     size_t max = q->srv->max_body;
     q->received += n;
-    if (q->received > 2 * (q->z ? hps__zbound(max) : (uint64_t)max))
+    if (q->received > 2 * (q->z ? hps__kserve_zbound(max) : (uint64_t)max))
         return false; /* a flood: stop reading */
     if (!q->store || q->too_large || q->busy)
         return true; /* discard */
     if (q->z) {
-        hps__inflate_feed(q->z, data, n); /* an error is kept: answered at the end */
+        hps__kserve_inflate_feed(q->z, data, n); /* an error is kept: answered at the end */
         return true;
     }
     if (q->received > max) {
@@ -775,10 +787,10 @@ static bool absorb(struct kreq *q, const char *data, size_t n)
     return true;
 }
 
-enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                     const char *method, const char *version,
-                                     const char *upload_data, size_t *upload_data_size,
-                                     void **req_cls)
+enum MHD_Result hps__kserve_http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                            const char *method, const char *version,
+                                            const char *upload_data, size_t *upload_data_size,
+                                            void **req_cls)
 {
     (void)version;
     struct kreq *q = *req_cls;
@@ -802,18 +814,18 @@ enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, con
     if (q->responded)
         return MHD_YES;
     q->responded = true;
-    if (q->z && hps__inflate_end(q->z) == 0)
+    if (q->z && hps__kserve_inflate_end(q->z) == 0)
         inflate_free(q); /* inflated: q->body holds the body */
     return dispatch(q, conn, url);
 }
 
-void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-                            enum MHD_RequestTerminationCode toe)
+void hps__kserve_http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                                   enum MHD_RequestTerminationCode toe)
 {
     (void)toe;
     hps_kserve_t *s = cls;
     struct kreq *q = *req_cls;
-    hps__conn_idle(s, conn);
+    hps__kserve_conn_idle(s, conn);
     if (!q)
         return;
     if (q->parked.r)
@@ -831,13 +843,13 @@ void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_c
 
 static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
 {
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__metrics_render(&t, s->models, s->num_models, &s->backend);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_metrics_render(&t, s->models, s->num_models, &s->backend);
     pthread_mutex_lock(&s->conns.mu);
     unsigned open_conns = s->conns.count;
     pthread_mutex_unlock(&s->conns.mu);
-    hps__text_printf(
+    hps__kserve_text_printf(
         &t,
         "# HELP nv_hps_http_connections HTTP connections open\n"
         "# TYPE nv_hps_http_connections gauge\nnv_hps_http_connections %u\n"
@@ -855,17 +867,17 @@ static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
         if (rc) {
             char msg[256];
             snprintf(msg, sizeof(msg), "backend metrics failed: %s", hps_strerror(rc));
-            hps__text_fini(&t);
-            return hps__http_send_error(s, c, 500, msg);
+            hps__kserve_text_fini(&t);
+            return hps__kserve_http_send_error(s, c, 500, msg);
         }
     }
-    return hps__http_send_text(s, c, 200, "text/plain; charset=utf-8", &t);
+    return hps__kserve_http_send_text(s, c, 200, "text/plain; charset=utf-8", &t);
 }
 
-enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                        const char *method, const char *version,
-                                        const char *upload_data, size_t *upload_data_size,
-                                        void **req_cls)
+enum MHD_Result hps__kserve_metrics_on_request(void *cls, struct MHD_Connection *conn,
+                                               const char *url, const char *method,
+                                               const char *version, const char *upload_data,
+                                               size_t *upload_data_size, void **req_cls)
 {
     static int answered; /* address used as a marker only */
     (void)version;
@@ -876,8 +888,8 @@ enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, 
     }
     *req_cls = &answered;
     if (strcmp(method, "GET") != 0)
-        return hps__http_send_error(cls, conn, 405, "Method Not Allowed");
+        return hps__kserve_http_send_error(cls, conn, 405, "Method Not Allowed");
     if (strcmp(url, "/metrics") != 0)
-        return hps__http_send_error(cls, conn, 404, "Not Found");
+        return hps__kserve_http_send_error(cls, conn, 404, "Not Found");
     return metrics_scrape(cls, conn);
 }

@@ -12,11 +12,11 @@
 #include "worker/kserve_internal.h"
 
 /** Connection admission (kserve_conn.c). */
-struct hps__conns {
+struct hps__kserve_conns {
     pthread_mutex_t mu; /* guards the list, count, stop and every connection's state */
     pthread_cond_t cv;  /* wakes the reaper to stop */
-    struct hps__kconn {
-        struct hps__kconn *prev, *next;
+    struct hps__kserve_kconn {
+        struct hps__kserve_kconn *prev, *next;
         int fd, state;
         uint64_t since_ns;
         bool closing;
@@ -47,17 +47,17 @@ struct hps_kserve {
     size_t max_body;
     size_t max_buffered;        /* request bodies buffered at once, all connections */
     _Atomic uint64_t body_held; /* bytes of body buffers now (relaxed: a budget) */
-    struct hps__klimits limits;
+    struct hps__kserve_klimits limits;
 
     hps_kserve_backend_t backend;
     /* System shared-memory regions; limits.shm points here when enabled. */
-    struct hps__shm shm;
+    struct hps__kserve_shm shm;
     /* OUTPUT0 buffers of large responses (a pointer: const servers use it). */
-    struct hps__outpool *outpool;
+    struct hps__kserve_outpool *outpool;
     /* The registry: model_cap entries, never moved; [0, num_models) in use.
      * hps_kserve_add_model writes an entry under models_mu, then publishes
      * it by num_models (atomic, release); entries are never removed. */
-    struct hps__kmodel *models;
+    struct hps__kserve_kmodel *models;
     _Atomic size_t num_models;
     size_t model_cap; /* set by hps_kserve_create, then read-only */
     pthread_mutex_t models_mu;
@@ -80,9 +80,9 @@ struct hps_kserve {
 
     /* The lookup pool (kserve_pool.c): inference lookups run there;
      * created by hps_kserve_start, stopped after the drain. */
-    struct hps__pool *pool;
+    struct hps__kserve_pool *pool;
     unsigned lookup_threads;
-    struct hps__conns conns;
+    struct hps__kserve_conns conns;
 
     /* Requests between their first callback and their completion
      * notification; hps_kserve_stop() drains it to zero.  Only a counter,
@@ -95,95 +95,96 @@ struct hps_kserve {
 /* ------------------------------------------------------------------------ */
 
 /** A job of the lookup pool, embedded in the caller's state. */
-struct hps__job {
-    struct hps__job *next; /* the pool's queue (its mutex) */
-    void (*run)(struct hps__job *j);
+struct hps__kserve_job {
+    struct hps__kserve_job *next; /* the pool's queue (its mutex) */
+    void (*run)(struct hps__kserve_job *j);
 };
 
 /** Start `threads` pool threads.  0, -ENOMEM or HPS_EIO (nothing left running). */
-hps_err_t hps__pool_start(unsigned threads, struct hps__pool **ret);
+hps_err_t hps__kserve_pool_start(unsigned threads, struct hps__kserve_pool **ret);
 /** Queue j; a pool thread calls j->run(j).  Never fails; thread-safe. */
-void hps__pool_submit(struct hps__pool *p, struct hps__job *j);
+void hps__kserve_pool_submit(struct hps__kserve_pool *p, struct hps__kserve_job *j);
 /** Run every queued job, then join the threads and free p (NULL: no-op). */
-void hps__pool_stop(struct hps__pool *p);
+void hps__kserve_pool_stop(struct hps__kserve_pool *p);
 
 /* ------------------------------------------------------------------------ */
 /* Connection admission (kserve_conn.c)                                      */
 /* ------------------------------------------------------------------------ */
 
 /** Start the reaper (header deadline).  0 or HPS_EIO. */
-hps_err_t hps__conns_start(hps_kserve_t *s);
+hps_err_t hps__kserve_conns_start(hps_kserve_t *s);
 /** Stop the reaper (after the daemon stopped). */
-void hps__conns_stop(hps_kserve_t *s);
+void hps__kserve_conns_stop(hps_kserve_t *s);
 /** MHD_NotifyConnectionCallback: track, and evict for room; cls = server. */
-void hps__conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
-                      enum MHD_ConnectionNotificationCode toe);
+void hps__kserve_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe);
 /** MHD_OPTION_URI_LOG_CALLBACK: a request line arrived (header coming). */
-void *hps__conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
+void *hps__kserve_conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
 /** The header is complete (first access-handler call). */
-void hps__conn_busy(hps_kserve_t *s, struct MHD_Connection *c);
+void hps__kserve_conn_busy(hps_kserve_t *s, struct MHD_Connection *c);
 /** The request completed: keep-alive idle. */
-void hps__conn_idle(hps_kserve_t *s, struct MHD_Connection *c);
+void hps__kserve_conn_idle(hps_kserve_t *s, struct MHD_Connection *c);
 
 /* ------------------------------------------------------------------------ */
 /* Answers (kserve_send.c)                                                   */
 /* ------------------------------------------------------------------------ */
 
 /*
- * Each hps__http_send_*() queues its answer on c and returns what the
+ * Each hps__kserve_http_send_*() queues its answer on c and returns what the
  * access handler returns (MHD_NO: the response could not be made or
  * queued).  While the server drains, answers carry Connection: close.  On a
- * thread that called hps__http_park(p) they are parked in *p instead (the
+ * thread that called hps__kserve_http_park(p) they are parked in *p instead (the
  * connection is suspended) and MHD_YES is returned.
  */
 
 /** A response made on a lookup-pool thread, kept until its connection resumes. */
-struct hps__http_parked {
+struct hps__kserve_http_parked {
     unsigned status;
     struct MHD_Response *r; /* NULL: the response could not be made */
 };
 
 /** Until the next call, park the answers this thread sends in p (NULL: queue them). */
-void hps__http_park(struct hps__http_parked *p);
+void hps__kserve_http_park(struct hps__kserve_http_parked *p);
 /** An empty text/plain answer. */
-enum MHD_Result hps__http_send_empty(const hps_kserve_t *s, struct MHD_Connection *c,
-                                     unsigned status);
+enum MHD_Result hps__kserve_http_send_empty(const hps_kserve_t *s, struct MHD_Connection *c,
+                                            unsigned status);
 /** The text t (ownership taken) as a ctype answer; 500 if it ran out of memory. */
-enum MHD_Result hps__http_send_text(const hps_kserve_t *s, struct MHD_Connection *c,
-                                    unsigned status, const char *ctype, hps__text_t *t);
+enum MHD_Result hps__kserve_http_send_text(const hps_kserve_t *s, struct MHD_Connection *c,
+                                           unsigned status, const char *ctype,
+                                           hps__kserve_text_t *t);
 /** The text t (ownership taken) as an application/json answer. */
-enum MHD_Result hps__http_send_json(const hps_kserve_t *s, struct MHD_Connection *c,
-                                    unsigned status, hps__text_t *t);
+enum MHD_Result hps__kserve_http_send_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                           unsigned status, hps__kserve_text_t *t);
 /** {"error": msg} with the status. */
-enum MHD_Result hps__http_send_error(const hps_kserve_t *s, struct MHD_Connection *c,
-                                     unsigned status, const char *msg);
+enum MHD_Result hps__kserve_http_send_error(const hps_kserve_t *s, struct MHD_Connection *c,
+                                            unsigned status, const char *msg);
 /** A JSON inference answer (t consumed), compressed with enc if it can be. */
-enum MHD_Result hps__http_send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
-                                          hps__text_t *t, enum hps__zenc enc);
+enum MHD_Result hps__kserve_http_send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                                 hps__kserve_text_t *t, enum hps__kserve_zenc enc);
 /** A binary inference answer: JSON header t (consumed), then out_len floats of
  *  out (from s->outpool, consumed), compressed with enc if it can be. */
-enum MHD_Result hps__http_send_binary(const hps_kserve_t *s, struct MHD_Connection *c,
-                                      hps__text_t *t, float *out, uint64_t out_len,
-                                      enum hps__zenc enc);
+enum MHD_Result hps__kserve_http_send_binary(const hps_kserve_t *s, struct MHD_Connection *c,
+                                             hps__kserve_text_t *t, float *out, uint64_t out_len,
+                                             enum hps__kserve_zenc enc);
 
 /* ------------------------------------------------------------------------ */
 /* libmicrohttpd callbacks (kserve_http.c)                                   */
 /* ------------------------------------------------------------------------ */
 
 /** MHD_AccessHandlerCallback of the HTTP (KServe v2) listener; cls = server. */
-enum MHD_Result hps__http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                     const char *method, const char *version,
-                                     const char *upload_data, size_t *upload_data_size,
-                                     void **req_cls);
+enum MHD_Result hps__kserve_http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                            const char *method, const char *version,
+                                            const char *upload_data, size_t *upload_data_size,
+                                            void **req_cls);
 
 /** MHD_RequestCompletedCallback of the HTTP listener: frees the request state. */
-void hps__http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-                            enum MHD_RequestTerminationCode toe);
+void hps__kserve_http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                                   enum MHD_RequestTerminationCode toe);
 
 /** MHD_AccessHandlerCallback of the metrics listener; cls = server. */
-enum MHD_Result hps__metrics_on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                        const char *method, const char *version,
-                                        const char *upload_data, size_t *upload_data_size,
-                                        void **req_cls);
+enum MHD_Result hps__kserve_metrics_on_request(void *cls, struct MHD_Connection *conn,
+                                               const char *url, const char *method,
+                                               const char *version, const char *upload_data,
+                                               size_t *upload_data_size, void **req_cls);
 
 #endif /* HPS_WORKER_KSERVE_HTTP_H */

@@ -22,9 +22,9 @@
  * (501).  Inputs and OUTPUT0 may name a registered shared-memory region,
  * system or CUDA (lim->shm): the window is bounds-checked against the
  * registered size (Triton's 404 / 400 messages) and held until
- * hps__infer_req_fini(), so unregistering during the lookup cannot unmap
+ * hps__kserve_infer_req_fini(), so unregistering during the lookup cannot unmap
  * it.  Inputs in a CUDA region are copied to host memory here; OUTPUT0 is
- * copied into one by hps__infer_store_output() after the lookup.
+ * copied into one by hps__kserve_infer_store_output() after the lookup.
  */
 #include <errno.h>
 #include <limits.h>
@@ -47,12 +47,12 @@
 
 /* Shorthand for a name taken from the request, bounded in messages. */
 #define NAMEFMT       "%.*s"
-#define NAMEARG(s, n) (int)((n) > 128 ? hps__utf8_cut((s), 128) : (n)), (s)
+#define NAMEARG(s, n) (int)((n) > 128 ? hps__kserve_utf8_cut((s), 128) : (n)), (s)
 
 /** State of one parse. */
 struct pctx {
-    const struct hps__klimits *lim;
-    const struct hps__kmodel *m;
+    const struct hps__kserve_klimits *lim;
+    const struct hps__kserve_kmodel *m;
     const char *body;
     size_t body_len;
     bool has_header; /* Inference-Header-Content-Length was given */
@@ -60,7 +60,7 @@ struct pctx {
     bool seen[2];    /* KEYS, NUMKEYS */
     unsigned ninputs;
     bool default_binary; /* request parameters.binary_data_output */
-    hps__kerr_t *err;
+    hps__kserve_kerr_t *err;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -68,14 +68,14 @@ struct pctx {
 /* ------------------------------------------------------------------------ */
 
 /* Inference-Header-Content-Length: decimal digits, optional blanks around. */
-static int header_length(const char *v, size_t body_len, size_t *ret, hps__kerr_t *err)
+static int header_length(const char *v, size_t body_len, size_t *ret, hps__kserve_kerr_t *err)
 {
     const char *p = v + strspn(v, " \t");
     size_t nd = strspn(p, "0123456789");
     const char *end = p + nd + strspn(p + nd, " \t");
     if (nd == 0 || *end != '\0')
-        return hps__kerr_set(err, 400,
-                             "Unable to parse Inference-Header-Content-Length, got: %.64s", v);
+        return hps__kserve_kerr_set(
+            err, 400, "Unable to parse Inference-Header-Content-Length, got: %.64s", v);
     uint64_t x = 0;
     bool over = false;
     for (size_t i = 0; i < nd; i++) {
@@ -83,7 +83,7 @@ static int header_length(const char *v, size_t body_len, size_t *ret, hps__kerr_
         x = x * 10 + (uint64_t)(p[i] - '0');
     }
     if (over || x > body_len)
-        return hps__kerr_set(
+        return hps__kserve_kerr_set(
             err, 400, "inference header size should be in range (0, %zu), got: %.64s", body_len, v);
     *ret = (size_t)x;
     return 0;
@@ -115,7 +115,7 @@ static bool is_number_char(char c)
 struct lex {
     size_t values; /* scalars and containers: bounds json-c's allocations */
     bool bad;      /* a strictness error was found (the first is in err) */
-    hps__kerr_t err;
+    hps__kserve_kerr_t err;
 };
 
 __attribute__((format(printf, 2, 3))) static void lex_bad(struct lex *lx, const char *fmt, ...)
@@ -262,13 +262,13 @@ static void parse_error(struct pctx *c, size_t end, enum json_tokener_error e)
     enum json_tokener_error e2;
     json_object *root;
     if (end == SIZE_MAX) {
-        hps__kerr_set(c->err, 500, "out of memory parsing the request");
+        hps__kserve_kerr_set(c->err, 500, "out of memory parsing the request");
         return;
     }
     if (e == json_tokener_continue || e == json_tokener_success) {
-        hps__kerr_set(c->err, 400,
-                      "failed to parse the request JSON buffer: unexpected end of "
-                      "JSON");
+        hps__kserve_kerr_set(c->err, 400,
+                             "failed to parse the request JSON buffer: unexpected end of "
+                             "JSON");
         return;
     }
     if (!c->has_header && end > 0 &&
@@ -276,16 +276,17 @@ static void parse_error(struct pctx *c, size_t end, enum json_tokener_error e)
         bool bin = has_binary_input(root);
         json_object_put(root);
         if (bin) {
-            hps__kerr_set(c->err, 400,
-                          "must specify valid 'Infer-Header-Content-Length' in "
-                          "request header and 'binary_data_size' when passing inputs in binary "
-                          "data format (%zu bytes follow the JSON)",
-                          c->body_len - end);
+            hps__kserve_kerr_set(
+                c->err, 400,
+                "must specify valid 'Infer-Header-Content-Length' in "
+                "request header and 'binary_data_size' when passing inputs in binary "
+                "data format (%zu bytes follow the JSON)",
+                c->body_len - end);
             return;
         }
     }
-    hps__kerr_set(c->err, 400, "failed to parse the request JSON buffer: %s at offset %zu",
-                  json_tokener_error_desc(e), end);
+    hps__kserve_kerr_set(c->err, 400, "failed to parse the request JSON buffer: %s at offset %zu",
+                         json_tokener_error_desc(e), end);
 }
 
 /*
@@ -298,10 +299,10 @@ static json_object *parse_header(struct pctx *c, size_t n)
     size_t end;
     enum json_tokener_error e;
     if (n > INT_MAX) {
-        hps__kerr_set(c->err, 400,
-                      "failed to parse the request JSON buffer: %zu bytes is too "
-                      "large",
-                      n);
+        hps__kserve_kerr_set(c->err, 400,
+                             "failed to parse the request JSON buffer: %zu bytes is too "
+                             "large",
+                             n);
         return NULL;
     }
     json_object *root = parse_json(c->body, n, c->lim->json_depth, &end, &e);
@@ -354,37 +355,37 @@ static int check_param(struct pctx *c, const char *key, json_object *v)
 {
     int64_t x;
     if (strncmp(key, "triton_", 7) == 0)
-        return hps__kerr_set(c->err, 400,
-                             "parameter keys starting with 'triton_' are reserved for "
-                             "Triton usage and should not be specified.");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "parameter keys starting with 'triton_' are reserved for "
+                                    "Triton usage and should not be specified.");
     if (strcmp(key, "binary_data_output") == 0) {
         if (!json_object_is_type(v, json_type_boolean))
-            return hps__kerr_set(c->err, 400, "Unable to parse 'binary_data_output'");
+            return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'binary_data_output'");
         c->default_binary = json_object_get_boolean(v);
         return 0;
     }
     if (strcmp(key, "sequence_start") == 0 || strcmp(key, "sequence_end") == 0) {
         if (!json_object_is_type(v, json_type_boolean))
-            return hps__kerr_set(c->err, 400, "Unable to parse '%s'", key);
+            return hps__kserve_kerr_set(c->err, 400, "Unable to parse '%s'", key);
         return 0;
     }
     if (strcmp(key, "priority") == 0 || strcmp(key, "timeout") == 0) {
         if (!int_in(v, 0, INT64_MAX, &x))
-            return hps__kerr_set(c->err, 400, "Unable to parse '%s'", key);
+            return hps__kserve_kerr_set(c->err, 400, "Unable to parse '%s'", key);
         return 0;
     }
     if (strcmp(key, "sequence_id") == 0) {
         if (!int_in(v, 0, INT64_MAX, &x) && !json_object_is_type(v, json_type_string))
-            return hps__kerr_set(c->err, 400, "Unable to parse 'sequence_id'");
+            return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'sequence_id'");
         return 0;
     }
     if (json_object_is_type(v, json_type_string) || json_object_is_type(v, json_type_int) ||
         json_object_is_type(v, json_type_boolean))
         return 0;
-    return hps__kerr_set(c->err, 400,
-                         "parameter '%.128s' has invalid type. It should be either "
-                         "'int', 'bool', or 'string'.",
-                         key);
+    return hps__kserve_kerr_set(c->err, 400,
+                                "parameter '%.128s' has invalid type. It should be either "
+                                "'int', 'bool', or 'string'.",
+                                key);
 }
 
 static int parse_params(struct pctx *c, json_object *root)
@@ -393,7 +394,7 @@ static int parse_params(struct pctx *c, json_object *root)
     if (!params)
         return 0;
     if (!json_object_is_type(params, json_type_object))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'parameters'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'parameters'");
     json_object_object_foreach(params, key, val)
     {
         if (check_param(c, key, val))
@@ -424,12 +425,12 @@ static int check_content_type(struct pctx *c, json_object *in, json_object *para
     int set = d + b + s;
     if (set == 1)
         return 0;
-    return hps__kerr_set(c->err, 400,
-                         "Input must set only one of the following fields: 'data', "
-                         "'binary_data_size' in 'parameters', 'shared_memory_region' in "
-                         "'parameters'. But %s%s%s%s",
-                         set ? "set" : "no field is set", d ? " 'data'" : "",
-                         b ? " 'binary_data_size'" : "", s ? " 'shared_memory_region'" : "");
+    return hps__kserve_kerr_set(c->err, 400,
+                                "Input must set only one of the following fields: 'data', "
+                                "'binary_data_size' in 'parameters', 'shared_memory_region' in "
+                                "'parameters'. But %s%s%s%s",
+                                set ? "set" : "no field is set", d ? " 'data'" : "",
+                                b ? " 'binary_data_size'" : "", s ? " 'shared_memory_region'" : "");
 }
 
 static int input_identity(struct pctx *c, json_object *in, struct input *ret)
@@ -437,27 +438,28 @@ static int input_identity(struct pctx *c, json_object *in, struct input *ret)
     size_t nlen, dlen;
     const char *name = str_of(member(in, "name"), &nlen);
     if (!name)
-        return hps__kerr_set(c->err, 400, "Unable to parse 'name'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'name'");
     const char *dt = str_of(member(in, "datatype"), &dlen);
     if (!dt)
-        return hps__kerr_set(c->err, 400, "Unable to parse 'datatype'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'datatype'");
     if (str_eq(name, nlen, "KEYS"))
         ret->which = IN_KEYS;
     else if (str_eq(name, nlen, "NUMKEYS"))
         ret->which = IN_NUMKEYS;
     else
-        return hps__kerr_set(c->err, 400, "unexpected inference input '" NAMEFMT "' for model '%s'",
-                             NAMEARG(name, nlen), c->m->name);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "unexpected inference input '" NAMEFMT "' for model '%s'",
+                                    NAMEARG(name, nlen), c->m->name);
     ret->name = ret->which == IN_KEYS ? "KEYS" : "NUMKEYS";
     if (c->seen[ret->which])
-        return hps__kerr_set(c->err, 400, "input '%s' already exists in request", ret->name);
+        return hps__kserve_kerr_set(c->err, 400, "input '%s' already exists in request", ret->name);
     c->seen[ret->which] = true;
     const char *want = ret->which == IN_KEYS ? "INT64" : "INT32";
     if (!str_eq(dt, dlen, want))
-        return hps__kerr_set(c->err, 400,
-                             "inference input '%s' data-type is '" NAMEFMT "', but model "
-                             "'%s' expects '%s'",
-                             ret->name, NAMEARG(dt, dlen), c->m->name, want);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "inference input '%s' data-type is '" NAMEFMT "', but model "
+                                    "'%s' expects '%s'",
+                                    ret->name, NAMEARG(dt, dlen), c->m->name, want);
     return 0;
 }
 
@@ -475,21 +477,21 @@ static int input_shape(struct pctx *c, json_object *in, struct input *ret)
 {
     json_object *shape = member(in, "shape");
     if (!json_object_is_type(shape, json_type_array))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'shape'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'shape'");
     size_t rank = json_object_array_length(shape);
     int64_t dims[8] = {0};
     for (size_t i = 0; i < rank && i < 8; i++)
         if (!int_in(json_object_array_get_idx(shape, i), 0, INT64_MAX, &dims[i]))
-            return hps__kerr_set(c->err, 400, "Unable to parse 'shape'");
+            return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'shape'");
     size_t want = c->m->max_batch_size ? 2 : 1;
     if (rank != want || (want == 2 && dims[0] != 1)) {
         char got[160];
         shape_str(got, sizeof(got), dims, rank < 8 ? rank : 8);
-        return hps__kerr_set(c->err, 400,
-                             "unexpected shape for input '%s' for model '%s'. Expected "
-                             "%s, got %s%s",
-                             ret->name, c->m->name, want == 2 ? "[1,-1]" : "[-1]", got,
-                             want == 2 ? " (HPS takes the whole batch in one row)" : "");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "unexpected shape for input '%s' for model '%s'. Expected "
+                                    "%s, got %s%s",
+                                    ret->name, c->m->name, want == 2 ? "[1,-1]" : "[-1]", got,
+                                    want == 2 ? " (HPS takes the whole batch in one row)" : "");
     }
     ret->count = (uint64_t)dims[rank - 1];
     return 0;
@@ -498,31 +500,31 @@ static int input_shape(struct pctx *c, json_object *in, struct input *ret)
 static int input_limits(struct pctx *c, const struct input *in)
 {
     if (in->which == IN_KEYS && in->count > c->lim->max_keys)
-        return hps__kerr_set(c->err, 400,
-                             "input 'KEYS' has %llu keys, more than the limit of %zu "
-                             "keys per request",
-                             (unsigned long long)in->count, c->lim->max_keys);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "input 'KEYS' has %llu keys, more than the limit of %zu "
+                                    "keys per request",
+                                    (unsigned long long)in->count, c->lim->max_keys);
     if (in->which == IN_NUMKEYS && in->count != c->m->num_tables)
-        return hps__kerr_set(c->err, 400,
-                             "input 'NUMKEYS' has %llu elements but model '%s' has %u "
-                             "embedding tables",
-                             (unsigned long long)in->count, c->m->name, c->m->num_tables);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "input 'NUMKEYS' has %llu elements but model '%s' has %u "
+                                    "embedding tables",
+                                    (unsigned long long)in->count, c->m->name, c->m->num_tables);
     return 0;
 }
 
 /* Destination of an input's values. */
-static int input_alloc(struct pctx *c, const struct input *in, struct hps__infer_req *r)
+static int input_alloc(struct pctx *c, const struct input *in, struct hps__kserve_infer_req *r)
 {
     if (in->which == IN_NUMKEYS) {
         r->numkeys = calloc(c->m->num_tables, sizeof(int32_t));
         if (!r->numkeys)
-            return hps__kerr_set(c->err, 500, "out of memory");
+            return hps__kserve_kerr_set(c->err, 500, "out of memory");
         return 0;
     }
     r->num_keys = (size_t)in->count;
     r->keys_owned = malloc(r->num_keys ? r->num_keys * sizeof(int64_t) : 1);
     if (!r->keys_owned)
-        return hps__kerr_set(c->err, 500, "out of memory");
+        return hps__kserve_kerr_set(c->err, 500, "out of memory");
     r->keys = r->keys_owned;
     return 0;
 }
@@ -545,74 +547,77 @@ static int flat_fill(struct flat *f, json_object *v)
         return 0;
     }
     if (f->n >= f->in->count)
-        return hps__kerr_set(f->c->err, 400,
-                             "Unable to parse 'data': Shape does not match true "
-                             "shape of 'data' field");
+        return hps__kserve_kerr_set(f->c->err, 400,
+                                    "Unable to parse 'data': Shape does not match true "
+                                    "shape of 'data' field");
     int64_t x;
     if (f->in->which == IN_KEYS) {
         if (!int_in(v, INT64_MIN, INT64_MAX, &x))
-            return hps__kerr_set(f->c->err, 400,
-                                 "Unable to parse 'data': element %llu of input "
-                                 "'KEYS' is not an INT64 value",
-                                 (unsigned long long)f->n);
+            return hps__kserve_kerr_set(f->c->err, 400,
+                                        "Unable to parse 'data': element %llu of input "
+                                        "'KEYS' is not an INT64 value",
+                                        (unsigned long long)f->n);
         ((int64_t *)f->dst)[f->n++] = x;
     } else {
         if (!int_in(v, INT32_MIN, INT32_MAX, &x))
-            return hps__kerr_set(f->c->err, 400,
-                                 "Unable to parse 'data': element %llu of input "
-                                 "'NUMKEYS' is not an INT32 value",
-                                 (unsigned long long)f->n);
+            return hps__kserve_kerr_set(f->c->err, 400,
+                                        "Unable to parse 'data': element %llu of input "
+                                        "'NUMKEYS' is not an INT32 value",
+                                        (unsigned long long)f->n);
         ((int32_t *)f->dst)[f->n++] = (int32_t)x;
     }
     return 0;
 }
 
-static int input_json_data(struct pctx *c, const struct input *in, struct hps__infer_req *r)
+static int input_json_data(struct pctx *c, const struct input *in, struct hps__kserve_infer_req *r)
 {
     json_object *data = member(in->obj, "data");
     if (!json_object_is_type(data, json_type_array))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'data'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'data'");
     /* Each element takes at least 2 bytes of JSON: refuse absurd shapes
      * before allocating for them. */
     if (in->count > c->bin_off)
-        return hps__kerr_set(c->err, 400,
-                             "Unable to parse 'data': Shape does not match true shape "
-                             "of 'data' field");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "Unable to parse 'data': Shape does not match true shape "
+                                    "of 'data' field");
     if (input_alloc(c, in, r))
         return -1;
     struct flat f = {c, in, in->which == IN_KEYS ? (void *)r->keys_owned : (void *)r->numkeys, 0};
     if (flat_fill(&f, data))
         return -1;
     if (f.n != in->count)
-        return hps__kerr_set(c->err, 400,
-                             "Unable to parse 'data': Shape does not match true shape "
-                             "of 'data' field");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "Unable to parse 'data': Shape does not match true shape "
+                                    "of 'data' field");
     return 0;
 }
 
-static int input_binary_data(struct pctx *c, const struct input *in, struct hps__infer_req *r)
+static int input_binary_data(struct pctx *c, const struct input *in,
+                             struct hps__kserve_infer_req *r)
 {
     int64_t size;
     if (!int_in(member(in->params, "binary_data_size"), 0, INT64_MAX, &size))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'binary_data_size'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'binary_data_size'");
     if (!c->has_header)
-        return hps__kerr_set(c->err, 400,
-                             "must specify valid 'Infer-Header-Content-Length' in "
-                             "request header and 'binary_data_size' when passing inputs in binary "
-                             "data format");
+        return hps__kserve_kerr_set(
+            c->err, 400,
+            "must specify valid 'Infer-Header-Content-Length' in "
+            "request header and 'binary_data_size' when passing inputs in binary "
+            "data format");
     size_t avail = c->body_len - c->bin_off;
     if ((uint64_t)size > avail)
-        return hps__kerr_set(c->err, 400,
-                             "unexpected size for input '%s', expecting %llu additional "
-                             "bytes for model '%s'",
-                             in->name, (unsigned long long)((uint64_t)size - avail), c->m->name);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "unexpected size for input '%s', expecting %llu additional "
+                                    "bytes for model '%s'",
+                                    in->name, (unsigned long long)((uint64_t)size - avail),
+                                    c->m->name);
     size_t elsize = in->which == IN_KEYS ? 8 : 4;
     if ((uint64_t)size != in->count * elsize)
-        return hps__kerr_set(c->err, 400,
-                             "input byte size mismatch for input '%s' for model '%s'. "
-                             "Expected %llu, got %lld",
-                             in->name, c->m->name, (unsigned long long)(in->count * elsize),
-                             (long long)size);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "input byte size mismatch for input '%s' for model '%s'. "
+                                    "Expected %llu, got %lld",
+                                    in->name, c->m->name, (unsigned long long)(in->count * elsize),
+                                    (long long)size);
     const char *src = c->body + c->bin_off;
     c->bin_off += (size_t)size;
     if (in->which == IN_KEYS && ((uintptr_t)src & 7) == 0) {
@@ -630,45 +635,45 @@ static int input_binary_data(struct pctx *c, const struct input *in, struct hps_
 static int shm_params(struct pctx *c, json_object *params, int64_t *size, int64_t *offset)
 {
     if (!int_in(member(params, "shared_memory_byte_size"), 0, INT64_MAX, size))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_byte_size'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'shared_memory_byte_size'");
     json_object *o = member(params, "shared_memory_offset");
     *offset = 0;
     if (o && !int_in(o, 0, INT64_MAX, offset))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_offset'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'shared_memory_offset'");
     return 0;
 }
 
 /* Borrow the window an input or output names; NULL name: 400. */
-static int shm_window(struct pctx *c, json_object *params, bool write, struct hps__shm_ref *ref,
-                      int64_t *size, int64_t *offset)
+static int shm_window(struct pctx *c, json_object *params, bool write,
+                      struct hps__kserve_shm_ref *ref, int64_t *size, int64_t *offset)
 {
     size_t n;
     const char *region = str_of(member(params, "shared_memory_region"), &n);
     if (!region)
-        return hps__kerr_set(c->err, 400, "Unable to parse 'shared_memory_region'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'shared_memory_region'");
     if (shm_params(c, params, size, offset))
         return -1;
-    return hps__shm_acquire(c->lim->shm, region, n, (uint64_t)*offset, (uint64_t)*size, write, ref,
-                            c->err);
+    return hps__kserve_shm_acquire(c->lim->shm, region, n, (uint64_t)*offset, (uint64_t)*size,
+                                   write, ref, c->err);
 }
 
 /* An input read from a registered region: KEYS in place when aligned in
  * system memory, NUMKEYS always copied (it is validated, then trusted),
  * CUDA regions always copied (device to host). */
-static int input_shm(struct pctx *c, const struct input *in, struct hps__infer_req *r)
+static int input_shm(struct pctx *c, const struct input *in, struct hps__kserve_infer_req *r)
 {
-    struct hps__shm_ref ref;
+    struct hps__kserve_shm_ref ref;
     int64_t size, offset;
     if (shm_window(c, in->params, false, &ref, &size, &offset))
         return -1;
-    r->held[in->which == IN_KEYS ? HPS__HELD_KEYS : HPS__HELD_NUMKEYS] = ref.region;
+    r->held[in->which == IN_KEYS ? HPS__KSERVE_HELD_KEYS : HPS__KSERVE_HELD_NUMKEYS] = ref.region;
     size_t elsize = in->which == IN_KEYS ? 8 : 4;
     if ((uint64_t)size != in->count * elsize)
-        return hps__kerr_set(c->err, 400,
-                             "input byte size mismatch for input '%s' for model '%s'. "
-                             "Expected %llu, got %lld",
-                             in->name, c->m->name, (unsigned long long)(in->count * elsize),
-                             (long long)size);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "input byte size mismatch for input '%s' for model '%s'. "
+                                    "Expected %llu, got %lld",
+                                    in->name, c->m->name, (unsigned long long)(in->count * elsize),
+                                    (long long)size);
     if (in->which == IN_KEYS && !ref.cuda && ((uintptr_t)ref.ptr & 7) == 0) {
         r->num_keys = (size_t)in->count;
         r->keys = (const int64_t *)(const void *)ref.ptr;
@@ -676,18 +681,19 @@ static int input_shm(struct pctx *c, const struct input *in, struct hps__infer_r
     }
     if (input_alloc(c, in, r))
         return -1;
-    return hps__shm_read(&ref, in->which == IN_KEYS ? (void *)r->keys_owned : (void *)r->numkeys,
-                         (size_t)size, c->err);
+    return hps__kserve_shm_read(&ref,
+                                in->which == IN_KEYS ? (void *)r->keys_owned : (void *)r->numkeys,
+                                (size_t)size, c->err);
 }
 
-static int parse_input(struct pctx *c, json_object *obj, struct hps__infer_req *r)
+static int parse_input(struct pctx *c, json_object *obj, struct hps__kserve_infer_req *r)
 {
     struct input in = {.obj = obj};
     if (!json_object_is_type(obj, json_type_object))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'inputs'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'inputs'");
     in.params = member(obj, "parameters");
     if (in.params && !json_object_is_type(in.params, json_type_object))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'parameters'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'parameters'");
     if (check_content_type(c, obj, in.params) || input_identity(c, obj, &in) ||
         input_shape(c, obj, &in) || input_limits(c, &in))
         return -1;
@@ -699,25 +705,25 @@ static int parse_input(struct pctx *c, json_object *obj, struct hps__infer_req *
     return input_json_data(c, &in, r);
 }
 
-static int parse_inputs(struct pctx *c, json_object *root, struct hps__infer_req *r)
+static int parse_inputs(struct pctx *c, json_object *root, struct hps__kserve_infer_req *r)
 {
     json_object *inputs = member(root, "inputs");
     if (!json_object_is_type(inputs, json_type_array))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'inputs'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'inputs'");
     size_t n = json_object_array_length(inputs);
     for (size_t i = 0; i < n; i++)
         if (parse_input(c, json_object_array_get_idx(inputs, i), r))
             return -1;
     if (c->bin_off != c->body_len)
-        return hps__kerr_set(c->err, 400, "unexpected additional input data for model '%s'",
-                             c->m->name);
+        return hps__kserve_kerr_set(c->err, 400, "unexpected additional input data for model '%s'",
+                                    c->m->name);
     if (!c->seen[IN_KEYS] || !c->seen[IN_NUMKEYS])
-        return hps__kerr_set(c->err, 400,
-                             "expected 2 inputs but got %u inputs for model '%s'. "
-                             "Missing required input(s) [%s%s%s]",
-                             c->ninputs, c->m->name, c->seen[IN_KEYS] ? "" : "'KEYS'",
-                             !c->seen[IN_KEYS] && !c->seen[IN_NUMKEYS] ? ", " : "",
-                             c->seen[IN_NUMKEYS] ? "" : "'NUMKEYS'");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "expected 2 inputs but got %u inputs for model '%s'. "
+                                    "Missing required input(s) [%s%s%s]",
+                                    c->ninputs, c->m->name, c->seen[IN_KEYS] ? "" : "'KEYS'",
+                                    !c->seen[IN_KEYS] && !c->seen[IN_NUMKEYS] ? ", " : "",
+                                    c->seen[IN_NUMKEYS] ? "" : "'NUMKEYS'");
     return 0;
 }
 
@@ -729,31 +735,31 @@ static int parse_inputs(struct pctx *c, json_object *root, struct hps__infer_req
 static int check_output_params(struct pctx *c, json_object *params)
 {
     if (params && !json_object_is_type(params, json_type_object))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'parameters'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'parameters'");
     json_object *bin = member(params, "binary_data");
     if (bin && !json_object_is_type(bin, json_type_boolean))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'binary_data'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'binary_data'");
     if (!member(params, "shared_memory_region"))
         return 0;
     if (member(params, "classification"))
-        return hps__kerr_set(c->err, 400,
-                             "Output can't set both 'shared_memory_region' and "
-                             "'classification'");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "Output can't set both 'shared_memory_region' and "
+                                    "'classification'");
     if (bin && json_object_get_boolean(bin))
-        return hps__kerr_set(c->err, 400,
-                             "Output can't set both 'shared_memory_region' and "
-                             "'binary_data'");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "Output can't set both 'shared_memory_region' and "
+                                    "'binary_data'");
     return 0;
 }
 
 /* OUTPUT0 written into a registered region. */
-static int output_shm(struct pctx *c, json_object *params, struct hps__infer_req *r)
+static int output_shm(struct pctx *c, json_object *params, struct hps__kserve_infer_req *r)
 {
-    struct hps__shm_ref ref;
+    struct hps__kserve_shm_ref ref;
     int64_t size, offset;
     if (shm_window(c, params, true, &ref, &size, &offset))
         return -1;
-    r->held[HPS__HELD_OUTPUT] = ref.region;
+    r->held[HPS__KSERVE_HELD_OUTPUT] = ref.region;
     r->out_shm = ref.ptr;
     r->out_cuda = ref.cuda;
     r->out_shm_size = (uint64_t)size;
@@ -762,32 +768,32 @@ static int output_shm(struct pctx *c, json_object *params, struct hps__infer_req
     const char *name = str_of(member(params, "shared_memory_region"), &n);
     r->out_region = strndup(name, n);
     if (!r->out_region)
-        return hps__kerr_set(c->err, 500, "out of memory");
+        return hps__kserve_kerr_set(c->err, 500, "out of memory");
     return 0;
 }
 
-static int parse_output(struct pctx *c, json_object *o, bool *seen, struct hps__infer_req *r)
+static int parse_output(struct pctx *c, json_object *o, bool *seen, struct hps__kserve_infer_req *r)
 {
     size_t n;
     if (!json_object_is_type(o, json_type_object))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'outputs'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'outputs'");
     json_object *params = member(o, "parameters");
     if (check_output_params(c, params))
         return -1;
     const char *name = str_of(member(o, "name"), &n);
     if (!name)
-        return hps__kerr_set(c->err, 400, "Unable to parse 'name'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'name'");
     if (!str_eq(name, n, "OUTPUT0"))
-        return hps__kerr_set(c->err, 400,
-                             "unexpected inference output '" NAMEFMT "' for model '%s'",
-                             NAMEARG(name, n), c->m->name);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "unexpected inference output '" NAMEFMT "' for model '%s'",
+                                    NAMEARG(name, n), c->m->name);
     if (*seen)
-        return hps__kerr_set(c->err, 400, "output 'OUTPUT0' already exists in request");
+        return hps__kserve_kerr_set(c->err, 400, "output 'OUTPUT0' already exists in request");
     *seen = true;
     if (member(params, "classification"))
-        return hps__kerr_set(c->err, 501,
-                             "classification is not supported for output 'OUTPUT0' of model '%s'",
-                             c->m->name);
+        return hps__kserve_kerr_set(
+            c->err, 501, "classification is not supported for output 'OUTPUT0' of model '%s'",
+            c->m->name);
     if (member(params, "shared_memory_region"))
         return output_shm(c, params, r);
     json_object *bin = member(params, "binary_data");
@@ -796,14 +802,14 @@ static int parse_output(struct pctx *c, json_object *o, bool *seen, struct hps__
     return 0;
 }
 
-static int parse_outputs(struct pctx *c, json_object *root, struct hps__infer_req *r)
+static int parse_outputs(struct pctx *c, json_object *root, struct hps__kserve_infer_req *r)
 {
     r->binary_output = c->default_binary;
     json_object *outputs = member(root, "outputs");
     if (!outputs)
         return 0;
     if (!json_object_is_type(outputs, json_type_array))
-        return hps__kerr_set(c->err, 400, "Unable to parse 'outputs'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'outputs'");
     bool seen = false;
     size_t n = json_object_array_length(outputs);
     for (size_t i = 0; i < n; i++)
@@ -818,52 +824,52 @@ static int parse_outputs(struct pctx *c, json_object *root, struct hps__infer_re
 /* HPS semantics                                                             */
 /* ------------------------------------------------------------------------ */
 
-static int check_numkeys(struct pctx *c, struct hps__infer_req *r)
+static int check_numkeys(struct pctx *c, struct hps__kserve_infer_req *r)
 {
-    const struct hps__kmodel *m = c->m;
+    const struct hps__kserve_kmodel *m = c->m;
     uint64_t sum = 0, out = 0;
     for (uint32_t t = 0; t < m->num_tables; t++) {
         int32_t k = r->numkeys[t];
         if (k < 0)
-            return hps__kerr_set(c->err, 400,
-                                 "input 'NUMKEYS' of model '%s' has a negative key "
-                                 "count %d for table %u",
-                                 m->name, (int)k, (unsigned)t);
+            return hps__kserve_kerr_set(c->err, 400,
+                                        "input 'NUMKEYS' of model '%s' has a negative key "
+                                        "count %d for table %u",
+                                        m->name, (int)k, (unsigned)t);
         sum += (uint64_t)k;
         out += (uint64_t)k * m->dims[t];
     }
     if (sum != r->num_keys)
-        return hps__kerr_set(c->err, 400,
-                             "the sum of 'NUMKEYS' (%llu) does not match the number of "
-                             "'KEYS' (%zu) for model '%s'",
-                             (unsigned long long)sum, r->num_keys, m->name);
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "the sum of 'NUMKEYS' (%llu) does not match the number of "
+                                    "'KEYS' (%zu) for model '%s'",
+                                    (unsigned long long)sum, r->num_keys, m->name);
     r->out_len = out;
     r->num_samples = m->keys_per_sample ? sum / m->keys_per_sample : 0;
     if (m->max_batch_size && r->num_samples > m->max_batch_size)
-        return hps__kerr_set(c->err, 501,
-                             "The number of Input samples greater than max batch size "
-                             "(%llu > %u) for model '%s'",
-                             (unsigned long long)r->num_samples, m->max_batch_size, m->name);
+        return hps__kserve_kerr_set(c->err, 501,
+                                    "The number of Input samples greater than max batch size "
+                                    "(%llu > %u) for model '%s'",
+                                    (unsigned long long)r->num_samples, m->max_batch_size, m->name);
     if (out > SIZE_MAX / 32) /* the JSON answer reserves 16 bytes per float */
-        return hps__kerr_set(c->err, 400, "output of %llu floats is too large",
-                             (unsigned long long)out);
+        return hps__kserve_kerr_set(c->err, 400, "output of %llu floats is too large",
+                                    (unsigned long long)out);
     return 0;
 }
 
 /* Triton's check that an output region can hold the result (INTERNAL). */
-static int check_output_shm(struct pctx *c, const struct hps__infer_req *r)
+static int check_output_shm(struct pctx *c, const struct hps__kserve_infer_req *r)
 {
     uint64_t need = r->out_len * sizeof(float);
     if (!r->out_shm || r->out_shm_size >= need)
         return 0;
-    return hps__kerr_set(c->err, 500,
-                         "shared memory size specified with the request for output "
-                         "'OUTPUT0' (%llu bytes) should be at least %llu bytes to hold the "
-                         "results",
-                         (unsigned long long)r->out_shm_size, (unsigned long long)need);
+    return hps__kserve_kerr_set(c->err, 500,
+                                "shared memory size specified with the request for output "
+                                "'OUTPUT0' (%llu bytes) should be at least %llu bytes to hold the "
+                                "results",
+                                (unsigned long long)r->out_shm_size, (unsigned long long)need);
 }
 
-static int parse_id(struct pctx *c, json_object *root, struct hps__infer_req *r)
+static int parse_id(struct pctx *c, json_object *root, struct hps__kserve_infer_req *r)
 {
     json_object *id = member(root, "id");
     size_t n;
@@ -871,31 +877,32 @@ static int parse_id(struct pctx *c, json_object *root, struct hps__infer_req *r)
         return 0;
     const char *s = str_of(id, &n);
     if (!s)
-        return hps__kerr_set(c->err, 400, "Unable to parse 'id'");
+        return hps__kserve_kerr_set(c->err, 400, "Unable to parse 'id'");
     r->id = malloc(n + 1);
     if (!r->id)
-        return hps__kerr_set(c->err, 500, "out of memory");
+        return hps__kserve_kerr_set(c->err, 500, "out of memory");
     memcpy(r->id, s, n);
     r->id[n] = '\0';
     r->id_len = n;
     return 0;
 }
 
-static int parse_request(struct pctx *c, json_object *root, struct hps__infer_req *r)
+static int parse_request(struct pctx *c, json_object *root, struct hps__kserve_infer_req *r)
 {
     if (!json_object_is_type(root, json_type_object))
-        return hps__kerr_set(c->err, 400,
-                             "failed to parse the request JSON buffer: the request "
-                             "must be a JSON object");
+        return hps__kserve_kerr_set(c->err, 400,
+                                    "failed to parse the request JSON buffer: the request "
+                                    "must be a JSON object");
     if (parse_id(c, root, r) || parse_params(c, root) || parse_inputs(c, root, r) ||
         parse_outputs(c, root, r))
         return -1;
     return check_numkeys(c, r) || check_output_shm(c, r) ? -1 : 0;
 }
 
-int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m, const char *body,
-                     size_t body_len, const char *header_len, struct hps__infer_req *ret,
-                     hps__kerr_t *err)
+int hps__kserve_infer_parse(const struct hps__kserve_klimits *lim,
+                            const struct hps__kserve_kmodel *m, const char *body, size_t body_len,
+                            const char *header_len, struct hps__kserve_infer_req *ret,
+                            hps__kserve_kerr_t *err)
 {
     memset(ret, 0, sizeof(*ret));
     ret->shm = lim->shm;
@@ -905,10 +912,10 @@ int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m
         if (header_length(header_len, body_len, &json_len, err))
             return -1;
         if (json_len == 0)
-            return hps__kerr_set(err, 400,
-                                 "raw binary requests (Inference-Header-Content-Length: "
-                                 "0) need a model with one input; model '%s' has 2",
-                                 m->name);
+            return hps__kserve_kerr_set(err, 400,
+                                        "raw binary requests (Inference-Header-Content-Length: "
+                                        "0) need a model with one input; model '%s' has 2",
+                                        m->name);
         c.has_header = true;
     }
     c.bin_off = json_len;
@@ -917,7 +924,7 @@ int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m
     size_t max_values =
         lim->max_keys > SIZE_MAX / 4 ? SIZE_MAX : lim->max_keys * 2 + MAX_OTHER_VALUES;
     if (lx.values > max_values)
-        return hps__kerr_set(
+        return hps__kserve_kerr_set(
             err, 400, "failed to parse the request JSON buffer: more than %zu values", max_values);
     json_object *root = parse_header(&c, json_len);
     if (!root)
@@ -931,25 +938,26 @@ int hps__infer_parse(const struct hps__klimits *lim, const struct hps__kmodel *m
         rc = parse_request(&c, root, ret);
     json_object_put(root);
     if (rc)
-        hps__infer_req_fini(ret);
+        hps__kserve_infer_req_fini(ret);
     return rc;
 }
 
-int hps__infer_store_output(const struct hps__infer_req *r, const float *out, hps__kerr_t *err)
+int hps__kserve_infer_store_output(const struct hps__kserve_infer_req *r, const float *out,
+                                   hps__kserve_kerr_t *err)
 {
     if (!r->out_shm || (const char *)out == r->out_shm)
         return 0;
-    return hps__shm_write(r->held[HPS__HELD_OUTPUT], r->out_shm, out,
-                          (size_t)r->out_len * sizeof(float), err);
+    return hps__kserve_shm_write(r->held[HPS__KSERVE_HELD_OUTPUT], r->out_shm, out,
+                                 (size_t)r->out_len * sizeof(float), err);
 }
 
-void hps__infer_req_fini(struct hps__infer_req *r)
+void hps__kserve_infer_req_fini(struct hps__kserve_infer_req *r)
 {
     free(r->id);
     free(r->keys_owned);
     free(r->numkeys);
     free(r->out_region);
-    for (int i = 0; i < HPS__HELD_N; i++)
-        hps__shm_release(r->shm, r->held[i]);
+    for (int i = 0; i < HPS__KSERVE_HELD_N; i++)
+        hps__kserve_shm_release(r->shm, r->held[i]);
     memset(r, 0, sizeof(*r));
 }

@@ -14,7 +14,7 @@
 
 #include "worker/kserve_internal.h"
 
-/* Every counter is independent; relaxed is enough (see struct hps__kstats). */
+/* Every counter is independent; relaxed is enough (see struct hps__kserve_kstats). */
 static void add(_Atomic uint64_t *p, uint64_t v)
 {
     atomic_fetch_add_explicit(p, v, memory_order_relaxed);
@@ -25,13 +25,14 @@ static uint64_t load(const _Atomic uint64_t *p)
     return atomic_load_explicit(p, memory_order_relaxed);
 }
 
-static void dur_add(struct hps__kdur *d, uint64_t ns)
+static void dur_add(struct hps__kserve_kdur *d, uint64_t ns)
 {
     add(&d->count, 1);
     add(&d->ns, ns);
 }
 
-void hps__stats_success(struct hps__kstats *s, const struct hps__ktimes *t, uint64_t num_samples)
+void hps__kserve_stats_success(struct hps__kserve_kstats *s, const struct hps__kserve_ktimes *t,
+                               uint64_t num_samples)
 {
     dur_add(&s->success, t->total_ns);
     dur_add(&s->queue, t->queue_ns);
@@ -40,20 +41,21 @@ void hps__stats_success(struct hps__kstats *s, const struct hps__ktimes *t, uint
     dur_add(&s->compute_output, t->output_ns);
     add(&s->inference_count, num_samples);
     add(&s->execution_count, 1);
-    atomic_store_explicit(&s->last_inference_ms, hps__epoch_ms(), memory_order_relaxed);
+    atomic_store_explicit(&s->last_inference_ms, hps__kserve_epoch_ms(), memory_order_relaxed);
 }
 
-void hps__stats_failure(struct hps__kstats *s, uint64_t total_ns, enum hps__fail_reason reason)
+void hps__kserve_stats_failure(struct hps__kserve_kstats *s, uint64_t total_ns,
+                               enum hps__kserve_fail_reason reason)
 {
     dur_add(&s->fail, total_ns);
     add(&s->fail_reason[reason], 1);
-    atomic_store_explicit(&s->last_inference_ms, hps__epoch_ms(), memory_order_relaxed);
+    atomic_store_explicit(&s->last_inference_ms, hps__kserve_epoch_ms(), memory_order_relaxed);
 }
 
-void hps__stats_reset(struct hps__kstats *s)
+void hps__kserve_stats_reset(struct hps__kserve_kstats *s)
 {
-    struct hps__kdur *d[] = {&s->success,       &s->fail,          &s->queue,
-                             &s->compute_input, &s->compute_infer, &s->compute_output};
+    struct hps__kserve_kdur *d[] = {&s->success,       &s->fail,          &s->queue,
+                                    &s->compute_input, &s->compute_infer, &s->compute_output};
     for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++) {
         atomic_store_explicit(&d[i]->count, 0, memory_order_relaxed);
         atomic_store_explicit(&d[i]->ns, 0, memory_order_relaxed);
@@ -61,7 +63,7 @@ void hps__stats_reset(struct hps__kstats *s)
     atomic_store_explicit(&s->inference_count, 0, memory_order_relaxed);
     atomic_store_explicit(&s->execution_count, 0, memory_order_relaxed);
     atomic_store_explicit(&s->last_inference_ms, 0, memory_order_relaxed);
-    for (int r = 0; r < HPS__FAIL_NREASONS; r++)
+    for (int r = 0; r < HPS__KSERVE_FAIL_NREASONS; r++)
         atomic_store_explicit(&s->fail_reason[r], 0, memory_order_relaxed);
 }
 
@@ -70,52 +72,52 @@ struct family {
     const char *name;
     const char *type;
     const char *help;
-    uint64_t (*value)(const struct hps__kstats *s);
+    uint64_t (*value)(const struct hps__kserve_kstats *s);
 };
 
-static uint64_t v_success(const struct hps__kstats *s)
+static uint64_t v_success(const struct hps__kserve_kstats *s)
 {
     return load(&s->success.count);
 }
 
-static uint64_t v_count(const struct hps__kstats *s)
+static uint64_t v_count(const struct hps__kserve_kstats *s)
 {
     return load(&s->inference_count);
 }
 
-static uint64_t v_exec(const struct hps__kstats *s)
+static uint64_t v_exec(const struct hps__kserve_kstats *s)
 {
     return load(&s->execution_count);
 }
 
 /* Successful requests only, as Triton (infer_stats.cc: a failure adds to
  * its count only); failures' time is in the statistics extension's "fail". */
-static uint64_t v_request_us(const struct hps__kstats *s)
+static uint64_t v_request_us(const struct hps__kserve_kstats *s)
 {
     return load(&s->success.ns) / 1000;
 }
 
-static uint64_t v_queue_us(const struct hps__kstats *s)
+static uint64_t v_queue_us(const struct hps__kserve_kstats *s)
 {
     return load(&s->queue.ns) / 1000;
 }
 
-static uint64_t v_input_us(const struct hps__kstats *s)
+static uint64_t v_input_us(const struct hps__kserve_kstats *s)
 {
     return load(&s->compute_input.ns) / 1000;
 }
 
-static uint64_t v_infer_us(const struct hps__kstats *s)
+static uint64_t v_infer_us(const struct hps__kserve_kstats *s)
 {
     return load(&s->compute_infer.ns) / 1000;
 }
 
-static uint64_t v_output_us(const struct hps__kstats *s)
+static uint64_t v_output_us(const struct hps__kserve_kstats *s)
 {
     return load(&s->compute_output.ns) / 1000;
 }
 
-static uint64_t v_pending(const struct hps__kstats *s)
+static uint64_t v_pending(const struct hps__kserve_kstats *s)
 {
     int64_t p = atomic_load_explicit(&s->pending, memory_order_relaxed);
     return p > 0 ? (uint64_t)p : 0;
@@ -151,47 +153,49 @@ static const struct family families[] = {
      "Instantaneous number of pending requests awaiting execution per-model.", v_pending},
 };
 
-static const char *const reasons[HPS__FAIL_NREASONS] = {"REJECTED", "CANCELED", "BACKEND", "OTHER"};
+static const char *const reasons[HPS__KSERVE_FAIL_NREASONS] = {"REJECTED", "CANCELED", "BACKEND",
+                                                               "OTHER"};
 
 /* name{model="m"[,reason="r"],version="v"} value */
-static void sample(hps__text_t *t, const char *name, const struct hps__kmodel *m,
+static void sample(hps__kserve_text_t *t, const char *name, const struct hps__kserve_kmodel *m,
                    const char *reason, uint64_t v)
 {
-    hps__text_puts(t, name);
-    hps__text_puts(t, "{model=\"");
-    hps__text_label(t, m->name);
+    hps__kserve_text_puts(t, name);
+    hps__kserve_text_puts(t, "{model=\"");
+    hps__kserve_text_label(t, m->name);
     if (reason) {
-        hps__text_puts(t, "\",reason=\"");
-        hps__text_puts(t, reason);
+        hps__kserve_text_puts(t, "\",reason=\"");
+        hps__kserve_text_puts(t, reason);
     }
-    hps__text_puts(t, "\",version=\"");
+    hps__kserve_text_puts(t, "\",version=\"");
     char vb[24];
-    snprintf(vb, sizeof(vb), "%llu", (unsigned long long)hps__kmodel_version(m));
-    hps__text_label(t, vb);
-    hps__text_puts(t, "\"} ");
-    hps__text_u64(t, v);
-    hps__text_putc(t, '\n');
+    snprintf(vb, sizeof(vb), "%llu", (unsigned long long)hps__kserve_kmodel_version(m));
+    hps__kserve_text_label(t, vb);
+    hps__kserve_text_puts(t, "\"} ");
+    hps__kserve_text_u64(t, v);
+    hps__kserve_text_putc(t, '\n');
 }
 
-static void render_family(hps__text_t *t, const struct family *f, const struct hps__kmodel *models,
-                          const bool *shown, size_t num_models)
+static void render_family(hps__kserve_text_t *t, const struct family *f,
+                          const struct hps__kserve_kmodel *models, const bool *shown,
+                          size_t num_models)
 {
-    hps__text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+    hps__kserve_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
     for (size_t i = 0; i < num_models; i++) {
         if (!shown[i])
             continue;
-        const struct hps__kstats *s = &models[i].stats;
+        const struct hps__kserve_kstats *s = &models[i].stats;
         if (f->value) {
             sample(t, f->name, &models[i], NULL, f->value(s));
             continue;
         }
-        for (int r = 0; r < HPS__FAIL_NREASONS; r++)
+        for (int r = 0; r < HPS__KSERVE_FAIL_NREASONS; r++)
             sample(t, f->name, &models[i], reasons[r], load(&s->fail_reason[r]));
     }
 }
 
-void hps__metrics_render(hps__text_t *t, const struct hps__kmodel *models, size_t num_models,
-                         const hps_kserve_backend_t *b)
+void hps__kserve_metrics_render(hps__kserve_text_t *t, const struct hps__kserve_kmodel *models,
+                                size_t num_models, const hps_kserve_backend_t *b)
 {
     /* Which models have samples, asked once so that every family of the
      * scrape lists the same ones. */

@@ -5,8 +5,8 @@
  * 109 MB) gets a fresh mmap from malloc each time, and first-touching its
  * pages costs more than the lookup itself: measured on a 16-core VM, 80 ms
  * of page faults for a 109 MB buffer against 2.6 ms for the GPU lookup and
- * its copy.  Buffers of at least HPS__OUTPOOL_MIN bytes are therefore kept
- * when freed (at most HPS__OUTPOOL_SLOTS of them, HPS__OUTPOOL_MAX bytes
+ * its copy.  Buffers of at least HPS__KSERVE_OUTPOOL_MIN bytes are therefore kept
+ * when freed (at most HPS__KSERVE_OUTPOOL_SLOTS of them, HPS__KSERVE_OUTPOOL_MAX bytes
  * together) and handed to the next request that fits; a full pool gives up
  * smaller buffers for a larger one.  Each buffer carries its capacity and
  * its pin state in a 64-byte header before the floats.
@@ -42,7 +42,7 @@ static size_t cap_of(const float *out)
     return cap;
 }
 
-void hps__outpool_init(struct hps__outpool *p, const hps_kserve_backend_t *be)
+void hps__kserve_outpool_init(struct hps__kserve_outpool *p, const hps_kserve_backend_t *be)
 {
     memset(p, 0, sizeof(*p));
     pthread_mutex_init(&p->mu, NULL);
@@ -54,7 +54,7 @@ void hps__outpool_init(struct hps__outpool *p, const hps_kserve_backend_t *be)
 }
 
 /* Unpin (if pinned) and free a buffer nobody else holds. */
-static void release(struct hps__outpool *p, float *out)
+static void release(struct hps__kserve_outpool *p, float *out)
 {
     char *base = base_of(out);
     if (base[HDR_PIN] == PIN_DONE)
@@ -62,20 +62,20 @@ static void release(struct hps__outpool *p, float *out)
     free(base);
 }
 
-void hps__outpool_fini(struct hps__outpool *p)
+void hps__kserve_outpool_fini(struct hps__kserve_outpool *p)
 {
-    for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++)
+    for (int i = 0; i < HPS__KSERVE_OUTPOOL_SLOTS; i++)
         if (p->buf[i])
             release(p, p->buf[i]);
     pthread_mutex_destroy(&p->mu);
 }
 
 /* The smallest kept buffer of at least n bytes, removed from the pool. */
-static float *take(struct hps__outpool *p, size_t n)
+static float *take(struct hps__kserve_outpool *p, size_t n)
 {
     int best = -1;
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++)
+    for (int i = 0; i < HPS__KSERVE_OUTPOOL_SLOTS; i++)
         if (p->buf[i] && cap_of(p->buf[i]) >= n &&
             (best < 0 || cap_of(p->buf[i]) < cap_of(p->buf[best])))
             best = i;
@@ -88,9 +88,9 @@ static float *take(struct hps__outpool *p, size_t n)
     return out;
 }
 
-float *hps__outpool_get(struct hps__outpool *p, size_t n)
+float *hps__kserve_outpool_get(struct hps__kserve_outpool *p, size_t n)
 {
-    float *out = n >= HPS__OUTPOOL_MIN ? take(p, n) : NULL;
+    float *out = n >= HPS__KSERVE_OUTPOOL_MIN ? take(p, n) : NULL;
     if (out)
         return out;
     char *base = malloc(HDR + (n ? n : 1));
@@ -109,15 +109,15 @@ float *hps__outpool_get(struct hps__outpool *p, size_t n)
  * So a pool full of small buffers still takes a large one (a 109 MB
  * response would otherwise get fresh pages every time).
  */
-static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPOOL_SLOTS],
-                int *slot)
+static int plan(const struct hps__kserve_outpool *p, size_t cap,
+                int victims[HPS__KSERVE_OUTPOOL_SLOTS], int *slot)
 {
-    bool taken[HPS__OUTPOOL_SLOTS] = {false};
+    bool taken[HPS__KSERVE_OUTPOOL_SLOTS] = {false};
     size_t bytes = p->bytes;
     int n = 0;
     for (;;) {
         int free_slot = -1, small = -1;
-        for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++) {
+        for (int i = 0; i < HPS__KSERVE_OUTPOOL_SLOTS; i++) {
             if (!p->buf[i] || taken[i]) {
                 free_slot = free_slot < 0 ? i : free_slot;
             } else if (cap_of(p->buf[i]) < cap &&
@@ -125,7 +125,7 @@ static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPO
                 small = i;
             }
         }
-        if (free_slot >= 0 && bytes + cap <= HPS__OUTPOOL_MAX) {
+        if (free_slot >= 0 && bytes + cap <= HPS__KSERVE_OUTPOOL_MAX) {
             *slot = free_slot;
             return n;
         }
@@ -138,9 +138,9 @@ static int plan(const struct hps__outpool *p, size_t cap, int victims[HPS__OUTPO
 }
 
 /* Whether keep() would find room now (a hint: pin only buffers likely kept). */
-static bool has_room(struct hps__outpool *p, size_t cap)
+static bool has_room(struct hps__kserve_outpool *p, size_t cap)
 {
-    int victims[HPS__OUTPOOL_SLOTS], slot;
+    int victims[HPS__KSERVE_OUTPOOL_SLOTS], slot;
     pthread_mutex_lock(&p->mu);
     bool room = plan(p, cap, victims, &slot) >= 0;
     pthread_mutex_unlock(&p->mu);
@@ -149,10 +149,10 @@ static bool has_room(struct hps__outpool *p, size_t cap)
 
 /* Keep out (cap bytes) if plan() finds room; the buffers it gives up go to
  * gone[] (*ngone of them), to be released outside the mutex. */
-static bool keep(struct hps__outpool *p, float *out, size_t cap, float *gone[HPS__OUTPOOL_SLOTS],
-                 int *ngone)
+static bool keep(struct hps__kserve_outpool *p, float *out, size_t cap,
+                 float *gone[HPS__KSERVE_OUTPOOL_SLOTS], int *ngone)
 {
-    int victims[HPS__OUTPOOL_SLOTS], slot = -1;
+    int victims[HPS__KSERVE_OUTPOOL_SLOTS], slot = -1;
     pthread_mutex_lock(&p->mu);
     int n = plan(p, cap, victims, &slot);
     for (int i = 0; i < n; i++) {
@@ -169,19 +169,19 @@ static bool keep(struct hps__outpool *p, float *out, size_t cap, float *gone[HPS
     return n >= 0;
 }
 
-void hps__outpool_put(struct hps__outpool *p, float *out)
+void hps__kserve_outpool_put(struct hps__kserve_outpool *p, float *out)
 {
     if (!out)
         return;
     size_t cap = cap_of(out);
     char *base = base_of(out);
-    if (cap < HPS__OUTPOOL_MIN || cap > HPS__OUTPOOL_MAX) {
+    if (cap < HPS__KSERVE_OUTPOOL_MIN || cap > HPS__KSERVE_OUTPOOL_MAX) {
         release(p, out);
         return;
     }
     if (p->pin && base[HDR_PIN] == PIN_NONE && has_room(p, cap))
         base[HDR_PIN] = p->pin(p->ctx, base, HDR + cap) == 0 ? PIN_DONE : PIN_FAILED;
-    float *gone[HPS__OUTPOOL_SLOTS];
+    float *gone[HPS__KSERVE_OUTPOOL_SLOTS];
     int ngone;
     if (!keep(p, out, cap, gone, &ngone))
         release(p, out);

@@ -3,7 +3,7 @@
  * libmicrohttpd's event loops, so that a request waiting for the
  * coordinator (or a GPU) never holds up the other requests of its loop.
  *
- * Jobs are intrusive (struct hps__job inside the caller's state), so a
+ * Jobs are intrusive (struct hps__kserve_job inside the caller's state), so a
  * submit never allocates and never fails.  The queue is unbounded in
  * principle but bounded in fact: each job is a suspended connection, and
  * connections are capped by max_connections.
@@ -13,10 +13,10 @@
 
 #include "worker/kserve_http.h"
 
-struct hps__pool {
+struct hps__kserve_pool {
     pthread_mutex_t mu; /* guards head, tail, stopping */
     pthread_cond_t cv;  /* a job queued, or stopping */
-    struct hps__job *head, *tail;
+    struct hps__kserve_job *head, *tail;
     bool stopping;
     unsigned nthreads;
     pthread_t *threads;
@@ -24,10 +24,10 @@ struct hps__pool {
 
 static void *pool_main(void *arg)
 {
-    struct hps__pool *p = arg;
+    struct hps__kserve_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        struct hps__job *j = p->head;
+        struct hps__kserve_job *j = p->head;
         if (!j) {
             if (p->stopping)
                 break;
@@ -45,9 +45,9 @@ static void *pool_main(void *arg)
     return NULL;
 }
 
-hps_err_t hps__pool_start(unsigned threads, struct hps__pool **ret)
+hps_err_t hps__kserve_pool_start(unsigned threads, struct hps__kserve_pool **ret)
 {
-    struct hps__pool *p = calloc(1, sizeof(*p));
+    struct hps__kserve_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
     p->threads = calloc(threads ? threads : 1, sizeof(pthread_t));
@@ -59,14 +59,14 @@ hps_err_t hps__pool_start(unsigned threads, struct hps__pool **ret)
     pthread_cond_init(&p->cv, NULL);
     for (; p->nthreads < threads; p->nthreads++)
         if (pthread_create(&p->threads[p->nthreads], NULL, pool_main, p) != 0) {
-            hps__pool_stop(p);
+            hps__kserve_pool_stop(p);
             return HPS_EIO;
         }
     *ret = p;
     return 0;
 }
 
-void hps__pool_submit(struct hps__pool *p, struct hps__job *j)
+void hps__kserve_pool_submit(struct hps__kserve_pool *p, struct hps__kserve_job *j)
 {
     j->next = NULL;
     pthread_mutex_lock(&p->mu);
@@ -79,7 +79,7 @@ void hps__pool_submit(struct hps__pool *p, struct hps__job *j)
     pthread_mutex_unlock(&p->mu);
 }
 
-void hps__pool_stop(struct hps__pool *p)
+void hps__kserve_pool_stop(struct hps__kserve_pool *p)
 {
     if (!p)
         return;

@@ -37,7 +37,8 @@
 
 /* A body that is empty (*ret_root NULL) or one JSON object (*ret_root, put
  * it).  0, or -1 with err: 400 when it is something else. */
-static int parse_object(const char *body, size_t len, json_object **ret_root, hps__kerr_t *err)
+static int parse_object(const char *body, size_t len, json_object **ret_root,
+                        hps__kserve_kerr_t *err)
 {
     *ret_root = NULL;
     size_t i = 0;
@@ -47,7 +48,7 @@ static int parse_object(const char *body, size_t len, json_object **ret_root, hp
         return 0;
     json_tokener *tok = json_tokener_new_ex(8);
     if (!tok)
-        return hps__kerr_set(err, 500, "out of memory");
+        return hps__kserve_kerr_set(err, 500, "out of memory");
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
     json_object *root = json_tokener_parse_ex(tok, body, (int)len);
     enum json_tokener_error e = json_tokener_get_error(tok);
@@ -56,14 +57,15 @@ static int parse_object(const char *body, size_t len, json_object **ret_root, hp
     if (!whole || !json_object_is_type(root, json_type_object)) {
         json_object_put(root);
         if (e == json_tokener_error_depth)
-            return hps__kerr_set(err, 400,
-                                 "failed to parse the request JSON buffer: nested deeper than 8 "
-                                 "levels");
+            return hps__kserve_kerr_set(
+                err, 400,
+                "failed to parse the request JSON buffer: nested deeper than 8 "
+                "levels");
         if (e != json_tokener_success)
-            return hps__kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
-                                 json_tokener_error_desc(e));
-        return hps__kerr_set(err, 400,
-                             "failed to parse the request JSON buffer: expected an object");
+            return hps__kserve_kerr_set(err, 400, "failed to parse the request JSON buffer: %s",
+                                        json_tokener_error_desc(e));
+        return hps__kserve_kerr_set(err, 400,
+                                    "failed to parse the request JSON buffer: expected an object");
     }
     *ret_root = root;
     return 0;
@@ -71,7 +73,7 @@ static int parse_object(const char *body, size_t len, json_object **ret_root, hp
 
 /* The index request's body: empty, or an object whose optional "ready" is
  * a boolean.  *ret_ready = that value (false when absent). */
-static int index_body(const char *body, size_t len, bool *ret_ready, hps__kerr_t *err)
+static int index_body(const char *body, size_t len, bool *ret_ready, hps__kserve_kerr_t *err)
 {
     *ret_ready = false;
     json_object *root, *ready;
@@ -80,7 +82,7 @@ static int index_body(const char *body, size_t len, bool *ret_ready, hps__kerr_t
     int rc = 0;
     if (root && json_object_object_get_ex(root, "ready", &ready)) {
         if (!json_object_is_type(ready, json_type_boolean))
-            rc = hps__kerr_set(err, 400, "expected a boolean for 'ready'");
+            rc = hps__kserve_kerr_set(err, 400, "expected a boolean for 'ready'");
         else
             *ret_ready = json_object_get_boolean(ready);
     }
@@ -112,45 +114,45 @@ static const char *state_name(hps_model_state_t st)
     }
 }
 
-int hps__repo_index(const struct hps__kmodel *models, size_t num_models,
-                    const hps_kserve_backend_t *b, bool worker_ready, const char *body, size_t len,
-                    hps__text_t *out, hps__kerr_t *err)
+int hps__kserve_repo_index(const struct hps__kserve_kmodel *models, size_t num_models,
+                           const hps_kserve_backend_t *b, bool worker_ready, const char *body,
+                           size_t len, hps__kserve_text_t *out, hps__kserve_kerr_t *err)
 {
     bool only_ready;
     if (index_body(body, len, &only_ready, err) < 0)
         return -1;
-    hps__text_putc(out, '[');
+    hps__kserve_text_putc(out, '[');
     bool first = true;
     for (size_t i = 0; i < num_models; i++) {
-        const struct hps__kmodel *m = &models[i];
+        const struct hps__kserve_kmodel *m = &models[i];
         bool served;
         hps_model_state_t st = state_of(b, i, worker_ready, &served);
         if (only_ready && st != HPS_MODEL_READY)
             continue;
         if (!first)
-            hps__text_putc(out, ',');
+            hps__kserve_text_putc(out, ',');
         first = false;
-        hps__text_puts(out, "{\"name\":");
-        hps__text_json_str(out, m->name, m->name_len);
+        hps__kserve_text_puts(out, "{\"name\":");
+        hps__kserve_text_json_str(out, m->name, m->name_len);
         if (st == HPS_MODEL_UNLOADED && !served) { /* never loaded: the name only */
-            hps__text_putc(out, '}');
+            hps__kserve_text_putc(out, '}');
             continue;
         }
-        hps__text_puts(out, ",\"version\":");
-        hps__text_version(out, m);
-        hps__text_puts(out, ",\"state\":\"");
-        hps__text_puts(out, state_name(st));
-        hps__text_putc(out, '"');
+        hps__kserve_text_puts(out, ",\"version\":");
+        hps__kserve_text_version(out, m);
+        hps__kserve_text_puts(out, ",\"state\":\"");
+        hps__kserve_text_puts(out, state_name(st));
+        hps__kserve_text_putc(out, '"');
         const char *reason = st == HPS_MODEL_UNLOADED      ? "unloaded"
                              : st == HPS_MODEL_UNAVAILABLE ? NOT_READY_REASON
                                                            : NULL;
         if (reason) {
-            hps__text_puts(out, ",\"reason\":");
-            hps__text_json_str(out, reason, strlen(reason));
+            hps__kserve_text_puts(out, ",\"reason\":");
+            hps__kserve_text_json_str(out, reason, strlen(reason));
         }
-        hps__text_putc(out, '}');
+        hps__kserve_text_putc(out, '}');
     }
-    hps__text_putc(out, ']');
+    hps__kserve_text_putc(out, ']');
     return 0;
 }
 
@@ -158,7 +160,7 @@ int hps__repo_index(const struct hps__kmodel *models, size_t num_models,
  * an object.  Loading with a model configuration or files in the request
  * ("config", "file:<version>/<name>") is refused: the INI is the
  * repository. */
-static int control_body(const char *body, size_t len, bool load, hps__kerr_t *err)
+static int control_body(const char *body, size_t len, bool load, hps__kserve_kerr_t *err)
 {
     json_object *root = NULL;
     if (parse_object(body, len, &root, err) < 0)
@@ -168,36 +170,39 @@ static int control_body(const char *body, size_t len, bool load, hps__kerr_t *er
     if (root && json_object_object_get_ex(root, "parameters", &params)) {
         if (!json_object_is_type(params, json_type_object)) {
             json_object_put(root); /* (json-c's foreach reads an object's table) */
-            return hps__kerr_set(err, 400, "expected an object for 'parameters'");
+            return hps__kserve_kerr_set(err, 400, "expected an object for 'parameters'");
         }
         json_object_object_foreach(params, key, val)
         {
             if (rc == 0 && !load && strcmp(key, "unload_dependents") == 0 &&
                 !json_object_is_type(val, json_type_boolean))
-                rc = hps__kerr_set(err, 400, "expected a boolean for 'unload_dependents'");
+                rc = hps__kserve_kerr_set(err, 400, "expected a boolean for 'unload_dependents'");
             if (rc == 0 && load && (strcmp(key, "config") == 0 || strncmp(key, "file:", 5) == 0))
-                rc = hps__kerr_set(err, 400,
-                                   "load parameter '%s' is not supported: the models are the "
-                                   "[model.<name>] sections of the INI file; change it there, "
-                                   "then load the model",
-                                   key);
+                rc = hps__kserve_kerr_set(
+                    err, 400,
+                    "load parameter '%s' is not supported: the models are the "
+                    "[model.<name>] sections of the INI file; change it there, "
+                    "then load the model",
+                    key);
         }
     }
     json_object_put(root);
     return rc;
 }
 
-int hps__repo_control(const struct hps__route *r, const struct hps__kmodel *models,
-                      size_t num_models, const hps_kserve_backend_t *b, const char *body,
-                      size_t len, char *name, size_t name_cap, hps__kerr_t *err)
+int hps__kserve_repo_control(const struct hps__kserve_route *r,
+                             const struct hps__kserve_kmodel *models, size_t num_models,
+                             const hps_kserve_backend_t *b, const char *body, size_t len,
+                             char *name, size_t name_cap, hps__kserve_kerr_t *err)
 {
     if (!b->model_control) /* the same answer for every model, known or not, as Triton's */
-        return hps__kerr_set(err, 503, "%s", CONTROL_REFUSED);
-    bool load = r->kind == HPS__R_REPO_LOAD;
+        return hps__kserve_kerr_set(err, 503, "%s", CONTROL_REFUSED);
+    bool load = r->kind == HPS__KSERVE_R_REPO_LOAD;
     if (r->model_len == 0 || r->model_len >= name_cap || memchr(r->model, 0, r->model_len))
-        return hps__kerr_set(
+        return hps__kserve_kerr_set(
             err, 400, "failed to %s '%.*s': not a model name", load ? "load" : "unload",
-            (int)(r->model_len > 200 ? hps__utf8_cut(r->model, 200) : r->model_len), r->model);
+            (int)(r->model_len > 200 ? hps__kserve_utf8_cut(r->model, 200) : r->model_len),
+            r->model);
     memcpy(name, r->model, r->model_len);
     name[r->model_len] = 0;
     if (control_body(body, len, load, err) < 0)
@@ -212,5 +217,5 @@ int hps__repo_control(const struct hps__route *r, const struct hps__kmodel *mode
             break;
         return 0;
     }
-    return hps__kerr_set(err, 400, "Model to be unloaded has not been served");
+    return hps__kserve_kerr_set(err, 400, "Model to be unloaded has not been served");
 }

@@ -4,7 +4,7 @@
  * Written directly into a text buffer (no json-c objects): the inference
  * response may carry millions of floats, and every other answer is small
  * and fixed in shape.  Strings that come from the request or the registry
- * go through hps__text_json_str(); floats use "%.9g", which round-trips
+ * go through hps__kserve_text_json_str(); floats use "%.9g", which round-trips
  * every fp32 value, so JSON and binary answers carry identical numbers.
  */
 #include <string.h>
@@ -16,132 +16,133 @@ static const char *const extensions[] = {
     "binary_tensor_data", "model_repository", "statistics", "model_configuration", "parameters",
 };
 
-static void key(hps__text_t *t, const char *k)
+static void key(hps__kserve_text_t *t, const char *k)
 {
-    hps__text_json_str(t, k, strlen(k));
-    hps__text_putc(t, ':');
+    hps__kserve_text_json_str(t, k, strlen(k));
+    hps__kserve_text_putc(t, ':');
 }
 
-static void str_field(hps__text_t *t, const char *k, const char *v)
+static void str_field(hps__kserve_text_t *t, const char *k, const char *v)
 {
     key(t, k);
-    hps__text_json_str(t, v, strlen(v));
+    hps__kserve_text_json_str(t, v, strlen(v));
 }
 
-void hps__resp_error(hps__text_t *t, const char *msg)
+void hps__kserve_resp_error(hps__kserve_text_t *t, const char *msg)
 {
-    hps__text_puts(t, "{\"error\":");
-    hps__text_json_str(t, msg, strlen(msg));
-    hps__text_putc(t, '}');
+    hps__kserve_text_puts(t, "{\"error\":");
+    hps__kserve_text_json_str(t, msg, strlen(msg));
+    hps__kserve_text_putc(t, '}');
 }
 
-void hps__resp_server_meta(hps__text_t *t, const char *name, const char *version, bool shm,
-                           bool cuda_shm)
+void hps__kserve_resp_server_meta(hps__kserve_text_t *t, const char *name, const char *version,
+                                  bool shm, bool cuda_shm)
 {
-    hps__text_putc(t, '{');
+    hps__kserve_text_putc(t, '{');
     str_field(t, "name", name);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     str_field(t, "version", version);
-    hps__text_puts(t, ",\"extensions\":[");
+    hps__kserve_text_puts(t, ",\"extensions\":[");
     for (size_t i = 0; i < sizeof(extensions) / sizeof(extensions[0]); i++) {
         if (i)
-            hps__text_putc(t, ',');
-        hps__text_json_str(t, extensions[i], strlen(extensions[i]));
+            hps__kserve_text_putc(t, ',');
+        hps__kserve_text_json_str(t, extensions[i], strlen(extensions[i]));
     }
     if (shm)
-        hps__text_puts(t, ",\"system_shared_memory\"");
+        hps__kserve_text_puts(t, ",\"system_shared_memory\"");
     if (cuda_shm)
-        hps__text_puts(t, ",\"cuda_shared_memory\"");
-    hps__text_puts(t, "]}");
+        hps__kserve_text_puts(t, ",\"cuda_shared_memory\"");
+    hps__kserve_text_puts(t, "]}");
 }
 
 /* {"name":n,"datatype":dt,"shape":[-1(,-1)]} */
-static void tensor_meta(hps__text_t *t, const struct hps__kmodel *m, const char *name,
+static void tensor_meta(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m, const char *name,
                         const char *dt)
 {
-    hps__text_putc(t, '{');
+    hps__kserve_text_putc(t, '{');
     str_field(t, "name", name);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     str_field(t, "datatype", dt);
     /* Triton prepends a -1 batch dimension to the config dims when
      * max_batch_size >= 1; the HPS backend's dims are [-1]. */
-    hps__text_puts(t, m->max_batch_size ? ",\"shape\":[-1,-1]}" : ",\"shape\":[-1]}");
+    hps__kserve_text_puts(t, m->max_batch_size ? ",\"shape\":[-1,-1]}" : ",\"shape\":[-1]}");
 }
 
-void hps__resp_model_meta(hps__text_t *t, const struct hps__kmodel *m)
+void hps__kserve_resp_model_meta(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m)
 {
-    hps__text_putc(t, '{');
+    hps__kserve_text_putc(t, '{');
     str_field(t, "name", m->name);
-    hps__text_puts(t, ",\"versions\":[");
-    hps__text_version(t, m);
-    hps__text_puts(t, "],\"platform\":\"hps\",\"inputs\":[");
+    hps__kserve_text_puts(t, ",\"versions\":[");
+    hps__kserve_text_version(t, m);
+    hps__kserve_text_puts(t, "],\"platform\":\"hps\",\"inputs\":[");
     tensor_meta(t, m, "KEYS", "INT64");
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     tensor_meta(t, m, "NUMKEYS", "INT32");
-    hps__text_puts(t, "],\"outputs\":[");
+    hps__kserve_text_puts(t, "],\"outputs\":[");
     tensor_meta(t, m, "OUTPUT0", "FP32");
-    hps__text_puts(t, "]}");
+    hps__kserve_text_puts(t, "]}");
 }
 
 /* "name":{"string_value":"a,b,c"} from a list of T values. */
-static void list_param(hps__text_t *t, const char *name, const struct hps__kmodel *m,
+static void list_param(hps__kserve_text_t *t, const char *name, const struct hps__kserve_kmodel *m,
                        const uint32_t *nums, char *const *strs)
 {
-    hps__text_t v;
-    hps__text_init(&v);
+    hps__kserve_text_t v;
+    hps__kserve_text_init(&v);
     for (uint32_t i = 0; i < m->num_tables; i++) {
         if (i)
-            hps__text_putc(&v, ',');
+            hps__kserve_text_putc(&v, ',');
         if (nums)
-            hps__text_u64(&v, nums[i]);
+            hps__kserve_text_u64(&v, nums[i]);
         else
-            hps__text_puts(&v, strs[i]);
+            hps__kserve_text_puts(&v, strs[i]);
     }
     key(t, name);
-    hps__text_puts(t, "{\"string_value\":");
+    hps__kserve_text_puts(t, "{\"string_value\":");
     if (v.oom)
         t->oom = true;
     else
-        hps__text_json_str(t, v.data ? v.data : "", v.len);
-    hps__text_putc(t, '}');
-    hps__text_fini(&v);
+        hps__kserve_text_json_str(t, v.data ? v.data : "", v.len);
+    hps__kserve_text_putc(t, '}');
+    hps__kserve_text_fini(&v);
 }
 
-static void config_io(hps__text_t *t, const char *name, const char *type)
+static void config_io(hps__kserve_text_t *t, const char *name, const char *type)
 {
-    hps__text_putc(t, '{');
+    hps__kserve_text_putc(t, '{');
     str_field(t, "name", name);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     str_field(t, "data_type", type);
-    hps__text_puts(t, ",\"format\":\"FORMAT_NONE\",\"dims\":[-1]}");
+    hps__kserve_text_puts(t, ",\"format\":\"FORMAT_NONE\",\"dims\":[-1]}");
 }
 
-void hps__resp_model_config(hps__text_t *t, const struct hps__kmodel *m)
+void hps__kserve_resp_model_config(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m)
 {
-    hps__text_putc(t, '{');
+    hps__kserve_text_putc(t, '{');
     str_field(t, "name", m->name);
-    hps__text_puts(t, ",\"platform\":\"\",\"backend\":\"hps\",\"max_batch_size\":");
-    hps__text_u64(t, m->max_batch_size);
-    hps__text_puts(t, ",\"input\":[");
+    hps__kserve_text_puts(t, ",\"platform\":\"\",\"backend\":\"hps\",\"max_batch_size\":");
+    hps__kserve_text_u64(t, m->max_batch_size);
+    hps__kserve_text_puts(t, ",\"input\":[");
     config_io(t, "KEYS", "TYPE_INT64");
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     config_io(t, "NUMKEYS", "TYPE_INT32");
-    hps__text_puts(t, "],\"output\":[");
+    hps__kserve_text_puts(t, "],\"output\":[");
     config_io(t, "OUTPUT0", "TYPE_FP32");
     if (m->device_id >= 0) {
-        hps__text_puts(t, "],\"instance_group\":[{\"kind\":\"KIND_GPU\",\"count\":1,\"gpus\":[");
-        hps__text_i64(t, m->device_id);
-        hps__text_puts(t, "]}],\"parameters\":{");
+        hps__kserve_text_puts(
+            t, "],\"instance_group\":[{\"kind\":\"KIND_GPU\",\"count\":1,\"gpus\":[");
+        hps__kserve_text_i64(t, m->device_id);
+        hps__kserve_text_puts(t, "]}],\"parameters\":{");
     } else {
-        hps__text_puts(t, "],\"instance_group\":[{\"kind\":\"KIND_CPU\",\"count\":1}],"
-                          "\"parameters\":{");
+        hps__kserve_text_puts(t, "],\"instance_group\":[{\"kind\":\"KIND_CPU\",\"count\":1}],"
+                                 "\"parameters\":{");
     }
     list_param(t, "embedding_table_names", m, NULL, m->table_names);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     list_param(t, "embedding_vecsize_per_table", m, m->dims, NULL);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     list_param(t, "maxnum_catfeature_query_per_table_per_sample", m, m->max_keys_per_sample, NULL);
-    hps__text_puts(t, "}}");
+    hps__kserve_text_puts(t, "}}");
 }
 
 static uint64_t load(const _Atomic uint64_t *p)
@@ -150,34 +151,35 @@ static uint64_t load(const _Atomic uint64_t *p)
 }
 
 /* "k":{"count":c,"ns":n} */
-static void dur_stat(hps__text_t *t, const char *k, const struct hps__kdur *d, bool comma)
+static void dur_stat(hps__kserve_text_t *t, const char *k, const struct hps__kserve_kdur *d,
+                     bool comma)
 {
     if (comma)
-        hps__text_putc(t, ',');
+        hps__kserve_text_putc(t, ',');
     key(t, k);
-    hps__text_puts(t, "{\"count\":");
-    hps__text_u64(t, load(&d->count));
-    hps__text_puts(t, ",\"ns\":");
-    hps__text_u64(t, load(&d->ns));
-    hps__text_putc(t, '}');
+    hps__kserve_text_puts(t, "{\"count\":");
+    hps__kserve_text_u64(t, load(&d->count));
+    hps__kserve_text_puts(t, ",\"ns\":");
+    hps__kserve_text_u64(t, load(&d->ns));
+    hps__kserve_text_putc(t, '}');
 }
 
-static void model_stats(hps__text_t *t, const struct hps__kmodel *m)
+static void model_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m)
 {
-    static const struct hps__kdur zero;
-    const struct hps__kstats *s = &m->stats;
-    hps__text_putc(t, '{');
+    static const struct hps__kserve_kdur zero;
+    const struct hps__kserve_kstats *s = &m->stats;
+    hps__kserve_text_putc(t, '{');
     str_field(t, "name", m->name);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     key(t, "version");
-    hps__text_version(t, m);
-    hps__text_puts(t, ",\"last_inference\":");
-    hps__text_u64(t, load(&s->last_inference_ms));
-    hps__text_puts(t, ",\"inference_count\":");
-    hps__text_u64(t, load(&s->inference_count));
-    hps__text_puts(t, ",\"execution_count\":");
-    hps__text_u64(t, load(&s->execution_count));
-    hps__text_puts(t, ",\"inference_stats\":{");
+    hps__kserve_text_version(t, m);
+    hps__kserve_text_puts(t, ",\"last_inference\":");
+    hps__kserve_text_u64(t, load(&s->last_inference_ms));
+    hps__kserve_text_puts(t, ",\"inference_count\":");
+    hps__kserve_text_u64(t, load(&s->inference_count));
+    hps__kserve_text_puts(t, ",\"execution_count\":");
+    hps__kserve_text_u64(t, load(&s->execution_count));
+    hps__kserve_text_puts(t, ",\"inference_stats\":{");
     dur_stat(t, "success", &s->success, false);
     dur_stat(t, "fail", &s->fail, true);
     dur_stat(t, "queue", &s->queue, true);
@@ -186,82 +188,84 @@ static void model_stats(hps__text_t *t, const struct hps__kmodel *m)
     dur_stat(t, "compute_output", &s->compute_output, true);
     dur_stat(t, "cache_hit", &zero, true);
     dur_stat(t, "cache_miss", &zero, true);
-    hps__text_puts(t, "},\"response_stats\":{},\"batch_stats\":[],\"memory_usage\":[]}");
+    hps__kserve_text_puts(t, "},\"response_stats\":{},\"batch_stats\":[],\"memory_usage\":[]}");
 }
 
-void hps__resp_stats(hps__text_t *t, const struct hps__kmodel *models, size_t count)
+void hps__kserve_resp_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *models,
+                            size_t count)
 {
-    hps__text_puts(t, "{\"model_stats\":[");
+    hps__kserve_text_puts(t, "{\"model_stats\":[");
     for (size_t i = 0; i < count; i++) {
         if (i)
-            hps__text_putc(t, ',');
+            hps__kserve_text_putc(t, ',');
         model_stats(t, &models[i]);
     }
-    hps__text_puts(t, "]}");
+    hps__kserve_text_puts(t, "]}");
 }
 
 /* The JSON array of out[0, n): reserve once, then format in place. */
-static void float_array(hps__text_t *t, const float *out, uint64_t n)
+static void float_array(hps__kserve_text_t *t, const float *out, uint64_t n)
 {
-    hps__text_putc(t, '[');
+    hps__kserve_text_putc(t, '[');
     for (uint64_t i = 0; i < n; i++) {
         if (i)
-            hps__text_putc(t, ',');
-        hps__text_f32(t, out[i]);
+            hps__kserve_text_putc(t, ',');
+        hps__kserve_text_f32(t, out[i]);
         if (t->oom)
             return;
     }
-    hps__text_putc(t, ']');
+    hps__kserve_text_putc(t, ']');
 }
 
 /* An output written to shared memory: the region instead of data. */
-static void shm_output_params(hps__text_t *t, const struct hps__infer_req *r)
+static void shm_output_params(hps__kserve_text_t *t, const struct hps__kserve_infer_req *r)
 {
-    hps__text_puts(t, ",\"parameters\":{\"shared_memory_region\":");
-    hps__text_json_str(t, r->out_region, strlen(r->out_region));
-    hps__text_puts(t, ",\"shared_memory_byte_size\":");
-    hps__text_u64(t, r->out_shm_size);
+    hps__kserve_text_puts(t, ",\"parameters\":{\"shared_memory_region\":");
+    hps__kserve_text_json_str(t, r->out_region, strlen(r->out_region));
+    hps__kserve_text_puts(t, ",\"shared_memory_byte_size\":");
+    hps__kserve_text_u64(t, r->out_shm_size);
     if (r->out_shm_offset) {
-        hps__text_puts(t, ",\"shared_memory_offset\":");
-        hps__text_u64(t, r->out_shm_offset);
+        hps__kserve_text_puts(t, ",\"shared_memory_offset\":");
+        hps__kserve_text_u64(t, r->out_shm_offset);
     }
-    hps__text_puts(t, "}}]}");
+    hps__kserve_text_puts(t, "}}]}");
 }
 
-void hps__resp_infer(hps__text_t *t, const struct hps__kmodel *m, const struct hps__infer_req *r,
-                     const float *out)
+void hps__kserve_resp_infer(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m,
+                            const struct hps__kserve_infer_req *r, const float *out)
 {
     /* Most floats print in at most 16 bytes ("-1.23456789e-05,"). */
-    if (!r->binary_output && !r->out_shm && !hps__text_reserve(t, 256 + r->out_len * 16))
+    if (!r->binary_output && !r->out_shm && !hps__kserve_text_reserve(t, 256 + r->out_len * 16))
         return;
-    hps__text_putc(t, '{');
+    hps__kserve_text_putc(t, '{');
     if (r->id && r->id_len) {
         key(t, "id");
-        hps__text_json_str(t, r->id, r->id_len);
-        hps__text_putc(t, ',');
+        hps__kserve_text_json_str(t, r->id, r->id_len);
+        hps__kserve_text_putc(t, ',');
     }
     str_field(t, "model_name", m->name);
-    hps__text_putc(t, ',');
+    hps__kserve_text_putc(t, ',');
     key(t, "model_version");
-    hps__text_version(t, m);
-    hps__text_puts(t, ",\"parameters\":{\"NumSample\":");
-    hps__text_u64(t, r->num_samples);
-    hps__text_puts(t, ",\"DeviceID\":");
-    hps__text_i64(t, m->device_id);
-    hps__text_puts(t, "},\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[");
-    hps__text_u64(t, r->out_len);
-    hps__text_putc(t, ']');
+    hps__kserve_text_version(t, m);
+    hps__kserve_text_puts(t, ",\"parameters\":{\"NumSample\":");
+    hps__kserve_text_u64(t, r->num_samples);
+    hps__kserve_text_puts(t, ",\"DeviceID\":");
+    hps__kserve_text_i64(t, m->device_id);
+    hps__kserve_text_puts(t,
+                          "},\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[");
+    hps__kserve_text_u64(t, r->out_len);
+    hps__kserve_text_putc(t, ']');
     if (r->out_shm) {
         shm_output_params(t, r);
         return;
     }
     if (r->binary_output) {
-        hps__text_puts(t, ",\"parameters\":{\"binary_data_size\":");
-        hps__text_u64(t, r->out_len * sizeof(float));
-        hps__text_puts(t, "}}]}");
+        hps__kserve_text_puts(t, ",\"parameters\":{\"binary_data_size\":");
+        hps__kserve_text_u64(t, r->out_len * sizeof(float));
+        hps__kserve_text_puts(t, "}}]}");
         return;
     }
-    hps__text_puts(t, ",\"data\":");
+    hps__kserve_text_puts(t, ",\"data\":");
     float_array(t, out, r->out_len);
-    hps__text_puts(t, "}]}");
+    hps__kserve_text_puts(t, "}]}");
 }

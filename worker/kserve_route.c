@@ -43,19 +43,19 @@ static bool all_digits(const char *s, size_t n)
     return n > 0;
 }
 
-static enum hps__route_kind shm_action(const char *p)
+static enum hps__kserve_route_kind shm_action(const char *p)
 {
     if (strcmp(p, "/status") == 0)
-        return HPS__R_SHM_STATUS;
+        return HPS__KSERVE_R_SHM_STATUS;
     if (strcmp(p, "/register") == 0)
-        return HPS__R_SHM_REGISTER;
+        return HPS__KSERVE_R_SHM_REGISTER;
     if (strcmp(p, "/unregister") == 0)
-        return HPS__R_SHM_UNREGISTER;
-    return HPS__R_NOT_FOUND;
+        return HPS__KSERVE_R_SHM_UNREGISTER;
+    return HPS__KSERVE_R_NOT_FOUND;
 }
 
 /* p points after "/v2/systemsharedmemory" or "/v2/cudasharedmemory". */
-static void parse_shm(const char *p, struct hps__route *r)
+static void parse_shm(const char *p, struct hps__kserve_route *r)
 {
     if (eat(&p, "/region/")) {
         size_t n = segment(p);
@@ -68,23 +68,23 @@ static void parse_shm(const char *p, struct hps__route *r)
     r->kind = shm_action(p);
 }
 
-static enum hps__route_kind model_suffix(const char *p)
+static enum hps__kserve_route_kind model_suffix(const char *p)
 {
     if (*p == '\0')
-        return HPS__R_MODEL_META;
+        return HPS__KSERVE_R_MODEL_META;
     if (strcmp(p, "/infer") == 0)
-        return HPS__R_INFER;
+        return HPS__KSERVE_R_INFER;
     if (strcmp(p, "/ready") == 0)
-        return HPS__R_MODEL_READY;
+        return HPS__KSERVE_R_MODEL_READY;
     if (strcmp(p, "/config") == 0)
-        return HPS__R_MODEL_CONFIG;
+        return HPS__KSERVE_R_MODEL_CONFIG;
     if (strcmp(p, "/stats") == 0)
-        return HPS__R_MODEL_STATS;
-    return HPS__R_NOT_FOUND;
+        return HPS__KSERVE_R_MODEL_STATS;
+    return HPS__KSERVE_R_NOT_FOUND;
 }
 
 /* p points after "/v2/models/". */
-static void parse_model(const char *p, struct hps__route *r)
+static void parse_model(const char *p, struct hps__kserve_route *r)
 {
     size_t n = segment(p);
     if (n == 0)
@@ -105,7 +105,7 @@ static void parse_model(const char *p, struct hps__route *r)
 
 /* p points after "/v2/repository": [/<repo>]/index or
  * [/<repo>]/models/<m>/(load|unload). */
-static void parse_repo(const char *p, struct hps__route *r)
+static void parse_repo(const char *p, struct hps__kserve_route *r)
 {
     bool named = false;
     if (strcmp(p, "/index") != 0 && strncmp(p, "/models/", 8) != 0) {
@@ -115,9 +115,9 @@ static void parse_repo(const char *p, struct hps__route *r)
         p += 1 + n; /* a named repository: /v2/repository/<repo>/... */
         named = true;
     }
-    enum hps__route_kind kind = HPS__R_NOT_FOUND;
+    enum hps__kserve_route_kind kind = HPS__KSERVE_R_NOT_FOUND;
     if (strcmp(p, "/index") == 0) {
-        kind = HPS__R_REPO_INDEX;
+        kind = HPS__KSERVE_R_REPO_INDEX;
     } else if (eat(&p, "/models/")) {
         size_t n = segment(p);
         if (n == 0)
@@ -125,28 +125,28 @@ static void parse_repo(const char *p, struct hps__route *r)
         r->model = p;
         r->model_len = n;
         p += n;
-        kind = strcmp(p, "/load") == 0     ? HPS__R_REPO_LOAD
-               : strcmp(p, "/unload") == 0 ? HPS__R_REPO_UNLOAD
-                                           : HPS__R_NOT_FOUND;
+        kind = strcmp(p, "/load") == 0     ? HPS__KSERVE_R_REPO_LOAD
+               : strcmp(p, "/unload") == 0 ? HPS__KSERVE_R_REPO_UNLOAD
+                                           : HPS__KSERVE_R_NOT_FOUND;
     }
-    r->kind = kind != HPS__R_NOT_FOUND && named ? HPS__R_REPO_NAMED : kind;
+    r->kind = kind != HPS__KSERVE_R_NOT_FOUND && named ? HPS__KSERVE_R_REPO_NAMED : kind;
 }
 
-void hps__route_parse(const char *url, struct hps__route *r)
+void hps__kserve_route_parse(const char *url, struct hps__kserve_route *r)
 {
     memset(r, 0, sizeof(*r));
-    r->kind = HPS__R_NOT_FOUND;
+    r->kind = HPS__KSERVE_R_NOT_FOUND;
     const char *p = url;
     if (!eat(&p, "/v2"))
         return;
     if (*p == '\0')
-        r->kind = HPS__R_SERVER_META;
+        r->kind = HPS__KSERVE_R_SERVER_META;
     else if (strcmp(p, "/health/live") == 0)
-        r->kind = HPS__R_LIVE;
+        r->kind = HPS__KSERVE_R_LIVE;
     else if (strcmp(p, "/health/ready") == 0)
-        r->kind = HPS__R_READY;
+        r->kind = HPS__KSERVE_R_READY;
     else if (strcmp(p, "/models/stats") == 0)
-        r->kind = HPS__R_ALL_STATS;
+        r->kind = HPS__KSERVE_R_ALL_STATS;
     else if (eat(&p, "/models/"))
         parse_model(p, r);
     else if (eat(&p, "/repository"))
@@ -157,22 +157,22 @@ void hps__route_parse(const char *url, struct hps__route *r)
         r->cuda = true;
         parse_shm(p, r);
     }
-    if (r->kind == HPS__R_NOT_FOUND)
+    if (r->kind == HPS__KSERVE_R_NOT_FOUND)
         memset(r, 0, sizeof(*r));
 }
 
-const char *hps__route_method(enum hps__route_kind kind)
+const char *hps__kserve_route_method(enum hps__kserve_route_kind kind)
 {
     switch (kind) {
-    case HPS__R_NOT_FOUND:
+    case HPS__KSERVE_R_NOT_FOUND:
         return NULL;
-    case HPS__R_INFER:
-    case HPS__R_SHM_REGISTER:
-    case HPS__R_SHM_UNREGISTER:
-    case HPS__R_REPO_INDEX:
-    case HPS__R_REPO_LOAD:
-    case HPS__R_REPO_UNLOAD:
-    case HPS__R_REPO_NAMED:
+    case HPS__KSERVE_R_INFER:
+    case HPS__KSERVE_R_SHM_REGISTER:
+    case HPS__KSERVE_R_SHM_UNREGISTER:
+    case HPS__KSERVE_R_REPO_INDEX:
+    case HPS__KSERVE_R_REPO_LOAD:
+    case HPS__KSERVE_R_REPO_UNLOAD:
+    case HPS__KSERVE_R_REPO_NAMED:
         return "POST";
     default:
         return "GET";
@@ -193,10 +193,11 @@ static bool parse_version(const char *s, size_t n, uint64_t *ret)
     return true;
 }
 
-long hps__route_model(const struct hps__route *r, const struct hps__kmodel *models,
-                      size_t num_models, hps__kerr_t *err)
+long hps__kserve_route_model(const struct hps__kserve_route *r,
+                             const struct hps__kserve_kmodel *models, size_t num_models,
+                             hps__kserve_kerr_t *err)
 {
-    int mlen = (int)(r->model_len > 200 ? hps__utf8_cut(r->model, 200) : r->model_len);
+    int mlen = (int)(r->model_len > 200 ? hps__kserve_utf8_cut(r->model, 200) : r->model_len);
     long found = -1;
     for (size_t i = 0; i < num_models; i++) {
         if (models[i].name_len == r->model_len &&
@@ -206,7 +207,8 @@ long hps__route_model(const struct hps__route *r, const struct hps__kmodel *mode
         }
     }
     if (found < 0) {
-        hps__kerr_set(err, 400, "Request for unknown model: '%.*s' is not found", mlen, r->model);
+        hps__kserve_kerr_set(err, 400, "Request for unknown model: '%.*s' is not found", mlen,
+                             r->model);
         return -2;
     }
     if (!r->version)
@@ -214,13 +216,15 @@ long hps__route_model(const struct hps__route *r, const struct hps__kmodel *mode
     int vlen = (int)(r->version_len > 40 ? 40 : r->version_len);
     uint64_t v;
     if (!parse_version(r->version, r->version_len, &v)) {
-        hps__kerr_set(err, 400, "failed to get model version from specified version string '%.*s'",
-                      vlen, r->version);
+        hps__kserve_kerr_set(err, 400,
+                             "failed to get model version from specified version string '%.*s'",
+                             vlen, r->version);
         return -1;
     }
-    if (v != hps__kmodel_version(&models[found])) {
-        hps__kerr_set(err, 400, "Request for unknown model: '%.*s' version %.*s is not found", mlen,
-                      r->model, vlen, r->version);
+    if (v != hps__kserve_kmodel_version(&models[found])) {
+        hps__kserve_kerr_set(err, 400,
+                             "Request for unknown model: '%.*s' version %.*s is not found", mlen,
+                             r->model, vlen, r->version);
         return -1;
     }
     return found;

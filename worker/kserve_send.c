@@ -7,7 +7,7 @@
  * kserve_response.c; the handlers that choose them are in kserve_http.c.
  *
  * An answer made on a lookup-pool thread is not queued on its suspended
- * connection: while hps__http_park() names a place, queue() parks it there,
+ * connection: while hps__kserve_http_park() names a place, queue() parks it there,
  * and the access handler queues it once the connection resumes.
  */
 #include <stdio.h>
@@ -21,10 +21,10 @@
 /* ------------------------------------------------------------------------ */
 
 /* The request whose response the calling pool thread is making: where
- * that response is parked (hps__http_park); NULL on other threads. */
-static __thread struct hps__http_parked *parked_for;
+ * that response is parked (hps__kserve_http_park); NULL on other threads. */
+static __thread struct hps__kserve_http_parked *parked_for;
 
-void hps__http_park(struct hps__http_parked *p)
+void hps__kserve_http_park(struct hps__kserve_http_parked *p)
 {
     parked_for = p;
 }
@@ -60,89 +60,91 @@ static enum MHD_Result send_static(const hps_kserve_t *s, struct MHD_Connection 
     return queue(s, c, status, r, ctype);
 }
 
-enum MHD_Result hps__http_send_empty(const hps_kserve_t *s, struct MHD_Connection *c,
-                                     unsigned status)
+enum MHD_Result hps__kserve_http_send_empty(const hps_kserve_t *s, struct MHD_Connection *c,
+                                            unsigned status)
 {
     return send_static(s, c, status, "", 0, "text/plain");
 }
 
 /* Send the text (ownership taken); 500 if it ran out of memory. */
-enum MHD_Result hps__http_send_text(const hps_kserve_t *s, struct MHD_Connection *c,
-                                    unsigned status, const char *ctype, hps__text_t *t)
+enum MHD_Result hps__kserve_http_send_text(const hps_kserve_t *s, struct MHD_Connection *c,
+                                           unsigned status, const char *ctype,
+                                           hps__kserve_text_t *t)
 {
     if (t->oom || !t->data) {
-        hps__text_fini(t);
+        hps__kserve_text_fini(t);
         return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
     }
     size_t len;
-    char *data = hps__text_steal(t, &len);
+    char *data = hps__kserve_text_steal(t, &len);
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, data, free);
     if (!r)
         free(data);
     return queue(s, c, status, r, ctype);
 }
 
-enum MHD_Result hps__http_send_json(const hps_kserve_t *s, struct MHD_Connection *c,
-                                    unsigned status, hps__text_t *t)
+enum MHD_Result hps__kserve_http_send_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                           unsigned status, hps__kserve_text_t *t)
 {
-    return hps__http_send_text(s, c, status, "application/json", t);
+    return hps__kserve_http_send_text(s, c, status, "application/json", t);
 }
 
-enum MHD_Result hps__http_send_error(const hps_kserve_t *s, struct MHD_Connection *c,
-                                     unsigned status, const char *msg)
+enum MHD_Result hps__kserve_http_send_error(const hps_kserve_t *s, struct MHD_Connection *c,
+                                            unsigned status, const char *msg)
 {
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_error(&t, msg);
-    return hps__http_send_json(s, c, status, &t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_error(&t, msg);
+    return hps__kserve_http_send_json(s, c, status, &t);
 }
 
 /* The body parts compressed with enc as a response with its
  * Content-Encoding; NULL (send them as they are, as Triton does) when enc
  * is identity or compressing failed. */
-static struct MHD_Response *compressed(enum hps__zenc enc, const struct hps__zpart *parts,
-                                       size_t nparts)
+static struct MHD_Response *compressed(enum hps__kserve_zenc enc,
+                                       const struct hps__kserve_zpart *parts, size_t nparts)
 {
     char *data;
     size_t len;
-    if (enc == HPS__ZENC_IDENTITY || hps__zcompress(enc, parts, nparts, &data, &len) != 0)
+    if (enc == HPS__KSERVE_ZENC_IDENTITY ||
+        hps__kserve_zcompress(enc, parts, nparts, &data, &len) != 0)
         return NULL;
     struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, data, free);
     if (!r) {
         free(data);
         return NULL;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, hps__zenc_name(enc));
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, hps__kserve_zenc_name(enc));
     return r;
 }
 
 /* A JSON inference answer (t consumed), compressed with enc if it can be. */
-enum MHD_Result hps__http_send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
-                                          hps__text_t *t, enum hps__zenc enc)
+enum MHD_Result hps__kserve_http_send_infer_json(const hps_kserve_t *s, struct MHD_Connection *c,
+                                                 hps__kserve_text_t *t, enum hps__kserve_zenc enc)
 {
-    struct hps__zpart part = {t->data, t->len};
+    struct hps__kserve_zpart part = {t->data, t->len};
     struct MHD_Response *r = t->oom || !t->data ? NULL : compressed(enc, &part, 1);
     if (!r)
-        return hps__http_send_json(s, c, 200, t);
-    hps__text_fini(t);
+        return hps__kserve_http_send_json(s, c, 200, t);
+    hps__kserve_text_fini(t);
     return queue(s, c, 200, r, "application/json");
 }
 
-/* Binary answers up to this size are sent from one buffer (see hps__http_send_binary). */
+/* Binary answers up to this size are sent from one buffer (see hps__kserve_http_send_binary). */
 #define ONE_BUFFER_MAX ((size_t)64 * 1024)
 
 /** Buffers of a binary inference response, freed by libmicrohttpd. */
 struct binout {
     char *header;
     float *out; /* from the server's output pool */
-    struct hps__outpool *pool;
+    struct hps__kserve_outpool *pool;
 };
 
 static void binout_free(void *cls)
 {
     struct binout *b = cls;
     free(b->header);
-    hps__outpool_put(b->pool, b->out);
+    hps__kserve_outpool_put(b->pool, b->out);
     free(b);
 }
 
@@ -159,17 +161,18 @@ static enum MHD_Result queue_binary(const hps_kserve_t *s, struct MHD_Connection
 /* JSON header then the raw floats: both compressed with enc when it is not
  * identity; copied into one buffer up to ONE_BUFFER_MAX; else without
  * copying the floats (iovec response). */
-enum MHD_Result hps__http_send_binary(const hps_kserve_t *s, struct MHD_Connection *c,
-                                      hps__text_t *t, float *out, uint64_t out_len,
-                                      enum hps__zenc enc)
+enum MHD_Result hps__kserve_http_send_binary(const hps_kserve_t *s, struct MHD_Connection *c,
+                                             hps__kserve_text_t *t, float *out, uint64_t out_len,
+                                             enum hps__kserve_zenc enc)
 {
-    if (enc != HPS__ZENC_IDENTITY && !t->oom) {
-        struct hps__zpart parts[2] = {{t->data, t->len}, {out, (size_t)out_len * sizeof(float)}};
+    if (enc != HPS__KSERVE_ZENC_IDENTITY && !t->oom) {
+        struct hps__kserve_zpart parts[2] = {{t->data, t->len},
+                                             {out, (size_t)out_len * sizeof(float)}};
         struct MHD_Response *r = compressed(enc, parts, 2);
         if (r) {
             size_t hlen = t->len;
-            hps__text_fini(t);
-            hps__outpool_put(s->outpool, out);
+            hps__kserve_text_fini(t);
+            hps__kserve_outpool_put(s->outpool, out);
             return queue_binary(s, c, r, hlen);
         }
     }
@@ -184,8 +187,8 @@ enum MHD_Result hps__http_send_binary(const hps_kserve_t *s, struct MHD_Connecti
             memcpy(one, t->data, hlen);
             if (out_bytes)
                 memcpy(one + hlen, out, out_bytes);
-            hps__text_fini(t);
-            hps__outpool_put(s->outpool, out);
+            hps__kserve_text_fini(t);
+            hps__kserve_outpool_put(s->outpool, out);
             struct MHD_Response *r =
                 MHD_create_response_from_buffer_with_free_callback(hlen + out_bytes, one, free);
             if (!r) {
@@ -198,12 +201,12 @@ enum MHD_Result hps__http_send_binary(const hps_kserve_t *s, struct MHD_Connecti
     struct binout *b = malloc(sizeof(*b));
     if (!b || t->oom) {
         free(b);
-        hps__outpool_put(s->outpool, out);
-        hps__text_fini(t);
+        hps__kserve_outpool_put(s->outpool, out);
+        hps__kserve_text_fini(t);
         return send_static(s, c, 500, oom_body, sizeof(oom_body) - 1, "application/json");
     }
     size_t hlen;
-    b->header = hps__text_steal(t, &hlen);
+    b->header = hps__kserve_text_steal(t, &hlen);
     b->out = out;
     b->pool = s->outpool;
     struct MHD_IoVec iov[2] = {{b->header, hlen}, {out, (size_t)out_len * sizeof(float)}};

@@ -107,7 +107,7 @@ static hps_err_t check_model(const hps_kserve_model_t *in)
     return 0;
 }
 
-static void model_fini(struct hps__kmodel *m)
+static void model_fini(struct hps__kserve_kmodel *m)
 {
     if (m->table_names)
         for (uint32_t t = 0; t < m->num_tables; t++)
@@ -128,7 +128,7 @@ static char *table_name(const hps_kserve_model_t *in, uint32_t t)
 }
 
 /* Deep copy of a validated model. */
-static hps_err_t model_copy(struct hps__kmodel *m, const hps_kserve_model_t *in)
+static hps_err_t model_copy(struct hps__kserve_kmodel *m, const hps_kserve_model_t *in)
 {
     uint32_t n = in->num_tables;
     m->num_tables = n;
@@ -279,10 +279,10 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
     s->http_fd = s->metrics_fd = -1;
     s->backend = *backend;
     pthread_mutex_init(&s->models_mu, NULL);
-    hps__shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
+    hps__kserve_shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
     s->outpool = malloc(sizeof(*s->outpool));
     if (s->outpool)
-        hps__outpool_init(s->outpool, backend);
+        hps__kserve_outpool_init(s->outpool, backend);
     rc = s->outpool ? apply_options(s, &o) : -ENOMEM;
     if (rc == 0)
         rc = copy_models(s, models, num_models,
@@ -388,18 +388,18 @@ static struct MHD_Daemon *start_http(hps_kserve_t *s)
 {
     return MHD_start_daemon(
         MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0, accept_policy, s,
-        hps__http_on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd,
-        MHD_OPTION_NOTIFY_COMPLETED, hps__http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        hps__kserve_http_on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->http_fd,
+        MHD_OPTION_NOTIFY_COMPLETED, hps__kserve_http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
         s->threads, MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
-        MHD_OPTION_NOTIFY_CONNECTION, hps__conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
-        hps__conn_uri_log, s, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, hps__kserve_conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
+        hps__kserve_conn_uri_log, s, MHD_OPTION_END);
 }
 
 static struct MHD_Daemon *start_metrics(hps_kserve_t *s)
 {
     return MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL,
-                            hps__metrics_on_request, s, MHD_OPTION_LISTEN_SOCKET,
+                            hps__kserve_metrics_on_request, s, MHD_OPTION_LISTEN_SOCKET,
                             (MHD_socket)s->metrics_fd, MHD_OPTION_CONNECTION_LIMIT, 64u,
                             MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_END);
 }
@@ -416,9 +416,9 @@ static void teardown(hps_kserve_t *s)
         MHD_stop_daemon(s->http);
     else if (s->http_fd >= 0)
         close(s->http_fd);
-    hps__pool_stop(s->pool);
+    hps__kserve_pool_stop(s->pool);
     s->pool = NULL;
-    hps__conns_stop(s);
+    hps__kserve_conns_stop(s);
     s->http = s->metrics = NULL;
     s->http_fd = s->metrics_fd = -1;
     s->bound_http_port = s->bound_metrics_port = 0;
@@ -438,9 +438,9 @@ hps_err_t hps_kserve_start(hps_kserve_t *s)
         rc = open_listener(s->metrics_address, s->metrics_port, 0, &s->metrics_fd,
                            &s->bound_metrics_port);
     if (rc == 0)
-        rc = hps__pool_start(s->lookup_threads, &s->pool);
+        rc = hps__kserve_pool_start(s->lookup_threads, &s->pool);
     if (rc == 0)
-        rc = hps__conns_start(s);
+        rc = hps__kserve_conns_start(s);
     if (rc == 0 && !(s->http = start_http(s)))
         rc = HPS_EIO;
     if (rc == 0 && s->metrics_fd >= 0 && !(s->metrics = start_metrics(s)))
@@ -469,9 +469,9 @@ hps_err_t hps_kserve_set_model_version(hps_kserve_t *s, size_t model_index, uint
 {
     if (!s || model_index >= s->num_models || version == 0)
         return HPS_EINVAL;
-    struct hps__kmodel *m = &s->models[model_index];
+    struct hps__kserve_kmodel *m = &s->models[model_index];
     if (atomic_exchange_explicit(&m->version_num, version, memory_order_relaxed) != version)
-        hps__stats_reset(&m->stats); /* the new version's statistics start at 0 */
+        hps__kserve_stats_reset(&m->stats); /* the new version's statistics start at 0 */
     return 0;
 }
 
@@ -479,16 +479,17 @@ hps_err_t hps_kserve_model_unloaded(hps_kserve_t *s, size_t model_index)
 {
     if (!s || model_index >= s->num_models)
         return HPS_EINVAL;
-    hps__stats_reset(&s->models[model_index].stats);
+    hps__kserve_stats_reset(&s->models[model_index].stats);
     return 0;
 }
 
 /* Wait until no request is in progress, at most drain_timeout_ms. */
 static void drain(hps_kserve_t *s)
 {
-    uint64_t deadline = hps__now_ns() + (uint64_t)s->drain_timeout_ms * 1000000u;
+    uint64_t deadline = hps__kserve_now_ns() + (uint64_t)s->drain_timeout_ms * 1000000u;
     const struct timespec tick = {0, 1000000}; /* 1 ms */
-    while (atomic_load_explicit(&s->inflight, memory_order_relaxed) > 0 && hps__now_ns() < deadline)
+    while (atomic_load_explicit(&s->inflight, memory_order_relaxed) > 0 &&
+           hps__kserve_now_ns() < deadline)
         nanosleep(&tick, NULL);
 }
 
@@ -500,7 +501,7 @@ void hps_kserve_stop(hps_kserve_t *s)
     drain(s);
     /* Every pooled lookup finishes and resumes its connection before the
      * daemon stops (it must not stop with connections suspended). */
-    hps__pool_stop(s->pool);
+    hps__kserve_pool_stop(s->pool);
     s->pool = NULL;
     MHD_stop_daemon(s->http); /* closes the listening socket too */
     s->http = NULL;
@@ -515,9 +516,9 @@ void hps_kserve_destroy(hps_kserve_t *s)
     if (!s)
         return;
     hps_kserve_stop(s);
-    hps__shm_fini(&s->shm);
+    hps__kserve_shm_fini(&s->shm);
     if (s->outpool) {
-        hps__outpool_fini(s->outpool);
+        hps__kserve_outpool_fini(s->outpool);
         free(s->outpool);
     }
     for (size_t i = 0; s->models && i < s->num_models; i++)

@@ -12,7 +12,7 @@
 
 #include "worker/kserve_internal.h"
 
-void hps__text_init(hps__text_t *t)
+void hps__kserve_text_init(hps__kserve_text_t *t)
 {
     t->data = NULL;
     t->len = 0;
@@ -20,13 +20,13 @@ void hps__text_init(hps__text_t *t)
     t->oom = false;
 }
 
-void hps__text_fini(hps__text_t *t)
+void hps__kserve_text_fini(hps__kserve_text_t *t)
 {
     free(t->data);
-    hps__text_init(t);
+    hps__kserve_text_init(t);
 }
 
-bool hps__text_reserve(hps__text_t *t, size_t extra)
+bool hps__kserve_text_reserve(hps__kserve_text_t *t, size_t extra)
 {
     if (t->oom)
         return false;
@@ -50,9 +50,9 @@ bool hps__text_reserve(hps__text_t *t, size_t extra)
     return true;
 }
 
-void hps__text_put(hps__text_t *t, const char *s, size_t n)
+void hps__kserve_text_put(hps__kserve_text_t *t, const char *s, size_t n)
 {
-    if (!hps__text_reserve(t, n))
+    if (!hps__kserve_text_reserve(t, n))
         return;
     if (n)
         memcpy(t->data + t->len, s, n);
@@ -60,17 +60,17 @@ void hps__text_put(hps__text_t *t, const char *s, size_t n)
     t->data[t->len] = '\0';
 }
 
-void hps__text_puts(hps__text_t *t, const char *s)
+void hps__kserve_text_puts(hps__kserve_text_t *t, const char *s)
 {
-    hps__text_put(t, s, strlen(s));
+    hps__kserve_text_put(t, s, strlen(s));
 }
 
-void hps__text_putc(hps__text_t *t, char c)
+void hps__kserve_text_putc(hps__kserve_text_t *t, char c)
 {
-    hps__text_put(t, &c, 1);
+    hps__kserve_text_put(t, &c, 1);
 }
 
-void hps__text_vprintf(hps__text_t *t, const char *fmt, va_list ap)
+void hps__kserve_text_vprintf(hps__kserve_text_t *t, const char *fmt, va_list ap)
 {
     va_list ap2;
     va_copy(ap2, ap);
@@ -82,24 +82,24 @@ void hps__text_vprintf(hps__text_t *t, const char *fmt, va_list ap)
         return;
     }
     if ((size_t)n < sizeof(small)) {
-        hps__text_put(t, small, (size_t)n);
+        hps__kserve_text_put(t, small, (size_t)n);
         return;
     }
-    if (!hps__text_reserve(t, (size_t)n))
+    if (!hps__kserve_text_reserve(t, (size_t)n))
         return;
     vsnprintf(t->data + t->len, (size_t)n + 1, fmt, ap);
     t->len += (size_t)n;
 }
 
-void hps__text_printf(hps__text_t *t, const char *fmt, ...)
+void hps__kserve_text_printf(hps__kserve_text_t *t, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    hps__text_vprintf(t, fmt, ap);
+    hps__kserve_text_vprintf(t, fmt, ap);
     va_end(ap);
 }
 
-size_t hps__utf8_seq(const unsigned char *s, size_t n)
+size_t hps__kserve_utf8_seq(const unsigned char *s, size_t n)
 {
     unsigned char c = s[0];
     size_t len;
@@ -141,14 +141,14 @@ static size_t utf8_bad_len(const unsigned char *s, size_t n)
     size_t i = 1;
     while (i < n && i < 4) {
         pad[i] = s[i];
-        if (!hps__utf8_seq(pad, 4))
+        if (!hps__kserve_utf8_seq(pad, 4))
             break;
         i++;
     }
     return i;
 }
 
-size_t hps__utf8_cut(const char *str, size_t n)
+size_t hps__kserve_utf8_cut(const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
     for (size_t back = 1; back <= 3 && back <= n; back++) {
@@ -163,25 +163,25 @@ size_t hps__utf8_cut(const char *str, size_t n)
          * the only one whose range depends on the lead, is a real one. */
         unsigned char pad[4] = {0x80, 0x80, 0x80, 0x80};
         memcpy(pad, s + n - back, back);
-        return hps__utf8_seq(pad, 4) > back ? n - back : n;
+        return hps__kserve_utf8_seq(pad, 4) > back ? n - back : n;
     }
     return n;
 }
 
-void hps__text_json_str(hps__text_t *t, const char *str, size_t n)
+void hps__kserve_text_json_str(hps__kserve_text_t *t, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)str;
     /* Worst case every byte becomes \u00XX (6 bytes), plus the quotes;
      * an invalid byte becomes at most 3 (U+FFFD). */
-    if (n > SIZE_MAX / 8 || !hps__text_reserve(t, n * 6 + 2))
+    if (n > SIZE_MAX / 8 || !hps__kserve_text_reserve(t, n * 6 + 2))
         return;
     char *w = t->data + t->len;
     *w++ = '"';
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
         if (c >= 0x80) {
-            size_t k = hps__utf8_seq(s + i, n - i);
+            size_t k = hps__kserve_utf8_seq(s + i, n - i);
             if (k) {
                 memcpy(w, s + i, k);
                 w += k;
@@ -220,7 +220,7 @@ void hps__text_json_str(hps__text_t *t, const char *str, size_t n)
     t->len = (size_t)(w - t->data);
 }
 
-void hps__text_u64(hps__text_t *t, uint64_t v)
+void hps__kserve_text_u64(hps__kserve_text_t *t, uint64_t v)
 {
     char buf[24];
     char *p = buf + sizeof(buf);
@@ -228,60 +228,60 @@ void hps__text_u64(hps__text_t *t, uint64_t v)
         *--p = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    hps__text_put(t, p, (size_t)(buf + sizeof(buf) - p));
+    hps__kserve_text_put(t, p, (size_t)(buf + sizeof(buf) - p));
 }
 
-void hps__text_i64(hps__text_t *t, int64_t v)
+void hps__kserve_text_i64(hps__kserve_text_t *t, int64_t v)
 {
     if (v < 0) {
-        hps__text_putc(t, '-');
-        hps__text_u64(t, (uint64_t)0 - (uint64_t)v);
+        hps__kserve_text_putc(t, '-');
+        hps__kserve_text_u64(t, (uint64_t)0 - (uint64_t)v);
     } else {
-        hps__text_u64(t, (uint64_t)v);
+        hps__kserve_text_u64(t, (uint64_t)v);
     }
 }
 
-void hps__text_f32(hps__text_t *t, float v)
+void hps__kserve_text_f32(hps__kserve_text_t *t, float v)
 {
     if (isnan(v)) {
-        hps__text_put(t, "NaN", 3);
+        hps__kserve_text_put(t, "NaN", 3);
         return;
     }
     if (isinf(v)) {
-        hps__text_puts(t, v < 0 ? "-Infinity" : "Infinity");
+        hps__kserve_text_puts(t, v < 0 ? "-Infinity" : "Infinity");
         return;
     }
     /* 9 significant digits identify every float exactly (FLT_DECIMAL_DIG). */
-    if (!hps__text_reserve(t, 24))
+    if (!hps__kserve_text_reserve(t, 24))
         return;
     int n = snprintf(t->data + t->len, 24, "%.9g", (double)v);
     if (n > 0 && n < 24)
         t->len += (size_t)n;
 }
 
-void hps__text_label(hps__text_t *t, const char *s)
+void hps__kserve_text_label(hps__kserve_text_t *t, const char *s)
 {
     for (const char *p = s; *p; p++) {
         if (*p == '\\')
-            hps__text_put(t, "\\\\", 2);
+            hps__kserve_text_put(t, "\\\\", 2);
         else if (*p == '"')
-            hps__text_put(t, "\\\"", 2);
+            hps__kserve_text_put(t, "\\\"", 2);
         else if (*p == '\n')
-            hps__text_put(t, "\\n", 2);
+            hps__kserve_text_put(t, "\\n", 2);
         else
-            hps__text_putc(t, *p);
+            hps__kserve_text_putc(t, *p);
     }
 }
 
-char *hps__text_steal(hps__text_t *t, size_t *ret_len)
+char *hps__kserve_text_steal(hps__kserve_text_t *t, size_t *ret_len)
 {
     char *p = t->data;
     *ret_len = t->len;
-    hps__text_init(t);
+    hps__kserve_text_init(t);
     return p;
 }
 
-int hps__kerr_set(hps__kerr_t *e, unsigned status, const char *fmt, ...)
+int hps__kserve_kerr_set(hps__kserve_kerr_t *e, unsigned status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -289,18 +289,18 @@ int hps__kerr_set(hps__kerr_t *e, unsigned status, const char *fmt, ...)
     int n = vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
     va_end(ap);
     if (n >= (int)sizeof(e->msg)) /* truncated: never end in half a character */
-        e->msg[hps__utf8_cut(e->msg, sizeof(e->msg) - 1)] = '\0';
+        e->msg[hps__kserve_utf8_cut(e->msg, sizeof(e->msg) - 1)] = '\0';
     return -1;
 }
 
-uint64_t hps__now_ns(void)
+uint64_t hps__kserve_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t hps__epoch_ms(void)
+uint64_t hps__kserve_epoch_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -326,7 +326,7 @@ hps_err_t hps_kserve_text_append(hps_kserve_text_t *text, const char *s, size_t 
     if (!text || (!s && n))
         return HPS_EINVAL;
     size_t len = text->len;
-    hps__text_put(text, s, n);
+    hps__kserve_text_put(text, s, n);
     return text_settle(text, len);
 }
 
@@ -337,7 +337,7 @@ hps_err_t hps_kserve_text_appendf(hps_kserve_text_t *text, const char *fmt, ...)
     size_t len = text->len;
     va_list ap;
     va_start(ap, fmt);
-    hps__text_vprintf(text, fmt, ap);
+    hps__kserve_text_vprintf(text, fmt, ap);
     va_end(ap);
     return text_settle(text, len);
 }
@@ -347,6 +347,6 @@ hps_err_t hps_kserve_text_append_label(hps_kserve_text_t *text, const char *s)
     if (!text || !s)
         return HPS_EINVAL;
     size_t len = text->len;
-    hps__text_label(text, s);
+    hps__kserve_text_label(text, s);
     return text_settle(text, len);
 }

@@ -9,7 +9,7 @@
  * would take the total past max_out stops the decoding with an error
  * before any of it reaches the sink.  The caller's buffer therefore grows
  * to max_out at most, and the CPU spent is bounded by max_out bytes of
- * output plus hps__zbound(max_out) bytes of input, the most compressed
+ * output plus hps__kserve_zbound(max_out) bytes of input, the most compressed
  * input accepted.
  *
  * Wrappers.  Triton inflates either coding with zlib's automatic detection
@@ -34,12 +34,12 @@
 /* Bytes zlib inflates at a time before they go to the sink. */
 #define OUT_CHUNK ((size_t)16 << 10)
 
-/* Level of response compression (see hps__zcompress). */
+/* Level of response compression (see hps__kserve_zcompress). */
 #define COMPRESS_LEVEL 1
 
-struct hps__inflate {
+struct hps__kserve_inflate {
     z_stream zs;
-    enum hps__zenc enc;
+    enum hps__kserve_zenc enc;
     bool started; /* inflateInit2 done: the wrapper is known */
     bool ended;   /* the current stream (gzip member) reached its end */
     bool gzip;    /* gzip wrapper: another member may follow */
@@ -50,9 +50,9 @@ struct hps__inflate {
     uint64_t max_in;
     uint64_t in_total;
     uint64_t out_total;
-    hps__zsink_t sink;
+    hps__kserve_zsink_t sink;
     void *ctx;
-    hps__kerr_t err;
+    hps__kserve_kerr_t err;
     char out[OUT_CHUNK];
 };
 
@@ -83,21 +83,21 @@ static bool token_is(const char *s, size_t n, const char *word)
 }
 
 /* The coding a token names (identity included); UNKNOWN otherwise. */
-static enum hps__zenc token_enc(const char *s, size_t n)
+static enum hps__kserve_zenc token_enc(const char *s, size_t n)
 {
     if (n == 0 || token_is(s, n, "identity"))
-        return HPS__ZENC_IDENTITY;
+        return HPS__KSERVE_ZENC_IDENTITY;
     if (token_is(s, n, "gzip") || token_is(s, n, "x-gzip"))
-        return HPS__ZENC_GZIP;
+        return HPS__KSERVE_ZENC_GZIP;
     if (token_is(s, n, "deflate"))
-        return HPS__ZENC_DEFLATE;
-    return HPS__ZENC_UNKNOWN;
+        return HPS__KSERVE_ZENC_DEFLATE;
+    return HPS__KSERVE_ZENC_UNKNOWN;
 }
 
-enum hps__zenc hps__zenc_parse(const char *value)
+enum hps__kserve_zenc hps__kserve_zenc_parse(const char *value)
 {
     if (!value)
-        return HPS__ZENC_IDENTITY;
+        return HPS__KSERVE_ZENC_IDENTITY;
     size_t n = strlen(value);
     const char *s = trim(value, &n);
     return token_enc(s, n);
@@ -145,9 +145,9 @@ static int element_q(const char *p, size_t n)
     return q;
 }
 
-enum hps__zenc hps__zenc_accept(const char *value)
+enum hps__kserve_zenc hps__kserve_zenc_accept(const char *value)
 {
-    enum hps__zenc best = HPS__ZENC_IDENTITY;
+    enum hps__kserve_zenc best = HPS__KSERVE_ZENC_IDENTITY;
     int best_q = 0; /* strictly more wins: q=0 never, ties keep the first */
     const char *p = value;
     size_t left = value ? strlen(value) : 0;
@@ -157,9 +157,9 @@ enum hps__zenc hps__zenc_accept(const char *value)
         const char *semi = memchr(p, ';', len);
         size_t cn = semi ? (size_t)(semi - p) : len;
         const char *coding = trim(p, &cn);
-        enum hps__zenc e = cn ? token_enc(coding, cn) : HPS__ZENC_UNKNOWN;
+        enum hps__kserve_zenc e = cn ? token_enc(coding, cn) : HPS__KSERVE_ZENC_UNKNOWN;
         int q = semi ? element_q(semi + 1, (size_t)(p + len - semi - 1)) : 1000;
-        if (e != HPS__ZENC_UNKNOWN && q > best_q) {
+        if (e != HPS__KSERVE_ZENC_UNKNOWN && q > best_q) {
             best = e;
             best_q = q;
         }
@@ -171,21 +171,21 @@ enum hps__zenc hps__zenc_accept(const char *value)
     return best;
 }
 
-const char *hps__zenc_name(enum hps__zenc enc)
+const char *hps__kserve_zenc_name(enum hps__kserve_zenc enc)
 {
     switch (enc) {
-    case HPS__ZENC_IDENTITY:
+    case HPS__KSERVE_ZENC_IDENTITY:
         return "identity";
-    case HPS__ZENC_GZIP:
+    case HPS__KSERVE_ZENC_GZIP:
         return "gzip";
-    case HPS__ZENC_DEFLATE:
+    case HPS__KSERVE_ZENC_DEFLATE:
         return "deflate";
     default:
         return "unknown";
     }
 }
 
-uint64_t hps__zbound(size_t n)
+uint64_t hps__kserve_zbound(size_t n)
 {
     /* deflateBound()'s bound for any zlib settings (stored blocks as small
      * as memLevel 1 makes them), plus a gzip header naming a file. */
@@ -196,23 +196,23 @@ uint64_t hps__zbound(size_t n)
 /* Inflating                                                                 */
 /* ------------------------------------------------------------------------ */
 
-int hps__inflate_create(enum hps__zenc enc, size_t max_out, hps__zsink_t sink, void *ctx,
-                        struct hps__inflate **ret)
+int hps__kserve_inflate_create(enum hps__kserve_zenc enc, size_t max_out, hps__kserve_zsink_t sink,
+                               void *ctx, struct hps__kserve_inflate **ret)
 {
-    struct hps__inflate *z = malloc(sizeof(*z));
+    struct hps__kserve_inflate *z = malloc(sizeof(*z));
     if (!z)
         return -ENOMEM;
-    memset(z, 0, offsetof(struct hps__inflate, out));
-    z->enc = enc == HPS__ZENC_GZIP ? HPS__ZENC_GZIP : HPS__ZENC_DEFLATE;
+    memset(z, 0, offsetof(struct hps__kserve_inflate, out));
+    z->enc = enc == HPS__KSERVE_ZENC_GZIP ? HPS__KSERVE_ZENC_GZIP : HPS__KSERVE_ZENC_DEFLATE;
     z->max_out = max_out;
-    z->max_in = hps__zbound(max_out);
+    z->max_in = hps__kserve_zbound(max_out);
     z->sink = sink;
     z->ctx = ctx;
     *ret = z;
     return 0;
 }
 
-void hps__inflate_destroy(struct hps__inflate *z)
+void hps__kserve_inflate_destroy(struct hps__kserve_inflate *z)
 {
     if (!z)
         return;
@@ -221,46 +221,47 @@ void hps__inflate_destroy(struct hps__inflate *z)
     free(z);
 }
 
-const hps__kerr_t *hps__inflate_error(const struct hps__inflate *z)
+const hps__kserve_kerr_t *hps__kserve_inflate_error(const struct hps__kserve_inflate *z)
 {
     return z->failed ? &z->err : NULL;
 }
 
-uint64_t hps__inflate_total(const struct hps__inflate *z)
+uint64_t hps__kserve_inflate_total(const struct hps__kserve_inflate *z)
 {
     return z->out_total;
 }
 
-__attribute__((format(printf, 3, 4))) static int fail(struct hps__inflate *z, unsigned status,
-                                                      const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int fail(struct hps__kserve_inflate *z,
+                                                      unsigned status, const char *fmt, ...)
 {
-    char msg[HPS__KERR_MSG_MAX - 80];
+    char msg[HPS__KSERVE_KERR_MSG_MAX - 80];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     z->failed = true;
-    return hps__kerr_set(&z->err, status,
-                         "failed to decompress the request body (Content-Encoding: %s): %s",
-                         hps__zenc_name(z->enc), msg);
+    return hps__kserve_kerr_set(&z->err, status,
+                                "failed to decompress the request body (Content-Encoding: %s): %s",
+                                hps__kserve_zenc_name(z->enc), msg);
 }
 
-static int too_large(struct hps__inflate *z)
+static int too_large(struct hps__kserve_inflate *z)
 {
     z->failed = true;
-    return hps__kerr_set(&z->err, 400,
-                         "request body of more than %zu bytes once decompressed (Content-Encoding: "
-                         "%s) exceeds the maximum allowed value of %zu bytes",
-                         z->max_out, hps__zenc_name(z->enc), z->max_out);
+    return hps__kserve_kerr_set(
+        &z->err, 400,
+        "request body of more than %zu bytes once decompressed (Content-Encoding: "
+        "%s) exceeds the maximum allowed value of %zu bytes",
+        z->max_out, hps__kserve_zenc_name(z->enc), z->max_out);
 }
 
 /* The wrapper from the first two bytes, then inflateInit2. */
-static int start(struct hps__inflate *z)
+static int start(struct hps__kserve_inflate *z)
 {
     const unsigned char *h = z->head;
     bool gzip = h[0] == 0x1f && h[1] == 0x8b;
     bool zlib = (h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 && ((h[0] << 8) | h[1]) % 31 == 0;
-    int wbits = gzip || (!zlib && z->enc == HPS__ZENC_GZIP) ? 15 + 16 : zlib ? 15 : -15;
+    int wbits = gzip || (!zlib && z->enc == HPS__KSERVE_ZENC_GZIP) ? 15 + 16 : zlib ? 15 : -15;
     z->gzip = wbits > 15;
     int rc = inflateInit2(&z->zs, wbits);
     if (rc != Z_OK)
@@ -271,7 +272,7 @@ static int start(struct hps__inflate *z)
 }
 
 /* Hand the chunk's first n bytes to the sink, within max_out. */
-static int deliver(struct hps__inflate *z, size_t n)
+static int deliver(struct hps__kserve_inflate *z, size_t n)
 {
     if (z->out_total + n > z->max_out)
         return too_large(z);
@@ -283,7 +284,7 @@ static int deliver(struct hps__inflate *z, size_t n)
     return 0;
 }
 
-static int inflate_error(struct hps__inflate *z, int rc)
+static int inflate_error(struct hps__kserve_inflate *z, int rc)
 {
     switch (rc) {
     case Z_NEED_DICT:
@@ -298,7 +299,7 @@ static int inflate_error(struct hps__inflate *z, int rc)
 }
 
 /* Inflate in[0, n) (the wrapper is known). */
-static int run(struct hps__inflate *z, const unsigned char *in, size_t n)
+static int run(struct hps__kserve_inflate *z, const unsigned char *in, size_t n)
 {
     while (n > 0) {
         if (z->ended) { /* bytes after a stream: another gzip member, or garbage */
@@ -331,18 +332,18 @@ static int run(struct hps__inflate *z, const unsigned char *in, size_t n)
     return 0;
 }
 
-int hps__inflate_feed(struct hps__inflate *z, const void *in, size_t n)
+int hps__kserve_inflate_feed(struct hps__kserve_inflate *z, const void *in, size_t n)
 {
     if (z->failed)
         return -1;
     z->in_total += n;
     if (z->in_total > z->max_in) {
         z->failed = true;
-        return hps__kerr_set(&z->err, 400,
-                             "compressed request body of more than %llu bytes exceeds the "
-                             "maximum allowed value of %llu bytes (%zu bytes once decompressed)",
-                             (unsigned long long)z->max_in, (unsigned long long)z->max_in,
-                             z->max_out);
+        return hps__kserve_kerr_set(
+            &z->err, 400,
+            "compressed request body of more than %llu bytes exceeds the "
+            "maximum allowed value of %llu bytes (%zu bytes once decompressed)",
+            (unsigned long long)z->max_in, (unsigned long long)z->max_in, z->max_out);
     }
     const unsigned char *p = in;
     if (!z->started) {
@@ -358,7 +359,7 @@ int hps__inflate_feed(struct hps__inflate *z, const void *in, size_t n)
     return run(z, p, n);
 }
 
-int hps__inflate_end(struct hps__inflate *z)
+int hps__kserve_inflate_end(struct hps__kserve_inflate *z)
 {
     if (z->failed)
         return -1;
@@ -382,15 +383,15 @@ static void out_window(z_stream *zs, char *buf, size_t cap, size_t len)
     zs->avail_out = room > UINT_MAX ? UINT_MAX : (uInt)room;
 }
 
-int hps__zcompress(enum hps__zenc enc, const struct hps__zpart *parts, size_t nparts, char **ret,
-                   size_t *ret_len)
+int hps__kserve_zcompress(enum hps__kserve_zenc enc, const struct hps__kserve_zpart *parts,
+                          size_t nparts, char **ret, size_t *ret_len)
 {
-    if (enc != HPS__ZENC_GZIP && enc != HPS__ZENC_DEFLATE)
+    if (enc != HPS__KSERVE_ZENC_GZIP && enc != HPS__KSERVE_ZENC_DEFLATE)
         return -EINVAL;
     z_stream zs;
     memset(&zs, 0, sizeof(zs));
-    int rc = deflateInit2(&zs, COMPRESS_LEVEL, Z_DEFLATED, enc == HPS__ZENC_GZIP ? 15 + 16 : 15, 8,
-                          Z_DEFAULT_STRATEGY);
+    int rc = deflateInit2(&zs, COMPRESS_LEVEL, Z_DEFLATED,
+                          enc == HPS__KSERVE_ZENC_GZIP ? 15 + 16 : 15, 8, Z_DEFAULT_STRATEGY);
     if (rc != Z_OK)
         return rc == Z_MEM_ERROR ? -ENOMEM : -EINVAL;
     size_t total = 0;

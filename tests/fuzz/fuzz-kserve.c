@@ -40,7 +40,7 @@ static uint32_t plain_dims[3] = {4, 8, 3};
 static uint32_t plain_kps[3] = {1, 1, 1};
 static char *plain_names[3] = {"a", "b", "c"};
 
-static struct hps__kmodel models[2] = {
+static struct hps__kserve_kmodel models[2] = {
     {.name = "hps_wdl",
      .name_len = 7,
      .version_num = 1,
@@ -85,21 +85,21 @@ static const hps_kserve_backend_t backend = {.model_control = fake_control,
                                              .model_state = fake_state};
 
 /* The repository endpoints: the index, and load / unload bodies. */
-static void run_repo(const struct hps__route *r, const char *body, size_t len)
+static void run_repo(const struct hps__kserve_route *r, const char *body, size_t len)
 {
-    hps__kerr_t err;
-    hps__text_t t;
-    hps__text_init(&t);
-    if (r->kind == HPS__R_REPO_INDEX) {
-        (void)hps__repo_index(models, 2, &backend, true, body, len, &t, &err);
-    } else if (r->kind == HPS__R_REPO_LOAD || r->kind == HPS__R_REPO_UNLOAD) {
+    hps__kserve_kerr_t err;
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    if (r->kind == HPS__KSERVE_R_REPO_INDEX) {
+        (void)hps__kserve_repo_index(models, 2, &backend, true, body, len, &t, &err);
+    } else if (r->kind == HPS__KSERVE_R_REPO_LOAD || r->kind == HPS__KSERVE_R_REPO_UNLOAD) {
         char name[128];
-        (void)hps__repo_control(r, models, 2, &backend, body, len, name, sizeof(name), &err);
+        (void)hps__kserve_repo_control(r, models, 2, &backend, body, len, name, sizeof(name), &err);
     }
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
-static struct hps__shm shm;
+static struct hps__kserve_shm shm;
 static unsigned char *region; /* our own mapping of r0's object */
 
 /* Register r0 over a fresh object, then unlink the object. */
@@ -107,7 +107,7 @@ static void setup(void)
 {
     char key[64];
     snprintf(key, sizeof(key), "/hpsfuzz-kserve.%ld", (long)getpid());
-    hps__shm_init(&shm, true, false);
+    hps__kserve_shm_init(&shm, true, false);
     int fd = shm_open(key, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, REGION_BYTES) != 0) {
         perror("fuzz-kserve: shm_open");
@@ -117,8 +117,8 @@ static void setup(void)
     char body[160];
     int n = snprintf(body, sizeof(body), "{\"key\":\"%s\",\"offset\":0,\"byte_size\":%d}", key,
                      REGION_BYTES);
-    hps__kerr_t err;
-    int rc = hps__shm_register(&shm, "r0", body, (size_t)n, &err);
+    hps__kserve_kerr_t err;
+    int rc = hps__kserve_shm_register(&shm, "r0", body, (size_t)n, &err);
     shm_unlink(key);
     close(fd);
     if (region == MAP_FAILED || rc != 0) {
@@ -147,18 +147,18 @@ static void take_line(const uint8_t **p, const uint8_t *end, char *buf, size_t c
     *p += n + (nl != NULL);
 }
 
-static void run_infer(const struct hps__klimits *lim, const struct hps__kmodel *m, const char *body,
-                      size_t len, const char *hlen)
+static void run_infer(const struct hps__kserve_klimits *lim, const struct hps__kserve_kmodel *m,
+                      const char *body, size_t len, const char *hlen)
 {
-    struct hps__infer_req req;
-    hps__kerr_t err;
-    hps__text_t t;
-    hps__text_init(&t);
-    if (hps__infer_parse(lim, m, body, len, hlen, &req, &err) != 0) {
+    struct hps__kserve_infer_req req;
+    hps__kserve_kerr_t err;
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    if (hps__kserve_infer_parse(lim, m, body, len, hlen, &req, &err) != 0) {
         if (err.status < 400 || err.status > 599)
             abort(); /* every refusal has an HTTP error status */
-        hps__resp_error(&t, err.msg);
-        hps__text_fini(&t);
+        hps__kserve_resp_error(&t, err.msg);
+        hps__kserve_text_fini(&t);
         return;
     }
     /* What the server checks before it lets the backend write out_len floats. */
@@ -177,14 +177,14 @@ static void run_infer(const struct hps__klimits *lim, const struct hps__kmodel *
         for (int32_t j = 0; j < req.numkeys[i]; j++, k++)
             for (uint32_t d = 0; d < m->dims[i]; d++)
                 out[o++] = (float)(*k % 1000) + (float)d * 0.5f;
-    if (hps__infer_store_output(&req, out, &err) == 0) {
-        hps__resp_infer(&t, m, &req, req.out_shm ? NULL : out);
+    if (hps__kserve_infer_store_output(&req, out, &err) == 0) {
+        hps__kserve_resp_infer(&t, m, &req, req.out_shm ? NULL : out);
     } else {
-        hps__resp_error(&t, err.msg);
+        hps__kserve_resp_error(&t, err.msg);
     }
     free(out);
-    hps__text_fini(&t);
-    hps__infer_req_fini(&req);
+    hps__kserve_text_fini(&t);
+    hps__kserve_infer_req_fini(&req);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -206,27 +206,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *body = malloc(len ? len : 1);
     memcpy(body, p, len);
 
-    struct hps__klimits lim = {
+    struct hps__kserve_klimits lim = {
         .max_keys = (flags & 8) ? 4 : 1000, .json_depth = 32, .shm = (flags & 4) ? &shm : NULL};
     refill_region();
 
-    struct hps__route r;
-    hps__route_parse(url, &r);
-    (void)hps__route_method(r.kind);
-    hps__kerr_t err;
-    const struct hps__kmodel *m = &models[flags & 1];
+    struct hps__kserve_route r;
+    hps__kserve_route_parse(url, &r);
+    (void)hps__kserve_route_method(r.kind);
+    hps__kserve_kerr_t err;
+    const struct hps__kserve_kmodel *m = &models[flags & 1];
     if (r.model) {
-        long mi = hps__route_model(&r, models, 2, &err);
+        long mi = hps__kserve_route_model(&r, models, 2, &err);
         if (mi >= 0)
             m = &models[mi];
     }
-    if (r.kind == HPS__R_SHM_STATUS) {
-        hps__text_t t;
-        hps__text_init(&t);
+    if (r.kind == HPS__KSERVE_R_SHM_STATUS) {
+        hps__kserve_text_t t;
+        hps__kserve_text_init(&t);
         char *name = r.region ? strndup(r.region, r.region_len) : NULL;
-        (void)hps__shm_status(&shm, r.cuda, name, &t, &err);
+        (void)hps__kserve_shm_status(&shm, r.cuda, name, &t, &err);
         free(name);
-        hps__text_fini(&t);
+        hps__kserve_text_fini(&t);
     }
     run_repo(&r, body, len);
     run_infer(&lim, m, body, len, hlen);

@@ -128,7 +128,7 @@ static void fill(hps_shmdb_t *db, uint32_t id, uint32_t dim, uint32_t key_bytes,
 static void setup(void)
 {
     pthread_mutex_t ref;
-    if (hps__mutex_init(&ref) != 0)
+    if (hps__shmdb_mutex_init(&ref) != 0)
         abort();
     seg_kind = ref.__data.__kind;
     remove_stale();

@@ -2,7 +2,7 @@
  * test-kserve-json.c -- every error body is valid JSON, whatever bytes the
  * request sent.
  *
- * The escaper (hps__text_json_str) against an independent UTF-8 decoder:
+ * The escaper (hps__kserve_text_json_str) against an independent UTF-8 decoder:
  * each class of ill-formed UTF-8 becomes U+FFFD, well-formed sequences are
  * kept, control characters escaped; every output parsed back by json-c.
  * Then over TCP: invalid UTF-8 in the model name, input, output, datatype,
@@ -116,10 +116,10 @@ static json_object *strict_json(const char *b, size_t n, const char **why)
 }
 
 /* The escaper's literal for s[0, n), checked strict and parsed back. */
-static json_object *escape_parse(const char *s, size_t n, hps__text_t *t)
+static json_object *escape_parse(const char *s, size_t n, hps__kserve_text_t *t)
 {
     t->len = 0;
-    hps__text_json_str(t, s, n);
+    hps__kserve_text_json_str(t, s, n);
     KS_CHECK(!t->oom && t->data, "escaper ran out of memory");
     const char *why = NULL;
     json_object *j = strict_json(t->data, t->len, &why);
@@ -208,8 +208,8 @@ static const struct esc_case esc_cases[] = {
 static void test_escaper_cases(void **state)
 {
     (void)state;
-    hps__text_t t;
-    hps__text_init(&t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
     char hx[256];
     for (size_t i = 0; i < sizeof(esc_cases) / sizeof(esc_cases[0]); i++) {
         const struct esc_case *c = &esc_cases[i];
@@ -224,7 +224,7 @@ static void test_escaper_cases(void **state)
     }
     /* The exact escapes of control characters. */
     t.len = 0;
-    hps__text_json_str(&t, "\x01\x7f\x1f\n\"\\", 6);
+    hps__kserve_text_json_str(&t, "\x01\x7f\x1f\n\"\\", 6);
     KS_CHECK(!strcmp(t.data, "\"\\u0001\\u007f\\u001f\\n\\\"\\\\\""), "%s", t.data);
     /* Every single byte value, alone and before a valid character. */
     for (int b = 0; b < 256; b++) {
@@ -239,15 +239,15 @@ static void test_escaper_cases(void **state)
                      hexs(g, gn, hx, sizeof(hx)));
         json_object_put(j);
     }
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
-/* s[0, n) is a run of sequences that hps__utf8_seq accepts. */
+/* s[0, n) is a run of sequences that hps__kserve_utf8_seq accepts. */
 static bool seq_run(const unsigned char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
-        size_t l = hps__utf8_seq(s + i, n - i);
+        size_t l = hps__kserve_utf8_seq(s + i, n - i);
         if (!l)
             return false;
         i += l;
@@ -255,7 +255,7 @@ static bool seq_run(const unsigned char *s, size_t n)
     return true;
 }
 
-/* hps__utf8_seq against the reference: every 1-, 2- and 3-byte string, and
+/* hps__kserve_utf8_seq against the reference: every 1-, 2- and 3-byte string, and
  * 4-byte strings of every lead from EF to F8 (a sample of the rest). */
 static void test_utf8_seq_exhaustive(void **state)
 {
@@ -270,7 +270,7 @@ static void test_utf8_seq_exhaustive(void **state)
                 continue; /* shorter strings: once each */
             if (seq_run(s, n) != ref_utf8_valid((const char *)s, n))
                 KS_FAIL("%02x %02x %02x (n %zu): seq %zu", s[0], s[1], s[2], n,
-                        hps__utf8_seq(s, n));
+                        hps__kserve_utf8_seq(s, n));
         }
     }
     for (uint32_t lead = 0xef; lead <= 0xf8; lead++)
@@ -281,7 +281,7 @@ static void test_utf8_seq_exhaustive(void **state)
             s[3] = (unsigned char)v;
             if (seq_run(s, 4) != ref_utf8_valid((const char *)s, 4))
                 KS_FAIL("%02x %02x %02x %02x: seq %zu", s[0], s[1], s[2], s[3],
-                        hps__utf8_seq(s, 4));
+                        hps__kserve_utf8_seq(s, 4));
         }
 }
 
@@ -316,8 +316,8 @@ static void test_escaper_random(void **state)
         "\xf0\x9f\x98",
         FFFD,
     };
-    hps__text_t t;
-    hps__text_init(&t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
     char in[256], hx[800];
     for (int it = 0; it < 20000; it++) {
         size_t n = 0, parts = ks_rand() % 24;
@@ -343,34 +343,34 @@ static void test_escaper_random(void **state)
                      hexs(in, n, hx, sizeof(hx)));
         json_object_put(j);
     }
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
 /* Truncation never leaves half a character, and never cuts an escape. */
 static void test_truncation(void **state)
 {
     (void)state;
-    KS_CHECK(hps__utf8_cut("ab\xe2\x82", 4) == 2, "cut 3-byte");
-    KS_CHECK(hps__utf8_cut("ab\xe2\x82\xac", 5) == 5, "whole 3-byte kept");
-    KS_CHECK(hps__utf8_cut("ab\xc3", 3) == 2, "cut 2-byte");
-    KS_CHECK(hps__utf8_cut("ab\xe0", 3) == 2 && hps__utf8_cut("ab\xf0", 3) == 2 &&
-                 hps__utf8_cut("ab\xf4", 3) == 2 && hps__utf8_cut("ab\xed", 3) == 2,
+    KS_CHECK(hps__kserve_utf8_cut("ab\xe2\x82", 4) == 2, "cut 3-byte");
+    KS_CHECK(hps__kserve_utf8_cut("ab\xe2\x82\xac", 5) == 5, "whole 3-byte kept");
+    KS_CHECK(hps__kserve_utf8_cut("ab\xc3", 3) == 2, "cut 2-byte");
+    KS_CHECK(hps__kserve_utf8_cut("ab\xe0", 3) == 2 && hps__kserve_utf8_cut("ab\xf0", 3) == 2 &&
+                 hps__kserve_utf8_cut("ab\xf4", 3) == 2 && hps__kserve_utf8_cut("ab\xed", 3) == 2,
              "cut lone leads of every class");
-    KS_CHECK(hps__utf8_cut("ab\xc1", 3) == 3 && hps__utf8_cut("ab\xf5", 3) == 3,
+    KS_CHECK(hps__kserve_utf8_cut("ab\xc1", 3) == 3 && hps__kserve_utf8_cut("ab\xf5", 3) == 3,
              "invalid leads left to the escaper");
-    KS_CHECK(hps__utf8_cut("ab\xe0\x80", 4) == 4, "overlong prefix left to the escaper");
-    KS_CHECK(hps__utf8_cut("a\xf0\x9f\x98", 4) == 1, "cut 4-byte");
-    KS_CHECK(hps__utf8_cut("a\xf0\x9f", 3) == 1, "cut 4-byte after 2");
-    KS_CHECK(hps__utf8_cut("ab\xff", 3) == 3, "invalid byte left to the escaper");
-    KS_CHECK(hps__utf8_cut("ab\xed\xa0", 4) == 4, "surrogate prefix left to the escaper");
-    KS_CHECK(hps__utf8_cut("abc", 3) == 3 && hps__utf8_cut("", 0) == 0, "ASCII");
-    /* hps__kerr_set's 512-byte buffer: "xy" + 169 euros fill 509 bytes,
+    KS_CHECK(hps__kserve_utf8_cut("ab\xe0\x80", 4) == 4, "overlong prefix left to the escaper");
+    KS_CHECK(hps__kserve_utf8_cut("a\xf0\x9f\x98", 4) == 1, "cut 4-byte");
+    KS_CHECK(hps__kserve_utf8_cut("a\xf0\x9f", 3) == 1, "cut 4-byte after 2");
+    KS_CHECK(hps__kserve_utf8_cut("ab\xff", 3) == 3, "invalid byte left to the escaper");
+    KS_CHECK(hps__kserve_utf8_cut("ab\xed\xa0", 4) == 4, "surrogate prefix left to the escaper");
+    KS_CHECK(hps__kserve_utf8_cut("abc", 3) == 3 && hps__kserve_utf8_cut("", 0) == 0, "ASCII");
+    /* hps__kserve_kerr_set's 512-byte buffer: "xy" + 169 euros fill 509 bytes,
      * the 170th would end at 512. */
     char arg[700] = "xy";
     for (int i = 0; i < 200; i++)
         strcat(arg, "\xe2\x82\xac");
-    hps__kerr_t e;
-    hps__kerr_set(&e, 400, "%s", arg);
+    hps__kserve_kerr_t e;
+    hps__kserve_kerr_set(&e, 400, "%s", arg);
     KS_CHECK(strlen(e.msg) == 509 && ref_utf8_valid(e.msg, strlen(e.msg)),
              "truncated message ends on a character: %zu bytes", strlen(e.msg));
     /* A message full of characters that need escapes, truncated: its JSON
@@ -378,10 +378,10 @@ static void test_truncation(void **state)
     char q[700];
     memset(q, '"', sizeof(q) - 1);
     q[sizeof(q) - 1] = '\0';
-    hps__kerr_set(&e, 400, "%s", q);
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_error(&t, e.msg);
+    hps__kserve_kerr_set(&e, 400, "%s", q);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_error(&t, e.msg);
     const char *why = NULL;
     json_object *j = strict_json(t.data, t.len, &why);
     KS_CHECK(j != NULL, "error body of 511 quotes: %s", why);
@@ -389,7 +389,7 @@ static void test_truncation(void **state)
     KS_CHECK(json_object_object_get_ex(j, "error", &m) && json_object_get_string_len(m) == 511,
              "511 quotes");
     json_object_put(j);
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
 /* ------------------------------------------------------------------------ */

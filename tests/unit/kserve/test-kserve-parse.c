@@ -14,7 +14,7 @@
 static uint32_t wdl_dims[2] = {1, 16};
 static uint32_t wdl_kps[2] = {2, 26};
 static char *wdl_names[2] = {"wide", "deep"};
-static struct hps__kmodel wdl = {
+static struct hps__kserve_kmodel wdl = {
     .name = "hps_wdl",
     .name_len = 7,
     .version_num = 1,
@@ -27,7 +27,7 @@ static struct hps__kmodel wdl = {
     .max_batch_size = 1024,
     .device_id = 3,
 };
-static const struct hps__klimits lim = {.max_keys = 1000, .json_depth = 32};
+static const struct hps__kserve_klimits lim = {.max_keys = 1000, .json_depth = 32};
 
 static int group_setup(void **state)
 {
@@ -45,58 +45,58 @@ static void test_route(void **state)
     (void)state;
     static const struct {
         const char *url;
-        enum hps__route_kind kind;
+        enum hps__kserve_route_kind kind;
         const char *model, *version;
     } cases[] = {
-        {"/v2", HPS__R_SERVER_META, NULL, NULL},
-        {"/v2/health/live", HPS__R_LIVE, NULL, NULL},
-        {"/v2/health/ready", HPS__R_READY, NULL, NULL},
-        {"/v2/models/stats", HPS__R_ALL_STATS, NULL, NULL},
-        {"/v2/models/m", HPS__R_MODEL_META, "m", NULL},
-        {"/v2/models/m/versions/12", HPS__R_MODEL_META, "m", "12"},
-        {"/v2/models/m/versions/12/infer", HPS__R_INFER, "m", "12"},
-        {"/v2/models/a.b-c_d/infer", HPS__R_INFER, "a.b-c_d", NULL},
-        {"/v2/models/m/ready", HPS__R_MODEL_READY, "m", NULL},
-        {"/v2/models/m/config", HPS__R_MODEL_CONFIG, "m", NULL},
-        {"/v2/models/m/stats", HPS__R_MODEL_STATS, "m", NULL},
-        {"/v2/models/m/versions/1/stats", HPS__R_MODEL_STATS, "m", "1"},
-        {"/v2/systemsharedmemory/status", HPS__R_SHM_STATUS, NULL, NULL},
-        {"/v2/systemsharedmemory/region/r/register", HPS__R_SHM_REGISTER, NULL, NULL},
-        {"/v2/cudasharedmemory/unregister", HPS__R_SHM_UNREGISTER, NULL, NULL},
-        {"/v2/cudasharedmemory/region/x/status", HPS__R_SHM_STATUS, NULL, NULL},
-        {"", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v22", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/health/live/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models//infer", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/versions/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/versions/1a", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/versions/-1", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/infer/x", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/generate", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/models/m/trace/setting", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository/index", HPS__R_REPO_INDEX, NULL, NULL},
-        {"/v2/repository/models/m/load", HPS__R_REPO_LOAD, "m", NULL},
-        {"/v2/repository/models/a.b/unload", HPS__R_REPO_UNLOAD, "a.b", NULL},
-        {"/v2/repository/r/index", HPS__R_REPO_NAMED, NULL, NULL},
-        {"/v2/repository/r/models/m/load", HPS__R_REPO_NAMED, "m", NULL},
-        {"/v2/repository", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository/index/", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository/models//load", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository/models/m/reload", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository/r/models/m", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/repository//index", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/systemsharedmemory/region//status", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/systemsharedmemory/foo", HPS__R_NOT_FOUND, NULL, NULL},
-        {"/v2/systemsharedmemoryx/status", HPS__R_NOT_FOUND, NULL, NULL},
+        {"/v2", HPS__KSERVE_R_SERVER_META, NULL, NULL},
+        {"/v2/health/live", HPS__KSERVE_R_LIVE, NULL, NULL},
+        {"/v2/health/ready", HPS__KSERVE_R_READY, NULL, NULL},
+        {"/v2/models/stats", HPS__KSERVE_R_ALL_STATS, NULL, NULL},
+        {"/v2/models/m", HPS__KSERVE_R_MODEL_META, "m", NULL},
+        {"/v2/models/m/versions/12", HPS__KSERVE_R_MODEL_META, "m", "12"},
+        {"/v2/models/m/versions/12/infer", HPS__KSERVE_R_INFER, "m", "12"},
+        {"/v2/models/a.b-c_d/infer", HPS__KSERVE_R_INFER, "a.b-c_d", NULL},
+        {"/v2/models/m/ready", HPS__KSERVE_R_MODEL_READY, "m", NULL},
+        {"/v2/models/m/config", HPS__KSERVE_R_MODEL_CONFIG, "m", NULL},
+        {"/v2/models/m/stats", HPS__KSERVE_R_MODEL_STATS, "m", NULL},
+        {"/v2/models/m/versions/1/stats", HPS__KSERVE_R_MODEL_STATS, "m", "1"},
+        {"/v2/systemsharedmemory/status", HPS__KSERVE_R_SHM_STATUS, NULL, NULL},
+        {"/v2/systemsharedmemory/region/r/register", HPS__KSERVE_R_SHM_REGISTER, NULL, NULL},
+        {"/v2/cudasharedmemory/unregister", HPS__KSERVE_R_SHM_UNREGISTER, NULL, NULL},
+        {"/v2/cudasharedmemory/region/x/status", HPS__KSERVE_R_SHM_STATUS, NULL, NULL},
+        {"", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v22", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/health/live/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models//infer", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/versions/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/versions/1a", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/versions/-1", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/infer/x", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/generate", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/models/m/trace/setting", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository/index", HPS__KSERVE_R_REPO_INDEX, NULL, NULL},
+        {"/v2/repository/models/m/load", HPS__KSERVE_R_REPO_LOAD, "m", NULL},
+        {"/v2/repository/models/a.b/unload", HPS__KSERVE_R_REPO_UNLOAD, "a.b", NULL},
+        {"/v2/repository/r/index", HPS__KSERVE_R_REPO_NAMED, NULL, NULL},
+        {"/v2/repository/r/models/m/load", HPS__KSERVE_R_REPO_NAMED, "m", NULL},
+        {"/v2/repository", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository/index/", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository/models//load", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository/models/m/reload", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository/r/models/m", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/repository//index", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/systemsharedmemory/region//status", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/systemsharedmemory/foo", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
+        {"/v2/systemsharedmemoryx/status", HPS__KSERVE_R_NOT_FOUND, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct hps__route r;
-        hps__route_parse(cases[i].url, &r);
+        struct hps__kserve_route r;
+        hps__kserve_route_parse(cases[i].url, &r);
         KS_CHECK(r.kind == cases[i].kind, "%s: kind %d", cases[i].url, (int)r.kind);
         if (cases[i].model)
             KS_CHECK(r.model_len == strlen(cases[i].model) &&
@@ -109,46 +109,47 @@ static void test_route(void **state)
         else
             KS_CHECK(!r.version, "%s: no version", cases[i].url);
     }
-    KS_CHECK(hps__route_method(HPS__R_INFER) && !strcmp(hps__route_method(HPS__R_INFER), "POST"),
+    KS_CHECK(hps__kserve_route_method(HPS__KSERVE_R_INFER) &&
+                 !strcmp(hps__kserve_route_method(HPS__KSERVE_R_INFER), "POST"),
              "infer is POST");
-    KS_CHECK(!strcmp(hps__route_method(HPS__R_SHM_STATUS), "GET"), "status is GET");
-    KS_CHECK(hps__route_method(HPS__R_NOT_FOUND) == NULL, "not found");
-    hps__kerr_t err;
-    struct hps__route r;
-    hps__route_parse("/v2/models/hps_wdl/versions/0001/infer", &r);
-    KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == 0, "0001 is version 1");
-    hps__route_parse("/v2/models/hps_wdl/versions/18446744073709551616/infer", &r);
-    KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == -1 && err.status == 400, "overflow");
-    hps__route_parse("/v2/models/hps_wd/infer", &r);
-    KS_CHECK(hps__route_model(&r, &wdl, 1, &err) == -2 &&
+    KS_CHECK(!strcmp(hps__kserve_route_method(HPS__KSERVE_R_SHM_STATUS), "GET"), "status is GET");
+    KS_CHECK(hps__kserve_route_method(HPS__KSERVE_R_NOT_FOUND) == NULL, "not found");
+    hps__kserve_kerr_t err;
+    struct hps__kserve_route r;
+    hps__kserve_route_parse("/v2/models/hps_wdl/versions/0001/infer", &r);
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, &err) == 0, "0001 is version 1");
+    hps__kserve_route_parse("/v2/models/hps_wdl/versions/18446744073709551616/infer", &r);
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, &err) == -1 && err.status == 400, "overflow");
+    hps__kserve_route_parse("/v2/models/hps_wd/infer", &r);
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, &err) == -2 &&
                  !strcmp(err.msg, "Request for unknown model: 'hps_wd' is not found"),
              "%s", err.msg);
-    hps__route_parse("/v2/systemsharedmemory/region/in_0/register", &r);
-    KS_CHECK(r.kind == HPS__R_SHM_REGISTER && !r.cuda && r.region_len == 4 &&
+    hps__kserve_route_parse("/v2/systemsharedmemory/region/in_0/register", &r);
+    KS_CHECK(r.kind == HPS__KSERVE_R_SHM_REGISTER && !r.cuda && r.region_len == 4 &&
                  !strncmp(r.region, "in_0", 4),
              "system region");
-    hps__route_parse("/v2/cudasharedmemory/unregister", &r);
-    KS_CHECK(r.kind == HPS__R_SHM_UNREGISTER && r.cuda && !r.region, "cuda, no region");
+    hps__kserve_route_parse("/v2/cudasharedmemory/unregister", &r);
+    KS_CHECK(r.kind == HPS__KSERVE_R_SHM_UNREGISTER && r.cuda && !r.region, "cuda, no region");
 }
 
 /* ------------------------------------------------------------------------ */
 /* Parser                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int parse(const char *body, size_t len, const char *hdr, struct hps__infer_req *r,
-                 hps__kerr_t *err)
+static int parse(const char *body, size_t len, const char *hdr, struct hps__kserve_infer_req *r,
+                 hps__kserve_kerr_t *err)
 {
     /* Copy into an exact-size heap buffer so ASan sees any overread. */
     char *copy = malloc(len ? len : 1);
     memcpy(copy, body, len);
-    int rc = hps__infer_parse(&lim, &wdl, copy, len, hdr, r, err);
+    int rc = hps__kserve_infer_parse(&lim, &wdl, copy, len, hdr, r, err);
     if (rc == 0) {
         /* Touch every key: keys may point into the body. */
         volatile uint64_t sink = 0;
         for (size_t i = 0; i < r->num_keys; i++)
             sink += (uint64_t)r->keys[i];
         (void)sink;
-        hps__infer_req_fini(r);
+        hps__kserve_infer_req_fini(r);
     }
     free(copy);
     return rc;
@@ -165,9 +166,10 @@ static void test_parse_json(void **state)
         "{\"name\":\"KEYS\",\"datatype\":\"INT64\",\"shape\":[1,3],"
         "\"data\":[-9223372036854775808,9223372036854775807,0]}],"
         "\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":false}}]}  \n";
-    struct hps__infer_req r;
-    hps__kerr_t err;
-    KS_CHECK(hps__infer_parse(&lim, &wdl, body, strlen(body), NULL, &r, &err) == 0, "%s", err.msg);
+    struct hps__kserve_infer_req r;
+    hps__kserve_kerr_t err;
+    KS_CHECK(hps__kserve_infer_parse(&lim, &wdl, body, strlen(body), NULL, &r, &err) == 0, "%s",
+             err.msg);
     KS_CHECK(r.num_keys == 3 && r.keys[0] == INT64_MIN && r.keys[1] == INT64_MAX && r.keys[2] == 0,
              "keys");
     KS_CHECK(r.numkeys[0] == 1 && r.numkeys[1] == 2, "numkeys");
@@ -178,9 +180,9 @@ static void test_parse_json(void **state)
     float out[33];
     for (int i = 0; i < 33; i++)
         out[i] = (float)i / 3.0f;
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_infer(&t, &wdl, &r, out);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_infer(&t, &wdl, &r, out);
     json_object *j = json_tokener_parse(t.data), *o = NULL, *d = NULL;
     KS_CHECK(j, "response parses: %s", t.data);
     KS_CHECK(json_object_object_get_ex(j, "outputs", &o), "outputs");
@@ -192,8 +194,8 @@ static void test_parse_json(void **state)
     KS_CHECK(strstr(t.data, "\"id\":\"a\\\"b\""), "id escaped: %s", t.data);
     KS_CHECK(strstr(t.data, "\"parameters\":{\"NumSample\":0,\"DeviceID\":3}"), "%s", t.data);
     json_object_put(j);
-    hps__text_fini(&t);
-    hps__infer_req_fini(&r);
+    hps__kserve_text_fini(&t);
+    hps__kserve_infer_req_fini(&r);
 }
 
 /* Binary KEYS at an aligned and an unaligned offset. */
@@ -220,23 +222,23 @@ static void test_parse_binary(void **state)
         memcpy(body + jl + 224, nk, 8);
         char hdr[16];
         snprintf(hdr, sizeof(hdr), " %d ", jl);
-        struct hps__infer_req r;
-        hps__kerr_t err;
-        KS_CHECK(hps__infer_parse(&lim, &wdl, body, len, hdr, &r, &err) == 0, "pad %d: %s", pad,
-                 err.msg);
+        struct hps__kserve_infer_req r;
+        hps__kserve_kerr_t err;
+        KS_CHECK(hps__kserve_infer_parse(&lim, &wdl, body, len, hdr, &r, &err) == 0, "pad %d: %s",
+                 pad, err.msg);
         KS_CHECK(((uintptr_t)r.keys & 7) == 0, "aligned keys");
         KS_CHECK(((jl & 7) == 0) == ((const char *)r.keys == body + jl), "in place iff aligned");
         KS_CHECK(!memcmp(r.keys, keys, 224) && r.numkeys[1] == 26, "values");
         KS_CHECK(r.binary_output && r.num_samples == 1 && r.out_len == 2 + 26 * 16, "fields");
-        hps__infer_req_fini(&r);
+        hps__kserve_infer_req_fini(&r);
         free(body);
     }
 }
 
 static void expect_err(const char *body, const char *hdr, unsigned status, const char *msg)
 {
-    struct hps__infer_req r;
-    hps__kerr_t err;
+    struct hps__kserve_infer_req r;
+    hps__kserve_kerr_t err;
     int rc = parse(body, strlen(body), hdr, &r, &err);
     KS_CHECK(rc == -1, "accepted: %s", body);
     KS_CHECK(err.status == status && strstr(err.msg, msg), "%s -> %u %s (expected %u %s)", body,
@@ -248,8 +250,8 @@ static void expect_err(const char *body, const char *hdr, unsigned status, const
 
 static void expect_ok(const char *body)
 {
-    struct hps__infer_req r;
-    hps__kerr_t err;
+    struct hps__kserve_infer_req r;
+    hps__kserve_kerr_t err;
     KS_CHECK(parse(body, strlen(body), NULL, &r, &err) == 0, "%s: %s", body, err.msg);
 }
 
@@ -371,8 +373,8 @@ static void test_fuzz_parser(void **state)
                      hm == 1 ? (size_t)(ks_rand() % (len + 3)) : seed_hlen[s]);
             h = hdr;
         }
-        struct hps__infer_req r;
-        hps__kerr_t err = {0};
+        struct hps__kserve_infer_req r;
+        hps__kserve_kerr_t err = {0};
         if (parse(buf, len, h, &r, &err) == 0) {
             ok++;
         } else {
@@ -394,8 +396,8 @@ static void test_fuzz_parser(void **state)
 static void test_f32_roundtrip(void **state)
 {
     (void)state;
-    hps__text_t t;
-    hps__text_init(&t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
     for (int i = 0; i < 200000; i++) {
         uint32_t bits = (uint32_t)ks_rand();
         float v;
@@ -408,19 +410,19 @@ static void test_f32_roundtrip(void **state)
         if (!isfinite(v))
             continue;
         t.len = 0;
-        hps__text_f32(&t, v);
+        hps__kserve_text_f32(&t, v);
         KS_CHECK(!t.oom && t.len < 20, "length");
         float back = strtof(t.data, NULL);
         KS_CHECK(memcmp(&back, &v, 4) == 0, "%s does not round-trip %08x", t.data, bits);
     }
     t.len = 0;
-    hps__text_f32(&t, NAN);
-    hps__text_putc(&t, ' ');
-    hps__text_f32(&t, INFINITY);
-    hps__text_putc(&t, ' ');
-    hps__text_f32(&t, -INFINITY);
+    hps__kserve_text_f32(&t, NAN);
+    hps__kserve_text_putc(&t, ' ');
+    hps__kserve_text_f32(&t, INFINITY);
+    hps__kserve_text_putc(&t, ' ');
+    hps__kserve_text_f32(&t, -INFINITY);
     KS_CHECK(!strcmp(t.data, "NaN Infinity -Infinity"), "%s", t.data);
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
 static void test_json_string(void **state)
@@ -433,33 +435,33 @@ static void test_json_string(void **state)
     for (int i = 127; i < 256; i++)
         raw[i] = 'a';
     memcpy(raw + 130, "\xc3\xa9\xe2\x82\xac", 5);
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__text_json_str(&t, raw, sizeof(raw));
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_text_json_str(&t, raw, sizeof(raw));
     json_object *j = json_tokener_parse(t.data);
     KS_CHECK(j && json_object_is_type(j, json_type_string), "%s", t.data);
     KS_CHECK(json_object_get_string_len(j) == 256 && !memcmp(json_object_get_string(j), raw, 256),
              "round trip");
     json_object_put(j);
     t.len = 0;
-    hps__resp_error(&t, "bad \"x\"\n");
+    hps__kserve_resp_error(&t, "bad \"x\"\n");
     KS_CHECK(!strcmp(t.data, "{\"error\":\"bad \\\"x\\\"\\n\"}"), "%s", t.data);
     t.len = 0;
-    hps__text_label(&t, "a\\b\"c\nd");
+    hps__kserve_text_label(&t, "a\\b\"c\nd");
     KS_CHECK(!strcmp(t.data, "a\\\\b\\\"c\\nd"), "%s", t.data);
     t.len = 0;
-    hps__text_i64(&t, INT64_MIN);
-    hps__text_putc(&t, ' ');
-    hps__text_u64(&t, UINT64_MAX);
+    hps__kserve_text_i64(&t, INT64_MIN);
+    hps__kserve_text_putc(&t, ' ');
+    hps__kserve_text_u64(&t, UINT64_MAX);
     KS_CHECK(!strcmp(t.data, "-9223372036854775808 18446744073709551615"), "%s", t.data);
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
 static void test_public_text(void **state)
 {
     (void)state;
-    hps__text_t t;
-    hps__text_init(&t);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
     KS_CHECK(hps_kserve_text_append(NULL, "x", 1) == HPS_EINVAL, "NULL text");
     KS_CHECK(hps_kserve_text_append(&t, NULL, 1) == HPS_EINVAL, "NULL bytes");
     KS_OK(hps_kserve_text_append(&t, NULL, 0));
@@ -472,7 +474,7 @@ static void test_public_text(void **state)
     big[sizeof(big) - 1] = '\0';
     KS_OK(hps_kserve_text_appendf(&t, "%s", big));
     KS_CHECK(t.len == 2 + 3 + 3 + 999 && !strncmp(t.data, "ab7-xq\\\"", 8), "%.20s", t.data);
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
 /* A backend's model_loaded for the metrics test: model 0 only. */
@@ -485,15 +487,16 @@ static bool only_model0_loaded(void *ctx, size_t mi)
 static void test_responses(void **state)
 {
     (void)state;
-    struct hps__kmodel m[2] = {wdl, wdl};
+    struct hps__kserve_kmodel m[2] = {wdl, wdl};
     m[1].name = "b\"q";
     m[1].max_batch_size = 0;
     m[1].device_id = -1;
-    hps__stats_success(&m[0].stats, &(struct hps__ktimes){5000, 1000, 1000, 2000, 1000}, 4);
-    hps__stats_failure(&m[0].stats, 3000, HPS__FAIL_BACKEND);
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__resp_stats(&t, m, 2);
+    hps__kserve_stats_success(&m[0].stats,
+                              &(struct hps__kserve_ktimes){5000, 1000, 1000, 2000, 1000}, 4);
+    hps__kserve_stats_failure(&m[0].stats, 3000, HPS__KSERVE_FAIL_BACKEND);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_resp_stats(&t, m, 2);
     json_object *j = json_tokener_parse(t.data);
     KS_CHECK(j, "stats JSON: %s", t.data);
     json_object_put(j);
@@ -502,18 +505,18 @@ static void test_responses(void **state)
                     "{\"success\":{\"count\":1,\"ns\":5000},\"fail\":{\"count\":1,\"ns\":3000}"),
              "%s", t.data);
     t.len = 0;
-    hps__resp_model_meta(&t, &m[1]);
+    hps__kserve_resp_model_meta(&t, &m[1]);
     j = json_tokener_parse(t.data);
     KS_CHECK(j && strstr(t.data, "\"shape\":[-1]}") && !strstr(t.data, "[-1,-1]"), "%s", t.data);
     json_object_put(j);
     t.len = 0;
-    hps__resp_model_config(&t, &m[1]);
+    hps__kserve_resp_model_config(&t, &m[1]);
     j = json_tokener_parse(t.data);
     KS_CHECK(j && strstr(t.data, "KIND_CPU"), "%s", t.data);
     json_object_put(j);
     t.len = 0;
     hps_kserve_backend_t be = {0}; /* no model_loaded: every model is shown */
-    hps__metrics_render(&t, m, 2, &be);
+    hps__kserve_metrics_render(&t, m, 2, &be);
     KS_CHECK(strstr(t.data, "nv_inference_request_success{model=\"b\\\"q\",version=\"1\"} 0\n"),
              "escaped label: %s", t.data);
     KS_CHECK(
@@ -525,11 +528,11 @@ static void test_responses(void **state)
     /* An unloaded model has no samples; the families stay. */
     t.len = 0;
     be.model_loaded = only_model0_loaded;
-    hps__metrics_render(&t, m, 2, &be);
+    hps__kserve_metrics_render(&t, m, 2, &be);
     KS_CHECK(!strstr(t.data, "model=\"b\\\"q\"") && strstr(t.data, "model=\"hps_wdl\"") &&
                  strstr(t.data, "# TYPE nv_inference_count counter\n"),
              "unloaded model hidden: %s", t.data);
-    hps__text_fini(&t);
+    hps__kserve_text_fini(&t);
 }
 
 /*
@@ -545,39 +548,39 @@ static void test_outpool(void **state)
     struct ks_backend b = {.ready = true};
     pthread_mutex_init(&b.pin_mu, NULL);
     hps_kserve_backend_t vt = ks_vtable_pinned(&b);
-    struct hps__outpool p;
-    hps__outpool_init(&p, &vt);
-    float *small = hps__outpool_get(&p, 1000);
-    hps__outpool_put(&p, small);
+    struct hps__kserve_outpool p;
+    hps__kserve_outpool_init(&p, &vt);
+    float *small = hps__kserve_outpool_get(&p, 1000);
+    hps__kserve_outpool_put(&p, small);
     KS_CHECK(b.pin_calls == 0, "a small buffer is neither kept nor pinned");
-    float *held[HPS__OUTPOOL_SLOTS];
-    for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++) {
-        held[i] = hps__outpool_get(&p, mib + (size_t)i * 4096);
+    float *held[HPS__KSERVE_OUTPOOL_SLOTS];
+    for (int i = 0; i < HPS__KSERVE_OUTPOOL_SLOTS; i++) {
+        held[i] = hps__kserve_outpool_get(&p, mib + (size_t)i * 4096);
         memset(held[i], 0x5a, mib); /* in use: writable */
     }
-    for (int i = 0; i < HPS__OUTPOOL_SLOTS; i++)
-        hps__outpool_put(&p, held[i]);
-    KS_CHECK(b.pins == HPS__OUTPOOL_SLOTS && b.unpins == 0, "%llu pins",
+    for (int i = 0; i < HPS__KSERVE_OUTPOOL_SLOTS; i++)
+        hps__kserve_outpool_put(&p, held[i]);
+    KS_CHECK(b.pins == HPS__KSERVE_OUTPOOL_SLOTS && b.unpins == 0, "%llu pins",
              (unsigned long long)b.pins);
-    KS_CHECK(hps__outpool_get(&p, mib + 4096) == held[1], "smallest fit first");
-    hps__outpool_put(&p, held[1]);
-    float *big = hps__outpool_get(&p, 4 * mib);
-    hps__outpool_put(&p, big);
-    KS_CHECK(b.pins == HPS__OUTPOOL_SLOTS + 1 && b.unpins == 1,
+    KS_CHECK(hps__kserve_outpool_get(&p, mib + 4096) == held[1], "smallest fit first");
+    hps__kserve_outpool_put(&p, held[1]);
+    float *big = hps__kserve_outpool_get(&p, 4 * mib);
+    hps__kserve_outpool_put(&p, big);
+    KS_CHECK(b.pins == HPS__KSERVE_OUTPOOL_SLOTS + 1 && b.unpins == 1,
              "the full pool gave up one small buffer for the big one: %llu pins, %llu unpins",
              (unsigned long long)b.pins, (unsigned long long)b.unpins);
-    KS_CHECK(hps__outpool_get(&p, 2 * mib) == big, "the big buffer is kept");
-    hps__outpool_put(&p, big);
-    float *medium = hps__outpool_get(&p, mib / 2 + mib);
+    KS_CHECK(hps__kserve_outpool_get(&p, 2 * mib) == big, "the big buffer is kept");
+    hps__kserve_outpool_put(&p, big);
+    float *medium = hps__kserve_outpool_get(&p, mib / 2 + mib);
     KS_CHECK(medium == big, "a 1.5 MiB request takes the only buffer that fits");
-    float *other = hps__outpool_get(&p, 3 * mib);
-    hps__outpool_put(&p, medium);
-    hps__outpool_put(&p, other);
+    float *other = hps__kserve_outpool_get(&p, 3 * mib);
+    hps__kserve_outpool_put(&p, medium);
+    hps__kserve_outpool_put(&p, other);
     KS_CHECK(b.unpins == 2, "3 MiB replaced the smallest 1 MiB buffer: %llu unpins",
              (unsigned long long)b.unpins);
-    KS_CHECK(hps__outpool_get(&p, 3 * mib + 1) == big, "4 MiB kept, not given up for 3 MiB");
-    hps__outpool_put(&p, big);
-    hps__outpool_fini(&p);
+    KS_CHECK(hps__kserve_outpool_get(&p, 3 * mib + 1) == big, "4 MiB kept, not given up for 3 MiB");
+    hps__kserve_outpool_put(&p, big);
+    hps__kserve_outpool_fini(&p);
     KS_CHECK(!b.pin_bad && b.unpins == b.pins, "fini unpinned every buffer: %llu of %llu",
              (unsigned long long)b.unpins, (unsigned long long)b.pins);
     pthread_mutex_destroy(&b.pin_mu);

@@ -77,13 +77,13 @@ struct collect {
     size_t refuse_after; /* 0: never refuse */
 };
 
-static int collect_sink(void *ctx, const char *data, size_t n, hps__kerr_t *err)
+static int collect_sink(void *ctx, const char *data, size_t n, hps__kserve_kerr_t *err)
 {
     struct collect *c = ctx;
     c->calls++;
     KS_CHECK(n > 0, "empty sink call");
     if (c->refuse_after && c->len + n > c->refuse_after)
-        return hps__kerr_set(err, 503, "sink full");
+        return hps__kserve_kerr_set(err, 503, "sink full");
     if (c->len + n > c->cap) {
         c->cap = (c->len + n) * 2;
         c->data = realloc(c->data, c->cap);
@@ -95,24 +95,24 @@ static int collect_sink(void *ctx, const char *data, size_t n, hps__kerr_t *err)
 
 /* Decode in[0, n) in pieces of at most `step` bytes (0: random sizes).
  * Returns 0 or -1; *ret_err gets the decoder's error (status 0 if none). */
-static int decode(enum hps__zenc enc, size_t max, const void *in, size_t n, size_t step,
-                  struct collect *out, hps__kerr_t *ret_err)
+static int decode(enum hps__kserve_zenc enc, size_t max, const void *in, size_t n, size_t step,
+                  struct collect *out, hps__kserve_kerr_t *ret_err)
 {
-    struct hps__inflate *z;
-    KS_CHECK(hps__inflate_create(enc, max, collect_sink, out, &z) == 0, "create");
+    struct hps__kserve_inflate *z;
+    KS_CHECK(hps__kserve_inflate_create(enc, max, collect_sink, out, &z) == 0, "create");
     const char *p = in;
     int rc = 0;
     for (size_t off = 0; off < n && rc == 0;) {
         size_t k = step ? step : 1 + (size_t)(ks_rand() % 5000);
         k = k > n - off ? n - off : k;
-        rc = hps__inflate_feed(z, p + off, k);
+        rc = hps__kserve_inflate_feed(z, p + off, k);
         off += k;
     }
     if (rc == 0)
-        rc = hps__inflate_end(z);
-    KS_CHECK(hps__inflate_total(z) == out->len, "total %llu vs %zu",
-             (unsigned long long)hps__inflate_total(z), out->len);
-    const hps__kerr_t *e = hps__inflate_error(z);
+        rc = hps__kserve_inflate_end(z);
+    KS_CHECK(hps__kserve_inflate_total(z) == out->len, "total %llu vs %zu",
+             (unsigned long long)hps__kserve_inflate_total(z), out->len);
+    const hps__kserve_kerr_t *e = hps__kserve_inflate_error(z);
     KS_CHECK((rc == 0) == (e == NULL), "error iff -1");
     memset(ret_err, 0, sizeof(*ret_err));
     if (e)
@@ -120,8 +120,8 @@ static int decode(enum hps__zenc enc, size_t max, const void *in, size_t n, size
     /* Refused for good: another feed does nothing. */
     size_t calls = out->calls;
     if (rc && n)
-        KS_CHECK(hps__inflate_feed(z, in, n) == -1 && out->calls == calls, "sticky failure");
-    hps__inflate_destroy(z);
+        KS_CHECK(hps__kserve_inflate_feed(z, in, n) == -1 && out->calls == calls, "sticky failure");
+    hps__kserve_inflate_destroy(z);
     return rc;
 }
 
@@ -143,54 +143,55 @@ static void test_parse_headers(void **state)
     (void)state;
     static const struct {
         const char *v;
-        enum hps__zenc e;
+        enum hps__kserve_zenc e;
     } ce[] = {
-        {NULL, HPS__ZENC_IDENTITY},
-        {"", HPS__ZENC_IDENTITY},
-        {" identity ", HPS__ZENC_IDENTITY},
-        {"gzip", HPS__ZENC_GZIP},
-        {"GZip", HPS__ZENC_GZIP},
-        {"x-gzip", HPS__ZENC_GZIP},
-        {"\tdeflate ", HPS__ZENC_DEFLATE},
-        {"br", HPS__ZENC_UNKNOWN},
-        {"gzip, identity", HPS__ZENC_UNKNOWN},
-        {"gzipx", HPS__ZENC_UNKNOWN},
-        {"\xff\x01", HPS__ZENC_UNKNOWN},
+        {NULL, HPS__KSERVE_ZENC_IDENTITY},
+        {"", HPS__KSERVE_ZENC_IDENTITY},
+        {" identity ", HPS__KSERVE_ZENC_IDENTITY},
+        {"gzip", HPS__KSERVE_ZENC_GZIP},
+        {"GZip", HPS__KSERVE_ZENC_GZIP},
+        {"x-gzip", HPS__KSERVE_ZENC_GZIP},
+        {"\tdeflate ", HPS__KSERVE_ZENC_DEFLATE},
+        {"br", HPS__KSERVE_ZENC_UNKNOWN},
+        {"gzip, identity", HPS__KSERVE_ZENC_UNKNOWN},
+        {"gzipx", HPS__KSERVE_ZENC_UNKNOWN},
+        {"\xff\x01", HPS__KSERVE_ZENC_UNKNOWN},
     };
     for (size_t i = 0; i < sizeof(ce) / sizeof(ce[0]); i++)
-        KS_CHECK(hps__zenc_parse(ce[i].v) == ce[i].e, "Content-Encoding '%s': %d", ce[i].v,
-                 (int)hps__zenc_parse(ce[i].v));
+        KS_CHECK(hps__kserve_zenc_parse(ce[i].v) == ce[i].e, "Content-Encoding '%s': %d", ce[i].v,
+                 (int)hps__kserve_zenc_parse(ce[i].v));
     static const struct {
         const char *v;
-        enum hps__zenc e;
+        enum hps__kserve_zenc e;
     } ae[] = {
-        {NULL, HPS__ZENC_IDENTITY},
-        {"", HPS__ZENC_IDENTITY},
-        {"gzip", HPS__ZENC_GZIP},
-        {"deflate", HPS__ZENC_DEFLATE},
-        {"gzip, deflate", HPS__ZENC_GZIP}, /* a tie: the first */
-        {"deflate,gzip", HPS__ZENC_DEFLATE},
-        {"gzip;q=0.5, deflate", HPS__ZENC_DEFLATE}, /* the highest q */
-        {"gzip;q=0", HPS__ZENC_IDENTITY},           /* q=0: never */
-        {"gzip ; q=0.000, deflate;q=0", HPS__ZENC_IDENTITY},
-        {"identity, gzip", HPS__ZENC_IDENTITY}, /* identity first */
-        {"identity;q=0.5, gzip;q=0.6", HPS__ZENC_GZIP},
-        {"br, *", HPS__ZENC_IDENTITY}, /* unknown codings, '*' ignored */
-        {"br;q=1, DEFLATE;q=0.1", HPS__ZENC_DEFLATE},
-        {"gzip;q=2, deflate;q=0.2", HPS__ZENC_DEFLATE}, /* malformed q: skipped */
-        {"gzip;q=abc", HPS__ZENC_IDENTITY},
-        {"gzip;q=0.1234", HPS__ZENC_IDENTITY},
-        {"gzip;level=1;q=1.000", HPS__ZENC_GZIP},
-        {" , ,gzip", HPS__ZENC_GZIP},
-        {"x-gzip;q=0.9", HPS__ZENC_GZIP},
+        {NULL, HPS__KSERVE_ZENC_IDENTITY},
+        {"", HPS__KSERVE_ZENC_IDENTITY},
+        {"gzip", HPS__KSERVE_ZENC_GZIP},
+        {"deflate", HPS__KSERVE_ZENC_DEFLATE},
+        {"gzip, deflate", HPS__KSERVE_ZENC_GZIP}, /* a tie: the first */
+        {"deflate,gzip", HPS__KSERVE_ZENC_DEFLATE},
+        {"gzip;q=0.5, deflate", HPS__KSERVE_ZENC_DEFLATE}, /* the highest q */
+        {"gzip;q=0", HPS__KSERVE_ZENC_IDENTITY},           /* q=0: never */
+        {"gzip ; q=0.000, deflate;q=0", HPS__KSERVE_ZENC_IDENTITY},
+        {"identity, gzip", HPS__KSERVE_ZENC_IDENTITY}, /* identity first */
+        {"identity;q=0.5, gzip;q=0.6", HPS__KSERVE_ZENC_GZIP},
+        {"br, *", HPS__KSERVE_ZENC_IDENTITY}, /* unknown codings, '*' ignored */
+        {"br;q=1, DEFLATE;q=0.1", HPS__KSERVE_ZENC_DEFLATE},
+        {"gzip;q=2, deflate;q=0.2", HPS__KSERVE_ZENC_DEFLATE}, /* malformed q: skipped */
+        {"gzip;q=abc", HPS__KSERVE_ZENC_IDENTITY},
+        {"gzip;q=0.1234", HPS__KSERVE_ZENC_IDENTITY},
+        {"gzip;level=1;q=1.000", HPS__KSERVE_ZENC_GZIP},
+        {" , ,gzip", HPS__KSERVE_ZENC_GZIP},
+        {"x-gzip;q=0.9", HPS__KSERVE_ZENC_GZIP},
     };
     for (size_t i = 0; i < sizeof(ae) / sizeof(ae[0]); i++)
-        KS_CHECK(hps__zenc_accept(ae[i].v) == ae[i].e, "Accept-Encoding '%s': %d", ae[i].v,
-                 (int)hps__zenc_accept(ae[i].v));
-    KS_CHECK(strcmp(hps__zenc_name(HPS__ZENC_GZIP), "gzip") == 0 &&
-                 strcmp(hps__zenc_name(HPS__ZENC_DEFLATE), "deflate") == 0,
+        KS_CHECK(hps__kserve_zenc_accept(ae[i].v) == ae[i].e, "Accept-Encoding '%s': %d", ae[i].v,
+                 (int)hps__kserve_zenc_accept(ae[i].v));
+    KS_CHECK(strcmp(hps__kserve_zenc_name(HPS__KSERVE_ZENC_GZIP), "gzip") == 0 &&
+                 strcmp(hps__kserve_zenc_name(HPS__KSERVE_ZENC_DEFLATE), "deflate") == 0,
              "names");
-    KS_CHECK(hps__zbound(1000) > 1000 + 13 && hps__zbound(1 << 20) < (2u << 20), "bound");
+    KS_CHECK(hps__kserve_zbound(1000) > 1000 + 13 && hps__kserve_zbound(1 << 20) < (2u << 20),
+             "bound");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,11 +206,13 @@ static void test_inflate_roundtrip(void **state)
     char *plain = sample(n);
     static const struct {
         int wbits;
-        enum hps__zenc label;
+        enum hps__kserve_zenc label;
     } cases[] = {
-        {31, HPS__ZENC_GZIP},     {15, HPS__ZENC_DEFLATE},
-        {-15, HPS__ZENC_DEFLATE}, {15, HPS__ZENC_GZIP}, /* zlib labelled gzip: Triton accepts it */
-        {31, HPS__ZENC_DEFLATE},                        /* and gzip labelled deflate */
+        {31, HPS__KSERVE_ZENC_GZIP},
+        {15, HPS__KSERVE_ZENC_DEFLATE},
+        {-15, HPS__KSERVE_ZENC_DEFLATE},
+        {15, HPS__KSERVE_ZENC_GZIP},    /* zlib labelled gzip: Triton accepts it */
+        {31, HPS__KSERVE_ZENC_DEFLATE}, /* and gzip labelled deflate */
     };
     static const size_t steps[] = {0, 1, 7, 65536, 1 << 30};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -219,7 +222,7 @@ static void test_inflate_roundtrip(void **state)
             if (steps[s] == 1 && i > 1)
                 continue; /* byte by byte once per wrapper is enough */
             struct collect out = {0};
-            hps__kerr_t e;
+            hps__kserve_kerr_t e;
             int rc = decode(cases[i].label, n, zb, zl, steps[s], &out, &e);
             KS_CHECK(rc == 0, "case %zu step %zu: %u %s", i, steps[s], e.status, e.msg);
             KS_CHECK(out.len == n && memcmp(out.data, plain, n) == 0, "case %zu: bytes", i);
@@ -231,8 +234,8 @@ static void test_inflate_roundtrip(void **state)
     size_t zl;
     unsigned char *zb = zref(-15, 6, plain, n, &zl);
     struct collect out = {0};
-    hps__kerr_t e;
-    KS_CHECK(decode(HPS__ZENC_GZIP, n, zb, zl, 0, &out, &e) == -1 && e.status == 400 &&
+    hps__kserve_kerr_t e;
+    KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, n, zb, zl, 0, &out, &e) == -1 && e.status == 400 &&
                  strstr(e.msg, "failed to decompress the request body (Content-Encoding: gzip)"),
              "raw as gzip: %u %s", e.status, e.msg);
     free(out.data);
@@ -249,11 +252,11 @@ static void test_inflate_exact_limit(void **state)
     char *plain = sample(max + 1);
     for (int w = 0; w < 2; w++) {
         int wbits = w ? 31 : 15;
-        enum hps__zenc enc = w ? HPS__ZENC_GZIP : HPS__ZENC_DEFLATE;
+        enum hps__kserve_zenc enc = w ? HPS__KSERVE_ZENC_GZIP : HPS__KSERVE_ZENC_DEFLATE;
         size_t zl;
         unsigned char *zb = zref(wbits, 6, plain, max, &zl);
         struct collect out = {0};
-        hps__kerr_t e;
+        hps__kserve_kerr_t e;
         KS_CHECK(decode(enc, max, zb, zl, 0, &out, &e) == 0, "exact limit: %s", e.msg);
         KS_CHECK(out.len == max && memcmp(out.data, plain, max) == 0, "exact bytes");
         free(out.data);
@@ -297,11 +300,11 @@ static void test_inflate_zip_bomb(void **state)
     deflateEnd(&zs);
     free(zeros);
     KS_CHECK(zl < big / 900, "a bomb: %zu compressed bytes", zl);
-    uint64_t t0 = hps__now_ns();
+    uint64_t t0 = hps__kserve_now_ns();
     struct collect out = {0};
-    hps__kerr_t e;
-    KS_CHECK(decode(HPS__ZENC_GZIP, max, zb, zl, 4096, &out, &e) == -1, "bomb refused");
-    uint64_t ms = (hps__now_ns() - t0) / 1000000;
+    hps__kserve_kerr_t e;
+    KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, max, zb, zl, 4096, &out, &e) == -1, "bomb refused");
+    uint64_t ms = (hps__kserve_now_ns() - t0) / 1000000;
     KS_CHECK(e.status == 400 && strstr(e.msg, "once decompressed"), "bomb: %u %s", e.status, e.msg);
     KS_CHECK(out.len <= max && out.cap <= 2 * max, "bomb: sink got %zu bytes", out.len);
     KS_CHECK(ms < 5000, "bomb took %llu ms: inflated past the limit?", (unsigned long long)ms);
@@ -317,12 +320,12 @@ static void test_inflate_truncated(void **state)
     char *plain = sample(n);
     for (int w = 0; w < 3; w++) {
         int wbits = w == 0 ? 31 : w == 1 ? 15 : -15;
-        enum hps__zenc enc = w == 0 ? HPS__ZENC_GZIP : HPS__ZENC_DEFLATE;
+        enum hps__kserve_zenc enc = w == 0 ? HPS__KSERVE_ZENC_GZIP : HPS__KSERVE_ZENC_DEFLATE;
         size_t zl;
         unsigned char *zb = zref(wbits, 6, plain, n, &zl);
         for (size_t cut = 0; cut < zl; cut++) {
             struct collect out = {0};
-            hps__kerr_t e;
+            hps__kserve_kerr_t e;
             KS_CHECK(decode(enc, n, zb, cut, 0, &out, &e) == -1, "w %d: prefix %zu of %zu passed",
                      w, cut, zl);
             KS_CHECK(e.status == 400 && strstr(e.msg, "failed to decompress the request body"),
@@ -351,8 +354,8 @@ static void test_inflate_corrupt(void **state)
         memcpy(bad, gz, zl);
         bad[pos] ^= 0x5a;
         struct collect out = {0};
-        hps__kerr_t e;
-        int rc = decode(HPS__ZENC_GZIP, n * 2, bad, zl, 0, &out, &e);
+        hps__kserve_kerr_t e;
+        int rc = decode(HPS__KSERVE_ZENC_GZIP, n * 2, bad, zl, 0, &out, &e);
         /* Header bytes like MTIME or OS may be changed harmlessly. */
         if (rc == 0)
             KS_CHECK(out.len == n && memcmp(out.data, plain, n) == 0,
@@ -369,17 +372,18 @@ static void test_inflate_corrupt(void **state)
         memcpy(bad, gz, zl);
         bad[zl - k] ^= 1;
         struct collect out = {0};
-        hps__kerr_t e;
-        KS_CHECK(decode(HPS__ZENC_GZIP, n * 2, bad, zl, 0, &out, &e) == -1 && e.status == 400 &&
-                     strstr(e.msg, "incorrect"),
+        hps__kserve_kerr_t e;
+        KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, n * 2, bad, zl, 0, &out, &e) == -1 &&
+                     e.status == 400 && strstr(e.msg, "incorrect"),
                  "trailer byte %zu: %s", k, e.msg);
         free(out.data);
         free(bad);
     }
     /* Not compressed at all. */
     struct collect out = {0};
-    hps__kerr_t e;
-    KS_CHECK(decode(HPS__ZENC_GZIP, n, plain, n, 0, &out, &e) == -1 && e.status == 400, "plain");
+    hps__kserve_kerr_t e;
+    KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, n, plain, n, 0, &out, &e) == -1 && e.status == 400,
+             "plain");
     free(out.data);
     /* Bytes after a zlib stream; a second gzip member is fine. */
     size_t dl;
@@ -388,14 +392,14 @@ static void test_inflate_corrupt(void **state)
     memcpy(two, dz, dl);
     two[dl] = 0;
     memset(&out, 0, sizeof(out));
-    KS_CHECK(decode(HPS__ZENC_DEFLATE, 4 * n, two, dl + 1, 0, &out, &e) == -1 &&
+    KS_CHECK(decode(HPS__KSERVE_ZENC_DEFLATE, 4 * n, two, dl + 1, 0, &out, &e) == -1 &&
                  strstr(e.msg, "data after the end"),
              "trailing byte: %s", e.msg);
     free(out.data);
     memcpy(two, gz, zl);
     memcpy(two + zl, gz, zl);
     memset(&out, 0, sizeof(out));
-    KS_CHECK(decode(HPS__ZENC_GZIP, 2 * n, two, 2 * zl, 0, &out, &e) == 0, "two members: %s",
+    KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, 2 * n, two, 2 * zl, 0, &out, &e) == 0, "two members: %s",
              e.msg);
     KS_CHECK(out.len == 2 * n && memcmp(out.data, plain, n) == 0 &&
                  memcmp(out.data + n, plain, n) == 0,
@@ -403,14 +407,15 @@ static void test_inflate_corrupt(void **state)
     free(out.data);
     /* ... within the limit over both members. */
     memset(&out, 0, sizeof(out));
-    KS_CHECK(decode(HPS__ZENC_GZIP, 2 * n - 1, two, 2 * zl, 0, &out, &e) == -1 &&
+    KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, 2 * n - 1, two, 2 * zl, 0, &out, &e) == -1 &&
                  strstr(e.msg, "once decompressed") && out.len <= 2 * n - 1,
              "two members over the limit: %s", e.msg);
     free(out.data);
     /* Garbage after a gzip member. */
     two[zl] = 'x';
     memset(&out, 0, sizeof(out));
-    KS_CHECK(decode(HPS__ZENC_GZIP, 2 * n, two, zl + 1, 0, &out, &e) == -1 && e.status == 400,
+    KS_CHECK(decode(HPS__KSERVE_ZENC_GZIP, 2 * n, two, zl + 1, 0, &out, &e) == -1 &&
+                 e.status == 400,
              "garbage after a member");
     free(out.data);
     free(two);
@@ -420,7 +425,7 @@ static void test_inflate_corrupt(void **state)
 }
 
 /* A sink's error stops the decoder with the sink's status; compressed
- * input past hps__zbound() is refused. */
+ * input past hps__kserve_zbound() is refused. */
 static void test_inflate_sink_and_input_limit(void **state)
 {
     (void)state;
@@ -429,26 +434,27 @@ static void test_inflate_sink_and_input_limit(void **state)
     size_t zl;
     unsigned char *zb = zref(15, 6, plain, n, &zl);
     struct collect out = {.refuse_after = 50000};
-    hps__kerr_t e;
-    KS_CHECK(decode(HPS__ZENC_DEFLATE, n, zb, zl, 0, &out, &e) == -1 && e.status == 503 &&
+    hps__kserve_kerr_t e;
+    KS_CHECK(decode(HPS__KSERVE_ZENC_DEFLATE, n, zb, zl, 0, &out, &e) == -1 && e.status == 503 &&
                  strcmp(e.msg, "sink full") == 0,
              "sink error: %u %s", e.status, e.msg);
     free(out.data);
     /* Incompressible data stored in tiny blocks: more input than the
      * bound allows for a small limit. */
     size_t max = 1000;
-    size_t big = (size_t)hps__zbound(max) + 10;
+    size_t big = (size_t)hps__kserve_zbound(max) + 10;
     unsigned char *junk = calloc(1, big);
     memset(&out, 0, sizeof(out));
-    struct hps__inflate *z;
-    KS_CHECK(hps__inflate_create(HPS__ZENC_GZIP, max, collect_sink, &out, &z) == 0, "create");
-    KS_CHECK(hps__inflate_feed(z, junk, big) == -1, "input over the bound");
-    KS_CHECK(hps__inflate_error(z)->status == 400 &&
-                 strstr(hps__inflate_error(z)->msg, "compressed request body of more than"),
-             "input bound: %s", hps__inflate_error(z)->msg);
+    struct hps__kserve_inflate *z;
+    KS_CHECK(hps__kserve_inflate_create(HPS__KSERVE_ZENC_GZIP, max, collect_sink, &out, &z) == 0,
+             "create");
+    KS_CHECK(hps__kserve_inflate_feed(z, junk, big) == -1, "input over the bound");
+    KS_CHECK(hps__kserve_inflate_error(z)->status == 400 &&
+                 strstr(hps__kserve_inflate_error(z)->msg, "compressed request body of more than"),
+             "input bound: %s", hps__kserve_inflate_error(z)->msg);
     KS_CHECK(out.len == 0, "nothing inflated");
-    hps__inflate_destroy(z);
-    hps__inflate_destroy(NULL);
+    hps__kserve_inflate_destroy(z);
+    hps__kserve_inflate_destroy(NULL);
     free(junk);
     free(zb);
     free(plain);
@@ -466,35 +472,36 @@ static void test_compress(void **state)
     float *f = malloc(4096 * sizeof(float));
     for (size_t i = 0; i < 4096; i++)
         f[i] = (float)ks_rand() / 1e9f;
-    struct hps__zpart parts[3] = {{a, n}, {NULL, 0}, {f, 4096 * sizeof(float)}};
+    struct hps__kserve_zpart parts[3] = {{a, n}, {NULL, 0}, {f, 4096 * sizeof(float)}};
     size_t want_len = n + 4096 * sizeof(float);
     char *want = malloc(want_len);
     memcpy(want, a, n);
     memcpy(want + n, f, 4096 * sizeof(float));
     for (int g = 0; g < 2; g++) {
-        enum hps__zenc enc = g ? HPS__ZENC_GZIP : HPS__ZENC_DEFLATE;
+        enum hps__kserve_zenc enc = g ? HPS__KSERVE_ZENC_GZIP : HPS__KSERVE_ZENC_DEFLATE;
         char *z = NULL;
         size_t zl = 0;
-        KS_CHECK(hps__zcompress(enc, parts, 3, &z, &zl) == 0, "compress");
+        KS_CHECK(hps__kserve_zcompress(enc, parts, 3, &z, &zl) == 0, "compress");
         KS_CHECK(zl < want_len, "smaller: %zu of %zu", zl, want_len);
         KS_CHECK(
             g ? ((unsigned char)z[0] == 0x1f && (unsigned char)z[1] == 0x8b)
               : (((unsigned char)z[0] << 8 | (unsigned char)z[1]) % 31 == 0 && (z[0] & 0x0f) == 8),
-            "%s wrapper", hps__zenc_name(enc));
+            "%s wrapper", hps__kserve_zenc_name(enc));
         size_t got_len;
         unsigned char *got = zinflate_ref(z, zl, &got_len);
         KS_CHECK(got && got_len == want_len && memcmp(got, want, want_len) == 0, "round trip");
         free(got);
         /* Our decoder agrees, under the other name too. */
         struct collect out = {0};
-        hps__kerr_t e;
-        KS_CHECK(decode(g ? HPS__ZENC_DEFLATE : HPS__ZENC_GZIP, want_len, z, zl, 0, &out, &e) == 0,
+        hps__kserve_kerr_t e;
+        KS_CHECK(decode(g ? HPS__KSERVE_ZENC_DEFLATE : HPS__KSERVE_ZENC_GZIP, want_len, z, zl, 0,
+                        &out, &e) == 0,
                  "decode: %s", e.msg);
         KS_CHECK(out.len == want_len && memcmp(out.data, want, want_len) == 0, "decode bytes");
         free(out.data);
         free(z);
         /* Nothing at all is still one valid, empty stream. */
-        KS_CHECK(hps__zcompress(enc, NULL, 0, &z, &zl) == 0 && zl > 0, "empty");
+        KS_CHECK(hps__kserve_zcompress(enc, NULL, 0, &z, &zl) == 0 && zl > 0, "empty");
         got = zinflate_ref(z, zl, &got_len);
         KS_CHECK(got && got_len == 0, "empty round trip");
         free(got);
@@ -502,8 +509,8 @@ static void test_compress(void **state)
     }
     char *z = (char *)1;
     size_t zl = 7;
-    KS_CHECK(hps__zcompress(HPS__ZENC_IDENTITY, parts, 1, &z, &zl) == -EINVAL && z == (char *)1 &&
-                 zl == 7,
+    KS_CHECK(hps__kserve_zcompress(HPS__KSERVE_ZENC_IDENTITY, parts, 1, &z, &zl) == -EINVAL &&
+                 z == (char *)1 && zl == 7,
              "identity refused, outputs untouched");
     free(want);
     free(f);
@@ -545,28 +552,28 @@ static char *plain_request(const int64_t *keys, const int32_t nk[3], bool binary
                            size_t *len, size_t *hlen)
 {
     size_t n = (size_t)nk[0] + (size_t)nk[1] + (size_t)nk[2];
-    hps__text_t t;
-    hps__text_init(&t);
-    hps__text_printf(&t, "{\"inputs\":[{\"name\":\"KEYS\",\"datatype\":\"INT64\",\"shape\":[%zu]",
-                     n);
+    hps__kserve_text_t t;
+    hps__kserve_text_init(&t);
+    hps__kserve_text_printf(
+        &t, "{\"inputs\":[{\"name\":\"KEYS\",\"datatype\":\"INT64\",\"shape\":[%zu]", n);
     if (binary) {
-        hps__text_printf(&t, ",\"parameters\":{\"binary_data_size\":%zu}}", n * 8);
+        hps__kserve_text_printf(&t, ",\"parameters\":{\"binary_data_size\":%zu}}", n * 8);
     } else {
-        hps__text_puts(&t, ",\"data\":[");
+        hps__kserve_text_puts(&t, ",\"data\":[");
         for (size_t i = 0; i < n; i++)
-            hps__text_printf(&t, "%s%lld", i ? "," : "", (long long)keys[i]);
-        hps__text_puts(&t, "]}");
+            hps__kserve_text_printf(&t, "%s%lld", i ? "," : "", (long long)keys[i]);
+        hps__kserve_text_puts(&t, "]}");
     }
-    hps__text_printf(&t,
-                     ",{\"name\":\"NUMKEYS\",\"datatype\":\"INT32\",\"shape\":[3],\"data\":"
-                     "[%d,%d,%d]}],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":"
-                     "{\"binary_data\":%s}}]}",
-                     nk[0], nk[1], nk[2], bin_out ? "true" : "false");
+    hps__kserve_text_printf(&t,
+                            ",{\"name\":\"NUMKEYS\",\"datatype\":\"INT32\",\"shape\":[3],\"data\":"
+                            "[%d,%d,%d]}],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":"
+                            "{\"binary_data\":%s}}]}",
+                            nk[0], nk[1], nk[2], bin_out ? "true" : "false");
     *hlen = t.len;
     if (binary)
-        hps__text_put(&t, (const char *)keys, n * 8);
+        hps__kserve_text_put(&t, (const char *)keys, n * 8);
     KS_CHECK(!t.oom, "oom");
-    return hps__text_steal(&t, len);
+    return hps__kserve_text_steal(&t, len);
 }
 
 /* POST body (with Content-Encoding enc_hdr when not NULL, and
@@ -792,7 +799,7 @@ static void test_http_bad_bodies(void **state)
     snprintf(head, sizeof(head),
              "POST " P " HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
              "Content-Length: %llu\r\n\r\n",
-             (unsigned long long)hps__zbound(HTTP_MAX_BODY) + 1);
+             (unsigned long long)hps__kserve_zbound(HTTP_MAX_BODY) + 1);
     KS_CHECK(ks_raw(g_port, head, strlen(head), 5000, &r) == 0, "transport");
     expect_error(&r, 400, "compressed request body of");
     ks_resp_free(&r);
