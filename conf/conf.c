@@ -613,7 +613,7 @@ hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set
 uint32_t hps_conf_key_line(const hps_conf_t *conf, const char *key)
 {
     const void *base;
-    const struct hps__inst_meta *meta;
+    const struct hps__conf_inst_meta *meta;
     int ki;
 
     if (!conf || !key || lookup(conf, key, &base, &meta, &ki) != 0)
