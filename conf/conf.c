@@ -610,13 +610,22 @@ hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set
     return 0;
 }
 
-uint32_t hps_conf_key_line(const hps_conf_t *conf, const char *key)
+const char *hps_conf_key_where(const hps_conf_t *conf, const char *key, char *buf, size_t len)
 {
     const void *base;
     const struct hps__conf_inst_meta *meta;
     int ki;
 
+    if (!buf || !len)
+        return buf;
+    buf[0] = '\0';
     if (!conf || !key || lookup(conf, key, &base, &meta, &ki) != 0)
-        return 0;
-    return meta->line[ki];
+        return buf;
+    const char *dot = strrchr(key, '.'); /* lookup found one */
+    if (meta->line[ki])
+        snprintf(buf, len, "%s:%u: [%.*s] %s", conf->source, meta->line[ki], (int)(dot - key), key,
+                 dot + 1);
+    else
+        snprintf(buf, len, "[%.*s] %s", (int)(dot - key), key, dot + 1);
+    return buf;
 }

@@ -80,18 +80,12 @@ static void check_job(void *ctx, size_t t, load_buf_t *b)
 }
 
 /* Where model m's files are named, for a refusal: "FILE:LINE: [model.m]
- * sparse_files" (the INI's line, hps_conf_key_line; no line where the
- * configuration came from elsewhere). */
+ * sparse_files" (hps_conf_key_where). */
 static const char *files_key(const coord_t *c, const hps_conf_model_t *m, char *buf, size_t len)
 {
     char key[HPS_CONF_NAME_MAX + 32];
     snprintf(key, sizeof(key), "model.%s.sparse_files", m->name);
-    uint32_t line = hps_conf_key_line(c->conf, key);
-    if (line)
-        snprintf(buf, len, "%s:%u: [model.%s] sparse_files", c->conf->source, line, m->name);
-    else
-        snprintf(buf, len, "[model.%s] sparse_files", m->name);
-    return buf;
+    return hps_conf_key_where(c->conf, key, buf, len);
 }
 
 /* Check the contents of m's tables (NaN/Inf values, duplicate keys) and,

@@ -263,15 +263,17 @@ hps_err_t hps_conf_get(const hps_conf_t *conf, const char *key, char *buf, size_
 hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set);
 
 /**
- * @brief The line of conf->source that sets a key, for messages about its
- *        value that only later checks find (a model file that cannot be
- *        read): "FILE:LINE: [section] key".
- * @param[in] conf  A loaded configuration.
- * @param[in] key   As for hps_conf_get().
- * @return The 1-based line; 0 for a key at its default, an unknown key or
- *         NULL arguments.  Thread-safe.
+ * @brief Where a key is set, for messages about its value that only later
+ *        checks find (a model file that cannot be read):
+ *        "SOURCE:LINE: [section] key" (SOURCE: conf->source), or
+ *        "[section] key" for a key at its default.
+ * @param[in]  conf  A loaded configuration.
+ * @param[in]  key   As for hps_conf_get().
+ * @param[out] buf   The text, NUL-terminated, truncated to len bytes; ""
+ *                   for an unknown key or a NULL conf or key.
+ * @return buf.  Thread-safe.
  */
-uint32_t hps_conf_key_line(const hps_conf_t *conf, const char *key);
+const char *hps_conf_key_where(const hps_conf_t *conf, const char *key, char *buf, size_t len);
 
 /* ---- Output ------------------------------------------------------------- */
 

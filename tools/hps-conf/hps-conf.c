@@ -194,11 +194,11 @@ static size_t check_files(const hps_conf_t *conf, const char *path)
             hps_err_t rc = hps_modelfile_check_open(
                 m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t], err, sizeof(err));
             if (rc < 0) {
-                char key[HPS_CONF_NAME_MAX + 32];
+                char key[HPS_CONF_NAME_MAX + 32], where[HPS_CONF_NAME_MAX + 4200];
                 snprintf(key, sizeof(key), "model.%s.sparse_files", m->name);
-                fprintf(stderr, "hps-conf: %s:%u: [model.%s] sparse_files entry %zu (%s): %s\n",
-                        path, hps_conf_key_line(conf, key), m->name, t + 1, m->sparse_files[t],
-                        *err ? err : hps_strerror(rc));
+                fprintf(stderr, "hps-conf: %s entry %zu (%s): %s\n",
+                        hps_conf_key_where(conf, key, where, sizeof(where)), t + 1,
+                        m->sparse_files[t], *err ? err : hps_strerror(rc));
                 bad++;
             } else {
                 specs[t] =
