@@ -76,9 +76,9 @@ static bool same_shape(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_
     return true;
 }
 
-bool coord_reload_shape_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
+/* coord_reload_shape_ok with the count of workers attached (w). */
+static bool shape_ok(const coord_t *c, const hps_conf_t *next, size_t w, char *msg, size_t len)
 {
-    size_t w = workers(c->db);
     if (!w)
         return true;
     char why[512];
@@ -93,6 +93,11 @@ bool coord_reload_shape_ok(const coord_t *c, const hps_conf_t *next, char *msg, 
             return false;
         }
     return true;
+}
+
+bool coord_reload_shape_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
+{
+    return shape_ok(c, next, workers(c->db), msg, len);
 }
 
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
@@ -124,7 +129,7 @@ bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, siz
                  now->num_models, now->num_models == 1 ? "" : "s", now->num_models == 1 ? "s" : "");
         return false;
     }
-    if (!coord_reload_shape_ok(c, next, msg, len))
+    if (!shape_ok(c, next, w, msg, len))
         return false;
     for (size_t i = 0; !explicit_mode && i < now->num_models; i++)
         if (!hps_conf_model_find(next, now->models[i].name))

@@ -499,15 +499,12 @@ static hps_conf_t *prev_conf(const coord_t *c)
  * version was built from and read (same type and path in the serving
  * configuration's text): the column families of another would hold other
  * rows under the same names. */
-static bool prev_same_pdb(const coord_t *c)
+static bool prev_same_pdb(const coord_t *c, const hps_conf_t *prev)
 {
-    hps_conf_t *prev = prev_conf(c);
     if (!prev)
         return false;
     const hps_conf_persistent_db_t *a = &prev->persistent_db, *b = &c->conf->persistent_db;
-    bool same = a->type == b->type && a->path && b->path && strcmp(a->path, b->path) == 0;
-    hps_conf_free(prev);
-    return same;
+    return a->type == b->type && a->path && b->path && strcmp(a->path, b->path) == 0;
 }
 
 /* A reload that moves the persistent DB ([persistent_db] path changed, or
@@ -516,10 +513,9 @@ static bool prev_same_pdb(const coord_t *c)
  * does would have renewed its contents token), when its contents token is
  * the one the serving segment was built from; NULL otherwise (logged).
  * Its rows answer the serving segment's misses while the new one builds,
- * as c->pdb's do where the path stays. */
-static hps_pdb_t *prev_open_old(const coord_t *c, uint64_t token)
+ * as c->pdb's do where the path stays.  prev: the serving configuration. */
+static hps_pdb_t *prev_open_old(const hps_conf_t *prev, uint64_t token)
 {
-    hps_conf_t *prev = prev_conf(c);
     if (!prev)
         return NULL;
     const hps_conf_persistent_db_t *a = &prev->persistent_db;
@@ -549,7 +545,6 @@ static hps_pdb_t *prev_open_old(const coord_t *c, uint64_t token)
                      "the serving segment's misses: %s",
                      a->path, err);
     }
-    hps_conf_free(prev);
     return old;
 }
 
@@ -634,10 +629,12 @@ int coord_prev_start(coord_t *c)
 {
     hps_shmdb_t *db = c->serving;
     uint64_t token = db ? hps_shmdb_pdb_token(db) : 0;
-    bool same = db && c->pdb && (prev_same_pdb(c) || (token && token == coord_pdb_token(c)));
+    hps_conf_t *prev = db ? prev_conf(c) : NULL;
+    bool same = db && c->pdb && (prev_same_pdb(c, prev) || (token && token == coord_pdb_token(c)));
     hps_pdb_t *pdb = same ? c->pdb : NULL;
     if (db && !same && !c->prev)
-        pdb = prev_open_old(c, token);
+        pdb = prev_open_old(prev, token);
+    hps_conf_free(prev);
     if (!pdb || c->prev || !prev_run(c, db, pdb, "reload"))
         prev_give_up(c); /* the reload goes on; the serving segment's misses get defaults */
     return 0;
