@@ -127,14 +127,24 @@ hps_err_t hps_shmdb_ctl_status(hps_shmdb_t *db, uint64_t id, hps_ctl_state_t *re
     return 0;
 }
 
+/* Free slot s, found in state st, unless its state moved meanwhile (a
+ * CAS); true when freed. */
+static bool free_slot(struct shm_ctl_slot *s, uint32_t st)
+{
+    if (!atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FREE, memory_order_acq_rel,
+                                                 memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&s->id, 0, memory_order_relaxed);
+    return true;
+}
+
 void hps_shmdb_ctl_release(hps_shmdb_t *db, uint64_t id)
 {
     uint32_t st;
     struct shm_ctl_slot *s = find(db, id, (1u << HPS_CTL_DONE) | (1u << HPS_CTL_FAILED), &st);
-    if (s && atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FREE,
-                                                     memory_order_acq_rel, memory_order_relaxed))
-        atomic_store_explicit(&s->id, 0, memory_order_relaxed);
-    else if (!s && id) /* answered by the segment's result record: read, not to be carried */
+    if (s)
+        free_slot(s, st);
+    else if (id) /* answered by the segment's result record: read, not to be carried */
         atomic_compare_exchange_strong_explicit(&ctl(db)->result_id, &id, 0, memory_order_relaxed,
                                                 memory_order_relaxed);
 }
@@ -143,11 +153,7 @@ bool hps_shmdb_ctl_withdraw(hps_shmdb_t *db, uint64_t id)
 {
     uint32_t st;
     struct shm_ctl_slot *s = find(db, id, 1u << HPS_CTL_PENDING, &st);
-    if (!s || !atomic_compare_exchange_strong_explicit(&s->state, &st, HPS_CTL_FREE,
-                                                       memory_order_acq_rel, memory_order_relaxed))
-        return false;
-    atomic_store_explicit(&s->id, 0, memory_order_relaxed);
-    return true;
+    return s && free_slot(s, st);
 }
 
 bool hps_shmdb_ctl_busy(hps_shmdb_t *db, const char *model, hps_model_op_t *ret_op)
