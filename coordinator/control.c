@@ -293,7 +293,7 @@ static int check_request(coord_t *c, const hps_ctl_request_t *rq, hps_conf_t *ne
         return -1;
     }
     char why[HPS_SHMDB_CTL_MSG_MAX];
-    if (load && !coord_reload_shape_ok(c, next, why, sizeof(why))) {
+    if (load && !coord_reload_keys_ok(c, next, why, sizeof(why))) {
         snprintf(msg, len, "failed to load '%s': %.340s", rq->model, why);
         free(*ret_next);
         *ret_next = NULL;

@@ -199,12 +199,12 @@ bool coord_control_failed(coord_t *c, int ex, const char *why);
 bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_t len);
 /* reload-check.c: whether next, the configuration a reload would build, is
  * one the running workers can follow (file header): coord_reload_check for
- * SIGHUP (the segment's name, the loaded set, the served models' shapes;
- * logs the models next drops), coord_reload_shape_ok for a model control
- * load (the shapes only).  Main thread, c->db the serving segment; false
+ * SIGHUP (the segment's name, the loaded set, the served models' key
+ * width; logs the models next drops and the shapes it changes),
+ * coord_reload_keys_ok for a model control load (the key width only).  Main thread, c->db the serving segment; false
  * with the reason in msg (len bytes).  Nothing is written. */
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
-bool coord_reload_shape_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
+bool coord_reload_keys_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
 
 /* load-ident.c: the persistent DB's metadata entry that records which files
  * table <model>.<table> was ingested from: "loaded.hps_et.<model>.<table>"

@@ -5,14 +5,15 @@
  * workers cannot follow is refused with the reason, and the serving state
  * goes on as it was (issue 20: loading never disturbs what is serving).
  *
- * A running worker (hps-worker, or a process of the lookup library) serves
- * each model with the tables, dimensions and key width its INI had when it
- * learnt the model; a segment that holds the model otherwise is not served
- * by it (worker/libhps/attach.c: table_fits) until it starts again.  So,
- * while workers are attached to the serving segment:
- *  - a model the segment holds keeps its tables' names, dimensions and key
- *    width (load the new shape under another model name, or stop the
- *    workers, reload, and start them again);
+ * A running worker (hps-worker, or a process of the lookup library) reads
+ * its INI again when it switches to a published segment, and takes a new
+ * shape of a model (other tables or dimensions) from it then
+ * (worker/libhps/client.c: learn_from, attach.c: resolve), so a reload may
+ * change a model's tables; it logs which change, since a worker whose own
+ * INI still has the old shape cannot serve the new one.  But while workers
+ * are attached to the serving segment:
+ *  - the key width (supportlonglong) stays: a worker's callers pass keys of
+ *    the width it started with;
  *  - shared_memory_name stays: the workers attach by name and would keep
  *    the old segment, with no coordinator answering its misses.
  * And, workers or not:
@@ -40,64 +41,66 @@ static size_t workers(hps_shmdb_t *db)
     return w;
 }
 
-/* Whether model m of next has the tables db holds for it (the same count,
- * names, dimensions and key width), or db holds none of it.  Why not in msg. */
-static bool same_shape(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes, char *msg,
-                       size_t len)
+/* Model m of next against the tables db holds for it: false (why in msg)
+ * when their key width differs; a change of its tables or dimensions is
+ * logged (the workers take it from their INI at the switch). */
+static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes,
+                           char *msg, size_t len)
 {
     uint32_t n = hps_shmdb_table_count(db), held = 0;
+    char change[256] = "";
     for (uint32_t i = 0; i < n; i++) {
         hps_table_info_t ti;
         if (hps_shmdb_table_info(db, i, &ti) != 0 || strcmp(ti.model, m->name) != 0)
             continue;
         held++;
+        if (ti.key_bytes != key_bytes) {
+            snprintf(msg, len,
+                     "model %s table %s: %u-byte keys are served, the INI has %u-byte keys "
+                     "([hps] supportlonglong)",
+                     m->name, ti.table, ti.key_bytes, key_bytes);
+            return false;
+        }
         size_t t = 0;
         while (t < m->num_tables && strcmp(m->embedding_table_names[t], ti.table) != 0)
             t++;
-        if (t == m->num_tables) {
-            snprintf(msg, len, "model %s: table %s, which the workers serve, is no longer in it",
-                     m->name, ti.table);
-            return false;
-        }
-        if (ti.dim != (uint32_t)m->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes) {
-            snprintf(msg, len,
-                     "model %s table %s: dimension %u with %u-byte keys is served, the INI has "
-                     "dimension %lld with %u-byte keys",
-                     m->name, ti.table, ti.dim, ti.key_bytes,
-                     (long long)m->embedding_vecsize_per_table[t], key_bytes);
-            return false;
-        }
+        if (!change[0] && t == m->num_tables)
+            snprintf(change, sizeof(change), "table %s is no longer in it", ti.table);
+        else if (!change[0] && ti.dim != (uint32_t)m->embedding_vecsize_per_table[t])
+            snprintf(change, sizeof(change), "table %s: dimension %u to %lld", ti.table, ti.dim,
+                     (long long)m->embedding_vecsize_per_table[t]);
     }
-    if (held && held != m->num_tables) {
-        snprintf(msg, len, "model %s: %u tables are served, the INI has %zu", m->name, held,
-                 m->num_tables);
-        return false;
-    }
+    if (held && !change[0] && held != m->num_tables)
+        snprintf(change, sizeof(change), "%u tables to %zu", held, m->num_tables);
+    if (change[0])
+        HPS_WARN("model %s changes shape (%s): the running workers serve the new shape from the "
+                 "switch on, read from their INI (one whose INI still has the old shape fails "
+                 "the model's requests, naming both)",
+                 m->name, change);
     return true;
 }
 
-/* coord_reload_shape_ok with the count of workers attached (w). */
-static bool shape_ok(const coord_t *c, const hps_conf_t *next, size_t w, char *msg, size_t len)
+/* coord_reload_keys_ok with the count of workers attached (w). */
+static bool keys_ok(const coord_t *c, const hps_conf_t *next, size_t w, char *msg, size_t len)
 {
     if (!w)
         return true;
     char why[512];
     uint32_t key_bytes = next->hps.supportlonglong ? 8 : 4;
     for (size_t i = 0; i < next->num_models; i++)
-        if (!same_shape(c->db, &next->models[i], key_bytes, why, sizeof(why))) {
+        if (!same_key_width(c->db, &next->models[i], key_bytes, why, sizeof(why))) {
             snprintf(msg, len,
-                     "%s: the %zu running worker%s cannot answer another shape of a model they "
-                     "serve (load it under a new model name, or stop the workers, reload and "
-                     "start them again)",
+                     "%s: the %zu running worker%s cannot take keys of another width (stop "
+                     "the workers, reload and start them again)",
                      why, w, w == 1 ? "" : "s");
             return false;
         }
     return true;
 }
 
-bool coord_reload_shape_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
+bool coord_reload_keys_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
 {
-    return shape_ok(c, next, workers(c->db), msg, len);
+    return keys_ok(c, next, workers(c->db), msg, len);
 }
 
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
@@ -129,7 +132,7 @@ bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, siz
                  now->num_models, now->num_models == 1 ? "" : "s", now->num_models == 1 ? "s" : "");
         return false;
     }
-    if (!shape_ok(c, next, w, msg, len))
+    if (!keys_ok(c, next, w, msg, len))
         return false;
     for (size_t i = 0; !explicit_mode && i < now->num_models; i++)
         if (!hps_conf_model_find(next, now->models[i].name))

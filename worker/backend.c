@@ -473,9 +473,12 @@ size_t worker_sync_models(worker_t *w)
         char ver[24];
         hps_kserve_model_t km;
         hps_err_t rc = -ENOMEM;
+        bool shape = false; /* a new shape of a model served (hps_client_refresh_models) */
+        for (size_t j = 0; j < i; j++)
+            shape |= strcmp(hps_client_model_conf(w->client, j)->name, c->name) == 0;
         if (maxq && dims) {
             worker_describe_model(w, c, maxq, dims, ver, &km);
-            rc = hps_kserve_add_model(w->srv, &km);
+            rc = shape ? hps_kserve_replace_model(w->srv, &km) : hps_kserve_add_model(w->srv, &km);
         }
         free(maxq);
         free(dims);

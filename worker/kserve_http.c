@@ -100,14 +100,17 @@ static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
     return hps__kserve_http_send_json(s, c, 200, &t);
 }
 
-/* The model a request names.  A name not in the registry has the backend
- * look for models added to its configuration since (refresh_models), then
- * is looked up once more. */
+/* The model a request names.  A name not in the registry, or whose entry
+ * is not loaded, has the backend look for models added to its
+ * configuration since, or for a new shape of this one (refresh_models: a
+ * reload may have changed the model's tables, and the backend switches to
+ * the new shape before its registry has it), then is looked up once more. */
 static long route_model(hps_kserve_t *s, const struct hps__kserve_route *r, hps__kserve_kerr_t *err)
 {
-    long mi = hps__kserve_route_model(r, s->models, s->num_models, err);
-    if (mi == -2 && s->backend.refresh_models && s->backend.refresh_models(s->backend.ctx) > 0)
-        mi = hps__kserve_route_model(r, s->models, s->num_models, err);
+    long mi = hps__kserve_route_model(r, s->models, s->num_models, &s->backend, err);
+    if ((mi == -2 || (mi >= 0 && !model_loaded(s, (size_t)mi))) && s->backend.refresh_models &&
+        s->backend.refresh_models(s->backend.ctx) > 0)
+        mi = hps__kserve_route_model(r, s->models, s->num_models, &s->backend, err);
     return mi;
 }
 
@@ -132,7 +135,7 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     else if (r->kind == HPS__KSERVE_R_MODEL_CONFIG)
         hps__kserve_resp_model_config(&t, m);
     else
-        hps__kserve_resp_stats(&t, m, 1);
+        hps__kserve_resp_stats(&t, m, 1, NULL);
     return hps__kserve_http_send_json(s, c, 200, &t);
 }
 
@@ -220,7 +223,7 @@ static enum MHD_Result h_all_stats(hps_kserve_t *s, struct MHD_Connection *c)
 {
     hps__kserve_text_t t;
     hps__kserve_text_init(&t);
-    hps__kserve_resp_stats(&t, s->models, s->num_models);
+    hps__kserve_resp_stats(&t, s->models, s->num_models, &s->backend);
     return hps__kserve_http_send_json(s, c, 200, &t);
 }
 

@@ -278,14 +278,25 @@ void hps__kserve_route_parse(const char *url, struct hps__kserve_route *ret);
 const char *hps__kserve_route_method(enum hps__kserve_route_kind kind);
 
 /**
- * Find the model a route names.  Returns its index; -2 with err set to 400
+ * Find the model a route names: of the registry's entries of that name
+ * (hps_kserve_replace_model adds one per shape of a model), the newest one
+ * b->model_loaded says is loaded, else the newest (b NULL, or no
+ * model_loaded: the newest).  Returns its index; -2 with err set to 400
  * "Request for unknown model: 'x' is not found" when no model has that
  * name; -1 with err set to 400 "... version v ..." for a version it does
  * not serve.
  */
 long hps__kserve_route_model(const struct hps__kserve_route *r,
                              const struct hps__kserve_kmodel *models, size_t num_models,
-                             hps__kserve_kerr_t *err);
+                             const hps_kserve_backend_t *b, hps__kserve_kerr_t *err);
+
+/**
+ * Whether entry i is the one that speaks for its name (the entry
+ * hps__kserve_route_model picks for it), so that listings (the repository
+ * index, all models' statistics) name each model once.  b as there.
+ */
+bool hps__kserve_model_current(const struct hps__kserve_kmodel *models, size_t num_models,
+                               const hps_kserve_backend_t *b, size_t i);
 
 /* ------------------------------------------------------------------------ */
 /* Shared memory, system and CUDA (kserve_shm.c)                             */
@@ -561,9 +572,10 @@ void hps__kserve_resp_server_meta(hps__kserve_text_t *t, const char *name, const
                                   bool shm, bool cuda_shm);
 void hps__kserve_resp_model_meta(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m);
 void hps__kserve_resp_model_config(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m);
-/** {"model_stats":[...]} of models[first .. first+count). */
+/** {"model_stats":[...]} of models[0 .. count), each name once
+ *  (hps__kserve_model_current with b; b NULL: every entry). */
 void hps__kserve_resp_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *models,
-                            size_t count);
+                            size_t count, const hps_kserve_backend_t *b);
 /**
  * The inference response.  With r->binary_output only the JSON header is
  * written (the caller sends out[] after it); else the whole JSON with data.

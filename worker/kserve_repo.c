@@ -126,6 +126,8 @@ int hps__kserve_repo_index(const struct hps__kserve_kmodel *models, size_t num_m
     for (size_t i = 0; i < num_models; i++) {
         const struct hps__kserve_kmodel *m = &models[i];
         bool served;
+        if (!hps__kserve_model_current(models, num_models, b, i))
+            continue; /* an older shape of a model listed by its current entry */
         hps_model_state_t st = state_of(b, i, worker_ready, &served);
         if (only_ready && st != HPS_MODEL_READY)
             continue;

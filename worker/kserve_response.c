@@ -192,12 +192,16 @@ static void model_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *
 }
 
 void hps__kserve_resp_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *models,
-                            size_t count)
+                            size_t count, const hps_kserve_backend_t *b)
 {
     hps__kserve_text_puts(t, "{\"model_stats\":[");
+    bool first = true;
     for (size_t i = 0; i < count; i++) {
-        if (i)
+        if (b && !hps__kserve_model_current(models, count, b, i))
+            continue; /* an older shape of a model listed by its current entry */
+        if (!first)
             hps__kserve_text_putc(t, ',');
+        first = false;
         model_stats(t, &models[i]);
     }
     hps__kserve_text_puts(t, "]}");

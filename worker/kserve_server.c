@@ -187,7 +187,9 @@ size_t hps_kserve_num_models(const hps_kserve_t *s)
     return atomic_load_explicit(&((hps_kserve_t *)s)->num_models, memory_order_acquire);
 }
 
-hps_err_t hps_kserve_add_model(hps_kserve_t *s, const hps_kserve_model_t *model)
+/* hps_kserve_add_model (replace false: the name is new) and
+ * hps_kserve_replace_model (true: the name is known). */
+static hps_err_t add_entry(hps_kserve_t *s, const hps_kserve_model_t *model, bool replace)
 {
     if (!s || !model)
         return HPS_EINVAL;
@@ -196,9 +198,11 @@ hps_err_t hps_kserve_add_model(hps_kserve_t *s, const hps_kserve_model_t *model)
         return rc;
     pthread_mutex_lock(&s->models_mu);
     size_t n = atomic_load_explicit(&s->num_models, memory_order_relaxed);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (strcmp(s->models[i].name, model->name) == 0)
-            rc = HPS_EINVAL;
+    bool known = false;
+    for (size_t i = 0; i < n; i++)
+        known |= strcmp(s->models[i].name, model->name) == 0;
+    if (known != replace)
+        rc = HPS_EINVAL;
     if (rc == 0 && n >= s->model_cap)
         rc = HPS_EFULL;
     if (rc == 0) {
@@ -211,6 +215,16 @@ hps_err_t hps_kserve_add_model(hps_kserve_t *s, const hps_kserve_model_t *model)
     }
     pthread_mutex_unlock(&s->models_mu);
     return rc;
+}
+
+hps_err_t hps_kserve_add_model(hps_kserve_t *s, const hps_kserve_model_t *model)
+{
+    return add_entry(s, model, false);
+}
+
+hps_err_t hps_kserve_replace_model(hps_kserve_t *s, const hps_kserve_model_t *model)
+{
+    return add_entry(s, model, true);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -264,11 +264,14 @@ hps_err_t hps_client_model_version(hps_client_t *c, size_t model, uint32_t *ret)
 /* ---- Models and tables ------------------------------------------------- */
 
 /**
- * @brief Number of models the client knows (indices 0 .. n-1): the
+ * @brief Number of model entries the client knows (indices 0 .. n-1): the
  * configuration's, in file order, then those added to its INI file later
- * (hps_client_refresh_models()).  It only grows (at most
- * HPS_CONF_MAX_MODELS); an index, once valid, stays valid and names the same
- * model until hps_client_close().  Thread-safe (an atomic read).
+ * (hps_client_refresh_models()), and a new entry for a model whose tables a
+ * reload changed.  It only grows (at most HPS_CONF_MAX_MODELS); an index,
+ * once valid, stays valid and names the same model with the same tables
+ * and dimensions until hps_client_close().  Several entries may carry one
+ * name: hps_client_model_find() gives the one that serves it now.
+ * Thread-safe (an atomic read).
  */
 size_t hps_client_num_models(const hps_client_t *c);
 
@@ -278,12 +281,15 @@ size_t hps_client_num_models(const hps_client_t *c);
  * modification time), it is parsed and validated again, and each model
  * section whose name the client does not know yet is appended to its
  * models (its tables are then looked up in the segment like the others).
- * Models already known keep their configuration: a model whose dimensions
- * changed is not served (it would not fit the callers' buffers) until the
- * process opens a new client.  The client calls it itself when it switches
- * to a segment a coordinator published, and before a model control load
- * of a name it does not know.  GPU caches are built only for the models
- * known at open: a model learned later is served from the volatile DB.
+ * A known model whose tables changed in the file (their names, count or
+ * dimensions: a reload of another shape) gets a new entry with the new
+ * shape; the client serves whichever entry of the name fits the segment it
+ * is attached to, so it follows the coordinator's reload at its segment
+ * switch: lookups on the old entry's index then fail with HPS_EMISMATCH
+ * (find the model again).  Other settings of a known model keep what the
+ * client read first.  The client calls it itself when it switches to a
+ * segment a coordinator published, and before a model control load of a
+ * name it does not know.
  * Thread-safe (serialized by the client).
  * @param[out] ret_added  Models appended (may be NULL).
  * @return 0 (also when the file is unchanged, or the configuration came from
@@ -301,7 +307,10 @@ hps_err_t hps_client_refresh_models(hps_client_t *c, size_t *ret_added);
 const hps_conf_model_t *hps_client_model_conf(const hps_client_t *c, size_t model);
 
 /**
- * @brief Index of the model named name.
+ * @brief Index of the model named name: of its entries (a reload that
+ * changed its tables adds one, hps_client_refresh_models()), the one that
+ * serves it now, else the newest.  Call it again when a lookup fails with
+ * HPS_EMISMATCH.  Thread-safe.
  * @return 0; HPS_ENOTFOUND (message names the model and the models known).
  */
 hps_err_t hps_client_model_find(const hps_client_t *c, const char *name, size_t *ret_model);
@@ -393,8 +402,10 @@ hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
  *         refuses lookups); HPS_ENOTFOUND (the model is not in the
  *         segment its coordinator serves: unloaded, removed by a reload,
  *         or never loaded; or the segment holds it with other
- *         dimensions); HPS_EIO (a CUDA error; message says which);
- *         -ENOMEM.  Thread-safe.
+ *         dimensions); HPS_EMISMATCH (a reload changed the model's
+ *         tables: another index serves it now, hps_client_model_find());
+ *         HPS_EIO (a CUDA error; message says which); -ENOMEM.
+ *         Thread-safe.
  */
 hps_err_t hps_client_lookup(hps_client_t *c, size_t model, uint32_t num_tables,
                             const int32_t *numkeys, const void *keys, hps_key_type_t key_type,

@@ -419,6 +419,23 @@ typedef struct hps_kserve_backend {
  */
 hps_err_t hps_kserve_add_model(hps_kserve_t *server, const hps_kserve_model_t *model);
 
+/**
+ * @brief Add a new shape of a model the registry has (a reload changed its
+ *        tables or dimensions): like hps_kserve_add_model(), it is
+ *        model_index hps_kserve_num_models() (before the call), and the
+ *        earlier entries of the name stay (their indices too).  Requests,
+ *        the repository index and the statistics of the name go to the
+ *        newest of its entries that the backend's model_loaded says is
+ *        loaded (else the newest), so the server switches when the backend
+ *        does; a request that finds its entry not loaded has the backend
+ *        refresh_models and is routed once more.  Thread-safe (serialized
+ *        with hps_kserve_add_model; requests in flight are not disturbed).
+ * @param[in] model  deep-copied; the same rules as hps_kserve_create()'s.
+ * @return 0; HPS_EINVAL (malformed, or no model of that name is
+ *         registered); HPS_EFULL (options.model_capacity reached); -ENOMEM.
+ */
+hps_err_t hps_kserve_replace_model(hps_kserve_t *server, const hps_kserve_model_t *model);
+
 /** @brief Models in the registry (it only grows).  Thread-safe. */
 size_t hps_kserve_num_models(const hps_kserve_t *server);
 

@@ -216,7 +216,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hps__kserve_kerr_t err;
     const struct hps__kserve_kmodel *m = &models[flags & 1];
     if (r.model) {
-        long mi = hps__kserve_route_model(&r, models, 2, &err);
+        long mi = hps__kserve_route_model(&r, models, 2, &backend, &err);
         if (mi >= 0)
             m = &models[mi];
     }

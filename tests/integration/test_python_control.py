@@ -13,7 +13,9 @@ real hps-coordinator and beside an hps-worker on the same segment:
   - client.unload_model("n"): lookups of n raise HPS_ENOTFOUND again, the
     worker's index shows n UNAVAILABLE "unloaded", m still exact;
   - a model added to the INI while the client runs: load_model, then its
-    vectors exact in this process, and models() lists it; tables() gives
+    vectors exact in this process, and models() lists it; loaded again
+    with another dimension, its name gives the new shape's exact vectors
+    and its old index raises HPS_EMISMATCH; tables() gives
     each table's storage_type (int8 for one added with it; the segment's
     type where another client's INI says fp32);
   - a client of a configuration in mode none: HPS_EUNSUPPORTED;
@@ -116,6 +118,16 @@ def body(t, cl):
              "client opened")
         exact(t, c, q, "q: exact vectors in this process right after load_model")
         t.ok("q" in c.models(), "models() lists q", c.models())
+        # q with another dimension: the client follows the reload by name
+        qi = c.models().index("q")
+        q6 = cl.gen_model("q", rows=[800], dims=[6], subdir="q_dim6")
+        cl.write_config("hps.ini", text + "\n" + q6.ini_text[q6.ini_text.index("[model.q]"):],
+                        settings)
+        t.eq(c.load_model("q"), "model 'q' loaded", "load_model('q') at dimension 6")
+        exact(t, c, q6, "q by name: exact vectors at dimension 6 right after load_model")
+        raises(t, lambda: c.lookup(qi, 0, np.array([q.file_keys[0][0]], dtype=np.int64)),
+               "a lookup by q's index of dimension 12", hps.HPS_EMISMATCH, "changed its tables")
+        t.eq(c.models().count("q"), 1, "models() lists q once")
         # the storage type of each table (issue 22)
         r = cl.gen_model("r", rows=[300], dims=[16])
         cl.write_config("hps.ini", text + "".join(

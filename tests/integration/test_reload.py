@@ -23,10 +23,13 @@ whose version may only move forward (each worker switches once).
       fall); the workers stay ready (they went not ready for good) and show
       n "unloaded", answering 400 for it; added again: the same segment
       size and used bytes as in (4);
-  (6) SIGHUP with n's dimension changed: refused while workers serve n
-      (their rows would not fit what they answer; before, the reload was
-      published and the running workers answered 500 for n), logged with
-      the model, table and both dimensions; n serves on at dimension 4;
+  (6) SIGHUP with n's dimension changed from 4 to 8 while both workers
+      serve n under a stream of their own: published (the coordinator logs
+      the change); each worker switches to dimension 8 at the segment
+      switch, reading its INI again (the model metadata says 8); every
+      answer for n is wholly n at 4 or wholly n at 8, never back, and none
+      fails (before: refused while workers served n; before that, the
+      reload was published and the workers answered 500 for n);
   (7) 400 SIGHUPs 2 ms apart: the coordinator lives and serves after them
       (one that came while a reload's new image started killed it);
   (8) back to version 1: nv_inference_request_success, nv_hps_lookup_keys
@@ -63,9 +66,10 @@ class Stream(threading.Thread):
     """Lookups of random file keys, back to back; each answer must equal the
     expected rows of one version entirely, never older than the last."""
 
-    def __init__(self, port, models, seed, skip=()):
+    def __init__(self, port, models, seed, skip=(), name="m", sizes=(24, 8)):
         super().__init__(daemon=True)
         self.port, self.models = port, models  # {version: Model}
+        self.name, self.sizes = name, sizes  # the model, keys per table of a request
         first = models[min(models)]
         self.keys = [[k for k in first.file_keys[t] if (t, k) not in set(skip)]
                      for t in range(len(first.file_keys))]  # skip: (table, key) pairs
@@ -78,8 +82,8 @@ class Stream(threading.Thread):
     def run(self):
         m1 = self.models[min(self.models)]
         while not self.stop_ev.is_set():
-            kpt = [self.rng.sample(self.keys[0], 24), self.rng.sample(self.keys[1], 8)]
-            got, _ = H.stream_infer(self, "m", kpt, binary=self.requests % 2 == 0)
+            kpt = [self.rng.sample(ks, n) for ks, n in zip(self.keys, self.sizes)]
+            got, _ = H.stream_infer(self, self.name, kpt, binary=self.requests % 2 == 0)
             if got is None:
                 continue
             self.requests += 1
@@ -284,24 +288,40 @@ def body(t, cl):
          "grow)")
     time.sleep(0.3)
 
-    # ---- (6) n's dimension changed: refused while workers serve n --------------
-    # (their buffers and the shape they answer are n's old dimension: before,
-    # the reload was published and every running worker answered 500 for n)
+    # ---- (6) n's dimension changed while both workers serve n -----------------
+    # Every answer for n is wholly dimension 4 ("version" 1 of the stream)
+    # or wholly dimension 8 (2), never back; none fails.  (Before: refused
+    # while workers served n; before that, published, and every running
+    # worker answered 500 for n until restarted.)
     n8 = cl.gen_model("n", rows=[5000], dims=[8], subdir="n_dim8")
-    with_n = m2.ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]
+    t.ok(n8.expected([kpt_n[0][:3]]) != n.expected([kpt_n[0][:3]]), "n at dimension 8 differs")
+    n_streams = [Stream(w.http_port, {1: n, 2: n8}, 31 + i, name="n", sizes=(16,))
+                 for i, w in enumerate(ws)]
+    for s in n_streams:
+        s.start()
+    time.sleep(0.5)
     cl.write_config("hps.ini", m2.ini_text + "\n" + n8.ini_text[n8.ini_text.index("[model.n]"):],
                     SETTINGS)
-    sighup(t, c, "n's dimension changed from 4 to 8", want_reload=False)
-    t.ok("dimension 4 with 8-byte keys is served, the INI has dimension 8" in c.log() and
-         "cannot answer another shape" in c.log(),
-         "the coordinator says why (the model, table and both dimensions)", c.log()[-1500:])
-    r = H.infer(ws[0].http_port, "n", kpt_n, binary=True)
-    t.ok(r.status == 200 and H.decode_output(r)[1] == n.expected(kpt_n),
-         "n still serves exactly at dimension 4", r.body[:300])
-    cl.write_config("hps.ini", with_n, SETTINGS)
+    sighup(t, c, "n's dimension changed from 4 to 8")
+    t.ok("model n changes shape (table " in c.log(),
+         "the coordinator logs the change of n's shape", c.log()[-1500:])
+
+    def n_dims(w):
+        r = H.http(w.http_port, "GET", "/v2/models/n/config")
+        if r.status != 200:
+            return None
+        return json.loads(r.body)["parameters"]["embedding_vecsize_per_table"]["string_value"]
+    t.ok(H.wait_until(lambda: [n_dims(w) for w in ws] == ["8", "8"], 10),
+         "both workers' model configuration of n says dimension 8", [n_dims(w) for w in ws])
+    time.sleep(0.5)
+    stop_streams(t, n_streams, [1, 2])  # dimension 4, then 8, once
+    t.eq([index_states(w)["n"] for w in ws], [("1", "READY", None)] * 2,
+         "the repository index lists n once, READY")
+    cl.write_config("hps.ini", m2.ini_text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):],
+                    SETTINGS)
 
     stop_streams(t, streams, [1, 2])  # one switch
-    t.eq(c.log().count("reloading: stopping"), 4, "four reloads, three refused")
+    t.eq(c.log().count("reloading: stopping"), 5, "five reloads, two refused")
 
     # ---- (7) SIGHUPs back to back ----------------------------------------------
     # One that came while a reload's new image started killed the coordinator
@@ -311,7 +331,7 @@ def body(t, cl):
         time.sleep(0.002)
     time.sleep(1.0)
     t.ok(c.alive(), "400 SIGHUPs 2 ms apart: the coordinator lives (%d reloads)"
-         % (c.log().count("reloading: stopping") - 4), c.log()[-1500:])
+         % (c.log().count("reloading: stopping") - 5), c.log()[-1500:])
     kpt = [m2.file_keys[0][:20], []]
     def serves_m2(w):
         r = H.infer(w.http_port, "m", kpt, binary=True)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,41 +80,69 @@ static void counters_reset(client_counters_t *k)
         atomic_store(f[i], 0);
 }
 
-/* Table t of m, found in the segment, has the dimension and key width this
- * client serves m with: a reload may have changed the model in the INI, and
- * rows of another dimension would not fit the callers' buffers (such a
- * model is not served, logged once per segment). */
-static bool table_fits(hps_client_t *cl, client_model_t *m, size_t t)
+/* How table t of m is in the segment: 0 found with the dimension and key
+ * width this client serves it with, 1 not found, 2 found with another (a
+ * reload may have changed the model in the INI; its rows would not fit the
+ * callers' buffers).  vdb_ids[t] is set when found. */
+static int table_state(hps_client_t *cl, client_model_t *m, size_t t)
 {
     hps_table_info_t ti;
-    if (hps_shmdb_table_info(cl->db, m->vdb_ids[t], &ti) < 0)
-        return false;
-    if (ti.dim == m->dims[t] && ti.key_bytes == cl->key_bytes)
-        return true;
-    atomic_store(&m->misfit, true);
-    if (!m->dim_warned)
+    if (hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
+                             &m->vdb_ids[t]) != 0 ||
+        hps_shmdb_table_info(cl->db, m->vdb_ids[t], &ti) < 0)
+        return 1;
+    return ti.dim == m->dims[t] && ti.key_bytes == cl->key_bytes ? 0 : 2;
+}
+
+/* Log once per segment why model m (the newest entry of its name, none of
+ * which fits) is not served. */
+static void log_misfit(hps_client_t *cl, client_model_t *m)
+{
+    hps_table_info_t ti;
+    for (size_t t = 0; !m->dim_warned && t < m->conf->num_tables; t++) {
+        if (table_state(cl, m, t) != 2 || hps_shmdb_table_info(cl->db, m->vdb_ids[t], &ti) < 0)
+            continue;
         HPS_ERROR("model %s table %s: the segment holds dimension %u with %u-byte keys, this "
-                  "process serves dimension %u with %u-byte keys (the INI changed since it "
-                  "started): not served until it starts again",
+                  "process serves dimension %u with %u-byte keys (its INI has another shape "
+                  "than the coordinator's): not served until the INIs agree",
                   m->conf->name, m->conf->embedding_table_names[t], ti.dim, ti.key_bytes,
                   m->dims[t], cl->key_bytes);
-    m->dim_warned = true;
-    return false;
+        m->dim_warned = true;
+    }
 }
 
 /* Find every configured table in the segment (the coordinator creates them
- * while loading, so this may take a few rounds). */
+ * while loading, so this may take a few rounds).  Entries of one name (a
+ * model whose tables a reload changed, client.c: learn_from) are tried
+ * newest first: the first whose every table fits is resolved, the others
+ * not; a name none fits but whose tables are there with another shape is a
+ * misfit (its newest entry fails lookups with the reason).  True when every
+ * name is resolved. */
 static bool resolve(hps_client_t *cl)
 {
-    bool all = true;
-    for (size_t i = 0; i < cl->num_models; i++) {
+    size_t n = cl->num_models;
+    uint8_t state[HPS_CONF_MAX_MODELS]; /* per entry: 0 fits, 1 missing, 2 other shape */
+    for (size_t i = 0; i < n; i++) {
         client_model_t *m = &cl->models[i];
-        bool ok = true;
-        atomic_store(&m->misfit, false);
-        for (size_t t = 0; ok && t < m->conf->num_tables; t++)
-            ok = hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
-                                      &m->vdb_ids[t]) == 0 &&
-                 table_fits(cl, m, t);
+        state[i] = 0;
+        for (size_t t = 0; state[i] == 0 && t < m->conf->num_tables; t++)
+            state[i] = (uint8_t)table_state(cl, m, t);
+    }
+    bool all = true;
+    for (size_t i = n; i-- > 0;) {
+        client_model_t *m = &cl->models[i];
+        bool newest = true, taken = false; /* a later entry of the name; one that fits */
+        for (size_t j = i + 1; j < n; j++)
+            if (strcmp(cl->models[j].conf->name, m->conf->name) == 0) {
+                newest = false;
+                taken |= state[j] == 0;
+            }
+        bool ok = state[i] == 0 && !taken, any = ok || taken;
+        for (size_t j = 0; j < i && !any; j++)
+            any = state[j] == 0 && strcmp(cl->models[j].conf->name, m->conf->name) == 0;
+        atomic_store(&m->misfit, newest && !any && state[i] == 2);
+        if (atomic_load(&m->misfit))
+            log_misfit(cl, m);
         atomic_store(&m->resolved, ok);
         if (ok) {
             atomic_store(&m->served, true);
@@ -122,7 +151,8 @@ static bool resolve(hps_client_t *cl)
                 counters_reset(&m->ctr);
             m->ctr_version = v;
         }
-        all &= ok;
+        if (newest)
+            all &= any;
     }
     return all;
 }
@@ -151,7 +181,8 @@ static void log_not_loaded(hps_client_t *cl)
     if (cl->conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT)
         return;
     for (size_t i = 0; i < cl->num_models; i++)
-        if (!atomic_load(&cl->models[i].resolved) && !atomic_load(&cl->models[i].misfit))
+        if (!atomic_load(&cl->models[i].resolved) && !atomic_load(&cl->models[i].misfit) &&
+            hps__client_model_current(cl, i) == i)
             HPS_INFO("model %s: not in /dev/shm/hps.%s, whose coordinator serves: not loaded "
                      "(requests for it are answered as for an unknown model)",
                      cl->models[i].conf->name, cl->conf->volatile_db.shared_memory_name);

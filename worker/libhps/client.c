@@ -90,16 +90,39 @@ static void free_models(hps_client_t *cl)
         pthread_mutex_destroy(&cl->models_lock);
 }
 
-static bool known_model(const hps_client_t *cl, const char *name)
+/* Whether entry m serves section c's shape: the same tables, in the same
+ * order, with the same dimensions (what the callers' buffers and the
+ * KServe metadata are sized by; the key width is the client's). */
+static bool same_shape(const client_model_t *m, const hps_conf_model_t *c)
 {
-    for (size_t i = 0; i < cl->num_models; i++)
-        if (strcmp(cl->models[i].conf->name, name) == 0)
-            return true;
-    return false;
+    if (m->conf->num_tables != c->num_tables)
+        return false;
+    for (size_t t = 0; t < c->num_tables; t++)
+        if (strcmp(m->conf->embedding_table_names[t], c->embedding_table_names[t]) != 0 ||
+            m->dims[t] != (uint32_t)c->embedding_vecsize_per_table[t])
+            return false;
+    return true;
 }
 
-/* Append conf's models the client does not know (under models_lock);
- * true when conf is to be kept (a model of it was appended). */
+/* What the client knows of section c: 0 a model of another name, 1 an
+ * entry of its name with its shape, 2 entries of its name, none with its
+ * shape (the INI changed the model's tables). */
+static int known_model(const hps_client_t *cl, const hps_conf_model_t *c)
+{
+    int known = 0;
+    for (size_t i = 0; i < cl->num_models; i++)
+        if (strcmp(cl->models[i].conf->name, c->name) == 0) {
+            if (same_shape(&cl->models[i], c))
+                return 1;
+            known = 2;
+        }
+    return known;
+}
+
+/* Append conf's models the client does not know, and a new entry for a
+ * known model whose tables changed (a reload of another shape: resolve()
+ * serves whichever entry fits the segment), under models_lock; true when
+ * conf is to be kept (a model of it was appended). */
 static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_err_t *rc)
 {
     if ((conf->hps.supportlonglong ? 8u : 4u) != cl->key_bytes) {
@@ -111,11 +134,13 @@ static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_er
     size_t n = cl->num_models;
     for (size_t j = 0; j < conf->num_models; j++) {
         const hps_conf_model_t *c = &conf->models[j];
-        if (known_model(cl, c->name))
+        int known = known_model(cl, c);
+        if (known == 1)
             continue;
         if (n >= HPS_CONF_MAX_MODELS) {
             *rc = HPS_EFULL;
-            HPS_WARN("%s: model %s: this process knows %d models already, the most it can",
+            HPS_WARN("%s: model %s: this process knows %d models (or shapes of a model) already, "
+                     "the most it can",
                      conf->source, c->name, HPS_CONF_MAX_MODELS);
             break;
         }
@@ -126,9 +151,14 @@ static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_er
         atomic_store_explicit(&cl->num_models, ++n, memory_order_release);
         hps__client_gpu_learned(cl, n - 1);
         ++*added;
-        HPS_INFO("model %s: added to %s since this process read it: served once a coordinator "
-                 "loads it",
-                 c->name, conf->source);
+        if (known)
+            HPS_INFO("model %s: its tables changed in %s (index %zu has the new shape): served "
+                     "with it once a coordinator loads it, with the old shape until then",
+                     c->name, conf->source, n - 1);
+        else
+            HPS_INFO("model %s: added to %s since this process read it: served once a "
+                     "coordinator loads it",
+                     c->name, conf->source);
     }
     return *added > 0;
 }
@@ -333,17 +363,31 @@ size_t hps_client_num_models(const hps_client_t *cl)
     return cl->num_models;
 }
 
+size_t hps__client_model_current(const hps_client_t *cl, size_t mi)
+{
+    size_t cur = mi, n = cl->num_models;
+    const char *name = cl->models[mi].conf->name;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(cl->models[i].conf->name, name) == 0) {
+            if (atomic_load(&cl->models[i].resolved))
+                return i;
+            cur = i; /* the newest entry of the name */
+        }
+    return cur;
+}
+
 hps_err_t hps_client_model_find(const hps_client_t *cl, const char *name, size_t *ret)
 {
     for (size_t i = 0; name && i < cl->num_models; i++)
         if (strcmp(cl->models[i].conf->name, name) == 0) {
-            *ret = i;
+            *ret = hps__client_model_current(cl, i);
             return 0;
         }
     char known[256] = "";
     for (size_t i = 0, o = 0; i < cl->num_models && o < sizeof(known); i++)
-        o += (size_t)snprintf(known + o, sizeof(known) - o, "%s%s", i ? ", " : "",
-                              cl->models[i].conf->name);
+        if (hps__client_model_current(cl, i) == i)
+            o += (size_t)snprintf(known + o, sizeof(known) - o, "%s%s", o ? ", " : "",
+                                  cl->models[i].conf->name);
     return hps__client_fail(HPS_ENOTFOUND, "unknown model '%s' (models: %s)", name ? name : "",
                             known);
 }
@@ -616,9 +660,18 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
         pthread_rwlock_unlock(&cl->seg_lock);
         return hps__client_fail(HPS_ENOTFOUND,
                                 "model %s: the segment holds it with other dimensions than this "
-                                "process serves (its INI changed since the process started): "
-                                "start the process again",
+                                "process serves (this process's INI has another shape of it than "
+                                "the coordinator's): not served until the INIs agree",
                                 m->conf->name);
+    }
+    size_t cur = atomic_load(&m->resolved) ? mi : hps__client_model_current(cl, mi);
+    if (cur != mi && atomic_load(&cl->models[cur].resolved)) {
+        pthread_rwlock_unlock(&cl->seg_lock); /* a reload changed the model's tables */
+        return hps__client_fail(HPS_EMISMATCH,
+                                "model %s: a reload changed its tables, and index %zu no longer "
+                                "serves it: index %zu does (find the model again with "
+                                "hps_client_model_find, and size the output by its dimensions)",
+                                m->conf->name, mi, cur);
     }
     if (!atomic_load(&m->resolved) && cl->db && hps__client_models_known(cl)) {
         pthread_rwlock_unlock(&cl->seg_lock); /* unloaded, or never loaded */

@@ -224,6 +224,15 @@ static inline bool hps__client_models_known(const hps_client_t *cl)
            atomic_load(&((hps_client_t *)cl)->settled);
 }
 
+/**
+ * The entry that serves model mi's name now: a reload that changed the
+ * model's tables has the client append an entry of the new shape
+ * (client.c: learn_from), and resolve() serves whichever entry of the name
+ * fits the segment.  The resolved entry of the name, else its newest.
+ * Any thread (lock-free reads; a switch may move it right after).
+ */
+size_t hps__client_model_current(const hps_client_t *cl, size_t mi);
+
 /* ---- attach.c: the maintenance thread -------------------------------------- */
 
 /** Attach now if the segment exists, then start the thread.  0 or HPS_EIO. */

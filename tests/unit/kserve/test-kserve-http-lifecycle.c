@@ -233,6 +233,63 @@ static void test_add_model(void **state)
     hps_kserve_destroy(s);
 }
 
+/* test_replace_model's backend: which entry the backend serves. */
+static _Atomic size_t g_loaded_entry;
+
+static bool loaded_entry(void *ctx, size_t mi)
+{
+    (void)ctx;
+    return mi == atomic_load(&g_loaded_entry);
+}
+
+/* hps_kserve_replace_model: a new shape of hps_wdl is entry 1; requests,
+ * the index and the statistics name hps_wdl once, and follow the entry the
+ * backend says is loaded; a name not registered is refused. */
+static void test_replace_model(void **state)
+{
+    (void)state;
+    struct ks_backend be = {.ready = true};
+    hps_kserve_backend_t vt = ks_vtable(&be);
+    vt.model_loaded = loaded_entry;
+    atomic_store(&g_loaded_entry, 0);
+    hps_kserve_options_t o;
+    hps_kserve_options_init(&o);
+    o.http_port = 0;
+    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
+    o.model_capacity = 3;
+    hps_kserve_t *s = NULL;
+    KS_OK(hps_kserve_create(&o, ks_models, 1, &vt, &s));
+    KS_OK(hps_kserve_start(s));
+    uint16_t port = 0;
+    KS_OK(hps_kserve_ports(s, &port, NULL));
+    hps_kserve_model_t m = ks_models[1];
+    KS_CHECK(hps_kserve_replace_model(s, &m) == HPS_EINVAL, "replace: 'plain' is not registered");
+    m = ks_models[0];
+    uint32_t dims[2] = {48, 5};
+    m.dims = dims;
+    KS_OK(hps_kserve_replace_model(s, &m));
+    KS_CHECK(hps_kserve_num_models(s) == 2, "the new shape is entry 1");
+    struct ks_resp r;
+    const char *cfg = "/v2/models/hps_wdl/config";
+    KS_CHECK(ks_http(port, "GET", cfg, NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 200, "{\"string_value\":\"1,16\"}"); /* entry 0 loaded: its dims */
+    ks_resp_free(&r);
+    atomic_store(&g_loaded_entry, 1);
+    KS_CHECK(ks_http(port, "GET", cfg, NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 200, "{\"string_value\":\"48,5\"}"); /* the backend switched */
+    ks_resp_free(&r);
+    KS_CHECK(ks_http(port, "POST", "/v2/repository/index", NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 200, "[{\"name\":\"hps_wdl\",\"version\":\"1\",\"state\":\"READY\"}]");
+    ks_resp_free(&r);
+    KS_CHECK(ks_http(port, "GET", "/v2/models/stats", NULL, NULL, 0, &r) == 0, "transport");
+    KS_EXPECT(&r, 200, NULL);
+    const char *first = strstr(r.body, "\"name\":\"hps_wdl\"");
+    KS_CHECK(first && !strstr(first + 1, "\"name\":\"hps_wdl\""),
+             "statistics name hps_wdl once: %s", r.body);
+    ks_resp_free(&r);
+    hps_kserve_destroy(s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pinned OUTPUT0 buffers (backend pin_output / unpin_output)                */
 /* ------------------------------------------------------------------------ */
@@ -412,6 +469,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_model),
+        cmocka_unit_test(test_replace_model),
         cmocka_unit_test_setup(test_concurrent, test_setup),
         cmocka_unit_test_setup(test_graceful_stop, test_setup),
         cmocka_unit_test_setup(test_create_errors, test_setup),

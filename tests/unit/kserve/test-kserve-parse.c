@@ -117,11 +117,11 @@ static void test_route(void **state)
     hps__kserve_kerr_t err;
     struct hps__kserve_route r;
     hps__kserve_route_parse("/v2/models/hps_wdl/versions/0001/infer", &r);
-    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, &err) == 0, "0001 is version 1");
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == 0, "0001 is version 1");
     hps__kserve_route_parse("/v2/models/hps_wdl/versions/18446744073709551616/infer", &r);
-    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, &err) == -1 && err.status == 400, "overflow");
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == -1 && err.status == 400, "overflow");
     hps__kserve_route_parse("/v2/models/hps_wd/infer", &r);
-    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, &err) == -2 &&
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == -2 &&
                  !strcmp(err.msg, "Request for unknown model: 'hps_wd' is not found"),
              "%s", err.msg);
     hps__kserve_route_parse("/v2/systemsharedmemory/region/in_0/register", &r);
@@ -496,7 +496,7 @@ static void test_responses(void **state)
     hps__kserve_stats_failure(&m[0].stats, 3000, HPS__KSERVE_FAIL_BACKEND);
     hps__kserve_text_t t;
     hps__kserve_text_init(&t);
-    hps__kserve_resp_stats(&t, m, 2);
+    hps__kserve_resp_stats(&t, m, 2, NULL);
     json_object *j = json_tokener_parse(t.data);
     KS_CHECK(j, "stats JSON: %s", t.data);
     json_object_put(j);

@@ -243,7 +243,25 @@ PyObject *hpspy_index_or_name(PyObject *o, const char *what)
                            Py_TYPE(o)->tp_name);
 }
 
-/* The index of model o (from hpspy_index_or_name); runs no Python code. */
+/* The index that serves the name of model entry *mi now (a reload that
+ * changed the model's tables adds an entry: hps_client_model_find), learnt
+ * first if new to this object; -1 with an exception set. */
+static int current_model(client_object *self, size_t *mi)
+{
+    size_t cur;
+    if (hpspy_client_enter(self) < 0)
+        return -1;
+    if (hps_client_model_find(self->c, hps_client_model_conf(self->c, *mi)->name, &cur) < 0)
+        return 0; /* cannot happen: *mi has that name */
+    if (cur >= self->num_models && hpspy_learn_models(self) < 0)
+        return -1;
+    if (cur < self->num_models)
+        *mi = cur;
+    return 0;
+}
+
+/* The index of model o (from hpspy_index_or_name): for a name, the entry
+ * that serves it now (current_model); runs no Python code. */
 int hpspy_get_model(client_object *self, PyObject *o, size_t *ret)
 {
     PyObject *e;
@@ -263,7 +281,7 @@ int hpspy_get_model(client_object *self, PyObject *o, size_t *ret)
             return -1;
         }
         *ret = PyLong_AsSize_t(v);
-        return 0;
+        return current_model(self, ret);
     }
     long long m = PyLong_AsLongLong(o);
     if (m == -1 && PyErr_Occurred()) {

@@ -21,7 +21,9 @@
 
 const char hpspy_client_models_doc[] =
     PyDoc_STR("models() -> list of str: the models of the configuration, file order,\n"
-              "then those added to its INI file since (read again when it changed).");
+              "then those added to its INI file since (read again when it changed);\n"
+              "each name once (a model whose tables a reload changed has a new index,\n"
+              "which its name finds: name the model, not its index, across reloads).");
 
 PyObject *hpspy_client_models(client_object *self, PyObject *unused)
 {
@@ -30,10 +32,13 @@ PyObject *hpspy_client_models(client_object *self, PyObject *unused)
 
     if (hpspy_client_enter(self) < 0 || hpspy_learn_models(self) < 0)
         return NULL;
-    l = PyList_New((Py_ssize_t)self->num_models);
+    l = PyList_New(0);
     for (size_t m = 0; l && m < self->num_models; m++) {
-        Py_INCREF(self->models[m].name);
-        PyList_SET_ITEM(l, (Py_ssize_t)m, self->models[m].name);
+        int seen = 0;
+        for (size_t j = 0; j < m && seen == 0; j++)
+            seen = PyUnicode_Compare(self->models[j].name, self->models[m].name) == 0;
+        if (!seen && PyList_Append(l, self->models[m].name) < 0)
+            Py_CLEAR(l);
     }
     return l;
 }
