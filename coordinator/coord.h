@@ -201,8 +201,9 @@ bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_
  * one the running workers can follow (file header): coord_reload_check for
  * SIGHUP (the segment's name, the loaded set, the served models' key
  * width; logs the models next drops and the shapes it changes),
- * coord_reload_keys_ok for a model control load (the key width only).  Main thread, c->db the serving segment; false
- * with the reason in msg (len bytes).  Nothing is written. */
+ * coord_reload_keys_ok for a model control load (the key width only).
+ * Main thread, c->db the serving segment; false with the reason in msg
+ * (len bytes).  Nothing is written. */
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
 bool coord_reload_keys_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
 

@@ -282,7 +282,9 @@ static hps_err_t run_lookup(hps_kserve_t *s, size_t mi, const struct hps__kserve
     return rc;
 }
 
-/* A failed lookup: answer 503 (busy) or 500 with the backend's message. */
+/* A failed lookup: answer 503 (busy, or the model changed its tables while
+ * the request was in flight: HPS_EMISMATCH, a retry is routed to the new
+ * shape) or 500 with the backend's message. */
 static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
                                      hps_err_t rc, hps_kserve_lookup_stats_t *ls, uint64_t t0)
 {
@@ -291,7 +293,7 @@ static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, 
     char msg[HPS__KSERVE_KERR_MSG_MAX];
     snprintf(msg, sizeof(msg), "lookup failed for model '%s': %s", m->name,
              ls->message[0] ? ls->message : hps_strerror(rc));
-    bool busy = rc == HPS_EBUSY;
+    bool busy = rc == HPS_EBUSY || rc == HPS_EMISMATCH;
     return infer_failed(s, m, c, t0, busy ? HPS__KSERVE_FAIL_REJECTED : HPS__KSERVE_FAIL_BACKEND,
                         busy ? 503 : 500, msg);
 }

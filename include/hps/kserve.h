@@ -276,8 +276,10 @@ typedef struct hps_kserve_backend {
      * @param[out] stats        zeroed; fill the timings you measure, and
      *                          message on failure if useful.
      * @return 0, or an error: HPS_EBUSY answers 503 (nv_inference_request_
-     *         failure reason REJECTED); anything else answers 500 (reason
-     *         BACKEND).  Either way the message is stats->message or
+     *         failure reason REJECTED), and so does HPS_EMISMATCH (the
+     *         model changed its tables since the request was routed to
+     *         model_index: a retry goes to the new shape); anything else
+     *         answers 500 (reason BACKEND).  Either way the message is stats->message or
      *         hps_strerror() of the code.
      */
     hps_err_t (*lookup)(void *ctx, size_t model_index, uint32_t num_tables, const int32_t *numkeys,

@@ -16,6 +16,10 @@ or wholly version 2, never back).  The INI then names version 2; SIGHUP:
     workers (one created it, the other mapped it);
   - device memory returns: after the old caches are freed, the GPU's used
     memory is back within half the caches' size of what it was before.
+Then a version 3 halves table 0's dimension (64 to 32), under the same
+streams (every answer wholly version 2 at 64 or version 3 at 32): both
+workers build caches of the new shape, every key is a GPU hit with the new
+vectors, and the device memory falls by at least half the difference.
 """
 import os
 import random
@@ -80,6 +84,37 @@ def body(t, cl):
     ok = H.wait_until(lambda: used_mib() <= mem0 + cache_mib // 2, 15, 0.5)
     t.ok(ok, "device memory returned: %d MiB used before the reload, %d after (the caches: %d "
          "MiB; not freed would be about %d)" % (mem0, used_mib(), cache_mib, mem0 + cache_mib))
+
+    # ---- a reload that halves table 0's dimension (64 -> 32) -----------------
+    m3 = cl.gen_model("m", rows=ROWS, dims=[32, 8], defaults=DEFAULTS, subdir="m_dim32",
+                      version=3)
+    mem2 = used_mib()
+    built = [w.log().count("building its GPU caches anew") for w in ws]
+    streams = start_streams(ws, {2: m2, 3: m3}, 11)
+    reload_to(t, cl, c, ws, m3.ini_text, gpu, 3)
+    t.ok(H.wait_until(lambda: all(len(cache_counters(w.metrics_port, "m")) > 0 and
+                                  w.log().count("building its GPU caches anew") > b
+                                  for w, b in zip(ws, built)), 30),
+         "dimension 64 -> 32: both workers build GPU caches of the new shape and serve m from "
+         "them", ws[0].log()[-2000:])
+    time.sleep(1.0)
+    stop_streams(t, streams, [2, 3])
+    kpt = [rng.sample(m3.file_keys[0], 2000), rng.sample(m3.file_keys[1], 500)]
+    for i, w in enumerate(ws):
+        before = cache_counters(w.metrics_port, "m")
+        _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+        after = cache_counters(w.metrics_port, "m")
+        t.ok(got == m3.expected(kpt), "worker %d: dimension 32's vectors" % i)
+        t.eq(total(after, "hit_keys") - total(before, "hit_keys"), 2500,
+             "worker %d: all 2500 keys GPU hits in the new shape's caches" % i)
+    es = [e for e in cl.shm_info().get("gpu_caches", []) if e.get("state") == "ready"]
+    t.eq(sorted((e.get("table"), len(e.get("attached_pids", []))) for e in es),
+         [("sparse_embedding0", 2), ("sparse_embedding1", 2)],
+         "the new shape's registry: one cache per table, both workers on it")
+    new_mib = sum(e.get("bytes", 0) for e in es) >> 20
+    ok = H.wait_until(lambda: used_mib() <= mem2 - (cache_mib - new_mib) // 2, 15, 0.5)
+    t.ok(ok, "device memory: %d MiB used before, %d after (the caches: %d MiB, then %d)"
+         % (mem2, used_mib(), cache_mib, new_mib))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ import numpy as np  # noqa: E402
 
 import hps  # noqa: E402
 
+try:
+    import hps.torch as hps_torch
+except ImportError:  # torch missing: the LookupLayer checks skip
+    hps_torch = None
+
 
 def exact(t, c, model, desc):
     ok = True
@@ -120,6 +125,10 @@ def body(t, cl):
         t.ok("q" in c.models(), "models() lists q", c.models())
         # q with another dimension: the client follows the reload by name
         qi = c.models().index("q")
+        layer = None
+        if hps_torch:
+            layer = hps_torch.LookupLayer(conf, "q", 0, 12)
+            t.eq(tuple(layer([q.file_keys[0][0]]).shape), (1, 12), "LookupLayer of q at 12")
         q6 = cl.gen_model("q", rows=[800], dims=[6], subdir="q_dim6")
         cl.write_config("hps.ini", text + "\n" + q6.ini_text[q6.ini_text.index("[model.q]"):],
                         settings)
@@ -128,6 +137,13 @@ def body(t, cl):
         raises(t, lambda: c.lookup(qi, 0, np.array([q.file_keys[0][0]], dtype=np.int64)),
                "a lookup by q's index of dimension 12", hps.HPS_EMISMATCH, "changed its tables")
         t.eq(c.models().count("q"), 1, "models() lists q once")
+        if layer is None:
+            t.skip("LookupLayer after the change", "torch is not importable")
+        else:
+            t.ok(H.wait_until(lambda: layer._client(layer._host_device).tables("q")[0]["dim"] ==
+                              6, 5), "the layer's client follows q to dimension 6")
+            raises(t, lambda: layer([q.file_keys[0][0]]), "LookupLayer built for q at 12 "
+                   "after the change", hps.HPS_EMISMATCH, "now has dimension 6")
         # the storage type of each table (issue 22)
         r = cl.gen_model("r", rows=[300], dims=[16])
         cl.write_config("hps.ini", text + "".join(

@@ -119,7 +119,8 @@ static void test_route(void **state)
     hps__kserve_route_parse("/v2/models/hps_wdl/versions/0001/infer", &r);
     KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == 0, "0001 is version 1");
     hps__kserve_route_parse("/v2/models/hps_wdl/versions/18446744073709551616/infer", &r);
-    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == -1 && err.status == 400, "overflow");
+    KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == -1 && err.status == 400,
+             "overflow");
     hps__kserve_route_parse("/v2/models/hps_wd/infer", &r);
     KS_CHECK(hps__kserve_route_model(&r, &wdl, 1, NULL, &err) == -2 &&
                  !strcmp(err.msg, "Request for unknown model: 'hps_wd' is not found"),

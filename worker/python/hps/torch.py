@@ -19,7 +19,7 @@ except ImportError as _e:  # pragma: no cover (depends on the machine)
     raise ImportError("hps.torch needs PyTorch, which could not be imported (%s); install "
                       "torch, or use hps.Client with numpy arrays" % _e) from _e
 
-from . import HPS_ENOTFOUND, _echo, _error, _index_or_name, shared_client
+from . import HPS_EMISMATCH, HPS_ENOTFOUND, _echo, _error, _index_or_name, shared_client
 
 __all__ = ["LookupLayer"]
 
@@ -113,7 +113,8 @@ class LookupLayer(_torch.nn.Module):
         Keys found nowhere get the table's default value.  Raises hps.Error
         as hps.Client.lookup: bad keys (dtype, alignment of device keys),
         HPS_EBUSY before the coordinator first served the model,
-        HPS_ENOTFOUND once it is not loaded, HPS_EIO (a CUDA error).  May be
+        HPS_ENOTFOUND once it is not loaded, HPS_EMISMATCH once a reload
+        changed the table's dimension, HPS_EIO (a CUDA error).  May be
         called from several threads (the clients are thread-safe).
         """
         if not isinstance(keys, _torch.Tensor):
@@ -129,6 +130,11 @@ class LookupLayer(_torch.nn.Module):
         else:
             out = self._client(self._host_device).lookup(self.model_name, self.table_id, flat,
                                                          dtype=self.dtype)
+        if out.shape[-1] != self.emb_vec_size:  # a reload changed the table's dimension
+            raise _error("table %s of model %s now has dimension %d (a reload changed the "
+                         "model); this layer was built for emb_vec_size %d" %
+                         (_echo(self.table_id), _echo(self.model_name), out.shape[-1],
+                          self.emb_vec_size), HPS_EMISMATCH)
         return out.reshape(tuple(keys.shape) + (self.emb_vec_size,))
 
     def extra_repr(self):
