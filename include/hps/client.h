@@ -213,7 +213,9 @@ hps_err_t hps_client_model_state(hps_client_t *c, size_t model, hps_model_state_
  * @brief Whether model @p model is loaded: false once the segment served
  *        by a coordinator was searched and the model's tables are not in it
  *        (lookups then fail with HPS_ENOTFOUND), whichever the model control
- *        mode.  Lock-free; false for a bad argument.
+ *        mode; false too for an entry of an older shape of a model another
+ *        entry serves (hps_client_model_find()), so that at most one entry
+ *        per name is loaded.  Lock-free; false for a bad argument.
  */
 bool hps_client_model_loaded(const hps_client_t *c, size_t model);
 

@@ -67,8 +67,12 @@ bool hps_client_model_loaded(const hps_client_t *cl, size_t mi)
 {
     if (!cl || mi >= cl->num_models)
         return false;
-    /* A misfit (the segment holds another dimension) stays "loaded": its
-     * lookups fail with the message that says why. */
+    /* An older shape of a model another entry serves (or will serve: the
+     * newest) is not, so that every listing names the model once.  A misfit
+     * (the segment holds another dimension) stays "loaded": its lookups fail
+     * with the message that says why. */
+    if (hps__client_model_current(cl, mi) != mi)
+        return false;
     return atomic_load(&cl->models[mi].resolved) || atomic_load(&cl->models[mi].misfit) ||
            !hps__client_models_known(cl);
 }
