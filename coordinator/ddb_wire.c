@@ -45,8 +45,10 @@ int coord_ddb_open(coord_t *c)
     char err[1024];
     hps_err_t rc = hps_ddb_open(&o, &c->ddb, err, sizeof(err));
     if (rc < 0) {
-        HPS_ERROR("[distributed_db] redis_cluster at %s: %s (%s)", d->address, err,
-                  hps_err_name(rc));
+        HPS_ERROR("[distributed_db] redis_cluster at %s: %s (%s); start the Redis Cluster, or "
+                  "correct redis_cluster, or set [distributed_db] type = disabled to serve "
+                  "without it",
+                  d->address, err, hps_err_name(rc));
         return HPS_EXIT_DDB;
     }
     HPS_INFO("distributed DB: Redis Cluster at %s, %lld partitions per table, lookup deadline "

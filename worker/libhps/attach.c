@@ -304,7 +304,8 @@ static void maint_round(hps_client_t *cl)
         hps_log(ready ? HPS_LOG_INFO : HPS_LOG_WARN, "%s",
                 ready ? "coordinator serving and tables found: ready"
                       : "coordinator gone or loading: degraded (volatile DB and defaults "
-                        "only), not ready");
+                        "only), not ready; is an hps-coordinator of this INI's "
+                        "shared_memory_name running? (hps-shm info names the last one)");
     cl->logged_ready = ready;
 }
 
