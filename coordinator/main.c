@@ -625,6 +625,13 @@ int main(int argc, char **argv)
         coord_kafka_catch_up(kafka, RELOAD_CATCH_UP_MS);
     if (!ex) {
         coord_pdb_token_record(&c); /* what a later restart or reload checks */
+        /* The text the models were built from: a lookup process takes a
+         * model's new shape from it (worker/libhps/shape.c) */
+        hps_err_t trc = c.text ? hps_shmdb_set_conf_text(c.db, c.text, strlen(c.text)) : 0;
+        if (trc < 0)
+            HPS_WARN("cannot record the INI text in the segment (%s): workers whose INI has "
+                     "another shape of a model than this one do not serve it",
+                     hps_strerror(trc));
         hps_shmdb_set_coord_state(c.db, HPS_COORD_SERVING);
         coord_control_before_publish(&c);
         ex = coord_segment_publish(&c);

@@ -5,13 +5,12 @@
  * workers cannot follow is refused with the reason, and the serving state
  * goes on as it was (issue 20: loading never disturbs what is serving).
  *
- * A running worker (hps-worker, or a process of the lookup library) reads
- * its INI again when it switches to a published segment, and takes a new
- * shape of a model (other tables or dimensions) from it then
- * (worker/libhps/client.c: learn_from, attach.c: resolve), so a reload may
- * change a model's tables; it logs which change, since a worker whose own
- * INI still has the old shape cannot serve the new one.  But while workers
- * are attached to the serving segment:
+ * A running worker (hps-worker, or a process of the lookup library) takes
+ * a new shape of a model (other tables or dimensions) from the INI text
+ * the coordinator records in the segment (main.c, hps_shmdb_set_conf_text)
+ * when it switches to it (worker/libhps/shape.c, attach.c: resolve), so a
+ * reload may change a model's tables (logged).  But while workers are
+ * attached to the serving segment:
  *  - the key width (supportlonglong) stays: a worker's callers pass keys of
  *    the width it started with;
  *  - shared_memory_name stays: the workers attach by name and would keep
@@ -43,7 +42,7 @@ static size_t workers(hps_shmdb_t *db)
 
 /* Model m of next against the tables db holds for it: false (why in msg)
  * when their key width differs; a change of its tables or dimensions is
- * logged (the workers take it from their INI at the switch). */
+ * logged (the workers take it from the segment at the switch). */
 static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes,
                            char *msg, size_t len)
 {
@@ -74,8 +73,8 @@ static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t 
         snprintf(change, sizeof(change), "%u tables to %zu", held, m->num_tables);
     if (change[0])
         HPS_WARN("model %s changes shape (%s): the running workers serve the new shape from the "
-                 "switch on, read from their INI (one whose INI still has the old shape fails "
-                 "the model's requests, naming both)",
+                 "switch on (callers that sized buffers by the old one get errors: "
+                 "HPS_EMISMATCH in process, 503 over HTTP for a request caught in the switch)",
                  m->name, change);
     return true;
 }

@@ -390,12 +390,25 @@ struct shm_hdr {
      * (hps_shmdb_set_pdb_token), 0 = unknown; taken from the reserved words
      * like ddbstats_off, so 0 in segments of older builds. */
     _Atomic uint64_t pdb_token;
-    uint64_t reserved[6]; /* 0; later parts of the format take words from here */
+    /* struct shm_conftext: the INI text the coordinator serves
+     * (hps_shmdb_set_conf_text), 0 = none; taken from the reserved words
+     * like ddbstats_off.  A new block per set, published by a release store
+     * under dir_lock and never freed (a reader may still copy the old one);
+     * read lock-free with an acquire load and bounds-checked. */
+    uint64_t conftext_off;
+    uint64_t reserved[5]; /* 0; later parts of the format take words from here */
     struct shm_ctl ctl;   /* model control requests (control.c) */
     _Alignas(HPS_CACHELINE) pthread_mutex_t seg_lock; /* allocator */
     _Alignas(HPS_CACHELINE) pthread_mutex_t dir_lock; /* table directory (held while creating) */
     _Alignas(HPS_CACHELINE) struct shm_proc procs[HPS_SHMDB_MAX_PROCS];
     struct shm_table tables[HPS_SHMDB_MAX_TABLES];
+};
+
+/* The coordinator's INI text (hdr->conftext_off): len bytes, then a NUL.
+ * Written before the block is published, then read-only. */
+struct shm_conftext {
+    uint64_t len;
+    char text[];
 };
 
 /* Update statistics of one layer (hps_update_stats_t, each word atomic).

@@ -362,6 +362,52 @@ uint64_t hps_shmdb_pdb_token(hps_shmdb_t *db)
     return atomic_load_explicit(&db->hdr->pdb_token, memory_order_acquire);
 }
 
+hps_err_t hps_shmdb_set_conf_text(hps_shmdb_t *db, const char *text, size_t len)
+{
+    if (!db || !text || len > HPS_SHMDB_CONF_TEXT_MAX)
+        return HPS_EINVAL;
+    int lr = hps__shmdb_lock(&db->hdr->dir_lock);
+    if (lr < 0)
+        return lr;
+    if (lr == 1)
+        hps__shmdb_lock_consistent(db, &db->hdr->dir_lock);
+    uint64_t off;
+    hps_err_t rc = hps__shmdb_alloc(db, sizeof(struct shm_conftext) + len + 1, &off);
+    if (rc == 0) {
+        struct shm_conftext *ct = hps__shmdb_ptr(db, off);
+        ct->len = len;
+        memcpy(ct->text, text, len);
+        ct->text[len] = '\0';
+        /* release: the text is written before anyone finds it */
+        atomic_store_explicit((_Atomic uint64_t *)&db->hdr->conftext_off, off,
+                              memory_order_release);
+    }
+    hps__shmdb_unlock(&db->hdr->dir_lock);
+    return rc;
+}
+
+hps_err_t hps_shmdb_conf_text(hps_shmdb_t *db, char **ret_text)
+{
+    uint64_t off =
+        atomic_load_explicit((_Atomic uint64_t *)&db->hdr->conftext_off, memory_order_acquire);
+    if (!off)
+        return HPS_ENOTFOUND;
+    if (!hps__shmdb_in_bounds(db, off, sizeof(struct shm_conftext)))
+        return HPS_ECORRUPT;
+    const struct shm_conftext *ct = hps__shmdb_ptr(db, off);
+    uint64_t len = ct->len;
+    if (len > HPS_SHMDB_CONF_TEXT_MAX ||
+        !hps__shmdb_in_bounds(db, off, sizeof(struct shm_conftext) + len))
+        return HPS_ECORRUPT;
+    char *t = malloc(len + 1);
+    if (!t)
+        return -ENOMEM;
+    memcpy(t, ct->text, len);
+    t[len] = '\0';
+    *ret_text = t;
+    return 0;
+}
+
 size_t hps_shmdb_other_procs(hps_shmdb_t *db)
 {
     bool own[HPS_SHMDB_MAX_PROCS];

@@ -81,6 +81,16 @@ static bool model_loaded(const hps_kserve_t *s, size_t mi)
     return !s->backend.model_loaded || s->backend.model_loaded(s->backend.ctx, mi);
 }
 
+/* Model mi's state is READY (every model without a model_state callback):
+ * a loaded model the backend cannot answer (say, its tables have another
+ * shape than it serves) is not. */
+static bool model_ready(const hps_kserve_t *s, size_t mi)
+{
+    bool served;
+    return !s->backend.model_state ||
+           s->backend.model_state(s->backend.ctx, mi, &served) == HPS_MODEL_READY;
+}
+
 /* Triton's answer for a model without a loaded version. */
 static enum MHD_Result send_unloaded(const hps_kserve_t *s, struct MHD_Connection *c,
                                      const struct hps__kserve_kmodel *m)
@@ -125,9 +135,10 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     const struct hps__kserve_kmodel *m = &s->models[mi];
     if (r->kind != HPS__KSERVE_R_MODEL_STATS && !model_loaded(s, (size_t)mi))
         return send_unloaded(s, c, m);
-    if (r->kind == HPS__KSERVE_R_MODEL_READY)
-        return backend_ready(s) ? hps__kserve_http_send_empty(s, c, 200)
-                                : hps__kserve_http_send_error(s, c, 400, "Model version not ready");
+    if (r->kind == HPS__KSERVE_R_MODEL_READY) /* the worker, and the model (its state) */
+        return backend_ready(s) && model_ready(s, (size_t)mi)
+                   ? hps__kserve_http_send_empty(s, c, 200)
+                   : hps__kserve_http_send_error(s, c, 400, "Model version not ready");
     hps__kserve_text_t t;
     hps__kserve_text_init(&t);
     if (r->kind == HPS__KSERVE_R_MODEL_META)

@@ -283,15 +283,15 @@ size_t hps_client_num_models(const hps_client_t *c);
  * modification time), it is parsed and validated again, and each model
  * section whose name the client does not know yet is appended to its
  * models (its tables are then looked up in the segment like the others).
- * A known model whose tables changed in the file (their names, count or
- * dimensions: a reload of another shape) gets a new entry with the new
- * shape; the client serves whichever entry of the name fits the segment it
- * is attached to, so it follows the coordinator's reload at its segment
- * switch: lookups on the old entry's index then fail with HPS_EMISMATCH
- * (find the model again).  Other settings of a known model keep what the
- * client read first.  The client calls it itself when it switches to a
- * segment a coordinator published, and before a model control load of a
- * name it does not know.
+ * Models already known keep their entries: a reload that changes a model's
+ * tables (their names, count or dimensions) is followed from the segment
+ * instead, where the coordinator records the INI text it built from: at
+ * its switch to that segment the client appends an entry of the new shape
+ * and serves it from then on (whatever this process's INI says by then);
+ * lookups by the old entry's index then fail with HPS_EMISMATCH (find the
+ * model again).  The client calls this function itself when it switches
+ * to a segment a coordinator published, and before a model control load
+ * of a name it does not know.
  * Thread-safe (serialized by the client).
  * @param[out] ret_added  Models appended (may be NULL).
  * @return 0 (also when the file is unchanged, or the configuration came from

@@ -340,7 +340,8 @@ typedef struct hps_kserve_backend {
 
     /**
      * @brief Optional (NULL = READY while ready(), else UNAVAILABLE): model
-     *        mi's state for the repository index.  *ret_served = whether it
+     *        mi's state for the repository index, and for the model's
+     *        /ready (200 only while ready() and this says READY).  *ret_served = whether it
      *        was ever loaded while this server ran (else Triton lists it by
      *        name only).  Must not block for long.
      */

@@ -290,6 +290,33 @@ void hps_shmdb_set_pdb_token(hps_shmdb_t *db, uint64_t token);
  *  any process. */
 uint64_t hps_shmdb_pdb_token(hps_shmdb_t *db);
 
+/** Most bytes of an INI text hps_shmdb_set_conf_text() keeps (hps_conf_load's
+ *  16 MiB file limit). */
+#define HPS_SHMDB_CONF_TEXT_MAX (16u << 20)
+
+/**
+ * @brief Record the INI text the segment's models were built from (what
+ *        hps-coordinator serves), so that a lookup process can take a
+ *        model's section as the coordinator read it (libhps follows a model
+ *        whose tables a reload changed by it, whatever its own INI says).
+ *        Each call stores a new copy in the segment and publishes it in one
+ *        atomic step; the old copy's bytes are not reused.
+ * @param[in] text  len bytes (host), need not be NUL-terminated; copied.
+ * @return 0; HPS_EINVAL (NULL, or over HPS_SHMDB_CONF_TEXT_MAX bytes);
+ *         HPS_ENOSPC (the segment is full); a lock error.  Coordinator only.
+ */
+hps_err_t hps_shmdb_set_conf_text(hps_shmdb_t *db, const char *text, size_t len);
+
+/**
+ * @brief A copy of the text of hps_shmdb_set_conf_text().
+ * @param[out] ret_text  malloc'd, NUL-terminated; the caller frees it.
+ * @return 0; HPS_ENOTFOUND (none recorded: a segment of an older build, or
+ *         a coordinator that has not served yet); HPS_ECORRUPT (its offset
+ *         or length is out of the segment's bounds); -ENOMEM.  Any process,
+ *         lock-free.
+ */
+hps_err_t hps_shmdb_conf_text(hps_shmdb_t *db, char **ret_text);
+
 /**
  * @brief Publish the coordinator's state (workers report ready only while it
  *        is HPS_COORD_SERVING and its heartbeat is fresh).  Atomic store;

@@ -379,8 +379,8 @@ def scenario_unfollowable(t, cl):
     refused_hup(t, c, "explicit mode, loaded n's section removed",
                 "model n is loaded and its [model.n] section is gone")
     check_exact(t, port, n, "(7) n still loaded")
-    # a load of m with another dimension: the worker follows (it reads its
-    # INI again at the switch), and back
+    # a load of m with another dimension: the worker follows (it takes the
+    # section the coordinator recorded in the segment), and back
     m16 = gen(cl, "s7", "m", ROWS, [16, 4], cl.segment, sub="m_dim16")
     cl.write_config("hps.ini", with_section(text, m, m16), s)
     r = try_post(port, "/v2/repository/models/m/load")

@@ -15,7 +15,8 @@ real hps-coordinator and beside an hps-worker on the same segment:
   - a model added to the INI while the client runs: load_model, then its
     vectors exact in this process, and models() lists it; loaded again
     with another dimension, its name gives the new shape's exact vectors
-    and its old index raises HPS_EMISMATCH; tables() gives
+    and its old index raises HPS_EMISMATCH (models() lists it at both
+    indices); tables() gives
     each table's storage_type (int8 for one added with it; the segment's
     type where another client's INI says fp32);
   - a client of a configuration in mode none: HPS_EUNSUPPORTED;
@@ -136,7 +137,8 @@ def body(t, cl):
         exact(t, c, q6, "q by name: exact vectors at dimension 6 right after load_model")
         raises(t, lambda: c.lookup(qi, 0, np.array([q.file_keys[0][0]], dtype=np.int64)),
                "a lookup by q's index of dimension 12", hps.HPS_EMISMATCH, "changed its tables")
-        t.eq(c.models().count("q"), 1, "models() lists q once")
+        t.eq([i for i, x in enumerate(c.models()) if x == "q"], [qi, qi + 1],
+             "models(): q at its old index and at its new one (positions are indices)")
         if layer is None:
             t.skip("LookupLayer after the change", "torch is not importable")
         else:

@@ -26,7 +26,9 @@ whose version may only move forward (each worker switches once).
   (6) SIGHUP with n's dimension changed from 4 to 8 while both workers
       serve n under a stream of their own: published (the coordinator logs
       the change); each worker switches to dimension 8 at the segment
-      switch, reading its INI again (the model metadata says 8); every
+      switch (the model configuration says 8), and so does a third whose
+      own INI keeps dimension 4 (it takes the coordinator's section from
+      the segment); every
       answer for n is wholly n at 4 or wholly n at 8, never back, and none
       fails (before: refused while workers served n; before that, the
       reload was published and the workers answered 500 for n);
@@ -295,6 +297,9 @@ def body(t, cl):
     # worker answered 500 for n until restarted.)
     n8 = cl.gen_model("n", rows=[5000], dims=[8], subdir="n_dim8")
     t.ok(n8.expected([kpt_n[0][:3]]) != n.expected([kpt_n[0][:3]]), "n at dimension 8 differs")
+    # a third worker whose own INI keeps n at dimension 4: it follows the
+    # coordinator (the INI text in the segment), not its file
+    w_old = cl.start_worker(cl.write_config("old.ini", text, SETTINGS), instance=2)
     n_streams = [Stream(w.http_port, {1: n, 2: n8}, 31 + i, name="n", sizes=(16,))
                  for i, w in enumerate(ws)]
     for s in n_streams:
@@ -313,6 +318,11 @@ def body(t, cl):
         return json.loads(r.body)["parameters"]["embedding_vecsize_per_table"]["string_value"]
     t.ok(H.wait_until(lambda: [n_dims(w) for w in ws] == ["8", "8"], 10),
          "both workers' model configuration of n says dimension 8", [n_dims(w) for w in ws])
+    r = H.infer(w_old.http_port, "n", kpt_n, binary=True)
+    t.ok(r.status == 200 and H.decode_output(r)[1] == n8.expected(kpt_n),
+         "a worker whose own INI keeps n at dimension 4 serves n at 8 exactly (the "
+         "coordinator's INI text in the segment)", r.body[:300])
+    w_old.kill()
     time.sleep(0.5)
     stop_streams(t, n_streams, [1, 2])  # dimension 4, then 8, once
     t.eq([index_states(w)["n"] for w in ws], [("1", "READY", None)] * 2,

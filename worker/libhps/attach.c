@@ -121,6 +121,7 @@ static void log_misfit(hps_client_t *cl, client_model_t *m)
 static bool resolve(hps_client_t *cl)
 {
     size_t n = cl->num_models;
+    cl->resolved_models = n;
     uint8_t state[HPS_CONF_MAX_MODELS]; /* per entry: 0 fits, 1 missing, 2 other shape */
     for (size_t i = 0; i < n; i++) {
         client_model_t *m = &cl->models[i];
@@ -144,6 +145,12 @@ static bool resolve(hps_client_t *cl)
         if (atomic_load(&m->misfit))
             log_misfit(cl, m);
         atomic_store(&m->resolved, ok);
+        if (!ok && any && m->ctr_version) {
+            /* another shape serves: if this one comes back, its counters
+             * start at 0 (as the front end's do) */
+            counters_reset(&m->ctr);
+            m->ctr_version = 0;
+        }
         if (ok) {
             atomic_store(&m->served, true);
             uint32_t v = version_in(cl->db, m);
@@ -186,6 +193,35 @@ static void log_not_loaded(hps_client_t *cl)
             HPS_INFO("model %s: not in /dev/shm/hps.%s, whose coordinator serves: not loaded "
                      "(requests for it are answered as for an unknown model)",
                      cl->models[i].conf->name, cl->conf->volatile_db.shared_memory_name);
+}
+
+/* Whether db's coordinator is alive and serving: its tables are complete. */
+static bool coordinator_serves(const hps_client_t *cl, hps_shmdb_t *db)
+{
+    hps_segment_info_t si;
+    return hps_shmdb_coordinator_alive(db, (uint32_t)cl->conf->hps.worker_timeout_ms, true) &&
+           hps_shmdb_segment_info(db, &si) == 0 && si.coord_state == HPS_COORD_SERVING;
+}
+
+/* Whether a model name has no entry that fits the segment (attach.c:
+ * resolve marks its newest entry). */
+static bool any_misfit(const hps_client_t *cl)
+{
+    for (size_t i = 0; i < cl->num_models; i++)
+        if (atomic_load(&cl->models[i].misfit))
+            return true;
+    return false;
+}
+
+/* Resolve again in the same segment: entries were appended since the last
+ * resolve (a model's new shape, shape.c; or one an HTTP thread learnt from
+ * the INI while resolve() ran). */
+static void resolve_again(hps_client_t *cl)
+{
+    pthread_rwlock_wrlock(&cl->seg_lock);
+    atomic_store(&cl->resolved, resolve(cl));
+    hps__client_gpu_resolved(cl);
+    pthread_rwlock_unlock(&cl->seg_lock);
 }
 
 /* Attach if not attached, or if the object was replaced; under the write lock. */
@@ -231,10 +267,14 @@ static void reattach(hps_client_t *cl)
         return;
     if (fresh && cl->db) /* a coordinator published it: models may have been added to the INI */
         hps_client_refresh_models(cl, NULL);
+    bool looked = fresh && coordinator_serves(cl, fresh);
+    if (looked) /* a reload may have changed a model's tables */
+        hps__client_follow_shapes(cl, fresh);
     pthread_rwlock_wrlock(&cl->seg_lock);
     hps_shmdb_t *old = cl->db;
     if (fresh) {
         cl->db = fresh;
+        cl->shapes_looked = looked;
         cl->seg_dev = dev;
         cl->seg_ino = ino;
         for (size_t i = 0; i < cl->num_models; i++)
@@ -294,6 +334,16 @@ static void maint_round(hps_client_t *cl)
             log_not_loaded(cl);
         }
     }
+    /* A misfit while the coordinator serves: the segment may hold a shape
+     * this process can take from it (a client that attached while the
+     * coordinator was still loading, or whose INI differs). */
+    if (!cl->shapes_looked && any_misfit(cl) && coordinator_serves(cl, cl->db)) {
+        hps__client_follow_shapes(cl, cl->db);
+        cl->shapes_looked = true; /* once per segment: it parses the coordinator's INI */
+    }
+    if (cl->num_models != cl->resolved_models &&
+        (atomic_load(&cl->resolved) || atomic_load(&cl->settled)))
+        resolve_again(cl);
     hps_shmdb_proc_heartbeat(cl->db);
     hps_segment_info_t si;
     hps_shmdb_segment_info(cl->db, &si);

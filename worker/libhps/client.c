@@ -90,39 +90,36 @@ static void free_models(hps_client_t *cl)
         pthread_mutex_destroy(&cl->models_lock);
 }
 
-/* Whether entry m serves section c's shape: the same tables, in the same
- * order, with the same dimensions (what the callers' buffers and the
- * KServe metadata are sized by; the key width is the client's). */
-static bool same_shape(const client_model_t *m, const hps_conf_model_t *c)
+/* Whether the client has an entry of section c's name. */
+static bool known_model(const hps_client_t *cl, const char *name)
 {
-    if (m->conf->num_tables != c->num_tables)
-        return false;
-    for (size_t t = 0; t < c->num_tables; t++)
-        if (strcmp(m->conf->embedding_table_names[t], c->embedding_table_names[t]) != 0 ||
-            m->dims[t] != (uint32_t)c->embedding_vecsize_per_table[t])
-            return false;
-    return true;
-}
-
-/* What the client knows of section c: 0 a model of another name, 1 an
- * entry of its name with its shape, 2 entries of its name, none with its
- * shape (the INI changed the model's tables). */
-static int known_model(const hps_client_t *cl, const hps_conf_model_t *c)
-{
-    int known = 0;
     for (size_t i = 0; i < cl->num_models; i++)
-        if (strcmp(cl->models[i].conf->name, c->name) == 0) {
-            if (same_shape(&cl->models[i], c))
-                return 1;
-            known = 2;
-        }
-    return known;
+        if (strcmp(cl->models[i].conf->name, name) == 0)
+            return true;
+    return false;
 }
 
-/* Append conf's models the client does not know, and a new entry for a
- * known model whose tables changed (a reload of another shape: resolve()
- * serves whichever entry fits the segment), under models_lock; true when
- * conf is to be kept (a model of it was appended). */
+hps_err_t hps__client_append_model(hps_client_t *cl, const hps_conf_model_t *c)
+{
+    size_t n = cl->num_models;
+    if (n >= HPS_CONF_MAX_MODELS) {
+        HPS_ERROR("model %s: this process has %d model entries (models, and new shapes of "
+                  "them that reloads brought) already, the most it can: it is not served "
+                  "until the process starts again",
+                  c->name, HPS_CONF_MAX_MODELS);
+        return HPS_EFULL;
+    }
+    if (model_init(cl, n, c) < 0)
+        return -ENOMEM;
+    atomic_store_explicit(&cl->num_models, n + 1, memory_order_release);
+    hps__client_gpu_learned(cl, n);
+    return 0;
+}
+
+/* Append conf's models the client does not know (under models_lock);
+ * true when conf is to be kept (a model of it was appended).  A known
+ * model keeps its entries: a new shape of it is taken from the segment
+ * (shape.c), as the coordinator built it. */
 static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_err_t *rc)
 {
     if ((conf->hps.supportlonglong ? 8u : 4u) != cl->key_bytes) {
@@ -131,36 +128,31 @@ static bool learn_from(hps_client_t *cl, hps_conf_t *conf, size_t *added, hps_er
                  conf->source);
         return false;
     }
-    size_t n = cl->num_models;
     for (size_t j = 0; j < conf->num_models; j++) {
         const hps_conf_model_t *c = &conf->models[j];
-        int known = known_model(cl, c);
-        if (known == 1)
+        if (known_model(cl, c->name))
             continue;
-        if (n >= HPS_CONF_MAX_MODELS) {
-            *rc = HPS_EFULL;
-            HPS_WARN("%s: model %s: this process knows %d models (or shapes of a model) already, "
-                     "the most it can",
-                     conf->source, c->name, HPS_CONF_MAX_MODELS);
+        hps_err_t e = hps__client_append_model(cl, c);
+        if (e < 0) {
+            *rc = e;
             break;
         }
-        if (model_init(cl, n, c) < 0) {
-            *rc = -ENOMEM;
-            break;
-        }
-        atomic_store_explicit(&cl->num_models, ++n, memory_order_release);
-        hps__client_gpu_learned(cl, n - 1);
         ++*added;
-        if (known)
-            HPS_INFO("model %s: its tables changed in %s (index %zu has the new shape): served "
-                     "with it once a coordinator loads it, with the old shape until then",
-                     c->name, conf->source, n - 1);
-        else
-            HPS_INFO("model %s: added to %s since this process read it: served once a "
-                     "coordinator loads it",
-                     c->name, conf->source);
+        HPS_INFO("model %s: added to %s since this process read it: served once a coordinator "
+                 "loads it",
+                 c->name, conf->source);
     }
     return *added > 0;
+}
+
+bool hps__client_keep_conf(hps_client_t *cl, hps_conf_t *conf)
+{
+    hps_conf_t **grown = realloc(cl->learned, (cl->num_learned + 1) * sizeof(*grown));
+    if (!grown)
+        return false;
+    cl->learned = grown;
+    cl->learned[cl->num_learned++] = conf;
+    return true;
 }
 
 hps_err_t hps_client_refresh_models(hps_client_t *cl, size_t *ret_added)
@@ -181,18 +173,13 @@ hps_err_t hps_client_refresh_models(hps_client_t *cl, size_t *ret_added)
     if (changed) {
         hps_conf_t *conf = NULL;
         char err[512];
-        hps_conf_t **grown = realloc(cl->learned, (cl->num_learned + 1) * sizeof(*grown));
-        if (grown)
-            cl->learned = grown;
-        if (!grown) {
-            rc = -ENOMEM;
-        } else if (hps_conf_load(cl->conf->source, &conf, err, sizeof(err)) < 0) {
+        if (hps_conf_load(cl->conf->source, &conf, err, sizeof(err)) < 0) {
             HPS_WARN("reading %s again for added models: %s", cl->conf->source, err);
             rc = HPS_ECONFIG; /* read again at the next change */
-        } else if (learn_from(cl, conf, &added, &rc)) {
-            cl->learned[cl->num_learned++] = conf;
-        } else {
+        } else if (!learn_from(cl, conf, &added, &rc)) {
             hps_conf_free(conf);
+        } else if (!hps__client_keep_conf(cl, conf)) {
+            rc = -ENOMEM; /* the entries point into conf: kept, leaked */
         }
         if (rc != -ENOMEM)
             cl->conf_stat = st; /* read: not again until it changes */

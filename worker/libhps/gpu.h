@@ -107,6 +107,12 @@ bool hps__client_gpu_ready(struct hps_client *cl);
  *  until the GPU thread has built its caches anew from that segment. */
 void hps__client_gpu_switched(struct hps_client *cl);
 
+/** The client resolved its models again in the same segment (called with
+ *  cl->seg_lock held for writing): a GPU-served model that is no longer
+ *  resolved (an older shape, shape.c) goes to the CPU path and its caches
+ *  are freed; one resolved now and not served from the GPU is built. */
+void hps__client_gpu_resolved(struct hps_client *cl);
+
 /** hps_client_cache_stats / hps_client_gpu_stats. */
 int hps__client_gpu_cache_stats(struct hps_client *cl, size_t mi, uint32_t t,
                                 hps_client_cache_stats_t *ret);
@@ -177,6 +183,10 @@ static inline void hps__client_gpu_unpin(struct hps_client *cl, void *buf, size_
     (void)cl, (void)buf, (void)bytes;
 }
 static inline void hps__client_gpu_switched(struct hps_client *cl)
+{
+    (void)cl;
+}
+static inline void hps__client_gpu_resolved(struct hps_client *cl)
 {
     (void)cl;
 }

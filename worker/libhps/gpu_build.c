@@ -419,6 +419,24 @@ void hps__client_gpu_switched(hps_client_t *cl)
     }
 }
 
+void hps__client_gpu_resolved(hps_client_t *cl)
+{
+    struct client_gpu *g = cl->gpu;
+    for (size_t mi = 0; g && mi < g->num_models; mi++) {
+        gmodel_t *gm = &g->models[mi];
+        bool active = atomic_load(&gm->active), resolved = atomic_load(&cl->models[mi].resolved);
+        if (!gm->tables || active == resolved)
+            continue;
+        atomic_store_explicit(&gm->active, false, memory_order_release);
+        atomic_store(&gm->stale, true); /* freed, and built again if resolved */
+    }
+    if (g) {
+        pthread_mutex_lock(&g->mu);
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
 /** Free context x's workspaces of model gm (x NULL: none). */
 static void ws_drop(gctx_t *x, const gmodel_t *gm)
 {

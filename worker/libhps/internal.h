@@ -118,6 +118,13 @@ struct hps_client {
     _Atomic bool misses_served;
     _Atomic uint64_t served_checked_ns;
     _Atomic bool resolved; /* every model's tables found */
+    /* num_models when resolve() last ran: entries appended since are
+     * resolved in the next maintenance round.  Maintenance thread only
+     * (resolve() runs there, and in hps__client_maint_start before it). */
+    size_t resolved_models;
+    /* hps__client_follow_shapes ran on this segment (a misfit then looks
+     * no more); cleared by a switch.  Maintenance thread only. */
+    bool shapes_looked;
     /* The segment was searched while its coordinator served: the models not
      * found in it are not loaded (explicit model control unloaded them, or
      * a SIGHUP reload removed them from the coordinator's INI, or they were
@@ -232,6 +239,37 @@ static inline bool hps__client_models_known(const hps_client_t *cl)
  * Any thread (lock-free reads; a switch may move it right after).
  */
 size_t hps__client_model_current(const hps_client_t *cl, size_t mi);
+
+/**
+ * Append entry num_models for section c (borrowed: c's configuration must
+ * outlive the client, hps__client_keep_conf) and publish it; its GPU
+ * caches, if any, are built once a segment holds it.  Under models_lock.
+ * 0; HPS_EFULL (HPS_CONF_MAX_MODELS entries: logged); -ENOMEM.
+ */
+hps_err_t hps__client_append_model(hps_client_t *cl, const hps_conf_model_t *c);
+
+/** Keep conf (whose sections entries borrow) until close.  Under
+ *  models_lock.  false: out of memory (conf is then the caller's). */
+bool hps__client_keep_conf(hps_client_t *cl, hps_conf_t *conf);
+
+/* ---- shape.c: a model whose tables a reload changed --------------------------- */
+
+/**
+ * How section c's tables are in db: 0 every one with c's dimension and
+ * key_bytes (bytes per key), 1 one is missing, 2 one has another dimension
+ * or key width.  Any thread that may read db.
+ */
+int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes);
+
+/**
+ * For each model name the client knows that db holds but no entry of
+ * which fits db (a reload changed the model's tables): append the section
+ * the coordinator recorded in db (hps_shmdb_conf_text) when it fits.
+ * Returns the entries appended.  Call with a segment whose coordinator
+ * serves (its tables complete), before resolving in it; maintenance
+ * thread.  Takes models_lock.
+ */
+size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db);
 
 /* ---- attach.c: the maintenance thread -------------------------------------- */
 

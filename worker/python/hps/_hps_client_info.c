@@ -22,8 +22,9 @@
 const char hpspy_client_models_doc[] =
     PyDoc_STR("models() -> list of str: the models of the configuration, file order,\n"
               "then those added to its INI file since (read again when it changed);\n"
-              "each name once (a model whose tables a reload changed has a new index,\n"
-              "which its name finds: name the model, not its index, across reloads).");
+              "position i is model index i.  A model whose tables a reload changed is\n"
+              "listed again at its new index (name the model, not its index, across\n"
+              "reloads: a name always finds the index that serves it).");
 
 PyObject *hpspy_client_models(client_object *self, PyObject *unused)
 {
@@ -32,13 +33,10 @@ PyObject *hpspy_client_models(client_object *self, PyObject *unused)
 
     if (hpspy_client_enter(self) < 0 || hpspy_learn_models(self) < 0)
         return NULL;
-    l = PyList_New(0);
+    l = PyList_New((Py_ssize_t)self->num_models);
     for (size_t m = 0; l && m < self->num_models; m++) {
-        int seen = 0;
-        for (size_t j = 0; j < m && seen == 0; j++)
-            seen = PyUnicode_Compare(self->models[j].name, self->models[m].name) == 0;
-        if (!seen && PyList_Append(l, self->models[m].name) < 0)
-            Py_CLEAR(l);
+        Py_INCREF(self->models[m].name);
+        PyList_SET_ITEM(l, (Py_ssize_t)m, self->models[m].name);
     }
     return l;
 }

@@ -1,0 +1,107 @@
+/*
+ * shape.c -- a model whose tables a reload changed (their names, count or
+ * dimensions): the client follows the coordinator's new shape.
+ *
+ * A client's model entries are fixed at creation (callers size their
+ * buffers by them, and lock-free readers hold them), so a new shape is a
+ * new entry of the same name (client.c: hps__client_append_model), and
+ * attach.c: resolve serves whichever entry of a name fits the segment.  The
+ * new entry's section is taken from the INI text the coordinator recorded
+ * in the segment (hps_shmdb_conf_text), not from this process's INI: the
+ * segment holds what the coordinator built, while the file may have been
+ * edited again meanwhile, or may be another file.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hps/log.h"
+#include "internal.h"
+
+int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes)
+{
+    for (size_t t = 0; t < c->num_tables; t++) {
+        uint32_t id;
+        hps_table_info_t ti;
+        if (hps_shmdb_table_find(db, c->name, c->embedding_table_names[t], &id) != 0 ||
+            hps_shmdb_table_info(db, id, &ti) != 0)
+            return 1;
+        if (ti.dim != (uint32_t)c->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes)
+            return 2;
+    }
+    return 0;
+}
+
+/* Whether db holds a table of model `name`. */
+static bool holds_model(hps_shmdb_t *db, const char *name)
+{
+    uint32_t n = hps_shmdb_table_count(db);
+    for (uint32_t i = 0; i < n; i++) {
+        hps_table_info_t ti;
+        if (hps_shmdb_table_info(db, i, &ti) == 0 && strcmp(ti.model, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Whether entry i is the first of its name (each name is looked at once). */
+static bool first_of_name(const hps_client_t *cl, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(cl->models[j].conf->name, cl->models[i].conf->name) == 0)
+            return false;
+    return true;
+}
+
+/* Whether some entry of name fits db. */
+static bool name_fits(const hps_client_t *cl, hps_shmdb_t *db, const char *name)
+{
+    for (size_t j = 0; j < cl->num_models; j++)
+        if (strcmp(cl->models[j].conf->name, name) == 0 &&
+            hps__client_shape_state(db, cl->models[j].conf, cl->key_bytes) == 0)
+            return true;
+    return false;
+}
+
+size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
+{
+    hps_conf_t *conf = NULL; /* the coordinator's, parsed once it is needed */
+    bool tried = false;
+    size_t added = 0;
+    pthread_mutex_lock(&cl->models_lock);
+    size_t n = cl->num_models;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = cl->models[i].conf->name;
+        if (!first_of_name(cl, i) || name_fits(cl, db, name) || !holds_model(db, name))
+            continue;
+        if (!tried) {
+            tried = true;
+            char *text = NULL, err[512] = "";
+            hps_err_t rc = hps_shmdb_conf_text(db, &text);
+            if (rc == 0 && hps_conf_load_string(text, "the coordinator's INI (in the segment)",
+                                                &conf, err, sizeof(err)) < 0) {
+                HPS_WARN("the coordinator's INI text in the segment does not parse: %s", err);
+                conf = NULL;
+            } else if (rc < 0 && rc != HPS_ENOTFOUND) {
+                HPS_WARN("cannot read the coordinator's INI text in the segment: %s",
+                         hps_strerror(rc));
+            }
+            free(text);
+        }
+        const hps_conf_model_t *c = conf ? hps_conf_model_find(conf, name) : NULL;
+        if (!c || (conf->hps.supportlonglong ? 8u : 4u) != cl->key_bytes ||
+            hps__client_shape_state(db, c, cl->key_bytes) != 0)
+            continue; /* resolve() says why it is not served */
+        if (hps__client_append_model(cl, c) < 0)
+            break;
+        added++;
+        HPS_INFO("model %s: the coordinator serves it with other tables or dimensions than "
+                 "this process did: served with them from now on (index %zu)",
+                 name, cl->num_models - 1);
+    }
+    if (added && !hps__client_keep_conf(cl, conf))
+        HPS_WARN("out of memory keeping the coordinator's configuration (leaked)");
+    else if (!added)
+        hps_conf_free(conf);
+    pthread_mutex_unlock(&cl->models_lock);
+    return added;
+}
