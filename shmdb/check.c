@@ -52,7 +52,49 @@ static void check_header(hps_shmdb_t *db, struct checker *c)
         problem(c, "allocator: free list holds %llu bytes, header says %llu",
                 (unsigned long long)free_sum, (unsigned long long)atomic_load(&h->free_bytes));
     if (atomic_load(&h->num_tables) > HPS_SHMDB_MAX_TABLES)
-        problem(c, "header: %u tables", atomic_load(&h->num_tables));
+        problem(c, "header: num_tables %u out of range (at most %u): tables not checked",
+                atomic_load(&h->num_tables), HPS_SHMDB_MAX_TABLES);
+}
+
+/* One optional area's header word (missq_off ...): 0 (absent) or a block
+ * the readers follow (hps__shmdb_block_ok, the rule of hps__shmdb_area);
+ * the readers ignore any other value, so the area is lost. */
+static void check_area(hps_shmdb_t *db, struct checker *c, const char *field, uint64_t off,
+                       uint64_t bytes)
+{
+    if (off && !hps__shmdb_block_ok(db, off, bytes))
+        problem(c,
+                "header: %s %llu (0x%llx) out of bounds or misaligned (a %llu-byte block, "
+                "64-byte aligned, between %llu and %llu)",
+                field, (unsigned long long)off, (unsigned long long)off, (unsigned long long)bytes,
+                (unsigned long long)HDR_BYTES, (unsigned long long)db->size);
+}
+
+static void check_areas(hps_shmdb_t *db, struct checker *c)
+{
+    struct shm_hdr *h = db->hdr;
+    /* The published words, as the readers load them (acquire). */
+#define AREA(f) atomic_load_explicit((_Atomic uint64_t *)&h->f, memory_order_acquire)
+    uint64_t missq = AREA(missq_off);
+    check_area(db, c, "missq_off", missq, HPS_CACHELINE); /* the queue's header line */
+    if (missq && hps__shmdb_block_ok(db, missq, HPS_CACHELINE) && !hps__shmdb_missq_ok(db))
+        problem(c, "miss queue at %llu: its slots run past the end of the segment",
+                (unsigned long long)missq);
+    check_area(db, c, "gpureg_off", AREA(gpureg_off), sizeof(struct shm_gpureg));
+    check_area(db, c, "updlog_off", AREA(updlog_off), sizeof(struct shm_updlog_dir));
+    check_area(db, c, "ustats_off", AREA(ustats_off), sizeof(struct shm_ustats));
+    check_area(db, c, "ddbstats_off", AREA(ddbstats_off), sizeof(struct shm_ddbstats));
+#undef AREA
+}
+
+/* A table's names: what a coordinator writes (hps__shmdb_name_problem). */
+static void check_names(const struct shm_table *t, uint32_t id, struct checker *c)
+{
+    char why[96];
+    if (hps__shmdb_name_problem(t->model, sizeof(t->model), why, sizeof(why)))
+        problem(c, "table %u: model name: %s", id, why);
+    if (hps__shmdb_name_problem(t->table, sizeof(t->table), why, sizeof(why)))
+        problem(c, "table %u: table name: %s", id, why);
 }
 
 /* Overflow counts expected from the keys present, compared to the stored. */
@@ -118,7 +160,8 @@ static void check_part(hps_shmdb_t *db, const struct shm_table *t, struct shm_pa
 {
     char where[300];
     struct wview w;
-    snprintf(where, sizeof(where), "table %s.%s partition %u", t->model, t->table, pi);
+    snprintf(where, sizeof(where), "table %.*s.%.*s partition %u", HPS_SHMDB_NAME_MAX, t->model,
+             HPS_SHMDB_NAME_MAX, t->table, pi);
     if (!hps__shmdb_wview_current(db, t, p, &w)) {
         problem(c, "%s: hash block out of bounds", where);
         return;
@@ -159,11 +202,15 @@ hps_err_t hps_shmdb_check(hps_shmdb_t *db, hps_shmdb_report_fn report, void *ctx
 {
     struct checker c = {.report = report, .ctx = ctx};
     check_header(db, &c);
+    check_areas(db, &c);
     uint32_t n = hps_shmdb_table_count(db);
-    for (uint32_t id = 0; id < n && id < HPS_SHMDB_MAX_TABLES; id++) {
+    for (uint32_t id = 0; id < n && n <= HPS_SHMDB_MAX_TABLES; id++) {
         struct shm_table *t = hps__shmdb_table(db, id);
+        char why[160];
+        check_names(&db->hdr->tables[id], id, &c);
         if (!t) {
-            problem(&c, "table %u: descriptor out of bounds", id);
+            hps__shmdb_table_problem(db, &db->hdr->tables[id], why, sizeof(why));
+            problem(&c, "table %u: corrupt descriptor: %s", id, why);
             continue;
         }
         for (uint32_t pi = 0; pi < t->num_partitions; pi++) {

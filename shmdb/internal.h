@@ -83,6 +83,16 @@ static inline uint64_t hps__shmdb_round_up(uint64_t v, uint64_t a)
  * the free list by it). */
 #define HDR_BYTES hps__shmdb_round_up(sizeof(struct shm_hdr), 4096)
 
+/* True if off names a block the allocator may have handed out that holds
+ * len bytes: past the header, 64-byte aligned (every block is), and
+ * [off, off + len) inside the mapping.  The rule for every offset a reader
+ * follows from the segment (the header's area words, a table's partitions,
+ * update-log rings); hps_shmdb_check() reports an offset that breaks it. */
+static inline bool hps__shmdb_block_ok(const hps_shmdb_t *db, uint64_t off, uint64_t len)
+{
+    return off >= HDR_BYTES && !(off & (HPS_CACHELINE - 1)) && hps__shmdb_in_bounds(db, off, len);
+}
+
 uint64_t hps__shmdb_clock_ns(int clock);
 
 /* Relaxed loads and stores of counters and published words (the readers
@@ -101,6 +111,20 @@ bool hps__shmdb_pid_alive(pid_t pid);
  * dir_lock). */
 void *hps__shmdb_area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
 hps_err_t hps__shmdb_area_create(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes);
+
+/* The miss queue (missq.c) at hdr->missq_off, with all its slots, lies
+ * inside the segment: false for an absent one or a corrupt offset. */
+bool hps__shmdb_missq_ok(hps_shmdb_t *db);
+
+/* What is wrong with table descriptor t, or NULL if it is usable (the
+ * rule of hps__shmdb_table); the reason goes to buf when buf is not NULL
+ * (table.c). */
+const char *hps__shmdb_table_problem(hps_shmdb_t *db, const struct shm_table *t, char *buf,
+                                     size_t len);
+/* What is wrong with a name field of a table descriptor (no NUL within the
+ * field, empty, longer than HPS_SHMDB_NAME_MAX, a byte outside
+ * [A-Za-z0-9_-]), or NULL (table.c). */
+const char *hps__shmdb_name_problem(const char *name, size_t field, char *buf, size_t len);
 
 /* Robust process-shared mutexes.  hps__shmdb_lock returns 0, or 1 when the
  * previous owner died (the caller must repair and then call

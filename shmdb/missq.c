@@ -74,13 +74,17 @@ static struct shm_missq *missq(hps_shmdb_t *db)
 {
     uint64_t off =
         atomic_load_explicit((_Atomic uint64_t *)&db->hdr->missq_off, memory_order_acquire);
-    if (!off || !hps__shmdb_in_bounds(db, off, sizeof(struct shm_missq)) ||
-        (off & (HPS_CACHELINE - 1)))
-        return NULL; /* blocks are 64-byte aligned: anything else is corrupt */
+    if (!off || !hps__shmdb_block_ok(db, off, sizeof(struct shm_missq)))
+        return NULL; /* not a block the allocator hands out: corrupt */
     struct shm_missq *q = hps__shmdb_ptr(db, off);
     if (!hps__shmdb_in_bounds(db, off, sizeof(*q) + (uint64_t)q->nslots * sizeof(struct shm_mslot)))
         return NULL;
     return q;
+}
+
+bool hps__shmdb_missq_ok(hps_shmdb_t *db)
+{
+    return missq(db) != NULL;
 }
 
 hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_bytes)

@@ -7,6 +7,7 @@
  * table id < num_tables is always ready.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,6 +46,60 @@ static hps_err_t check_spec(const hps_table_spec_t *s)
     return 0;
 }
 
+/* Reason for a corrupt descriptor: into buf (when given) and returned. */
+__attribute__((format(printf, 3, 4))) static const char *why(char *buf, size_t len, const char *fmt,
+                                                             ...)
+{
+    va_list ap;
+    if (!buf)
+        return "corrupt";
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+const char *hps__shmdb_table_problem(hps_shmdb_t *db, const struct shm_table *t, char *buf,
+                                     size_t len)
+{
+    uint32_t np = t->num_partitions;
+    if (np == 0 || np > HPS_SHMDB_MAX_PARTITIONS)
+        return why(buf, len, "partition count %u out of range (1..%u)", np,
+                   HPS_SHMDB_MAX_PARTITIONS);
+    if (!hps__shmdb_block_ok(db, t->parts, (uint64_t)np * sizeof(struct shm_part)))
+        return why(buf, len, "partition array offset %llu (0x%llx) out of bounds or misaligned",
+                   (unsigned long long)t->parts, (unsigned long long)t->parts);
+    if (t->dim == 0 || t->dim > HPS_SHMDB_MAX_DIM)
+        return why(buf, len, "dim %u out of range (1..%u)", t->dim, HPS_SHMDB_MAX_DIM);
+    if (t->dtype >= HPS_DTYPE_COUNT)
+        return why(buf, len, "storage type %u is no type (0..%u)", t->dtype, HPS_DTYPE_COUNT - 1);
+    if (t->layout > HPS_LAYOUT_ROWS_SOA)
+        return why(buf, len, "layout %u is no layout (0..%u)", t->layout, HPS_LAYOUT_ROWS_SOA);
+    if (t->key_bytes != 4 && t->key_bytes != 8)
+        return why(buf, len, "key width %u bytes (4 or 8)", t->key_bytes);
+    if (t->policy > HPS_EVICT_OLDEST)
+        return why(buf, len, "overflow policy %u is no policy (0..%u)", t->policy,
+                   (unsigned)HPS_EVICT_OLDEST);
+    return NULL;
+}
+
+const char *hps__shmdb_name_problem(const char *name, size_t field, char *buf, size_t len)
+{
+    const char *nul = memchr(name, '\0', field);
+    if (!nul)
+        return why(buf, len, "no terminating NUL within its %zu bytes", field);
+    size_t n = (size_t)(nul - name);
+    if (n == 0 || n > HPS_SHMDB_NAME_MAX)
+        return why(buf, len, "%zu bytes long (1..%d)", n, HPS_SHMDB_NAME_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return why(buf, len, "byte %zu is 0x%02x, outside [A-Za-z0-9_-]", i, c);
+    }
+    return NULL;
+}
+
 struct shm_table *hps__shmdb_table(hps_shmdb_t *db, uint32_t id)
 {
     /* Acquire: pairs with the release store of num_tables in create. */
@@ -52,13 +107,31 @@ struct shm_table *hps__shmdb_table(hps_shmdb_t *db, uint32_t id)
     if (id >= n || n > HPS_SHMDB_MAX_TABLES)
         return NULL;
     struct shm_table *t = &db->hdr->tables[id];
-    uint64_t bytes = (uint64_t)t->num_partitions * sizeof(struct shm_part);
-    if (t->num_partitions == 0 || t->num_partitions > HPS_SHMDB_MAX_PARTITIONS ||
-        !hps__shmdb_in_bounds(db, t->parts, bytes) || (t->parts & (HPS_CACHELINE - 1)) ||
-        t->dim == 0 || t->dim > HPS_SHMDB_MAX_DIM || t->dtype >= HPS_DTYPE_COUNT ||
-        t->layout > HPS_LAYOUT_ROWS_SOA)
-        return NULL;
-    return t;
+    return hps__shmdb_table_problem(db, t, NULL, 0) ? NULL : t;
+}
+
+hps_err_t hps_shmdb_table_entry(hps_shmdb_t *db, uint32_t id, hps_table_entry_t *ret)
+{
+    uint32_t n = atomic_load_explicit(&db->hdr->num_tables, memory_order_acquire);
+    memset(ret, 0, sizeof(*ret));
+    if (id >= n || n > HPS_SHMDB_MAX_TABLES)
+        return HPS_ENOTFOUND;
+    const struct shm_table *t = &db->hdr->tables[id];
+    char why_model[96], why_table[96];
+    /* At most HPS_SHMDB_NAME_MAX bytes of each, whether a NUL ends it or not. */
+    snprintf(ret->model, sizeof(ret->model), "%.*s", HPS_SHMDB_NAME_MAX, t->model);
+    snprintf(ret->table, sizeof(ret->table), "%.*s", HPS_SHMDB_NAME_MAX, t->table);
+    if (hps__shmdb_table_problem(db, t, ret->problem, sizeof(ret->problem)))
+        return HPS_ECORRUPT;
+    if (hps__shmdb_name_problem(t->model, sizeof(t->model), why_model, sizeof(why_model))) {
+        snprintf(ret->problem, sizeof(ret->problem), "model name: %s", why_model);
+        return HPS_ECORRUPT;
+    }
+    if (hps__shmdb_name_problem(t->table, sizeof(t->table), why_table, sizeof(why_table))) {
+        snprintf(ret->problem, sizeof(ret->problem), "table name: %s", why_table);
+        return HPS_ECORRUPT;
+    }
+    return 0;
 }
 
 struct shm_part *hps__shmdb_parts(hps_shmdb_t *db, const struct shm_table *t)

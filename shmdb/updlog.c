@@ -38,8 +38,8 @@ const char *hps_shmdb_update_layer_name(uint32_t layer)
 void *hps__shmdb_area(hps_shmdb_t *db, uint64_t *slot, uint64_t bytes)
 {
     uint64_t off = atomic_load_explicit((_Atomic uint64_t *)slot, memory_order_acquire);
-    if (!off || !hps__shmdb_in_bounds(db, off, bytes) || (off & (HPS_CACHELINE - 1)))
-        return NULL; /* blocks are 64-byte aligned: anything else is corrupt */
+    if (!off || !hps__shmdb_block_ok(db, off, bytes))
+        return NULL; /* not a block the allocator hands out: corrupt */
     return hps__shmdb_ptr(db, off);
 }
 
@@ -191,8 +191,7 @@ static struct shm_updlog *ring(hps_shmdb_t *db, uint32_t id)
     if (!d || id >= HPS_SHMDB_MAX_TABLES)
         return NULL;
     uint64_t off = atomic_load_explicit(&d->ring[id], memory_order_acquire);
-    if (!off || !hps__shmdb_in_bounds(db, off, sizeof(struct shm_updlog)) ||
-        (off & (HPS_CACHELINE - 1)))
+    if (!off || !hps__shmdb_block_ok(db, off, sizeof(struct shm_updlog)))
         return NULL;
     struct shm_updlog *r = hps__shmdb_ptr(db, off);
     uint32_t cap = r->cap;

@@ -116,6 +116,36 @@ uint32_t hps_shmdb_table_count(hps_shmdb_t *db);
  */
 hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *ret);
 
+/** A table directory entry as stored, for tools that list a damaged
+ *  segment (hps_shmdb_table_entry). */
+typedef struct hps_table_entry {
+    /** The names as stored: at most HPS_SHMDB_NAME_MAX bytes of each field
+     *  (cut there when no NUL ends it), bytes not checked. */
+    char model[HPS_SHMDB_NAME_MAX + 1];
+    char table[HPS_SHMDB_NAME_MAX + 1];
+    /** What is wrong with the entry ("storage type 99 is no type (0..3)",
+     *  "model name: no terminating NUL within its 128 bytes"), "" if none. */
+    char problem[192];
+} hps_table_entry_t;
+
+/**
+ * @brief Directory entry id as stored, and whether it is sound: each id
+ *        names the same entry whatever its state, in the order of the
+ *        directory (ids 0 .. hps_shmdb_table_count() - 1).
+ * @param[out] ret  The entry (zeroed first, then the names, and the problem
+ *                  for HPS_ECORRUPT).
+ * @return 0: a sound entry (hps_shmdb_table_info() and the row calls use
+ *         it); HPS_ECORRUPT: the descriptor is corrupt (a geometry field
+ *         out of range, its partition array out of bounds or misaligned:
+ *         the other calls answer HPS_ENOTFOUND for the id) or one of its
+ *         names is (no NUL, empty, too long or a byte outside
+ *         [A-Za-z0-9_-]: a name no table is created with; the other calls
+ *         still use the entry); HPS_ENOTFOUND: id is not below the table
+ *         count, or the count is above HPS_SHMDB_MAX_TABLES (corrupt).
+ *         Lock-free; touches no counter.
+ */
+hps_err_t hps_shmdb_table_entry(hps_shmdb_t *db, uint32_t id, hps_table_entry_t *ret);
+
 /**
  * @brief Per-partition counters.
  * @param[out] parts  Array of at least info.num_partitions entries (host).

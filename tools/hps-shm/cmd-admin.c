@@ -22,7 +22,7 @@ static void check_report(void *ctx, const char *msg)
 
     c->reported++;
     if (c->problems)
-        json_object_array_add(c->problems, json_object_new_string(msg));
+        json_object_array_add(c->problems, hps__tool_json_str(msg));
     else
         printf("problem: %s\n", msg);
 }
@@ -40,7 +40,7 @@ static int check_summary(const hps__tool_t *t, json_object *problems, uint64_t n
         return hps__tool_flush(t);
     }
     o = json_object_new_object();
-    hps__tool_jset(o, "segment", json_object_new_string(t->argv[0]));
+    hps__tool_jset(o, "segment", hps__tool_json_str(t->argv[0]));
     hps__tool_jset(o, "ok", json_object_new_boolean(n == 0));
     hps__tool_jset(o, "problem_count", hps__tool_json_u64(n));
     hps__tool_jset(o, "problems", json_object_get(problems));
@@ -123,7 +123,7 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
         return hps__tool_flush(t);
     }
     o = json_object_new_object();
-    hps__tool_jset(o, "removed", json_object_new_string(name));
+    hps__tool_jset(o, "removed", hps__tool_json_str(name));
     hps__tool_jset(o, "live_processes_attached", json_object_new_int64((int64_t)live));
     return hps__tool_emit_json(t, o);
 }

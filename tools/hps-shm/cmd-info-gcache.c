@@ -66,18 +66,18 @@ static void gcache_json_shape(json_object *o, const gcache_snap_t *s)
     const hps_gcache_reg_t *r = &s->reg;
 
     hps__tool_jset(o, "index", json_object_new_int64(r->index));
-    hps__tool_jset(o, "model", s->named ? json_object_new_string(s->model) : NULL);
-    hps__tool_jset(o, "table", s->named ? json_object_new_string(s->table) : NULL);
+    hps__tool_jset(o, "model", s->named ? hps__tool_json_str(s->model) : NULL);
+    hps__tool_jset(o, "table", s->named ? hps__tool_json_str(s->table) : NULL);
     hps__tool_jset(o, "table_id", json_object_new_int64(r->table_id));
     hps__tool_jset(o, "device", json_object_new_int64(r->device));
-    hps__tool_jset(o, "state", json_object_new_string(state_name(r->state)));
+    hps__tool_jset(o, "state", hps__tool_json_str(state_name(r->state)));
     hps__tool_jset(o, "generation", hps__tool_json_u64(r->generation));
     hps__tool_jset(o, "dim", json_object_new_int64(r->dim));
-    hps__tool_jset(o, "policy", json_object_new_string(policy_name(r->policy)));
+    hps__tool_jset(o, "policy", hps__tool_json_str(policy_name(r->policy)));
     hps__tool_jset(o, "capacity_rows", hps__tool_json_u64(r->capacity_rows));
     hps__tool_jset(o, "bytes", hps__tool_json_u64(r->bytes));
     bool sharded = r->device == HPS_SHMDB_GCACHE_SHARDED;
-    hps__tool_jset(o, "placement", json_object_new_string(sharded ? "shard" : "replicate"));
+    hps__tool_jset(o, "placement", hps__tool_json_str(sharded ? "shard" : "replicate"));
     if (!sharded)
         return;
     json_object *shards = json_object_new_array();
@@ -110,7 +110,7 @@ static void gcache_json_counters(json_object *o, const hps_gcache_counters_t *c,
     hps__tool_jset(o, "repaired_sets", hps__tool_json_u64(c->repaired_sets));
     hps__tool_jset(o, "published_ns", hps__tool_json_u64(c->published_ns));
     hps__tool_jset(o, "published",
-                   json_object_new_string(hps__tool_fmt_time(c->published_ns, buf, sizeof buf)));
+                   hps__tool_json_str(hps__tool_fmt_time(c->published_ns, buf, sizeof buf)));
     hps__tool_jset(o, "counters_age_s",
                    c->published_ns ? hps__tool_json_double(
                                          hps__tool_age_clock_s(CLOCK_REALTIME, c->published_ns))

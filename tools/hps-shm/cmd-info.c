@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -67,7 +68,9 @@ static void snap_stats(table_snap_t *s)
         s->fill_mean = sum / s->info.num_partitions;
 }
 
-static int table_snap(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id, table_snap_t *s)
+/* Snapshot of a sound table; an error (a descriptor that changed under us)
+ * is returned, for the caller to list the table as unreadable. */
+static hps_err_t table_snap(hps_shmdb_t *db, uint32_t id, table_snap_t *s)
 {
     hps_err_t err = hps_shmdb_table_info(db, id, &s->info);
 
@@ -75,10 +78,9 @@ static int table_snap(const hps__tool_t *t, hps_shmdb_t *db, uint32_t id, table_
         err = HPS_ECORRUPT;
     if (err == 0)
         err = hps_shmdb_partition_info(db, id, s->parts);
-    if (err != 0)
-        return hps__tool_fail(t, err, "run 'hps-shm check NAME'", "cannot read table %u", id);
-    snap_stats(s);
-    return HPS__TOOL_OK;
+    if (err == 0)
+        snap_stats(s);
+    return err;
 }
 
 /* Rows per partition at which eviction stops, or 0 when unbounded. */
@@ -106,8 +108,8 @@ static json_object *segment_json(hps_shmdb_t *db, const hps_segment_info_t *s)
     char buf[64];
 
     snprintf(buf, sizeof buf, "0x%08x", s->format);
-    hps__tool_jset(o, "name", json_object_new_string(s->name));
-    hps__tool_jset(o, "format", json_object_new_string(buf));
+    hps__tool_jset(o, "name", hps__tool_json_str(s->name));
+    hps__tool_jset(o, "format", hps__tool_json_str(buf));
     hps__tool_jset(o, "size_bytes", hps__tool_json_u64(s->size_bytes));
     hps__tool_jset(o, "committed_bytes", hps__tool_json_u64(s->committed_bytes));
     hps__tool_jset(o, "used_bytes", hps__tool_json_u64(s->used_bytes));
@@ -118,12 +120,13 @@ static json_object *segment_json(hps_shmdb_t *db, const hps_segment_info_t *s)
     hps__tool_jset(o, "creator_alive", json_object_new_boolean(hps_shmdb_creator_attached(db)));
     hps__tool_jset(o, "created_ns", hps__tool_json_u64(s->created_ns));
     hps__tool_jset(o, "created",
-                   json_object_new_string(hps__tool_fmt_time(s->created_ns, buf, sizeof buf)));
+                   hps__tool_json_str(hps__tool_fmt_time(s->created_ns, buf, sizeof buf)));
     hps__tool_jset(o, "coordinator_pid", json_object_new_int64(s->coord_pid));
     hps__tool_jset(o, "coordinator_alive",
                    json_object_new_boolean(s->coord_pid && hps_shmdb_coordinator_attached(db)));
-    hps__tool_jset(o, "coordinator_state",
-                   json_object_new_string(coord_state_name(s->coord_state)));
+    /* The state the coordinator recorded last: current only while
+     * coordinator_alive (a killed coordinator leaves its last one). */
+    hps__tool_jset(o, "coordinator_state", hps__tool_json_str(coord_state_name(s->coord_state)));
     hps__tool_jset(o, "coordinator_heartbeat_age_s",
                    s->coord_heartbeat_ns
                        ? hps__tool_json_double(hps__tool_age_s(s->coord_heartbeat_ns))
@@ -151,18 +154,19 @@ static void table_json_geometry(json_object *o, const hps_table_info_t *ti)
     bool bounded = ti->overflow_margin != UINT64_MAX;
 
     hps__tool_jset(o, "id", json_object_new_int64(ti->id));
-    hps__tool_jset(o, "model", json_object_new_string(ti->model));
-    hps__tool_jset(o, "table", json_object_new_string(ti->table));
+    hps__tool_jset(o, "model", hps__tool_json_str(ti->model));
+    hps__tool_jset(o, "table", hps__tool_json_str(ti->table));
+    hps__tool_jset(o, "corrupt", json_object_new_boolean(false));
     hps__tool_jset(o, "model_version", json_object_new_int64(ti->model_version));
     hps__tool_jset(o, "dim", json_object_new_int64(ti->dim));
     hps__tool_jset(o, "key_bytes", json_object_new_int64(ti->key_bytes));
-    hps__tool_jset(o, "storage_type", json_object_new_string(hps_dtype_name(ti->storage_type)));
+    hps__tool_jset(o, "storage_type", hps__tool_json_str(hps_dtype_name(ti->storage_type)));
     hps__tool_jset(o, "row_bytes", json_object_new_int64(ti->row_bytes));
     hps__tool_jset(o, "default_value", hps__tool_json_float(ti->default_value));
     hps__tool_jset(o, "num_partitions", json_object_new_int64(ti->num_partitions));
     hps__tool_jset(o, "overflow_margin", bounded ? hps__tool_json_u64(ti->overflow_margin) : NULL);
     hps__tool_jset(o, "overflow_policy",
-                   json_object_new_string(hps_overflow_policy_name(ti->overflow_policy)));
+                   hps__tool_json_str(hps_overflow_policy_name(ti->overflow_policy)));
     hps__tool_jset(o, "overflow_resolution_target",
                    hps__tool_json_double(ti->overflow_resolution_target));
     hps__tool_jset(o, "overflow_target_rows", bounded ? hps__tool_json_u64(target_rows(ti)) : NULL);
@@ -208,21 +212,33 @@ static json_object *table_json(const table_snap_t *s)
     return o;
 }
 
+/* An entry that cannot be read: its id, names as stored and what is wrong. */
+static json_object *corrupt_table_json(uint32_t id, const hps_table_entry_t *e)
+{
+    json_object *o = json_object_new_object();
+
+    hps__tool_jset(o, "id", json_object_new_int64(id));
+    hps__tool_jset(o, "model", hps__tool_json_str(e->model));
+    hps__tool_jset(o, "table", hps__tool_json_str(e->table));
+    hps__tool_jset(o, "corrupt", json_object_new_boolean(true));
+    hps__tool_jset(o, "problem", hps__tool_json_str(e->problem));
+    return o;
+}
+
 static json_object *proc_json(const hps_proc_info_t *p)
 {
     json_object *o = json_object_new_object();
     char buf[64];
 
     hps__tool_jset(o, "pid", json_object_new_int64(p->pid));
-    hps__tool_jset(o, "role",
-                   json_object_new_string(hps__tool_role_name(p->role, buf, sizeof buf)));
+    hps__tool_jset(o, "role", hps__tool_json_str(hps__tool_role_name(p->role, buf, sizeof buf)));
     hps__tool_jset(o, "device", p->device >= 0 ? json_object_new_int64(p->device) : NULL);
     hps__tool_jset(o, "alive", json_object_new_boolean(p->alive));
     hps__tool_jset(o, "self", json_object_new_boolean(p->self));
     hps__tool_jset(o, "slot", json_object_new_int64(p->slot));
     hps__tool_jset(o, "attached_ns", hps__tool_json_u64(p->attached_ns));
     hps__tool_jset(o, "attached",
-                   json_object_new_string(hps__tool_fmt_time(p->attached_ns, buf, sizeof buf)));
+                   hps__tool_json_str(hps__tool_fmt_time(p->attached_ns, buf, sizeof buf)));
     hps__tool_jset(o, "heartbeat_age_s",
                    p->heartbeat_ns ? hps__tool_json_double(hps__tool_age_s(p->heartbeat_ns))
                                    : NULL);
@@ -250,20 +266,31 @@ static void segment_text(hps_shmdb_t *db, const hps_segment_info_t *s)
     printf("  creator pid      %d (%s)\n", (int)s->creator_pid,
            hps_shmdb_creator_attached(db) ? "alive" : "gone");
     printf("  created          %s\n", hps__tool_fmt_time(s->created_ns, b1, sizeof b1));
-    if (s->coord_pid)
-        printf("  coordinator      pid %d (%s), %s, heartbeat %s\n", (int)s->coord_pid,
-               hps_shmdb_coordinator_attached(db) ? "alive" : "gone",
+    if (s->coord_pid) {
+        bool alive = hps_shmdb_coordinator_attached(db);
+        /* A dead coordinator's state is only the last one it recorded. */
+        printf("  coordinator      pid %d (%s), %s%s, heartbeat %s\n", (int)s->coord_pid,
+               alive ? "alive" : "gone", alive ? "" : "last state ",
                coord_state_name(s->coord_state),
                hps__tool_fmt_age(hps__tool_age_s(s->coord_heartbeat_ns), b2, sizeof b2));
-    else
+    } else {
         printf("  coordinator      none (no heartbeat yet)\n");
+    }
     printf("  repairs          %llu\n", (unsigned long long)s->repairs);
-    printf("  tables           %u\n", s->num_tables);
+    if (s->num_tables > HPS_SHMDB_MAX_TABLES)
+        printf("  tables           %u (out of range: at most %u; the table directory is not "
+               "read)\n",
+               s->num_tables, HPS_SHMDB_MAX_TABLES);
+    else
+        printf("  tables           %u\n", s->num_tables);
 }
 
 static void table_text_geometry(const hps_table_info_t *ti)
 {
-    printf("\ntable %s/%s (id %u)\n", ti->model, ti->table, ti->id);
+    char m[128], tb[128];
+
+    printf("\ntable %s/%s (id %u)\n", hps__tool_printable(ti->model, m, sizeof m),
+           hps__tool_printable(ti->table, tb, sizeof tb), ti->id);
     printf("  dim %u, keys %s (%u bytes), default %.9g\n", ti->dim,
            ti->key_bytes == 4 ? "uint32" : "int64", ti->key_bytes, (double)ti->default_value);
     printf("  storage %s, %u bytes/row stored\n", hps_dtype_name(ti->storage_type), ti->row_bytes);
@@ -346,21 +373,71 @@ static void procs_text(const hps_proc_info_t *procs, size_t n)
 
 /* ---- driver -------------------------------------------------------------- */
 
-/* Print every table (text) or add it to arr (JSON). */
-static int info_tables(const hps__tool_t *t, hps_shmdb_t *db, json_object *arr)
+/* Problems info found (a corrupt table count or table): marked in the
+ * listing, and in the document's "problems" (JSON); any makes info exit
+ * HPS__TOOL_FAIL. */
+typedef struct info_problems {
+    json_object *arr; /* JSON, or NULL */
+    unsigned n;
+} info_problems_t;
+
+__attribute__((format(printf, 2, 3))) static void info_problem(info_problems_t *p, const char *fmt,
+                                                               ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->n++;
+    if (p->arr) /* text: the listing marks it in place */
+        json_object_array_add(p->arr, hps__tool_json_str(msg));
+}
+
+/* A directory entry that cannot be listed: marked in place (text, or an
+ * entry of arr) and counted as a problem. */
+static void info_corrupt_table(uint32_t id, const hps_table_entry_t *e, json_object *arr,
+                               info_problems_t *p)
+{
+    char m[128], tb[128];
+
+    hps__tool_printable(e->model, m, sizeof m);
+    hps__tool_printable(e->table, tb, sizeof tb);
+    if (arr)
+        json_object_array_add(arr, corrupt_table_json(id, e));
+    else
+        printf("\ntable %s/%s (id %u): CORRUPT, not read: %s\n", m, tb, id, e->problem);
+    info_problem(p, "table %u (%s/%s): %s", id, m, tb, e->problem);
+}
+
+/* Print every directory entry in id order (text) or add it to arr (JSON):
+ * a sound table in full, a corrupt one marked (info_corrupt_table), so that
+ * table ids and the per-model indexes of get and dump stay those listed. */
+static int info_tables(const hps__tool_t *t, hps_shmdb_t *db, json_object *arr, info_problems_t *p)
 {
     table_snap_t *s = malloc(sizeof *s);
     uint32_t n = hps_shmdb_table_count(db);
-    int rc = HPS__TOOL_OK;
+    hps_table_entry_t e;
 
     if (!s)
         return hps__tool_fail(t, -ENOMEM, NULL, "cannot read the tables");
-    for (uint32_t id = 0; id < n && rc == HPS__TOOL_OK; id++) {
+    if (n > HPS_SHMDB_MAX_TABLES) {
+        info_problem(p, "header: table count %u out of range (at most %u): tables not listed", n,
+                     HPS_SHMDB_MAX_TABLES);
+        n = 0;
+    }
+    for (uint32_t id = 0; id < n; id++) {
+        hps_err_t err = hps_shmdb_table_entry(db, id, &e);
         *s = (table_snap_t){0};
-        rc = table_snap(t, db, id, s);
-        if (rc != HPS__TOOL_OK)
-            break;
-        if (arr) {
+        if (err == 0)
+            err = table_snap(db, id, s);
+        if (err != 0) {
+            if (!e.problem[0])
+                snprintf(e.problem, sizeof e.problem, "%s (%s)", hps_strerror(err),
+                         hps_err_name(err));
+            info_corrupt_table(id, &e, arr, p);
+        } else if (arr) {
             json_object_array_add(arr, table_json(s));
         } else {
             table_text_geometry(&s->info);
@@ -369,7 +446,7 @@ static int info_tables(const hps__tool_t *t, hps_shmdb_t *db, json_object *arr)
         }
     }
     free(s);
-    return rc;
+    return HPS__TOOL_OK;
 }
 
 static int info_procs(const hps__tool_t *t, hps_shmdb_t *db, json_object *arr)
@@ -395,19 +472,32 @@ static int info_procs(const hps__tool_t *t, hps_shmdb_t *db, json_object *arr)
     return HPS__TOOL_OK;
 }
 
+/* The exit status once everything is listed: HPS__TOOL_FAIL (with a line
+ * on stderr) when problems were found. */
+static int info_verdict(const hps__tool_t *t, unsigned problems)
+{
+    if (problems == 0)
+        return HPS__TOOL_OK;
+    return hps__tool_fail(
+        t, HPS_ECORRUPT, "run 'hps-shm check NAME'; the tables listed in full still answer",
+        "segment '%s': %u problem(s), everything readable listed", t->argv[0], problems);
+}
+
 static int info_json(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_info_t *seg)
 {
     json_object *root = json_object_new_object();
     json_object *tables = json_object_new_array();
     json_object *procs = json_object_new_array();
     json_object *gcaches = json_object_new_array();
+    info_problems_t p = {.arr = json_object_new_array()};
     int rc;
 
     hps__tool_jset(root, "segment", segment_json(db, seg));
     hps__tool_jset(root, "tables", tables);
     hps__tool_jset(root, "processes", procs);
     hps__tool_jset(root, "gpu_caches", gcaches);
-    rc = info_tables(t, db, tables);
+    hps__tool_jset(root, "problems", p.arr);
+    rc = info_tables(t, db, tables, &p);
     if (rc == HPS__TOOL_OK)
         rc = info_procs(t, db, procs);
     if (rc == HPS__TOOL_OK)
@@ -416,22 +506,24 @@ static int info_json(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_in
         json_object_put(root);
         return rc;
     }
-    return hps__tool_emit_json(t, root);
+    rc = hps__tool_emit_json(t, root);
+    return rc == HPS__TOOL_OK ? info_verdict(t, p.n) : rc;
 }
 
 static int info_text(const hps__tool_t *t, hps_shmdb_t *db, const hps_segment_info_t *seg)
 {
+    info_problems_t p = {0};
     int rc;
 
     segment_text(db, seg);
-    rc = info_tables(t, db, NULL);
+    rc = info_tables(t, db, NULL, &p);
     if (rc == HPS__TOOL_OK)
         rc = info_procs(t, db, NULL);
     if (rc == HPS__TOOL_OK)
         rc = hps__tool_info_gcaches(t, db, NULL);
     if (rc == HPS__TOOL_OK)
         rc = hps__tool_flush(t);
-    return rc;
+    return rc == HPS__TOOL_OK ? info_verdict(t, p.n) : rc;
 }
 
 int hps__tool_cmd_info(const hps__tool_t *t)

@@ -86,16 +86,16 @@ static json_object *ls_row_json(const ls_row_t *r)
 {
     json_object *o = json_object_new_object();
 
-    hps__tool_jset(o, "name", json_object_new_string(r->name));
+    hps__tool_jset(o, "name", hps__tool_json_str(r->name));
     hps__tool_jset(o, "attachable", json_object_new_boolean(r->err == 0));
     hps__tool_jset(o, "status",
-                   json_object_new_string(r->err         ? "refused"
-                                          : ls_orphan(r) ? "orphan"
-                                                         : "ok"));
+                   hps__tool_json_str(r->err         ? "refused"
+                                      : ls_orphan(r) ? "orphan"
+                                                     : "ok"));
     if (r->err != 0) {
-        hps__tool_jset(o, "error", json_object_new_string(hps_err_name(r->err)));
-        hps__tool_jset(o, "message", json_object_new_string(r->msg));
-        hps__tool_jset(o, "hint", json_object_new_string(hps__tool_attach_hint(r->err)));
+        hps__tool_jset(o, "error", hps__tool_json_str(hps_err_name(r->err)));
+        hps__tool_jset(o, "message", hps__tool_json_str(r->msg));
+        hps__tool_jset(o, "hint", hps__tool_json_str(hps__tool_attach_hint(r->err)));
         hps__tool_jset(o, "file_bytes",
                        r->file_bytes >= 0 ? json_object_new_int64(r->file_bytes) : NULL);
         return o;

@@ -144,7 +144,7 @@ static json_object *stored_json(const hps_table_info_t *ti, const uint8_t *row)
     json_object *o = json_object_new_object();
     json_object *arr = json_object_new_array_ext((int)ti->dim);
 
-    hps__tool_jset(o, "type", json_object_new_string(hps_dtype_name(ti->storage_type)));
+    hps__tool_jset(o, "type", hps__tool_json_str(hps_dtype_name(ti->storage_type)));
     if (ti->storage_type == HPS_DTYPE_INT8) {
         uint32_t bits;
         float scale = stored_scale(row, &bits);
@@ -188,12 +188,12 @@ static int get_json(const hps__tool_t *t, const hps_table_info_t *ti, const void
     json_object *root = json_object_new_object();
     json_object *rows = json_object_new_array();
 
-    hps__tool_jset(root, "segment", json_object_new_string(t->argv[0]));
-    hps__tool_jset(root, "model", json_object_new_string(ti->model));
-    hps__tool_jset(root, "table", json_object_new_string(ti->table));
+    hps__tool_jset(root, "segment", hps__tool_json_str(t->argv[0]));
+    hps__tool_jset(root, "model", hps__tool_json_str(ti->model));
+    hps__tool_jset(root, "table", hps__tool_json_str(ti->table));
     hps__tool_jset(root, "dim", json_object_new_int64(ti->dim));
     hps__tool_jset(root, "key_bytes", json_object_new_int64(ti->key_bytes));
-    hps__tool_jset(root, "storage_type", json_object_new_string(hps_dtype_name(ti->storage_type)));
+    hps__tool_jset(root, "storage_type", hps__tool_json_str(hps_dtype_name(ti->storage_type)));
     for (size_t i = 0; i < n; i++)
         json_object_array_add(
             rows, get_row_json(ti, key_at(ti, keys, i), values + i * ti->dim, found[i],
@@ -466,15 +466,15 @@ static int dump_report(const hps__tool_t *t, const hps_table_info_t *ti, const d
         return hps__tool_flush(t);
     }
     o = json_object_new_object();
-    hps__tool_jset(o, "segment", json_object_new_string(t->argv[0]));
-    hps__tool_jset(o, "model", json_object_new_string(ti->model));
-    hps__tool_jset(o, "table", json_object_new_string(ti->table));
+    hps__tool_jset(o, "segment", hps__tool_json_str(t->argv[0]));
+    hps__tool_jset(o, "model", hps__tool_json_str(ti->model));
+    hps__tool_jset(o, "table", hps__tool_json_str(ti->table));
     hps__tool_jset(o, "dim", json_object_new_int64(ti->dim));
     hps__tool_jset(o, "rows", hps__tool_json_u64(f->rows));
-    hps__tool_jset(o, "dir", json_object_new_string(dir));
-    hps__tool_jset(o, "key_file", json_object_new_string(f->key_path));
+    hps__tool_jset(o, "dir", hps__tool_json_str(dir));
+    hps__tool_jset(o, "key_file", hps__tool_json_str(f->key_path));
     hps__tool_jset(o, "key_file_bytes", hps__tool_json_u64(key_bytes));
-    hps__tool_jset(o, "emb_vector_file", json_object_new_string(f->vec_path));
+    hps__tool_jset(o, "emb_vector_file", hps__tool_json_str(f->vec_path));
     hps__tool_jset(o, "emb_vector_file_bytes", hps__tool_json_u64(vec_bytes));
     return hps__tool_emit_json(t, o);
 }

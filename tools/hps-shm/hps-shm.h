@@ -127,6 +127,24 @@ int hps__tool_flush(const hps__tool_t *t);
 /** @brief Add key -> val to a JSON object (val may be NULL for null). */
 void hps__tool_jset(json_object *obj, const char *key, json_object *val);
 
+/**
+ * @brief JSON string of s (NULL: ""), serialized as valid UTF-8 JSON
+ *        whatever its bytes: control characters (DEL and the C1 controls
+ *        included) escaped, each byte that is not well-formed UTF-8 written
+ *        as \u00XX of its value.  Every string of the tool's JSON output is
+ *        made by it (names and messages come from a segment that may be
+ *        corrupt, paths from the command line).
+ */
+json_object *hps__tool_json_str(const char *s);
+
+/**
+ * @brief s for a text line: bytes outside printable ASCII as "\xNN", '\'
+ *        as "\\" (identity for the names a coordinator writes); cut to fit
+ *        buf[len].
+ * @return buf.
+ */
+const char *hps__tool_printable(const char *s, char *buf, size_t len);
+
 /** @brief JSON unsigned 64-bit integer. */
 json_object *hps__tool_json_u64(uint64_t v);
 

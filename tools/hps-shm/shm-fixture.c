@@ -32,8 +32,18 @@
  * lives and "orphan" once it is gone (before, no coordinator ever ran and
  * the creator is gone: "orphan" too).
  * OUTDIR/fixture.pid gets the fixture's pid (the creator of both).
+ * The holder also records the coordinator state "serving", which info
+ * shows as the last state recorded once the holder is killed.
+ *
+ *   shm-fixture --offsets
+ *
+ * prints, as shell assignments, the byte offsets of the header fields and
+ * table-descriptor fields that test-hps-shm.sh corrupts in copies of the
+ * segment (shmdb/layout.h; OFF_* in the header, T_* in a descriptor, table
+ * id's descriptor at OFF_TABLES + id * TABLE_BYTES).
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +51,7 @@
 #include <unistd.h>
 
 #include "hps/shmdb_gcache.h"
+#include "shmdb/layout.h"
 
 #define FX_MAX_ROWS 8
 #define FX_MAX_DIM  4
@@ -249,6 +260,7 @@ static int fx_hold(const char *name, const char *outdir)
     if (fx_check(hps_shmdb_attach(name, &popts, &db), "attach"))
         return 1;
     if (fx_check(hps_shmdb_heartbeat(db), "heartbeat (hold)") ||
+        fx_check(hps_shmdb_set_coord_state(db, HPS_COORD_SERVING), "coord state (hold)") ||
         fx_check(hps_shmdb_gcache_claim(db, &w, &r, &creator), "gcache_claim (hold)") ||
         fx_check(hps_shmdb_gcache_ready(db, r.index, r.generation, 512, 65536), "gcache_ready") ||
         fx_check(hps_shmdb_gcache_publish(db, r.index, r.generation, &c), "gcache_publish") ||
@@ -291,6 +303,29 @@ static int fx_gcaches(hps_shmdb_t *db, const char *outdir)
     return fx_write_pid(outdir, "fixture.pid", getpid());
 }
 
+/* shm-fixture --offsets: the layout offsets test-hps-shm.sh patches. */
+static int fx_offsets(void)
+{
+#define FX_OFF(var, type, field) printf("%s=%zu\n", var, offsetof(type, field))
+    FX_OFF("OFF_NUM_TABLES", struct shm_hdr, num_tables);
+    FX_OFF("OFF_MISSQ", struct shm_hdr, missq_off);
+    FX_OFF("OFF_GPUREG", struct shm_hdr, gpureg_off);
+    FX_OFF("OFF_UPDLOG", struct shm_hdr, updlog_off);
+    FX_OFF("OFF_USTATS", struct shm_hdr, ustats_off);
+    FX_OFF("OFF_DDBSTATS", struct shm_hdr, ddbstats_off);
+    FX_OFF("OFF_TABLES", struct shm_hdr, tables);
+    FX_OFF("T_DIM", struct shm_table, dim);
+    FX_OFF("T_NPARTS", struct shm_table, num_partitions);
+    FX_OFF("T_PARTS", struct shm_table, parts);
+    FX_OFF("T_MODEL", struct shm_table, model);
+    FX_OFF("T_TABLE", struct shm_table, table);
+    FX_OFF("T_DTYPE", struct shm_table, dtype);
+#undef FX_OFF
+    printf("TABLE_BYTES=%zu\n", sizeof(struct shm_table));
+    printf("NAME_FIELD_BYTES=%zu\n", sizeof(((struct shm_table *)0)->model));
+    return fflush(stdout) != 0;
+}
+
 int main(int argc, char **argv)
 {
     const hps_shmdb_opts_t opts = {.size_bytes = 8u << 20, .allocation_rate = 1u << 20};
@@ -303,8 +338,12 @@ int main(int argc, char **argv)
         free(t);
         return fx_hold(argv[2], argv[3]);
     }
+    if (argc == 2 && strcmp(argv[1], "--offsets") == 0) {
+        free(t);
+        return fx_offsets();
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: shm-fixture [--hold] NAME OUTDIR\n");
+        fprintf(stderr, "usage: shm-fixture [--hold] NAME OUTDIR | --offsets\n");
         free(t);
         return 2;
     }

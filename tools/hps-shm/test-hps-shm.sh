@@ -4,8 +4,11 @@
 # shm-fixture creates /dev/shm/hps.test-<pid> with known tables and rows and
 # writes the expected rows of each table to $WORK/demo.<table>.txt; every
 # subcommand is then run in text and --json form and its output checked.
-# A foreign object /dev/shm/hps.test-<pid>-bad checks the refusal paths.
-# Both objects are removed on exit, whatever happens.  Output is TAP-like;
+# A foreign object /dev/shm/hps.test-<pid>-bad checks the refusal paths,
+# and copies of the segment with one field corrupted
+# (/dev/shm/hps.test-<pid>-c, offsets from shm-fixture --offsets) the
+# handling of damaged segments by info, get, dump and check.
+# All objects are removed on exit, whatever happens.  Output is TAP-like;
 # the exit status is the number of failed checks (capped at 1).
 set -u
 
@@ -13,6 +16,7 @@ TOOL=$1
 FIXTURE=$2
 NAME=test-$$
 BAD=test-$$-bad
+COPY=test-$$-c
 MISSING=test-$$-missing
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hps-shm-test.XXXXXX") || exit 1
 OUT=$WORK/out
@@ -20,7 +24,7 @@ ERR=$WORK/err
 
 cleanup() {
     [ -n "$HOLDER" ] && kill -9 "$HOLDER" 2>/dev/null
-    rm -f "/dev/shm/hps.$NAME" "/dev/shm/hps.$BAD" "/dev/shm/hps.$MISSING"
+    rm -f "/dev/shm/hps.$NAME" "/dev/shm/hps.$BAD" "/dev/shm/hps.$MISSING" "/dev/shm/hps.$COPY"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -299,6 +303,14 @@ wait "$HOLDER" 2>/dev/null # reaped: a zombie would still count as alive
 run 0 "info --json after the holder died" "$TOOL" --json info "$NAME"
 json_assert "info --json: cache 2 has no live process left" \
     "[g['attached_pids'] == [] and not g['creator_alive'] and g['creator_pid'] == $HOLDER and g['state'] == 'ready' for g in [$G2]][0]"
+json_assert "info --json: the dead coordinator's recorded state, not alive" \
+    "d['segment']['coordinator_state'] == 'serving' and not d['segment']['coordinator_alive'] and d['segment']['coordinator_pid'] == $HOLDER"
+run 0 "info after the coordinator died" "$TOOL" info "$NAME"
+out_has "info: a dead coordinator's state is the last one recorded" \
+    "coordinator      pid $HOLDER (gone), last state serving, heartbeat"
+run 0 "--help says coordinator_state is the recorded state" "$TOOL" --help
+out_has "--help: coordinator_state read with coordinator_alive" \
+    "segment.coordinator_state is the state the coordinator"
 run 0 "ls after the coordinator died" "$TOOL" ls
 if grep -Eq "^$NAME .*  orphan: coordinator pid $HOLDER gone\$" "$OUT"; then
     pass "ls: $NAME orphan once its coordinator is gone"
@@ -425,6 +437,128 @@ out_has "check: no problems" "$NAME: ok, no problems found"
 run 0 "check --json" "$TOOL" check --json "$NAME"
 json_valid "check --json"
 json_assert "check --json: ok" "d['ok'] is True and d['problem_count'] == 0 and d['problems'] == []"
+
+# ---- corrupted copies --------------------------------------------------------
+
+# corrupt FORMAT OFFSET VALUE...: /dev/shm/hps.$COPY = the segment with
+# struct.pack(FORMAT, VALUE...) written at OFFSET (each VALUE a Python
+# expression: 99, 0xfffffffffff0, b'A' * 128).
+eval "$("$FIXTURE" --offsets)"
+corrupt() {
+    cp "/dev/shm/hps.$NAME" "/dev/shm/hps.$COPY" &&
+        python3 -c 'import struct, sys
+f, off, vals = sys.argv[2], int(sys.argv[3]), [eval(v) for v in sys.argv[4:]]
+with open(sys.argv[1], "r+b") as o:
+    o.seek(off)
+    o.write(struct.pack(f, *vals))' "/dev/shm/hps.$COPY" "$@"
+}
+T0=$OFF_TABLES
+corrupt "<I" "$OFF_NUM_TABLES" 2 # an intact copy
+run 0 "the intact copy checks clean" "$TOOL" check "$COPY"
+
+# Table 0 (demo/t64) corrupt in five ways: its index stays 0, get and dump
+# refuse it naming the table and the fault, info lists t32 and marks t64.
+for c in "dtype 99|<I|$((T0 + T_DTYPE))|99|storage type 99 is no type" \
+    "dim 0|<I|$((T0 + T_DIM))|0|dim 0 out of range" \
+    "dim 0x7fffffff|<I|$((T0 + T_DIM))|0x7fffffff|dim 2147483647 out of range" \
+    "partition count 0xffffffff|<I|$((T0 + T_NPARTS))|0xffffffff|partition count 4294967295 out of range" \
+    "parts offset garbage|<Q|$((T0 + T_PARTS))|0xdeadbeef000|partition array offset 15302363377664 (0xdeadbeef000) out of bounds"; do
+    IFS='|' read -r what fmt off val why <<<"$c"
+    corrupt "$fmt" "$off" "$val"
+    run 1 "table 0 $what: get by index 0 refused" "$TOOL" get "$COPY" demo 0 42
+    err_has "table 0 $what: get names the corrupt table" "table 0 (demo/t64) of segment '$COPY' is corrupt: $why"
+    check "table 0 $what: get printed no vector" test ! -s "$OUT"
+    run 1 "table 0 $what: get by name refused" "$TOOL" get "$COPY" demo t64 42
+    err_has "table 0 $what: get by name says corrupt" "is corrupt: $why"
+    run 0 "table 0 $what: get t32 by index 1 still answers" "$TOOL" get "$COPY" demo 1 4294967295
+    out_is "table 0 $what: index 1 is still t32" <<<"4294967295: 2 2.125 2.25"
+    run 1 "table 0 $what: dump by index 0 refused" "$TOOL" dump "$COPY" demo 0 "$WORK/cdump"
+    err_has "table 0 $what: dump says corrupt" "table 0 (demo/t64) of segment '$COPY' is corrupt"
+    check "table 0 $what: dump wrote nothing" test ! -e "$WORK/cdump/key"
+    run 1 "table 0 $what: info lists the rest, exit 1" "$TOOL" info "$COPY"
+    out_has "table 0 $what: info marks table 0" "table demo/t64 (id 0): CORRUPT, not read: $why"
+    out_has "table 0 $what: info lists t32" "table demo/t32 (id 1)"
+    out_has "table 0 $what: info lists the processes" "processes ("
+    err_has "table 0 $what: info says why it exits 1" "segment '$COPY': 1 problem(s)"
+    run 1 "table 0 $what: info --json, exit 1" "$TOOL" --json info "$COPY"
+    json_valid "table 0 $what: info --json"
+    json_assert "table 0 $what: info --json marks table 0, t32 in full" \
+        "[(t['id'], t['table'], t['corrupt']) for t in d['tables']] == [(0, 't64', True), (1, 't32', False)] and '$why' in d['tables'][0]['problem'] and d['tables'][1]['rows'] == 4 and len(d['problems']) == 1"
+    run 1 "table 0 $what: check" "$TOOL" check "$COPY"
+    out_has "table 0 $what: check says what" "table 0: corrupt descriptor: $why"
+done
+
+corrupt "<I" "$OFF_NUM_TABLES" 9999
+run 1 "num_tables 9999: info exits 1" "$TOOL" info "$COPY"
+out_has "num_tables 9999: info shows the header" "segment $COPY"
+out_has "num_tables 9999: info says the count is out of range" \
+    "tables           9999 (out of range: at most 256; the table directory is not read)"
+out_has "num_tables 9999: info lists the processes" "processes ("
+if grep -qF "not found" "$ERR"; then
+    fail "num_tables 9999: info says nothing of 'not found'"
+else
+    pass "num_tables 9999: info says nothing of 'not found'"
+fi
+run 1 "num_tables 9999: info --json exits 1" "$TOOL" --json info "$COPY"
+json_valid "num_tables 9999: info --json"
+json_assert "num_tables 9999: info --json header and problem" \
+    "d['segment']['num_tables'] == 9999 and d['tables'] == [] and 'table count 9999 out of range' in d['problems'][0]"
+run 1 "num_tables 9999: get refused" "$TOOL" get "$COPY" demo 0 42
+err_has "num_tables 9999: get says the count is out of range" "table count 9999 out of range (at most 256)"
+run 1 "num_tables 9999: check" "$TOOL" check "$COPY"
+out_has "num_tables 9999: check names the field" "header: num_tables 9999 out of range"
+
+# Header offsets of the optional areas: check reports each; the readers
+# ignore them (info and get still work, nothing follows the offset).
+for c in "missq_off|$OFF_MISSQ|0xfffffffffff0" "ustats_off|$OFF_USTATS|0x7ffffffffff8" \
+    "ddbstats_off|$OFF_DDBSTATS|0xffffffffffffffc0" "updlog_off|$OFF_UPDLOG|0x7" \
+    "gpureg_off|$OFF_GPUREG|0x10000001"; do
+    IFS='|' read -r field off val <<<"$c"
+    corrupt "<Q" "$off" "$val"
+    dec=$(python3 -c "print($val)")
+    run 1 "$field=$val: check exits 1" "$TOOL" check "$COPY"
+    out_has "$field=$val: check names the field and value" \
+        "header: $field $dec ($val) out of bounds or misaligned"
+    run 0 "$field=$val: info still works" "$TOOL" info "$COPY"
+    run 0 "$field=$val: get still answers" "$TOOL" get "$COPY" demo t64 42
+done
+
+# Names: no NUL in the field; bytes that need escaping in JSON.
+corrupt "${NAME_FIELD_BYTES}s" "$((T0 + T_MODEL))" "b'A' * $NAME_FIELD_BYTES"
+run 1 "model name without NUL: check exits 1" "$TOOL" check "$COPY"
+out_has "model name without NUL: check says so" \
+    "table 0: model name: no terminating NUL within its 128 bytes"
+A120=$(printf 'A%.0s' $(seq 120))
+run 1 "model name without NUL: get under the name info shows refused" "$TOOL" get "$COPY" "$A120" 0 42
+err_has "model name without NUL: get says why" "is corrupt: model name: no terminating NUL"
+run 0 "model name without NUL: demo's index 0 is now t32" "$TOOL" get "$COPY" demo 0 4294967295
+out_is "model name without NUL: demo 0 answers t32" <<<"4294967295: 2 2.125 2.25"
+corrupt "${NAME_FIELD_BYTES}s" "$((T0 + T_TABLE))" "b'B' * $NAME_FIELD_BYTES"
+run 1 "table name without NUL: check exits 1" "$TOOL" check "$COPY"
+out_has "table name without NUL: check says so" \
+    "table 0: table name: no terminating NUL within its 128 bytes"
+# x " y \ z LF SOH DEL 0xff (not UTF-8) U+0085 (C1 control, as UTF-8) NUL
+corrupt "11s" "$((T0 + T_TABLE))" "b'x\"y\\\\z\\n\\x01\\x7f\\xff\\xc2\\x85\\x00'"
+run 1 "odd table name: info --json exits 1 (corrupt name)" "$TOOL" --json info "$COPY"
+if python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8")' "$OUT" 2>/dev/null; then
+    pass "odd table name: info --json is valid UTF-8"
+else
+    fail "odd table name: info --json is valid UTF-8"
+fi
+json_valid "odd table name: info --json"
+json_assert "odd table name: every byte kept, 0xff as U+00FF" \
+    "d['tables'][0]['table'] == 'x\"y\\\\z\\n\\x01\\x7f\\xff\\x85' and d['tables'][0]['corrupt']"
+out_has "odd table name: DEL escaped" '\u007f'
+out_has "odd table name: byte 0xff as \u00ff" '\u00ff'
+out_has "odd table name: C1 control escaped" '\u0085'
+out_has "odd table name: control escaped" '\u0001'
+run 1 "odd table name: check" "$TOOL" check "$COPY"
+out_has "odd table name: check says which byte" \
+    "table 0: table name: byte 1 is 0x22, outside [A-Za-z0-9_-]"
+run 1 "odd table name: info text" "$TOOL" info "$COPY"
+out_has "odd table name: info text escapes the name" \
+    'table demo/x"y\\z\x0a\x01\x7f\xff\xc2\x85 (id 0): CORRUPT'
+rm -f "/dev/shm/hps.$COPY"
 
 # ---- refusals --------------------------------------------------------------
 

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <json-c/printbuf.h>
+
 #include "hps-shm.h"
 
 static void vreport(const hps__tool_t *t, hps_err_t err, const char *fmt, va_list ap)
@@ -120,16 +122,27 @@ static bool list_has(const char *buf, const char *s)
     return false;
 }
 
+/* Directory entries in the segment: the table count, or 0 when it is out of
+ * range (corrupt; hps__tool_find_table says so). */
+static uint32_t entry_count(hps_shmdb_t *db)
+{
+    uint32_t n = hps_shmdb_table_count(db);
+
+    return n <= HPS_SHMDB_MAX_TABLES ? n : 0;
+}
+
 /*
  * The id of table number `index` (a decimal number: 0, 1, ...) among the
- * tables of `model`, in id order, as hps-shm info lists them.  HPS_ENOTFOUND
- * if `index` is not a number or the model has fewer tables.
+ * directory entries of `model`, in id order, as hps-shm info lists them:
+ * corrupt entries count too (hps_shmdb_table_entry), so that an index
+ * always names the same entry.  HPS_ENOTFOUND if `index` is not a number
+ * or the model has fewer entries.
  */
 static hps_err_t find_by_index(hps_shmdb_t *db, const char *model, const char *index,
                                uint32_t *ret_id)
 {
-    uint32_t n = hps_shmdb_table_count(db), k = 0;
-    hps_table_info_t ti;
+    uint32_t n = entry_count(db), k = 0;
+    hps_table_entry_t e;
     unsigned long want;
     char *end = NULL;
 
@@ -140,7 +153,8 @@ static hps_err_t find_by_index(hps_shmdb_t *db, const char *model, const char *i
     if (*end != '\0' || errno == ERANGE)
         return HPS_ENOTFOUND;
     for (uint32_t id = 0; id < n; id++) {
-        if (hps_shmdb_table_info(db, id, &ti) != 0 || strcmp(ti.model, model) != 0)
+        hps_err_t err = hps_shmdb_table_entry(db, id, &e);
+        if ((err != 0 && err != HPS_ECORRUPT) || strcmp(e.model, model) != 0)
             continue;
         if (k++ == want) {
             *ret_id = id;
@@ -151,22 +165,25 @@ static hps_err_t find_by_index(hps_shmdb_t *db, const char *model, const char *i
 }
 
 /* No table `table` of `model`: say whether the model exists, and list its
- * tables ("0 t64, 1 t32") or the segment's models. */
+ * tables ("0 t64, 1 t32", a corrupt entry marked) or the segment's
+ * models. */
 static int table_not_found(const hps__tool_t *t, hps_shmdb_t *db, const char *model,
                            const char *table)
 {
-    uint32_t n = hps_shmdb_table_count(db), k = 0;
-    hps_table_info_t ti;
-    char tables[512] = "", models[512] = "", item[160];
+    uint32_t n = entry_count(db), k = 0;
+    hps_table_entry_t e;
+    char tables[512] = "", models[512] = "", item[200], name[128];
 
     for (uint32_t id = 0; id < n; id++) {
-        if (hps_shmdb_table_info(db, id, &ti) != 0)
+        hps_err_t err = hps_shmdb_table_entry(db, id, &e);
+        if (err != 0 && err != HPS_ECORRUPT)
             continue;
-        if (strcmp(ti.model, model) == 0) {
-            snprintf(item, sizeof item, "%u %s", k++, ti.table);
+        if (strcmp(e.model, model) == 0) {
+            snprintf(item, sizeof item, "%u %s%s", k++,
+                     hps__tool_printable(e.table, name, sizeof name), err ? " (corrupt)" : "");
             list_add(tables, sizeof tables, item);
-        } else if (!list_has(models, ti.model)) {
-            list_add(models, sizeof models, ti.model);
+        } else if (!list_has(models, hps__tool_printable(e.model, name, sizeof name))) {
+            list_add(models, sizeof models, name);
         }
     }
     if (k == 0)
@@ -182,15 +199,31 @@ static int table_not_found(const hps__tool_t *t, hps_shmdb_t *db, const char *mo
 int hps__tool_find_table(const hps__tool_t *t, hps_shmdb_t *db, const char *model,
                          const char *table, uint32_t *ret_id, hps_table_info_t *ret_info)
 {
-    uint32_t id = 0;
-    hps_err_t err = hps_shmdb_table_find(db, model, table, &id);
+    uint32_t id = 0, n = hps_shmdb_table_count(db);
+    hps_table_entry_t e;
+    char mname[128], tname[128];
+    hps_err_t err;
 
+    if (n > HPS_SHMDB_MAX_TABLES)
+        return hps__tool_fail(t, HPS_ECORRUPT, "run 'hps-shm check NAME'",
+                              "segment '%s': table count %u out of range (at most %u): the "
+                              "table directory cannot be read",
+                              t->argv[0], n, HPS_SHMDB_MAX_TABLES);
+    err = hps_shmdb_table_find(db, model, table, &id);
     if (err == HPS_ENOTFOUND)
         err = find_by_index(db, model, table, &id);
-    if (err == 0)
-        err = hps_shmdb_table_info(db, id, ret_info);
     if (err == HPS_ENOTFOUND)
         return table_not_found(t, db, model, table);
+    if (err == 0)
+        err = hps_shmdb_table_entry(db, id, &e);
+    if (err == HPS_ECORRUPT)
+        return hps__tool_fail(t, err, "run 'hps-shm check NAME'; the other tables still answer",
+                              "table %u (%s/%s) of segment '%s' is corrupt: %s", id,
+                              hps__tool_printable(e.model, mname, sizeof mname),
+                              hps__tool_printable(e.table, tname, sizeof tname), t->argv[0],
+                              e.problem);
+    if (err == 0)
+        err = hps_shmdb_table_info(db, id, ret_info);
     if (err != 0)
         return hps__tool_fail(t, err, NULL, "cannot read table %s/%s", model, table);
     *ret_id = id;
@@ -229,6 +262,105 @@ void hps__tool_jset(json_object *obj, const char *key, json_object *val)
         json_object_object_add(obj, key, val);
     else
         json_object_put(val);
+}
+
+/* Bytes of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
+ * overlong forms, no surrogates, at most U+10FFFF), or 0 if s[0] starts
+ * none. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
+    /* The second byte's range, narrower after E0, ED, F0 and F4. */
+    unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+
+    if (len == 0 || len > n || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++) {
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    }
+    return len;
+}
+
+/*
+ * Serializer of the strings of hps__tool_json_str(): always valid UTF-8
+ * JSON (RFC 8259), whatever the bytes.  '"' and '\\' are escaped, the
+ * control characters (U+0000..U+001F, DEL U+007F and the C1 controls
+ * U+0080..U+009F) as \uXXXX (the short forms \b \f \n \r \t where they
+ * exist), well-formed UTF-8 is copied, and each byte that is not part of
+ * well-formed UTF-8 (a name corrupted to 0xff) becomes \u00XX of the byte
+ * value, so the byte stays readable (as its Latin-1 character, never
+ * U+FFFD, which would lose it).
+ */
+static int json_str_serialize(json_object *o, struct printbuf *pb, int level, int flags)
+{
+    const unsigned char *s = (const unsigned char *)json_object_get_string(o);
+    size_t n = (size_t)json_object_get_string_len(o);
+    char esc[8];
+
+    (void)level;
+    (void)flags;
+    printbuf_memappend(pb, "\"", 1);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t len = c < 0x80 ? 1 : utf8_seq(s + i, n - i);
+        const char *short_esc = c == '"'    ? "\\\""
+                                : c == '\\' ? "\\\\"
+                                : c == '\b' ? "\\b"
+                                : c == '\f' ? "\\f"
+                                : c == '\n' ? "\\n"
+                                : c == '\r' ? "\\r"
+                                : c == '\t' ? "\\t"
+                                            : NULL;
+        if (short_esc) {
+            printbuf_memappend(pb, short_esc, 2);
+        } else if (c < 0x20 || c == 0x7f || len == 0) {
+            snprintf(esc, sizeof esc, "\\u%04x", c); /* control, or a stray byte */
+            printbuf_memappend(pb, esc, 6);
+            len = 1;
+        } else if (len == 2 && c == 0xc2 && s[i + 1] < 0xa0) {
+            snprintf(esc, sizeof esc, "\\u%04x", s[i + 1]); /* C1 control */
+            printbuf_memappend(pb, esc, 6);
+        } else {
+            printbuf_memappend(pb, (const char *)s + i, (int)len);
+        }
+        i += len;
+    }
+    printbuf_memappend(pb, "\"", 1);
+    return 0;
+}
+
+json_object *hps__tool_json_str(const char *s)
+{
+    json_object *o = json_object_new_string(s ? s : "");
+
+    if (o)
+        json_object_set_serializer(o, json_str_serialize, NULL, NULL);
+    return o;
+}
+
+const char *hps__tool_printable(const char *s, char *buf, size_t len)
+{
+    size_t k = 0;
+
+    for (const unsigned char *p = (const unsigned char *)s; *p && k + 5 <= len; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+            buf[k++] = (char)*p;
+        } else if (*p == '\\') {
+            buf[k++] = '\\';
+            buf[k++] = '\\';
+        } else {
+            k += (size_t)snprintf(buf + k, len - k, "\\x%02x", *p);
+        }
+    }
+    if (len)
+        buf[k < len ? k : len - 1] = '\0';
+    return buf;
 }
 
 json_object *hps__tool_json_u64(uint64_t v)

@@ -9,7 +9,13 @@
  *  - a 2 MiB segment filled with far more rows than fit: upserts never fail,
  *    rows are evicted, the accounting adds up, check() finds nothing;
  *  - hps_shmdb_bytes_per_slot includes the value; memory per row for dim 1
- *    stays far below HugeCTR's 64 bytes.
+ *    stays far below HugeCTR's 64 bytes;
+ *  - a damaged directory (fields written into the object with pwrite, as a
+ *    stray writer would): hps_shmdb_table_entry keeps every id on its entry
+ *    and says what is wrong, the other calls refuse only the corrupt id,
+ *    hps_shmdb_check names each fault (descriptor fields, names without a
+ *    NUL, the table count, the header's area offsets out of bounds or
+ *    misaligned) and the readers never follow such an offset.
  *
  * The segment itself (lifecycle, process table, validation) is tested by
  * test-shmdb-segment.c.
@@ -25,7 +31,13 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
 
+#include "hps/shmdb_gcache.h"
+#include "hps/shmdb_missq.h"
+#include "hps/shmdb_stats.h"
+#include "hps/shmdb_updlog.h"
+#include "shmdb/layout.h"
 #include "testutil.h"
 
 #define SEG_SIZE (64ULL << 20)
@@ -471,6 +483,178 @@ static void test_memory_per_row_dim128(void **state)
     memory_per_row(*state, 128, 100000, 640.0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* A damaged directory                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Write len bytes at off of the fixture's object (the mapping sees them). */
+static void poke(struct t_seg_fixture *f, uint64_t off, const void *p, size_t len)
+{
+    int fd = open(f->path, O_RDWR);
+    T_CHECK(fd >= 0, "open %s", f->path);
+    T_CHECK(pwrite(fd, p, len, (off_t)off) == (ssize_t)len, "pwrite at %llu",
+            (unsigned long long)off);
+    close(fd);
+}
+
+static void poke_u32(struct t_seg_fixture *f, uint64_t off, uint32_t v)
+{
+    poke(f, off, &v, sizeof(v));
+}
+
+static void poke_u64(struct t_seg_fixture *f, uint64_t off, uint64_t v)
+{
+    poke(f, off, &v, sizeof(v));
+}
+
+/* Problems reported by hps_shmdb_check, joined by newlines. */
+struct problems {
+    char text[8192];
+    uint64_t n;
+};
+
+static void collect(void *ctx, const char *msg)
+{
+    struct problems *p = ctx;
+    size_t used = strlen(p->text);
+    snprintf(p->text + used, sizeof(p->text) - used, "%s\n", msg);
+}
+
+static struct problems *check_problems(hps_shmdb_t *db)
+{
+    static struct problems p;
+    memset(&p, 0, sizeof(p));
+    HPS_ASSERT_OK(hps_shmdb_check(db, collect, &p, &p.n));
+    return &p;
+}
+
+#define TABLE_OFF(id, field)                                                                       \
+    (offsetof(struct shm_hdr, tables) + (id) * sizeof(struct shm_table) +                          \
+     offsetof(struct shm_table, field))
+
+static void test_damaged_directory(void **state)
+{
+    struct t_seg_fixture *f = *state;
+    t_seg_create(f, SEG_SIZE);
+    hps_table_spec_t s0 = t_spec("m", "t0", 8, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.8);
+    hps_table_spec_t s1 = t_spec("m", "t1", 4, 8, 2, UINT64_MAX, HPS_EVICT_RANDOM, 0.8);
+    uint32_t id0, id1;
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s0, &id0));
+    HPS_ASSERT_OK(hps_shmdb_table_create(f->db, &s1, &id1));
+    HPS_ASSERT_EQ(t_check(f->db, "intact"), 0);
+    hps_table_entry_t e;
+    HPS_ASSERT_OK(hps_shmdb_table_entry(f->db, 0, &e));
+    T_CHECK(strcmp(e.model, "m") == 0 && strcmp(e.table, "t0") == 0 && !e.problem[0], "%s/%s %s",
+            e.model, e.table, e.problem);
+    HPS_ASSERT_ERR(hps_shmdb_table_entry(f->db, 2, &e), HPS_ENOTFOUND);
+
+    /* Each descriptor fault: the id keeps its entry, named and explained;
+     * table 1 stays whole; check says the same. */
+    static const struct {
+        size_t off, bytes;
+        uint64_t val;
+        const char *why;
+    } faults[] = {
+        {TABLE_OFF(0, dtype), 4, 99, "storage type 99 is no type"},
+        {TABLE_OFF(0, dim), 4, 0, "dim 0 out of range"},
+        {TABLE_OFF(0, dim), 4, 0x7fffffff, "dim 2147483647 out of range"},
+        {TABLE_OFF(0, num_partitions), 4, 0xffffffff, "partition count 4294967295 out of range"},
+        {TABLE_OFF(0, parts), 8, 0xdeadbeef000, "partition array offset 15302363377664"},
+        {TABLE_OFF(0, parts), 8, 64, "partition array offset 64 (0x40) out of bounds"},
+        {TABLE_OFF(0, key_bytes), 4, 5, "key width 5 bytes"},
+    };
+    hps_table_info_t ti;
+    for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+        uint64_t orig = 0; /* the field's bytes, put back after */
+        int fd = open(f->path, O_RDONLY);
+        T_CHECK(fd >= 0 && pread(fd, &orig, faults[i].bytes, (off_t)faults[i].off) ==
+                               (ssize_t)faults[i].bytes,
+                "pread");
+        close(fd);
+        poke(f, faults[i].off, &faults[i].val, faults[i].bytes);
+        HPS_ASSERT_ERR(hps_shmdb_table_entry(f->db, 0, &e), HPS_ECORRUPT);
+        T_CHECK(strcmp(e.model, "m") == 0 && strcmp(e.table, "t0") == 0, "fault %zu: %s/%s", i,
+                e.model, e.table);
+        T_CHECK(strstr(e.problem, faults[i].why), "fault %zu: problem '%s', want '%s'", i,
+                e.problem, faults[i].why);
+        HPS_ASSERT_ERR(hps_shmdb_table_info(f->db, 0, &ti), HPS_ENOTFOUND);
+        HPS_ASSERT_OK(hps_shmdb_table_entry(f->db, 1, &e));
+        HPS_ASSERT_OK(hps_shmdb_table_info(f->db, 1, &ti));
+        HPS_ASSERT_EQ(ti.dim, 4);
+        struct problems *p = check_problems(f->db);
+        T_CHECK(p->n == 1 && strstr(p->text, "table 0: corrupt descriptor: ") &&
+                    strstr(p->text, faults[i].why),
+                "fault %zu: check said (%llu) %s", i, (unsigned long long)p->n, p->text);
+        poke(f, faults[i].off, &orig, faults[i].bytes);
+        HPS_ASSERT_EQ(t_check(f->db, "restored"), 0);
+    }
+
+    /* Names: no NUL within the field, a byte outside the alphabet. */
+    char field[sizeof(((struct shm_table *)0)->model)];
+    memset(field, 'A', sizeof(field));
+    poke(f, TABLE_OFF(1, model), field, sizeof(field));
+    HPS_ASSERT_ERR(hps_shmdb_table_entry(f->db, 1, &e), HPS_ECORRUPT);
+    HPS_ASSERT_EQ(strlen(e.model), HPS_SHMDB_NAME_MAX);
+    T_CHECK(strstr(e.problem, "model name: no terminating NUL"), "%s", e.problem);
+    struct problems *p = check_problems(f->db);
+    T_CHECK(p->n == 1 && strstr(p->text, "table 1: model name: no terminating NUL within its 128"),
+            "%s", p->text);
+    poke(f, TABLE_OFF(1, model), "m\0", 2);
+    poke(f, TABLE_OFF(1, table), "t\xff\0", 3);
+    HPS_ASSERT_ERR(hps_shmdb_table_entry(f->db, 1, &e), HPS_ECORRUPT);
+    T_CHECK(strstr(e.problem, "table name: byte 1 is 0xff"), "%s", e.problem);
+    p = check_problems(f->db);
+    T_CHECK(p->n == 1 && strstr(p->text, "table 1: table name: byte 1 is 0xff"), "%s", p->text);
+    poke(f, TABLE_OFF(1, table), "t1\0", 3);
+    HPS_ASSERT_EQ(t_check(f->db, "names restored"), 0);
+
+    /* The table count out of range: said once, no table read. */
+    poke_u32(f, offsetof(struct shm_hdr, num_tables), 9999);
+    HPS_ASSERT_ERR(hps_shmdb_table_entry(f->db, 0, &e), HPS_ENOTFOUND);
+    p = check_problems(f->db);
+    T_CHECK(p->n == 1 && strstr(p->text, "header: num_tables 9999 out of range (at most 256)"),
+            "%s", p->text);
+    poke_u32(f, offsetof(struct shm_hdr, num_tables), 2);
+
+    /* The header's area offsets: each one checked, none followed. */
+    static const struct {
+        size_t off;
+        const char *field;
+        uint64_t val;
+    } areas[] = {
+        {offsetof(struct shm_hdr, missq_off), "missq_off", 0xfffffffffff0},
+        {offsetof(struct shm_hdr, ustats_off), "ustats_off", 0x7ffffffffff8},
+        {offsetof(struct shm_hdr, ddbstats_off), "ddbstats_off", 0xffffffffffffffc0},
+        {offsetof(struct shm_hdr, updlog_off), "updlog_off", 7},
+        {offsetof(struct shm_hdr, gpureg_off), "gpureg_off", 0x10000001},
+        {offsetof(struct shm_hdr, gpureg_off), "gpureg_off", 64}, /* inside the header */
+    };
+    for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
+        char want[128];
+        poke_u64(f, areas[i].off, areas[i].val);
+        snprintf(want, sizeof(want), "header: %s %llu (0x%llx) out of bounds or misaligned",
+                 areas[i].field, (unsigned long long)areas[i].val,
+                 (unsigned long long)areas[i].val);
+        p = check_problems(f->db);
+        T_CHECK(p->n == 1 && strstr(p->text, want), "want '%s', check said %s", want, p->text);
+        /* Readers take the area as absent, never follow the offset (under
+         * ASan a read there would be reported; here it would fault). */
+        hps_update_stats_t us;
+        hps_shmdb_ddb_stats_t ds;
+        hps_missq_info_t mi;
+        hps_gcache_reg_t g;
+        uint64_t head = 0;
+        (void)hps_shmdb_update_stats_get(f->db, 0, &us);
+        (void)hps_shmdb_ddb_stats_get(f->db, &ds);
+        (void)hps_shmdb_miss_stats(f->db, &mi);
+        (void)hps_shmdb_gcache_get(f->db, 0, &g);
+        (void)hps_shmdb_updlog_head(f->db, 0, &head, NULL);
+        HPS_ASSERT_OK(hps_shmdb_table_info(f->db, 0, &ti));
+        poke_u64(f, areas[i].off, 0);
+    }
+    HPS_ASSERT_EQ(t_check(f->db, "areas restored"), 0);
+}
+
 int main(void)
 {
     t_install_cleanup();
@@ -485,6 +669,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bytes_per_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_per_row_dim1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_per_row_dim128, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_directory, setup, teardown),
     };
     return cmocka_run_group_tests_name("shmdb-tables", tests, NULL, NULL);
 }
