@@ -84,6 +84,17 @@ static void check_areas(hps_shmdb_t *db, struct checker *c)
     check_area(db, c, "updlog_off", AREA(updlog_off), sizeof(struct shm_updlog_dir));
     check_area(db, c, "ustats_off", AREA(ustats_off), sizeof(struct shm_ustats));
     check_area(db, c, "ddbstats_off", AREA(ddbstats_off), sizeof(struct shm_ddbstats));
+    uint64_t ct = AREA(conftext_off);
+    check_area(db, c, "conftext_off", ct, sizeof(struct shm_conftext));
+    if (ct && hps__shmdb_block_ok(db, ct, sizeof(struct shm_conftext))) {
+        uint64_t len = ((const struct shm_conftext *)hps__shmdb_ptr(db, ct))->len;
+        if (len > HPS_SHMDB_CONF_TEXT_MAX ||
+            !hps__shmdb_in_bounds(db, ct, sizeof(struct shm_conftext) + len + 1))
+            problem(c,
+                    "header: conftext_off %llu: its text of %llu bytes runs past the end of "
+                    "the segment (or past %u bytes)",
+                    (unsigned long long)ct, (unsigned long long)len, HPS_SHMDB_CONF_TEXT_MAX);
+    }
 #undef AREA
 }
 

@@ -392,12 +392,12 @@ hps_err_t hps_shmdb_conf_text(hps_shmdb_t *db, char **ret_text)
         atomic_load_explicit((_Atomic uint64_t *)&db->hdr->conftext_off, memory_order_acquire);
     if (!off)
         return HPS_ENOTFOUND;
-    if (!hps__shmdb_in_bounds(db, off, sizeof(struct shm_conftext)))
+    if (!hps__shmdb_block_ok(db, off, sizeof(struct shm_conftext)))
         return HPS_ECORRUPT;
     const struct shm_conftext *ct = hps__shmdb_ptr(db, off);
     uint64_t len = ct->len;
     if (len > HPS_SHMDB_CONF_TEXT_MAX ||
-        !hps__shmdb_in_bounds(db, off, sizeof(struct shm_conftext) + len))
+        !hps__shmdb_in_bounds(db, off, sizeof(struct shm_conftext) + len + 1))
         return HPS_ECORRUPT;
     char *t = malloc(len + 1);
     if (!t)

@@ -9,7 +9,9 @@
  *  - refused segments: foreign object (bad magic), another format word,
  *    truncated objects (shorter than the header / than the recorded size),
  *    absurd recorded sizes; restoring the bytes makes the segment attach;
- *  - bad segment names and options (and the minimums themselves).
+ *  - bad segment names and options (and the minimums themselves);
+ *  - the coordinator's INI text: absent, recorded, read by another handle,
+ *    replaced, too long; hps_shmdb_check passes a segment holding one.
  *
  * Tables in a segment (specs, ids, limits, space and memory per row) are
  * tested by test-shmdb-tables.c.
@@ -137,6 +139,34 @@ static void test_lifecycle(void **state)
     HPS_ASSERT_ERR(hps_shmdb_unlink(f->name), HPS_ENOTFOUND);
     HPS_ASSERT_ERR(hps_shmdb_attach(f->name, NULL, &f->db), HPS_ENOTFOUND);
     f->db = NULL;
+}
+
+/* hps_shmdb_set_conf_text / hps_shmdb_conf_text. */
+static void test_conf_text(void **state)
+{
+    struct t_seg_fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    char *text = NULL;
+    HPS_ASSERT_ERR(hps_shmdb_conf_text(f->db, &text), HPS_ENOTFOUND);
+    const char v1[] = "[hps]\nsupportlonglong = true\n[model.m]\nsparse_files = /a\n";
+    HPS_ASSERT_OK(hps_shmdb_set_conf_text(f->db, v1, strlen(v1)));
+    hps_shmdb_t *db2 = NULL;
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &db2));
+    HPS_ASSERT_OK(hps_shmdb_conf_text(db2, &text));
+    assert_string_equal(text, v1);
+    free(text);
+    /* a new text replaces it; bytes past len are not taken */
+    HPS_ASSERT_OK(hps_shmdb_set_conf_text(f->db, "[hps]\nXYZ", 6));
+    HPS_ASSERT_OK(hps_shmdb_conf_text(db2, &text));
+    assert_string_equal(text, "[hps]\n");
+    free(text);
+    HPS_ASSERT_ERR(hps_shmdb_set_conf_text(f->db, v1, (size_t)HPS_SHMDB_CONF_TEXT_MAX + 1),
+                   HPS_EINVAL);
+    uint64_t problems = 99;
+    HPS_ASSERT_OK(hps_shmdb_check(db2, NULL, NULL, &problems));
+    HPS_ASSERT_EQ(problems, 0);
+    hps_shmdb_detach(db2);
 }
 
 static void test_mode_option(void **state)
@@ -618,6 +648,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_option, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conf_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unlink_while_attached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reattach_after_creator_exit, setup, teardown),
