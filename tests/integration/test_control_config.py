@@ -43,7 +43,8 @@ scenario has its own segment and persistent DB; vectors are checked exactly
       whose INI lost a loaded model's section, one to another key width
       (supportlonglong), one to another shared_memory_name, and in mode
       none one to an INI without models; a load of m with another
-      dimension is followed (m exact at dimension 16, then at 8 again).
+      dimension, then with a third table, is followed (m exact at
+      dimension 16, with three tables, then as it was).
 """
 import os
 import shutil
@@ -387,6 +388,12 @@ def scenario_unfollowable(t, cl):
     t.ok(r.status == 200, "(7) load of m with its first table's dimension 8 -> 16 while a worker "
          "serves it: 200", r.body[:500])
     check_exact(t, port, m16, "(7) after the load, m at dimension 16")
+    # a third table (the first two keep their names and dimensions)
+    m3 = gen(cl, "s7", "m", ROWS + [700], DIMS + [2], cl.segment, sub="m_3tables")
+    cl.write_config("hps.ini", with_section(text, m, m3), s)
+    r = try_post(port, "/v2/repository/models/m/load")
+    t.ok(r.status == 200, "(7) load of m with a third table: 200", r.body[:500])
+    check_exact(t, port, m3, "(7) after the load, m with three tables")
     cl.write_config("hps.ini", text, s)
     r = try_post(port, "/v2/repository/models/m/load")
     t.ok(r.status == 200, "(7) load of m back at dimension 8: 200", r.body[:500])

@@ -125,7 +125,8 @@ static bool resolve(hps_client_t *cl)
     uint8_t state[HPS_CONF_MAX_MODELS]; /* per entry: 0 fits, 1 missing, 2 other shape */
     for (size_t i = 0; i < n; i++) {
         client_model_t *m = &cl->models[i];
-        state[i] = 0;
+        /* the whole shape (a table added too), then each table's id */
+        state[i] = (uint8_t)hps__client_shape_state(cl->db, m->conf, cl->key_bytes);
         for (size_t t = 0; state[i] == 0 && t < m->conf->num_tables; t++)
             state[i] = (uint8_t)table_state(cl, m, t);
     }

@@ -17,8 +17,25 @@
 #include "hps/log.h"
 #include "internal.h"
 
+/* Tables db holds of model `name`. */
+static size_t model_tables(hps_shmdb_t *db, const char *name)
+{
+    uint32_t n = hps_shmdb_table_count(db);
+    size_t held = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        hps_table_info_t ti;
+        held += hps_shmdb_table_info(db, i, &ti) == 0 && strcmp(ti.model, name) == 0;
+    }
+    return held;
+}
+
 int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes)
 {
+    size_t held = model_tables(db, c->name);
+    if (held == 0)
+        return 1;
+    if (held != c->num_tables) /* a table added or removed; names are unique */
+        return held > c->num_tables ? 2 : 1;
     for (size_t t = 0; t < c->num_tables; t++) {
         uint32_t id;
         hps_table_info_t ti;
@@ -29,18 +46,6 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
             return 2;
     }
     return 0;
-}
-
-/* Whether db holds a table of model `name`. */
-static bool holds_model(hps_shmdb_t *db, const char *name)
-{
-    uint32_t n = hps_shmdb_table_count(db);
-    for (uint32_t i = 0; i < n; i++) {
-        hps_table_info_t ti;
-        if (hps_shmdb_table_info(db, i, &ti) == 0 && strcmp(ti.model, name) == 0)
-            return true;
-    }
-    return false;
 }
 
 /* Whether entry i is the first of its name (each name is looked at once). */
@@ -71,7 +76,7 @@ size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
     size_t n = cl->num_models;
     for (size_t i = 0; i < n; i++) {
         const char *name = cl->models[i].conf->name;
-        if (!first_of_name(cl, i) || name_fits(cl, db, name) || !holds_model(db, name))
+        if (!first_of_name(cl, i) || name_fits(cl, db, name) || !model_tables(db, name))
             continue;
         if (!tried) {
             tried = true;
