@@ -352,6 +352,8 @@ size_t hps_client_num_models(const hps_client_t *cl)
 
 size_t hps__client_model_current(const hps_client_t *cl, size_t mi)
 {
+    if (atomic_load(&cl->models[mi].resolved))
+        return mi; /* the request path: one entry per name is resolved */
     size_t cur = mi, n = cl->num_models;
     const char *name = cl->models[mi].conf->name;
     for (size_t i = 0; i < n; i++)
