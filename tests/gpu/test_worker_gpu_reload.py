@@ -43,6 +43,26 @@ def used_mib():
     return int(r.stdout.strip().splitlines()[0])
 
 
+def check_served(t, cl, ws, model, rng, what):
+    """Every one of 2,500 keys of model (2,000 of table 0, 500 of table 1) is
+    a GPU hit on each worker of ws with model's vectors, and the segment's
+    registry has one cache per table mapped by both; returns the caches'
+    MiB."""
+    kpt = [rng.sample(model.file_keys[0], 2000), rng.sample(model.file_keys[1], 500)]
+    for i, w in enumerate(ws):
+        before = cache_counters(w.metrics_port, "m")
+        _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+        after = cache_counters(w.metrics_port, "m")
+        t.ok(got == model.expected(kpt), "worker %d: %s's vectors" % (i, what))
+        t.eq(total(after, "hit_keys") - total(before, "hit_keys"), 2500,
+             "worker %d: all 2500 keys GPU hits in %s's caches" % (i, what))
+    es = [e for e in cl.shm_info().get("gpu_caches", []) if e.get("state") == "ready"]
+    t.eq(sorted((e.get("table"), len(e.get("attached_pids", []))) for e in es),
+         [("sparse_embedding0", 2), ("sparse_embedding1", 2)],
+         "%s's registry: one cache per table, both workers on it" % what)
+    return sum(e.get("bytes", 0) for e in es) >> 20
+
+
 def body(t, cl):
     gpu = SETTINGS + [("model.m", "gpucache", "true"), ("model.m", "gpucacheper", 1.0),
                       ("model.m", "hit_rate_threshold", 2.0)]
@@ -67,19 +87,7 @@ def body(t, cl):
 
     # every key a GPU hit again, with version 2's rows
     rng = random.Random(5)
-    kpt = [rng.sample(m2.file_keys[0], 2000), rng.sample(m2.file_keys[1], 500)]
-    for i, w in enumerate(ws):
-        before = cache_counters(w.metrics_port, "m")
-        _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
-        after = cache_counters(w.metrics_port, "m")
-        t.ok(got == m2.expected(kpt), "worker %d: version 2's vectors" % i)
-        t.eq(total(after, "hit_keys") - total(before, "hit_keys"), 2500,
-             "worker %d: all 2500 keys GPU hits in the new caches" % i)
-    es = [e for e in cl.shm_info().get("gpu_caches", []) if e.get("state") == "ready"]
-    t.eq(sorted((e.get("table"), len(e.get("attached_pids", []))) for e in es),
-         [("sparse_embedding0", 2), ("sparse_embedding1", 2)],
-         "the new registry: one cache per table, both workers on it")
-    cache_mib = sum(e.get("bytes", 0) for e in es) >> 20
+    cache_mib = check_served(t, cl, ws, m2, rng, "version 2")
     t.ok(cache_mib >= 128, "the caches are large enough to measure (%d MiB)" % cache_mib)
     ok = H.wait_until(lambda: used_mib() <= mem0 + cache_mib // 2, 15, 0.5)
     t.ok(ok, "device memory returned: %d MiB used before the reload, %d after (the caches: %d "
@@ -99,19 +107,7 @@ def body(t, cl):
          "them", ws[0].log()[-2000:])
     time.sleep(1.0)
     stop_streams(t, streams, [2, 3])
-    kpt = [rng.sample(m3.file_keys[0], 2000), rng.sample(m3.file_keys[1], 500)]
-    for i, w in enumerate(ws):
-        before = cache_counters(w.metrics_port, "m")
-        _, got = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
-        after = cache_counters(w.metrics_port, "m")
-        t.ok(got == m3.expected(kpt), "worker %d: dimension 32's vectors" % i)
-        t.eq(total(after, "hit_keys") - total(before, "hit_keys"), 2500,
-             "worker %d: all 2500 keys GPU hits in the new shape's caches" % i)
-    es = [e for e in cl.shm_info().get("gpu_caches", []) if e.get("state") == "ready"]
-    t.eq(sorted((e.get("table"), len(e.get("attached_pids", []))) for e in es),
-         [("sparse_embedding0", 2), ("sparse_embedding1", 2)],
-         "the new shape's registry: one cache per table, both workers on it")
-    new_mib = sum(e.get("bytes", 0) for e in es) >> 20
+    new_mib = check_served(t, cl, ws, m3, rng, "dimension 32")
     ok = H.wait_until(lambda: used_mib() <= mem2 - (cache_mib - new_mib) // 2, 15, 0.5)
     t.ok(ok, "device memory: %d MiB used before, %d after (the caches: %d MiB, then %d)"
          % (mem2, used_mib(), cache_mib, new_mib))

@@ -192,6 +192,22 @@ static void test_create_errors(void **state)
     hps_kserve_destroy(s);
 }
 
+/* A started server of ks_models[0] only, room for `capacity` models, on a
+ * free HTTP port (*port), metrics disabled. */
+static hps_kserve_t *start_registry(const hps_kserve_backend_t *vt, size_t capacity, uint16_t *port)
+{
+    hps_kserve_options_t o;
+    hps_kserve_options_init(&o);
+    o.http_port = 0;
+    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
+    o.model_capacity = capacity;
+    hps_kserve_t *s = NULL;
+    KS_OK(hps_kserve_create(&o, ks_models, 1, vt, &s));
+    KS_OK(hps_kserve_start(s));
+    KS_OK(hps_kserve_ports(s, port, NULL));
+    return s;
+}
+
 /* hps_kserve_add_model on a running server: the new model is served at
  * once as the next index; a duplicate name and a full registry are refused
  * and change nothing. */
@@ -200,16 +216,8 @@ static void test_add_model(void **state)
     (void)state;
     struct ks_backend be = {.ready = true};
     hps_kserve_backend_t vt = ks_vtable(&be);
-    hps_kserve_options_t o;
-    hps_kserve_options_init(&o);
-    o.http_port = 0;
-    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
-    o.model_capacity = 2;
-    hps_kserve_t *s = NULL;
-    KS_OK(hps_kserve_create(&o, ks_models, 1, &vt, &s));
-    KS_OK(hps_kserve_start(s));
     uint16_t port = 0;
-    KS_OK(hps_kserve_ports(s, &port, NULL));
+    hps_kserve_t *s = start_registry(&vt, 2, &port);
     struct ks_resp r;
     KS_CHECK(ks_http(port, "GET", "/v2/models/plain", NULL, NULL, 0, &r) == 0, "transport");
     KS_EXPECT(&r, 400, "Request for unknown model: 'plain' is not found");
@@ -252,16 +260,8 @@ static void test_replace_model(void **state)
     hps_kserve_backend_t vt = ks_vtable(&be);
     vt.model_loaded = loaded_entry;
     atomic_store(&g_loaded_entry, 0);
-    hps_kserve_options_t o;
-    hps_kserve_options_init(&o);
-    o.http_port = 0;
-    o.metrics_port = HPS_KSERVE_PORT_DISABLED;
-    o.model_capacity = 3;
-    hps_kserve_t *s = NULL;
-    KS_OK(hps_kserve_create(&o, ks_models, 1, &vt, &s));
-    KS_OK(hps_kserve_start(s));
     uint16_t port = 0;
-    KS_OK(hps_kserve_ports(s, &port, NULL));
+    hps_kserve_t *s = start_registry(&vt, 3, &port);
     hps_kserve_model_t m = ks_models[1];
     KS_CHECK(hps_kserve_replace_model(s, &m) == HPS_EINVAL, "replace: 'plain' is not registered");
     m = ks_models[0];
