@@ -32,9 +32,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
 import test_reload as R  # noqa: E402
 
-SETTINGS = R.SETTINGS + [("hps", "model_control_mode", "explicit"),
-                         ("hps", "startup_models", "^m$"),
-                         ("volatile_db", "shared_memory_size", "160MiB")]
+# worker_timeout_ms at its default (2000; int-reload's 500 is too tight
+# here): a worker ends a control call's wait once it has seen no coordinator
+# for worker_timeout_ms + 200 ms, and a coordinator restarted after a
+# SIGKILL, or re-executing itself for the load, must beat again within it,
+# also on a loaded 2-core CI machine (a failed run saw 503 at 500 ms).
+SETTINGS = [x for x in R.SETTINGS if x[1] != "worker_timeout_ms"] + [
+    ("hps", "worker_timeout_ms", 2000),
+    ("hps", "model_control_mode", "explicit"),
+    ("hps", "startup_models", "^m$"),
+    ("volatile_db", "shared_memory_size", "160MiB")]
 ROUNDS = 5
 
 
