@@ -11,7 +11,11 @@
  * RocksDB never holds back the volatile DB.  The shared-memory VDB lives on
  * one host, so its group carries the host name (HugeCTR called a
  * multi-process hash map "shared" and named its group hps.volatile, which
- * splits the partitions between hosts); Redis is shared by every host, so
+ * splits the partitions between hosts), and the segment's name: a host may
+ * run one coordinator per segment, each with its own VDB and RocksDB, and
+ * one group for two of them would let each commit past updates the other
+ * had not applied (a coordinator restarted after the other had consumed
+ * went on from there, and lost them).  Redis is shared by every host, so
  * its group, hps.distributed, is not.
  *
  * Counters are logged once a second when they change, one line per layer:
@@ -170,9 +174,10 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
     int ex = compile_filters(l, filters, nf);
     if (ex)
         return ex;
-    char host[256] = "localhost", group[512], err[512];
+    char host[256] = "localhost", local[512], group[640], err[512];
     gethostname(host, sizeof(host) - 1);
-    hps_kafka_group_name(l->name, l->kind == LAYER_DDB, host, group, sizeof(group));
+    snprintf(local, sizeof(local), "%s.%s", host, c->conf->volatile_db.shared_memory_name);
+    hps_kafka_group_name(l->name, l->kind == LAYER_DDB, local, group, sizeof(group));
     hps_kafka_consumer_opts_t o = {
         .brokers = u->brokers,
         .group = group,

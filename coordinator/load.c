@@ -320,17 +320,19 @@ static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
 
 /* Fill a layer with initial_cache_rate of every table's rows, values from
  * the persistent DB where it held the files before this start (held[t]):
- * the distributed DB (ddb), or the volatile DB's tables the pass did not
- * fill (the held ones).  Adds the rows and bytes written to *ret. */
+ * the distributed DB (ddb; not its tables kept[t], ddb_prepare), or the
+ * volatile DB's tables the pass did not fill (the held ones).  Adds the
+ * rows and bytes written to *ret. */
 static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
-                       const bool *held, const table_dups_t *dups, bool ddb, uint64_t ret[2])
+                       const bool *held, const bool *kept, const table_dups_t *dups, bool ddb,
+                       uint64_t ret[2])
 {
     double rate =
         ddb ? c->conf->distributed_db.initial_cache_rate : c->conf->volatile_db.initial_cache_rate;
     for (uint32_t t = 0; t < m->num_tables; t++) {
         uint32_t id;
         uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
-        if (!ddb && !held[t])
+        if ((!ddb && !held[t]) || (ddb && kept && kept[t]))
             continue;
         if (!ddb && want > 0)
             c->vdb_from_pdb = true; /* with the updates the persistent DB applied */
@@ -391,11 +393,16 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * taken for these files'), as does one whose record matches (with the
  * updates applied to it since); kept rows must fit the configuration
  * (coord_ddb_check_rows: partitions, dimension, key width), dropped ones
- * need not (a new version may change the dimension).  The record names the
- * files' contents, not their paths: hosts that share the cluster may keep
- * their copies anywhere.
+ * need not (a new version may change the dimension).  A table whose record
+ * matches is not filled again either (kept[t]): its rows are there, with
+ * the Kafka updates applied since, and the fill's values (the model files',
+ * or this host's persistent DB's) could be older than those (a coordinator
+ * without a persistent DB, or a host that starts while others serve).  One
+ * without a record is filled (a fill killed before its record was written
+ * left a part of the rows).  The record names the files' contents, not
+ * their paths: hosts that share the cluster may keep their copies anywhere.
  */
-static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
+static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, bool *kept)
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
         coord_table_t *ct = table_of(c, m, t);
@@ -409,6 +416,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
             if (ex)
                 return ex;
+            kept[t] = rc == 0;
             continue;
         }
         if (rc == 0) {
@@ -479,16 +487,22 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
         ex = coord_load_files(c, m, &st, rows, ingest, !vdb_reused, dups, &lt);
     uint64_t ddb[2] = {0}, vdb[2] = {0};
     double t1 = coord_load_now_s();
+    bool kept[256] = {false};
+    size_t nkept = 0;
     if (!ex && c->ddb)
-        ex = ddb_prepare(c, m, &st);
-    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, dups, true, ddb)) &&
+        ex = ddb_prepare(c, m, &st, kept);
+    for (size_t t = 0; t < m->num_tables; t++)
+        nkept += kept[t];
+    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, kept, dups, true, ddb)) &&
         !(ex = ddb_record(c, m, &st)))
-        HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s",
+        HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s; "
+                 "%zu of %zu tables kept as they were (their record names these files: their "
+                 "rows and the updates applied to them stay)",
                  m->name, (unsigned long long)ddb[0], c->conf->distributed_db.initial_cache_rate,
-                 coord_load_now_s() - t1);
+                 coord_load_now_s() - t1, nkept, m->num_tables);
     t1 = coord_load_now_s();
     if (!ex && !vdb_reused)
-        ex = fill_layers(c, m, rows, st.held, dups, false, vdb);
+        ex = fill_layers(c, m, rows, st.held, NULL, dups, false, vdb);
     lt.vdb_rows += vdb[0];
     lt.vdb_bytes += vdb[1];
     lt.vdb_s += coord_load_now_s() - t1;

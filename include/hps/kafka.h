@@ -92,10 +92,12 @@ hps_err_t hps_kafka_model_regex(const char *filter, char *buf, size_t len);
 
 /**
  * @brief HugeCTR's consumer-group name: "hps.<layer>" for a database shared
- * by every host, "hps.<layer>.<hostname>" for a host-local one.
+ * by every host, "hps.<layer>.<host>" for a host-local one.
  * @param[in] layer  "volatile" or "persistent" (any [a-z_]+ is accepted).
  * @param[in] shared Whether every host sees the same database.
- * @param[in] host   Host name (used only when !shared).
+ * @param[in] host   The local database's name (used only when !shared):
+ *                   hps-coordinator passes "<hostname>.<shared_memory_name>",
+ *                   one per coordinator of the host.
  * @return 0; HPS_EINVAL when buf is too small or an argument is NULL.
  */
 hps_err_t hps_kafka_group_name(const char *layer, bool shared, const char *host, char *buf,

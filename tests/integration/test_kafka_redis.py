@@ -7,8 +7,17 @@ redis_cluster; updates pushed with hps-push must appear in Redis in
 HugeCTR's layout (hash hps_et{hps_et.m.sparse_embedding0/p<i>}v, field =
 raw 8-byte key, value = raw floats) with the new vectors, and be counted by
 the coordinator's "kafka distributed:" stats line.
+
+Then a restart keeps the updates applied to Redis: model r with the
+default [distributed_db] initial_cache_rate (1.0) and no persistent DB;
+300 updates applied to Redis; the coordinator stopped (SIGTERM) and started
+again on the same files: Redis still holds the 300 updated rows (the table's
+record names these files, so it is not filled again; before, the restart
+wrote the model files' rows over them, and the group had committed the
+updates, so they never came back), and the log says the table was kept.
 """
 import os
+import signal
 import struct
 import sys
 
@@ -22,7 +31,7 @@ N_UPDATES = 300
 
 def body(t, cl):
     rc = R.RedisCluster(cl.tmp, n=3, replicas=0)
-    mock = K.Mock([K.TOPIC_A.replace("mA", "m")])
+    mock = K.Mock([K.TOPIC_A.replace("mA", "m"), K.TOPIC_A.replace("mA", "r")])
     try:
         model = cl.gen_model("m", rows=[K.ROWS], dims=[K.DIM])
         conf = cl.write_config("hps.ini", model.ini_text, R.ddb_settings(rc) + [
@@ -72,9 +81,54 @@ def body(t, cl):
                        struct.pack("<%df" % K.DIM, *K.new_vector(k, 9)) for k in rest)
         t.ok(H.wait_until(later_applied, 30, 0.2),
              "later updates of the healthy partitions still reach Redis", coord.log()[-3000:])
+        coord.kill(signal.SIGTERM)  # it leaves the group hps.distributed first
+        coord.wait(30)
+        restart_keeps_updates(t, cl, rc, mock)
     finally:
         mock.close()
         rc.stop()
+
+
+def redis_vectors(rc, model, keys):
+    """Each key's row in Redis (HGET in HugeCTR's layout): a float list, or
+    what Redis answered where there is no row of DIM floats."""
+    out = []
+    for k in keys:
+        raw = R.redis_cmd(rc.alive_ports()[0], "HGET", R.hname(model, "sparse_embedding0",
+                                                               R.part_of(k)),
+                          struct.pack("<q", k))
+        ok = isinstance(raw, bytes) and len(raw) == 4 * K.DIM
+        out.append(list(struct.unpack("<%df" % K.DIM, raw)) if ok else raw)
+    return out
+
+
+def restart_keeps_updates(t, cl, rc, mock):
+    model = cl.gen_model("r", rows=[2000], dims=[K.DIM])
+    conf = cl.write_config("r.ini", model.ini_text, R.ddb_settings(rc) + [
+        ("volatile_db", "shared_memory_name", cl.new_segment_name("r")),
+        ("persistent_db", "type", "disabled"),
+        ("update_source", "type", "kafka_message_queue"),
+        ("update_source", "brokers", mock.bootstrap),
+        ("update_source", "poll_timeout_ms", "100"),
+        ("update_source", "metadata_refresh_interval_ms", "500"),
+    ])
+    keys = model.file_keys[0][:N_UPDATES]
+    coord = cl.start_coordinator(conf, log_name="r1.log")
+    K.push(mock.bootstrap, "r", K.records(keys, 1))
+
+    def updated():
+        return sum(v == K.new_vector(k, 1) for k, v in zip(keys, redis_vectors(rc, "r", keys)))
+    t.ok(H.wait_until(lambda: updated() == N_UPDATES, 60, 0.2),
+         "restart: %d updates of r applied to Redis" % N_UPDATES, "%d" % updated())
+    coord.kill(signal.SIGTERM)
+    coord.wait(30)
+    coord = cl.start_coordinator(conf, log_name="r2.log")
+    t.eq(updated(), N_UPDATES, "restart without a persistent DB: Redis keeps the %d updated rows "
+         "(initial_cache_rate 1.0; before, the model files' rows replaced them)" % N_UPDATES)
+    t.ok("1 of 1 tables kept as they were" in coord.log(), "the log says r's table was kept",
+         coord.log()[-2000:])
+    coord.kill(signal.SIGTERM)
+    coord.wait(30)
 
 
 if __name__ == "__main__":
