@@ -294,8 +294,8 @@ static hps_err_t run_lookup(hps_kserve_t *s, size_t mi, const struct hps__kserve
 }
 
 /* A failed lookup: answer 503 (busy, or the model changed its tables while
- * the request was in flight: HPS_EMISMATCH, a retry is routed to the new
- * shape) or 500 with the backend's message. */
+ * the request was in flight and it does not fit the new shape:
+ * HPS_EMISMATCH after retry_new_shape) or 500 with the backend's message. */
 static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
                                      hps_err_t rc, hps_kserve_lookup_stats_t *ls, uint64_t t0)
 {
@@ -360,6 +360,43 @@ static float *out_done(const hps_kserve_t *s, const struct hps__kserve_infer_req
     return NULL;
 }
 
+/* The backend answered HPS_EMISMATCH: a reload changed the model's tables
+ * after the request was routed to entry *mi, and another entry serves the
+ * name now (hps_kserve_replace_model).  Parse the request again for that
+ * entry and look it up there, once; on success *mi, *req and *out are the
+ * new attempt's (the old request and buffer are released).  hlen: the
+ * Inference-Header-Content-Length header as parsed the first time.
+ * Returns the new attempt's result, or rc with nothing changed when no
+ * other entry serves the name or the request does not fit the new shape
+ * (its client then gets the retryable 503). */
+static hps_err_t retry_new_shape(hps_kserve_t *s, struct kreq *q, const char *hlen, size_t *mi,
+                                 struct hps__kserve_infer_req *req, float **out,
+                                 hps_kserve_lookup_stats_t *ls, bool *on_device, hps_err_t rc)
+{
+    const struct hps__kserve_kmodel *m = &s->models[*mi];
+    if (s->backend.refresh_models)
+        s->backend.refresh_models(s->backend.ctx); /* the registry may not have the new entry */
+    long mi2 = hps__kserve_model_pick(s->models, s->num_models, &s->backend, m->name, m->name_len);
+    if (mi2 < 0 || (size_t)mi2 == *mi || !model_loaded(s, (size_t)mi2))
+        return rc;
+    struct hps__kserve_infer_req req2;
+    hps__kserve_kerr_t err;
+    if (hps__kserve_infer_parse(&s->limits, &s->models[mi2], q->body ? q->body : "", q->len, hlen,
+                                &req2, &err))
+        return rc;
+    float *out2 = out_buffer(s, &req2);
+    if (!out2) {
+        hps__kserve_infer_req_fini(&req2);
+        return rc;
+    }
+    out_done(s, req, *out, false);
+    hps__kserve_infer_req_fini(req);
+    *req = req2;
+    *out = out2;
+    *mi = (size_t)mi2;
+    return run_lookup(s, *mi, req, *out, ls, on_device);
+}
+
 /* After the lookup (result rc): the output region, then the answer
  * (compressed with enc). */
 static enum MHD_Result infer_finish(hps_kserve_t *s, struct MHD_Connection *c, size_t mi,
@@ -388,7 +425,8 @@ struct infer_job {
     hps_kserve_t *s;
     struct MHD_Connection *c;
     struct kreq *q;
-    size_t mi;
+    size_t mi;        /* the entry the request was routed to (its pending gauge) */
+    const char *hlen; /* Inference-Header-Content-Length (the connection's) */
     struct hps__kserve_infer_req req;
     float *out;
     uint64_t stamp[4];
@@ -401,11 +439,14 @@ static void infer_job_run(struct hps__kserve_job *job)
     bool on_device = false;
     uint64_t start = hps__kserve_now_ns();
     hps_err_t rc = run_lookup(j->s, j->mi, &j->req, j->out, &ls, &on_device);
+    size_t mi = j->mi;
+    if (rc == HPS_EMISMATCH)
+        rc = retry_new_shape(j->s, j->q, j->hlen, &mi, &j->req, &j->out, &ls, &on_device, rc);
     /* Queue time (Triton's): from the lookup's first try on the event loop
      * (stamp[1]; lookup_nowait found misses) to its start on the pool. */
     ls.queue_ns += start - j->stamp[1];
     hps__kserve_http_park(&j->q->parked);
-    infer_finish(j->s, j->c, j->mi, &j->req, j->out, &ls, rc, on_device, j->stamp, j->q->resp_enc);
+    infer_finish(j->s, j->c, mi, &j->req, j->out, &ls, rc, on_device, j->stamp, j->q->resp_enc);
     hps__kserve_http_park(NULL);
     hps__kserve_infer_req_fini(&j->req);
     atomic_fetch_sub_explicit(&j->s->models[j->mi].stats.pending, 1, memory_order_relaxed);
@@ -416,13 +457,20 @@ static void infer_job_run(struct hps__kserve_job *job)
 
 /* Hand the lookup to the pool: false (nothing changed) when out of memory. */
 static bool defer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, size_t mi,
-                  struct hps__kserve_infer_req *req, float *out, const uint64_t stamp[4])
+                  const char *hlen, struct hps__kserve_infer_req *req, float *out,
+                  const uint64_t stamp[4])
 {
     struct infer_job *j = malloc(sizeof(*j));
     if (!j)
         return false;
-    *j = (struct infer_job){
-        .job = {.run = infer_job_run}, .s = s, .c = c, .q = q, .mi = mi, .req = *req, .out = out};
+    *j = (struct infer_job){.job = {.run = infer_job_run},
+                            .s = s,
+                            .c = c,
+                            .q = q,
+                            .mi = mi,
+                            .hlen = hlen,
+                            .req = *req,
+                            .out = out};
     memcpy(j->stamp, stamp, sizeof(j->stamp));
     to_pool(s, c, q, &j->job);
     return true;
@@ -464,12 +512,14 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         rc = rc == HPS_EUNSUPPORTED ? HPS_EAGAIN : rc;
     }
     bool on_device = in_region && rc == 0;
-    if (rc == HPS_EAGAIN && s->pool && defer(s, c, q, mi, &req, out, stamp)) {
+    if (rc == HPS_EAGAIN && s->pool && defer(s, c, q, mi, hlen, &req, out, stamp)) {
         *deferred = true;
         return MHD_YES;
     }
     if (rc == HPS_EAGAIN)
         rc = run_lookup(s, mi, &req, out, &ls, &on_device);
+    if (rc == HPS_EMISMATCH)
+        rc = retry_new_shape(s, q, hlen, &mi, &req, &out, &ls, &on_device, rc);
     ret = infer_finish(s, c, mi, &req, out, &ls, rc, on_device, stamp, q->resp_enc);
     hps__kserve_infer_req_fini(&req);
     return ret;

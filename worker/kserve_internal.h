@@ -291,6 +291,14 @@ long hps__kserve_route_model(const struct hps__kserve_route *r,
                              const hps_kserve_backend_t *b, hps__kserve_kerr_t *err);
 
 /**
+ * The entry that speaks for name (len bytes): of the registry's entries of
+ * that name, the newest one b->model_loaded says is loaded, else the newest
+ * (b NULL, or no model_loaded: the newest); -1 when none has it.
+ */
+long hps__kserve_model_pick(const struct hps__kserve_kmodel *models, size_t num_models,
+                            const hps_kserve_backend_t *b, const char *name, size_t len);
+
+/**
  * Whether entry i is the one that speaks for its name (the entry
  * hps__kserve_route_model picks for it), so that listings (the repository
  * index, all models' statistics) name each model once.  b as there.

@@ -193,9 +193,8 @@ static bool parse_version(const char *s, size_t n, uint64_t *ret)
     return true;
 }
 
-/* The entry that speaks for name (hps__kserve_route_model); -1: none. */
-static long pick(const struct hps__kserve_kmodel *models, size_t num_models,
-                 const hps_kserve_backend_t *b, const char *name, size_t len)
+long hps__kserve_model_pick(const struct hps__kserve_kmodel *models, size_t num_models,
+                            const hps_kserve_backend_t *b, const char *name, size_t len)
 {
     long newest = -1;
     size_t count = 0;
@@ -216,7 +215,8 @@ static long pick(const struct hps__kserve_kmodel *models, size_t num_models,
 bool hps__kserve_model_current(const struct hps__kserve_kmodel *models, size_t num_models,
                                const hps_kserve_backend_t *b, size_t i)
 {
-    return pick(models, num_models, b, models[i].name, models[i].name_len) == (long)i;
+    return hps__kserve_model_pick(models, num_models, b, models[i].name, models[i].name_len) ==
+           (long)i;
 }
 
 long hps__kserve_route_model(const struct hps__kserve_route *r,
@@ -224,7 +224,7 @@ long hps__kserve_route_model(const struct hps__kserve_route *r,
                              const hps_kserve_backend_t *b, hps__kserve_kerr_t *err)
 {
     int mlen = (int)(r->model_len > 200 ? hps__kserve_utf8_cut(r->model, 200) : r->model_len);
-    long found = pick(models, num_models, b, r->model, r->model_len);
+    long found = hps__kserve_model_pick(models, num_models, b, r->model, r->model_len);
     if (found < 0) {
         hps__kserve_kerr_set(err, 400, "Request for unknown model: '%.*s' is not found", mlen,
                              r->model);

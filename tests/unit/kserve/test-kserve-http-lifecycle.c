@@ -250,15 +250,39 @@ static bool loaded_entry(void *ctx, size_t mi)
     return mi == atomic_load(&g_loaded_entry);
 }
 
+/* test_replace_model's lookup: entry 0 (the old shape) answers
+ * HPS_EMISMATCH and the backend switches to entry 1 then, as libhps does
+ * when a reload changes a model's tables between the routing of a request
+ * and its lookup; entry 1 (dims 48, 5) writes 100 * t + j. */
+static hps_err_t shape_lookup(void *ctx, size_t mi, uint32_t nt, const int32_t *numkeys,
+                              const int64_t *keys, size_t num_keys, float *out, size_t out_len,
+                              hps_kserve_lookup_stats_t *stats)
+{
+    static const uint32_t dims1[2] = {48, 5};
+    (void)ctx, (void)keys, (void)num_keys, (void)stats;
+    if (mi == 0) {
+        atomic_store(&g_loaded_entry, 1);
+        return HPS_EMISMATCH;
+    }
+    size_t o = 0;
+    for (uint32_t t = 0; t < nt && t < 2; t++)
+        for (int32_t i = 0; i < numkeys[t]; i++)
+            for (uint32_t j = 0; j < dims1[t] && o < out_len; j++)
+                out[o++] = (float)(100 * t + j);
+    return o == out_len ? 0 : HPS_EINVAL;
+}
+
 /* hps_kserve_replace_model: a new shape of hps_wdl is entry 1; requests,
  * the index and the statistics name hps_wdl once, and follow the entry the
- * backend says is loaded; a name not registered is refused. */
+ * backend says is loaded; a name not registered is refused; a request
+ * caught in the switch is answered in the new shape. */
 static void test_replace_model(void **state)
 {
     (void)state;
     struct ks_backend be = {.ready = true};
     hps_kserve_backend_t vt = ks_vtable(&be);
     vt.model_loaded = loaded_entry;
+    vt.lookup = shape_lookup;
     atomic_store(&g_loaded_entry, 0);
     uint16_t port = 0;
     hps_kserve_t *s = start_registry(&vt, 3, &port);
@@ -287,6 +311,19 @@ static void test_replace_model(void **state)
     KS_CHECK(first && !strstr(first + 1, "\"name\":\"hps_wdl\""),
              "statistics name hps_wdl once: %s", r.body);
     ks_resp_free(&r);
+    /* A request routed to entry 0 whose lookup finds the shape changed
+     * (HPS_EMISMATCH): parsed again for entry 1 and answered in its shape,
+     * 48 + 5 floats for one key per table, not 503. */
+    atomic_store(&g_loaded_entry, 0);
+    static const char body[] =
+        "{\"inputs\":[{\"name\":\"KEYS\",\"shape\":[1,2],\"datatype\":\"INT64\","
+        "\"data\":[7,9]},{\"name\":\"NUMKEYS\",\"shape\":[1,2],\"datatype\":\"INT32\","
+        "\"data\":[1,1]}]}";
+    KS_CHECK(ks_http(port, "POST", "/v2/models/hps_wdl/infer", NULL, body, strlen(body), &r) == 0,
+             "transport");
+    KS_EXPECT(&r, 200, "\"shape\":[53]");
+    ks_resp_free(&r);
+    KS_CHECK(atomic_load(&g_loaded_entry) == 1, "the backend switched during the request");
     hps_kserve_destroy(s);
 }
 
