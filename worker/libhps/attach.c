@@ -80,27 +80,18 @@ static void counters_reset(client_counters_t *k)
         atomic_store(f[i], 0);
 }
 
-/* How table t of m is in the segment: 0 found with the dimension and key
- * width this client serves it with, 1 not found, 2 found with another (a
- * reload may have changed the model in the INI; its rows would not fit the
- * callers' buffers).  vdb_ids[t] is set when found. */
-static int table_state(hps_client_t *cl, client_model_t *m, size_t t)
-{
-    hps_table_info_t ti;
-    if (hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
-                             &m->vdb_ids[t]) != 0 ||
-        hps_shmdb_table_info(cl->db, m->vdb_ids[t], &ti) < 0)
-        return 1;
-    return ti.dim == m->dims[t] && ti.key_bytes == cl->key_bytes ? 0 : 2;
-}
-
 /* Log once per segment why model m (the newest entry of its name, none of
- * which fits) is not served. */
+ * which fits) is not served: its first table of another dimension or key
+ * width. */
 static void log_misfit(hps_client_t *cl, client_model_t *m)
 {
-    hps_table_info_t ti;
     for (size_t t = 0; !m->dim_warned && t < m->conf->num_tables; t++) {
-        if (table_state(cl, m, t) != 2 || hps_shmdb_table_info(cl->db, m->vdb_ids[t], &ti) < 0)
+        uint32_t id;
+        hps_table_info_t ti;
+        if (hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t], &id) !=
+                0 ||
+            hps_shmdb_table_info(cl->db, id, &ti) < 0 ||
+            (ti.dim == m->dims[t] && ti.key_bytes == cl->key_bytes))
             continue;
         HPS_ERROR("model %s table %s: the segment holds dimension %u with %u-byte keys, this "
                   "process serves dimension %u with %u-byte keys (its INI has another shape "
@@ -128,7 +119,9 @@ static bool resolve(hps_client_t *cl)
         /* the whole shape (a table added too), then each table's id */
         state[i] = (uint8_t)hps__client_shape_state(cl->db, m->conf, cl->key_bytes);
         for (size_t t = 0; state[i] == 0 && t < m->conf->num_tables; t++)
-            state[i] = (uint8_t)table_state(cl, m, t);
+            if (hps_shmdb_table_find(cl->db, m->conf->name, m->conf->embedding_table_names[t],
+                                     &m->vdb_ids[t]) != 0)
+                state[i] = 1;
     }
     bool all = true;
     for (size_t i = n; i-- > 0;) {
