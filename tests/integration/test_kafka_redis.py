@@ -48,13 +48,7 @@ def body(t, cl):
         t.ok(K.wait_applied(coord, "distributed", N_UPDATES, 60),
              "coordinator applied them to Redis (kafka distributed: applied >= %d)" % N_UPDATES,
              coord.log()[-3000:])
-        bad = 0
-        for k in keys:
-            field = struct.pack("<q", k)
-            name = R.hname("m", "sparse_embedding0", R.part_of(k))
-            got = R.redis_cmd(rc.alive_ports()[0], "HGET", name, field)
-            want = struct.pack("<%df" % K.DIM, *K.new_vector(k, 7))
-            bad += got != want
+        bad = sum(redis_row(rc, "m", k) != packed(k, 7) for k in keys)
         t.eq(bad, 0, "every updated key holds its new vector in Redis (HugeCTR layout)")
         t.eq(R.total_rows(rc, "m", "sparse_embedding0"), N_UPDATES,
              "Redis holds exactly the updated rows (initial_cache_rate 0)")
@@ -76,9 +70,7 @@ def body(t, cl):
         K.push(mock.bootstrap, "m", K.records(rest, 9))
 
         def later_applied():
-            return all(R.redis_cmd(port, "HGET", R.hname("m", "sparse_embedding0", R.part_of(k)),
-                                   struct.pack("<q", k)) ==
-                       struct.pack("<%df" % K.DIM, *K.new_vector(k, 9)) for k in rest)
+            return all(redis_row(rc, "m", k) == packed(k, 9) for k in rest)
         t.ok(H.wait_until(later_applied, 30, 0.2),
              "later updates of the healthy partitions still reach Redis", coord.log()[-3000:])
         coord.kill(signal.SIGTERM)  # it leaves the group hps.distributed first
@@ -89,17 +81,16 @@ def body(t, cl):
         rc.stop()
 
 
-def redis_vectors(rc, model, keys):
-    """Each key's row in Redis (HGET in HugeCTR's layout): a float list, or
-    what Redis answered where there is no row of DIM floats."""
-    out = []
-    for k in keys:
-        raw = R.redis_cmd(rc.alive_ports()[0], "HGET", R.hname(model, "sparse_embedding0",
-                                                               R.part_of(k)),
-                          struct.pack("<q", k))
-        ok = isinstance(raw, bytes) and len(raw) == 4 * K.DIM
-        out.append(list(struct.unpack("<%df" % K.DIM, raw)) if ok else raw)
-    return out
+def redis_row(rc, model, k):
+    """Key k's row of table sparse_embedding0 of model in Redis, as HGET in
+    HugeCTR's layout answers it (the raw floats, or None)."""
+    return R.redis_cmd(rc.alive_ports()[0], "HGET",
+                       R.hname(model, "sparse_embedding0", R.part_of(k)), struct.pack("<q", k))
+
+
+def packed(k, gen):
+    """Generation gen's vector of key k as Redis stores it (raw float32)."""
+    return struct.pack("<%df" % K.DIM, *K.new_vector(k, gen))
 
 
 def restart_keeps_updates(t, cl, rc, mock):
@@ -117,7 +108,7 @@ def restart_keeps_updates(t, cl, rc, mock):
     K.push(mock.bootstrap, "r", K.records(keys, 1))
 
     def updated():
-        return sum(v == K.new_vector(k, 1) for k, v in zip(keys, redis_vectors(rc, "r", keys)))
+        return sum(redis_row(rc, "r", k) == packed(k, 1) for k in keys)
     t.ok(H.wait_until(lambda: updated() == N_UPDATES, 60, 0.2),
          "restart: %d updates of r applied to Redis" % N_UPDATES, "%d" % updated())
     coord.kill(signal.SIGTERM)
