@@ -87,6 +87,13 @@ hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *
     return HPS_EUNSUPPORTED;
 }
 
+hps_err_t hps_ddb_legacy_partitions(hps_ddb_table_t *t, unsigned probe_to, unsigned *ret_count,
+                                    char *err, size_t err_len)
+{
+    (void)t, (void)probe_to, (void)ret_count, (void)err, (void)err_len;
+    return HPS_EUNSUPPORTED;
+}
+
 void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret)
 {
     (void)db;

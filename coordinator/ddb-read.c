@@ -1,6 +1,7 @@
 /*
  * ddb-read.c -- the distributed DB's reads: lookups, and the checks of
- * what a table holds (sampled values, partition sizes, extra partitions).
+ * what a table holds (sampled values, partition sizes, extra partitions,
+ * hashes in HugeCTR's pre-v4.2 layout).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -255,13 +256,15 @@ hps_err_t hps_ddb_partition_rows(hps_ddb_table_t *t, unsigned part, uint64_t *re
     return e;
 }
 
-hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *ret_highest,
-                                   char *err, size_t err_len)
+/* EXISTS for the value hashes of partitions [first, first + n) of t, in
+ * one pipelined exec: HugeCTR's names, or (legacy) its names before v4.2,
+ * "hps_et.<model>.<table>/p<i>/v".  *ret_highest: the highest partition
+ * found (-1: none); *ret_count: how many were found. */
+static hps_err_t probe_hashes(hps_ddb_table_t *t, unsigned first, size_t n, bool legacy,
+                              long *ret_highest, unsigned *ret_count, char *err, size_t err_len)
 {
     *ret_highest = -1;
-    if (probe_to <= t->np)
-        return 0;
-    size_t n = probe_to - t->np;
+    *ret_count = 0;
     char *names = malloc(n * HPS_DDB_KEY_MAX);
     cmdlist_t cl;
     hps_err_t e = hps__ddb_cl_init(&cl, n, 2 * n);
@@ -269,8 +272,15 @@ hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *
         e = -ENOMEM;
     for (size_t i = 0; !e && i < n; i++) {
         char *name = names + i * HPS_DDB_KEY_MAX;
-        hps_err_t len =
-            hps_ddb_key_name(t->model, t->table, t->np + (unsigned)i, 'v', name, HPS_DDB_KEY_MAX);
+        unsigned part = first + (unsigned)i;
+        hps_err_t len;
+        if (legacy) {
+            int w = snprintf(name, HPS_DDB_KEY_MAX, HPS_TABLE_TAG_PREFIX ".%s.%s/p%u/v", t->model,
+                             t->table, part);
+            len = w < 0 || w >= HPS_DDB_KEY_MAX ? HPS_EINVAL : w;
+        } else {
+            len = hps_ddb_key_name(t->model, t->table, part, 'v', name, HPS_DDB_KEY_MAX);
+        }
         if (len < 0) {
             e = len;
             break;
@@ -286,12 +296,34 @@ hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *
         e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
     for (size_t i = 0; !e && i < cl.n; i++) {
         const redisReply *r = cl.c[i].reply;
-        if (!r || r->type != REDIS_REPLY_INTEGER)
+        if (!r || r->type != REDIS_REPLY_INTEGER) {
             e = (hps__ddb_reply_errors(&cl, err, err_len), HPS_EIO); /* the message, if any */
-        else if (r->integer > 0)
-            *ret_highest = (long)(t->np + i);
+        } else if (r->integer > 0) {
+            *ret_highest = (long)(first + i);
+            ++*ret_count;
+        }
     }
     hps__ddb_cl_fini(&cl);
     free(names);
     return e;
+}
+
+hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *ret_highest,
+                                   char *err, size_t err_len)
+{
+    unsigned found;
+    *ret_highest = -1;
+    if (probe_to <= t->np)
+        return 0;
+    return probe_hashes(t, t->np, probe_to - t->np, false, ret_highest, &found, err, err_len);
+}
+
+hps_err_t hps_ddb_legacy_partitions(hps_ddb_table_t *t, unsigned probe_to, unsigned *ret_count,
+                                    char *err, size_t err_len)
+{
+    long highest;
+    *ret_count = 0;
+    if (probe_to == 0)
+        return 0;
+    return probe_hashes(t, 0, probe_to, true, &highest, ret_count, err, err_len);
 }

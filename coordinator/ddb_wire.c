@@ -89,6 +89,28 @@ static int check_partitions(coord_t *c, coord_table_t *ct)
     return HPS_EXIT_DDB;
 }
 
+/* Warn about rows that Redis holds for ct in HugeCTR's layout before v4.2
+ * ("hps_et.<model>.<table>/p<i>/v", placed by another key-to-partition
+ * function): nothing reads them, so a user who migrated such data would
+ * otherwise see misses without a word.  Not refused: the table is served
+ * from its files and the persistent DB, and the hashes harm nothing. */
+static void warn_legacy(coord_t *c, coord_table_t *ct)
+{
+    char err[512] = "";
+    unsigned found = 0;
+    hps_err_t rc = hps_ddb_legacy_partitions(ct->ddb, PROBE_PARTITIONS, &found, err, sizeof(err));
+    if (rc < 0 || found == 0)
+        return; /* a failing cluster is reported by the checks around this one */
+    HPS_WARN("model %s table %s: Redis holds %u hash%s in HugeCTR's layout before v4.2 "
+             "(" HPS_TABLE_TAG_PREFIX ".%s.%s/p<i>/v), whose rows were placed by another "
+             "key-to-partition function: neither HugeCTR since v4.2 nor this version reads "
+             "them, so those rows are not served from Redis (the table's rows come from its "
+             "files, initial_cache_rate = %g, and the persistent DB); delete the hashes to free "
+             "the memory",
+             ct->model->name, ct->name, found, found == 1 ? "" : "es", ct->model->name, ct->name,
+             c->conf->distributed_db.initial_cache_rate);
+}
+
 /* Fields sampled per partition hash by coord_ddb_check_rows(). */
 #define SAMPLE_FIELDS 16u
 
@@ -177,6 +199,7 @@ int coord_ddb_table(coord_t *c, coord_table_t *ct)
                   hps_strerror(rc));
         return HPS_EXIT_DDB;
     }
+    warn_legacy(c, ct);
     return check_partitions(c, ct);
 }
 

@@ -251,6 +251,28 @@ hps_err_t hps_ddb_erase(hps_ddb_table_t *t, size_t n, const void *keys, char *er
 hps_err_t hps_ddb_extra_partitions(hps_ddb_table_t *t, unsigned probe_to, long *ret_highest,
                                    char *err, size_t err_len);
 
+/**
+ * @brief Count the value hashes of t that Redis holds in HugeCTR's layout
+ *        before v4.2, "hps_et.<model>.<table>/p<i>/v" (no hash tag), for
+ *        partitions i in [0, probe_to).  Those rows were also placed by
+ *        another key-to-partition function (XXH3_64bits, v3.5-v4.1;
+ *        reference/hugectr-hps.md section 3.2): HugeCTR v4.2 and this
+ *        library neither read nor remove them, and v4.2's release notes
+ *        asked users to reset such data.
+ *
+ * Sends EXISTS for each name, in one pipelined exec.
+ *
+ * @param[in]  t          The table.
+ * @param[in]  probe_to   One past the last partition index probed (0: none).
+ * @param[out] ret_count  How many of those hashes exist.
+ * @param[out] err, err_len Message.
+ * Thread-safe.
+ * @return 0; an hps_rcluster_exec() error; HPS_EIO (an error reply);
+ *         -ENOMEM.
+ */
+hps_err_t hps_ddb_legacy_partitions(hps_ddb_table_t *t, unsigned probe_to, unsigned *ret_count,
+                                    char *err, size_t err_len);
+
 /** What hps_ddb_check_sample() found wrong first (HPS_DDB_SAMPLE_OK: nothing). */
 typedef enum hps_ddb_sample_fault {
     HPS_DDB_SAMPLE_OK = 0,

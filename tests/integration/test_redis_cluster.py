@@ -399,10 +399,11 @@ def startup_errors(t, cl, rc, model):
          "coordinator exits 6 naming the highest partition found" % (NP // 2, NP), out[-600:])
 
 
-def hugectr_write(rc, model, table, keys, dim, np_=NP, key_bytes=8):
+def hugectr_write(rc, model, table, keys, dim, np_=NP, key_bytes=8, pre_v42=False):
     """Write keys with their generator vectors (table 0's) as HugeCTR's
     RedisClusterBackend did with num_partitions np_: per partition one HSET
-    of raw LE keys (key_bytes wide) to raw float32 vectors of dim floats."""
+    of raw LE keys (key_bytes wide) to raw float32 vectors of dim floats.
+    pre_v42: under its hash names before v4.2, "hps_et.<model>.<table>/p<i>/v"."""
     by = {}
     for k in keys:
         by.setdefault(part_of(k, np_), []).append(k)
@@ -411,7 +412,8 @@ def hugectr_write(rc, model, table, keys, dim, np_=NP, key_bytes=8):
         for k in ks:
             args += [struct.pack("<I", k & 0xFFFFFFFF) if key_bytes == 4 else struct.pack("<q", k),
                      struct.pack("<%df" % dim, *H.gen_vector(0, k, dim))]
-        r = redis_cmd(rc.alive_ports()[0], "HSET", hname(model, table, p), *args)
+        name = ("hps_et.%s.%s/p%d/v" % (model, table, p)) if pre_v42 else hname(model, table, p)
+        r = redis_cmd(rc.alive_ports()[0], "HSET", name, *args)
         if isinstance(r, Exception):
             raise r
 
@@ -437,7 +439,10 @@ def foreign_rows(t, cl, rc):
     start and exits 6 naming the hash, what it holds, what the INI says and
     what to do.  The same rows in the INI's layout are served.  A value of
     the wrong length written after the start is a miss (RocksDB answers) and
-    is logged, once per table per interval."""
+    is logged, once per table per interval.  Rows under HugeCTR's hash names
+    before v4.2 are read by nothing (as in HugeCTR since v4.2): the
+    coordinator serves, and warns once per table with the count of such
+    hashes (it used to ignore them without a word)."""
     cases = [("fewer partitions (4)", dict(np_=4),
               ["but its key", "under [distributed_db] num_partitions = %d" % NP,
                "set num_partitions = 4 (the sample fits"]),
@@ -446,18 +451,26 @@ def foreign_rows(t, cl, rc):
                "embedding_vecsize_per_table to 16"]),
              ("32-bit keys", dict(key_bytes=4),
               ["with keys of 4 bytes", "keys are 8 bytes", "set supportlonglong = false"]),
-             ("the INI's layout", {}, None)]
+             ("the INI's layout", {}, None),
+             ("HugeCTR's names before v4.2", dict(pre_v42=True), None)]
     for i, (what, kw, needles) in enumerate(cases):
         name = "fr%d" % i
         m = cl.gen_model(name, rows=[1500], dims=[8], segment=cl.new_segment_name(name))
         hugectr_write(rc, name, "sparse_embedding0", m.file_keys[0], kw.get("dim", 8),
-                      kw.get("np_", NP), kw.get("key_bytes", 8))
+                      kw.get("np_", NP), kw.get("key_bytes", 8), kw.get("pre_v42", False))
         conf = cl.write_config(name + ".ini", m.ini_text,
                                COMMON + ddb_settings(rc, initial_cache_rate=0.0))
         st, log = start_status(cl, conf)
+        legacy = [ln for ln in log.splitlines() if "layout before v4.2" in ln]
         if needles is None:
-            t.ok(st is None, "rows written by HugeCTR in the INI's layout: the coordinator "
-                 "serves", log[-1500:])
+            t.ok(st is None, "rows written by HugeCTR in %s: the coordinator serves" % what,
+                 log[-1500:])
+            want = ["model %s table sparse_embedding0: Redis holds %d hashes" % (name, NP),
+                    "hps_et.%s.sparse_embedding0/p<i>/v" % name] if kw else []
+            t.ok(len(legacy) == (1 if kw else 0) and
+                 all(" WARN " in ln and all(w in ln for w in want) for ln in legacy),
+                 "%s: %d warnings of rows in the pre-v4.2 layout (want %d)"
+                 % (what, len(legacy), 1 if kw else 0), log[-1500:])
             continue
         err = [ln for ln in log.splitlines() if " ERROR " in ln]
         t.ok(st == H.EXIT_DDB and err and "hps_et{hps_et.%s.sparse_embedding0/p" % name in err[0]
