@@ -338,18 +338,26 @@ void coord_ddb_publish(coord_t *c);
 int coord_serve_start(coord_t *c);
 void coord_serve_stop(coord_t *c);
 /* serve.c: during a reload, answer the serving segment's misses from the
+ * distributed DB (each table until coord_prev_ddb_replacing) and from the
  * persistent DB's column families of the serving version, held across the
  * build's drops (see serve.c); marks the segment RELOADING_SERVED (or,
  * not starting, RELOADING, dropping what was asked since the hand-over).  After
- * open_pdb, before anything is dropped; a no-op without a serving segment,
- * a persistent DB, or when the serving configuration used another one
- * (another path, and not the contents token of the serving segment).
+ * open_pdb and coord_ddb_open, before anything is dropped; a no-op without
+ * a serving segment, or with neither a distributed DB nor a persistent DB
+ * of the serving version (the serving configuration used another one:
+ * another path, and not the contents token of the serving segment).
  * Always 0: without it the serving segment's misses get their defaults, as
  * before.  coord_prev_stop() (no-op when not running; coord_serve_stop()
  * and coord_segment_serving_release() call it) marks it RELOADING again,
  * stops the threads and releases the holds. */
 int coord_prev_start(coord_t *c);
 void coord_prev_stop(coord_t *c);
+/* serve.c: the build is about to drop or rewrite the Redis rows of table
+ * <table> of model <model>: the serving segment's misses of that table
+ * are no longer answered from Redis (nor with what a lookup in flight
+ * read).  A no-op when coord_prev_start's service does not run.  Main
+ * thread. */
+void coord_prev_ddb_replacing(coord_t *c, const char *model, const char *table);
 /* serve.c: a failed build's fallback (c->adopt) takes the serving segment
  * it held as its own (c->db; c->serving NULL): the answering stops, its
  * requests stay pending and the segment RELOADING_SERVED for the miss
@@ -358,10 +366,11 @@ void coord_prev_adopt(coord_t *c);
 /* serve.c: a restart found db, the segment a dead coordinator served (and
  * initialize_after_startup = true): when the persistent DB still holds the
  * rows db was built from (hps_shmdb_pdb_token(db) equals the persistent
- * DB's token), db becomes c->serving (serving_restart), this process its
- * coordinator (beaten on: its workers are ready again), and its misses are
- * answered as during a reload; true.  Else false (logged), nothing held:
- * the caller detaches db. */
+ * DB's token), or a distributed DB is open, db becomes c->serving
+ * (serving_restart), this process its coordinator (beaten on: its workers
+ * are ready again), and its misses are answered as during a reload (from
+ * Redis only where the persistent DB holds other rows); true.  Else false
+ * (logged), nothing held: the caller detaches db. */
 bool coord_prev_restart(coord_t *c, hps_shmdb_t *db);
 /* serve.c: after publishing, keep answering the serving segment until its
  * workers have moved to the new one (none attached but this process), at

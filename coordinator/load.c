@@ -420,6 +420,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             continue;
         }
         if (rc == 0) {
+            coord_prev_ddb_replacing(c, m->name, ct->name); /* the serving segment's misses */
             HPS_INFO("model %s table %s: the distributed DB holds the rows of other model files "
                      "(%s; now %s): removing them before loading",
                      m->name, ct->name, rec, st->ident[t].content);

@@ -360,11 +360,14 @@ static void release_segment(coord_t *c, bool reload)
     const char *name = c->conf->volatile_db.shared_memory_name;
     size_t others = hps_shmdb_other_procs(c->db);
     /* A reload: the next coordinator beats on it while it builds and its
-     * rows serve.  With a persistent DB the next image answers its misses
-     * from the column families it was built from (coord_prev_start): what
-     * is asked meanwhile waits for it (within miss_timeout_ms); otherwise
-     * nothing is asked and what was gets its defaults at once. */
-    bool answered = reload && !c->staged && c->conf->persistent_db.type == HPS_CONF_PDB_ROCKS_DB;
+     * rows serve.  With a persistent or distributed DB the next image
+     * answers its misses from the column families it was built from and
+     * from Redis (coord_prev_start): what is asked meanwhile waits for it
+     * (within miss_timeout_ms); otherwise nothing is asked and what was
+     * gets its defaults at once. */
+    bool answered = reload && !c->staged &&
+                    (c->conf->persistent_db.type == HPS_CONF_PDB_ROCKS_DB ||
+                     c->conf->distributed_db.type == HPS_CONF_DDB_REDIS_CLUSTER);
     hps_shmdb_set_coord_state(c->db, answered ? HPS_COORD_RELOADING_SERVED
                                      : reload ? HPS_COORD_RELOADING
                                               : HPS_COORD_NONE);
@@ -602,11 +605,11 @@ int main(int argc, char **argv)
     if (!ex)
         ex = open_pdb(&c); /* RocksDB's lock: coordinators of two segments on one path */
     if (!ex)
+        ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
+    if (!ex)
         ex = coord_prev_start(&c); /* a reload: the serving version's misses, answered */
     if (!ex)
-        ex = coord_segment_take_over(&c); /* a restart: likewise, when RocksDB has its rows */
-    if (!ex)
-        ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
+        ex = coord_segment_take_over(&c); /* a restart: likewise, from RocksDB or Redis */
     if (!ex)
         ex = coord_validate_models(&c); /* a bad model file stops start-up before the segment */
     if (!ex)

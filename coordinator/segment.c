@@ -231,8 +231,8 @@ static bool other_coordinator(coord_t *c, hps_shmdb_t *db, const char *name)
 
 /* Keep db (the serving segment of a reload) attached: beaten on, told the
  * answer if the build fails.  Handed over RELOADING_SERVED (the previous
- * image had a persistent DB), it stays so, its requests pending, until
- * coord_prev_start() answers them or gives up. */
+ * image had a persistent or distributed DB), it stays so, its requests
+ * pending, until coord_prev_start() answers them or gives up. */
 static void hold(coord_t *c, hps_shmdb_t *db)
 {
     hps_segment_info_t si;
@@ -286,8 +286,8 @@ int coord_segment_hold_serving(coord_t *c)
 int coord_segment_take_over(coord_t *c)
 {
     const char *name = c->conf->volatile_db.shared_memory_name;
-    if (c->serving || c->adopt || !c->pdb || !c->conf->volatile_db.initialize_after_startup ||
-        getenv(HPS_RELOAD_ENV))
+    if (c->serving || c->adopt || (!c->pdb && !c->ddb) ||
+        !c->conf->volatile_db.initialize_after_startup || getenv(HPS_RELOAD_ENV))
         return 0;
     hps_shmdb_proc_opts_t po = proc_opts(c);
     hps_shmdb_t *db = NULL;

@@ -161,14 +161,16 @@ static void elevate_later(server_t *s, const coord_table_t *ct, size_t n, const 
     set_aside(&s->vdb, ct, m, k, v);
 }
 
-/* Look up the keys that Redis lacked (found[i] == 0) in the persistent DB;
- * with [distributed_db] cache_missed_embeddings, set its hits aside for
- * the Redis inserter. */
-static hps_err_t below_ddb(server_t *s, const coord_table_t *ct, size_t n, const void *keys,
-                           float *values, uint8_t *found)
+/* Look up the keys that Redis lacked (found[i] == 0) in pdb, a table of
+ * dim floats named name (for the log); with aside (ct, when [distributed_db]
+ * cache_missed_embeddings is on), set its hits aside for the Redis
+ * inserter. */
+static hps_err_t below_ddb(server_t *s, hps_pdb_table_t *pdb, uint32_t dim, const char *name,
+                           const coord_table_t *aside, size_t n, const void *keys, float *values,
+                           uint8_t *found)
 {
     coord_t *c = s->c;
-    size_t m = 0, kb = c->key_bytes, vb = ct->dim * sizeof(float);
+    size_t m = 0, kb = c->key_bytes, vb = dim * sizeof(float);
     for (size_t i = 0; i < n; i++)
         m += !found[i];
     if (m == 0)
@@ -184,20 +186,20 @@ static hps_err_t below_ddb(server_t *s, const coord_table_t *ct, size_t n, const
             at[j++] = i;
         }
     if (!rc)
-        rc = hps_pdb_lookup(ct->pdb, m, k, c->key_bytes, ct->dim, v, f, NULL, err, sizeof(err));
+        rc = hps_pdb_lookup(pdb, m, k, c->key_bytes, dim, v, f, NULL, err, sizeof(err));
     if (rc < 0)
-        HPS_WARN("table %s: persistent DB lookup of %zu keys: %s", ct->name, m, err);
+        HPS_WARN("table %s: persistent DB lookup of %zu keys: %s", name, m, err);
     size_t hits = 0;
     for (size_t j = 0; !rc && j < m; j++)
         if (f[j]) {
-            memcpy(values + at[j] * ct->dim, v + j * ct->dim, vb);
+            memcpy(values + at[j] * dim, v + j * dim, vb);
             found[at[j]] = 1;
             memmove(k + hits * kb, k + j * kb, kb); /* compact the hits for Redis */
-            memmove(v + hits * ct->dim, v + j * ct->dim, vb);
+            memmove(v + hits * dim, v + j * dim, vb);
             hits++;
         }
-    if (!rc && hits && c->inserter) {
-        set_aside(&s->ddb, ct, hits, k, v); /* takes k and v */
+    if (!rc && hits && aside && c->inserter) {
+        set_aside(&s->ddb, aside, hits, k, v); /* takes k and v */
         k = NULL;
         v = NULL;
     }
@@ -255,7 +257,7 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
         if (hps_ddb_lookup(ct->ddb, n, keys, values, (bool *)found, NULL, err, sizeof(err)) < 0)
             ddb_warn(ct, "lookup (falling back)", n, err); /* what Redis answered stays found */
         if (ct->pdb)
-            rc = below_ddb(s, ct, n, keys, values, found);
+            rc = below_ddb(s, ct->pdb, ct->dim, ct->name, ct, n, keys, values, found);
     } else if (ct->pdb) {
         rc = hps_pdb_lookup(ct->pdb, n, keys, c->key_bytes, ct->dim, values, (bool *)found, NULL,
                             err, sizeof(err));
@@ -424,15 +426,27 @@ static void inserter_stop(coord_t *c)
  * build drops and re-ingests any of them, so they read the rows that
  * version was built from, with the updates applied before the reload, until
  * the workers switch: a request is answered wholly from the serving version
- * (issue 20) instead of with its tables' defaults.  Redis is not asked (a
- * build rewrites its rows in place), and found rows are not inserted into
- * the serving segment (the reload replaces it).
+ * (issue 20) instead of with its tables' defaults.  Redis is asked first,
+ * as by the miss service, for each table until the build begins to replace
+ * that table's rows there (coord_prev_ddb_replacing: Redis has one copy of
+ * a table, rewritten in place): its answers are kept only when the flag is
+ * still clear after the lookup, so no row of the new version answers the
+ * serving one.  Tables the reload leaves alone (their files unchanged)
+ * are thus answered from Redis throughout, with or without a persistent
+ * DB.  Found rows are not inserted into the serving segment (the reload
+ * replaces it) nor into Redis.
  */
 typedef struct prev_table {
-    hps_pdb_table_t *pdb; /* held; NULL: the table is not answered (no column family) */
+    hps_pdb_table_t *pdb; /* held; NULL: no column family */
+    hps_ddb_table_t *ddb; /* NULL: Redis not asked (none, or the reload changes the dimension) */
+    /* Set (seq_cst) by coord_prev_ddb_replacing before the build drops or
+     * rewrites the table's Redis rows; read before and after each Redis
+     * lookup.  Never cleared. */
+    atomic_bool ddb_replaced;
     uint32_t dim;
     uint32_t key_bytes;
     hps_dtype_t storage_type;
+    char model[HPS_SHMDB_NAME_MAX + 1], table[HPS_SHMDB_NAME_MAX + 1];
 } prev_table_t;
 
 struct coord_prev {
@@ -456,12 +470,25 @@ static hps_err_t answer_prev(void *ctx, uint32_t table, size_t n, const void *ke
     struct coord_prev *p = s->c->prev;
     if (table >= p->num_tables)
         return HPS_ENOTFOUND;
-    const prev_table_t *pt = &p->tables[table];
-    if (!pt->pdb)
-        return 0; /* every key missing: the table's default */
+    prev_table_t *pt = &p->tables[table];
     char err[256];
-    hps_err_t rc = hps_pdb_lookup(pt->pdb, n, keys, pt->key_bytes, pt->dim, values, (bool *)found,
-                                  NULL, err, sizeof(err));
+    hps_err_t rc = 0;
+    if (pt->ddb && !atomic_load(&pt->ddb_replaced)) {
+        if (hps_ddb_lookup(pt->ddb, n, keys, values, (bool *)found, NULL, err, sizeof(err)) < 0 &&
+            warn_now(&p->warned_s))
+            HPS_WARN("reload: distributed DB lookup of %zu keys for the serving segment "
+                     "(falling back): %s",
+                     n, err);
+        if (atomic_load(&pt->ddb_replaced))
+            memset(found, 0, n); /* replaced meanwhile: they may be the new version's rows */
+        if (pt->pdb)
+            rc = below_ddb(s, pt->pdb, pt->dim, pt->table, NULL, n, keys, values, found);
+    } else if (pt->pdb) {
+        rc = hps_pdb_lookup(pt->pdb, n, keys, pt->key_bytes, pt->dim, values, (bool *)found, NULL,
+                            err, sizeof(err));
+    } else {
+        return 0; /* every key missing: the table's default */
+    }
     if (rc < 0) {
         if (warn_now(&p->warned_s))
             HPS_WARN("reload: persistent DB lookup of %zu keys for the serving segment: %s", n,
@@ -573,17 +600,38 @@ static void prev_free(struct coord_prev *p)
     free(p);
 }
 
+/* The distributed DB's handle for a serving table (ti), when Redis may
+ * answer it: not where this configuration gives the same table another
+ * dimension (its rows are replaced, and the load's handle of that name
+ * must be the new dimension's). */
+static hps_ddb_table_t *prev_ddb_table(const coord_t *c, const hps_table_info_t *ti)
+{
+    if (!c->ddb)
+        return NULL;
+    for (size_t i = 0; i < c->conf->num_models; i++) {
+        const hps_conf_model_t *m = &c->conf->models[i];
+        for (size_t t = 0; strcmp(m->name, ti->model) == 0 && t < m->num_tables; t++)
+            if (strcmp(m->embedding_table_names[t], ti->table) == 0 &&
+                (uint32_t)m->embedding_vecsize_per_table[t] != ti->dim)
+                return NULL;
+    }
+    hps_ddb_table_t *t = NULL;
+    return hps_ddb_table(c->ddb, ti->model, ti->table, ti->dim, ti->key_bytes, &t) == 0 ? t : NULL;
+}
+
 /* Hold the column families of db's tables in pdb (c->pdb, or the previous
- * one of prev_open_old, which this takes whatever it returns) and start the
- * threads that answer db's misses from them; true when they run (db is then
- * marked RELOADING_SERVED).  what: "reload" or "restart", for the log. */
+ * one of prev_open_old, which this takes whatever it returns; NULL: none)
+ * and take the distributed DB's handles (c->ddb, when open), and start the
+ * threads that answer db's misses from them; true when they run (db is
+ * then marked RELOADING_SERVED).  what: "reload" or "restart", for the
+ * log. */
 static bool prev_run(coord_t *c, hps_shmdb_t *db, hps_pdb_t *pdb, const char *what)
 {
     struct coord_prev *p = calloc(1, sizeof(*p));
-    uint32_t n = hps_shmdb_table_count(db), answered = 0;
+    uint32_t n = hps_shmdb_table_count(db), answered = 0, from_pdb = 0, from_ddb = 0;
     if (!p || !(p->tables = calloc(n ? n : 1, sizeof(*p->tables)))) {
         free(p);
-        if (pdb != c->pdb)
+        if (pdb && pdb != c->pdb)
             hps_pdb_close(pdb, NULL, 0);
         return false;
     }
@@ -592,14 +640,24 @@ static bool prev_run(coord_t *c, hps_shmdb_t *db, hps_pdb_t *pdb, const char *wh
     p->num_tables = n;
     for (uint32_t i = 0; i < n; i++) {
         hps_table_info_t ti;
-        hps_pdb_table_t *t;
-        if (hps_shmdb_table_info(db, i, &ti) < 0 ||
-            hps_pdb_table(pdb, ti.model, ti.table, false, &t, NULL, 0) < 0)
+        hps_pdb_table_t *t = NULL;
+        if (hps_shmdb_table_info(db, i, &ti) < 0)
             continue;
-        hps_pdb_table_hold(t);
-        p->tables[i] = (prev_table_t){
-            .pdb = t, .dim = ti.dim, .key_bytes = ti.key_bytes, .storage_type = ti.storage_type};
-        answered++;
+        if (pdb && hps_pdb_table(pdb, ti.model, ti.table, false, &t, NULL, 0) == 0)
+            hps_pdb_table_hold(t);
+        else
+            t = NULL;
+        prev_table_t *pt = &p->tables[i];
+        pt->pdb = t;
+        pt->ddb = prev_ddb_table(c, &ti);
+        pt->dim = ti.dim;
+        pt->key_bytes = ti.key_bytes;
+        pt->storage_type = ti.storage_type;
+        snprintf(pt->model, sizeof(pt->model), "%s", ti.model);
+        snprintf(pt->table, sizeof(pt->table), "%s", ti.table);
+        from_pdb += pt->pdb != NULL;
+        from_ddb += pt->ddb != NULL;
+        answered += pt->pdb || pt->ddb;
     }
     c->prev = p;
     for (unsigned i = 0; answered && i < HPS_COORD_MISS_THREADS; i++) {
@@ -619,10 +677,19 @@ static bool prev_run(coord_t *c, hps_shmdb_t *db, hps_pdb_t *pdb, const char *wh
     /* Before the state: the heartbeat thread leaves its requests to us. */
     atomic_store(&c->prev_answering, true);
     hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING_SERVED);
-    HPS_INFO("%s: the serving segment's misses are answered from the persistent DB (%u of %u "
-             "table%s) while the new one builds",
-             what, answered, n, n == 1 ? "" : "s");
+    HPS_INFO("%s: the serving segment's misses are answered while the new one builds, for %u "
+             "of %u table%s: from the distributed DB for %u (each until the build replaces its "
+             "rows there), from the persistent DB for %u",
+             what, answered, n, n == 1 ? "" : "s", from_ddb, from_pdb);
     return true;
+}
+
+void coord_prev_ddb_replacing(coord_t *c, const char *model, const char *table)
+{
+    struct coord_prev *p = c->prev;
+    for (uint32_t i = 0; p && i < p->num_tables; i++)
+        if (strcmp(p->tables[i].model, model) == 0 && strcmp(p->tables[i].table, table) == 0)
+            atomic_store(&p->tables[i].ddb_replaced, true);
 }
 
 int coord_prev_start(coord_t *c)
@@ -635,7 +702,7 @@ int coord_prev_start(coord_t *c)
     if (db && !same && !c->prev)
         pdb = prev_open_old(prev, token);
     hps_conf_free(prev);
-    if (!pdb || c->prev || !prev_run(c, db, pdb, "reload"))
+    if (!db || (!pdb && !c->ddb) || c->prev || !prev_run(c, db, pdb, "reload"))
         prev_give_up(c); /* the reload goes on; the serving segment's misses get defaults */
     return 0;
 }
@@ -643,14 +710,18 @@ int coord_prev_start(coord_t *c)
 bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
 {
     uint64_t token = hps_shmdb_pdb_token(db);
-    if (!c->pdb || c->prev || c->restart_tried)
+    hps_pdb_t *pdb = c->pdb;
+    if ((!pdb && !c->ddb) || c->prev || c->restart_tried)
         return false;
     c->restart_tried = true; /* one verdict (and log line) per start */
-    if (!token || token != coord_pdb_token(c)) {
+    if (pdb && (!token || token != coord_pdb_token(c))) {
         HPS_INFO("restart: the persistent DB holds other rows than the serving segment was "
                  "built from (or its build predates the record): its workers answer keys "
-                 "outside shared memory with defaults until the new segment is published");
-        return false;
+                 "outside shared memory %s until the new segment is published",
+                 c->ddb ? "from the distributed DB only" : "with defaults");
+        pdb = NULL;
+        if (!c->ddb)
+            return false;
     }
     pthread_mutex_lock(&c->serving_lock);
     c->serving = db;
@@ -662,7 +733,7 @@ bool coord_prev_restart(coord_t *c, hps_shmdb_t *db)
         HPS_INFO("restart: %zu miss-queue slot%s the previous coordinator held reclaimed "
                  "(requests still waited for are answered now)",
                  requeued, requeued == 1 ? "" : "s");
-    if (!prev_run(c, db, c->pdb, "restart")) {
+    if (!prev_run(c, db, pdb, "restart")) {
         pthread_mutex_lock(&c->serving_lock);
         c->serving = NULL;
         pthread_mutex_unlock(&c->serving_lock);

@@ -22,12 +22,24 @@ puts the other half into Redis too), then:
       the coordinator refuses the reload while a worker serves the model):
       the rows of version 2 are removed, not refused as rows that do not
       fit, and version 3 serves.
+  (5) Redis only (no persistent DB, no rows of the volatile DB's own, as
+      an imported HugeCTR Redis configuration has them): models a and b,
+      a SIGHUP to b's version 2 under a checked stream of a's keys and one
+      of b's keys.  a's keys are answered from Redis exactly throughout
+      (before, the serving segment's misses got their defaults for the
+      whole build: nothing answered them without a persistent DB); b's
+      answers are each v1, v2 or the default (Redis has one copy of a
+      table: its misses get the default from the moment the build replaces
+      its rows until the switch), never a mix of versions in one request.
 Skips without redis-server / redis-cli.
 """
 import os
+import random
 import signal
 import struct
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
@@ -140,6 +152,93 @@ def scenario(t, cl, rc):
     _, got = H.decode_output(H.infer(w3.http_port, "m", [kk], binary=True))
     t.ok(got == v3.expected([kk]), "a worker started since serves version 3 exactly")
     stop(w3, coord)
+    redis_only(t, cl, rc)
+
+
+def stream(w, name, keys, dim, check, stop_at, out):
+    """Requests of 20 random keys of one table until stop_at is set; out
+    gets (t_sent, verdict) per request, verdict from check(keys, rows) or
+    "failed: <status>"."""
+    rnd = random.Random(name)
+    while not stop_at.is_set():
+        kk = rnd.sample(keys, 20)
+        t0 = time.monotonic()
+        r = H.infer(w.http_port, name, [kk], binary=True)
+        if r.status != 200:
+            out.append((t0, "failed: %d" % r.status))
+            continue
+        vals = H.decode_output(r)[1]
+        out.append((t0, check(kk, [vals[i * dim:(i + 1) * dim] for i in range(len(kk))])))
+
+
+def redis_only(t, cl, rc):
+    """(5): see the file's comment."""
+    a = cl.gen_model("a", rows=[3000], dims=[DIM], defaults=[DEFAULT], subdir="ro_a")
+    b1 = cl.gen_model("b", rows=[60000], dims=[DIM], defaults=[DEFAULT], subdir="ro_b1",
+                      version=1)
+    b2 = cl.gen_model("b", rows=[60000], dims=[DIM], defaults=[DEFAULT], subdir="ro_b2",
+                      version=2)
+    settings = R.COMMON + [("volatile_db", "cache_missed_embeddings", "false"),
+                           ("persistent_db", "type", "disabled")] + R.ddb_settings(
+        rc, initial_cache_rate=1.0, cache_missed_embeddings="false")
+
+    def ini(b):
+        return a.ini_text + "\n" + b.ini_text[b.ini_text.index("[model.b]"):]
+    conf = cl.write_config("ro.ini", ini(b1), settings)
+    coord, w = cl.start_coordinator(conf), cl.start_worker(conf)
+    akeys, bkeys = a.file_keys[0], b1.file_keys[0]
+    t.eq(answers_of(w, "a", akeys[:200]), [H.gen_vector(0, k, DIM) for k in akeys[:200]],
+         "Redis only: a's keys exact before the reload (from Redis)")
+
+    def check_a(kk, rows):
+        return "exact" if rows == [H.gen_vector(0, k, DIM) for k in kk] else \
+            "default" if [DEFAULT] * DIM in rows else "wrong"
+
+    def check_b(kk, rows):
+        kinds = set()
+        for k, row in zip(kk, rows):
+            kinds.add("v1" if row == H.gen_vector(0, k, DIM, 1) else
+                      "v2" if row == H.gen_vector(0, k, DIM, 2) else
+                      "default" if row == [DEFAULT] * DIM else "wrong")
+        return "mixed" if {"v1", "v2"} <= kinds else "+".join(sorted(kinds))
+    stop_at, out_a, out_b = threading.Event(), [], []
+    threads = [threading.Thread(target=stream, args=(w, "a", akeys, DIM, check_a, stop_at, out_a)),
+               threading.Thread(target=stream, args=(w, "b", bkeys, DIM, check_b, stop_at, out_b))]
+    for th in threads:
+        th.start()
+    time.sleep(0.3)
+    n_ready = coord.log().count("serving misses")
+    cl.write_config("ro.ini", ini(b2), settings)
+    t_hup = time.monotonic()
+    coord.kill(signal.SIGHUP)
+    published = H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.05)
+    t_pub = time.monotonic()
+    H.wait_until(lambda: any(v == "v2" for _, v in out_b[-5:]), 10, 0.05)
+    time.sleep(0.3)
+    stop_at.set()
+    for th in threads:
+        th.join(30)
+    t.ok(published, "Redis only: reload to b version 2 published", coord.log()[-1500:])
+    during = [v for t0, v in out_a if t_hup <= t0 <= t_pub]
+    bad = {v: n for v in set(v for _, v in out_a) if v != "exact"
+           for n in [sum(1 for _, x in out_a if x == v)]}
+    t.ok(not bad and len(during) >= 5,
+         "Redis only: a's %d requests exact throughout, %d of them during the %.2f s build "
+         "(not exact: %s)" % (len(out_a), len(during), t_pub - t_hup, bad or "none"),
+         coord.log()[-1500:])
+    kinds_b = {v: sum(1 for _, x in out_b if x == v) for v in set(x for _, x in out_b)}
+    t.ok(set(kinds_b) <= {"v1", "v2", "default", "default+v1", "default+v2"} and
+         "v2" in kinds_b, "Redis only: b's %d requests each v1, v2 or defaults, none mixed or "
+         "wrong: %s" % (len(out_b), kinds_b))
+    t.ok("from the distributed DB for 2" in coord.log(),
+         "the log says both serving tables were answered from Redis during the build",
+         [ln for ln in coord.log().splitlines() if "answered while" in ln])
+    stop(w, coord)
+
+
+def answers_of(w, model, keys):
+    _, vals = H.decode_output(H.infer(w.http_port, model, [keys], binary=True))
+    return [vals[j * DIM:(j + 1) * DIM] for j in range(len(vals) // DIM)]
 
 
 if __name__ == "__main__":
