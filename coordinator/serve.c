@@ -677,10 +677,19 @@ static bool prev_run(coord_t *c, hps_shmdb_t *db, hps_pdb_t *pdb, const char *wh
     /* Before the state: the heartbeat thread leaves its requests to us. */
     atomic_store(&c->prev_answering, true);
     hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING_SERVED);
-    HPS_INFO("%s: the serving segment's misses are answered while the new one builds, for %u "
-             "of %u table%s: from the distributed DB for %u (each until the build replaces its "
-             "rows there), from the persistent DB for %u",
-             what, answered, n, n == 1 ? "" : "s", from_ddb, from_pdb);
+    char ddb_part[160] = "";
+    if (from_ddb)
+        snprintf(ddb_part, sizeof(ddb_part),
+                 "%s the distributed DB (%u of %u table%s, each until the build replaces its rows "
+                 "there)",
+                 from_pdb ? ", after" : "", from_ddb, n, n == 1 ? "" : "s");
+    if (from_pdb)
+        HPS_INFO("%s: the serving segment's misses are answered from the persistent DB (%u of %u "
+                 "table%s)%s while the new one builds",
+                 what, from_pdb, n, n == 1 ? "" : "s", ddb_part);
+    else
+        HPS_INFO("%s: the serving segment's misses are answered from%s while the new one builds",
+                 what, ddb_part);
     return true;
 }
 
