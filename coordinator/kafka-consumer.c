@@ -95,6 +95,8 @@ struct hps_kafka_consumer {
     /* update_lag, consumer thread only: the group's committed offsets of
      * assigned partitions not fetched from yet, read once per assignment. */
     rd_kafka_topic_partition_list_t *starts;
+    char *legacy_group; /* o.legacy_group's copy, or NULL; read-only after create */
+    bool legacy_tried;  /* refresh_assignment looked at legacy_group; consumer thread */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -400,6 +402,71 @@ static bool topic_matches(const hps_kafka_consumer_t *c, const char *topic)
     return false;
 }
 
+/* Where the group has committed no offset for an element of l (offset < 0),
+ * take the one c's legacy_group committed, read through a bare handle of
+ * that group (it joins nothing and commits nothing).  Logged when any. */
+static void legacy_offsets(hps_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *l)
+{
+    if (!c->legacy_group)
+        return;
+    rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_new(l->cnt ? l->cnt : 1);
+    for (int i = 0; i < l->cnt; i++)
+        if (l->elems[i].offset < 0)
+            rd_kafka_topic_partition_list_add(q, l->elems[i].topic, l->elems[i].partition);
+    rd_kafka_conf_t *conf = q->cnt ? rd_kafka_conf_new() : NULL;
+    char why[512] = "";
+    rd_kafka_t *rk = NULL;
+    if (conf && (rd_kafka_conf_set(conf, "metadata.broker.list", c->o.brokers, why, sizeof(why)) !=
+                     RD_KAFKA_CONF_OK ||
+                 rd_kafka_conf_set(conf, "group.id", c->legacy_group, why, sizeof(why)) !=
+                     RD_KAFKA_CONF_OK ||
+                 rd_kafka_conf_set(conf, "enable.auto.commit", "false", why, sizeof(why)) !=
+                     RD_KAFKA_CONF_OK ||
+                 !(rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why)))))
+        rd_kafka_conf_destroy(conf); /* rd_kafka_new owns it only on success */
+    rd_kafka_resp_err_t e = rk ? rd_kafka_committed(rk, q, 5000) : RD_KAFKA_RESP_ERR__FAIL;
+    int taken = 0;
+    for (int i = 0; !e && i < q->cnt; i++) {
+        const rd_kafka_topic_partition_t *g = &q->elems[i];
+        rd_kafka_topic_partition_t *t =
+            rd_kafka_topic_partition_list_find(l, g->topic, g->partition);
+        if (t && !g->err && g->offset >= 0) {
+            t->offset = g->offset;
+            taken++;
+        }
+    }
+    if (q->cnt && (e || taken))
+        event(c, e ? 1 : 2,
+              "%d of %d partitions without an offset in group %s start where group %s (its "
+              "name before the segment's name was part of it) committed%s%s",
+              taken, q->cnt, c->o.group, c->legacy_group, e ? ": " : "",
+              e ? (rk ? rd_kafka_err2str(e) : why) : "");
+    if (rk) {
+        rd_kafka_consumer_close(rk);
+        rd_kafka_destroy(rk);
+    }
+    rd_kafka_topic_partition_list_destroy(q);
+}
+
+/* The first assignment of a consumer with a legacy_group: partitions whose
+ * group has no committed offset take legacy_group's (explicit offsets in
+ * add; the rest stay RD_KAFKA_OFFSET_STORED). */
+static void legacy_start(hps_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *add)
+{
+    c->legacy_tried = true;
+    rd_kafka_topic_partition_list_t *own = rd_kafka_topic_partition_list_copy(add);
+    if (rd_kafka_committed(c->rk, own, 5000) == 0) {
+        legacy_offsets(c, own);
+        for (int i = 0; i < own->cnt; i++) {
+            rd_kafka_topic_partition_t *t = rd_kafka_topic_partition_list_find(
+                add, own->elems[i].topic, own->elems[i].partition);
+            if (t && !own->elems[i].err && own->elems[i].offset >= 0)
+                t->offset = own->elems[i].offset; /* the group's own, or the legacy one */
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(own);
+}
+
 /* Where parts start: the offsets start_at's group had committed when
  * hps_kafka_consumer_start_at() was called, i.e. when the layer was filled
  * from it, not the ones it commits since (its consumer runs meanwhile: a
@@ -438,6 +505,8 @@ void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *
         rd_kafka_metadata_destroy(md);
     if (!e && q->cnt)
         e = rd_kafka_committed(from->rk, q, 5000);
+    if (!e)
+        legacy_offsets(from, q); /* from's group renamed: where its old name stood */
     if (e) {
         event(c, 1,
               "reading the offsets of the layer it was filled from: %s; its partitions "
@@ -476,6 +545,8 @@ static void refresh_assignment(hps_kafka_consumer_t *c)
     rd_kafka_metadata_destroy(md);
     if (add->cnt && c->start_at)
         start_where(c, add);
+    else if (add->cnt && c->legacy_group && !c->legacy_tried)
+        legacy_start(c, add);
     if (add->cnt) {
         rd_kafka_error_t *err = rd_kafka_incremental_assign(c->rk, add);
         if (err) {
@@ -759,6 +830,12 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
     c->o = *opts;
     if (!c->o.model_key_bytes)
         c->o.model_key_bytes = c->o.key_bytes;
+    c->o.legacy_group = NULL; /* c->legacy_group holds the copy */
+    if (opts->legacy_group && opts->assign_all && !(c->legacy_group = strdup(opts->legacy_group))) {
+        rd_kafka_conf_destroy(conf);
+        free(c);
+        return -ENOMEM;
+    }
     c->st.lag = -1;
     c->pending = rd_kafka_topic_partition_list_new(16);
     c->assigned = rd_kafka_topic_partition_list_new(16);
@@ -886,6 +963,7 @@ void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c)
         rd_kafka_topic_partition_list_destroy(c->starts);
     if (c->start_offsets)
         rd_kafka_topic_partition_list_destroy(c->start_offsets);
+    free(c->legacy_group);
     for (size_t i = 0; i < c->num_re; i++)
         regfree(&c->re[i]);
     free(c->re);

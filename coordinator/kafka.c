@@ -174,10 +174,13 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
     int ex = compile_filters(l, filters, nf);
     if (ex)
         return ex;
-    char host[256] = "localhost", local[512], group[640], err[512];
+    char host[256] = "localhost", local[512], group[640], legacy[640], err[512];
     gethostname(host, sizeof(host) - 1);
     snprintf(local, sizeof(local), "%s.%s", host, c->conf->volatile_db.shared_memory_name);
     hps_kafka_group_name(l->name, l->kind == LAYER_DDB, local, group, sizeof(group));
+    /* The per-host groups' names before the segment's name was added: a
+     * first start after the upgrade goes on from their offsets. */
+    hps_kafka_group_name(l->name, false, host, legacy, sizeof(legacy));
     hps_kafka_consumer_opts_t o = {
         .brokers = u->brokers,
         .group = group,
@@ -195,6 +198,7 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         /* a per-host group has one member: assigning by hand spares a
          * reloaded coordinator the group's rejoin wait (its catch-up) */
         .assign_all = l->kind != LAYER_DDB,
+        .legacy_group = l->kind != LAYER_DDB ? legacy : NULL,
         .resolve = resolve,
         .apply = apply,
         .event = on_event,

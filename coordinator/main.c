@@ -29,10 +29,10 @@
 #include "hps/log.h"
 #include "kafka-coord.h"
 
-/* Longest wait of a reloaded coordinator, before it publishes, for its Kafka
- * consumers to apply the updates produced while it stopped and loaded; after
- * it the segment is published anyway (serving first) and they catch up
- * while serving. */
+/* Longest wait of a reloaded or restarted coordinator that replaces a
+ * serving segment, before it publishes, for its Kafka consumers to apply the
+ * updates produced while it stopped and loaded; after it the segment is
+ * published anyway (serving first) and they catch up while serving. */
 #define RELOAD_CATCH_UP_MS 30000
 
 /* Written by the signal thread (signal_loop) and read by the main thread
@@ -624,7 +624,11 @@ int main(int argc, char **argv)
         ex = coord_serve_start(&c);
     if (!ex)
         ex = coord_kafka_start(&c, &kafka);
-    if (!ex && reloaded) /* the updates produced since the old consumers stopped */
+    /* The updates produced since the old consumers stopped (a reload), or
+     * all a restart's consumers have to apply (a first start in new groups
+     * reads from the oldest retained update): the workers move only once
+     * the new segment holds what the one they serve from held. */
+    if (!ex && (reloaded || c.replacing))
         coord_kafka_catch_up(kafka, RELOAD_CATCH_UP_MS);
     if (!ex) {
         coord_pdb_token_record(&c); /* what a later restart or reload checks */

@@ -179,6 +179,16 @@ typedef struct hps_kafka_consumer_opts {
                                        *   layers): a consumer that starts again reads at once,
                                        *   where a rejoining group member may wait up to
                                        *   session.timeout.ms (30 s) for its partitions */
+    /** assign_all only; NULL: none.  The group's name in an earlier version
+     *  of hps-coordinator (hps.<layer>.<host>, before the segment's name was
+     *  added).  At the first assignment, a partition that group has
+     *  committed an offset for and this group has not starts at that
+     *  offset, where auto.offset.reset would replay every retained update
+     *  (older updates would then overwrite the rows of model files loaded
+     *  since); hps_kafka_consumer_start_at() reads the offsets of its from
+     *  likewise.  Read through a handle that joins no group and commits
+     *  nothing.  Copied at create. */
+    const char *legacy_group;
 } hps_kafka_consumer_opts_t;
 
 /** Counters of one consumer (monotonic since creation). */

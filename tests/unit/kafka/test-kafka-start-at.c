@@ -28,6 +28,14 @@
  *                              read again from the beginning, and counted
  *                              as an offset reset (messages may have been
  *                              skipped); a partition never committed is not
+ *   legacy_group_offsets       the group's earlier name (legacy_group) had
+ *                              committed K on partition 0: a consumer whose
+ *                              group has no offsets starts there (and at the
+ *                              beginning of partition 1), where it used to
+ *                              replay all N; once its own group committed,
+ *                              a restart goes on from its own offsets
+ *   start_at_legacy            start_at's from has no offsets, its legacy
+ *                              group K on partition 0: the snapshot takes K
  *
  * Offsets are taken from the producer's delivery reports, not assumed.  The
  * waits are deadlines on the consumers' own signals (caught_up, counters),
@@ -38,6 +46,62 @@
 #if !HPS_HAVE_KAFKA
 
 #include <stdio.h>
+
+/* The group's earlier name had committed K on partition 0 (and nothing on
+ * 1); the group itself nothing: V starts at K on 0 and at the beginning
+ * of 1, not at the beginning of both (every retained update replayed over
+ * rows loaded since).  After V committed in its own group, a new V with the
+ * same names goes on from its own offsets (the ends), not from K again. */
+static void test_legacy_group_offsets(void **state)
+{
+    enum { K = 10 };
+    world_t *w = *state;
+    produce(w);
+    commit_at(w, w->legacy_v, 0, K);
+    consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
+    bool want[N];
+    int nwant = want_from(w, K, want);
+    assert_int_equal(nwant, N - K);
+    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
+    assert_applied(&w->sv, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, (uint64_t)nwant);
+    assert_int_equal(st.offset_resets, 0);
+    int64_t vc[PARTS];
+    committed(w, w->group_v, vc);
+    for (int32_t p = 0; p < PARTS; p++)
+        assert_int_equal(vc[p], N / PARTS);
+
+    /* Restarted: its own offsets win over the legacy group's K. */
+    hps_kafka_consumer_destroy(w->v);
+    memset(w->sv.seen, 0, sizeof(w->sv.seen));
+    consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
+    assert_true(run_until_caught_up(w->v, 0));
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, 0);
+}
+
+/* start_at's from has no offsets in its group, K on partition 0 in its
+ * legacy group: the snapshot takes K there (V applies from K on 0 and all
+ * of 1). */
+static void test_start_at_legacy(void **state)
+{
+    enum { K = 10 };
+    world_t *w = *state;
+    produce(w);
+    commit_at(w, w->legacy_p, 0, K);
+    consumer_of(w, w->group_p, w->legacy_p, &w->sp, &w->p);
+    consumer(w, w->group_v, &w->sv, &w->v);
+    hps_kafka_consumer_start_at(w->v, w->p);
+    bool want[N];
+    int nwant = want_from(w, K, want);
+    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
+    assert_applied(&w->sv, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, (uint64_t)nwant);
+}
 
 int main(void)
 {
@@ -139,7 +203,7 @@ typedef struct world {
     int32_t part[N]; /* where message i (key KEY_BASE + i) landed */
     int64_t off[N];
     int delivered, failed;
-    char group_p[64], group_v[64];
+    char group_p[64], group_v[64], legacy_p[64], legacy_v[64];
     sink_t sp, sv;
     hps_kafka_consumer_t *p, *v;
 } world_t;
@@ -173,6 +237,8 @@ static int setup(void **state)
     serial++;
     snprintf(w->group_p, sizeof(w->group_p), "hps.persistent.t%d", serial);
     snprintf(w->group_v, sizeof(w->group_v), "hps.volatile.t%d", serial);
+    snprintf(w->legacy_p, sizeof(w->legacy_p), "hps.persistent.legacy%d", serial);
+    snprintf(w->legacy_v, sizeof(w->legacy_v), "hps.volatile.legacy%d", serial);
     pthread_mutex_init(&w->sp.mu, NULL);
     pthread_mutex_init(&w->sv.mu, NULL);
     w->sp.topic = w->sv.topic = w->topic;
@@ -285,7 +351,9 @@ static void committed(const world_t *w, const char *group, int64_t ret[PARTS])
     close_handle(rk);
 }
 
-static void consumer(world_t *w, const char *group, sink_t *s, hps_kafka_consumer_t **ret)
+/* A consumer of group (legacy: its legacy_group, or NULL) into s. */
+static void consumer_of(world_t *w, const char *group, const char *legacy, sink_t *s,
+                        hps_kafka_consumer_t **ret)
 {
     static const char *const filters[] = {"m"};
     hps_kafka_consumer_opts_t o = {
@@ -306,12 +374,18 @@ static void consumer(world_t *w, const char *group, sink_t *s, hps_kafka_consume
         .ctx = s,
         .fetch_wait_max_ms = 10,
         .assign_all = true,
+        .legacy_group = legacy,
     };
     char err[256] = "";
     hps_err_t rc = hps_kafka_consumer_create(&o, ret, err, sizeof(err));
     if (rc != 0)
         fprintf(stderr, "# hps_kafka_consumer_create: %s\n", err);
     assert_int_equal(rc, 0);
+}
+
+static void consumer(world_t *w, const char *group, sink_t *s, hps_kafka_consumer_t **ret)
+{
+    consumer_of(w, group, NULL, s, ret);
 }
 
 typedef struct runner {
@@ -405,6 +479,30 @@ static void test_snapshot_before_from_runs(void **state)
     assert_int_equal(st.applied, N);
 }
 
+/* Group commits offset off on partition part, as a consumer that had
+ * applied the messages before it there would have. */
+static void commit_at(const world_t *w, const char *group, int32_t part, int64_t off)
+{
+    rd_kafka_t *rk = group_handle(w, group);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->topic, part)->offset = off;
+    assert_int_equal(rd_kafka_commit(rk, l, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_topic_partition_list_destroy(l);
+    close_handle(rk);
+}
+
+/* want[i]: message i is on partition 1, or at offset K or later on 0;
+ * returns how many are. */
+static int want_from(const world_t *w, int64_t k, bool want[N])
+{
+    int nwant = 0;
+    for (int i = 0; i < N; i++) {
+        want[i] = w->part[i] != 0 || w->off[i] >= k;
+        nwant += want[i];
+    }
+    return nwant;
+}
+
 /* P's group had committed K on partition 0 and nothing on partition 1 at
  * the call: V starts exactly at K on 0 and at the beginning of 1. */
 static void test_snapshot_at_committed(void **state)
@@ -412,14 +510,7 @@ static void test_snapshot_at_committed(void **state)
     enum { K = 10 };
     world_t *w = *state;
     produce(w);
-    /* P's group commits K on partition 0 (as a consumer of P's layer that
-     * had applied messages 0 .. K-1 there would have). */
-    rd_kafka_t *rk = group_handle(w, w->group_p);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, w->topic, 0)->offset = K;
-    assert_int_equal(rd_kafka_commit(rk, l, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
-    rd_kafka_topic_partition_list_destroy(l);
-    close_handle(rk);
+    commit_at(w, w->group_p, 0, K);
     int64_t pc[PARTS];
     committed(w, w->group_p, pc);
     assert_int_equal(pc[0], K);
@@ -431,11 +522,7 @@ static void test_snapshot_at_committed(void **state)
 
     /* Expected of both: partition 0 from offset K on, all of partition 1. */
     bool want[N];
-    int nwant = 0;
-    for (int i = 0; i < N; i++) {
-        want[i] = w->part[i] != 0 || w->off[i] >= K;
-        nwant += want[i];
-    }
+    int nwant = want_from(w, K, want);
     assert_int_equal(nwant, N - K);
 
     /* P (its own group's offsets) applies those and commits the ends. */
@@ -462,12 +549,7 @@ static void test_offset_reset_counted(void **state)
 {
     world_t *w = *state;
     produce(w);
-    rd_kafka_t *rk = group_handle(w, w->group_p);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, w->topic, 0)->offset = 1000;
-    assert_int_equal(rd_kafka_commit(rk, l, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
-    rd_kafka_topic_partition_list_destroy(l);
-    close_handle(rk);
+    commit_at(w, w->group_p, 0, 1000);
     consumer(w, w->group_p, &w->sp, &w->p);
     assert_true(run_until_caught_up(w->p, N));
     bool want[N];
@@ -479,12 +561,70 @@ static void test_offset_reset_counted(void **state)
     assert_int_equal(st.offset_resets, 1);
 }
 
+/* The group's earlier name had committed K on partition 0 (and nothing on
+ * 1); the group itself nothing: V starts at K on 0 and at the beginning
+ * of 1, not at the beginning of both (every retained update replayed over
+ * rows loaded since).  After V committed in its own group, a new V with the
+ * same names goes on from its own offsets (the ends), not from K again. */
+static void test_legacy_group_offsets(void **state)
+{
+    enum { K = 10 };
+    world_t *w = *state;
+    produce(w);
+    commit_at(w, w->legacy_v, 0, K);
+    consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
+    bool want[N];
+    int nwant = want_from(w, K, want);
+    assert_int_equal(nwant, N - K);
+    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
+    assert_applied(&w->sv, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, (uint64_t)nwant);
+    assert_int_equal(st.offset_resets, 0);
+    int64_t vc[PARTS];
+    committed(w, w->group_v, vc);
+    for (int32_t p = 0; p < PARTS; p++)
+        assert_int_equal(vc[p], N / PARTS);
+
+    /* Restarted: its own offsets win over the legacy group's K. */
+    hps_kafka_consumer_destroy(w->v);
+    memset(w->sv.seen, 0, sizeof(w->sv.seen));
+    consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
+    assert_true(run_until_caught_up(w->v, 0));
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, 0);
+}
+
+/* start_at's from has no offsets in its group, K on partition 0 in its
+ * legacy group: the snapshot takes K there (V applies from K on 0 and all
+ * of 1). */
+static void test_start_at_legacy(void **state)
+{
+    enum { K = 10 };
+    world_t *w = *state;
+    produce(w);
+    commit_at(w, w->legacy_p, 0, K);
+    consumer_of(w, w->group_p, w->legacy_p, &w->sp, &w->p);
+    consumer(w, w->group_v, &w->sv, &w->v);
+    hps_kafka_consumer_start_at(w->v, w->p);
+    bool want[N];
+    int nwant = want_from(w, K, want);
+    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
+    assert_applied(&w->sv, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, (uint64_t)nwant);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_snapshot_before_from_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_at_committed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offset_reset_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_legacy_group_offsets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_start_at_legacy, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
