@@ -860,6 +860,7 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
     rd_kafka_poll_set_consumer(c->rk);
     c->commit_q = rd_kafka_queue_new(c->rk);
     rc = c->commit_q ? subscribe(c, err, err_len) : -ENOMEM;
+    c->o.filters = NULL; /* compiled: the caller's strings are not kept */
     if (rc < 0) {
         hps_kafka_consumer_destroy(c);
         return rc;

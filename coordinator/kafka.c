@@ -168,12 +168,44 @@ static int compile_filters(layer_t *l, const char **filters, size_t n)
     return 0;
 }
 
+/*
+ * The shared group hps.distributed: subscribe to the topics of the models
+ * served here that the filters match, each model name as its own filter
+ * (names match [A-Za-z0-9_-]{1,120}: literal regexes).  The group's
+ * assignor gives each topic's partitions only to members subscribed to
+ * it, so hosts that serve different models split each model's topics among
+ * the hosts that serve it.  Subscribed to every model's topics, a host got
+ * partitions of models it does not serve, skipped their updates as topics
+ * of no table here and committed them: Redis never got them from anyone.
+ * *ret_names: the names (pointers into c->conf), *ret_n of them; free()
+ * the array.
+ */
+static int served_filters(coord_t *c, layer_t *l, const char ***ret_names, size_t *ret_n)
+{
+    const hps_conf_t *conf = c->conf;
+    const char **names = calloc(conf->num_models ? conf->num_models : 1, sizeof(*names));
+    if (!names)
+        return HPS_EXIT_RUNTIME;
+    size_t n = 0;
+    for (size_t i = 0; i < conf->num_models && n < MAX_FILTERS; i++)
+        if (model_matches(l, conf->models[i].name))
+            names[n++] = conf->models[i].name;
+    *ret_names = names;
+    *ret_n = n;
+    return 0;
+}
+
 static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
 {
     const hps_conf_update_source_t *u = &c->conf->update_source;
     int ex = compile_filters(l, filters, nf);
     if (ex)
         return ex;
+    const char **served = NULL;
+    if (l->kind == LAYER_DDB && (ex = served_filters(c, l, &served, &nf)) != 0)
+        return ex;
+    if (served)
+        filters = served;
     char host[256] = "localhost", local[512], group[640], legacy[640], err[512];
     gethostname(host, sizeof(host) - 1);
     snprintf(local, sizeof(local), "%s.%s", host, c->conf->volatile_db.shared_memory_name);
@@ -205,6 +237,7 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         .ctx = l,
     };
     hps_err_t rc = hps_kafka_consumer_create(&o, &l->cons, err, sizeof(err));
+    free(served); /* the consumer compiled its subscription */
     if (rc == HPS_EUNSUPPORTED) {
         HPS_ERROR("[update_source] type = kafka_message_queue: this hps-coordinator was %s", err);
         return HPS_EXIT_USAGE;
@@ -213,7 +246,14 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         HPS_ERROR("kafka %s: %s", l->name, err);
         return HPS_EXIT_USAGE;
     }
-    HPS_INFO("kafka %s: brokers %s, group %s, %zu update filters", l->name, u->brokers, group, nf);
+    if (l->kind == LAYER_DDB)
+        HPS_INFO("kafka %s: brokers %s, group %s, the topics of the %zu model%s served here that "
+                 "update_filters match (hosts that share the group split each model's "
+                 "partitions among those that serve it)",
+                 l->name, u->brokers, group, nf, nf == 1 ? "" : "s");
+    else
+        HPS_INFO("kafka %s: brokers %s, group %s, %zu update filters", l->name, u->brokers, group,
+                 nf);
     return 0;
 }
 

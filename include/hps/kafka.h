@@ -153,7 +153,8 @@ typedef void (*hps_kafka_event_fn)(void *ctx, int level, const char *msg);
 typedef struct hps_kafka_consumer_opts {
     const char *brokers;              /**< metadata.broker.list, "host:port,host:port" */
     const char *group;                /**< consumer group (hps_kafka_group_name()) */
-    const char *const *filters;       /**< model-name regexes; none = subscribe to nothing */
+    const char *const *filters;       /**< model-name regexes; none = subscribe to nothing.
+                                       *   Read by create only (the caller may free them) */
     size_t num_filters;               /**< number of filters */
     uint32_t key_bytes;               /**< wire key width: 8 or 4 */
     uint32_t model_key_bytes;         /**< width apply() gets: 8 or 4; 0 = key_bytes.  8-byte

@@ -15,6 +15,15 @@ again on the same files: Redis still holds the 300 updated rows (the table's
 record names these files, so it is not filled again; before, the restart
 wrote the model files' rows over them, and the group had committed the
 updates, so they never came back), and the log says the table was kept.
+
+Then two hosts (two coordinators, own segments and RocksDBs) that serve
+different models, a and b, share Redis and the group hps.distributed: 300
+updates pushed to each model all reach Redis.  Each host subscribes the
+group to the topics of the models it serves, so the group's assignor gives
+a's partitions to a's host only; subscribed to every model's topics, each
+host got half of the other model's partitions, skipped their updates as
+topics of no table here and committed them (148 and 152 of 300 reached
+Redis, the rest never).
 """
 import os
 import signal
@@ -76,6 +85,7 @@ def body(t, cl):
         coord.kill(signal.SIGTERM)  # it leaves the group hps.distributed first
         coord.wait(30)
         restart_keeps_updates(t, cl, rc, mock)
+        two_hosts_two_models(t, cl, rc)
     finally:
         mock.close()
         rc.stop()
@@ -93,16 +103,54 @@ def packed(k, gen):
     return struct.pack("<%df" % K.DIM, *K.new_vector(k, gen))
 
 
+def kafka_settings(mock):
+    return [("update_source", "type", "kafka_message_queue"),
+            ("update_source", "brokers", mock.bootstrap),
+            ("update_source", "poll_timeout_ms", "100"),
+            ("update_source", "metadata_refresh_interval_ms", "500")]
+
+
+def two_hosts_two_models(t, cl, rc):
+    """See the file's comment.  A cluster of its own: the mock delays the
+    first join after a member left a group by session.timeout.ms."""
+    mock = K.Mock([K.TOPIC_A.replace("mA", name) for name in ("a", "b")])
+    try:
+        two_hosts(t, cl, rc, mock)
+    finally:
+        mock.close()
+
+
+def two_hosts(t, cl, rc, mock):
+    hosts = []
+    for name in ("a", "b"):
+        model = cl.gen_model(name, rows=[2000], dims=[K.DIM], subdir="host-" + name,
+                             segment=cl.new_segment_name(name))
+        conf = cl.write_config(name + ".ini", model.ini_text, R.ddb_settings(rc) + [
+            ("distributed_db", "initial_cache_rate", 0.0)] + kafka_settings(mock))
+        hosts.append((name, model, cl.start_coordinator(conf, log_name="host-%s.log" % name)))
+    for name, model, _ in hosts:
+        rc_push, out = K.push(mock.bootstrap, name, K.records(model.file_keys[0][:N_UPDATES], 3))
+        t.ok(rc_push == 0, "two hosts: %d updates of %s pushed" % (N_UPDATES, name), out)
+
+    def in_redis():
+        return [sum(redis_row(rc, name, k) == packed(k, 3) for k in model.file_keys[0][:N_UPDATES])
+                for name, model, _ in hosts]
+    H.wait_until(lambda: in_redis() == [N_UPDATES] * 2, 90, 0.5)
+    got = in_redis()
+    t.eq(got, [N_UPDATES] * 2, "two hosts serving models a and b, one group hps.distributed: "
+         "every update of each model in Redis (a, b)")
+    skipped = [K.stats(p, "distributed").get("unknown_table", 0) for _, _, p in hosts]
+    t.eq(skipped, [0, 0], "no host skipped another model's updates as unknown topics")
+    for _, _, p in hosts:
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+
+
 def restart_keeps_updates(t, cl, rc, mock):
     model = cl.gen_model("r", rows=[2000], dims=[K.DIM])
     conf = cl.write_config("r.ini", model.ini_text, R.ddb_settings(rc) + [
         ("volatile_db", "shared_memory_name", cl.new_segment_name("r")),
-        ("persistent_db", "type", "disabled"),
-        ("update_source", "type", "kafka_message_queue"),
-        ("update_source", "brokers", mock.bootstrap),
-        ("update_source", "poll_timeout_ms", "100"),
-        ("update_source", "metadata_refresh_interval_ms", "500"),
-    ])
+        ("persistent_db", "type", "disabled")] + kafka_settings(mock))
     keys = model.file_keys[0][:N_UPDATES]
     coord = cl.start_coordinator(conf, log_name="r1.log")
     K.push(mock.bootstrap, "r", K.records(keys, 1))
