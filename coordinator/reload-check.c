@@ -9,7 +9,10 @@
  * a new shape of a model (other tables or dimensions) from the INI text
  * the coordinator records in the segment (main.c, hps_shmdb_set_conf_text)
  * when it switches to it (worker/libhps/shape.c, attach.c: resolve), so a
- * reload may change a model's tables (logged).  But while workers are
+ * reload may change a model's tables (logged), unless a worker of a build
+ * before that is attached (its row records no HPS_PROC_CAP_FOLLOWS_SHAPES:
+ * it would fail every request of the model until it restarts, while
+ * reporting ready; a rolling upgrade meets this).  And while workers are
  * attached to the serving segment:
  *  - the key width (supportlonglong) stays: a worker's callers pass keys of
  *    the width it started with;
@@ -28,23 +31,41 @@
 #include "coord.h"
 #include "hps/log.h"
 
-/* Workers and lookup-library clients attached to db (tools aside). */
-static size_t workers(hps_shmdb_t *db)
+/* The workers and lookup-library clients attached to db (tools aside). */
+typedef struct attached {
+    size_t n;      /* all of them */
+    size_t fixed;  /* of those, of a build that cannot follow a new shape */
+    char pids[96]; /* the first few of those, for the message */
+} attached_t;
+
+static attached_t workers(hps_shmdb_t *db)
 {
     hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
-    size_t n = 0, w = 0;
+    attached_t a = {0};
+    size_t n = 0, at = 0;
     if (!db || hps_shmdb_procs(db, procs, &n, false) != 0)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        w += procs[i].alive && !procs[i].self && procs[i].role == HPS_ROLE_WORKER;
-    return w;
+        return a;
+    for (size_t i = 0; i < n; i++) {
+        if (!procs[i].alive || procs[i].self || procs[i].role != HPS_ROLE_WORKER)
+            continue;
+        a.n++;
+        if (procs[i].caps & HPS_PROC_CAP_FOLLOWS_SHAPES)
+            continue;
+        a.fixed++;
+        int w =
+            snprintf(a.pids + at, sizeof(a.pids) - at, "%s%d", at ? ", " : "", (int)procs[i].pid);
+        at = w > 0 && at + (size_t)w < sizeof(a.pids) ? at + (size_t)w : at;
+    }
+    return a;
 }
 
-/* Model m of next against the tables db holds for it: false (why in msg)
- * when their key width differs; a change of its tables or dimensions is
- * logged (the workers take it from the segment at the switch). */
+/* Model m of next against the tables db holds for it: false (the reason in msg)
+ * when their key width differs, or when its tables or dimensions change
+ * while workers of a build that cannot follow are attached (w); such a
+ * change is logged otherwise (the workers take it from the segment at the
+ * switch). */
 static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes,
-                           char *msg, size_t len)
+                           const attached_t *w, char *msg, size_t len)
 {
     uint32_t n = hps_shmdb_table_count(db), held = 0;
     char change[256] = "";
@@ -56,8 +77,9 @@ static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t 
         if (ti.key_bytes != key_bytes) {
             snprintf(msg, len,
                      "model %s table %s: %u-byte keys are served, the INI has %u-byte keys "
-                     "([hps] supportlonglong)",
-                     m->name, ti.table, ti.key_bytes, key_bytes);
+                     "([hps] supportlonglong): the %zu running worker%s cannot take keys of "
+                     "another width (stop the workers, reload and start them again)",
+                     m->name, ti.table, ti.key_bytes, key_bytes, w->n, w->n == 1 ? "" : "s");
             return false;
         }
         size_t t = 0;
@@ -71,6 +93,15 @@ static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t 
     }
     if (held && !change[0] && held != m->num_tables)
         snprintf(change, sizeof(change), "%u tables to %zu", held, m->num_tables);
+    if (change[0] && w->fixed) {
+        snprintf(msg, len,
+                 "model %s changes shape (%s), and %zu running worker%s (pid %s) of an earlier "
+                 "build cannot follow a new shape: it would fail every request of the model "
+                 "until restarted; upgrade or restart %s first",
+                 m->name, change, w->fixed, w->fixed == 1 ? "" : "s", w->pids,
+                 w->fixed == 1 ? "it" : "them");
+        return false;
+    }
     if (change[0])
         HPS_WARN("model %s changes shape (%s): the running workers serve the new shape from the "
                  "switch on (callers that sized buffers by the old one get errors: "
@@ -79,33 +110,30 @@ static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t 
     return true;
 }
 
-/* coord_reload_keys_ok with the count of workers attached (w). */
-static bool keys_ok(const coord_t *c, const hps_conf_t *next, size_t w, char *msg, size_t len)
+/* coord_reload_keys_ok with the workers attached (w). */
+static bool keys_ok(const coord_t *c, const hps_conf_t *next, const attached_t *w, char *msg,
+                    size_t len)
 {
-    if (!w)
+    if (!w->n)
         return true;
-    char why[512];
     uint32_t key_bytes = next->hps.supportlonglong ? 8 : 4;
     for (size_t i = 0; i < next->num_models; i++)
-        if (!same_key_width(c->db, &next->models[i], key_bytes, why, sizeof(why))) {
-            snprintf(msg, len,
-                     "%s: the %zu running worker%s cannot take keys of another width (stop "
-                     "the workers, reload and start them again)",
-                     why, w, w == 1 ? "" : "s");
+        if (!same_key_width(c->db, &next->models[i], key_bytes, w, msg, len))
             return false;
-        }
     return true;
 }
 
 bool coord_reload_keys_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
 {
-    return keys_ok(c, next, workers(c->db), msg, len);
+    attached_t w = workers(c->db);
+    return keys_ok(c, next, &w, msg, len);
 }
 
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len)
 {
     const hps_conf_t *now = c->conf;
-    size_t w = workers(c->db);
+    attached_t a = workers(c->db);
+    size_t w = a.n;
     if (w && strcmp(next->volatile_db.shared_memory_name, now->volatile_db.shared_memory_name)) {
         snprintf(msg, len,
                  "[volatile_db] shared_memory_name changed (%s to %s): the %zu running worker%s "
@@ -131,7 +159,7 @@ bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, siz
                  now->num_models, now->num_models == 1 ? "" : "s", now->num_models == 1 ? "s" : "");
         return false;
     }
-    if (!keys_ok(c, next, w, msg, len))
+    if (!keys_ok(c, next, &a, msg, len))
         return false;
     for (size_t i = 0; !explicit_mode && i < now->num_models; i++)
         if (!hps_conf_model_find(next, now->models[i].name))

@@ -200,7 +200,13 @@ struct shm_proc {
     _Atomic uint32_t gen; /* bumped each time the row is taken: (slot, gen) names a process */
     uint64_t attached_ns;
     _Atomic uint64_t heartbeat_ns;
-    uint8_t pad[32];
+    /* hps_proc_cap_t bits, and the gen they were written for: written by
+     * the row's owner before its pid (release).  Builds before them leave
+     * both as the row's last owner wrote them (pad then): caps count only
+     * where caps_gen equals gen, else the owner recorded none. */
+    uint32_t caps;
+    uint32_t caps_gen;
+    uint8_t pad[24];
 };
 _Static_assert(sizeof(struct shm_proc) == 64, "proc slot must be one cache line");
 

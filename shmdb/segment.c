@@ -280,7 +280,8 @@ static int proc_register(hps_shmdb_t *db, const hps_shmdb_proc_opts_t *po)
             s->attached_ns = hps__shmdb_clock_ns(CLOCK_REALTIME);
             atomic_store_explicit(&s->heartbeat_ns, hps__shmdb_clock_ns(CLOCK_MONOTONIC),
                                   memory_order_relaxed);
-            atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+            s->caps = po->caps;
+            s->caps_gen = atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed) + 1;
             /* Release: a reader that sees our pid sees the row filled. */
             atomic_store_explicit(&s->pid, getpid(), memory_order_release);
             return i;
@@ -461,6 +462,7 @@ hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n
             .alive = alive,
             .self = own[i],
             .slot = i,
+            .caps = s->caps_gen == LD(s->gen) ? s->caps : 0,
         };
     }
     *ret_n = n;

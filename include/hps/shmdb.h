@@ -89,6 +89,17 @@ typedef enum hps_proc_role {
     HPS_ROLE_WORKER = 2,
 } hps_proc_role_t;
 
+/** What a process can do, recorded in its process-table row
+ *  (hps_shmdb_proc_opts_t.caps; hps_proc_info_t.caps).  Processes of builds
+ *  before these flags record none (caps 0). */
+typedef enum hps_proc_cap {
+    /** It takes a model's new tables or dimensions from the INI text the
+     *  coordinator records in the segment (hps_shmdb_conf_text) when it
+     *  switches, so a reload may change the shape of a model it serves
+     *  (lookup-library clients: hps-worker, in-process callers). */
+    HPS_PROC_CAP_FOLLOWS_SHAPES = 1u << 0,
+} hps_proc_cap_t;
+
 /** Segment-wide options, fixed when the segment is created. */
 typedef struct hps_shmdb_opts {
     /** shared_memory_size: bytes of the whole segment, a hard cap.  >= 1 MiB. */
@@ -116,6 +127,8 @@ typedef struct hps_shmdb_proc_opts {
     hps_proc_role_t role;
     /** Device of a worker (-1 for none), recorded in the process table. */
     int device;
+    /** hps_proc_cap_t bits, recorded in the process table. */
+    uint32_t caps;
 } hps_shmdb_proc_opts_t;
 
 /**
@@ -140,6 +153,7 @@ typedef struct hps_proc_info {
     bool alive;            /**< its liveness lock was held at the time of the call */
     bool self;             /**< the row of a handle of the calling process */
     int slot;              /**< row index, 0 .. HPS_SHMDB_MAX_PROCS - 1 */
+    uint32_t caps;         /**< hps_proc_cap_t bits it recorded; 0 from builds before them */
 } hps_proc_info_t;
 
 /** What the coordinator is doing, as it last said in the segment header. */

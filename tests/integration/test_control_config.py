@@ -44,11 +44,17 @@ scenario has its own segment and persistent DB; vectors are checked exactly
       (supportlonglong), one to another shared_memory_name, and in mode
       none one to an INI without models; a load of m with another
       dimension, then with a third table, is followed (m exact at
-      dimension 16, with three tables, then as it was).
+      dimension 16, with three tables, then as it was); with a worker of
+      an earlier build attached (shm-attach: a row that records no
+      HPS_PROC_CAP_FOLLOWS_SHAPES), a load that changes m's dimension is
+      refused naming its pid (that worker would fail every request of m
+      while reporting ready), and accepted once it has gone.
 """
 import os
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -398,6 +404,34 @@ def scenario_unfollowable(t, cl):
     r = try_post(port, "/v2/repository/models/m/load")
     t.ok(r.status == 200, "(7) load of m back at dimension 8: 200", r.body[:500])
     check_exact(t, port, m, "(7) after the load, m at dimension 8 again")
+    # a worker of an earlier build cannot follow a shape: refused while it is attached
+    seg = re.search(r"^shared_memory_name\s*=\s*(\S+)", text, re.M).group(1)
+    old = subprocess.Popen([os.environ["HPS_SHM_ATTACH"], seg, "worker", "0"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        line = old.stdout.readline()
+        t.ok(line.startswith("attached"), "(7) a worker of an earlier build attached", line)
+        procs = {p["pid"]: p for p in cl.shm_info(seg)["processes"]}
+        t.ok(procs.get(old.pid, {}).get("follows_shapes") is False and
+             procs.get(w.pid, {}).get("follows_shapes") is True,
+             "(7) hps-shm info: follows_shapes false for it, true for the hps-worker",
+             [(p["pid"], p["role"], p.get("follows_shapes")) for p in procs.values()])
+        cl.write_config("hps.ini", with_section(text, m, m16), s)
+        r = try_post(port, "/v2/repository/models/m/load")
+        t.ok(r.status != 200 and "of an earlier build cannot follow" in error_of(r) and
+             "pid %d" % old.pid in error_of(r),
+             "(7) with it attached, a load of m at dimension 16 is refused naming its pid",
+             (r.status, r.body[:500]))
+        check_exact(t, port, m, "(7) after the refused load, m at dimension 8")
+    finally:
+        old.terminate()
+        old.wait(10)
+    r = try_post(port, "/v2/repository/models/m/load")
+    t.ok(r.status == 200, "(7) once it has gone, the load of m at dimension 16: 200", r.body[:500])
+    check_exact(t, port, m16, "(7) after the load, m at dimension 16")
+    cl.write_config("hps.ini", text, s)
+    r = try_post(port, "/v2/repository/models/m/load")
+    t.ok(r.status == 200, "(7) and back at dimension 8: 200", r.body[:500])
     # the key width: refused while a worker serves (its callers' keys)
     cl.write_config("hps.ini", text, s + [("hps", "supportlonglong", "false")])
     refused_hup(t, c, "supportlonglong false", "8-byte keys are served, the INI has 4-byte keys")

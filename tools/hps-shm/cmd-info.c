@@ -242,6 +242,12 @@ static json_object *proc_json(const hps_proc_info_t *p)
     hps__tool_jset(o, "heartbeat_age_s",
                    p->heartbeat_ns ? hps__tool_json_double(hps__tool_age_s(p->heartbeat_ns))
                                    : NULL);
+    /* a worker of an earlier build records no capabilities: a reload that
+     * changes a model's shape is refused while it is attached */
+    hps__tool_jset(o, "follows_shapes",
+                   p->role == HPS_ROLE_WORKER
+                       ? json_object_new_boolean(p->caps & HPS_PROC_CAP_FOLLOWS_SHAPES)
+                       : NULL);
     return o;
 }
 
@@ -364,10 +370,12 @@ static void procs_text(const hps_proc_info_t *procs, size_t n)
             snprintf(dev, sizeof dev, "%d", p->device);
         else
             snprintf(dev, sizeof dev, "-");
-        printf("  %-8d  %-12s  %6s  %5s  %s%s\n", (int)p->pid,
+        bool fixed = p->role == HPS_ROLE_WORKER && !(p->caps & HPS_PROC_CAP_FOLLOWS_SHAPES);
+        printf("  %-8d  %-12s  %6s  %5s  %s%s%s\n", (int)p->pid,
                hps__tool_role_name(p->role, role, sizeof role), dev, p->alive ? "yes" : "no",
                hps__tool_fmt_age(hps__tool_age_s(p->heartbeat_ns), age, sizeof age),
-               p->self ? " (this hps-shm)" : "");
+               p->self ? " (this hps-shm)" : "",
+               fixed ? " (an earlier build: cannot follow a model's new shape)" : "");
     }
 }
 

@@ -94,10 +94,9 @@ static void log_misfit(hps_client_t *cl, client_model_t *m)
             (ti.dim == m->dims[t] && ti.key_bytes == cl->key_bytes))
             continue;
         HPS_ERROR("model %s table %s: the segment holds dimension %u with %u-byte keys, this "
-                  "process serves dimension %u with %u-byte keys (its INI has another shape "
-                  "than the coordinator's): not served until the INIs agree",
+                  "process serves dimension %u with %u-byte keys %s",
                   m->conf->name, m->conf->embedding_table_names[t], ti.dim, ti.key_bytes,
-                  m->dims[t], cl->key_bytes);
+                  m->dims[t], cl->key_bytes, hps__client_misfit_why(cl));
         m->dim_warned = true;
     }
 }
@@ -233,7 +232,8 @@ static void reattach(hps_client_t *cl)
     hps_shmdb_t *fresh = NULL;
     hps_shmdb_proc_opts_t po = {.num_threads = (unsigned)cl->conf->volatile_db.num_threads,
                                 .role = HPS_ROLE_WORKER,
-                                .device = cl->device};
+                                .device = cl->device,
+                                .caps = HPS_PROC_CAP_FOLLOWS_SHAPES};
     uint64_t now = hps__client_now_ns();
     if (now < cl->attach_retry_ns && dev == cl->attach_fail_dev && ino == cl->attach_fail_ino)
         return; /* the object that refused us: not before its back-off */

@@ -635,6 +635,16 @@ static hps_err_t check_call(hps_client_t *cl, size_t mi, uint32_t nt, const int3
     return 0;
 }
 
+const char *hps__client_misfit_why(hps_client_t *cl)
+{
+    return atomic_load(&cl->no_conf_text)
+               ? "(its coordinator, of an earlier build, records no INI text to take the new "
+                 "shape from): not served until this process starts again with an INI of the "
+                 "new shape, or the coordinator is upgraded"
+               : "(this process's INI has another shape of it than the coordinator's): not "
+                 "served until the INIs agree";
+}
+
 /* A lookup whose arguments check_call accepted (nk > 0 keys, nfloats
  * output values), timed from t0 and counted. */
 static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
@@ -649,9 +659,8 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
         pthread_rwlock_unlock(&cl->seg_lock);
         return hps__client_fail(HPS_ENOTFOUND,
                                 "model %s: the segment holds it with other dimensions than this "
-                                "process serves (this process's INI has another shape of it than "
-                                "the coordinator's): not served until the INIs agree",
-                                m->conf->name);
+                                "process serves %s",
+                                m->conf->name, hps__client_misfit_why(cl));
     }
     size_t cur = atomic_load(&m->resolved) ? mi : hps__client_model_current(cl, mi);
     if (cur != mi && atomic_load(&cl->models[cur].resolved)) {

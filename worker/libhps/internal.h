@@ -125,6 +125,10 @@ struct hps_client {
     /* hps__client_follow_shapes ran on this segment (a misfit then looks
      * no more); cleared by a switch.  Maintenance thread only. */
     bool shapes_looked;
+    /* The segment records no coordinator INI text (a coordinator of a build
+     * before it): a misfit model's new shape cannot be taken from it, and
+     * its errors say so.  Maintenance thread writes, any thread reads. */
+    _Atomic bool no_conf_text;
     /* The segment was searched while its coordinator served: the models not
      * found in it are not loaded (explicit model control unloaded them, or
      * a SIGHUP reload removed them from the coordinator's INI, or they were
@@ -270,6 +274,15 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
  * thread.  Takes models_lock.
  */
 size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db);
+
+/**
+ * Why a model whose tables the segment holds in another shape (a misfit)
+ * is not served, for its messages: the segment's coordinator records no
+ * INI text (an earlier build: restart the process), or this process's INI
+ * disagrees with the coordinator's.  A static string; any thread.
+ * (client.c)
+ */
+const char *hps__client_misfit_why(hps_client_t *cl);
 
 /* ---- attach.c: the maintenance thread -------------------------------------- */
 

@@ -82,6 +82,7 @@ size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
             tried = true;
             char *text = NULL, err[512] = "";
             hps_err_t rc = hps_shmdb_conf_text(db, &text);
+            atomic_store(&cl->no_conf_text, rc == HPS_ENOTFOUND);
             if (rc == 0 && hps_conf_load_string(text, "the coordinator's INI (in the segment)",
                                                 &conf, err, sizeof(err)) < 0) {
                 HPS_WARN("the coordinator's INI text in the segment does not parse: %s", err);
