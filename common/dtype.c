@@ -265,6 +265,46 @@ static void int8_decode_row(const uint8_t *restrict src, uint32_t dim, float *re
         y[j] = (float)q[j] * scale;
 }
 
+/*
+ * int8 rows are computed with fp32 divides and multiplies, whose results
+ * depend on MXCSR's FTZ (bit 15: subnormal results flushed to 0) and DAZ
+ * (bit 6: subnormal operands read as 0) where a scale or a product is
+ * subnormal.  Callers may have set them (torch.set_flush_denormal, code
+ * built with -ffast-math): the rule (include/hps/dtype.h) is IEEE's default
+ * mode, so both are cleared for the call and restored after.  The empty asm
+ * with a memory clobber keeps the rows' loads after the clear and their
+ * stores before the restore.
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <xmmintrin.h>
+#define MXCSR_FTZ_DAZ 0x8040u
+static unsigned fp_default_begin(void)
+{
+    unsigned csr = _mm_getcsr();
+    if (csr & MXCSR_FTZ_DAZ)
+        _mm_setcsr(csr & ~MXCSR_FTZ_DAZ);
+    __asm__ volatile("" ::: "memory");
+    return csr;
+}
+
+static void fp_default_end(unsigned csr)
+{
+    __asm__ volatile("" ::: "memory");
+    if (csr & MXCSR_FTZ_DAZ)
+        _mm_setcsr(csr);
+}
+#else
+static unsigned fp_default_begin(void)
+{
+    return 0;
+}
+
+static void fp_default_end(unsigned csr)
+{
+    (void)csr;
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Public API                                                                */
 /* ------------------------------------------------------------------------ */
@@ -362,8 +402,10 @@ hps_err_t hps_dtype_encode(hps_dtype_t dtype, uint32_t dim, size_t n, const floa
     }
     case HPS_DTYPE_INT8: {
         size_t rb = hps_dtype_row_bytes(dtype, dim);
+        unsigned csr = fp_default_begin();
         for (size_t r = 0; r < n; r++)
             int8_encode_row(src + r * dim, dim, (uint8_t *)dst + r * rb);
+        fp_default_end(csr);
         break;
     }
     }
@@ -449,8 +491,10 @@ hps_err_t hps_dtype_decode(hps_dtype_t dtype, uint32_t dim, size_t n, const void
     }
     case HPS_DTYPE_INT8: {
         size_t rb = hps_dtype_row_bytes(dtype, dim);
+        unsigned csr = fp_default_begin();
         for (size_t r = 0; r < n; r++)
             int8_decode_row((const uint8_t *)src + r * rb, dim, dst + r * dim);
+        fp_default_end(csr);
         break;
     }
     }

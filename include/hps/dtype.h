@@ -60,7 +60,10 @@
  *         Decoding is exact (x' has the 16 bits followed by 16 zero bits).
  *   int8  Row-wise symmetric quantization, computed in fp32 in the default
  *         rounding mode (round to nearest; this code never changes it) and
- *         without flush-to-zero:
+ *         without flush-to-zero, whatever the calling thread set (on
+ *         x86-64, MXCSR's FTZ and DAZ bits are cleared for the call and
+ *         restored after: torch.set_flush_denormal(True) or -ffast-math
+ *         code would otherwise decode rows of a subnormal scale as 0):
  *           m     = the largest |x[j]| over the FINITE elements of the row,
  *                   0 if there are none;
  *           s0    = m / 127.0f;

@@ -793,6 +793,42 @@ static void test_int8_tiny_rows(void **state)
     }
 }
 
+/*
+ * The caller's MXCSR does not change int8 results: with FTZ and DAZ set (as
+ * torch.set_flush_denormal(True) or -ffast-math code leaves them), rows of
+ * subnormal scales and products encode and decode to the bits of the
+ * default mode, and the caller's MXCSR is restored.  (An audit saw such
+ * rows decode to all zeros in an in-process lookup before.)
+ */
+static void test_int8_ftz_daz(void **state)
+{
+    (void)state;
+    uint64_t seed = 21;
+    enum { DIM = 16, ROWS = 64 };
+    float x[ROWS * DIM], y_ref[ROWS * DIM], y[ROWS * DIM];
+    unsigned char enc_ref[ROWS * (4 + DIM)], enc[ROWS * (4 + DIM)];
+    for (int r = 0; r < ROWS; r++) /* largest |x| from 2^-149 to 2^-87: subnormal scales */
+        for (int j = 0; j < DIM; j++)
+            x[r * DIM + j] =
+                (float)ldexp((double)(rng_next(&seed) % 2001) / 1000.0 - 1.0, -149 + r);
+    assert_int_equal(hps_dtype_encode(HPS_DTYPE_INT8, DIM, ROWS, x, enc_ref), 0);
+    assert_int_equal(hps_dtype_decode(HPS_DTYPE_INT8, DIM, ROWS, enc_ref, y_ref), 0);
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+    assert_int_equal(hps_dtype_encode(HPS_DTYPE_INT8, DIM, ROWS, x, enc), 0);
+    assert_int_equal(hps_dtype_decode(HPS_DTYPE_INT8, DIM, ROWS, enc_ref, y), 0);
+    unsigned after = _mm_getcsr();
+    _mm_setcsr(csr);
+    assert_int_equal(after & 0x8040u, 0x8040u); /* the caller's mode, restored */
+    assert_memory_equal(enc, enc_ref, sizeof(enc));
+    int nonzero = 0;
+    for (int i = 0; i < ROWS * DIM; i++) {
+        assert_int_equal(bits_of(y[i]), bits_of(y_ref[i]));
+        nonzero += y_ref[i] != 0.0f;
+    }
+    assert_true(nonzero > ROWS * DIM / 2); /* the rows are not zeros anyway */
+}
+
 /* ------------------------------------------------------------------------ */
 /* Idempotence (all types)                                                   */
 /* ------------------------------------------------------------------------ */
@@ -961,6 +997,7 @@ int main(void)
         cmocka_unit_test(test_int8_rows),
         cmocka_unit_test(test_int8_random_rows_and_bound),
         cmocka_unit_test(test_int8_tiny_rows),
+        cmocka_unit_test(test_int8_ftz_daz),
         cmocka_unit_test(test_idempotence_all_types),
         cmocka_unit_test(test_int8_scale_sweep),
     };
