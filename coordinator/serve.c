@@ -602,11 +602,12 @@ static void prev_free(struct coord_prev *p)
 
 /* The distributed DB's handle for a serving table (ti), when Redis may
  * answer it: not where this configuration gives the same table another
- * dimension (its rows are replaced, and the load's handle of that name
- * must be the new dimension's). */
+ * dimension or key width (its rows are replaced, and the load's handle of
+ * that name must be the new shape's: hps_ddb_table refuses a second shape
+ * of one name). */
 static hps_ddb_table_t *prev_ddb_table(const coord_t *c, const hps_table_info_t *ti)
 {
-    if (!c->ddb)
+    if (!c->ddb || ti->key_bytes != (c->conf->hps.supportlonglong ? 8u : 4u))
         return NULL;
     for (size_t i = 0; i < c->conf->num_models; i++) {
         const hps_conf_model_t *m = &c->conf->models[i];
