@@ -95,8 +95,11 @@ struct hps_kafka_consumer {
     /* update_lag, consumer thread only: the group's committed offsets of
      * assigned partitions not fetched from yet, read once per assignment. */
     rd_kafka_topic_partition_list_t *starts;
-    char *legacy_group; /* o.legacy_group's copy, or NULL; read-only after create */
-    bool legacy_tried;  /* refresh_assignment looked at legacy_group; consumer thread */
+    /* Copies of o.brokers, o.group and o.legacy_group (NULL: none), which
+     * c->o points at instead of the caller's strings; read-only after
+     * create. */
+    char *brokers, *group, *legacy_group;
+    bool legacy_tried; /* refresh_assignment looked at legacy_group; consumer thread */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -830,9 +833,18 @@ hps_err_t hps_kafka_consumer_create(const hps_kafka_consumer_opts_t *opts,
     c->o = *opts;
     if (!c->o.model_key_bytes)
         c->o.model_key_bytes = c->o.key_bytes;
-    c->o.legacy_group = NULL; /* c->legacy_group holds the copy */
-    if (opts->legacy_group && opts->assign_all && !(c->legacy_group = strdup(opts->legacy_group))) {
+    c->brokers = strdup(opts->brokers);
+    c->group = strdup(opts->group);
+    if (opts->legacy_group && opts->assign_all)
+        c->legacy_group = strdup(opts->legacy_group);
+    c->o.brokers = c->brokers;
+    c->o.group = c->group;
+    c->o.legacy_group = NULL; /* c->legacy_group, where it applies */
+    if (!c->brokers || !c->group || (opts->legacy_group && opts->assign_all && !c->legacy_group)) {
         rd_kafka_conf_destroy(conf);
+        free(c->brokers);
+        free(c->group);
+        free(c->legacy_group);
         free(c);
         return -ENOMEM;
     }
@@ -964,6 +976,8 @@ void hps_kafka_consumer_destroy(hps_kafka_consumer_t *c)
         rd_kafka_topic_partition_list_destroy(c->starts);
     if (c->start_offsets)
         rd_kafka_topic_partition_list_destroy(c->start_offsets);
+    free(c->brokers);
+    free(c->group);
     free(c->legacy_group);
     for (size_t i = 0; i < c->num_re; i++)
         regfree(&c->re[i]);

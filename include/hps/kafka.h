@@ -151,8 +151,8 @@ typedef void (*hps_kafka_event_fn)(void *ctx, int level, const char *msg);
 
 /** Consumer options: [update_source] plus what the caller decides. */
 typedef struct hps_kafka_consumer_opts {
-    const char *brokers;              /**< metadata.broker.list, "host:port,host:port" */
-    const char *group;                /**< consumer group (hps_kafka_group_name()) */
+    const char *brokers;              /**< metadata.broker.list, "host:port,host:port"; copied */
+    const char *group;                /**< consumer group (hps_kafka_group_name()); copied */
     const char *const *filters;       /**< model-name regexes; none = subscribe to nothing.
                                        *   Read by create only (the caller may free them) */
     size_t num_filters;               /**< number of filters */
