@@ -115,10 +115,10 @@ typedef struct coord {
      * build then just stops (no fallback).  Main thread only. */
     bool serving_restart;
     /* segment.c: the segment this start builds replaces one that workers
-     * serve from meanwhile (a reload, a restart with initialize_after_startup
-     * = true): main.c lets the Kafka consumers catch up before publishing,
-     * so the workers never see rows older than those they served.  Main
-     * thread only. */
+     * (attached when the build began) serve from meanwhile (a reload, a
+     * restart with initialize_after_startup = true): main.c lets the Kafka
+     * consumers catch up before publishing, so the workers never see rows
+     * older than those they served.  Main thread only. */
     bool replacing;
     bool restart_tried;     /* serve.c: coord_prev_restart decided once; main thread */
     bool pdb_token_renewed; /* load-ident.c: this image renewed the token; main thread */

@@ -328,7 +328,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         return init_missq(c);
     }
     if (c->serving) { /* held from the start (coord_segment_hold_serving, _take_over) */
-        c->replacing = true;
+        c->replacing = hps_shmdb_other_procs(c->serving) > 0;
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded (%s); "
                  "its workers serve from it meanwhile",
                  name, c->serving_restart ? "restart" : "reload");
@@ -371,7 +371,7 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     if (rc == 0) {
         /* Built beside it: its workers serve from it until the new one is
          * published (issue 20: a restart never disturbs what is serving). */
-        c->replacing = true;
+        c->replacing = hps_shmdb_other_procs(c->db) > 0;
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded "
                  "(%s); its workers serve from it meanwhile",
                  name,
