@@ -18,10 +18,10 @@ puts the other half into Redis too), then:
       Redis (as an online update to the layer would) is still served;
   (3) data without a record (written by HugeCTR, which writes none) is kept
       too, and the record is written;
-  (4) SIGHUP to a version 3 of another dimension (its worker stopped first:
-      the coordinator refuses the reload while a worker serves the model):
-      the rows of version 2 are removed, not refused as rows that do not
-      fit, and version 3 serves.
+  (4) SIGHUP to a version 3 of another dimension (its worker stopped
+      first; one started after it checks the answers): the rows of version 2
+      are removed, not refused as rows that do not fit, and version 3
+      serves.
   (5) Redis only (no persistent DB, no rows of the volatile DB's own, as
       an imported HugeCTR Redis configuration has them): models a and b,
       a SIGHUP to b's version 2 under a checked stream of a's keys and one
@@ -142,7 +142,7 @@ def scenario(t, cl, rc):
     n_ready = coord.log().count("serving misses")
     cl.write_config("hps.ini", v3.ini_text, R.COMMON + R.ddb_settings(
         rc, initial_cache_rate=0.5, cache_missed_embeddings="true"))
-    stop(w)  # a reload to another dimension is refused while workers serve the model
+    stop(w)  # a worker started after the reload checks version 3
     coord.kill(signal.SIGHUP)
     t.ok(H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.1) and
          coord.alive() and "reload failed" not in coord.log(),
