@@ -206,8 +206,10 @@ bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_
 /* reload-check.c: whether next, the configuration a reload would build, is
  * one the running workers can follow (file header): coord_reload_check for
  * SIGHUP (the segment's name, the loaded set, the served models' key
- * width; logs the models next drops and the shapes it changes),
- * coord_reload_keys_ok for a model control load (the key width only).
+ * width, and no shape change while a worker of an earlier build is
+ * attached; logs the models next drops and the shapes it changes),
+ * coord_reload_keys_ok for a model control load (the key width and the
+ * shape rule only).
  * Main thread, c->db the serving segment; false with the reason in msg
  * (len bytes).  Nothing is written. */
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);

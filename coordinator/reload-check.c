@@ -64,8 +64,8 @@ static attached_t workers(hps_shmdb_t *db)
  * while workers of a build that cannot follow are attached (w); such a
  * change is logged otherwise (the workers take it from the segment at the
  * switch). */
-static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes,
-                           const attached_t *w, char *msg, size_t len)
+static bool followable(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes,
+                       const attached_t *w, char *msg, size_t len)
 {
     uint32_t n = hps_shmdb_table_count(db), held = 0;
     char change[256] = "";
@@ -96,7 +96,7 @@ static bool same_key_width(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t 
     if (change[0] && w->fixed) {
         snprintf(msg, len,
                  "model %s changes shape (%s), and %zu running worker%s (pid %s) of an earlier "
-                 "build cannot follow a new shape: it would fail every request of the model "
+                 "build cannot follow a new shape: each would fail every request of the model "
                  "until restarted; upgrade or restart %s first",
                  m->name, change, w->fixed, w->fixed == 1 ? "" : "s", w->pids,
                  w->fixed == 1 ? "it" : "them");
@@ -118,7 +118,7 @@ static bool keys_ok(const coord_t *c, const hps_conf_t *next, const attached_t *
         return true;
     uint32_t key_bytes = next->hps.supportlonglong ? 8 : 4;
     for (size_t i = 0; i < next->num_models; i++)
-        if (!same_key_width(c->db, &next->models[i], key_bytes, w, msg, len))
+        if (!followable(c->db, &next->models[i], key_bytes, w, msg, len))
             return false;
     return true;
 }
