@@ -188,6 +188,14 @@ int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
     return HPS_EXIT_DDB;
 }
 
+uint64_t coord_ddb_ident(const char *record)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a, 64-bit */
+    for (const unsigned char *p = (const unsigned char *)record; *p; p++)
+        h = (h ^ *p) * UINT64_C(0x100000001b3);
+    return h ? h : 1;
+}
+
 int coord_ddb_table(coord_t *c, coord_table_t *ct)
 {
     if (!c->ddb)

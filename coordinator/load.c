@@ -437,7 +437,10 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
     return 0;
 }
 
-/* After the fill: record which files the distributed DB's tables hold. */
+/* After the fill: record which files the distributed DB's tables hold, in
+ * Redis and in the segment (its ddb ident: a later build answers this
+ * segment's misses from Redis only while that record stands,
+ * serve.c: prev_ddb_table). */
 static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
@@ -449,6 +452,7 @@ static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t
                       ct->name, err[0] ? err : hps_strerror(rc));
             return HPS_EXIT_DDB;
         }
+        hps_shmdb_table_set_ddb_ident(c->db, ct->vdb_id, coord_ddb_ident(st->ident[t].content));
     }
     return 0;
 }

@@ -600,14 +600,19 @@ static void prev_free(struct coord_prev *p)
     free(p);
 }
 
-/* The distributed DB's handle for a serving table (ti), when Redis may
- * answer it: not where this configuration gives the same table another
- * dimension or key width (its rows are replaced, and the load's handle of
- * that name must be the new shape's: hps_ddb_table refuses a second shape
- * of one name). */
-static hps_ddb_table_t *prev_ddb_table(const coord_t *c, const hps_table_info_t *ti)
+/* The distributed DB's handle for table ti of the serving segment db, when
+ * Redis may answer it: Redis's record of the table is the one db was built
+ * beside (its ddb ident; a build killed or failed after it rewrote the
+ * table, or a table refilled without a record, holds other rows, which
+ * would mix versions in one answer), and this configuration gives the
+ * table the same dimension and key width (else its rows are replaced, and
+ * the load's handle of that name must be the new shape's: hps_ddb_table
+ * refuses a second shape of one name). */
+static hps_ddb_table_t *prev_ddb_table(const coord_t *c, hps_shmdb_t *db,
+                                       const hps_table_info_t *ti)
 {
-    if (!c->ddb || ti->key_bytes != (c->conf->hps.supportlonglong ? 8u : 4u))
+    uint64_t built = hps_shmdb_table_ddb_ident(db, ti->id);
+    if (!c->ddb || !built || ti->key_bytes != (c->conf->hps.supportlonglong ? 8u : 4u))
         return NULL;
     for (size_t i = 0; i < c->conf->num_models; i++) {
         const hps_conf_model_t *m = &c->conf->models[i];
@@ -617,7 +622,12 @@ static hps_ddb_table_t *prev_ddb_table(const coord_t *c, const hps_table_info_t 
                 return NULL;
     }
     hps_ddb_table_t *t = NULL;
-    return hps_ddb_table(c->ddb, ti->model, ti->table, ti->dim, ti->key_bytes, &t) == 0 ? t : NULL;
+    char rec[1024], err[256];
+    if (hps_ddb_table(c->ddb, ti->model, ti->table, ti->dim, ti->key_bytes, &t) != 0 ||
+        hps_ddb_record_get(t, rec, sizeof(rec), err, sizeof(err)) != 0 ||
+        coord_ddb_ident(rec) != built)
+        return NULL;
+    return t;
 }
 
 /* Hold the column families of db's tables in pdb (c->pdb, or the previous
@@ -650,7 +660,7 @@ static bool prev_run(coord_t *c, hps_shmdb_t *db, hps_pdb_t *pdb, const char *wh
             t = NULL;
         prev_table_t *pt = &p->tables[i];
         pt->pdb = t;
-        pt->ddb = prev_ddb_table(c, &ti);
+        pt->ddb = prev_ddb_table(c, db, &ti);
         pt->dim = ti.dim;
         pt->key_bytes = ti.key_bytes;
         pt->storage_type = ti.storage_type;

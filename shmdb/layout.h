@@ -184,7 +184,12 @@ struct shm_table {
     _Alignas(HPS_CACHELINE) _Atomic uint64_t inserts;
     _Atomic uint64_t updates;
     _Atomic uint64_t erased;
-    uint8_t pad3[40];
+    /* Which Redis rows the table was built beside (hps_shmdb_table_set_ddb_ident:
+     * a hash of the distributed DB's record); 0: none known, also in
+     * segments of builds before it (pad then, never written).  Release
+     * store by the coordinator that builds the segment, acquire loads. */
+    _Atomic uint64_t ddb_ident;
+    uint8_t pad3[32];
 };
 _Static_assert(sizeof(struct shm_table) % HPS_CACHELINE == 0, "table must fill cache lines");
 

@@ -116,6 +116,23 @@ uint32_t hps_shmdb_table_count(hps_shmdb_t *db);
  */
 hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *ret);
 
+/**
+ * @brief Record which distributed-DB (Redis) rows table id was built
+ *        beside: ident is a nonzero hash of the table's record there
+ *        (hps_ddb_record_get; the identity of the model files its rows came
+ *        from), so that a later coordinator asks Redis for this segment's
+ *        misses only while Redis still holds those rows.  Coordinator only.
+ * @return 0; HPS_ENOTFOUND for a bad id.
+ */
+hps_err_t hps_shmdb_table_set_ddb_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident);
+
+/**
+ * @brief The ident of hps_shmdb_table_set_ddb_ident(); 0 when none was
+ *        recorded (no distributed DB, or a segment of an earlier build) or
+ *        id is bad.  Lock-free.
+ */
+uint64_t hps_shmdb_table_ddb_ident(hps_shmdb_t *db, uint32_t id);
+
 /** A table directory entry as stored, for tools that list a damaged
  *  segment (hps_shmdb_table_entry). */
 typedef struct hps_table_entry {
