@@ -120,6 +120,14 @@ typedef struct coord {
      * consumers catch up before publishing, so the workers never see rows
      * older than those they served.  Main thread only. */
     bool replacing;
+    /* main.c, segment.c: this start continues a deployment of this segment
+     * name on this host (a segment of the name existed, or the persistent
+     * DB held a contents token): only then may its Kafka consumers take the
+     * offsets of the groups' names before the segment's name was part of
+     * them (kafka.c: legacy_group), which belonged to this host's one
+     * coordinator of that time, not to a segment started anew beside it.
+     * Main thread only. */
+    bool continues;
     bool restart_tried;     /* serve.c: coord_prev_restart decided once; main thread */
     bool pdb_token_renewed; /* load-ident.c: this image renewed the token; main thread */
     bool vdb_from_pdb;      /* load.c: a volatile-DB table took its values from the persistent DB

@@ -211,7 +211,9 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
     snprintf(local, sizeof(local), "%s.%s", host, c->conf->volatile_db.shared_memory_name);
     hps_kafka_group_name(l->name, l->kind == LAYER_DDB, local, group, sizeof(group));
     /* The per-host groups' names before the segment's name was added: a
-     * first start after the upgrade goes on from their offsets. */
+     * first start after the upgrade goes on from their offsets, where this
+     * start continues the segment of that time (c->continues; a segment
+     * started anew beside it reads its topics from the oldest update). */
     hps_kafka_group_name(l->name, false, host, legacy, sizeof(legacy));
     hps_kafka_consumer_opts_t o = {
         .brokers = u->brokers,
@@ -230,7 +232,7 @@ static int layer_create(coord_t *c, layer_t *l, const char **filters, size_t nf)
         /* a per-host group has one member: assigning by hand spares a
          * reloaded coordinator the group's rejoin wait (its catch-up) */
         .assign_all = l->kind != LAYER_DDB,
-        .legacy_group = l->kind != LAYER_DDB ? legacy : NULL,
+        .legacy_group = l->kind != LAYER_DDB && c->continues ? legacy : NULL,
         .resolve = resolve,
         .apply = apply,
         .event = on_event,

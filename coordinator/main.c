@@ -140,6 +140,8 @@ static int open_pdb(coord_t *c)
         return HPS_EXIT_PDB;
     }
     HPS_INFO("persistent DB: RocksDB at %s%s", p->path, p->read_only ? " (read-only)" : "");
+    if (coord_pdb_token(c) != 0)
+        c->continues = true; /* it held this segment's rows before (kafka.c: legacy_group) */
     return 0;
 }
 

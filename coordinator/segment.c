@@ -317,6 +317,8 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     int ex = coord_segment_lock(c);
     if (ex)
         return ex;
+    if (c->serving)
+        c->continues = true; /* a reload's, a fallback's or a restart's serving segment */
     if (c->serving && c->adopt) {
         /* A failed build's fallback: the segment it held from the start
          * (its misses answered meanwhile) is the one it serves again. */
@@ -336,6 +338,8 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         return ex ? ex : init_missq(c);
     }
     hps_err_t rc = hps_shmdb_attach(name, &po, &c->db);
+    if (rc == 0)
+        c->continues = true; /* a segment of this name served before */
     if (rc == 0 && other_coordinator(c, c->db, name)) {
         c->db = NULL;
         return HPS_EXIT_SEGMENT;
