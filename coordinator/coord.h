@@ -222,6 +222,12 @@ bool coord_control_room(const coord_t *c, uint64_t extra_bytes, char *msg, size_
  * (len bytes).  Nothing is written. */
 bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
 bool coord_reload_keys_ok(const coord_t *c, const hps_conf_t *next, char *msg, size_t len);
+/* reload-check.c: a restart replaces serving, the segment workers serve
+ * from, with c->conf: warn (naming the pids) where a worker of an earlier
+ * build is attached and a model's shape or key width changes (that worker
+ * fails the model's requests until restarted).  Nothing is refused: the
+ * configuration that served is gone.  Main thread. */
+void coord_restart_check(const coord_t *c, hps_shmdb_t *serving);
 
 /* load-ident.c: the persistent DB's metadata entry that records which files
  * table <model>.<table> was ingested from: "loaded.hps_et.<model>.<table>"

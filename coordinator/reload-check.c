@@ -167,3 +167,16 @@ bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, siz
                      now->models[i].name);
     return true;
 }
+
+void coord_restart_check(const coord_t *c, hps_shmdb_t *serving)
+{
+    attached_t w = workers(serving);
+    if (!w.fixed)
+        return;
+    char msg[1024];
+    uint32_t key_bytes = c->conf->hps.supportlonglong ? 8 : 4;
+    for (size_t i = 0; i < c->conf->num_models; i++)
+        if (!followable(serving, &c->conf->models[i], key_bytes, &w, msg, sizeof(msg)))
+            HPS_WARN("restart: %s (a restart cannot keep the serving configuration: it goes on)",
+                     msg);
+}

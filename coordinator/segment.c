@@ -331,6 +331,8 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
     }
     if (c->serving) { /* held from the start (coord_segment_hold_serving, _take_over) */
         c->replacing = hps_shmdb_other_procs(c->serving) > 0;
+        if (c->serving_restart)
+            coord_restart_check(c, c->serving); /* a reload checked before it began */
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded (%s); "
                  "its workers serve from it meanwhile",
                  name, c->serving_restart ? "restart" : "reload");
@@ -376,6 +378,8 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         /* Built beside it: its workers serve from it until the new one is
          * published (issue 20: a restart never disturbs what is serving). */
         c->replacing = hps_shmdb_other_procs(c->db) > 0;
+        if (!reload)
+            coord_restart_check(c, c->db);
         HPS_INFO("replacing the existing /dev/shm/hps.%s once the new one is loaded "
                  "(%s); its workers serve from it meanwhile",
                  name,

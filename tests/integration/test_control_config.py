@@ -445,6 +445,24 @@ def scenario_unfollowable(t, cl):
     check_alive(t, c, pid, [w], "(7) after the refused SIGHUPs")
     for x in (m, n):
         check_exact(t, port, x, "(7) after the refused SIGHUPs")
+    # a restart cannot be refused: with a worker of an earlier build attached,
+    # one that changes m's shape is logged, naming its pid
+    old = subprocess.Popen([os.environ["HPS_SHM_ATTACH"], seg, "worker", "0"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        old.stdout.readline()
+        c.kill(signal.SIGTERM)
+        c.wait(30)
+        cl.write_config("hps.ini", with_section(text, m, m16), s)
+        c = cl.start_coordinator(cl.path("hps.ini"))
+        warned = [ln for ln in c.log().splitlines()
+                  if " WARN " in ln and "restart: model m changes shape" in ln]
+        t.ok(len(warned) == 1 and "pid %d" % old.pid in warned[0],
+             "(7) a restart that changes m's shape with it attached: warned, naming its pid",
+             c.log()[-1500:])
+    finally:
+        old.terminate()
+        old.wait(10)
     for p in cl.procs:
         p.kill()
         p.wait(10)
