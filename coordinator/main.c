@@ -627,8 +627,8 @@ int main(int argc, char **argv)
     if (!ex)
         ex = coord_kafka_start(&c, &kafka);
     /* The updates produced since the old consumers stopped (a reload), or
-     * all a restart's consumers have to apply (a first start in new groups
-     * reads from the oldest retained update): the workers move only once
+     * all a restart's consumers read again (its volatile DB may be filled
+     * from a persistent DB that applied fewer): the workers move only once
      * the new segment holds what the one they serve from held. */
     if (!ex && (reloaded || c.replacing))
         coord_kafka_catch_up(kafka, RELOAD_CATCH_UP_MS);
