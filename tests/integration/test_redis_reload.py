@@ -178,6 +178,43 @@ def stream(w, name, keys, dim, check, stop_at, out):
         out.append((t0, check(kk, [vals[i * dim:(i + 1) * dim] for i in range(len(kk))])))
 
 
+def versions_check(old, new):
+    """A stream's check: each row of a request is version old's, version
+    new's or the default; "mixed" when both versions answer one request."""
+    def check(kk, rows):
+        kinds = set()
+        for k, row in zip(kk, rows):
+            kinds.add("v%d" % old if row == H.gen_vector(0, k, DIM, old) else
+                      "v%d" % new if row == H.gen_vector(0, k, DIM, new) else
+                      "default" if row == [DEFAULT] * DIM else "wrong")
+        return "mixed" if {"v%d" % old, "v%d" % new} <= kinds else "+".join(sorted(kinds))
+    return check
+
+
+def reload_under(cl, coord, ini_name, text, settings, watch, new, streams):
+    """Run streams ((worker, model, keys, check, out) each) while coord
+    reloads to text (SIGHUP); stop them once watch, one stream's out, has
+    answered new.  Returns (published, SIGHUP time, publication time)."""
+    stop_at = threading.Event()
+    threads = [threading.Thread(target=stream, args=(w, m, kk, DIM, check, stop_at, out))
+               for w, m, kk, check, out in streams]
+    for th in threads:
+        th.start()
+    time.sleep(0.3)
+    n_ready = coord.log().count("serving misses")
+    cl.write_config(ini_name, text, settings)
+    t_hup = time.monotonic()
+    coord.kill(signal.SIGHUP)
+    published = H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.05)
+    t_pub = time.monotonic()
+    H.wait_until(lambda: any(v == new for _, v in watch[-5:]), 10, 0.05)
+    time.sleep(0.3)
+    stop_at.set()
+    for th in threads:
+        th.join(30)
+    return published, t_hup, t_pub
+
+
 def redis_only(t, cl, rc):
     """(5): see the file's comment."""
     a = cl.gen_model("a", rows=[3000], dims=[DIM], defaults=[DEFAULT], subdir="ro_a")
@@ -185,9 +222,12 @@ def redis_only(t, cl, rc):
                       version=1)
     b2 = cl.gen_model("b", rows=[60000], dims=[DIM], defaults=[DEFAULT], subdir="ro_b2",
                       version=2)
+    # lookup_timeout_ms 1000: a Redis lookup over the default 20 ms (a busy
+    # 2-core machine) gets defaults in any deployment without a persistent
+    # DB; the checks here are about the reload
     settings = R.COMMON + [("volatile_db", "cache_missed_embeddings", "false"),
                            ("persistent_db", "type", "disabled")] + R.ddb_settings(
-        rc, initial_cache_rate=1.0, cache_missed_embeddings="false")
+        rc, initial_cache_rate=1.0, cache_missed_embeddings="false", lookup_timeout_ms=1000)
 
     def ini(b):
         return a.ini_text + "\n" + b.ini_text[b.ini_text.index("[model.b]"):]
@@ -201,30 +241,10 @@ def redis_only(t, cl, rc):
         return "exact" if rows == [H.gen_vector(0, k, DIM) for k in kk] else \
             "default" if [DEFAULT] * DIM in rows else "wrong"
 
-    def check_b(kk, rows):
-        kinds = set()
-        for k, row in zip(kk, rows):
-            kinds.add("v1" if row == H.gen_vector(0, k, DIM, 1) else
-                      "v2" if row == H.gen_vector(0, k, DIM, 2) else
-                      "default" if row == [DEFAULT] * DIM else "wrong")
-        return "mixed" if {"v1", "v2"} <= kinds else "+".join(sorted(kinds))
-    stop_at, out_a, out_b = threading.Event(), [], []
-    threads = [threading.Thread(target=stream, args=(w, "a", akeys, DIM, check_a, stop_at, out_a)),
-               threading.Thread(target=stream, args=(w, "b", bkeys, DIM, check_b, stop_at, out_b))]
-    for th in threads:
-        th.start()
-    time.sleep(0.3)
-    n_ready = coord.log().count("serving misses")
-    cl.write_config("ro.ini", ini(b2), settings)
-    t_hup = time.monotonic()
-    coord.kill(signal.SIGHUP)
-    published = H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.05)
-    t_pub = time.monotonic()
-    H.wait_until(lambda: any(v == "v2" for _, v in out_b[-5:]), 10, 0.05)
-    time.sleep(0.3)
-    stop_at.set()
-    for th in threads:
-        th.join(30)
+    out_a, out_b = [], []
+    published, t_hup, t_pub = reload_under(
+        cl, coord, "ro.ini", ini(b2), settings, out_b, "v2",
+        [(w, "a", akeys, check_a, out_a), (w, "b", bkeys, versions_check(1, 2), out_b)])
     t.ok(published, "Redis only: reload to b version 2 published", coord.log()[-1500:])
     during = [v for t0, v in out_a if t_hup <= t0 <= t_pub]
     bad = {v: n for v in set(v for _, v in out_a) if v != "exact"
@@ -246,27 +266,9 @@ def redis_only(t, cl, rc):
                       version=3)
     R.redis_cmd(rc.alive_ports()[0], "DEL", R.hname("b", TABLE, 0, "r"))
 
-    def check_b3(kk, rows):
-        kinds = set()
-        for k, row in zip(kk, rows):
-            kinds.add("v2" if row == H.gen_vector(0, k, DIM, 2) else
-                      "v3" if row == H.gen_vector(0, k, DIM, 3) else
-                      "default" if row == [DEFAULT] * DIM else "wrong")
-        return "mixed" if {"v2", "v3"} <= kinds else "+".join(sorted(kinds))
-    stop_at, out_b = threading.Event(), []
-    threads = [threading.Thread(target=stream, args=(w, "b", bkeys, DIM, check_b3, stop_at, out_b))
-               for _ in range(2)]
-    for th in threads:
-        th.start()
-    time.sleep(0.3)
-    n_ready = coord.log().count("serving misses")
-    cl.write_config("ro.ini", ini(b3), settings)
-    coord.kill(signal.SIGHUP)
-    published = H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.05)
-    H.wait_until(lambda: any(v == "v3" for _, v in out_b[-5:]), 10, 0.05)
-    stop_at.set()
-    for th in threads:
-        th.join(30)
+    out_b = []
+    published = reload_under(cl, coord, "ro.ini", ini(b3), settings, out_b, "v3",
+                             [(w, "b", bkeys, versions_check(2, 3), out_b)] * 2)[0]
     kinds_b = {v: sum(1 for _, x in out_b if x == v) for v in set(x for _, x in out_b)}
     t.ok(published and set(kinds_b) <= {"v2", "v3", "default", "default+v2", "default+v3"} and
          "v3" in kinds_b, "(6) b's record removed, reload to v3: %d requests each v2, v3 or "
