@@ -47,62 +47,6 @@
 
 #include <stdio.h>
 
-/* The group's earlier name had committed K on partition 0 (and nothing on
- * 1); the group itself nothing: V starts at K on 0 and at the beginning
- * of 1, not at the beginning of both (every retained update replayed over
- * rows loaded since).  After V committed in its own group, a new V with the
- * same names goes on from its own offsets (the ends), not from K again. */
-static void test_legacy_group_offsets(void **state)
-{
-    enum { K = 10 };
-    world_t *w = *state;
-    produce(w);
-    commit_at(w, w->legacy_v, 0, K);
-    consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
-    bool want[N];
-    int nwant = want_from(w, K, want);
-    assert_int_equal(nwant, N - K);
-    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
-    assert_applied(&w->sv, want);
-    hps_kafka_stats_t st;
-    hps_kafka_consumer_stats(w->v, &st);
-    assert_int_equal(st.applied, (uint64_t)nwant);
-    assert_int_equal(st.offset_resets, 0);
-    int64_t vc[PARTS];
-    committed(w, w->group_v, vc);
-    for (int32_t p = 0; p < PARTS; p++)
-        assert_int_equal(vc[p], N / PARTS);
-
-    /* Restarted: its own offsets win over the legacy group's K. */
-    hps_kafka_consumer_destroy(w->v);
-    memset(w->sv.seen, 0, sizeof(w->sv.seen));
-    consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
-    assert_true(run_until_caught_up(w->v, 0));
-    hps_kafka_consumer_stats(w->v, &st);
-    assert_int_equal(st.applied, 0);
-}
-
-/* start_at's from has no offsets in its group, K on partition 0 in its
- * legacy group: the snapshot takes K there (V applies from K on 0 and all
- * of 1). */
-static void test_start_at_legacy(void **state)
-{
-    enum { K = 10 };
-    world_t *w = *state;
-    produce(w);
-    commit_at(w, w->legacy_p, 0, K);
-    consumer_of(w, w->group_p, w->legacy_p, &w->sp, &w->p);
-    consumer(w, w->group_v, &w->sv, &w->v);
-    hps_kafka_consumer_start_at(w->v, w->p);
-    bool want[N];
-    int nwant = want_from(w, K, want);
-    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
-    assert_applied(&w->sv, want);
-    hps_kafka_stats_t st;
-    hps_kafka_consumer_stats(w->v, &st);
-    assert_int_equal(st.applied, (uint64_t)nwant);
-}
-
 int main(void)
 {
     printf("1..0 # SKIP built without librdkafka\n");
@@ -503,6 +447,21 @@ static int want_from(const world_t *w, int64_t k, bool want[N])
     return nwant;
 }
 
+/* Run c (into sink s) until it has caught up: it must have applied exactly
+ * the messages at offset k or later on partition 0 and every message of
+ * partition 1 (want_from), each once.  Returns how many those are. */
+static int assert_applies_from(world_t *w, hps_kafka_consumer_t *c, sink_t *s, int64_t k)
+{
+    bool want[N];
+    int nwant = want_from(w, k, want);
+    assert_true(run_until_caught_up(c, (uint64_t)nwant));
+    assert_applied(s, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(c, &st);
+    assert_int_equal(st.applied, (uint64_t)nwant);
+    return nwant;
+}
+
 /* P's group had committed K on partition 0 and nothing on partition 1 at
  * the call: V starts exactly at K on 0 and at the beginning of 1. */
 static void test_snapshot_at_committed(void **state)
@@ -533,11 +492,7 @@ static void test_snapshot_at_committed(void **state)
         assert_int_equal(pc[p], N / PARTS);
 
     /* V: exactly from K on partition 0, from the beginning of partition 1. */
-    assert_true(run_until_caught_up(w->v, 0));
-    assert_applied(&w->sv, want);
-    hps_kafka_stats_t st;
-    hps_kafka_consumer_stats(w->v, &st);
-    assert_int_equal(st.applied, (uint64_t)nwant);
+    assert_applies_from(w, w->v, &w->sv, K);
 }
 
 /* P's group had committed an offset past the end of partition 0 (the
@@ -573,14 +528,9 @@ static void test_legacy_group_offsets(void **state)
     produce(w);
     commit_at(w, w->legacy_v, 0, K);
     consumer_of(w, w->group_v, w->legacy_v, &w->sv, &w->v);
-    bool want[N];
-    int nwant = want_from(w, K, want);
-    assert_int_equal(nwant, N - K);
-    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
-    assert_applied(&w->sv, want);
+    assert_int_equal(assert_applies_from(w, w->v, &w->sv, K), N - K);
     hps_kafka_stats_t st;
     hps_kafka_consumer_stats(w->v, &st);
-    assert_int_equal(st.applied, (uint64_t)nwant);
     assert_int_equal(st.offset_resets, 0);
     int64_t vc[PARTS];
     committed(w, w->group_v, vc);
@@ -608,13 +558,7 @@ static void test_start_at_legacy(void **state)
     consumer_of(w, w->group_p, w->legacy_p, &w->sp, &w->p);
     consumer(w, w->group_v, &w->sv, &w->v);
     hps_kafka_consumer_start_at(w->v, w->p);
-    bool want[N];
-    int nwant = want_from(w, K, want);
-    assert_true(run_until_caught_up(w->v, (uint64_t)nwant));
-    assert_applied(&w->sv, want);
-    hps_kafka_stats_t st;
-    hps_kafka_consumer_stats(w->v, &st);
-    assert_int_equal(st.applied, (uint64_t)nwant);
+    assert_applies_from(w, w->v, &w->sv, K);
 }
 
 int main(void)
