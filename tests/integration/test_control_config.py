@@ -50,6 +50,7 @@ scenario has its own segment and persistent DB; vectors are checked exactly
       refused naming its pid (that worker would fail every request of m
       while reporting ready), and accepted once it has gone.
 """
+import contextlib
 import os
 import re
 import shutil
@@ -378,6 +379,20 @@ def refused_hup(t, c, what, says):
          "(7) %s: SIGHUP refused, the reason logged (%r)" % (what, says), log[-1500:])
 
 
+@contextlib.contextmanager
+def old_worker(seg):
+    """A worker of an earlier build attached to segment seg for the with
+    block (shm-attach: a process-table row that records no capabilities);
+    yields the process and the first line it printed ("attached <pid>")."""
+    p = subprocess.Popen([os.environ["HPS_SHM_ATTACH"], seg, "worker", "0"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        yield p, p.stdout.readline()
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
 def scenario_unfollowable(t, cl):
     m, n, o, s, text, c, w = serving_m_n(cl, "s7")
     port, pid = w.http_port, c.pid
@@ -406,10 +421,7 @@ def scenario_unfollowable(t, cl):
     check_exact(t, port, m, "(7) after the load, m at dimension 8 again")
     # a worker of an earlier build cannot follow a shape: refused while it is attached
     seg = re.search(r"^shared_memory_name\s*=\s*(\S+)", text, re.M).group(1)
-    old = subprocess.Popen([os.environ["HPS_SHM_ATTACH"], seg, "worker", "0"],
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        line = old.stdout.readline()
+    with old_worker(seg) as (old, line):
         t.ok(line.startswith("attached"), "(7) a worker of an earlier build attached", line)
         procs = {p["pid"]: p for p in cl.shm_info(seg)["processes"]}
         t.ok(procs.get(old.pid, {}).get("follows_shapes") is False and
@@ -423,9 +435,6 @@ def scenario_unfollowable(t, cl):
              "(7) with it attached, a load of m at dimension 16 is refused naming its pid",
              (r.status, r.body[:500]))
         check_exact(t, port, m, "(7) after the refused load, m at dimension 8")
-    finally:
-        old.terminate()
-        old.wait(10)
     r = try_post(port, "/v2/repository/models/m/load")
     t.ok(r.status == 200, "(7) once it has gone, the load of m at dimension 16: 200", r.body[:500])
     check_exact(t, port, m16, "(7) after the load, m at dimension 16")
@@ -447,10 +456,7 @@ def scenario_unfollowable(t, cl):
         check_exact(t, port, x, "(7) after the refused SIGHUPs")
     # a restart cannot be refused: with a worker of an earlier build attached,
     # one that changes m's shape is logged, naming its pid
-    old = subprocess.Popen([os.environ["HPS_SHM_ATTACH"], seg, "worker", "0"],
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        old.stdout.readline()
+    with old_worker(seg) as (old, _):
         c.kill(signal.SIGTERM)
         c.wait(30)
         cl.write_config("hps.ini", with_section(text, m, m16), s)
@@ -460,9 +466,6 @@ def scenario_unfollowable(t, cl):
         t.ok(len(warned) == 1 and "pid %d" % old.pid in warned[0],
              "(7) a restart that changes m's shape with it attached: warned, naming its pid",
              c.log()[-1500:])
-    finally:
-        old.terminate()
-        old.wait(10)
     for p in cl.procs:
         p.kill()
         p.wait(10)
