@@ -22,6 +22,8 @@ static hps_err_t lookup_done(uint64_t t0, hps_err_t rc, hps_kserve_lookup_stats_
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     stats->compute_infer_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec - t0;
+    if (rc == 0) /* the version the rows came from, this thread's (follow_models polls it) */
+        stats->model_version = hps_client_last_version();
     if (rc < 0)
         snprintf(stats->message, sizeof(stats->message), "lookup failed: %s",
                  hps_client_last_error()[0] ? hps_client_last_error() : hps_strerror(rc));

@@ -317,11 +317,11 @@ static enum MHD_Result infer_respond(const hps_kserve_t *s, struct MHD_Connectio
                                      struct hps__kserve_kmodel *m,
                                      const struct hps__kserve_infer_req *req, float *out,
                                      const hps_kserve_lookup_stats_t *ls, uint64_t stamp[4],
-                                     enum hps__kserve_zenc enc)
+                                     enum hps__kserve_zenc enc, uint64_t version)
 {
     hps__kserve_text_t t;
     hps__kserve_text_init(&t);
-    hps__kserve_resp_infer(&t, m, req, out);
+    hps__kserve_resp_infer(&t, m, req, out, version);
     stamp[3] = hps__kserve_now_ns();
     if (t.oom) {
         hps__kserve_text_fini(&t);
@@ -384,6 +384,7 @@ static hps_err_t retry_new_shape(hps_kserve_t *s, struct kreq *q, const char *hl
     if (hps__kserve_infer_parse(&s->limits, &s->models[mi2], q->body ? q->body : "", q->len, hlen,
                                 &req2, &err))
         return rc;
+    req2.version = req->version;
     float *out2 = out_buffer(s, &req2);
     if (!out2) {
         hps__kserve_infer_req_fini(&req2);
@@ -410,13 +411,24 @@ static enum MHD_Result infer_finish(hps_kserve_t *s, struct MHD_Connection *c, s
         out_done(s, req, out, false);
         return lookup_failed(s, c, mi, rc, ls, stamp[0]);
     }
+    /* The version the rows came from: a reload may have switched the
+     * backend since the route checked the URL's version against the
+     * registry's (which follows the switch a moment later). */
+    uint64_t v = ls->model_version ? ls->model_version : hps__kserve_kmodel_version(m);
+    if (req->version && req->version != v) {
+        out_done(s, req, out, false);
+        char msg[HPS__KSERVE_KERR_MSG_MAX];
+        snprintf(msg, sizeof(msg), "Request for unknown model: '%s' version %llu is not found",
+                 m->name, (unsigned long long)req->version);
+        return infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_REJECTED, 400, msg);
+    }
     if (!on_device && hps__kserve_infer_store_output(req, out, &err)) {
         out_done(s, req, out, false);
         return infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_OTHER, err.status, err.msg);
     }
     stamp[2] = hps__kserve_now_ns();
     out = out_done(s, req, out, true);
-    return infer_respond(s, c, m, req, out, ls, stamp, enc);
+    return infer_respond(s, c, m, req, out, ls, stamp, enc, v);
 }
 
 /* An inference request whose lookup runs on the pool. */
@@ -479,7 +491,7 @@ static bool defer(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q, siz
 /* Parse, look up, answer: one inference request for model mi.  *deferred:
  * the lookup went to the pool, which answers (and ends the pending gauge). */
 static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, struct kreq *q,
-                                   size_t mi, bool *deferred)
+                                   size_t mi, uint64_t version, bool *deferred)
 {
     struct hps__kserve_kmodel *m = &s->models[mi];
     uint64_t stamp[4] = {hps__kserve_now_ns(), 0, 0, 0};
@@ -489,6 +501,7 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
     if (hps__kserve_infer_parse(&s->limits, m, q->body ? q->body : "", q->len, hlen, &req, &err))
         return infer_failed(s, m, c, stamp[0], HPS__KSERVE_FAIL_OTHER, err.status, err.msg);
+    req.version = version;
     enum MHD_Result ret;
     hps_kserve_lookup_stats_t ls;
     memset(&ls, 0, sizeof(ls));
@@ -537,7 +550,10 @@ static enum MHD_Result h_infer(hps_kserve_t *s, struct MHD_Connection *c, struct
     _Atomic int64_t *pending = &s->models[mi].stats.pending;
     atomic_fetch_add_explicit(pending, 1, memory_order_relaxed); /* a gauge only */
     bool deferred = false;
-    enum MHD_Result ret = infer_model(s, c, q, (size_t)mi, &deferred);
+    uint64_t version = 0; /* the URL's, which route_model checked */
+    if (r->version)
+        hps__kserve_route_version(r, &version);
+    enum MHD_Result ret = infer_model(s, c, q, (size_t)mi, version, &deferred);
     if (!deferred)
         atomic_fetch_sub_explicit(pending, 1, memory_order_relaxed);
     return ret;

@@ -167,14 +167,20 @@ static inline uint64_t hps__kserve_kmodel_version(const struct hps__kserve_kmode
     return atomic_load_explicit((_Atomic uint64_t *)&m->version_num, memory_order_relaxed);
 }
 
-/** m's version as a JSON string ("7"), written without a formatting call
+/** Version v as a JSON string ("7"), written without a formatting call
  *  (it is in every inference response). */
+static inline void hps__kserve_text_version_num(hps__kserve_text_t *t, uint64_t v)
+{
+    hps__kserve_text_putc(t, '"');
+    hps__kserve_text_u64(t, v);
+    hps__kserve_text_putc(t, '"');
+}
+
+/** m's version as a JSON string. */
 static inline void hps__kserve_text_version(hps__kserve_text_t *t,
                                             const struct hps__kserve_kmodel *m)
 {
-    hps__kserve_text_putc(t, '"');
-    hps__kserve_text_u64(t, hps__kserve_kmodel_version(m));
-    hps__kserve_text_putc(t, '"');
+    hps__kserve_text_version_num(t, hps__kserve_kmodel_version(m));
 }
 
 /** Timings of one request, nanoseconds, for hps__kserve_stats_record(). */
@@ -295,6 +301,13 @@ long hps__kserve_route_model(const struct hps__kserve_route *r,
  * that name, the newest one b->model_loaded says is loaded, else the newest
  * (b NULL, or no model_loaded: the newest); -1 when none has it.
  */
+/**
+ * The version a route names (its /versions/{v}): true with *ret set, false
+ * when it names none or one that is no number (hps__kserve_route_model
+ * refuses those).
+ */
+bool hps__kserve_route_version(const struct hps__kserve_route *r, uint64_t *ret);
+
 long hps__kserve_model_pick(const struct hps__kserve_kmodel *models, size_t num_models,
                             const hps_kserve_backend_t *b, const char *name, size_t len);
 
@@ -544,6 +557,9 @@ struct hps__kserve_infer_req {
     char *out_region; /* name (owned) */
     uint64_t out_shm_size;
     uint64_t out_shm_offset;
+    /* The version the URL names (/versions/{v}), 0 = none: the answer must
+     * come from it.  Set by the caller after parsing. */
+    uint64_t version;
 };
 
 /**
@@ -585,11 +601,13 @@ void hps__kserve_resp_model_config(hps__kserve_text_t *t, const struct hps__kser
 void hps__kserve_resp_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *models,
                             size_t count, const hps_kserve_backend_t *b);
 /**
- * The inference response.  With r->binary_output only the JSON header is
+ * The inference response, labelled with model version `version` (the one
+ * the lookup answered from).  With r->binary_output only the JSON header is
  * written (the caller sends out[] after it); else the whole JSON with data.
  */
 void hps__kserve_resp_infer(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m,
-                            const struct hps__kserve_infer_req *r, const float *out);
+                            const struct hps__kserve_infer_req *r, const float *out,
+                            uint64_t version);
 
 /* ------------------------------------------------------------------------ */
 /* Content codings: gzip and deflate bodies (kserve_zlib.c, zlib)            */

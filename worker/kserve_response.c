@@ -236,7 +236,8 @@ static void shm_output_params(hps__kserve_text_t *t, const struct hps__kserve_in
 }
 
 void hps__kserve_resp_infer(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m,
-                            const struct hps__kserve_infer_req *r, const float *out)
+                            const struct hps__kserve_infer_req *r, const float *out,
+                            uint64_t version)
 {
     /* Most floats print in at most 16 bytes ("-1.23456789e-05,"). */
     if (!r->binary_output && !r->out_shm && !hps__kserve_text_reserve(t, 256 + r->out_len * 16))
@@ -250,7 +251,7 @@ void hps__kserve_resp_infer(hps__kserve_text_t *t, const struct hps__kserve_kmod
     str_field(t, "model_name", m->name);
     hps__kserve_text_putc(t, ',');
     key(t, "model_version");
-    hps__kserve_text_version(t, m);
+    hps__kserve_text_version_num(t, version);
     hps__kserve_text_puts(t, ",\"parameters\":{\"NumSample\":");
     hps__kserve_text_u64(t, r->num_samples);
     hps__kserve_text_puts(t, ",\"DeviceID\":");

@@ -193,6 +193,11 @@ static bool parse_version(const char *s, size_t n, uint64_t *ret)
     return true;
 }
 
+bool hps__kserve_route_version(const struct hps__kserve_route *r, uint64_t *ret)
+{
+    return r->version && parse_version(r->version, r->version_len, ret);
+}
+
 long hps__kserve_model_pick(const struct hps__kserve_kmodel *models, size_t num_models,
                             const hps_kserve_backend_t *b, const char *name, size_t len)
 {

@@ -484,6 +484,20 @@ hps_err_t hps_client_lookup_table(hps_client_t *c, size_t model, uint32_t table,
  */
 const char *hps_client_last_error(void);
 
+/**
+ * @brief The model version that the calling thread's last successful
+ * lookup call (hps_client_lookup, _ex, _typed or _table, on any client)
+ * was answered from, as hps_client_model_version() would have said at that
+ * moment: every row of the call comes from this version.  0 when the
+ * thread's last lookup call failed or it made none.  Thread-local storage;
+ * lock-free.  A caller that labels its answers with a version (hps-worker's
+ * `model_version`) reads it right after the call: asking
+ * hps_client_model_version() afterwards may already see the next version
+ * of a reload that switched meanwhile.  0 too for a call of no keys, or
+ * one answered while the client knew no segment holding the model.
+ */
+uint32_t hps_client_last_version(void);
+
 /* ---- Counters (the nv_hps_* metrics of hps-worker) ---------------------- */
 
 /** Per-model counters of one client since it opened, or since the model

@@ -240,6 +240,13 @@ typedef struct hps_kserve_lookup_stats {
     uint64_t compute_input_ns;  /**< copying or de-duplicating keys */
     uint64_t compute_infer_ns;  /**< cache, databases, defaults */
     uint64_t compute_output_ns; /**< scatter and copy-out of the vectors */
+    /** On success: the model version every row of the answer came from (it
+     *  labels the response's model_version, and a request that names
+     *  another version in its URL is refused); 0 = not said: the version
+     *  set by hps_kserve_set_model_version().  A backend whose models change
+     *  version while it serves sets it, since the registry's version is
+     *  polled and may lag a switch by the backend's polling period. */
+    uint64_t model_version;
     /** On failure: optional detail, NUL-terminated, shown to the client;
      *  "" = hps_strerror() of the returned code. */
     char message[HPS_KSERVE_MESSAGE_MAX];

@@ -178,7 +178,8 @@ static void run_infer(const struct hps__kserve_klimits *lim, const struct hps__k
             for (uint32_t d = 0; d < m->dims[i]; d++)
                 out[o++] = (float)(*k % 1000) + (float)d * 0.5f;
     if (hps__kserve_infer_store_output(&req, out, &err) == 0) {
-        hps__kserve_resp_infer(&t, m, &req, req.out_shm ? NULL : out);
+        hps__kserve_resp_infer(&t, m, &req, req.out_shm ? NULL : out,
+                               hps__kserve_kmodel_version(m));
     } else {
         hps__kserve_resp_error(&t, err.msg);
     }

@@ -11,6 +11,8 @@ whose version may only move forward (each worker switches once).
       coordinator (same pid: it executes itself again) builds the new
       segment beside the serving one and publishes it; both workers report
       version 2 in the model metadata; hps-shm info shows it;
+      requests that name version 1 in their URL get its rows or, once
+      version 2 serves, a 400 (never version 2's rows);
   (2) SIGHUP with a broken INI: logged, nothing changes, still version 2;
   (3) SIGHUP with a version 3 whose emb_vector is corrupt: refused before
       anything is written, still version 2;
@@ -42,8 +44,10 @@ whose version may only move forward (each worker switches once).
 In (1) the reloading coordinator runs on the highest half of its CPUs
 ([hps] load_cpu_share, logged) and every thread is back on all of them
 after publishing.
-Over the whole stream: 0 failed requests, 0 mixed or wrong answers, 0
-default values (every key is in shared memory, initial_cache_rate 1.0).
+Over the whole stream: 0 failed requests, 0 mixed or wrong answers, each
+answer's model_version that of its rows (it lagged a switch by up to the
+worker's 50 ms poll before), 0 default values (every key is in shared
+memory, initial_cache_rate 1.0).
 """
 import json
 import os
@@ -83,7 +87,7 @@ class Stream(threading.Thread):
                      for t in range(len(first.file_keys))]  # skip: (table, key) pairs
         self.rng = random.Random(seed)
         self.stop_ev = threading.Event()
-        self.requests = self.failed = self.wrong = self.backwards = 0
+        self.requests = self.failed = self.wrong = self.backwards = self.mislabeled = 0
         self.seen = []  # versions in the order first answered
         self.first_problem = ""
 
@@ -96,7 +100,7 @@ class Stream(threading.Thread):
                 if r.status == 503 and b"a reload changed its tables" in r.body:
                     self.caught += 1
                     continue
-            got, _ = H.stream_infer(self, self.name, kpt, binary=self.requests % 2 == 0)
+            got, r = H.stream_infer(self, self.name, kpt, binary=self.requests % 2 == 0)
             if got is None:
                 continue
             self.requests += 1
@@ -108,8 +112,51 @@ class Stream(threading.Thread):
                 continue
             if self.seen and v < self.seen[-1]:
                 self.backwards += 1
+            # the answer's model_version names the version its rows are of
+            # (in a switch's first moments it named the one before: the
+            # worker polls the version its registry shows)
+            label = H.decode_output(r)[0].get("model_version")
+            if not self.shape_change and label != str(v):
+                self.mislabeled += 1
+                self.first_problem = self.first_problem or "version %d's rows labelled %r" % (
+                    v, label)
             if not self.seen or v != self.seen[-1]:
                 self.seen.append(v)
+
+
+class PinnedStream(threading.Thread):
+    """Requests that name version 1 in their URL (/v2/models/m/versions/1/
+    infer), back to back through the switch to version 2: each is answered
+    with version 1's rows labelled "1", or refused with Triton's 400
+    "version 1 is not found" once version 2 serves; never with version 2's
+    rows (a request routed just before the switch and looked up just after
+    it got them before)."""
+
+    def __init__(self, port, m1, seed):
+        super().__init__(daemon=True)
+        self.port, self.m1, self.rng = port, m1, random.Random(seed)
+        self.stop_ev = threading.Event()
+        self.served = self.refused = self.bad = 0
+        self.first_problem = ""
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            kpt = [self.rng.sample(self.m1.file_keys[0], 8), []]
+            try:
+                r = H.infer(self.port, "m/versions/1", kpt, binary=True, timeout=10)
+            except Exception as e:  # noqa: BLE001
+                self.bad += 1
+                self.first_problem = self.first_problem or repr(e)
+                continue
+            if r.status == 400 and b"version 1 is not found" in r.body:
+                self.refused += 1
+                continue
+            ok = r.status == 200 and H.decode_output(r)[1] == self.m1.expected(kpt) and \
+                H.decode_output(r)[0].get("model_version") == "1"
+            self.served += ok
+            self.bad += not ok
+            if not ok:
+                self.first_problem = self.first_problem or "%d %r" % (r.status, r.body[:300])
 
 
 def start_streams(ws, models, seed):
@@ -140,9 +187,9 @@ def stop_streams(t, streams, seen):
         s.join(30)
     for i, s in enumerate(streams):
         t.ok(s.requests > 30, "worker %d: the stream ran (%d requests)" % (i, s.requests))
-        t.eq((s.failed, s.wrong, s.backwards), (0, 0, 0),
+        t.eq((s.failed, s.wrong, s.backwards, s.mislabeled), (0, 0, 0, 0),
              "worker %d: 0 failed requests, 0 mixed or wrong answers, never back to an older "
-             "version" % i)
+             "version, each answer labelled with its rows' model_version" % i)
         t.eq(s.seen, seen, "worker %d: answered versions %s, in that order" % (i, seen))
         if s.first_problem:
             t.diag("worker %d, first problem: %s" % (i, s.first_problem))
@@ -224,7 +271,16 @@ def body(t, cl):
 
     # ---- (1) version 2 -------------------------------------------------------
     cpus_before = thread_cpus(c.pid)
+    pinned = [PinnedStream(w.http_port, m1, 3 + i) for i, w in enumerate(ws)]
+    for p in pinned:
+        p.start()
     reload_to(t, cl, c, ws, m2.ini_text, SETTINGS, 2)
+    for i, p in enumerate(pinned):
+        p.stop_ev.set()
+        p.join(30)
+        t.ok(p.served > 0 and p.bad == 0,
+             "worker %d, requests naming version 1: %d answered with its rows, %d refused once "
+             "version 2 served, %d other" % (i, p.served, p.refused, p.bad), p.first_problem)
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: model m version 2")
     labels = [sorted({lab.get("version") for name in ("nv_inference_count", "nv_hps_lookup_keys")
                       for lab, _ in H.metric_samples(w.metrics_port, name)
@@ -327,8 +383,10 @@ def body(t, cl):
         if r.status != 200:
             return None
         return json.loads(r.body)["parameters"]["embedding_vecsize_per_table"]["string_value"]
-    t.ok(H.wait_until(lambda: [n_dims(w) for w in ws] == ["8", "8"], 10),
-         "both workers' model configuration of n says dimension 8", [n_dims(w) for w in ws])
+    # the third worker too: it switches on its own poll, maybe a moment later
+    t.ok(H.wait_until(lambda: [n_dims(w) for w in ws + [w_old]] == ["8", "8", "8"], 10),
+         "every worker's model configuration of n says dimension 8 (the third's too)",
+         [n_dims(w) for w in ws + [w_old]])
     r = H.infer(w_old.http_port, "n", kpt_n, binary=True)
     t.ok(r.status == 200 and H.decode_output(r)[1] == n8.expected(kpt_n),
          "a worker whose own INI keeps n at dimension 4 serves n at 8 exactly (the "

@@ -20,6 +20,8 @@
 /* ---- errors ---------------------------------------------------------------- */
 
 static __thread char last_error[512];
+/* hps_client_last_version(): set by lookup_checked (this thread only) */
+static __thread uint32_t last_version;
 
 hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
 {
@@ -33,6 +35,11 @@ hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
 const char *hps_client_last_error(void)
 {
     return last_error;
+}
+
+uint32_t hps_client_last_version(void)
+{
+    return last_version;
 }
 
 /* ---- open, close ------------------------------------------------------------ */
@@ -687,6 +694,9 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
     client_pathsel_t *ps = cl->gpu ? hps__client_pathsel(m, nt, numkeys) : NULL;
     rc = lookup_locked(cl, m, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream, nk,
                        nfloats, (flags & HPS_LOOKUP_NOWAIT) != 0, ps, &path);
+    /* the segment the rows came from is still the one resolve() read it in */
+    if (rc == 0 && atomic_load(&m->resolved))
+        last_version = m->ctr_version;
     pthread_rwlock_unlock(&cl->seg_lock);
     uint64_t ns = hps__client_now_ns() - t0;
     if (rc == 0 && path >= 0)
@@ -705,6 +715,7 @@ hps_err_t hps_client_lookup_ex(hps_client_t *cl, size_t mi, uint32_t nt, const i
                                const void *keys, hps_key_type_t kt, int keys_loc, float *out,
                                int out_loc, void *stream, unsigned flags)
 {
+    last_version = 0; /* until lookup_checked answers */
     uint64_t t0 = hps__client_now_ns();
     size_t nk = 0, nfloats = 0;
     if (flags & ~(unsigned)HPS_LOOKUP_NOWAIT)
@@ -721,6 +732,7 @@ hps_err_t hps_client_lookup_typed(hps_client_t *cl, size_t mi, uint32_t nt, cons
                                   const void *keys, hps_key_type_t kt, int keys_loc, void *out,
                                   hps_dtype_t out_type, int out_loc, void *stream, unsigned flags)
 {
+    last_version = 0; /* until lookup_checked answers */
     if (out_type == HPS_DTYPE_FP32)
         return hps_client_lookup_ex(cl, mi, nt, numkeys, keys, kt, keys_loc, out, out_loc, stream,
                                     flags);
@@ -753,6 +765,8 @@ hps_err_t hps_client_lookup_typed(hps_client_t *cl, size_t mi, uint32_t nt, cons
         free(tmp);
     else
         hps__client_gpu_scratch_free(cl, tmp, stream);
+    if (rc < 0)
+        last_version = 0;
     if (rc < 0 && rc != HPS_EAGAIN && !strstr(last_error, hps_strerror(rc)))
         hps__client_fail(rc, "typed lookup in model %s failed: %s", cl->models[mi].conf->name,
                          hps_strerror(rc));
@@ -763,6 +777,7 @@ hps_err_t hps_client_lookup_table(hps_client_t *cl, size_t mi, uint32_t table, s
                                   const void *keys, hps_key_type_t kt, int keys_loc, float *out,
                                   int out_loc, void *stream)
 {
+    last_version = 0; /* until lookup_checked answers */
     hps_err_t rc = check_table(cl, mi, table);
     if (rc < 0)
         return rc;

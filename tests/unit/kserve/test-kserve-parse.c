@@ -183,7 +183,7 @@ static void test_parse_json(void **state)
         out[i] = (float)i / 3.0f;
     hps__kserve_text_t t;
     hps__kserve_text_init(&t);
-    hps__kserve_resp_infer(&t, &wdl, &r, out);
+    hps__kserve_resp_infer(&t, &wdl, &r, out, hps__kserve_kmodel_version(&wdl));
     json_object *j = json_tokener_parse(t.data), *o = NULL, *d = NULL;
     KS_CHECK(j, "response parses: %s", t.data);
     KS_CHECK(json_object_object_get_ex(j, "outputs", &o), "outputs");
