@@ -348,6 +348,28 @@ int coord_ddb_check_rows(coord_t *c, coord_table_t *ct);
  * (hps_shmdb_table_set_ddb_ident).  Pure. */
 uint64_t coord_ddb_ident(const char *record);
 void coord_ddb_close(coord_t *c);
+
+/* ddb_wire.c: one loading call's wait for the Redis Cluster
+ * ([distributed_db] failover_wait_ms), on the caller's stack; zeroed before
+ * the call's first try. */
+typedef struct coord_ddb_wait {
+    uint64_t until_ms; /* CLOCK_MONOTONIC ms when waiting ends; 0 before a failure */
+    bool told;         /* the wait was logged */
+} coord_ddb_wait_t;
+/* ddb_wire.c: after each try of a distributed-DB call of loading, with its
+ * result rc (message err; what names the table for the log): true when it
+ * should be tried again, having slept 250 ms: the failure says a node is
+ * unreachable or the cluster is down (a refused or lost connection, a
+ * timeout, CLUSTERDOWN or TRYAGAIN: a master failing over), and
+ * failover_wait_ms has not passed since the call's first failure, nor did
+ * a SIGTERM come.  Any other result (0, HPS_ENOTFOUND, an error reply of
+ * Redis itself: WRONGTYPE, OOM, ERR ...) ends the call.  Logs the wait once
+ * per call, and its end.  Main thread (loading):
+ *     coord_ddb_wait_t w = {0};
+ *     while (coord_ddb_wait(c, &w, rc = hps_ddb_...(...), what, err))
+ *         ; */
+bool coord_ddb_wait(coord_t *c, coord_ddb_wait_t *w, hps_err_t rc, const char *what,
+                    const char *err);
 /* ddb_wire.c: copy the distributed DB's counters (hps_ddb_stats) into the
  * segment for the workers' /metrics (nv_hps_distributed_db_*); no-op
  * without a distributed DB.  main.c calls it about once a second while

@@ -5,6 +5,8 @@
  * (serve.c) reads it before the persistent DB.  Its counters are published
  * in the segment for the workers' /metrics (coord_ddb_publish).
  */
+#include <errno.h>
+#include <string.h>
 #include <time.h>
 
 #include "coord.h"
@@ -236,6 +238,70 @@ void coord_ddb_publish(coord_t *c)
         HPS_WARN("distributed DB: cannot publish its statistics in the segment: %s",
                  hps_strerror(rc));
     }
+}
+
+/* Redis error replies that say the cluster cannot serve the slot for now,
+ * as rcluster.c classifies them (hps__ddb_reply_errors passes a reply's
+ * text on as HPS_EIO). */
+static bool unavailable_reply(const char *err)
+{
+    static const char *const busy[] = {"CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN"};
+    for (size_t i = 0; i < sizeof(busy) / sizeof(busy[0]); i++)
+        if (strncmp(err, busy[i], strlen(busy[i])) == 0)
+            return true;
+    return false;
+}
+
+/* Whether a failed call met an unavailable node or cluster, not a Redis
+ * error reply about the command (an upper-case word first: WRONGTYPE,
+ * OOM, ERR, NOPERM ...), which trying again would only repeat. */
+static bool unavailable(hps_err_t rc, const char *err)
+{
+    if (rc == -ECONNREFUSED || rc == HPS_EBUSY || rc == HPS_ETIMEDOUT)
+        return true;
+    if (rc != HPS_EIO)
+        return false;
+    size_t caps = strspn(err, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+    bool reply = caps >= 2 && (err[caps] == ' ' || err[caps] == '\0');
+    return !reply || unavailable_reply(err);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+bool coord_ddb_wait(coord_t *c, coord_ddb_wait_t *w, hps_err_t rc, const char *what,
+                    const char *err)
+{
+    long long wait = c->conf->distributed_db.failover_wait_ms;
+    if (rc >= 0 || !unavailable(rc, err ? err : "")) {
+        if (w->told)
+            HPS_INFO("distributed DB: %s: the cluster answers again", what);
+        w->told = false;
+        return false;
+    }
+    if (wait <= 0 || atomic_load(c->stop))
+        return false;
+    uint64_t now = now_ms();
+    if (!w->until_ms)
+        w->until_ms = now + (uint64_t)wait;
+    if (now >= w->until_ms) {
+        HPS_ERROR("distributed DB: %s: the cluster did not answer within [distributed_db] "
+                  "failover_wait_ms = %lld",
+                  what, wait);
+        return false;
+    }
+    if (!w->told)
+        HPS_WARN("distributed DB: %s failed (%s): waiting up to %lld ms for the cluster (a "
+                 "failover?), trying again every 250 ms",
+                 what, err && *err ? err : hps_strerror(rc), wait);
+    w->told = true;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 250000000L};
+    nanosleep(&ts, NULL);
+    return true;
 }
 
 void coord_ddb_close(coord_t *c)

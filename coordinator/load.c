@@ -247,8 +247,13 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
         else if (rc == 0 && want < hps_modelfile_rows(mf))
             rc =
                 coord_load_last_rows(mf, dups, want, c->key_bytes, n, keys, vecs, err, sizeof(err));
-        if (rc == 0)
-            rc = put_rows(c, ct, ddb, n, keys, vecs, err, sizeof(err));
+        coord_ddb_wait_t w = {0}; /* the distributed DB waits out a failover */
+        if (rc == 0 && ddb)
+            while (coord_ddb_wait(
+                c, &w, rc = put_rows(c, ct, true, n, keys, vecs, err, sizeof(err)), dir, err))
+                ;
+        else if (rc == 0)
+            rc = put_rows(c, ct, false, n, keys, vecs, err, sizeof(err));
         if (rc < 0) {
             HPS_ERROR("%s: loading into the %s DB%s: %s", dir, layer,
                       pdb_failed ? " (reading the persistent DB)" : "",
@@ -406,8 +411,13 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
         coord_table_t *ct = table_of(c, m, t);
-        char rec[1024], err[512] = "";
-        hps_err_t rc = hps_ddb_record_get(ct->ddb, rec, sizeof(rec), err, sizeof(err));
+        char rec[1024], err[512] = "", what[2 * HPS_SHMDB_NAME_MAX + 32];
+        snprintf(what, sizeof(what), "model %s table %s", m->name, ct->name);
+        hps_err_t rc;
+        coord_ddb_wait_t w = {0};
+        while (coord_ddb_wait(
+            c, &w, rc = hps_ddb_record_get(ct->ddb, rec, sizeof(rec), err, sizeof(err)), what, err))
+            ;
         if (rc == HPS_ENOTFOUND)
             HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
@@ -424,10 +434,13 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             HPS_INFO("model %s table %s: the distributed DB holds the rows of other model files "
                      "(%s; now %s): removing them before loading",
                      m->name, ct->name, rec, st->ident[t].content);
-            rc = hps_ddb_record_set(ct->ddb, NULL, err, sizeof(err));
+            while (coord_ddb_wait(c, &w, rc = hps_ddb_record_set(ct->ddb, NULL, err, sizeof(err)),
+                                  what, err))
+                ;
         }
         if (rc == 0)
-            rc = hps_ddb_drop(ct->ddb, err, sizeof(err));
+            while (coord_ddb_wait(c, &w, rc = hps_ddb_drop(ct->ddb, err, sizeof(err)), what, err))
+                ;
         if (rc < 0) {
             HPS_ERROR("model %s table %s: distributed DB: %s", m->name, ct->name,
                       err[0] ? err : hps_strerror(rc));
@@ -445,8 +458,14 @@ static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
         coord_table_t *ct = table_of(c, m, t);
-        char err[512] = "";
-        hps_err_t rc = hps_ddb_record_set(ct->ddb, st->ident[t].content, err, sizeof(err));
+        char err[512] = "", what[2 * HPS_SHMDB_NAME_MAX + 32];
+        snprintf(what, sizeof(what), "model %s table %s", m->name, ct->name);
+        hps_err_t rc;
+        coord_ddb_wait_t w = {0};
+        while (coord_ddb_wait(
+            c, &w, rc = hps_ddb_record_set(ct->ddb, st->ident[t].content, err, sizeof(err)), what,
+            err))
+            ;
         if (rc < 0) {
             HPS_ERROR("model %s table %s: distributed DB: recording the loaded files: %s", m->name,
                       ct->name, err[0] ? err : hps_strerror(rc));

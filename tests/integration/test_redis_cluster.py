@@ -15,7 +15,8 @@ killed while a client streams lookups costs zero failed or wrong answers,
 and its promoted replica serves HMGETs once the cluster settles; each
 overflow policy keeps every partition at or under overflow_margin; a wrong
 password, an unreachable address and enable_tls give a clear start-up error;
-a stopped (hung) master costs each lookup at most [distributed_db]
+a master killed while a reload writes a new version into Redis: the build
+waits for the failover and publishes; a stopped (hung) master costs each lookup at most [distributed_db]
 lookup_timeout_ms, and rows fetched meanwhile from RocksDB still reach the
 volatile DB (cache_missed_embeddings, now after the answer); rows that
 Redis holds in another layout (fewer partitions, another dimension, 32-bit
@@ -346,6 +347,45 @@ def kill_master(t, cl, rc, model, w):
          "the promoted replica (port %s) serves the partition's HMGETs" % promoted)
 
 
+def reload_master_kill(t, cl, rc):
+    """A master SIGKILLed while a reload writes a new version into Redis (no
+    persistent DB): the build waits for its replica's promotion ([distributed_db]
+    failover_wait_ms) and publishes; the coordinator keeps running and the
+    new version serves exactly.  Before, the reload failed, its fallback
+    failed the same way and the coordinator exited: every key outside shared
+    memory got its default until someone started it again."""
+    seg = cl.new_segment_name("rk")
+    b1, b2 = (cl.gen_model("b", rows=[60000], dims=[8], defaults=[0.25], subdir="rk%d" % v,
+                           version=v, segment=seg) for v in (1, 2))
+    settings = COMMON + [("persistent_db", "type", "disabled")] + ddb_settings(
+        rc, all_seeds=True, initial_cache_rate=1.0, cache_missed_embeddings="false",
+        lookup_timeout_ms=1000)
+    conf = cl.write_config("rk.ini", b1.ini_text, settings)
+    coord, w = cl.start_coordinator(conf), cl.start_worker(conf)
+    owners = {rc.owner(rc.slot(hname("b", "sparse_embedding0", p))) for p in range(NP)}
+    victim = next((p for p in sorted(owners) if "connected_slaves:1" in
+                   redis_cmd(p, "INFO", "replication").decode()), None)
+    if not t.ok(victim is not None, "a master with a replica holds a partition of b"):
+        return
+    cl.write_config("rk.ini", b2.ini_text, settings)
+    n0, n_ready = len(coord.log()), coord.log().count("serving misses")
+    coord.kill(signal.SIGHUP)
+    H.wait_until(lambda: "removing them before loading" in coord.log()[n0:], 30, 0.002)
+    rc.kill(victim)
+    published = H.wait_until(lambda: coord.log().count("serving misses") > n_ready, 60, 0.05)
+    log = coord.log()[n0:]
+    t.ok(published and coord.alive() and "waiting up to" in log,
+         "a master (port %s) killed while a reload fills Redis: the build waits for the "
+         "failover (logged) and publishes; the coordinator runs" % victim, log[-2500:])
+    keys = b1.file_keys[0][:300]
+    t.ok(H.wait_until(lambda: H.decode_output(H.infer(w.http_port, "b", [keys], binary=True))[1]
+                      == b2.expected([keys]), 10),
+         "after it: version 2 serves exactly, from Redis's promoted replica too")
+    for p in (w, coord):
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+
+
 def overflow(t, cl, rc):
     margin = 150
     for pol in ("evict_random", "evict_least_used", "evict_oldest"):
@@ -634,6 +674,7 @@ def body(t, cl):
         w.kill(signal.SIGTERM)
         coord.kill(signal.SIGTERM)
         coord.wait(30)
+        reload_master_kill(t, cl, rc)
         startup_errors(t, cl, rc, model)
         foreign_rows(t, cl, rc)
         overflow(t, cl, rc)

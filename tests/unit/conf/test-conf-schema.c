@@ -124,6 +124,7 @@ static const struct {
     {"distributed_db.num_node_connections", "5"},
     {"distributed_db.max_batch_size", "65536"},
     {"distributed_db.lookup_timeout_ms", "20"}, /* not HugeCTR's: under [worker] miss_timeout_ms */
+    {"distributed_db.failover_wait_ms", "30000"}, /* not HugeCTR's: Redis's failover time */
     {"distributed_db.overflow_margin", "max"},
     {"distributed_db.overflow_policy", "evict_random"},
     {"distributed_db.overflow_resolution_target", "0.8"},
