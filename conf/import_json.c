@@ -15,6 +15,7 @@
  * key tables and their walk: import_json_keys.c; the database and update
  * source objects: import_json_db.c.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -82,13 +83,18 @@ static const char *json_scalar(json_object *v, enum elem e, bool list, struct hp
     case E_INT:
         if (t == json_type_double) {
             double d = json_object_get_double(v);
-            if (d != floor(d) || fabs(d) >= 9.2e18)
+            if (d != floor(d))
                 return "must be an integer";
+            if (fabs(d) >= 9.2e18)
+                return "is out of range: write integers above 2^63 without a fraction or "
+                       "exponent";
             hps__conf_buf_printf(out, "%.0f", d);
             return NULL;
         }
         if (t != json_type_int)
             return "must be an integer (a JSON number)";
+        /* read_json refused literals beyond 64 bits, which json-c would
+         * have read as the nearest 64-bit integer */
         hps__conf_buf_puts(out, json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
         return NULL;
     case E_REAL:
@@ -446,6 +452,44 @@ static bool strip_comments(char *s, size_t n)
     return true;
 }
 
+/* The offset of the first integer literal outside strings (comments
+ * stripped) that does not fit 64 bits (above 2^64 - 1, or below -2^63), or
+ * n when none: json-c reads such a literal as the nearest 64-bit integer
+ * without a word (and 2^64 - 1 is a value HugeCTR writes: overflow_margin's
+ * default), so it is refused before parsing. */
+static size_t wide_integer(const char *s, size_t n)
+{
+    bool in_str = false;
+
+    for (size_t i = 0; i < n; i++) {
+        if (in_str) {
+            if (s[i] == '\\' && i + 1 < n)
+                i++;
+            else if (s[i] == '"')
+                in_str = false;
+            continue;
+        }
+        if (s[i] == '"') {
+            in_str = true;
+            continue;
+        }
+        bool neg = s[i] == '-';
+        if ((!neg && (s[i] < '0' || s[i] > '9')) ||
+            (i > 0 && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '.')))
+            continue;
+        size_t a = i + neg, b = a;
+        while (b < n && s[b] >= '0' && s[b] <= '9')
+            b++;
+        bool real = b < n && (s[b] == '.' || s[b] == 'e' || s[b] == 'E');
+        const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
+        size_t digits = b - a, ll = strlen(lim);
+        if (!real && (digits > ll || (digits == ll && strncmp(s + a, lim, ll) > 0)))
+            return i;
+        i = b > i ? b - 1 : i;
+    }
+    return n;
+}
+
 static hps_err_t read_json(struct hps__conf_imp *im, const char *path, json_object **ret)
 {
     char *text;
@@ -469,6 +513,9 @@ static hps_err_t read_json(struct hps__conf_imp *im, const char *path, json_obje
 #endif
     if (!strip_comments(text, len)) {
         why = "a comment is not closed";
+    } else if ((end = wide_integer(text, len)) < len) {
+        why = "an integer beyond 64 bits (above 18446744073709551615 or below "
+              "-9223372036854775808), which no key accepts";
     } else {
         root = json_tokener_parse_ex(tok, text, (int)len);
         enum json_tokener_error e = json_tokener_get_error(tok);

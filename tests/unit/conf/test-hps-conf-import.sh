@@ -38,7 +38,7 @@ import_case() {
 }
 
 mapfile -t cases < <(grep -v '^#' "$DATA/cases")
-echo "1..$((2 * ${#cases[@]} + 31))"
+echo "1..$((2 * ${#cases[@]} + 33))"
 
 for c in "${cases[@]}"; do
     read -r -a w <<<"$c"
@@ -72,6 +72,8 @@ sub '"gpucacheper": 1.5' range.json
 sub '"hit_rate_threshold": -1' range2.json
 sub '"embedding_vecsize_per_table_": 1, "thread_pool_size": 4096' range3.json
 sub '"gpucache": "yes"' type.json
+sub '"thread_pool_size": 99999999999999999999999' big.json
+sub '"thread_pool_size": 1e19' big2.json
 sed 's/\[8, 16\]/[8]/' "$TMP/ok.json" >"$TMP/len.json"
 sed 's/"supportlonglong": true,/"supportlonglong": true,\n "volatile_db": {"type": "redis", "num_partitions": 2, "num_node_connections": 4},/' \
     "$TMP/ok.json" >"$TMP/cross.json"
@@ -92,6 +94,10 @@ ok "a negative hit_rate_threshold names its range" \
     fails 2 "hps-conf: range2.json: models[0].hit_rate_threshold = -1: must be a number in [0, 2]" range2.json
 ok "an integer out of range names its range" \
     fails 2 "hps-conf: range3.json: models[0].thread_pool_size = 4096: must be an integer in [1, 1024]" range3.json
+ok "an integer beyond 64 bits is refused, not written as the 2^64 - 1 json-c reads it as" \
+    fails 2 "hps-conf: big.json:2:48: not valid JSON: an integer beyond 64 bits (above 18446744073709551615 or below -9223372036854775808), which no key accepts" big.json
+ok "an integer-valued real beyond 2^63 is out of range (not 'must be an integer')" \
+    fails 2 "hps-conf: big2.json: models[0].thread_pool_size = 1e19: is out of range: write integers above 2^63 without a fraction or exponent" big2.json
 ok "a value of the wrong JSON type is named" \
     fails 2 "hps-conf: type.json: models[0].gpucache = \"yes\": must be true or false (a JSON boolean)" type.json
 ok "a per-table list of the wrong length is named" \
