@@ -277,6 +277,8 @@ int coord_segment_hold_serving(coord_t *c)
          * "ready throughout the load"). */
         if (!ex)
             hps_shmdb_heartbeat(db);
+        if (!ex && handover >= 0) /* this process created it, before its execve */
+            hps_shmdb_creator_reattach(db);
     } /* else nothing usable serves: coord_segment_open says what */
     if (handover >= 0)
         close(handover); /* the previous image's row: dead from now on, reaped */

@@ -95,6 +95,19 @@ static inline bool hps__shmdb_block_ok(const hps_shmdb_t *db, uint64_t off, uint
 
 uint64_t hps__shmdb_clock_ns(int clock);
 
+/* The hidden object of a segment built beside the serving one
+ * (hps_shmdb_opts_t.staged), "/.hps.<name>.new": not listed by
+ * hps_shmdb_list(), never attached by name (segment.c; staged.c lists and
+ * removes what a killed build left). */
+#define HPS__SHMDB_STAGED_PREFIX ".hps."
+#define HPS__SHMDB_STAGED_SUFFIX ".new"
+void hps__shmdb_staged_name(char *buf, size_t len, const char *name);
+
+/* Byte of the object whose OFD lock says row i of the process table is
+ * alive (segment.c, LIVENESS). */
+#define HPS__SHMDB_LIVE_OFF(i)                                                                     \
+    ((off_t)(offsetof(struct shm_hdr, procs) + (size_t)(i) * sizeof(struct shm_proc)))
+
 /* Relaxed loads and stores of counters and published words (the readers
  * that need ordering use acquire/release explicitly). */
 #define LD(f)    atomic_load_explicit(&(f), memory_order_relaxed)

@@ -379,11 +379,12 @@ struct shm_hdr {
     /* Process-table rows of the coordinator that beat last and of the
      * creator, as gen << 32 | (slot + 1); 0 = none (segment.c, own_ident).
      * coord_proc: relaxed stores by the coordinator (as coord_pid).
-     * creator_proc: a plain store by the creator once, after magic is
-     * published (hps_shmdb_create), then read-only; a process attaching in
-     * between reads 0 (creator not attached). */
+     * creator_proc: a relaxed store by the creator once, after magic is
+     * published (hps_shmdb_create), and again by the same process when it
+     * executed itself again (a reload: hps_shmdb_creator_reattach); a
+     * process attaching in between reads 0 (creator not attached). */
     _Atomic uint64_t coord_proc;
-    uint64_t creator_proc;
+    _Atomic uint64_t creator_proc;
     /* Offsets at and above it were never handed out by hps__shmdb_alloc, so their
      * pages are still the zeros tmpfs gives (seg_lock); 0 in segments of
      * builds before it: every allocation is then cleared.  Trusted only by

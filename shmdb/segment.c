@@ -52,18 +52,16 @@ static void object_name(char *buf, size_t len, const char *name)
     snprintf(buf, len, "/hps.%s", name);
 }
 
-/* The hidden name of a segment built beside the serving one (opts.staged):
- * not listed by hps_shmdb_list(), never attached by name. */
-static void staged_name(char *buf, size_t len, const char *name)
+void hps__shmdb_staged_name(char *buf, size_t len, const char *name)
 {
-    snprintf(buf, len, "/.hps.%s.new", name);
+    snprintf(buf, len, "/" HPS__SHMDB_STAGED_PREFIX "%s" HPS__SHMDB_STAGED_SUFFIX, name);
 }
 
 /* The shm object name a handle's object has now. */
 static void handle_object(const hps_shmdb_t *db, char *buf, size_t len)
 {
     if (db->staged)
-        staged_name(buf, len, db->name);
+        hps__shmdb_staged_name(buf, len, db->name);
     else
         object_name(buf, len, db->name);
 }
@@ -142,8 +140,7 @@ bool hps__shmdb_pid_alive(pid_t pid)
  * Heartbeats are kept beside the locks: a stopped or hung process holds
  * its lock, and only its heartbeat's age tells (hps_shmdb_coordinator_alive).
  */
-#define LIVE_OFF(i)                                                                                \
-    ((off_t)(offsetof(struct shm_hdr, procs) + (size_t)(i) * sizeof(struct shm_proc)))
+#define LIVE_OFF(i) HPS__SHMDB_LIVE_OFF(i)
 
 static int live_lock(int fd, int slot, short type)
 {
@@ -436,7 +433,15 @@ bool hps_shmdb_coordinator_attached(hps_shmdb_t *db)
 
 bool hps_shmdb_creator_attached(hps_shmdb_t *db)
 {
-    return ident_alive(db, db->hdr->creator_proc);
+    return ident_alive(db, LD(db->hdr->creator_proc));
+}
+
+bool hps_shmdb_creator_reattach(hps_shmdb_t *db)
+{
+    if (!db || db->proc_slot < 0 || LD(db->hdr->creator_pid) != getpid())
+        return false;
+    atomic_store_explicit(&db->hdr->creator_proc, own_ident(db), memory_order_relaxed);
+    return true;
 }
 
 hps_err_t hps_shmdb_procs(hps_shmdb_t *db, hps_proc_info_t *procs, size_t *ret_n, bool reap)
@@ -573,7 +578,7 @@ hps_err_t hps_shmdb_create(const char *name, const hps_shmdb_opts_t *opts,
     if (rc < 0)
         goto fail;
     set_slot(db, rc);
-    db->hdr->creator_proc = own_ident(db);
+    atomic_store_explicit(&db->hdr->creator_proc, own_ident(db), memory_order_relaxed);
     *ret = db;
     return 0;
 fail:
@@ -751,7 +756,7 @@ hps_err_t hps_shmdb_publish(hps_shmdb_t *db)
     char to[HPS_SHMDB_SEGMENT_NAME_MAX + 32] = "/dev/shm";
     if (!db->staged)
         return 0;
-    staged_name(from + 8, sizeof(from) - 8, db->name); /* after "/dev/shm" */
+    hps__shmdb_staged_name(from + 8, sizeof(from) - 8, db->name); /* after "/dev/shm" */
     object_name(to + 8, sizeof(to) - 8, db->name);
     /* The liveness descriptors and locks are on the inode: they survive. */
     if (rename(from, to) < 0)

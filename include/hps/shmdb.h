@@ -286,6 +286,41 @@ hps_err_t hps_shmdb_unlink(const char *name);
  */
 hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n);
 
+/**
+ * @brief Names of the segments that have a staged object in /dev/shm
+ *        (/dev/shm/.hps.<name>.new, opts.staged): a build in progress, or
+ *        what a build killed before hps_shmdb_publish() left.  As
+ *        hps_shmdb_list(): malloc'ed names (the part between ".hps." and
+ *        ".new"), written only on success.
+ * @return 0; -ENOMEM; -errno from opendir.
+ */
+hps_err_t hps_shmdb_list_staged(char ***ret_names, size_t *ret_n);
+
+/**
+ * @brief The staged object of segment @p name: its size, and whether its
+ *        build is in progress (its creator still holds its row in the
+ *        object's process table; any PID namespace) or it is what a killed
+ *        build left.  Reads the header through a read-only mapping; takes
+ *        no lock and attaches nothing.  A header that names no creator yet
+ *        counts as in progress for 60 s after the object's creation, and
+ *        any doubt counts as in progress.
+ * @param[out] ret_bytes     The object's size in bytes (st_size).
+ * @param[out] ret_building  true while a build is in progress.
+ * @return 0; HPS_ENOTFOUND (no staged object); HPS_EINVAL (bad name, NULL,
+ *         not a regular file); -errno from shm_open or fstat.
+ */
+hps_err_t hps_shmdb_staged_info(const char *name, uint64_t *ret_bytes, bool *ret_building);
+
+/**
+ * @brief Remove the staged object that a killed build left (the next
+ *        coordinator of the name would remove it too; this frees its
+ *        memory without one), never one whose build is in progress.
+ * @param[out] ret_bytes  The removed object's size in bytes; may be NULL.
+ * @return 0; HPS_ENOTFOUND (none); HPS_EBUSY (its build is in progress:
+ *         left alone); HPS_EINVAL; -errno from shm_unlink.
+ */
+hps_err_t hps_shmdb_staged_unlink(const char *name, uint64_t *ret_bytes);
+
 /** @brief Header snapshot of an attached segment.  Thread-safe.  Returns 0. */
 hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret);
 
@@ -488,6 +523,18 @@ bool hps_shmdb_coordinator_attached(hps_shmdb_t *db);
  *        (hps_segment_info_t.creator_pid) is still attached.
  */
 bool hps_shmdb_creator_attached(hps_shmdb_t *db);
+
+/**
+ * @brief The segment's creator executed itself again (execve keeps the pid
+ *        and ends the old image's process-table row): this handle's row
+ *        becomes the creator's, so that hps_shmdb_creator_attached() and
+ *        `hps-shm info` do not call a live creator gone (a coordinator's
+ *        reload holds its serving segment through the re-execution).
+ * @return true when done; false (nothing changed) when this process is not
+ *         the creator by pid (hps_segment_info_t.creator_pid) or the handle
+ *         has no row.  Lock-free; the creator only.
+ */
+bool hps_shmdb_creator_reattach(hps_shmdb_t *db);
 
 /**
  * @brief Whether a live row of the process table (liveness lock held) has

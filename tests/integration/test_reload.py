@@ -12,7 +12,8 @@ whose version may only move forward (each worker switches once).
       segment beside the serving one and publishes it; both workers report
       version 2 in the model metadata; hps-shm info shows it;
       requests that name version 1 in their URL get its rows or, once
-      version 2 serves, a 400 (never version 2's rows);
+      version 2 serves, a 400 (never version 2's rows); hps-shm ls never
+      calls the segment's creator gone while it reloads;
   (2) SIGHUP with a broken INI: logged, nothing changes, still version 2;
   (3) SIGHUP with a version 3 whose emb_vector is corrupt: refused before
       anything is written, still version 2;
@@ -159,6 +160,25 @@ class PinnedStream(threading.Thread):
                 self.first_problem = self.first_problem or "%d %r" % (r.status, r.body[:300])
 
 
+class CreatorPoll(threading.Thread):
+    """`hps-shm --json ls` over and over: counts the samples of segment name
+    whose coordinator is alive but whose creator is called gone, although
+    the reloading coordinator (one process, executed again) made it."""
+
+    def __init__(self, cl, name):
+        super().__init__(daemon=True)
+        self.cl, self.name, self.stop_ev = cl, name, threading.Event()
+        self.samples = self.gone = 0
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            rc, out, _ = self.cl.shm("--json", "ls")
+            for seg in json.loads(out)["segments"] if rc == 0 else []:
+                if seg["name"] == self.name and seg["coordinator_alive"]:
+                    self.samples += 1
+                    self.gone += not seg["creator_alive"]
+
+
 def start_streams(ws, models, seed):
     """A started Stream per worker of ws (seeds seed, seed + 1, ...)."""
     streams = [Stream(w.http_port, models, seed + i) for i, w in enumerate(ws)]
@@ -274,7 +294,15 @@ def body(t, cl):
     pinned = [PinnedStream(w.http_port, m1, 3 + i) for i, w in enumerate(ws)]
     for p in pinned:
         p.start()
+    poll = CreatorPoll(cl, cl.segment)
+    poll.start()
     reload_to(t, cl, c, ws, m2.ini_text, SETTINGS, 2)
+    poll.stop_ev.set()
+    poll.join(30)
+    t.ok(poll.samples > 0 and poll.gone == 0,
+         "hps-shm ls through the reload: the creator (the coordinator, executed again) alive "
+         "in every sample with a live coordinator (%d of %d called it gone)" % (
+             poll.gone, poll.samples))
     for i, p in enumerate(pinned):
         p.stop_ev.set()
         p.join(30)

@@ -110,7 +110,10 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
                               "refusing to remove segment '%s': %zu live process(es) attached",
                               name, live);
     err = hps_shmdb_unlink(name);
-    if (err != 0)
+    /* What a build killed before it published left (never one in progress) */
+    uint64_t staged = 0;
+    hps_err_t serr = hps_shmdb_staged_unlink(name, &staged);
+    if (err != 0 && !(err == HPS_ENOTFOUND && serr == 0))
         return hps__tool_fail(t, err, hps__tool_attach_hint(err), "cannot remove segment '%s'",
                               name);
     if (live > 0)
@@ -118,12 +121,27 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
                 "hps-shm rm: warning: %zu live process(es) still attached to '%s' keep their "
                 "mapping until they detach\n",
                 live, name);
+    if (serr == HPS_EBUSY)
+        fprintf(stderr,
+                "hps-shm rm: a build of '%s' is in progress in /dev/shm/.hps.%s.new: left "
+                "alone\n",
+                name, name);
+    else if (serr < 0 && serr != HPS_ENOTFOUND)
+        fprintf(stderr, "hps-shm rm: warning: cannot remove /dev/shm/.hps.%s.new: %s\n", name,
+                hps_strerror(serr));
     if (!t->json) {
-        printf("removed /dev/shm/hps.%s\n", name);
+        if (err == 0)
+            printf("removed /dev/shm/hps.%s\n", name);
+        if (serr == 0)
+            printf("removed /dev/shm/.hps.%s.new (%llu bytes), left by a build killed before it "
+                   "published\n",
+                   name, (unsigned long long)staged);
         return hps__tool_flush(t);
     }
     o = json_object_new_object();
-    hps__tool_jset(o, "removed", hps__tool_json_str(name));
+    hps__tool_jset(o, "removed", err == 0 ? hps__tool_json_str(name) : NULL);
+    hps__tool_jset(o, "removed_staged_bytes", serr == 0 ? hps__tool_json_u64(staged) : NULL);
+    hps__tool_jset(o, "staged_building", json_object_new_boolean(serr == HPS_EBUSY));
     hps__tool_jset(o, "live_processes_attached", json_object_new_int64((int64_t)live));
     return hps__tool_emit_json(t, o);
 }

@@ -4,7 +4,10 @@
  * hps_shmdb_probe() explains a refusal (foreign object, other format, ...);
  * a segment that passes is attached briefly, as a tool, to read its header
  * and whether its coordinator (or, before any coordinator beat, its
- * creator) is still attached: STATUS "ok", else "orphan".
+ * creator) is still attached: STATUS "ok", else "orphan".  Then the staged
+ * objects (/dev/shm/.hps.<name>.new): a build in progress, or what a build
+ * killed before it published left, which holds its memory until the next
+ * coordinator of the name or hps-shm rm removes it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -112,7 +115,16 @@ static json_object *ls_row_json(const ls_row_t *r)
     return o;
 }
 
-static int ls_json(const hps__tool_t *t, const ls_row_t *rows, size_t n)
+/** One staged object (hps_shmdb_staged_info). */
+typedef struct ls_staged {
+    const char *name;
+    hps_err_t err; /* 0 = bytes and building are known */
+    uint64_t bytes;
+    bool building;
+} ls_staged_t;
+
+static int ls_json(const hps__tool_t *t, const ls_row_t *rows, size_t n, const ls_staged_t *st,
+                   size_t ns)
 {
     json_object *root = json_object_new_object();
     json_object *arr = json_object_new_array();
@@ -120,6 +132,15 @@ static int ls_json(const hps__tool_t *t, const ls_row_t *rows, size_t n)
     for (size_t i = 0; i < n; i++)
         json_object_array_add(arr, ls_row_json(&rows[i]));
     hps__tool_jset(root, "segments", arr);
+    arr = json_object_new_array();
+    for (size_t i = 0; i < ns; i++) {
+        json_object *o = json_object_new_object();
+        hps__tool_jset(o, "name", hps__tool_json_str(st[i].name));
+        hps__tool_jset(o, "bytes", st[i].err ? NULL : hps__tool_json_u64(st[i].bytes));
+        hps__tool_jset(o, "building", json_object_new_boolean(st[i].err || st[i].building));
+        json_object_array_add(arr, o);
+    }
+    hps__tool_jset(root, "staged", arr);
     return hps__tool_emit_json(t, root);
 }
 
@@ -142,12 +163,31 @@ static void ls_text_row(const ls_row_t *r, int w)
            r->seg.num_tables, (int)r->seg.creator_pid, ls_status(r, status, sizeof status));
 }
 
-static int ls_text(const hps__tool_t *t, const ls_row_t *rows, size_t n)
+static void ls_text_staged(const ls_staged_t *st, size_t ns)
+{
+    char size[32];
+
+    for (size_t i = 0; i < ns; i++) {
+        if (st[i].err)
+            printf("staged /dev/shm/.hps.%s.new: %s\n", st[i].name, hps_strerror(st[i].err));
+        else if (st[i].building)
+            printf("staged /dev/shm/.hps.%s.new (%s): a build in progress\n", st[i].name,
+                   hps__tool_fmt_bytes(st[i].bytes, size, sizeof size));
+        else
+            printf("staged /dev/shm/.hps.%s.new (%s): left by a build killed before it "
+                   "published; `hps-shm rm %s` frees it\n",
+                   st[i].name, hps__tool_fmt_bytes(st[i].bytes, size, sizeof size), st[i].name);
+    }
+}
+
+static int ls_text(const hps__tool_t *t, const ls_row_t *rows, size_t n, const ls_staged_t *st,
+                   size_t ns)
 {
     int w = 4;
 
     if (n == 0) {
         puts("no HPS segments in /dev/shm");
+        ls_text_staged(st, ns);
         return hps__tool_flush(t);
     }
     for (size_t i = 0; i < n; i++) {
@@ -158,6 +198,7 @@ static int ls_text(const hps__tool_t *t, const ls_row_t *rows, size_t n)
            "STATUS");
     for (size_t i = 0; i < n; i++)
         ls_text_row(&rows[i], w);
+    ls_text_staged(st, ns);
     return hps__tool_flush(t);
 }
 
@@ -170,26 +211,43 @@ static void free_names(char **names, size_t n)
 
 int hps__tool_cmd_ls(const hps__tool_t *t)
 {
-    char **names = NULL;
-    size_t n = 0;
-    ls_row_t *rows;
+    char **names = NULL, **snames = NULL;
+    size_t n = 0, ns = 0;
+    ls_row_t *rows = NULL;
+    ls_staged_t *st = NULL;
     int rc;
     hps_err_t err = hps_shmdb_list(&names, &n);
 
+    if (err == 0 && (err = hps_shmdb_list_staged(&snames, &ns)) != 0)
+        free_names(names, n);
     if (err != 0)
         return hps__tool_fail(t, err, "check that /dev/shm is mounted and readable",
                               "cannot list /dev/shm");
     rows = calloc(n ? n : 1, sizeof *rows);
-    if (!rows) {
+    st = calloc(ns ? ns : 1, sizeof *st);
+    if (!rows || !st) {
+        free(rows);
+        free(st);
         free_names(names, n);
+        free_names(snames, ns);
         return hps__tool_fail(t, -ENOMEM, NULL, "cannot list the segments");
     }
     if (n > 1)
         qsort(names, n, sizeof *names, cmp_names);
+    if (ns > 1)
+        qsort(snames, ns, sizeof *snames, cmp_names);
     for (size_t i = 0; i < n; i++)
         ls_probe(names[i], &rows[i]);
-    rc = t->json ? ls_json(t, rows, n) : ls_text(t, rows, n);
+    size_t kept = 0;
+    for (size_t i = 0; i < ns; i++) {
+        st[kept].name = snames[i];
+        st[kept].err = hps_shmdb_staged_info(snames[i], &st[kept].bytes, &st[kept].building);
+        kept += st[kept].err != HPS_ENOTFOUND; /* published or removed since the listing */
+    }
+    rc = t->json ? ls_json(t, rows, n, st, kept) : ls_text(t, rows, n, st, kept);
     free(rows);
+    free(st);
     free_names(names, n);
+    free_names(snames, ns);
     return rc;
 }

@@ -10,6 +10,9 @@
  *    truncated objects (shorter than the header / than the recorded size),
  *    absurd recorded sizes; restoring the bytes makes the segment attach;
  *  - bad segment names and options (and the minimums themselves);
+ *  - staged objects (opts.staged): listed apart, in progress while their
+ *    creator lives, a killed creator's left over and removable; the
+ *    creator's row taken back after an execve (creator_reattach);
  *  - the coordinator's INI text: absent, recorded, read by another handle,
  *    replaced, too long; hps_shmdb_check passes a segment holding one.
  *
@@ -335,6 +338,77 @@ static void test_reattach_after_creator_exit(void **state)
     free(found);
 }
 
+static int staged_listed(const char *name)
+{
+    char **names = NULL;
+    size_t n = 0;
+    HPS_ASSERT_OK(hps_shmdb_list_staged(&names, &n));
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        found += strcmp(names[i], name) == 0;
+        free(names[i]);
+    }
+    free(names);
+    return found;
+}
+
+/* The staged object of a build (opts.staged): listed apart from segments;
+ * in progress while its creator lives (not removable); what a creator
+ * killed before it published leaves is told apart, removed, and its size
+ * reported.  The creator of a segment executed again (same pid, new
+ * handle) takes the creator's row back (hps_shmdb_creator_reattach). */
+static void test_staged_leftover(void **state)
+{
+    struct t_seg_fixture *f = *state;
+    hps_shmdb_opts_t o = t_opts(SEG_SIZE);
+    o.staged = true;
+    uint64_t bytes = 0;
+    bool building = false;
+    HPS_ASSERT_ERR(hps_shmdb_staged_info(f->name, &bytes, &building), HPS_ENOTFOUND);
+    HPS_ASSERT_ERR(hps_shmdb_staged_info("bad/name", &bytes, &building), HPS_EINVAL);
+
+    /* in progress: this process's build */
+    HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &f->db));
+    HPS_ASSERT_EQ(staged_listed(f->name), 1);
+    HPS_ASSERT_EQ(name_listed(f->name), 0);
+    HPS_ASSERT_OK(hps_shmdb_staged_info(f->name, &bytes, &building));
+    HPS_ASSERT_EQ(bytes, SEG_SIZE);
+    T_CHECK(building, "a live creator's staged object reported as left over");
+    HPS_ASSERT_ERR(hps_shmdb_staged_unlink(f->name, NULL), HPS_EBUSY);
+    HPS_ASSERT_OK(hps_shmdb_publish(f->db));
+    HPS_ASSERT_EQ(staged_listed(f->name), 0);
+    HPS_ASSERT_EQ(name_listed(f->name), 1);
+    /* a second handle of the creator's pid (as after execve) takes the row */
+    hps_shmdb_t *again = NULL;
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, NULL, &again));
+    T_CHECK(hps_shmdb_creator_reattach(again), "the creator's pid did not reattach");
+    hps_shmdb_detach(f->db); /* the first image's row ends */
+    f->db = NULL;
+    T_CHECK(hps_shmdb_creator_attached(again), "creator called gone after reattach");
+    hps_shmdb_detach(again);
+
+    /* left over: a creator killed before it published */
+    pid_t pid = t_fork();
+    if (pid == 0) {
+        t_child_mode();
+        hps_shmdb_t *db;
+        HPS_ASSERT_OK(hps_shmdb_create(f->name, &o, NULL, &db));
+        _exit(0); /* no detach, no publish */
+    }
+    int st;
+    char buf[64];
+    T_CHECK(t_wait_timeout(pid, 30000, &st), "creator child hung");
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "creator child: %s",
+            t_status_str(st, buf, sizeof(buf)));
+    HPS_ASSERT_OK(hps_shmdb_staged_info(f->name, &bytes, &building));
+    T_CHECK(!building, "a dead creator's staged object reported in progress");
+    HPS_ASSERT_OK(hps_shmdb_staged_unlink(f->name, &bytes));
+    HPS_ASSERT_EQ(bytes, SEG_SIZE);
+    HPS_ASSERT_EQ(staged_listed(f->name), 0);
+    HPS_ASSERT_ERR(hps_shmdb_staged_unlink(f->name, NULL), HPS_ENOTFOUND);
+    HPS_ASSERT_EQ(name_listed(f->name), 1); /* the segment itself is untouched */
+}
+
 static void test_process_table(void **state)
 {
     struct t_seg_fixture *f = *state;
@@ -652,6 +726,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unlink_while_attached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reattach_after_creator_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_staged_leftover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_process_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_magic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_format, setup, teardown),
