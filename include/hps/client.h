@@ -142,7 +142,10 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
  * shared_memory_auto_remove and no other process left, removes the segment.
  * In a child after fork() (a client opened by its parent), only the child's
  * copy is unmapped and freed: the threads, rows and caches are the
- * parent's.  A child that looks up should open a client of its own.
+ * parent's.  A child that looks up must open a client of its own: its
+ * lookups through its parent's client fail with HPS_EINVAL (the child is
+ * in no row of the segment's process table, so the coordinator would
+ * drop its misses as a dead process's).
  * @param[in] c  A client, or NULL (no-op).  No call on c may be running.
  */
 void hps_client_close(hps_client_t *c);
@@ -159,14 +162,16 @@ bool hps_client_ready(hps_client_t *c);
 /**
  * @brief Wait until hps_client_ready() or timeout_ms passed (polls every
  * 5 ms).  c must not be NULL.  Thread-safe; blocks the calling thread only.
- * @return 0 ready; HPS_ETIMEDOUT (also at once after
- *         hps_client_cancel_waits()).
+ * @return 0 ready (at once when it is, hps_client_cancel_waits() or not);
+ *         HPS_ETIMEDOUT (also at once after hps_client_cancel_waits(),
+ *         which ends the wait of a client that is not ready).
  */
 hps_err_t hps_client_wait_ready(hps_client_t *c, uint32_t timeout_ms);
 
 /**
  * @brief Make the waits in progress on c, and every later one, return at
- *        once: hps_client_wait_ready() and hps_client_model_control() give
+ *        once: hps_client_wait_ready() gives HPS_ETIMEDOUT (0 when the
+ *        client is ready: nothing to wait for), hps_client_model_control()
  *        HPS_ETIMEDOUT (the message says the wait was cancelled; a model
  *        control request may still complete).  For a caller that must
  *        close c while other threads wait on it (hps_client_close needs
@@ -397,11 +402,12 @@ hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
  *         them from the serving version's rows);
  *         HPS_EINVAL (bad index, T, negative numkeys, a
  *         location that is not HPS_HOST or the client's device, device
- *         memory on a host-only client); HPS_EBUSY (the model's tables have
- *         not been found in the segment since the client opened: no
- *         coordinator has served it yet, and every key would get the
- *         default; once found, a coordinator's death or restart no longer
- *         refuses lookups); HPS_ENOTFOUND (the model is not in the
+ *         memory on a host-only client, a call from a child forked after
+ *         the client was opened: see hps_client_close()); HPS_EBUSY (the
+ *         model's tables have not been found in the segment since the
+ *         client opened: no coordinator has served it yet, and every key
+ *         would get the default; once found, a coordinator's death or
+ *         restart no longer refuses lookups); HPS_ENOTFOUND (the model is not in the
  *         segment its coordinator serves: unloaded, removed by a reload,
  *         or never loaded; or the segment holds it with other
  *         dimensions); HPS_EMISMATCH (a reload changed the model's

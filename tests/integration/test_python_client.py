@@ -455,7 +455,8 @@ def with_torch(t, model, conf, c):
     copies = [pickle.loads(pickle.dumps(layer)), copy.deepcopy(torch.nn.Sequential(layer))[0]]
     t.ok(all(not cp._clients and cp is not layer and
              np.array_equal(cp(keys).reshape(-1, 8).numpy(), vecs(model, 1, ks1)) and
-             cp._clients[cp._host_device] is layer._clients[layer._host_device] for cp in copies), names[9])
+             cp._client(cp._host_device) is layer._client(layer._host_device) for cp in copies),
+         names[9])
 
 
 def shared_segment(t, cl, model, conf, c, w):

@@ -18,8 +18,11 @@ and 2000 rows, dims 16, 8 and 4 (as int-python_client's).  Checks:
     docstrings;
   - a close() while another thread waits in wait_ready(60000) ends that
     wait at once, and a signal interrupts it;
-  - fork() with clients open: a child that looks up and closes, and one
-    that drops its only reference to a client, exit at once (they hung).
+  - fork() with clients open: a child that looks up through its parent's
+    client gets hps.Error HPS_EINVAL (its misses got defaults now and then),
+    one that drops its only reference to a client, and one that looks up
+    through hps.shared_client and hps.HPS (clients of its own: misses
+    exact) exit at once (they hung).
 """
 import ctypes
 import importlib
@@ -464,31 +467,62 @@ def concurrent_close(t, cl, model):
 
 
 def forked(t, model, conf, c):
-    """fork() with clients open: a child that looks up and closes, and one
-    whose only reference to a client goes away (its dealloc closes it),
-    both exit at once (closing joined the parent's threads and hung); the
-    parent's client keeps working."""
+    """fork() with clients open: a child that looks up through its parent's
+    client gets hps.Error HPS_EINVAL saying it must open its own (before,
+    its misses got their defaults now and then without a word: it is in no
+    row of the segment's process table, and the coordinator's reaper freed
+    its miss-queue slots), then closes it; one whose only reference to a
+    client goes away (its dealloc closes it); one that looks up through
+    hps.shared_client and hps.HPS, which the parent used before the fork:
+    they open clients of the child's own, and its lookups of keys only the
+    persistent DB holds are exact for a second.  All exit at once (closing
+    joined the parent's threads and hung); the parent's client keeps
+    working."""
     keys = np.array(model.vdb_keys(0, RATE)[:5], np.int64)
     want = vecs(model, 0, keys)
+    misses = np.array(model.pdb_only_keys(0, RATE)[:64], np.int64)
+    want_misses = vecs(model, 0, misses)
     c2 = hps.Client(conf, -1)
     c2.wait_ready(10000)
+    shared, compat = hps.shared_client(conf, -1), hps.HPS(conf)
+    shared.wait_ready(10000)
+    t.ok(np.array_equal(compat.lookup(keys, "m", 0, -1), want), "hps.HPS looks up in the parent")
+
+    def parent_client():
+        try:
+            c.lookup("m", 0, keys)
+        except hps.Error as e:
+            c.close()
+            return e.code == hps.HPS_EINVAL and "forked child" in str(e)
+        return False
+
+    def own_clients():
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            got = hps.shared_client(conf, -1).lookup("m", 0, misses)
+            if not np.array_equal(got, want_misses) or \
+                    not np.array_equal(compat.lookup(misses, "m", 0, -1), want_misses):
+                return False
+        return hps.shared_client(conf, -1) is not shared
+
+    def dealloc():
+        nonlocal c2
+        del c2  # the only reference: its dealloc closes it here
+        return True
     results = []
-    for what in ("looks up, then close()", "drops a client (dealloc)"):
+    for what, fn in (("looks up through the parent's client", parent_client),
+                     ("drops a client (dealloc)", dealloc),
+                     ("looks up through hps.shared_client and hps.HPS", own_clients)):
         pid = os.fork()
         if pid == 0:  # the child leaves by os._exit: no atexit of the harness
             ok = False
             try:
-                if what.startswith("looks"):
-                    ok = np.array_equal(c.lookup("m", 0, keys), want)
-                    c.close()
-                else:
-                    del c2  # the only reference: its dealloc closes it here
-                    ok = True
+                ok = fn()
             except BaseException:  # noqa: BLE001
                 pass
             os._exit(0 if ok else 1)
         status = None
-        for _ in range(100):
+        for _ in range(200):
             p, st = os.waitpid(pid, os.WNOHANG)
             if p:
                 status = os.waitstatus_to_exitcode(st)
@@ -498,10 +532,13 @@ def forked(t, model, conf, c):
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         results.append((what, status))
-    t.eq([r[1] for r in results], [0, 0], "forked children exit within 5 s, lookups exact: %s"
-         % results)
+    t.eq([r[1] for r in results], [0, 0, 0], "forked children exit within 10 s, each as "
+         "expected: %s" % results)
     c2.close()
     t.ok(np.array_equal(c.lookup("m", 0, keys), want), "the parent's client still looks up")
+    t.ok(np.array_equal(shared.lookup("m", 0, misses), want_misses),
+         "the parent's shared client still looks up, misses exact")
+    compat.close()
 
 
 def body(t, cl):

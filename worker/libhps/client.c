@@ -42,6 +42,42 @@ uint32_t hps_client_last_version(void)
     return last_version;
 }
 
+/* ---- fork --------------------------------------------------------------------- */
+
+/* Set in every child forked after a client was opened (pthread_atfork),
+ * never cleared: lookups then compare pids, since a client belongs to the
+ * process that opened it.  A forked child is in no row of the segment's
+ * process table, so the coordinator's reaper frees its miss-queue slots
+ * as those of a dead process and its misses got their defaults without a
+ * word (about one call a second in an audit). */
+static atomic_bool g_forked;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_store_explicit(&g_forked, true, memory_order_relaxed);
+}
+
+static void atfork_init(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+/* HPS_EINVAL, with the message, when the calling process is a child forked
+ * from the process that opened cl; else 0.  One relaxed load unless this
+ * process was forked. */
+static hps_err_t check_process(const hps_client_t *cl)
+{
+    if (!atomic_load_explicit(&g_forked, memory_order_relaxed) || cl->pid == getpid())
+        return 0;
+    return hps__client_fail(HPS_EINVAL,
+                            "this client was opened by process %d, of which this one is a "
+                            "forked child: a child must open a client of its own (its misses "
+                            "would get default values: the coordinator answers the processes "
+                            "of the segment's table only)",
+                            (int)cl->pid);
+}
+
 /* ---- open, close ------------------------------------------------------------ */
 
 /* Entry i of the models, from configuration section c (not yet visible). */
@@ -242,6 +278,7 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
                                : "this build has no CUDA (meson "
                                  "-Dcuda=enabled)");
     cl->instance = o->instance;
+    pthread_once(&g_atfork_once, atfork_init);
     cl->pid = getpid();
     cl->max_concurrent = o->max_concurrent
                              ? o->max_concurrent
@@ -616,6 +653,8 @@ static hps_err_t check_call(hps_client_t *cl, size_t mi, uint32_t nt, const int3
                             int out_loc, size_t *ret_nk, size_t *ret_nfloats)
 {
     hps_err_t rc = check_model(cl, mi);
+    if (rc == 0)
+        rc = check_process(cl);
     if (rc < 0)
         return rc;
     client_model_t *m = &cl->models[mi];

@@ -144,8 +144,10 @@ _shared_lock = threading.Lock()
 def shared_client(config, device=0):
     """The process's Client of (config, device), opened on first use and shared
     by every caller (hps.torch.LookupLayer uses it: one worker entry per
-    device, not one per layer).  Closed at interpreter exit."""
-    key = (os.path.realpath(os.fspath(config)), int(device))
+    device, not one per layer).  Closed at interpreter exit.  A child
+    process forked after its parent opened one (a torch DataLoader worker)
+    gets a Client of its own: a client serves the process that opened it."""
+    key = (os.path.realpath(os.fspath(config)), int(device), os.getpid())
     c = _shared.get(key)
     if c is not None and not c.closed:
         return c
@@ -172,8 +174,9 @@ class HPS:
     """HPS(ps_config_file): hugectr.inference.HPS's lookup API on this
     project's INI configuration.
 
-    One Client per device_id, opened on its first lookup and kept until
-    close() (or the object's end).  Lookups of host keys return numpy arrays.
+    One Client per device_id and process (a forked child opens its own), opened
+    on its first lookup and kept until close() (or the object's end).  Lookups
+    of host keys return numpy arrays.
     Raises hps.Error: the file is missing or not a valid configuration (a
     HugeCTR ps.json is refused with how to convert it: hps-conf import).
     """
@@ -193,14 +196,15 @@ class HPS:
         self._lock = threading.Lock()
 
     def client(self, device_id=0):
-        """The Client of device_id (opened on first use)."""
-        c = self._clients.get(device_id)
+        """The Client of device_id in this process (opened on first use)."""
+        key = (device_id, os.getpid())
+        c = self._clients.get(key)
         if c is None:
             with self._lock:
-                c = self._clients.get(device_id)
+                c = self._clients.get(key)
                 if c is None:
                     c = Client(self.ps_config_file, int(device_id))
-                    self._clients[device_id] = c
+                    self._clients[key] = c
         return c
 
     def lookup(self, h_keys, model_name, table_id, device_id=0):

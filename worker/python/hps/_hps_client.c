@@ -374,8 +374,11 @@ static int check_key_width(const arr_t *keys, const model_t *md)
     return -1;
 }
 
-static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                             PyObject *kwnames, int strict, const char *fn)
+/* One try of lookup_impl; *ret_rc: the C call's error (0 when it did not
+ * fail), *ret_named: the model was given by name. */
+static PyObject *lookup_try(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames, int strict, const char *fn, hps_err_t *ret_rc,
+                            bool *ret_named)
 {
     static const char *const names[] = {"model", "table", "keys", "out", "stream", "dtype"};
     PyObject *a[6], *mo = NULL, *to = NULL, *o = NULL;
@@ -388,6 +391,7 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
 
     if (hpspy_parse_args(fn, args, nargs, kwnames, names, 6, strict ? 3 : 4, a) < 0)
         return NULL;
+    *ret_named = PyUnicode_Check(a[0]);
     /* Python code of the arguments first, then the client */
     if (!(mo = hpspy_index_or_name(a[0], "model")) || !(to = hpspy_index_or_name(a[1], "table")) ||
         hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0 ||
@@ -433,6 +437,7 @@ static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssiz
         PyEval_RestoreThread(ts);
         self->busy--;
         if (rc < 0) {
+            *ret_rc = rc;
             hpspy_raise_c(rc);
             goto fail;
         }
@@ -448,6 +453,26 @@ done:
     if (!strict && o) {
         Py_DECREF(o);
         Py_RETURN_NONE;
+    }
+    return o;
+}
+
+/* A lookup whose model was given by name is tried once more when a reload
+ * that changed the model's tables switched the client between the name's
+ * resolution and the call, which ran without the GIL (HPS_EMISMATCH: the
+ * index resolved no longer serves the name): resolved again, as hps-worker
+ * parses a request caught in the switch again.  An index given by the
+ * caller keeps the error (README: find the model again by name). */
+static PyObject *lookup_impl(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames, int strict, const char *fn)
+{
+    hps_err_t rc = 0;
+    bool named = false;
+    PyObject *o = lookup_try(self, args, nargs, kwnames, strict, fn, &rc, &named);
+    if (!o && named && rc == HPS_EMISMATCH) {
+        PyErr_Clear();
+        rc = 0;
+        o = lookup_try(self, args, nargs, kwnames, strict, fn, &rc, &named);
     }
     return o;
 }
@@ -602,8 +627,9 @@ PyDoc_STRVAR(lookup_multi_doc,
              "order, where the keys live.  Other arguments as lookup().  Raises\n"
              "hps.Error.");
 
-static PyObject *client_lookup_multi(client_object *self, PyObject *const *args, Py_ssize_t nargs,
-                                     PyObject *kwnames)
+/* One try of client_lookup_multi (*ret_rc, *ret_named: as lookup_try). */
+static PyObject *lookup_multi_try(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames, hps_err_t *ret_rc, bool *ret_named)
 {
     static const char *const names[] = {"model", "keys", "numkeys", "out", "stream", "dtype"};
     PyObject *a[6], *mo = NULL, *o = NULL;
@@ -618,6 +644,7 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
 
     if (hpspy_parse_args("lookup_multi", args, nargs, kwnames, names, 6, 3, a) < 0)
         return NULL;
+    *ret_named = PyUnicode_Check(a[0]);
     /* Python code of the arguments first, then the client */
     if (!(mo = hpspy_index_or_name(a[0], "model")) || !(nk = get_numkeys(a[2], &T)) ||
         hpspy_parse_stream(a[4], &stream) < 0 || hpspy_parse_dtype(a[5], &want) < 0 ||
@@ -655,6 +682,7 @@ static PyObject *client_lookup_multi(client_object *self, PyObject *const *args,
         PyEval_RestoreThread(ts);
         self->busy--;
         if (rc < 0) {
+            *ret_rc = rc;
             hpspy_raise_c(rc);
             goto fail;
         }
@@ -667,6 +695,20 @@ done:
     hpspy_arr_release(&keys);
     PyMem_Free(nk);
     Py_XDECREF(mo);
+    return o;
+}
+
+static PyObject *client_lookup_multi(client_object *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    hps_err_t rc = 0;
+    bool named = false;
+    PyObject *o = lookup_multi_try(self, args, nargs, kwnames, &rc, &named);
+    if (!o && named && rc == HPS_EMISMATCH) { /* as lookup_impl */
+        PyErr_Clear();
+        rc = 0;
+        o = lookup_multi_try(self, args, nargs, kwnames, &rc, &named);
+    }
     return o;
 }
 

@@ -40,7 +40,8 @@ class LookupLayer(_torch.nn.Module):
     device's client (host-only where CUDA is not available).  Clients are
     shared per (configuration, device) in the process (hps.shared_client).
     The layer pickles (torch.save, copy.deepcopy, multiprocessing) as its
-    arguments; a copy opens its own clients at its first forward().
+    arguments; a copy opens its own clients at its first forward(), and so
+    does the layer in a forked child (a torch DataLoader worker).
 
     Raises hps.Error: emb_vec_size differs from the table's dim, unknown
     model or table, a model or table that is neither a name nor an index, a
@@ -93,10 +94,11 @@ class LookupLayer(_torch.nn.Module):
         self._host_device = _torch.cuda.current_device() if _torch.cuda.is_available() else -1
 
     def _client(self, device):
-        c = self._clients.get(device)
+        key = (device, os.getpid())  # a forked child looks up through a client of its own
+        c = self._clients.get(key)
         if c is None or c.closed:
             c = shared_client(self.ps_config_file, device)
-            self._clients[device] = c
+            self._clients[key] = c
         return c
 
     def forward(self, keys):
