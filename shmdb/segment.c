@@ -416,6 +416,14 @@ size_t hps_shmdb_other_procs(hps_shmdb_t *db)
     return n;
 }
 
+size_t hps_shmdb_other_rows(hps_shmdb_t *db)
+{
+    size_t n = 0;
+    for (int i = 0; i < HPS_SHMDB_MAX_PROCS; i++)
+        n += i != db->proc_slot && LD(db->hdr->procs[i].pid) != 0 && row_locked(db, i);
+    return n;
+}
+
 bool hps_shmdb_pid_alive(hps_shmdb_t *db, pid_t pid)
 {
     if (!db || pid <= 0)

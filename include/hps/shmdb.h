@@ -500,6 +500,15 @@ size_t hps_shmdb_ctl_reap(hps_shmdb_t *db, uint64_t max_age_ns);
 size_t hps_shmdb_other_procs(hps_shmdb_t *db);
 
 /**
+ * @brief Number of live rows in the process table other than this
+ *        handle's own: other processes' and this process's other handles
+ *        (two in-process clients of one segment).  For HugeCTR's
+ *        shared_memory_auto_remove, where the last handle out removes the
+ *        segment.  Thread-safe.
+ */
+size_t hps_shmdb_other_rows(hps_shmdb_t *db);
+
+/**
  * @brief Whether a coordinator is alive on the segment: the process-table
  * row of the coordinator that beat last still holds its liveness lock (the
  * same process: the row was not taken again since), and its heartbeat

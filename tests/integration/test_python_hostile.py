@@ -22,11 +22,14 @@ and 2000 rows, dims 16, 8 and 4 (as int-python_client's).  Checks:
     client gets hps.Error HPS_EINVAL (its misses got defaults now and then),
     one that drops its only reference to a client, and one that looks up
     through hps.shared_client and hps.HPS (clients of its own: misses
-    exact) exit at once (they hung).
+    exact) exit at once (they hung);
+  - shared_memory_auto_remove with two clients of one process: the first
+    to close after the coordinator died leaves the segment to the other.
 """
 import ctypes
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -541,6 +544,28 @@ def forked(t, model, conf, c):
     compat.close()
 
 
+def two_clients_auto_remove(t, cl):
+    """shared_memory_auto_remove with two clients in one process and the
+    coordinator SIGKILLed: closing the first keeps the segment, which the
+    second still uses (before, the first close removed it: only other
+    processes counted); closing the second removes it."""
+    seg = cl.new_segment_name("ar")
+    m = cl.gen_model("ar", rows=[1000], dims=[8], defaults=[0.5], segment=seg, subdir="ar")
+    conf = cl.write_config("ar.ini", m.ini_text, [
+        ("volatile_db", "shared_memory_auto_remove", "true"),
+        ("hps", "heartbeat_interval_ms", 50), ("hps", "worker_timeout_ms", 500)])
+    co = cl.start_coordinator(conf, log_name="coordinator-ar")
+    c1, c2 = hps.Client(conf, -1), hps.Client(conf, -1)
+    t.ok(c1.wait_ready(10000) and c2.wait_ready(10000), "auto_remove: two clients ready")
+    co.kill(signal.SIGKILL)
+    co.wait(10)
+    c1.close()
+    t.ok(cl.segment_exists(seg), "auto_remove: the first of two clients of one process closed "
+         "after the coordinator died: the segment stays for the other")
+    c2.close()
+    t.ok(not cl.segment_exists(seg), "auto_remove: the last one out removed it")
+
+
 def body(t, cl):
     model = cl.gen_model("m", rows=[6000, 3000, 2000], dims=[16, 8, 4],
                          defaults=[0.5, -2.0, 0.0])
@@ -563,6 +588,7 @@ def body(t, cl):
         forked(t, model, conf, c)
         rc, out, err = cl.shm("check", cl.segment)
         t.ok(rc == 0, "hps-shm check passes", out + err)
+        two_clients_auto_remove(t, cl)
     finally:
         c.close()
         hps._close_shared()  # hps.torch.LookupLayer's clients (hps.shared_client)

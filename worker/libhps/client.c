@@ -238,18 +238,20 @@ const hps_conf_model_t *hps_client_model_conf(const hps_client_t *cl, size_t mi)
     return cl && mi < cl->num_models ? cl->models[mi].conf : NULL;
 }
 
-/* HugeCTR's shared_memory_auto_remove: the last process out removes the
- * segment (only when no coordinator serves it any more). */
+/* HugeCTR's shared_memory_auto_remove: the last one out removes the
+ * segment (only when no coordinator serves it any more), counting the
+ * other clients of this process too (their mapping would outlive the name,
+ * but no process started later would find the segment). */
 static void release_segment(hps_client_t *cl)
 {
     if (!cl->db)
         return;
     bool last =
-        cl->conf->volatile_db.shared_memory_auto_remove && hps_shmdb_other_procs(cl->db) == 0;
+        cl->conf->volatile_db.shared_memory_auto_remove && hps_shmdb_other_rows(cl->db) == 0;
     hps_shmdb_detach(cl->db);
     cl->db = NULL;
     if (last && hps_shmdb_unlink(cl->conf->volatile_db.shared_memory_name) == 0)
-        HPS_INFO("removed /dev/shm/hps.%s: last process out (shared_memory_auto_remove)",
+        HPS_INFO("removed /dev/shm/hps.%s: last one out (shared_memory_auto_remove)",
                  cl->conf->volatile_db.shared_memory_name);
 }
 

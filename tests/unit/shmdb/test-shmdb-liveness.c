@@ -354,8 +354,11 @@ static void test_own_handles(void **state)
     }
     HPS_ASSERT_EQ(hps_shmdb_other_procs(f->db), 0);
     HPS_ASSERT_EQ(hps_shmdb_other_procs(db2), 0);
+    HPS_ASSERT_EQ(hps_shmdb_other_rows(f->db), 1); /* db2's: the last one out is not f->db */
+    HPS_ASSERT_EQ(hps_shmdb_other_rows(db2), 1);
     T_CHECK(hps_shmdb_pid_alive(f->db, getpid()), "own pid not alive");
     hps_shmdb_detach(db2);
+    HPS_ASSERT_EQ(hps_shmdb_other_rows(f->db), 0);
     HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
     HPS_ASSERT_EQ(n, 1);
     HPS_ASSERT_EQ(procs[0].slot, s1);
