@@ -361,8 +361,8 @@ typedef struct coord_ddb_wait {
  * should be tried again, having slept 250 ms: the failure says a node is
  * unreachable or the cluster is down (a refused or lost connection, a
  * timeout, CLUSTERDOWN or TRYAGAIN: a master failing over), and
- * failover_wait_ms has not passed since the call's first failure, nor did
- * a SIGTERM come.  Any other result (0, HPS_ENOTFOUND, an error reply of
+ * failover_wait_ms has not passed since the first of its failures in a
+ * row, nor did a SIGTERM come.  Any other result (0, HPS_ENOTFOUND, an error reply of
  * Redis itself: WRONGTYPE, OOM, ERR ...) ends the call.  Logs the wait once
  * per call, and its end.  Main thread (loading):
  *     coord_ddb_wait_t w = {0};

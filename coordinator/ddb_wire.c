@@ -280,7 +280,7 @@ bool coord_ddb_wait(coord_t *c, coord_ddb_wait_t *w, hps_err_t rc, const char *w
     if (rc >= 0 || !unavailable(rc, err ? err : "")) {
         if (w->told)
             HPS_INFO("distributed DB: %s: the cluster answers again", what);
-        w->told = false;
+        *w = (coord_ddb_wait_t){0}; /* a later failure waits anew */
         return false;
     }
     if (wait <= 0 || atomic_load(c->stop))
