@@ -133,7 +133,7 @@ static enum MHD_Result h_model(hps_kserve_t *s, struct MHD_Connection *c,
     if (mi < 0)
         return hps__kserve_http_send_error(s, c, err.status, err.msg);
     const struct hps__kserve_kmodel *m = &s->models[mi];
-    if (r->kind != HPS__KSERVE_R_MODEL_STATS && !model_loaded(s, (size_t)mi))
+    if (!model_loaded(s, (size_t)mi)) /* its statistics too, as Triton's */
         return send_unloaded(s, c, m);
     if (r->kind == HPS__KSERVE_R_MODEL_READY) /* the worker, and the model (its state) */
         return backend_ready(s) && model_ready(s, (size_t)mi)

@@ -597,7 +597,8 @@ void hps__kserve_resp_server_meta(hps__kserve_text_t *t, const char *name, const
 void hps__kserve_resp_model_meta(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m);
 void hps__kserve_resp_model_config(hps__kserve_text_t *t, const struct hps__kserve_kmodel *m);
 /** {"model_stats":[...]} of models[0 .. count), each name once
- *  (hps__kserve_model_current with b; b NULL: every entry). */
+ *  (hps__kserve_model_current with b) and loaded ones only (b->model_loaded,
+ *  when b has it; b NULL: every entry). */
 void hps__kserve_resp_stats(hps__kserve_text_t *t, const struct hps__kserve_kmodel *models,
                             size_t count, const hps_kserve_backend_t *b);
 /**

@@ -199,6 +199,8 @@ void hps__kserve_resp_stats(hps__kserve_text_t *t, const struct hps__kserve_kmod
     for (size_t i = 0; i < count; i++) {
         if (b && !hps__kserve_model_current(models, count, b, i))
             continue; /* an older shape of a model listed by its current entry */
+        if (b && b->model_loaded && !b->model_loaded(b->ctx, i))
+            continue; /* no version available (Triton lists ready versions only) */
         if (!first)
             hps__kserve_text_putc(t, ',');
         first = false;

@@ -14,7 +14,8 @@ under a stream of exactly checked lookups:
       defaults at once (nobody serves the old segment's miss queue during
       the reload);
   (3) unload n through worker 1: 200, n UNAVAILABLE "unloaded", inference
-      refused, the used bytes back to (1)'s; load it again: the used bytes
+      and statistics refused with 400 (every model's statistics list m
+      only), the used bytes back to (1)'s; load it again: the used bytes
       of (2) (both within 0.01%: the segment does not grow); 6 more unload
       + load pairs in a row all answer 200;
   (4) refusals, nothing changed: unknown model, a config parameter, a
@@ -172,6 +173,11 @@ def body(t, cl):
                                 "reason": "unloaded"}, "index: n UNAVAILABLE, reason unloaded")
     r = H.infer(ports[1], "n", [[n.file_keys[0][0]], []])
     t.eq((r.status, r.json()), (400, {"error": NO_VERSIONS % "n"}), "infer on n: 400 again")
+    r = H.http(ports[1], "GET", "/v2/models/n/stats")
+    t.eq((r.status, r.json()), (400, {"error": NO_VERSIONS % "n"}),
+         "statistics of n: 400 as Triton's (was 200 with zeroed counters)")
+    st = H.http(ports[1], "GET", "/v2/models/stats").json()["model_stats"]
+    t.eq(sorted(x["name"] for x in st), ["m"], "statistics of every model: m only, n unloaded")
     same_size(t, used_bytes(cl), used_m, "the used bytes are back to m's alone")
     t.ok(H.wait_until(lambda: index(ports[0])["n"]["state"] == "UNAVAILABLE", 5),
          "worker 0's index: n UNAVAILABLE too")
