@@ -302,6 +302,17 @@ long hps__kserve_route_model(const struct hps__kserve_route *r,
  * (b NULL, or no model_loaded: the newest); -1 when none has it.
  */
 /**
+ * libmicrohttpd's unescaper (MHD_OPTION_UNESCAPE_CALLBACK) for the request
+ * path and its arguments: decodes %HH in place, except %2F and %00, which
+ * stay as they are: routing sees the path's own separators only (with the
+ * default unescaper, /v2%2Frepository/index reached the repository and
+ * /v2/models/m%00x model m), as Triton routes the path it was sent.
+ * Returns the new length.  Any thread.
+ */
+struct MHD_Connection;
+size_t hps__kserve_unescape(void *cls, struct MHD_Connection *c, char *s);
+
+/**
  * The version a route names (its /versions/{v}): true with *ret set, false
  * when it names none or one that is no number (hps__kserve_route_model
  * refuses those).

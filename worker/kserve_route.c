@@ -132,6 +132,32 @@ static void parse_repo(const char *p, struct hps__kserve_route *r)
     r->kind = kind != HPS__KSERVE_R_NOT_FOUND && named ? HPS__KSERVE_R_REPO_NAMED : kind;
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+size_t hps__kserve_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls, (void)c;
+    char *w = s;
+    for (const char *p = s; *p; p++) {
+        int hi = p[0] == '%' ? hex_digit(p[1]) : -1, lo = hi >= 0 ? hex_digit(p[2]) : -1;
+        int v = lo >= 0 ? hi * 16 + lo : -1;
+        if (v > 0 && v != '/') { /* %00 and %2F stay as they are */
+            *w++ = (char)v;
+            p += 2;
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
 void hps__kserve_route_parse(const char *url, struct hps__kserve_route *r)
 {
     memset(r, 0, sizeof(*r));

@@ -407,7 +407,8 @@ static struct MHD_Daemon *start_http(hps_kserve_t *s)
         s->threads, MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_NOTIFY_CONNECTION, hps__kserve_conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
-        hps__kserve_conn_uri_log, s, MHD_OPTION_END);
+        hps__kserve_conn_uri_log, s, MHD_OPTION_UNESCAPE_CALLBACK, hps__kserve_unescape, NULL,
+        MHD_OPTION_END);
 }
 
 static struct MHD_Daemon *start_metrics(hps_kserve_t *s)

@@ -3,7 +3,8 @@
 int-bad_requests: every malformed request gets Triton's status code
 (/work/shared/reference/kserve-v2.md section 1.2: 400 for invalid
 arguments, including an unknown model on infer; 404 unknown path; 405 wrong
-method; 501 more samples than max_batch_size) and a JSON {"error": "..."}
+method; 501 more samples than max_batch_size; a %2F or %00 in the path is
+no separator) and a JSON {"error": "..."}
 body with Content-Type application/json; the worker keeps serving exact
 answers afterwards.  [worker] max_body_size = 64KiB.
 
@@ -241,6 +242,15 @@ def body(t, cl):
     check("unknown path /", 404, "GET", "/")
     check("unknown path /v2/models/m/infer/extra", 404, "POST", "/v2/models/m/infer/extra",
           req(keys, nk))
+    # an encoded separator or NUL is no separator (the path was decoded
+    # before routing: /v2%2Frepository/index reached the repository index)
+    check("POST /v2%2Frepository/index", 404, "POST", "/v2%2Frepository/index", b"")
+    check("POST /v2%2fsystemsharedmemory%2funregister", 404, "POST",
+          "/v2%2fsystemsharedmemory%2funregister", b"")
+    check("GET /v2/models/m%00xyz (not model m)", 400, "GET", "/v2/models/m%00xyz",
+          want_text="unknown model")
+    r = H.http(port, "GET", "/%76%32/health/ready")
+    t.eq(r.status, 200, "GET /%76%32/health/ready: escapes of other characters are decoded")
     check("GET on /v2/models/m/infer", 405, "GET", infer)
     check("PUT on /v2/models/m/infer", 405, "PUT", infer, req(keys, nk))
     check("POST on /v2/health/ready", 405, "POST", "/v2/health/ready", b"")

@@ -131,6 +131,32 @@ static void test_route(void **state)
              "system region");
     hps__kserve_route_parse("/v2/cudasharedmemory/unregister", &r);
     KS_CHECK(r.kind == HPS__KSERVE_R_SHM_UNREGISTER && r.cuda && !r.region, "cuda, no region");
+    /* the unescaper: %HH decoded, except %2F and %00, which cannot make
+     * separators or cut the path; a bad escape stays as it is */
+    const struct {
+        const char *in, *out;
+        enum hps__kserve_route_kind kind;
+    } esc[] = {
+        {"/%76%32/health/ready", "/v2/health/ready", HPS__KSERVE_R_READY},
+        {"/v2/models/%6d/infer", "/v2/models/m/infer", HPS__KSERVE_R_INFER},
+        {"/v2%2Frepository/index", "/v2%2Frepository/index", HPS__KSERVE_R_NOT_FOUND},
+        {"/v2%2frepository%2fmodels%2fm%2funload", "/v2%2frepository%2fmodels%2fm%2funload",
+         HPS__KSERVE_R_NOT_FOUND},
+        {"/v2/models/m%00xyz", "/v2/models/m%00xyz", HPS__KSERVE_R_MODEL_META},
+        {"/v2/systemsharedmemory/region/a%20b/status", "/v2/systemsharedmemory/region/a b/status",
+         HPS__KSERVE_R_SHM_STATUS},
+        {"/v2/models/m%2", "/v2/models/m%2", HPS__KSERVE_R_MODEL_META},
+        {"/v2/models/m%zz/%252F", "/v2/models/m%zz/%2F", HPS__KSERVE_R_NOT_FOUND},
+    };
+    for (size_t i = 0; i < sizeof(esc) / sizeof(esc[0]); i++) {
+        char buf[128];
+        snprintf(buf, sizeof(buf), "%s", esc[i].in);
+        size_t n = hps__kserve_unescape(NULL, NULL, buf);
+        KS_CHECK(n == strlen(esc[i].out) && !strcmp(buf, esc[i].out), "unescape %s: %s", esc[i].in,
+                 buf);
+        hps__kserve_route_parse(buf, &r);
+        KS_CHECK(r.kind == esc[i].kind, "%s: kind %d", esc[i].in, (int)r.kind);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
