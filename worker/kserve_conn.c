@@ -1,26 +1,32 @@
 /*
- * kserve_conn.c -- connection admission of the HTTP listener: a deadline
- * for a request's whole header, and room kept for new connections.
+ * kserve_conn.c -- connection admission of a listener (the HTTP port's and
+ * the metrics port's, each a struct hps__kserve_conns): a deadline for a
+ * request's whole header, a minimum rate for its body, and room kept for
+ * new connections.
  *
  * libmicrohttpd's idle timeout restarts at every byte, so a client that
- * trickles a header one byte at a time holds its connection for ever, and
- * about max_connections of them lock every other client out.  Here each
- * connection has a state, moved by libmicrohttpd's callbacks:
+ * trickles a header or a body one byte at a time holds its connection for
+ * ever, and about max_connections of them lock every other client out.
+ * Here each connection has a state, moved by libmicrohttpd's callbacks:
  *
  *   FRESH   accepted, no request line yet         (NOTIFY_CONNECTION STARTED)
  *   HEADER  request line received, header coming  (URI log callback)
- *   BUSY    header complete: body, lookup, answer (first access-handler call)
+ *   BODY    header complete, body coming          (first access-handler call)
+ *   BUSY    request whole: lookup, answer         (the body's end, or the
+ *                                                  first call without one)
  *   IDLE    keep-alive between requests           (request completed)
  *
  * and the time it entered it.  A reaper thread closes FRESH and HEADER
  * connections older than header_timeout_ms: a request's header must arrive
  * whole within it, however it is sliced (the first request of a connection
- * counts from the accept).  And when a new connection brings the count past
- * seven eighths of max_connections, the oldest FRESH or HEADER connection
- * that has waited for its header GRACE_NS or more, else the oldest IDLE one,
- * else the oldest FRESH or HEADER one that has no request waiting unread,
- * is closed to make room: trickling and idle connections go first, a
- * request being served or sent whole never.  The listener defers accepts
+ * counts from the accept); and BODY connections older than that whose body
+ * has averaged less than min_body_rate bytes a second since the header.
+ * And when a new connection brings the count past seven eighths of
+ * max_connections, the oldest FRESH or HEADER connection that has waited
+ * for its header GRACE_NS or more (or a BODY one as slow, past GRACE_NS),
+ * else the oldest IDLE one, else the oldest FRESH or HEADER one that has no
+ * request waiting unread, is closed to make room: trickling and idle
+ * connections go first, a request being served or sent at speed never.  The listener defers accepts
  * (TCP_DEFER_ACCEPT, kserve_server.c: open_listener) until a connection's
  * first bytes arrive, so a valid client's connection comes with its
  * request already waiting, and a flood of silent connections never reaches
@@ -41,7 +47,7 @@
 
 #define REAP_PERIOD_MS 100
 
-enum { CONN_FRESH, CONN_HEADER, CONN_BUSY, CONN_IDLE };
+enum { CONN_FRESH, CONN_HEADER, CONN_BODY, CONN_BUSY, CONN_IDLE };
 
 static void unlink_conn(struct hps__kserve_conns *cs, struct hps__kserve_kconn *k)
 {
@@ -81,19 +87,34 @@ static bool sent_at_once(const struct hps__kserve_kconn *k)
     return ioctl(k->fd, FIONREAD, &n) == 0 && n >= SENT_AT_ONCE;
 }
 
+/* A BODY connection in that state for more than after_ns whose body has
+ * averaged less than min_body_rate bytes a second (mu held). */
+static bool body_slow(const struct hps__kserve_conns *cs, const struct hps__kserve_kconn *k,
+                      uint64_t now, uint64_t after_ns)
+{
+    uint64_t ns = now - k->since_ns;
+    if (k->state != CONN_BODY || !cs->min_body_rate || ns <= after_ns)
+        return false;
+    uint64_t got = atomic_load_explicit(&k->body_bytes, memory_order_relaxed);
+    return (double)got * 1e9 < (double)cs->min_body_rate * (double)ns;
+}
+
 /* The connection to close for room: the oldest FRESH / HEADER one past
- * GRACE_NS, else the oldest IDLE one, else the oldest FRESH / HEADER one
- * without a request waiting to be read (SENT_AT_ONCE); NULL when none. */
+ * GRACE_NS (or BODY one too slow past it), else the oldest IDLE one, else
+ * the oldest FRESH / HEADER one without a request waiting to be read
+ * (SENT_AT_ONCE); NULL when none. */
 static struct hps__kserve_kconn *victim(struct hps__kserve_conns *cs)
 {
     struct hps__kserve_kconn *best = NULL;
     int rank = 3; /* 0: FRESH or HEADER past the grace, 1: IDLE, 2: FRESH or HEADER */
-    uint64_t young = hps__kserve_now_ns() - GRACE_NS;
+    uint64_t now = hps__kserve_now_ns(), young = now - GRACE_NS;
     for (struct hps__kserve_kconn *k = cs->head.next; k != &cs->head; k = k->next) {
-        int r = k->closing || k->state == CONN_BUSY ? 3
-                : k->state == CONN_IDLE             ? 1
-                : k->since_ns > young               ? 2
-                                                    : 0;
+        int r = k->closing              ? 3
+                : k->state == CONN_BODY ? (body_slow(cs, k, now, GRACE_NS) ? 0 : 3)
+                : k->state == CONN_BUSY ? 3
+                : k->state == CONN_IDLE ? 1
+                : k->since_ns > young   ? 2
+                                        : 0;
         /* ioctl only where a young one could be chosen: floods alone */
         if (r == 2 && rank == 3 && sent_at_once(k))
             r = 3;
@@ -110,8 +131,7 @@ static struct hps__kserve_kconn *victim(struct hps__kserve_conns *cs)
 void hps__kserve_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                              enum MHD_ConnectionNotificationCode toe)
 {
-    hps_kserve_t *s = cls;
-    struct hps__kserve_conns *cs = &s->conns;
+    struct hps__kserve_conns *cs = cls;
     struct hps__kserve_kconn *k = *socket_context;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         if (!k)
@@ -144,18 +164,24 @@ void hps__kserve_conn_notify(void *cls, struct MHD_Connection *c, void **socket_
     *socket_context = k;
 }
 
-/* Move c to state st (from its socket context; untracked: nothing). */
-static void set_state(hps_kserve_t *s, struct MHD_Connection *c, int st)
+static struct hps__kserve_kconn *kconn_of(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    struct hps__kserve_kconn *k = ci ? ci->socket_context : NULL;
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Move c to state st (from its socket context; untracked: nothing). */
+static void set_state(struct hps__kserve_conns *cs, struct MHD_Connection *c, int st)
+{
+    struct hps__kserve_kconn *k = kconn_of(c);
     if (!k)
         return;
-    pthread_mutex_lock(&s->conns.mu);
+    pthread_mutex_lock(&cs->mu);
     k->state = st;
     k->since_ns = hps__kserve_now_ns();
-    pthread_mutex_unlock(&s->conns.mu);
+    atomic_store_explicit(&k->body_bytes, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&cs->mu);
 }
 
 void *hps__kserve_conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c)
@@ -165,20 +191,31 @@ void *hps__kserve_conn_uri_log(void *cls, const char *uri, struct MHD_Connection
     return NULL; /* the access handler still sees *req_cls == NULL first */
 }
 
-void hps__kserve_conn_busy(hps_kserve_t *s, struct MHD_Connection *c)
+void hps__kserve_conn_body(struct hps__kserve_conns *cs, struct MHD_Connection *c)
 {
-    set_state(s, c, CONN_BUSY);
+    set_state(cs, c, CONN_BODY);
 }
 
-void hps__kserve_conn_idle(hps_kserve_t *s, struct MHD_Connection *c)
+void hps__kserve_conn_body_bytes(struct MHD_Connection *c, size_t n)
 {
-    set_state(s, c, CONN_IDLE);
+    struct hps__kserve_kconn *k = kconn_of(c);
+    if (k)
+        atomic_fetch_add_explicit(&k->body_bytes, n, memory_order_relaxed);
+}
+
+void hps__kserve_conn_busy(struct hps__kserve_conns *cs, struct MHD_Connection *c)
+{
+    set_state(cs, c, CONN_BUSY);
+}
+
+void hps__kserve_conn_idle(struct hps__kserve_conns *cs, struct MHD_Connection *c)
+{
+    set_state(cs, c, CONN_IDLE);
 }
 
 static void *reaper(void *arg)
 {
-    hps_kserve_t *s = arg;
-    struct hps__kserve_conns *cs = &s->conns;
+    struct hps__kserve_conns *cs = arg;
     pthread_mutex_lock(&cs->mu);
     while (!cs->stop) {
         uint64_t now = hps__kserve_now_ns();
@@ -186,6 +223,8 @@ static void *reaper(void *arg)
             if ((k->state == CONN_FRESH || k->state == CONN_HEADER) &&
                 now - k->since_ns > cs->header_ns)
                 evict(k, &cs->header_timeouts);
+            else if (body_slow(cs, k, now, cs->header_ns))
+                evict(k, &cs->body_timeouts);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += REAP_PERIOD_MS * 1000000L;
@@ -197,23 +236,23 @@ static void *reaper(void *arg)
     return NULL;
 }
 
-hps_err_t hps__kserve_conns_start(hps_kserve_t *s)
+hps_err_t hps__kserve_conns_start(struct hps__kserve_conns *cs, unsigned max, unsigned header_ms,
+                                  unsigned min_body_rate)
 {
-    struct hps__kserve_conns *cs = &s->conns;
     cs->head.next = cs->head.prev = &cs->head;
     cs->count = 0;
     cs->stop = false;
-    cs->high = s->max_connections - s->max_connections / 8;
-    cs->header_ns = (uint64_t)s->header_timeout_ms * 1000000ULL;
-    if (pthread_create(&cs->reaper, NULL, reaper, s) != 0)
+    cs->high = max - max / 8;
+    cs->header_ns = (uint64_t)header_ms * 1000000ULL;
+    cs->min_body_rate = min_body_rate;
+    if (pthread_create(&cs->reaper, NULL, reaper, cs) != 0)
         return HPS_EIO;
     cs->started = true;
     return 0;
 }
 
-void hps__kserve_conns_stop(hps_kserve_t *s)
+void hps__kserve_conns_stop(struct hps__kserve_conns *cs)
 {
-    struct hps__kserve_conns *cs = &s->conns;
     if (!cs->started)
         return;
     pthread_mutex_lock(&cs->mu);

@@ -811,7 +811,9 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
         return MHD_NO;
     q->srv = s;
     *req_cls = q;
-    hps__kserve_conn_busy(s, c);
+    /* the header is whole; a body's rate is watched from here
+     * (kserve_conn.c) until the access handler's last call (BUSY) */
+    hps__kserve_conn_body(&s->conns, c);
     atomic_fetch_add_explicit(&s->inflight, 1, memory_order_relaxed);
     struct hps__kserve_route r;
     hps__kserve_route_parse(url, &r);
@@ -889,10 +891,12 @@ enum MHD_Result hps__kserve_http_on_request(void *cls, struct MHD_Connection *co
         return ret;
     }
     if (*upload_data_size) {
+        hps__kserve_conn_body_bytes(conn, *upload_data_size);
         bool ok = absorb(q, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return ok ? MHD_YES : MHD_NO;
     }
+    hps__kserve_conn_busy(&q->srv->conns, conn); /* the request is whole */
     if (q->responded)
         return MHD_YES;
     q->responded = true;
@@ -907,7 +911,7 @@ void hps__kserve_http_on_completed(void *cls, struct MHD_Connection *conn, void 
     (void)toe;
     hps_kserve_t *s = cls;
     struct kreq *q = *req_cls;
-    hps__kserve_conn_idle(s, conn);
+    hps__kserve_conn_idle(&s->conns, conn);
     if (!q)
         return;
     if (q->parked.r)
@@ -935,15 +939,19 @@ static enum MHD_Result metrics_scrape(hps_kserve_t *s, struct MHD_Connection *c)
         &t,
         "# HELP nv_hps_http_connections HTTP connections open\n"
         "# TYPE nv_hps_http_connections gauge\nnv_hps_http_connections %u\n"
-        "# HELP nv_hps_http_connections_evicted Idle or header-sending connections closed to make "
-        "room for new ones\n# TYPE nv_hps_http_connections_evicted counter\n"
+        "# HELP nv_hps_http_connections_evicted Idle, header-sending or slow body-sending "
+        "connections closed to make room for new ones\n# TYPE nv_hps_http_connections_evicted counter\n"
         "nv_hps_http_connections_evicted %llu\n"
         "# HELP nv_hps_http_header_timeouts Connections closed for not sending a whole request "
         "header within header_timeout_ms\n# TYPE nv_hps_http_header_timeouts counter\n"
-        "nv_hps_http_header_timeouts %llu\n",
+        "nv_hps_http_header_timeouts %llu\n"
+        "# HELP nv_hps_http_body_timeouts Connections closed for sending a request body slower "
+        "than min_body_rate\n# TYPE nv_hps_http_body_timeouts counter\n"
+        "nv_hps_http_body_timeouts %llu\n",
         open_conns,
         (unsigned long long)atomic_load_explicit(&s->conns.evicted, memory_order_relaxed),
-        (unsigned long long)atomic_load_explicit(&s->conns.header_timeouts, memory_order_relaxed));
+        (unsigned long long)atomic_load_explicit(&s->conns.header_timeouts, memory_order_relaxed),
+        (unsigned long long)atomic_load_explicit(&s->conns.body_timeouts, memory_order_relaxed));
     if (s->backend.metrics && !t.oom) {
         hps_err_t rc = s->backend.metrics(s->backend.ctx, &t);
         if (rc) {
@@ -969,6 +977,7 @@ enum MHD_Result hps__kserve_metrics_on_request(void *cls, struct MHD_Connection 
         return MHD_YES;
     }
     *req_cls = &answered;
+    hps__kserve_conn_busy(&((hps_kserve_t *)cls)->mconns, conn); /* GET: no body */
     if (strcmp(method, "GET") != 0)
         return hps__kserve_http_send_error(cls, conn, 405, "Method Not Allowed");
     if (strcmp(url, "/metrics") != 0)

@@ -11,7 +11,8 @@
 
 #include "worker/kserve_internal.h"
 
-/** Connection admission (kserve_conn.c). */
+/** Connection admission of one listener (kserve_conn.c): the HTTP port's
+ *  and the metrics port's, each with its own reaper. */
 struct hps__kserve_conns {
     pthread_mutex_t mu; /* guards the list, count, stop and every connection's state */
     pthread_cond_t cv;  /* wakes the reaper to stop */
@@ -20,15 +21,21 @@ struct hps__kserve_conns {
         int fd, state;
         uint64_t since_ns;
         bool closing;
+        /* body bytes received in state BODY: relaxed atomic, added by the
+         * connection's event-loop thread without mu, read by the reaper */
+        _Atomic uint64_t body_bytes;
     } head;         /* list of live connections (sentinel) */
     unsigned count; /* mu */
-    unsigned high;  /* a new connection past this evicts one; immutable while running */
-    uint64_t header_ns;
-    bool stop; /* mu */
+    /* immutable while running (hps__kserve_conns_start): */
+    unsigned high;          /* a new connection past this evicts one */
+    uint64_t header_ns;     /* header deadline */
+    uint64_t min_body_rate; /* bytes/s a body must average past header_ns; 0: none */
+    bool stop;              /* mu */
     bool started;
     pthread_t reaper;
     _Atomic uint64_t evicted;         /* closed for room (relaxed: a counter) */
     _Atomic uint64_t header_timeouts; /* closed past header_timeout_ms */
+    _Atomic uint64_t body_timeouts;   /* closed for a body slower than min_body_rate */
 };
 
 struct hps_kserve {
@@ -43,6 +50,7 @@ struct hps_kserve {
     unsigned max_connections;
     unsigned idle_timeout_s;
     unsigned header_timeout_ms;
+    unsigned min_body_rate; /* bytes/s */
     unsigned drain_timeout_ms;
     size_t max_body;
     size_t max_buffered;        /* request bodies buffered at once, all connections */
@@ -82,7 +90,8 @@ struct hps_kserve {
      * created by hps_kserve_start, stopped after the drain. */
     struct hps__kserve_pool *pool;
     unsigned lookup_threads;
-    struct hps__kserve_conns conns;
+    struct hps__kserve_conns conns;  /* the HTTP port's */
+    struct hps__kserve_conns mconns; /* the metrics port's */
 
     /* Requests between their first callback and their completion
      * notification; hps_kserve_stop() drains it to zero.  Only a counter,
@@ -111,19 +120,29 @@ void hps__kserve_pool_stop(struct hps__kserve_pool *p);
 /* Connection admission (kserve_conn.c)                                      */
 /* ------------------------------------------------------------------------ */
 
-/** Start the reaper (header deadline).  0 or HPS_EIO. */
-hps_err_t hps__kserve_conns_start(hps_kserve_t *s);
-/** Stop the reaper (after the daemon stopped). */
-void hps__kserve_conns_stop(hps_kserve_t *s);
-/** MHD_NotifyConnectionCallback: track, and evict for room; cls = server. */
+/** Start cs's reaper (mu and cv initialised by the caller): connections
+ *  past seven eighths of max evict one; headers due within header_ms;
+ *  bodies at min_body_rate bytes/s on average once header_ms has passed
+ *  (0: no minimum).  0 or HPS_EIO. */
+hps_err_t hps__kserve_conns_start(struct hps__kserve_conns *cs, unsigned max, unsigned header_ms,
+                                  unsigned min_body_rate);
+/** Stop the reaper (after the daemon stopped); no-op if not started. */
+void hps__kserve_conns_stop(struct hps__kserve_conns *cs);
+/** MHD_NotifyConnectionCallback: track, and evict for room; cls = the
+ *  listener's struct hps__kserve_conns. */
 void hps__kserve_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                              enum MHD_ConnectionNotificationCode toe);
-/** MHD_OPTION_URI_LOG_CALLBACK: a request line arrived (header coming). */
+/** MHD_OPTION_URI_LOG_CALLBACK: a request line arrived (header coming);
+ *  cls as hps__kserve_conn_notify. */
 void *hps__kserve_conn_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
-/** The header is complete (first access-handler call). */
-void hps__kserve_conn_busy(hps_kserve_t *s, struct MHD_Connection *c);
+/** The header is complete and the request has a body coming. */
+void hps__kserve_conn_body(struct hps__kserve_conns *cs, struct MHD_Connection *c);
+/** n more bytes of body arrived (lock-free). */
+void hps__kserve_conn_body_bytes(struct MHD_Connection *c, size_t n);
+/** The request is whole (header, body if any): lookup, answer. */
+void hps__kserve_conn_busy(struct hps__kserve_conns *cs, struct MHD_Connection *c);
 /** The request completed: keep-alive idle. */
-void hps__kserve_conn_idle(hps_kserve_t *s, struct MHD_Connection *c);
+void hps__kserve_conn_idle(struct hps__kserve_conns *cs, struct MHD_Connection *c);
 
 /* ------------------------------------------------------------------------ */
 /* Answers (kserve_send.c)                                                   */

@@ -43,6 +43,8 @@
 #define VERSION_MAX_LEN 18
 #define JSON_DEPTH      32
 #define CONN_MEMORY     (64 * 1024)
+/* Connections of the metrics port (Prometheus keeps one per scraper) */
+#define METRICS_CONNECTIONS 64
 
 void hps_kserve_options_init(hps_kserve_options_t *o)
 {
@@ -266,8 +268,11 @@ static hps_err_t apply_options(hps_kserve_t *s, const hps_kserve_options_t *o)
     s->max_connections = o->max_connections ? o->max_connections : 1024;
     s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : 60;
     s->header_timeout_ms = o->header_timeout_ms ? o->header_timeout_ms : 10000;
+    s->min_body_rate = o->min_body_rate ? o->min_body_rate : 1024;
     pthread_mutex_init(&s->conns.mu, NULL);
     pthread_cond_init(&s->conns.cv, NULL);
+    pthread_mutex_init(&s->mconns.mu, NULL);
+    pthread_cond_init(&s->mconns.cv, NULL);
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : 5000;
     return 0;
 }
@@ -406,17 +411,30 @@ static struct MHD_Daemon *start_http(hps_kserve_t *s)
         MHD_OPTION_NOTIFY_COMPLETED, hps__kserve_http_on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
         s->threads, MHD_OPTION_CONNECTION_LIMIT, s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         s->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
-        MHD_OPTION_NOTIFY_CONNECTION, hps__kserve_conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
-        hps__kserve_conn_uri_log, s, MHD_OPTION_UNESCAPE_CALLBACK, hps__kserve_unescape, NULL,
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, hps__kserve_conn_notify, &s->conns,
+        MHD_OPTION_URI_LOG_CALLBACK, hps__kserve_conn_uri_log, &s->conns,
+        MHD_OPTION_UNESCAPE_CALLBACK, hps__kserve_unescape, NULL, MHD_OPTION_END);
 }
 
+static void metrics_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                              enum MHD_RequestTerminationCode toe)
+{
+    (void)req_cls, (void)toe;
+    hps__kserve_conn_idle(cls, c);
+}
+
+/* The metrics port: the HTTP port's admission with its own table
+ * (METRICS_CONNECTIONS): silent, trickling or idle scrapers cannot hold
+ * every slot (64 silent connections blocked every scrape for a minute). */
 static struct MHD_Daemon *start_metrics(hps_kserve_t *s)
 {
-    return MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL,
-                            hps__kserve_metrics_on_request, s, MHD_OPTION_LISTEN_SOCKET,
-                            (MHD_socket)s->metrics_fd, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                            MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_END);
+    return MHD_start_daemon(
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL, hps__kserve_metrics_on_request,
+        s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->metrics_fd, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)METRICS_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s,
+        MHD_OPTION_NOTIFY_CONNECTION, hps__kserve_conn_notify, &s->mconns,
+        MHD_OPTION_URI_LOG_CALLBACK, hps__kserve_conn_uri_log, &s->mconns,
+        MHD_OPTION_NOTIFY_COMPLETED, metrics_completed, &s->mconns, MHD_OPTION_END);
 }
 
 /* Undo a partial start: daemons first (they close their sockets), then
@@ -433,7 +451,8 @@ static void teardown(hps_kserve_t *s)
         close(s->http_fd);
     hps__kserve_pool_stop(s->pool);
     s->pool = NULL;
-    hps__kserve_conns_stop(s);
+    hps__kserve_conns_stop(&s->conns);
+    hps__kserve_conns_stop(&s->mconns);
     s->http = s->metrics = NULL;
     s->http_fd = s->metrics_fd = -1;
     s->bound_http_port = s->bound_metrics_port = 0;
@@ -450,12 +469,16 @@ hps_err_t hps_kserve_start(hps_kserve_t *s)
     hps_err_t rc =
         open_listener(s->http_address, s->http_port, defer_s, &s->http_fd, &s->bound_http_port);
     if (rc == 0 && s->metrics_port != HPS_KSERVE_PORT_DISABLED)
-        rc = open_listener(s->metrics_address, s->metrics_port, 0, &s->metrics_fd,
+        rc = open_listener(s->metrics_address, s->metrics_port, defer_s, &s->metrics_fd,
                            &s->bound_metrics_port);
     if (rc == 0)
         rc = hps__kserve_pool_start(s->lookup_threads, &s->pool);
     if (rc == 0)
-        rc = hps__kserve_conns_start(s);
+        rc = hps__kserve_conns_start(&s->conns, s->max_connections, s->header_timeout_ms,
+                                     s->min_body_rate);
+    if (rc == 0)
+        rc = hps__kserve_conns_start(&s->mconns, METRICS_CONNECTIONS, s->header_timeout_ms,
+                                     s->min_body_rate);
     if (rc == 0 && !(s->http = start_http(s)))
         rc = HPS_EIO;
     if (rc == 0 && s->metrics_fd >= 0 && !(s->metrics = start_metrics(s)))
@@ -546,5 +569,7 @@ void hps_kserve_destroy(hps_kserve_t *s)
     free(s->server_version);
     pthread_mutex_destroy(&s->conns.mu);
     pthread_cond_destroy(&s->conns.cv);
+    pthread_mutex_destroy(&s->mconns.mu);
+    pthread_cond_destroy(&s->mconns.cv);
     free(s);
 }

@@ -287,6 +287,7 @@ static int serve(worker_t *w, const struct args *a, const struct ports *p)
     o.lookup_threads = (unsigned)wc->lookup_threads;
     o.max_connections = (unsigned)wc->max_connections;
     o.header_timeout_ms = (unsigned)wc->header_timeout_ms;
+    o.min_body_rate = (unsigned)wc->min_body_rate;
     o.max_body_bytes = (size_t)wc->max_body_size;
     o.max_keys_per_request = (size_t)wc->max_keys_per_request;
     o.cuda_shared_memory = true;            /* honoured in builds with CUDA only */

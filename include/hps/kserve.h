@@ -172,8 +172,15 @@ typedef struct hps_kserve_options {
      *  the request line, or from the accept for a connection's first
      *  request), however slowly it trickles; then the connection is
      *  closed.  0 = 10000.  Past seven eighths of max_connections, each new
-     *  connection closes the oldest one that is sending a header or idle. */
+     *  connection closes the oldest one that is sending a header or idle
+     *  (or a body below min_body_rate).  The metrics port applies it too,
+     *  with its own 64 connections. */
     unsigned header_timeout_ms;
+    /** Bytes per second a request's body must average, from the end of its
+     *  header, once header_timeout_ms has passed; a slower connection is
+     *  closed (a body trickled a byte at a time held its connection for
+     *  ever).  0 = 1024. */
+    unsigned min_body_rate;
     /** hps_kserve_stop() waits at most this long for requests in progress,
      *  in milliseconds; 0 = 5000. */
     unsigned drain_timeout_ms;

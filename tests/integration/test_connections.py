@@ -17,6 +17,13 @@ hps-worker with [worker] max_connections = 64 and header_timeout_ms = 1000.
      has sent nothing it cannot be told from the flood's connections, and
      every one of them is answered exactly all the same (the server takes a
      connection only once its request has begun: TCP_DEFER_ACCEPT).
+  4. 20 connections that send a whole header, then a body one byte every
+     100 ms (under [worker] min_body_rate), are closed once header_timeout_ms
+     has passed, counted in nv_hps_http_body_timeouts (they were held for
+     ever: 16 of them locked a worker of max_connections 16).
+  5. 3 x max_connections of them: valid requests are answered exactly.
+  6. 80 connections trickling a header to the metrics port (64 connections
+     at most): a scrape is still answered (it waited a minute).
 """
 import os
 import random
@@ -33,15 +40,18 @@ HEADER_MS = 1000
 SLOW_ROUNDS = 5
 SLOW_PAUSE = 0.05
 PARTIAL = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+BODY_HEAD = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{"
 
 
 class Trickler(threading.Thread):
-    """Opens n connections and sends one more header byte on each every
-    period; records which the server closed."""
+    """Opens n connections, sends head on each at once, then one more byte
+    of data (a header, or a body) on each every period; records which the
+    server closed."""
 
-    def __init__(self, port, n, period=0.1):
+    def __init__(self, port, n, period=0.1, head=b"", data=PARTIAL):
         super().__init__(daemon=True)
         self.port, self.n, self.period = port, n, period
+        self.head, self.data = head, data
         self.socks, self.closed, self.opened = [], 0, 0
         self.stop_ev = threading.Event()
 
@@ -52,6 +62,8 @@ class Trickler(threading.Thread):
                 break
             try:
                 s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+                if self.head:
+                    s.sendall(self.head)
                 s.setblocking(False)
                 self.socks.append(s)
                 pos[s] = 0
@@ -61,7 +73,8 @@ class Trickler(threading.Thread):
         while not self.stop_ev.is_set() and pos:
             for s in list(pos):
                 try:
-                    s.send(PARTIAL[pos[s] % len(PARTIAL):pos[s] % len(PARTIAL) + 1])
+                    i = pos[s] % len(self.data)
+                    s.send(self.data[i:i + 1])
                     pos[s] += 1
                     if s.recv(1) == b"":
                         raise ConnectionResetError
@@ -154,6 +167,54 @@ def body(t, cl):
     t.ok(answered == SLOW_ROUNDS, "a client that sends %d ms after connecting, as a flood of "
          "%d starts, is answered exactly (%d of %d)"
          % (SLOW_PAUSE * 1000, n, answered, SLOW_ROUNDS), detail)
+
+
+    # 4. A body trickled a byte at a time, its header whole.
+    tr = Trickler(port, 20, head=BODY_HEAD, data=b" ")
+    tr.start()
+    H.wait_until(lambda: tr.closed >= 20, HEADER_MS / 1000 + 3.0)
+    t.ok(tr.opened == 20 and tr.closed == 20,
+         "20 connections trickling a body (10 bytes/s, under min_body_rate) closed once "
+         "header_timeout_ms passed (%d of %d closed)" % (tr.closed, tr.opened))
+    tr.finish()
+    m = H.metrics(w.metrics_port)
+    t.ok(m.get("nv_hps_http_body_timeouts", 0) >= 20, "nv_hps_http_body_timeouts counts them "
+         "(%s)" % m.get("nv_hps_http_body_timeouts"))
+
+    # 5. A flood of them past max_connections: valid requests still answered.
+    flood = Trickler(port, 3 * MAX_CONN, head=BODY_HEAD, data=b" ")
+    flood.start()
+    time.sleep(0.5)
+    answered, detail = 0, ""
+    for _ in range(10):
+        keys = [rng.sample(model.file_keys[0], 4)]
+        try:
+            _, g = H.decode_output(H.infer(port, "m", keys, binary=True, timeout=5))
+            answered += g == model.expected(keys)
+        except Exception as e:  # noqa: BLE001
+            detail = "%s: %s" % (type(e).__name__, e)
+    flood.finish()
+    t.ok(answered == 10, "under %d connections trickling bodies, 10 valid requests answered "
+         "exactly (%d; before, %d such connections locked every client out)"
+         % (3 * MAX_CONN, answered, MAX_CONN), detail)
+
+    # 6. The metrics port: 64 silent or trickling connections (its limit)
+    # no longer block every scrape until libmicrohttpd's idle timeout.
+    mtr = Trickler(w.metrics_port, 80, data=b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * 5000)
+    mtr.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    got = H.wait_until(lambda: scrape_ok(w.metrics_port), 5, 0.1)
+    mtr.finish()
+    t.ok(got, "a scrape under 80 trickling metrics connections is answered (%.1f s)"
+         % (time.monotonic() - t0))
+
+
+def scrape_ok(port):
+    try:
+        return H.http(port, "GET", "/metrics", timeout=2).status == 200
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -164,6 +164,7 @@ static const struct {
     {"worker.lookup_threads", "32"},
     {"worker.max_connections", "1024"},
     {"worker.header_timeout_ms", "10000"},
+    {"worker.min_body_rate", "1024"},
     /* model.m has two tables (CT_MODEL) */
     {"model.m.sparse_files", REQUIRED},
     {"model.m.embedding_table_names", "sparse_embedding0, sparse_embedding1"},

@@ -292,9 +292,9 @@ static void test_metrics(void **state)
                  !strcmp(ct, "text/plain; charset=utf-8"),
              "content type");
     size_t samples = check_prometheus(r.body);
-    /* 9 single families + 4 failure reasons, for 2 models, the 3 connection
+    /* 9 single families + 4 failure reasons, for 2 models, the 4 connection
      * families, plus the backend's. */
-    KS_CHECK(samples == (9 + 4) * 2 + 3 + 1, "samples %zu", samples);
+    KS_CHECK(samples == (9 + 4) * 2 + 4 + 1, "samples %zu", samples);
     static const char *const must[] = {
         "# HELP nv_inference_request_success Number of successful inference requests, all batch "
         "sizes\n# TYPE nv_inference_request_success counter\n",
