@@ -134,8 +134,7 @@ typedef struct coord {
                                at this start (kafka.c: its consumer starts where the persistent
                                DB's stands); main thread only, before coord_kafka_start() */
     struct coord_ident *idents; /* load.c: every table's file identities, from
-                                   coord_validate_models() to coord_load_models(); NULL
-                                   without a persistent or distributed DB */
+                                   coord_validate_models() to coord_load_models() */
     /* cpus.c, main thread only: the CPUs the process may use, saved while its
      * threads are confined to [hps] load_cpu_share of them. */
     cpu_set_t cpus_all;
@@ -300,7 +299,7 @@ void coord_segment_unlock(coord_t *c);
 
 /* load-check.c: validate every model's files (a FIFO, a directory, a short
  * file... refuses the start-up with HPS_EXIT_MODEL and a message naming the file)
- * and, with a persistent DB, take their identities into c->idents.  Called
+ * and take their identities into c->idents.  Called
  * before the segment is created, so a bad model writes nothing. */
 int coord_validate_models(coord_t *c);
 /* load.c: create the tables and load every model (PDB, then VDB); after

@@ -63,7 +63,7 @@ typedef struct check_ctx {
     const hps_modelfile_spec_t *specs;
     unsigned refuse;
     table_dups_t *dups;   /* m's entries of g_dups */
-    coord_ident_t *ident; /* m's identities; NULL without a persistent or distributed DB */
+    coord_ident_t *ident; /* m's identities */
     check_res_t *res;
 } check_ctx_t;
 
@@ -223,8 +223,10 @@ int coord_validate_models(coord_t *c)
     for (size_t i = 0; i < c->conf->num_models; i++)
         total += c->conf->models[i].num_tables;
     free(c->idents);
-    c->idents = (c->pdb || c->ddb) && total ? calloc(total, sizeof(coord_ident_t)) : NULL;
-    if ((c->pdb || c->ddb) && total && !c->idents)
+    /* every table's: the persistent DB's record, the distributed DB's, and
+     * the segment's content identity (load-carry.c) */
+    c->idents = total ? calloc(total, sizeof(coord_ident_t)) : NULL;
+    if (total && !c->idents)
         return HPS_EXIT_RUNTIME;
     coord_load_dups_free();
     g_dups = calloc(total ? total : 1, sizeof(*g_dups));

@@ -476,9 +476,8 @@ static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t
     return 0;
 }
 
-/* ident: the identities of m's tables (validate_all), NULL without a
- * persistent or distributed DB; dups: m's entries of g_dups (NULL: none
- * known). */
+/* ident: the identities of m's tables (validate_all); dups: m's entries of
+ * g_dups (NULL: none known). */
 static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, coord_ident_t *ident,
                       const table_dups_t *dups)
 {
@@ -527,6 +526,8 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
     t1 = coord_load_now_s();
     if (!ex && !vdb_reused)
         ex = fill_layers(c, m, rows, st.held, NULL, dups, false, vdb);
+    if (!ex && !vdb_reused)
+        ex = coord_load_carry(c, m, &st);
     lt.vdb_rows += vdb[0];
     lt.vdb_bytes += vdb[1];
     lt.vdb_s += coord_load_now_s() - t1;

@@ -189,7 +189,13 @@ struct shm_table {
      * segments of builds before it (pad then, never written).  Release
      * store by the coordinator that builds the segment, acquire loads. */
     _Atomic uint64_t ddb_ident;
-    uint8_t pad3[32];
+    /* The identity of the model files the table was loaded from
+     * (hps_shmdb_table_set_content_ident: a hash of their sizes and
+     * contents); 0: none known, also in segments of builds before it (pad
+     * then).  Release store by the coordinator that builds the segment,
+     * acquire loads. */
+    _Atomic uint64_t content_ident;
+    uint8_t pad3[24];
 };
 _Static_assert(sizeof(struct shm_table) % HPS_CACHELINE == 0, "table must fill cache lines");
 

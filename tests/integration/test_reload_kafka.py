@@ -19,7 +19,12 @@ serves model m (initial_cache_rate 1.0, RocksDB below).
       the INI's version;
   (3) a SIGHUP while the brokers are down: the reload publishes without
       waiting for the catch-up's 30 s (the consumers report that no broker
-      answers); updates pushed once they are back are applied.
+      answers); updates pushed once they are back are applied;
+  (4) no persistent DB (the volatile DB filled from the files): 100 updates
+      applied, then a SIGHUP that adds model n, then one that removes it: m
+      did not change, so both reloads keep its updates (they reverted them:
+      the new segment was filled from the files, and the volatile consumer's
+      committed offsets are past them).
 """
 import os
 import random
@@ -143,6 +148,48 @@ def body(t, cl):
         want3 = H.expected_with(ms[cur], kpt3, {(0, k): v for k, v in rows3})
         t.ok(H.wait_until(lambda: H.decode_output(H.infer(w.http_port, "m", kpt3))[1] == want3,
                           60, 0.2), "and they are applied without another reload")
+
+        # ---- (4) no persistent DB: a reload keeps an unchanged model's updates
+        for p in (w, c):
+            p.kill(signal.SIGTERM)
+            p.wait(30)
+        no_pdb(t, cl, mock, kafka, ms[cur], rng)
+
+
+def no_pdb(t, cl, mock, kafka, m, rng):
+    """(4): see the file's comment."""
+    seg = cl.new_segment_name("np")
+    text = m.ini_text.replace(cl.segment, seg)
+    settings = kafka + [("persistent_db", "type", "disabled")]
+    conf = cl.write_config("np.ini", text, settings)
+    c = cl.start_coordinator(conf, log_name="coordinator-np.log")
+    w = cl.start_worker(conf)
+    keys = rng.sample(m.file_keys[0][5000:20000], 100)
+    rows = [(k, [H.f32(7000.0 + (k % 997) + d) for d in range(DIMS[0])]) for k in keys]
+    t.eq(H.push_updates(mock.bootstrap, "m", "sparse_embedding0", DIMS[0], rows), 0,
+         "no persistent DB: hps-push delivered 100 updates")
+    kpt = [keys, m.file_keys[1][:20]]
+    want = H.expected_with(m, kpt, {(0, k): v for k, v in rows})
+
+    def served():
+        return H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))[1] == want
+    t.ok(H.wait_until(served, 30, 0.1), "no persistent DB: the worker serves them")
+    n = cl.gen_model("n", rows=[500], dims=[4], subdir="np_n", segment=seg)
+    for what, ini in (("a model added", text + "\n" + n.ini_text[n.ini_text.index("[model.n]"):]),
+                      ("that model removed again", text)):
+        n_pub = c.log().count("published /dev/shm/hps.")
+        cl.write_config("np.ini", ini, settings)
+        c.kill(signal.SIGHUP)
+        t.ok(H.wait_until(lambda: c.log().count("published /dev/shm/hps.") > n_pub, 60),
+             "no persistent DB, SIGHUP with %s: published" % what, c.log()[-1500:])
+        time.sleep(0.3)  # the worker's switch
+        t.ok(served(), "no persistent DB, SIGHUP with %s: m unchanged keeps its 100 updates "
+             "(it reverted them to its files' values) and every other row" % what,
+             c.log()[-1500:])
+    t.ok("carried over" in c.log(), "the log says m's rows were carried over")
+    for p in (w, c):
+        p.kill(signal.SIGTERM)
+        p.wait(30)
 
 
 if __name__ == "__main__":
