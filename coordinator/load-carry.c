@@ -14,8 +14,9 @@
  * those tables need no carry.
  *
  * "Did not change": the serving table was loaded from files of the same
- * content identity (hps_shmdb_table_content_ident: sizes and hashes), and
- * has the same dimension, key width and storage type.  Every row of the
+ * identity (hps_shmdb_table_files_ident: the persistent DB's record of
+ * them: paths, sizes, modification times, hashes of their ends), and has
+ * the same dimension, key width and storage type.  Every row of the
  * serving table came from those files, from the layers below (misses, of
  * the same files), or from updates, so it is the value to serve; the rows
  * the fill wrote that the serving table lacks stay.  The serving segment
@@ -72,14 +73,14 @@ static int take_row(void *ctx, uint64_t key, const float *value)
 }
 
 /* The serving segment's table of ct's name when its rows may be carried:
- * same content identity (nonzero), dimension, key width and storage type. */
+ * same files identity (nonzero), dimension, key width and storage type. */
 static bool carriable(hps_shmdb_t *serving, hps_shmdb_t *db, const coord_table_t *ct,
-                      uint64_t content, uint32_t *ret_id)
+                      uint64_t files, uint32_t *ret_id)
 {
     hps_table_info_t old, now;
     uint32_t id;
-    if (!content || hps_shmdb_table_find(serving, ct->model->name, ct->name, &id) != 0 ||
-        hps_shmdb_table_content_ident(serving, id) != content ||
+    if (!files || hps_shmdb_table_find(serving, ct->model->name, ct->name, &id) != 0 ||
+        hps_shmdb_table_files_ident(serving, id) != files ||
         hps_shmdb_table_info(serving, id, &old) != 0 ||
         hps_shmdb_table_info(db, ct->vdb_id, &now) != 0 || old.dim != now.dim ||
         old.key_bytes != now.key_bytes || old.storage_type != now.storage_type)
@@ -95,11 +96,11 @@ int coord_load_carry(coord_t *c, const hps_conf_model_t *m, const model_state_t 
         uint32_t id = 0;
         hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
         const coord_table_t *ct = &c->tables[id];
-        uint64_t content = st->ident ? coord_ddb_ident(st->ident[t].content) : 0;
-        hps_shmdb_table_set_content_ident(c->db, ct->vdb_id, content);
+        uint64_t files = st->ident ? coord_ddb_ident(st->ident[t].files) : 0;
+        hps_shmdb_table_set_files_ident(c->db, ct->vdb_id, files);
         uint32_t old;
         if (!serving || c->serving_restart || st->held[t] ||
-            !carriable(serving, c->db, ct, content, &old))
+            !carriable(serving, c->db, ct, files, &old))
             continue;
         carry_t k = {.db = c->db,
                      .id = ct->vdb_id,

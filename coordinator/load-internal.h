@@ -110,10 +110,10 @@ typedef struct model_state {
 } model_state_t;
 
 /* load-carry.c: after m's volatile DB tables were filled in this build,
- * record each one's content identity (st->ident) in the segment, and, in a
+ * record each one's files identity (st->ident) in the segment, and, in a
  * reload (c->serving, not a restart's), write over each table filled from
  * the files (not st->held) every row of the serving segment's table of
- * that name when its files did not change (same content identity,
+ * that name when its files did not change (same identity,
  * dimension, key width and storage type): the online updates the serving
  * segment holds stay.  0, or HPS_EXIT_SEGMENT (logged).  Main thread. */
 int coord_load_carry(coord_t *c, const hps_conf_model_t *m, const model_state_t *st);

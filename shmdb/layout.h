@@ -190,11 +190,11 @@ struct shm_table {
      * store by the coordinator that builds the segment, acquire loads. */
     _Atomic uint64_t ddb_ident;
     /* The identity of the model files the table was loaded from
-     * (hps_shmdb_table_set_content_ident: a hash of their sizes and
-     * contents); 0: none known, also in segments of builds before it (pad
+     * (hps_shmdb_table_set_files_ident: a hash of their paths, sizes,
+     * modification times and contents); 0: none known, also in segments of builds before it (pad
      * then).  Release store by the coordinator that builds the segment,
      * acquire loads. */
-    _Atomic uint64_t content_ident;
+    _Atomic uint64_t files_ident;
     uint8_t pad3[24];
 };
 _Static_assert(sizeof(struct shm_table) % HPS_CACHELINE == 0, "table must fill cache lines");

@@ -287,19 +287,19 @@ uint64_t hps_shmdb_table_ddb_ident(hps_shmdb_t *db, uint32_t id)
     return t ? atomic_load_explicit(&t->ddb_ident, memory_order_acquire) : 0;
 }
 
-hps_err_t hps_shmdb_table_set_content_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident)
+hps_err_t hps_shmdb_table_set_files_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident)
 {
     struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
-    atomic_store_explicit(&t->content_ident, ident, memory_order_release);
+    atomic_store_explicit(&t->files_ident, ident, memory_order_release);
     return 0;
 }
 
-uint64_t hps_shmdb_table_content_ident(hps_shmdb_t *db, uint32_t id)
+uint64_t hps_shmdb_table_files_ident(hps_shmdb_t *db, uint32_t id)
 {
     struct shm_table *t = hps__shmdb_table(db, id);
-    return t ? atomic_load_explicit(&t->content_ident, memory_order_acquire) : 0;
+    return t ? atomic_load_explicit(&t->files_ident, memory_order_acquire) : 0;
 }
 
 hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *ret)

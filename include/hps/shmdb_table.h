@@ -135,19 +135,20 @@ uint64_t hps_shmdb_table_ddb_ident(hps_shmdb_t *db, uint32_t id);
 
 /**
  * @brief Record the identity of the model files table id was loaded from:
- *        ident is a nonzero hash of their sizes and contents (no paths), so
- *        that the next build beside this segment can tell a table whose
- *        files did not change and carry its rows over (the online updates
- *        applied to them included).  Coordinator only.
+ *        ident is a nonzero hash of their paths, sizes, modification times
+ *        and contents (the persistent DB's record of them), so that the
+ *        next build beside this segment can tell a table whose files did not
+ *        change and carry its rows over (the online updates applied to them
+ *        included).  Coordinator only.
  * @return 0; HPS_ENOTFOUND for a bad id.
  */
-hps_err_t hps_shmdb_table_set_content_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident);
+hps_err_t hps_shmdb_table_set_files_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident);
 
 /**
- * @brief The ident of hps_shmdb_table_set_content_ident(); 0 when none was
+ * @brief The ident of hps_shmdb_table_set_files_ident(); 0 when none was
  *        recorded (a segment of an earlier build) or id is bad.  Lock-free.
  */
-uint64_t hps_shmdb_table_content_ident(hps_shmdb_t *db, uint32_t id);
+uint64_t hps_shmdb_table_files_ident(hps_shmdb_t *db, uint32_t id);
 
 /** A table directory entry as stored, for tools that list a damaged
  *  segment (hps_shmdb_table_entry). */
