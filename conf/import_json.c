@@ -419,13 +419,34 @@ void hps__conf_import_notes(struct hps__conf_imp *im)
 
 /* ---- Reading the JSON --------------------------------------------------------------------- */
 
+/* Whether the number token at s[i] (outside strings) is an integer literal
+ * that does not fit 64 bits (above 2^64 - 1, or below -2^63); *ret_end:
+ * past its digits.  json-c reads such a literal as the nearest 64-bit
+ * integer without a word (and 2^64 - 1 is a value HugeCTR writes:
+ * overflow_margin's default), so it is refused before parsing. */
+static bool wide_literal(const char *s, size_t n, size_t i, size_t *ret_end)
+{
+    bool neg = s[i] == '-';
+    size_t a = i + neg, b = a;
+    while (b < n && s[b] >= '0' && s[b] <= '9')
+        b++;
+    *ret_end = b > i ? b : i + 1;
+    bool real = b < n && (s[b] == '.' || s[b] == 'e' || s[b] == 'E');
+    const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
+    size_t digits = b - a, ll = strlen(lim);
+    return !real && (digits > ll || (digits == ll && strncmp(s + a, lim, ll) > 0));
+}
+
 /* Blank out // and C-style block comments outside strings (line breaks
- * stay, so positions keep their line); json-c then reads strict JSON.
- * Returns false for a block comment that is not closed. */
-static bool strip_comments(char *s, size_t n)
+ * stay, so positions keep their line); json-c then reads strict JSON.  And
+ * *ret_wide: the offset of the first integer literal beyond 64 bits
+ * (wide_literal), n when none.  Returns false for a block comment that is
+ * not closed. */
+static bool scan_text(char *s, size_t n, size_t *ret_wide)
 {
     bool in_str = false;
 
+    *ret_wide = n;
     for (size_t i = 0; i < n; i++) {
         if (in_str) {
             if (s[i] == '\\' && i + 1 < n)
@@ -447,47 +468,15 @@ static bool strip_comments(char *s, size_t n)
                 if (s[i] != '\n')
                     s[i] = ' ';
             i--;
+        } else if ((s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) &&
+                   (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == '.'))) {
+            size_t end;
+            if (wide_literal(s, n, i, &end) && *ret_wide == n)
+                *ret_wide = i;
+            i = end - 1;
         }
     }
     return true;
-}
-
-/* The offset of the first integer literal outside strings (comments
- * stripped) that does not fit 64 bits (above 2^64 - 1, or below -2^63), or
- * n when none: json-c reads such a literal as the nearest 64-bit integer
- * without a word (and 2^64 - 1 is a value HugeCTR writes: overflow_margin's
- * default), so it is refused before parsing. */
-static size_t wide_integer(const char *s, size_t n)
-{
-    bool in_str = false;
-
-    for (size_t i = 0; i < n; i++) {
-        if (in_str) {
-            if (s[i] == '\\' && i + 1 < n)
-                i++;
-            else if (s[i] == '"')
-                in_str = false;
-            continue;
-        }
-        if (s[i] == '"') {
-            in_str = true;
-            continue;
-        }
-        bool neg = s[i] == '-';
-        if ((!neg && (s[i] < '0' || s[i] > '9')) ||
-            (i > 0 && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '.')))
-            continue;
-        size_t a = i + neg, b = a;
-        while (b < n && s[b] >= '0' && s[b] <= '9')
-            b++;
-        bool real = b < n && (s[b] == '.' || s[b] == 'e' || s[b] == 'E');
-        const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
-        size_t digits = b - a, ll = strlen(lim);
-        if (!real && (digits > ll || (digits == ll && strncmp(s + a, lim, ll) > 0)))
-            return i;
-        i = b > i ? b - 1 : i;
-    }
-    return n;
 }
 
 static hps_err_t read_json(struct hps__conf_imp *im, const char *path, json_object **ret)
@@ -511,9 +500,10 @@ static hps_err_t read_json(struct hps__conf_imp *im, const char *path, json_obje
 #else
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 #endif
-    if (!strip_comments(text, len)) {
+    size_t wide = len;
+    if (!scan_text(text, len, &wide)) {
         why = "a comment is not closed";
-    } else if ((end = wide_integer(text, len)) < len) {
+    } else if ((end = wide) < len) {
         why = "an integer beyond 64 bits (above 18446744073709551615 or below "
               "-9223372036854775808), which no key accepts";
     } else {

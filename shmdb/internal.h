@@ -102,6 +102,10 @@ uint64_t hps__shmdb_clock_ns(int clock);
 #define HPS__SHMDB_STAGED_PREFIX ".hps."
 #define HPS__SHMDB_STAGED_SUFFIX ".new"
 void hps__shmdb_staged_name(char *buf, size_t len, const char *name);
+/* The names of the objects "/dev/shm/<prefix><name><suffix>" whose name
+ * passes hps_shmdb_name_ok, as hps_shmdb_list() returns them (segment.c). */
+hps_err_t hps__shmdb_list_objects(const char *prefix, const char *suffix, char ***ret_names,
+                                  size_t *ret_n);
 
 /* Byte of the object whose OFD lock says row i of the process table is
  * alive (segment.c, LIVENESS). */

@@ -784,32 +784,34 @@ hps_err_t hps_shmdb_unlink(const char *name)
     return 0;
 }
 
-hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n)
+hps_err_t hps__shmdb_list_objects(const char *prefix, const char *suffix, char ***ret_names,
+                                  size_t *ret_n)
 {
     DIR *d = opendir("/dev/shm");
     if (!d)
         return -errno;
     char **names = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, pre = strlen(prefix), suf = strlen(suffix);
     struct dirent *e;
     hps_err_t rc = 0;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "hps.", 4) != 0 || !hps_shmdb_name_ok(e->d_name + 4))
+        size_t len = strlen(e->d_name);
+        if (len <= pre + suf || strncmp(e->d_name, prefix, pre) != 0 ||
+            strcmp(e->d_name + len - suf, suffix) != 0)
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            char **nn = realloc(names, cap * sizeof(*names));
-            if (!nn) {
-                rc = -ENOMEM;
-                break;
-            }
-            names = nn;
+        char *name = strndup(e->d_name + pre, len - pre - suf);
+        if (name && !hps_shmdb_name_ok(name)) {
+            free(name);
+            continue;
         }
-        if (!(names[n] = strdup(e->d_name + 4))) {
+        char **nn = n < cap ? names : realloc(names, (cap = cap ? cap * 2 : 8) * sizeof(*names));
+        if (!name || !nn) {
+            free(name);
             rc = -ENOMEM;
             break;
         }
-        n++;
+        names = nn;
+        names[n++] = name;
     }
     closedir(d);
     if (rc < 0) {
@@ -821,6 +823,11 @@ hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n)
     *ret_names = names;
     *ret_n = n;
     return 0;
+}
+
+hps_err_t hps_shmdb_list(char ***ret_names, size_t *ret_n)
+{
+    return hps__shmdb_list_objects("hps.", "", ret_names, ret_n);
 }
 
 bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serving)

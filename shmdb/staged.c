@@ -11,7 +11,6 @@
  * attached, locked or written, in any PID namespace.  The header is read
  * through a read-only mapping of its first page(s) only.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -99,41 +98,6 @@ hps_err_t hps_shmdb_staged_unlink(const char *name, uint64_t *ret_bytes)
 
 hps_err_t hps_shmdb_list_staged(char ***ret_names, size_t *ret_n)
 {
-    DIR *d = opendir("/dev/shm");
-    if (!d)
-        return -errno;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    const size_t pre = strlen(HPS__SHMDB_STAGED_PREFIX), suf = strlen(HPS__SHMDB_STAGED_SUFFIX);
-    struct dirent *e;
-    hps_err_t rc = 0;
-    while (rc == 0 && (e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len <= pre + suf || strncmp(e->d_name, HPS__SHMDB_STAGED_PREFIX, pre) != 0 ||
-            strcmp(e->d_name + len - suf, HPS__SHMDB_STAGED_SUFFIX) != 0)
-            continue;
-        char *name = strndup(e->d_name + pre, len - pre - suf);
-        if (name && !hps_shmdb_name_ok(name)) {
-            free(name);
-            continue;
-        }
-        char **nn = n < cap ? names : realloc(names, (cap = cap ? cap * 2 : 8) * sizeof(*names));
-        if (!name || !nn) {
-            free(name);
-            rc = -ENOMEM;
-            break;
-        }
-        names = nn;
-        names[n++] = name;
-    }
-    closedir(d);
-    if (rc < 0) {
-        for (size_t i = 0; i < n; i++)
-            free(names[i]);
-        free(names);
-        return rc;
-    }
-    *ret_names = names;
-    *ret_n = n;
-    return 0;
+    return hps__shmdb_list_objects(HPS__SHMDB_STAGED_PREFIX, HPS__SHMDB_STAGED_SUFFIX, ret_names,
+                                   ret_n);
 }

@@ -272,34 +272,42 @@ hps_err_t hps_shmdb_partition_info(hps_shmdb_t *db, uint32_t id, hps_partition_i
     return 0;
 }
 
-hps_err_t hps_shmdb_table_set_ddb_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident)
+/* Set table id's ddb_ident, or its files_ident (files): release store. */
+static hps_err_t ident_set(hps_shmdb_t *db, uint32_t id, bool files, uint64_t ident)
 {
     struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;
-    atomic_store_explicit(&t->ddb_ident, ident, memory_order_release);
+    atomic_store_explicit(files ? &t->files_ident : &t->ddb_ident, ident, memory_order_release);
     return 0;
+}
+
+/* Table id's ddb_ident or files_ident (files), acquire load; 0 for a bad id. */
+static uint64_t ident_get(hps_shmdb_t *db, uint32_t id, bool files)
+{
+    struct shm_table *t = hps__shmdb_table(db, id);
+    return t ? atomic_load_explicit(files ? &t->files_ident : &t->ddb_ident, memory_order_acquire)
+             : 0;
+}
+
+hps_err_t hps_shmdb_table_set_ddb_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident)
+{
+    return ident_set(db, id, false, ident);
 }
 
 uint64_t hps_shmdb_table_ddb_ident(hps_shmdb_t *db, uint32_t id)
 {
-    struct shm_table *t = hps__shmdb_table(db, id);
-    return t ? atomic_load_explicit(&t->ddb_ident, memory_order_acquire) : 0;
+    return ident_get(db, id, false);
 }
 
 hps_err_t hps_shmdb_table_set_files_ident(hps_shmdb_t *db, uint32_t id, uint64_t ident)
 {
-    struct shm_table *t = hps__shmdb_table(db, id);
-    if (!t)
-        return HPS_ENOTFOUND;
-    atomic_store_explicit(&t->files_ident, ident, memory_order_release);
-    return 0;
+    return ident_set(db, id, true, ident);
 }
 
 uint64_t hps_shmdb_table_files_ident(hps_shmdb_t *db, uint32_t id)
 {
-    struct shm_table *t = hps__shmdb_table(db, id);
-    return t ? atomic_load_explicit(&t->files_ident, memory_order_acquire) : 0;
+    return ident_get(db, id, true);
 }
 
 hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *ret)

@@ -63,19 +63,24 @@ static int path_exists(const char *path)
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static int name_listed(const char *name)
+/* How many times name is in the list (hps_shmdb_list or _list_staged). */
+static int listed_in(hps_err_t (*list)(char ***, size_t *), const char *name)
 {
     char **names = NULL;
     size_t n = 0;
-    HPS_ASSERT_OK(hps_shmdb_list(&names, &n));
+    HPS_ASSERT_OK(list(&names, &n));
     int found = 0;
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(names[i], name) == 0)
-            found++;
+        found += strcmp(names[i], name) == 0;
         free(names[i]);
     }
     free(names);
     return found;
+}
+
+static int name_listed(const char *name)
+{
+    return listed_in(hps_shmdb_list, name);
 }
 
 static void test_lifecycle(void **state)
@@ -340,16 +345,7 @@ static void test_reattach_after_creator_exit(void **state)
 
 static int staged_listed(const char *name)
 {
-    char **names = NULL;
-    size_t n = 0;
-    HPS_ASSERT_OK(hps_shmdb_list_staged(&names, &n));
-    int found = 0;
-    for (size_t i = 0; i < n; i++) {
-        found += strcmp(names[i], name) == 0;
-        free(names[i]);
-    }
-    free(names);
-    return found;
+    return listed_in(hps_shmdb_list_staged, name);
 }
 
 /* The staged object of a build (opts.staged): listed apart from segments;
