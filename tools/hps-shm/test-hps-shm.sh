@@ -7,7 +7,9 @@
 # A foreign object /dev/shm/hps.test-<pid>-bad checks the refusal paths,
 # and copies of the segment with one field corrupted
 # (/dev/shm/hps.test-<pid>-c, offsets from shm-fixture --offsets) the
-# handling of damaged segments by info, get, dump and check.
+# handling of damaged segments by info, get, dump and check; a copy as
+# /dev/shm/.hps.test-<pid>.new what a build killed before it published
+# leaves (ls lists it, rm frees it).
 # All objects are removed on exit, whatever happens.  Output is TAP-like;
 # the exit status is the number of failed checks (capped at 1).
 set -u
@@ -25,6 +27,7 @@ ERR=$WORK/err
 cleanup() {
     [ -n "$HOLDER" ] && kill -9 "$HOLDER" 2>/dev/null
     rm -f "/dev/shm/hps.$NAME" "/dev/shm/hps.$BAD" "/dev/shm/hps.$MISSING" "/dev/shm/hps.$COPY"
+    rm -f "/dev/shm/.hps.$NAME.new"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -587,9 +590,21 @@ check "--json error leaves stdout empty" test ! -s "$OUT"
 
 # ---- rm --------------------------------------------------------------------
 
+# What a build killed before it published leaves: the staged object
+# /dev/shm/.hps.NAME.new, its creator dead (a copy of the segment, whose
+# creator, the fixture, is gone).  ls lists it, rm frees it.
+cp "/dev/shm/hps.$NAME" "/dev/shm/.hps.$NAME.new"
+run 0 "ls with a staged leftover" "$TOOL" ls
+out_has "ls: the staged leftover and how to free it" \
+    "staged /dev/shm/.hps.$NAME.new (8.0 MiB): left by a build killed before it published; \`hps-shm rm $NAME\` frees it"
+run 0 "ls --json with a staged leftover" "$TOOL" --json ls
+json_assert "ls --json: staged, not building" \
+    "[s for s in d['staged'] if s['name'] == '$NAME'] == [{'name': '$NAME', 'bytes': 8388608, 'building': False}]"
 run 0 "rm (--force, nobody attached)" "$TOOL" rm --force "$NAME"
 out_has "rm reports" "removed /dev/shm/hps.$NAME"
+out_has "rm reports the staged leftover" "removed /dev/shm/.hps.$NAME.new (8388608 bytes)"
 check "rm removed the object" test ! -e "/dev/shm/hps.$NAME"
+check "rm removed the staged leftover" test ! -e "/dev/shm/.hps.$NAME.new"
 run 0 "rm --json of the foreign object" "$TOOL" rm --json "$BAD"
 json_valid "rm --json"
 json_assert "rm --json: removed" "d['removed'] == '$BAD'"
