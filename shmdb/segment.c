@@ -446,7 +446,7 @@ bool hps_shmdb_creator_attached(hps_shmdb_t *db)
 
 bool hps_shmdb_creator_reattach(hps_shmdb_t *db)
 {
-    if (!db || db->proc_slot < 0 || LD(db->hdr->creator_pid) != getpid())
+    if (!db || db->proc_slot < 0 || db->hdr->creator_pid != getpid()) /* written once, at create */
         return false;
     atomic_store_explicit(&db->hdr->creator_proc, own_ident(db), memory_order_relaxed);
     return true;
