@@ -252,18 +252,27 @@ static bool unavailable_reply(const char *err)
     return false;
 }
 
-/* Whether a failed call met an unavailable node or cluster, not a Redis
- * error reply about the command (an upper-case word first: WRONGTYPE,
- * OOM, ERR, NOPERM ...), which trying again would only repeat. */
+/* A node's failure as rcluster.c words it: "host:port: why" (a lost or
+ * reset connection, a refused connect). */
+static bool node_failure(const char *err)
+{
+    const char *sp = strstr(err, ": "), *p = sp;
+    while (p && p > err && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    return p && p < sp && p > err + 1 && p[-1] == ':';
+}
+
+/* Whether a failed call met an unavailable node or cluster: a refused
+ * connect, a timeout, CLUSTERDOWN / TRYAGAIN (HPS_EBUSY), a node's lost
+ * connection, or no node for the slot.  Not a Redis error reply about the
+ * command (WRONGTYPE, OOM, ERR, NOPERM ...) nor a reply this side cannot
+ * read, which trying again would only repeat. */
 static bool unavailable(hps_err_t rc, const char *err)
 {
     if (rc == -ECONNREFUSED || rc == HPS_EBUSY || rc == HPS_ETIMEDOUT)
         return true;
-    if (rc != HPS_EIO)
-        return false;
-    size_t caps = strspn(err, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
-    bool reply = caps >= 2 && (err[caps] == ' ' || err[caps] == '\0');
-    return !reply || unavailable_reply(err);
+    return rc == HPS_EIO && (unavailable_reply(err) || node_failure(err) ||
+                             strstr(err, "no node serves the slot") != NULL);
 }
 
 static uint64_t now_ms(void)

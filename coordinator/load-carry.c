@@ -19,9 +19,11 @@
  * the same dimension, key width and storage type.  Every row of the
  * serving table came from those files, from the layers below (misses, of
  * the same files), or from updates, so it is the value to serve; the rows
- * the fill wrote that the serving table lacks stay.  The serving segment
- * changes little meanwhile: its consumers are stopped (the misses answered
- * for it insert rows of the same values).
+ * the fill wrote that the serving table lacks stay.  Nothing writes to
+ * the serving segment meanwhile: its consumers are stopped, and the misses
+ * answered for it (serve.c: prev_loop) are not inserted into it; so the
+ * walk (hps_shmdb_iterate, which holds each partition's writer lock while
+ * its rows are copied) delays no writer, and lookups take no lock.
  */
 #include <errno.h>
 #include <stdlib.h>

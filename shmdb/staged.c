@@ -57,7 +57,9 @@ static bool creator_alive(int fd, const struct stat *st)
     return alive;
 }
 
-hps_err_t hps_shmdb_staged_info(const char *name, uint64_t *ret_bytes, bool *ret_building)
+/* hps_shmdb_staged_info, and the object's identity (*ret_st) */
+static hps_err_t probe(const char *name, uint64_t *ret_bytes, bool *ret_building,
+                       struct stat *ret_st)
 {
     if (!name || !hps_shmdb_name_ok(name) || !ret_bytes || !ret_building)
         return HPS_EINVAL;
@@ -66,29 +68,41 @@ hps_err_t hps_shmdb_staged_info(const char *name, uint64_t *ret_bytes, bool *ret
     int fd = shm_open(obj, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0)
         return errno == ENOENT ? HPS_ENOTFOUND : -errno;
-    struct stat st;
-    hps_err_t rc = fstat(fd, &st) == 0 ? 0 : -errno;
-    if (rc == 0 && !S_ISREG(st.st_mode))
+    hps_err_t rc = fstat(fd, ret_st) == 0 ? 0 : -errno;
+    if (rc == 0 && !S_ISREG(ret_st->st_mode))
         rc = HPS_EINVAL;
     if (rc == 0) {
-        *ret_bytes = (uint64_t)st.st_size;
-        *ret_building = creator_alive(fd, &st);
+        *ret_bytes = (uint64_t)ret_st->st_size;
+        *ret_building = creator_alive(fd, ret_st);
     }
     close(fd);
     return rc;
+}
+
+hps_err_t hps_shmdb_staged_info(const char *name, uint64_t *ret_bytes, bool *ret_building)
+{
+    struct stat st;
+    return probe(name, ret_bytes, ret_building, &st);
 }
 
 hps_err_t hps_shmdb_staged_unlink(const char *name, uint64_t *ret_bytes)
 {
     uint64_t bytes = 0;
     bool building = false;
-    hps_err_t rc = hps_shmdb_staged_info(name, &bytes, &building);
+    struct stat st, now;
+    hps_err_t rc = probe(name, &bytes, &building, &st);
     if (rc < 0)
         return rc;
     if (building)
         return HPS_EBUSY;
-    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 32];
+    /* A coordinator that started meanwhile replaces a leftover with its own
+     * build (hps_shmdb_create): unlink only the object probed.  (The window
+     * between this check and the unlink is left: microseconds.) */
+    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 32], path[HPS_SHMDB_SEGMENT_NAME_MAX + 48];
     hps__shmdb_staged_name(obj, sizeof(obj), name);
+    snprintf(path, sizeof(path), "/dev/shm%s", obj);
+    if (stat(path, &now) == 0 && (now.st_dev != st.st_dev || now.st_ino != st.st_ino))
+        return HPS_EBUSY;
     if (shm_unlink(obj) != 0)
         return errno == ENOENT ? HPS_ENOTFOUND : -errno;
     if (ret_bytes)

@@ -45,6 +45,9 @@
 
 /* Largest body buffer reserved from Content-Length before data arrives. */
 #define PREALLOC_MAX ((size_t)1 << 20)
+/* Most floats of a JSON OUTPUT0 formatted on an event-loop thread (about
+ * 1 MB of text, a few ms); a longer one is formatted on the lookup pool. */
+#define JSON_INLINE_MAX ((uint64_t)1 << 16)
 
 /** Per-request state (MHD's *req_cls). */
 struct kreq {
@@ -512,12 +515,17 @@ static enum MHD_Result infer_model(hps_kserve_t *s, struct MHD_Connection *c, st
         hps__kserve_infer_req_fini(&req);
         return ret;
     }
-    /* Inline what answers at once; the rest on the pool.  A CUDA output
-     * region (4-byte aligned) is written where it is. */
+    /* Inline what answers at once; the rest on the pool, and so an answer
+     * whose JSON text takes long to format (JSON_INLINE_MAX floats: 4M of
+     * them kept an event loop, and every connection on it, for about a
+     * second).  A CUDA output region (4-byte aligned) is written where it
+     * is. */
     hps_err_t rc = req.num_keys == 0 ? 0 : HPS_EAGAIN;
     int dev = req.out_cuda ? hps__kserve_shm_device(req.held[HPS__KSERVE_HELD_OUTPUT]) : -1;
     bool in_region = req.out_cuda && dev >= 0 && ((uintptr_t)req.out_shm & 3) == 0;
-    if (rc == HPS_EAGAIN && s->backend.lookup_nowait && (!req.out_cuda || in_region)) {
+    bool long_json = !req.binary_output && !req.out_shm && req.out_len > JSON_INLINE_MAX;
+    if (rc == HPS_EAGAIN && s->backend.lookup_nowait && (!req.out_cuda || in_region) &&
+        !long_json) {
         rc = s->backend.lookup_nowait(s->backend.ctx, mi, m->num_tables, req.numkeys, req.keys,
                                       req.num_keys, in_region ? dev : -1,
                                       in_region ? (float *)(void *)req.out_shm : out,
