@@ -342,10 +342,10 @@ bool coord_pdb_avail(const char *path, uint64_t *ret);
 int coord_ddb_open(coord_t *c);
 int coord_ddb_table(coord_t *c, coord_table_t *ct);
 int coord_ddb_check_rows(coord_t *c, coord_table_t *ct);
-/* ddb_wire.c: the nonzero 64-bit ident of a table's distributed-DB record
- * (FNV-1a of the string), as a segment keeps it per table
- * (hps_shmdb_table_set_ddb_ident).  Pure. */
-uint64_t coord_ddb_ident(const char *record);
+/* ddb_wire.c: the nonzero 64-bit hash (FNV-1a) of an identity string: a
+ * table's distributed-DB record, or its files' identity, as a segment keeps
+ * them per table (hps_shmdb_table_set_ddb_ident, _set_files_ident).  Pure. */
+uint64_t coord_ident_hash(const char *ident);
 void coord_ddb_close(coord_t *c);
 
 /* ddb_wire.c: one loading call's wait for the Redis Cluster

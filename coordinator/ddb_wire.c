@@ -190,10 +190,10 @@ int coord_ddb_check_rows(coord_t *c, coord_table_t *ct)
     return HPS_EXIT_DDB;
 }
 
-uint64_t coord_ddb_ident(const char *record)
+uint64_t coord_ident_hash(const char *ident)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a, 64-bit */
-    for (const unsigned char *p = (const unsigned char *)record; *p; p++)
+    for (const unsigned char *p = (const unsigned char *)ident; *p; p++)
         h = (h ^ *p) * UINT64_C(0x100000001b3);
     return h ? h : 1;
 }

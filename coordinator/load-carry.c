@@ -95,10 +95,8 @@ int coord_load_carry(coord_t *c, const hps_conf_model_t *m, const model_state_t 
 {
     hps_shmdb_t *serving = c->serving; /* set by the main thread: this one */
     for (uint32_t t = 0; t < m->num_tables; t++) {
-        uint32_t id = 0;
-        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-        const coord_table_t *ct = &c->tables[id];
-        uint64_t files = st->ident ? coord_ddb_ident(st->ident[t].files) : 0;
+        const coord_table_t *ct = coord_load_table(c, m, t);
+        uint64_t files = coord_ident_hash(st->ident[t].files);
         hps_shmdb_table_set_files_ident(c->db, ct->vdb_id, files);
         uint32_t old;
         if (!serving || c->serving_restart || st->held[t] ||

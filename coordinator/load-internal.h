@@ -109,6 +109,10 @@ typedef struct model_state {
     bool *had_cf;  /* the column family existed before this start */
 } model_state_t;
 
+/* load.c: table t of m, its handles in every layer (create_table made it;
+ * found by name in c->db).  Main thread. */
+coord_table_t *coord_load_table(coord_t *c, const hps_conf_model_t *m, size_t t);
+
 /* load-carry.c: after m's volatile DB tables were filled in this build,
  * record each one's files identity (st->ident) in the segment, and, in a
  * reload (c->serving, not a restart's), write over each table filled from

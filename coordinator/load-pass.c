@@ -195,21 +195,20 @@ int coord_load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st, c
     double rate = c->conf->volatile_db.initial_cache_rate, t0 = coord_load_now_s();
     int ex = lp.jobs ? 0 : HPS_EXIT_RUNTIME;
     for (uint32_t t = 0; ex == 0 && t < m->num_tables; t++) {
-        uint32_t id;
         bool pdb = ingest && !st->current[t], from_files = vdb && !st->held[t];
         uint64_t want = from_files ? (uint64_t)ceil((double)rows[t] * rate) : 0;
         if (!pdb && want == 0)
             continue;
-        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
+        coord_table_t *ct = coord_load_table(c, m, t);
         hps_pdb_stage_t *stage = NULL;
         char err[512] = "";
-        if (pdb && hps_pdb_stage_open(c->pdb, c->tables[id].name, &stage, err, sizeof(err)) < 0) {
-            HPS_ERROR("model %s table %s: persistent DB: %s", m->name, c->tables[id].name, err);
+        if (pdb && hps_pdb_stage_open(c->pdb, ct->name, &stage, err, sizeof(err)) < 0) {
+            HPS_ERROR("model %s table %s: persistent DB: %s", m->name, ct->name, err);
             ex = HPS_EXIT_PDB;
             break;
         }
         lp.jobs[lp.njobs++] = (load_job_t){.c = c,
-                                           .ct = &c->tables[id],
+                                           .ct = ct,
                                            .dir = m->sparse_files[t],
                                            .dups = dups ? &dups[t] : NULL,
                                            .rows = rows[t],
@@ -220,8 +219,8 @@ int coord_load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st, c
         lt->ingested += pdb;
         lt->vdb_tables += want > 0;
         lt->vdb_rows += want;
-        lt->vdb_bytes += want * (8 + (uint64_t)c->tables[id].dim * sizeof(float));
-        lt->bytes += (pdb ? rows[t] : want) * (8 + (uint64_t)c->tables[id].dim * sizeof(float));
+        lt->vdb_bytes += want * (8 + (uint64_t)ct->dim * sizeof(float));
+        lt->bytes += (pdb ? rows[t] : want) * (8 + (uint64_t)ct->dim * sizeof(float));
     }
     if (ex == 0 && lp.njobs > 0) {
         qsort(lp.jobs, lp.njobs, sizeof(*lp.jobs), job_cmp);

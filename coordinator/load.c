@@ -315,8 +315,7 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
     return 0;
 }
 
-/* Table t of m: its handles in every layer (create_table made it). */
-static coord_table_t *table_of(coord_t *c, const hps_conf_model_t *m, size_t t)
+coord_table_t *coord_load_table(coord_t *c, const hps_conf_model_t *m, size_t t)
 {
     uint32_t id = 0;
     hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
@@ -335,14 +334,12 @@ static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *ro
     double rate =
         ddb ? c->conf->distributed_db.initial_cache_rate : c->conf->volatile_db.initial_cache_rate;
     for (uint32_t t = 0; t < m->num_tables; t++) {
-        uint32_t id;
         uint64_t want = (uint64_t)ceil((double)rows[t] * rate);
         if ((!ddb && !held[t]) || (ddb && kept && kept[t]))
             continue;
         if (!ddb && want > 0)
             c->vdb_from_pdb = true; /* with the updates the persistent DB applied */
-        hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id);
-        int ex = fill_layer(c, &c->tables[id], ddb, held[t], m->sparse_files[t],
+        int ex = fill_layer(c, coord_load_table(c, m, t), ddb, held[t], m->sparse_files[t],
                             dups ? &dups[t] : NULL, want, &ret[1]);
         if (ex)
             return ex;
@@ -410,7 +407,7 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
 static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, bool *kept)
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
-        coord_table_t *ct = table_of(c, m, t);
+        coord_table_t *ct = coord_load_table(c, m, t);
         char rec[1024], err[512] = "", what[2 * HPS_SHMDB_NAME_MAX + 32];
         snprintf(what, sizeof(what), "model %s table %s", m->name, ct->name);
         hps_err_t rc;
@@ -457,7 +454,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
 static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t *st)
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
-        coord_table_t *ct = table_of(c, m, t);
+        coord_table_t *ct = coord_load_table(c, m, t);
         char err[512] = "", what[2 * HPS_SHMDB_NAME_MAX + 32];
         snprintf(what, sizeof(what), "model %s table %s", m->name, ct->name);
         hps_err_t rc;
@@ -471,7 +468,7 @@ static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t
                       ct->name, err[0] ? err : hps_strerror(rc));
             return HPS_EXIT_DDB;
         }
-        hps_shmdb_table_set_ddb_ident(c->db, ct->vdb_id, coord_ddb_ident(st->ident[t].content));
+        hps_shmdb_table_set_ddb_ident(c->db, ct->vdb_id, coord_ident_hash(st->ident[t].content));
     }
     return 0;
 }

@@ -625,7 +625,7 @@ static hps_ddb_table_t *prev_ddb_table(const coord_t *c, hps_shmdb_t *db,
     char rec[1024], err[256];
     if (hps_ddb_table(c->ddb, ti->model, ti->table, ti->dim, ti->key_bytes, &t) != 0 ||
         hps_ddb_record_get(t, rec, sizeof(rec), err, sizeof(err)) != 0 ||
-        coord_ddb_ident(rec) != built)
+        coord_ident_hash(rec) != built)
         return NULL;
     return t;
 }
