@@ -62,7 +62,8 @@ typedef struct coord {
     hps_shmdb_t *beat_db; /* the segment the heartbeat thread beats on: db once it is open
                            * (main.c start_heartbeat); atomic (release / acquire) */
     hps_pdb_t *pdb;       /* main.c open_pdb, before the segment; closed by shutdown_all */
-    hps_ddb_t *ddb;       /* Redis Cluster; NULL when [distributed_db] is disabled */
+    hps_ddb_t *ddb;       /* Redis Cluster; NULL when [distributed_db] is disabled, or when a
+                           * fallback could not reach it (ddb_degraded) */
     uint32_t key_bytes;
     coord_table_t *tables; /* by VDB id (index == vdb_id); main thread fills (load.c) */
     uint32_t num_tables;   /* main thread (load.c), before the miss threads start */
@@ -104,6 +105,10 @@ typedef struct coord {
     /* HPS_ADOPT_ENV: a failed reload's fallback, which serves the serving
      * segment it holds again (coord_prev_adopt); main thread only */
     bool adopt;
+    /* ddb_wire.c, load.c: this fallback (adopt) could not open the
+     * distributed DB, or restore its rows, and serves on without it (or
+     * with the rows it still holds) rather than stop; main thread only */
+    bool ddb_degraded;
     /* main.c, main thread only: this failed build hands the serving segment
      * (whose misses it answered, coord_prev_start) to its fallback as a
      * reload hands its own: RELOADING_SERVED, requests pending, this

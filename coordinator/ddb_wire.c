@@ -23,7 +23,7 @@ static void ddb_lib_warn(void *ctx, const char *msg)
 int coord_ddb_open(coord_t *c)
 {
     const hps_conf_distributed_db_t *d = &c->conf->distributed_db;
-    if (c->ddb || d->type != HPS_CONF_DDB_REDIS_CLUSTER)
+    if (c->ddb || c->ddb_degraded || d->type != HPS_CONF_DDB_REDIS_CLUSTER)
         return 0;
     hps_ddb_opts_t o;
     hps_ddb_opts_init(&o);
@@ -46,6 +46,19 @@ int coord_ddb_open(coord_t *c)
                  (long long)d->lookup_timeout_ms, (long long)c->conf->worker.miss_timeout_ms);
     char err[1024];
     hps_err_t rc = hps_ddb_open(&o, &c->ddb, err, sizeof(err));
+    if (rc < 0 && c->adopt) {
+        /* A failed reload's fallback: the workers serve the segment it
+         * adopts; stopping would leave every miss unanswered (and a
+         * supervisor's restart would stop here too while the cluster is
+         * down).  Its misses are answered from the persistent DB alone. */
+        HPS_ERROR("[distributed_db] redis_cluster at %s: %s (%s): the fallback serves the "
+                  "segment without the distributed DB (keys outside shared memory come from the "
+                  "persistent DB, or get their defaults); send SIGHUP once the cluster answers",
+                  d->address, err, hps_err_name(rc));
+        c->ddb = NULL;
+        c->ddb_degraded = true;
+        return 0;
+    }
     if (rc < 0) {
         HPS_ERROR("[distributed_db] redis_cluster at %s: %s (%s); start the Redis Cluster, or "
                   "correct redis_cluster, or set [distributed_db] type = disabled to serve "

@@ -520,6 +520,19 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
                  "rows and the updates applied to them stay)",
                  m->name, (unsigned long long)ddb[0], c->conf->distributed_db.initial_cache_rate,
                  coord_load_now_s() - t1, nkept, m->num_tables);
+    if (ex == HPS_EXIT_DDB && c->adopt) {
+        /* A failed reload's fallback adopts the segment its workers serve:
+         * it keeps serving with what Redis still holds rather than stop.
+         * The tables it could not fill have no record there, so the next
+         * reload or restart fills them again. */
+        HPS_ERROR("model %s: the fallback could not restore its rows in the distributed DB "
+                  "(above): it serves on with the rows the cluster still holds (keys outside "
+                  "shared memory that the failed build removed come from the persistent DB, or "
+                  "get their defaults); send SIGHUP once the cluster answers to fill it again",
+                  m->name);
+        c->ddb_degraded = true;
+        ex = 0;
+    }
     t1 = coord_load_now_s();
     if (!ex && !vdb_reused)
         ex = fill_layers(c, m, rows, st.held, NULL, dups, false, vdb);

@@ -16,7 +16,10 @@ and its promoted replica serves HMGETs once the cluster settles; each
 overflow policy keeps every partition at or under overflow_margin; a wrong
 password, an unreachable address and enable_tls give a clear start-up error;
 a master killed while a reload writes a new version into Redis: the build
-waits for the failover and publishes; a stopped (hung) master costs each lookup at most [distributed_db]
+waits for the failover and publishes; a master stopped past failover_wait_ms
+while a reload removes the old rows (no replica): the fallback serves on
+instead of exiting, and a SIGHUP once the node answers loads the new version;
+a stopped (hung) master costs each lookup at most [distributed_db]
 lookup_timeout_ms, and rows fetched meanwhile from RocksDB still reach the
 volatile DB (cache_missed_embeddings, now after the answer); rows that
 Redis holds in another layout (fewer partitions, another dimension, 32-bit
@@ -386,6 +389,71 @@ def reload_master_kill(t, cl, rc):
         p.wait(30)
 
 
+def reload_cluster_down(t, cl, model_name="d"):
+    """Three masters, no replica; a master stopped (SIGSTOP) while a reload
+    removes the old version's rows from Redis (no persistent DB): the build
+    waits failover_wait_ms and fails, and its fallback cannot restore the
+    rows either.  The fallback serves on, version 1 exactly from shared
+    memory, instead of stopping (before, the coordinator exited: the
+    workers' misses then went unanswered, and a supervisor's restart would
+    stop the same way while the cluster was down).  Once the node answers
+    again a SIGHUP loads version 2, Redis included."""
+    rc = RedisCluster(os.path.join(cl.tmp, "cd"), n=3, replicas=0)
+    victim = None
+    try:
+        seg = cl.new_segment_name("cd")
+        d1, d2 = (cl.gen_model(model_name, rows=[20000], dims=[8], defaults=[0.25],
+                               subdir="cd%d" % v, version=v, segment=seg) for v in (1, 2))
+        settings = [x for x in COMMON if x[1] != "initial_cache_rate"] + [
+            ("volatile_db", "initial_cache_rate", 1.0), ("persistent_db", "type", "disabled")] + \
+            ddb_settings(rc, initial_cache_rate=1.0, cache_missed_embeddings="false",
+                         lookup_timeout_ms=200, failover_wait_ms=1500)
+        conf = cl.write_config("cd.ini", d1.ini_text, settings)
+        coord, w = cl.start_coordinator(conf), cl.start_worker(conf)
+        keys = d1.file_keys[0][:500]
+
+        def answer():
+            hdr, got = H.decode_output(H.infer(w.http_port, model_name, [keys], binary=True))
+            return hdr.get("model_version"), got
+
+        t.eq(answer(), ("1", d1.expected([keys])), "version 1 serves exactly")
+        victim = rc.owner(rc.slot(hname(model_name, "sparse_embedding0", 0)))
+        cl.write_config("cd.ini", d2.ini_text, settings)
+        n0 = len(coord.log())
+        coord.kill(signal.SIGHUP)
+        H.wait_until(lambda: "removing them before loading" in coord.log()[n0:], 30, 0.002)
+        rc.procs[victim].send_signal(signal.SIGSTOP)
+        H.wait_until(lambda: "the fallback could not restore" in coord.log()[n0:] or
+                     not coord.alive(), 90, 0.1)
+        time.sleep(1.5)
+        log = coord.log()[n0:]
+        t.ok(coord.alive() and "the fallback could not restore" in log and
+             "ready: 1 model" in log.split("reload failed")[-1],
+             "a master stopped during a reload: the reload fails, its fallback cannot restore "
+             "Redis and serves on (logged) instead of exiting", log[-3000:])
+        t.eq(answer(), ("1", d1.expected([keys])),
+             "meanwhile version 1 serves exactly, from shared memory")
+        rc.procs[victim].send_signal(signal.SIGCONT)
+        victim = None
+        t.ok(H.wait_until(rc.settled, 30, 0.1), "the cluster settles once the node answers")
+        n1, ready = len(coord.log()), coord.log().count("serving misses")
+        coord.kill(signal.SIGHUP)
+        t.ok(H.wait_until(lambda: coord.log().count("serving misses") > ready, 60, 0.05),
+             "a SIGHUP then loads version 2", coord.log()[n1:][-2500:])
+        t.ok(H.wait_until(lambda: answer() == ("2", d2.expected([keys])), 10),
+             "and version 2 serves exactly")
+        t.ok(total_rows(rc, model_name, "sparse_embedding0") == 20000,
+             "with all its rows in Redis again (%d)" % total_rows(rc, model_name,
+                                                                   "sparse_embedding0"))
+        for p in (w, coord):
+            p.kill(signal.SIGTERM)
+            p.wait(30)
+    finally:
+        if victim is not None:
+            rc.procs[victim].send_signal(signal.SIGCONT)
+        rc.stop()
+
+
 def overflow(t, cl, rc):
     margin = 150
     for pol in ("evict_random", "evict_least_used", "evict_oldest"):
@@ -680,6 +748,7 @@ def body(t, cl):
         overflow(t, cl, rc)
     finally:
         rc.stop()
+    reload_cluster_down(t, cl)
     dead_master_no_replica(t, cl, model, "kill")
     dead_master_no_replica(t, cl, model, "stop")
     hung_master_deadline(t, cl, model)
