@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hps/conf.h"
+#include "conf/tools.h"
 
 /* ---- Schema ------------------------------------------------------------- */
 

@@ -8,7 +8,7 @@
  */
 #include <stdio.h>
 
-#include "hps/conf.h"
+#include "conf/tools.h"
 
 void hps_conf_notes(const hps_conf_t *conf, hps_conf_note_fn fn, void *ctx)
 {

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "conf/tools.h"
 #include "coord.h"
 #include "hps/log.h"
 

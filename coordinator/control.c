@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "conf/tools.h"
 #include "coord.h"
 #include "hps/log.h"
 #include "hps/modelfile.h"

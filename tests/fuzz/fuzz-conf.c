@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hps/conf.h"
+#include "conf/tools.h"
 
 #define KEY_STR(sec, key, ...) #sec "." #key,
 #define SECTION_KEYS(id, doc)  HPS_CONF_KEYS_##id(KEY_STR)

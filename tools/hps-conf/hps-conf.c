@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "hps/conf.h"
+#include "conf/tools.h"
 #include "hps/modelfile.h"
 
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_WARNINGS = 3 };

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "hps/conf.h"
+#include "conf/tools.h"
 
 /* A minimal valid model section with two tables (T = 2). */
 #define CT_MODEL                                                                                   \
