@@ -27,7 +27,7 @@ extern "C" {
  *
  * @param[in] conf  A loaded configuration.
  * @param[in] out   Stream to write to; not closed.
- * @return 0; -EIO if writing failed; HPS_EINVAL for NULL arguments.
+ * @return 0; -EIO if writing failed; -ENOMEM; HPS_EINVAL for NULL arguments.
  *         Thread-safe with respect to @p conf; callers serialize use of @p out.
  */
 hps_err_t hps_conf_show(const hps_conf_t *conf, FILE *out);
@@ -53,7 +53,8 @@ void hps_conf_notes(const hps_conf_t *conf, hps_conf_note_fn fn, void *ctx);
  * @brief Write the reference of every section and key (markdown), as checked
  *        in at docs/configuration.md.
  * @param[in] out  Stream to write to; not closed.
- * @return 0; -EIO if writing failed; HPS_EINVAL if @p out is NULL.  Thread-safe.
+ * @return 0; -EIO if writing failed; -ENOMEM; HPS_EINVAL if @p out is NULL.
+ *         Thread-safe.
  */
 hps_err_t hps_conf_doc(FILE *out);
 

@@ -495,6 +495,8 @@ hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups
 hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                               float *values, uint8_t *found, size_t *ret_hits, unsigned flags)
 {
+    if (flags & ~(unsigned)HPS_SHMDB_LOOKUP_UNCOUNTED)
+        return HPS_EINVAL; /* a flag this version does not know: never ignored */
     struct shm_table *t = hps__shmdb_table(db, id);
     if (!t)
         return HPS_ENOTFOUND;

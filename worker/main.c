@@ -373,8 +373,8 @@ int main(int argc, char **argv)
         return HPS_WEXIT_USAGE;
     }
     /* --log-level, else [hps] log_level (as hps-coordinator) */
-    hps_log_init("hps-worker", a.log_level >= 0 ? (hps_log_level_t)a.log_level
-                                                : conf->hps.log_level);
+    hps_log_init("hps-worker",
+                 a.log_level >= 0 ? (hps_log_level_t)a.log_level : conf->hps.log_level);
     struct ports ports;
     effective_ports(conf, &a, &ports);
     if ((ex = check_ports(a.conf, conf, &a, &ports))) {

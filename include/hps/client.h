@@ -35,9 +35,9 @@
  *
  * Threads: every function may be called concurrently from any number of
  * threads, except hps_client_close(), which needs every other call on the
- * client to have returned.  Errors: every function returns an hps_err_t
- * (hps/hps.h); hps_client_last_error() gives the calling thread's message
- * of its last failed call.
+ * client to have returned.  Errors: every function that can fail returns an
+ * hps_err_t (hps/hps.h); hps_client_last_error() gives the calling thread's
+ * message of its last failed call.
  *
  * NULL: only these take a NULL client: hps_client_close and
  * hps_client_cancel_waits (no-op), hps_client_model_conf (NULL),
@@ -302,7 +302,9 @@ size_t hps_client_num_models(const hps_client_t *c);
  * @return 0 (also when the file is unchanged, or the configuration came from
  *         a string); HPS_ECONFIG when the file no longer parses (logged;
  *         nothing changes); HPS_EFULL when HPS_CONF_MAX_MODELS would be
- *         passed (those that fit are added).
+ *         passed (those that fit are added); -ENOMEM (the new configuration
+ *         could not be kept: the models it added stay known, and the file
+ *         is read again at the next call).
  */
 hps_err_t hps_client_refresh_models(hps_client_t *c, size_t *ret_added);
 

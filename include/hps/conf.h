@@ -252,7 +252,7 @@ const hps_conf_model_t *hps_conf_model_find(const hps_conf_t *conf, const char *
  * @return 0; HPS_ENOTFOUND if the section, model or key does not exist;
  *         -ERANGE if the value does not fit (buf then holds a truncated,
  *         NUL-terminated prefix); HPS_EINVAL if an argument is NULL or
- *         @p len is 0.  Thread-safe.
+ *         @p len is 0; -ENOMEM.  Thread-safe.
  */
 hps_err_t hps_conf_get(const hps_conf_t *conf, const char *key, char *buf, size_t len);
 
@@ -261,8 +261,8 @@ hps_err_t hps_conf_get(const hps_conf_t *conf, const char *key, char *buf, size_
  * @param[in] conf  A loaded configuration.
  * @param[in] key   As for hps_conf_get().
  * @param[out] ret_set  true if the file sets the key.  Untouched on failure.
- * @return 0; HPS_ENOTFOUND for an unknown key; HPS_EINVAL for NULL arguments.
- *         Thread-safe.
+ * @return 0; HPS_ENOTFOUND for an unknown key; HPS_EINVAL for NULL arguments;
+ *         -ENOMEM.  Thread-safe.
  */
 hps_err_t hps_conf_is_set(const hps_conf_t *conf, const char *key, bool *ret_set);
 

@@ -323,8 +323,11 @@ hps_err_t hps_ddb_check_sample(hps_ddb_table_t *t, unsigned per_partition, hps_d
 
 /**
  * @brief Rows in partition part (HLEN of its value hash).
- * @param[out] ret_rows  The count.  Thread-safe.
- * @return 0, HPS_EINVAL (part out of range) or an exec error.
+ * @param[out] ret_rows       The count.
+ * @param[out] err, err_len   Message of a failure.
+ * Thread-safe.
+ * @return 0; HPS_EINVAL (part out of range); an hps_rcluster_exec() error;
+ *         HPS_EIO (a reply that is no integer, e.g. WRONGTYPE); -ENOMEM.
  */
 hps_err_t hps_ddb_partition_rows(hps_ddb_table_t *t, unsigned part, uint64_t *ret_rows, char *err,
                                  size_t err_len);

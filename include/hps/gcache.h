@@ -582,7 +582,7 @@ hps_err_t hps_gcache_uncount(hps_gcache_t *cache, uint64_t lookups, uint64_t hit
  * @brief Read the counters (synchronous: an occupancy count and two copies
  * on the handle's own non-blocking stream, no allocation, so it never waits
  * for other streams' work).  Calls on one handle are serialized.
- * @return 0 or HPS_EIO.
+ * @return 0; HPS_EINVAL (NULL argument); HPS_EIO.
  */
 hps_err_t hps_gcache_stats(hps_gcache_t *cache, hps_gcache_stats_t *ret_stats);
 

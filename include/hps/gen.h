@@ -453,7 +453,8 @@ double hps_gen_hot_share(size_t num_tables, const uint64_t *rows, double alpha, 
  *                           the target cannot be reached (too few keys:
  *                           compare *ret_share with the target).
  * @param[out] ret_share     The share that alpha gives (may be NULL).
- * @return 0; HPS_EINVAL for invalid arguments (nothing written).  Thread-safe.
+ * @return 0; HPS_EINVAL for invalid arguments (nothing written); -ENOMEM.
+ *         Thread-safe.
  */
 hps_err_t hps_gen_alpha_solve(size_t num_tables, const uint64_t *rows, double hot_keys,
                               double target_share, double *ret_alpha, double *ret_share);

@@ -302,7 +302,8 @@ typedef struct hps_modelfile_dup {
  * @param[out] err, err_len  Message buffer.
  *
  * Thread safety: reentrant; mf may be read by other threads meanwhile.
- * @return 0; -ENOMEM; the read errors of hps_modelfile_read().
+ * @return 0; HPS_EINVAL (NULL argument); -ENOMEM; the read errors of
+ *         hps_modelfile_read().
  */
 hps_err_t hps_modelfile_scan(hps_modelfile_t *mf, hps_modelfile_stats_t *ret_stats,
                              hps_modelfile_dup_t **ret_dups, size_t *ret_ndups, char *err,

@@ -273,7 +273,7 @@ int hps_shmdb_detach_handover(hps_shmdb_t *db);
 /**
  * @brief Remove /dev/shm/hps.<name>.  Processes still attached keep their
  *        mapping until they detach.
- * @return 0; HPS_ENOTFOUND; -errno.
+ * @return 0; HPS_ENOTFOUND; HPS_EINVAL (not a valid segment name); -errno.
  */
 hps_err_t hps_shmdb_unlink(const char *name);
 

@@ -224,7 +224,9 @@ typedef enum hps_shmdb_lookup_flags {
 
 /**
  * @brief hps_shmdb_lookup() with flags (hps_shmdb_lookup_flags_t, or 0 for
- *        exactly hps_shmdb_lookup()).  Same parameters, returns and safety.
+ *        exactly hps_shmdb_lookup()).  Same parameters, returns and safety;
+ *        also HPS_EINVAL for a flag bit that is not a
+ *        hps_shmdb_lookup_flags_t (as hps_client_lookup_ex()).
  */
 hps_err_t hps_shmdb_lookup_ex(hps_shmdb_t *db, uint32_t id, size_t n, const void *keys,
                               float *values, uint8_t *found, size_t *ret_hits, unsigned flags);
@@ -281,7 +283,11 @@ hps_err_t hps_shmdb_erase(hps_shmdb_t *db, uint32_t id, size_t n, const void *ke
  */
 hps_err_t hps_shmdb_clear(hps_shmdb_t *db, uint32_t id);
 
-/** @brief Live rows of a table (sum of partition counters).  Lock-free. */
+/**
+ * @brief Live rows of a table (sum of partition counters).  Lock-free.
+ * @param[out] ret_rows  The count.
+ * @return 0; HPS_ENOTFOUND for a bad table id.
+ */
 hps_err_t hps_shmdb_size(hps_shmdb_t *db, uint32_t id, uint64_t *ret_rows);
 
 /**

@@ -21,8 +21,8 @@
 static int set_brokers(rd_kafka_mock_cluster_t *mc, int n, int up)
 {
     for (int id = 1; id <= n; id++) {
-        rd_kafka_resp_err_t e = up ? rd_kafka_mock_broker_set_up(mc, id)
-                                   : rd_kafka_mock_broker_set_down(mc, id);
+        rd_kafka_resp_err_t e =
+            up ? rd_kafka_mock_broker_set_up(mc, id) : rd_kafka_mock_broker_set_down(mc, id);
         if (e)
             return (int)e;
     }

@@ -180,8 +180,9 @@ static void test_lookup_counters(void **state)
     HPS_ASSERT_EQ(ti.lookups, 6);
     HPS_ASSERT_EQ(ti.hits, 3);
     uint8_t found[6];
-    HPS_ASSERT_OK(hps_shmdb_lookup_ex(f->db, id, 6, keys, w, found, &hits,
-                                      HPS_SHMDB_LOOKUP_UNCOUNTED));
+    HPS_ASSERT_ERR(hps_shmdb_lookup_ex(f->db, id, 6, keys, w, found, &hits, 1u << 7), HPS_EINVAL);
+    HPS_ASSERT_OK(
+        hps_shmdb_lookup_ex(f->db, id, 6, keys, w, found, &hits, HPS_SHMDB_LOOKUP_UNCOUNTED));
     HPS_ASSERT_EQ(hits, 3);
     HPS_ASSERT_EQ(found[2] + found[3], 1);
     T_CHECK(memcmp(w, v, 3 * 4 * sizeof(float)) == 0, "uncounted lookup returns the rows");
