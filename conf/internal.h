@@ -264,7 +264,7 @@ struct hps__conf_inst_meta {
     bool is_auto[HPS__CONF_NKEYS];  /* AUTO key given or defaulted as "auto" */
 };
 
-struct hps__conf_meta {
+struct hps_conf_meta {
     struct hps__conf_inst_meta global[HPS__CONF_NGLOBAL];
     struct hps__conf_inst_meta *model; /* num_models */
 };

@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(CV_THREADS)
         dst[j] = (uint16_t)cv_bits<T>(src[j]);
 }
 
-extern "C" hps_err_t hps__gcache_convert_f32(const float *d_src, void *d_dst, size_t n,
-                                             hps_dtype_t dtype, cudaStream_t stream)
+extern "C" hps_err_t hps_gcache_convert_f32(const float *d_src, void *d_dst, size_t n,
+                                            hps_dtype_t dtype, cudaStream_t stream)
 {
     if (!d_src || !d_dst || (dtype != HPS_DTYPE_FP16 && dtype != HPS_DTYPE_BF16))
         return HPS_EINVAL;

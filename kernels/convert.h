@@ -3,8 +3,9 @@
  * conversion of libhps's typed lookups (hps_client_lookup_typed) whose
  * output is in device memory (worker/libhps/gpu_ctx.c).
  *
- * Not part of the public gcache API (include/hps/gcache.h); built into the
- * same library (hps_gcache), C linkage.  Only with CUDA.
+ * Part of the gcache library's API for libhps (C linkage, hps_gcache_
+ * prefix), but not of include/hps/gcache.h: it serves libhps's GPU path
+ * only.  Only with CUDA.
  */
 #ifndef HPS_KERNELS_CONVERT_H
 #define HPS_KERNELS_CONVERT_H
@@ -33,8 +34,8 @@ extern "C" {
  * @param stream      enqueued on it; nothing waits on the host.
  * @return 0, HPS_EINVAL (another dtype, a NULL pointer) or HPS_EIO.
  */
-hps_err_t hps__gcache_convert_f32(const float *d_src, void *d_dst, size_t n, hps_dtype_t dtype,
-                                  cudaStream_t stream);
+hps_err_t hps_gcache_convert_f32(const float *d_src, void *d_dst, size_t n, hps_dtype_t dtype,
+                                 cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -67,10 +67,10 @@ __global__ void __launch_bounds__(GM_THREADS)
 }
 
 extern "C" hps_err_t
-hps__gcache_gmiss_gather(uint32_t nt, const uint32_t *d_key_off, const uint64_t *d_out_off,
-                         const uint32_t *d_dim, const float *d_def, double threshold,
-                         const int64_t *d_keys, const uint32_t *d_midx, const uint32_t *d_mcount,
-                         float *d_out, uint32_t *d_head, hps_gmiss_t *d_rec, cudaStream_t stream)
+hps_gcache_miss_gather(uint32_t nt, const uint32_t *d_key_off, const uint64_t *d_out_off,
+                       const uint32_t *d_dim, const float *d_def, double threshold,
+                       const int64_t *d_keys, const uint32_t *d_midx, const uint32_t *d_mcount,
+                       float *d_out, uint32_t *d_head, hps_gmiss_t *d_rec, cudaStream_t stream)
 {
     if (nt == 0 || !d_key_off || !d_out_off || !d_dim || !d_def || !d_keys || !d_midx ||
         !d_mcount || !d_out || !d_head || !d_rec)

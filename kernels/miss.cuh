@@ -1,9 +1,9 @@
 /*
  * miss.cuh -- device helpers of the device-side miss split (kernels/miss.h),
  * shared by its two forms: the kernel of its own that runs after the
- * caches' lookups (miss.cu: hps__gcache_gmiss_gather, a block per table), and the
+ * caches' lookups (miss.cu: hps_gcache_miss_gather, a block per table), and the
  * tail of the one-launch lookup over every table (multi.cu:
- * hps__gcache_gmiss_lookup_tables), where the last block to finish splits the
+ * hps_gcache_miss_lookup_tables), where the last block to finish splits the
  * misses, so that a call pays no launch of its own for them.
  */
 #ifndef HPS_KERNELS_MISS_CUH

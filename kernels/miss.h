@@ -6,14 +6,15 @@
  * missed keys (not every key and every miss position) travel back to the
  * host for the background insert job and the synchronous fetches.
  *
- * Two forms: hps__gcache_gmiss_gather, a launch of its own after per-table
- * lookups (large calls), and hps__gcache_gmiss_lookup_tables, the one-launch
+ * Two forms: hps_gcache_miss_gather, a launch of its own after per-table
+ * lookups (large calls), and hps_gcache_miss_lookup_tables, the one-launch
  * lookup over every table with the split as its tail (calls of at most
  * HPS_GCACHE_FUSED_MAX keys per table), where a call with no misses pays
  * nothing for it.
  *
- * Not part of the public gcache API (include/hps/gcache.h); built into the
- * same library (hps_gcache), C linkage.  Only with CUDA.
+ * Part of the gcache library's API for libhps (C linkage, hps_gcache_
+ * prefix), but not of include/hps/gcache.h: it serves libhps's GPU path
+ * only.  Only with CUDA.
  */
 #ifndef HPS_KERNELS_MISS_H
 #define HPS_KERNELS_MISS_H
@@ -36,7 +37,7 @@ typedef struct hps_gmiss {
     uint32_t pad; /**< zero */
 } hps_gmiss_t;
 
-/** hps__gcache_gmiss_gather's flag bit of a table: fetch its misses now. */
+/** hps_gcache_miss_gather's flag bit of a table: fetch its misses now. */
 #define HPS_GMISS_SYNC 1u
 
 /**
@@ -78,19 +79,19 @@ typedef struct hps_gmiss {
  * @return 0, HPS_EINVAL (nt 0 or a NULL pointer) or HPS_EIO (launch
  *         failed; the CUDA error is cleared).
  */
-hps_err_t hps__gcache_gmiss_gather(uint32_t nt, const uint32_t *d_key_off,
-                                   const uint64_t *d_out_off, const uint32_t *d_dim,
-                                   const float *d_def, double threshold, const int64_t *d_keys,
-                                   const uint32_t *d_midx, const uint32_t *d_mcount, float *d_out,
-                                   uint32_t *d_head, hps_gmiss_t *d_rec, cudaStream_t stream);
+hps_err_t hps_gcache_miss_gather(uint32_t nt, const uint32_t *d_key_off, const uint64_t *d_out_off,
+                                 const uint32_t *d_dim, const float *d_def, double threshold,
+                                 const int64_t *d_keys, const uint32_t *d_midx,
+                                 const uint32_t *d_mcount, float *d_out, uint32_t *d_head,
+                                 hps_gmiss_t *d_rec, cudaStream_t stream);
 
 /**
  * @brief hps_gcache_lookup_tables with the split of its misses as its tail
  * (one launch): the same rows, miss positions and counts, and the head and
- * records of hps__gcache_gmiss_gather at the same threshold, written by the last
+ * records of hps_gcache_miss_gather at the same threshold, written by the last
  * block of the grid to finish (kernels/miss.cuh: hps__gcache_gm_split_last).
  *
- * Unlike hps__gcache_gmiss_gather, every missed row of d_out is given its table's
+ * Unlike hps_gcache_miss_gather, every missed row of d_out is given its table's
  * default value, the rows of synchronous tables included (their caller
  * overwrites those with the fetched rows; libhps always does), so the tail
  * does no per-row work.
@@ -101,7 +102,7 @@ hps_err_t hps__gcache_gmiss_gather(uint32_t nt, const uint32_t *d_key_off,
  * @param[in] d_key_off device, uint32 (nt + 1), nt = the set's tables.
  * @param[in] d_out_off device, uint64 (nt): each table's first float in d_out.
  * @param[in] d_def     device, float32 (nt): each table's default value.
- * @param[in] threshold hit_rate_threshold, as hps__gcache_gmiss_gather.
+ * @param[in] threshold hit_rate_threshold, as hps_gcache_miss_gather.
  * @param[out] d_out    device, float32: the rows (as hps_gcache_lookup_tables).
  * @param[out] d_midx   device, uint32 (n): miss positions, table t's at
  *                      d_midx[d_key_off[t] ..].
@@ -109,17 +110,16 @@ hps_err_t hps__gcache_gmiss_gather(uint32_t nt, const uint32_t *d_key_off,
  *                      the misses per table after it.
  * @param[in,out] d_ticket device, uint32: must be 0 at the launch (the
  *                      blocks count themselves out on it); gridDim after.
- * @param[out] d_head   device, uint32 (2 * nt): as hps__gcache_gmiss_gather.
- * @param[out] d_rec    device, (sum of misses) records: as hps__gcache_gmiss_gather.
+ * @param[out] d_head   device, uint32 (2 * nt): as hps_gcache_miss_gather.
+ * @param[out] d_rec    device, (sum of misses) records: as hps_gcache_miss_gather.
  * @param stream        everything is enqueued on it; nothing waits.
  * @return 0, HPS_EINVAL (a NULL pointer, n > UINT32_MAX) or HPS_EIO.
  */
-hps_err_t hps__gcache_gmiss_lookup_tables(hps_gcache_set_t *set, const int64_t *d_keys, uint64_t n,
-                                          const uint32_t *d_key_off, const uint64_t *d_out_off,
-                                          const float *d_def, double threshold, float *d_out,
-                                          uint32_t *d_midx, uint32_t *d_mcount, uint32_t *d_ticket,
-                                          uint32_t *d_head, hps_gmiss_t *d_rec,
-                                          cudaStream_t stream);
+hps_err_t hps_gcache_miss_lookup_tables(hps_gcache_set_t *set, const int64_t *d_keys, uint64_t n,
+                                        const uint32_t *d_key_off, const uint64_t *d_out_off,
+                                        const float *d_def, double threshold, float *d_out,
+                                        uint32_t *d_midx, uint32_t *d_mcount, uint32_t *d_ticket,
+                                        uint32_t *d_head, hps_gmiss_t *d_rec, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

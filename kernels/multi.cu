@@ -9,7 +9,7 @@
  * table's output region.  No de-duplication (a duplicate re-reads a row from
  * L2).  Per-table counters and LRU clocks are bumped by block 0.
  *
- * The same kernel with the miss split as its tail (hps__gcache_gmiss_lookup_tables,
+ * The same kernel with the miss split as its tail (hps_gcache_miss_lookup_tables,
  * kernels/miss.h): a missed row gets its table's default value from the warp
  * that missed it, and the last block to finish writes the per-table head and
  * the miss records.  libhps's device-output calls use it, so that a call
@@ -164,13 +164,13 @@ extern "C" hps_err_t hps_gcache_lookup_tables(hps_gcache_set_t *s, const int64_t
     return 0;
 }
 
-extern "C" hps_err_t hps__gcache_gmiss_lookup_tables(hps_gcache_set_t *s, const int64_t *d_keys,
-                                                     uint64_t n, const uint32_t *d_key_off,
-                                                     const uint64_t *d_out_off, const float *d_def,
-                                                     double threshold, float *d_out,
-                                                     uint32_t *d_midx, uint32_t *d_mcount,
-                                                     uint32_t *d_ticket, uint32_t *d_head,
-                                                     hps_gmiss_t *d_rec, cudaStream_t stream)
+extern "C" hps_err_t hps_gcache_miss_lookup_tables(hps_gcache_set_t *s, const int64_t *d_keys,
+                                                   uint64_t n, const uint32_t *d_key_off,
+                                                   const uint64_t *d_out_off, const float *d_def,
+                                                   double threshold, float *d_out, uint32_t *d_midx,
+                                                   uint32_t *d_mcount, uint32_t *d_ticket,
+                                                   uint32_t *d_head, hps_gmiss_t *d_rec,
+                                                   cudaStream_t stream)
 {
     if (!s || !d_key_off || !d_out_off || !d_def || !d_midx || !d_mcount || !d_ticket || !d_head ||
         !d_rec || (n && (!d_keys || !d_out)) || n > UINT32_MAX)

@@ -147,9 +147,9 @@ typedef struct hps_conf {
 #define HPS__CONF_MEMBER(id, doc) hps_conf_##id##_t id;
     HPS_CONF_GLOBAL_SECTIONS(HPS__CONF_MEMBER)
 #undef HPS__CONF_MEMBER
-    size_t num_models;           /**< 0 .. HPS_CONF_MAX_MODELS */
-    hps_conf_model_t *models;    /**< in file order */
-    struct hps__conf_meta *meta; /**< private: where each value came from */
+    size_t num_models;          /**< 0 .. HPS_CONF_MAX_MODELS */
+    hps_conf_model_t *models;   /**< in file order */
+    struct hps_conf_meta *meta; /**< private (opaque): where each value came from */
 } hps_conf_t;
 
 /* ---- Loading ------------------------------------------------------------ */

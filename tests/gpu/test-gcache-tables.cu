@@ -5,13 +5,13 @@
  *  - hps_gcache_lookup_tables over 4 tables (one without keys): rows, miss
  *    positions and counts per table as the per-table lookups, the cache
  *    counters;
- *  - the misses split on the device (hps__gcache_gmiss_gather, libhps's
+ *  - the misses split on the device (hps_gcache_miss_gather, libhps's
  *    device-output path after per-table lookups) at thresholds that make
  *    every table, some, or none synchronous: counts, flags as the host
  *    formula, each miss's key and position compacted table after table, the
  *    default-answered rows filled with the table's default and nothing else
  *    touched;
- *  - the same lookup with the split as its tail (hps__gcache_gmiss_lookup_tables):
+ *  - the same lookup with the split as its tail (hps_gcache_miss_lookup_tables):
  *    the same rows, counts, head and records, every missed row the default.
  */
 #include <stdio.h>
@@ -34,8 +34,8 @@ static bool split_sync(uint32_t m, size_t n, double thr)
 
 /**
  * The head and records of a split of test_tables' 4-table lookup at
- * threshold thr (hps__gcache_gmiss_gather's, or the tail of
- * hps__gcache_gmiss_lookup_tables), against the lookup's miss counts mc: per
+ * threshold thr (hps_gcache_miss_gather's, or the tail of
+ * hps_gcache_miss_lookup_tables), against the lookup's miss counts mc: per
  * table its count and flags, and each record's position (pos: the miss
  * positions the split read, table t's at pos[ko[t] ..]) and key.
  */
@@ -65,7 +65,7 @@ static void check_split(const size_t *nq, const std::vector<uint32_t> &ko,
 }
 
 /**
- * hps__gcache_gmiss_gather over test_tables' 4-table lookup: out (host, floats),
+ * hps_gcache_miss_gather over test_tables' 4-table lookup: out (host, floats),
  * mi / mc (host) its result; dk, dko, dfo, dmi its device inputs.  Checks
  * counts, flags, records and the filled rows at three thresholds.
  */
@@ -87,8 +87,8 @@ static void check_gmiss(const uint32_t *dims, const size_t *nq, const std::vecto
     const double thrs[3] = {0.0, 0.5, 2.0};
     for (double thr : thrs) {
         CK(cudaMemcpy(dout, out.data(), out.size() * sizeof(float), cudaMemcpyHostToDevice));
-        OK(hps__gcache_gmiss_gather(nt, dko, dfo, ddim, ddef, thr, dk, dmi, dmc, dout, dhead, drec,
-                                    0));
+        OK(hps_gcache_miss_gather(nt, dko, dfo, ddim, ddef, thr, dk, dmi, dmc, dout, dhead, drec,
+                                  0));
         CK(cudaDeviceSynchronize());
         check_split(nq, ko, keys, mc, mi, thr, dhead, drec);
         std::vector<float> got = host_copy(dout, out.size());
@@ -108,7 +108,7 @@ static void check_gmiss(const uint32_t *dims, const size_t *nq, const std::vecto
         }
     }
     HPS_ASSERT_EQ(
-        hps__gcache_gmiss_gather(0, dko, dfo, ddim, ddef, 0.5, dk, dmi, dmc, dout, dhead, drec, 0),
+        hps_gcache_miss_gather(0, dko, dfo, ddim, ddef, 0.5, dk, dmi, dmc, dout, dhead, drec, 0),
         HPS_EINVAL);
     CK(cudaFree(ddim));
     CK(cudaFree(dmc));
@@ -119,11 +119,11 @@ static void check_gmiss(const uint32_t *dims, const size_t *nq, const std::vecto
 }
 
 /**
- * hps__gcache_gmiss_lookup_tables (the lookup with the split as its tail) over the
+ * hps_gcache_miss_lookup_tables (the lookup with the split as its tail) over the
  * same 4 tables at three thresholds: per table the same counts, miss
  * positions (as a set) and hit rows as hps_gcache_lookup_tables gave (out,
  * mi, mc), every missed row the table's default (synchronous tables too),
- * and the head and records as hps__gcache_gmiss_gather's: count, flags, each
+ * and the head and records as hps_gcache_miss_gather's: count, flags, each
  * record's position in the table's miss positions and its key.
  */
 static void check_fused(hps_gcache_set_t *set, const uint32_t *dims, const size_t *nq,
@@ -146,8 +146,8 @@ static void check_fused(hps_gcache_set_t *set, const uint32_t *dims, const size_
     for (double thr : thrs) {
         CK(cudaMemset(dout, 0xff, out.size() * sizeof(float)));
         CK(cudaMemset(dstate, 0, (nt + 1) * 4));
-        OK(hps__gcache_gmiss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, thr, dout, dmi,
-                                           dstate, dstate + nt, dhead, drec, 0));
+        OK(hps_gcache_miss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, thr, dout, dmi,
+                                         dstate, dstate + nt, dhead, drec, 0));
         CK(cudaDeviceSynchronize());
         std::vector<uint32_t> cnt = host_copy(dstate, nt), pos = host_copy(dmi, keys.size());
         check_split(nq, ko, keys, mc, pos, thr, dhead, drec);
@@ -166,8 +166,8 @@ static void check_fused(hps_gcache_set_t *set, const uint32_t *dims, const size_
                 }
         }
     }
-    HPS_ASSERT_EQ(hps__gcache_gmiss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, 0.5, dout,
-                                                  dmi, dstate, NULL, dhead, drec, 0),
+    HPS_ASSERT_EQ(hps_gcache_miss_lookup_tables(set, dk, keys.size(), dko, dfo, ddef, 0.5, dout,
+                                                dmi, dstate, NULL, dhead, drec, 0),
                   HPS_EINVAL);
     CK(cudaFree(ddef));
     CK(cudaFree(dout));

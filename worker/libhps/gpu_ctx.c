@@ -331,7 +331,7 @@ int hps__client_gpu_convert(hps_client_t *cl, const float *d_src, void *d_dst, s
 {
     int rc = hps__client_ck(cudaSetDevice(cl->device), "cudaSetDevice");
     if (rc == 0)
-        rc = hps__gcache_convert_f32(d_src, d_dst, n, dtype, (cudaStream_t)stream);
+        rc = hps_gcache_convert_f32(d_src, d_dst, n, dtype, (cudaStream_t)stream);
     if (rc == 0)
         rc = hps__client_ck(cudaStreamSynchronize((cudaStream_t)stream), "convert the rows");
     return rc;

@@ -101,14 +101,18 @@ typedef struct gtable {
     hps_gcache_shards_t shards;
     uint32_t reg;
     uint64_t gen;
-    bool refresher;    /* this process follows the update log for everyone */
+    /* This process follows the update log for everyone.  Written by the
+     * GPU thread (and before the table is published, by its builder); read
+     * by any thread (hps_client_cache_stats): atomic. */
+    _Atomic bool refresher;
+    /* The rest: the GPU thread's only (refresh, sharing, publishing). */
     bool timer_active; /* a periodic refresh is under way, at set timer_pos */
     uint64_t timer_pos;
-    uint64_t repaired; /* sets unlocked after dead writers */
-    bool has_log;      /* following the table's update log */
-    bool refresh;      /* full refresh due (lapped, segment recreated) */
-    uint64_t seq;      /* next update-log sequence to read */
-    _Atomic uint64_t full_refreshes;
+    uint64_t repaired;               /* sets unlocked after dead writers */
+    bool has_log;                    /* following the table's update log */
+    bool refresh;                    /* full refresh due (lapped, segment recreated) */
+    uint64_t seq;                    /* next update-log sequence to read */
+    _Atomic uint64_t full_refreshes; /* GPU thread adds; any thread reads */
 } gtable_t;
 
 typedef struct gmodel {

@@ -30,7 +30,7 @@ typedef struct call {
 
 /*
  * One-launch lookup of every table (hps_gcache_lookup_tables; with device
- * output hps__gcache_gmiss_lookup_tables, which also splits the misses), for
+ * output hps_gcache_miss_lookup_tables, which also splits the misses), for
  * requests of up to HPS_GCACHE_FUSED_MAX keys per table on average.  One
  * buffer holds the request and the result (c->keys, host and device alike):
  *   key_off u32[T+1] | out_off u64[T] | dim u32[T] | def f32[T] |
@@ -549,7 +549,7 @@ static int miss_copy(gctx_t *c, const call_t *k)
 
 /**
  * Enqueue the device-side split of a device-output call's misses after
- * per-table lookups (hps__gcache_gmiss_gather: defaults written into d_out,
+ * per-table lookups (hps_gcache_miss_gather: defaults written into d_out,
  * misses compacted into c->miss.d) and miss_copy.  The one-launch lookup
  * splits them itself (enqueue_multi).
  * @param meta     device: the request head (mlayout's key_off, out_off,
@@ -567,7 +567,7 @@ static int miss_enqueue(struct client_gpu *g, gctx_t *c, const call_t *k, const 
     int rc = miss_reserve(c, k);
     if (rc < 0 || k->nkeys == 0)
         return rc < 0 ? rc : miss_copy(c, k);
-    rc = hps__gcache_gmiss_gather(
+    rc = hps_gcache_miss_gather(
         k->nt, (const uint32_t *)(meta + L->key_off), (const uint64_t *)(meta + L->out_off),
         (const uint32_t *)(meta + L->dim), (const float *)(meta + L->def),
         g->cl->models[k->mi].conf->hit_rate_threshold, dk, d_midx, d_mcount, k->d_out,
@@ -701,7 +701,7 @@ static int enqueue_multi(struct client_gpu *g, gctx_t *c, const call_t *k, const
     int rc = hps__client_ck(cudaMemcpyAsync(d, h, L->midx, cudaMemcpyHostToDevice, c->stream),
                             "H2D request");
     if (rc == 0 && k->d_out && k->nkeys) /* the misses split by the kernel's last block */
-        rc = hps__gcache_gmiss_lookup_tables(
+        rc = hps_gcache_miss_lookup_tables(
             g->models[k->mi].set, dk, k->nkeys, (uint32_t *)(d + L->key_off),
             (uint64_t *)(d + L->out_off), (const float *)(d + L->def),
             g->cl->models[k->mi].conf->hit_rate_threshold, k->d_out, (uint32_t *)(d + L->midx),
