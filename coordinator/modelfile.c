@@ -19,7 +19,7 @@
 #include "hps/modelfile.h"
 
 /** Longest model or table name (HugeCTR: [a-zA-Z0-9_-]{1,120}). */
-#define NAME_MAX_LEN 120
+#define NAME_MAX_LEN HPS_NAME_MAX
 /** Keys read per piece when checking or narrowing 32-bit keys. */
 #define U32_PIECE_KEYS 4096u
 /** Bytes of keys read per piece by hps_modelfile_validate_model(). */

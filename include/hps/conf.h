@@ -71,11 +71,11 @@ extern "C" {
 #define HPS_CONF_MAX_MODELS 64
 /** Most tables of all models together: the volatile DB's table directory
  *  (HPS_SHMDB_MAX_TABLES, include/hps/shmdb.h). */
-#define HPS_CONF_MAX_TABLES 256
+#define HPS_CONF_MAX_TABLES HPS_MAX_TABLES
 /** Longest model or table name ([A-Za-z0-9_-]{1,120}). */
-#define HPS_CONF_NAME_MAX 120
+#define HPS_CONF_NAME_MAX HPS_NAME_MAX
 /** Longest shared_memory_name ([A-Za-z0-9_.-]{1,200}). */
-#define HPS_CONF_SHM_NAME_MAX 200
+#define HPS_CONF_SHM_NAME_MAX HPS_SEGMENT_NAME_MAX
 /** overflow_margin = max: no row limit. */
 #define HPS_CONF_UNBOUNDED UINT64_MAX
 

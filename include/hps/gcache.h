@@ -134,7 +134,7 @@ typedef struct hps_gcache_set hps_gcache_set_t;
 /** Largest batch served by the fused (no de-duplication) lookup kernel. */
 #define HPS_GCACHE_FUSED_MAX 1024
 /** Largest dimension accepted. */
-#define HPS_GCACHE_MAX_DIM 65536
+#define HPS_GCACHE_MAX_DIM HPS_MAX_DIM
 
 /** Lookup path (hps_gcache_set_lookup_path). */
 typedef enum hps_gcache_path {

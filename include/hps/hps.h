@@ -173,6 +173,21 @@ typedef enum hps_model_state {
 /** Prefix of every table tag, topic and database name (HugeCTR v24.06). */
 #define HPS_TABLE_TAG_PREFIX "hps_et"
 
+/* Limits every layer shares (the configuration, the segment, model files,
+ * the GPU cache, the HTTP front end, hps-gen); each library's own name for
+ * one (HPS_SHMDB_MAX_DIM, ...) is this value. */
+
+/** Longest model or table name (HugeCTR's [A-Za-z0-9_-]{1,120}). */
+#define HPS_NAME_MAX 120
+/** Longest shared_memory_name ([A-Za-z0-9_.-]{1,200}; the object is
+ *  /dev/shm/hps.<name>). */
+#define HPS_SEGMENT_NAME_MAX 200
+/** Most tables of all models together: the segment's table directory,
+ *  fixed by its format (so also the most tables of one model). */
+#define HPS_MAX_TABLES 256
+/** Largest embedding dimension (values per vector). */
+#define HPS_MAX_DIM 65536
+
 #ifdef __cplusplus
 }
 #endif

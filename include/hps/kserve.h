@@ -118,11 +118,11 @@ typedef struct hps_kserve_text hps_kserve_text_t;
 /** Default limit on KEYS elements per request. */
 #define HPS_KSERVE_DEFAULT_MAX_KEYS ((size_t)1 << 20)
 /** Longest model or table name, and longest version string. */
-#define HPS_KSERVE_NAME_MAX 120
+#define HPS_KSERVE_NAME_MAX HPS_NAME_MAX
 /** Most tables per model. */
-#define HPS_KSERVE_MAX_TABLES 1024
+#define HPS_KSERVE_MAX_TABLES HPS_MAX_TABLES
 /** Largest embedding dimension (floats per vector). */
-#define HPS_KSERVE_MAX_DIM ((uint32_t)1 << 20)
+#define HPS_KSERVE_MAX_DIM ((uint32_t)HPS_MAX_DIM)
 /** Largest accepted max_keys_per_request. */
 #define HPS_KSERVE_MAX_KEYS_LIMIT ((size_t)1 << 32)
 /** Size of hps_kserve_lookup_stats_t.message, NUL included. */

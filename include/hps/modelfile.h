@@ -49,7 +49,7 @@ extern "C" {
 typedef struct hps_modelfile hps_modelfile_t;
 
 /** Largest dimension accepted (floats per vector). */
-#define HPS_MODELFILE_MAX_DIM 65536u
+#define HPS_MODELFILE_MAX_DIM ((unsigned)HPS_MAX_DIM)
 
 /** HugeCTR splits a table into this many chunks when no chunk size is given. */
 #define HPS_MODELFILE_DEFAULT_CHUNKS 10u

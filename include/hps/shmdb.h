@@ -70,17 +70,17 @@ extern "C" {
 typedef struct hps_shmdb hps_shmdb_t;
 
 /** Longest model or table name (HugeCTR: [a-zA-Z0-9_-]{1,120}). */
-#define HPS_SHMDB_NAME_MAX 120
+#define HPS_SHMDB_NAME_MAX HPS_NAME_MAX
 /** Longest segment name; the object is /dev/shm/hps.<name>. */
-#define HPS_SHMDB_SEGMENT_NAME_MAX 200
+#define HPS_SHMDB_SEGMENT_NAME_MAX HPS_SEGMENT_NAME_MAX
 /** Tables per segment (fixed by the format). */
-#define HPS_SHMDB_MAX_TABLES 256
+#define HPS_SHMDB_MAX_TABLES HPS_MAX_TABLES
 /** Partitions per table (fixed by the format). */
 #define HPS_SHMDB_MAX_PARTITIONS 256
 /** Attached processes tracked in the segment's process table. */
 #define HPS_SHMDB_MAX_PROCS 128
 /** Largest dimension accepted (values per vector). */
-#define HPS_SHMDB_MAX_DIM 65536
+#define HPS_SHMDB_MAX_DIM HPS_MAX_DIM
 
 /** Role of an attached process, shown by hps-shm info. */
 typedef enum hps_proc_role {

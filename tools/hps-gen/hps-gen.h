@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "hps/gen.h"
+#include "hps/hps.h"
 
 /** Exit statuses. */
 enum {
@@ -25,13 +26,13 @@ enum {
 };
 
 /** Longest model or table name ([A-Za-z0-9_-]). */
-#define GEN_NAME_MAX 120
+#define GEN_NAME_MAX HPS_NAME_MAX
 /** Longest segment name ([A-Za-z0-9_.-]). */
-#define GEN_SEGMENT_MAX 200
+#define GEN_SEGMENT_MAX HPS_SEGMENT_NAME_MAX
 /** Most tables of a model (a segment holds at most 256; two open files each). */
-#define GEN_TABLES_MAX 256
+#define GEN_TABLES_MAX HPS_MAX_TABLES
 /** Largest dimension. */
-#define GEN_DIM_MAX 65536
+#define GEN_DIM_MAX HPS_MAX_DIM
 
 /** One table of a model to write. */
 typedef struct gen_table {
