@@ -145,6 +145,9 @@ int coord_control_init(coord_t *c, hps_conf_t *conf)
     if (ctl)
         parse_request(ctl, &c->control);
     c->adopt = getenv(HPS_ADOPT_ENV) != NULL;
+    /* The set the fallback restores: the one before this reload, or a
+     * fallback's own (the serving set: a fallback that fails gets it again). */
+    prev = prev ? prev : c->adopt ? names : NULL;
     c->prev_models = prev ? strdup(prev) : NULL;
     bool explicit_mode = conf->hps.model_control_mode == HPS_CONF_MODEL_CONTROL_EXPLICIT;
     bool *keep = calloc(conf->num_models + 1, sizeof(bool));
@@ -502,10 +505,14 @@ bool coord_control_failed(coord_t *c, int ex, const char *why)
     if (!serving || c->serving_restart || ex == HPS_EXIT_USAGE)
         return false; /* a restart's build failed: it stops, as it would have */
     /* Back to the serving segment with the set it serves, as it was
-     * configured (not as the INI file may say now). */
+     * configured (not as the INI file may say now).  A fallback that failed
+     * itself is that configuration already: the next one gets it again,
+     * never the INI file's (another version's files, under the serving
+     * version's name). */
+    const char *text = c->adopt ? c->text : c->prev_text;
     if (c->prev_models)
         setenv(HPS_MODELS_ENV, c->prev_models, 1);
-    if (c->prev_text && !coord_conf_pass(HPS_CONF_FD_ENV, c->prev_text))
+    if (text && !coord_conf_pass(HPS_CONF_FD_ENV, text))
         HPS_WARN("the fallback reads %s again instead", c->conf->source);
     setenv(HPS_ADOPT_ENV, "1", 1);
     return true;

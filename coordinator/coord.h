@@ -165,6 +165,8 @@ typedef struct coord {
 #define HPS_CONTROL_ENV     "HPS_COORDINATOR_CONTROL"
 #define HPS_PREV_MODELS_ENV "HPS_COORDINATOR_PREV_MODELS"
 #define HPS_ADOPT_ENV       "HPS_COORDINATOR_ADOPT"
+/* main.c: how many fallbacks in a row failed themselves (fallback_backoff). */
+#define HPS_FALLBACKS_ENV "HPS_COORDINATOR_FALLBACKS"
 /* conftext.c: memfds (by descriptor number) with the INI text the next
  * image builds, and the text of the configuration that serves. */
 #define HPS_CONF_FD_ENV      "HPS_COORDINATOR_CONF_FD"

@@ -72,6 +72,8 @@ static void check_job(void *ctx, size_t t, load_buf_t *b)
     check_ctx_t *k = ctx;
     check_res_t *r = &k->res[t];
     (void)b;
+    if (k->ident) /* first: a file replaced from now on is not loaded */
+        coord_files_stamp(k->m, t, &k->ident[t]);
     r->rc = hps_modelfile_check_table(&k->specs[t], k->refuse, &r->st, &k->dups[t].d, &k->dups[t].n,
                                       r->err, sizeof(r->err));
     if (r->rc == 0 && k->ident &&
@@ -150,9 +152,40 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
 
 /* Refuse the whole start-up if any table of any model is malformed.  With
  * ident (a persistent DB), the identities of every model's tables, in order. */
+/* A failed reload's fallback (c->adopt) serves the segment it adopts, with
+ * the persistent DB's and Redis's rows as they stand: it reads a model's
+ * files only to put back what the failed build removed, and only files
+ * whose identity is the one the serving segment was built from
+ * (hps_shmdb_table_files_ident).  Files refused (ex != 0: deleted, broken)
+ * or changed since (a new version written over them) are not read: reading
+ * them would serve another version's rows under the serving one, or stop
+ * the fallback, and then the next (the same files again).  Marks m's
+ * tables unread accordingly; true when all are. */
+static bool adopt_unread(coord_t *c, const hps_conf_model_t *m, coord_ident_t *ident, int ex)
+{
+    size_t unread = 0;
+    for (size_t t = 0; ident && t < m->num_tables; t++) {
+        uint32_t id;
+        uint64_t built = 0;
+        if (!ex && hps_shmdb_table_find(c->serving, m->name, m->embedding_table_names[t], &id) == 0)
+            built = hps_shmdb_table_files_ident(c->serving, id);
+        ident[t].unread = ex || !built || built != coord_ident_hash(ident[t].files);
+        unread += ident[t].unread;
+    }
+    if (unread)
+        HPS_WARN("model %s: the fallback does not read the files of %zu of its %zu tables (%s): "
+                 "it serves the rows the segment, the persistent DB and Redis hold for them",
+                 m->name, unread, m->num_tables,
+                 ex ? "refused, above"
+                    : "not those the serving segment was built from, or of a build that did not "
+                      "record them");
+    return ident && unread == m->num_tables;
+}
+
 static int validate_all(coord_t *c, coord_ident_t *ident)
 {
     char err[512], where[HPS_CONF_NAME_MAX + 4200];
+    bool adopt = c->adopt && c->serving && ident;
     for (size_t i = 0, first = 0; i < c->conf->num_models;
          first += c->conf->models[i++].num_tables) {
         const hps_conf_model_t *m = &c->conf->models[i];
@@ -167,12 +200,16 @@ static int validate_all(coord_t *c, coord_ident_t *ident)
         if (rc < 0) {
             HPS_ERROR("%s: model %s refused, nothing was loaded: %s",
                       files_key(c, m, where, sizeof(where)), m->name, err);
+            if (adopt && adopt_unread(c, m, ident + first, HPS_EXIT_MODEL))
+                continue;
             return HPS_EXIT_MODEL;
         }
         uint64_t nonfinite = 0, dup_keys = 0;
         double t0 = coord_load_now_s();
         int ex = check_contents(c, m, specs, g_dups + first, ident ? ident + first : NULL,
                                 &nonfinite, &dup_keys);
+        if (adopt && adopt_unread(c, m, ident + first, ex))
+            continue;
         if (ex)
             return ex;
         unsigned threads = (unsigned)(m->num_tables < LOAD_THREADS ? m->num_tables : LOAD_THREADS);

@@ -116,6 +116,41 @@ static bool file_ident(const char *path, char *buf, size_t len, char *content)
     return ok && n > 0 && (size_t)n < len;
 }
 
+static bool stamp_of(const char *dir, const char *file, struct coord_file_stamp *s)
+{
+    char path[PATH_MAX + 16];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    if (stat(path, &st) != 0)
+        return false;
+    *s = (struct coord_file_stamp){
+        .dev = st.st_dev, .ino = st.st_ino, .size = st.st_size, .ctim = st.st_ctim};
+    return true;
+}
+
+void coord_files_stamp(const hps_conf_model_t *m, size_t t, coord_ident_t *id)
+{
+    if (!stamp_of(m->sparse_files[t], "key", &id->stamp[0]) ||
+        !stamp_of(m->sparse_files[t], "emb_vector", &id->stamp[1]))
+        id->stamp[0].ino = 0; /* the check that follows refuses the files */
+}
+
+bool coord_files_unchanged(const hps_conf_model_t *m, size_t t, const coord_ident_t *id)
+{
+    struct coord_file_stamp now[2];
+    if (!id->stamp[0].ino)
+        return true; /* none taken */
+    if (!stamp_of(m->sparse_files[t], "key", &now[0]) ||
+        !stamp_of(m->sparse_files[t], "emb_vector", &now[1]))
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (now[i].dev != id->stamp[i].dev || now[i].ino != id->stamp[i].ino ||
+            now[i].size != id->stamp[i].size || now[i].ctim.tv_sec != id->stamp[i].ctim.tv_sec ||
+            now[i].ctim.tv_nsec != id->stamp[i].ctim.tv_nsec)
+            return false;
+    return true;
+}
+
 /* The identity of table t's files (see the top of this file); their
  * contents' identity into content when it is not NULL. */
 bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len,

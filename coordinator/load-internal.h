@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "coord.h"
 #include "hps/modelfile.h"
@@ -30,6 +32,20 @@
 typedef struct coord_ident {
     char files[IDENT_MAX];
     char content[CONTENT_IDENT_MAX];
+    /* A fallback's (c->adopt) table whose files it does not read: they
+     * were refused, or are not those the serving segment was built from
+     * (load-check.c: adopt_unread).  Its layers stay as they are. */
+    bool unread;
+    /* key's and emb_vector's inode, size and change time when the content
+     * check began (coord_files_stamp): a file replaced or written after
+     * that is not loaded (coord_files_unchanged), since its rows are not
+     * those that were checked.  0 (st_ino): none taken. */
+    struct coord_file_stamp {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec ctim;
+    } stamp[2];
 } coord_ident_t;
 
 /* A thread's chunk buffer, keys then vectors, grown on demand and reused
@@ -68,6 +84,13 @@ size_t coord_load_par_run(par_fn fn, void *ctx, size_t n);
  * the files O_NONBLOCK. */
 bool coord_table_ident(const coord_t *c, const hps_conf_model_t *m, size_t t, char *buf, size_t len,
                        char *content);
+
+/* load-ident.c: take table t's files' stamps into id->stamp (before their
+ * content check), and say whether they are still the same files, unwritten
+ * (after the load read them: false when a file was replaced, written,
+ * truncated or removed since).  Thread-safe. */
+void coord_files_stamp(const hps_conf_model_t *m, size_t t, coord_ident_t *id);
+bool coord_files_unchanged(const hps_conf_model_t *m, size_t t, const coord_ident_t *id);
 
 /* load.c: seconds on CLOCK_MONOTONIC. */
 double coord_load_now_s(void);

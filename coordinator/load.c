@@ -307,6 +307,10 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
         }
         st->has_rec[t] = rc == 0;
         st->current[t] = st->held[t] = rc == 0 && strcmp(rec, st->ident[t].files) == 0;
+        if (st->ident[t].unread) { /* a fallback's: its rows stay as they are */
+            st->current[t] = st->held[t] = true;
+            continue;
+        }
         if (rc == 0 && !st->current[t])
             HPS_INFO("model %s table %s: the model files changed since the persistent DB "
                      "ingested them (was: %s; now: %s)",
@@ -352,10 +356,12 @@ static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *ro
 static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_state_t *st,
                      bool ingest, bool vdb, const load_times_t *lt, double total_s)
 {
-    size_t held = 0;
-    for (size_t t = 0; t < m->num_tables; t++)
+    size_t held = 0, unread = 0;
+    for (size_t t = 0; t < m->num_tables; t++) {
         held += st->held[t];
-    if (ingest && lt->ingested == 0)
+        unread += st->ident && st->ident[t].unread;
+    }
+    if (ingest && lt->ingested == 0 && unread < m->num_tables)
         HPS_INFO("model %s: the persistent DB already holds these model files (same path, size, "
                  "mtime and first/last MiB): not ingested again, the updates applied since are "
                  "kept",
@@ -415,6 +421,16 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
         while (coord_ddb_wait(
             c, &w, rc = hps_ddb_record_get(ct->ddb, rec, sizeof(rec), err, sizeof(err)), what, err))
             ;
+        if (st->ident[t].unread) { /* a fallback's: what Redis holds stays */
+            kept[t] = true;
+            if (rc != 0 || coord_ident_hash(rec) != hps_shmdb_table_ddb_ident(c->db, ct->vdb_id))
+                HPS_ERROR("%s: the failed build removed its rows from the distributed DB, and "
+                          "the fallback does not read its files (above) to put them back: keys "
+                          "outside shared memory come from the persistent DB, or get their "
+                          "defaults, until a reload loads the model again",
+                          what);
+            continue;
+        }
         if (rc == HPS_ENOTFOUND)
             HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
@@ -447,6 +463,25 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
     return 0;
 }
 
+/* After the reads of m's files, before anything records them as loaded:
+ * refuse a table whose files were replaced, written or removed after their
+ * content check began (their rows may not be those checked: a NaN where
+ * nonfinite_values = refuse, another version).  A reload then falls back
+ * and a start stops, before the persistent DB ingests the staged rows. */
+static int files_unchanged(const hps_conf_model_t *m, const model_state_t *st)
+{
+    for (size_t t = 0; st->ident && t < m->num_tables; t++) {
+        if (st->ident[t].unread || coord_files_unchanged(m, t, &st->ident[t]))
+            continue;
+        HPS_ERROR("model %s table %s: %s/key or emb_vector was replaced, written or removed while "
+                  "the model loaded (after its contents were checked): refused, since its rows "
+                  "may not be those checked; load it again once the files are in place",
+                  m->name, m->embedding_table_names[t], m->sparse_files[t]);
+        return HPS_EXIT_MODEL;
+    }
+    return 0;
+}
+
 /* After the fill: record which files the distributed DB's tables hold, in
  * Redis and in the segment (its ddb ident: a later build answers this
  * segment's misses from Redis only while that record stands,
@@ -456,6 +491,8 @@ static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
         coord_table_t *ct = coord_load_table(c, m, t);
         char err[512] = "", what[2 * HPS_SHMDB_NAME_MAX + 32];
+        if (st->ident[t].unread)
+            continue; /* its record stays: this fallback wrote nothing there */
         snprintf(what, sizeof(what), "model %s table %s", m->name, ct->name);
         hps_err_t rc;
         coord_ddb_wait_t w = {0};
@@ -470,6 +507,23 @@ static int ddb_record(coord_t *c, const hps_conf_model_t *m, const model_state_t
         }
         hps_shmdb_table_set_ddb_ident(c->db, ct->vdb_id, coord_ident_hash(st->ident[t].content));
     }
+    return 0;
+}
+
+/* The rows of model files that a fallback's adopted table was created with
+ * (hps_table_info_t.source_rows), for a table whose files it does not read
+ * (coord_ident_t.unread). */
+static int adopted_rows(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint64_t *ret)
+{
+    uint32_t id;
+    hps_table_info_t ti;
+    if (hps_shmdb_table_find(c->db, m->name, m->embedding_table_names[t], &id) != 0 ||
+        hps_shmdb_table_info(c->db, id, &ti) != 0) {
+        HPS_ERROR("model %s table %s: not in the adopted segment, and its files are not read",
+                  m->name, m->embedding_table_names[t]);
+        return HPS_EXIT_MODEL;
+    }
+    *ret = ti.source_rows;
     return 0;
 }
 
@@ -491,6 +545,12 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
         hps_modelfile_t *mf;
         char err[512];
         uint32_t dim = (uint32_t)m->embedding_vecsize_per_table[t];
+        if (ident && ident[t].unread) { /* a fallback's: the adopted table's count */
+            ex = adopted_rows(c, m, t, &rows[t]);
+            if (!ex)
+                ex = create_table(c, m, t, rows[t]);
+            continue;
+        }
         if (hps_modelfile_open(m->sparse_files[t], dim, &mf, err, sizeof(err)) < 0) {
             HPS_ERROR("model %s: %s", m->name, err);
             ex = HPS_EXIT_MODEL;
@@ -514,7 +574,7 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
     for (size_t t = 0; t < m->num_tables; t++)
         nkept += kept[t];
     if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, kept, dups, true, ddb)) &&
-        !(ex = ddb_record(c, m, &st)))
+        !(ex = files_unchanged(m, &st)) && !(ex = ddb_record(c, m, &st)))
         HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s; "
                  "%zu of %zu tables kept as they were (their record names these files: their "
                  "rows and the updates applied to them stay)",
@@ -538,6 +598,8 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
         ex = fill_layers(c, m, rows, st.held, NULL, dups, false, vdb);
     if (!ex && !vdb_reused)
         ex = coord_load_carry(c, m, &st);
+    if (!ex)
+        ex = files_unchanged(m, &st);
     lt.vdb_rows += vdb[0];
     lt.vdb_bytes += vdb[1];
     lt.vdb_s += coord_load_now_s() - t1;

@@ -563,6 +563,30 @@ static bool hand_signals_over(void)
     return true;
 }
 
+/* Consecutive fallbacks that failed themselves (HPS_FALLBACKS_ENV, across
+ * execve; cleared once one serves).  A fallback reads no model file it
+ * could refuse (load-check.c: adopt_unread), but one may still fail (the
+ * persistent DB, the segment, memory): the next one waits 1, 2, 4 ... up
+ * to 60 s instead of starting again at once, without end, at full CPU.
+ * Returns early on SIGTERM or SIGINT. */
+static void fallback_backoff(void)
+{
+    int64_t n = 0;
+    const char *v = getenv(HPS_FALLBACKS_ENV);
+    if (!v || !hps_parse_int(v, 0, 1 << 20, &n))
+        n = 0;
+    n++;
+    char b[24];
+    snprintf(b, sizeof(b), "%lld", (long long)n);
+    setenv(HPS_FALLBACKS_ENV, b, 1);
+    unsigned s = n >= 7 ? 60u : 1u << (n - 1);
+    HPS_ERROR("the fallback failed too (%lld in a row): starting it again in %u s", (long long)n,
+              s);
+    const struct timespec tick = {.tv_nsec = 100 * 1000000L};
+    for (unsigned i = 0; i < s * 10 && !atomic_load(&g_term); i++)
+        nanosleep(&tick, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL, *level = NULL;
@@ -655,6 +679,7 @@ int main(int argc, char **argv)
     }
     bool reload = false;
     if (!ex) {
+        unsetenv(HPS_FALLBACKS_ENV); /* serving: a later failure starts counting anew */
         HPS_INFO("ready: %zu model%s, %u table%s; serving misses", conf->num_models,
                  conf->num_models == 1 ? "" : "s", c.num_tables, c.num_tables == 1 ? "" : "s");
         run(&c, path, &kafka, &reload);
@@ -665,6 +690,8 @@ int main(int argc, char **argv)
     }
     atomic_store(&g_stop, 1);
     coord_kafka_stop(kafka); /* commits what was applied: the new one goes on from there */
+    if (fallback && c.adopt)
+        fallback_backoff();
     /* Decided before the segment is released: handed over for a next
      * image (its misses left pending for it), or released as on a stop. */
     bool again = (reload || fallback) && hand_signals_over();

@@ -196,9 +196,63 @@ def failed_on(t, cl, mnt):
     t.eq(staging(pdb), [], "no staging directory is left")
 
 
+def files_changed(t, cl):
+    """(3) The serving version's files changed before a reload that fails:
+    written over in place by a version 2 that does not fit the segment, then
+    (a second reload, to version 3 elsewhere) removed.  Each reload fails,
+    once, and its fallback serves version 1 exactly, keys version 1 lacks
+    with their default, without reading the files that are no longer
+    version 1's.  Before, the fallback ingested version 2's rows into
+    RocksDB under version 1 (30 of 30 keys version 1 lacks answered version
+    2's rows), and with the files removed it was refused, and the next
+    fallback took the INI file's version 3."""
+    m = cl.gen_model("fc", [1000, 500], [8, 4], subdir="fc_v1")
+    big = cl.gen_model("fc", [1000, 3000000], [8, 4], subdir="fc_v2", version=2)
+    conf = cl.write_config("fc.ini", m.ini_text, [("model.fc", "gpucache", "false")])
+    text = open(conf).read()
+    c, w = cl.start_coordinator(conf), cl.start_worker(conf)
+    kpt = [m.file_keys[0][:50], m.file_keys[1][:50] + [H.gen_key(1, i) for i in range(500, 530)]]
+    want = m.expected(kpt)
+
+    def answer():
+        hdr, got = H.decode_output(H.infer(w.http_port, "fc", kpt, binary=True))
+        return hdr.get("model_version"), got
+
+    t.eq(answer(), ("1", want), "version 1 serves exactly (30 keys with the default)")
+    fb_mark = "starting again on the serving segment"
+    for how, new in (("written over in place", H.ini_set(text, "model.fc", "version", "2")),
+                     ("removed", H.ini_set(text, "model.fc", "version", "3"))):
+        if how == "written over in place":
+            for f in ("key", "emb_vector"):
+                os.rename(os.path.join(big.table_dirs[1], f), os.path.join(m.table_dirs[1], f))
+        else:
+            big2 = cl.gen_model("fc", [1000, 3000000], [8, 4], subdir="fc_v3", version=3)
+            new = new.replace(m.table_dirs[0], big2.table_dirs[0]).replace(
+                m.table_dirs[1], big2.table_dirs[1])
+            for d in m.table_dirs:
+                for f in ("key", "emb_vector"):
+                    os.unlink(os.path.join(d, f))
+        open(conf, "w").write(new)
+        n0, ready = len(c.log()), c.log().count("serving misses")
+        c.kill(signal.SIGHUP)
+        served = H.wait_until(lambda: c.log().count("serving misses") > ready, 60)
+        time.sleep(1.0)
+        log = c.log()[n0:]
+        t.ok(served and log.count(fb_mark) == 1 and "the fallback does not read the files" in log,
+             "files %s: the reload fails once, and its fallback serves without reading them" % how,
+             log[-3000:])
+        got = answer()
+        t.ok(got == ("1", want), "files %s: version 1 still serves exactly" % how,
+             "label %s; %s" % (got[0], H.first_mismatch(got[1], want, m, kpt)))
+    for p in (w, c):
+        p.kill(signal.SIGTERM)
+        p.wait(30)
+
+
 def body(t, cl):
     killed(t, cl)
     failed(t, cl)
+    files_changed(t, cl)
 
 
 if __name__ == "__main__":
