@@ -94,14 +94,21 @@ static bool model_ready(const hps_kserve_t *s, size_t mi)
            s->backend.model_state(s->backend.ctx, mi, &served) == HPS_MODEL_READY;
 }
 
+/* Triton's message for a model without a loaded version (len: at least
+ * UNLOADED_MSG_MAX). */
+#define UNLOADED_MSG_MAX (HPS_KSERVE_NAME_MAX + 80)
+static const char *unloaded_msg(const struct hps__kserve_kmodel *m, char *buf, size_t len)
+{
+    snprintf(buf, len, "Request for unknown model: '%s' has no available versions", m->name);
+    return buf;
+}
+
 /* Triton's answer for a model without a loaded version. */
 static enum MHD_Result send_unloaded(const hps_kserve_t *s, struct MHD_Connection *c,
                                      const struct hps__kserve_kmodel *m)
 {
-    char msg[HPS_KSERVE_NAME_MAX + 80];
-    snprintf(msg, sizeof(msg), "Request for unknown model: '%s' has no available versions",
-             m->name);
-    return hps__kserve_http_send_error(s, c, 400, msg);
+    char msg[UNLOADED_MSG_MAX];
+    return hps__kserve_http_send_error(s, c, 400, unloaded_msg(m, msg, sizeof(msg)));
 }
 
 static enum MHD_Result h_server_meta(hps_kserve_t *s, struct MHD_Connection *c)
@@ -304,6 +311,11 @@ static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, 
 {
     struct hps__kserve_kmodel *m = &s->models[mi];
     ls->message[sizeof(ls->message) - 1] = '\0';
+    if (rc == HPS_ENOTFOUND) { /* unloaded since the route found it loaded: as the route */
+        char um[UNLOADED_MSG_MAX];
+        return infer_failed(s, m, c, t0, HPS__KSERVE_FAIL_REJECTED, 400,
+                            unloaded_msg(m, um, sizeof(um)));
+    }
     char msg[HPS__KSERVE_KERR_MSG_MAX];
     snprintf(msg, sizeof(msg), "lookup failed for model '%s': %s", m->name,
              ls->message[0] ? ls->message : hps_strerror(rc));
