@@ -8,7 +8,7 @@ Two workers serve model m (explicit model control, startup_models = ^m$)
 under a stream of exactly checked lookups.  Five times: POST load of model
 n (38 MB of rows) through a worker, SIGKILL the coordinator at a random
 moment of that load (0 to 1.2 s in; at least one while it loads n), start
-a new coordinator.  Each load call must return 200
+a new coordinator (at once, or 1 s later as systemd's RestartSec=1s).  Each load call must return 200
 (the request, lost with the killed coordinator or its unpublished segment,
 is submitted again by the client) and n must then serve exactly on both
 workers; then n is unloaded (200) for the next round.  Then n is loaded
@@ -43,6 +43,11 @@ SETTINGS = [x for x in R.SETTINGS if x[1] != "worker_timeout_ms"] + [
     ("hps", "startup_models", "^m$"),
     ("volatile_db", "shared_memory_size", "160MiB")]
 ROUNDS = 5
+# Seconds before the next coordinator starts, per round: at once, or as
+# systemd's RestartSec=1s would (the wait outlasts it: worker_timeout_ms
+# + 200 ms from the killed one's last heartbeat; before, 200 ms from its
+# death, and such a load answered 503).
+RESTART_DELAY = [0.0, 1.0, 0.0, 1.0, 0.0]
 
 
 def body(t, cl):
@@ -77,6 +82,7 @@ def body(t, cl):
             c.log() else None
         when = ("before it took the request" if tail is None else
                 "after it published" if "published /dev/shm" in tail else "while it loaded")
+        time.sleep(RESTART_DELAY[i])
         c = cl.start_coordinator(conf)
         th.join(120)
         r = res.get("r")

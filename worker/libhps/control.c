@@ -16,11 +16,26 @@
 
 #define POLL_NS       10000000L /* 10 ms between looks at the answer */
 #define MAX_RESUBMITS 3         /* times a request not found is asked again */
-/* How long the coordinator must look gone (no liveness lock, or no
- * heartbeat for worker_timeout_ms: the maintenance round's verdict, every
- * 50 ms) before a wait for its answer ends: a few rounds, so that one
- * stale verdict of a client that just attached does not end it. */
+/* A wait for an answer ends once the coordinator looks gone (no liveness
+ * lock, or no heartbeat for worker_timeout_ms: the maintenance round's
+ * verdict, every 50 ms) and its last heartbeat is older than
+ * worker_timeout_ms + GONE_NS: a coordinator killed (its lock gone at
+ * once) and started again by a supervisor within worker_timeout_ms takes
+ * the request over (resubmitted if it was lost); GONE_NS, a few rounds,
+ * keeps one stale verdict of a client that just attached from ending it. */
 #define GONE_NS 200000000ull
+
+/* The CLOCK_MONOTONIC ns of the serving coordinator's last heartbeat, or
+ * 0 (none, or not attached). */
+static uint64_t coord_heartbeat_ns(hps_client_t *cl)
+{
+    hps_segment_info_t si = {0};
+    pthread_rwlock_rdlock(&cl->seg_lock);
+    if (!cl->db || hps_shmdb_segment_info(cl->db, &si) != 0)
+        si.coord_heartbeat_ns = 0;
+    pthread_rwlock_unlock(&cl->seg_lock);
+    return si.coord_heartbeat_ns;
+}
 
 /* Stop waiting for request id: take it back if no coordinator took it yet
  * (it is then never carried out); true when withdrawn. */
@@ -168,12 +183,17 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
         }
         uint64_t now = hps__client_now_ns();
         gone_since = atomic_load(&cl->coord_alive) ? 0 : gone_since ? gone_since : now;
+        bool gone = false;
+        if (gone_since && now - gone_since >= GONE_NS) {
+            uint64_t beat = coord_heartbeat_ns(cl), wt = cl->conf->hps.worker_timeout_ms;
+            gone = !beat || beat > now || now - beat >= wt * 1000000ull + GONE_NS;
+        }
         const char *why = NULL;
         char late[48];
         if (atomic_load(&cl->cancel) || atomic_load(&cl->stop)) {
             rc = HPS_ETIMEDOUT;
             why = "the wait was cancelled (the client closes)";
-        } else if (gone_since && now - gone_since >= GONE_NS) {
+        } else if (gone) {
             rc = HPS_EAGAIN;
             why = "no hps-coordinator serves (gone or stopped)";
         } else if (timeout_ms && now >= end) {
