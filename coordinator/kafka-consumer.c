@@ -731,7 +731,8 @@ static hps_err_t set(rd_kafka_conf_t *conf, const char *k, const char *v, char *
     return HPS_ECONFIG;
 }
 
-/* HugeCTR's consumer settings (KafkaMessageSource), "DO NOT CHANGE" kept. */
+/* HugeCTR's consumer settings (KafkaMessageSource), "DO NOT CHANGE" kept but
+ * for the group session (include/hps/kafka.h says why). */
 hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *o, rd_kafka_conf_t *conf,
                                        char *err, size_t err_len)
 {
@@ -741,8 +742,8 @@ hps_err_t hps_kafka_consumer_configure(const hps_kafka_consumer_opts_t *o, rd_ka
     const char *kv[][2] = {
         {"metadata.broker.list", o->brokers},
         {"group.id", o->group},
-        {"session.timeout.ms", "30000"},
-        {"heartbeat.interval.ms", "3000"},
+        {"session.timeout.ms", "6000"},
+        {"heartbeat.interval.ms", "2000"},
         {"enable.auto.commit", "false"},
         {"enable.auto.offset.store", "true"},
         {"queued.min.messages", "65536"},

@@ -22,15 +22,19 @@ typedef struct coord_kafka coord_kafka_t;
 int coord_kafka_start(coord_t *c, coord_kafka_t **ret);
 
 /**
- * @brief Wait until the volatile and persistent DB consumers have caught up
- * (hps_kafka_consumer_caught_up(): every partition read to its end and
- * applied), at most timeout_ms, and log how long it took and how many
- * updates were applied (a warning when the time ran out).  A consumer that
- * reaches no broker (hps_kafka_consumer_unreachable()) is not waited for.
- * The distributed
- * DB's consumer is not waited for: its group is shared by every host, and
- * Redis is the same before and after a reload.  NULL (updates off) is
- * caught up.
+ * @brief Wait until every layer's consumer has caught up
+ * (hps_kafka_consumer_caught_up(): every partition assigned read to its
+ * end and applied), at most timeout_ms, and log how long it took and how
+ * many updates were applied (a warning when the time ran out).  A consumer
+ * that reaches no broker (hps_kafka_consumer_unreachable(); the distributed
+ * DB's, when another layer's does not) is not waited for.  The distributed
+ * DB's consumer, a new member of the group every host shares, is waited
+ * for until the group has given it its partitions and it has applied what
+ * they hold: the misses of the segment about to be published read Redis,
+ * and a member that left the group while it was still joining (a reload
+ * taken before its assignment came) held the group's rebalance up for
+ * minutes (librdkafka's mock cluster: no update reached Redis for over a
+ * minute after a chain of reloads).  NULL (updates off) is caught up.
  * @return true when caught up within timeout_ms.
  */
 bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms);

@@ -401,6 +401,20 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
     return ex ? ex : start_threads(k);
 }
 
+/* No broker answers layer l: its own verdict (a layer that assigns itself
+ * its partitions reads the metadata), or, for the shared group's member
+ * (which waits for the group coordinator instead), any layer's: they all
+ * use [update_source] brokers. */
+static bool unreachable(coord_kafka_t *k, const layer_t *l)
+{
+    if (l->kind != LAYER_DDB)
+        return hps_kafka_consumer_unreachable(l->cons);
+    for (size_t i = 0; i < k->num_layers; i++)
+        if (k->layers[i].kind != LAYER_DDB && hps_kafka_consumer_unreachable(k->layers[i].cons))
+            return true;
+    return false;
+}
+
 bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
 {
     if (!k)
@@ -410,9 +424,7 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
     while (!done && waited < timeout_ms) {
         done = true;
         for (size_t i = 0; i < k->num_layers; i++) /* no broker: nothing to wait for */
-            if (k->layers[i].kind != LAYER_DDB &&
-                !hps_kafka_consumer_caught_up(k->layers[i].cons) &&
-                !hps_kafka_consumer_unreachable(k->layers[i].cons))
+            if (!hps_kafka_consumer_caught_up(k->layers[i].cons) && !unreachable(k, &k->layers[i]))
                 done = false;
         if (!done) {
             struct timespec ts = {.tv_nsec = 20 * 1000000L};
@@ -422,14 +434,12 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
     }
     for (size_t i = 0; i < k->num_layers; i++) {
         layer_t *l = &k->layers[i];
-        if (l->kind == LAYER_DDB)
-            continue;
         hps_kafka_stats_t s;
         hps_kafka_consumer_stats(l->cons, &s);
         if (hps_kafka_consumer_caught_up(l->cons))
             HPS_INFO("kafka %s: caught up in %lld ms (%llu updates applied)", l->name,
                      (long long)waited, (unsigned long long)s.applied);
-        else if (hps_kafka_consumer_unreachable(l->cons))
+        else if (unreachable(k, l))
             HPS_WARN("kafka %s: no broker answers: going on after %lld ms; the updates are "
                      "applied once one does",
                      l->name, (long long)waited);

@@ -179,7 +179,7 @@ typedef struct hps_kafka_consumer_opts {
                                        *   usual.  For a group with one member (the per-host
                                        *   layers): a consumer that starts again reads at once,
                                        *   where a rejoining group member may wait up to
-                                       *   session.timeout.ms (30 s) for its partitions */
+                                       *   session.timeout.ms (6 s) for its partitions */
     /** assign_all only; NULL: none.  The group's name in an earlier version
      *  of hps-coordinator (hps.<layer>.<host>, before the segment's name was
      *  added).  At the first assignment, a partition that group has
@@ -221,7 +221,10 @@ struct rd_kafka_conf_s; /* rd_kafka_conf_t of <librdkafka/rdkafka.h> */
 /**
  * @brief Apply hps_kafka_consumer_create()'s librdkafka settings to conf:
  * HugeCTR's KafkaMessageSource settings (reference/hugectr-hps.md 2.4,
- * "DO NOT CHANGE" ones included) with opts' brokers, group,
+ * "DO NOT CHANGE" ones included, but for session.timeout.ms, 6 s instead of
+ * 30 s, and heartbeat.interval.ms, 2 s instead of 3 s: a group member that
+ * is gone is replaced sooner, and a reload's new member of the shared
+ * group gets its partitions sooner) with opts' brokers, group,
  * receive_buffer_size, metadata_refresh_interval_ms and fetch_wait_max_ms;
  * the other fields are not read.  For tools and benchmarks that need a plain
  * librdkafka consumer configured exactly like ours.
