@@ -337,6 +337,19 @@ static int next_config(const coord_t *c, const hps_ctl_request_t *rq, const char
             rc = HPS_ENOTFOUND;
             err[0] = 0;
         }
+        if (!rc && conf2->hps.supportlonglong != c->conf->hps.supportlonglong) {
+            /* the model's section alone is read: its keys would be read at
+             * the running width, the INI's asked for silently ignored */
+            snprintf(msg, len,
+                     "failed to load '%s': %s sets [hps] supportlonglong = %s, but the "
+                     "coordinator serves with %s, and a load reads the model's section only; "
+                     "change the key width with a SIGHUP (refused while workers are attached: "
+                     "stop them first) or a restart",
+                     rq->model, path, conf2->hps.supportlonglong ? "true" : "false",
+                     c->conf->hps.supportlonglong ? "true" : "false");
+            rc = HPS_EMISMATCH;
+            err[0] = 0;
+        }
         if (!rc)
             rc = hps_conf_splice_section(c->text, ini, path, section, &text, err, sizeof(err));
     } else if (!(text = strdup(c->text))) {

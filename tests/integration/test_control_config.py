@@ -444,6 +444,11 @@ def scenario_unfollowable(t, cl):
     # the key width: refused while a worker serves (its callers' keys)
     cl.write_config("hps.ini", text, s + [("hps", "supportlonglong", "false")])
     refused_hup(t, c, "supportlonglong false", "8-byte keys are served, the INI has 4-byte keys")
+    # a load reads the model's section only: the INI's key width cannot come
+    # with it (it was ignored: 200, the keys read at the running width)
+    r = try_post(port, "/v2/repository/models/m/load")
+    t.ok(r.status == 400 and "supportlonglong = false" in error_of(r),
+         "(7) a load with the INI's supportlonglong changed: 400 naming it", (r.status, r.body[:500]))
     cl.write_config("hps.ini", text, s)
     check_alive(t, c, pid, [w], "(7) after the loads")
     check_exact(t, port, m, "(7) after the refused SIGHUP, m at dimension 8")
