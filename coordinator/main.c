@@ -16,12 +16,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,11 +112,34 @@ static void pid_name(pid_t pid, char *buf, size_t len)
         snprintf(buf, len, "pid %d", (int)pid);
 }
 
-static int open_pdb(coord_t *c)
+/* nftw callback of remove_fresh_pdb: one entry, children first. */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
+
+/* A start that failed (a model refused, Redis unreachable ...) with a
+ * persistent DB it created itself (*fresh: the path did not exist before
+ * open_pdb): its directory goes, so that a refused start leaves nothing
+ * behind.  RocksDB held its lock on it until shutdown_all closed it: no
+ * other process used it. */
+static void remove_fresh_pdb(const char *path)
+{
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        HPS_WARN("persistent DB %s: cannot remove the directory this failed start created: %s",
+                 path, strerror(errno));
+}
+
+/* fresh: set when p->path did not exist before (remove_fresh_pdb). */
+static int open_pdb(coord_t *c, bool *fresh)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
     if (p->type != HPS_CONF_PDB_ROCKS_DB)
         return 0;
+    struct stat st;
+    *fresh = !p->read_only && stat(p->path, &st) != 0 && errno == ENOENT;
     hps_pdb_opts_t o;
     hps_pdb_opts_init(&o);
     o.num_threads = (unsigned)p->num_threads;
@@ -624,12 +649,12 @@ int main(int argc, char **argv)
         return HPS_EXIT_RUNTIME;
     }
     coord_kafka_t *kafka = NULL; /* online updates (kafka.c), when configured */
-    bool reused = false;
+    bool reused = false, pdb_fresh = false;
     ex = reloaded ? hold_serving(&c) : 0; /* a fallback's too (adopt: coord_prev_adopt) */
     if (!ex)
         ex = coord_segment_lock(&c); /* a second coordinator stops here, having opened nothing */
     if (!ex)
-        ex = open_pdb(&c); /* RocksDB's lock: coordinators of two segments on one path */
+        ex = open_pdb(&c, &pdb_fresh); /* RocksDB's lock: two segments on one path */
     if (!ex)
         ex = coord_ddb_open(&c); /* Redis errors stop start-up before the segment exists */
     if (!ex)
@@ -703,6 +728,8 @@ int main(int argc, char **argv)
      * their defaults at once. */
     c.fallback_handover = fallback && again && c.prev != NULL;
     shutdown_all(&c, again);
+    if (ex && !reloaded && pdb_fresh && !again)
+        remove_fresh_pdb(conf->persistent_db.path);
     hps_conf_free(conf);
     if ((reload || fallback) && !again) {
         HPS_INFO("SIGTERM or SIGINT during the %s: stopping instead of starting again",

@@ -259,6 +259,8 @@ def contents_cases(t, cl, good):
         ssts = glob.glob(os.path.join(rocks, "*.sst"))
         t.ok(not cfs and not ssts, "%s: RocksDB has no hps_et.* column family nor SST file" %
              tag, "column families %r, SST files %r" % (cfs, ssts))
+        t.ok(not os.path.exists(rocks), "%s: the persistent DB directory the refused start "
+             "created is gone" % tag, os.listdir(rocks) if os.path.isdir(rocks) else "")
         t.ok(not os.path.exists("/dev/shm/hps." + seg), "%s: the segment was not created" % tag)
 
 
