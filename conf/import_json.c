@@ -500,6 +500,8 @@ static hps_err_t read_json(struct hps__conf_imp *im, const char *path, json_obje
 #else
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
 #endif
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        memset(text, ' ', 3); /* a UTF-8 byte order mark (editors on Windows write one) */
     size_t wide = len;
     if (!scan_text(text, len, &wide)) {
         why = "a comment is not closed";

@@ -155,6 +155,11 @@ ok "a pbtxt parameter overrides the ps.json value, with a warning (exit 0)" \
 ok "--strict with warnings exits 3 and writes nothing" \
     bash -c 'cd "$1" && "$0" import ok.json --pbtxt warn.pbtxt --strict >s.ini 2>/dev/null; [ $? -eq 3 ] && [ ! -s s.ini ]' \
     "$HPS_CONF" "$TMP"
+printf '\357\273\277' | cat - "$TMP/ok.json" >"$TMP/bom.json"
+ok "a UTF-8 byte order mark is skipped, as by HugeCTR's JSON reader" \
+    bash -c 'cd "$1" && "$0" import bom.json --strict >b.ini && "$0" import ok.json >o.ini &&
+             diff <(tail -n +2 b.ini) <(tail -n +2 o.ini) >/dev/null' \
+    "$HPS_CONF" "$TMP"
 ok "without warnings, import exits 0 and prints nothing on stderr" \
     bash -c 'cd "$1" && "$0" import ok.json --strict >q.ini 2>q.err && [ ! -s q.err ] && "$0" check q.ini' \
     "$HPS_CONF" "$TMP"
