@@ -38,7 +38,7 @@ import_case() {
 }
 
 mapfile -t cases < <(grep -v '^#' "$DATA/cases")
-echo "1..$((2 * ${#cases[@]} + 33))"
+echo "1..$((2 * ${#cases[@]} + 34))"
 
 for c in "${cases[@]}"; do
     read -r -a w <<<"$c"
