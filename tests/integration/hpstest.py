@@ -459,6 +459,13 @@ def infer(port, model, keys_per_table, binary=False, req_id="1", timeout=20.0, p
                 pause=pause)
 
 
+def model_versions(port, model="m"):
+    """The versions model's metadata lists (GET /v2/models/<model>), or None
+    when it does not answer 200."""
+    r = http(port, "GET", "/v2/models/%s" % model)
+    return r.json().get("versions") if r.status == 200 else None
+
+
 def metrics(port):
     """Prometheus text of GET /metrics -> {name or name{labels}: float}."""
     r = http(port, "GET", "/metrics")
@@ -775,6 +782,14 @@ class Cluster:
     def shm(self, *args, timeout=30.0):
         r = subprocess.run([SHM] + list(args), capture_output=True, text=True, timeout=timeout)
         return r.returncode, r.stdout, r.stderr
+
+    def segment_inode(self):
+        """Inode of /dev/shm/hps.<segment> (a new segment published over it
+        has another), or None when there is none."""
+        try:
+            return os.stat("/dev/shm/hps." + self.segment).st_ino
+        except FileNotFoundError:
+            return None
 
     def shm_info(self, segment=None):
         rc, out, err = self.shm("--json", "info", segment or self.segment)

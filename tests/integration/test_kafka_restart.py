@@ -29,8 +29,6 @@ deliver them again, so the restart must keep them.
 import array
 import os
 import signal
-import struct
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +37,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
 from test_kafka import Mock, stats, wait_applied  # noqa: E402
 
-PUSH = os.environ.get("HPS_PUSH", "")
 DIM = 8
 ROWS = 2000
 RATE = 0.5
@@ -56,11 +53,8 @@ def model2_vector(key):
 
 
 def push(bootstrap, keys, gen=1):
-    data = b"".join(struct.pack("<q%df" % DIM, k, *new_vector(k, gen)) for k in keys)
-    cmd = [PUSH, "-b", bootstrap, "-m", "mA", "-t", "sparse_embedding0", "-d", str(DIM),
-           "--stdin", "--quiet"]
-    r = subprocess.run(cmd, input=data, capture_output=True, timeout=120)
-    return r.returncode
+    return H.push_updates(bootstrap, "mA", "sparse_embedding0", DIM,
+                          [(k, new_vector(k, gen)) for k in keys])
 
 
 def lookup(worker, keys):

@@ -32,13 +32,6 @@ HEARTBEAT_MS = 50
 SLACK_S = 0.5  # scheduling slack on a loaded 2-core machine
 
 
-def seg_inode(cl):
-    try:
-        return os.stat("/dev/shm/hps." + cl.segment).st_ino
-    except FileNotFoundError:
-        return None
-
-
 def table_rows(cl):
     return {tb["table"]: tb["rows"] for tb in cl.shm_info()["tables"]}
 
@@ -138,7 +131,7 @@ def body(t, cl):
 
     # ---- SIGKILL the coordinator -------------------------------------------
     check_volatile("before the kill: volatile-DB keys exact")
-    ino0 = seg_inode(cl)
+    ino0 = cl.segment_inode()
     coord.kill()
     t_kill = time.monotonic()
     coord.wait(10)  # reap the zombie: a real init would do it too
@@ -166,7 +159,7 @@ def body(t, cl):
     # ---- (a) new coordinator, initialize_after_startup = false --------------
     c2 = cl.start_coordinator(conf_keep)
     t.ok("re-attached" in c2.log(), "coordinator 2 re-attached the segment", c2.log())
-    t.eq(seg_inode(cl), ino0, "same segment object (inode unchanged)")
+    t.eq(cl.segment_inode(), ino0, "same segment object (inode unchanged)")
     cl.wait_vdb_rows(5000)  # inserted just after the answer
     t.eq(table_rows(cl), {"sparse_embedding0": 4000, "sparse_embedding1": 1000},
          "the volatile DB kept its rows")
@@ -190,7 +183,7 @@ def body(t, cl):
     c2.wait(10)
     c3 = cl.start_coordinator(conf)
     t.ok("replacing the existing" in c3.log(), "coordinator 3 replaced the segment", c3.log())
-    ino3 = seg_inode(cl)
+    ino3 = cl.segment_inode()
     t.ok(ino3 is not None and ino3 != ino0, "a new segment object (inode %s -> %s)" %
          (ino0, ino3))
     t.eq(table_rows(cl), {"sparse_embedding0": 2000, "sparse_embedding1": 1000},

@@ -194,8 +194,8 @@ def reload_to(t, cl, c, ws, ini_text, settings, version):
     cl.write_config("hps.ini", ini_text, settings)
     sighup(t, c, "version %d" % version)
     want = [str(version)]
-    t.ok(H.wait_until(lambda: all(versions(w.http_port) == want for w in ws), 15),
-         "every worker reports version %d" % version, [versions(w.http_port) for w in ws])
+    t.ok(H.wait_until(lambda: all(H.model_versions(w.http_port) == want for w in ws), 15),
+         "every worker reports version %d" % version, [H.model_versions(w.http_port) for w in ws])
 
 
 def stop_streams(t, streams, seen):
@@ -213,11 +213,6 @@ def stop_streams(t, streams, seen):
         t.eq(s.seen, seen, "worker %d: answered versions %s, in that order" % (i, seen))
         if s.first_problem:
             t.diag("worker %d, first problem: %s" % (i, s.first_problem))
-
-
-def versions(port):
-    r = H.http(port, "GET", "/v2/models/m")
-    return json.loads(r.body).get("versions") if r.status == 200 else None
 
 
 def shm_versions(cl):
@@ -285,7 +280,8 @@ def body(t, cl):
     conf = cl.write_config("hps.ini", m1.ini_text, SETTINGS)
     c = cl.start_coordinator(conf)
     ws = [cl.start_worker(conf, instance=i) for i in range(2)]
-    t.eq([versions(w.http_port) for w in ws], [["1"], ["1"]], "both workers serve version 1")
+    t.eq([H.model_versions(w.http_port) for w in ws], [["1"], ["1"]],
+         "both workers serve version 1")
     t.eq(shm_versions(cl), [("m", 1)], "hps-shm info: model m version 1")
     streams = start_streams(ws, {1: m1, 2: m2}, 7)
 
@@ -322,7 +318,7 @@ def body(t, cl):
     with open(conf, "a") as f:
         f.write("\n[hps]\nheartbeat_interval_ms = 0\n")
     sighup(t, c, "broken INI", want_reload=False)
-    t.eq([versions(w.http_port) for w in ws], [["2"], ["2"]], "still version 2")
+    t.eq([H.model_versions(w.http_port) for w in ws], [["2"], ["2"]], "still version 2")
 
     # ---- (3) a corrupt version 3 ---------------------------------------------
     m3 = cl.gen_model("m", rows=ROWS, dims=DIMS, defaults=DEFAULTS, subdir="m_v3", version=3)
@@ -334,7 +330,7 @@ def body(t, cl):
     cl.write_config("hps.ini", m3.ini_text, SETTINGS)
     sighup(t, c, "corrupt version 3", want_reload=False)
     time.sleep(0.3)
-    t.eq([versions(w.http_port) for w in ws], [["2"], ["2"]], "still version 2")
+    t.eq([H.model_versions(w.http_port) for w in ws], [["2"], ["2"]], "still version 2")
     t.eq(shm_versions(cl), [("m", 2)], "hps-shm info: still model m version 2")
 
     # ---- (4) a second model added ----------------------------------------------

@@ -23,11 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
 
 
-def versions(port):
-    r = H.http(port, "GET", "/v2/models/m")
-    return r.json().get("versions") if r.status == 200 else None
-
-
 def body(t, cl):
     why = H.on_tmpfs(cl, "pdbfs", 400, lambda mnt: run(t, cl, mnt))
     if why:
@@ -63,7 +58,7 @@ def run(t, cl, mnt):
     t.ok("ingested into the persistent DB" not in c.log().split("SIGHUP: reading")[-1],
          "nothing was ingested")
     r = H.infer(w.http_port, "m", kpt, binary=True)
-    t.ok(versions(w.http_port) == ["1"] and r.status == 200 and
+    t.ok(H.model_versions(w.http_port) == ["1"] and r.status == 200 and
          H.decode_output(r)[1] == models[1].expected(kpt),
          "version 1 serves exactly, keys outside shared memory included")
 
@@ -72,7 +67,7 @@ def run(t, cl, mnt):
     c.kill(signal.SIGHUP)
     t.ok(H.wait_until(lambda: c.log().count("published /dev/shm/hps.") > n_pub, 60),
          "with the room back, the reload to version 2 builds and publishes", c.log()[-1500:])
-    t.ok(H.wait_until(lambda: versions(w.http_port) == ["2"], 10), "version 2 serves")
+    t.ok(H.wait_until(lambda: H.model_versions(w.http_port) == ["2"], 10), "version 2 serves")
     r = H.infer(w.http_port, "m", kpt, binary=True)
     t.ok(r.status == 200 and H.decode_output(r)[1] == models[2].expected(kpt),
          "version 2's vectors, exactly")

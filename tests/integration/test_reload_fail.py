@@ -51,11 +51,6 @@ ROWS = [600000]
 DIMS = [32]
 
 
-def versions(port):
-    r = H.http(port, "GET", "/v2/models/m")
-    return r.json().get("versions") if r.status == 200 else None
-
-
 def staging(pdb):
     return glob.glob(os.path.join(pdb, ".hps-ingest-*"))
 
@@ -112,7 +107,7 @@ def killed(t, cl):
     H.wait_until(lambda: H.ready_status(w.http_port) == 200, 5, 0.002)
     s.down.clear()
     before = s.requests
-    t.ok(H.wait_until(lambda: versions(w.http_port) == ["2"], 60),
+    t.ok(H.wait_until(lambda: H.model_versions(w.http_port) == ["2"], 60),
          "the restart publishes version 2", c.log()[-1500:])
     t.diag("%d requests answered between the restart's takeover and the switch"
            % (s.requests - before))
@@ -191,7 +186,7 @@ def failed_on(t, cl, mnt):
         for b in ballasts:
             os.unlink(b)
         time.sleep(0.3)
-        t.ok(versions(w.http_port) == ["2"], "%s: version 2 serves" % what)
+        t.ok(H.model_versions(w.http_port) == ["2"], "%s: version 2 serves" % what)
     stop_stream(t, s, "failed reloads")
     t.eq(staging(pdb), [], "no staging directory is left")
 

@@ -70,13 +70,6 @@ class Stream(threading.Thread):
         return n
 
 
-def seg_inode(cl):
-    try:
-        return os.stat("/dev/shm/hps." + cl.segment).st_ino
-    except FileNotFoundError:
-        return None
-
-
 def staged_exists(cl):
     return os.path.exists("/dev/shm/.hps.%s.new" % cl.segment)
 
@@ -95,7 +88,7 @@ def body(t, cl):
         ("worker", "miss_timeout_ms", 200)])
     c1 = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
-    ino1 = seg_inode(cl)
+    ino1 = cl.segment_inode()
     s = Stream(w.http_port, model, 11)
     s.start()
     time.sleep(0.5)
@@ -108,13 +101,13 @@ def body(t, cl):
                               0.002)
     t.ok(staged_exists(cl) or "serving misses" in c2.log(), "coordinator 2 builds beside",
          c2.log())
-    t.ok(seg_inode(cl) == ino1 or "published /dev/shm" in c2.log(),
+    t.ok(cl.segment_inode() == ino1 or "published /dev/shm" in c2.log(),
          "while coordinator 2 loads, the name still holds the serving segment")
     t.ok(H.wait_until(lambda: "serving misses" in c2.log(), 60), "coordinator 2 serves",
          c2.log())
     t.ok("published /dev/shm/hps." in c2.log(), "coordinator 2 published its segment",
          c2.log())
-    ino2 = seg_inode(cl)
+    ino2 = cl.segment_inode()
     t.ok(ino2 is not None and ino2 != ino1, "a new segment object under the name")
     t.ok(not staged_exists(cl), "no staged object left after publishing")
     t.ok(H.wait_until(lambda: reattached(w, 1), 10), "the worker re-attached to it", w.log())
@@ -131,7 +124,7 @@ def body(t, cl):
         f.write(good[:-12])  # not a whole number of vectors
     rc, out = cl.run_coordinator(conf)
     t.eq(rc, 4, "a corrupt emb_vector is refused: exit 4")
-    t.eq(seg_inode(cl), ino2, "the serving segment untouched by the refused start")
+    t.eq(cl.segment_inode(), ino2, "the serving segment untouched by the refused start")
     t.ok(not staged_exists(cl), "nothing staged by the refused start")
     with open(emb, "wb") as f:
         f.write(good)
@@ -143,7 +136,7 @@ def body(t, cl):
     # ---- (3) SIGKILL while building the new segment --------------------------
     c3.kill()
     c3.wait(10)
-    ino3 = seg_inode(cl)
+    ino3 = cl.segment_inode()
     c4 = cl.start_coordinator(conf, wait_ready=False)
     H.wait_until(lambda: "loading 1 model" in c4.log() or not c4.alive(), 30, 0.002)
     killed_staged = staged_exists(cl) and "published /dev/shm" not in c4.log()
@@ -151,7 +144,7 @@ def body(t, cl):
     c4.wait(10)
     t.diag("coordinator 4 killed %s publishing" % ("before" if killed_staged else "after"))
     if killed_staged:
-        t.eq(seg_inode(cl), ino3, "killed while building: the serving segment stays")
+        t.eq(cl.segment_inode(), ino3, "killed while building: the serving segment stays")
     c5 = cl.start_coordinator(conf)
     t.ok(not staged_exists(cl), "coordinator 5 removed the half-built object and published",
          c5.log())
