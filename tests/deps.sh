@@ -13,6 +13,7 @@ pkgs=(
     libmicrohttpd-dev libjson-c-dev libxxhash-dev zlib1g-dev
     redis-server redis-tools curl
     help2man # the man pages of the programs (dist/meson.build)
+    locales # unit conf-parse compiles a ',' decimal-point locale (de_DE) with localedef
     clang libclang-rt-14-dev # tests/fuzz/run.sh: clang-14 and its libFuzzer runtime
 )
 
