@@ -252,6 +252,20 @@ def basics(t, cl, model, conf, c):
          mismatch(got, vecs(model, 0, ks)))
     got = h.lookup(ks, "m", 0, device_id=-1)
     t.ok(np.array_equal(got, vecs(model, 0, ks)), "hps.HPS.lookup of a list, device_id -1")
+    # HugeCTR's lookup flattened any array (a copy when not contiguous): one
+    # column of a (batch, slots) array, a 2-D array
+    batch = np.array(ks[:48], dtype=np.int64).reshape(12, 4)
+    got = h.lookup(batch[:, 1], "m", 0)
+    t.ok(np.array_equal(got, vecs(model, 0, list(batch[:, 1]))),
+         "hps.HPS.lookup of one column batch[:, 1] (not contiguous): exact")
+    got = h.lookup(batch, "m", 0)
+    t.ok(got.shape == (48, 16) and np.array_equal(got, vecs(model, 0, ks[:48])),
+         "hps.HPS.lookup of a 2-D array: flattened, exact")
+    for bad in (True, 1.5, "0", None):
+        raises(t, lambda b=bad: h.lookup(ks, "m", 0, device_id=b),
+               "hps.HPS.lookup with device_id %r" % (bad,), hps.HPS_EINVAL)
+    raises(t, lambda: h.lookup([True, ks[0]], "m", 0), "hps.HPS.lookup of [True, key]",
+           hps.HPS_EINVAL, "h_keys[0] must be an int, not bool")
     keys = np.array(ks, dtype=np.int64)
     out = np.zeros((len(ks), 16), dtype=np.float32)
     r = h.lookup_fromdlpack(keys.__dlpack__(), out.__dlpack__(), "m", 0)
@@ -383,7 +397,9 @@ def with_torch(t, model, conf, c):
              "hps.torch.LookupLayer pickled and deep-copied: the copies open their own "
              "clients, exact",
              "hps.torch.LookupLayer on non-contiguous keys (keys[::2], transposed): copied, "
-             "exact"]
+             "exact",
+             "hps.torch.LookupLayer under torch.jit.trace: refused (a traced graph would "
+             "return uninitialised memory)"]
     if torch is None:
         for n in names:
             skip(t, n, "no torch")
@@ -452,6 +468,7 @@ def with_torch(t, model, conf, c):
          names[7], repr(half))
     raises(t, lambda: ht.LookupLayer(conf, "m", 1, 8, dtype=torch.int8), names[8],
            hps.HPS_EINVAL)
+    raises(t, lambda: torch.jit.trace(layer, keys), names[11], hps.HPS_EINVAL, "traced")
     copies = [pickle.loads(pickle.dumps(layer)), copy.deepcopy(torch.nn.Sequential(layer))[0]]
     t.ok(all(not cp._clients and cp is not layer and
              np.array_equal(cp(keys).reshape(-1, 8).numpy(), vecs(model, 1, ks1)) and

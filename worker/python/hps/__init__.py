@@ -99,7 +99,8 @@ def _keys_from_list(h_keys):
         a = _np.array(h_keys)
     except (ValueError, OverflowError, TypeError):
         a = None
-    if a is not None and a.ndim == 1 and a.dtype.kind in "iu":
+    if a is not None and a.ndim == 1 and a.dtype.kind in "iu" and \
+            not {bool, _np.bool_} & set(map(type, h_keys)):  # [True, 1] makes int64 too
         if a.dtype.kind == "u" and a.size and int(a.max()) >= 2 ** 63:
             raise _error("h_keys: %d is out of the int64 range" % int(a.max()))
         return a.astype(_np.int64)
@@ -196,27 +197,46 @@ class HPS:
         self._lock = threading.Lock()
 
     def client(self, device_id=0):
-        """The Client of device_id in this process (opened on first use)."""
-        key = (device_id, os.getpid())
+        """The Client of device_id (an int: a CUDA device ordinal, or -1 for
+        a host-only client) in this process, opened on first use.  Raises
+        hps.Error HPS_EINVAL for a device_id that is no int (a bool, a float,
+        a string), and Client()'s errors."""
+        if _is_bool(device_id) or not isinstance(device_id, (int, _np.integer)):
+            raise _error("device_id must be an int, not %s" % type(device_id).__name__)
+        key = (int(device_id), os.getpid())
         c = self._clients.get(key)
         if c is None:
             with self._lock:
                 c = self._clients.get(key)
                 if c is None:
-                    c = Client(self.ps_config_file, int(device_id))
+                    c = Client(self.ps_config_file, key[0])
                     self._clients[key] = c
         return c
 
     def lookup(self, h_keys, model_name, table_id, device_id=0):
         """lookup(h_keys, model_name, table_id, device_id=0) -> numpy (n, emb) float32.
 
-        h_keys: 1-D int64 (or int32; uint64; uint32 for a 32-bit model) keys, a
-        numpy array, or a list (or tuple)
-        of ints (Python ints or numpy integers in the int64 range; anything
-        else raises hps.Error HPS_EINVAL), converted to int64.  table_id: the
-        table's index (or its name)."""
+        h_keys: int64 (or int32; uint64; uint32 for a 32-bit model) keys, a
+        numpy array of any shape and strides (flattened, as HugeCTR did: a
+        copy when not contiguous, e.g. one column batch[:, j]), or a list
+        (or tuple) of ints (Python ints or numpy integers in the int64 range;
+        anything else raises hps.Error HPS_EINVAL), converted to int64; n is
+        the number of keys.  table_id: the table's index (or its name).
+        device_id: as client().  Keys found nowhere get the table's default.
+
+        Raises hps.Error: HPS_EINVAL (bad keys, table_id, device_id),
+        HPS_ENOTFOUND (no such model or table, or the model is not loaded),
+        HPS_EBUSY (no coordinator has served the model since the client
+        opened: unlike HugeCTR's HPS(), which loaded everything before it
+        returned, this one attaches to a coordinator that may still be
+        loading; self.client(device_id).wait_ready(timeout_ms) waits for
+        it), HPS_EMISMATCH (a reload changed the model's tables), HPS_EIO.
+        Thread-safe; the GIL is released while the lookup runs."""
         if isinstance(h_keys, (list, tuple)):
             h_keys = _keys_from_list(h_keys)
+        elif isinstance(h_keys, _np.ndarray) and (h_keys.ndim != 1 or
+                                                  not h_keys.flags.c_contiguous):
+            h_keys = _np.ascontiguousarray(h_keys).reshape(-1)
         return self.client(device_id).lookup(model_name, table_id, h_keys)
 
     def lookup_fromdlpack(self, keys_capsule, out_tensor_capsule, model_name, table_id,
@@ -228,7 +248,9 @@ class HPS:
         objects with __dlpack__, on the CPU or on CUDA device device_id: keys
         int64 (or int32; uint64; uint32 for a 32-bit model) 1-D, out float32
         C-contiguous holding n * emb elements (e.g. torch.empty((n, emb))),
-        written in place."""
+        written in place.  Raises hps.Error as lookup() does; keys of more
+        than one dimension, or an out of another size, are refused
+        (HPS_EINVAL; HugeCTR flattened the keys and took a larger out)."""
         self.client(device_id)._lookup_any(model_name, table_id, keys_capsule,
                                            out_tensor_capsule)
 
@@ -245,8 +267,10 @@ class HPS:
             c.close()
 
     def __enter__(self):
+        """The object itself: `with HPS(path) as h:` closes it at the end."""
         return self
 
     def __exit__(self, *exc):
+        """close(); exceptions propagate."""
         self.close()
         return False

@@ -9,7 +9,10 @@ hps.torch -- PyTorch layer of the hps module (HugeCTR's hps_torch.LookupLayer).
 
 Inference only: the output never requires grad.  On CUDA the lookup is
 ordered on torch.cuda.current_stream(keys.device).  Needs torch; `import hps`
-does not.
+does not.  Eager mode only: the lookup is a Python call, not a torch
+operator (HugeCTR's hps_torch registered one), so torch.jit.script and
+torch.jit.trace cannot capture it; the layer raises hps.Error when traced
+rather than record a graph without the lookup.
 """
 import os
 
@@ -116,9 +119,16 @@ class LookupLayer(_torch.nn.Module):
         as hps.Client.lookup: bad keys (dtype, alignment of device keys),
         HPS_EBUSY before the coordinator first served the model,
         HPS_ENOTFOUND once it is not loaded, HPS_EMISMATCH once a reload
-        changed the table's dimension, HPS_EIO (a CUDA error).  May be
-        called from several threads (the clients are thread-safe).
+        changed the table's dimension, HPS_EIO (a CUDA error); HPS_EINVAL
+        under torch.jit.trace (eager mode only).  May be called from
+        several threads (the clients are thread-safe).
         """
+        if _torch.jit.is_tracing():
+            # a traced graph would hold the output's allocation but not the
+            # lookup: it would return uninitialised memory when run
+            raise _error("hps.torch.LookupLayer cannot be traced (torch.jit.trace): its lookup "
+                         "is a Python call, not a torch operator; run it in eager mode, or trace "
+                         "the rest of the model and pass the embeddings in")
         if not isinstance(keys, _torch.Tensor):
             keys = _torch.as_tensor(keys)
         # a view where it can be; keys[::2] and the like are copied (the
