@@ -319,7 +319,7 @@ static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, 
     char msg[HPS__KSERVE_KERR_MSG_MAX];
     snprintf(msg, sizeof(msg), "lookup failed for model '%s': %s", m->name,
              ls->message[0] ? ls->message : hps_strerror(rc));
-    bool busy = rc == HPS_EBUSY || rc == HPS_EMISMATCH;
+    bool busy = rc == HPS_EBUSY || rc == HPS_EMISMATCH || rc == HPS_EFULL; /* try again */
     return infer_failed(s, m, c, t0, busy ? HPS__KSERVE_FAIL_REJECTED : HPS__KSERVE_FAIL_BACKEND,
                         busy ? 503 : 500, msg);
 }

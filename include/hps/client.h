@@ -409,7 +409,11 @@ hps_err_t hps_client_table_info(hps_client_t *c, size_t model, uint32_t table,
  *         model's tables have not been found in the segment since the
  *         client opened: no coordinator has served it yet, and every key
  *         would get the default; once found, a coordinator's death or
- *         restart no longer refuses lookups); HPS_ENOTFOUND (the model is not in the
+ *         restart no longer refuses lookups; also while the segment
+ *         refuses this process for another reason than HPS_EFULL, named in
+ *         the message); HPS_EFULL (the segment's process table is full:
+ *         this client could not attach, and tries again each second);
+ *         HPS_ENOTFOUND (the model is not in the
  *         segment its coordinator serves: unloaded, removed by a reload,
  *         or never loaded; or the segment holds it with other
  *         dimensions); HPS_EMISMATCH (a reload changed the model's

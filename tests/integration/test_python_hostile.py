@@ -566,6 +566,40 @@ def two_clients_auto_remove(t, cl):
     t.ok(not cl.segment_exists(seg), "auto_remove: the last one out removed it")
 
 
+def table_full(t, cl):
+    """Clients until the segment's process table is full (128 rows, the
+    coordinator's included): a lookup of a client that could not attach
+    raises HPS_EFULL saying so (before: HPS_EBUSY "is an hps-coordinator
+    serving it there?", the cause in a log line only); once others close,
+    it attaches and answers."""
+    seg = cl.new_segment_name("full")
+    m = cl.gen_model("full", rows=[100], dims=[4], segment=seg, subdir="full")
+    conf = cl.write_config("full.ini", m.ini_text, [("hps", "heartbeat_interval_ms", 50)])
+    co = cl.start_coordinator(conf, log_name="coordinator-full")
+    keys = np.array(m.file_keys[0][:5], dtype=np.int64)
+    clients = []
+    try:
+        for _ in range(140):
+            clients.append(hps.Client(conf, -1))
+        H.wait_until(lambda: sum(c.ready() for c in clients) >= 127, 20, 0.1)
+        late = [c for c in clients if not c.ready()]
+        t.ok(len(late) == 140 - 127, "127 clients attach beside the coordinator, %d wait" %
+             len(late))
+        raises(t, lambda: late[0].lookup("full", 0, keys),
+               "a lookup of a client the full table refused", hps.HPS_EFULL,
+               "process table is full")
+        for c in clients[:20]:
+            c.close()
+        t.ok(late[0].wait_ready(10000) and
+             np.array_equal(late[0].lookup("full", 0, keys), vecs(m, 0, list(keys))),
+             "once 20 others closed, it attaches and answers exactly")
+    finally:
+        for c in clients:
+            c.close()
+        co.kill(signal.SIGTERM)
+        co.wait(30)
+
+
 def body(t, cl):
     model = cl.gen_model("m", rows=[6000, 3000, 2000], dims=[16, 8, 4],
                          defaults=[0.5, -2.0, 0.0])
@@ -589,6 +623,7 @@ def body(t, cl):
         rc, out, err = cl.shm("check", cl.segment)
         t.ok(rc == 0, "hps-shm check passes", out + err)
         two_clients_auto_remove(t, cl)
+        table_full(t, cl)
     finally:
         c.close()
         hps._close_shared()  # hps.torch.LookupLayer's clients (hps.shared_client)

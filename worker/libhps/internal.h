@@ -102,6 +102,10 @@ struct hps_client {
      * (another one, newly published, is tried at once).  Maintenance thread
      * only. */
     hps_err_t attach_err;
+    /* attach_err as the lookups see it (a lookup that finds no segment
+     * attached says why: HPS_EFULL, -EACCES ...): maintenance thread
+     * writes, any thread reads; relaxed (a hint for the error message). */
+    _Atomic int attach_refused;
     dev_t attach_fail_dev;
     ino_t attach_fail_ino;
     uint64_t attach_logged_ns;
