@@ -525,6 +525,29 @@ void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *
  * matching ones that are not assigned yet, each at the group's committed
  * offset.  A failed metadata read leaves the assignment as it is (tried
  * again at the next refresh). */
+/* A group member not assigned anything yet: whether its subscription
+ * matches no topic of the cluster (from its metadata, read every
+ * metadata_refresh_interval_ms).  The group gives such a member no
+ * assignment at all, so it would never count as caught up (a reload's
+ * catch-up waited its whole 30 s for a model nobody had pushed updates
+ * of); it has nothing to read, and is caught up, until a topic appears. */
+static void none_to_read(hps_kafka_consumer_t *c)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(c->rk, 1, NULL, &md, 5000);
+    if (e) {
+        STAT_ADD(c, errors, 1);
+        event(c, 1, "reading the topics' metadata: %s", rd_kafka_err2str(e));
+        return;
+    }
+    bool any = false;
+    for (int i = 0; i < md->topic_cnt && !any; i++)
+        any = !md->topics[i].err && topic_matches(c, md->topics[i].topic);
+    rd_kafka_metadata_destroy(md);
+    if (!any && c->assigned->cnt == 0)
+        __atomic_store_n(&c->caught_up, 1, __ATOMIC_RELEASE);
+}
+
 static void refresh_assignment(hps_kafka_consumer_t *c)
 {
     const struct rd_kafka_metadata *md = NULL;
@@ -789,9 +812,10 @@ static hps_err_t subscribe(hps_kafka_consumer_t *c, char *err, size_t err_len)
     if (c->o.num_filters == 0)
         return 0;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->o.num_filters);
-    if (c->o.assign_all)
-        c->re = calloc(c->o.num_filters, sizeof(*c->re));
-    hps_err_t rc = c->o.assign_all && !c->re ? -ENOMEM : 0;
+    /* assign_all: the topics it assigns itself; a group member: whether any
+     * exists (none_to_read) */
+    c->re = calloc(c->o.num_filters, sizeof(*c->re));
+    hps_err_t rc = !c->re ? -ENOMEM : 0;
     for (size_t i = 0; rc == 0 && i < c->o.num_filters; i++) {
         char re[1024];
         rc = hps_kafka_topic_regex(c->o.filters[i], re, sizeof(re));
@@ -915,8 +939,12 @@ hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const atomic_int *stop
         update_caught_up(c); /* subscribed to nothing: nothing to catch up on */
     while (!atomic_load_explicit(stop, memory_order_acquire)) {
         int64_t now = now_ms(CLOCK_MONOTONIC);
-        if (c->o.assign_all && c->o.num_filters && now >= c->next_refresh_ms) {
-            refresh_assignment(c);
+        if (c->o.num_filters && now >= c->next_refresh_ms &&
+            (c->o.assign_all || c->assigned->cnt == 0)) {
+            if (c->o.assign_all)
+                refresh_assignment(c);
+            else
+                none_to_read(c);
             c->next_refresh_ms = now_ms(CLOCK_MONOTONIC) + c->o.metadata_refresh_interval_ms;
         }
         step(c, &idle_ms);

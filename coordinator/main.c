@@ -132,14 +132,16 @@ static void remove_fresh_pdb(const char *path)
                  path, strerror(errno));
 }
 
-/* fresh: set when p->path did not exist before (remove_fresh_pdb). */
+/* fresh: set when p->path did not exist before and this process created
+ * it, holding RocksDB's lock on it (remove_fresh_pdb); not when the open
+ * failed (another coordinator given the same new path may hold it). */
 static int open_pdb(coord_t *c, bool *fresh)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
     if (p->type != HPS_CONF_PDB_ROCKS_DB)
         return 0;
     struct stat st;
-    *fresh = !p->read_only && stat(p->path, &st) != 0 && errno == ENOENT;
+    bool missing = !p->read_only && stat(p->path, &st) != 0 && errno == ENOENT;
     hps_pdb_opts_t o;
     hps_pdb_opts_init(&o);
     o.num_threads = (unsigned)p->num_threads;
@@ -164,6 +166,7 @@ static int open_pdb(coord_t *c, bool *fresh)
         HPS_ERROR("persistent DB %s: %s", p->path, err);
         return HPS_EXIT_PDB;
     }
+    *fresh = missing;
     HPS_INFO("persistent DB: RocksDB at %s%s", p->path, p->read_only ? " (read-only)" : "");
     if (coord_pdb_token(c) != 0)
         c->continues = true; /* it held this segment's rows before (kafka.c: legacy_group) */

@@ -311,7 +311,7 @@ static enum MHD_Result lookup_failed(hps_kserve_t *s, struct MHD_Connection *c, 
 {
     struct hps__kserve_kmodel *m = &s->models[mi];
     ls->message[sizeof(ls->message) - 1] = '\0';
-    if (rc == HPS_ENOTFOUND) { /* unloaded since the route found it loaded: as the route */
+    if (rc == HPS_ENOTFOUND && !model_loaded(s, mi)) { /* unloaded since its route: as a route */
         char um[UNLOADED_MSG_MAX];
         return infer_failed(s, m, c, t0, HPS__KSERVE_FAIL_REJECTED, 400,
                             unloaded_msg(m, um, sizeof(um)));

@@ -271,9 +271,11 @@ hps_err_t hps_kafka_consumer_run(hps_kafka_consumer_t *c, const atomic_int *stop
  * @brief Whether the consumer has caught up: every partition assigned to it
  * has reached its end (partition EOF) at least once since it was assigned,
  * and every record read up to there has been applied.  False until the
- * first assignment (with assign_all: true once the first metadata read finds
- * no matching topic); false again while a newly assigned partition has not
- * reached its end.  For a caller that must not go on before the updates
+ * first assignment, but true while a metadata read (at once, then every
+ * metadata_refresh_interval_ms) finds no topic matching the filters (a
+ * group gives a member whose subscription matches none no assignment at
+ * all); false again while a newly assigned partition has not reached its
+ * end.  For a caller that must not go on before the updates
  * produced so far are applied (a reloaded coordinator before it publishes).
  * Thread-safe (an atomic flag written by the consumer thread).
  */

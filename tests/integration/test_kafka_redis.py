@@ -26,12 +26,15 @@ topics of no table here and committed them (148 and 152 of 300 reached
 Redis, the rest never).
 
 Then three SIGHUP reloads in a row: the updates of an unchanged model
-pushed after each SIGHUP are in Redis when each reload publishes.
+pushed after each SIGHUP are in Redis when each reload publishes; and a
+reload with no topic of its model yet publishes without waiting for the
+distributed DB's group member, which nothing is assigned to.
 """
 import os
 import signal
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
@@ -185,6 +188,35 @@ def reload_chain(t, cl, rc):
         t.ok(late == [0, 0, 0], "three reloads in a row, 100 updates of an unchanged model "
              "pushed after each SIGHUP: Redis holds all of them when each reload publishes "
              "(rows still old at each publish: %s)" % late, coord.log()[-3000:])
+        coord.kill(signal.SIGTERM)
+        coord.wait(30)
+    finally:
+        mock.close()
+    reload_no_topic(t, cl, rc)
+
+
+def reload_no_topic(t, cl, rc):
+    """A reload with no topic of a served model in the cluster (no update
+    ever pushed): the group gives the distributed DB's member nothing, and
+    the catch-up does not wait for it (it waited its whole 30 s)."""
+    mock = K.Mock([K.TOPIC_A.replace("mA", "unrelated")])
+    try:
+        seg = cl.new_segment_name("nt")
+        settings = R.ddb_settings(rc) + [("volatile_db", "shared_memory_name", seg),
+                                          ("persistent_db", "type", "disabled")] + \
+            kafka_settings(mock)
+        m1, m2 = (cl.gen_model("nt", rows=[500], dims=[4], subdir="nt%d" % v, version=v,
+                               segment=seg) for v in (1, 2))
+        coord = cl.start_coordinator(cl.write_config("nt.ini", m1.ini_text, settings),
+                                     log_name="nt.log")
+        cl.write_config("nt.ini", m2.ini_text, settings)
+        n = coord.log().count("published /dev/shm/hps.")
+        t0 = time.monotonic()
+        coord.kill(signal.SIGHUP)
+        ok = H.wait_until(lambda: coord.log().count("published /dev/shm/hps.") > n, 60, 0.02)
+        secs = time.monotonic() - t0
+        t.ok(ok and secs < 10, "a reload with no topic of the served model yet: published in "
+             "%.1f s (it waited 30 s for the distributed DB's member)" % secs, coord.log()[-2000:])
         coord.kill(signal.SIGTERM)
         coord.wait(30)
     finally:

@@ -136,6 +136,9 @@ static inline float ks_value(uint32_t t, int64_t k, uint32_t j)
 struct ks_backend {
     _Atomic bool ready;
     _Atomic int fail;          /* error to return from lookup, 0 = succeed */
+    _Atomic bool unload_on_fail; /* a failing lookup unloads every model first (a race with an
+                                  * unload: ks_loaded says so from then on) */
+    _Atomic bool unloaded;
     _Atomic unsigned delay_ms; /* sleep in lookup */
     _Atomic int metrics_fail;
     _Atomic uint64_t entered; /* lookups started */
@@ -191,6 +194,8 @@ static inline hps_err_t ks_lookup(void *ctx, size_t mi, uint32_t nt, const int32
         nanosleep(&ts, NULL);
     }
     int fail = atomic_load(&b->fail);
+    if (fail && atomic_load(&b->unload_on_fail))
+        atomic_store(&b->unloaded, true);
     if (fail) {
         if (fail == HPS_EIO)
             snprintf(stats->message, sizeof(stats->message), "fake backend I/O failure");
@@ -239,10 +244,19 @@ static inline hps_err_t ks_metrics(void *ctx, hps_kserve_text_t *text)
     return rc;
 }
 
+static inline bool ks_loaded(void *ctx, size_t mi)
+{
+    (void)mi;
+    return !atomic_load(&((struct ks_backend *)ctx)->unloaded);
+}
+
 static inline hps_kserve_backend_t ks_vtable(struct ks_backend *b)
 {
-    hps_kserve_backend_t v = {
-        .ctx = b, .lookup = ks_lookup, .ready = ks_ready, .metrics = ks_metrics};
+    hps_kserve_backend_t v = {.ctx = b,
+                              .lookup = ks_lookup,
+                              .ready = ks_ready,
+                              .metrics = ks_metrics,
+                              .model_loaded = ks_loaded};
     return v;
 }
 

@@ -373,14 +373,19 @@ static void test_backend_errors_and_stats(void **state)
     simple_infer(500, "fake backend I/O failure");
     atomic_store(&g_be.fail, -ENOMEM);
     simple_infer(500, "Cannot allocate memory");
-    /* unloaded between the route and the lookup: Triton's 400, as the route */
+    /* a model loaded but not served here (another shape): 500 with why */
     atomic_store(&g_be.fail, HPS_ENOTFOUND);
+    simple_infer(500, "lookup failed for model 'hps_wdl'");
+    /* unloaded between the route and the lookup: Triton's 400, as the route */
+    atomic_store(&g_be.unload_on_fail, true);
     simple_infer(400, "Request for unknown model: 'hps_wdl' has no available versions");
+    atomic_store(&g_be.unload_on_fail, false);
+    atomic_store(&g_be.unloaded, false);
     atomic_store(&g_be.fail, 0);
     run_bad(&bad_requests[0]); /* a validation failure counts for the model too */
     json_object *after = model_stats_json("hps_wdl");
     KS_CHECK(stat_u64(after, "inference_stats", "success", "count") == s0 + 2, "success");
-    KS_CHECK(stat_u64(after, "inference_stats", "fail", "count") == f0 + 5, "fail");
+    KS_CHECK(stat_u64(after, "inference_stats", "fail", "count") == f0 + 6, "fail");
     KS_CHECK(stat_u64(after, "inference_stats", "compute_infer", "count") == s0 + 2, "infer");
     KS_CHECK(stat_u64(after, "inference_stats", "queue", "count") == s0 + 2, "queue");
     /* 3 keys / (2 + 26) keys per sample = 0 samples each. */
