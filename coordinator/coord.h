@@ -63,7 +63,7 @@ typedef struct coord {
                            * (main.c start_heartbeat); atomic (release / acquire) */
     hps_pdb_t *pdb;       /* main.c open_pdb, before the segment; closed by shutdown_all */
     hps_ddb_t *ddb;       /* Redis Cluster; NULL when [distributed_db] is disabled, or when a
-                           * fallback could not reach it (ddb_degraded) */
+                           * fallback could not open it (ddb_degraded) */
     uint32_t key_bytes;
     coord_table_t *tables; /* by VDB id (index == vdb_id); main thread fills (load.c) */
     uint32_t num_tables;   /* main thread (load.c), before the miss threads start */
@@ -106,8 +106,9 @@ typedef struct coord {
      * segment it holds again (coord_prev_adopt); main thread only */
     bool adopt;
     /* ddb_wire.c, load.c: this fallback (adopt) could not open the
-     * distributed DB, or restore its rows, and serves on without it (or
-     * with the rows it still holds) rather than stop; main thread only */
+     * distributed DB (ddb NULL), or restore its rows (ddb kept: its misses
+     * and online updates go on trying it), and serves on rather than stop;
+     * main thread only */
     bool ddb_degraded;
     /* main.c, main thread only: this failed build hands the serving segment
      * (whose misses it answered, coord_prev_start) to its fallback as a

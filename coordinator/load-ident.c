@@ -124,7 +124,7 @@ static bool stamp_of(const char *dir, const char *file, struct coord_file_stamp 
     if (stat(path, &st) != 0)
         return false;
     *s = (struct coord_file_stamp){
-        .dev = st.st_dev, .ino = st.st_ino, .size = st.st_size, .ctim = st.st_ctim};
+        .dev = st.st_dev, .ino = st.st_ino, .size = st.st_size, .mtim = st.st_mtim};
     return true;
 }
 
@@ -145,8 +145,8 @@ bool coord_files_unchanged(const hps_conf_model_t *m, size_t t, const coord_iden
         return false;
     for (int i = 0; i < 2; i++)
         if (now[i].dev != id->stamp[i].dev || now[i].ino != id->stamp[i].ino ||
-            now[i].size != id->stamp[i].size || now[i].ctim.tv_sec != id->stamp[i].ctim.tv_sec ||
-            now[i].ctim.tv_nsec != id->stamp[i].ctim.tv_nsec)
+            now[i].size != id->stamp[i].size || now[i].mtim.tv_sec != id->stamp[i].mtim.tv_sec ||
+            now[i].mtim.tv_nsec != id->stamp[i].mtim.tv_nsec)
             return false;
     return true;
 }

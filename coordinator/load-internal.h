@@ -36,15 +36,17 @@ typedef struct coord_ident {
      * were refused, or are not those the serving segment was built from
      * (load-check.c: adopt_unread).  Its layers stay as they are. */
     bool unread;
-    /* key's and emb_vector's inode, size and change time when the content
-     * check began (coord_files_stamp): a file replaced or written after
-     * that is not loaded (coord_files_unchanged), since its rows are not
-     * those that were checked.  0 (st_ino): none taken. */
+    /* key's and emb_vector's inode, size and modification time when the
+     * content check began (coord_files_stamp): a file replaced (another
+     * inode) or written (mtime) after that is not loaded
+     * (coord_files_unchanged), since its rows are not those that were
+     * checked.  Not the change time: a chmod or a hard link made by a backup
+     * tool moves it and changes no row.  0 (st_ino): none taken. */
     struct coord_file_stamp {
         dev_t dev;
         ino_t ino;
         off_t size;
-        struct timespec ctim;
+        struct timespec mtim;
     } stamp[2];
 } coord_ident_t;
 

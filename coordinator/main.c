@@ -591,12 +591,15 @@ static bool hand_signals_over(void)
     return true;
 }
 
-/* Consecutive fallbacks that failed themselves (HPS_FALLBACKS_ENV, across
- * execve; cleared once one serves).  A fallback reads no model file it
- * could refuse (load-check.c: adopt_unread), but one may still fail (the
- * persistent DB, the segment, memory): the next one waits 1, 2, 4 ... up
- * to 60 s instead of starting again at once, without end, at full CPU.
- * Returns early on SIGTERM or SIGINT. */
+/* Consecutive fallbacks that failed themselves before they adopted the
+ * serving segment (HPS_FALLBACKS_ENV, across execve; cleared once one
+ * serves).  A fallback reads no model file it could refuse (load-check.c:
+ * adopt_unread), but one may still fail there (opening the persistent DB,
+ * holding the serving segment): the next one waits 1, 2, 4 ... up to 60 s
+ * instead of starting again at once, without end, at full CPU.  One that
+ * fails after it adopted the segment stops, as before (coord_control_failed
+ * no longer sees a serving segment to go back to).  Returns early on
+ * SIGTERM or SIGINT. */
 static void fallback_backoff(void)
 {
     int64_t n = 0;

@@ -135,7 +135,7 @@ static inline float ks_value(uint32_t t, int64_t k, uint32_t j)
 /** The fake backend's behaviour, changed by tests. */
 struct ks_backend {
     _Atomic bool ready;
-    _Atomic int fail;          /* error to return from lookup, 0 = succeed */
+    _Atomic int fail;            /* error to return from lookup, 0 = succeed */
     _Atomic bool unload_on_fail; /* a failing lookup unloads every model first (a race with an
                                   * unload: ks_loaded says so from then on) */
     _Atomic bool unloaded;
