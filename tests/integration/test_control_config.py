@@ -144,23 +144,23 @@ def scenario_edit(t, cl):
     c = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     port = w.http_port
-    t.eq(R.versions(port), ["1"], "(1) m serves version 1")
+    t.eq(H.model_versions(port), ["1"], "(1) m serves version 1")
     check_exact(t, port, m1, "(1) at the start")
 
     cl.write_config("hps.ini", text2, s)  # [model.m] now version 2, no SIGHUP
     r = try_post(port, "/v2/repository/models/n/unload")
     t.eq(r.status, 200, "(1) INI's m edited to version 2, unload n: 200")
-    t.eq(R.versions(port), ["1"], "(1) after the unload of n, m's metadata still says version 1")
+    t.eq(H.model_versions(port), ["1"], "(1) after the unload of n, m's metadata still says version 1")
     t.eq(index(port).get("m", {}).get("version"), "1", "(1) index: m version 1")
     check_exact(t, port, m1, "(1) after the unload of n, version 1")
 
     cl.write_config("hps.ini", text1, s)
     R.sighup(t, c, "(1) SIGHUP on the INI of version 1", timeout=30)
-    t.ok(H.wait_until(lambda: R.versions(port) == ["1"], 10), "(1) m version 1 again")
+    t.ok(H.wait_until(lambda: H.model_versions(port) == ["1"], 10), "(1) m version 1 again")
     cl.write_config("hps.ini", text2, s)
     r = try_post(port, "/v2/repository/models/n/load")
     t.eq(r.status, 200, "(1) INI's m edited to version 2 again, load n: 200")
-    t.eq(R.versions(port), ["1"], "(1) after the load of n, m's metadata still says version 1")
+    t.eq(H.model_versions(port), ["1"], "(1) after the load of n, m's metadata still says version 1")
     check_exact(t, port, m1, "(1) after the load of n, version 1")
     check_exact(t, port, n, "(1) after the load of n")
 
@@ -270,8 +270,8 @@ def scenario_fallback(t, cl):
     t.ok("reload failed" in log, "(4) INI: m version 2 and big, SIGHUP: the build failed "
          "(logged)", log[-2000:] or c.log()[-2000:])
     check_alive(t, c, pid, [w], "(4) after the failed build")
-    t.ok(H.wait_until(lambda: R.versions(port) == ["1"], 5), "(4) m's metadata says version 1",
-         R.versions(port))
+    t.ok(H.wait_until(lambda: H.model_versions(port) == ["1"], 5), "(4) m's metadata says version 1",
+         H.model_versions(port))
     # Until the worker's misses reach the coordinator again a RocksDB-only
     # key may get its default; never a version 2 row.
     seen, i = [], 1
@@ -317,7 +317,7 @@ def scenario_unloaded_bad(t, cl):
     c = cl.start_coordinator(conf)
     w = cl.start_worker(conf)
     port = w.http_port
-    t.eq(R.versions(port), ["1"], "(5) m serves version 1, bad is not loaded")
+    t.eq(H.model_versions(port), ["1"], "(5) m serves version 1, bad is not loaded")
 
     cl.write_config("hps.ini", with_section(text1, m1, m2), s)
     n_hup = c.log().count("SIGHUP: reading")
@@ -326,8 +326,8 @@ def scenario_unloaded_bad(t, cl):
                     "configuration stays" in x)
     t.ok("published /dev/shm/hps." in log, "(5) m edited to version 2, SIGHUP: the coordinator "
          "reloaded and published (the corrupt, unloaded bad does not block it)", log[-2000:])
-    t.ok(H.wait_until(lambda: R.versions(port) == ["2"], 10), "(5) m's metadata says version 2",
-         R.versions(port))
+    t.ok(H.wait_until(lambda: H.model_versions(port) == ["2"], 10), "(5) m's metadata says version 2",
+         H.model_versions(port))
     check_exact(t, port, m2, "(5) version 2")
     t.eq(index(port).get("bad"), {"name": "bad"}, "(5) index: bad still not loaded")
 
@@ -357,10 +357,10 @@ def scenario_signals(t, cl):
         t.eq(res.get("r") and res["r"].status, 400, "(6) %s during the failing load of big: "
              "the load answers 400" % sig.name)
         if sig == signal.SIGHUP:
-            t.ok(H.wait_until(lambda: R.versions(port) == ["2"], 20),
+            t.ok(H.wait_until(lambda: H.model_versions(port) == ["2"], 20),
                  "(6) SIGHUP during the failing build (INI edited to m version 2): the fallback "
                  "reloads once more, m serves version 2 (the SIGHUP was lost with the failed "
-                 "image)", R.versions(port))
+                 "image)", H.model_versions(port))
             check_exact(t, port, m2, "(6) after the SIGHUP")
         else:
             rc = c.wait(20)

@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
-from test_reload import SETTINGS, Stream, versions  # noqa: E402
+from test_reload import SETTINGS, Stream  # noqa: E402
 
 PUSH = os.environ.get("HPS_PUSH", "")
 MOCK = os.environ.get("KAFKA_MOCK", "")
@@ -80,8 +80,8 @@ def body(t, cl):
         rows = [(k, new_row(k, DIMS[0])) for k in keys]
         t.eq(H.push_updates(mock.bootstrap, "m", "sparse_embedding0", DIMS[0], rows), 0,
              "hps-push delivered 200 updates during the reload")
-        t.ok(H.wait_until(lambda: versions(w.http_port) == ["2"], 30), "the worker serves "
-             "version 2", versions(w.http_port))
+        t.ok(H.wait_until(lambda: H.model_versions(w.http_port) == ["2"], 30), "the worker serves "
+             "version 2", H.model_versions(w.http_port))
         other = [k for k in ms[2].file_keys[0][:400] if k not in set(sample)][:100]
         kpt = [keys + early + other, ms[2].file_keys[1][:50]]
         want = H.expected_with(ms[2], kpt, {(0, k): v for k, v in rows})
@@ -111,7 +111,7 @@ def body(t, cl):
             c.kill(signal.SIGKILL)
             c.wait(10)
             c = cl.start_coordinator(conf)
-            ok = H.wait_until(lambda: versions(w.http_port) == [str(nxt)], 30)
+            ok = H.wait_until(lambda: H.model_versions(w.http_port) == [str(nxt)], 30)
             outcomes.append(ok)
             cur = nxt
         t.ok(all(outcomes), "after each SIGKILL, a new coordinator: the worker serves the INI's "
