@@ -521,10 +521,6 @@ void hps_kafka_consumer_start_at(hps_kafka_consumer_t *c, hps_kafka_consumer_t *
     c->start_offsets = q;
 }
 
-/* assign_all: read the cluster's topics and assign the partitions of the
- * matching ones that are not assigned yet, each at the group's committed
- * offset.  A failed metadata read leaves the assignment as it is (tried
- * again at the next refresh). */
 /* A group member not assigned anything yet: whether its subscription
  * matches no topic of the cluster (from its metadata, read every
  * metadata_refresh_interval_ms).  The group gives such a member no
@@ -548,6 +544,10 @@ static void none_to_read(hps_kafka_consumer_t *c)
         __atomic_store_n(&c->caught_up, 1, __ATOMIC_RELEASE);
 }
 
+/* assign_all: read the cluster's topics and assign the partitions of the
+ * matching ones that are not assigned yet, each at the group's committed
+ * offset.  A failed metadata read leaves the assignment as it is (tried
+ * again at the next refresh). */
 static void refresh_assignment(hps_kafka_consumer_t *c)
 {
     const struct rd_kafka_metadata *md = NULL;

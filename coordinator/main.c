@@ -121,10 +121,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 }
 
 /* A start that failed (a model refused, Redis unreachable ...) with a
- * persistent DB it created itself (*fresh: the path did not exist before
- * open_pdb): its directory goes, so that a refused start leaves nothing
- * behind.  RocksDB held its lock on it until shutdown_all closed it: no
- * other process used it. */
+ * persistent DB it created itself (open_pdb's fresh): its directory goes,
+ * so that a refused start leaves nothing behind.  RocksDB held its lock on
+ * it until shutdown_all closed it: no other process used it. */
 static void remove_fresh_pdb(const char *path)
 {
     if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
