@@ -227,7 +227,6 @@ static void reattach(hps_client_t *cl)
         return;
     if (!exists && !cl->db) {
         cl->attach_err = 0; /* gone: "no segment yet" is the news */
-        atomic_store_explicit(&cl->attach_refused, 0, memory_order_relaxed);
         return;
     }
     hps_shmdb_t *fresh = NULL;
@@ -247,7 +246,6 @@ static void reattach(hps_client_t *cl)
             cl->attach_logged_ns = now;
         }
         cl->attach_err = rc;
-        atomic_store_explicit(&cl->attach_refused, rc, memory_order_relaxed);
         cl->attach_fail_dev = dev;
         cl->attach_fail_ino = ino;
         cl->attach_backoff_ns =
@@ -257,7 +255,6 @@ static void reattach(hps_client_t *cl)
         cl->attach_retry_ns = now + cl->attach_backoff_ns;
     } else if (fresh) {
         cl->attach_err = 0;
-        atomic_store_explicit(&cl->attach_refused, 0, memory_order_relaxed);
         cl->attach_backoff_ns = cl->attach_retry_ns = 0;
     }
     if (!fresh && !cl->db)

@@ -723,28 +723,25 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
         pthread_rwlock_unlock(&cl->seg_lock); /* unloaded, or never loaded */
         return hps__client_fail(HPS_ENOTFOUND, "model %s is not loaded", m->conf->name);
     }
-    int refused = cl->db ? 0 : atomic_load_explicit(&cl->attach_refused, memory_order_relaxed);
-    if (!atomic_load(&m->served) && refused == HPS_EFULL) {
-        pthread_rwlock_unlock(&cl->seg_lock);
-        return hps__client_fail(HPS_EFULL,
-                                "model %s is not served here: /dev/shm/hps.%s refused this "
-                                "process, its process table is full (%d processes at most, "
-                                "every client, worker, tool and the coordinator included; "
-                                "close clients this process does not need: one per device "
-                                "serves every thread)",
-                                m->conf->name, cl->conf->volatile_db.shared_memory_name,
-                                HPS_SHMDB_MAX_PROCS);
-    }
-    if (!atomic_load(&m->served) && refused) {
-        pthread_rwlock_unlock(&cl->seg_lock);
-        return hps__client_fail(HPS_EBUSY,
-                                "model %s is not served here: /dev/shm/hps.%s refused this "
-                                "process: %s (hps-worker's log says more); trying again",
-                                m->conf->name, cl->conf->volatile_db.shared_memory_name,
-                                hps_strerror(refused));
-    }
     if (!atomic_load(&m->served)) { /* defaults for every key would pass for an answer */
+        hps_err_t refused =
+            cl->db ? 0 : atomic_load_explicit(&cl->attach_err, memory_order_relaxed);
         pthread_rwlock_unlock(&cl->seg_lock);
+        if (refused == HPS_EFULL)
+            return hps__client_fail(HPS_EFULL,
+                                    "model %s is not served here: /dev/shm/hps.%s refused this "
+                                    "process, its process table is full (%d processes at most, "
+                                    "every client, worker, tool and the coordinator included; "
+                                    "close clients this process does not need: one per device "
+                                    "serves every thread)",
+                                    m->conf->name, cl->conf->volatile_db.shared_memory_name,
+                                    HPS_SHMDB_MAX_PROCS);
+        if (refused)
+            return hps__client_fail(HPS_EBUSY,
+                                    "model %s is not served here: /dev/shm/hps.%s refused this "
+                                    "process: %s (hps-worker's log says more); trying again",
+                                    m->conf->name, cl->conf->volatile_db.shared_memory_name,
+                                    hps_strerror(refused));
         return hps__client_fail(HPS_EBUSY,
                                 "model %s is not ready: its tables were not found in "
                                 "/dev/shm/hps.%s yet (is an hps-coordinator serving it there?)",

@@ -96,16 +96,14 @@ struct hps_client {
     bool logged_ready;
     bool logged_no_segment;
     /* A segment that exists but refused this process (e.g. HPS_EFULL: its
-     * process table is full): the error last logged, and when to try again
+     * process table is full): the error last logged (attach_err: written
+     * by the maintenance thread, read by any thread too: a lookup that
+     * finds no segment attached says why), and when to try again
      * (CLOCK_MONOTONIC ns; the wait doubles up to 1 s), and when it was
      * logged (repeated each minute while it lasts); the object that refused
      * (another one, newly published, is tried at once).  Maintenance thread
-     * only. */
-    hps_err_t attach_err;
-    /* attach_err as the lookups see it (a lookup that finds no segment
-     * attached says why: HPS_EFULL, -EACCES ...): maintenance thread
-     * writes, any thread reads; relaxed (a hint for the error message). */
-    _Atomic int attach_refused;
+     * only but attach_err. */
+    _Atomic hps_err_t attach_err;
     dev_t attach_fail_dev;
     ino_t attach_fail_ino;
     uint64_t attach_logged_ns;
