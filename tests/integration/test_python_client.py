@@ -276,6 +276,19 @@ def basics(t, cl, model, conf, c):
     h.lookup_fromdlpack(keys, out1, "m", "sparse_embedding0", device_id=-1)
     t.ok(np.array_equal(out1.reshape(-1, 16), vecs(model, 0, ks)),
          "hps.HPS.lookup_fromdlpack with arrays, a flat out, table by name")
+    # HugeCTR's took keys of any shape (a (batch, slots) tensor) and an out
+    # sized for the largest batch: the first n * emb elements are written
+    big = np.full((len(ks) + 5, 16), 7.0, dtype=np.float32)
+    h.lookup_fromdlpack(np.array(batch), big, "m", 0)
+    t.ok(np.array_equal(big[:48], vecs(model, 0, ks[:48])) and (big[48:] == 7.0).all(),
+         "hps.HPS.lookup_fromdlpack of (12, 4) keys into a larger out: the first 48 rows "
+         "exact, the rest untouched", mismatch(big[:48], vecs(model, 0, ks[:48])))
+    raises(t, lambda: h.lookup_fromdlpack(keys, np.zeros((len(ks) - 1, 16), np.float32), "m", 0),
+           "hps.HPS.lookup_fromdlpack into a short out", hps.HPS_EINVAL,
+           "out must hold at least %d elements" % (len(ks) * 16))
+    raises(t, lambda: h.lookup_fromdlpack(batch.T, big, "m", 0),
+           "hps.HPS.lookup_fromdlpack of non-contiguous keys", hps.HPS_EINVAL,
+           "must be C-contiguous")
     cap = keys.__dlpack__()
     h.lookup_fromdlpack(cap, np.zeros((len(ks), 16), np.float32), "m", 0)
     raises(t, lambda: h.lookup_fromdlpack(cap, out.__dlpack__(), "m", 0),

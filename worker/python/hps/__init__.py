@@ -246,11 +246,15 @@ class HPS:
 
         keys and out as DLPack capsules (torch.utils.dlpack.to_dlpack(t)) or
         objects with __dlpack__, on the CPU or on CUDA device device_id: keys
-        int64 (or int32; uint64; uint32 for a 32-bit model) 1-D, out float32
-        C-contiguous holding n * emb elements (e.g. torch.empty((n, emb))),
-        written in place.  Raises hps.Error as lookup() does; keys of more
-        than one dimension, or an out of another size, are refused
-        (HPS_EINVAL; HugeCTR flattened the keys and took a larger out)."""
+        int64 (or int32; uint64; uint32 for a 32-bit model) C-contiguous of
+        any shape, n of them taken in C order (as HugeCTR flattened them);
+        out float32 C-contiguous of any shape holding at least n * emb
+        elements (e.g. torch.empty((n, emb)), or a buffer sized for the
+        largest batch): its first n * emb elements are written in place
+        (row i: key i's vector), the rest left as they are.  Raises
+        hps.Error as lookup() does; non-contiguous keys or out, or an out
+        of fewer elements, are refused (HPS_EINVAL; HugeCTR wrote past the
+        end of a short out)."""
         self.client(device_id)._lookup_any(model_name, table_id, keys_capsule,
                                            out_tensor_capsule)
 

@@ -104,6 +104,10 @@ int hpspy_parse_stream(PyObject *o, void **ret);
 /* What an array argument is: keys or an output. */
 enum { ARR_KEYS, ARR_OUT };
 
+/* The most dimensions an array argument may have (numpy 1.x's NPY_MAXDIMS;
+ * a lookup reads 1-D keys, or any C-contiguous shape where it flattens). */
+#define HPSPY_MAX_NDIM 32
+
 /* An array argument held for the length of a call. */
 typedef struct arr {
     PyObject *obj;       /* the argument (borrowed) */
@@ -115,9 +119,9 @@ typedef struct arr {
     void *user;          /* the array's own memory */
     void *tmp;           /* an aligned copy of host memory (hpspy_arr_finish), PyMem */
     size_t elsize;       /* bytes per element */
-    int ndim;
-    int64_t shape[2];
-    int64_t numel;
+    int ndim;                      /* 1 .. HPSPY_MAX_NDIM */
+    int64_t shape[HPSPY_MAX_NDIM]; /* shape[0 .. ndim) */
+    int64_t numel;                 /* product of the shape */
     int loc;                 /* HPS_HOST or a CUDA device ordinal */
     int dl_device_type;      /* kDLCPU for buffers */
     int is_torch;            /* a torch.Tensor */

@@ -77,6 +77,32 @@ static int fmt_kind(const char *f, Py_ssize_t itemsize, int want, int *ret_unsig
     return f[0] == 'e' && itemsize == 2 ? HPS_DTYPE_FP16 : -1;
 }
 
+/* An array of 1 .. HPSPY_MAX_NDIM dimensions; the call decides which it
+ * takes (hpspy_get_out, the lookups' keys).  -1 with hps.Error raised. */
+static int check_ndim(int ndim, const char *what)
+{
+    if (ndim >= 1 && ndim <= HPSPY_MAX_NDIM)
+        return 0;
+    hpspy_raise_fmt(HPS_EINVAL, "%s must have 1 to %d dimensions, got %d", what, HPSPY_MAX_NDIM,
+                    ndim);
+    return -1;
+}
+
+/* The shape of a, as a tuple (for a message); NULL with an exception set. */
+static PyObject *shape_tuple(const arr_t *a)
+{
+    PyObject *t = PyTuple_New(a->ndim);
+    for (int i = 0; t && i < a->ndim; i++) {
+        PyObject *n = PyLong_FromLongLong((long long)a->shape[i]);
+        if (!n) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, n);
+    }
+    return t;
+}
+
 static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
 {
     int flags = kind == ARR_KEYS ? PyBUF_RECORDS_RO : PyBUF_RECORDS;
@@ -91,11 +117,8 @@ static int from_buffer(PyObject *o, int kind, const char *what, arr_t *a)
     a->dl_device_type = kDLCPU;
     a->data = a->user = v->buf;
     a->elsize = (size_t)v->itemsize;
-    if (v->ndim < 1 || v->ndim > 2) {
-        hpspy_raise_fmt(HPS_EINVAL, "%s must be %s, got %d dimensions", what,
-                        kind == ARR_KEYS ? "1-D" : "1-D or 2-D", v->ndim);
+    if (check_ndim(v->ndim, what) < 0)
         return -1;
-    }
     int k = fmt_kind(v->format, v->itemsize, kind, &a->key_unsigned);
     if (k < 0) {
         hpspy_raise_fmt(HPS_EINVAL, "%s must be %s, got buffer format '%s' (itemsize %zd)", what,
@@ -196,11 +219,8 @@ static int from_dlpack(PyObject *o, PyObject *cap, int kind, const char *what, v
                         (int)t->device.device_type);
         return -1;
     }
-    if (t->ndim < 1 || t->ndim > 2) {
-        hpspy_raise_fmt(HPS_EINVAL, "%s must be %s, got %d dimensions", what,
-                        kind == ARR_KEYS ? "1-D" : "1-D or 2-D", t->ndim);
+    if (check_ndim(t->ndim, what) < 0)
         return -1;
-    }
     if (kind == ARR_KEYS) {
         if ((t->dtype.code != kDLInt && t->dtype.code != kDLUInt) || t->dtype.lanes != 1 ||
             (t->dtype.bits != 64 && t->dtype.bits != 32)) {
@@ -494,7 +514,8 @@ int hpspy_parse_dtype(PyObject *o, int *ret)
 /* Get or allocate the output of a call, shape (rows, dim) (ndim 2) or
  * (rows,) (ndim 1), where the keys are, of type want (a new one: float32
  * for -1).  strict: out= of exactly that shape; else any C-contiguous
- * array of that many elements.  A given out= must be of type want when
+ * array of at least that many elements (the call writes the first
+ * rows * dim of them: hps.HPS.lookup_fromdlpack, as HugeCTR's).  A given out= must be of type want when
  * want is not -1. */
 PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int64_t dim, int ndim,
                         int strict, int want, void *stream, arr_t *out)
@@ -558,18 +579,18 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
     }
     int ok;
     if (!strict)
-        ok = out->numel == rows * dim;
+        ok = out->numel >= rows * dim;
     else if (ndim == 2)
         ok = out->ndim == 2 && out->shape[0] == rows && out->shape[1] == dim;
     else
         ok = out->ndim == 1 && out->shape[0] == rows;
     if (!ok) {
-        PyObject *got = out->ndim == 2 ? Py_BuildValue("(LL)", (long long)out->shape[0],
-                                                       (long long)out->shape[1])
-                                       : Py_BuildValue("(L)", (long long)out->shape[0]);
+        PyObject *got = shape_tuple(out);
+        if (!got)
+            goto fail;
         if (!strict)
             hpspy_raise_fmt(HPS_EINVAL,
-                            "out must hold %lld elements (%lld keys x dim %lld), "
+                            "out must hold at least %lld elements (%lld keys x dim %lld), "
                             "got shape %R",
                             (long long)(rows * dim), (long long)rows, (long long)dim, got);
         else if (ndim == 2)
@@ -578,7 +599,7 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
         else
             hpspy_raise_fmt(HPS_EINVAL, "out must have shape (%lld,), got %R", (long long)rows,
                             got);
-        Py_XDECREF(got);
+        Py_DECREF(got);
         goto fail;
     }
     return o;

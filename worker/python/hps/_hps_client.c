@@ -401,7 +401,7 @@ static PyObject *lookup_try(client_object *self, PyObject *const *args, Py_ssize
     uint32_t dim = self->models[m].dims[t];
     if (hpspy_arr_get(a[2], ARR_KEYS, "keys", stream, &keys) < 0)
         goto done;
-    if (keys.ndim != 1) {
+    if (strict && keys.ndim != 1) { /* _lookup_any: keys of any shape, flattened */
         hpspy_raise_fmt(HPS_EINVAL, "keys must be 1-D, got %d dimensions", keys.ndim);
         goto done;
     }
@@ -525,8 +525,10 @@ PyDoc_STRVAR(lookup_any_doc,
              "_lookup_any(model, table, keys, out, stream=None, dtype=None) -> "
              "None\n"
              "\n"
-             "lookup() into out of any C-contiguous shape holding n*dim "
-             "elements of float32 (float16, bfloat16) (hps.HPS.lookup_fromdlpack).");
+             "lookup() of C-contiguous keys of any shape (n: their count, taken\n"
+             "in C order) into out of any C-contiguous shape holding at least n*dim\n"
+             "elements of float32 (float16, bfloat16): its first n*dim elements are\n"
+             "written, the rest left as they are (hps.HPS.lookup_fromdlpack).");
 
 static PyObject *client_lookup_any(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
