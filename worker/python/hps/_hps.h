@@ -110,24 +110,24 @@ enum { ARR_KEYS, ARR_OUT };
 
 /* An array argument held for the length of a call. */
 typedef struct arr {
-    PyObject *obj;       /* the argument (borrowed) */
-    Py_buffer view;      /* buffer protocol ... */
-    int have_view;       /* ... when set */
-    PyObject *capsule;   /* DLPack: the consumed capsule ("used_dltensor") */
-    DLManagedTensor *mt; /* its tensor; deleter called by hpspy_arr_release */
-    void *data;          /* what the call reads or writes: user, or tmp */
-    void *user;          /* the array's own memory */
-    void *tmp;           /* an aligned copy of host memory (hpspy_arr_finish), PyMem */
-    size_t elsize;       /* bytes per element */
+    PyObject *obj;                 /* the argument (borrowed) */
+    Py_buffer view;                /* buffer protocol ... */
+    int have_view;                 /* ... when set */
+    PyObject *capsule;             /* DLPack: the consumed capsule ("used_dltensor") */
+    DLManagedTensor *mt;           /* its tensor; deleter called by hpspy_arr_release */
+    void *data;                    /* what the call reads or writes: user, or tmp */
+    void *user;                    /* the array's own memory */
+    void *tmp;                     /* an aligned copy of host memory (hpspy_arr_finish), PyMem */
+    size_t elsize;                 /* bytes per element */
     int ndim;                      /* 1 .. HPSPY_MAX_NDIM */
     int64_t shape[HPSPY_MAX_NDIM]; /* shape[0 .. ndim) */
     int64_t numel;                 /* product of the shape */
-    int loc;                 /* HPS_HOST or a CUDA device ordinal */
-    int dl_device_type;      /* kDLCPU for buffers */
-    int is_torch;            /* a torch.Tensor */
-    hps_key_type_t key_type; /* keys */
-    int key_unsigned;        /* keys: uint32 / uint64 (hpspy_check_key_width) */
-    hps_dtype_t out_type;    /* outputs: fp32, fp16 or bf16 */
+    int loc;                       /* HPS_HOST or a CUDA device ordinal */
+    int dl_device_type;            /* kDLCPU for buffers */
+    int is_torch;                  /* a torch.Tensor */
+    hps_key_type_t key_type;       /* keys */
+    int key_unsigned;              /* keys: uint32 / uint64 (hpspy_check_key_width) */
+    hps_dtype_t out_type;          /* outputs: fp32, fp16 or bf16 */
 } arr_t;
 
 /* Read an array argument (buffer protocol, torch, DLPack); -1 with hps.Error

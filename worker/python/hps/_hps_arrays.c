@@ -515,8 +515,8 @@ int hpspy_parse_dtype(PyObject *o, int *ret)
  * (rows,) (ndim 1), where the keys are, of type want (a new one: float32
  * for -1).  strict: out= of exactly that shape; else any C-contiguous
  * array of at least that many elements (the call writes the first
- * rows * dim of them: hps.HPS.lookup_fromdlpack, as HugeCTR's).  A given out= must be of type want when
- * want is not -1. */
+ * rows * dim of them: hps.HPS.lookup_fromdlpack, as HugeCTR's).  A given
+ * out= must be of type want when want is not -1. */
 PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int64_t dim, int ndim,
                         int strict, int want, void *stream, arr_t *out)
 {
