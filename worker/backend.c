@@ -22,7 +22,7 @@ static hps_err_t lookup_done(uint64_t t0, hps_err_t rc, hps_kserve_lookup_stats_
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     stats->compute_infer_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec - t0;
-    if (rc == 0) /* the version the rows came from, this thread's (follow_models polls it) */
+    if (rc == 0) /* the version the rows came from, this thread's (worker_follow_models polls it) */
         stats->model_version = hps_client_last_version();
     if (rc < 0)
         snprintf(stats->message, sizeof(stats->message), "lookup failed: %s",
@@ -117,7 +117,12 @@ static hps_err_t model_control(void *ctx, hps_model_op_t op, const char *model, 
                                size_t len)
 {
     worker_t *w = ctx;
-    return hps_client_model_control(w->client, op, model, CONTROL_TIMEOUT_MS, msg, len);
+    hps_err_t rc = hps_client_model_control(w->client, op, model, CONTROL_TIMEOUT_MS, msg, len);
+    if (rc == 0) { /* the answer's reader sees the new version in metadata and the index */
+        hps_client_refresh_models(w->client, NULL);
+        worker_follow_models(w);
+    }
+    return rc;
 }
 
 /* One scrape's view of a model: its counters and the version it is answered
@@ -463,10 +468,10 @@ void worker_describe_model(const worker_t *w, const hps_conf_model_t *c, uint32_
                                 .device_id = hps_client_device(w->client)};
 }
 
-size_t worker_sync_models(worker_t *w)
+/* worker_sync_models with sync_mu held. */
+static size_t sync_models_locked(worker_t *w)
 {
     size_t added = 0;
-    pthread_mutex_lock(&w->sync_mu);
     for (size_t i = w->srv ? hps_kserve_num_models(w->srv) : SIZE_MAX;
          i < hps_client_num_models(w->client); i++) {
         const hps_conf_model_t *c = hps_client_model_conf(w->client, i);
@@ -490,8 +495,34 @@ size_t worker_sync_models(worker_t *w)
         }
         added++;
     }
+    return added;
+}
+
+size_t worker_sync_models(worker_t *w)
+{
+    pthread_mutex_lock(&w->sync_mu);
+    size_t added = sync_models_locked(w);
     pthread_mutex_unlock(&w->sync_mu);
     return added;
+}
+
+void worker_follow_models(worker_t *w)
+{
+    pthread_mutex_lock(&w->sync_mu);
+    hps_kserve_t *srv = w->srv;
+    if (srv) {
+        sync_models_locked(w);
+        for (size_t i = 0; i < hps_kserve_num_models(srv); i++) {
+            uint32_t v;
+            if (hps_client_model_version(w->client, i, &v) == 0)
+                hps_kserve_set_model_version(srv, i, v);
+            bool loaded = hps_client_model_loaded(w->client, i);
+            if (w->was_loaded[i] && !loaded)
+                hps_kserve_model_unloaded(srv, i);
+            w->was_loaded[i] = loaded;
+        }
+    }
+    pthread_mutex_unlock(&w->sync_mu);
 }
 
 static size_t refresh_models(void *ctx)

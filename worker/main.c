@@ -257,24 +257,6 @@ static void kserve_models(const worker_t *w, hps_kserve_model_t *km, uint32_t **
     }
 }
 
-/* Follow the client: the models it learned (added to the INI since), the
- * version each model is answered from (it changes when the coordinator
- * reloads and the client switches segments), and unloads (the model's
- * Triton statistics start again at 0 for its next load). */
-static void follow_models(worker_t *w, hps_kserve_t *srv)
-{
-    worker_sync_models(w);
-    for (size_t i = 0; i < hps_kserve_num_models(srv); i++) {
-        uint32_t v;
-        if (hps_client_model_version(w->client, i, &v) == 0)
-            hps_kserve_set_model_version(srv, i, v);
-        bool loaded = hps_client_model_loaded(w->client, i);
-        if (w->was_loaded[i] && !loaded)
-            hps_kserve_model_unloaded(srv, i);
-        w->was_loaded[i] = loaded;
-    }
-}
-
 static int serve(worker_t *w, const struct args *a, const struct ports *p)
 {
     const hps_conf_worker_t *wc = &w->conf->worker;
@@ -324,7 +306,7 @@ static int serve(worker_t *w, const struct args *a, const struct ports *p)
                 HPS_WARN("SIGHUP ignored: hps-worker does not reload; send SIGHUP to "
                          "hps-coordinator, which re-reads the INI");
             }
-            follow_models(w, srv);
+            worker_follow_models(w);
         }
         HPS_INFO("shutting down");
         hps_kserve_stop(srv);

@@ -24,10 +24,10 @@ typedef struct worker {
     hps_client_t *client; /* device --device, instance --instance */
     /* The front end, set before it starts (its registry follows the
      * client's models: worker_sync_models). */
-    hps_kserve_t *srv;
-    pthread_mutex_t sync_mu; /* serializes worker_sync_models */
-    /* Model i was loaded at the last look of serve()'s loop (main.c's
-     * follow_models; that thread only): an unload is seen as a change. */
+    hps_kserve_t *srv;       /* sync_mu */
+    pthread_mutex_t sync_mu; /* serializes worker_sync_models, worker_follow_models */
+    /* Model i was loaded at the last worker_follow_models (sync_mu): an
+     * unload is seen as a change. */
     bool was_loaded[HPS_CONF_MAX_MODELS];
 } worker_t;
 
@@ -44,5 +44,14 @@ void worker_describe_model(const worker_t *w, const hps_conf_model_t *c, uint32_
  * order (model index i is the same in both).  Thread-safe.  Returns how
  * many were added. */
 size_t worker_sync_models(worker_t *w);
+
+/* backend.c: bring the front end up to the client: worker_sync_models, the
+ * version each model is answered from (it changes when the coordinator
+ * reloads and the client switches segments), and unloads (the model's
+ * Triton statistics start again at 0 for its next load).  Called by
+ * serve()'s loop every 50 ms and by a model control call that succeeded,
+ * before it answers (metadata and the index then show what the call did).
+ * Thread-safe (sync_mu); a no-op before w->srv is set. */
+void worker_follow_models(worker_t *w);
 
 #endif

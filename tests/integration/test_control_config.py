@@ -13,6 +13,7 @@ scenario has its own segment and persistent DB; vectors are checked exactly
       exact); after a SIGHUP on the INI of version 1 (m v1 whatever came
       before) and the same edit again, a load of n: 200, m still version 1
       exactly, n exact (Triton: a load or unload touches that model only);
+      a load of m then: 200, and at once metadata and index say version 2;
   (2) explicit mode, m and n loaded; [model.m] in the INI names a directory
       that does not exist (an operator mid-edit): an unload of n and a load
       of o both answer 200, m is exact, o is exact, the coordinator is alive
@@ -163,6 +164,14 @@ def scenario_edit(t, cl):
     t.eq(H.model_versions(port), ["1"], "(1) after the load of n, m's metadata still says version 1")
     check_exact(t, port, m1, "(1) after the load of n, version 1")
     check_exact(t, port, n, "(1) after the load of n")
+    # A load of m itself reloads it to the INI's version 2; the worker that
+    # took the call says so as soon as it answers (metadata and index were
+    # a poll behind: 12 of 12 loads answered version 1 at once).
+    r = try_post(port, "/v2/repository/models/m/load")
+    t.eq(r.status, 200, "(1) load m with the INI at version 2: 200")
+    t.eq(H.model_versions(port), ["2"], "(1) at once after the load of m: metadata version 2")
+    t.eq(index(port).get("m", {}).get("version"), "2", "(1) at once: index m version 2")
+    check_exact(t, port, m2, "(1) after the load of m, version 2")
 
 
 # ---- (2) another model's section broken mid-edit ------------------------------------
