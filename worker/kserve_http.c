@@ -723,7 +723,7 @@ static int body_grow(struct kreq *q, size_t n, size_t max)
         return 0;
     if (q->len + n > max)
         return -1;
-    size_t cap = q->cap ? q->cap : 64 * 1024;
+    size_t cap = q->cap ? q->cap : max < 64 * 1024 ? max : 64 * 1024;
     while (cap < q->len + n)
         cap = cap > max / 2 ? max : cap * 2;
     if (!budget_take(q->srv, cap - q->cap))

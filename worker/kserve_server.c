@@ -260,7 +260,11 @@ static hps_err_t apply_options(hps_kserve_t *s, const hps_kserve_options_t *o)
     s->threads = o->threads ? o->threads : 4;
     s->lookup_threads = o->lookup_threads ? o->lookup_threads : 32;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : HPS_KSERVE_DEFAULT_MAX_BODY_BYTES;
-    s->max_buffered = o->max_buffered_body_bytes ? o->max_buffered_body_bytes : 16 * s->max_body;
+    /* 16 requests at their largest, each with a decoder's state (a gzip
+     * body of a small max_body was refused at any load otherwise) */
+    s->max_buffered = o->max_buffered_body_bytes
+                          ? o->max_buffered_body_bytes
+                          : 16 * (s->max_body + HPS__KSERVE_INFLATE_STATE_BYTES);
     s->limits.max_keys =
         o->max_keys_per_request ? o->max_keys_per_request : HPS_KSERVE_DEFAULT_MAX_KEYS;
     s->limits.json_depth = JSON_DEPTH;

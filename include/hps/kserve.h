@@ -156,7 +156,8 @@ typedef struct hps_kserve_options {
      *  tensors); 0 = 64 MiB.  Larger bodies get 400 without being buffered. */
     size_t max_body_bytes;
     /** Most bytes of request bodies buffered at once over all connections;
-     *  0 = 16 x max_body_bytes (1 GiB by default).  A request whose body
+     *  0 = 16 x (max_body_bytes + 64 KiB, a gzip/deflate decoder's state;
+     *  about 1 GiB by default).  A request whose body
      *  would pass it gets 503 (its body is read and dropped), so clients that
      *  declare large bodies and stall cannot exhaust the worker's memory. */
     size_t max_buffered_body_bytes;

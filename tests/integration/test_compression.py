@@ -213,6 +213,34 @@ def body(t, cl):
          "the worker still serves compressed requests", repr(r))
     t.ok(w.alive(), "the worker is still running", w.log())
 
+    # ---- the smallest max_body_size -------------------------------------------
+    # A worker of max_body_size 1KiB on the same segment: a compressed body
+    # got 503 "server busy" at any load (the decoder's 64 KiB state was
+    # counted against a budget of 16 x 1 KiB), a chunked plain one too (its
+    # first buffer was 64 KiB).
+    small = cl.write_config("small.ini", model.ini_text, [
+        ("volatile_db", "initial_cache_rate", 1.0),
+        ("worker", "max_body_size", "1KiB"),
+    ])
+    w2 = cl.start_worker(small, instance=1)
+    kpt2 = [model.file_keys[0][:8], model.file_keys[1][:4]]
+    b2, h2 = H.infer_binary_body(kpt2, "s1")
+    base2 = post(w2.http_port, b2, h2)
+    t.ok(base2.status == 200 and H.decode_output(base2)[1] == model.expected(kpt2),
+         "max_body_size 1KiB, a plain request of %d bytes: the generator's vectors" % len(b2),
+         repr(base2))
+    for cname, enc, compress in CODINGS:
+        r = post(w2.http_port, compress(b2), dict(h2, **{"Content-Encoding": enc}))
+        t.ok(r.status == 200 and r.body == base2.body,
+             "max_body_size 1KiB, a %s request: the plain request's answer" % cname, repr(r))
+    hdr = "".join("%s: %s\r\n" % kv for kv in h2.items()).encode()
+    raw = (b"POST " + INFER.encode() + b" HTTP/1.1\r\nHost: x\r\n" + hdr +
+           b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+           b"%x\r\n%s\r\n0\r\n\r\n" % (len(b2), b2))
+    r = H.raw_http(w2.http_port, raw)
+    t.ok(r.status == 200 and r.body == base2.body,
+         "max_body_size 1KiB, the plain request chunked: the same answer", repr(r))
+
 
 if __name__ == "__main__":
     H.run_main("compression", body)
