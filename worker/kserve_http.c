@@ -205,9 +205,6 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
                               const struct hps__kserve_route *r)
 {
     hps__kserve_kerr_t err;
-    if (r->kind == HPS__KSERVE_R_REPO_NAMED)
-        return hps__kserve_http_send_error(s, c, 501,
-                                           "'repository_name' specification is not supported");
     if (r->kind != HPS__KSERVE_R_REPO_INDEX) {
         struct control_job *j = calloc(1, sizeof(*j));
         if (!j)
@@ -667,7 +664,6 @@ static enum MHD_Result dispatch(struct kreq *q, struct MHD_Connection *c, const 
     case HPS__KSERVE_R_REPO_INDEX:
     case HPS__KSERVE_R_REPO_LOAD:
     case HPS__KSERVE_R_REPO_UNLOAD:
-    case HPS__KSERVE_R_REPO_NAMED:
         return h_repo(s, c, q, &r);
     default:
         return hps__kserve_http_send_error(s, c, 404,
@@ -853,6 +849,9 @@ static enum MHD_Result begin(hps_kserve_t *s, struct MHD_Connection *c, const ch
         if (!s->limits.shm)
             return hps__kserve_http_send_error(s, c, 501, SHM_DISABLED_MSG);
     }
+    if (r.kind == HPS__KSERVE_R_REPO_NAMED) /* Triton's answer, before any body is read */
+        return hps__kserve_http_send_error(s, c, 501,
+                                           "'repository_name' specification is not supported");
     q->responded = false;
     bool body = r.kind == HPS__KSERVE_R_INFER || r.kind == HPS__KSERVE_R_SHM_REGISTER ||
                 r.kind == HPS__KSERVE_R_REPO_INDEX || r.kind == HPS__KSERVE_R_REPO_LOAD ||
