@@ -463,6 +463,12 @@ static void elem_phrase(const struct hps__conf_key *k, bool plural, struct hps__
         hps__conf_buf_puts(out, "auto or an integer");
         break;
     case HPS__CONF_T_INT:
+        /* the one integer key with a gap in its range (conf.c refuses 5 to 7) */
+        if (k->sec == HPS__CONF_SEC_update_source && strcmp(k->name, "key_bytes") == 0) {
+            hps__conf_buf_puts(out, "4 or 8");
+            return;
+        }
+        /* fall through */
     case HPS__CONF_T_INTS:
     case HPS__CONF_T_TINTS:
         hps__conf_buf_puts(out, plural ? "integers" : "an integer");

@@ -28,7 +28,7 @@ enum {
     HPS_EXIT_DDB = 6,     /* the distributed database (Redis) could not be opened */
 };
 
-/* Miss queue geometry (fixed; see DESIGN.md "Miss queue invariants"). */
+/* Miss queue geometry (fixed; docs/architecture.md, "Miss queue"). */
 #define HPS_COORD_MISS_SLOTS      64
 #define HPS_COORD_MISS_SLAB_BYTES (1u << 20)
 #define HPS_COORD_MISS_THREADS    2

@@ -239,11 +239,6 @@ static int start_heartbeat(coord_t *c)
     return 0;
 }
 
-/* Dead workers are reaped every half worker_timeout_ms (at most once a
- * second, at least every 50 ms), so a dead worker is gone from the segment
- * within worker_timeout_ms.  Death is told by each row's liveness lock
- * (shmdb), not by the worker's pid, which names nobody here when the worker
- * runs in another PID namespace. */
 /* SIGHUP: the INI at path read again and the files of the models it would
  * load checked as at start-up (nothing written): in explicit mode those
  * loaded now (a model of the INI that is not loaded does not stop it).
@@ -302,7 +297,11 @@ static bool reload_ok(const coord_t *c, const char *path, char **ret_text)
 }
 
 /* Reap the dead processes of the segment and their miss-queue slots, and
- * say which (pid and role, as their rows said). */
+ * say which (pid and role, as their rows said).  Called every half
+ * worker_timeout_ms (at most once a second, at least every 50 ms), so a
+ * dead worker is gone from the segment within worker_timeout_ms.  Death is
+ * told by each row's liveness lock (shmdb), not by the worker's pid, which
+ * names nobody here when the worker runs in another PID namespace. */
 static void reap(coord_t *c)
 {
     hps_proc_info_t before[HPS_SHMDB_MAX_PROCS], after[HPS_SHMDB_MAX_PROCS];

@@ -1,7 +1,7 @@
 /*
  * share.cu -- caches shared by the worker processes of a device: the one
  * allocation of a cache through the CUDA virtual memory management API with
- * POSIX file-descriptor handles (DESIGN.md: every importer holds a
+ * POSIX file-descriptor handles (every importer holds a
  * reference, so the memory outlives the process that created it), and the
  * repair of set locks left behind by a process killed mid-write.
  *

@@ -613,7 +613,7 @@ static hps_err_t validate(int fd, uint64_t *ret_size, char *msg, size_t len)
         return -errno;
     hps_err_t rc = 0;
     if (h->magic != HPS_SHM_MAGIC) {
-        snprintf(msg, len, "bad magic 0x%016llx: not an HPS segment", (unsigned long long)h->magic);
+        snprintf(msg, len, "its first 8 bytes are 0x%016llx", (unsigned long long)h->magic);
         rc = HPS_EBADMAGIC;
     } else if (h->format != HPS_SHM_FORMAT) {
         snprintf(msg, len, "format 0x%08x, this build reads 0x%08x (another HPS version)",

@@ -1,7 +1,7 @@
 /*
  * updlog.c -- what the coordinator tells the workers about online updates:
  * the update statistics of each layer (for /metrics) and the per-table
- * update logs (DESIGN.md: changed keys with a sequence number; a reader
+ * update logs (changed keys with a sequence number; a reader
  * lapped by the log does a full refresh); and, published the same way, the
  * distributed DB's counters (for /metrics).
  *

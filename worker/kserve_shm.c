@@ -167,16 +167,35 @@ static int reg_parse(json_object *root, struct reg_args *a, hps__kserve_kerr_t *
     return 0;
 }
 
+/* The first 128 bytes of a key for a message, a NUL byte written as the
+ * two characters \0 (a C string stops at it; the JSON body escapes the
+ * rest).  buf: at least 257 bytes. */
+static const char *key_text(const struct reg_args *a, char *buf)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < a->key_len && i < 128; i++) {
+        if (a->key[i] == '\0') {
+            buf[n++] = '\\';
+            buf[n++] = '0';
+        } else {
+            buf[n++] = a->key[i];
+        }
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 /* Keys the server refuses: empty, all slashes or with a NUL byte, the
  * reserved prefix, and the prefix of HPS segments. */
 static int check_key(const struct reg_args *a, hps__kserve_kerr_t *err)
 {
     const char *k = a->key + strspn(a->key, "/");
+    char kb[257];
     if (*k == '\0' || a->key_len > SHM_NAME_MAX || strlen(a->key) != a->key_len || strchr(k, '/'))
         return hps__kserve_kerr_set(err, 400,
                                     "cannot register shared memory region '%.128s' with key "
-                                    "'%.128s' as the key is not a valid shared memory key",
-                                    a->name, a->key);
+                                    "'%s' as the key is not a valid shared memory key",
+                                    a->name, key_text(a, kb));
     if (strncmp(k, RESERVED_PREFIX, strlen(RESERVED_PREFIX)) == 0)
         return hps__kserve_kerr_set(
             err, 400,

@@ -153,9 +153,11 @@ void hps_client_close(hps_client_t *c);
 /**
  * @brief Whether the client is ready: segment attached, every table of
  * every model found, the coordinator serving, the GPU caches built.
- * Lookups are answered before that too (from what is there, else the
- * defaults).  Never blocks for long (takes the client's segment read lock
- * a moment).  c must not be NULL.  Thread-safe.
+ * Before that, a lookup of a model whose tables have not been found yet
+ * fails with HPS_EBUSY (hps_client_lookup); one whose tables were found is
+ * answered (from what is there, else the defaults).  Never blocks for
+ * long (takes the client's segment read lock a moment).  c must not be
+ * NULL.  Thread-safe.
  */
 bool hps_client_ready(hps_client_t *c);
 
@@ -246,8 +248,8 @@ bool hps_client_model_loaded(const hps_client_t *c, size_t model);
  * @return 0 (done); HPS_EUNSUPPORTED (model control mode none); HPS_EIO
  *         (refused or failed: msg says why); HPS_EBUSY (8 requests already
  *         wait); HPS_EAGAIN (no segment attached, or no coordinator serves
- *         it: gone, or stopped past worker_timeout_ms, for 200 ms of the
- *         wait); HPS_ETIMEDOUT (no answer in time, or the client closes);
+ *         it: its last heartbeat is worker_timeout_ms + 200 ms old);
+ *         HPS_ETIMEDOUT (no answer in time, or the client closes);
  *         HPS_EINVAL.  A wait that ends unanswered takes the request back
  *         if no coordinator took it yet (msg says "withdrawn: nothing
  *         changed"), else msg says it may still complete.

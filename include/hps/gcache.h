@@ -94,7 +94,7 @@
  * map with hps_gcache_import after receiving the descriptor (SCM_RIGHTS).
  * Every mapping and every open descriptor holds a reference: the memory
  * lives until the last process that mapped it has destroyed its handle or
- * exited, whichever process created it (DESIGN.md; worker/libhps/gshare.c).
+ * exited, whichever process created it (worker/libhps/gshare.c).
  * The seqlock words work across processes as they do across streams.  A
  * process killed while writing can leave a set locked: readers wait at most
  * ~2^14 short sleeps and then answer miss, writers give up after ~2^16

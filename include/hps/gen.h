@@ -469,7 +469,7 @@ hps_err_t hps_gen_alpha_solve(size_t num_tables, const uint64_t *rows, double ho
 /**
  * @brief Rows of the criteo-1tb shape scaled by @p scale: table t gets
  *        max(1, ceil(card[t] * scale)) rows, with card the MLPerf DLRM Criteo
- *        1TB cardinalities (39884406, 39043, ..., 36; DESIGN.md).  The ceiling
+ *        1TB cardinalities (39884406, 39043, ..., 36).  The ceiling
  *        ignores a relative excess below 1e-12, so that a decimal scale whose
  *        exact product is an integer is not bumped by rounding error.
  * @param[in]  scale     Factor, > 0 and <= 1e6.

@@ -2,7 +2,7 @@
  * shmdb_gcache.h -- the GPU-cache registry of a shared-memory segment.
  *
  * One entry per GPU embedding cache (model, table, device), shared by the
- * workers of that device (DESIGN.md): the creator claims an entry, builds
+ * workers of that device (docs/architecture.md): the creator claims an entry, builds
  * and preloads the cache, and marks it READY; every other worker of the
  * device imports it through a descriptor handed out by a listed process,
  * and one of them, the refresher, publishes its counters.  The entries live

@@ -172,7 +172,7 @@ hps_err_t hps_gen_alpha_solve(size_t num_tables, const uint64_t *rows, double ho
     return 0;
 }
 
-/* MLPerf DLRM Criteo 1TB cardinalities (DESIGN.md, "Workloads"). */
+/* MLPerf DLRM Criteo 1TB cardinalities (its 26 categorical features). */
 static const uint64_t criteo_card[HPS_GEN_CRITEO_TABLES] = {
     39884406, 39043,    17289,    7420,     20263,  3,     7120, 1543, 63,
     38532951, 2953546,  403346,   10,       2208,   11938, 155,  4,    976,

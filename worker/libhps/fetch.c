@@ -1,6 +1,6 @@
 /*
- * fetch.c -- the one fetch path below the GPU cache (DESIGN.md "The lookup
- * path", steps 3-5), for host-only lookups and for the GPU cache's misses
+ * fetch.c -- the one fetch path below the GPU cache (docs/architecture.md,
+ * "Trace 1"), for host-only lookups and for the GPU cache's misses
  * alike: per table the volatile DB in shared memory (lock-free,
  * partition-parallel), then one miss-queue round trip to the coordinator
  * carrying the misses of every table, bounded by one miss_timeout_ms

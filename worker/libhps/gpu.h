@@ -15,7 +15,7 @@
  * in the segment (Kafka updates applied by the coordinator) and the
  * periodic refresh (refresh_interval) (gpu_refresh.c).
  *
- * Lookup (gpu_lookup.c; DESIGN.md "The lookup path"): keys to the device
+ * Lookup (gpu_lookup.c; docs/architecture.md, "Trace 1"): keys to the device
  * (none when they are there already), cache lookup, the misses back (one
  * synchronization per call, all tables together); the rows go straight
  * into the caller's buffer when it is device memory or page-locked host

@@ -360,6 +360,9 @@ static char *elem_phrase(const struct row *r, bool plural)
     case T_BOOL:
         return strdup("true or false (also yes/no, on/off, 1/0)");
     case T_INT:
+        if (strcmp(r->sec, "update_source") == 0 && strcmp(r->key, "key_bytes") == 0)
+            return strdup("4 or 8"); /* not [4, 8]: 5 to 7 are refused too */
+        /* fall through */
     case T_INTS:
     case T_TINTS:
         s = ct_fmt("%s%s", plural ? "integers" : "an integer", range = int_range(r));

@@ -347,7 +347,10 @@ const char hpspy_client_load_model_doc[] =
               "hps.Error: code HPS_EUNSUPPORTED (mode none), HPS_EIO (refused or failed:\n"
               "the message says why; nothing changed), HPS_ETIMEDOUT (no answer in\n"
               "timeout_ms, or the client closes: the request may still complete),\n"
-              "HPS_EBUSY, HPS_EINVAL (a bad name).");
+              "HPS_EAGAIN (no coordinator serves: its last heartbeat is\n"
+              "worker_timeout_ms + 200 ms old; the request was taken back unless a\n"
+              "coordinator took it), HPS_EBUSY (8 requests already wait), HPS_EINVAL\n"
+              "(a bad name).");
 
 const char hpspy_client_unload_model_doc[] =
     PyDoc_STR("unload_model(model, timeout_ms=600000) -> str\n"
