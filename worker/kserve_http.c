@@ -185,9 +185,13 @@ struct control_job {
 static void control_job_run(struct hps__kserve_job *job)
 {
     struct control_job *j = (struct control_job *)job;
-    char msg[600] = "";
+    char msg[HPS__KSERVE_LOAD_FAILURE_MAX] = "";
     hps_err_t rc =
         j->s->backend.model_control(j->s->backend.ctx, j->op, j->model, msg, sizeof(msg));
+    /* the index shows a failed load of a model not loaded; a load or an
+     * unload that succeeded forgets it */
+    if (rc == 0 || (rc == HPS_EIO && j->op == HPS_MODEL_LOAD))
+        hps__kserve_load_failure_set(j->s, j->model, rc == 0 ? "" : msg);
     hps__kserve_http_park(&j->q->parked);
     if (rc == 0)
         hps__kserve_http_send_empty(j->s, j->c, 200);
@@ -230,7 +234,7 @@ static enum MHD_Result h_repo(hps_kserve_t *s, struct MHD_Connection *c, struct 
     if (s->backend.refresh_models) /* Triton lists the repository as it is now */
         s->backend.refresh_models(s->backend.ctx);
     if (hps__kserve_repo_index(s->models, s->num_models, &s->backend, backend_ready(s),
-                               q->body ? q->body : "", q->len, &t, &err) < 0) {
+                               q->body ? q->body : "", q->len, &s->fail_mu, &t, &err) < 0) {
         hps__kserve_text_fini(&t);
         return hps__kserve_http_send_error(s, c, err.status, err.msg);
     }

@@ -69,6 +69,8 @@ struct hps_kserve {
     _Atomic size_t num_models;
     size_t model_cap; /* set by hps_kserve_create, then read-only */
     pthread_mutex_t models_mu;
+    /* Guards every entry's load_failure (hps__kserve_load_failure_set). */
+    pthread_mutex_t fail_mu;
 
     /* Listeners; valid while running. */
     struct MHD_Daemon *http;
@@ -98,6 +100,12 @@ struct hps_kserve {
      * no data is published through it: relaxed. */
     _Atomic int64_t inflight;
 };
+
+/** Record why this worker's load of model `name` failed (reason, a C
+ *  string, cut to HPS__KSERVE_LOAD_FAILURE_MAX - 1 bytes), or forget it
+ *  (reason ""), on the entry that speaks for the name (kserve_server.c).
+ *  A name not in the registry: nothing.  Thread-safe (fail_mu). */
+void hps__kserve_load_failure_set(hps_kserve_t *s, const char *name, const char *reason);
 
 /* ------------------------------------------------------------------------ */
 /* Lookup pool (kserve_pool.c)                                               */

@@ -143,7 +143,12 @@ struct hps__kserve_kstats {
     _Atomic int64_t pending;
 };
 
+/** Bytes of a load or unload answer's message (the coordinator's, at most
+ *  HPS_SHMDB_CTL_MSG_MAX, with libhps's words around it), kept whole. */
+#define HPS__KSERVE_LOAD_FAILURE_MAX 600
+
 /** The server's own copy of an hps_kserve_model_t, plus its statistics. */
+
 struct hps__kserve_kmodel {
     char *name;
     size_t name_len;
@@ -158,6 +163,12 @@ struct hps__kserve_kmodel {
     uint32_t max_batch_size;
     int32_t device_id;
     struct hps__kserve_kstats stats;
+    /* Why this worker's last load of the model failed while it was not
+     * loaded ("" when none): the repository index shows the model
+     * UNAVAILABLE with it, as Triton does.  Set and cleared by
+     * hps__kserve_load_failure_set (kserve_server.c) under the server's
+     * fail_mu; read under fail_mu (hps__kserve_repo_index). */
+    char load_failure[HPS__KSERVE_LOAD_FAILURE_MAX];
 };
 
 /** The version model m is answered from (it may change meanwhile: one
@@ -257,14 +268,17 @@ struct hps__kserve_route {
  * Answer POST /v2/repository/index: append to out the JSON array of the
  * models, each {"name","version","state"[,"reason"]} (b->model_state's
  * states, or READY when worker_ready, else UNAVAILABLE with the reason), or
- * {"name"} alone for a model never loaded.  body (len bytes, not
+ * {"name"} alone for a model never loaded; a model not loaded whose last
+ * load through this worker failed is UNAVAILABLE with that failure as the
+ * reason (load_failure, read under fail_mu).  body (len bytes, not
  * terminated, may be empty) is empty or {"ready": bool}; ready true lists
  * only READY models.  Returns 0, or -1 with err set (400: not a JSON
  * object, "ready" not a boolean; 500: out of memory), out unchanged.
  */
 int hps__kserve_repo_index(const struct hps__kserve_kmodel *models, size_t num_models,
                            const hps_kserve_backend_t *b, bool worker_ready, const char *body,
-                           size_t len, hps__kserve_text_t *out, hps__kserve_kerr_t *err);
+                           size_t len, pthread_mutex_t *fail_mu, hps__kserve_text_t *out,
+                           hps__kserve_kerr_t *err);
 /**
  * Check a load or unload request (r->kind HPS__KSERVE_R_REPO_LOAD/UNLOAD): 0 when
  * b->model_control should run it, with the model's name copied into name

@@ -18,8 +18,11 @@
  * and the answer is 200 when the model serves (or is gone), 400 with the
  * reason when it was refused.  A model is READY while it is loaded and the
  * worker is ready, LOADING / UNLOADING while a request for it waits or
- * runs, UNAVAILABLE with reason "unloaded" after an unload, and listed by
- * name only when it was never loaded (Triton's index).
+ * runs, UNAVAILABLE with reason "unloaded" after an unload, UNAVAILABLE
+ * with the coordinator's message when its last load through this worker
+ * failed while it was not loaded (Triton's index after a failed load; the
+ * other workers do not know of it), and listed by name only when it was
+ * never loaded (Triton's index).
  */
 #include <json-c/json.h>
 #include <string.h>
@@ -116,8 +119,10 @@ static const char *state_name(hps_model_state_t st)
 
 int hps__kserve_repo_index(const struct hps__kserve_kmodel *models, size_t num_models,
                            const hps_kserve_backend_t *b, bool worker_ready, const char *body,
-                           size_t len, hps__kserve_text_t *out, hps__kserve_kerr_t *err)
+                           size_t len, pthread_mutex_t *fail_mu, hps__kserve_text_t *out,
+                           hps__kserve_kerr_t *err)
 {
+    char failure[HPS__KSERVE_LOAD_FAILURE_MAX];
     bool only_ready;
     if (index_body(body, len, &only_ready, err) < 0)
         return -1;
@@ -131,12 +136,18 @@ int hps__kserve_repo_index(const struct hps__kserve_kmodel *models, size_t num_m
         hps_model_state_t st = state_of(b, i, worker_ready, &served);
         if (only_ready && st != HPS_MODEL_READY)
             continue;
+        failure[0] = '\0';
+        if (st == HPS_MODEL_UNLOADED && fail_mu) {
+            pthread_mutex_lock(fail_mu);
+            memcpy(failure, m->load_failure, sizeof(failure));
+            pthread_mutex_unlock(fail_mu);
+        }
         if (!first)
             hps__kserve_text_putc(out, ',');
         first = false;
         hps__kserve_text_puts(out, "{\"name\":");
         hps__kserve_text_json_str(out, m->name, m->name_len);
-        if (st == HPS_MODEL_UNLOADED && !served) { /* never loaded: the name only */
+        if (st == HPS_MODEL_UNLOADED && !served && !failure[0]) { /* never loaded: the name only */
             hps__kserve_text_putc(out, '}');
             continue;
         }
@@ -145,7 +156,8 @@ int hps__kserve_repo_index(const struct hps__kserve_kmodel *models, size_t num_m
         hps__kserve_text_puts(out, ",\"state\":\"");
         hps__kserve_text_puts(out, state_name(st));
         hps__kserve_text_putc(out, '"');
-        const char *reason = st == HPS_MODEL_UNLOADED      ? "unloaded"
+        const char *reason = failure[0]                    ? failure
+                             : st == HPS_MODEL_UNLOADED    ? "unloaded"
                              : st == HPS_MODEL_UNAVAILABLE ? NOT_READY_REASON
                                                            : NULL;
         if (reason) {

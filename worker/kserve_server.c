@@ -302,6 +302,7 @@ hps_err_t hps_kserve_create(const hps_kserve_options_t *opts, const hps_kserve_m
     s->http_fd = s->metrics_fd = -1;
     s->backend = *backend;
     pthread_mutex_init(&s->models_mu, NULL);
+    pthread_mutex_init(&s->fail_mu, NULL);
     hps__kserve_shm_init(&s->shm, !o.disable_client_shm, o.cuda_shared_memory);
     s->outpool = malloc(sizeof(*s->outpool));
     if (s->outpool)
@@ -521,8 +522,22 @@ hps_err_t hps_kserve_model_unloaded(hps_kserve_t *s, size_t model_index)
 {
     if (!s || model_index >= s->num_models)
         return HPS_EINVAL;
-    hps__kserve_stats_reset(&s->models[model_index].stats);
+    struct hps__kserve_kmodel *m = &s->models[model_index];
+    hps__kserve_stats_reset(&m->stats);
+    pthread_mutex_lock(&s->fail_mu); /* it was loaded since: its failure is past */
+    m->load_failure[0] = '\0';
+    pthread_mutex_unlock(&s->fail_mu);
     return 0;
+}
+
+void hps__kserve_load_failure_set(hps_kserve_t *s, const char *name, const char *reason)
+{
+    long i = hps__kserve_model_pick(s->models, s->num_models, &s->backend, name, strlen(name));
+    if (i < 0)
+        return;
+    pthread_mutex_lock(&s->fail_mu);
+    snprintf(s->models[i].load_failure, sizeof(s->models[i].load_failure), "%s", reason);
+    pthread_mutex_unlock(&s->fail_mu);
 }
 
 /* Wait until no request is in progress, at most drain_timeout_ms. */
@@ -567,6 +582,7 @@ void hps_kserve_destroy(hps_kserve_t *s)
         model_fini(&s->models[i]);
     free(s->models);
     pthread_mutex_destroy(&s->models_mu);
+    pthread_mutex_destroy(&s->fail_mu);
     free(s->http_address);
     free(s->metrics_address);
     free(s->server_name);

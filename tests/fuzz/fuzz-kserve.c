@@ -91,7 +91,7 @@ static void run_repo(const struct hps__kserve_route *r, const char *body, size_t
     hps__kserve_text_t t;
     hps__kserve_text_init(&t);
     if (r->kind == HPS__KSERVE_R_REPO_INDEX) {
-        (void)hps__kserve_repo_index(models, 2, &backend, true, body, len, &t, &err);
+        (void)hps__kserve_repo_index(models, 2, &backend, true, body, len, NULL, &t, &err);
     } else if (r->kind == HPS__KSERVE_R_REPO_LOAD || r->kind == HPS__KSERVE_R_REPO_UNLOAD) {
         char name[128];
         (void)hps__kserve_repo_control(r, models, 2, &backend, body, len, name, sizeof(name), &err);

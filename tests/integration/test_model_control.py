@@ -19,8 +19,10 @@ under a stream of exactly checked lookups:
       of (2) (both within 0.01%: the segment does not grow); 6 more unload
       + load pairs in a row all answer 200;
   (4) refusals, nothing changed: unknown model, a config parameter, a
-      model whose emb_vector is corrupt (the message names the file), an
-      unload of a model never loaded; an unload of an unloaded model: 200;
+      model whose emb_vector is corrupt (the message names the file; the
+      index of the worker that took it shows the model UNAVAILABLE with
+      that message, as Triton's), an unload of a model never loaded; an
+      unload of an unloaded model: 200;
   (5) two loads at once through the two workers: both 200, both READY;
   (6) a load that fails after the checks (the model does not fit in
       shared_memory_size): 400 with the reason, the coordinator starts
@@ -217,7 +219,11 @@ def body(t, cl):
     err = r.json().get("error", "") if r.is_json_error() else ""
     t.ok(r.status == 400 and "failed to load 'bad'" in err and "emb_vector" in err,
          "load of a model with a corrupt emb_vector: 400 naming the file", r.body)
-    t.eq(index(ports[0])["bad"], {"name": "bad"}, "index: bad still never loaded")
+    # Triton's index after a failed load: UNAVAILABLE with the error as the
+    # reason, on the worker that took the call (it had no trace of it)
+    t.eq(index(ports[0])["bad"], {"name": "bad", "version": "1", "state": "UNAVAILABLE",
+                                  "reason": err}, "index: bad UNAVAILABLE, the error as reason")
+    t.eq(index(ports[1])["bad"], {"name": "bad"}, "worker 1's index: bad never loaded")
     r = post(ports[0], "/v2/repository/models/o/unload")
     t.eq((r.status, r.json().get("error") if r.is_json_error() else None),
          (400, "Model to be unloaded has not been served"), "unload of o, never loaded: 400")
@@ -262,6 +268,7 @@ def body(t, cl):
                       == ["READY"] * 6, 10), "m, n and o still READY on both workers",
          [index(pt) for pt in ports])
     t.eq(index(ports[1])["big"], {"name": "big"}, "big never loaded")
+    t.eq(index(ports[0])["big"].get("reason"), err, "worker 0's index: big's reason is the error")
     r = post(ports[1], "/v2/repository/models/o/unload")
     t.eq(r.status, 200, "after the fallback, an unload works again")
 
