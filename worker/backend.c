@@ -199,13 +199,18 @@ static void update_skipped(hps_kserve_text_t *x, const hps_client_update_stats_t
 }
 
 /* Gauges: consumer lag and the age of the newest applied update (layers
- * where they are known). */
-static void update_gauges(hps_kserve_text_t *x, const hps_client_update_stats_t *st,
+ * where they are known).  The lag is the coordinator's reading: absent
+ * while no coordinator is alive (its last value would say 0 while updates
+ * pile up unread); the age goes on growing from the newest update's
+ * time. */
+static void update_gauges(worker_t *w, hps_kserve_text_t *x, const hps_client_update_stats_t *st,
                           const bool *have)
 {
-    hps_kserve_text_appendf(x, "# HELP nv_hps_update_consumer_lag Kafka messages not yet consumed\n"
+    bool alive = hps_client_coordinator_alive(w->client);
+    hps_kserve_text_appendf(x, "# HELP nv_hps_update_consumer_lag Kafka messages not yet consumed "
+                               "(absent while no coordinator is alive)\n"
                                "# TYPE nv_hps_update_consumer_lag gauge\n");
-    for (uint32_t l = 0; l < HPS_SHMDB_UPDATE_LAYERS; l++)
+    for (uint32_t l = 0; alive && l < HPS_SHMDB_UPDATE_LAYERS; l++)
         if (have[l] && st[l].lag >= 0)
             hps_kserve_text_appendf(x, "nv_hps_update_consumer_lag{layer=\"%s\"} %lld\n",
                                     hps_shmdb_update_layer_name(l), (long long)st[l].lag);
@@ -244,7 +249,7 @@ static void update_metrics(worker_t *w, hps_kserve_text_t *x)
       "copy that cannot take them)");
 #undef F
     update_skipped(x, st, have);
-    update_gauges(x, st, have);
+    update_gauges(w, x, st, have);
 }
 
 /* The coordinator's distributed-DB (Redis) counters, from the segment: one

@@ -12,7 +12,8 @@ deliver them again, so the restart must keep them.
    from RocksDB.  The updated keys return the updated vectors (from the
    volatile DB and from RocksDB through the miss path), untouched keys the
    model's vectors; the consumer lag metric says 0.
-3. SIGKILL the coordinator, rewrite the model's emb_vector (a new model:
+3. SIGKILL the coordinator (its consumer lag leaves the worker's
+   metrics), rewrite the model's emb_vector (a new model:
    every value v becomes 2v + 1), restart: the new model's vectors are
    served for every key, the updated ones included (the table's rows were
    replaced).
@@ -139,6 +140,13 @@ def scenario(t, cl, mock):
          "hps-shm get: the volatile DB row holds the update", out)
 
     # 3. SIGKILL, a changed model file, restart: the new model is served.
+    # While no coordinator is alive the lag is unknown: absent, not its last
+    # value (0, while updates pile up unread).
+    coord.kill(signal.SIGKILL)
+    coord.wait(30)
+    t.ok(H.wait_until(lambda: H.metrics(w.metrics_port).get("nv_hps_coordinator_alive") == 0
+                      and lags() == {}, 10),
+         "coordinator SIGKILLed: nv_hps_update_consumer_lag absent", lags())
     rewrite_model(m)
     coord, w = restart(cl, conf, w, coord, signal.SIGKILL)
     t.ok("model files changed" in coord.log(), "changed model file detected", coord.log()[-2000:])
