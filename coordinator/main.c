@@ -185,11 +185,15 @@ static void *beat_loop(void *arg)
     coord_t *c = arg;
     while (!__atomic_load_n(&c->beat_stop, __ATOMIC_ACQUIRE)) {
         hps_shmdb_t *db = __atomic_load_n(&c->beat_db, __ATOMIC_ACQUIRE);
-        if (db)
+        uint32_t timeout_ms = (uint32_t)c->conf->hps.worker_timeout_ms;
+        if (db) {
             hps_shmdb_heartbeat(db);
+            hps_shmdb_set_coord_timeout(db, timeout_ms);
+        }
         pthread_mutex_lock(&c->serving_lock);
         if (c->serving) { /* a reload: its workers stay ready while the new one loads */
             hps_shmdb_heartbeat(c->serving);
+            hps_shmdb_set_coord_timeout(c->serving, timeout_ms);
             if (!atomic_load(&c->prev_answering))
                 hps_shmdb_miss_drop_pending(c->serving); /* nobody serves its misses */
         }

@@ -380,7 +380,11 @@ struct shm_hdr {
     /* hps_coord_state_t: the coordinator's release stores
      * (hps_shmdb_set_coord_state), lock-free readers. */
     _Atomic uint32_t coord_state;
-    uint32_t pad_state;
+    /* The worker_timeout_ms of the coordinator that beat last: relaxed
+     * stores by it (hps_shmdb_set_coord_timeout), as coord_pid; 0 = not
+     * said (a coordinator of a build before it).  hps-shm judges a
+     * heartbeat older than it stalled, as the workers do. */
+    _Atomic uint32_t coord_timeout_ms;
     uint64_t ustats_off; /* struct shm_ustats (update statistics), 0 = absent; as missq_off */
     /* Process-table rows of the coordinator that beat last and of the
      * creator, as gen << 32 | (slot + 1); 0 = none (segment.c, own_ident).

@@ -342,6 +342,11 @@ hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db)
     return hps_shmdb_proc_heartbeat(db);
 }
 
+void hps_shmdb_set_coord_timeout(hps_shmdb_t *db, uint32_t timeout_ms)
+{
+    atomic_store_explicit(&db->hdr->coord_timeout_ms, timeout_ms, memory_order_relaxed);
+}
+
 hps_err_t hps_shmdb_set_coord_state(hps_shmdb_t *db, hps_coord_state_t state)
 {
     /* Release: what the coordinator did before (tables, rows) is visible to
@@ -861,6 +866,7 @@ hps_err_t hps_shmdb_segment_info(hps_shmdb_t *db, hps_segment_info_t *ret)
     ret->coord_pid = atomic_load_explicit(&h->coord_pid, memory_order_relaxed);
     ret->coord_state =
         (hps_coord_state_t)atomic_load_explicit(&h->coord_state, memory_order_acquire);
+    ret->coord_timeout_ms = atomic_load_explicit(&h->coord_timeout_ms, memory_order_relaxed);
     ret->num_tables = atomic_load_explicit(&h->num_tables, memory_order_acquire);
     ret->repairs = atomic_load_explicit(&h->repairs, memory_order_relaxed);
     return 0;

@@ -186,6 +186,7 @@ typedef struct hps_segment_info {
     uint64_t coord_heartbeat_ns;   /**< CLOCK_MONOTONIC, ns; 0 = never */
     pid_t coord_pid;               /**< coordinator that beat last; 0 = none */
     hps_coord_state_t coord_state; /**< as set by hps_shmdb_set_coord_state() */
+    uint32_t coord_timeout_ms;     /**< its worker_timeout_ms; 0 = not said */
     uint32_t num_tables;
     uint64_t repairs; /**< EOWNERDEAD repairs, all locks */
 } hps_segment_info_t;
@@ -560,6 +561,15 @@ bool hps_shmdb_pid_alive(hps_shmdb_t *db, pid_t pid);
  * tests).  Thread- and process-safe (atomic stores).  Returns 0.
  */
 hps_err_t hps_shmdb_heartbeat(hps_shmdb_t *db);
+
+/**
+ * @brief Say the heartbeat's deadline: the coordinator's worker_timeout_ms
+ * (ms, > 0), after which the workers judge it gone; tools that read no INI
+ * (hps-shm) judge a heartbeat older than it stalled.  Called by the
+ * coordinator with each heartbeat.  Thread- and process-safe (a relaxed
+ * atomic store).
+ */
+void hps_shmdb_set_coord_timeout(hps_shmdb_t *db, uint32_t timeout_ms);
 
 /**
  * @brief Refresh this process's heartbeat in the process table.  Returns 0.

@@ -177,6 +177,16 @@ def body(t, cl):
     t.ok(max(lat) >= MISS_TIMEOUT_MS / 1000 * 0.9,
          "SIGSTOP: a request waited for the stopped coordinator until miss_timeout_ms "
          "(max %.0f ms)" % (max(lat) * 1000))
+    # hps-shm reads no INI: the coordinator published its worker_timeout_ms,
+    # and hps-shm judges a heartbeat older than it as the workers do (it
+    # said "alive, serving" while every worker said gone)
+    seg = cl.shm_info()["segment"]
+    t.ok(not seg["coordinator_alive"] and seg["coordinator_stalled"] and
+         seg["coordinator_timeout_ms"] == WORKER_TIMEOUT_MS,
+         "SIGSTOP: hps-shm info: the coordinator stalled, not alive", repr(seg))
+    rc, out, _ = cl.shm("ls")
+    t.ok(rc == 0 and "stalled: coordinator pid %d" % c2.pid in out, "SIGSTOP: hps-shm ls: stalled",
+         out)
 
     # ---- (b) kill it; coordinator 3 recreates the segment -------------------
     c2.kill(signal.SIGKILL)

@@ -101,18 +101,25 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
     hps_err_t err;
     json_object *o;
 
+    /* What a build killed before it published left (never one in progress):
+     * nobody uses it, so it goes even where the segment stays below. */
+    uint64_t staged = 0;
+    hps_err_t serr = hps_shmdb_staged_unlink(name, &staged);
     /* A removed live segment keeps serving its users, but a worker or
      * coordinator started later creates or waits for a new one: refuse. */
-    if (live > 0 && !t->force)
+    if (live > 0 && !t->force) {
+        if (serr == 0)
+            fprintf(stderr,
+                    "hps-shm rm: removed /dev/shm/.hps.%s.new (%llu bytes), left by a build "
+                    "killed before it published\n",
+                    name, (unsigned long long)staged);
         return hps__tool_fail(t, 0,
                               "stop the coordinator, workers and clients first (hps-shm info "
                               "NAME lists them), or pass --force",
                               "refusing to remove segment '%s': %zu live process(es) attached",
                               name, live);
+    }
     err = hps_shmdb_unlink(name);
-    /* What a build killed before it published left (never one in progress) */
-    uint64_t staged = 0;
-    hps_err_t serr = hps_shmdb_staged_unlink(name, &staged);
     if (err != 0 && !(err == HPS_ENOTFOUND && serr == 0))
         return hps__tool_fail(t, err, hps__tool_attach_hint(err), "cannot remove segment '%s'",
                               name);

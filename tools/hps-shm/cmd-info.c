@@ -122,8 +122,13 @@ static json_object *segment_json(hps_shmdb_t *db, const hps_segment_info_t *s)
     hps__tool_jset(o, "created",
                    hps__tool_json_str(hps__tool_fmt_time(s->created_ns, buf, sizeof buf)));
     hps__tool_jset(o, "coordinator_pid", json_object_new_int64(s->coord_pid));
-    hps__tool_jset(o, "coordinator_alive",
-                   json_object_new_boolean(s->coord_pid && hps_shmdb_coordinator_attached(db)));
+    hps__tool_coord_t cv = hps__tool_coord(db, s);
+    hps__tool_jset(o, "coordinator_alive", json_object_new_boolean(cv == HPS__TOOL_COORD_ALIVE));
+    /* attached but silent past its worker_timeout_ms (stopped or hung) */
+    hps__tool_jset(o, "coordinator_stalled",
+                   json_object_new_boolean(cv == HPS__TOOL_COORD_STALLED));
+    hps__tool_jset(o, "coordinator_timeout_ms",
+                   s->coord_timeout_ms ? json_object_new_int64(s->coord_timeout_ms) : NULL);
     /* The state the coordinator recorded last: current only while
      * coordinator_alive (a killed coordinator leaves its last one). */
     hps__tool_jset(o, "coordinator_state", hps__tool_json_str(coord_state_name(s->coord_state)));
@@ -273,12 +278,19 @@ static void segment_text(hps_shmdb_t *db, const hps_segment_info_t *s)
            hps_shmdb_creator_attached(db) ? "alive" : "gone");
     printf("  created          %s\n", hps__tool_fmt_time(s->created_ns, b1, sizeof b1));
     if (s->coord_pid) {
-        bool alive = hps_shmdb_coordinator_attached(db);
-        /* A dead coordinator's state is only the last one it recorded. */
-        printf("  coordinator      pid %d (%s), %s%s, heartbeat %s\n", (int)s->coord_pid,
-               alive ? "alive" : "gone", alive ? "" : "last state ",
-               coord_state_name(s->coord_state),
-               hps__tool_fmt_age(hps__tool_age_s(s->coord_heartbeat_ns), b2, sizeof b2));
+        hps__tool_coord_t cv = hps__tool_coord(db, s);
+        bool alive = cv == HPS__TOOL_COORD_ALIVE;
+        char tm[48] = "";
+        if (s->coord_timeout_ms)
+            snprintf(tm, sizeof tm, " (worker_timeout_ms %u)", s->coord_timeout_ms);
+        /* A dead or stalled coordinator's state is only the last one it recorded. */
+        printf("  coordinator      pid %d (%s), %s%s, heartbeat %s%s\n", (int)s->coord_pid,
+               alive                           ? "alive"
+               : cv == HPS__TOOL_COORD_STALLED ? "stalled: attached, but silent past its "
+                                                 "worker_timeout_ms; the workers call it gone"
+                                               : "gone",
+               alive ? "" : "last state ", coord_state_name(s->coord_state),
+               hps__tool_fmt_age(hps__tool_age_s(s->coord_heartbeat_ns), b2, sizeof b2), tm);
     } else {
         printf("  coordinator      none (no heartbeat yet)\n");
     }

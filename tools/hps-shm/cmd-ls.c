@@ -24,6 +24,7 @@ typedef struct ls_row {
     char msg[256];          /* refusal message when err != 0 */
     hps_segment_info_t seg; /* header, when err == 0 */
     bool coord_alive;       /* seg.coord_pid is attached (hps_shmdb_coordinator_attached) */
+    bool coord_stalled;     /* ... but silent past its worker_timeout_ms (hps__tool_coord) */
     bool creator_alive;     /* seg.creator_pid is attached (hps_shmdb_creator_attached) */
     size_t procs;           /* live processes attached, this hps-shm not counted */
     long long file_bytes;   /* st_size of the object; -1 if stat failed */
@@ -42,7 +43,9 @@ static void ls_read_header(ls_row_t *row)
     row->err = hps_shmdb_attach(row->name, &popts, &db);
     if (row->err == 0) {
         row->err = hps_shmdb_segment_info(db, &row->seg);
-        row->coord_alive = row->seg.coord_pid && hps_shmdb_coordinator_attached(db);
+        hps__tool_coord_t cv = hps__tool_coord(db, &row->seg);
+        row->coord_alive = cv == HPS__TOOL_COORD_ALIVE || cv == HPS__TOOL_COORD_STALLED;
+        row->coord_stalled = cv == HPS__TOOL_COORD_STALLED;
         row->creator_alive = hps_shmdb_creator_attached(db);
         row->procs = hps_shmdb_other_procs(db);
         hps_shmdb_detach(db);
@@ -60,6 +63,11 @@ static bool ls_orphan(const ls_row_t *r)
 /* "ok", or "orphan: coordinator pid 12 gone" / "orphan: no coordinator, creator gone". */
 static const char *ls_status(const ls_row_t *r, char *buf, size_t len)
 {
+    if (r->coord_stalled) {
+        snprintf(buf, len, "stalled: coordinator pid %d silent past worker_timeout_ms %u",
+                 (int)r->seg.coord_pid, r->seg.coord_timeout_ms);
+        return buf;
+    }
     if (!ls_orphan(r))
         return "ok";
     if (r->seg.coord_pid)
@@ -92,9 +100,10 @@ static json_object *ls_row_json(const ls_row_t *r)
     hps__tool_jset(o, "name", hps__tool_json_str(r->name));
     hps__tool_jset(o, "attachable", json_object_new_boolean(r->err == 0));
     hps__tool_jset(o, "status",
-                   hps__tool_json_str(r->err         ? "refused"
-                                      : ls_orphan(r) ? "orphan"
-                                                     : "ok"));
+                   hps__tool_json_str(r->err             ? "refused"
+                                      : ls_orphan(r)     ? "orphan"
+                                      : r->coord_stalled ? "stalled"
+                                                         : "ok"));
     if (r->err != 0) {
         hps__tool_jset(o, "error", hps__tool_json_str(hps_err_name(r->err)));
         hps__tool_jset(o, "message", hps__tool_json_str(r->msg));
@@ -110,7 +119,9 @@ static json_object *ls_row_json(const ls_row_t *r)
     hps__tool_jset(o, "creator_pid", json_object_new_int64(r->seg.creator_pid));
     hps__tool_jset(o, "creator_alive", json_object_new_boolean(r->creator_alive));
     hps__tool_jset(o, "coordinator_pid", json_object_new_int64(r->seg.coord_pid));
-    hps__tool_jset(o, "coordinator_alive", json_object_new_boolean(r->coord_alive));
+    hps__tool_jset(o, "coordinator_alive",
+                   json_object_new_boolean(r->coord_alive && !r->coord_stalled));
+    hps__tool_jset(o, "coordinator_stalled", json_object_new_boolean(r->coord_stalled));
     hps__tool_jset(o, "attached_processes", json_object_new_uint64(r->procs));
     return o;
 }

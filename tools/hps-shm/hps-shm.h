@@ -173,6 +173,16 @@ double hps__tool_age_clock_s(int clock, uint64_t stamp_ns);
 /** @brief hps__tool_age_clock_s(CLOCK_MONOTONIC, monotonic_ns). */
 double hps__tool_age_s(uint64_t monotonic_ns);
 
+/** @brief The coordinator that beat last on db, as the workers judge it. */
+typedef enum hps__tool_coord {
+    HPS__TOOL_COORD_NONE,    /**< none ever beat */
+    HPS__TOOL_COORD_GONE,    /**< it left the segment (exited or was killed) */
+    HPS__TOOL_COORD_STALLED, /**< attached, heartbeat older than its worker_timeout_ms */
+    HPS__TOOL_COORD_ALIVE,   /**< attached and beating */
+} hps__tool_coord_t;
+/** @brief Judge s's coordinator (s: hps_shmdb_segment_info of db). */
+hps__tool_coord_t hps__tool_coord(hps_shmdb_t *db, const hps_segment_info_t *s);
+
 /**
  * @brief A live process of the segment's process table has this pid (its
  *        row's liveness lock is held: true across PID namespaces, where

@@ -159,7 +159,8 @@ out_has "--help prints the usage" "usage: hps-shm"
 run 0 "help after a command" "$TOOL" info --help
 out_has "help after a command prints the usage" "usage: hps-shm"
 out_has "--help: TABLE may be an index" "index among MODEL's tables: 0, 1, ..."
-out_has "--help: ls explains orphan" "orphan (it is gone: nothing loads or updates the"
+out_has "--help: ls explains orphan" "orphan (it is gone: nothing loads or"
+out_has "--help: ls explains stalled" "stalled (the coordinator is attached but silent past"
 out_has "--help lists --version" "--version   show the version and exit"
 run 0 "--version" "$TOOL" --version
 if [ "$(wc -l <"$OUT")" -eq 1 ] && grep -Eqx 'hps-shm [^ ]+' "$OUT"; then
@@ -293,11 +294,17 @@ json_assert "info --json: cache 1 creating, never published" \
     "[g['model'] == 'demo' and g['table'] == 't32' and g['device'] == 1 and g['state'] == 'creating' and g['dim'] == 3 and g['policy'] == 'lfu' and g['capacity_rows'] == 1000 and g['attached_pids'] == [] and g['creator_pid'] == $FXPID and g['hit_rate'] is None and g['counters_age_s'] is None and g['published_ns'] == 0 and g['occupied'] == 0 for g in [$G1]][0]"
 json_assert "info --json: cache 2 held by a live process" \
     "[g['table'] == 't64' and g['device'] == 2 and g['state'] == 'ready' and g['capacity_rows'] == 512 and g['bytes'] == 65536 and g['occupancy'] == 1 and g['hit_rate'] == 1 and g['inserts'] == 512 and g['creator_pid'] == $HOLDER and g['creator_alive'] and g['refresher_pid'] == $HOLDER and g['refresher_alive'] and g['attached_pids'] == [$HOLDER] for g in [$G2]][0]"
-# rm refuses a segment with a live process attached, and --force is rm's only.
+# rm refuses a segment with a live process attached, and --force is rm's only;
+# a staged leftover of a killed build goes all the same (ls says rm frees it,
+# and the segment being served is no reason to keep it).
+cp "/dev/shm/hps.$NAME" "/dev/shm/.hps.$NAME.new"
 run 1 "rm while the holder lives" "$TOOL" rm "$NAME"
 err_has "rm while the holder lives: message" "refusing to remove segment '$NAME': 1 live process(es) attached"
 err_has "rm while the holder lives: hint" "or pass --force"
+err_has "rm while the holder lives: the staged leftover removed" \
+    "removed /dev/shm/.hps.$NAME.new (8388608 bytes)"
 check "refused rm left the object" test -e "/dev/shm/hps.$NAME"
+check "refused rm removed the staged leftover" test ! -e "/dev/shm/.hps.$NAME.new"
 run 2 "--force with info" "$TOOL" --force info "$NAME"
 err_has "--force with info: message" "--force applies to rm only"
 # The holder dies: its entry has no live process left (until reclaimed).

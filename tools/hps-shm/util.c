@@ -435,6 +435,18 @@ double hps__tool_age_s(uint64_t monotonic_ns)
     return hps__tool_age_clock_s(CLOCK_MONOTONIC, monotonic_ns);
 }
 
+hps__tool_coord_t hps__tool_coord(hps_shmdb_t *db, const hps_segment_info_t *s)
+{
+    if (!s->coord_pid)
+        return HPS__TOOL_COORD_NONE;
+    if (!hps_shmdb_coordinator_attached(db))
+        return HPS__TOOL_COORD_GONE;
+    /* a coordinator of a build that did not say its timeout: attached is alive */
+    if (s->coord_timeout_ms && !hps_shmdb_coordinator_alive(db, s->coord_timeout_ms, false))
+        return HPS__TOOL_COORD_STALLED;
+    return HPS__TOOL_COORD_ALIVE;
+}
+
 bool hps__tool_pid_alive(hps_shmdb_t *db, pid_t pid)
 {
     return hps_shmdb_pid_alive(db, pid);
