@@ -229,7 +229,7 @@ static void parse_line(const char *line, load_result_t *r)
     }
     if ((p = strstr(line, "contents checked in ")) && sscanf(p, "contents checked in %lf", &s) == 1)
         r->check_s += s, r->have_check = true;
-    /* "model M: loaded in T s; tables created in C s, one pass over X MB of
+    /* "model M version V: loaded in T s; tables created in C s, one pass over X MB of
      * its files by N threads in P s (...)" */
     double create, pass, mb;
     unsigned threads;

@@ -378,14 +378,15 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
                  lt->vdb_s, lt->vdb_s > 0 ? (double)lt->vdb_bytes / lt->vdb_s / 1e6 : 0.0, held,
                  m->num_tables, lt->vdb_tables);
     if (lt->threads == 0) /* every table came from the persistent DB */
-        HPS_INFO("model %s: loaded in %.2f s; tables created in %.2f s, no model file read "
-                 "(volatile DB %.2f s)",
-                 m->name, total_s, lt->create_s, lt->vdb_s);
+        HPS_INFO("model %s version %lld: loaded in %.2f s; tables created in %.2f s, no model "
+                 "file read (volatile DB %.2f s)",
+                 m->name, (long long)m->version, total_s, lt->create_s, lt->vdb_s);
     else
-        HPS_INFO("model %s: loaded in %.2f s; tables created in %.2f s, one pass over %.1f MB of "
-                 "its files by %zu threads in %.2f s (%.0f MB/s; reading %.2f s, persistent DB "
-                 "%.2f s, volatile DB %.2f s, summed over the threads)",
-                 m->name, total_s, lt->create_s, (double)lt->bytes / 1e6, lt->threads, lt->pass_s,
+        HPS_INFO("model %s version %lld: loaded in %.2f s; tables created in %.2f s, one pass "
+                 "over %.1f MB of its files by %zu threads in %.2f s (%.0f MB/s; reading %.2f s, "
+                 "persistent DB %.2f s, volatile DB %.2f s, summed over the threads)",
+                 m->name, (long long)m->version, total_s, lt->create_s, (double)lt->bytes / 1e6,
+                 lt->threads, lt->pass_s,
                  lt->pass_s > 0 ? (double)lt->bytes / lt->pass_s / 1e6 : 0.0, lt->read_s, lt->pdb_s,
                  lt->vdb_s);
 }

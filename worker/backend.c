@@ -519,8 +519,13 @@ void worker_follow_models(worker_t *w)
         sync_models_locked(w);
         for (size_t i = 0; i < hps_kserve_num_models(srv); i++) {
             uint32_t v;
-            if (hps_client_model_version(w->client, i, &v) == 0)
+            if (hps_client_model_version(w->client, i, &v) == 0) {
                 hps_kserve_set_model_version(srv, i, v);
+                if (w->was_version[i] && w->was_version[i] != v)
+                    HPS_INFO("model %s: answered from version %u now (was %u)",
+                             hps_client_model_conf(w->client, i)->name, v, w->was_version[i]);
+                w->was_version[i] = v;
+            }
             bool loaded = hps_client_model_loaded(w->client, i);
             if (w->was_loaded[i] && !loaded)
                 hps_kserve_model_unloaded(srv, i);

@@ -29,6 +29,9 @@ typedef struct worker {
     /* Model i was loaded at the last worker_follow_models (sync_mu): an
      * unload is seen as a change. */
     bool was_loaded[HPS_CONF_MAX_MODELS];
+    /* The version model i was answered from at the last
+     * worker_follow_models (sync_mu; 0 = none yet): a change is logged. */
+    uint32_t was_version[HPS_CONF_MAX_MODELS];
 } worker_t;
 
 /* backend.c: the KServe backend over the client. */

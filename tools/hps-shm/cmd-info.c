@@ -307,8 +307,8 @@ static void table_text_geometry(const hps_table_info_t *ti)
 {
     char m[128], tb[128];
 
-    printf("\ntable %s/%s (id %u)\n", hps__tool_printable(ti->model, m, sizeof m),
-           hps__tool_printable(ti->table, tb, sizeof tb), ti->id);
+    printf("\ntable %s/%s (id %u), model version %u\n", hps__tool_printable(ti->model, m, sizeof m),
+           hps__tool_printable(ti->table, tb, sizeof tb), ti->id, (unsigned)ti->model_version);
     printf("  dim %u, keys %s (%u bytes), default %.9g\n", ti->dim,
            ti->key_bytes == 4 ? "uint32" : "int64", ti->key_bytes, (double)ti->default_value);
     printf("  storage %s, %u bytes/row stored\n", hps_dtype_name(ti->storage_type), ti->row_bytes);
