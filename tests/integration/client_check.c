@@ -35,6 +35,11 @@
  *   then waits for readiness and checks one lookup.
  * loop: looks up (checked) until killed; "LOOKUPS <n>" every 1000 calls,
  *   "MISMATCH ..." and exit 1 on a wrong answer.
+ * switch [--threads N]: N threads (8) look up volatile-DB keys of model 0
+ *   back to back, unchecked, until killed; "VERSION <v>" each time the
+ *   oldest model version any thread was answered from (hps_client_last_
+ *   version) changes: the threads together must not keep the client from
+ *   switching to a reloaded segment.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -42,6 +47,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +113,7 @@ static rows_opt_t rows_opts[MAX_MODELS];
 static size_t num_rows_opts;
 static double opt_rate = 1.0;
 static uint64_t opt_seed = 0;
+static int opt_threads = 8; /* switch */
 
 /* Key of file row j of table t of model m. */
 int64_t cc_file_key(const model_t *m, uint32_t t, uint64_t j)
@@ -187,8 +194,8 @@ const char *cc_err_text(hps_err_t rc)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: client-check CONFIG exact|early|loop [--rows MODEL=N0,N1,...]... "
-                    "[--rate R] [--seed S]\n");
+    fprintf(stderr, "usage: client-check CONFIG exact|early|loop|switch "
+                    "[--rows MODEL=N0,N1,...]... [--rate R] [--seed S] [--threads N]\n");
     exit(2);
 }
 
@@ -212,6 +219,8 @@ static void parse_opts(int argc, char **argv)
             opt_rate = strtod(argv[++i], NULL);
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             opt_seed = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            opt_threads = atoi(argv[++i]);
         } else {
             usage();
         }
@@ -495,6 +504,72 @@ static int cmd_loop(const char *config)
     }
 }
 
+/* ---- switch ------------------------------------------------------------------ */
+
+enum { SWITCH_MAX_THREADS = 64, SWITCH_KEYS = 64 };
+
+typedef struct {
+    hps_client_t *c;
+    int64_t keys[SWITCH_KEYS];
+    float *out;
+    _Atomic uint32_t version; /* the last one this thread was answered from */
+} switch_thread_t;
+
+static void *switch_thread(void *arg)
+{
+    switch_thread_t *st = arg;
+    for (;;)
+        if (hps_client_lookup_table(st->c, 0, 0, SWITCH_KEYS, st->keys, HPS_KEY_INT64, HPS_HOST,
+                                    st->out, HPS_HOST, NULL) == 0)
+            atomic_store(&st->version, hps_client_last_version());
+    return NULL;
+}
+
+static int cmd_switch(const char *config)
+{
+    static switch_thread_t sts[SWITCH_MAX_THREADS];
+    hps_client_t *c = NULL;
+    char err[512] = "";
+    if (opt_threads < 1 || opt_threads > SWITCH_MAX_THREADS)
+        usage();
+    if (hps_client_open(config, HPS_HOST, &c, err, sizeof(err)) < 0) {
+        printf("OPEN FAILED %s\n", err);
+        return 2;
+    }
+    if (hps_client_wait_ready(c, 30000) < 0 || !describe(c, false)) {
+        printf("NOT READY %s\n", hps_client_last_error());
+        return 2;
+    }
+    const model_t *m = &cc_models[0];
+    uint64_t rng = 11;
+    for (int i = 0; i < opt_threads; i++) {
+        sts[i].c = c;
+        for (int k = 0; k < SWITCH_KEYS; k++)
+            sts[i].keys[k] = cc_vdb_key(m, 0, &rng);
+        sts[i].out = malloc((size_t)SWITCH_KEYS * m->t[0].dim * sizeof(float));
+        pthread_t th;
+        if (!sts[i].out || pthread_create(&th, NULL, switch_thread, &sts[i]) != 0) {
+            printf("THREAD FAILED\n");
+            return 2;
+        }
+    }
+    printf("READY pid %d, %d threads\n", (int)getpid(), opt_threads);
+    uint32_t said = 0;
+    const struct timespec tick = {0, 10000000}; /* 10 ms */
+    for (;;) {
+        nanosleep(&tick, NULL);
+        uint32_t oldest = UINT32_MAX;
+        for (int i = 0; i < opt_threads; i++) {
+            uint32_t v = atomic_load(&sts[i].version);
+            oldest = v < oldest ? v : oldest;
+        }
+        if (oldest && oldest != said) {
+            printf("VERSION %u\n", oldest);
+            said = oldest;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -507,6 +582,8 @@ int main(int argc, char **argv)
         return cmd_early(argv[1]);
     if (!strcmp(argv[2], "loop"))
         return cmd_loop(argv[1]);
+    if (!strcmp(argv[2], "switch"))
+        return cmd_switch(argv[1]);
     usage();
     return 2;
 }

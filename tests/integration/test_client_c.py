@@ -29,6 +29,7 @@ Skips (1..0 # SKIP) when an executable is missing.
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
+import test_reload as R  # noqa: E402  (sighup)
 
 RATE = 0.5
 WORKER_TIMEOUT_MS = 500
@@ -221,6 +223,35 @@ def model32(t, cl):
     t.ok(rc == 0, "hps-shm check %s passes" % seg, out + err)
 
 
+def switch_under_threads(t, cl):
+    """A reload while 8 threads of one C client look up back to back (more
+    threads than this machine's cores): the client moves to the new
+    segment within a few seconds (glibc's rwlock let the overlapping
+    lookups starve the switch: the client answered version 1 for good, and
+    closing it later removed the serving segment)."""
+    seg = cl.new_segment_name("sw")
+    v1 = cl.gen_model("s", rows=[3000], dims=[8], subdir="sw/v1", segment=seg, version=1)
+    v2 = cl.gen_model("s", rows=[3000], dims=[8], subdir="sw/v2", segment=seg, version=2)
+    settings = [("volatile_db", "initial_cache_rate", 1.0), ("hps", "worker_timeout_ms", 1000)]
+    conf = cl.write_config("sw.ini", v1.ini_text, settings)
+    coord = cl.start_coordinator(conf)
+    child = cl._spawn("client-check-switch", [CLIENT_CHECK, conf, "switch", "--threads", "8"],
+                      "client-check-switch.log")
+    t.ok(H.wait_until(lambda: "VERSION 1" in child.log(), 30), "switch: 8 threads answered "
+         "from version 1", child.log()[-2000:])
+    cl.write_config("sw.ini", v2.ini_text, settings)
+    R.sighup(t, coord, "switch: SIGHUP to version 2")
+    t.ok(H.wait_until(lambda: "VERSION 2" in child.log(), 10),
+         "switch: every thread answered from version 2 within 10 s of the publish",
+         child.log()[-2000:])
+    child.kill(signal.SIGTERM)
+    child.wait(10)
+    t.ok(cl.segment_exists(seg), "switch: the serving segment is still there after the client "
+         "exits")
+    coord.kill(signal.SIGTERM)
+    coord.wait(30)
+
+
 def body(t, cl):
     m = cl.gen_model("m", rows=M_ROWS, dims=M_DIMS, defaults=M_DEFS)
     n = cl.gen_model("n", rows=N_ROWS, dims=N_DIMS, defaults=N_DEFS)
@@ -248,6 +279,7 @@ def body(t, cl):
     rc, out, err = cl.shm("check", cl.segment)
     t.ok(rc == 0, "hps-shm check %s passes" % cl.segment, out + err)
     model32(t, cl)
+    switch_under_threads(t, cl)
 
 
 def main():

@@ -20,7 +20,7 @@
 #define MAINT_PERIOD_MS 50
 
 /* Identity of /dev/shm/hps.<name> now; false if it does not exist. */
-static bool object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino)
+bool hps__client_object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino)
 {
     char path[300];
     struct stat st;
@@ -211,10 +211,10 @@ static bool any_misfit(const hps_client_t *cl)
  * the INI while resolve() ran). */
 static void resolve_again(hps_client_t *cl)
 {
-    pthread_rwlock_wrlock(&cl->seg_lock);
+    hps__client_seg_write_lock(cl);
     atomic_store(&cl->resolved, resolve(cl));
     hps__client_gpu_resolved(cl);
-    pthread_rwlock_unlock(&cl->seg_lock);
+    hps__client_seg_write_unlock(cl);
 }
 
 /* Attach if not attached, or if the object was replaced; under the write lock. */
@@ -222,7 +222,7 @@ static void reattach(hps_client_t *cl)
 {
     dev_t dev = 0;
     ino_t ino = 0;
-    bool exists = object_id(cl, &dev, &ino);
+    bool exists = hps__client_object_id(cl, &dev, &ino);
     if (cl->db && exists && dev == cl->seg_dev && ino == cl->seg_ino)
         return;
     if (!exists && !cl->db) {
@@ -264,7 +264,7 @@ static void reattach(hps_client_t *cl)
     bool looked = fresh && coordinator_serves(cl, fresh);
     if (looked) /* a reload may have changed a model's tables */
         hps__client_follow_shapes(cl, fresh);
-    pthread_rwlock_wrlock(&cl->seg_lock);
+    hps__client_seg_write_lock(cl);
     hps_shmdb_t *old = cl->db;
     if (fresh) {
         cl->db = fresh;
@@ -286,7 +286,7 @@ static void reattach(hps_client_t *cl)
         if (old)
             hps__client_gpu_switched(cl); /* cached rows may be another version's */
     }
-    pthread_rwlock_unlock(&cl->seg_lock);
+    hps__client_seg_write_unlock(cl);
     if (old && fresh) {
         HPS_INFO("a coordinator published a new segment (a start, a reload or a model "
                  "control request); re-attached");
@@ -314,11 +314,11 @@ static void maint_round(hps_client_t *cl)
     /* Tables appear while a coordinator loads into this segment; once it
      * serves, those still missing are not loaded (until the next switch). */
     if (!atomic_load(&cl->resolved) && !atomic_load(&cl->settled)) {
-        pthread_rwlock_wrlock(&cl->seg_lock);
+        hps__client_seg_write_lock(cl);
         bool all = resolve(cl);
         if (!all && alive)
             forget_unloaded(cl);
-        pthread_rwlock_unlock(&cl->seg_lock);
+        hps__client_seg_write_unlock(cl);
         if (all) {
             atomic_store(&cl->resolved, true);
             HPS_INFO("all tables of %zu model%s found in the volatile DB", cl->num_models,

@@ -241,13 +241,20 @@ const hps_conf_model_t *hps_client_model_conf(const hps_client_t *cl, size_t mi)
 /* HugeCTR's shared_memory_auto_remove: the last one out removes the
  * segment (only when no coordinator serves it any more), counting the
  * other clients of this process too (their mapping would outlive the name,
- * but no process started later would find the segment). */
+ * but no process started later would find the segment).  Only while the
+ * name is still that segment's: a client left on a segment a coordinator
+ * has since replaced removed the serving one (every process started
+ * later found no segment).  The maintenance thread has stopped: seg_dev
+ * and seg_ino are still. */
 static void release_segment(hps_client_t *cl)
 {
     if (!cl->db)
         return;
-    bool last =
-        cl->conf->volatile_db.shared_memory_auto_remove && hps_shmdb_other_rows(cl->db) == 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    bool last = cl->conf->volatile_db.shared_memory_auto_remove &&
+                hps_shmdb_other_rows(cl->db) == 0 && hps__client_object_id(cl, &dev, &ino) &&
+                dev == cl->seg_dev && ino == cl->seg_ino;
     hps_shmdb_detach(cl->db);
     cl->db = NULL;
     if (last && hps_shmdb_unlink(cl->conf->volatile_db.shared_memory_name) == 0)
@@ -287,6 +294,8 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
                              : (unsigned)(conf->worker.http_threads + conf->worker.lookup_threads);
     cl->key_bytes = conf->hps.supportlonglong ? 8 : 4;
     pthread_rwlock_init(&cl->seg_lock, NULL);
+    pthread_mutex_init(&cl->seg_wait_mu, NULL);
+    pthread_cond_init(&cl->seg_wait_cv, NULL);
     int rc = init_models(cl);
     if (rc == 0)
         rc = hps__client_maint_start(cl);
@@ -341,6 +350,8 @@ void hps_client_close(hps_client_t *cl)
     release_segment(cl);
     free_models(cl);
     pthread_rwlock_destroy(&cl->seg_lock);
+    pthread_cond_destroy(&cl->seg_wait_cv);
+    pthread_mutex_destroy(&cl->seg_wait_mu);
     hps_conf_free(cl->own_conf);
     free(cl);
 }
@@ -693,6 +704,32 @@ const char *hps__client_misfit_why(hps_client_t *cl)
                  "served until the INIs agree";
 }
 
+void hps__client_seg_write_lock(hps_client_t *cl)
+{
+    atomic_fetch_add(&cl->seg_writers, 1); /* lookups arriving from now on wait */
+    pthread_rwlock_wrlock(&cl->seg_lock);
+}
+
+void hps__client_seg_write_unlock(hps_client_t *cl)
+{
+    pthread_rwlock_unlock(&cl->seg_lock);
+    pthread_mutex_lock(&cl->seg_wait_mu);
+    if (atomic_fetch_sub(&cl->seg_writers, 1) == 1)
+        pthread_cond_broadcast(&cl->seg_wait_cv);
+    pthread_mutex_unlock(&cl->seg_wait_mu);
+}
+
+void hps__client_seg_lookup_lock(hps_client_t *cl)
+{
+    if (atomic_load_explicit(&cl->seg_writers, memory_order_relaxed) > 0) {
+        pthread_mutex_lock(&cl->seg_wait_mu);
+        while (atomic_load(&cl->seg_writers) > 0)
+            pthread_cond_wait(&cl->seg_wait_cv, &cl->seg_wait_mu);
+        pthread_mutex_unlock(&cl->seg_wait_mu);
+    }
+    pthread_rwlock_rdlock(&cl->seg_lock);
+}
+
 /* A lookup whose arguments check_call accepted (nk > 0 keys, nfloats
  * output values), timed from t0 and counted. */
 static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const int32_t *numkeys,
@@ -702,7 +739,7 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
 {
     hps_err_t rc;
     client_model_t *m = &cl->models[mi];
-    pthread_rwlock_rdlock(&cl->seg_lock);
+    hps__client_seg_lookup_lock(cl);
     if (atomic_load(&m->misfit)) {
         pthread_rwlock_unlock(&cl->seg_lock);
         return hps__client_fail(HPS_ENOTFOUND,

@@ -87,6 +87,17 @@ struct hps_client {
      * recreates it.  Lookups hold seg_lock for reading, the swap and table
      * resolution for writing. */
     pthread_rwlock_t seg_lock;
+    /* glibc's rwlock lets readers in while a writer waits: with lookups
+     * overlapping on more threads than cores, a switch to a new segment
+     * waited forever (an in-process client kept answering from the old
+     * version).  Writers count themselves here first (seg_write_lock); a
+     * lookup entering waits on seg_wait_cv while any writer waits or
+     * writes (seg_lookup_lock).  Nested read locks (already holding
+     * seg_lock) do not wait, so no reader deadlocks on a waiting writer.
+     * seg_writers: atomic; changed to 0 under seg_wait_mu. */
+    _Atomic int seg_writers;
+    pthread_mutex_t seg_wait_mu;
+    pthread_cond_t seg_wait_cv;
     hps_shmdb_t *db; /* seg_lock */
     dev_t seg_dev;   /* maintenance thread only */
     ino_t seg_ino;   /* maintenance thread only */
@@ -217,6 +228,18 @@ uint64_t hps__client_now_ns(void);
 /** Record the calling thread's error message (hps_client_last_error); returns rc. */
 hps_err_t hps__client_fail(hps_err_t rc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/** The device and inode of /dev/shm/hps.<shared_memory_name> now; false
+ *  when there is none. */
+bool hps__client_object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino);
+
+/** Take seg_lock for writing, ahead of the lookups that arrive meanwhile
+ *  (cl->seg_writers).  Release with hps__client_seg_write_unlock. */
+void hps__client_seg_write_lock(hps_client_t *cl);
+void hps__client_seg_write_unlock(hps_client_t *cl);
+/** Take seg_lock for reading as a lookup entering the library does: after
+ *  any writer that waits (never while the caller holds seg_lock). */
+void hps__client_seg_lookup_lock(hps_client_t *cl);
 
 /** Whether a segment is attached (cl->db, read under seg_lock: the
  *  maintenance thread attaches and switches). */
