@@ -238,7 +238,10 @@ bool hps_client_model_loaded(const hps_client_t *c, size_t model);
  * files or version).  Unloading frees the model's shared memory and drops
  * its RocksDB column families (a later load ingests its files again).
  * A model that this client was not opened with (added to the INI later) is
- * loaded for the other processes, but this client does not serve it.
+ * learned from the INI (hps_client_refresh_models) and served by this
+ * client too.  An unload of a model this client never saw served (not in
+ * the INI, or never loaded) is refused with HPS_EIO and msg "Model to be
+ * unloaded has not been served" (Triton's answer; nothing asked).
  * @param[in]  op          HPS_MODEL_LOAD or HPS_MODEL_UNLOAD.
  * @param[in]  model       Model name, host string.
  * @param[in]  timeout_ms  How long to wait for the answer; 0 = no limit.

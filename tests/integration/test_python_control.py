@@ -9,7 +9,8 @@ real hps-coordinator and beside an hps-worker on the same segment:
   - client.load_model("n") returns the coordinator's answer once n serves
     in this process: n's vectors exact; the worker's index shows n READY;
   - refusals raise hps.Error HPS_EIO with the reason (an unknown model, a
-    model whose emb_vector is corrupt) and change nothing;
+    model whose emb_vector is corrupt, an unload of a model never served:
+    Triton's "Model to be unloaded has not been served") and change nothing;
   - client.unload_model("n"): lookups of n raise HPS_ENOTFOUND again, the
     worker's index shows n UNAVAILABLE "unloaded", m still exact;
   - a model added to the INI while the client runs: load_model, then its
@@ -88,6 +89,10 @@ def body(t, cl):
              "the worker's index: n READY", st)
         raises(t, lambda: c.load_model("nosuch"), "load_model of a model not in the INI",
                hps.HPS_EIO)
+        # Triton's refusal, as hps-worker's 400 (it returned "model ... is not loaded")
+        for name in ("nosuch", "bad"):
+            raises(t, lambda x=name: c.unload_model(x), "unload_model(%r), never served" % name,
+                   hps.HPS_EIO, "Model to be unloaded has not been served")
         try:
             c.load_model("bad")
             t.ok(False, "load_model of a corrupt model: hps.Error")

@@ -218,7 +218,9 @@ hps_err_t hps_client_refresh_models(hps_client_t *cl, size_t *ret_added)
         char err[512];
         if (hps_conf_load(cl->conf->source, &conf, err, sizeof(err)) < 0) {
             HPS_WARN("reading %s again for added models: %s", cl->conf->source, err);
-            rc = HPS_ECONFIG; /* read again at the next change */
+            /* read again at the next change */
+            rc = hps__client_fail(HPS_ECONFIG, "reading %s again for added models: %s",
+                                  cl->conf->source, err);
         } else if (!learn_from(cl, conf, &added, &rc)) {
             hps_conf_free(conf);
         } else if (!hps__client_keep_conf(cl, conf)) {

@@ -25,6 +25,10 @@
  * keeps one stale verdict of a client that just attached from ending it. */
 #define GONE_NS 200000000ull
 
+/* Triton's answer to an unload of a model it never served
+ * (model_repository_manager.cc), hps-worker's 400 too (kserve_repo.c). */
+#define UNLOAD_NEVER_SERVED "Model to be unloaded has not been served"
+
 /* The CLOCK_MONOTONIC ns of the serving coordinator's last heartbeat, or
  * 0 (none, or not attached). */
 static uint64_t coord_heartbeat_ns(hps_client_t *cl)
@@ -152,8 +156,22 @@ hps_err_t hps_client_model_control(hps_client_t *cl, hps_model_op_t op, const ch
     bool known = false;
     for (size_t i = 0; i < cl->num_models && !known; i++)
         known = strcmp(cl->models[i].conf->name, model) == 0;
-    if (op == HPS_MODEL_LOAD && !known)
+    if (!known)
         hps_client_refresh_models(cl, NULL); /* added to the INI since it was read */
+    /* Triton's refusal of an unload, as hps-worker answers it (400) */
+    if (op == HPS_MODEL_UNLOAD) {
+        size_t mi;
+        hps_model_state_t st = HPS_MODEL_UNLOADED;
+        bool served = false;
+        if (hps_client_model_find(cl, model, &mi) < 0 ||
+            (hps_client_model_state(cl, mi, &st, &served) == 0 && st == HPS_MODEL_UNLOADED &&
+             !served)) {
+            if (msg && msg_len)
+                snprintf(msg, msg_len, "%s", UNLOAD_NEVER_SERVED);
+            return hps__client_fail(HPS_EIO, "model control: unload %s: %s", model,
+                                    UNLOAD_NEVER_SERVED);
+        }
+    }
     uint64_t id = new_id();
     hps_err_t rc = submit(cl, op, model, id, text, sizeof(text));
     uint64_t end = hps__client_now_ns() + (uint64_t)timeout_ms * 1000000ull;

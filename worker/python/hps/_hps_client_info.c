@@ -335,7 +335,7 @@ const char hpspy_client_load_model_doc[] =
               "segment beside the serving one; returns the coordinator's answer once this\n"
               "client serves from it (GIL released while waiting).  Loading a loaded model\n"
               "reloads it (new files or version).  A model added to the INI after this\n"
-              "client opened is loaded for the other processes, not served by this one.\n"
+              "client opened is learned from the INI and served by this client too.\n"
               "\n"
               "model       the name (str; at most 120 bytes, no NUL character).\n"
               "timeout_ms  how long to wait for the answer, an int >= 0 in milliseconds\n"
@@ -356,9 +356,11 @@ const char hpspy_client_unload_model_doc[] =
     PyDoc_STR("unload_model(model, timeout_ms=600000) -> str\n"
               "\n"
               "Unload model (explicit model control): its shared memory and GPU caches\n"
-              "are freed (its persistent-DB rows stay, for a later load); lookups of it\n"
-              "then raise hps.Error (HPS_ENOTFOUND).  Arguments and errors as\n"
-              "load_model(): timeout_ms=0 means no limit.");
+              "are freed and its persistent-DB tables dropped (a later load ingests its\n"
+              "files again: online updates applied to it are gone); lookups of it then\n"
+              "raise hps.Error (HPS_ENOTFOUND).  A model never served raises hps.Error\n"
+              "(HPS_EIO, \"Model to be unloaded has not been served\", Triton's answer).\n"
+              "Arguments and errors as load_model(): timeout_ms=0 means no limit.");
 
 static PyObject *client_control(client_object *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames, hps_model_op_t op)
