@@ -411,6 +411,41 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * left a part of the rows).  The record names the files' contents, not
  * their paths: hosts that share the cluster may keep their copies anywhere.
  */
+/* Partitions with no row count as lost (by a table of at least
+ * LOST_MIN_ROWS_PER_PART rows per partition, keys spread over them: an
+ * empty one then has odds below P e^-32). */
+#define LOST_MIN_ROWS_PER_PART 32u
+
+/* Whether Redis lost rows of a table whose record names these files: a
+ * partition hash that is gone (evicted whole by maxmemory, a FLUSHALL, a
+ * node that came back empty) while the files' rows fill every partition.
+ * Its record alone stayed, and the table was never filled again: those
+ * keys got the default for good.  Then the rows go and are filled again
+ * from the files (the updates applied to the lost ones are gone anyway).
+ * A Redis error: false (the rows are taken as they are; the fill's own
+ * calls say what fails). */
+static bool ddb_lost_partitions(coord_t *c, coord_table_t *ct, const coord_ident_t *id,
+                                const char *what)
+{
+    unsigned np = (unsigned)c->conf->distributed_db.num_partitions, empty = 0;
+    uint64_t rows = id->stamp[0].ino ? (uint64_t)id->stamp[1].size / ((uint64_t)ct->dim * 4) : 0;
+    if (!np || rows < (uint64_t)LOST_MIN_ROWS_PER_PART * np)
+        return false;
+    for (unsigned p = 0; p < np; p++) {
+        uint64_t n = 0;
+        char err[256] = "";
+        if (hps_ddb_partition_rows(ct->ddb, p, &n, err, sizeof(err)) < 0)
+            return false;
+        empty += n == 0;
+    }
+    if (empty)
+        HPS_WARN("%s: the distributed DB lost every row of %u of its %u partitions (evicted by "
+                 "maxmemory, flushed, or a node that came back empty), though its record names "
+                 "these model files: removing its rows and filling it again from them",
+                 what, empty, np);
+    return empty > 0;
+}
+
 static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, bool *kept)
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
@@ -436,7 +471,9 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
                      m->name, ct->name);
-        if (rc == HPS_ENOTFOUND || (rc == 0 && strcmp(rec, st->ident[t].content) == 0)) {
+        bool lost = rc == 0 && strcmp(rec, st->ident[t].content) == 0 &&
+                    ddb_lost_partitions(c, ct, &st->ident[t], what);
+        if (rc == HPS_ENOTFOUND || (rc == 0 && !lost && strcmp(rec, st->ident[t].content) == 0)) {
             int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
             if (ex)
                 return ex;
@@ -445,9 +482,10 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
         }
         if (rc == 0) {
             coord_prev_ddb_replacing(c, m->name, ct->name); /* the serving segment's misses */
-            HPS_INFO("model %s table %s: the distributed DB holds the rows of other model files "
-                     "(%s; now %s): removing them before loading",
-                     m->name, ct->name, rec, st->ident[t].content);
+            if (!lost)
+                HPS_INFO("model %s table %s: the distributed DB holds the rows of other model "
+                         "files (%s; now %s): removing them before loading",
+                         m->name, ct->name, rec, st->ident[t].content);
             while (coord_ddb_wait(c, &w, rc = hps_ddb_record_set(ct->ddb, NULL, err, sizeof(err)),
                                   what, err))
                 ;

@@ -17,7 +17,9 @@ puts the other half into Redis too), then:
   (2) a restart on the same files keeps Redis's rows: a row changed in
       Redis (as an online update to the layer would) is still served;
   (3) data without a record (written by HugeCTR, which writes none) is kept
-      too, and the record is written;
+      too, and the record is written; then two partition hashes deleted
+      (as maxmemory eviction or a flush loses them) with the record left:
+      a restart fills the table again (those keys got the default for good);
   (4) SIGHUP to a version 3 of another dimension (its worker stopped
       first; one started after it checks the answers): the rows of version 2
       are removed, not refused as rows that do not fit, and version 3
@@ -141,6 +143,23 @@ def scenario(t, cl, rc):
     t.ok("has no record of the model files its rows came from" in coord.log(),
          "the log says the rows were taken for these files'")
     t.eq(record(rc), rec2, "and the record is written")
+
+    # (3b) partition hashes lost (evicted whole by maxmemory, a flush, a node
+    # back empty) while the record stayed: the table was taken as it was,
+    # and those keys got the default for good; now it is filled again
+    lost = [p for p in range(R.NP) if p != R.part_of(k)][:2]
+    for p in lost:
+        R.redis_cmd(rc.alive_ports()[0], "DEL", R.hname("m", TABLE, p))
+    stop(w, coord)
+    conf, coord, w = start(cl, rc, v2, 0.0, "hps.ini")
+    v2k = v2.file_keys[0]
+    got = answers(w, v2k)
+    wrong = sum(1 for key, g in zip(v2k, got) if g != H.gen_vector(0, key, DIM, 2))
+    t.eq(wrong, 0, "partitions %s lost from Redis, restart: every key of v2 exact (%d of %d "
+         "wrong)" % (lost, wrong, len(v2k)))
+    t.ok("lost every row of 2 of its 8 partitions" in coord.log(), "the log says so",
+         coord.log()[-2000:])
+    t.eq(R.total_rows(rc, "m", TABLE), ROWS - 1000, "Redis holds every row of v2 again")
 
     # (4) a version of another dimension: the old rows are removed, not
     # refused as rows that do not fit (they are not kept)
