@@ -31,15 +31,24 @@ static void insert_cmds(cmdlist_t *cl, hps_ddb_table_t *t, unsigned p, const voi
     hps__ddb_cl_begin(cl, t, p, "HLEN", 'v');
 }
 
-/* Rows an insert wrote: n, or (missing) the HSETNX replies of 1. */
-static size_t rows_written(const cmdlist_t *cl, size_t n, bool missing)
+/* Rows an insert wrote, from the replies of its value-hash commands (those
+ * whose argv[1] is one of t->vkey): every field of an HSET answered with an
+ * integer, each HSETNX answered 1.  Counted whether or not another command
+ * failed: a batch refused on one partition wrote the others. */
+static size_t rows_written(const hps_ddb_table_t *t, const cmdlist_t *cl)
 {
-    if (!missing)
-        return n;
+    const char *v0 = t->vkey[0], *v1 = t->vkey[t->np];
     size_t w = 0;
-    for (size_t i = 0; i < cl->n; i++)
-        w += cl->c[i].argvlen[0] == 6 && !memcmp(cl->c[i].argv[0], "HSETNX", 6) && cl->c[i].reply &&
-             cl->c[i].reply->type == REDIS_REPLY_INTEGER && cl->c[i].reply->integer == 1;
+    for (size_t i = 0; i < cl->n; i++) {
+        const hps_rcluster_cmd_t *c = &cl->c[i];
+        if (c->argc < 2 || c->argv[1] < v0 || c->argv[1] >= v1 || !c->reply ||
+            c->reply->type != REDIS_REPLY_INTEGER)
+            continue;
+        if (c->argvlen[0] == 6 && !memcmp(c->argv[0], "HSETNX", 6))
+            w += c->reply->integer == 1;
+        else if (c->argvlen[0] == 4 && !memcmp(c->argv[0], "HSET", 4))
+            w += (size_t)(c->argc - 2) / 2;
+    }
     return w;
 }
 
@@ -82,10 +91,9 @@ static hps_err_t insert_rows(hps_ddb_table_t *t, size_t n, const void *keys, con
                 insert_cmds(&cl, t, p, keys, values, order, a,
                             a + B < start[p + 1] ? a + B : start[p + 1], &now, missing);
         e = hps_rcluster_exec(t->db->rc, cl.n, cl.c, err, err_len);
+        written = rows_written(t, &cl); /* the replies there are, failed or not */
         if (!e)
             e = hps__ddb_reply_errors(&cl, err, err_len);
-        if (!e)
-            written = rows_written(&cl, n, missing);
         if (!e)
             e = resolve_all(t, &cl, err, err_len);
     }

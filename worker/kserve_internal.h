@@ -270,7 +270,8 @@ struct hps__kserve_route {
  * states, or READY when worker_ready, else UNAVAILABLE with the reason), or
  * {"name"} alone for a model never loaded; a model not loaded whose last
  * load through this worker failed is UNAVAILABLE with that failure as the
- * reason (load_failure, read under fail_mu).  body (len bytes, not
+ * reason (load_failure, read under fail_mu; fail_mu NULL: none shown, as
+ * the fuzz target calls it).  body (len bytes, not
  * terminated, may be empty) is empty or {"ready": bool}; ready true lists
  * only READY models.  Returns 0, or -1 with err set (400: not a JSON
  * object, "ready" not a boolean; 500: out of memory), out unchanged.

@@ -437,8 +437,10 @@ enum hps_lookup_flags {
      *  would wait for the
      *  coordinator: keys missing in the volatile DB (and, for a model served
      *  by GPU caches, in the cache, below hit_rate_threshold) while it
-     *  serves.  An event loop answers what shared memory and the GPU caches
-     *  hold inline and hands the rest to threads that may wait. */
+     *  serves; and while the client switches to a new segment (a reload
+     *  published it: the switch waits for the lookups under way).  An event
+     *  loop answers what shared memory and the GPU caches hold inline and
+     *  hands the rest to threads that may wait. */
     HPS_LOOKUP_NOWAIT = 1u << 0,
 };
 

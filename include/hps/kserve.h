@@ -544,9 +544,12 @@ hps_err_t hps_kserve_set_model_version(hps_kserve_t *srv, size_t model_index, ui
  * statistics and nv_inference_* counters start again at 0, so its next load
  * counts from 0, as Triton's do (they go with the unloaded model).  While
  * the backend's model_loaded says false, /metrics has no sample of the
- * model (Triton's metrics of an unloaded model disappear likewise).
+ * model (Triton's metrics of an unloaded model disappear likewise).  A
+ * failed load the repository index shows for the model is forgotten (it was
+ * loaded since).
  * @return 0; HPS_EINVAL (srv NULL, model_index out of range).
- * Thread-safe (relaxed stores, as hps_kserve_set_model_version's).
+ * Thread-safe (relaxed stores, as hps_kserve_set_model_version's; the load
+ * failure under the server's mutex for it).
  */
 hps_err_t hps_kserve_model_unloaded(hps_kserve_t *srv, size_t model_index);
 

@@ -46,6 +46,7 @@
 #endif
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -515,10 +516,18 @@ typedef struct {
     _Atomic uint32_t version; /* the last one this thread was answered from */
 } switch_thread_t;
 
+static volatile sig_atomic_t switch_stop; /* SIGTERM: close the client, exit 0 */
+
+static void switch_on_term(int sig)
+{
+    (void)sig;
+    switch_stop = 1;
+}
+
 static void *switch_thread(void *arg)
 {
     switch_thread_t *st = arg;
-    for (;;)
+    while (!switch_stop)
         if (hps_client_lookup_table(st->c, 0, 0, SWITCH_KEYS, st->keys, HPS_KEY_INT64, HPS_HOST,
                                     st->out, HPS_HOST, NULL) == 0)
             atomic_store(&st->version, hps_client_last_version());
@@ -528,7 +537,9 @@ static void *switch_thread(void *arg)
 static int cmd_switch(const char *config)
 {
     static switch_thread_t sts[SWITCH_MAX_THREADS];
+    pthread_t ths[SWITCH_MAX_THREADS];
     hps_client_t *c = NULL;
+    signal(SIGTERM, switch_on_term);
     char err[512] = "";
     if (opt_threads < 1 || opt_threads > SWITCH_MAX_THREADS)
         usage();
@@ -547,8 +558,7 @@ static int cmd_switch(const char *config)
         for (int k = 0; k < SWITCH_KEYS; k++)
             sts[i].keys[k] = cc_vdb_key(m, 0, &rng);
         sts[i].out = malloc((size_t)SWITCH_KEYS * m->t[0].dim * sizeof(float));
-        pthread_t th;
-        if (!sts[i].out || pthread_create(&th, NULL, switch_thread, &sts[i]) != 0) {
+        if (!sts[i].out || pthread_create(&ths[i], NULL, switch_thread, &sts[i]) != 0) {
             printf("THREAD FAILED\n");
             return 2;
         }
@@ -556,7 +566,7 @@ static int cmd_switch(const char *config)
     printf("READY pid %d, %d threads\n", (int)getpid(), opt_threads);
     uint32_t said = 0;
     const struct timespec tick = {0, 10000000}; /* 10 ms */
-    for (;;) {
+    while (!switch_stop) {
         nanosleep(&tick, NULL);
         uint32_t oldest = UINT32_MAX;
         for (int i = 0; i < opt_threads; i++) {
@@ -568,6 +578,13 @@ static int cmd_switch(const char *config)
             said = oldest;
         }
     }
+    for (int i = 0; i < opt_threads; i++) {
+        pthread_join(ths[i], NULL);
+        free(sts[i].out);
+    }
+    hps_client_close(c);
+    printf("CLOSED\n");
+    return 0;
 }
 
 int main(int argc, char **argv)

@@ -235,19 +235,21 @@ def switch_under_threads(t, cl):
     settings = [("volatile_db", "initial_cache_rate", 1.0), ("hps", "worker_timeout_ms", 1000)]
     conf = cl.write_config("sw.ini", v1.ini_text, settings)
     coord = cl.start_coordinator(conf)
-    child = cl._spawn("client-check-switch", [CLIENT_CHECK, conf, "switch", "--threads", "8"],
-                      "client-check-switch.log")
-    t.ok(H.wait_until(lambda: "VERSION 1" in child.log(), 30), "switch: 8 threads answered "
-         "from version 1", child.log()[-2000:])
+    nth = max(8, 2 * (os.cpu_count() or 1))  # more than the cores, whatever the machine
+    child = cl._spawn("client-check-switch", [CLIENT_CHECK, conf, "switch", "--threads",
+                                              str(nth)], "client-check-switch.log")
+    t.ok(H.wait_until(lambda: "VERSION 1" in child.log(), 30), "switch: %d threads answered "
+         "from version 1" % nth, child.log()[-2000:])
     cl.write_config("sw.ini", v2.ini_text, settings)
     R.sighup(t, coord, "switch: SIGHUP to version 2")
     t.ok(H.wait_until(lambda: "VERSION 2" in child.log(), 10),
          "switch: every thread answered from version 2 within 10 s of the publish",
          child.log()[-2000:])
     child.kill(signal.SIGTERM)
-    child.wait(10)
+    t.ok(child.wait(20) == 0 and "CLOSED" in child.log(), "switch: SIGTERM: the client closed",
+         child.log()[-2000:])
     t.ok(cl.segment_exists(seg), "switch: the serving segment is still there after the client "
-         "exits")
+         "closed (shared_memory_auto_remove: the coordinator is attached)")
     coord.kill(signal.SIGTERM)
     coord.wait(30)
 

@@ -185,8 +185,8 @@ def body(t, cl):
          seg["coordinator_timeout_ms"] == WORKER_TIMEOUT_MS,
          "SIGSTOP: hps-shm info: the coordinator stalled, not alive", repr(seg))
     rc, out, _ = cl.shm("ls")
-    t.ok(rc == 0 and "stalled: coordinator pid %d" % c2.pid in out, "SIGSTOP: hps-shm ls: stalled",
-         out)
+    t.ok(rc == 0 and "stalled: coordinator pid %d silent past worker_timeout_ms %d" %
+         (c2.pid, WORKER_TIMEOUT_MS) in out, "SIGSTOP: hps-shm ls: stalled", out)
 
     # ---- (b) kill it; coordinator 3 recreates the segment -------------------
     c2.kill(signal.SIGKILL)

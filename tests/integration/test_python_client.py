@@ -283,6 +283,14 @@ def basics(t, cl, model, conf, c):
     t.ok(np.array_equal(big[:48], vecs(model, 0, ks[:48])) and (big[48:] == 7.0).all(),
          "hps.HPS.lookup_fromdlpack of (12, 4) keys into a larger out: the first 48 rows "
          "exact, the rest untouched", mismatch(big[:48], vecs(model, 0, ks[:48])))
+    # the same into an out at an odd address (written through an aligned copy):
+    # the tail was overwritten with the copy's uninitialised memory
+    odd = np.frombuffer(bytearray(4 * 16 * (48 + 5) + 1), dtype=np.float32, offset=1)
+    odd[:] = 7.0
+    h.lookup_fromdlpack(np.array(batch), odd, "m", 0)
+    t.ok(np.array_equal(odd[:48 * 16].reshape(48, 16), vecs(model, 0, ks[:48])) and
+         (odd[48 * 16:] == 7.0).all(), "... into a larger out at an odd address: the tail "
+         "untouched", odd[48 * 16:][:8])
     raises(t, lambda: h.lookup_fromdlpack(keys, np.zeros((len(ks) - 1, 16), np.float32), "m", 0),
            "hps.HPS.lookup_fromdlpack into a short out", hps.HPS_EINVAL,
            "out must hold at least %d elements" % (len(ks) * 16))

@@ -157,7 +157,7 @@ static int ls_json(const hps__tool_t *t, const ls_row_t *rows, size_t n, const l
 
 static void ls_text_row(const ls_row_t *r, int w)
 {
-    char size[32], committed[32], status[64];
+    char size[32], committed[32], status[128];
 
     if (r->err != 0) {
         if (r->file_bytes >= 0)

@@ -295,9 +295,20 @@ hps_err_t hps_client_open_conf(const hps_conf_t *conf, const hps_client_options_
                              ? o->max_concurrent
                              : (unsigned)(conf->worker.http_threads + conf->worker.lookup_threads);
     cl->key_bytes = conf->hps.supportlonglong ? 8 : 4;
-    pthread_rwlock_init(&cl->seg_lock, NULL);
+    /* Readers first (glibc's default, said here: nested read locks must not
+     * wait for a waiting writer); writers get their turn from the lookups'
+     * gate instead (hps__client_seg_lookup_lock). */
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_READER_NP);
+    pthread_rwlock_init(&cl->seg_lock, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
     pthread_mutex_init(&cl->seg_wait_mu, NULL);
-    pthread_cond_init(&cl->seg_wait_cv, NULL);
+    pthread_condattr_t ca; /* timed waits on CLOCK_MONOTONIC (hps__client_now_ns) */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cl->seg_wait_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = init_models(cl);
     if (rc == 0)
         rc = hps__client_maint_start(cl);
@@ -721,15 +732,32 @@ void hps__client_seg_write_unlock(hps_client_t *cl)
     pthread_mutex_unlock(&cl->seg_wait_mu);
 }
 
-void hps__client_seg_lookup_lock(hps_client_t *cl)
+/* Longest a lookup waits for a writer that waits for seg_lock (below). */
+#define SEG_GATE_MAX_NS 5000000ull
+
+bool hps__client_seg_lookup_lock(hps_client_t *cl, bool nowait)
 {
     if (atomic_load_explicit(&cl->seg_writers, memory_order_relaxed) > 0) {
+        if (nowait)
+            return false;
+        /* The writer waits for the lookups that hold the lock: a few
+         * microseconds each, or the time their misses take.  One held
+         * longer (misses a stalled coordinator leaves unanswered until
+         * miss_timeout_ms; the GPU thread building caches) must not stop
+         * the lookups of keys in shared memory: past SEG_GATE_MAX_NS they
+         * go on as before the gate, and the switch waits for it. */
+        struct timespec dl;
+        uint64_t ns = hps__client_now_ns() + SEG_GATE_MAX_NS;
+        dl.tv_sec = (time_t)(ns / 1000000000u);
+        dl.tv_nsec = (long)(ns % 1000000000u);
         pthread_mutex_lock(&cl->seg_wait_mu);
-        while (atomic_load(&cl->seg_writers) > 0)
-            pthread_cond_wait(&cl->seg_wait_cv, &cl->seg_wait_mu);
+        while (atomic_load(&cl->seg_writers) > 0 &&
+               pthread_cond_timedwait(&cl->seg_wait_cv, &cl->seg_wait_mu, &dl) != ETIMEDOUT)
+            ;
         pthread_mutex_unlock(&cl->seg_wait_mu);
     }
     pthread_rwlock_rdlock(&cl->seg_lock);
+    return true;
 }
 
 /* A lookup whose arguments check_call accepted (nk > 0 keys, nfloats
@@ -741,7 +769,8 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
 {
     hps_err_t rc;
     client_model_t *m = &cl->models[mi];
-    hps__client_seg_lookup_lock(cl);
+    if (!hps__client_seg_lookup_lock(cl, (flags & HPS_LOOKUP_NOWAIT) != 0))
+        return HPS_EAGAIN; /* a segment switch waits for the lock: a thread that may wait */
     if (atomic_load(&m->misfit)) {
         pthread_rwlock_unlock(&cl->seg_lock);
         return hps__client_fail(HPS_ENOTFOUND,

@@ -26,7 +26,9 @@
 #define GONE_NS 200000000ull
 
 /* Triton's answer to an unload of a model it never served
- * (model_repository_manager.cc), hps-worker's 400 too (kserve_repo.c). */
+ * (model_repository_manager.cc).  hps-worker decides it too, before its
+ * call comes here, from its registry (kserve_repo.c:
+ * hps__kserve_repo_control): the same rule, the same text. */
 #define UNLOAD_NEVER_SERVED "Model to be unloaded has not been served"
 
 /* The CLOCK_MONOTONIC ns of the serving coordinator's last heartbeat, or

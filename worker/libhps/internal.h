@@ -92,9 +92,12 @@ struct hps_client {
      * waited forever (an in-process client kept answering from the old
      * version).  Writers count themselves here first (seg_write_lock); a
      * lookup entering waits on seg_wait_cv while any writer waits or
-     * writes (seg_lookup_lock).  Nested read locks (already holding
-     * seg_lock) do not wait, so no reader deadlocks on a waiting writer.
-     * seg_writers: atomic; changed to 0 under seg_wait_mu. */
+     * writes (seg_lookup_lock), at most 5 ms (a reader that holds seg_lock
+     * long, a lookup whose misses a stalled coordinator leaves unanswered or
+     * the GPU thread building caches, must not stop every lookup); an
+     * HPS_LOOKUP_NOWAIT one does not wait (an event loop).  Nested read locks (already holding
+     * seg_lock) do not wait, so no reader deadlocks on a waiting writer. seg_writers: atomic;
+     * changed to 0 under seg_wait_mu. */
     _Atomic int seg_writers;
     pthread_mutex_t seg_wait_mu;
     pthread_cond_t seg_wait_cv;
@@ -238,8 +241,10 @@ bool hps__client_object_id(const hps_client_t *cl, dev_t *dev, ino_t *ino);
 void hps__client_seg_write_lock(hps_client_t *cl);
 void hps__client_seg_write_unlock(hps_client_t *cl);
 /** Take seg_lock for reading as a lookup entering the library does: after
- *  any writer that waits (never while the caller holds seg_lock). */
-void hps__client_seg_lookup_lock(hps_client_t *cl);
+ *  any writer that waits, for at most 5 ms (never while
+ *  the caller holds seg_lock).  nowait: false at once, the lock not taken,
+ *  while a writer waits (HPS_LOOKUP_NOWAIT answers HPS_EAGAIN). */
+bool hps__client_seg_lookup_lock(hps_client_t *cl, bool nowait);
 
 /** Whether a segment is attached (cl->db, read under seg_lock: the
  *  maintenance thread attaches and switches). */

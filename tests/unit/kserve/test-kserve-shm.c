@@ -338,7 +338,8 @@ static void test_register_errors(void **state)
     reg("bad", "/triton_python_backend_shm_region_1", 0, 8, 400,
         "as the key contains the reserved prefix 'triton_python_backend_shm_region_'");
     /* a NUL inside the key would register the name before it */
-    reg("bad", "/hps_kst_a\\u0000zz", 0, 8, 400, "key '/hps_kst_a\\\\0zz' as the key is not a valid");
+    reg("bad", "/hps_kst_a\\u0000zz", 0, 8, 400,
+        "key '/hps_kst_a\\\\0zz' as the key is not a valid");
     /* the server's own segments: OUTPUT0 would be written over the VDB */
     reg("bad", "/hps.demo", 0, 8, 400,
         "cannot register shared memory region 'bad' with key '/hps.demo' as the key names an "

@@ -247,8 +247,9 @@ class HPS:
         keys and out as DLPack capsules (torch.utils.dlpack.to_dlpack(t)) or
         objects with __dlpack__, on the CPU or on CUDA device device_id: keys
         int64 (or int32; uint64; uint32 for a 32-bit model) C-contiguous of
-        any shape, n of them taken in C order (as HugeCTR flattened them);
-        out float32 C-contiguous of any shape holding at least n * emb
+        any shape (up to 32 dimensions), n of them taken in C order (as
+        HugeCTR flattened them); out float32 C-contiguous of any shape
+        (up to 32 dimensions) holding at least n * emb
         elements (e.g. torch.empty((n, emb)), or a buffer sized for the
         largest batch): its first n * emb elements are written in place
         (row i: key i's vector), the rest left as they are.  Raises

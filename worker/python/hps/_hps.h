@@ -122,6 +122,7 @@ typedef struct arr {
     int ndim;                      /* 1 .. HPSPY_MAX_NDIM */
     int64_t shape[HPSPY_MAX_NDIM]; /* shape[0 .. ndim) */
     int64_t numel;                 /* product of the shape */
+    int64_t used; /* outputs: the elements the call writes, <= numel (hpspy_get_out) */
     int loc;                       /* HPS_HOST or a CUDA device ordinal */
     int dl_device_type;            /* kDLCPU for buffers */
     int is_torch;                  /* a torch.Tensor */

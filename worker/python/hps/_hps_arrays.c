@@ -602,6 +602,7 @@ PyObject *hpspy_get_out(PyObject *out_arg, const arr_t *keys, int64_t rows, int6
         Py_DECREF(got);
         goto fail;
     }
+    out->used = strict ? out->numel : rows * dim; /* a larger out keeps its tail */
     return o;
 fail:
     Py_DECREF(o);
@@ -656,6 +657,6 @@ int hpspy_arr_finish(arr_t *keys, arr_t *out)
 
 void hpspy_arr_copy_back(const arr_t *out)
 {
-    if (out->tmp)
-        memcpy(out->user, out->tmp, (size_t)out->numel * out->elsize);
+    if (out->tmp) /* what the call wrote: the rest of the copy was never set */
+        memcpy(out->user, out->tmp, (size_t)out->used * out->elsize);
 }
