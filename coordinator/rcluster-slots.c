@@ -171,9 +171,14 @@ hps_err_t hps__rcluster_map_load_from(hps_rcluster_t *rc, unsigned i, uint64_t d
         return e;
     if (r->type == REDIS_REPLY_ERROR) {
         bool auth = strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0;
+        bool perm = strncmp(r->str, "NOPERM", 6) == 0;
         hps__rcluster_set_err(err, err_len, "%s:%d: CLUSTER SLOTS: %s%s", nd->host, nd->port,
-                              r->str, auth ? "" : " (is it a Redis Cluster node?)");
-        e = auth ? -EACCES : HPS_ECONFIG;
+                              r->str,
+                              auth   ? ""
+                              : perm ? " (the user needs the cluster command: an ACL with "
+                                       "+cluster|slots, or +@all)"
+                                     : " (is it a Redis Cluster node?)");
+        e = auth || perm ? -EACCES : HPS_ECONFIG;
     } else if ((e = map_apply(rc, r, nd)) < 0)
         hps__rcluster_set_err(err, err_len, "%s:%d: CLUSTER SLOTS lists no served slot", nd->host,
                               nd->port);

@@ -800,9 +800,12 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
         cmds[i].reply = NULL;
         cmds[i].status = HPS_EIO;
     }
-    char msg[512] = "no node serves the slot";
+    static const char no_node[] = "no node serves the slot";
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", no_node);
     r->call_ms = fail_fast ? rc->o.fast_timeout_ms : rc->o.timeout_ms;
     uint64_t deadline = hps__rcluster_now_ms() + r->call_ms;
+    bool redirected = false; /* a MOVED or ASK was followed */
     for (unsigned round = 0; round < rc->o.max_redirects; round++) {
         bool refresh = false, backoff = false, unrouted = false;
         route_all(rc, n, cmds, rt);
@@ -813,6 +816,7 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
         pthread_mutex_unlock(&rc->map_mu);
         group_all(r, n, rt, num_nodes);
         round_run(rc, r, cmds, rt, deadline, &refresh, &backoff, msg, sizeof(msg));
+        redirected |= refresh;
         bool unused = false;
         if (count_pending(n, cmds, rt, &unused) == 0 || hps__rcluster_now_ms() >= deadline)
             break;
@@ -828,6 +832,11 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
     hps_err_t first = 0;
     for (size_t i = 0; i < n && !first; i++)
         first = cmds[i].status;
+    if (first && redirected && strcmp(msg, no_node) == 0) /* nodes sent it back and forth */
+        snprintf(msg, sizeof(msg),
+                 "still redirected (MOVED/ASK) after %u redirections: the nodes disagree on who "
+                 "serves the slot (a reshard or failover in progress)",
+                 rc->o.max_redirects);
     if (first)
         hps__rcluster_set_err(err, err_len, "%s", msg);
     free(r->cmdidx);
