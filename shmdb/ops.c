@@ -229,7 +229,18 @@ static uint64_t evict_target(uint64_t rows, double target)
 }
 
 /* Make room for one new row: overflow margin first, then load factor. */
-static void make_room(struct wview *w)
+/* Whether an allocation failure is the segment's own limit, where the
+ * table evicts rows to make room (HPS_ENOSPC: shared_memory_size or the
+ * row pages; HPS_EFULL: no free slot), rather than the machine's (a
+ * negative errno: /dev/shm full, -ENOSPC from posix_fallocate), where
+ * evicting would drop rows that fit the configured size: the write fails
+ * instead, and its caller retries (Kafka) or refuses (a load). */
+static bool own_limit(hps_err_t rc)
+{
+    return rc == HPS_ENOSPC || rc == HPS_EFULL;
+}
+
+static hps_err_t make_room(struct wview *w)
 {
     const struct shm_table *t = w->t;
     uint64_t rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
@@ -240,22 +251,28 @@ static void make_room(struct wview *w)
         rows = atomic_load_explicit(&w->p->rows, memory_order_relaxed);
     }
     if ((double)(rows + 1) <= (double)w->nb * HPS_BUCKET_SLOTS * HPS_MAX_LOAD)
-        return;
+        return 0;
     uint64_t nb = (uint64_t)w->nb * 2;
     if (t->margin != UINT64_MAX) {
         uint64_t need = (uint64_t)((double)t->margin / (HPS_BUCKET_SLOTS * HPS_TARGET_LOAD)) + 2;
         if (nb > need)
             nb = need > w->nb ? need : (uint64_t)w->nb + 1;
     }
-    if (nb >= (1u << 30) || hps__shmdb_wgrow(w, (uint32_t)nb) < 0) /* segment full: evict instead */
+    hps_err_t rc = nb >= (1u << 30) ? HPS_ENOSPC : hps__shmdb_wgrow(w, (uint32_t)nb);
+    if (rc < 0 && !own_limit(rc))
+        return rc;
+    if (rc < 0) /* segment full: evict instead */
         hps__shmdb_wevict(w, evict_target(rows, t->target));
+    return 0;
 }
 
 static hps_err_t insert_row(struct wview *w, uint64_t key, const void *stored, uint32_t stamp)
 {
-    make_room(w);
-    hps_err_t rc = hps__shmdb_winsert(w, key, stored, stamp);
-    if (rc < 0) { /* no row page could be allocated: evict, try once more */
+    hps_err_t rc = make_room(w);
+    if (rc < 0)
+        return rc;
+    rc = hps__shmdb_winsert(w, key, stored, stamp);
+    if (own_limit(rc)) { /* no row page could be allocated: evict, try once more */
         hps__shmdb_wevict(
             w, evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed), w->t->target));
         rc = hps__shmdb_winsert(w, key, stored, stamp);
@@ -314,6 +331,7 @@ struct bulk {
     size_t cap, n;    /* pending rows: at most cap = STAGE_BYTES / vbytes */
     struct pend *pend;
     size_t ins, upd;
+    hps_err_t err; /* the first row that could not be written, 0: none */
 };
 
 /* Seconds a first write of PROBE_BYTES takes through a mapping whose pages
@@ -425,8 +443,13 @@ static void bulk_flush(struct bulk *k, uint32_t fresh)
             k->upd++;
             continue;
         }
-        make_room(w);
-        hps_err_t rc = hps__shmdb_winsert_row(w, e->key, e->row, fresh);
+        hps_err_t rc = make_room(w);
+        if (rc < 0) {
+            hps__shmdb_wfree_row(w, e->row);
+            k->err = k->err ? k->err : rc;
+            continue;
+        }
+        rc = hps__shmdb_winsert_row(w, e->key, e->row, fresh);
         if (rc < 0) { /* as insert_row: evict, try once more */
             hps__shmdb_wevict(w,
                               evict_target(atomic_load_explicit(&w->p->rows, memory_order_relaxed),
@@ -445,7 +468,7 @@ static void bulk_flush(struct bulk *k, uint32_t fresh)
  * descriptor (BULK ROWS); false if it cannot (no memory) or should not
  * (rows_by_fd): nothing done. */
 static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *scratch,
-                        uint32_t fresh, size_t *ret_ins, size_t *ret_upd)
+                        uint32_t fresh, size_t *ret_ins, size_t *ret_upd, hps_err_t *ret_err)
 {
     if (!rows_by_fd(j->db))
         return false;
@@ -477,11 +500,14 @@ static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *
             s = hps__shmdb_wfind(w, key, &bi);
         }
         const void *stored = stored_row(w, j->values + i * t->dim, scratch);
+        hps_err_t e = 0;
         if (s >= 0) {
             update_row(w, bi, s, stored, j->clock);
             k.upd++;
-        } else if (insert_row(w, key, stored, fresh) == 0) {
+        } else if ((e = insert_row(w, key, stored, fresh)) == 0) {
             k.ins++;
+        } else if (!k.err) {
+            k.err = e;
         }
     }
     bulk_flush(&k, fresh);
@@ -489,6 +515,7 @@ static bool upsert_bulk(struct batch *j, unsigned pi, struct wview *w, uint8_t *
     free(k.pend);
     *ret_ins = k.ins;
     *ret_upd = k.upd;
+    *ret_err = k.err;
     return true;
 }
 
@@ -512,14 +539,15 @@ static void upsert_task(void *arg, unsigned pi)
         free(scratch);
         return;
     }
+    hps_err_t err = 0; /* the first row that could not be written (/dev/shm full) */
     if (!hps__shmdb_wview_current(j->db, t, p, &w)) {
-        j->rc[pi] = HPS_ECORRUPT;
+        err = HPS_ECORRUPT;
         goto out;
     }
     uint32_t fresh = t->policy == HPS_EVICT_OLDEST ? j->clock : 1;
     if (w.rowid && j->db->fd >= 0 && w.vbytes <= STAGE_BYTES &&
         j->start[pi + 1] - j->start[pi] >= BULK_MIN_ROWS &&
-        upsert_bulk(j, pi, &w, scratch, fresh, &ins, &upd))
+        upsert_bulk(j, pi, &w, scratch, fresh, &ins, &upd, &err))
         goto out;
     for (size_t o = j->start[pi]; o < j->start[pi + 1]; o++) {
         if (o + UPSERT_AHEAD < j->start[pi + 1]) /* the bucket is a cache miss in big tables */
@@ -530,16 +558,21 @@ static void upsert_task(void *arg, unsigned pi)
         const void *stored = stored_row(&w, j->values + i * t->dim, scratch);
         uint32_t bi;
         int s = hps__shmdb_wfind(&w, key, &bi);
+        hps_err_t e = 0;
         if (s >= 0) {
             update_row(&w, bi, s, stored, j->clock);
             upd++;
-        } else if (insert_row(&w, key, stored, fresh) == 0) {
+        } else if ((e = insert_row(&w, key, stored, fresh)) == 0) {
             ins++;
+        } else if (!err) {
+            err = e;
         }
     }
 out:
     hps__shmdb_unlock(&p->lock);
     free(scratch);
+    if (err)
+        j->rc[pi] = err;
     j->count[pi] = ins;
     struct shm_table *mt = (struct shm_table *)t;
     /* Relaxed: statistics. */

@@ -251,11 +251,16 @@ hps_err_t hps_shmdb_count_lookups(hps_shmdb_t *db, uint32_t id, uint64_t lookups
  * @param[out] ret_inserted  New keys inserted (others were updated); may be NULL.
  * @return 0; HPS_ENOTFOUND for a bad table id; -ENOMEM if the encoding
  *         buffer of a non-fp32 table cannot be allocated (those partitions'
- *         rows are not written).  When a partition reaches its
- *         overflow_margin, or cannot grow because the segment is full, rows
- *         are evicted by the table's overflow_policy down to
- *         margin * overflow_resolution_target before inserting; the call
- *         never fails for lack of space once the table exists.
+ *         rows are not written); -ENOSPC when /dev/shm itself is full (the
+ *         machine's memory, not the segment's size: posix_fallocate
+ *         failed): the rows that fit are written, the others are not, and
+ *         no row is evicted for them (a caller retries: Kafka's consumer
+ *         does, with back-off).  When a partition reaches its
+ *         overflow_margin, or cannot grow because the segment is full
+ *         (shared_memory_size), rows are evicted by the table's
+ *         overflow_policy down to margin * overflow_resolution_target
+ *         before inserting: the call never fails for the segment's own
+ *         size once the table exists.
  * Thread- and process-safe (per-partition robust mutex).  Each row is written
  * fully before its key becomes visible.  Duplicate keys in one batch: the
  * last one wins.  Where the first user-space write to each page of shared
