@@ -231,9 +231,12 @@ static bool check_listeners(const hps_conf_worker_t *wc, const struct args *a,
                   hps_strerror(mr));
     if (!hr && !mr && rc == 0)
         return true;
-    if (!hr && !mr)
-        HPS_ERROR("cannot serve HTTP on %s:%ld (metrics %ld): %s", p->addr, p->http, p->metrics,
-                  hps_strerror(rc));
+    if (!hr && !mr) /* the ports are free: the server's threads or memory are not */
+        HPS_ERROR("the HTTP server on %s:%ld (metrics %ld) could not start, though both ports "
+                  "are free: %s; it starts %lld HTTP and %lld lookup threads: a limit on "
+                  "memory or threads (ulimit -v, ulimit -u, a container's) may be the cause",
+                  p->addr, p->http, p->metrics, hps_strerror(rc), (long long)wc->http_threads,
+                  (long long)wc->lookup_threads);
     /* Instance K takes http_port + K and metrics_port + K: instances
      * whose numbers differ by metrics_port - http_port share a port. */
     long gap = (long)wc->metrics_port - (long)wc->http_port;
@@ -329,8 +332,16 @@ static int serve(worker_t *w, const struct args *a, const struct ports *p)
 static void raise_nofile(void)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
+    if (rl.rlim_cur == rl.rlim_max) { /* nothing to raise: say so when it is low */
+        if (rl.rlim_cur < 8192)
+            HPS_WARN("open files limit %llu (soft = hard limit): fewer connections and "
+                     "shared-memory regions than configured may fit; raise it (ulimit -n, "
+                     "systemd LimitNOFILE)",
+                     (unsigned long long)rl.rlim_cur);
+        return;
+    }
     rlim_t was = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
