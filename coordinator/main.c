@@ -602,8 +602,17 @@ static bool hand_signals_over(void)
  * fails after it adopted the segment stops, as before (coord_control_failed
  * no longer sees a serving segment to go back to).  Returns early on
  * SIGTERM or SIGINT. */
-static void fallback_backoff(void)
+static void fallback_backoff(coord_t *c)
 {
+    /* Nobody answers the serving segment's misses while this waits (this
+     * image could not open its layers): its workers say not ready, as
+     * between a coordinator's stop and its successor's takeover, instead of
+     * ready with the defaults for every key outside shared memory.  The
+     * next image says RELOADING, then SERVING, once it holds the segment. */
+    pthread_mutex_lock(&c->serving_lock);
+    if (c->serving)
+        hps_shmdb_set_coord_state(c->serving, HPS_COORD_LOADING);
+    pthread_mutex_unlock(&c->serving_lock);
     int64_t n = 0;
     const char *v = getenv(HPS_FALLBACKS_ENV);
     if (!v || !hps_parse_int(v, 0, 1 << 20, &n))
@@ -724,7 +733,7 @@ int main(int argc, char **argv)
     atomic_store(&g_stop, 1);
     coord_kafka_stop(kafka); /* commits what was applied: the new one goes on from there */
     if (fallback && c.adopt)
-        fallback_backoff();
+        fallback_backoff(&c);
     /* Decided before the segment is released: handed over for a next
      * image (its misses left pending for it), or released as on a stop. */
     bool again = (reload || fallback) && hand_signals_over();
