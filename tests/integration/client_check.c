@@ -465,18 +465,28 @@ static int cmd_early(const char *config)
     return tap_done();
 }
 
-static int cmd_loop(const char *config)
+/* A host-only client of config, ready and described (cc_models), or NULL
+ * with "OPEN FAILED ..." / "NOT READY ..." printed (loop, switch). */
+static hps_client_t *open_ready(const char *config)
 {
     hps_client_t *c = NULL;
     char err[512] = "";
     if (hps_client_open(config, HPS_HOST, &c, err, sizeof(err)) < 0) {
         printf("OPEN FAILED %s\n", err);
-        return 2;
+        return NULL;
     }
     if (hps_client_wait_ready(c, 30000) < 0 || !describe(c, false)) {
         printf("NOT READY %s\n", hps_client_last_error());
-        return 2;
+        return NULL;
     }
+    return c;
+}
+
+static int cmd_loop(const char *config)
+{
+    hps_client_t *c = open_ready(config);
+    if (!c)
+        return 2;
     printf("READY pid %d\n", (int)getpid());
     fflush(stdout);
     /* A fixed set of batches (mostly volatile-DB keys, a few that go to
@@ -538,19 +548,12 @@ static int cmd_switch(const char *config)
 {
     static switch_thread_t sts[SWITCH_MAX_THREADS];
     pthread_t ths[SWITCH_MAX_THREADS];
-    hps_client_t *c = NULL;
     signal(SIGTERM, switch_on_term);
-    char err[512] = "";
     if (opt_threads < 1 || opt_threads > SWITCH_MAX_THREADS)
         usage();
-    if (hps_client_open(config, HPS_HOST, &c, err, sizeof(err)) < 0) {
-        printf("OPEN FAILED %s\n", err);
+    hps_client_t *c = open_ready(config);
+    if (!c)
         return 2;
-    }
-    if (hps_client_wait_ready(c, 30000) < 0 || !describe(c, false)) {
-        printf("NOT READY %s\n", hps_client_last_error());
-        return 2;
-    }
     const model_t *m = &cc_models[0];
     uint64_t rng = 11;
     for (int i = 0; i < opt_threads; i++) {
