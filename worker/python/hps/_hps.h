@@ -122,13 +122,13 @@ typedef struct arr {
     int ndim;                      /* 1 .. HPSPY_MAX_NDIM */
     int64_t shape[HPSPY_MAX_NDIM]; /* shape[0 .. ndim) */
     int64_t numel;                 /* product of the shape */
-    int64_t used; /* outputs: the elements the call writes, <= numel (hpspy_get_out) */
-    int loc;                       /* HPS_HOST or a CUDA device ordinal */
-    int dl_device_type;            /* kDLCPU for buffers */
-    int is_torch;                  /* a torch.Tensor */
-    hps_key_type_t key_type;       /* keys */
-    int key_unsigned;              /* keys: uint32 / uint64 (hpspy_check_key_width) */
-    hps_dtype_t out_type;          /* outputs: fp32, fp16 or bf16 */
+    int64_t used;            /* outputs: the elements the call writes, <= numel (hpspy_get_out) */
+    int loc;                 /* HPS_HOST or a CUDA device ordinal */
+    int dl_device_type;      /* kDLCPU for buffers */
+    int is_torch;            /* a torch.Tensor */
+    hps_key_type_t key_type; /* keys */
+    int key_unsigned;        /* keys: uint32 / uint64 (hpspy_check_key_width) */
+    hps_dtype_t out_type;    /* outputs: fp32, fp16 or bf16 */
 } arr_t;
 
 /* Read an array argument (buffer protocol, torch, DLPack); -1 with hps.Error
