@@ -805,7 +805,7 @@ static hps_err_t exec(hps_rcluster_t *rc, size_t n, hps_rcluster_cmd_t *cmds, bo
     snprintf(msg, sizeof(msg), "%s", no_node);
     r->call_ms = fail_fast ? rc->o.fast_timeout_ms : rc->o.timeout_ms;
     uint64_t deadline = hps__rcluster_now_ms() + r->call_ms;
-    bool redirected = false; /* a MOVED or ASK was followed */
+    bool redirected = false; /* a round asked for a new slot map (MOVED, TRYAGAIN ...) */
     for (unsigned round = 0; round < rc->o.max_redirects; round++) {
         bool refresh = false, backoff = false, unrouted = false;
         route_all(rc, n, cmds, rt);

@@ -228,7 +228,6 @@ static uint64_t evict_target(uint64_t rows, double target)
     return (uint64_t)((double)rows * target);
 }
 
-/* Make room for one new row: overflow margin first, then load factor. */
 /* Whether an allocation failure is the segment's own limit, where the
  * table evicts rows to make room (HPS_ENOSPC: shared_memory_size or the
  * row pages; HPS_EFULL: no free slot), rather than the machine's (a
@@ -240,6 +239,8 @@ static bool own_limit(hps_err_t rc)
     return rc == HPS_ENOSPC || rc == HPS_EFULL;
 }
 
+/* Make room for one new row: overflow margin first, then load factor.
+ * 0, or the machine's error (own_limit false: nothing evicted). */
 static hps_err_t make_room(struct wview *w)
 {
     const struct shm_table *t = w->t;
