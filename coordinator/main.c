@@ -38,9 +38,11 @@
 #define RELOAD_CATCH_UP_MS 30000
 
 /* Written by the signal thread (signal_loop) and read by the main thread
- * and the loaders (through coord_t.stop): stop (SIGTERM, SIGINT, or main
- * itself when it shuts down), a stop asked for by a signal, and reload
- * (SIGHUP, cleared by run() when it takes it). */
+ * and the Kafka consumers (through coord_t.stop): stop (SIGTERM, SIGINT, or
+ * main itself when it shuts down), a stop asked for by a signal, and reload
+ * (SIGHUP, cleared by run() when it takes it).  The model loaders do not
+ * read it: a stop during a load is carried out once the load has ended
+ * (a SIGKILL meanwhile leaves the serving segment as it was). */
 static atomic_int g_stop, g_term, g_reload; /* C11 atomics: threads, and lock-free
                                              * in a signal handler too */
 /* The signal thread; g_sig_quit (atomic) ends it. */
