@@ -471,9 +471,9 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
                      m->name, ct->name);
-        bool lost = rc == 0 && strcmp(rec, st->ident[t].content) == 0 &&
-                    ddb_lost_partitions(c, ct, &st->ident[t], what);
-        if (rc == HPS_ENOTFOUND || (rc == 0 && !lost && strcmp(rec, st->ident[t].content) == 0)) {
+        bool match = rc == 0 && strcmp(rec, st->ident[t].content) == 0;
+        bool lost = match && ddb_lost_partitions(c, ct, &st->ident[t], what);
+        if (rc == HPS_ENOTFOUND || (match && !lost)) {
             int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
             if (ex)
                 return ex;

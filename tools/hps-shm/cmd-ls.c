@@ -20,14 +20,13 @@
 /** What ls knows about one /dev/shm/hps.<name> object. */
 typedef struct ls_row {
     const char *name;
-    hps_err_t err;          /* 0 = attaches */
-    char msg[256];          /* refusal message when err != 0 */
-    hps_segment_info_t seg; /* header, when err == 0 */
-    bool coord_alive;       /* seg.coord_pid is attached (hps_shmdb_coordinator_attached) */
-    bool coord_stalled;     /* ... but silent past its worker_timeout_ms (hps__tool_coord) */
-    bool creator_alive;     /* seg.creator_pid is attached (hps_shmdb_creator_attached) */
-    size_t procs;           /* live processes attached, this hps-shm not counted */
-    long long file_bytes;   /* st_size of the object; -1 if stat failed */
+    hps_err_t err;           /* 0 = attaches */
+    char msg[256];           /* refusal message when err != 0 */
+    hps_segment_info_t seg;  /* header, when err == 0 */
+    hps__tool_coord_t coord; /* seg.coord_pid's verdict (hps__tool_coord) */
+    bool creator_alive;      /* seg.creator_pid is attached (hps_shmdb_creator_attached) */
+    size_t procs;            /* live processes attached, this hps-shm not counted */
+    long long file_bytes;    /* st_size of the object; -1 if stat failed */
 } ls_row_t;
 
 static int cmp_names(const void *a, const void *b)
@@ -43,9 +42,7 @@ static void ls_read_header(ls_row_t *row)
     row->err = hps_shmdb_attach(row->name, &popts, &db);
     if (row->err == 0) {
         row->err = hps_shmdb_segment_info(db, &row->seg);
-        hps__tool_coord_t cv = hps__tool_coord(db, &row->seg);
-        row->coord_alive = cv == HPS__TOOL_COORD_ALIVE || cv == HPS__TOOL_COORD_STALLED;
-        row->coord_stalled = cv == HPS__TOOL_COORD_STALLED;
+        row->coord = hps__tool_coord(db, &row->seg);
         row->creator_alive = hps_shmdb_creator_attached(db);
         row->procs = hps_shmdb_other_procs(db);
         hps_shmdb_detach(db);
@@ -57,13 +54,13 @@ static void ls_read_header(ls_row_t *row)
  * or updates it. */
 static bool ls_orphan(const ls_row_t *r)
 {
-    return r->seg.coord_pid ? !r->coord_alive : !r->creator_alive;
+    return r->coord == HPS__TOOL_COORD_NONE ? !r->creator_alive : r->coord == HPS__TOOL_COORD_GONE;
 }
 
 /* "ok", or "orphan: coordinator pid 12 gone" / "orphan: no coordinator, creator gone". */
 static const char *ls_status(const ls_row_t *r, char *buf, size_t len)
 {
-    if (r->coord_stalled) {
+    if (r->coord == HPS__TOOL_COORD_STALLED) {
         snprintf(buf, len, "stalled: coordinator pid %d silent past worker_timeout_ms %u",
                  (int)r->seg.coord_pid, r->seg.coord_timeout_ms);
         return buf;
@@ -100,10 +97,10 @@ static json_object *ls_row_json(const ls_row_t *r)
     hps__tool_jset(o, "name", hps__tool_json_str(r->name));
     hps__tool_jset(o, "attachable", json_object_new_boolean(r->err == 0));
     hps__tool_jset(o, "status",
-                   hps__tool_json_str(r->err             ? "refused"
-                                      : ls_orphan(r)     ? "orphan"
-                                      : r->coord_stalled ? "stalled"
-                                                         : "ok"));
+                   hps__tool_json_str(r->err                                ? "refused"
+                                      : ls_orphan(r)                        ? "orphan"
+                                      : r->coord == HPS__TOOL_COORD_STALLED ? "stalled"
+                                                                            : "ok"));
     if (r->err != 0) {
         hps__tool_jset(o, "error", hps__tool_json_str(hps_err_name(r->err)));
         hps__tool_jset(o, "message", hps__tool_json_str(r->msg));
@@ -120,8 +117,9 @@ static json_object *ls_row_json(const ls_row_t *r)
     hps__tool_jset(o, "creator_alive", json_object_new_boolean(r->creator_alive));
     hps__tool_jset(o, "coordinator_pid", json_object_new_int64(r->seg.coord_pid));
     hps__tool_jset(o, "coordinator_alive",
-                   json_object_new_boolean(r->coord_alive && !r->coord_stalled));
-    hps__tool_jset(o, "coordinator_stalled", json_object_new_boolean(r->coord_stalled));
+                   json_object_new_boolean(r->coord == HPS__TOOL_COORD_ALIVE));
+    hps__tool_jset(o, "coordinator_stalled",
+                   json_object_new_boolean(r->coord == HPS__TOOL_COORD_STALLED));
     hps__tool_jset(o, "attached_processes", json_object_new_uint64(r->procs));
     return o;
 }
