@@ -421,7 +421,8 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
         return true;
     int64_t start = now_ms(), waited = 0;
     bool done = false;
-    while (!done && waited < timeout_ms) {
+    /* a SIGTERM meanwhile (the layers' coord_t.stop) ends the wait */
+    while (!done && waited < timeout_ms && !(k->num_layers && atomic_load(k->layers[0].c->stop))) {
         done = true;
         for (size_t i = 0; i < k->num_layers; i++) /* no broker: nothing to wait for */
             if (!hps_kafka_consumer_caught_up(k->layers[i].cons) && !unreachable(k, &k->layers[i]))

@@ -115,6 +115,11 @@ static int check_contents(const coord_t *c, const hps_conf_model_t *m,
     for (size_t t = 0; !ex && t < m->num_tables; t++) {
         const check_res_t *r = &k.res[t];
         bool nf = r->st.nonfinite_rows > 0, dup = r->st.dup_keys > 0;
+        if (r->rc == -ECANCELED) { /* a SIGTERM (main.c, stop_signal) */
+            HPS_INFO("model %s: the check stopped: %s", m->name, r->err);
+            ex = HPS_EXIT_RUNTIME;
+            break;
+        }
         if (r->rc < 0) {
             hint[0] = '\0';
             if ((refuse_nf && nf) || (refuse_dup && dup))
@@ -197,6 +202,10 @@ static int validate_all(coord_t *c, coord_ident_t *ident)
         }
         specs_of(c, m, specs);
         hps_err_t rc = hps_modelfile_validate_model(specs, m->num_tables, &rows, err, sizeof(err));
+        if (rc == -ECANCELED) { /* a SIGTERM (main.c, stop_signal) */
+            HPS_INFO("model %s: the check stopped: %s", m->name, err);
+            return HPS_EXIT_RUNTIME;
+        }
         if (rc < 0) {
             HPS_ERROR("%s: model %s refused, nothing was loaded: %s",
                       files_key(c, m, where, sizeof(where)), m->name, err);
@@ -208,6 +217,8 @@ static int validate_all(coord_t *c, coord_ident_t *ident)
         double t0 = coord_load_now_s();
         int ex = check_contents(c, m, specs, g_dups + first, ident ? ident + first : NULL,
                                 &nonfinite, &dup_keys);
+        if (ex && atomic_load(c->stop))
+            return ex; /* cut short by a SIGTERM: not a refusal to serve around */
         if (adopt && adopt_unread(c, m, ident + first, ex))
             continue;
         if (ex)

@@ -3,6 +3,7 @@
  * threads, staged for the persistent DB and upserted into the volatile DB
  * from the same buffers.
  */
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -90,6 +91,16 @@ static hps_err_t read_rows(hps_modelfile_t *mf, uint32_t key_bytes, uint64_t row
     return 0;
 }
 
+/* -ECANCELED once a SIGTERM or SIGINT came (main.c, stop_signal; the reads
+ * of the model files fail then too): the pass stops between its steps. */
+static hps_err_t stopping(const load_job_t *j, char *err, size_t err_len)
+{
+    if (!atomic_load(j->c->stop))
+        return 0;
+    snprintf(err, err_len, "not finished: the coordinator is stopping");
+    return -ECANCELED;
+}
+
 /* Upsert the chunk's rows below j->vdb_want into the volatile DB.  A
  * partial fill first gives each repeated key its last row
  * (coord_load_last_rows(): vecs is changed, so this runs after the SST was
@@ -102,7 +113,7 @@ static hps_err_t vdb_put(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_
     hps_err_t rc = 0;
     if (m > 0 && j->vdb_want < j->rows)
         rc = coord_load_last_rows(mf, j->dups, j->vdb_want, kb, m, keys, vecs, err, err_len);
-    for (size_t d = 0; d < m && rc == 0; d += VDB_BATCH) {
+    for (size_t d = 0; d < m && rc == 0 && !(rc = stopping(j, err, err_len)); d += VDB_BATCH) {
         size_t k = m - d < VDB_BATCH ? m - d : VDB_BATCH;
         rc = hps_shmdb_upsert(j->c->db, j->ct->vdb_id, k, (const char *)keys + d * kb,
                               vecs + d * dim, NULL);
@@ -124,7 +135,7 @@ static int load_chunk(load_job_t *j, hps_modelfile_t *mf, uint64_t row, size_t n
     const char *step = "reading the model files";
     hps_err_t rc = read_rows(mf, j->c->key_bytes, row, n, b->keys, b->vecs, err, err_len);
     t1 = coord_load_now_s();
-    if (rc == 0 && j->pdb) {
+    if (rc == 0 && j->pdb && !(rc = stopping(j, err, err_len))) {
         step = "writing the persistent DB's SST files";
         rc = hps_pdb_stage_rows(j->stage, n, b->keys, j->c->key_bytes, b->vecs, j->ct->dim, err,
                                 err_len);
@@ -231,7 +242,8 @@ int coord_load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st, c
         lt->pdb_s += lp.jobs[i].pdb_s;
         lt->vdb_s += lp.jobs[i].vdb_s;
         if (lp.jobs[i].ex) {
-            HPS_ERROR("%s", lp.jobs[i].err);
+            /* cut short by a SIGTERM (main.c, stop_signal): not an error */
+            hps_log(atomic_load(c->stop) ? HPS_LOG_INFO : HPS_LOG_ERROR, "%s", lp.jobs[i].err);
             ex = lp.jobs[i].ex;
         }
     }

@@ -254,10 +254,11 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
                 ;
         else if (rc == 0)
             rc = put_rows(c, ct, false, n, keys, vecs, err, sizeof(err));
-        if (rc < 0) {
-            HPS_ERROR("%s: loading into the %s DB%s: %s", dir, layer,
-                      pdb_failed ? " (reading the persistent DB)" : "",
-                      err[0] ? err : hps_strerror(rc));
+        if (rc < 0) { /* INFO: cut short by a SIGTERM (main.c, stop_signal) */
+            hps_log(atomic_load(c->stop) ? HPS_LOG_INFO : HPS_LOG_ERROR,
+                    "%s: loading into the %s DB%s: %s", dir, layer,
+                    pdb_failed ? " (reading the persistent DB)" : "",
+                    err[0] ? err : hps_strerror(rc));
             ex = pdb_failed ? HPS_EXIT_PDB : ddb ? HPS_EXIT_DDB : HPS_EXIT_MODEL;
         }
         coord_load_progress(ct->name, row + n, want);
@@ -566,6 +567,16 @@ static int adopted_rows(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
     return 0;
 }
 
+/* HPS_EXIT_RUNTIME once a SIGTERM or SIGINT came (main.c, stop_signal):
+ * loading stops between its steps (the reads of model files fail then too). */
+static int stopping(const coord_t *c, const hps_conf_model_t *m)
+{
+    if (!atomic_load(c->stop))
+        return 0;
+    HPS_INFO("model %s: loading stopped: the coordinator is stopping", m->name);
+    return HPS_EXIT_RUNTIME;
+}
+
 /* ident: the identities of m's tables (validate_all); dups: m's entries of
  * g_dups (NULL: none known). */
 static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, coord_ident_t *ident,
@@ -580,7 +591,7 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
     int ex = model_state_init(&st, m->num_tables, ident);
     if (!ex && c->pdb)
         hps_pdb_foreach_table(c->pdb, note_cf, &(cf_seen_t){.m = m, .had_cf = st.had_cf});
-    for (uint32_t t = 0; !ex && t < m->num_tables; t++) {
+    for (uint32_t t = 0; !ex && !(ex = stopping(c, m)) && t < m->num_tables; t++) {
         hps_modelfile_t *mf;
         char err[512];
         uint32_t dim = (uint32_t)m->embedding_vecsize_per_table[t];

@@ -29,6 +29,7 @@
 
 #include "coord.h"
 #include "hps/log.h"
+#include "hps/modelfile.h"
 #include "kafka-coord.h"
 
 /* Longest wait of a reloaded or restarted coordinator that replaces a
@@ -40,9 +41,11 @@
 /* Written by the signal thread (signal_loop) and read by the main thread
  * and the Kafka consumers (through coord_t.stop): stop (SIGTERM, SIGINT, or
  * main itself when it shuts down), a stop asked for by a signal, and reload
- * (SIGHUP, cleared by run() when it takes it).  The model loaders do not
- * read it: a stop during a load is carried out once the load has ended
- * (a SIGKILL meanwhile leaves the serving segment as it was). */
+ * (SIGHUP, cleared by run() when it takes it).  A SIGTERM or SIGINT also
+ * stops a load under way (stop_signal: hps_modelfile_cancel): its next read
+ * of a model file fails, the build is abandoned as a failed one (nothing is
+ * published; a reload's serving segment stays as it was) and the process
+ * exits 0 (main). */
 static atomic_int g_stop, g_term, g_reload; /* C11 atomics: threads, and lock-free
                                              * in a signal handler too */
 /* The signal thread; g_sig_quit (atomic) ends it. */
@@ -64,7 +67,8 @@ static void usage(FILE *out)
                  "[volatile_db], loads every [model.<name>] into the persistent and volatile\n"
                  "databases (model_control_mode = explicit: those of startup_models and those\n"
                  "the serving segment holds), then serves the workers' misses until SIGTERM\n"
-                 "or SIGINT.\n"
+                 "or SIGINT.  One during a load stops it at its next step (nothing is\n"
+                 "published; a reload's serving segment stays as it was), exit status 0.\n"
                  "SIGHUP reloads: FILE and its model files are checked, then the models\n"
                  "are loaded again beside what serves (a bad FILE changes nothing).\n"
                  "\n"
@@ -530,6 +534,14 @@ static void signal_set(sigset_t *s)
     sigaddset(s, SIGINT);
 }
 
+/* SIGTERM or SIGINT: stop, and cut a load short.  Async-signal-safe. */
+static void stop_signal(void)
+{
+    atomic_store(&g_term, 1);
+    atomic_store(&g_stop, 1);
+    hps_modelfile_cancel();
+}
+
 static void *signal_loop(void *arg)
 {
     sigset_t s;
@@ -542,8 +554,7 @@ static void *signal_loop(void *arg)
         if (sig == SIGHUP) {
             atomic_store(&g_reload, 1);
         } else if (sig == SIGTERM || sig == SIGINT) {
-            atomic_store(&g_term, 1);
-            atomic_store(&g_stop, 1);
+            stop_signal();
         }
     }
     return NULL;
@@ -551,12 +562,10 @@ static void *signal_loop(void *arg)
 
 static void on_signal(int sig)
 {
-    if (sig == SIGHUP) {
+    if (sig == SIGHUP)
         atomic_store(&g_reload, 1);
-    } else {
-        atomic_store(&g_term, 1);
-        atomic_store(&g_stop, 1);
-    }
+    else
+        stop_signal();
 }
 
 static void install_signals(void)
@@ -752,13 +761,23 @@ int main(int argc, char **argv)
     hps_conf_free(conf);
     if ((reload || fallback) && !again) {
         HPS_INFO("SIGTERM or SIGINT during the %s: stopping instead of starting again",
-                 fallback ? "fallback" : "reload");
+                 fallback && c.adopt ? "fallback"
+                 : ex                ? "reload's build (nothing was published)"
+                                     : "reload");
         return HPS_EXIT_OK;
     }
     if (fallback)
         HPS_ERROR("reload failed (exit status %d): starting again on the serving segment with "
                   "the models it serves",
                   ex);
+    if (ex && atomic_load(&g_term)) {
+        /* A stop asked for during start-up, a load cut short by it
+         * included (stop_signal): what it left is gone, as after a clean
+         * stop (a fresh persistent DB removed above, the unpublished
+         * segment by release_segment). */
+        HPS_INFO("SIGTERM or SIGINT during start-up: stopped before serving");
+        return HPS_EXIT_OK;
+    }
     if (again) {
         /* /proc/self/exe: the binary this process runs, even if its path moved */
         setenv(HPS_RELOAD_ENV, "1", 1);

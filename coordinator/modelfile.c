@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@
 #define U32_PIECE_KEYS 4096u
 /** Bytes of keys read per piece by hps_modelfile_validate_model(). */
 #define SCAN_PIECE_BYTES (1u << 20)
+
+/* Set once by hps_modelfile_cancel() (any thread, a signal handler too),
+ * read relaxed before every pread: a flag, it orders nothing else. */
+static atomic_bool g_cancelled;
 
 struct hps_modelfile {
     char *mf_dir;      /* the table directory, as given */
@@ -273,11 +278,22 @@ uint64_t hps_modelfile_chunk_rows(const hps_modelfile_t *mf, uint64_t max_bytes)
     return chunk < rows ? chunk : rows;
 }
 
-/* pread exactly len bytes at off; a short file is HPS_ETRUNCATED. */
+void hps_modelfile_cancel(void)
+{
+    atomic_store_explicit(&g_cancelled, true, memory_order_relaxed);
+}
+
+/* pread exactly len bytes at off; a short file is HPS_ETRUNCATED, a read
+ * after hps_modelfile_cancel() -ECANCELED. */
 static hps_err_t pread_full(int fd, const char *path, void *buf, size_t len, uint64_t off,
                             char *err, size_t err_len)
 {
     char *p = buf;
+
+    if (atomic_load_explicit(&g_cancelled, memory_order_relaxed)) {
+        set_err(err, err_len, "%s: not read: the process is stopping", path);
+        return -ECANCELED;
+    }
 
     while (len > 0) {
         ssize_t got = pread(fd, p, len, (off_t)off);

@@ -109,6 +109,21 @@ hps_err_t hps_modelfile_open(const char *dir, uint32_t dim, hps_modelfile_t **re
 hps_err_t hps_modelfile_check_open(const char *dir, uint32_t dim, char *err, size_t err_len);
 
 /**
+ * @brief Make every later read of model files in this process fail with
+ *        -ECANCELED, err "<file>: not read: the process is stopping".
+ *
+ * For a process that stops while it loads (hps-coordinator on SIGTERM or
+ * SIGINT): every reader here reads in pieces of at most a few MiB (the
+ * callers' chunks: hps_modelfile_read(), hps_modelfile_scan(),
+ * hps_modelfile_check_table(), the persistent DB's bulk load), so a load
+ * stops within one piece instead of reading the rest of the model.  Files
+ * opened meanwhile still open; only reads fail.  There is no way back.
+ *
+ * Thread safety: any thread; async-signal-safe (one atomic store).
+ */
+void hps_modelfile_cancel(void);
+
+/**
  * @brief Close a table opened by hps_modelfile_open(): close its two file
  *        descriptors (key and vector files; the files are not changed) and
  *        free the handle.  close(2) errors are ignored (the files were only
@@ -171,8 +186,8 @@ uint64_t hps_modelfile_chunk_rows(const hps_modelfile_t *mf, uint64_t max_bytes)
  * Thread safety: any number of threads may read one table at once (pread).
  *
  * @return 0; HPS_EINVAL (NULL mf, range outside [0, N)); HPS_ETRUNCATED (a
- *         file became shorter than it was at open); -errno from pread(2)
- *         (e.g. -EIO).
+ *         file became shorter than it was at open); -ECANCELED after
+ *         hps_modelfile_cancel(); -errno from pread(2) (e.g. -EIO).
  */
 hps_err_t hps_modelfile_read(hps_modelfile_t *mf, uint64_t first_row, size_t n, int64_t *keys,
                              float *vectors, char *err, size_t err_len);

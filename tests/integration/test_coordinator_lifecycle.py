@@ -15,7 +15,9 @@ int-coordinator_lifecycle: hps-coordinator's exits and the segment's fate.
   at once (503 naming the segment); from the moment it says ready, every answer is exact (it must not
   turn ready while the coordinator is still loading the model);
 - a second coordinator started while the first is still loading (longer
-  than worker_timeout_ms) exits 3 and leaves the first one's segment alone.
+  than worker_timeout_ms) exits 3 and leaves the first one's segment alone;
+- a SIGTERM while a model loads (a fresh start, a reload) stops the load:
+  exit 0, nothing published, a reload's serving segment untouched.
 """
 import os
 import re
@@ -27,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hpstest as H  # noqa: E402
+from test_model_control import section  # noqa: E402
 
 
 def seg_inode(segpath):
@@ -218,8 +221,75 @@ def reattach_mismatch(t, cl, model):
     t.eq(c.wait(10), 0, "SIGTERM -> exit status 0")
 
 
+def shm_names(seg):
+    """The /dev/shm entries of segment seg: the served one and a build's."""
+    return sorted(f for f in os.listdir("/dev/shm") if f in ("hps." + seg, ".hps." + seg + ".new"))
+
+
+def stop_during_load(t, cl):
+    """A SIGTERM while a model loads stops it at its next step: nothing is
+    published, what the load made is removed, the exit status is 0.  (It
+    used to finish the load first: minutes for a large model, past a
+    service manager's stop timeout, then SIGKILL.)  (a) A fresh start with a
+    persistent DB; (b) a reload that adds the model while m serves: m's
+    segment serves on, as it was."""
+    seg = cl.new_segment_name("stop")
+    # 2M rows x dim 16 (144 MB): a load of about a second; the SIGTERM comes
+    # within milliseconds of its "loading" line.
+    big = cl.gen_model("sbig", rows=[2000000], dims=[16], segment=seg)
+    small = cl.gen_model("m", rows=[2000, 1000], dims=[8, 4], defaults=[0.5, -2.0],
+                         subdir="stop_m", segment=seg)
+    pdb = cl.path("stop_rocksdb")
+    common = [("persistent_db", "path", pdb), ("volatile_db", "shared_memory_size", "512MiB")]
+    conf = cl.write_config("stop.ini", big.ini_text, common)
+    c = cl.start_coordinator(conf, wait_ready=False)
+    if not H.wait_until(lambda: started_loading(c) or not c.alive(), 60, 0.002):
+        raise RuntimeError("coordinator did not start loading:\n" + c.log())
+    t0 = time.monotonic()
+    c.kill(signal.SIGTERM)
+    rc = c.wait(30)
+    took = time.monotonic() - t0
+    log = c.log()
+    t.ok(rc == 0 and "stopped before serving" in log and "loaded in" not in log,
+         "(a) SIGTERM while a fresh start loads: the load stops, exit 0 after %.2f s" % took,
+         "exit %s\n%s" % (rc, log[-2500:]))
+    t.ok(not shm_names(seg) and not os.path.exists(pdb),
+         "(a) what it made is gone: no segment, no fresh persistent DB",
+         "%s %s" % (shm_names(seg), os.path.exists(pdb)))
+    t.ok("ERROR" not in log, "(a) a stop asked for logs no error", log[-2500:])
+
+    # (b) m serves; a SIGHUP adds sbig; a SIGTERM while sbig loads
+    conf = cl.write_config("stop.ini", small.ini_text, common)
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    kpt = [small.file_keys[0][:10], small.file_keys[1][-10:]]
+    want = small.expected(kpt)
+    serving = os.stat("/dev/shm/hps." + seg).st_ino
+    cl.write_config("stop.ini", small.ini_text + "\n" + section(big), common)
+    n = c.log().count("loading 2 models")
+    c.kill(signal.SIGHUP)
+    if not H.wait_until(lambda: c.log().count("loading 2 models") > n or not c.alive(), 60,
+                        0.002):
+        raise RuntimeError("the reload did not start loading:\n" + c.log())
+    c.kill(signal.SIGTERM)
+    rc = c.wait(30)
+    log = c.log()
+    tail = log[log.rfind("SIGHUP"):]
+    t.ok(rc == 0 and "model sbig version 1: loaded in" not in tail and
+         "published /dev/shm" not in tail and "during the reload's build" in tail,
+         "(b) SIGTERM while a reload loads a model: it stops unpublished, exit 0",
+         "exit %s\n%s" % (rc, tail[-2500:]))
+    t.ok(shm_names(seg) == ["hps." + seg] and os.stat("/dev/shm/hps." + seg).st_ino == serving,
+         "(b) the serving segment stays, the build is gone", shm_names(seg))
+    _, g = H.decode_output(H.infer(w.http_port, "m", kpt, binary=True))
+    t.ok(g == want, "(b) the worker answers m exactly from it (shared memory)")
+    w.kill(signal.SIGTERM)
+    w.wait(10)
+
+
 def body(t, cl):
     big_model_phases(t, cl)
+    stop_during_load(t, cl)
     model = cl.gen_model("m", rows=[2000, 1000], dims=[8, 4], defaults=[0.5, -2.0])
     kpt = [model.file_keys[0][:10] + model.file_keys[0][-10:],
            model.file_keys[1][:10] + model.file_keys[1][-10:]]
