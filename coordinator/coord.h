@@ -325,7 +325,8 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
  * tables a build of next (its idents: after coord_validate_models) would
  * ingest anew, beside those that serve (held until the switch), as c's
  * records tell; else false with the reason in msg.  True without a
- * persistent DB that ingests, or when it cannot tell. */
+ * persistent DB that ingests, or when it cannot tell.  next == c: a start
+ * (main.c), checked before its segment is built. */
 bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len);
 /* Free bytes a build needs on the persistent DB's disk once its tables are
  * staged, to replace the serving rows with them (RocksDB's logs and

@@ -321,9 +321,11 @@ bool coord_pdb_room(const coord_t *c, const coord_t *next, char *msg, size_t len
         return true;
     snprintf(msg, len,
              "not enough disk for the persistent DB: %s has %" PRIu64
-             " MiB free, and the tables ingested anew need about %" PRIu64
-             " MiB beside the rows that serve (kept until the workers switch); the serving "
-             "models stay as they are",
-             p->path, avail >> 20, need >> 20);
+             " MiB free, and the tables ingested anew need about %" PRIu64 " MiB%s",
+             p->path, avail >> 20, need >> 20,
+             c == next ? " (their files' bytes, an eighth more for the SST files, and "
+                         "64 MiB for RocksDB's logs): nothing was loaded"
+                       : " beside the rows that serve (kept until the workers switch); the "
+                         "serving models stay as they are");
     return false;
 }

@@ -604,6 +604,18 @@ static bool hand_signals_over(void)
     return true;
 }
 
+/* A start whose persistent DB's disk cannot take the tables it would
+ * ingest stops before it builds a segment or writes a row (it would fail
+ * with ENOSPC once the disk is full, after reading most of the model). */
+static int start_pdb_room(coord_t *c)
+{
+    char msg[768];
+    if (coord_pdb_room(c, c, msg, sizeof(msg)))
+        return 0;
+    HPS_ERROR("%s", msg);
+    return HPS_EXIT_PDB;
+}
+
 /* Consecutive fallbacks that failed themselves before they adopted the
  * serving segment (HPS_FALLBACKS_ENV, across execve; cleared once one
  * serves).  A fallback reads no model file it could refuse (load-check.c:
@@ -691,6 +703,8 @@ int main(int argc, char **argv)
         ex = coord_segment_take_over(&c); /* a restart: likewise, from RocksDB or Redis */
     if (!ex)
         ex = coord_validate_models(&c); /* a bad model file stops start-up before the segment */
+    if (!ex && !reloaded)
+        ex = start_pdb_room(&c); /* a reload's was checked before its SIGHUP was taken */
     if (!ex)
         ex = coord_segment_open(&c, &reused);
     if (!ex && hps_shmdb_ctl_abandon(c.db, "the coordinator stopped while working on it"))

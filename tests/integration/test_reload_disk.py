@@ -9,7 +9,9 @@ The serving version's column families are held until the workers switch
 (they answer the serving segment's misses meanwhile), so a table ingested
 anew needs its bytes beside them.  The persistent DB lives on a tmpfs of
 its own (mount needs CAP_SYS_ADMIN: skipped without it); a ballast file
-leaves less room than version 2's files:
+leaves less room than a version's files:
+  - a fresh start: exit 5 before it builds its segment (logged: the path,
+    MiB free, MiB needed), its fresh persistent DB removed;
   - SIGHUP to version 2: refused at once (logged: the path, MiB free, MiB
     needed), nothing re-ingested, version 1 serves, its RocksDB record
     unchanged;
@@ -35,15 +37,31 @@ def run(t, cl, mnt):
     models = {v: cl.gen_model("m", rows=[200000], dims=[32], subdir="m_v%d" % v, version=v)
               for v in (1, 2)}
     conf = cl.write_config("hps.ini", models[1].ini_text, settings)
-    c = cl.start_coordinator(conf)
-    w = cl.start_worker(conf)
     files_mib = sum(os.path.getsize(os.path.join(models[2].table_dirs[0], f))
                     for f in ("key", "emb_vector")) >> 20
-    st = os.statvfs(mnt)
-    free = st.f_bavail * st.f_frsize
     ballast = os.path.join(mnt, "ballast")
-    with open(ballast, "wb") as f:  # leave half of version 2's bytes
-        f.write(b"\0" * max(0, free - (files_mib << 20) // 2))
+
+    def leave_half():  # a ballast file leaves half of a version's bytes free
+        st = os.statvfs(mnt)
+        free = st.f_bavail * st.f_frsize
+        with open(ballast, "ab") as f:
+            f.write(b"\0" * max(0, free - (files_mib << 20) // 2))
+
+    # A fresh start with too little disk stops before it builds or writes
+    # anything (it used to load until RocksDB hit ENOSPC).
+    leave_half()
+    rc, out = cl.run_coordinator(conf, timeout=60)
+    line = next((x for x in out.splitlines() if "not enough disk" in x), "")
+    t.ok(rc == H.EXIT_PDB and os.path.join(mnt, "rocksdb") in line and "MiB free" in line and
+         "nothing was loaded" in line and "building shared memory" not in out,
+         "a fresh start with too little disk: exit 5 before building its segment, naming "
+         "the path and the MiB free and needed", "exit %d\n%s" % (rc, out[-1500:]))
+    t.ok(not os.path.exists(os.path.join(mnt, "rocksdb")), "its fresh persistent DB was removed")
+    os.unlink(ballast)
+
+    c = cl.start_coordinator(conf)
+    w = cl.start_worker(conf)
+    leave_half()
     kpt = [models[1].file_keys[0][:64]]
 
     cl.write_config("hps.ini", models[2].ini_text, settings)
