@@ -11,9 +11,9 @@
  * the window is mapped (from the page below offset, so any offset works).
  * Names are unique; the status lists regions sorted by name, like Triton's
  * std::map.  Unlike Triton, the server refuses keys of its own segments
- * (prefix "hps.": a client could otherwise have OUTPUT0 written over the
- * volatile DB), keys with a NUL byte, and more than HPS__KSERVE_SHM_MAX_REGIONS
- * regions.
+ * (prefixes "hps." and ".hps.", a segment being built: a client could
+ * otherwise have OUTPUT0 written over the volatile DB), keys with a NUL byte, and more than
+ * HPS__KSERVE_SHM_MAX_REGIONS regions.
  *
  * Truncation.  A request reads and writes a system window in place, and a
  * mapped page past the end of its object faults (SIGBUS).  So a region
@@ -54,6 +54,10 @@
 #define RESERVED_PREFIX "triton_python_backend_shm_region_"
 /** Keys of this prefix name HPS segments (shmdb/segment.c: "/hps.<name>"). */
 #define SEGMENT_PREFIX "hps."
+/** ... and of this one a segment being built, and the coordinator's lock
+ * (shmdb/segment.c, coordinator/segment.c: "/.hps.<name>.new",
+ * "/.hps.<name>.lock"): a build is published under the first prefix. */
+#define STAGED_PREFIX ".hps."
 /** Longest region name or key accepted. */
 #define SHM_NAME_MAX 255
 /** Most regions registered at once, of both kinds: each system region holds
@@ -202,11 +206,12 @@ static int check_key(const struct reg_args *a, hps__kserve_kerr_t *err)
             "cannot register shared memory region '%.128s' with key "
             "'%.128s' as the key contains the reserved prefix '" RESERVED_PREFIX "'",
             a->name, a->key);
-    if (strncmp(k, SEGMENT_PREFIX, strlen(SEGMENT_PREFIX)) == 0)
+    if (strncmp(k, SEGMENT_PREFIX, strlen(SEGMENT_PREFIX)) == 0 ||
+        strncmp(k, STAGED_PREFIX, strlen(STAGED_PREFIX)) == 0)
         return hps__kserve_kerr_set(
             err, 400,
             "cannot register shared memory region '%.128s' with key '%.128s' as "
-            "the key names an HPS segment (prefix '" SEGMENT_PREFIX "')",
+            "the key names an HPS segment (prefix '" SEGMENT_PREFIX "' or '" STAGED_PREFIX "')",
             a->name, a->key);
     return 0;
 }

@@ -343,8 +343,11 @@ static void test_register_errors(void **state)
     /* the server's own segments: OUTPUT0 would be written over the VDB */
     reg("bad", "/hps.demo", 0, 8, 400,
         "cannot register shared memory region 'bad' with key '/hps.demo' as the key names an "
-        "HPS segment (prefix 'hps.')");
+        "HPS segment (prefix 'hps.' or '.hps.')");
     reg("bad", "//hps.x", 0, 8, 400, "names an HPS segment");
+    /* one being built (published under hps.<name>), the coordinator's lock */
+    reg("bad", "/.hps.demo.new", 0, 8, 400, "names an HPS segment");
+    reg("bad", ".hps.demo.lock", 0, 8, 400, "names an HPS segment");
     reg("bad", "/hps_kst_does_not_exist", 0, 8, 500,
         "Unable to open shared memory region: '/hps_kst_does_not_exist'");
     json_object *none = status_json(NULL);
