@@ -254,6 +254,13 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
             if (hps_shmdb_table_find(db, m->name, m->embedding_table_names[t], &id) < 0 ||
                 hps_shmdb_table_info(db, id, &ti) < 0)
                 continue; /* not in it: created and filled by this start */
+            if (ti.order && ti.order != t + 1) {
+                snprintf(why, len,
+                         "model %s: its table %s is table %u in it and %zu in the "
+                         "configuration (the tables were reordered or renamed)",
+                         m->name, m->embedding_table_names[t], ti.order, t + 1);
+                return true;
+            }
             if (ti.model_version != (uint32_t)m->version) {
                 snprintf(why, len, "model %s is version %u in it and %lld in the configuration",
                          m->name, ti.model_version, (long long)m->version);

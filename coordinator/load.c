@@ -141,7 +141,8 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
                           .expected_rows = (uint64_t)want,
                           .source_rows = rows,
                           .model_version = (uint32_t)m->version,
-                          .storage_type = m->storage_type};
+                          .storage_type = m->storage_type,
+                          .order = t + 1};
     uint32_t id;
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
     hps_segment_info_t si;

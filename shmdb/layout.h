@@ -174,7 +174,10 @@ struct shm_table {
      * it; read-only afterwards, so readers load it plainly.  hps__shmdb_table()
      * refuses a value that is no type (corrupt segment). */
     uint32_t dtype;
-    uint32_t pad1;
+    /* hps_table_spec_t.order: the table's 1-based position among its
+     * model's tables (the KEYS / NUMKEYS order); 0 = not recorded (builds
+     * before it: pad then, zero).  Written and read as dtype. */
+    uint32_t order;
     /* Counters written by readers, one line of their own. */
     _Alignas(HPS_CACHELINE) _Atomic uint64_t lookups;
     _Atomic uint64_t hits;

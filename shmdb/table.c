@@ -173,6 +173,7 @@ static void fill_descriptor(struct shm_table *t, const hps_table_spec_t *s)
     t->expected_rows = s->expected_rows;
     t->source_rows = s->source_rows;
     t->model_version = s->model_version;
+    t->order = s->order;
     snprintf(t->model, sizeof(t->model), "%s", s->model);
     snprintf(t->table, sizeof(t->table), "%s", s->table);
 }
@@ -330,6 +331,7 @@ hps_err_t hps_shmdb_table_info(hps_shmdb_t *db, uint32_t id, hps_table_info_t *r
     ret->overflow_resolution_target = t->target;
     ret->source_rows = t->source_rows;
     ret->model_version = t->model_version;
+    ret->order = t->order;
     ret->storage_type = (hps_dtype_t)t->dtype;
     ret->row_bytes = (uint32_t)hps_dtype_row_bytes((hps_dtype_t)t->dtype, t->dim);
     ret->slot_bytes = hps__shmdb_vbytes(t->dtype, t->dim);

@@ -39,6 +39,13 @@ typedef struct hps_table_spec {
      *  (0, what a zero-initialized spec gives) keeps them bit for bit.  Part
      *  of the geometry: an existing table of another type is a mismatch. */
     hps_dtype_t storage_type;
+    /** The table's 1-based position among its model's tables
+     *  (embedding_table_names: the order of a request's KEYS and NUMKEYS);
+     *  0 = not said.  A process that serves the model in another order
+     *  does not take the table for its own (a reload that reorders or
+     *  renames tables; worker/libhps/shape.c).  Not part of the geometry:
+     *  an existing table is opened whatever it says. */
+    uint32_t order;
 } hps_table_spec_t;
 
 /** Counters and geometry of one partition (a snapshot). */
@@ -66,6 +73,7 @@ typedef struct hps_table_info {
     uint64_t source_rows;     /**< rows of the model files (hps_table_spec_t), 0 = unknown */
     uint32_t model_version;   /**< hps_table_spec_t.model_version */
     hps_dtype_t storage_type; /**< hps_table_spec_t.storage_type */
+    uint32_t order;           /**< hps_table_spec_t.order; 0 = not recorded */
     uint32_t row_bytes;  /**< bytes of one stored row: hps_dtype_row_bytes(storage_type, dim) */
     uint32_t slot_bytes; /**< bytes a row takes in the segment: row_bytes rounded up to 4 */
     uint64_t capacity;   /**< slots, sum over partitions */

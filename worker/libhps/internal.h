@@ -290,8 +290,9 @@ bool hps__client_keep_conf(hps_client_t *cl, hps_conf_t *conf);
 
 /**
  * How section c's tables are in db: 0 every one with c's dimension and
- * key_bytes (bytes per key), 1 one is missing, 2 one has another dimension
- * or key width.  Any thread that may read db.
+ * key_bytes (bytes per key) at its position, 1 one is missing, 2 one has
+ * another dimension, key width or position (hps_table_info_t.order, where
+ * recorded).  Any thread that may read db.
  */
 int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes);
 

@@ -42,7 +42,10 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
         if (hps_shmdb_table_find(db, c->name, c->embedding_table_names[t], &id) != 0 ||
             hps_shmdb_table_info(db, id, &ti) != 0)
             return 1;
-        if (ti.dim != (uint32_t)c->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes)
+        /* another order: a reload reordered or renamed its tables, and the
+         * KEYS of position t belong to another table now */
+        if (ti.dim != (uint32_t)c->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes ||
+            (ti.order && ti.order != t + 1))
             return 2;
     }
     return 0;
