@@ -13,12 +13,16 @@
  * little-endian host the bytes of an int64 or uint32 are exactly HugeCTR's
  * raw key bytes, so nothing is copied or converted on the hot paths.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "coordinator/pdb-internal.h"
 
@@ -271,6 +275,51 @@ static void db_close_rocksdb(hps_pdb_t *db)
     db->db_rdb = NULL;
 }
 
+/*
+ * Empty write-ahead logs of earlier opens.  RocksDB creates a WAL at every
+ * open, and before 8.3 (Debian 12 has 7.8) does not advance the log number
+ * to keep past an empty one until a memtable flush: a process that opens
+ * the DB and stops (or is killed) before writing leaves one more 0-byte
+ * NNNNNN.log for good (one per coordinator start; a crash loop, one a
+ * second).  RocksDB fixed it in 8.3 (facebook/rocksdb#11409); its
+ * maintainers give deleting them as the mitigation, safe while
+ * track_and_verify_wals_in_manifest is false (the default, not set here).
+ * Called with the DB open (its LOCK held: no other process writes here):
+ * only logs below the newest, the one this open writes, and only empty
+ * ones, whose removal loses nothing.  Best effort.
+ */
+static bool wal_number(const char *name, unsigned long long *ret)
+{
+    char *end;
+    if (name[0] < '0' || name[0] > '9')
+        return false;
+    errno = 0;
+    *ret = strtoull(name, &end, 10);
+    return errno == 0 && strcmp(end, ".log") == 0;
+}
+
+static void clean_empty_wals(const char *path)
+{
+    unsigned long long n, newest = 0;
+    struct dirent *e;
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (wal_number(e->d_name, &n) && n > newest)
+            newest = n;
+    rewinddir(d);
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (!wal_number(e->d_name, &n) || n >= newest ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_size != 0)
+            continue;
+        unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 hps_err_t hps_pdb_open(const char *path, const hps_pdb_opts_t *opts, hps_pdb_t **ret_db, char *err,
                        size_t err_len)
 {
@@ -301,8 +350,10 @@ hps_err_t hps_pdb_open(const char *path, const hps_pdb_opts_t *opts, hps_pdb_t *
         db_free(db);
         return rc;
     }
-    if (rc == 0 && !db->db_cfg.read_only)
+    if (rc == 0 && !db->db_cfg.read_only) {
         hps__pdb_clean_ingest_dirs(db->db_path);
+        clean_empty_wals(db->db_path);
+    }
     if (rc == 0)
         *ret_db = db;
     return rc;
