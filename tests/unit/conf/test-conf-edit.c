@@ -617,7 +617,7 @@ static void test_set_file_invalid_leaves_file_unchanged(void **state)
         hps_conf_set_file(t.path, "volatile_db.shared_memory_mode", "0999", err, sizeof(err)),
         HPS_ECONFIG);
     char *msg = ct_fmt("%s:10: [volatile_db] shared_memory_mode = 0999: must be an octal mode in "
-                       "[0400, 0777]",
+                       "[0600, 0777]",
                        t.path);
     assert_string_equal(err, msg);
     assert_int_equal(hps_conf_set_file(t.path, "hps.nope", "1", err, sizeof(err)), HPS_ENOTFOUND);
