@@ -410,6 +410,37 @@ hps_err_t hps_conf_edit_many(const char *text, const char *name, const hps_conf_
     return rc ? rc : finish(cur, name, ret_text, err, err_len);
 }
 
+hps_err_t hps_conf_strip_secrets(const char *text, const char *name, char **ret_text, char *err,
+                                 size_t err_len)
+{
+    char keys[HPS__CONF_NKEYS][96]; /* "section.key" of edits[i] */
+    hps_conf_edit_t edits[HPS__CONF_NKEYS];
+    size_t n = 0;
+    hps_conf_t *conf = NULL;
+
+    hps__conf_msg(err, err_len, "%s", "");
+    if (!text || !ret_text)
+        return HPS_EINVAL;
+    hps_err_t rc = hps_conf_load_string(text, name, &conf, err, err_len);
+    for (size_t i = 0; rc == 0 && i < HPS__CONF_NKEYS; i++) {
+        const struct hps__conf_key *k = &hps__conf_keys[i];
+        bool set = false;
+        if (k->check != HPS__CONF_CHECK_secret || k->sec == HPS__CONF_SEC_model)
+            continue; /* (no [model] key is a secret) */
+        snprintf(keys[n], sizeof(keys[n]), "%s.%s", hps__conf_sections[k->sec].name, k->name);
+        if (hps_conf_is_set(conf, keys[n], &set) == 0 && set) {
+            edits[n] = (hps_conf_edit_t){keys[n], NULL};
+            n++;
+        }
+    }
+    hps_conf_free(conf);
+    if (rc == 0 && n == 0) {
+        *ret_text = strdup(text);
+        return *ret_text ? 0 : -ENOMEM;
+    }
+    return rc ? rc : hps_conf_edit_many(text, name, edits, n, ret_text, err, err_len);
+}
+
 hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *key,
                                const char *value, char **ret_text, char *err, size_t err_len)
 {

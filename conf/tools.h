@@ -102,6 +102,26 @@ hps_err_t hps_conf_doc_man(FILE *out);
 hps_err_t hps_conf_edit_string(const char *text, const char *name, const char *key,
                                const char *value, char **ret_text, char *err, size_t err_len);
 
+/**
+ * @brief INI text without its secrets: the lines (and continuation lines)
+ *        of every key the schema marks secret ([distributed_db] password)
+ *        removed, everything else byte for byte.
+ *
+ * For a copy that others may read, such as the INI text the coordinator
+ * records in the shared-memory segment for the workers (whose mode may let
+ * other users read it): the workers never use those keys.
+ *
+ * @param[in]  text      Valid INI text (as hps_conf_load_string() takes).
+ * @param[in]  name      Name for messages (NULL: "<string>").
+ * @param[out] ret_text  On success, the text without them (malloc'd; the
+ *                       caller frees it; a copy when none is set).
+ * @param[out] err, err_len  As for hps_conf_load().
+ * @return 0; the errors of hps_conf_load_string() and hps_conf_edit_many();
+ *         HPS_EINVAL for NULL arguments; -ENOMEM.  Thread-safe.
+ */
+hps_err_t hps_conf_strip_secrets(const char *text, const char *name, char **ret_text, char *err,
+                                 size_t err_len);
+
 /** One edit of hps_conf_edit_many(): set @p key to @p value, or remove it. */
 typedef struct hps_conf_edit {
     const char *key;   /**< "section.key" or "model.<name>.key" */

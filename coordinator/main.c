@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conf/tools.h"
 #include "coord.h"
 #include "hps/log.h"
 #include "hps/modelfile.h"
@@ -726,8 +727,14 @@ int main(int argc, char **argv)
     if (!ex) {
         coord_pdb_token_record(&c); /* what a later restart or reload checks */
         /* The text the models were built from: a lookup process takes a
-         * model's new shape from it (worker/libhps/shape.c) */
-        hps_err_t trc = c.text ? hps_shmdb_set_conf_text(c.db, c.text, strlen(c.text)) : 0;
+         * model's new shape from it (worker/libhps/shape.c).  Without the
+         * Redis password: the segment's mode may let others read it. */
+        char *pub = NULL, cerr[256];
+        hps_err_t trc =
+            c.text ? hps_conf_strip_secrets(c.text, conf->source, &pub, cerr, sizeof(cerr)) : 0;
+        if (pub)
+            trc = hps_shmdb_set_conf_text(c.db, pub, strlen(pub));
+        free(pub);
         if (trc < 0)
             HPS_WARN("cannot record the INI text in the segment (%s): workers whose INI has "
                      "another shape of a model than this one do not serve it",

@@ -1,5 +1,5 @@
 /*
- * test-conf-edit.c -- hps_conf_edit_string(), hps_conf_edit_many(),
+ * test-conf-edit.c -- hps_conf_edit_string(), hps_conf_edit_many(), hps_conf_strip_secrets(),
  * hps_conf_remove_section() and their file versions: edits that keep
  * comments, blank lines and order; several edits validated once (a new model
  * section); removed keys taking their defaults; removed sections taking
@@ -874,6 +874,33 @@ static void test_read_file(void **state)
     assert_int_equal(hps_conf_read_file("/nonexistent/hps.ini", &text, err, sizeof(err)), -ENOENT);
 }
 
+/* hps_conf_strip_secrets: the password's lines go (a continuation line
+ * too), the rest stays byte for byte; a text without one is copied. */
+static void test_strip_secrets(void **state)
+{
+    static const char with[] = "[hps]\nlog_level = info ; a comment\n\n"
+                               "[distributed_db]\ntype = redis_cluster\n"
+                               "password = s3cret-pw\n    still-the-password\n"
+                               "address = 127.0.0.1:7000\n";
+    static const char without[] = "[hps]\nlog_level = info ; a comment\n\n"
+                                  "[distributed_db]\ntype = redis_cluster\n"
+                                  "address = 127.0.0.1:7000\n";
+    char *out = NULL, err[512];
+    (void)state;
+    assert_int_equal(hps_conf_strip_secrets(with, "t.ini", &out, err, sizeof(err)), 0);
+    assert_string_equal(out, without);
+    free(out);
+    out = NULL;
+    assert_int_equal(hps_conf_strip_secrets(without, "t.ini", &out, err, sizeof(err)), 0);
+    assert_string_equal(out, without);
+    free(out);
+    out = NULL;
+    assert_int_equal(hps_conf_strip_secrets("[nope]\n", "t.ini", &out, err, sizeof(err)),
+                     HPS_ECONFIG);
+    assert_null(out);
+    assert_int_equal(hps_conf_strip_secrets(NULL, "t.ini", &out, err, sizeof(err)), HPS_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -902,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_remove_section_file),
         cmocka_unit_test(test_splice_section),
         cmocka_unit_test(test_read_file),
+        cmocka_unit_test(test_strip_secrets),
     };
     return cmocka_run_group_tests_name("conf-edit", tests, NULL, NULL);
 }
