@@ -303,6 +303,23 @@ static void ring(struct shm_missq *q, size_t *unrung)
     *unrung = 0;
 }
 
+/* Sleep a little while the queue is full of other callers' chunks: 50 us
+ * doubling to 1 ms (*waits counts the sleeps of this call), never past the
+ * deadline. */
+static void wait_for_slot(uint64_t deadline, unsigned *waits)
+{
+    uint64_t now = hps__shmdb_clock_ns(CLOCK_MONOTONIC);
+    uint64_t ns = *waits < 5 ? 50000ull << *waits : 1000000ull;
+    (*waits)++;
+    if (now >= deadline)
+        return;
+    if (ns > deadline - now)
+        ns = deadline - now;
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    nanosleep(&ts, NULL);
+}
+
 /* The batched request against an absolute deadline (CLOCK_MONOTONIC ns). */
 static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq, uint64_t deadline)
 {
@@ -340,8 +357,11 @@ static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
     /* Post every chunk of every request; when the queue (or our share of
      * it) is full, ring the doorbell for what is posted and collect our
      * oldest chunk to reuse its slot, all against the one deadline.  Only a
-     * queue full of other processes' requests makes a chunk HPS_EBUSY. */
+     * queue full of other callers' requests until the deadline makes a
+     * chunk HPS_EBUSY. */
     size_t head = 0, tail = 0, unrung = 0;
+    unsigned waits = 0; /* wait_for_slot's sleeps */
+    bool full = false;  /* waiting for a slot of other callers' since the last post */
     for (size_t r = 0; cap > 0 && r < nreq; r++) {
         hps_miss_req_t *rq = &reqs[r];
         if (rq->rc != 0 || rq->n == 0 || check(db, q, rq, &t, &per) != 0)
@@ -350,18 +370,29 @@ static hps_err_t lookup_many(hps_shmdb_t *db, hps_miss_req_t *reqs, size_t nreq,
             uint32_t m = (uint32_t)(rq->n - off < per ? rq->n - off : per);
             for (;;) {
                 if (hps__shmdb_clock_ns(CLOCK_MONOTONIC) >= deadline) {
-                    rq->rc = rq->rc ? rq->rc : HPS_ETIMEDOUT; /* no time left to ask */
+                    /* no time left to ask: the queue stayed full of other
+                     * callers' chunks (HPS_EBUSY), or the time went on ours */
+                    if (full)
+                        atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
+                    rq->rc = rq->rc ? rq->rc : full ? HPS_EBUSY : HPS_ETIMEDOUT;
                     break;
                 }
                 if (tail - head < cap && post(db, q, rq, t, off, m, &fl[tail % cap])) {
                     fl[tail++ % cap].req = r;
                     unrung++;
+                    full = false;
                     break;
                 }
-                if (tail == head) { /* none of ours to wait for: the queue is busy */
-                    atomic_fetch_add_explicit(&q->busy, 1, memory_order_relaxed);
-                    rq->rc = HPS_EBUSY; /* the other chunks still go */
-                    break;
+                if (tail == head) {
+                    /* None of ours out: the queue is full of other callers'
+                     * chunks.  Wait for one to be freed (they are answered
+                     * and collected), within the deadline; the other chunks
+                     * still go after it.  Refusing at once (HPS_EBUSY) gave a
+                     * caller among a few concurrent large ones the defaults
+                     * of every key while the coordinator served. */
+                    full = true;
+                    wait_for_slot(deadline, &waits);
+                    continue;
                 }
                 ring(q, &unrung);
                 struct flight *f = &fl[head++ % cap];

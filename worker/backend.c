@@ -412,7 +412,8 @@ static hps_err_t metrics(void *ctx, hps_kserve_text_t *x)
     C("nv_hps_persistent_db_hit_keys", lower_hits,
       "Keys found below the volatile DB, through the coordinator (distributed or persistent DB)");
     C("nv_hps_default_value_keys", default_keys, "Keys answered with the table's default value");
-    C("nv_hps_miss_queue_busy", miss_busy, "Miss-queue requests refused because it was full");
+    C("nv_hps_miss_queue_busy", miss_busy,
+      "Miss-queue requests whose misses got defaults: the queue stayed full until miss_timeout_ms");
     C("nv_hps_miss_queue_timeouts", miss_timeout, "Miss-queue requests past miss_timeout_ms");
     hps_client_gpu_stats_t gs;
     bool gpu = hps_client_gpu_stats(w->client, &gs) == 0; /* a worker with GPU caches */

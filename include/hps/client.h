@@ -527,7 +527,8 @@ typedef struct hps_client_counters {
     uint64_t vdb_hits;     /**< found in the volatile DB (shared memory) */
     uint64_t lower_hits;   /**< found below it, through the coordinator */
     uint64_t default_keys; /**< answered with the table's default value */
-    uint64_t miss_busy;    /**< miss-queue requests refused (queue full) */
+    uint64_t miss_busy;    /**< miss-queue requests whose misses got defaults: the queue
+                                stayed full of other requests until miss_timeout_ms */
     uint64_t miss_timeout; /**< miss-queue requests past miss_timeout_ms */
     uint64_t lookup_ns;    /**< time in lookup calls */
     uint64_t lookup_calls; /**< lookup calls */

@@ -50,8 +50,9 @@ hps_err_t hps_shmdb_missq_init(hps_shmdb_t *db, uint32_t slots, uint64_t slab_by
  *                      longer; a late answer is discarded by the slot protocol
  *                      and never touches the caller's memory.
  * @param[out] ret_hits Keys found, or NULL.
- * @return 0; HPS_EBUSY when every slot is taken (answered at once);
- *         HPS_ETIMEDOUT at the deadline; HPS_ENOTFOUND if the table or the
+ * @return 0; HPS_EBUSY when every slot stayed taken by other callers
+ *         until the deadline (a full queue is waited on, 50 us to 1 ms
+ *         sleeps); HPS_ETIMEDOUT at the deadline; HPS_ENOTFOUND if the table or the
  *         queue does not exist; or the coordinator's error for the request.
  * Thread- and process-safe.  Each request holds one slot.  A batch larger
  * than one chunk (as hps_shmdb_miss_lookup_many()) goes one slot at a time (each freed before the
@@ -108,7 +109,8 @@ typedef struct hps_miss_req {
  *                      NULL with n > 0, or a dim too large for one slab);
  *                      HPS_ENOTFOUND (no such table, or no queue); HPS_EBUSY
  *                      when any of its chunks found the queue full of other
- *                      processes' requests;
+ *                      callers' requests until the deadline (it waits for a
+ *                      slot: 50 us sleeps doubling to 1 ms);
  *                      otherwise the first error of its chunks in key order:
  *                      HPS_ETIMEDOUT at the deadline, or the coordinator's
  *                      error (rows of that chunk not copied); -ENOMEM if the
