@@ -148,6 +148,13 @@ static hps_err_t check_globals(struct ctx *c, const hps_conf_t *conf)
                       (long long)conf->update_source.key_bytes);
         return HPS_ECONFIG;
     }
+    /* Workers take a coordinator whose heartbeat is older than
+     * worker_timeout_ms for gone: a beat less often than that made a live
+     * one look dead for good (not ready, defaults for every miss), at about
+     * that rate it flapped (scale audit). */
+    if (conf->hps.heartbeat_interval_ms * 2 > conf->hps.worker_timeout_ms)
+        return rule_error(c, conf, HPS__CONF_SEC_hps, 0, "heartbeat_interval_ms",
+                          "worker_timeout_ms", "at most half of", "at least twice");
     if (conf->worker.metrics_port == conf->worker.http_port)
         return rule_error(c, conf, HPS__CONF_SEC_worker, 0, "metrics_port", "http_port",
                           "different from", "different from");

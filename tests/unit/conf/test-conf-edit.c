@@ -874,13 +874,13 @@ static void test_read_file(void **state)
     assert_int_equal(hps_conf_read_file("/nonexistent/hps.ini", &text, err, sizeof(err)), -ENOENT);
 }
 
-/* hps_conf_strip_secrets: the password's lines go (a continuation line
- * too), the rest stays byte for byte; a text without one is copied. */
+/* hps_conf_strip_secrets: the password's line goes (its comment too), the
+ * rest stays byte for byte; a text without one is copied. */
 static void test_strip_secrets(void **state)
 {
     static const char with[] = "[hps]\nlog_level = info ; a comment\n\n"
                                "[distributed_db]\ntype = redis_cluster\n"
-                               "password = s3cret-pw\n    still-the-password\n"
+                               "password = s3cret-pw ; the cluster's\n"
                                "address = 127.0.0.1:7000\n";
     static const char without[] = "[hps]\nlog_level = info ; a comment\n\n"
                                   "[distributed_db]\ntype = redis_cluster\n"

@@ -196,8 +196,7 @@ static char *compile_comma_locale(void)
     char cmd[256];
     if (!mkdtemp(dir))
         return NULL;
-    snprintf(cmd, sizeof(cmd), "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1",
-             dir);
+    snprintf(cmd, sizeof(cmd), "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1", dir);
     if (system(cmd) == -1) /* localedef exits 1 for mere warnings: its output decides */
         return NULL;
     setenv("LOCPATH", dir, 1); /* read by each setlocale() */
@@ -213,8 +212,8 @@ static void test_numbers_ignore_process_locale(void **state)
     char buf[64], *made = NULL;
     (void)state;
     for (size_t i = 0; i < sizeof(locales) / sizeof(locales[0]); i++) {
-        if (!setlocale(LC_NUMERIC, locales[i]) && !(i == 0 && (made = compile_comma_locale()) &&
-                                                    setlocale(LC_NUMERIC, locales[i])))
+        if (!setlocale(LC_NUMERIC, locales[i]) &&
+            !(i == 0 && (made = compile_comma_locale()) && setlocale(LC_NUMERIC, locales[i])))
             continue;
         assert_true(strcmp(localeconv()->decimal_point, ",") == 0); /* the point of the test */
         hps_conf_t *c = ct_load("[volatile_db]\noverflow_resolution_target = 0.25\n");
@@ -655,6 +654,16 @@ static void test_cross_key_rules(void **state)
     ct_load_fails("[volatile_db]\nshared_memory_size = 128MiB\nallocation_rate = 256MiB\n",
                   "t.ini:3: [volatile_db] allocation_rate = 256MiB: must be a size of at least "
                   "64KiB (units B, KiB, MiB, GiB, TiB) and at most shared_memory_size (128MiB)");
+    /* a heartbeat at least every half worker_timeout_ms (a slower one made
+     * a live coordinator look gone to the workers) */
+    ct_load_fails("[hps]\nheartbeat_interval_ms = 60000\nworker_timeout_ms = 100\n",
+                  "t.ini:2: [hps] heartbeat_interval_ms = 60000: must be an integer in [10, "
+                  "60000] and at most half of worker_timeout_ms (100)");
+    ct_load_fails("[hps]\nworker_timeout_ms = 150\n",
+                  "t.ini:2: [hps] worker_timeout_ms = 150: must be an integer in [100, 600000] "
+                  "and at least twice heartbeat_interval_ms (100, its default: the file does not "
+                  "set heartbeat_interval_ms)");
+    hps_conf_free(ct_load("[hps]\nheartbeat_interval_ms = 50\nworker_timeout_ms = 100\n"));
     ct_load_fails("[worker]\nmetrics_port = 8000\n",
                   "t.ini:2: [worker] metrics_port = 8000: must be an integer in [1, 65535] and "
                   "different from http_port (8000, its default: the file does not set "

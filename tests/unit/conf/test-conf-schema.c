@@ -204,6 +204,8 @@ static const struct {
     {"distributed_db.num_partitions", "num_node_connections = 1\n"},
     {"volatile_db.shared_memory_size", "allocation_rate = 64KiB\n"},
     {"volatile_db.allocation_rate", "shared_memory_size = 4TiB\n"},
+    {"hps.heartbeat_interval_ms", "worker_timeout_ms = 600000\n"},
+    {"hps.worker_timeout_ms", "heartbeat_interval_ms = 10\n"},
 };
 
 /* The model's required keys (T = 2 tables), for tests of other model keys. */
