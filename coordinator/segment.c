@@ -163,17 +163,28 @@ static int lock_name(coord_t *c, const char *name)
     snprintf(obj, sizeof(obj), "/.hps.%s.lock", name);
     unsigned m = c->conf->volatile_db.shared_memory_mode;
     int fd = lock_open(obj, m ? (mode_t)m : 0600);
-    if (fd < 0 && errno == EWOULDBLOCK) {
+    int e = errno;
+    char path[HPS_CONF_SHM_NAME_MAX + 32], owner[96] = "";
+    struct stat st;
+    snprintf(path, sizeof(path), "/dev/shm%s", obj);
+    if (fd < 0 && stat(path, &st) == 0 && st.st_uid != geteuid())
+        snprintf(owner, sizeof(owner), " (the lock file belongs to uid %u, mode %04o)",
+                 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    if (fd < 0 && e == EWOULDBLOCK) {
         pid_t holder = coord_segment_holder(c);
         if (holder)
             snprintf(pid, sizeof(pid), "%d", (int)holder);
-        HPS_ERROR("another hps-coordinator (pid %s) holds /dev/shm%s and serves /dev/shm/hps.%s; "
-                  "stop it first",
-                  *pid ? pid : "unknown", obj, name);
+        HPS_ERROR("another hps-coordinator (pid %s) holds /dev/shm%s%s and serves "
+                  "/dev/shm/hps.%s; stop it first",
+                  *pid ? pid : "unknown", obj, owner, name);
         return HPS_EXIT_SEGMENT;
     }
     if (fd < 0) {
-        HPS_ERROR("cannot take the coordinator lock /dev/shm%s: %s", obj, strerror(errno));
+        HPS_ERROR("cannot take the coordinator lock /dev/shm%s%s: %s%s", obj, owner, strerror(e),
+                  e == EACCES ? "; left by a coordinator of another user: once no coordinator "
+                                "of this segment runs, `hps-shm rm` removes it (or run as its "
+                                "owner)"
+                              : "");
         return HPS_EXIT_SEGMENT;
     }
     int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());

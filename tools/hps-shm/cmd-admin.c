@@ -2,8 +2,12 @@
  * cmd-admin.c -- hps-shm check (consistency check) and rm (remove a segment).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "hps-shm.h"
@@ -94,6 +98,28 @@ static size_t rm_live_users(const char *name)
     return live;
 }
 
+/* Remove the coordinator lock /dev/shm/.hps.<name>.lock (coordinator/segment.c:
+ * lock_name) if no process holds it: 1 removed, 0 held or absent, -errno.
+ * Every coordinator's exit leaves it (a clean one removes it; a killed one
+ * cannot), and one of another user blocks a coordinator that runs as
+ * another (EACCES).  Taken first, then unlinked: a coordinator that opens
+ * it meanwhile finds the name gone once it holds the lock and opens again. */
+static int rm_free_lock(const char *name)
+{
+    char obj[HPS_SHMDB_SEGMENT_NAME_MAX + 16];
+    snprintf(obj, sizeof(obj), "/.hps.%s.lock", name);
+    int fd = shm_open(obj, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    int rc = 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        rc = shm_unlink(obj) == 0 ? 1 : errno == ENOENT ? 0 : -errno;
+    else if (errno != EWOULDBLOCK)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
 int hps__tool_cmd_rm(const hps__tool_t *t)
 {
     const char *name = t->argv[0];
@@ -120,7 +146,8 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
                               name, live);
     }
     err = hps_shmdb_unlink(name);
-    if (err != 0 && !(err == HPS_ENOTFOUND && serr == 0))
+    int lock = rm_free_lock(name);
+    if (err != 0 && !(err == HPS_ENOTFOUND && (serr == 0 || lock > 0)))
         return hps__tool_fail(t, err, hps__tool_attach_hint(err), "cannot remove segment '%s'",
                               name);
     if (live > 0)
@@ -136,9 +163,14 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
     else if (serr < 0 && serr != HPS_ENOTFOUND)
         fprintf(stderr, "hps-shm rm: warning: cannot remove /dev/shm/.hps.%s.new: %s\n", name,
                 hps_strerror(serr));
+    if (lock < 0)
+        fprintf(stderr, "hps-shm rm: warning: cannot remove /dev/shm/.hps.%s.lock: %s\n", name,
+                strerror(-lock));
     if (!t->json) {
         if (err == 0)
             printf("removed /dev/shm/hps.%s\n", name);
+        if (lock > 0)
+            printf("removed /dev/shm/.hps.%s.lock, the coordinator lock no process held\n", name);
         if (serr == 0)
             printf("removed /dev/shm/.hps.%s.new (%llu bytes), left by a build killed before it "
                    "published\n",
@@ -149,6 +181,7 @@ int hps__tool_cmd_rm(const hps__tool_t *t)
     hps__tool_jset(o, "removed", err == 0 ? hps__tool_json_str(name) : NULL);
     hps__tool_jset(o, "removed_staged_bytes", serr == 0 ? hps__tool_json_u64(staged) : NULL);
     hps__tool_jset(o, "staged_building", json_object_new_boolean(serr == HPS_EBUSY));
+    hps__tool_jset(o, "removed_lock", json_object_new_boolean(lock > 0));
     hps__tool_jset(o, "live_processes_attached", json_object_new_int64((int64_t)live));
     return hps__tool_emit_json(t, o);
 }

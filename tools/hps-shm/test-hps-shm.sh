@@ -27,7 +27,7 @@ ERR=$WORK/err
 cleanup() {
     [ -n "$HOLDER" ] && kill -9 "$HOLDER" 2>/dev/null
     rm -f "/dev/shm/hps.$NAME" "/dev/shm/hps.$BAD" "/dev/shm/hps.$MISSING" "/dev/shm/hps.$COPY"
-    rm -f "/dev/shm/.hps.$NAME.new"
+    rm -f "/dev/shm/.hps.$NAME.new" "/dev/shm/.hps.$NAME.lock"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -612,6 +612,20 @@ out_has "rm reports" "removed /dev/shm/hps.$NAME"
 out_has "rm reports the staged leftover" "removed /dev/shm/.hps.$NAME.new (8388608 bytes)"
 check "rm removed the object" test ! -e "/dev/shm/hps.$NAME"
 check "rm removed the staged leftover" test ! -e "/dev/shm/.hps.$NAME.new"
+# A coordinator lock no process holds (a killed coordinator's): rm frees
+# it, also when no segment is left; one a process holds stays (flock -o:
+# held by flock itself, as a live coordinator holds it).
+: >"/dev/shm/.hps.$NAME.lock"
+flock -o "/dev/shm/.hps.$NAME.lock" sleep 30 &
+holder=$!
+sleep 0.3
+run 1 "rm of a missing segment whose lock is held" "$TOOL" rm "$NAME"
+check "rm left the held lock" test -e "/dev/shm/.hps.$NAME.lock"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+run 0 "rm of a missing segment whose lock is free" "$TOOL" rm "$NAME"
+out_has "rm reports the free lock" "removed /dev/shm/.hps.$NAME.lock, the coordinator lock no process held"
+check "rm removed the free lock" test ! -e "/dev/shm/.hps.$NAME.lock"
 run 0 "rm --json of the foreign object" "$TOOL" rm --json "$BAD"
 json_valid "rm --json"
 json_assert "rm --json: removed" "d['removed'] == '$BAD'"
