@@ -325,31 +325,43 @@ static int serve(worker_t *w, const struct args *a, const struct ports *p)
     return ex;
 }
 
+/* Descriptors kept beside the HTTP connections: the segment, its liveness
+ * lock, CUDA, logs, listeners, and a margin for shared-memory regions. */
+#define NOFILE_RESERVE 256
+
 /* Descriptors: one per HTTP connection (max_connections, 1,024) and one per
- * registered system shared-memory region (up to 4,096), beside the segment,
- * RocksDB and CUDA.  The usual soft limit of 1,024 is below that, so take
- * the hard limit, as Redis and nginx do; logged when it stays lower. */
-static void raise_nofile(void)
+ * registered system shared-memory region (up to 4,096), beside the segment
+ * and CUDA.  The usual soft limit of 1,024 is below that, so take the hard
+ * limit, as Redis and nginx do.  Where the limit stays below max_connections
+ * + NOFILE_RESERVE, max_connections is lowered to fit (logged): accept()
+ * would otherwise fail with EMFILE before the eviction of idle connections,
+ * which starts near max_connections, could make room (scale audit: a normal
+ * request waited 8.7 s behind 10,200 trickling connections). */
+static void fit_nofile(hps_conf_worker_t *wc)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
-    if (rl.rlim_cur == rl.rlim_max) { /* nothing to raise: say so when it is low */
-        if (rl.rlim_cur < 8192)
-            HPS_WARN("open files limit %llu (soft = hard limit): fewer connections and "
-                     "shared-memory regions than configured may fit; raise it (ulimit -n, "
-                     "systemd LimitNOFILE)",
-                     (unsigned long long)rl.rlim_cur);
-        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            HPS_WARN("open files limit stays at %llu: %s", (unsigned long long)was,
+                     strerror(errno));
+            rl.rlim_cur = was;
+        }
     }
-    rlim_t was = rl.rlim_cur;
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-        HPS_WARN("open files limit stays at %llu: %s", (unsigned long long)was, strerror(errno));
-    else if (rl.rlim_cur < 8192)
-        HPS_WARN("open files limit %llu (hard limit): fewer connections and shared-memory "
-                 "regions than configured may fit",
-                 (unsigned long long)rl.rlim_cur);
+    uint64_t lim = (uint64_t)rl.rlim_cur, want = (uint64_t)wc->max_connections + NOFILE_RESERVE;
+    if (rl.rlim_cur == RLIM_INFINITY || lim >= want)
+        return;
+    uint64_t fit = lim > 2 * NOFILE_RESERVE ? lim - NOFILE_RESERVE : lim / 2;
+    fit = fit < 16 ? 16 : fit; /* max_connections' least value */
+    HPS_WARN("open files limit %llu is below [worker] max_connections (%lld) + %d: serving at "
+             "most %llu connections (idle and slow ones evicted first, as configured); raise the "
+             "limit (ulimit -n, systemd LimitNOFILE) or lower max_connections",
+             (unsigned long long)lim, (long long)wc->max_connections, NOFILE_RESERVE,
+             (unsigned long long)fit);
+    wc->max_connections = (int64_t)fit;
 }
 
 int main(int argc, char **argv)
@@ -385,7 +397,7 @@ int main(int argc, char **argv)
         hps_conf_free(conf);
         return HPS_WEXIT_HTTP;
     }
-    raise_nofile();
+    fit_nofile(&conf->worker);
     hps_client_options_t co = {.device = a.device, .instance = a.instance};
     worker_t w = {.conf = conf, .sync_mu = PTHREAD_MUTEX_INITIALIZER};
     hps_err_t rc = hps_client_open_conf(conf, &co, &w.client);

@@ -753,10 +753,11 @@ class Cluster:
                            timeout=timeout, cwd=self.tmp)
         return r.returncode, r.stdout + r.stderr
 
-    def start_worker(self, conf, instance=0, device=0, wait_ready=True, timeout=30.0):
-        proc = self._spawn("worker", [WORKER, "-c", conf, "--device", str(device),
-                                      "--instance", str(instance), "--http-port", "0",
-                                      "--metrics-port", "0"],
+    def start_worker(self, conf, instance=0, device=0, wait_ready=True, timeout=30.0, wrap=()):
+        """wrap: a command the worker runs under (e.g. prlimit and its options)."""
+        proc = self._spawn("worker", list(wrap) + [WORKER, "-c", conf, "--device", str(device),
+                                                   "--instance", str(instance), "--http-port",
+                                                   "0", "--metrics-port", "0"],
                            "worker-%d-%d.log" % (instance, len(self.procs)))
         deadline = time.monotonic() + timeout
         pat = re.compile(r"serving .* on http://[^ ]*:(\d+) \(metrics :(\d+)\)")

@@ -24,9 +24,15 @@ hps-worker with [worker] max_connections = 64 and header_timeout_ms = 1000.
   5. 3 x max_connections of them: valid requests are answered exactly.
   6. 80 connections trickling a header to the metrics port (64 connections
      at most): a scrape is still answered (it waited a minute).
+  7. A worker whose open files limit (400, prlimit) is below max_connections
+     (1,024, the default) + 256 serves at most 200 connections (logged), so
+     the eviction works: under 500 trickling connections (header timeout
+     30 s), valid requests are answered exactly.  (It used to accept until
+     EMFILE, evict nothing, and leave valid clients waiting in the backlog.)
 """
 import os
 import random
+import shutil
 import socket
 import sys
 import threading
@@ -208,6 +214,30 @@ def body(t, cl):
     mtr.finish()
     t.ok(got, "a scrape under 80 trickling metrics connections is answered (%.1f s)"
          % (time.monotonic() - t0))
+
+    # 7. An open files limit below max_connections + 256.
+    if not shutil.which("prlimit"):
+        t.skip("open files limit phase", "prlimit (util-linux) not installed")
+        return
+    conf7 = cl.write_config("nofile.ini", model.ini_text, [("worker", "header_timeout_ms", 30000)])
+    w7 = cl.start_worker(conf7, instance=1, wrap=["prlimit", "--nofile=400:400"])
+    t.ok("serving at most 200 connections" in w7.log(),
+         "open files limit 400: the worker serves at most 200 connections, and says so",
+         w7.log())
+    flood = Trickler(w7.http_port, 500)
+    flood.start()
+    time.sleep(1.0)
+    answered, detail = 0, ""
+    for _ in range(10):
+        keys = [rng.sample(model.file_keys[0], 4)]
+        try:
+            _, g = H.decode_output(H.infer(w7.http_port, "m", keys, binary=True, timeout=5))
+            answered += g == model.expected(keys)
+        except Exception as e:  # noqa: BLE001
+            detail = "%s: %s" % (type(e).__name__, e)
+    flood.finish()
+    t.ok(answered == 10, "under 500 trickling connections, 10 valid requests answered exactly "
+         "(%d)" % answered, detail)
 
 
 def scrape_ok(port):
