@@ -50,7 +50,7 @@ void hps_log(hps_log_level_t level, const char *fmt, ...)
     static const char *names[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
     if ((int)level > atomic_load_explicit(&g_level, memory_order_relaxed))
         return;
-    char line[2048], ts[32];
+    char line[HPS_LOG_LINE_MAX], ts[32];
     struct timeval tv;
     struct tm tm;
     gettimeofday(&tv, NULL);

@@ -54,7 +54,7 @@ typedef struct check_res {
     hps_modelfile_stats_t st;
     hps_err_t rc;
     int ident_errno; /* 0: identity taken (or none wanted) */
-    char err[1024];
+    char err[HPS_PATH_MSG_MAX];
 } check_res_t;
 
 typedef struct check_ctx {
@@ -189,7 +189,7 @@ static bool adopt_unread(coord_t *c, const hps_conf_model_t *m, coord_ident_t *i
 
 static int validate_all(coord_t *c, coord_ident_t *ident)
 {
-    char err[512], where[HPS_CONF_NAME_MAX + 4200];
+    char err[HPS_PATH_MSG_MAX], where[HPS_CONF_NAME_MAX + 4200];
     bool adopt = c->adopt && c->serving && ident;
     for (size_t i = 0, first = 0; i < c->conf->num_models;
          first += c->conf->models[i++].num_tables) {

@@ -57,7 +57,7 @@ typedef struct load_job {
     hps_pdb_stage_t *stage;   /* ... there (the job's until the pass ends) */
     uint64_t vdb_want;        /* upsert the first vdb_want rows into the volatile DB */
     int ex;                   /* 0, or the exit status of a failure (err says why) */
-    char err[640];
+    char err[HPS_PATH_MSG_MAX];
     double read_s, pdb_s, vdb_s; /* seconds this job's thread spent in each step */
 } load_job_t;
 
@@ -162,7 +162,7 @@ static void run_job(void *ctx, size_t i, load_buf_t *b)
 {
     load_pass_t *lp = ctx;
     load_job_t *j = &lp->jobs[i];
-    char err[512] = "";
+    char err[HPS_PATH_MSG_MAX] = "";
     uint32_t dim = j->ct->dim;
     hps_modelfile_t *mf = NULL;
     hps_err_t rc = hps_modelfile_open(j->dir, dim, &mf, err, sizeof(err));
@@ -212,7 +212,7 @@ int coord_load_files(coord_t *c, const hps_conf_model_t *m, model_state_t *st, c
             continue;
         coord_table_t *ct = coord_load_table(c, m, t);
         hps_pdb_stage_t *stage = NULL;
-        char err[512] = "";
+        char err[HPS_PATH_MSG_MAX] = "";
         if (pdb && hps_pdb_stage_open(c->pdb, ct->name, &stage, err, sizeof(err)) < 0) {
             HPS_ERROR("model %s table %s: persistent DB: %s", m->name, ct->name, err);
             ex = HPS_EXIT_PDB;

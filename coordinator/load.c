@@ -179,7 +179,7 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
     if (ex)
         return ex;
     if (c->pdb) {
-        char err[512];
+        char err[HPS_PATH_MSG_MAX];
         bool create = !c->conf->persistent_db.read_only;
         rc = hps_pdb_table(c->pdb, m->name, s.table, create, &ct->pdb, err, sizeof(err));
         if (rc < 0) {
@@ -225,7 +225,7 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
                       const table_dups_t *dups, uint64_t want, uint64_t *ret_bytes)
 {
     const char *layer = ddb ? "distributed" : "volatile";
-    char err[512];
+    char err[HPS_PATH_MSG_MAX];
     hps_modelfile_t *mf;
     err[0] = '\0';
     hps_err_t rc = hps_modelfile_open(dir, ct->dim, &mf, err, sizeof(err));
@@ -594,7 +594,7 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
         hps_pdb_foreach_table(c->pdb, note_cf, &(cf_seen_t){.m = m, .had_cf = st.had_cf});
     for (uint32_t t = 0; !ex && !(ex = stopping(c, m)) && t < m->num_tables; t++) {
         hps_modelfile_t *mf;
-        char err[512];
+        char err[HPS_PATH_MSG_MAX];
         uint32_t dim = (uint32_t)m->embedding_vecsize_per_table[t];
         if (ident && ident[t].unread) { /* a fallback's: the adopted table's count */
             ex = adopted_rows(c, m, t, &rows[t]);

@@ -31,6 +31,10 @@ void hps_log_default_level(hps_log_level_t level);
 /** @brief Current level. */
 hps_log_level_t hps_log_level(void);
 
+/** Longest log line in bytes, its text cut there: room for a message that
+ *  names a path of PATH_MAX bytes (model files, RocksDB), and more. */
+#define HPS_LOG_LINE_MAX 8192
+
 /** @brief Log one line at level (dropped when above the configured level). Thread-safe. */
 __attribute__((format(printf, 2, 3))) void hps_log(hps_log_level_t level, const char *fmt, ...);
 

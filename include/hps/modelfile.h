@@ -108,6 +108,10 @@ hps_err_t hps_modelfile_open(const char *dir, uint32_t dim, hps_modelfile_t **re
  */
 hps_err_t hps_modelfile_check_open(const char *dir, uint32_t dim, char *err, size_t err_len);
 
+/** Bytes of an err buffer for these functions' messages (and the caller's
+ *  words around them): a path of PATH_MAX (4096) bytes and the rest. */
+#define HPS_PATH_MSG_MAX 4608
+
 /**
  * @brief Make every later read of model files in this process fail with
  *        -ECANCELED, err "<file>: not read: the process is stopping".

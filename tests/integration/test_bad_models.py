@@ -319,6 +319,17 @@ def body(t, cl):
              "%s: the segment was not created" % desc,
              repr(cl.shm_info(seg)["segment"]) if os.path.exists("/dev/shm/hps." + seg) else "")
 
+    # A missing file at the end of a long path: the message keeps the reason
+    # (it was cut before it past about 450 characters of path: names audit).
+    deep = cl.gen_model("bad", rows=[500, 400], dims=[16, 8], subdir=deep_subdir(cl, "deep", 1500))
+    os.remove(deep.table_dirs[1] + "/emb_vector")
+    conf = cl.write_config("deep.ini", base_ini(cl, good, cl.path("rocks-deep")) + "\n" +
+                           model_section("good", good) + "\n" + model_section("bad", deep), [])
+    rc, out = cl.run_coordinator(conf, timeout=30.0)
+    named = deep.table_dirs[1] + "/emb_vector: cannot open: No such file or directory"
+    t.ok(rc == H.EXIT_MODEL and named in out, "emb_vector missing at the end of a %d-character "
+         "path: exit 4, the message names the file and the reason" % len(deep.table_dirs[1]), out)
+
     # The RocksDB path and segment of the last case are usable by a correct
     # configuration: the refused start left nothing stale behind.
     n = len(cases) - 1

@@ -190,7 +190,7 @@ static size_t check_files(const hps_conf_t *conf, const char *path)
             continue;
         }
         for (size_t t = 0; t < m->num_tables; t++) {
-            char err[512] = "";
+            char err[HPS_PATH_MSG_MAX] = "";
             hps_err_t rc = hps_modelfile_check_open(
                 m->sparse_files[t], (uint32_t)m->embedding_vecsize_per_table[t], err, sizeof(err));
             if (rc < 0) {
