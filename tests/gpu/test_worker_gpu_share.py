@@ -14,6 +14,8 @@ where no CUDA device is visible.
      becomes the refresher.
   4. worker C starts after A died: it maps the cache from B (the memory
      outlived its creator), and the keys inserted through A still hit.
+  5. a segment name of 150 characters (too long for a socket address):
+     two workers of it share their caches all the same.
 """
 import os
 import random
@@ -121,6 +123,27 @@ def body(t, cl):
     t.eq(total(c1, "hit_keys") - total(c0, "hit_keys"), 4000,
          "C: the rows inserted through the dead creator still hit")
     t.eq(procs_gauge(wc.metrics_port), [2, 2], "C: B and C map each cache")
+    for w in (wb, wc):
+        w.kill()
+        w.wait(10)
+
+    # 5. a segment name too long for a socket address (150 characters): the
+    # caches are shared all the same (the address cut used to lose the pid,
+    # so the workers of the segment had one address)
+    seg = cl.new_segment_name("x" * (150 - len(cl.segment) - 1))
+    conf5 = cl.write_config("long.ini", model.ini_text, [
+        ("volatile_db", "shared_memory_name", seg), ("volatile_db", "initial_cache_rate", 1.0),
+        ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
+        ("model.m", "gpucacheper", 0.3), ("model.m", "hit_rate_threshold", 2.0)])
+    cl.start_coordinator(conf5)
+    w5a = cl.start_worker(conf5, instance=3)
+    w5b = cl.start_worker(conf5, instance=4)
+    t.ok(len(seg) == 150 and
+         len(re.findall(r"handed over by process %d" % w5a.pid, w5b.log())) == 2,
+         "a 150-character segment name: the second worker maps both of the first's caches",
+         w5b.log()[-1500:])
+    _, got = H.decode_output(H.infer(w5b.http_port, "m", kpt, binary=True))
+    t.ok(got == want, "and answers exactly", H.first_mismatch(got, want))
 
 
 if __name__ == "__main__":

@@ -39,15 +39,25 @@ struct gshare {
     struct offer offers[HPS_SHMDB_MAX_GCACHES];
 };
 
-/* Abstract address "\0hps.<segment>.gcache.<pid>"; returns its length. */
+/* Abstract address "\0hps.<segment>.gcache.<pid>"; returns its length.  A
+ * segment name too long for sun_path (108 bytes; names go to 200) is
+ * written as its first 40 characters and the FNV-1a hash of the whole name
+ * ("hps.<prefix>~<hash>.gcache.<pid>"): cutting the address instead lost
+ * the pid, so every process of the segment had one address (their caches
+ * were not shared), and segments of a common prefix shared addresses. */
 static socklen_t addr_of(const char *segment, pid_t pid, struct sockaddr_un *a)
 {
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    int n =
-        snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "hps.%s.gcache.%ld", segment, (long)pid);
-    if (n < 0 || (size_t)n >= sizeof(a->sun_path) - 1)
-        n = (int)sizeof(a->sun_path) - 2;
+    size_t room = sizeof(a->sun_path) - 1;
+    int n = snprintf(a->sun_path + 1, room, "hps.%s.gcache.%ld", segment, (long)pid);
+    if (n < 0 || (size_t)n >= room) {
+        uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, 64 bit */
+        for (const char *p = segment; *p; p++)
+            h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+        n = snprintf(a->sun_path + 1, room, "hps.%.40s~%016llx.gcache.%ld", segment,
+                     (unsigned long long)h, (long)pid);
+    }
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
