@@ -644,6 +644,8 @@ static void why_refused(const struct hps__conf_key *k, const char *raw, struct h
     const char *end;
     if (parse_u64_prefix(raw, &v, &end) && (!shift || v <= (UINT64_MAX >> shift)))
         return; /* a number in range: refused by the lower bound, stated */
+    if (!isinf(k->hi))
+        return; /* the range states the largest value accepted */
     hps__conf_buf_printf(msg, "; %.*s is too large: the largest %s accepted is %" PRIu64 "%s", 40,
                          raw, k->type == HPS__CONF_T_SIZE ? "size" : "integer", UINT64_MAX,
                          k->type == HPS__CONF_T_SIZE

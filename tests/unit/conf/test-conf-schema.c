@@ -203,7 +203,7 @@ static const struct {
     {"distributed_db.num_node_connections", "num_partitions = 256\n"},
     {"distributed_db.num_partitions", "num_node_connections = 1\n"},
     {"volatile_db.shared_memory_size", "allocation_rate = 64KiB\n"},
-    {"volatile_db.allocation_rate", "shared_memory_size = 4TiB\n"},
+    {"volatile_db.allocation_rate", "shared_memory_size = 1TiB\n"},
     {"hps.heartbeat_interval_ms", "worker_timeout_ms = 600000\n"},
     {"hps.worker_timeout_ms", "heartbeat_interval_ms = 10\n"},
 };
@@ -373,8 +373,16 @@ static char *elem_phrase(const struct row *r, bool plural)
         s = ct_fmt("auto or an integer%s", range = int_range(r));
         break;
     case T_SIZE:
-        range = fmt_size(r->lo);
-        s = ct_fmt("a size of at least %s (units B, KiB, MiB, GiB, TiB)", range);
+        if (isinf(r->hi)) {
+            range = fmt_size(r->lo);
+            s = ct_fmt("a size of at least %s (units B, KiB, MiB, GiB, TiB)", range);
+        } else {
+            char *lo = fmt_size(r->lo), *hi = fmt_size(r->hi);
+            range = ct_fmt("[%s, %s]", lo, hi);
+            free(lo);
+            free(hi);
+            s = ct_fmt("a size in %s (units B, KiB, MiB, GiB, TiB)", range);
+        }
         break;
     case T_MARGIN:
         s = ct_fmt("max (unbounded) or an integer >= %.0f", r->lo);
@@ -495,7 +503,12 @@ static void size_cases(const struct row *r, struct cases *cs)
     add_ok(cs, ct_fmt("%.0f", r->lo), r->lo, fmt_size(r->lo));
     add_ok(cs, ct_fmt("%.0f KiB", r->lo / 1024), r->lo, fmt_size(r->lo));
     add_ok(cs, strdup("1g"), 1073741824.0, strdup("1GiB"));
-    add_ok(cs, strdup("2TiB"), 2199023255552.0, strdup("2TiB"));
+    if (isinf(r->hi)) {
+        add_ok(cs, strdup("2TiB"), 2199023255552.0, strdup("2TiB"));
+    } else { /* a bounded size: its bound, and one byte past it */
+        add_ok(cs, ct_fmt("%.0f", r->hi), r->hi, fmt_size(r->hi));
+        add_bad(cs, ct_fmt("%.0f", r->hi + 1), must_be(r));
+    }
     add_ok(cs, strdup("6M"), 6291456.0, strdup("6MiB"));
     add_bad(cs, ct_fmt("%.0f", r->lo - 1), must_be(r));
     add_bad(cs, strdup("1.5GiB"), must_be(r));
@@ -506,10 +519,11 @@ static void size_cases(const struct row *r, struct cases *cs)
                    m));
     add_bad(cs, strdup("-1"), must_be(r));
     add_bad(cs, strdup("GiB"), must_be(r));
-    add_bad(cs, strdup("99999999999TiB"),
-            ct_fmt("%s; 99999999999TiB is too large: the largest size accepted is "
-                   "18446744073709551615 bytes (2^64 - 1, a little under 16777216TiB)",
-                   m));
+    if (isinf(r->hi))
+        add_bad(cs, strdup("99999999999TiB"),
+                ct_fmt("%s; 99999999999TiB is too large: the largest size accepted is "
+                       "18446744073709551615 bytes (2^64 - 1, a little under 16777216TiB)",
+                       m));
     free(m);
     add_bad(cs, strdup(""), must_be(r));
 }
