@@ -147,13 +147,17 @@ static int create_table(coord_t *c, const hps_conf_model_t *m, uint32_t t, uint6
     hps_err_t rc = hps_shmdb_table_create(c->db, &s, &id);
     hps_segment_info_t si;
     if (rc == HPS_ENOSPC && hps_shmdb_segment_info(c->db, &si) == 0) {
+        /* its slots at the rehash bound (92% full): what it asks for first */
+        double need = (double)s.expected_rows / 0.92 *
+                      hps_shmdb_bytes_per_slot_of(s.dim, s.overflow_policy, s.storage_type);
         HPS_ERROR("model %s table %s (%llu expected rows of %u floats): cannot create it in the "
-                  "volatile DB: the shared-memory segment is full, %llu of its %llu bytes in use; "
-                  "raise [volatile_db] shared_memory_size in %s (the tables created before it "
-                  "stay in the segment, empty, until it is removed)",
+                  "volatile DB: the shared-memory segment is full, %llu of its %llu bytes in use, "
+                  "and the table needs about %.0f MiB; raise [volatile_db] shared_memory_size in "
+                  "%s by at least that (the tables created before it stay in the segment, empty, "
+                  "until it is removed)",
                   m->name, s.table, (unsigned long long)s.expected_rows, s.dim,
                   (unsigned long long)si.used_bytes, (unsigned long long)si.size_bytes,
-                  c->conf->source);
+                  ceil(need / 1048576.0), c->conf->source);
         return HPS_EXIT_MODEL;
     }
     if (rc == -ENOSPC) {
