@@ -706,7 +706,9 @@ hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts,
     rc = live_open(db);
     if (rc == 0)
         rc = proc_register(db, popts ? popts : &(hps_shmdb_proc_opts_t){.device = -1});
-    if (rc < 0) {
+    if (rc == HPS_EFULL && popts && popts->rowless_if_full)
+        rc = -1; /* attached without a row (proc_slot -1) */
+    else if (rc < 0) {
         hps_shmdb_detach(db);
         return rc;
     }

@@ -129,6 +129,12 @@ typedef struct hps_shmdb_proc_opts {
     int device;
     /** hps_proc_cap_t bits, recorded in the process table. */
     uint32_t caps;
+    /** For a process that only looks (hps-shm): when every row of the
+     *  process table is taken by a live process, attach without a row
+     *  instead of failing with HPS_EFULL.  It is then not listed, beats no
+     *  heartbeat and holds no miss-queue slot; hps_shmdb_procs() marks no
+     *  row self.  (A full table is when one wants to see who fills it.) */
+    bool rowless_if_full;
 } hps_shmdb_proc_opts_t;
 
 /**
@@ -231,7 +237,8 @@ hps_err_t hps_shmdb_publish(hps_shmdb_t *db);
  *         foreign object; HPS_EVERSION for another format (layout version or
  *         struct sizes); HPS_ETRUNCATED if the object is smaller than its
  *         header says; HPS_ECORRUPT for absurd header values; HPS_EFULL if
- *         the process table is full of live processes; -errno (-EACCES...).
+ *         the process table is full of live processes (unless
+ *         popts->rowless_if_full); -errno (-EACCES...).
  * A segment left by a crashed creator attaches normally: its data is kept.
  */
 hps_err_t hps_shmdb_attach(const char *name, const hps_shmdb_proc_opts_t *popts, hps_shmdb_t **ret);

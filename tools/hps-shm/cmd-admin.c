@@ -82,7 +82,8 @@ int hps__tool_cmd_check(const hps__tool_t *t)
 /* Live processes other than us attached to the segment; 0 if it won't attach. */
 static size_t rm_live_users(const char *name)
 {
-    const hps_shmdb_proc_opts_t popts = {.num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1};
+    const hps_shmdb_proc_opts_t popts = {
+        .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
     hps_proc_info_t *procs = calloc(HPS_SHMDB_MAX_PROCS, sizeof *procs);
     hps_shmdb_t *db = NULL;
     size_t n = 0, live = 0;

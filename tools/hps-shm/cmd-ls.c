@@ -36,7 +36,8 @@ static int cmp_names(const void *a, const void *b)
 
 static void ls_read_header(ls_row_t *row)
 {
-    const hps_shmdb_proc_opts_t popts = {.num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1};
+    const hps_shmdb_proc_opts_t popts = {
+        .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
     hps_shmdb_t *db = NULL;
 
     row->err = hps_shmdb_attach(row->name, &popts, &db);

@@ -80,7 +80,8 @@ const char *hps__tool_attach_hint(hps_err_t err)
 
 int hps__tool_attach(const hps__tool_t *t, const char *name, hps_shmdb_t **ret)
 {
-    const hps_shmdb_proc_opts_t popts = {.num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1};
+    const hps_shmdb_proc_opts_t popts = {
+        .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
     hps_shmdb_t *db = NULL;
     char detail[256] = "";
     hps_err_t err = hps_shmdb_attach(name, &popts, &db);

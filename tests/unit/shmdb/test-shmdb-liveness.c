@@ -364,6 +364,37 @@ static void test_own_handles(void **state)
     HPS_ASSERT_EQ(procs[0].slot, s1);
 }
 
+/* A full process table (this process's handles in every row): an attach
+ * gets HPS_EFULL, one with rowless_if_full (hps-shm) attaches without a
+ * row, sees every row (this process's: self), and leaves them as they
+ * were. */
+static void test_full_table_rowless(void **state)
+{
+    struct fixture *f = *state;
+    hps_shmdb_t *h[HPS_SHMDB_MAX_PROCS], *db = NULL;
+    size_t k = 0;
+    while (k < HPS_SHMDB_MAX_PROCS && hps_shmdb_attach(f->name, NULL, &h[k]) == 0)
+        k++;
+    HPS_ASSERT_EQ(k, HPS_SHMDB_MAX_PROCS - 1); /* f->db holds the first row */
+    HPS_ASSERT_ERR(hps_shmdb_attach(f->name, NULL, &db), HPS_EFULL);
+    const hps_shmdb_proc_opts_t look = {.device = -1, .rowless_if_full = true};
+    HPS_ASSERT_OK(hps_shmdb_attach(f->name, &look, &db));
+    hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
+    size_t n = 0;
+    HPS_ASSERT_OK(hps_shmdb_procs(db, procs, &n, true));
+    HPS_ASSERT_EQ(n, HPS_SHMDB_MAX_PROCS);
+    for (size_t i = 0; i < n; i++)
+        T_CHECK(procs[i].alive && procs[i].self, "row %d: alive %d self %d", procs[i].slot,
+                procs[i].alive, procs[i].self);
+    hps_shmdb_detach(db);
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    HPS_ASSERT_EQ(n, HPS_SHMDB_MAX_PROCS); /* the rowless handle freed no row */
+    for (size_t i = 0; i < k; i++)
+        hps_shmdb_detach(h[i]);
+    HPS_ASSERT_OK(hps_shmdb_procs(f->db, procs, &n, false));
+    HPS_ASSERT_EQ(n, 1);
+}
+
 int main(void)
 {
     t_install_cleanup();
@@ -374,6 +405,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_coordinator_handover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fork_keeps_no_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_handles, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_table_rowless, setup, teardown),
     };
     return cmocka_run_group_tests_name("shmdb-liveness", tests, NULL, NULL);
 }
