@@ -433,6 +433,11 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
         }
         waited = now_ms() - start;
     }
+    if (!done && k->num_layers && atomic_load(k->layers[0].c->stop)) {
+        HPS_INFO("kafka: the catch-up stopped after %lld ms: the coordinator is stopping",
+                 (long long)waited);
+        return false;
+    }
     for (size_t i = 0; i < k->num_layers; i++) {
         layer_t *l = &k->layers[i];
         hps_kafka_stats_t s;

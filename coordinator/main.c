@@ -724,6 +724,12 @@ int main(int argc, char **argv)
      * the new segment holds what the one they serve from held. */
     if (!ex && (reloaded || c.replacing))
         coord_kafka_catch_up(kafka, RELOAD_CATCH_UP_MS);
+    if (!ex && atomic_load(&g_term)) {
+        /* Asked to stop after the last load step (or during the catch-up):
+         * not published either, as a stop during a load (stop_signal). */
+        HPS_INFO("SIGTERM or SIGINT before the new segment was published: not publishing it");
+        ex = HPS_EXIT_RUNTIME;
+    }
     if (!ex) {
         coord_pdb_token_record(&c); /* what a later restart or reload checks */
         /* The text the models were built from: a lookup process takes a
@@ -744,6 +750,10 @@ int main(int argc, char **argv)
         ex = coord_segment_publish(&c);
     }
     hps_log_capture(NULL, 0);
+    if (ex && atomic_load(&g_term)) /* a model control request's answer */
+        snprintf(why, sizeof(why),
+                 "hps-coordinator was stopped (SIGTERM or SIGINT) before the "
+                 "new segment was published; what serves stays as it was");
     bool fallback = ex && coord_control_failed(&c, ex, why);
     if (!ex) {
         coord_prev_drain(&c);              /* its misses answered until they have moved */
