@@ -235,6 +235,58 @@ static bool pdb_holds(hps_pdb_t *pdb, const char *model, const char *table, cons
     return hps_pdb_meta_get(pdb, name, rec, sizeof(rec), NULL, 0) == 0 && strcmp(rec, files) == 0;
 }
 
+/* The 1-based position of table t of model m in the segment db, where the
+ * segment does not record it (a segment of a build before order: 0): from
+ * the INI text its builder recorded (*sc, parsed on first use; NULL when
+ * absent or unparsable), else 0 (unknown). */
+static uint32_t unrecorded_position(hps_shmdb_t *db, hps_conf_t **sc, bool *tried,
+                                    const hps_conf_model_t *m, size_t t)
+{
+    if (!*tried) {
+        char *text = NULL;
+        *tried = true;
+        if (hps_shmdb_conf_text(db, &text) == 0 &&
+            hps_conf_load_string(text, "the segment's INI text", sc, NULL, 0) < 0)
+            *sc = NULL;
+        free(text);
+    }
+    const hps_conf_model_t *was = *sc ? hps_conf_model_find(*sc, m->name) : NULL;
+    for (size_t u = 0; was && u < was->num_tables; u++)
+        if (strcmp(was->embedding_table_names[u], m->embedding_table_names[t]) == 0)
+            return (uint32_t)u + 1;
+    return 0;
+}
+
+/* Whether db holds model m's tables in another order than m gives them
+ * (why says how): by the positions db records, else by the INI text its
+ * builder recorded, else (neither) when their ids do not grow in m's
+ * order (a build creates a model's tables in order; a segment whose ids
+ * grow otherwise is rebuilt, which is safe). */
+static bool order_differs(hps_shmdb_t *db, const hps_conf_model_t *m, hps_conf_t **sc, bool *tried,
+                          char *why, size_t len)
+{
+    uint32_t prev_id = 0;
+    for (size_t t = 0; t < m->num_tables; t++) {
+        uint32_t id, pos;
+        hps_table_info_t ti;
+        if (hps_shmdb_table_find(db, m->name, m->embedding_table_names[t], &id) < 0 ||
+            hps_shmdb_table_info(db, id, &ti) < 0)
+            continue; /* not in it: created and filled by this start */
+        pos = ti.order ? ti.order : unrecorded_position(db, sc, tried, m, t);
+        bool unknown_order = pos == 0 && t > 0 && id < prev_id;
+        prev_id = id;
+        if ((pos && pos != t + 1) || unknown_order) {
+            snprintf(why, len,
+                     "model %s: its table %s is %s and table %zu in the configuration (the "
+                     "tables were reordered or renamed)",
+                     m->name, m->embedding_table_names[t],
+                     pos ? "at another position in it" : "before the one it follows here", t + 1);
+            return true;
+        }
+    }
+    return false;
+}
+
 bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len)
 {
     const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
@@ -246,37 +298,34 @@ bool coord_kept_segment_stale(coord_t *c, hps_shmdb_t *db, char *why, size_t len
                  "or restart that stopped after re-ingesting)");
         return true;
     }
-    for (size_t i = 0, k = 0; i < c->conf->num_models; i++) {
+    hps_conf_t *sc = NULL; /* the segment's builder's INI, where needed */
+    bool tried = false, stale = false;
+    for (size_t i = 0, k = 0; !stale && i < c->conf->num_models; i++) {
         const hps_conf_model_t *m = &c->conf->models[i];
-        for (size_t t = 0; t < m->num_tables; t++, k++) {
+        stale = order_differs(db, m, &sc, &tried, why, len);
+        for (size_t t = 0; !stale && t < m->num_tables; t++, k++) {
             uint32_t id;
             hps_table_info_t ti;
             if (hps_shmdb_table_find(db, m->name, m->embedding_table_names[t], &id) < 0 ||
                 hps_shmdb_table_info(db, id, &ti) < 0)
                 continue; /* not in it: created and filled by this start */
-            if (ti.order && ti.order != t + 1) {
-                snprintf(why, len,
-                         "model %s: its table %s is table %u in it and %zu in the "
-                         "configuration (the tables were reordered or renamed)",
-                         m->name, m->embedding_table_names[t], ti.order, t + 1);
-                return true;
-            }
             if (ti.model_version != (uint32_t)m->version) {
                 snprintf(why, len, "model %s is version %u in it and %lld in the configuration",
                          m->name, ti.model_version, (long long)m->version);
-                return true;
-            }
-            if (ingest && c->idents &&
-                !pdb_holds(c->pdb, m->name, m->embedding_table_names[t], c->idents[k].files)) {
+                stale = true;
+            } else if (ingest && c->idents &&
+                       !pdb_holds(c->pdb, m->name, m->embedding_table_names[t],
+                                  c->idents[k].files)) {
                 snprintf(why, len,
                          "model %s table %s: its files are not those the persistent DB "
                          "ingested, which it ingests now",
                          m->name, m->embedding_table_names[t]);
-                return true;
+                stale = true;
             }
         }
     }
-    return false;
+    hps_conf_free(sc);
+    return stale;
 }
 
 bool coord_pdb_avail(const char *path, uint64_t *ret)

@@ -33,42 +33,70 @@
 
 /* The workers and lookup-library clients attached to db (tools aside). */
 typedef struct attached {
-    size_t n;      /* all of them */
-    size_t fixed;  /* of those, of a build that cannot follow a new shape */
-    char pids[96]; /* the first few of those, for the message */
+    size_t n;              /* all of them */
+    size_t fixed;          /* of those, of a build that cannot follow a new shape */
+    char pids[96];         /* the first few of those, for the message */
+    size_t by_name;        /* of those, of a build that takes tables by name (no order) */
+    char by_name_pids[96]; /* the first few of those */
 } attached_t;
+
+/* Append pid to the list in buf (len bytes) at *at, while it fits. */
+static void add_pid(char *buf, size_t len, size_t *at, int pid)
+{
+    int w = snprintf(buf + *at, len - *at, "%s%d", *at ? ", " : "", pid);
+    *at = w > 0 && *at + (size_t)w < len ? *at + (size_t)w : *at;
+}
 
 static attached_t workers(hps_shmdb_t *db)
 {
     hps_proc_info_t procs[HPS_SHMDB_MAX_PROCS];
     attached_t a = {0};
-    size_t n = 0, at = 0;
+    size_t n = 0, at = 0, at2 = 0;
     if (!db || hps_shmdb_procs(db, procs, &n, false) != 0)
         return a;
     for (size_t i = 0; i < n; i++) {
         if (!procs[i].alive || procs[i].self || procs[i].role != HPS_ROLE_WORKER)
             continue;
         a.n++;
+        if (!(procs[i].caps & HPS_PROC_CAP_FOLLOWS_ORDER)) {
+            a.by_name++;
+            add_pid(a.by_name_pids, sizeof(a.by_name_pids), &at2, (int)procs[i].pid);
+        }
         if (procs[i].caps & HPS_PROC_CAP_FOLLOWS_SHAPES)
             continue;
         a.fixed++;
-        int w =
-            snprintf(a.pids + at, sizeof(a.pids) - at, "%s%d", at ? ", " : "", (int)procs[i].pid);
-        at = w > 0 && at + (size_t)w < sizeof(a.pids) ? at + (size_t)w : at;
+        add_pid(a.pids, sizeof(a.pids), &at, (int)procs[i].pid);
     }
     return a;
 }
 
+/* Where model m of next names the tables of now's section of it (what
+ * serves) in another order: the first position whose table is another one,
+ * as "position P: T to U" in buf; false when the order is the same (or the
+ * tables differ in number: another shape, said otherwise). */
+static bool order_change(const hps_conf_t *now, const hps_conf_model_t *m, char *buf, size_t len)
+{
+    const hps_conf_model_t *was = now ? hps_conf_model_find(now, m->name) : NULL;
+    for (size_t t = 0; was && was->num_tables == m->num_tables && t < m->num_tables; t++)
+        if (strcmp(was->embedding_table_names[t], m->embedding_table_names[t]) != 0) {
+            snprintf(buf, len, "position %zu: table %s to %s", t + 1, was->embedding_table_names[t],
+                     m->embedding_table_names[t]);
+            return true;
+        }
+    return false;
+}
+
 /* Model m of next against the tables db holds for it: false (the reason in msg)
  * when their key width differs, or when its tables or dimensions change
- * while workers of a build that cannot follow are attached (w); such a
- * change is logged otherwise (the workers take it from the segment at the
- * switch). */
-static bool followable(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_bytes,
-                       const attached_t *w, char *msg, size_t len)
+ * while workers of a build that cannot follow are attached (w), or its
+ * tables are renamed or reordered (against now, what serves) while workers
+ * of a build that takes tables by name are; such a change is logged
+ * otherwise (the workers take it from the segment at the switch). */
+static bool followable(hps_shmdb_t *db, const hps_conf_t *now, const hps_conf_model_t *m,
+                       uint32_t key_bytes, const attached_t *w, char *msg, size_t len)
 {
     uint32_t n = hps_shmdb_table_count(db), held = 0;
-    char change[256] = "";
+    char change[256] = "", order[192] = "";
     for (uint32_t i = 0; i < n; i++) {
         hps_table_info_t ti;
         if (hps_shmdb_table_info(db, i, &ti) != 0 || strcmp(ti.model, m->name) != 0)
@@ -90,9 +118,22 @@ static bool followable(hps_shmdb_t *db, const hps_conf_model_t *m, uint32_t key_
         else if (!change[0] && ti.dim != (uint32_t)m->embedding_vecsize_per_table[t])
             snprintf(change, sizeof(change), "table %s: dimension %u to %lld", ti.table, ti.dim,
                      (long long)m->embedding_vecsize_per_table[t]);
+        else if (!order[0] && ti.order && ti.order != t + 1) /* recorded where it serves */
+            snprintf(order, sizeof(order), "table %s: position %u to %zu", ti.table, ti.order,
+                     t + 1);
     }
     if (held && !change[0] && held != m->num_tables)
         snprintf(change, sizeof(change), "%u tables to %zu", held, m->num_tables);
+    if (!change[0] && held && (order[0] || order_change(now, m, order, sizeof(order))) &&
+        w->by_name) {
+        snprintf(msg, len,
+                 "model %s renames or reorders its tables (%s), and %zu running worker%s (pid "
+                 "%s) of an earlier build take%s tables by name: each would answer a position of "
+                 "KEYS from another table; upgrade or restart %s first",
+                 m->name, order, w->by_name, w->by_name == 1 ? "" : "s", w->by_name_pids,
+                 w->by_name == 1 ? "s" : "", w->by_name == 1 ? "it" : "them");
+        return false;
+    }
     if (change[0] && w->fixed) {
         snprintf(msg, len,
                  "model %s changes shape (%s), and %zu running worker%s (pid %s) of an earlier "
@@ -118,7 +159,7 @@ static bool keys_ok(const coord_t *c, const hps_conf_t *next, const attached_t *
         return true;
     uint32_t key_bytes = next->hps.supportlonglong ? 8 : 4;
     for (size_t i = 0; i < next->num_models; i++)
-        if (!followable(c->db, &next->models[i], key_bytes, w, msg, len))
+        if (!followable(c->db, c->conf, &next->models[i], key_bytes, w, msg, len))
             return false;
     return true;
 }
@@ -171,12 +212,12 @@ bool coord_reload_check(const coord_t *c, const hps_conf_t *next, char *msg, siz
 void coord_restart_check(const coord_t *c, hps_shmdb_t *serving)
 {
     attached_t w = workers(serving);
-    if (!w.fixed)
+    if (!w.fixed && !w.by_name)
         return;
     char msg[1024];
     uint32_t key_bytes = c->conf->hps.supportlonglong ? 8 : 4;
     for (size_t i = 0; i < c->conf->num_models; i++)
-        if (!followable(serving, &c->conf->models[i], key_bytes, &w, msg, sizeof(msg)))
+        if (!followable(serving, NULL, &c->conf->models[i], key_bytes, &w, msg, sizeof(msg)))
             HPS_WARN("restart: %s (a restart cannot keep the serving configuration: it goes on)",
                      msg);
 }

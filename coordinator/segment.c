@@ -187,6 +187,20 @@ static int lock_name(coord_t *c, const char *name)
                               : "");
         return HPS_EXIT_SEGMENT;
     }
+    /* A segment of this name owned by another user is not taken: its owner
+     * can change every row served and every structure this process reads
+     * (a root coordinator would serve a segment any local user planted). */
+    char seg[HPS_CONF_SHM_NAME_MAX + 16];
+    snprintf(seg, sizeof(seg), "/dev/shm/hps.%s", name);
+    if (lstat(seg, &st) == 0 && st.st_uid != geteuid()) {
+        HPS_ERROR("%s belongs to uid %u (mode %04o), not to this process's uid %u: not taken "
+                  "(its owner could change what it serves); remove it (hps-shm rm %s) or run "
+                  "hps-coordinator as its owner",
+                  seg, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid(),
+                  name);
+        close(fd);
+        return HPS_EXIT_SEGMENT;
+    }
     int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
         HPS_WARN("cannot write the pid into /dev/shm%s: %s", obj, strerror(errno));

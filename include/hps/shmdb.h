@@ -98,6 +98,11 @@ typedef enum hps_proc_cap {
      *  switches, so a reload may change the shape of a model it serves
      *  (lookup-library clients: hps-worker, in-process callers). */
     HPS_PROC_CAP_FOLLOWS_SHAPES = 1u << 0,
+    /** It takes a model's tables by their position, as the segment records
+     *  it (hps_table_info_t.order), so a reload may also rename or reorder
+     *  the tables of a model it serves.  Processes of builds before it take
+     *  them by name and would answer a position from another table. */
+    HPS_PROC_CAP_FOLLOWS_ORDER = 1u << 1,
 } hps_proc_cap_t;
 
 /** Segment-wide options, fixed when the segment is created. */

@@ -133,6 +133,7 @@ def body(t, cl):
     seg = cl.new_segment_name("x" * (150 - len(cl.segment) - 1))
     conf5 = cl.write_config("long.ini", model.ini_text, [
         ("volatile_db", "shared_memory_name", seg), ("volatile_db", "initial_cache_rate", 1.0),
+        ("persistent_db", "path", cl.path("long_rocksdb")),
         ("worker", "http_threads", 2), ("model.m", "gpucache", "true"),
         ("model.m", "gpucacheper", 0.3), ("model.m", "hit_rate_threshold", 2.0)])
     cl.start_coordinator(conf5)

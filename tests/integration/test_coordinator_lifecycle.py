@@ -18,7 +18,8 @@ int-coordinator_lifecycle: hps-coordinator's exits and the segment's fate.
   than worker_timeout_ms) exits 3 and leaves the first one's segment alone;
 - a SIGTERM while a model loads (a fresh start, a reload) stops the load:
   exit 0, nothing published, a reload's serving segment untouched;
-- restarts leave no empty RocksDB write-ahead logs behind.
+- restarts leave no empty RocksDB write-ahead logs behind;
+- a segment under the name that another user owns is not taken (exit 3).
 """
 import os
 import re
@@ -314,10 +315,34 @@ def wal_files_after_restarts(t, cl):
     c.wait(20)
 
 
+def foreign_segment(t, cl):
+    """A segment under the name that another user owns (planted: any local
+    user can create /dev/shm/hps.<name>) is not taken: exit 3 naming the
+    owner; it was re-attached and served, rows its owner could change."""
+    if os.geteuid() != 0:
+        t.skip("a segment of another user", "needs root to give a file away")
+        return
+    seg = cl.new_segment_name("foreign")
+    model = cl.gen_model("f", rows=[100], dims=[4], segment=seg)
+    path = "/dev/shm/hps." + seg
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
+    os.fchown(fd, 65534, 65534)  # nobody
+    os.close(fd)
+    conf = cl.write_config("foreign.ini", model.ini_text, [
+        ("volatile_db", "initialize_after_startup", "false"), ("persistent_db", "type", "disabled")])
+    rc, out = cl.run_coordinator(conf, timeout=30)
+    t.ok(rc == H.EXIT_SEGMENT and "belongs to uid 65534" in out and "hps-shm rm" in out,
+         "a segment of another user under the name: exit 3, naming its owner and the way out",
+         "exit %d\n%s" % (rc, out[-1500:]))
+    t.eq(os.stat(path).st_uid, 65534, "it was left alone")
+    os.unlink(path)
+
+
 def body(t, cl):
     big_model_phases(t, cl)
     stop_during_load(t, cl)
     wal_files_after_restarts(t, cl)
+    foreign_segment(t, cl)
     model = cl.gen_model("m", rows=[2000, 1000], dims=[8, 4], defaults=[0.5, -2.0])
     kpt = [model.file_keys[0][:10] + model.file_keys[0][-10:],
            model.file_keys[1][:10] + model.file_keys[1][-10:]]

@@ -14,12 +14,16 @@ entry t (docs/configuration.md), whatever its name:
     (hps_table_spec_t.order); a process whose model has another order
     takes the coordinator's (the INI text in the segment), as for a change
     of dimension;
+  - while a worker of an earlier build is attached (it takes tables by name:
+    no HPS_PROC_CAP_FOLLOWS_ORDER), such a reload is refused naming its pid
+    (upgrade audit: it answered position 0 from the other table);
   - a coordinator restarted with initialize_after_startup = false on the
     kept segment of the other order builds a new segment instead of keeping
     it (the kept tables sit at the old positions).
 """
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -88,6 +92,29 @@ def body(t, cl):
     exact_http(t, w2, m, kpt, "after the reload, a worker started after it")
     exact_client(t, client, m, kpt, "an in-process client opened before the reload")
     client.close()
+
+    # ---- a worker of an earlier build (takes tables by name) refuses a swap back ----------
+    seg = cl.segment
+    old_w = subprocess.Popen([os.environ["HPS_SHM_ATTACH"], seg, "worker", "1"],
+                             stdout=subprocess.PIPE, text=True)  # caps: follows shapes only
+    try:
+        t.ok(old_w.stdout.readline().startswith("attached"), "a worker of an earlier build "
+             "attached (it follows shapes, takes tables by name)")
+        cl.write_config("hps.ini", m.ini_text, settings)  # the names back in the first order
+        n_hup = c.log().count("SIGHUP: reading")
+        c.kill(signal.SIGHUP)
+        H.wait_until(lambda: c.log().count("SIGHUP: reading") > n_hup and
+                     ("configuration stays" in c.log().split("SIGHUP: reading")[-1] or
+                      "published /dev/shm" in c.log().split("SIGHUP: reading")[-1]), 30)
+        tail = c.log().split("SIGHUP: reading")[-1]
+        t.ok(c.log().count("SIGHUP: reading") > n_hup and "renames or reorders its tables" in
+             tail and "pid %d" % old_w.pid in tail and "published /dev/shm" not in tail,
+             "with it attached, a SIGHUP that swaps the names back is refused naming its pid",
+             tail[-1500:])
+    finally:
+        old_w.terminate()
+        old_w.wait(10)
+    exact_http(t, w, m, kpt, "after the refused SIGHUP, the worker")
 
     # ---- a kept segment of the other order -------------------------------------------
     keep = settings + [("volatile_db", "shared_memory_auto_remove", "false"),

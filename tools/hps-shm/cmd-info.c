@@ -253,6 +253,12 @@ static json_object *proc_json(const hps_proc_info_t *p)
                    p->role == HPS_ROLE_WORKER
                        ? json_object_new_boolean(p->caps & HPS_PROC_CAP_FOLLOWS_SHAPES)
                        : NULL);
+    /* ... and one that takes tables by name: a reload that renames or
+     * reorders a model's tables is refused while it is attached */
+    hps__tool_jset(o, "follows_order",
+                   p->role == HPS_ROLE_WORKER
+                       ? json_object_new_boolean(p->caps & HPS_PROC_CAP_FOLLOWS_ORDER)
+                       : NULL);
     return o;
 }
 
@@ -383,11 +389,14 @@ static void procs_text(const hps_proc_info_t *procs, size_t n)
         else
             snprintf(dev, sizeof dev, "-");
         bool fixed = p->role == HPS_ROLE_WORKER && !(p->caps & HPS_PROC_CAP_FOLLOWS_SHAPES);
+        bool by_name = p->role == HPS_ROLE_WORKER && !(p->caps & HPS_PROC_CAP_FOLLOWS_ORDER);
         printf("  %-8d  %-12s  %6s  %5s  %s%s%s\n", (int)p->pid,
                hps__tool_role_name(p->role, role, sizeof role), dev, p->alive ? "yes" : "no",
                hps__tool_fmt_age(hps__tool_age_s(p->heartbeat_ns), age, sizeof age),
                p->self ? " (this hps-shm)" : "",
-               fixed ? " (an earlier build: cannot follow a model's new shape)" : "");
+               fixed     ? " (an earlier build: cannot follow a model's new shape)"
+               : by_name ? " (an earlier build: takes tables by name, not position)"
+                         : "");
     }
 }
 

@@ -233,7 +233,7 @@ static void reattach(hps_client_t *cl)
     hps_shmdb_proc_opts_t po = {.num_threads = (unsigned)cl->conf->volatile_db.num_threads,
                                 .role = HPS_ROLE_WORKER,
                                 .device = cl->device,
-                                .caps = HPS_PROC_CAP_FOLLOWS_SHAPES};
+                                .caps = HPS_PROC_CAP_FOLLOWS_SHAPES | HPS_PROC_CAP_FOLLOWS_ORDER};
     uint64_t now = hps__client_now_ns();
     if (now < cl->attach_retry_ns && dev == cl->attach_fail_dev && ino == cl->attach_fail_ino)
         return; /* the object that refused us: not before its back-off */
