@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "hps/log.h"
+#include "conf/tools.h"
 #include "internal.h"
 
 /* Tables db holds of model `name`. */
@@ -70,6 +71,38 @@ static bool name_fits(const hps_client_t *cl, hps_shmdb_t *db, const char *name)
     return false;
 }
 
+/* The [model.*] sections of the coordinator's INI text, under an [hps] of
+ * key_bytes-wide keys: for a text this build does not take whole (a
+ * coordinator of an earlier build may have values in other sections that
+ * this one refuses, such as shared_memory_mode 0400), while only its models
+ * matter here.  NULL when they do not parse either. */
+static hps_conf_t *model_only(const char *text, uint32_t key_bytes)
+{
+    char *cur = strdup(key_bytes == 8 ? "[hps]\nsupportlonglong = true\n"
+                                      : "[hps]\nsupportlonglong = false\n");
+    hps_conf_t *conf = NULL;
+    for (const char *p = text; cur && (p = strstr(p, "[model.")) != NULL; p++) {
+        if (p != text && p[-1] != '\n')
+            continue; /* not a section header */
+        const char *end = strchr(p, ']');
+        if (!end || end - p > 8 + HPS_CONF_NAME_MAX)
+            continue;
+        char section[HPS_CONF_NAME_MAX + 8], *next = NULL;
+        snprintf(section, sizeof(section), "%.*s", (int)(end - p - 1), p + 1);
+        if (hps_conf_splice_section(cur, text, NULL, section, &next, NULL, 0) < 0) {
+            free(cur);
+            return NULL;
+        }
+        free(cur);
+        cur = next;
+    }
+    if (cur &&
+        hps_conf_load_string(cur, "the coordinator's models (in the segment)", &conf, NULL, 0) < 0)
+        conf = NULL;
+    free(cur);
+    return conf;
+}
+
 size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
 {
     hps_conf_t *conf = NULL; /* the coordinator's, parsed once it is needed */
@@ -88,8 +121,9 @@ size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
             atomic_store(&cl->no_conf_text, rc == HPS_ENOTFOUND);
             if (rc == 0 && hps_conf_load_string(text, "the coordinator's INI (in the segment)",
                                                 &conf, err, sizeof(err)) < 0) {
-                HPS_WARN("the coordinator's INI text in the segment does not parse: %s", err);
-                conf = NULL;
+                conf = model_only(text, cl->key_bytes);
+                if (!conf)
+                    HPS_WARN("the coordinator's INI text in the segment does not parse: %s", err);
             } else if (rc < 0 && rc != HPS_ENOTFOUND) {
                 HPS_WARN("cannot read the coordinator's INI text in the segment: %s",
                          hps_strerror(rc));
