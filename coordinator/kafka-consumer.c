@@ -58,8 +58,9 @@ typedef struct topic_buf {
     uint32_t value_size;   /* bytes per value */
     bool refuse_nonfinite; /* drop updates with a NaN or +-Inf element (resolve()) */
     bool nonfinite_seen;   /* one warning per topic for such updates */
-    uint8_t *keys;         /* (max_batch_size, key_bytes) */
-    float *values;         /* (max_batch_size, value_size / 4) */
+    uint8_t *keys;         /* (cap, key_bytes) */
+    float *values;         /* (cap, value_size / 4) */
+    size_t cap;            /* rows the buffers hold: grown up to max_batch_size (grow) */
     size_t n;              /* rows in the batch */
     unsigned failures;     /* consecutive failed applies of this batch */
 } topic_buf_t;
@@ -242,6 +243,32 @@ static void commit(hps_kafka_consumer_t *c)
     commit_as(c, false);
 }
 
+/* Rows a topic's batch buffers hold at first.  They grow (doubling) up to
+ * max_batch_size as a batch fills: allocated whole up front, a large
+ * max_batch_size (its range goes to 2^31 - 1) failed to allocate, and
+ * every update of the topic was dropped without a word (kr audit). */
+#define FIRST_ROWS 4096
+
+/* Room for one more row in t's batch: the buffers doubled (up to
+ * max_batch_size) when full; where that fails, the rows so far are applied
+ * first (a smaller batch).  false: a stop came while applying. */
+static bool grow(hps_kafka_consumer_t *c, topic_buf_t *t)
+{
+    if (t->n < t->cap)
+        return true;
+    size_t max = (size_t)c->o.max_batch_size, cap = t->cap * 2 < max ? t->cap * 2 : max;
+    uint8_t *k = realloc(t->keys, cap * c->o.model_key_bytes);
+    if (k)
+        t->keys = k;
+    float *v = k ? realloc(t->values, cap * t->value_size) : NULL;
+    if (v) {
+        t->values = v;
+        t->cap = cap;
+        return true;
+    }
+    return deliver(c, t); /* t->n is 0 after it, unless a stop came */
+}
+
 static topic_buf_t *topic_new(hps_kafka_consumer_t *c, const char *name)
 {
     topic_buf_t *t = calloc(1, sizeof(*t));
@@ -255,8 +282,9 @@ static topic_buf_t *topic_new(hps_kafka_consumer_t *c, const char *name)
     t->known = c->o.resolve(c->o.ctx, name, &t->sink, &t->value_size, &t->refuse_nonfinite);
     if (t->known) {
         size_t rows = (size_t)c->o.max_batch_size;
-        t->keys = malloc(rows * c->o.model_key_bytes);
-        t->values = malloc(rows * t->value_size);
+        t->cap = rows < FIRST_ROWS ? rows : FIRST_ROWS;
+        t->keys = malloc(t->cap * c->o.model_key_bytes);
+        t->values = malloc(t->cap * t->value_size);
         if (!t->keys || !t->values) {
             free(t->keys);
             free(t->values);
@@ -319,6 +347,8 @@ static bool append(hps_kafka_consumer_t *c, topic_buf_t *t, const hps_kafka_msg_
             if (t->refuse_nonfinite)
                 continue;
         }
+        if (!grow(c, t))
+            return false;
         if (!key_to_model(t->keys + t->n * mb, r, wb, mb)) {
             ++*ret_narrow;
             continue;
@@ -616,8 +646,12 @@ static void on_message(hps_kafka_consumer_t *c, const rd_kafka_message_t *m)
     }
     const char *name = rd_kafka_topic_name(m->rkt);
     topic_buf_t *t = topic_of(c, name);
-    if (!t)
-        return; /* out of memory: not committed, so it is read again */
+    if (!t) { /* out of memory for a few KiB: this message's updates are lost */
+        STAT_ADD(c, errors, 1);
+        event(c, 0, "%s [%d] offset %lld: out of memory for its batch: the message is dropped",
+              name, (int)m->partition, (long long)m->offset);
+        return;
+    }
     STAT_ADD(c, messages, 1);
     hps_kafka_msg_t msg;
     hps_kafka_verdict_t v = HPS_KAFKA_SKIP_UNKNOWN;

@@ -36,6 +36,7 @@
  *                              a restart goes on from its own offsets
  *   start_at_legacy            start_at's from has no offsets, its legacy
  *                              group K on partition 0: the snapshot takes K
+ *   huge_batch_size            max_batch_size 2^31 - 1: every message applied
  *
  * Offsets are taken from the producer's delivery reports, not assumed.  The
  * waits are deadlines on the consumers' own signals (caught_up, counters),
@@ -295,6 +296,9 @@ static void committed(const world_t *w, const char *group, int64_t ret[PARTS])
     close_handle(rk);
 }
 
+/* max_batch_size of the consumers made next (test_huge_batch_size). */
+static int64_t g_max_batch = 16;
+
 /* A consumer of group (legacy: its legacy_group, or NULL) into s. */
 static void consumer_of(world_t *w, const char *group, const char *legacy, sink_t *s,
                         hps_kafka_consumer_t **ret)
@@ -309,7 +313,7 @@ static void consumer_of(world_t *w, const char *group, const char *legacy, sink_
         .metadata_refresh_interval_ms = 200,
         .receive_buffer_size = 65536,
         .poll_timeout_ms = 50,
-        .max_batch_size = 16,
+        .max_batch_size = g_max_batch,
         .failure_backoff_ms = 10,
         .max_commit_interval = 8,
         .resolve = resolve,
@@ -561,6 +565,28 @@ static void test_start_at_legacy(void **state)
     assert_applies_from(w, w->v, &w->sv, K);
 }
 
+/* max_batch_size at the top of its range (2^31 - 1, as [update_source]
+ * allows): every message is applied.  Its batch buffers were allocated
+ * whole up front; that failed, and every update of the topic was dropped
+ * without a word (kr audit). */
+static void test_huge_batch_size(void **state)
+{
+    world_t *w = *state;
+    produce(w);
+    g_max_batch = INT32_MAX;
+    consumer(w, w->group_v, &w->sv, &w->v);
+    g_max_batch = 16;
+    assert_true(run_until_caught_up(w->v, N));
+    bool want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = true;
+    assert_applied(&w->sv, want);
+    hps_kafka_stats_t st;
+    hps_kafka_consumer_stats(w->v, &st);
+    assert_int_equal(st.applied, N);
+    assert_int_equal(st.errors, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -569,6 +595,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_offset_reset_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_legacy_group_offsets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_at_legacy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_huge_batch_size, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
