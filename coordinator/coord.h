@@ -79,6 +79,11 @@ typedef struct coord {
     struct coord_inserter *inserter; /* serve.c: [distributed_db] cache_missed_embeddings
                                         writes to Redis, off the answer path; NULL if off */
     atomic_int *stop;                /* main.c's stop flag (set by the signal thread or main) */
+    /* kafka.c: the running update consumers (coord_kafka_start .. _stop),
+     * read by the miss service (coord_kafka_behind); kafka_mu guards the
+     * pointer and keeps what it points to alive while a thread reads it. */
+    pthread_mutex_t kafka_mu;
+    struct coord_kafka *kafka;
     /* Reload (HPS_RELOAD_ENV): the segment that serves while the new one is
      * built (segment.c keeps it attached; the heartbeat thread beats on it
      * too, so workers stay ready), detached after publishing.  serving_lock

@@ -151,9 +151,11 @@ static bool deliver(hps_kafka_consumer_t *c, topic_buf_t *t)
             }
             t->n = 0;
             t->failures = 0;
+            STAT_SET(c, retrying, 0);
             break;
         }
         STAT_ADD(c, apply_failures, 1);
+        STAT_SET(c, retrying, 1);
         unsigned f = ++t->failures;
         long wait = (long)c->o.failure_backoff_ms << (f - 1 < 6 ? f - 1 : 6);
         if ((f & (f - 1)) == 0)
@@ -1010,6 +1012,7 @@ void hps_kafka_consumer_stats(hps_kafka_consumer_t *c, hps_kafka_stats_t *ret)
     s.newest_applied_ms = STAT_GET(c, newest_applied_ms);
     s.newest_applied_msg_ms = STAT_GET(c, newest_applied_msg_ms);
     s.offset_resets = STAT_GET(c, offset_resets);
+    s.retrying = STAT_GET(c, retrying);
     *ret = s;
 }
 

@@ -39,6 +39,19 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret);
  */
 bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms);
 
+/**
+ * @brief Whether the distributed DB's consumer (ddb) or the persistent DB's
+ * (else) is behind the volatile DB's: its apply is failing and being
+ * retried (Redis refusing writes, say), or its lag exceeds the volatile
+ * one's.  Rows read from such a layer may be older than updates the
+ * volatile DB's consumer has applied: the miss service answers with them
+ * but does not put them into the volatile DB (cache_missed_embeddings),
+ * where they would stay stale (kr audit: 39 of 5000 keys served their old
+ * vector after every layer had applied the update).  False without Kafka
+ * or such a layer.  Thread-safe (c->kafka_mu).
+ */
+bool coord_kafka_behind(coord_t *c, bool ddb);
+
 /** @brief Stop and join the consumers (they apply and commit what they hold), log the final
  * counters, free.  NULL is a no-op. */
 void coord_kafka_stop(coord_kafka_t *k);

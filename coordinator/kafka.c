@@ -398,7 +398,32 @@ int coord_kafka_start(coord_t *c, coord_kafka_t **ret)
                           conf->distributed_db.update_filters_len);
         k->num_layers += ex ? 0 : 1;
     }
-    return ex ? ex : start_threads(k);
+    if (!ex)
+        ex = start_threads(k);
+    if (!ex) {
+        pthread_mutex_lock(&c->kafka_mu);
+        c->kafka = k;
+        pthread_mutex_unlock(&c->kafka_mu);
+    }
+    return ex;
+}
+
+bool coord_kafka_behind(coord_t *c, bool ddb)
+{
+    bool behind = false;
+    pthread_mutex_lock(&c->kafka_mu);
+    coord_kafka_t *k = c->kafka;
+    for (size_t i = 1; k && i < k->num_layers; i++) {
+        const layer_t *l = &k->layers[i];
+        if (!l->cons || (l->kind == LAYER_DDB) != ddb)
+            continue;
+        hps_kafka_stats_t v, s;
+        hps_kafka_consumer_stats(k->layers[0].cons, &v);
+        hps_kafka_consumer_stats(l->cons, &s);
+        behind = s.retrying || (v.lag >= 0 && s.lag > v.lag);
+    }
+    pthread_mutex_unlock(&c->kafka_mu);
+    return behind;
 }
 
 /* No broker answers layer l: its own verdict (a layer that assigns itself
@@ -461,6 +486,11 @@ void coord_kafka_stop(coord_kafka_t *k)
 {
     if (!k)
         return;
+    coord_t *c = k->layers[0].c;
+    pthread_mutex_lock(&c->kafka_mu);
+    if (c->kafka == k)
+        c->kafka = NULL;
+    pthread_mutex_unlock(&c->kafka_mu);
     atomic_store(&k->stop, 1);
     if (k->stats_running)
         pthread_join(k->stats_thread, NULL);

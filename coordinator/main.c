@@ -675,6 +675,7 @@ int main(int argc, char **argv)
                  .key_bytes = conf->hps.supportlonglong ? 8 : 4,
                  .stop = &g_stop,
                  .serving_lock = PTHREAD_MUTEX_INITIALIZER,
+                 .kafka_mu = PTHREAD_MUTEX_INITIALIZER,
                  .text = text,
                  .prev_text = prev_text};
     bool reloaded = getenv(HPS_RELOAD_ENV) != NULL;

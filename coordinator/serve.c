@@ -40,6 +40,7 @@
 #include "coord.h"
 #include "hps/dtype.h"
 #include "hps/log.h"
+#include "kafka-coord.h"
 
 _Static_assert(sizeof(bool) == 1, "found masks are shared as bytes");
 
@@ -243,6 +244,13 @@ static hps_err_t as_stored(server_t *s, hps_dtype_t dt, uint32_t dim, size_t n, 
     return 0;
 }
 
+/* Whether a layer below ct's volatile DB is behind its consumer
+ * (coord_kafka_behind). */
+static bool layers_behind(coord_t *c, const coord_table_t *ct)
+{
+    return (ct->ddb && coord_kafka_behind(c, true)) || (ct->pdb && coord_kafka_behind(c, false));
+}
+
 static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, float *values,
                         uint8_t *found)
 {
@@ -253,6 +261,9 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
     const coord_table_t *ct = &c->tables[table];
     char err[256];
     hps_err_t rc = 0;
+    /* rows of a layer behind the volatile DB's consumer are answered, not
+     * kept there (checked before and after reading them) */
+    bool keep = c->conf->volatile_db.cache_missed_embeddings && !layers_behind(c, ct);
     if (ct->ddb) {
         if (hps_ddb_lookup(ct->ddb, n, keys, values, (bool *)found, NULL, err, sizeof(err)) < 0)
             ddb_warn(ct, "lookup (falling back)", n, err); /* what Redis answered stays found */
@@ -267,7 +278,7 @@ static hps_err_t answer(void *ctx, uint32_t table, size_t n, const void *keys, f
         return 0; /* no layer below the VDB: every key is missing */
     if (rc < 0)
         return rc;
-    if (c->conf->volatile_db.cache_missed_embeddings)
+    if (keep && !layers_behind(c, ct))
         elevate_later(s, ct, n, keys, values, found); /* copies the fp32 rows */
     return as_stored(s, ct->model->storage_type, ct->dim, n, values, found);
 }

@@ -212,6 +212,9 @@ typedef struct hps_kafka_stats {
      *  them before they were consumed).  A partition without a committed
      *  offset (a new group) starts at the beginning without one. */
     uint64_t offset_resets;
+    /** 1 while a batch whose apply failed is being retried (the layer is
+     *  behind the stream: Redis refusing writes, say), 0 once one applies. */
+    uint32_t retrying;
 } hps_kafka_stats_t;
 
 typedef struct hps_kafka_consumer hps_kafka_consumer_t;
