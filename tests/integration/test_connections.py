@@ -99,6 +99,20 @@ class Trickler(threading.Thread):
             s.close()
 
 
+def ten_requests(port, model, rng):
+    """Ten valid requests of 4 random keys, one after another (5 s each):
+    how many were answered exactly, and the last error's text."""
+    answered, detail = 0, ""
+    for _ in range(10):
+        keys = [rng.sample(model.file_keys[0], 4)]
+        try:
+            _, g = H.decode_output(H.infer(port, "m", keys, binary=True, timeout=5))
+            answered += g == model.expected(keys)
+        except Exception as e:  # noqa: BLE001
+            detail = "%s: %s" % (type(e).__name__, e)
+    return answered, detail
+
+
 def body(t, cl):
     model = cl.gen_model("m", rows=[2000], dims=[8])
     conf = cl.write_config("hps.ini", model.ini_text, [
@@ -191,14 +205,7 @@ def body(t, cl):
     flood = Trickler(port, 3 * MAX_CONN, head=BODY_HEAD, data=b" ")
     flood.start()
     time.sleep(0.5)
-    answered, detail = 0, ""
-    for _ in range(10):
-        keys = [rng.sample(model.file_keys[0], 4)]
-        try:
-            _, g = H.decode_output(H.infer(port, "m", keys, binary=True, timeout=5))
-            answered += g == model.expected(keys)
-        except Exception as e:  # noqa: BLE001
-            detail = "%s: %s" % (type(e).__name__, e)
+    answered, detail = ten_requests(port, model, rng)
     flood.finish()
     t.ok(answered == 10, "under %d connections trickling bodies, 10 valid requests answered "
          "exactly (%d; before, %d such connections locked every client out)"
@@ -227,14 +234,7 @@ def body(t, cl):
     flood = Trickler(w7.http_port, 500)
     flood.start()
     time.sleep(1.0)
-    answered, detail = 0, ""
-    for _ in range(10):
-        keys = [rng.sample(model.file_keys[0], 4)]
-        try:
-            _, g = H.decode_output(H.infer(w7.http_port, "m", keys, binary=True, timeout=5))
-            answered += g == model.expected(keys)
-        except Exception as e:  # noqa: BLE001
-            detail = "%s: %s" % (type(e).__name__, e)
+    answered, detail = ten_requests(w7.http_port, model, rng)
     flood.finish()
     t.ok(answered == 10, "under 500 trickling connections, 10 valid requests answered exactly "
          "(%d)" % answered, detail)

@@ -634,9 +634,18 @@ static void join_hogs(struct hog *hogs, struct batch *hb, pthread_t *th, size_t 
     }
 }
 
-/* A queue full of other callers' requests (two, each holding its half,
- * unanswered until their 1 s deadline): busy at this call's shorter
- * deadline, counted once per chunk. */
+/* Fill the queue (4 slots) with two hogs' requests, each holding its half
+ * until its 1 s deadline, and make b a request of 2 tables of 5 keys. */
+static void fill_queue(struct fixture *f, uint32_t *ids, struct batch *hb, struct hog *hogs,
+                       pthread_t *th, struct batch *b)
+{
+    make_tables(f, ids);
+    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
+    start_hogs(f, ids, hogs, hb, th, 2, 0, 4);
+    batch_add(b, ids[5], 5);
+    batch_add(b, ids[6], 5);
+}
+
 /* A queue full of other callers' requests that are answered (a server
  * taking 200 ms per request): the call waits for a slot and is answered
  * within its deadline, instead of giving up at once (which answered every
@@ -645,15 +654,11 @@ static void test_many_waits_for_slot(void **state)
 {
     struct fixture *f = *state;
     uint32_t ids[NT];
-    make_tables(f, ids);
-    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
     struct batch hb[2] = {{0}}, b = {0};
     struct hog hogs[2];
     pthread_t th[2];
-    start_hogs(f, ids, hogs, hb, th, 2, 0, 4);
+    fill_queue(f, ids, hb, hogs, th, &b);
     pid_t srv = start_server_fn(f->name, 5000, 200, serve_tables);
-    batch_add(&b, ids[5], 5);
-    batch_add(&b, ids[6], 5);
     HPS_ASSERT_OK(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 4000));
     for (size_t r = 0; r < 2; r++) {
         HPS_ASSERT_EQ(b.req[r].rc, 0);
@@ -668,18 +673,17 @@ static void test_many_waits_for_slot(void **state)
     batch_free(&b);
 }
 
+/* A queue full of other callers' requests (two, each holding its half,
+ * unanswered until their 1 s deadline): busy at this call's shorter
+ * deadline, counted once per chunk. */
 static void test_many_busy(void **state)
 {
     struct fixture *f = *state;
     uint32_t ids[NT];
-    make_tables(f, ids);
-    HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
     struct batch hb[2] = {{0}}, b = {0};
     struct hog hogs[2];
     pthread_t th[2];
-    start_hogs(f, ids, hogs, hb, th, 2, 0, 4);
-    batch_add(&b, ids[5], 5);
-    batch_add(&b, ids[6], 5);
+    fill_queue(f, ids, hb, hogs, th, &b);
     uint64_t t0 = t_now_ns();
     HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 300), HPS_EBUSY);
     HPS_ASSERT_GE(t_now_ns() - t0, 300000000ULL);
