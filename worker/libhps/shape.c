@@ -30,6 +30,8 @@ static size_t model_tables(hps_shmdb_t *db, const char *name)
     return held;
 }
 
+static int text_order(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes);
+
 int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes)
 {
     size_t held = model_tables(db, c->name);
@@ -37,6 +39,7 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
         return 1;
     if (held != c->num_tables) /* a table added or removed; names are unique */
         return held > c->num_tables ? 2 : 1;
+    bool unrecorded = false; /* a table of the segment records no position */
     for (size_t t = 0; t < c->num_tables; t++) {
         uint32_t id;
         hps_table_info_t ti;
@@ -48,8 +51,10 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
         if (ti.dim != (uint32_t)c->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes ||
             (ti.order && ti.order != t + 1))
             return 2;
+        unrecorded |= ti.order == 0;
     }
-    return 0;
+    /* a segment of an earlier build records no positions: its builder's INI */
+    return unrecorded && c->num_tables > 1 ? text_order(db, c, key_bytes) : 0;
 }
 
 /* Whether entry i is the first of its name (each name is looked at once). */
@@ -101,6 +106,27 @@ static hps_conf_t *model_only(const char *text, uint32_t key_bytes)
         conf = NULL;
     free(cur);
     return conf;
+}
+
+/* 2 when the INI text db's builder recorded names section c's tables in
+ * another order (a coordinator of a build that records no positions in the
+ * tables: upgrade review), else 0 (the same order, or not known). */
+static int text_order(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes)
+{
+    char *text = NULL;
+    hps_conf_t *conf = NULL;
+    if (hps_shmdb_conf_text(db, &text) != 0)
+        return 0;
+    if (hps_conf_load_string(text, "the coordinator's INI (in the segment)", &conf, NULL, 0) < 0)
+        conf = model_only(text, key_bytes);
+    free(text);
+    const hps_conf_model_t *was = conf ? hps_conf_model_find(conf, c->name) : NULL;
+    int state = 0;
+    for (size_t t = 0; was && was->num_tables == c->num_tables && t < c->num_tables; t++)
+        if (strcmp(was->embedding_table_names[t], c->embedding_table_names[t]) != 0)
+            state = 2;
+    hps_conf_free(conf);
+    return state;
 }
 
 size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
