@@ -108,17 +108,26 @@ static hps_conf_t *model_only(const char *text, uint32_t key_bytes)
     return conf;
 }
 
+/* The coordinator's INI text parsed: whole, else its [model.*] sections
+ * alone (model_only); NULL when neither parses (err: why the whole did not). */
+static hps_conf_t *coord_conf(const char *text, uint32_t key_bytes, char *err, size_t err_len)
+{
+    hps_conf_t *conf = NULL;
+    if (hps_conf_load_string(text, "the coordinator's INI (in the segment)", &conf, err, err_len) <
+        0)
+        conf = model_only(text, key_bytes);
+    return conf;
+}
+
 /* 2 when the INI text db's builder recorded names section c's tables in
  * another order (a coordinator of a build that records no positions in the
  * tables: upgrade review), else 0 (the same order, or not known). */
 static int text_order(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t key_bytes)
 {
     char *text = NULL;
-    hps_conf_t *conf = NULL;
     if (hps_shmdb_conf_text(db, &text) != 0)
         return 0;
-    if (hps_conf_load_string(text, "the coordinator's INI (in the segment)", &conf, NULL, 0) < 0)
-        conf = model_only(text, key_bytes);
+    hps_conf_t *conf = coord_conf(text, key_bytes, NULL, 0);
     free(text);
     const hps_conf_model_t *was = conf ? hps_conf_model_find(conf, c->name) : NULL;
     int state = 0;
@@ -145,11 +154,8 @@ size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
             char *text = NULL, err[512] = "";
             hps_err_t rc = hps_shmdb_conf_text(db, &text);
             atomic_store(&cl->no_conf_text, rc == HPS_ENOTFOUND);
-            if (rc == 0 && hps_conf_load_string(text, "the coordinator's INI (in the segment)",
-                                                &conf, err, sizeof(err)) < 0) {
-                conf = model_only(text, cl->key_bytes);
-                if (!conf)
-                    HPS_WARN("the coordinator's INI text in the segment does not parse: %s", err);
+            if (rc == 0 && !(conf = coord_conf(text, cl->key_bytes, err, sizeof(err)))) {
+                HPS_WARN("the coordinator's INI text in the segment does not parse: %s", err);
             } else if (rc < 0 && rc != HPS_ENOTFOUND) {
                 HPS_WARN("cannot read the coordinator's INI text in the segment: %s",
                          hps_strerror(rc));
