@@ -440,6 +440,12 @@ static bool unreachable(coord_kafka_t *k, const layer_t *l)
     return false;
 }
 
+/* Whether the coordinator that runs k is stopping (its coord_t.stop). */
+static bool stopping(const coord_kafka_t *k)
+{
+    return k->num_layers && atomic_load(k->layers[0].c->stop);
+}
+
 bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
 {
     if (!k)
@@ -447,7 +453,7 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
     int64_t start = now_ms(), waited = 0;
     bool done = false;
     /* a SIGTERM meanwhile (the layers' coord_t.stop) ends the wait */
-    while (!done && waited < timeout_ms && !(k->num_layers && atomic_load(k->layers[0].c->stop))) {
+    while (!done && waited < timeout_ms && !stopping(k)) {
         done = true;
         for (size_t i = 0; i < k->num_layers; i++) /* no broker: nothing to wait for */
             if (!hps_kafka_consumer_caught_up(k->layers[i].cons) && !unreachable(k, &k->layers[i]))
@@ -458,7 +464,7 @@ bool coord_kafka_catch_up(coord_kafka_t *k, int timeout_ms)
         }
         waited = now_ms() - start;
     }
-    if (!done && k->num_layers && atomic_load(k->layers[0].c->stop)) {
+    if (!done && stopping(k)) {
         HPS_INFO("kafka: the catch-up stopped after %lld ms: the coordinator is stopping",
                  (long long)waited);
         return false;
