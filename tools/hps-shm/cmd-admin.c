@@ -82,13 +82,12 @@ int hps__tool_cmd_check(const hps__tool_t *t)
 /* Live processes other than us attached to the segment; 0 if it won't attach. */
 static size_t rm_live_users(const char *name)
 {
-    const hps_shmdb_proc_opts_t popts = {
-        .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
     hps_proc_info_t *procs = calloc(HPS_SHMDB_MAX_PROCS, sizeof *procs);
     hps_shmdb_t *db = NULL;
     size_t n = 0, live = 0;
 
-    if (procs && hps_shmdb_probe(name, NULL, 0) == 0 && hps_shmdb_attach(name, &popts, &db) == 0) {
+    if (procs && hps_shmdb_probe(name, NULL, 0) == 0 &&
+        hps_shmdb_attach(name, &hps__tool_popts, &db) == 0) {
         if (hps_shmdb_procs(db, procs, &n, false) != 0)
             n = 0;
         for (size_t i = 0; i < n && i < HPS_SHMDB_MAX_PROCS; i++)

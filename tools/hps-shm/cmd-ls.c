@@ -36,11 +36,9 @@ static int cmp_names(const void *a, const void *b)
 
 static void ls_read_header(ls_row_t *row)
 {
-    const hps_shmdb_proc_opts_t popts = {
-        .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
     hps_shmdb_t *db = NULL;
 
-    row->err = hps_shmdb_attach(row->name, &popts, &db);
+    row->err = hps_shmdb_attach(row->name, &hps__tool_popts, &db);
     if (row->err == 0) {
         row->err = hps_shmdb_segment_info(db, &row->seg);
         row->coord = hps__tool_coord(db, &row->seg);

@@ -93,8 +93,12 @@ const char *hps__tool_attach_hint(hps_err_t err);
 
 /* ---- segment access ------------------------------------------------------ */
 
+/** How hps-shm attaches: a tool of 1 thread and no device, without a
+ *  process-table row where every row is taken (rowless_if_full). */
+extern const hps_shmdb_proc_opts_t hps__tool_popts;
+
 /**
- * @brief Attach to segment `name` as a tool (1 thread, no device).
+ * @brief Attach to segment `name` as a tool (hps__tool_popts).
  * @param[out] ret  The handle; release with hps_shmdb_detach().  Written only
  *                  on success.
  * @return HPS__TOOL_OK, or HPS__TOOL_FAIL after printing the error.

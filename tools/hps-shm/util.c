@@ -78,13 +78,14 @@ const char *hps__tool_attach_hint(hps_err_t err)
     }
 }
 
+const hps_shmdb_proc_opts_t hps__tool_popts = {
+    .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
+
 int hps__tool_attach(const hps__tool_t *t, const char *name, hps_shmdb_t **ret)
 {
-    const hps_shmdb_proc_opts_t popts = {
-        .num_threads = 1, .role = HPS_ROLE_TOOL, .device = -1, .rowless_if_full = true};
     hps_shmdb_t *db = NULL;
     char detail[256] = "";
-    hps_err_t err = hps_shmdb_attach(name, &popts, &db);
+    hps_err_t err = hps_shmdb_attach(name, &hps__tool_popts, &db);
 
     if (err != 0) {
         /* probe says more than the code (which magic, which sizes differ...) */
