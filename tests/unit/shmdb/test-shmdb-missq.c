@@ -634,16 +634,23 @@ static void join_hogs(struct hog *hogs, struct batch *hb, pthread_t *th, size_t 
     }
 }
 
-/* Fill the queue (4 slots) with two hogs' requests, each holding its half
- * until its 1 s deadline, and make b a request of 2 tables of 5 keys. */
-static void fill_queue(struct fixture *f, uint32_t *ids, struct batch *hb, struct hog *hogs,
-                       pthread_t *th, struct batch *b)
+/* A queue (4 slots) full of two hogs' requests, each holding its half
+ * until its 1 s deadline, and b, a request of 2 tables of 5 keys. */
+struct full_queue {
+    uint32_t ids[NT];
+    struct batch hb[2], b;
+    struct hog hogs[2];
+    pthread_t th[2];
+};
+
+static void fill_queue(struct fixture *f, struct full_queue *q)
 {
-    make_tables(f, ids);
+    *q = (struct full_queue){0};
+    make_tables(f, q->ids);
     HPS_ASSERT_OK(hps_shmdb_missq_init(f->db, 4, 8192));
-    start_hogs(f, ids, hogs, hb, th, 2, 0, 4);
-    batch_add(b, ids[5], 5);
-    batch_add(b, ids[6], 5);
+    start_hogs(f, q->ids, q->hogs, q->hb, q->th, 2, 0, 4);
+    batch_add(&q->b, q->ids[5], 5);
+    batch_add(&q->b, q->ids[6], 5);
 }
 
 /* A queue full of other callers' requests that are answered (a server
@@ -653,24 +660,21 @@ static void fill_queue(struct fixture *f, uint32_t *ids, struct batch *hb, struc
 static void test_many_waits_for_slot(void **state)
 {
     struct fixture *f = *state;
-    uint32_t ids[NT];
-    struct batch hb[2] = {{0}}, b = {0};
-    struct hog hogs[2];
-    pthread_t th[2];
-    fill_queue(f, ids, hb, hogs, th, &b);
+    struct full_queue q;
+    fill_queue(f, &q);
     pid_t srv = start_server_fn(f->name, 5000, 200, serve_tables);
-    HPS_ASSERT_OK(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 4000));
+    HPS_ASSERT_OK(hps_shmdb_miss_lookup_many(f->db, q.b.req, q.b.nreq, 4000));
     for (size_t r = 0; r < 2; r++) {
-        HPS_ASSERT_EQ(b.req[r].rc, 0);
-        HPS_ASSERT_GT(b.req[r].hits, 0); /* the even keys, answered */
+        HPS_ASSERT_EQ(q.b.req[r].rc, 0);
+        HPS_ASSERT_GT(q.b.req[r].hits, 0); /* the even keys, answered */
     }
     hps_missq_info_t mi;
     HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
     HPS_ASSERT_EQ(mi.busy, 0);
     for (size_t i = 0; i < 2; i++)
-        pthread_join(th[i], NULL), batch_free(&hb[i]);
+        pthread_join(q.th[i], NULL), batch_free(&q.hb[i]);
     stop(srv);
-    batch_free(&b);
+    batch_free(&q.b);
 }
 
 /* A queue full of other callers' requests (two, each holding its half,
@@ -679,24 +683,21 @@ static void test_many_waits_for_slot(void **state)
 static void test_many_busy(void **state)
 {
     struct fixture *f = *state;
-    uint32_t ids[NT];
-    struct batch hb[2] = {{0}}, b = {0};
-    struct hog hogs[2];
-    pthread_t th[2];
-    fill_queue(f, ids, hb, hogs, th, &b);
+    struct full_queue q;
+    fill_queue(f, &q);
     uint64_t t0 = t_now_ns();
-    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, b.req, b.nreq, 300), HPS_EBUSY);
+    HPS_ASSERT_ERR(hps_shmdb_miss_lookup_many(f->db, q.b.req, q.b.nreq, 300), HPS_EBUSY);
     HPS_ASSERT_GE(t_now_ns() - t0, 300000000ULL);
     HPS_ASSERT_LT(t_now_ns() - t0, 900000000ULL); /* before theirs: it gave up at its own */
-    HPS_ASSERT_EQ(b.req[0].rc, HPS_EBUSY);
-    HPS_ASSERT_EQ(b.req[1].rc, HPS_EBUSY);
+    HPS_ASSERT_EQ(q.b.req[0].rc, HPS_EBUSY);
+    HPS_ASSERT_EQ(q.b.req[1].rc, HPS_EBUSY);
     hps_missq_info_t mi;
     HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
     HPS_ASSERT_EQ(mi.busy, 2);
-    join_hogs(hogs, hb, th, 2);
+    join_hogs(q.hogs, q.hb, q.th, 2);
     HPS_ASSERT_OK(hps_shmdb_miss_stats(f->db, &mi));
     HPS_ASSERT_EQ(mi.in_use, 0);
-    batch_free(&b);
+    batch_free(&q.b);
 }
 
 /* One caller with more chunks than half the queue holds only its half: a
