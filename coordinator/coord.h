@@ -116,10 +116,11 @@ typedef struct coord {
      * main thread only */
     bool ddb_degraded;
     /* main.c, main thread only: this failed build hands the serving segment
-     * (whose misses it answered, coord_prev_start) to its fallback as a
-     * reload hands its own: RELOADING_SERVED, requests pending, this
-     * process alive to the workers until the fallback attaches
-     * (coord_prev_stop, coord_segment_serving_release). */
+     * (whose misses it answered, coord_prev_start, or was handed to answer,
+     * prev_answering) to its fallback as a reload hands its own:
+     * RELOADING_SERVED, requests pending, this process alive to the workers
+     * until the fallback attaches (coord_prev_stop,
+     * coord_segment_serving_release). */
     bool fallback_handover;
     /* serve.c: serving is a dead coordinator's segment that this restart
      * answers the misses of while it builds (coord_prev_restart); a failed

@@ -785,8 +785,10 @@ int main(int argc, char **argv)
      * version's unless this build replaced them: load-stage.c, STAGING; else
      * once it has ingested them again): requests wait for it (within
      * miss_timeout_ms), as across a reload's execve(), instead of getting
-     * their defaults at once. */
-    c.fallback_handover = fallback && again && c.prev != NULL;
+     * their defaults at once, while their workers say ready.  So does one
+     * that failed before it answered them (its persistent DB would not
+     * open), where its predecessor handed them over (prev_answering). */
+    c.fallback_handover = fallback && again && (c.prev != NULL || atomic_load(&c.prev_answering));
     shutdown_all(&c, again);
     if (ex && !reloaded && pdb_fresh && !again)
         remove_fresh_pdb(conf->persistent_db.path);

@@ -257,13 +257,18 @@ static bool other_coordinator(coord_t *c, hps_shmdb_t *db, const char *name)
 /* Keep db (the serving segment of a reload) attached: beaten on, told the
  * answer if the build fails.  Handed over RELOADING_SERVED (the previous
  * image had a persistent or distributed DB), it stays so, its requests
- * pending, until coord_prev_start() answers them or gives up. */
+ * pending, until coord_prev_start() answers them or gives up.  Handed
+ * over LOADING (a fallback that failed waited: main.c, fallback_backoff),
+ * it stays so, its workers not ready, until this image answers its misses
+ * (coord_prev_start) or publishes: RELOADING would make them ready with
+ * the defaults for every key outside shared memory meanwhile. */
 static void hold(coord_t *c, hps_shmdb_t *db)
 {
     hps_segment_info_t si;
-    if (hps_shmdb_segment_info(db, &si) == 0 && si.coord_state == HPS_COORD_RELOADING_SERVED)
+    bool known = hps_shmdb_segment_info(db, &si) == 0;
+    if (known && si.coord_state == HPS_COORD_RELOADING_SERVED)
         atomic_store(&c->prev_answering, true);
-    else
+    else if (!known || si.coord_state != HPS_COORD_LOADING)
         hps_shmdb_set_coord_state(db, HPS_COORD_RELOADING);
     pthread_mutex_lock(&c->serving_lock);
     c->serving = db;
