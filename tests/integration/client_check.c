@@ -526,18 +526,21 @@ typedef struct {
     _Atomic uint32_t version; /* the last one this thread was answered from */
 } switch_thread_t;
 
-static volatile sig_atomic_t switch_stop; /* SIGTERM: close the client, exit 0 */
+/* SIGTERM: close the client, exit 0.  Read by the lookup threads too, so an
+ * atomic (lock-free: async-signal-safe), not a volatile sig_atomic_t, which
+ * is safe only for the thread the handler interrupts (ThreadSanitizer). */
+static atomic_int switch_stop;
 
 static void switch_on_term(int sig)
 {
     (void)sig;
-    switch_stop = 1;
+    atomic_store(&switch_stop, 1);
 }
 
 static void *switch_thread(void *arg)
 {
     switch_thread_t *st = arg;
-    while (!switch_stop)
+    while (!atomic_load(&switch_stop))
         if (hps_client_lookup_table(st->c, 0, 0, SWITCH_KEYS, st->keys, HPS_KEY_INT64, HPS_HOST,
                                     st->out, HPS_HOST, NULL) == 0)
             atomic_store(&st->version, hps_client_last_version());
@@ -569,7 +572,7 @@ static int cmd_switch(const char *config)
     printf("READY pid %d, %d threads\n", (int)getpid(), opt_threads);
     uint32_t said = 0;
     const struct timespec tick = {0, 10000000}; /* 10 ms */
-    while (!switch_stop) {
+    while (!atomic_load(&switch_stop)) {
         nanosleep(&tick, NULL);
         uint32_t oldest = UINT32_MAX;
         for (int i = 0; i < opt_threads; i++) {
