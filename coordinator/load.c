@@ -402,11 +402,17 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * (hps_ddb_record_get) names other model files, another version or changed
  * files, loses its rows first, so that no request is answered partly from
  * the old rows (Redis keeps every row the fill does not overwrite, and
- * serves them to cache_missed_embeddings' misses too).  The record goes
- * before the rows: a start killed in between drops them again.  A table
- * without a record keeps its rows (HugeCTR wrote none: data it wrote is
- * taken for these files'), as does one whose record matches (with the
- * updates applied to it since); kept rows must fit the configuration
+ * serves them to cache_missed_embeddings' misses too).  The record is
+ * replaced by DDB_REPLACING before the rows go, and stays so until the fill
+ * has written the new rows and records them (ddb_record): a start or reload
+ * killed anywhere in between leaves that mark, and the next one drops the
+ * rows again, whatever files it loads.  (It used to delete the record: the
+ * next start took the leftover rows of the killed fill's files for its own,
+ * as HugeCTR's data, and a start with the previous files served both
+ * versions' rows in one table.)  A table without a record keeps its rows
+ * (HugeCTR wrote none: data it wrote is taken for these files', and marked
+ * before the fill writes over them), as does one whose record matches
+ * (with the updates applied to it since); kept rows must fit the configuration
  * (coord_ddb_check_rows: partitions, dimension, key width), dropped ones
  * need not (a new version may change the dimension).  A table whose record
  * matches is not filled again either (kept[t]): its rows are there, with
@@ -417,6 +423,10 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * left a part of the rows).  The record names the files' contents, not
  * their paths: hosts that share the cluster may keep their copies anywhere.
  */
+/* The record of a table whose rows are being replaced (ddb_prepare): no
+ * contents identity has this form ("v1 dim=..."; coord_table_ident). */
+#define DDB_REPLACING "replacing: a fill of this table began and has not ended"
+
 /* Partitions with no row count as lost (by a table of at least
  * LOST_MIN_ROWS_PER_PART rows per partition, keys spread over them: an
  * empty one then has odds below P e^-32). */
@@ -484,21 +494,36 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             if (ex)
                 return ex;
             kept[t] = rc == 0;
-            continue;
-        }
-        if (rc == 0) {
-            coord_prev_ddb_replacing(c, m->name, ct->name); /* the serving segment's misses */
-            if (!lost)
-                HPS_INFO("model %s table %s: the distributed DB holds the rows of other model "
-                         "files (%s; now %s): removing them before loading",
-                         m->name, ct->name, rec, st->ident[t].content);
-            while (coord_ddb_wait(c, &w, rc = hps_ddb_record_set(ct->ddb, NULL, err, sizeof(err)),
+            if (kept[t])
+                continue;
+            /* Filled on top of the rows taken: marked first, so that a
+             * start killed during the fill drops what it left. */
+            while (coord_ddb_wait(c, &w,
+                                  rc = hps_ddb_record_set(ct->ddb, DDB_REPLACING, err, sizeof(err)),
                                   what, err))
                 ;
+        } else {
+            if (rc == 0) {
+                coord_prev_ddb_replacing(c, m->name, ct->name); /* the serving segment's misses */
+                if (strcmp(rec, DDB_REPLACING) == 0)
+                    HPS_WARN("model %s table %s: the distributed DB's rows were being replaced "
+                             "when a coordinator stopped before the fill ended (killed?): "
+                             "removing them before loading",
+                             m->name, ct->name);
+                else if (!lost)
+                    HPS_INFO("model %s table %s: the distributed DB holds the rows of other model "
+                             "files (%s; now %s): removing them before loading",
+                             m->name, ct->name, rec, st->ident[t].content);
+                while (coord_ddb_wait(
+                    c, &w, rc = hps_ddb_record_set(ct->ddb, DDB_REPLACING, err, sizeof(err)), what,
+                    err))
+                    ;
+            }
+            if (rc == 0)
+                while (
+                    coord_ddb_wait(c, &w, rc = hps_ddb_drop(ct->ddb, err, sizeof(err)), what, err))
+                    ;
         }
-        if (rc == 0)
-            while (coord_ddb_wait(c, &w, rc = hps_ddb_drop(ct->ddb, err, sizeof(err)), what, err))
-                ;
         if (rc < 0) {
             HPS_ERROR("model %s table %s: distributed DB: %s", m->name, ct->name,
                       err[0] ? err : hps_strerror(rc));

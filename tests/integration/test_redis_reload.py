@@ -40,6 +40,14 @@ puts the other half into Redis too), then:
       them (the segment records which Redis record it was built beside):
       no request mixes versions (with every table answered from Redis
       during the build, 13 of 2,075 did in an audit's run).
+  (7) A reload of model k to a version 2 of 200,000 rows killed while it
+      fills Redis, shared memory then removed (a reboot), and a start on
+      version 1's files again (a rollback): every key answers version 1's
+      vector and version 2's other keys the default (the table's record
+      says "replacing" from before the rows go until the fill has ended;
+      before, the record was deleted, and the start took the killed
+      fill's rows for version 1's: a reboot audit saw 3,732 of 18,000 keys
+      answer version 2's vectors).
 Skips without redis-server / redis-cli.
 """
 import os
@@ -292,6 +300,50 @@ def redis_only(t, cl, rc):
     t.ok(published and set(kinds_b) <= {"v2", "v3", "default", "default+v2", "default+v3"} and
          "v3" in kinds_b, "(6) b's record removed, reload to v3: %d requests each v2, v3 or "
          "defaults, none mixed: %s" % (len(out_b), kinds_b), coord.log()[-1500:])
+    stop(w, coord)
+    killed_fill(t, cl, rc)
+
+
+def killed_fill(t, cl, rc):
+    """(7): see the file's comment."""
+    k1 = cl.gen_model("k", rows=[3000], dims=[DIM], defaults=[DEFAULT], subdir="kf_1", version=1)
+    k2 = cl.gen_model("k", rows=[200000], dims=[DIM], defaults=[DEFAULT], subdir="kf_2",
+                      version=2)
+    settings = R.COMMON + [("persistent_db", "type", "disabled")] + R.ddb_settings(
+        rc, initial_cache_rate=1.0, cache_missed_embeddings="false", lookup_timeout_ms=1000)
+    landed = False
+    for attempt in range(5):  # until the kill lands inside the fill
+        conf = cl.write_config("kf.ini", k1.ini_text, settings)
+        coord = cl.start_coordinator(conf)
+        n = coord.log().count("removing them before loading")
+        cl.write_config("kf.ini", k2.ini_text, settings)
+        coord.kill(signal.SIGHUP)
+        H.wait_until(lambda: coord.log().count("removing them before loading") > n, 60, 0.002)
+        H.wait_until(lambda: R.total_rows(rc, "k", TABLE) > 3000, 30, 0.002)
+        coord.kill(signal.SIGKILL)
+        coord.wait(10)
+        rows = R.total_rows(rc, "k", TABLE)
+        H.retire([coord], cl.segment)  # a reboot: shared memory gone, Redis kept
+        if 3000 < rows < 200000:
+            landed = True
+            break
+        t.diag("attempt %d: the kill found %d rows of the table in Redis: again" % (attempt, rows))
+    t.ok(landed, "(7) a reload to version 2 killed while it filled Redis (%d of 200000 rows "
+         "there)" % rows)
+    rec = R.redis_cmd(rc.alive_ports()[0], "GET", R.hname("k", TABLE, 0, "r"))
+    t.ok(isinstance(rec, bytes) and rec.startswith(b"replacing"),
+         "the table's record says its rows were being replaced", rec)
+    conf = cl.write_config("kf.ini", k1.ini_text, settings)
+    coord, w = cl.start_coordinator(conf), cl.start_worker(conf)
+    keys = k1.file_keys[0]
+    only2 = [k for k in k2.file_keys[0] if k not in set(keys)][:3000]
+    got = answers_of(w, "k", keys) + answers_of(w, "k", only2)
+    want = [H.gen_vector(0, k, DIM, 1) for k in keys] + [[DEFAULT] * DIM] * len(only2)
+    wrong = sum(1 for a, b in zip(got, want) if a != b)
+    t.eq(wrong, 0, "a start with version 1 after it: every key answers version 1's vector, and "
+         "version 2's other keys the default, none a row the killed fill left (%d of %d wrong)"
+         % (wrong, len(want)))
+    t.ok("were being replaced when a coordinator stopped" in coord.log(), "the log says why")
     stop(w, coord)
 
 
