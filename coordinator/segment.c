@@ -440,6 +440,21 @@ int coord_segment_open(coord_t *c, bool *ret_reused)
         HPS_WARN("replacing /dev/shm/hps.%s: %s (%s)", name, hps_strerror(rc), why);
         hps_shmdb_unlink(name);
     }
+    if (rc == HPS_ENOTFOUND && keep && c->conf->update_source.type == HPS_CONF_UPDATE_KAFKA)
+        /* A reboot (or hps-shm rm): the rows it kept are gone, and the
+         * volatile group's committed offsets are past the updates they
+         * held.  Filled from the persistent DB where it holds the files
+         * (with its updates; Kafka then goes on from where its group
+         * stands); else from the files, and those updates are lost. */
+        HPS_WARN("initialize_after_startup = false, but there is no /dev/shm/hps.%s to keep (a "
+                 "first start, a reboot, or removed): a new segment is filled from %s; online "
+                 "updates a previous one held %s",
+                 name,
+                 c->pdb ? "the persistent DB where it holds the model files, else from the files"
+                        : "the model files",
+                 c->pdb ? "are in it only for tables the persistent DB holds the files of"
+                        : "are not in it (no persistent DB keeps them), and Kafka goes on from "
+                          "the offsets its group committed: they are lost");
     ex = create_fresh(c, name);
     return ex ? ex : init_missq(c);
 }

@@ -11,7 +11,9 @@ whose /dev/shm is a small tmpfs of its own, so the host's is never touched.
    (shmdb/ops.c: own_limit; kafka-consumer.c: deliver).  Checks: the
    coordinator logs "No space left on device"; all 20,000 model rows keep
    their vectors while it is full; once the ballast is removed, every pushed
-   key answers its new vector (no update lost).
+   key answers its new vector (no update lost).  Then a reboot (shared
+   memory removed) with initialize_after_startup = false: the warning that
+   the updates the segment held are lost (no persistent DB keeps them).
 2. The persistent DB's directory made read-only (a read-only bind mount:
    directory modes do not stop root) under a serving coordinator, then
    SIGHUP: the reload fails; while it does, a worker answers keys outside
@@ -107,6 +109,17 @@ def shm_full(t, cl):
         r = H.infer(w.http_port, "m", kpt, binary=True)
         t.ok(r.status == 200 and H.decode_output(r)[1] == m.expected(kpt),
              "the model rows still exact afterwards")
+        # A reboot empties /dev/shm: with initialize_after_startup = false
+        # and no persistent DB, the updates the segment held are gone, and
+        # the volatile group's offsets are past them: said, not silent.
+        H.retire([c, w], cl.segment)
+        conf = cl.write_config("hps.ini", open(conf).read(),
+                               [("volatile_db", "initialize_after_startup", "false")])
+        c = cl.start_coordinator(conf)
+        line = next((x for x in c.log().splitlines() if "there is no /dev/shm/hps." in x), "")
+        t.ok("WARN" in line and "initialize_after_startup = false" in line and
+             "they are lost" in line, "after a reboot, initialize_after_startup = false without "
+             "a persistent DB warns that the updates the segment held are lost", c.log()[-1500:])
 
 
 def exact(port, m, kpt):
