@@ -69,6 +69,11 @@ uint64_t hps__ddb_key_at(const hps_ddb_table_t *t, const void *keys, size_t i)
     return k;
 }
 
+unsigned hps_ddb_partition_of(const hps_ddb_table_t *t, const void *keys, size_t i)
+{
+    return (unsigned)(hps_rrxmrrxmsx_0(hps__ddb_key_at(t, keys, i)) % t->np);
+}
+
 /* Counting sort of key indices by partition: order (n), start (np + 1). */
 hps_err_t hps__ddb_bucket(const hps_ddb_table_t *t, size_t n, const void *keys, size_t **ret_order,
                           size_t **ret_start)
@@ -83,7 +88,7 @@ hps_err_t hps__ddb_bucket(const hps_ddb_table_t *t, size_t n, const void *keys, 
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        part[i] = (uint32_t)(hps_rrxmrrxmsx_0(hps__ddb_key_at(t, keys, i)) % t->np);
+        part[i] = hps_ddb_partition_of(t, keys, i);
         start[part[i] + 1]++;
     }
     for (unsigned p = 0; p < t->np; p++)

@@ -100,6 +100,12 @@ void hps_ddb_stats(hps_ddb_t *db, hps_ddb_stats_t *ret)
     *ret = (hps_ddb_stats_t){0};
 }
 
+unsigned hps_ddb_partition_of(const hps_ddb_table_t *t, const void *keys, size_t i)
+{
+    (void)t, (void)keys, (void)i;
+    return 0;
+}
+
 hps_err_t hps_ddb_record_get(hps_ddb_table_t *t, char *buf, size_t len, char *err, size_t err_len)
 {
     (void)t, (void)buf, (void)len, (void)err, (void)err_len;

@@ -221,12 +221,36 @@ static hps_err_t values_from_pdb(const coord_t *c, const coord_table_t *ct, size
     return hps_pdb_lookup(ct->pdb, n, keys, c->key_bytes, ct->dim, vecs, NULL, NULL, err, err_len);
 }
 
+/* Partition masks of a model's tables (distributed_db num_partitions <= 256). */
+typedef uint64_t part_mask_t[4];
+
+/* Keep the rows of keys (n, key_bytes) and vecs (n, dim) whose partition
+ * of the distributed DB is in only (the others move out); returns how many. */
+static size_t only_partitions(const coord_t *c, const coord_table_t *ct, const uint64_t *only,
+                              size_t n, void *keys, float *vecs)
+{
+    size_t kb = c->key_bytes, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned p = hps_ddb_partition_of(ct->ddb, keys, i);
+        if (!(only[p / 64] >> (p % 64) & 1))
+            continue;
+        if (m != i) {
+            memmove((char *)keys + m * kb, (char *)keys + i * kb, kb);
+            memmove(vecs + m * ct->dim, vecs + i * ct->dim, ct->dim * sizeof(float));
+        }
+        m++;
+    }
+    return m;
+}
+
 /* Upsert the first `want` rows of the table's files into the volatile DB,
- * or, when ddb, into the distributed DB; with from_pdb, the values come from
+ * or, when ddb, into the distributed DB (only: those of the partitions
+ * whose bits it sets; NULL: every row); with from_pdb, the values come from
  * the persistent DB (the files' where it lacks a key); else, for a key that
  * the files give again after row `want`, the vector of its last row. */
 static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_pdb, const char *dir,
-                      const table_dups_t *dups, uint64_t want, uint64_t *ret_bytes)
+                      const table_dups_t *dups, const uint64_t *only, uint64_t want,
+                      uint64_t *ret_bytes)
 {
     const char *layer = ddb ? "distributed" : "volatile";
     char err[HPS_PATH_MSG_MAX];
@@ -252,6 +276,9 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
         else if (rc == 0 && want < hps_modelfile_rows(mf))
             rc =
                 coord_load_last_rows(mf, dups, want, c->key_bytes, n, keys, vecs, err, sizeof(err));
+        size_t got = n; /* rows read: what progress and bytes count */
+        if (rc == 0 && ddb && only)
+            n = only_partitions(c, ct, only, n, keys, vecs);
         coord_ddb_wait_t w = {0}; /* the distributed DB waits out a failover */
         if (rc == 0 && ddb)
             while (coord_ddb_wait(
@@ -266,7 +293,7 @@ static int fill_layer(coord_t *c, const coord_table_t *ct, bool ddb, bool from_p
                     err[0] ? err : hps_strerror(rc));
             ex = pdb_failed ? HPS_EXIT_PDB : ddb ? HPS_EXIT_DDB : HPS_EXIT_MODEL;
         }
-        coord_load_progress(ct->name, row + n, want);
+        coord_load_progress(ct->name, row + got, want);
         *ret_bytes += n * (8 + ct->dim * sizeof(float));
     }
     free(keys);
@@ -334,12 +361,13 @@ coord_table_t *coord_load_table(coord_t *c, const hps_conf_model_t *m, size_t t)
 
 /* Fill a layer with initial_cache_rate of every table's rows, values from
  * the persistent DB where it held the files before this start (held[t]):
- * the distributed DB (ddb; not its tables kept[t], ddb_prepare), or the
- * volatile DB's tables the pass did not fill (the held ones).  Adds the
- * rows and bytes written to *ret. */
+ * the distributed DB (ddb; not its tables kept[t], and of a table with
+ * lost partitions only those, lost[t]: ddb_prepare), or the volatile DB's
+ * tables the pass did not fill (the held ones).  Adds the rows and bytes
+ * written to *ret. */
 static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *rows,
-                       const bool *held, const bool *kept, const table_dups_t *dups, bool ddb,
-                       uint64_t ret[2])
+                       const bool *held, const bool *kept, const part_mask_t *lost,
+                       const table_dups_t *dups, bool ddb, uint64_t ret[2])
 {
     double rate =
         ddb ? c->conf->distributed_db.initial_cache_rate : c->conf->volatile_db.initial_cache_rate;
@@ -349,8 +377,10 @@ static int fill_layers(coord_t *c, const hps_conf_model_t *m, const uint64_t *ro
             continue;
         if (!ddb && want > 0)
             c->vdb_from_pdb = true; /* with the updates the persistent DB applied */
+        const uint64_t *only =
+            ddb && lost && (lost[t][0] | lost[t][1] | lost[t][2] | lost[t][3]) ? lost[t] : NULL;
         int ex = fill_layer(c, coord_load_table(c, m, t), ddb, held[t], m->sparse_files[t],
-                            dups ? &dups[t] : NULL, want, &ret[1]);
+                            dups ? &dups[t] : NULL, only, want, &ret[1]);
         if (ex)
             return ex;
         ret[0] += want;
@@ -432,37 +462,45 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * empty one then has odds below P e^-32). */
 #define LOST_MIN_ROWS_PER_PART 32u
 
-/* Whether Redis lost rows of a table whose record names these files: a
- * partition hash that is gone (evicted whole by maxmemory, a FLUSHALL, a
- * node that came back empty) while the files' rows fill every partition.
- * Its record alone stayed, and the table was never filled again: those
- * keys got the default for good.  Then the rows go and are filled again
- * from the files (the updates applied to the lost ones are gone anyway).
- * A Redis error: false (the rows are taken as they are; the fill's own
- * calls say what fails). */
-static bool ddb_lost_partitions(coord_t *c, coord_table_t *ct, const coord_ident_t *id,
-                                const char *what)
+/* The partitions of a table whose record names these files that Redis
+ * lost (their hash gone: evicted whole by maxmemory, a FLUSHALL, a node
+ * that came back empty) while the files' rows fill every partition: their
+ * keys got the default for good.  Sets their bits in lost (cleared first)
+ * and returns how many; those partitions alone are filled again from the
+ * files (the updates applied to their rows are gone anyway; the other
+ * partitions keep theirs).  A Redis error: 0 (the rows are taken as they
+ * are; the fill's own calls say what fails). */
+static unsigned ddb_lost_partitions(coord_t *c, coord_table_t *ct, const coord_ident_t *id,
+                                    const char *what, part_mask_t lost)
 {
     unsigned np = (unsigned)c->conf->distributed_db.num_partitions, empty = 0;
     uint64_t rows = id->stamp[0].ino ? (uint64_t)id->stamp[1].size / ((uint64_t)ct->dim * 4) : 0;
-    if (!np || rows < (uint64_t)LOST_MIN_ROWS_PER_PART * np)
-        return false;
+    memset(lost, 0, sizeof(part_mask_t));
+    if (!np || np > 256 || rows < (uint64_t)LOST_MIN_ROWS_PER_PART * np)
+        return 0;
     for (unsigned p = 0; p < np; p++) {
         uint64_t n = 0;
         char err[256] = "";
-        if (hps_ddb_partition_rows(ct->ddb, p, &n, err, sizeof(err)) < 0)
-            return false;
-        empty += n == 0;
+        if (hps_ddb_partition_rows(ct->ddb, p, &n, err, sizeof(err)) < 0) {
+            memset(lost, 0, sizeof(part_mask_t));
+            return 0;
+        }
+        if (n == 0) {
+            lost[p / 64] |= 1ull << (p % 64);
+            empty++;
+        }
     }
     if (empty)
         HPS_WARN("%s: the distributed DB lost every row of %u of its %u partitions (evicted by "
                  "maxmemory, flushed, or a node that came back empty), though its record names "
-                 "these model files: removing its rows and filling it again from them",
+                 "these model files: filling those partitions again from them (the others keep "
+                 "their rows and the updates applied to them)",
                  what, empty, np);
-    return empty > 0;
+    return empty;
 }
 
-static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, bool *kept)
+static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_t *st, bool *kept,
+                       part_mask_t *lost)
 {
     for (size_t t = 0; st->ident && t < m->num_tables; t++) {
         coord_table_t *ct = coord_load_table(c, m, t);
@@ -488,16 +526,17 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
                      m->name, ct->name);
         bool match = rc == 0 && strcmp(rec, st->ident[t].content) == 0;
-        bool lost = match && ddb_lost_partitions(c, ct, &st->ident[t], what);
-        if (rc == HPS_ENOTFOUND || (match && !lost)) {
+        unsigned nlost = match ? ddb_lost_partitions(c, ct, &st->ident[t], what, lost[t]) : 0;
+        if (rc == HPS_ENOTFOUND || match) {
             int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
             if (ex)
                 return ex;
-            kept[t] = rc == 0;
+            kept[t] = match && !nlost;
             if (kept[t])
                 continue;
-            /* Filled on top of the rows taken: marked first, so that a
-             * start killed during the fill drops what it left. */
+            /* Filled on top of the rows taken (or, where partitions were
+             * lost, those partitions): marked first, so that a start killed
+             * during the fill drops what it left. */
             while (coord_ddb_wait(c, &w,
                                   rc = hps_ddb_record_set(ct->ddb, DDB_REPLACING, err, sizeof(err)),
                                   what, err))
@@ -510,7 +549,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
                              "when a coordinator stopped before the fill ended (killed?): "
                              "removing them before loading",
                              m->name, ct->name);
-                else if (!lost)
+                else
                     HPS_INFO("model %s table %s: the distributed DB holds the rows of other model "
                              "files (%s; now %s): removing them before loading",
                              m->name, ct->name, rec, st->ident[t].content);
@@ -648,12 +687,13 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
     uint64_t ddb[2] = {0}, vdb[2] = {0};
     double t1 = coord_load_now_s();
     bool kept[256] = {false};
+    part_mask_t lost[256] = {{0}};
     size_t nkept = 0;
     if (!ex && c->ddb)
-        ex = ddb_prepare(c, m, &st, kept);
+        ex = ddb_prepare(c, m, &st, kept, lost);
     for (size_t t = 0; t < m->num_tables; t++)
         nkept += kept[t];
-    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, kept, dups, true, ddb)) &&
+    if (!ex && c->ddb && !(ex = fill_layers(c, m, rows, st.held, kept, lost, dups, true, ddb)) &&
         !(ex = files_unchanged(m, &st)) && !(ex = ddb_record(c, m, &st)))
         HPS_INFO("model %s: %llu rows (initial_cache_rate %.3g) into the distributed DB in %.2f s; "
                  "%zu of %zu tables kept as they were (their record names these files: their "
@@ -675,7 +715,7 @@ static int load_model(coord_t *c, const hps_conf_model_t *m, bool vdb_reused, co
     }
     t1 = coord_load_now_s();
     if (!ex && !vdb_reused)
-        ex = fill_layers(c, m, rows, st.held, NULL, dups, false, vdb);
+        ex = fill_layers(c, m, rows, st.held, NULL, NULL, dups, false, vdb);
     if (!ex && !vdb_reused)
         ex = coord_load_carry(c, m, &st);
     if (!ex)

@@ -322,6 +322,14 @@ hps_err_t hps_ddb_check_sample(hps_ddb_table_t *t, unsigned per_partition, hps_d
                                char *err, size_t err_len);
 
 /**
+ * @brief The partition of key i of keys: rrxmrrxmsx_0(key) % num_partitions,
+ *        HugeCTR's (reference/hugectr-hps.md), as every call here places it.
+ * @param keys  (n) int64 or uint32 (the table's key width), host memory.
+ * @return 0 .. num_partitions - 1.  Thread-safe; no I/O.
+ */
+unsigned hps_ddb_partition_of(const hps_ddb_table_t *t, const void *keys, size_t i);
+
+/**
  * @brief Rows in partition part (HLEN of its value hash).
  * @param[out] ret_rows       The count.
  * @param[out] err, err_len   Message of a failure.
