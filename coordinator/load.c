@@ -525,7 +525,19 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             HPS_INFO("model %s table %s: the distributed DB has no record of the model files its "
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
                      m->name, ct->name);
-        bool match = rc == 0 && strcmp(rec, st->ident[t].content) == 0;
+        bool match = rc == 0 && strcmp(rec, st->ident[t].content) == 0, whole = false;
+        hps_ddb_sample_t smp;
+        if (match && hps_ddb_check_sample(ct->ddb, 16, &smp, err, sizeof(err)) == 0 &&
+            smp.fault != HPS_DDB_SAMPLE_OK) {
+            /* The rows of these files (the record), written under another
+             * layout (this reload changed num_partitions, most likely): the
+             * table is written again whole. */
+            HPS_WARN("%s: its rows in the distributed DB do not fit this configuration (another "
+                     "num_partitions?): removing them and filling the table again",
+                     what);
+            match = false;
+            whole = true;
+        }
         unsigned nlost = match ? ddb_lost_partitions(c, ct, &st->ident[t], what, lost[t]) : 0;
         if (rc == HPS_ENOTFOUND || match) {
             int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
@@ -549,7 +561,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
                              "when a coordinator stopped before the fill ended (killed?): "
                              "removing them before loading",
                              m->name, ct->name);
-                else
+                else if (!whole)
                     HPS_INFO("model %s table %s: the distributed DB holds the rows of other model "
                              "files (%s; now %s): removing them before loading",
                              m->name, ct->name, rec, st->ident[t].content);
