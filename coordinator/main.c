@@ -239,6 +239,10 @@ static int hold_serving(coord_t *c)
 static int start_heartbeat(coord_t *c)
 {
     hps_shmdb_heartbeat(c->db);
+    /* Now, not at the heartbeat thread's next beat (up to a whole
+     * heartbeat_interval_ms away when it already beats on a reload's
+     * serving segment): a worker judges the heartbeat's age by it. */
+    hps_shmdb_set_coord_timeout(c->db, (uint32_t)c->conf->hps.worker_timeout_ms);
     if (!c->adopt) /* the serving segment of a failed reload: its state stays */
         hps_shmdb_set_coord_state(c->db, HPS_COORD_LOADING);
     __atomic_store_n(&c->beat_db, c->db, __ATOMIC_RELEASE);

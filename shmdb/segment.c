@@ -848,6 +848,8 @@ bool hps_shmdb_coordinator_alive(hps_shmdb_t *db, uint32_t timeout_ms, bool serv
          si.coord_state != HPS_COORD_RELOADING_SERVED) ||
         !ident_alive(db, LD(db->hdr->coord_proc)))
         return false;
+    if (si.coord_timeout_ms > timeout_ms) /* the coordinator's, raised by a reload */
+        timeout_ms = si.coord_timeout_ms;
     return (hps__shmdb_clock_ns(CLOCK_MONOTONIC) - si.coord_heartbeat_ns) / 1000000ULL < timeout_ms;
 }
 

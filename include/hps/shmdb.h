@@ -525,7 +525,11 @@ size_t hps_shmdb_other_rows(hps_shmdb_t *db);
  * @brief Whether a coordinator is alive on the segment: the process-table
  * row of the coordinator that beat last still holds its liveness lock (the
  * same process: the row was not taken again since), and its heartbeat
- * (hps_shmdb_heartbeat) is younger than timeout_ms (worker_timeout_ms);
+ * (hps_shmdb_heartbeat) is younger than timeout_ms (the caller's
+ * worker_timeout_ms) or, where larger, than the coordinator's own
+ * worker_timeout_ms recorded in the segment (hps_shmdb_set_coord_timeout:
+ * it beats at its heartbeat_interval_ms, at most half of that, and a
+ * reload may raise both while the caller keeps the value it started with);
  * with serving, it must also have said SERVING, RELOADING or
  * RELOADING_SERVED.  A killed coordinator is
  * seen at once, in any PID namespace; a stopped or hung one when its

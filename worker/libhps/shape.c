@@ -1,6 +1,7 @@
 /*
- * shape.c -- a model whose tables a reload changed (their names, count or
- * dimensions): the client follows the coordinator's new shape.
+ * shape.c -- a model whose tables a reload changed (their names, count,
+ * dimensions or default values): the client follows the coordinator's new
+ * shape.
  *
  * A client's model entries are fixed at creation (callers size their
  * buffers by them, and lock-free readers hold them), so a new shape is a
@@ -50,6 +51,10 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
          * KEYS of position t belong to another table now */
         if (ti.dim != (uint32_t)c->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes ||
             (ti.order && ti.order != t + 1))
+            return 2;
+        /* another default value: the coordinator answers (and records) its
+         * own for keys found nowhere, so a process must not answer another */
+        if (ti.default_value != (float)c->default_value_for_each_table[t])
             return 2;
         unrecorded |= ti.order == 0;
     }
@@ -169,8 +174,8 @@ size_t hps__client_follow_shapes(hps_client_t *cl, hps_shmdb_t *db)
         if (hps__client_append_model(cl, c) < 0)
             break;
         added++;
-        HPS_INFO("model %s: the coordinator serves it with other tables or dimensions than "
-                 "this process did: served with them from now on (index %zu)",
+        HPS_INFO("model %s: the coordinator serves it with other tables, dimensions or default "
+                 "values than this process did: served with them from now on (index %zu)",
                  name, cl->num_models - 1);
     }
     if (added && !hps__client_keep_conf(cl, conf))
