@@ -40,7 +40,8 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
         return 1;
     if (held != c->num_tables) /* a table added or removed; names are unique */
         return held > c->num_tables ? 2 : 1;
-    bool unrecorded = false; /* a table of the segment records no position */
+    bool unrecorded = false;      /* a table of the segment records no position */
+    bool defaults_differ = false; /* a table's default value is not c's */
     for (size_t t = 0; t < c->num_tables; t++) {
         uint32_t id;
         hps_table_info_t ti;
@@ -52,14 +53,21 @@ int hps__client_shape_state(hps_shmdb_t *db, const hps_conf_model_t *c, uint32_t
         if (ti.dim != (uint32_t)c->embedding_vecsize_per_table[t] || ti.key_bytes != key_bytes ||
             (ti.order && ti.order != t + 1))
             return 2;
-        /* another default value: the coordinator answers (and records) its
-         * own for keys found nowhere, so a process must not answer another */
-        if (ti.default_value != (float)c->default_value_for_each_table[t])
-            return 2;
         unrecorded |= ti.order == 0;
+        defaults_differ |= ti.default_value != (float)c->default_value_for_each_table[t];
     }
     /* a segment of an earlier build records no positions: its builder's INI */
-    return unrecorded && c->num_tables > 1 ? text_order(db, c, key_bytes) : 0;
+    int state = unrecorded && c->num_tables > 1 ? text_order(db, c, key_bytes) : 0;
+    /* Another default value: the coordinator answers (and records) its own
+     * for keys found nowhere, so this process follows it where the segment
+     * holds the coordinator's INI text to take it from; without (a
+     * coordinator of an earlier build), it serves with its own as before
+     * rather than not at all. */
+    char *text = NULL;
+    if (state == 0 && defaults_differ && hps_shmdb_conf_text(db, &text) == 0)
+        state = 2;
+    free(text);
+    return state;
 }
 
 /* Whether entry i is the first of its name (each name is looked at once). */
