@@ -774,9 +774,10 @@ static hps_err_t lookup_checked(hps_client_t *cl, size_t mi, uint32_t nt, const 
     if (atomic_load(&m->misfit)) {
         pthread_rwlock_unlock(&cl->seg_lock);
         return hps__client_fail(HPS_ENOTFOUND,
-                                "model %s: the segment holds it with other dimensions than this "
+                                "model %s: the segment holds it with other dimensions or key "
+                                "width (%u-byte keys here: [hps] supportlonglong) than this "
                                 "process serves %s",
-                                m->conf->name, hps__client_misfit_why(cl));
+                                m->conf->name, cl->key_bytes, hps__client_misfit_why(cl));
     }
     size_t cur = atomic_load(&m->resolved) ? mi : hps__client_model_current(cl, mi);
     if (cur != mi && atomic_load(&cl->models[cur].resolved)) {
