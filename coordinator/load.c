@@ -433,10 +433,12 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * files, loses its rows first, so that no request is answered partly from
  * the old rows (Redis keeps every row the fill does not overwrite, and
  * serves them to cache_missed_embeddings' misses too).  The record is
- * replaced by DDB_REPLACING before the rows go, and stays so until the fill
- * has written the new rows and records them (ddb_record): a start or reload
- * killed anywhere in between leaves that mark, and the next one drops the
- * rows again, whatever files it loads.  (It used to delete the record: the
+ * replaced by DDB_REPLACING and the new files' contents identity before the
+ * rows go, and stays so until the fill has written the new rows and
+ * records them (ddb_record): a start or reload killed anywhere in between
+ * leaves that mark, and the next one removes the rows again if it loads
+ * other files; with the same files it fills over them (another host may be
+ * filling them now: the rows are these files').  (It used to delete the record: the
  * next start took the leftover rows of the killed fill's files for its own,
  * as HugeCTR's data, and a start with the previous files served both
  * versions' rows in one table.)  A table without a record keeps its rows
@@ -453,9 +455,24 @@ static void log_load(const coord_t *c, const hps_conf_model_t *m, const model_st
  * left a part of the rows).  The record names the files' contents, not
  * their paths: hosts that share the cluster may keep their copies anywhere.
  */
-/* The record of a table whose rows are being replaced (ddb_prepare): no
- * contents identity has this form ("v1 dim=..."; coord_table_ident). */
-#define DDB_REPLACING "replacing: a fill of this table began and has not ended"
+/* The record of a table whose rows are being replaced (ddb_prepare): this
+ * prefix, then the contents identity of the files being filled in (no
+ * contents identity begins so: "v1 dim=..."; coord_table_ident). */
+#define DDB_REPLACING     "replacing: "
+#define DDB_REPLACING_LEN (sizeof(DDB_REPLACING) - 1)
+
+/* Set t's record to DDB_REPLACING + content. */
+static hps_err_t ddb_mark(coord_t *c, coord_table_t *ct, const char *content, const char *what,
+                          char *err, size_t err_len)
+{
+    char mark[DDB_REPLACING_LEN + CONTENT_IDENT_MAX];
+    snprintf(mark, sizeof(mark), "%s%s", DDB_REPLACING, content);
+    hps_err_t rc;
+    coord_ddb_wait_t w = {0};
+    while (coord_ddb_wait(c, &w, rc = hps_ddb_record_set(ct->ddb, mark, err, err_len), what, err))
+        ;
+    return rc;
+}
 
 /* Partitions with no row count as lost (by a table of at least
  * LOST_MIN_ROWS_PER_PART rows per partition, keys spread over them: an
@@ -526,12 +543,22 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
                      "rows came from (HugeCTR's data, or none yet): taken for these files'",
                      m->name, ct->name);
         bool match = rc == 0 && strcmp(rec, st->ident[t].content) == 0, whole = false;
+        /* A fill of these same files that has not ended: another host's,
+         * now, or one killed.  Taken as rows without a record are (filled
+         * over, not removed): what it wrote is these files' rows. */
+        bool same_fill = rc == 0 && strncmp(rec, DDB_REPLACING, DDB_REPLACING_LEN) == 0 &&
+                         strcmp(rec + DDB_REPLACING_LEN, st->ident[t].content) == 0;
+        if (same_fill)
+            HPS_INFO("%s: a fill of these model files into the distributed DB began and has not "
+                     "ended (another host's, or a coordinator killed): filling over it",
+                     what);
         hps_ddb_sample_t smp;
         if (match && hps_ddb_check_sample(ct->ddb, 16, &smp, err, sizeof(err)) == 0 &&
             smp.fault != HPS_DDB_SAMPLE_OK) {
             /* The rows of these files (the record), written under another
-             * layout (this reload changed num_partitions, most likely): the
-             * table is written again whole. */
+             * layout (this reload raised num_partitions, most likely; a
+             * lowered one is refused: coord_ddb_check_rows): the table is
+             * written again whole. */
             HPS_WARN("%s: its rows in the distributed DB do not fit this configuration (another "
                      "num_partitions?): removing them and filling the table again",
                      what);
@@ -539,7 +566,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             whole = true;
         }
         unsigned nlost = match ? ddb_lost_partitions(c, ct, &st->ident[t], what, lost[t]) : 0;
-        if (rc == HPS_ENOTFOUND || match) {
+        if (rc == HPS_ENOTFOUND || match || same_fill) {
             int ex = coord_ddb_check_rows(c, ct); /* kept: they must fit this configuration */
             if (ex)
                 return ex;
@@ -548,27 +575,22 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
                 continue;
             /* Filled on top of the rows taken (or, where partitions were
              * lost, those partitions): marked first, so that a start killed
-             * during the fill drops what it left. */
-            while (coord_ddb_wait(c, &w,
-                                  rc = hps_ddb_record_set(ct->ddb, DDB_REPLACING, err, sizeof(err)),
-                                  what, err))
-                ;
+             * during the fill with other files removes what it left. */
+            if (!same_fill)
+                rc = ddb_mark(c, ct, st->ident[t].content, what, err, sizeof(err));
         } else {
             if (rc == 0) {
                 coord_prev_ddb_replacing(c, m->name, ct->name); /* the serving segment's misses */
-                if (strcmp(rec, DDB_REPLACING) == 0)
-                    HPS_WARN("model %s table %s: the distributed DB's rows were being replaced "
-                             "when a coordinator stopped before the fill ended (killed?): "
-                             "removing them before loading",
+                if (strncmp(rec, DDB_REPLACING, DDB_REPLACING_LEN) == 0)
+                    HPS_WARN("model %s table %s: the distributed DB's rows were being replaced by "
+                             "those of other model files when that fill stopped before its end "
+                             "(a coordinator killed?): removing them before loading",
                              m->name, ct->name);
                 else if (!whole)
                     HPS_INFO("model %s table %s: the distributed DB holds the rows of other model "
                              "files (%s; now %s): removing them before loading",
                              m->name, ct->name, rec, st->ident[t].content);
-                while (coord_ddb_wait(
-                    c, &w, rc = hps_ddb_record_set(ct->ddb, DDB_REPLACING, err, sizeof(err)), what,
-                    err))
-                    ;
+                rc = ddb_mark(c, ct, st->ident[t].content, what, err, sizeof(err));
             }
             if (rc == 0)
                 while (
