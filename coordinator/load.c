@@ -325,11 +325,19 @@ static int note_cf(const char *model, const char *table, void *ctx)
 }
 
 /* Fill st->current, held and has_rec: the identities of the files (taken by
- * validate_all) compared with the PDB's records. */
+ * validate_all) compared with the PDB's records.  A persistent DB this
+ * start does not write the files into (initialize_after_startup = false, or
+ * read_only) that has the table but no record of files holds its own rows
+ * (online updates, or data put there otherwise): held too, so that the
+ * other layers take its values where it has the key (fill_layer, from_pdb)
+ * and the files' elsewhere, rather than serve a key's pre-update vector
+ * from shared memory while the persistent DB holds the update. */
 static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
 {
     if (!c->pdb)
         return 0;
+    const hps_conf_persistent_db_t *p = &c->conf->persistent_db;
+    bool ingest = !p->read_only && p->initialize_after_startup;
     for (size_t t = 0; t < m->num_tables; t++) {
         char name[320], rec[HPS_PDB_META_MAX], err[512];
         coord_ident_name(m->name, m->embedding_table_names[t], name, sizeof(name));
@@ -348,6 +356,14 @@ static int pdb_check(coord_t *c, const hps_conf_model_t *m, model_state_t *st)
             HPS_INFO("model %s table %s: the model files changed since the persistent DB "
                      "ingested them (was: %s; now: %s)",
                      m->name, m->embedding_table_names[t], rec, st->ident[t].files);
+        if (!ingest && rc == HPS_ENOTFOUND && st->had_cf[t]) {
+            st->held[t] = true;
+            HPS_INFO("model %s table %s: the persistent DB (not written from the model files: "
+                     "%s) has rows of it: the other layers take its values where it has the "
+                     "key, the files' elsewhere",
+                     m->name, m->embedding_table_names[t],
+                     p->read_only ? "read_only" : "initialize_after_startup = false");
+        }
     }
     return 0;
 }

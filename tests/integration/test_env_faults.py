@@ -14,7 +14,9 @@ whose /dev/shm is a small tmpfs of its own, so the host's is never touched.
    key answers its new vector (no update lost).  Then a reboot (shared
    memory removed) with initialize_after_startup = false: the warning that
    the updates the segment held are lost (no persistent DB keeps them).
-2. The persistent DB's directory made read-only (a read-only bind mount:
+2. A persistent DB of updates only ([persistent_db] initialize_after_startup
+   = false), then a reboot: the updated keys keep their updates.
+3. The persistent DB's directory made read-only (a read-only bind mount:
    directory modes do not stop root) under a serving coordinator, then
    SIGHUP: the reload fails; while it does, a worker answers keys outside
    shared memory exactly or says not ready, never ready with defaults; once
@@ -177,8 +179,43 @@ def pdb_read_only(t, cl):
     t.ok(H.wait_until(lambda: H.ready_status(w.http_port) == 200, 60, 0.1) and
          exact(w.http_port, m, kpt), "and then ready and exact", c.log()[-1500:])
 
+def pdb_not_from_files(t, cl):
+    """A persistent DB that holds only the updates ([persistent_db]
+    initialize_after_startup = false: the files never go into it), then a
+    reboot: the volatile DB is filled again, and must take the updated
+    vectors from the persistent DB, not the files' (before: 200 of 200
+    updated keys answered their pre-update vectors)."""
+    if not os.environ.get("KAFKA_MOCK") or not os.environ.get("HPS_PUSH"):
+        t.skip("a reboot with a persistent DB of updates only", "no kafka-mock or hps-push")
+        return
+    m = cl.gen_model("m", rows=[3000], dims=[DIM], subdir="m_pdb")
+    keys = m.file_keys[0][:200]  # in shared memory (initial_cache_rate 1)
+    with H.KafkaMock(["hps_et.m.sparse_embedding0"]) as km:
+        conf = cl.write_config("hps.ini", m.ini_text, [
+            ("persistent_db", "path", cl.path("rocksdb_updates")),
+            ("persistent_db", "initialize_after_startup", "false"),
+            ("update_source", "type", "kafka_message_queue"),
+            ("update_source", "brokers", km.bootstrap),
+            ("update_source", "poll_timeout_ms", 100)])
+        c = cl.start_coordinator(conf)
+        w = cl.start_worker(conf)
+        rc = H.push_updates(km.bootstrap, "m", "sparse_embedding0", DIM,
+                            [(k, new_vector(k)) for k in keys])
+        t.ok(rc == 0 and H.wait_until(lambda: count_new(w.http_port, keys) == len(keys), 30),
+             "200 updates applied")
+        time.sleep(1.5)  # committed by both layers' consumers
+        H.retire([c, w], cl.segment)  # a reboot: shared memory gone, RocksDB kept
+        c = cl.start_coordinator(conf)
+        w = cl.start_worker(conf)
+        n = count_new(w.http_port, keys)
+        t.eq(n, len(keys), "after a reboot: the 200 updated keys answer their updates, which "
+             "only the persistent DB holds (%d of 200)" % n)
+
+
 def body(t, cl):
     shm_full(t, cl)
+    H.retire(cl.procs, cl.segment)
+    pdb_not_from_files(t, cl)
     H.retire(cl.procs, cl.segment)
     with H.Cluster("env_faults_ro") as cl2:
         try:
