@@ -53,6 +53,13 @@ def new_vector(key):
     return [H.f32(7.0 + (key % 1013) * 0.5 + d * 0.125) for d in range(DIM)]
 
 
+def kafka_settings(km, settings):
+    """settings, then Kafka updates from km (a H.KafkaMock)."""
+    return settings + [("update_source", "type", "kafka_message_queue"),
+                       ("update_source", "brokers", km.bootstrap),
+                       ("update_source", "poll_timeout_ms", 100)]
+
+
 def count_new(port, keys):
     """How many of keys answer new_vector (lookups of 10,000 keys each)."""
     good = 0
@@ -72,12 +79,9 @@ def shm_full(t, cl):
         return
     m = cl.gen_model("m", rows=[20000], dims=[DIM])
     with H.KafkaMock(["hps_et.m.sparse_embedding0"]) as km:
-        conf = cl.write_config("hps.ini", m.ini_text, [
+        conf = cl.write_config("hps.ini", m.ini_text, kafka_settings(km, [
             ("volatile_db", "shared_memory_size", "256MiB"),
-            ("persistent_db", "type", "disabled"),
-            ("update_source", "type", "kafka_message_queue"),
-            ("update_source", "brokers", km.bootstrap),
-            ("update_source", "poll_timeout_ms", 100)])
+            ("persistent_db", "type", "disabled")]))
         c = cl.start_coordinator(conf)
         w = cl.start_worker(conf)
         kpt = [m.file_keys[0]]
@@ -191,12 +195,9 @@ def pdb_not_from_files(t, cl):
     m = cl.gen_model("m", rows=[3000], dims=[DIM], subdir="m_pdb")
     keys = m.file_keys[0][:200]  # in shared memory (initial_cache_rate 1)
     with H.KafkaMock(["hps_et.m.sparse_embedding0"]) as km:
-        conf = cl.write_config("hps.ini", m.ini_text, [
+        conf = cl.write_config("hps.ini", m.ini_text, kafka_settings(km, [
             ("persistent_db", "path", cl.path("rocksdb_updates")),
-            ("persistent_db", "initialize_after_startup", "false"),
-            ("update_source", "type", "kafka_message_queue"),
-            ("update_source", "brokers", km.bootstrap),
-            ("update_source", "poll_timeout_ms", 100)])
+            ("persistent_db", "initialize_after_startup", "false")]))
         c = cl.start_coordinator(conf)
         w = cl.start_worker(conf)
         rc = H.push_updates(km.bootstrap, "m", "sparse_embedding0", DIM,
