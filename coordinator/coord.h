@@ -351,12 +351,14 @@ bool coord_pdb_avail(const char *path, uint64_t *ret);
  * HPS_EXIT_DDB, logged, for a table it cannot register or partitions
  * beyond num_partitions); coord_ddb_check_rows() refuses rows that this
  * configuration would not find (for rows that are kept: load.c; 0 or
- * HPS_EXIT_DDB, logged); coord_ddb_close() closes it (after the
- * miss service stopped; flushes the queued access updates; no-op without
- * one). */
+ * HPS_EXIT_DDB, logged); coord_ddb_rows_fit() is its test without a word
+ * (the same sample; true also when the sample cannot be read);
+ * coord_ddb_close() closes it (after the miss service stopped; flushes the
+ * queued access updates; no-op without one). */
 int coord_ddb_open(coord_t *c);
 int coord_ddb_table(coord_t *c, coord_table_t *ct);
 int coord_ddb_check_rows(coord_t *c, coord_table_t *ct);
+bool coord_ddb_rows_fit(coord_t *c, coord_table_t *ct);
 /* ddb_wire.c: the nonzero 64-bit hash (FNV-1a) of an identity string: a
  * table's distributed-DB record, or its files' identity, as a segment keeps
  * them per table (hps_shmdb_table_set_ddb_ident, _set_files_ident).  Pure. */

@@ -129,6 +129,15 @@ static void warn_legacy(coord_t *c, coord_table_t *ct)
 /* Fields sampled per partition hash by coord_ddb_check_rows(). */
 #define SAMPLE_FIELDS 16u
 
+bool coord_ddb_rows_fit(coord_t *c, coord_table_t *ct)
+{
+    (void)c;
+    char err[512];
+    hps_ddb_sample_t s;
+    return hps_ddb_check_sample(ct->ddb, SAMPLE_FIELDS, &s, err, sizeof(err)) < 0 ||
+           s.fault == HPS_DDB_SAMPLE_OK;
+}
+
 /* Refuse a table whose rows in Redis do not fit this configuration: a
  * sample of each partition hash (one HSCAN page) must hold keys of the
  * model's width, vectors of the table's dimension, and keys of that

@@ -568,9 +568,7 @@ static int ddb_prepare(coord_t *c, const hps_conf_model_t *m, const model_state_
             HPS_INFO("%s: a fill of these model files into the distributed DB began and has not "
                      "ended (another host's, or a coordinator killed): filling over it",
                      what);
-        hps_ddb_sample_t smp;
-        if (match && hps_ddb_check_sample(ct->ddb, 16, &smp, err, sizeof(err)) == 0 &&
-            smp.fault != HPS_DDB_SAMPLE_OK) {
+        if (match && !coord_ddb_rows_fit(c, ct)) {
             /* The rows of these files (the record), written under another
              * layout (this reload raised num_partitions, most likely; a
              * lowered one is refused: coord_ddb_check_rows): the table is
